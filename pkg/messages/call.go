@@ -1,0 +1,247 @@
+package messages
+
+import "time"
+
+// CallState is where a call is in its life. The last five are terminal and
+// are also the Status of the call's result.
+type CallState string
+
+const (
+	StateQueued           CallState = "queued"
+	StateAwaitingApproval CallState = "awaiting_approval"
+	StateRunning          CallState = "running"
+	// StateCompleted: the tool returned. Its result may still be a tool
+	// error (IsError), which is the tool's answer, not a failure of Toolbus.
+	StateCompleted CallState = "completed"
+	// StateFailed: Toolbus could not get an answer from the tool, e.g.
+	// every attempt lost its worker or the tool panicked.
+	StateFailed    CallState = "failed"
+	StateCancelled CallState = "cancelled"
+	StateTimedOut  CallState = "timed_out"
+	StateDenied    CallState = "denied"
+)
+
+// Terminal reports whether no further change can happen.
+func (s CallState) Terminal() bool {
+	switch s {
+	case StateCompleted, StateFailed, StateCancelled, StateTimedOut, StateDenied:
+		return true
+	}
+	return false
+}
+
+// SubmitRequest asks the coordinator (endpoint calls.submit) to run a tool.
+type SubmitRequest struct {
+	// Tool names the tool in any spelling ParseToolName accepts.
+	Tool      string `json:"tool"`
+	Arguments JSON   `json:"arguments,omitempty"`
+	Agent     string `json:"agent,omitempty"`
+	Turn      string `json:"turn,omitempty"`
+	// IdempotencyKey makes submits with the same agent and key return the
+	// same call, which runs once, for as long as the call's events are kept.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// TimeoutMS is the caller's deadline for the call, counted from the
+	// submit; the tool's own timeout applies when it is shorter.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Wait asks for the result in the reply. If it does not come within
+	// WaitMS (or the call's deadline) the reply carries the call's state.
+	Wait   bool  `json:"wait,omitempty"`
+	WaitMS int64 `json:"wait_ms,omitempty"`
+}
+
+// SubmitReply answers a SubmitRequest.
+type SubmitReply struct {
+	CallID string    `json:"call_id"`
+	State  CallState `json:"state"`
+	// Duplicate is true when the idempotency key named an existing call.
+	Duplicate bool        `json:"duplicate,omitempty"`
+	Result    *CallResult `json:"result,omitempty"`
+}
+
+// CallRequest is the message on a call subject that a worker executes.
+type CallRequest struct {
+	CallID    string `json:"call_id"`
+	Tool      string `json:"tool"`
+	Namespace string `json:"namespace"`
+	Method    string `json:"method"`
+	Arguments JSON   `json:"arguments,omitempty"`
+	Agent     string `json:"agent,omitempty"`
+	Turn      string `json:"turn,omitempty"`
+	// ArgumentsDigest is the hex SHA-256 of the arguments as submitted, for
+	// idempotency checks and approvals.
+	ArgumentsDigest string    `json:"arguments_digest,omitempty"`
+	QueuedAt        time.Time `json:"queued_at"`
+	Deadline        time.Time `json:"deadline"`
+	// MaxAttempts is how many deliveries the call gets before it fails.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+}
+
+// ToolName returns the called tool's identity.
+func (r *CallRequest) ToolName() ToolName {
+	return ToolName{Namespace: r.Namespace, Method: r.Method}
+}
+
+// ContentBlock types.
+const (
+	ContentText         = "text"
+	ContentJSON         = "json"
+	ContentImage        = "image"
+	ContentAudio        = "audio"
+	ContentResource     = "resource"
+	ContentResourceLink = "resource_link"
+)
+
+// ContentBlock is one part of a result.
+type ContentBlock struct {
+	Type string `json:"type"`
+	// Text of a text block, or of an embedded text resource.
+	Text string `json:"text,omitempty"`
+	// JSON of a json block.
+	JSON JSON `json:"json,omitempty"`
+	// Data of an image, audio or embedded binary resource: raw bytes in
+	// MessagePack, base64 in JSON.
+	Data     []byte `json:"data,omitempty"`
+	MIMEType string `json:"mime_type,omitempty"`
+	// URI, Name and Description of a resource or resource link.
+	URI         string `json:"uri,omitempty"`
+	Name        string `json:"name,omitempty"`
+	Description string `json:"description,omitempty"`
+}
+
+// TextBlock returns a text content block.
+func TextBlock(s string) ContentBlock { return ContentBlock{Type: ContentText, Text: s} }
+
+// JSONBlock returns a json content block.
+func JSONBlock(v JSON) ContentBlock { return ContentBlock{Type: ContentJSON, JSON: v} }
+
+// ImageBlock returns an image content block.
+func ImageBlock(data []byte, mimeType string) ContentBlock {
+	return ContentBlock{Type: ContentImage, Data: data, MIMEType: mimeType}
+}
+
+// CallResult is the outcome of a call. Writing it is the call's commit
+// point: the first result written wins and later attempts cannot replace it.
+type CallResult struct {
+	CallID string `json:"call_id"`
+	Tool   string `json:"tool"`
+	// Status is the terminal state of the call.
+	Status CallState `json:"status"`
+	// IsError tells the model that this is not a successful answer: the
+	// tool reported an error, or the call did not complete.
+	IsError           bool           `json:"is_error"`
+	Content           []ContentBlock `json:"content,omitempty"`
+	StructuredContent JSON           `json:"structured_content,omitempty"`
+	// Error says why, when IsError is set.
+	Error *ResultError `json:"error,omitempty"`
+	// Attempt counts deliveries to workers, starting at 1; 0 when no worker ran the call.
+	Attempt    int       `json:"attempt"`
+	Worker     string    `json:"worker,omitempty"`
+	QueuedAt   time.Time `json:"queued_at"`
+	StartedAt  time.Time `json:"started_at,omitempty"`
+	FinishedAt time.Time `json:"finished_at"`
+	// Truncated is set when Content was cut to the tool's MaxResultSize;
+	// FullResult then names the object holding the whole result.
+	Truncated  bool       `json:"truncated,omitempty"`
+	FullResult *ObjectRef `json:"full_result,omitempty"`
+}
+
+// Result error codes.
+const (
+	ResultToolError      = "tool_error"
+	ResultPanic          = "panic"
+	ResultCancelled      = "cancelled"
+	ResultTimedOut       = "timed_out"
+	ResultAttempts       = "max_attempts"
+	ResultWorkerError    = "worker_error"
+	ResultDenied         = "denied"
+	ResultInvalidRequest = "invalid_request"
+)
+
+// ResultError explains a result that is not a success.
+type ResultError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// ObjectRef names an object in the results object store.
+type ObjectRef struct {
+	Bucket string `json:"bucket"`
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+}
+
+// EventKind names an event of a call; each kind has its own subject.
+type EventKind string
+
+const (
+	EventQueued   EventKind = "queued"
+	EventStarted  EventKind = "started"
+	EventProgress EventKind = "progress"
+	EventLog      EventKind = "log"
+	// EventCancel records that cancellation was requested; the call is
+	// cancelled only when its result says so.
+	EventCancel EventKind = "cancel"
+	EventResult EventKind = "result"
+)
+
+// Valid reports whether k is a known kind.
+func (k EventKind) Valid() bool {
+	switch k {
+	case EventQueued, EventStarted, EventProgress, EventLog, EventCancel, EventResult:
+		return true
+	}
+	return false
+}
+
+// CallEvent is one event of a call, stored in the events stream in order.
+// Exactly one of the kind-specific fields is set.
+type CallEvent struct {
+	CallID  string    `json:"call_id"`
+	Kind    EventKind `json:"kind"`
+	Time    time.Time `json:"time"`
+	Attempt int       `json:"attempt,omitempty"`
+	Worker  string    `json:"worker,omitempty"`
+	// Request is set on queued events: the call as submitted.
+	Request *CallRequest `json:"request,omitempty"`
+	// CallSeq is set on queued events: the call message's sequence in the calls stream.
+	CallSeq  uint64      `json:"call_seq,omitempty"`
+	Progress *Progress   `json:"progress,omitempty"`
+	Log      *LogEntry   `json:"log,omitempty"`
+	Cancel   *CancelInfo `json:"cancel,omitempty"`
+	Result   *CallResult `json:"result,omitempty"`
+}
+
+// Progress of a running call: Progress of Total units (Total 0 when
+// unknown; a fraction is Progress of Total 1), with an optional message.
+type Progress struct {
+	Progress float64 `json:"progress"`
+	Total    float64 `json:"total,omitempty"`
+	Message  string  `json:"message,omitempty"`
+}
+
+// Fraction returns Progress/Total in [0, 1], or -1 when Total is unknown.
+func (p Progress) Fraction() float64 {
+	if p.Total <= 0 {
+		return -1
+	}
+	f := p.Progress / p.Total
+	if f < 0 {
+		return 0
+	}
+	if f > 1 {
+		return 1
+	}
+	return f
+}
+
+// LogEntry is a log line a tool emitted while running.
+type LogEntry struct {
+	Level   string `json:"level"`
+	Message string `json:"message"`
+}
+
+// CancelInfo says who asked to cancel a call and why.
+type CancelInfo struct {
+	Reason string `json:"reason,omitempty"`
+	By     string `json:"by,omitempty"`
+}

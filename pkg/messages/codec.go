@@ -1,0 +1,177 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"strings"
+	"sync"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Header names and values of the wire contract.
+const (
+	HeaderContentType = "Content-Type"
+	HeaderVersion     = "Toolbus-Version"
+	// HeaderMsgID is JetStream's de-duplication header; calls carry their call ID in it.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderTraceParent and HeaderTraceState carry W3C trace context. NATS
+	// headers are case-sensitive, so they are always written in lowercase.
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+
+	ContentTypeMsgpack = "application/msgpack"
+	ContentTypeJSON    = "application/json"
+
+	// ProtocolVersion is the major version of this contract. A message with
+	// another major version is refused with CodeUnsupportedVersion.
+	ProtocolVersion = "1"
+)
+
+// Header is a message's header map; nats.Header converts to it directly.
+type Header = map[string][]string
+
+// Codec is one of the two encodings of the contract.
+type Codec int
+
+const (
+	Msgpack Codec = iota
+	JSONCodec
+)
+
+// ContentType returns the Content-Type header value of the codec.
+func (c Codec) ContentType() string {
+	if c == JSONCodec {
+		return ContentTypeJSON
+	}
+	return ContentTypeMsgpack
+}
+
+func (c Codec) String() string { return c.ContentType() }
+
+// CodecOf reads a message's codec from its headers: MessagePack unless
+// Content-Type says application/json. It refuses unknown content types and
+// protocol versions, so that a peer speaking another contract hears why.
+func CodecOf(h Header) (Codec, error) {
+	if v := headerValue(h, HeaderVersion); v != "" && majorVersion(v) != ProtocolVersion {
+		return Msgpack, &Error{Code: CodeUnsupportedVersion, Message: fmt.Sprintf("protocol version %q is not supported; this peer speaks version %s", v, ProtocolVersion)}
+	}
+	ct := headerValue(h, HeaderContentType)
+	if ct == "" {
+		return Msgpack, nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return Msgpack, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("unreadable Content-Type %q", ct)}
+	}
+	switch mt {
+	case ContentTypeJSON:
+		return JSONCodec, nil
+	case ContentTypeMsgpack, "application/x-msgpack", "application/vnd.msgpack":
+		return Msgpack, nil
+	}
+	return Msgpack, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("unsupported Content-Type %q; use %s or %s", ct, ContentTypeMsgpack, ContentTypeJSON)}
+}
+
+func majorVersion(v string) string {
+	if i := strings.IndexByte(v, '.'); i >= 0 {
+		return v[:i]
+	}
+	return v
+}
+
+func headerValue(h Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// SetHeaders writes the Content-Type and version headers of the codec into h.
+func (c Codec) SetHeaders(h Header) {
+	h[HeaderContentType] = []string{c.ContentType()}
+	h[HeaderVersion] = []string{ProtocolVersion}
+}
+
+// NewHeader returns headers that announce the codec and protocol version.
+func (c Codec) NewHeader() Header {
+	h := make(Header, 4)
+	c.SetHeaders(h)
+	return h
+}
+
+var encoderPool = sync.Pool{New: func() any {
+	enc := msgpack.NewEncoder(nil)
+	enc.SetCustomStructTag("json")
+	enc.UseCompactInts(true)
+	return enc
+}}
+
+var decoderPool = sync.Pool{New: func() any {
+	dec := msgpack.NewDecoder(nil)
+	dec.SetCustomStructTag("json")
+	return dec
+}}
+
+// Marshal encodes v. Struct fields are named by their json tags in both
+// encodings, so the two never drift apart.
+func (c Codec) Marshal(v any) ([]byte, error) {
+	if c == JSONCodec {
+		return json.Marshal(v)
+	}
+	var buf bytes.Buffer
+	enc := encoderPool.Get().(*msgpack.Encoder)
+	enc.ResetWriter(&buf)
+	err := enc.Encode(v)
+	enc.ResetWriter(nil)
+	encoderPool.Put(enc)
+	if err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Unmarshal decodes data into v. Unknown fields are ignored, so that newer
+// peers can add them; anything else that is not one well-formed value, such
+// as trailing bytes, is a CodeMalformed error.
+func (c Codec) Unmarshal(data []byte, v any) error {
+	if c == JSONCodec {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		if err := dec.Decode(v); err != nil {
+			return malformed(c, err)
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return malformed(c, fmt.Errorf("trailing data after the value"))
+		}
+		return nil
+	}
+	r := bytes.NewReader(data)
+	dec := decoderPool.Get().(*msgpack.Decoder)
+	dec.ResetReader(r)
+	err := dec.Decode(v)
+	dec.ResetReader(nil)
+	decoderPool.Put(dec)
+	if err != nil {
+		return malformed(c, err)
+	}
+	if r.Len() != 0 {
+		return malformed(c, fmt.Errorf("%d trailing bytes after the value", r.Len()))
+	}
+	return nil
+}
+
+func malformed(c Codec, err error) error {
+	return &Error{Code: CodeMalformed, Message: fmt.Sprintf("malformed %s message: %v", c.ContentType(), err)}
+}
+
+// Decode reads a message: the codec from its headers, then the value.
+func Decode(h Header, data []byte, v any) (Codec, error) {
+	c, err := CodecOf(h)
+	if err != nil {
+		return c, err
+	}
+	return c, c.Unmarshal(data, v)
+}

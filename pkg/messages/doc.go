@@ -1,0 +1,14 @@
+// Package messages is Toolbus's versioned wire contract: the tool definitions
+// kept in the catalog, the requests and replies of the coordinator's API, the
+// call messages workers consume and the events of a call.
+//
+// Every message is MessagePack unless its Content-Type header says
+// application/json; field names are snake_case in both encodings and every
+// message carries the Toolbus-Version header. Subjects, stream, consumer and
+// bucket names are built only by [Names], whose methods reject tokens that
+// would change a subject's meaning (dots, wildcards, spaces).
+//
+// The package is pure: it imports no NATS package, so any program can use it
+// to speak the protocol. docs/protocol.md describes the same contract for
+// clients in other languages.
+package messages

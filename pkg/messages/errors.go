@@ -1,0 +1,123 @@
+package messages
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// ErrorCode is a stable, machine-readable reason for a failed request.
+type ErrorCode string
+
+// The error codes of the API. They never change meaning; new ones may be added.
+const (
+	CodeBadRequest          ErrorCode = "bad_request"
+	CodeMalformed           ErrorCode = "malformed"
+	CodeUnsupportedVersion  ErrorCode = "unsupported_version"
+	CodeInvalidName         ErrorCode = "invalid_name"
+	CodeInvalidArguments    ErrorCode = "invalid_arguments"
+	CodePayloadTooLarge     ErrorCode = "payload_too_large"
+	CodeToolNotFound        ErrorCode = "tool_not_found"
+	CodeCallNotFound        ErrorCode = "call_not_found"
+	CodeTurnNotFound        ErrorCode = "turn_not_found"
+	CodeApprovalNotFound    ErrorCode = "approval_not_found"
+	CodeToolUnavailable     ErrorCode = "tool_unavailable"
+	CodeToolDisabled        ErrorCode = "tool_disabled"
+	CodeDenied              ErrorCode = "denied"
+	CodeNotAdmitted         ErrorCode = "not_admitted"
+	CodeIdempotencyConflict ErrorCode = "idempotency_conflict"
+	CodeConflict            ErrorCode = "conflict"
+	CodeUnavailable         ErrorCode = "unavailable"
+	CodeTimeout             ErrorCode = "timeout"
+	CodeInternal            ErrorCode = "internal"
+)
+
+// Status returns the HTTP-style status that goes in the Nats-Service-Error-Code header.
+func (c ErrorCode) Status() int {
+	switch c {
+	case CodeBadRequest, CodeMalformed, CodeUnsupportedVersion, CodeInvalidName:
+		return 400
+	case CodeDenied, CodeNotAdmitted:
+		return 403
+	case CodeToolNotFound, CodeCallNotFound, CodeTurnNotFound, CodeApprovalNotFound:
+		return 404
+	case CodeIdempotencyConflict, CodeConflict:
+		return 409
+	case CodePayloadTooLarge:
+		return 413
+	case CodeInvalidArguments:
+		return 422
+	case CodeToolUnavailable, CodeToolDisabled, CodeUnavailable:
+		return 503
+	case CodeTimeout:
+		return 504
+	}
+	return 500
+}
+
+// StatusText is Status as the header's decimal string.
+func (c ErrorCode) StatusText() string { return strconv.Itoa(c.Status()) }
+
+// Error is the body of every failed API reply, and the Go error that carries
+// it. Two Errors match under errors.Is when their codes are equal, so callers
+// write errors.Is(err, messages.ErrToolNotFound).
+type Error struct {
+	Code    ErrorCode `json:"code"`
+	Message string    `json:"message"`
+	// Details lists individual problems, e.g. each schema violation of the arguments.
+	Details []string `json:"details,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return string(e.Code)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Is matches any *Error with the same code.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t.Code == e.Code
+}
+
+// AsError returns err as an *Error for a reply body: itself when it is one,
+// CodeInvalidName for a NameError, and CodeInternal with err's text otherwise.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: CodeOf(err), Message: err.Error()}
+}
+
+// Errorf returns an *Error with the code and a formatted message.
+func Errorf(code ErrorCode, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of the first *Error in err's chain, or CodeInternal.
+func CodeOf(err error) ErrorCode {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	var n *NameError
+	if errors.As(err, &n) {
+		return CodeInvalidName
+	}
+	return CodeInternal
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrToolNotFound        = &Error{Code: CodeToolNotFound}
+	ErrCallNotFound        = &Error{Code: CodeCallNotFound}
+	ErrTurnNotFound        = &Error{Code: CodeTurnNotFound}
+	ErrInvalidArguments    = &Error{Code: CodeInvalidArguments}
+	ErrPayloadTooLarge     = &Error{Code: CodePayloadTooLarge}
+	ErrMalformed           = &Error{Code: CodeMalformed}
+	ErrToolUnavailable     = &Error{Code: CodeToolUnavailable}
+	ErrDenied              = &Error{Code: CodeDenied}
+	ErrIdempotencyConflict = &Error{Code: CodeIdempotencyConflict}
+)

@@ -1,0 +1,312 @@
+package messages
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// DefaultPrefix is the subject prefix and resource-name stem used when none is configured.
+const DefaultPrefix = "toolbus"
+
+// Length limits of the names that end up in subjects and LLM tool names.
+const (
+	// MaxToolNameLength is the longest canonical tool name: the limit that
+	// OpenAI and Anthropic put on function names.
+	MaxToolNameLength  = 64
+	MaxNamespaceLength = 32
+	MaxIDLength        = 128
+)
+
+var (
+	prefixPattern    = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+	namespacePattern = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
+	methodPattern    = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	idPattern        = regexp.MustCompile(`^[A-Za-z0-9_=-]+$`)
+	endpointPattern  = regexp.MustCompile(`^[a-z][a-z_]*(\.[a-z][a-z_]*)?$`)
+)
+
+// ToolName is a tool's canonical identity: a namespace and a method. Its
+// string form is "namespace-method", what a model sees; the namespace never
+// holds "-", so the first "-" splits the two.
+type ToolName struct {
+	Namespace string
+	Method    string
+}
+
+// String returns the canonical "namespace-method" form.
+func (n ToolName) String() string { return n.Namespace + "-" + n.Method }
+
+// Validate reports whether both parts are safe subject tokens and the
+// canonical form fits MaxToolNameLength.
+func (n ToolName) Validate() error {
+	if err := ValidateNamespace(n.Namespace); err != nil {
+		return err
+	}
+	if !methodPattern.MatchString(n.Method) {
+		return &NameError{Kind: "method", Value: n.Method, Reason: "must be non-empty and hold only letters, digits, '_' and '-'"}
+	}
+	if l := len(n.String()); l > MaxToolNameLength {
+		return &NameError{Kind: "tool name", Value: n.String(), Reason: fmt.Sprintf("is %d characters; at most %d", l, MaxToolNameLength)}
+	}
+	return nil
+}
+
+// ValidateNamespace reports whether ns can be a namespace: letters, digits
+// and '_' only, at most MaxNamespaceLength characters.
+func ValidateNamespace(ns string) error {
+	if !namespacePattern.MatchString(ns) {
+		return &NameError{Kind: "namespace", Value: ns, Reason: "must be non-empty and hold only letters, digits and '_'"}
+	}
+	if len(ns) > MaxNamespaceLength {
+		return &NameError{Kind: "namespace", Value: ns, Reason: fmt.Sprintf("is %d characters; at most %d", len(ns), MaxNamespaceLength)}
+	}
+	return nil
+}
+
+// ValidateID reports whether id can be a call, turn, agent or worker ID:
+// letters, digits, '_', '-' and '=' only, at most MaxIDLength characters.
+// kind names the ID in the error.
+func ValidateID(kind, id string) error {
+	if !idPattern.MatchString(id) {
+		return &NameError{Kind: kind, Value: id, Reason: "must be non-empty and hold only letters, digits, '_', '-' and '='"}
+	}
+	if len(id) > MaxIDLength {
+		return &NameError{Kind: kind, Value: id, Reason: fmt.Sprintf("is %d characters; at most %d", len(id), MaxIDLength)}
+	}
+	return nil
+}
+
+// ParseToolName reads a tool reference in any of its spellings:
+// "namespace-method", "namespace:method", "namespace/method" and
+// "namespace.method" all name the same tool. A nested service "a/b:method"
+// maps to namespace "a_b".
+func ParseToolName(s string) (ToolName, error) {
+	var ns, method string
+	if i := strings.IndexByte(s, ':'); i >= 0 {
+		ns, method = s[:i], s[i+1:]
+		ns = strings.NewReplacer("/", "_", ".", "_").Replace(ns)
+	} else if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		ns, method = strings.ReplaceAll(s[:i], "/", "_"), s[i+1:]
+	} else if i := strings.IndexByte(s, '.'); i >= 0 {
+		ns, method = s[:i], s[i+1:]
+	} else if i := strings.IndexByte(s, '-'); i >= 0 {
+		ns, method = s[:i], s[i+1:]
+	} else {
+		return ToolName{}, &NameError{Kind: "tool name", Value: s, Reason: `must name a namespace and a method, as "namespace-method"`}
+	}
+	n := ToolName{Namespace: ns, Method: method}
+	if err := n.Validate(); err != nil {
+		return ToolName{}, err
+	}
+	return n, nil
+}
+
+// IdempotentCallID derives the call ID that an idempotency key stands for,
+// so that every coordinator maps one (agent, key) pair to one call without
+// shared state.
+func IdempotentCallID(agent, key string) string {
+	sum := sha256.Sum256([]byte(agent + "\x00" + key))
+	return "i" + hex.EncodeToString(sum[:16])
+}
+
+// NameError reports a name that cannot be used in a subject or as a tool name.
+type NameError struct {
+	Kind   string
+	Value  string
+	Reason string
+}
+
+func (e *NameError) Error() string {
+	return fmt.Sprintf("invalid %s %q: %s", e.Kind, e.Value, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidName) true for every NameError.
+func (e *NameError) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == CodeInvalidName
+}
+
+// ErrInvalidName is matched by every NameError.
+var ErrInvalidName = &Error{Code: CodeInvalidName}
+
+// Names builds every subject and resource name of one Toolbus installation.
+// The zero value is not usable; get one from NewNames.
+type Names struct {
+	prefix string
+	upper  string
+}
+
+// NewNames returns the names under prefix, which must be a lowercase letter
+// followed by up to 31 lowercase letters, digits or '_'. An empty prefix means
+// DefaultPrefix.
+func NewNames(prefix string) (Names, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !prefixPattern.MatchString(prefix) {
+		return Names{}, &NameError{Kind: "prefix", Value: prefix, Reason: "must be a lowercase letter followed by up to 31 lowercase letters, digits or '_'"}
+	}
+	return Names{prefix: prefix, upper: strings.ToUpper(prefix)}, nil
+}
+
+// MustNames is NewNames that panics, for constant prefixes.
+func MustNames(prefix string) Names {
+	n, err := NewNames(prefix)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// Prefix returns the subject prefix.
+func (n Names) Prefix() string { return n.prefix }
+
+// CallsStream is the work-queue stream that holds call requests until a worker acknowledges them.
+func (n Names) CallsStream() string { return n.upper + "_CALLS" }
+
+// EventsStream is the stream that keeps every call's events for the retention period.
+func (n Names) EventsStream() string { return n.upper + "_EVENTS" }
+
+// CallsSubjects is the subject space of CallsStream.
+func (n Names) CallsSubjects() string { return n.prefix + ".call.>" }
+
+// EventsSubjects is the subject space of EventsStream.
+func (n Names) EventsSubjects() string { return n.prefix + ".events.>" }
+
+// CallSubject is where a call of the tool is published for its namespace's workers.
+func (n Names) CallSubject(tool ToolName) (string, error) {
+	if err := tool.Validate(); err != nil {
+		return "", err
+	}
+	return n.prefix + ".call." + tool.Namespace + "." + tool.Method, nil
+}
+
+// NamespaceCallsFilter matches every call of one namespace.
+func (n Names) NamespaceCallsFilter(ns string) (string, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return n.prefix + ".call." + ns + ".>", nil
+}
+
+// NamespaceConsumer is the durable pull consumer that a namespace's workers share.
+func (n Names) NamespaceConsumer(ns string) (string, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return "ns_" + ns, nil
+}
+
+// EventSubject is where events of one kind of one call are stored.
+func (n Names) EventSubject(callID string, kind EventKind) (string, error) {
+	if err := ValidateID("call ID", callID); err != nil {
+		return "", err
+	}
+	if !kind.Valid() {
+		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "is not a known event kind"}
+	}
+	return n.prefix + ".events." + callID + "." + string(kind), nil
+}
+
+// CallEventsFilter matches every event of one call.
+func (n Names) CallEventsFilter(callID string) (string, error) {
+	if err := ValidateID("call ID", callID); err != nil {
+		return "", err
+	}
+	return n.prefix + ".events." + callID + ".*", nil
+}
+
+// CancelSubject carries the signal that asks the worker holding a call to
+// stop it. The durable record of the cancellation is the call's cancel event.
+func (n Names) CancelSubject(ns, callID string) (string, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	if err := ValidateID("call ID", callID); err != nil {
+		return "", err
+	}
+	return n.prefix + ".cancel." + ns + "." + callID, nil
+}
+
+// CancelFilter matches the cancel signals of one namespace.
+func (n Names) CancelFilter(ns string) (string, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return n.prefix + ".cancel." + ns + ".*", nil
+}
+
+// APIGroup is the subject prefix of the coordinator's service endpoints.
+func (n Names) APIGroup() string { return n.prefix + ".api" }
+
+// APISubject is the subject of one coordinator endpoint, e.g. "calls.submit".
+func (n Names) APISubject(endpoint string) (string, error) {
+	if !endpointPattern.MatchString(endpoint) {
+		return "", &NameError{Kind: "endpoint", Value: endpoint, Reason: `must look like "calls.submit"`}
+	}
+	return n.APIGroup() + "." + endpoint, nil
+}
+
+// CatalogBucket is the KV bucket of tool definitions and worker liveness.
+func (n Names) CatalogBucket() string { return n.prefix + "_catalog" }
+
+// TurnsBucket is the KV bucket of agent turns.
+func (n Names) TurnsBucket() string { return n.prefix + "_turns" }
+
+// ApprovalsBucket is the KV bucket of approvals.
+func (n Names) ApprovalsBucket() string { return n.prefix + "_approvals" }
+
+// IndexBucket is the KV bucket that holds the discovery index.
+func (n Names) IndexBucket() string { return n.prefix + "_index" }
+
+// ResultsBucket is the object store that keeps results too large for one message.
+func (n Names) ResultsBucket() string { return n.prefix + "_results" }
+
+// ToolKey is the catalog key of a tool definition.
+func ToolKey(tool ToolName) (string, error) {
+	if err := tool.Validate(); err != nil {
+		return "", err
+	}
+	return "tools." + tool.Namespace + "." + tool.Method, nil
+}
+
+// NamespaceToolsFilter matches the catalog keys of one namespace's tools.
+func NamespaceToolsFilter(ns string) (string, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return "tools." + ns + ".*", nil
+}
+
+// WorkerKey is the catalog key of one worker's heartbeat for one namespace.
+func WorkerKey(ns, workerID string) (string, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	if err := ValidateID("worker ID", workerID); err != nil {
+		return "", err
+	}
+	return "workers." + ns + "." + workerID, nil
+}
+
+// TurnCallKey is the turns-bucket key that records that a call belongs to a turn.
+func TurnCallKey(turn, callID string) (string, error) {
+	if err := ValidateID("turn", turn); err != nil {
+		return "", err
+	}
+	if err := ValidateID("call ID", callID); err != nil {
+		return "", err
+	}
+	return "calls." + turn + "." + callID, nil
+}
+
+// TurnCallsFilter matches the call records of one turn.
+func TurnCallsFilter(turn string) (string, error) {
+	if err := ValidateID("turn", turn); err != nil {
+		return "", err
+	}
+	return "calls." + turn + ".*", nil
+}

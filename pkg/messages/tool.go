@@ -1,0 +1,89 @@
+package messages
+
+// ToolDefinition is what the catalog knows of one tool. The catalog stores
+// it as JSON under ToolKey; the coordinator serves it in either encoding.
+type ToolDefinition struct {
+	// Name is the canonical "namespace-method" name that models see.
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Method    string `json:"method"`
+	// OriginalName is the name the source uses (an MCP tool name, an
+	// OpenAPI operationId) when it differs from Method.
+	OriginalName string `json:"original_name,omitempty"`
+	Title        string `json:"title,omitempty"`
+	Description  string `json:"description"`
+	// InputSchema is the JSON Schema (an object schema) of the arguments.
+	InputSchema  JSON         `json:"input_schema"`
+	OutputSchema JSON         `json:"output_schema,omitempty"`
+	Metadata     ToolMetadata `json:"metadata"`
+	Source       ToolSource   `json:"source"`
+}
+
+// ToolName returns the tool's canonical identity.
+func (d *ToolDefinition) ToolName() ToolName {
+	return ToolName{Namespace: d.Namespace, Method: d.Method}
+}
+
+// Built-in tags. Policy rules and discovery filters match them like custom tags.
+const (
+	TagReadOnly    = "read_only"
+	TagDestructive = "destructive"
+	TagNetwork     = "network"
+	TagFileSystem  = "file_system"
+	TagSlow        = "slow"
+	TagPrivileged  = "privileged"
+)
+
+// ToolMetadata holds execution hints and classification.
+type ToolMetadata struct {
+	Tags []string `json:"tags,omitempty"`
+	// TimeoutMS bounds one call of the tool; a caller may ask for less, never more.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// MaxResultSize is the size in bytes of result content beyond which the
+	// model-facing result is truncated; the whole result is kept aside.
+	MaxResultSize int `json:"max_result_size,omitempty"`
+	// SearchHint is extra words that help discovery find the tool.
+	SearchHint string `json:"search_hint,omitempty"`
+	// ConcurrencySafe says that calls may run in parallel with other calls of the same turn.
+	ConcurrencySafe bool `json:"concurrency_safe,omitempty"`
+	// ThinkAugment overrides the caller's choice of adding a "thought" parameter to this tool's schema.
+	ThinkAugment *bool `json:"think_augment,omitempty"`
+	// Extra is free-form metadata for applications.
+	Extra map[string]string `json:"extra,omitempty"`
+}
+
+// HasTag reports whether the tool carries the tag.
+func (m *ToolMetadata) HasTag(tag string) bool {
+	for _, t := range m.Tags {
+		if t == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// Source kinds.
+const (
+	SourceGo      = "go"
+	SourceMCP     = "mcp"
+	SourceOpenAPI = "openapi"
+	SourceBuiltin = "builtin"
+)
+
+// ToolSource says where a tool comes from.
+type ToolSource struct {
+	// Kind is one of SourceGo, SourceMCP, SourceOpenAPI, SourceBuiltin.
+	Kind string `json:"kind"`
+	// Name identifies the MCP server or OpenAPI service within the namespace.
+	Name string `json:"name,omitempty"`
+}
+
+// ToolEntry is a tool as the catalog lists it: its definition and whether it can be called now.
+type ToolEntry struct {
+	ToolDefinition
+	// Available is true when at least one live worker serves the tool's namespace.
+	Available bool `json:"available"`
+	// Disabled is true when an operator disabled the tool or its namespace; Reason says why.
+	Disabled bool   `json:"disabled,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
