@@ -1,0 +1,99 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// request is one API request with the codec it arrived in; replies use the same codec.
+type request struct {
+	micro.Request
+	codec    messages.Codec
+	endpoint string
+}
+
+// decode reads the request body into v.
+func (r *request) decode(v any) error {
+	if len(r.Data()) == 0 {
+		return nil
+	}
+	return r.codec.Unmarshal(r.Data(), v)
+}
+
+type handlerFunc func(ctx context.Context, req *request) (any, error)
+
+// requestTimeout bounds the work of a request that does not wait for a result.
+const requestTimeout = 30 * time.Second
+
+// serve runs each request in its own goroutine, so that a slow request
+// never holds up the ones behind it; at most MaxConcurrentRequests run at once.
+func (c *Coordinator) serve(endpoint string, h handlerFunc) micro.Handler {
+	return micro.HandlerFunc(func(mr micro.Request) {
+		c.sem <- struct{}{}
+		c.inflight.Add(1)
+		go func() {
+			defer func() {
+				<-c.sem
+				c.inflight.Done()
+			}()
+			c.handle(endpoint, h, mr)
+		}()
+	})
+}
+
+func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request) {
+	req := &request{Request: mr, endpoint: endpoint}
+	codec, err := messages.CodecOf(messages.Header(mr.Headers()))
+	req.codec = codec
+	if err == nil && len(mr.Data()) > c.cfg.MaxRequestBytes {
+		err = messages.Errorf(messages.CodePayloadTooLarge, "request is %d bytes; at most %d", len(mr.Data()), c.cfg.MaxRequestBytes)
+	}
+	var reply any
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout+c.cfg.MaxWait)
+		reply, err = h(ctx, req)
+		cancel()
+	}
+	if err != nil {
+		c.respondError(req, err)
+		return
+	}
+	data, err := codec.Marshal(reply)
+	if err != nil {
+		c.respondError(req, fmt.Errorf("encode reply: %w", err))
+		return
+	}
+	if err := mr.Respond(data, micro.WithHeaders(micro.Headers(codec.NewHeader()))); err != nil {
+		c.log.Warn("reply not sent", "endpoint", endpoint, "error", err)
+	}
+}
+
+func (c *Coordinator) respondError(req *request, err error) {
+	e := messages.AsError(err)
+	if e.Code == messages.CodeInternal {
+		c.log.Error("request failed", "endpoint", req.endpoint, "error", err)
+	}
+	body, merr := req.codec.Marshal(e)
+	if merr != nil {
+		body = nil
+	}
+	h := req.codec.NewHeader()
+	if rerr := req.Error(e.Code.StatusText(), e.Error(), body, micro.WithHeaders(micro.Headers(h))); rerr != nil {
+		c.log.Warn("error reply not sent", "endpoint", req.endpoint, "error", rerr)
+	}
+}
+
+// newMsg builds a message in the contract's default encoding.
+func newMsg(subject string, v any) (*nats.Msg, error) {
+	data, err := messages.Msgpack.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Subject: subject, Header: nats.Header(messages.Msgpack.NewHeader()), Data: data}, nil
+}

@@ -1,0 +1,175 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+func (c *Coordinator) getCall(ctx context.Context, req *request) (any, error) {
+	var gr messages.GetCallRequest
+	if err := req.decode(&gr); err != nil {
+		return nil, err
+	}
+	if err := messages.ValidateID("call ID", gr.CallID); err != nil {
+		return nil, err
+	}
+	snap, err := c.ledger.Snapshot(ctx, gr.CallID)
+	if err != nil {
+		return nil, err
+	}
+	if !snap.Exists() {
+		return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s (calls are kept for %v)", gr.CallID, c.cfg.Resources.WithDefaults().EventsMaxAge)
+	}
+	info := snap.Info()
+	return &info, nil
+}
+
+func (c *Coordinator) cancelCall(ctx context.Context, req *request) (any, error) {
+	var cr messages.CancelRequest
+	if err := req.decode(&cr); err != nil {
+		return nil, err
+	}
+	return c.Cancel(ctx, &cr)
+}
+
+// Cancel cancels a call (the calls.cancel endpoint). A queued call is
+// removed from the queue and gets its cancelled result here; a running call
+// gets a durable cancel record and a signal to its worker, which writes the
+// result; a finished call keeps its result.
+func (c *Coordinator) Cancel(ctx context.Context, cr *messages.CancelRequest) (*messages.CancelReply, error) {
+	if err := messages.ValidateID("call ID", cr.CallID); err != nil {
+		return nil, err
+	}
+	info := &messages.CancelInfo{Reason: cr.Reason, By: cr.By}
+	if info.Reason == "" {
+		info.Reason = "cancelled by request"
+	}
+	for range 10 {
+		snap, err := c.ledger.Snapshot(ctx, cr.CallID)
+		if err != nil {
+			return nil, err
+		}
+		if !snap.Exists() {
+			return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s", cr.CallID)
+		}
+		reply := &messages.CancelReply{CallID: cr.CallID}
+		switch {
+		case snap.Result != nil:
+			reply.Outcome, reply.State, reply.Result = messages.CancelTooLate, snap.State(), snap.Result.Result
+			return reply, nil
+		case snap.Started == nil:
+			res := c.cancelledResult(snap, info)
+			err := c.ledger.CommitIfUnchanged(ctx, &res, snap.LastSeq)
+			if errors.Is(err, ledger.ErrChanged) {
+				continue // a worker started it meanwhile
+			}
+			if err != nil {
+				return nil, err
+			}
+			c.removeQueued(ctx, snap)
+			reply.Outcome, reply.State, reply.Result = messages.CancelDone, messages.StateCancelled, &res
+			return reply, nil
+		default:
+			if snap.Cancel == nil {
+				if _, err := c.ledger.Append(ctx, &messages.CallEvent{CallID: cr.CallID, Kind: messages.EventCancel, Time: time.Now().UTC(), Cancel: info}); err != nil {
+					return nil, err
+				}
+			}
+			ns := ""
+			if snap.Queued != nil && snap.Queued.Request != nil {
+				ns = snap.Queued.Request.Namespace
+			}
+			if subject, err := c.names.CancelSubject(ns, cr.CallID); err == nil {
+				if msg, err := newMsg(subject, info); err == nil {
+					_ = c.nc.PublishMsg(msg)
+				}
+			}
+			reply.Outcome, reply.State = messages.CancelSignalled, messages.StateRunning
+			return reply, nil
+		}
+	}
+	return nil, messages.Errorf(messages.CodeConflict, "call %s kept changing; try again", cr.CallID)
+}
+
+func (c *Coordinator) cancelledResult(snap *ledger.Snapshot, info *messages.CancelInfo) messages.CallResult {
+	res := messages.CallResult{
+		CallID:     snap.CallID,
+		Status:     messages.StateCancelled,
+		IsError:    true,
+		Content:    []messages.ContentBlock{messages.TextBlock("the call was cancelled before it started: " + info.Reason)},
+		Error:      &messages.ResultError{Code: messages.ResultCancelled, Message: info.Reason},
+		FinishedAt: time.Now().UTC(),
+	}
+	if q := snap.Queued; q != nil && q.Request != nil {
+		res.Tool, res.QueuedAt = q.Request.Tool, q.Request.QueuedAt
+	}
+	return res
+}
+
+// removeQueued deletes a call that no worker will run from the calls
+// stream. A worker that fetched it meanwhile finds its result and drops it.
+func (c *Coordinator) removeQueued(ctx context.Context, snap *ledger.Snapshot) {
+	if snap.Queued == nil || snap.Queued.CallSeq == 0 {
+		return
+	}
+	if err := c.calls.DeleteMsg(ctx, snap.Queued.CallSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		c.log.Warn("could not remove a finished call from the queue", "call", snap.CallID, "seq", snap.Queued.CallSeq, "error", err)
+	}
+}
+
+func (c *Coordinator) getTurn(ctx context.Context, req *request) (any, error) {
+	var tr messages.GetTurnRequest
+	if err := req.decode(&tr); err != nil {
+		return nil, err
+	}
+	return c.Turn(ctx, tr.Turn)
+}
+
+// Turn returns a turn's calls with their states and results, oldest first.
+func (c *Coordinator) Turn(ctx context.Context, turn string) (*messages.TurnInfo, error) {
+	filter, err := messages.TurnCallsFilter(turn)
+	if err != nil {
+		return nil, err
+	}
+	lister, err := c.turns.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return nil, fmt.Errorf("list calls of turn %s: %w", turn, err)
+	}
+	var ids []string
+	for key := range lister.Keys() {
+		ids = append(ids, key[strings.LastIndexByte(key, '.')+1:])
+	}
+	if err := lister.Stop(); err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, messages.Errorf(messages.CodeTurnNotFound, "turn %s has no calls", turn)
+	}
+	snaps, err := c.ledger.Snapshots(ctx, ids...)
+	if err != nil {
+		return nil, err
+	}
+	out := &messages.TurnInfo{Turn: turn}
+	for _, id := range ids {
+		if s := snaps[id]; s != nil && s.Exists() {
+			out.Calls = append(out.Calls, s.Info())
+		}
+	}
+	slices.SortFunc(out.Calls, func(a, b messages.CallInfo) int {
+		if d := a.QueuedAt.Compare(b.QueuedAt); d != 0 {
+			return d
+		}
+		return strings.Compare(a.CallID, b.CallID)
+	})
+	return out, nil
+}
+

@@ -1,0 +1,221 @@
+// Package coordinator is the API that agents talk to: a NATS micro service
+// that checks and publishes calls, and answers for their state, results and
+// turns. It keeps no state of its own — the catalog, the calls and their
+// events all live in JetStream — so any number of replicas share the load
+// in one queue group and any of them can stop at any time.
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/pkg/catalog"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// Version is the coordinator service's SemVer version.
+const Version = "0.1.0"
+
+// Config configures a coordinator.
+type Config struct {
+	// Conn is the NATS connection. Required.
+	Conn *nats.Conn
+	// Prefix of subjects and resources. Defaults to "toolbus".
+	Prefix string
+	// MaxArgumentsBytes bounds a call's arguments. Defaults to 256 KiB.
+	MaxArgumentsBytes int
+	// MaxRequestBytes bounds any request. Defaults to 512 KiB.
+	MaxRequestBytes int
+	// DefaultTimeout is a call's deadline when neither the caller nor the
+	// tool sets one. Defaults to 10m.
+	DefaultTimeout time.Duration
+	// MaxWait bounds how long a submit with wait holds its reply. Defaults to 5m.
+	MaxWait time.Duration
+	// MaxConcurrentRequests bounds the requests handled at once; more wait
+	// for a free place. Defaults to 4096.
+	MaxConcurrentRequests int
+	// SweepInterval is how often the coordinator looks for queued calls
+	// whose deadline passed without a worker. Defaults to 5s.
+	SweepInterval time.Duration
+	// SweepGrace is how long past its deadline a queued call may stay before
+	// the sweeper ends it; workers end the calls they hold themselves.
+	// Defaults to 30s.
+	SweepGrace time.Duration
+	// Resources sizes the streams and buckets the coordinator creates if they are missing.
+	Resources resources.Config
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = messages.DefaultPrefix
+	}
+	if c.MaxArgumentsBytes == 0 {
+		c.MaxArgumentsBytes = 256 << 10
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 512 << 10
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = 10 * time.Minute
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = 5 * time.Minute
+	}
+	if c.MaxConcurrentRequests == 0 {
+		c.MaxConcurrentRequests = 4096
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = 5 * time.Second
+	}
+	if c.SweepGrace == 0 {
+		c.SweepGrace = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Coordinator serves the Toolbus API.
+type Coordinator struct {
+	cfg     Config
+	log     *slog.Logger
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	names   messages.Names
+	ledger  *ledger.Ledger
+	catalog *catalog.View
+	turns   jetstream.KeyValue
+	calls   jetstream.Stream
+	schemas *schemaCache
+
+	sem      chan struct{}
+	inflight sync.WaitGroup
+	svc      micro.Service
+	subs     []*nats.Subscription
+	cancel   context.CancelFunc
+	bg       sync.WaitGroup
+}
+
+// New returns a coordinator; Start runs it.
+func New(cfg Config) (*Coordinator, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("coordinator: Config.Conn is required")
+	}
+	cfg = cfg.withDefaults()
+	names, err := messages.NewNames(cfg.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	return &Coordinator{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		nc:      cfg.Conn,
+		js:      js,
+		names:   names,
+		ledger:  ledger.New(cfg.Conn, js, names),
+		schemas: newSchemaCache(),
+		sem:     make(chan struct{}, cfg.MaxConcurrentRequests),
+	}, nil
+}
+
+// Start creates the JetStream resources if needed, loads the catalog and
+// starts answering requests.
+func (c *Coordinator) Start(ctx context.Context) error {
+	if err := resources.Ensure(ctx, c.js, c.names, c.cfg.Resources); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	kv, err := c.js.KeyValue(ctx, c.names.CatalogBucket())
+	if err != nil {
+		return fmt.Errorf("coordinator: catalog: %w", err)
+	}
+	if c.turns, err = c.js.KeyValue(ctx, c.names.TurnsBucket()); err != nil {
+		return fmt.Errorf("coordinator: turns: %w", err)
+	}
+	if c.calls, err = c.js.Stream(ctx, c.names.CallsStream()); err != nil {
+		return fmt.Errorf("coordinator: calls stream: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.catalog = catalog.NewView(kv, c.log)
+	if err := c.catalog.Start(runCtx); err != nil {
+		cancel()
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	svc, err := micro.AddService(c.nc, micro.Config{
+		Name:        messages.ServiceName,
+		Version:     Version,
+		Description: "Toolbus coordinator: tool catalog, calls and turns",
+	})
+	if err != nil {
+		cancel()
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	c.svc = svc
+	group := svc.AddGroup(c.names.APIGroup())
+	for endpoint, handler := range map[string]handlerFunc{
+		messages.EndpointToolsList:   c.listTools,
+		messages.EndpointCallsSubmit: c.submit,
+		messages.EndpointCallsGet:    c.getCall,
+		messages.EndpointCallsCancel: c.cancelCall,
+		messages.EndpointTurnsGet:    c.getTurn,
+	} {
+		name := strings.ReplaceAll(endpoint, ".", "_")
+		if err := group.AddEndpoint(name, c.serve(endpoint, handler), micro.WithEndpointSubject(endpoint)); err != nil {
+			_ = svc.Stop()
+			cancel()
+			return fmt.Errorf("coordinator: endpoint %s: %w", endpoint, err)
+		}
+	}
+	if err := c.watchMaxDeliveries(runCtx); err != nil {
+		_ = svc.Stop()
+		cancel()
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	c.bg.Add(1)
+	go c.sweepLoop(runCtx)
+	c.log.Info("coordinator started", "service", messages.ServiceName, "version", Version, "api", c.names.APIGroup())
+	return nil
+}
+
+// Stop stops answering new requests and waits for those being handled
+// until ctx ends.
+func (c *Coordinator) Stop(ctx context.Context) error {
+	if c.svc != nil {
+		_ = c.svc.Stop()
+	}
+	for _, sub := range c.subs {
+		_ = sub.Unsubscribe()
+	}
+	done := make(chan struct{})
+	go func() { c.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.bg.Wait()
+	return nil
+}
+
+// Catalog returns the coordinator's view of the catalog.
+func (c *Coordinator) Catalog() *catalog.View { return c.catalog }

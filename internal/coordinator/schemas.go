@@ -1,0 +1,105 @@
+package coordinator
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/toolbus/toolbus/pkg/catalog"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// schemaCache keeps each tool's compiled input schema for as long as the
+// catalog holds the same revision of the tool.
+type schemaCache struct {
+	mu      sync.Mutex
+	entries map[string]cachedSchema
+}
+
+type cachedSchema struct {
+	revision uint64
+	schema   *jsonschema.Schema
+	err      error
+}
+
+func newSchemaCache() *schemaCache { return &schemaCache{entries: map[string]cachedSchema{}} }
+
+// refusingLoader keeps schemas from pulling in files or URLs: a tool's
+// schema must be self-contained.
+type refusingLoader struct{}
+
+func (refusingLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("external schema %q is not loaded; tool schemas must be self-contained", url)
+}
+
+func (s *schemaCache) get(t *catalog.Tool) (*jsonschema.Schema, error) {
+	name := t.Definition.Name
+	s.mu.Lock()
+	e, ok := s.entries[name]
+	s.mu.Unlock()
+	if ok && e.revision == t.Revision {
+		return e.schema, e.err
+	}
+	sch, err := compileSchema(t.Definition.InputSchema)
+	s.mu.Lock()
+	s.entries[name] = cachedSchema{revision: t.Revision, schema: sch, err: err}
+	s.mu.Unlock()
+	return sch, err
+}
+
+func compileSchema(schema messages.JSON) (*jsonschema.Schema, error) {
+	if len(schema) == 0 {
+		schema = messages.JSON(`{"type":"object"}`)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		return nil, fmt.Errorf("input schema is not JSON: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.UseLoader(refusingLoader{})
+	if err := c.AddResource("toolbus:input-schema", doc); err != nil {
+		return nil, err
+	}
+	return c.Compile("toolbus:input-schema")
+}
+
+// validateArguments checks the arguments against the tool's input schema
+// and lists every violation.
+func (c *Coordinator) validateArguments(t *catalog.Tool, args messages.JSON) error {
+	sch, err := c.schemas.get(t)
+	if err != nil {
+		return messages.Errorf(messages.CodeInternal, "tool %s has an unusable input schema: %v", t.Definition.Name, err)
+	}
+	if len(args) == 0 {
+		args = messages.JSON(`{}`)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return messages.Errorf(messages.CodeInvalidArguments, "arguments of %s are not JSON: %v", t.Definition.Name, err)
+	}
+	if err := sch.Validate(inst); err != nil {
+		var ve *jsonschema.ValidationError
+		if !errors.As(err, &ve) {
+			return messages.Errorf(messages.CodeInvalidArguments, "arguments of %s: %v", t.Definition.Name, err)
+		}
+		e := &messages.Error{Code: messages.CodeInvalidArguments, Message: fmt.Sprintf("arguments of %s do not match its input schema", t.Definition.Name)}
+		for _, unit := range ve.BasicOutput().Errors {
+			if unit.Error == nil {
+				continue
+			}
+			loc := unit.InstanceLocation
+			if loc == "" {
+				loc = "/"
+			}
+			e.Details = append(e.Details, fmt.Sprintf("%s: %s", loc, unit.Error.String()))
+		}
+		if len(e.Details) > 0 {
+			e.Message += ": " + e.Details[0]
+		}
+		return e
+	}
+	return nil
+}

@@ -1,0 +1,241 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+func (c *Coordinator) submit(ctx context.Context, req *request) (any, error) {
+	var sr messages.SubmitRequest
+	if err := req.decode(&sr); err != nil {
+		return nil, err
+	}
+	return c.Submit(ctx, &sr, req.Headers())
+}
+
+// Submit checks a call and queues it. It is the calls.submit endpoint;
+// headers carry the caller's trace context.
+func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string) (*messages.SubmitReply, error) {
+	if sr.Tool == "" {
+		return nil, messages.Errorf(messages.CodeBadRequest, "tool is required")
+	}
+	name, err := messages.ParseToolName(sr.Tool)
+	if err != nil {
+		return nil, err
+	}
+	if sr.Agent != "" {
+		if err := messages.ValidateID("agent", sr.Agent); err != nil {
+			return nil, err
+		}
+	}
+	if sr.Turn != "" {
+		if err := messages.ValidateID("turn", sr.Turn); err != nil {
+			return nil, err
+		}
+	}
+	if sr.TimeoutMS < 0 || sr.WaitMS < 0 {
+		return nil, messages.Errorf(messages.CodeBadRequest, "timeout_ms and wait_ms must not be negative")
+	}
+	if len(sr.Arguments) > c.cfg.MaxArgumentsBytes {
+		return nil, messages.Errorf(messages.CodePayloadTooLarge, "arguments are %d bytes; at most %d", len(sr.Arguments), c.cfg.MaxArgumentsBytes)
+	}
+	tool, ok := c.catalog.Lookup(name.String())
+	if !ok {
+		return nil, messages.Errorf(messages.CodeToolNotFound, "no tool %s in the catalog", name)
+	}
+	if err := c.validateArguments(tool, sr.Arguments); err != nil {
+		return nil, err
+	}
+	args, err := compactJSON(sr.Arguments)
+	if err != nil {
+		return nil, messages.Errorf(messages.CodeInvalidArguments, "arguments are not JSON: %v", err)
+	}
+	digest := sha256.Sum256(args)
+
+	now := time.Now().UTC()
+	timeout := c.cfg.DefaultTimeout
+	if sr.TimeoutMS > 0 {
+		timeout = time.Duration(sr.TimeoutMS) * time.Millisecond
+	}
+	if t := tool.Definition.Metadata.TimeoutMS; t > 0 && time.Duration(t)*time.Millisecond < timeout {
+		timeout = time.Duration(t) * time.Millisecond
+	}
+	call := &messages.CallRequest{
+		Tool:            name.String(),
+		Namespace:       name.Namespace,
+		Method:          name.Method,
+		Arguments:       args,
+		Agent:           sr.Agent,
+		Turn:            sr.Turn,
+		ArgumentsDigest: hex.EncodeToString(digest[:]),
+		QueuedAt:        now,
+		Deadline:        now.Add(timeout),
+	}
+	if sr.IdempotencyKey != "" {
+		call.CallID = messages.IdempotentCallID(sr.Agent, sr.IdempotencyKey)
+		if reply, err := c.existingCall(ctx, call, sr); reply != nil || err != nil {
+			return reply, err
+		}
+	} else {
+		call.CallID = nuid.Next()
+	}
+
+	var resultSub *nats.Subscription
+	if sr.Wait {
+		// Subscribed before the call is published, so the result cannot slip past.
+		subject, _ := c.names.EventSubject(call.CallID, messages.EventResult)
+		if resultSub, err = c.nc.SubscribeSync(subject); err != nil {
+			return nil, fmt.Errorf("subscribe to result: %w", err)
+		}
+		defer resultSub.Unsubscribe()
+	}
+
+	duplicate, err := c.publishCall(ctx, call, headers)
+	if err != nil {
+		return nil, err
+	}
+	reply := &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued, Duplicate: duplicate}
+	if sr.Wait {
+		return c.awaitResult(ctx, reply, resultSub, waitDuration(sr, call.Deadline, c.cfg.MaxWait))
+	}
+	return reply, nil
+}
+
+// publishCall queues the call and records it in the ledger and its turn.
+// It reports whether JetStream already had a call with this ID.
+func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallRequest, headers map[string][]string) (bool, error) {
+	subject, err := c.names.CallSubject(call.ToolName())
+	if err != nil {
+		return false, err
+	}
+	msg, err := newMsg(subject, call)
+	if err != nil {
+		return false, fmt.Errorf("encode call: %w", err)
+	}
+	msg.Header.Set(messages.HeaderMsgID, call.CallID)
+	copyTraceHeaders(msg.Header, headers)
+	ack, err := c.js.PublishMsg(ctx, msg)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			return false, messages.Errorf(messages.CodeUnavailable, "the call queue did not answer: %v", err)
+		}
+		return false, messages.Errorf(messages.CodeUnavailable, "queue call: %v", err)
+	}
+	if ack.Duplicate {
+		return true, nil
+	}
+	if _, err := c.ledger.Append(ctx, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call, CallSeq: ack.Sequence}); err != nil {
+		return false, err
+	}
+	if call.Turn != "" {
+		key, _ := messages.TurnCallKey(call.Turn, call.CallID)
+		rec, _ := json.Marshal(messages.TurnCallRecord{CallID: call.CallID, Tool: call.Tool, QueuedAt: call.QueuedAt})
+		if _, err := c.turns.Put(ctx, key, rec); err != nil {
+			return false, fmt.Errorf("record call in turn %s: %w", call.Turn, err)
+		}
+	}
+	return false, nil
+}
+
+// existingCall answers a submit whose idempotency key names a call that
+// already exists: the same call, or a conflict if the key was reused for
+// another tool or other arguments.
+func (c *Coordinator) existingCall(ctx context.Context, call *messages.CallRequest, sr *messages.SubmitRequest) (*messages.SubmitReply, error) {
+	snap, err := c.ledger.Snapshot(ctx, call.CallID)
+	if err != nil {
+		return nil, err
+	}
+	if snap.Queued == nil || snap.Queued.Request == nil {
+		return nil, nil
+	}
+	prev := snap.Queued.Request
+	if prev.Tool != call.Tool || prev.ArgumentsDigest != call.ArgumentsDigest {
+		return nil, messages.Errorf(messages.CodeIdempotencyConflict,
+			"idempotency key %q was used for call %s of %s with other arguments", sr.IdempotencyKey, call.CallID, prev.Tool)
+	}
+	reply := &messages.SubmitReply{CallID: call.CallID, State: snap.State(), Duplicate: true}
+	if snap.Result != nil {
+		reply.Result = snap.Result.Result
+		return reply, nil
+	}
+	if !sr.Wait {
+		return reply, nil
+	}
+	subject, _ := c.names.EventSubject(call.CallID, messages.EventResult)
+	sub, err := c.nc.SubscribeSync(subject)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	// The result may have been written between the snapshot and the subscription.
+	if snap, err := c.ledger.Snapshot(ctx, call.CallID); err == nil && snap.Result != nil {
+		reply.State, reply.Result = snap.State(), snap.Result.Result
+		return reply, nil
+	}
+	return c.awaitResult(ctx, reply, sub, waitDuration(sr, prev.Deadline, c.cfg.MaxWait))
+}
+
+func waitDuration(sr *messages.SubmitRequest, deadline time.Time, max time.Duration) time.Duration {
+	d := time.Until(deadline) + time.Second
+	if sr.WaitMS > 0 {
+		d = min(d, time.Duration(sr.WaitMS)*time.Millisecond)
+	}
+	return min(d, max)
+}
+
+// awaitResult waits for the result to be published. If it does not come in
+// time the reply carries the call's current state instead.
+func (c *Coordinator) awaitResult(ctx context.Context, reply *messages.SubmitReply, sub *nats.Subscription, wait time.Duration) (*messages.SubmitReply, error) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	msg, err := sub.NextMsgWithContext(wctx)
+	if err == nil {
+		var ev messages.CallEvent
+		if _, err := messages.Decode(msg.Header, msg.Data, &ev); err == nil && ev.Result != nil {
+			reply.State, reply.Result = ev.Result.Status, ev.Result
+			return reply, nil
+		}
+	}
+	snap, err := c.ledger.Snapshot(ctx, reply.CallID)
+	if err != nil {
+		return reply, nil
+	}
+	reply.State = snap.State()
+	if snap.Result != nil {
+		reply.Result = snap.Result.Result
+	}
+	return reply, nil
+}
+
+// compactJSON returns the arguments without insignificant whitespace; an
+// absent value is the empty object.
+func compactJSON(v messages.JSON) (messages.JSON, error) {
+	if len(v) == 0 {
+		return messages.JSON(`{}`), nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func copyTraceHeaders(dst nats.Header, src map[string][]string) {
+	for _, k := range []string{messages.HeaderTraceParent, messages.HeaderTraceState} {
+		if v := src[k]; len(v) > 0 {
+			dst[k] = v
+		}
+	}
+}

@@ -1,0 +1,118 @@
+// Package devstack runs the whole of Toolbus in one process: an embedded
+// NATS server with JetStream, a coordinator, and a worker serving the demo
+// tools. It uses the same code paths as a distributed deployment.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// Config configures the stack.
+type Config struct {
+	// DataDir holds JetStream's files. Required.
+	DataDir string
+	// Port of the NATS server; 0 picks a free one.
+	Port int
+	// Host of the NATS server. Defaults to 127.0.0.1.
+	Host string
+	// Prefix of subjects and resources. Defaults to "toolbus".
+	Prefix string
+	// DemoSlots is how many demo calls run at once. Defaults to 64.
+	DemoSlots int
+	Logger    *slog.Logger
+}
+
+// Stack is a running all-in-one Toolbus.
+type Stack struct {
+	Server      *natsserver.Server
+	Coordinator *coordinator.Coordinator
+	Worker      *worker.Worker
+	conns       []*nats.Conn
+}
+
+// URL is the NATS URL that clients connect to.
+func (s *Stack) URL() string { return s.Server.URL() }
+
+// Start starts the stack.
+func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DemoSlots == 0 {
+		cfg.DemoSlots = 64
+	}
+	srv, err := natsserver.Start(natsserver.Config{DataDir: cfg.DataDir, Host: cfg.Host, Port: cfg.Port})
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{Server: srv}
+	defer func() {
+		if err != nil {
+			s.Stop(context.Background())
+		}
+	}()
+	connect := func(name string) (*nats.Conn, error) {
+		nc, err := nats.Connect(srv.URL(), nats.Name(name), nats.MaxReconnects(-1))
+		if err != nil {
+			return nil, fmt.Errorf("connect %s: %w", name, err)
+		}
+		s.conns = append(s.conns, nc)
+		return nc, nil
+	}
+	coordConn, err := connect("toolbus-coordinator")
+	if err != nil {
+		return nil, err
+	}
+	s.Coordinator, err = coordinator.New(coordinator.Config{Conn: coordConn, Prefix: cfg.Prefix, Logger: cfg.Logger.With("component", "coordinator")})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Coordinator.Start(ctx); err != nil {
+		s.Coordinator = nil
+		return nil, err
+	}
+	workerConn, err := connect("toolbus-worker")
+	if err != nil {
+		return nil, err
+	}
+	s.Worker, err = worker.New(worker.Config{Conn: workerConn, Prefix: cfg.Prefix, Logger: cfg.Logger.With("component", "worker")})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Worker.Serve(worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: cfg.DemoSlots}); err != nil {
+		return nil, err
+	}
+	if err := s.Worker.Start(ctx); err != nil {
+		s.Worker = nil
+		return nil, err
+	}
+	return s, nil
+}
+
+// Stop stops everything, waiting for running calls until ctx ends.
+func (s *Stack) Stop(ctx context.Context) error {
+	var errs []error
+	if s.Worker != nil {
+		errs = append(errs, s.Worker.Stop(ctx))
+	}
+	if s.Coordinator != nil {
+		errs = append(errs, s.Coordinator.Stop(ctx))
+	}
+	for _, nc := range s.conns {
+		nc.Close()
+	}
+	if s.Server != nil {
+		s.Server.Stop()
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,327 @@
+// Package ledger is the durable record of calls: every event of a call —
+// queued, started, progress, log, cancel, result — is a message in the
+// events stream on a subject derived from the call ID. The result is the
+// call's commit point: it is written with an expected-last-sequence
+// condition, so the first result wins and no later attempt can replace it.
+//
+// The ledger keeps nothing in memory; any number of processes share it.
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// ErrFinished reports that the call already has a result.
+var ErrFinished = errors.New("call already has a result")
+
+// ErrChanged reports that the call got a new event after the one the
+// writer based its decision on.
+var ErrChanged = errors.New("call changed concurrently")
+
+// Ledger reads and writes call events.
+type Ledger struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	names messages.Names
+}
+
+// New returns a ledger on the connection.
+func New(nc *nats.Conn, js jetstream.JetStream, names messages.Names) *Ledger {
+	return &Ledger{nc: nc, js: js, names: names}
+}
+
+// Names returns the names the ledger uses.
+func (l *Ledger) Names() messages.Names { return l.names }
+
+func (l *Ledger) eventMsg(ev *messages.CallEvent, h nats.Header) (*nats.Msg, error) {
+	subject, err := l.names.EventSubject(ev.CallID, ev.Kind)
+	if err != nil {
+		return nil, err
+	}
+	data, err := messages.Msgpack.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s event: %w", ev.Kind, err)
+	}
+	if h == nil {
+		h = make(nats.Header, 4)
+	}
+	messages.Msgpack.SetHeaders(h)
+	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+}
+
+// Append stores an event and waits until the stream has it.
+func (l *Ledger) Append(ctx context.Context, ev *messages.CallEvent) (uint64, error) {
+	msg, err := l.eventMsg(ev, nil)
+	if err != nil {
+		return 0, err
+	}
+	ack, err := l.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return 0, fmt.Errorf("store %s event of call %s: %w", ev.Kind, ev.CallID, err)
+	}
+	return ack.Sequence, nil
+}
+
+// AppendAsync stores an event without waiting for the stream's
+// acknowledgement. Events sent on one connection are stored in the order
+// they were sent, so a later Append is stored after them.
+func (l *Ledger) AppendAsync(ev *messages.CallEvent) error {
+	msg, err := l.eventMsg(ev, nil)
+	if err != nil {
+		return err
+	}
+	_, err = l.js.PublishMsgAsync(msg)
+	return err
+}
+
+// conditional stores ev only if the last sequence among the subjects
+// matching filter is lastSeq (0: none of them has a message yet).
+func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter string, lastSeq uint64) (uint64, error) {
+	h := make(nats.Header, 6)
+	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(lastSeq, 10))
+	h.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
+	msg, err := l.eventMsg(ev, h)
+	if err != nil {
+		return 0, err
+	}
+	ack, err := l.js.PublishMsg(ctx, msg)
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return 0, ErrChanged
+		}
+		return 0, fmt.Errorf("store %s event of call %s: %w", ev.Kind, ev.CallID, err)
+	}
+	return ack.Sequence, nil
+}
+
+// Start records that an attempt started, unless the call already has a
+// result, in which case it returns ErrFinished and stores nothing.
+func (l *Ledger) Start(ctx context.Context, ev *messages.CallEvent) error {
+	ev.Kind = messages.EventStarted
+	resultSubject, err := l.names.EventSubject(ev.CallID, messages.EventResult)
+	if err != nil {
+		return err
+	}
+	_, err = l.conditional(ctx, ev, resultSubject, 0)
+	if errors.Is(err, ErrChanged) {
+		return ErrFinished
+	}
+	return err
+}
+
+// Commit writes the call's result unless it already has one. It reports
+// whether this result is the one that counts.
+func (l *Ledger) Commit(ctx context.Context, res *messages.CallResult) (bool, error) {
+	ev := &messages.CallEvent{CallID: res.CallID, Kind: messages.EventResult, Time: res.FinishedAt, Attempt: res.Attempt, Worker: res.Worker, Result: res}
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	resultSubject, err := l.names.EventSubject(res.CallID, messages.EventResult)
+	if err != nil {
+		return false, err
+	}
+	_, err = l.conditional(ctx, ev, resultSubject, 0)
+	if errors.Is(err, ErrChanged) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// CommitIfUnchanged writes the call's result only if no event of the call
+// was stored after lastSeq; otherwise it returns ErrChanged.
+func (l *Ledger) CommitIfUnchanged(ctx context.Context, res *messages.CallResult, lastSeq uint64) error {
+	filter, err := l.names.CallEventsFilter(res.CallID)
+	if err != nil {
+		return err
+	}
+	ev := &messages.CallEvent{CallID: res.CallID, Kind: messages.EventResult, Time: res.FinishedAt, Attempt: res.Attempt, Result: res}
+	_, err = l.conditional(ctx, ev, filter, lastSeq)
+	return err
+}
+
+// Event is a stored event with its position in the events stream.
+type Event struct {
+	messages.CallEvent
+	Seq uint64
+}
+
+// Snapshot is the latest event of each kind of one call.
+type Snapshot struct {
+	CallID   string
+	Queued   *Event
+	Started  *Event
+	Progress *Event
+	Log      *Event
+	Cancel   *Event
+	Result   *Event
+	// LastSeq is the sequence of the call's latest event.
+	LastSeq uint64
+}
+
+// Exists reports whether anything is recorded for the call.
+func (s *Snapshot) Exists() bool { return s.LastSeq > 0 }
+
+// State derives the call's state from its events.
+func (s *Snapshot) State() messages.CallState {
+	switch {
+	case s.Result != nil && s.Result.Result != nil:
+		return s.Result.Result.Status
+	case s.Started != nil:
+		return messages.StateRunning
+	default:
+		return messages.StateQueued
+	}
+}
+
+// Info is the snapshot as the API reports it.
+func (s *Snapshot) Info() messages.CallInfo {
+	info := messages.CallInfo{CallID: s.CallID, State: s.State(), CancelRequested: s.Cancel != nil}
+	if q := s.Queued; q != nil && q.Request != nil {
+		r := q.Request
+		info.Tool, info.Agent, info.Turn, info.Arguments = r.Tool, r.Agent, r.Turn, r.Arguments
+		info.QueuedAt, info.Deadline = r.QueuedAt, r.Deadline
+	}
+	if st := s.Started; st != nil {
+		info.Attempt, info.Worker, info.StartedAt = st.Attempt, st.Worker, st.Time
+	}
+	if p := s.Progress; p != nil && p.Progress != nil && s.Result == nil {
+		progress := *p.Progress
+		info.Progress = &progress
+	}
+	if r := s.Result; r != nil && r.Result != nil {
+		info.Result = r.Result
+		if info.Tool == "" {
+			info.Tool = r.Result.Tool
+		}
+		if info.QueuedAt.IsZero() {
+			info.QueuedAt = r.Result.QueuedAt
+		}
+		if r.Result.Attempt > 0 {
+			info.Attempt, info.Worker = r.Result.Attempt, r.Result.Worker
+		}
+	}
+	return info
+}
+
+func (s *Snapshot) add(ev *Event) {
+	switch ev.Kind {
+	case messages.EventQueued:
+		s.Queued = ev
+	case messages.EventStarted:
+		s.Started = ev
+	case messages.EventProgress:
+		s.Progress = ev
+	case messages.EventLog:
+		s.Log = ev
+	case messages.EventCancel:
+		s.Cancel = ev
+	case messages.EventResult:
+		s.Result = ev
+	}
+	if ev.Seq > s.LastSeq {
+		s.LastSeq = ev.Seq
+	}
+}
+
+// maxSubjectsPerRequest keeps a batched read under the server's limit of
+// 1,024 messages per request: each call has at most six event subjects.
+const maxSubjectsPerRequest = 150
+
+// Snapshots reads the latest event of each kind of every call, in one
+// request per 150 calls. Calls with no events get an empty snapshot.
+func (l *Ledger) Snapshots(ctx context.Context, callIDs ...string) (map[string]*Snapshot, error) {
+	out := make(map[string]*Snapshot, len(callIDs))
+	for start := 0; start < len(callIDs); start += maxSubjectsPerRequest {
+		end := min(start+maxSubjectsPerRequest, len(callIDs))
+		filters := make([]string, 0, end-start)
+		for _, id := range callIDs[start:end] {
+			f, err := l.names.CallEventsFilter(id)
+			if err != nil {
+				return nil, err
+			}
+			filters = append(filters, f)
+			out[id] = &Snapshot{CallID: id}
+		}
+		err := l.multiLast(ctx, filters, func(msg *nats.Msg, seq uint64) error {
+			var ev Event
+			if _, err := messages.Decode(msg.Header, msg.Data, &ev.CallEvent); err != nil {
+				return fmt.Errorf("event %d: %w", seq, err)
+			}
+			ev.Seq = seq
+			if s := out[ev.CallID]; s != nil {
+				s.add(&ev)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Snapshot reads one call's latest events.
+func (l *Ledger) Snapshot(ctx context.Context, callID string) (*Snapshot, error) {
+	m, err := l.Snapshots(ctx, callID)
+	if err != nil {
+		return nil, err
+	}
+	return m[callID], nil
+}
+
+// multiLast asks the events stream for the last message of every subject
+// matching the filters, a direct-get batch answered by several messages and
+// an end-of-batch status.
+func (l *Ledger) multiLast(ctx context.Context, filters []string, each func(*nats.Msg, uint64) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	req, err := json.Marshal(map[string]any{"multi_last": filters})
+	if err != nil {
+		return err
+	}
+	inbox := l.nc.NewInbox()
+	sub, err := l.nc.SubscribeSync(inbox)
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	subject := "$JS.API.DIRECT.GET." + l.names.EventsStream()
+	if err := l.nc.PublishRequest(subject, inbox, req); err != nil {
+		return err
+	}
+	for {
+		msg, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return fmt.Errorf("read call events: %w", err)
+		}
+		if status := msg.Header.Get("Status"); status != "" && len(msg.Data) == 0 {
+			switch status {
+			case "204", "404":
+				return nil
+			default:
+				return fmt.Errorf("read call events: status %s %s", status, msg.Header.Get("Description"))
+			}
+		}
+		seq, err := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return fmt.Errorf("read call events: message without a sequence")
+		}
+		if err := each(msg, seq); err != nil {
+			return err
+		}
+	}
+}

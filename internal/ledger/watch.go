@@ -1,0 +1,70 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"iter"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// Watch yields the call's events in the order they were stored, from the
+// first, then follows new ones live, until the result or until ctx ends.
+// It reads the stream directly, so it keeps going across restarts of
+// coordinators and workers, and a watcher that reconnects replays from the
+// start.
+func (l *Ledger) Watch(ctx context.Context, callID string) iter.Seq2[*Event, error] {
+	return func(yield func(*Event, error) bool) {
+		filter, err := l.names.CallEventsFilter(callID)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		cons, err := l.js.OrderedConsumer(ctx, l.names.EventsStream(), jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{filter},
+			DeliverPolicy:  jetstream.DeliverAllPolicy,
+		})
+		if err != nil {
+			yield(nil, fmt.Errorf("watch call %s: %w", callID, err))
+			return
+		}
+		msgs, err := cons.Messages()
+		if err != nil {
+			yield(nil, fmt.Errorf("watch call %s: %w", callID, err))
+			return
+		}
+		defer msgs.Stop()
+		stop := context.AfterFunc(ctx, msgs.Stop)
+		defer stop()
+		for {
+			msg, err := msgs.Next()
+			if err != nil {
+				if ctx.Err() != nil {
+					err = ctx.Err()
+				}
+				yield(nil, fmt.Errorf("watch call %s: %w", callID, err))
+				return
+			}
+			meta, err := msg.Metadata()
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			ev := &Event{Seq: meta.Sequence.Stream}
+			if _, err := messages.Decode(msg.Headers(), msg.Data(), &ev.CallEvent); err != nil {
+				if !yield(nil, fmt.Errorf("event %d of call %s: %w", ev.Seq, callID, err)) {
+					return
+				}
+				continue
+			}
+			if !yield(ev, nil) {
+				return
+			}
+			if ev.Kind == messages.EventResult {
+				return
+			}
+		}
+	}
+}

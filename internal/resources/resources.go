@@ -1,0 +1,152 @@
+// Package resources creates the JetStream streams, consumers and buckets that
+// Toolbus runs on. Every function is idempotent: each process calls them at
+// start, in any order, and an existing resource is updated to the
+// configuration it should have.
+package resources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// Config sizes the resources.
+type Config struct {
+	// Replicas of every stream and bucket: 1 for one server, 3 or 5 in a cluster. Defaults to 1.
+	Replicas int
+	// EventsMaxAge is how long call events, and so results and idempotency
+	// keys, are kept. Defaults to 72h.
+	EventsMaxAge time.Duration
+	// DuplicateWindow is how long the calls stream remembers call IDs to
+	// drop duplicate publishes. Defaults to 2m.
+	DuplicateWindow time.Duration
+	// MaxQueuedCalls bounds the calls waiting in the calls stream; beyond it
+	// submits fail instead of old calls being dropped. Defaults to 1,000,000.
+	MaxQueuedCalls int64
+	// MaxCallBytes bounds one call message. Defaults to 1 MiB.
+	MaxCallBytes int32
+}
+
+// WithDefaults returns the config with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.EventsMaxAge == 0 {
+		c.EventsMaxAge = 72 * time.Hour
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.MaxQueuedCalls == 0 {
+		c.MaxQueuedCalls = 1_000_000
+	}
+	if c.MaxCallBytes == 0 {
+		c.MaxCallBytes = 1 << 20
+	}
+	return c
+}
+
+// Ensure creates or updates the calls and events streams and the catalog and turns buckets.
+func Ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, cfg Config) error {
+	cfg = cfg.WithDefaults()
+	if _, err := js.CreateOrUpdateStream(ctx, CallsStreamConfig(names, cfg)); err != nil {
+		return fmt.Errorf("stream %s: %w", names.CallsStream(), err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, EventsStreamConfig(names, cfg)); err != nil {
+		return fmt.Errorf("stream %s: %w", names.EventsStream(), err)
+	}
+	for _, kv := range []jetstream.KeyValueConfig{
+		{Bucket: names.CatalogBucket(), Description: "Toolbus tool catalog and worker liveness", History: 1, Replicas: cfg.Replicas, Storage: jetstream.FileStorage},
+		{Bucket: names.TurnsBucket(), Description: "Toolbus agent turns", History: 1, Replicas: cfg.Replicas, Storage: jetstream.FileStorage, TTL: cfg.EventsMaxAge},
+	} {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
+			return fmt.Errorf("bucket %s: %w", kv.Bucket, err)
+		}
+	}
+	return nil
+}
+
+// CallsStreamConfig is the work-queue stream of call requests.
+func CallsStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig {
+	cfg = cfg.WithDefaults()
+	return jetstream.StreamConfig{
+		Name:        names.CallsStream(),
+		Description: "Toolbus calls waiting for a worker",
+		Subjects:    []string{names.CallsSubjects()},
+		Retention:   jetstream.WorkQueuePolicy,
+		// A full queue refuses new calls rather than dropping queued ones.
+		Discard:     jetstream.DiscardNew,
+		MaxMsgs:     cfg.MaxQueuedCalls,
+		MaxMsgSize:  cfg.MaxCallBytes,
+		Duplicates:  cfg.DuplicateWindow,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		AllowDirect: true,
+	}
+}
+
+// EventsStreamConfig is the stream of call events, results included.
+func EventsStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig {
+	cfg = cfg.WithDefaults()
+	return jetstream.StreamConfig{
+		Name:        names.EventsStream(),
+		Description: "Toolbus call events and results",
+		Subjects:    []string{names.EventsSubjects()},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      cfg.EventsMaxAge,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		AllowDirect: true,
+	}
+}
+
+// NamespaceConsumer describes the pull consumer one namespace's workers share.
+type NamespaceConsumer struct {
+	Namespace string
+	// MaxConcurrency is the namespace's cluster-wide limit of calls in progress.
+	MaxConcurrency int
+	// AckWait is how long a worker may hold a call without a heartbeat.
+	AckWait time.Duration
+	// MaxAttempts is how many times a call is delivered to run; one more
+	// delivery lets a worker record the failure.
+	MaxAttempts int
+}
+
+// EnsureNamespaceConsumer creates or updates the namespace's durable pull consumer.
+func EnsureNamespaceConsumer(ctx context.Context, js jetstream.JetStream, names messages.Names, nc NamespaceConsumer) (jetstream.Consumer, error) {
+	durable, err := names.NamespaceConsumer(nc.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	filter, err := names.NamespaceCallsFilter(nc.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if nc.MaxAttempts < 1 || nc.MaxConcurrency < 1 || nc.AckWait <= 0 {
+		return nil, errors.New("namespace consumer needs MaxAttempts, MaxConcurrency and AckWait")
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:       durable,
+		Description:   "Toolbus workers of namespace " + nc.Namespace,
+		FilterSubject: filter,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       nc.AckWait,
+		MaxDeliver:    nc.MaxAttempts + 1,
+		MaxAckPending: nc.MaxConcurrency,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		// Every free worker slot keeps one pull request waiting.
+		MaxWaiting: 4096,
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, names.CallsStream(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", durable, err)
+	}
+	return cons, nil
+}

@@ -1,0 +1,126 @@
+// Package testenv starts the real parts that tests run against: an
+// embedded NATS server with JetStream in a temporary directory, and
+// coordinators and workers connected to it. Everything is stopped when the
+// test ends.
+package testenv
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// Server starts an embedded server on a free port with its store in a temporary directory.
+func Server(t testing.TB) *natsserver.Server {
+	t.Helper()
+	return ServerIn(t, t.TempDir())
+}
+
+// ServerIn starts an embedded server with its store in dir, so that a test
+// can restart it on the same data.
+func ServerIn(t testing.TB, dir string) *natsserver.Server {
+	t.Helper()
+	srv, err := natsserver.Start(natsserver.Config{DataDir: dir})
+	if err != nil {
+		t.Fatalf("start NATS server: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv
+}
+
+// Connect opens a connection that is closed when the test ends.
+func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// Logger returns a logger that writes through t.Log.
+func Logger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+// Coordinator starts a coordinator on its own connection.
+func Coordinator(t testing.TB, url string, mutate ...func(*coordinator.Config)) *coordinator.Coordinator {
+	t.Helper()
+	cfg := coordinator.Config{Conn: Connect(t, url), Logger: Logger(t)}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	c, err := coordinator.New(cfg)
+	if err != nil {
+		t.Fatalf("new coordinator: %v", err)
+	}
+	if err := c.Start(Context(t)); err != nil {
+		t.Fatalf("start coordinator: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
+}
+
+// Worker starts a worker on its own connection serving the namespaces.
+func Worker(t testing.TB, url string, cfg worker.Config, nss ...worker.Namespace) *worker.Worker {
+	t.Helper()
+	if cfg.Conn == nil {
+		cfg.Conn = Connect(t, url)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = Logger(t)
+	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatalf("new worker: %v", err)
+	}
+	for _, ns := range nss {
+		if err := w.Serve(ns); err != nil {
+			t.Fatalf("serve %s: %v", ns.Name, err)
+		}
+	}
+	if err := w.Start(Context(t)); err != nil {
+		t.Fatalf("start worker: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	return w
+}
+
+// Client returns an SDK client on its own connection.
+func Client(t testing.TB, url string, opts client.Options) *client.Client {
+	t.Helper()
+	c, err := client.New(Connect(t, url), opts)
+	if err != nil {
+		t.Fatalf("new client: %v", err)
+	}
+	return c
+}
+
+// Context returns a context that ends with the test, or after a minute.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}

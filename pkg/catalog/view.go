@@ -1,0 +1,234 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// Tool is a catalog entry with the KV revision it was read at.
+type Tool struct {
+	Definition messages.ToolDefinition
+	Revision   uint64
+}
+
+type heartbeat struct {
+	at       time.Time
+	interval time.Duration
+	hb       messages.WorkerHeartbeat
+}
+
+// View is an in-memory copy of the catalog, kept current by a watch on the
+// bucket. It is safe for concurrent use.
+type View struct {
+	bucket Bucket
+	log    *slog.Logger
+	now    func() time.Time
+
+	mu       sync.RWMutex
+	tools    map[string]*Tool
+	workers  map[string]map[string]heartbeat
+	version  uint64
+	changed  chan struct{}
+	watchErr error
+}
+
+// NewView returns a view of the bucket; Start fills it.
+func NewView(bucket Bucket, log *slog.Logger) *View {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &View{
+		bucket:  bucket,
+		log:     log,
+		now:     time.Now,
+		tools:   map[string]*Tool{},
+		workers: map[string]map[string]heartbeat{},
+		changed: make(chan struct{}),
+	}
+}
+
+// Start loads the catalog and keeps following it until ctx ends. It
+// returns once the current contents are loaded.
+func (v *View) Start(ctx context.Context) error {
+	w, err := v.bucket.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch catalog: %w", err)
+	}
+	// The watcher sends every current value, then nil, then live updates.
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("watch catalog: closed before the initial values arrived")
+			}
+			if e == nil {
+				v.bump()
+				go v.follow(ctx, w)
+				return nil
+			}
+			v.apply(e)
+		case <-ctx.Done():
+			_ = w.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+func (v *View) follow(ctx context.Context, w jetstream.KeyWatcher) {
+	defer w.Stop()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e != nil {
+				v.apply(e)
+				v.bump()
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (v *View) apply(e jetstream.KeyValueEntry) {
+	key := e.Key()
+	deleted := e.Operation() != jetstream.KeyValuePut
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	switch {
+	case strings.HasPrefix(key, "tools."):
+		ns, method, ok := splitKey(key, "tools.")
+		if !ok {
+			return
+		}
+		name := messages.ToolName{Namespace: ns, Method: method}.String()
+		if deleted {
+			delete(v.tools, name)
+			return
+		}
+		var def messages.ToolDefinition
+		if err := json.Unmarshal(e.Value(), &def); err != nil {
+			v.log.Warn("catalog: unreadable tool definition ignored", "key", key, "error", err)
+			return
+		}
+		if def.Name != name {
+			v.log.Warn("catalog: tool definition under the wrong key ignored", "key", key, "name", def.Name)
+			return
+		}
+		v.tools[name] = &Tool{Definition: def, Revision: e.Revision()}
+	case strings.HasPrefix(key, "workers."):
+		ns, id, ok := splitKey(key, "workers.")
+		if !ok {
+			return
+		}
+		if deleted {
+			delete(v.workers[ns], id)
+			return
+		}
+		var hb messages.WorkerHeartbeat
+		if err := json.Unmarshal(e.Value(), &hb); err != nil {
+			v.log.Warn("catalog: unreadable heartbeat ignored", "key", key, "error", err)
+			return
+		}
+		if v.workers[ns] == nil {
+			v.workers[ns] = map[string]heartbeat{}
+		}
+		v.workers[ns][id] = heartbeat{at: e.Created(), interval: time.Duration(hb.IntervalMS) * time.Millisecond, hb: hb}
+	}
+}
+
+func splitKey(key, prefix string) (string, string, bool) {
+	rest := key[len(prefix):]
+	i := strings.IndexByte(rest, '.')
+	if i <= 0 || i == len(rest)-1 {
+		return "", "", false
+	}
+	return rest[:i], rest[i+1:], true
+}
+
+func (v *View) bump() {
+	v.mu.Lock()
+	v.version++
+	close(v.changed)
+	v.changed = make(chan struct{})
+	v.mu.Unlock()
+}
+
+// Version increases with every change of the catalog.
+func (v *View) Version() uint64 {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.version
+}
+
+// Changed returns a channel that is closed at the next change.
+func (v *View) Changed() <-chan struct{} {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.changed
+}
+
+// Lookup returns a tool by canonical name.
+func (v *View) Lookup(name string) (*Tool, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	t, ok := v.tools[name]
+	return t, ok
+}
+
+// Tools returns every tool, sorted by name.
+func (v *View) Tools() []*Tool {
+	v.mu.RLock()
+	out := make([]*Tool, 0, len(v.tools))
+	for _, t := range v.tools {
+		out = append(out, t)
+	}
+	v.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *Tool) int { return strings.Compare(a.Definition.Name, b.Definition.Name) })
+	return out
+}
+
+// LiveWorkers returns the heartbeats of the namespace's workers that are
+// alive: heard from within three of their heartbeat intervals.
+func (v *View) LiveWorkers(ns string) []messages.WorkerHeartbeat {
+	now := v.now()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []messages.WorkerHeartbeat
+	for _, hb := range v.workers[ns] {
+		if now.Sub(hb.at) < 3*hb.interval {
+			out = append(out, hb.hb)
+		}
+	}
+	return out
+}
+
+// Available reports whether a live worker serves the namespace.
+func (v *View) Available(ns string) bool {
+	now := v.now()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	for _, hb := range v.workers[ns] {
+		if now.Sub(hb.at) < 3*hb.interval {
+			return true
+		}
+	}
+	return false
+}
+
+// Entry returns the tool as the API lists it.
+func (v *View) Entry(t *Tool) messages.ToolEntry {
+	return messages.ToolEntry{ToolDefinition: t.Definition, Available: v.Available(t.Definition.Namespace)}
+}

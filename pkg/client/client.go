@@ -1,0 +1,271 @@
+// Package client is the Go SDK for agents: list tools, submit calls, wait
+// for and watch their results, cancel them, and resume turns.
+//
+// Requests go to the coordinator service; watching a call reads its events
+// straight from JetStream, so a watch continues across coordinator restarts
+// and replays a call's events from the start after a reconnect.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// Options configure a client.
+type Options struct {
+	// Prefix of subjects and resources. Defaults to "toolbus".
+	Prefix string
+	// Agent is sent with every call unless the call names one.
+	Agent string
+	// Codec of requests. Defaults to MessagePack.
+	Codec messages.Codec
+	// RequestTimeout bounds a request when its context has no deadline. Defaults to 30s.
+	RequestTimeout time.Duration
+}
+
+// Client talks to Toolbus over a NATS connection.
+type Client struct {
+	nc     *nats.Conn
+	opts   Options
+	names  messages.Names
+	ledger *ledger.Ledger
+}
+
+// New returns a client on the connection.
+func New(nc *nats.Conn, opts Options) (*Client, error) {
+	names, err := messages.NewNames(opts.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = 30 * time.Second
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{nc: nc, opts: opts, names: names, ledger: ledger.New(nc, js, names)}, nil
+}
+
+// ServiceError is an error reply of the coordinator.
+type ServiceError = messages.Error
+
+// request sends one API request and decodes the reply into out. Error
+// replies come back as *messages.Error, so errors.Is(err,
+// messages.ErrToolNotFound) and the like work.
+func (c *Client) request(ctx context.Context, endpoint string, in, out any) error {
+	subject, err := c.names.APISubject(endpoint)
+	if err != nil {
+		return err
+	}
+	data, err := c.opts.Codec.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("encode %s request: %w", endpoint, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
+		defer cancel()
+	}
+	msg := &nats.Msg{Subject: subject, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
+	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return messages.Errorf(messages.CodeUnavailable, "no coordinator answers on %s", subject)
+		}
+		return fmt.Errorf("%s: %w", endpoint, err)
+	}
+	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+		var e messages.Error
+		if len(reply.Data) > 0 {
+			if _, derr := messages.Decode(messages.Header(reply.Header), reply.Data, &e); derr == nil && e.Code != "" {
+				return &e
+			}
+		}
+		status, _ := strconv.Atoi(code)
+		return &messages.Error{Code: codeForStatus(status), Message: reply.Header.Get("Nats-Service-Error")}
+	}
+	if out == nil {
+		return nil
+	}
+	if _, err := messages.Decode(messages.Header(reply.Header), reply.Data, out); err != nil {
+		return fmt.Errorf("decode %s reply: %w", endpoint, err)
+	}
+	return nil
+}
+
+func codeForStatus(status int) messages.ErrorCode {
+	switch status {
+	case 400:
+		return messages.CodeBadRequest
+	case 404:
+		return messages.CodeToolNotFound
+	case 503:
+		return messages.CodeUnavailable
+	}
+	return messages.CodeInternal
+}
+
+// ListTools lists the catalog.
+func (c *Client) ListTools(ctx context.Context, req messages.ListToolsRequest) (*messages.ListToolsReply, error) {
+	if req.Agent == "" {
+		req.Agent = c.opts.Agent
+	}
+	var out messages.ListToolsReply
+	return &out, c.request(ctx, messages.EndpointToolsList, &req, &out)
+}
+
+// Submit queues a call and returns at once, or, with req.Wait, when the
+// result is there or the wait is over.
+func (c *Client) Submit(ctx context.Context, req messages.SubmitRequest) (*messages.SubmitReply, error) {
+	if req.Agent == "" {
+		req.Agent = c.opts.Agent
+	}
+	var out messages.SubmitReply
+	return &out, c.request(ctx, messages.EndpointCallsSubmit, &req, &out)
+}
+
+// CallOption adjusts a call made with Call.
+type CallOption func(*messages.SubmitRequest)
+
+// WithTurn files the call under an agent turn.
+func WithTurn(turn string) CallOption { return func(r *messages.SubmitRequest) { r.Turn = turn } }
+
+// WithTimeout sets the call's deadline.
+func WithTimeout(d time.Duration) CallOption {
+	return func(r *messages.SubmitRequest) { r.TimeoutMS = d.Milliseconds() }
+}
+
+// WithIdempotencyKey replaces the key Call generates.
+func WithIdempotencyKey(key string) CallOption {
+	return func(r *messages.SubmitRequest) { r.IdempotencyKey = key }
+}
+
+// WithAgent names the agent making the call.
+func WithAgent(agent string) CallOption { return func(r *messages.SubmitRequest) { r.Agent = agent } }
+
+// Call runs a tool and returns its result. args is anything that encodes
+// to a JSON object (or messages.JSON). The submit carries an idempotency
+// key, so Call retries it safely when no coordinator answered in time: the
+// tool runs once. If the result does not come with the submit's reply, Call
+// follows the call's events until it does or ctx ends.
+func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOption) (*messages.CallResult, error) {
+	raw, err := toJSON(args)
+	if err != nil {
+		return nil, err
+	}
+	req := messages.SubmitRequest{Tool: tool, Arguments: raw, Wait: true, IdempotencyKey: nuid.Next()}
+	for _, opt := range opts {
+		opt(&req)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		req.WaitMS = max(time.Until(dl).Milliseconds(), 1)
+	}
+	var reply *messages.SubmitReply
+	for attempt := 0; ; attempt++ {
+		reply, err = c.Submit(ctx, req)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || attempt >= 4 || !retryable(err) {
+			return nil, err
+		}
+		select {
+		case <-time.After(time.Duration(100<<attempt) * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if reply.Result != nil {
+		return reply.Result, nil
+	}
+	return c.Wait(ctx, reply.CallID)
+}
+
+func retryable(err error) bool {
+	var e *messages.Error
+	if errors.As(err, &e) {
+		return e.Code == messages.CodeUnavailable
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+}
+
+func toJSON(v any) (messages.JSON, error) {
+	switch a := v.(type) {
+	case nil:
+		return nil, nil
+	case messages.JSON:
+		return a, nil
+	case json.RawMessage:
+		return messages.JSON(a), nil
+	case []byte:
+		return messages.JSON(a), nil
+	case string:
+		return messages.JSON(a), nil
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode arguments: %w", err)
+	}
+	return data, nil
+}
+
+// Get returns a call's state and, once it ended, its result.
+func (c *Client) Get(ctx context.Context, callID string) (*messages.CallInfo, error) {
+	var out messages.CallInfo
+	return &out, c.request(ctx, messages.EndpointCallsGet, &messages.GetCallRequest{CallID: callID}, &out)
+}
+
+// Cancel asks to cancel a call.
+func (c *Client) Cancel(ctx context.Context, callID, reason string) (*messages.CancelReply, error) {
+	var out messages.CancelReply
+	return &out, c.request(ctx, messages.EndpointCallsCancel, &messages.CancelRequest{CallID: callID, Reason: reason, By: c.opts.Agent}, &out)
+}
+
+// Turn returns a turn's calls with their states and results.
+func (c *Client) Turn(ctx context.Context, turn string) (*messages.TurnInfo, error) {
+	var out messages.TurnInfo
+	return &out, c.request(ctx, messages.EndpointTurnsGet, &messages.GetTurnRequest{Turn: turn}, &out)
+}
+
+// Watch yields a call's events from the first, then live ones, and ends
+// after the result. It reads JetStream directly and survives coordinator
+// restarts; after an error it can simply be started again.
+func (c *Client) Watch(ctx context.Context, callID string) iter.Seq2[*messages.CallEvent, error] {
+	return func(yield func(*messages.CallEvent, error) bool) {
+		for ev, err := range c.ledger.Watch(ctx, callID) {
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if !yield(&ev.CallEvent, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Wait returns the call's result once it is there.
+func (c *Client) Wait(ctx context.Context, callID string) (*messages.CallResult, error) {
+	for ev, err := range c.Watch(ctx, callID) {
+		if err != nil {
+			return nil, err
+		}
+		if ev.Kind == messages.EventResult && ev.Result != nil {
+			return ev.Result, nil
+		}
+	}
+	return nil, fmt.Errorf("watch of call %s ended without a result", callID)
+}

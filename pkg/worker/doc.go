@@ -1,0 +1,29 @@
+// Package worker is the runtime that executes Toolbus calls. Embed it to
+// serve your own Go tools:
+//
+//	w, _ := worker.New(worker.Config{Conn: nc})
+//	w.Serve(worker.Namespace{Name: "demo", Tools: []worker.Tool{
+//		worker.Func("echo", "Returns its input.", func(ctx context.Context, in EchoArgs) (string, error) {
+//			return in.Text, nil
+//		}),
+//	}})
+//	w.Start(ctx)
+//	defer w.Stop(context.Background())
+//
+// For every namespace the worker keeps one pull request per free slot on
+// the namespace's durable consumer, so a call never waits in a busy worker's
+// buffer while another worker is idle. While a call runs, the worker tells
+// JetStream it is still in progress every third of AckWait; if the worker
+// dies, the call is delivered again to another worker after AckWait.
+//
+// A tool's own failure — an error returned by its function, or a Result with
+// IsError — is the call's answer, not a fault: it is not retried. Wrap an
+// error with [Retry] when a later attempt could succeed.
+//
+// Each call runs under a context that ends at the call's deadline or when
+// the call is cancelled; [context.Cause] tells which. The worker writes the
+// timed_out or cancelled result at that moment, even if the tool ignores its
+// context. Such a tool's goroutine keeps running until it returns and keeps
+// its slot until then, so that a worker never runs more calls than it has
+// slots; its late return value is discarded.
+package worker

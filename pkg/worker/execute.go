@@ -1,0 +1,302 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// writeTimeout bounds each write to the ledger.
+const writeTimeout = 10 * time.Second
+
+// retryDelay is how long a call handed back with ErrRetry waits before its next delivery.
+const retryDelay = time.Second
+
+// execute runs one delivered call to its end: a committed result and an
+// acknowledged message, or a message handed back for another attempt.
+func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		w.log.Error("call message without metadata", "error", err)
+		_ = msg.Term()
+		return
+	}
+	attempt := int(meta.NumDelivered)
+	var req messages.CallRequest
+	if _, err := messages.Decode(msg.Headers(), msg.Data(), &req); err != nil || req.CallID == "" {
+		w.rejectUnreadable(msg, attempt, err)
+		return
+	}
+	log := w.log.With("call", req.CallID, "tool", req.Tool, "attempt", attempt)
+	now := time.Now().UTC()
+	base := messages.CallResult{
+		CallID:   req.CallID,
+		Tool:     req.Tool,
+		Attempt:  attempt,
+		Worker:   w.cfg.ID,
+		QueuedAt: req.QueuedAt,
+	}
+	if attempt > ns.MaxAttempts {
+		w.finish(msg, log, failure(base, messages.StateFailed, messages.ResultAttempts,
+			fmt.Sprintf("the call was delivered %d times and no attempt finished: each worker holding it stopped or lost its lease", ns.MaxAttempts)))
+		return
+	}
+	tool := ns.tools[req.Method]
+	if tool == nil {
+		// Another worker of the namespace may serve the tool (a rolling
+		// deploy); after MaxAttempts the call fails with a clear reason.
+		log.Warn("tool not served by this worker; handing the call back")
+		_ = msg.NakWithDelay(retryDelay)
+		return
+	}
+	if !req.Deadline.IsZero() && !now.Before(req.Deadline) {
+		w.finish(msg, log, failure(base, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed before a worker could start it"))
+		return
+	}
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	if !req.Deadline.IsZero() {
+		var stop context.CancelFunc
+		ctx, stop = context.WithDeadlineCause(ctx, req.Deadline, ErrDeadline)
+		defer stop()
+	}
+	call := &Call{ID: req.CallID, Tool: req.Tool, Agent: req.Agent, Turn: req.Turn, Arguments: req.Arguments, Attempt: attempt, Deadline: req.Deadline}
+	f := &inflight{call: call, ns: ns, msg: msg, cancel: cancel, started: now}
+	// Registered before the started event is stored, so that a cancel
+	// signal sent as soon as the call shows as running finds it.
+	w.mu.Lock()
+	w.inflight[req.CallID] = f
+	ns.busy++
+	w.mu.Unlock()
+	defer w.untrack(req.CallID)
+
+	startCtx, startCancel := context.WithTimeout(ctx, writeTimeout)
+	err = w.ledger.Start(startCtx, &messages.CallEvent{CallID: req.CallID, Time: now, Attempt: attempt, Worker: w.cfg.ID})
+	startCancel()
+	switch {
+	case errors.Is(err, ledger.ErrFinished):
+		// Cancelled while queued, or finished by an earlier attempt whose acknowledgement was lost.
+		_ = msg.Term()
+		return
+	case err != nil:
+		log.Warn("could not record the start; handing the call back", "error", err)
+		_ = msg.NakWithDelay(retryDelay)
+		return
+	}
+	base.StartedAt = now
+	if attempt > 1 {
+		// A cancellation requested while an earlier attempt ran still holds.
+		if snap, err := w.ledger.Snapshot(ctx, req.CallID); err == nil && snap.Cancel != nil {
+			w.cancelCall(req.CallID, snap.Cancel.Cancel)
+		}
+	}
+
+	reporter := &progressReporter{interval: w.cfg.ProgressInterval, publish: func(p messages.Progress) {
+		if err := w.ledger.AppendAsync(&messages.CallEvent{CallID: req.CallID, Kind: messages.EventProgress, Time: time.Now().UTC(), Attempt: attempt, Worker: w.cfg.ID, Progress: &p}); err != nil {
+			log.Warn("progress event not stored", "error", err)
+		}
+	}}
+	scope := &callScope{call: call, progress: reporter, log: func(level, message string) {
+		if err := w.ledger.AppendAsync(&messages.CallEvent{CallID: req.CallID, Kind: messages.EventLog, Time: time.Now().UTC(), Attempt: attempt, Worker: w.cfg.ID, Log: &messages.LogEntry{Level: level, Message: message}}); err != nil {
+			log.Warn("log event not stored", "error", err)
+		}
+	}}
+
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- outcome{err: &panicError{value: p, stack: debug.Stack()}}
+			}
+		}()
+		res, err := tool.Handler.Handle(withScope(ctx, scope), call)
+		done <- outcome{res, err}
+	}()
+
+	var out outcome
+	select {
+	case out = <-done:
+	case <-ctx.Done():
+		// The tool may ignore its context; its result is decided now.
+		reporter.close()
+		res, retry := w.interrupted(base, ctx)
+		if retry {
+			_ = msg.Nak()
+		} else {
+			w.finish(msg, log, res)
+		}
+		w.untrack(req.CallID)
+		w.awaitStraggler(done, log)
+		return
+	}
+	reporter.close()
+	finished := time.Now().UTC()
+	base.FinishedAt = finished
+	var perr *panicError
+	switch {
+	case out.err == nil:
+		res := out.res
+		if res == nil {
+			res = &Result{}
+		}
+		base.Status = messages.StateCompleted
+		base.IsError = res.IsError
+		base.Content = res.Content
+		base.StructuredContent = res.StructuredContent
+		if res.IsError {
+			base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: firstText(res.Content)}
+		}
+		w.finish(msg, log, base)
+	case ctx.Err() != nil:
+		res, retry := w.interrupted(base, ctx)
+		if retry {
+			_ = msg.Nak()
+			return
+		}
+		w.finish(msg, log, res)
+	case errors.As(out.err, &perr):
+		log.Error("tool panicked", "panic", fmt.Sprint(perr.value), "stack", string(perr.stack))
+		w.finish(msg, log, failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value)))
+	case errors.Is(out.err, ErrRetry):
+		log.Info("tool asked for another attempt", "error", out.err)
+		_ = msg.NakWithDelay(retryDelay)
+	default:
+		base.Status = messages.StateCompleted
+		base.IsError = true
+		base.Content = []messages.ContentBlock{messages.TextBlock(out.err.Error())}
+		base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: out.err.Error()}
+		w.finish(msg, log, base)
+	}
+}
+
+// interrupted builds the result of a call whose context ended before the
+// tool answered. retry is true when the worker is stopping: the call goes
+// back to JetStream without a result.
+func (w *Worker) interrupted(base messages.CallResult, ctx context.Context) (messages.CallResult, bool) {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, ErrStopping):
+		return base, true
+	case errors.Is(cause, ErrCancelled):
+		return failure(base, messages.StateCancelled, messages.ResultCancelled, cause.Error()), false
+	default:
+		return failure(base, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed while the tool ran"), false
+	}
+}
+
+type outcome struct {
+	res *Result
+	err error
+}
+
+// stragglerWarning is how long after its call ended a tool that ignores its
+// context runs before the worker logs it.
+const stragglerWarning = 10 * time.Second
+
+// awaitStraggler waits, holding the slot, for a tool that outlived its
+// call, so that the worker never runs more tools than it has slots. It gives
+// up only when the worker is stopped for good, leaving the goroutine behind.
+func (w *Worker) awaitStraggler(done <-chan outcome, log interface{ Warn(string, ...any) }) {
+	warn := time.NewTimer(stragglerWarning)
+	defer warn.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-warn.C:
+			log.Warn("tool still running after its call ended; it ignores its context and holds a slot")
+		case <-w.abandon:
+			return
+		}
+	}
+}
+
+func (w *Worker) untrack(callID string) {
+	w.mu.Lock()
+	if f, ok := w.inflight[callID]; ok {
+		delete(w.inflight, callID)
+		f.ns.busy--
+	}
+	w.mu.Unlock()
+}
+
+func failure(base messages.CallResult, status messages.CallState, code, message string) messages.CallResult {
+	base.Status = status
+	base.IsError = true
+	base.Content = []messages.ContentBlock{messages.TextBlock(message)}
+	base.Error = &messages.ResultError{Code: code, Message: message}
+	if base.FinishedAt.IsZero() {
+		base.FinishedAt = time.Now().UTC()
+	}
+	return base
+}
+
+// finish commits the result and removes the call from the queue. A result
+// already committed by another attempt stands; this one is dropped.
+func (w *Worker) finish(msg jetstream.Msg, log interface {
+	Warn(string, ...any)
+	Info(string, ...any)
+}, res messages.CallResult) {
+	if res.FinishedAt.IsZero() {
+		res.FinishedAt = time.Now().UTC()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	won, err := w.ledger.Commit(ctx, &res)
+	if err != nil {
+		// The message stays unacknowledged and is delivered again; the next
+		// attempt sees whether this result was stored after all.
+		log.Warn("result not stored; the call will be delivered again", "error", err)
+		_ = msg.NakWithDelay(retryDelay)
+		return
+	}
+	if !won {
+		log.Info("another attempt already committed the result; this one is discarded")
+	}
+	if res.Status == messages.StateCancelled || !won {
+		_ = msg.Term()
+		return
+	}
+	_ = msg.Ack()
+}
+
+// rejectUnreadable fails a call whose message cannot be decoded: no
+// attempt could run it.
+func (w *Worker) rejectUnreadable(msg jetstream.Msg, attempt int, decodeErr error) {
+	callID := msg.Headers().Get(messages.HeaderMsgID)
+	w.log.Error("unreadable call message", "call", callID, "error", decodeErr)
+	if messages.ValidateID("call ID", callID) == nil {
+		res := failure(messages.CallResult{CallID: callID, Attempt: attempt, Worker: w.cfg.ID}, messages.StateFailed, messages.ResultInvalidRequest,
+			fmt.Sprintf("the call message could not be read: %v", decodeErr))
+		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		defer cancel()
+		if _, err := w.ledger.Commit(ctx, &res); err != nil {
+			w.log.Warn("result of unreadable call not stored", "call", callID, "error", err)
+		}
+	}
+	_ = msg.TermWithReason("unreadable call message")
+}
+
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
+
+func firstText(blocks []messages.ContentBlock) string {
+	for _, b := range blocks {
+		if b.Type == messages.ContentText {
+			return b.Text
+		}
+	}
+	return ""
+}

@@ -1,0 +1,180 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/invopop/jsonschema"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// Call is one call as a tool sees it.
+type Call struct {
+	ID        string
+	Tool      string
+	Agent     string
+	Turn      string
+	Arguments messages.JSON
+	// Attempt counts deliveries of this call, starting at 1.
+	Attempt  int
+	Deadline time.Time
+}
+
+// Result is what a tool answers. IsError marks the tool's own failure.
+type Result struct {
+	Content           []messages.ContentBlock
+	StructuredContent messages.JSON
+	IsError           bool
+}
+
+// Text returns a result holding one text block.
+func Text(s string) *Result { return &Result{Content: []messages.ContentBlock{messages.TextBlock(s)}} }
+
+// Handler executes calls of one tool. An error it returns becomes a tool
+// error result (is_error), unless it wraps ErrRetry.
+type Handler interface {
+	Handle(ctx context.Context, call *Call) (*Result, error)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, call *Call) (*Result, error)
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, call *Call) (*Result, error) { return f(ctx, call) }
+
+// ErrRetry marks an error after which the call should be delivered again,
+// to this or another worker, after a short delay. The attempt counts
+// against the namespace's MaxAttempts.
+var ErrRetry = errors.New("retry the call")
+
+// Retry wraps err so that the call is delivered again.
+func Retry(err error) error { return fmt.Errorf("%w: %w", ErrRetry, err) }
+
+// Tool is a tool a worker serves: its definition and its handler. Serve
+// fills in the definition's Name and Namespace.
+type Tool struct {
+	Definition messages.ToolDefinition
+	Handler    Handler
+}
+
+// ToolOption adjusts a tool's definition.
+type ToolOption func(*messages.ToolDefinition)
+
+// WithTimeout bounds every call of the tool.
+func WithTimeout(d time.Duration) ToolOption {
+	return func(def *messages.ToolDefinition) { def.Metadata.TimeoutMS = d.Milliseconds() }
+}
+
+// WithTags tags the tool.
+func WithTags(tags ...string) ToolOption {
+	return func(def *messages.ToolDefinition) { def.Metadata.Tags = append(def.Metadata.Tags, tags...) }
+}
+
+// WithSearchHint adds words that help discovery find the tool.
+func WithSearchHint(hint string) ToolOption {
+	return func(def *messages.ToolDefinition) { def.Metadata.SearchHint = hint }
+}
+
+// WithTitle sets a human-readable title.
+func WithTitle(title string) ToolOption {
+	return func(def *messages.ToolDefinition) { def.Title = title }
+}
+
+// WithMaxResultSize sets the size in bytes beyond which results are truncated for the model.
+func WithMaxResultSize(n int) ToolOption {
+	return func(def *messages.ToolDefinition) { def.Metadata.MaxResultSize = n }
+}
+
+// ConcurrencySafe marks the tool as safe to run in parallel with other calls of a turn.
+func ConcurrencySafe() ToolOption {
+	return func(def *messages.ToolDefinition) { def.Metadata.ConcurrencySafe = true }
+}
+
+// Func makes a tool of a typed Go function. The input schema is generated
+// from In, a struct whose json tags name the parameters (fields without
+// omitempty are required; a `jsonschema:"description=..."` tag describes
+// one). The function's result becomes the call's content: a string is a
+// text block, a *Result is used as it is, anything else is a JSON block
+// and the structured content, with an output schema generated from Out.
+// An error is the tool's own failure (is_error) unless it wraps ErrRetry.
+func Func[In, Out any](method, description string, fn func(ctx context.Context, in In) (Out, error), opts ...ToolOption) Tool {
+	def := messages.ToolDefinition{
+		Method:      method,
+		Description: description,
+		InputSchema: schemaFor[In](),
+		Source:      messages.ToolSource{Kind: messages.SourceGo},
+	}
+	outType := reflect.TypeFor[Out]()
+	if outType.Kind() == reflect.Struct || (outType.Kind() == reflect.Pointer && outType.Elem().Kind() == reflect.Struct && outType != reflect.TypeFor[*Result]()) {
+		def.OutputSchema = schemaFor[Out]()
+	}
+	for _, opt := range opts {
+		opt(&def)
+	}
+	handler := HandlerFunc(func(ctx context.Context, call *Call) (*Result, error) {
+		var in In
+		if len(call.Arguments) > 0 {
+			if err := json.Unmarshal(call.Arguments, &in); err != nil {
+				return nil, fmt.Errorf("arguments do not fit %s: %w", method, err)
+			}
+		}
+		out, err := fn(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		return toResult(out)
+	})
+	return Tool{Definition: def, Handler: handler}
+}
+
+func toResult(out any) (*Result, error) {
+	switch v := out.(type) {
+	case string:
+		return Text(v), nil
+	case *Result:
+		if v == nil {
+			return &Result{}, nil
+		}
+		return v, nil
+	case Result:
+		return &v, nil
+	case []messages.ContentBlock:
+		return &Result{Content: v}, nil
+	case messages.JSON:
+		return &Result{Content: []messages.ContentBlock{messages.JSONBlock(v)}, StructuredContent: v}, nil
+	}
+	data, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encode result: %w", err)
+	}
+	return &Result{Content: []messages.ContentBlock{messages.JSONBlock(data)}, StructuredContent: data}, nil
+}
+
+var reflector = &jsonschema.Reflector{
+	ExpandedStruct:            true,
+	DoNotReference:            true,
+	AllowAdditionalProperties: false,
+	Anonymous:                 true,
+}
+
+func schemaFor[T any]() messages.JSON {
+	t := reflect.TypeFor[T]()
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return messages.JSON(`{"type":"object"}`)
+	}
+	s := reflector.ReflectFromType(t)
+	s.Version = ""
+	data, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("worker: schema of %v: %v", t, err))
+	}
+	return data
+}

@@ -1,0 +1,514 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/pkg/catalog"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// Config configures a worker.
+type Config struct {
+	// Conn is the NATS connection. Required.
+	Conn *nats.Conn
+	// Prefix of subjects and resources. Defaults to "toolbus".
+	Prefix string
+	// ID names the worker in results and heartbeats. Defaults to the host
+	// name and a random suffix.
+	ID string
+	// AckWait is how long a call may go without a heartbeat before
+	// JetStream gives it to another worker. Defaults to 30s.
+	AckWait time.Duration
+	// HeartbeatInterval is how often the worker tells the catalog it is
+	// alive. Defaults to 5s.
+	HeartbeatInterval time.Duration
+	// ProgressInterval is the shortest time between two progress events of
+	// one call. Defaults to 100ms.
+	ProgressInterval time.Duration
+	// FetchWait is how long one pull request waits for a call. Defaults to 30s.
+	FetchWait time.Duration
+	// Resources sizes the streams and buckets the worker creates if they are missing.
+	Resources resources.Config
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = messages.DefaultPrefix
+	}
+	if c.ID == "" {
+		c.ID = defaultID()
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 5 * time.Second
+	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = 100 * time.Millisecond
+	}
+	if c.FetchWait == 0 {
+		c.FetchWait = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+var unsafeIDChars = regexp.MustCompile(`[^A-Za-z0-9_=-]+`)
+
+func defaultID() string {
+	host, _ := os.Hostname()
+	host = unsafeIDChars.ReplaceAllString(host, "_")
+	if len(host) > 40 {
+		host = host[:40]
+	}
+	if host == "" {
+		host = "worker"
+	}
+	return host + "-" + nuid.Next()[12:]
+}
+
+// Namespace is a set of tools a worker serves together.
+type Namespace struct {
+	Name  string
+	Tools []Tool
+	// Slots is how many calls of the namespace this worker runs at once. Defaults to 16.
+	Slots int
+	// MaxConcurrency is the namespace's limit of calls in progress across
+	// all workers. Every worker of the namespace should set the same value;
+	// the last one to start wins. Defaults to 1024.
+	MaxConcurrency int
+	// MaxAttempts is how many times a call is delivered before it fails
+	// with max_attempts. Defaults to 3.
+	MaxAttempts int
+}
+
+// Worker executes calls. Create it with New, add namespaces with Serve,
+// then Start it.
+type Worker struct {
+	cfg    Config
+	log    *slog.Logger
+	names  messages.Names
+	js     jetstream.JetStream
+	ledger *ledger.Ledger
+
+	mu         sync.Mutex
+	namespaces []*namespace
+	inflight   map[string]*inflight
+	started    bool
+
+	cancel    context.CancelFunc
+	fetchCtx  context.Context
+	stopFetch context.CancelFunc
+	slots     sync.WaitGroup
+	bg        sync.WaitGroup
+	subs      []*nats.Subscription
+	statusCh  chan nats.Status
+	// abandon is closed when Stop gives up on tools that ignore their context.
+	abandon chan struct{}
+}
+
+type namespace struct {
+	Namespace
+	tools    map[string]*Tool
+	consumer jetstream.Consumer
+	busy     int
+}
+
+type inflight struct {
+	call    *Call
+	ns      *namespace
+	msg     jetstream.Msg
+	cancel  context.CancelCauseFunc
+	started time.Time
+}
+
+// New returns a worker.
+func New(cfg Config) (*Worker, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("worker: Config.Conn is required")
+	}
+	cfg = cfg.withDefaults()
+	names, err := messages.NewNames(cfg.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if err := messages.ValidateID("worker ID", cfg.ID); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if cfg.AckWait < 3*time.Millisecond {
+		return nil, fmt.Errorf("worker: AckWait %v is too short", cfg.AckWait)
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return &Worker{
+		cfg:      cfg,
+		log:      cfg.Logger.With("worker", cfg.ID),
+		names:    names,
+		js:       js,
+		ledger:   ledger.New(cfg.Conn, js, names),
+		inflight: map[string]*inflight{},
+		abandon:  make(chan struct{}),
+	}, nil
+}
+
+// ID returns the worker's ID.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Serve adds a namespace. It must be called before Start.
+func (w *Worker) Serve(ns Namespace) error {
+	if err := messages.ValidateNamespace(ns.Name); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if ns.Slots == 0 {
+		ns.Slots = 16
+	}
+	if ns.MaxConcurrency == 0 {
+		ns.MaxConcurrency = 1024
+	}
+	if ns.MaxAttempts == 0 {
+		ns.MaxAttempts = 3
+	}
+	if ns.Slots < 0 || ns.MaxConcurrency < 0 || ns.MaxAttempts < 0 {
+		return fmt.Errorf("worker: namespace %s: Slots, MaxConcurrency and MaxAttempts must be positive", ns.Name)
+	}
+	n := &namespace{Namespace: ns, tools: map[string]*Tool{}}
+	for i := range ns.Tools {
+		t := &ns.Tools[i]
+		t.Definition.Namespace = ns.Name
+		name := t.Definition.ToolName()
+		if err := name.Validate(); err != nil {
+			return fmt.Errorf("worker: namespace %s: %w", ns.Name, err)
+		}
+		t.Definition.Name = name.String()
+		if t.Handler == nil {
+			return fmt.Errorf("worker: tool %s has no handler", t.Definition.Name)
+		}
+		if len(t.Definition.InputSchema) == 0 {
+			t.Definition.InputSchema = messages.JSON(`{"type":"object"}`)
+		}
+		if _, dup := n.tools[t.Definition.Method]; dup {
+			return fmt.Errorf("worker: tool %s is defined twice", t.Definition.Name)
+		}
+		n.tools[t.Definition.Method] = t
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return errors.New("worker: Serve after Start")
+	}
+	for _, other := range w.namespaces {
+		if other.Name == ns.Name {
+			return fmt.Errorf("worker: namespace %s is served twice", ns.Name)
+		}
+	}
+	w.namespaces = append(w.namespaces, n)
+	return nil
+}
+
+// Start creates what the worker needs in JetStream, registers its tools in
+// the catalog and starts taking calls. It returns once the worker is taking calls.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return errors.New("worker: already started")
+	}
+	w.started = true
+	nss := w.namespaces
+	w.mu.Unlock()
+	if len(nss) == 0 {
+		return errors.New("worker: no namespace to serve")
+	}
+	if err := resources.Ensure(ctx, w.js, w.names, w.cfg.Resources); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	kv, err := w.js.KeyValue(ctx, w.names.CatalogBucket())
+	if err != nil {
+		return fmt.Errorf("worker: catalog: %w", err)
+	}
+	store := catalog.NewStore(kv)
+	runCtx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	w.fetchCtx, w.stopFetch = context.WithCancel(runCtx)
+	for _, ns := range nss {
+		cons, err := resources.EnsureNamespaceConsumer(ctx, w.js, w.names, resources.NamespaceConsumer{
+			Namespace:      ns.Name,
+			MaxConcurrency: ns.MaxConcurrency,
+			AckWait:        w.cfg.AckWait,
+			MaxAttempts:    ns.MaxAttempts,
+		})
+		if err != nil {
+			cancel()
+			return fmt.Errorf("worker: %w", err)
+		}
+		ns.consumer = cons
+		for _, t := range ns.tools {
+			if err := store.PutTool(ctx, &t.Definition); err != nil {
+				cancel()
+				return fmt.Errorf("worker: %w", err)
+			}
+		}
+		filter, _ := w.names.CancelFilter(ns.Name)
+		sub, err := w.cfg.Conn.Subscribe(filter, w.onCancelSignal)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("worker: subscribe to cancellations: %w", err)
+		}
+		w.subs = append(w.subs, sub)
+		if err := store.Heartbeat(ctx, w.heartbeat(ns)); err != nil {
+			cancel()
+			return fmt.Errorf("worker: %w", err)
+		}
+	}
+	w.statusCh = w.cfg.Conn.StatusChanged(nats.CONNECTED)
+	w.bg.Add(3)
+	go w.heartbeatLoop(runCtx, store)
+	go w.leaseLoop(runCtx)
+	go w.reconnectLoop(runCtx)
+	for _, ns := range nss {
+		for range ns.Slots {
+			w.slots.Add(1)
+			go w.slotLoop(ns)
+		}
+	}
+	w.log.Info("worker started", "namespaces", len(nss))
+	return nil
+}
+
+// Stop stops taking calls and waits for running calls to finish until ctx
+// ends. Calls still running then are interrupted with ErrStopping and
+// handed back to JetStream, which delivers them to another worker at once.
+// The worker's heartbeats are removed from the catalog.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.started || w.cancel == nil {
+		w.mu.Unlock()
+		return nil
+	}
+	w.mu.Unlock()
+	w.stopFetch()
+	done := make(chan struct{})
+	go func() { w.slots.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		w.mu.Lock()
+		for _, f := range w.inflight {
+			f.cancel(ErrStopping)
+		}
+		w.mu.Unlock()
+		close(w.abandon)
+		<-done
+	}
+	for _, sub := range w.subs {
+		_ = sub.Unsubscribe()
+	}
+	w.cfg.Conn.RemoveStatusListener(w.statusCh)
+	w.cancel()
+	w.bg.Wait()
+	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if kv, err := w.js.KeyValue(cleanupCtx, w.names.CatalogBucket()); err == nil {
+		store := catalog.NewStore(kv)
+		for _, ns := range w.namespaces {
+			if err := store.RemoveWorker(cleanupCtx, ns.Name, w.cfg.ID); err != nil {
+				w.log.Warn("remove heartbeat", "namespace", ns.Name, "error", err)
+			}
+		}
+	}
+	w.mu.Lock()
+	w.cancel = nil
+	w.mu.Unlock()
+	w.log.Info("worker stopped")
+	return nil
+}
+
+func (w *Worker) heartbeat(ns *namespace) *messages.WorkerHeartbeat {
+	w.mu.Lock()
+	busy := ns.busy
+	w.mu.Unlock()
+	return &messages.WorkerHeartbeat{
+		WorkerID:   w.cfg.ID,
+		Namespace:  ns.Name,
+		Slots:      ns.Slots,
+		Busy:       busy,
+		Time:       time.Now().UTC(),
+		IntervalMS: w.cfg.HeartbeatInterval.Milliseconds(),
+	}
+}
+
+func (w *Worker) heartbeatLoop(ctx context.Context, store *catalog.Store) {
+	defer w.bg.Done()
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, ns := range w.namespaces {
+				hctx, cancel := context.WithTimeout(ctx, w.cfg.HeartbeatInterval)
+				if err := store.Heartbeat(hctx, w.heartbeat(ns)); err != nil && ctx.Err() == nil {
+					w.log.Warn("heartbeat failed", "namespace", ns.Name, "error", err)
+				}
+				cancel()
+			}
+		}
+	}
+}
+
+// leaseLoop keeps the calls in flight leased: every third of AckWait it
+// tells JetStream they are in progress, and it checks the ledger for
+// cancellations whose signal this worker may have missed.
+func (w *Worker) leaseLoop(ctx context.Context) {
+	defer w.bg.Done()
+	t := time.NewTicker(w.cfg.AckWait / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			var ids []string
+			w.mu.Lock()
+			for id, f := range w.inflight {
+				if err := f.msg.InProgress(); err != nil {
+					w.log.Warn("lease renewal failed", "call", id, "error", err)
+				}
+				if time.Since(f.started) > w.cfg.AckWait/3 {
+					ids = append(ids, id)
+				}
+			}
+			w.mu.Unlock()
+			w.checkCancelled(ctx, ids)
+		}
+	}
+}
+
+// reconnectLoop re-checks cancellations after the connection comes back:
+// signals sent while it was down are lost, their ledger records are not.
+func (w *Worker) reconnectLoop(ctx context.Context) {
+	defer w.bg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-w.statusCh:
+			if !ok {
+				return
+			}
+			var ids []string
+			w.mu.Lock()
+			for id := range w.inflight {
+				ids = append(ids, id)
+			}
+			w.mu.Unlock()
+			w.checkCancelled(ctx, ids)
+		}
+	}
+}
+
+func (w *Worker) checkCancelled(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	snaps, err := w.ledger.Snapshots(ctx, ids...)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("check cancellations", "error", err)
+		}
+		return
+	}
+	for id, s := range snaps {
+		if s.Cancel != nil {
+			w.cancelCall(id, s.Cancel.Cancel)
+		}
+	}
+}
+
+func (w *Worker) onCancelSignal(msg *nats.Msg) {
+	id := lastToken(msg.Subject)
+	var info messages.CancelInfo
+	if len(msg.Data) > 0 {
+		if _, err := messages.Decode(msg.Header, msg.Data, &info); err != nil {
+			w.log.Warn("unreadable cancel signal", "subject", msg.Subject, "error", err)
+		}
+	}
+	w.cancelCall(id, &info)
+}
+
+func (w *Worker) cancelCall(id string, info *messages.CancelInfo) {
+	w.mu.Lock()
+	f := w.inflight[id]
+	w.mu.Unlock()
+	if f == nil {
+		return
+	}
+	reason := "cancelled"
+	if info != nil && info.Reason != "" {
+		reason = info.Reason
+	}
+	f.cancel(&cancelError{reason: reason})
+}
+
+// cancelError is the cause of a cancelled call's context; it matches ErrCancelled.
+type cancelError struct{ reason string }
+
+func (e *cancelError) Error() string        { return "call cancelled: " + e.reason }
+func (e *cancelError) Is(target error) bool { return target == ErrCancelled }
+
+func lastToken(subject string) string {
+	for i := len(subject) - 1; i >= 0; i-- {
+		if subject[i] == '.' {
+			return subject[i+1:]
+		}
+	}
+	return subject
+}
+
+func (w *Worker) slotLoop(ns *namespace) {
+	defer w.slots.Done()
+	for {
+		if w.fetchCtx.Err() != nil {
+			return
+		}
+		fetchCtx, cancel := context.WithTimeout(w.fetchCtx, w.cfg.FetchWait)
+		msg, err := ns.consumer.Next(jetstream.FetchContext(fetchCtx))
+		cancel()
+		if err != nil {
+			if w.fetchCtx.Err() != nil {
+				return
+			}
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+				w.log.Warn("fetch failed", "namespace", ns.Name, "error", err)
+				select {
+				case <-time.After(time.Second):
+				case <-w.fetchCtx.Done():
+					return
+				}
+			}
+			continue
+		}
+		w.execute(ns, msg)
+	}
+}
