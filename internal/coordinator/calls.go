@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/ledger"
@@ -118,12 +120,44 @@ func (c *Coordinator) cancelledResult(snap *ledger.Snapshot, info *messages.Canc
 // removeQueued deletes a call that no worker will run from the calls
 // stream. A worker that fetched it meanwhile finds its result and drops it.
 func (c *Coordinator) removeQueued(ctx context.Context, snap *ledger.Snapshot) {
-	if snap.Queued == nil || snap.Queued.CallSeq == 0 {
+	if snap.Queued == nil || snap.Queued.Request == nil {
 		return
 	}
-	if err := c.calls.DeleteMsg(ctx, snap.Queued.CallSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		c.log.Warn("could not remove a finished call from the queue", "call", snap.CallID, "seq", snap.Queued.CallSeq, "error", err)
+	seq, err := c.findQueued(ctx, snap.Queued.Request)
+	if err != nil {
+		c.log.Warn("could not find a cancelled call in the queue", "call", snap.CallID, "error", err)
+		return
 	}
+	if seq == 0 {
+		return // a worker took it meanwhile
+	}
+	if err := c.calls.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		c.log.Warn("could not remove a cancelled call from the queue", "call", snap.CallID, "seq", seq, "error", err)
+	}
+}
+
+// clockSlack allows for clocks of coordinators and servers that differ.
+const clockSlack = 5 * time.Second
+
+// findQueued returns the sequence of a call in the calls stream, or 0 if
+// it is not there. It reads the tool's queue from shortly before the call
+// was queued, so it touches few messages however long the queue is.
+func (c *Coordinator) findQueued(ctx context.Context, call *messages.CallRequest) (uint64, error) {
+	subject, err := c.names.CallSubject(call.ToolName())
+	if err != nil {
+		return 0, err
+	}
+	from := call.QueuedAt.Add(-clockSlack)
+	var found uint64
+	err = c.scanQueue(ctx, directGet{StartTime: &from, NextFor: subject, Batch: 1024}, func(seq uint64, msg *nats.Msg) bool {
+		if msg.Header.Get(messages.HeaderMsgID) == call.CallID {
+			found = seq
+			return false
+		}
+		ts, err := time.Parse(time.RFC3339Nano, msg.Header.Get(jetstream.TimeStampHeaer))
+		return err != nil || ts.Before(call.QueuedAt.Add(clockSlack))
+	})
+	return found, err
 }
 
 func (c *Coordinator) getTurn(ctx context.Context, req *request) (any, error) {
@@ -172,4 +206,3 @@ func (c *Coordinator) Turn(ctx context.Context, turn string) (*messages.TurnInfo
 	})
 	return out, nil
 }
-

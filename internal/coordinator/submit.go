@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -113,8 +112,9 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 	return reply, nil
 }
 
-// publishCall queues the call and records it in the ledger and its turn.
-// It reports whether JetStream already had a call with this ID.
+// publishCall records the call in the ledger and queues it, both writes
+// in flight at once, and files it under its turn. It reports whether
+// JetStream already had a call with this ID.
 func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallRequest, headers map[string][]string) (bool, error) {
 	subject, err := c.names.CallSubject(call.ToolName())
 	if err != nil {
@@ -126,41 +126,81 @@ func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallReques
 	}
 	msg.Header.Set(messages.HeaderMsgID, call.CallID)
 	copyTraceHeaders(msg.Header, headers)
-	ack, err := c.js.PublishMsg(ctx, msg)
+	queuedMsg, err := c.ledger.EventMsg(&messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-			return false, messages.Errorf(messages.CodeUnavailable, "the call queue did not answer: %v", err)
-		}
-		return false, messages.Errorf(messages.CodeUnavailable, "queue call: %v", err)
-	}
-	if ack.Duplicate {
-		return true, nil
-	}
-	if _, err := c.ledger.Append(ctx, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call, CallSeq: ack.Sequence}); err != nil {
 		return false, err
 	}
+	// Sent in this order on one connection, the queued event is stored
+	// before a worker can see the call.
+	queued, err := c.js.PublishMsgAsync(queuedMsg)
+	if err != nil {
+		return false, messages.Errorf(messages.CodeUnavailable, "record call: %v", err)
+	}
+	queuedCall, err := c.js.PublishMsgAsync(msg)
+	if err != nil {
+		return false, messages.Errorf(messages.CodeUnavailable, "queue call: %v", err)
+	}
+	var turnErr chan error
 	if call.Turn != "" {
-		key, _ := messages.TurnCallKey(call.Turn, call.CallID)
-		rec, _ := json.Marshal(messages.TurnCallRecord{CallID: call.CallID, Tool: call.Tool, QueuedAt: call.QueuedAt})
-		if _, err := c.turns.Put(ctx, key, rec); err != nil {
-			return false, fmt.Errorf("record call in turn %s: %w", call.Turn, err)
+		turnErr = make(chan error, 1)
+		go func() {
+			key, _ := messages.TurnCallKey(call.Turn, call.CallID)
+			rec, _ := json.Marshal(messages.TurnCallRecord{CallID: call.CallID, Tool: call.Tool, QueuedAt: call.QueuedAt})
+			_, err := c.turns.Put(ctx, key, rec)
+			turnErr <- err
+		}()
+	}
+	ack, callErr := awaitAck(ctx, queuedCall)
+	_, queuedErr := awaitAck(ctx, queued)
+	if turnErr != nil {
+		if err := <-turnErr; err != nil {
+			c.log.Warn("call not filed under its turn", "call", call.CallID, "turn", call.Turn, "error", err)
 		}
 	}
-	return false, nil
+	if callErr != nil {
+		if queuedErr == nil {
+			// The ledger shows the call; it must not wait forever for a worker.
+			res := endResult(call, messages.StateFailed, messages.ResultWorkerError, "the call could not be queued: "+callErr.Error())
+			if _, err := c.ledger.Commit(context.WithoutCancel(ctx), &res); err != nil {
+				c.log.Error("call recorded but neither queued nor failed", "call", call.CallID, "error", err)
+			}
+		}
+		return false, messages.Errorf(messages.CodeUnavailable, "queue call: %v", callErr)
+	}
+	if queuedErr != nil {
+		c.log.Warn("call queued without its queued event", "call", call.CallID, "error", queuedErr)
+	}
+	return ack.Duplicate, nil
+}
+
+// awaitAck waits for an asynchronous publish to be stored.
+func awaitAck(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		return nil, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // existingCall answers a submit whose idempotency key names a call that
 // already exists: the same call, or a conflict if the key was reused for
 // another tool or other arguments.
 func (c *Coordinator) existingCall(ctx context.Context, call *messages.CallRequest, sr *messages.SubmitRequest) (*messages.SubmitReply, error) {
+	queued, err := c.ledger.Last(ctx, call.CallID, messages.EventQueued)
+	if err != nil {
+		return nil, err
+	}
+	if queued == nil || queued.Request == nil {
+		return nil, nil
+	}
+	prev := queued.Request
 	snap, err := c.ledger.Snapshot(ctx, call.CallID)
 	if err != nil {
 		return nil, err
 	}
-	if snap.Queued == nil || snap.Queued.Request == nil {
-		return nil, nil
-	}
-	prev := snap.Queued.Request
 	if prev.Tool != call.Tool || prev.ArgumentsDigest != call.ArgumentsDigest {
 		return nil, messages.Errorf(messages.CodeIdempotencyConflict,
 			"idempotency key %q was used for call %s of %s with other arguments", sr.IdempotencyKey, call.CallID, prev.Tool)

@@ -119,31 +119,45 @@ func (c *Coordinator) sweep(ctx context.Context) error {
 		return nil
 	}
 	cutoff := time.Now().Add(-c.cfg.SweepGrace)
-	return c.scanQueue(ctx, info.State.FirstSeq, sweepBatch, func(seq uint64, call *messages.CallRequest) {
-		if call.Deadline.IsZero() || call.Deadline.After(cutoff) {
-			return
+	return c.scanQueue(ctx, directGet{Seq: info.State.FirstSeq, NextFor: c.names.CallsSubjects(), Batch: sweepBatch}, func(seq uint64, msg *nats.Msg) bool {
+		var call messages.CallRequest
+		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &call); err != nil || call.CallID == "" {
+			return true
 		}
-		res := endResult(call, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed and no worker finished it")
+		if call.Deadline.IsZero() || call.Deadline.After(cutoff) {
+			return true
+		}
+		res := endResult(&call, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed and no worker finished it")
 		if _, err := c.ledger.Commit(ctx, &res); err != nil {
 			c.log.Warn("could not end expired call", "call", call.CallID, "error", err)
-			return
+			return true
 		}
 		if err := c.calls.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			c.log.Warn("could not remove expired call", "call", call.CallID, "error", err)
 		}
+		return true
 	})
 }
 
-// scanQueue reads up to limit queued calls from seq on, without consuming them.
-func (c *Coordinator) scanQueue(ctx context.Context, seq uint64, limit int, each func(uint64, *messages.CallRequest)) error {
-	req, _ := json.Marshal(map[string]any{"seq": seq, "batch": limit, "next_by_subj": c.names.CallsSubjects()})
+// directGet is a batched direct-get request to the calls stream.
+type directGet struct {
+	Seq       uint64     `json:"seq,omitempty"`
+	StartTime *time.Time `json:"start_time,omitempty"`
+	NextFor   string     `json:"next_by_subj"`
+	Batch     int        `json:"batch"`
+}
+
+// scanQueue reads queued calls without consuming them, until each returns
+// false or the batch ends.
+func (c *Coordinator) scanQueue(ctx context.Context, req directGet, each func(uint64, *nats.Msg) bool) error {
+	body, _ := json.Marshal(req)
 	inbox := c.nc.NewInbox()
 	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {
 		return err
 	}
 	defer sub.Unsubscribe()
-	if err := c.nc.PublishRequest("$JS.API.DIRECT.GET."+c.names.CallsStream(), inbox, req); err != nil {
+	if err := c.nc.PublishRequest("$JS.API.DIRECT.GET."+c.names.CallsStream(), inbox, body); err != nil {
 		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
@@ -156,14 +170,12 @@ func (c *Coordinator) scanQueue(ctx context.Context, seq uint64, limit int, each
 		if status := msg.Header.Get("Status"); status != "" && len(msg.Data) == 0 {
 			return nil // end of batch, or nothing queued
 		}
-		s, err := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+		seq, err := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
 		if err != nil {
 			continue
 		}
-		var call messages.CallRequest
-		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &call); err != nil || call.CallID == "" {
-			continue
+		if !each(seq, msg) {
+			return nil
 		}
-		each(s, &call)
 	}
 }

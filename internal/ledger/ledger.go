@@ -30,18 +30,26 @@ var ErrChanged = errors.New("call changed concurrently")
 
 // Ledger reads and writes call events.
 type Ledger struct {
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	names messages.Names
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	names  messages.Names
+	reads  *responseMux
+	stream string
 }
 
 // New returns a ledger on the connection.
 func New(nc *nats.Conn, js jetstream.JetStream, names messages.Names) *Ledger {
-	return &Ledger{nc: nc, js: js, names: names}
+	return &Ledger{nc: nc, js: js, names: names, reads: newResponseMux(nc), stream: names.EventsStream()}
 }
+
+// Close releases the ledger's subscription.
+func (l *Ledger) Close() { l.reads.close() }
 
 // Names returns the names the ledger uses.
 func (l *Ledger) Names() messages.Names { return l.names }
+
+// EventMsg encodes an event as the message that stores it.
+func (l *Ledger) EventMsg(ev *messages.CallEvent) (*nats.Msg, error) { return l.eventMsg(ev, nil) }
 
 func (l *Ledger) eventMsg(ev *messages.CallEvent, h nats.Header) (*nats.Msg, error) {
 	subject, err := l.names.EventSubject(ev.CallID, ev.Kind)
@@ -84,6 +92,12 @@ func (l *Ledger) AppendAsync(ev *messages.CallEvent) error {
 	return err
 }
 
+// isWrongLastSequence reports whether a publish failed its expected-last-sequence condition.
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
 // conditional stores ev only if the last sequence among the subjects
 // matching filter is lastSeq (0: none of them has a message yet).
 func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter string, lastSeq uint64) (uint64, error) {
@@ -96,8 +110,7 @@ func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter
 	}
 	ack, err := l.js.PublishMsg(ctx, msg)
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if isWrongLastSequence(err) {
 			return 0, ErrChanged
 		}
 		return 0, fmt.Errorf("store %s event of call %s: %w", ev.Kind, ev.CallID, err)
@@ -106,18 +119,39 @@ func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter
 }
 
 // Start records that an attempt started, unless the call already has a
-// result, in which case it returns ErrFinished and stores nothing.
-func (l *Ledger) Start(ctx context.Context, ev *messages.CallEvent) error {
+// result. It does not wait: the returned channel yields nil once the start
+// is stored, ErrFinished if the call already had a result (nothing is
+// stored then), or another error.
+func (l *Ledger) Start(ev *messages.CallEvent) (<-chan error, error) {
 	ev.Kind = messages.EventStarted
 	resultSubject, err := l.names.EventSubject(ev.CallID, messages.EventResult)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = l.conditional(ctx, ev, resultSubject, 0)
-	if errors.Is(err, ErrChanged) {
-		return ErrFinished
+	h := make(nats.Header, 6)
+	h.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	h.Set(jetstream.ExpectedLastSubjSeqSubjHeader, resultSubject)
+	msg, err := l.eventMsg(ev, h)
+	if err != nil {
+		return nil, err
 	}
-	return err
+	paf, err := l.js.PublishMsgAsync(msg)
+	if err != nil {
+		return nil, fmt.Errorf("store start of call %s: %w", ev.CallID, err)
+	}
+	out := make(chan error, 1)
+	go func() {
+		select {
+		case <-paf.Ok():
+			out <- nil
+		case err := <-paf.Err():
+			if isWrongLastSequence(err) {
+				err = ErrFinished
+			}
+			out <- err
+		}
+	}()
+	return out, nil
 }
 
 // Commit writes the call's result unless it already has one. It reports
@@ -293,20 +327,17 @@ func (l *Ledger) multiLast(ctx context.Context, filters []string, each func(*nat
 	if err != nil {
 		return err
 	}
-	inbox := l.nc.NewInbox()
-	sub, err := l.nc.SubscribeSync(inbox)
+	replies, done, err := l.reads.request("$JS.API.DIRECT.GET."+l.stream, req)
 	if err != nil {
 		return err
 	}
-	defer sub.Unsubscribe()
-	subject := "$JS.API.DIRECT.GET." + l.names.EventsStream()
-	if err := l.nc.PublishRequest(subject, inbox, req); err != nil {
-		return err
-	}
+	defer done()
 	for {
-		msg, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return fmt.Errorf("read call events: %w", err)
+		var msg *nats.Msg
+		select {
+		case msg = <-replies:
+		case <-ctx.Done():
+			return fmt.Errorf("read call events: %w", ctx.Err())
 		}
 		if status := msg.Header.Get("Status"); status != "" && len(msg.Data) == 0 {
 			switch status {
@@ -324,4 +355,33 @@ func (l *Ledger) multiLast(ctx context.Context, filters []string, each func(*nat
 			return err
 		}
 	}
+}
+
+// Last returns the call's latest event of one kind, or nil if it has none.
+func (l *Ledger) Last(ctx context.Context, callID string, kind messages.EventKind) (*Event, error) {
+	subject, err := l.names.EventSubject(callID, kind)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	msg, err := l.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+l.stream+"."+subject, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read %s event of call %s: %w", kind, callID, err)
+	}
+	if status := msg.Header.Get("Status"); status != "" && len(msg.Data) == 0 {
+		if status == "404" {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read %s event of call %s: status %s %s", kind, callID, status, msg.Header.Get("Description"))
+	}
+	ev := &Event{}
+	ev.Seq, _ = strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
+		return nil, fmt.Errorf("%s event of call %s: %w", kind, callID, err)
+	}
+	return ev, nil
 }

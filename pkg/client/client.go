@@ -52,7 +52,7 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	if opts.RequestTimeout == 0 {
 		opts.RequestTimeout = 30 * time.Second
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err != nil {
 		return nil, err
 	}
@@ -159,20 +159,30 @@ func WithAgent(agent string) CallOption { return func(r *messages.SubmitRequest)
 // Call runs a tool and returns its result. args is anything that encodes
 // to a JSON object (or messages.JSON). The submit carries an idempotency
 // key, so Call retries it safely when no coordinator answered in time: the
-// tool runs once. If the result does not come with the submit's reply, Call
-// follows the call's events until it does or ctx ends.
+// tool runs once. The key also tells Call the call's ID in advance, so it
+// listens for the result itself, from before the call is queued, rather
+// than holding a coordinator's request open.
 func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOption) (*messages.CallResult, error) {
 	raw, err := toJSON(args)
 	if err != nil {
 		return nil, err
 	}
-	req := messages.SubmitRequest{Tool: tool, Arguments: raw, Wait: true, IdempotencyKey: nuid.Next()}
+	req := messages.SubmitRequest{Tool: tool, Arguments: raw, Agent: c.opts.Agent, IdempotencyKey: nuid.Next()}
 	for _, opt := range opts {
 		opt(&req)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		req.WaitMS = max(time.Until(dl).Milliseconds(), 1)
+	callID := messages.IdempotentCallID(req.Agent, req.IdempotencyKey)
+	resultSubject, err := c.names.EventSubject(callID, messages.EventResult)
+	if err != nil {
+		return nil, err
 	}
+	results := make(chan *nats.Msg, 1)
+	sub, err := c.nc.ChanSubscribe(resultSubject, results)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+
 	var reply *messages.SubmitReply
 	for attempt := 0; ; attempt++ {
 		reply, err = c.Submit(ctx, req)
@@ -191,8 +201,30 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 	if reply.Result != nil {
 		return reply.Result, nil
 	}
-	return c.Wait(ctx, reply.CallID)
+	// The result is published to the subscription; should it be missed
+	// (a reconnect), the ledger still has it.
+	check := time.NewTicker(resultCheckInterval)
+	defer check.Stop()
+	for {
+		select {
+		case msg := <-results:
+			var ev messages.CallEvent
+			if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err == nil && ev.Result != nil {
+				return ev.Result, nil
+			}
+		case <-check.C:
+			snap, err := c.ledger.Snapshot(ctx, callID)
+			if err == nil && snap.Result != nil && snap.Result.Result != nil {
+				return snap.Result.Result, nil
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("call %s: %w", callID, ctx.Err())
+		}
+	}
 }
+
+// resultCheckInterval is how often Call asks the ledger for a result it may have missed.
+const resultCheckInterval = 2 * time.Second
 
 func retryable(err error) bool {
 	var e *messages.Error

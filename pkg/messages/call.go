@@ -202,13 +202,11 @@ type CallEvent struct {
 	Attempt int       `json:"attempt,omitempty"`
 	Worker  string    `json:"worker,omitempty"`
 	// Request is set on queued events: the call as submitted.
-	Request *CallRequest `json:"request,omitempty"`
-	// CallSeq is set on queued events: the call message's sequence in the calls stream.
-	CallSeq  uint64      `json:"call_seq,omitempty"`
-	Progress *Progress   `json:"progress,omitempty"`
-	Log      *LogEntry   `json:"log,omitempty"`
-	Cancel   *CancelInfo `json:"cancel,omitempty"`
-	Result   *CallResult `json:"result,omitempty"`
+	Request  *CallRequest `json:"request,omitempty"`
+	Progress *Progress    `json:"progress,omitempty"`
+	Log      *LogEntry    `json:"log,omitempty"`
+	Cancel   *CancelInfo  `json:"cancel,omitempty"`
+	Result   *CallResult  `json:"result,omitempty"`
 }
 
 // Progress of a running call: Progress of Total units (Total 0 when

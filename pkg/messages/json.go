@@ -142,7 +142,7 @@ func jsonToMsgpack(dec *json.Decoder, enc *msgpack.Encoder, depth int) error {
 	case string:
 		return enc.EncodeString(v)
 	case json.Number:
-		if i, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+		if i, err := strconv.ParseInt(string(v), 10, 64); err == nil && v != "-0" {
 			return enc.EncodeInt(i)
 		}
 		if u, err := strconv.ParseUint(string(v), 10, 64); err == nil {

@@ -13,6 +13,10 @@ import (
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
+// errSuperseded ends a tool's context when the call turns out to have a
+// result already, e.g. because it was cancelled while queued.
+var errSuperseded = errors.New("the call already has a result")
+
 // writeTimeout bounds each write to the ledger.
 const writeTimeout = 10 * time.Second
 
@@ -78,15 +82,11 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 	w.mu.Unlock()
 	defer w.untrack(req.CallID)
 
-	startCtx, startCancel := context.WithTimeout(ctx, writeTimeout)
-	err = w.ledger.Start(startCtx, &messages.CallEvent{CallID: req.CallID, Time: now, Attempt: attempt, Worker: w.cfg.ID})
-	startCancel()
-	switch {
-	case errors.Is(err, ledger.ErrFinished):
-		// Cancelled while queued, or finished by an earlier attempt whose acknowledgement was lost.
-		_ = msg.Term()
-		return
-	case err != nil:
+	// The start is stored while the tool already runs: the result write
+	// is conditional anyway, and a start refused because the call already
+	// has a result (it was cancelled while queued) stops the tool at once.
+	started, err := w.ledger.Start(&messages.CallEvent{CallID: req.CallID, Time: now, Attempt: attempt, Worker: w.cfg.ID})
+	if err != nil {
 		log.Warn("could not record the start; handing the call back", "error", err)
 		_ = msg.NakWithDelay(retryDelay)
 		return
@@ -122,20 +122,38 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 	}()
 
 	var out outcome
-	select {
-	case out = <-done:
-	case <-ctx.Done():
-		// The tool may ignore its context; its result is decided now.
-		reporter.close()
-		res, retry := w.interrupted(base, ctx)
-		if retry {
-			_ = msg.Nak()
-		} else {
-			w.finish(msg, log, res)
+wait:
+	for {
+		select {
+		case out = <-done:
+			break wait
+		case err := <-started:
+			started = nil
+			if errors.Is(err, ledger.ErrFinished) {
+				// Nothing of this attempt will count; stop the tool.
+				cancel(errSuperseded)
+				reporter.close()
+				_ = msg.Term()
+				w.untrack(req.CallID)
+				w.awaitStraggler(done, log)
+				return
+			}
+			if err != nil {
+				log.Warn("start of the call not recorded", "error", err)
+			}
+		case <-ctx.Done():
+			// The tool may ignore its context; its result is decided now.
+			reporter.close()
+			res, retry := w.interrupted(base, ctx)
+			if retry {
+				_ = msg.Nak()
+			} else {
+				w.finish(msg, log, res)
+			}
+			w.untrack(req.CallID)
+			w.awaitStraggler(done, log)
+			return
 		}
-		w.untrack(req.CallID)
-		w.awaitStraggler(done, log)
-		return
 	}
 	reporter.close()
 	finished := time.Now().UTC()

@@ -156,7 +156,7 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.AckWait < 3*time.Millisecond {
 		return nil, fmt.Errorf("worker: AckWait %v is too short", cfg.AckWait)
 	}
-	js, err := jetstream.New(cfg.Conn)
+	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}

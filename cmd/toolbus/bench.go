@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// benchReport is the last line the bench prints.
+type benchReport struct {
+	Calls                 int     `json:"calls"`
+	Concurrency           int     `json:"concurrency"`
+	BaselineSeqP50US      float64 `json:"baseline_seq_p50_us"`
+	ToolbusSeqP50US       float64 `json:"toolbus_seq_p50_us"`
+	BaselineSeqP99US      float64 `json:"baseline_seq_p99_us"`
+	ToolbusSeqP99US       float64 `json:"toolbus_seq_p99_us"`
+	BaselineC64CallsPerS  float64 `json:"baseline_c64_calls_per_s"`
+	ToolbusC64CallsPerS   float64 `json:"toolbus_c64_calls_per_s"`
+	SeqP50Ratio           float64 `json:"seq_p50_ratio"`
+	ThroughputRatio       float64 `json:"throughput_ratio"`
+	ToolbusJetStreamWrite int     `json:"toolbus_jetstream_writes_per_call"`
+}
+
+func runBench(ctx context.Context, g globals, args []string) error {
+	fs := newFlags("bench")
+	calls := fs.Int("calls", 2000, "calls per measurement")
+	concurrency := fs.Int("concurrency", 64, "concurrent callers in the throughput measurement")
+	slots := fs.Int("slots", 64, "worker slots")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return exitError(2)
+	}
+	dir, err := os.MkdirTemp("", "toolbus-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := natsserver.Start(natsserver.Config{DataDir: dir})
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	connect := func() (*nats.Conn, error) { return nats.Connect(srv.URL()) }
+
+	base, err := newBaseline(ctx, connect, *slots)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	defer base.close()
+	tb, err := newToolbusBench(ctx, connect, *slots)
+	if err != nil {
+		return fmt.Errorf("toolbus: %w", err)
+	}
+	defer tb.close()
+
+	// Warm both paths before measuring.
+	if _, err := sequential(ctx, 200, base.call); err != nil {
+		return err
+	}
+	if _, err := sequential(ctx, 200, tb.call); err != nil {
+		return err
+	}
+	r := benchReport{Calls: *calls, Concurrency: *concurrency, ToolbusJetStreamWrite: 4}
+	fmt.Fprintf(os.Stderr, "sequential, %d calls each\n", *calls)
+	bl, err := sequential(ctx, *calls, base.call)
+	if err != nil {
+		return err
+	}
+	tl, err := sequential(ctx, *calls, tb.call)
+	if err != nil {
+		return err
+	}
+	r.BaselineSeqP50US, r.BaselineSeqP99US = percentileUS(bl, 50), percentileUS(bl, 99)
+	r.ToolbusSeqP50US, r.ToolbusSeqP99US = percentileUS(tl, 50), percentileUS(tl, 99)
+	fmt.Fprintf(os.Stderr, "  baseline p50 %.0fµs p99 %.0fµs\n  toolbus  p50 %.0fµs p99 %.0fµs\n", r.BaselineSeqP50US, r.BaselineSeqP99US, r.ToolbusSeqP50US, r.ToolbusSeqP99US)
+	fmt.Fprintf(os.Stderr, "concurrent, %d callers, %d calls each run\n", *concurrency, *calls)
+	if r.BaselineC64CallsPerS, err = concurrent(ctx, *calls, *concurrency, base.call); err != nil {
+		return err
+	}
+	if r.ToolbusC64CallsPerS, err = concurrent(ctx, *calls, *concurrency, tb.call); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "  baseline %.0f calls/s\n  toolbus  %.0f calls/s\n", r.BaselineC64CallsPerS, r.ToolbusC64CallsPerS)
+	r.SeqP50Ratio = r.ToolbusSeqP50US / r.BaselineSeqP50US
+	r.ThroughputRatio = r.ToolbusC64CallsPerS / r.BaselineC64CallsPerS
+	out, _ := json.Marshal(r)
+	fmt.Println(string(out))
+	return nil
+}
+
+func sequential(ctx context.Context, n int, call func(context.Context) error) ([]time.Duration, error) {
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		if err := call(ctx); err != nil {
+			return nil, err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	return lat, nil
+}
+
+func concurrent(ctx context.Context, n, workers int, call func(context.Context) error) (float64, error) {
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				if err := call(ctx); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func percentileUS(d []time.Duration, p int) float64 {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return float64(s[i].Microseconds())
+}
+
+// baseline is the call path written directly on nats.go: publish with a
+// message ID to a work-queue stream, a consumer that publishes the result
+// to a stream and acknowledges, and the caller receiving the result.
+type baseline struct {
+	caller, worker *nats.Conn
+	js             jetstream.JetStream
+	cc             jetstream.ConsumeContext
+}
+
+func newBaseline(ctx context.Context, connect func() (*nats.Conn, error), slots int) (*baseline, error) {
+	b := &baseline{}
+	var err error
+	if b.caller, err = connect(); err != nil {
+		return nil, err
+	}
+	if b.worker, err = connect(); err != nil {
+		return nil, err
+	}
+	if b.js, err = jetstream.New(b.caller); err != nil {
+		return nil, err
+	}
+	if _, err := b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BASELINE_CALLS", Subjects: []string{"baseline.call.>"}, Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute}); err != nil {
+		return nil, err
+	}
+	if _, err := b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BASELINE_RESULTS", Subjects: []string{"baseline.result.>"}}); err != nil {
+		return nil, err
+	}
+	wjs, err := jetstream.New(b.worker)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := wjs.CreateOrUpdateConsumer(ctx, "BASELINE_CALLS", jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1024})
+	if err != nil {
+		return nil, err
+	}
+	// Each message is handled in its own goroutine, as many at once as
+	// the toolbus worker has slots, so the baseline is not held back by a
+	// serial callback.
+	sem := make(chan struct{}, slots)
+	b.cc, err = cons.Consume(func(msg jetstream.Msg) {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			id := msg.Headers().Get(jetstream.MsgIDHeader)
+			if _, err := wjs.Publish(context.Background(), "baseline.result."+id, msg.Data()); err != nil {
+				_ = msg.Nak()
+				return
+			}
+			_ = msg.Ack()
+		}()
+	})
+	return b, err
+}
+
+func (b *baseline) call(ctx context.Context) error {
+	id := nuid.Next()
+	sub, err := b.caller.SubscribeSync("baseline.result." + id)
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	if _, err := b.js.Publish(ctx, "baseline.call.noop", []byte(`{"text":"x"}`), jetstream.WithMsgID(id)); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = sub.NextMsgWithContext(cctx)
+	return err
+}
+
+func (b *baseline) close() {
+	b.cc.Stop()
+	b.caller.Close()
+	b.worker.Close()
+}
+
+// toolbusBench is the full Toolbus call path with a no-op tool.
+type toolbusBench struct {
+	conns  []*nats.Conn
+	coord  *coordinator.Coordinator
+	worker *worker.Worker
+	client *client.Client
+}
+
+type noopArgs struct {
+	Text string `json:"text"`
+}
+
+func newToolbusBench(ctx context.Context, connect func() (*nats.Conn, error), slots int) (*toolbusBench, error) {
+	tb := &toolbusBench{}
+	conn := func() *nats.Conn {
+		nc, err := connect()
+		if err != nil {
+			return nil
+		}
+		tb.conns = append(tb.conns, nc)
+		return nc
+	}
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	var err error
+	if tb.coord, err = coordinator.New(coordinator.Config{Conn: conn(), Logger: quiet}); err != nil {
+		return nil, err
+	}
+	if err := tb.coord.Start(ctx); err != nil {
+		return nil, err
+	}
+	if tb.worker, err = worker.New(worker.Config{Conn: conn(), Logger: quiet}); err != nil {
+		return nil, err
+	}
+	noop := worker.Func("noop", "Does nothing.", func(ctx context.Context, in noopArgs) (string, error) { return in.Text, nil })
+	if err := tb.worker.Serve(worker.Namespace{Name: "bench", Tools: []worker.Tool{noop}, Slots: slots}); err != nil {
+		return nil, err
+	}
+	if err := tb.worker.Start(ctx); err != nil {
+		return nil, err
+	}
+	if tb.client, err = client.New(conn(), client.Options{Agent: "bench"}); err != nil {
+		return nil, err
+	}
+	return tb, nil
+}
+
+var benchArgs = messages.JSON(`{"text":"x"}`)
+
+func (tb *toolbusBench) call(ctx context.Context) error {
+	res, err := tb.client.Call(ctx, "bench-noop", benchArgs)
+	if err != nil {
+		return err
+	}
+	if res.IsError {
+		return fmt.Errorf("bench call failed: %v", res.Error)
+	}
+	return nil
+}
+
+func (tb *toolbusBench) close() {
+	_ = tb.worker.Stop(context.Background())
+	_ = tb.coord.Stop(context.Background())
+	for _, nc := range tb.conns {
+		nc.Close()
+	}
+}

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+func runTools(ctx context.Context, g globals, args []string) error {
+	fs := newFlags("tools")
+	ns := fs.String("namespace", "", "only this namespace")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return exitError(2)
+	}
+	nc, c, err := g.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	reply, err := c.ListTools(ctx, messages.ListToolsRequest{Namespace: *ns})
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return printJSON(reply)
+	}
+	for _, t := range reply.Tools {
+		state := ""
+		if !t.Available {
+			state = "  [unavailable: no live worker]"
+		}
+		if t.Disabled {
+			state = "  [disabled: " + t.Reason + "]"
+		}
+		fmt.Printf("%-32s %s%s\n", t.Name, firstLine(t.Description), state)
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func runCall(ctx context.Context, g globals, args []string) error {
+	fs := newFlags("call")
+	watch := fs.Bool("watch", false, "show progress while the call runs; Ctrl-C cancels it")
+	timeout := fs.Duration("timeout", 0, "deadline of the call")
+	turn := fs.String("turn", "", "agent turn the call belongs to")
+	key := fs.String("idempotency-key", "", "submitting the same key again returns the same call")
+	detach := fs.Bool("detach", false, "print the call ID and return without waiting")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return exitError(2)
+	}
+	if len(pos) < 1 || len(pos) > 2 {
+		fmt.Fprintln(os.Stderr, "usage: toolbus call [--watch] [--timeout D] [--turn T] TOOL [JSON-ARGS]")
+		return exitError(2)
+	}
+	var rawArgs messages.JSON
+	if len(pos) == 2 {
+		if !json.Valid([]byte(pos[1])) {
+			return fmt.Errorf("arguments are not valid JSON: %s", pos[1])
+		}
+		rawArgs = messages.JSON(pos[1])
+	}
+	nc, c, err := g.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	req := messages.SubmitRequest{Tool: pos[0], Arguments: rawArgs, Turn: *turn, IdempotencyKey: *key, TimeoutMS: timeout.Milliseconds()}
+	if !*watch && !*detach {
+		req.Wait = true
+	}
+	reply, err := c.Submit(ctx, req)
+	if err != nil {
+		return err
+	}
+	if *detach {
+		fmt.Println(reply.CallID)
+		return nil
+	}
+	res := reply.Result
+	if res == nil {
+		if *watch {
+			res, err = watchCall(ctx, c, reply.CallID, true)
+		} else {
+			res, err = c.Wait(ctx, reply.CallID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return printResult(g, res)
+}
+
+// watchCall draws the call's progress until its result. The first Ctrl-C
+// cancels the call and keeps watching for the cancelled result.
+func watchCall(ctx context.Context, c *client.Client, callID string, cancelOnInterrupt bool) (*messages.CallResult, error) {
+	fmt.Fprintf(os.Stderr, "call %s\n", callID)
+	watchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	if cancelOnInterrupt {
+		go func() {
+			select {
+			case <-ctx.Done():
+				fmt.Fprintln(os.Stderr, "\ncancelling…")
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if _, err := c.Cancel(cctx, callID, "interrupted from the command line"); err != nil {
+					fmt.Fprintln(os.Stderr, "cancel failed:", err)
+					stop()
+				}
+			case <-watchCtx.Done():
+			}
+		}()
+	}
+	bar := progressbar.NewOptions64(-1,
+		progressbar.OptionSetWriter(os.Stderr),
+		progressbar.OptionSetDescription("queued"),
+		progressbar.OptionShowElapsedTimeOnFinish(),
+		progressbar.OptionSetPredictTime(false),
+		progressbar.OptionThrottle(50*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+	)
+	defer bar.Exit()
+	const scale = 1000
+	for ev, err := range c.Watch(watchCtx, callID) {
+		if err != nil {
+			return nil, err
+		}
+		switch ev.Kind {
+		case messages.EventStarted:
+			bar.Describe(fmt.Sprintf("running on %s (attempt %d)", ev.Worker, ev.Attempt))
+		case messages.EventProgress:
+			p := ev.Progress
+			if f := p.Fraction(); f >= 0 {
+				if bar.GetMax64() != scale {
+					bar.ChangeMax64(scale)
+				}
+				_ = bar.Set64(int64(f * scale))
+			} else {
+				_ = bar.Add(1)
+			}
+			if p.Message != "" {
+				bar.Describe(p.Message)
+			}
+		case messages.EventLog:
+			fmt.Fprintf(os.Stderr, "\n[%s] %s\n", ev.Log.Level, ev.Log.Message)
+		case messages.EventCancel:
+			bar.Describe("cancelling")
+		case messages.EventResult:
+			_ = bar.Finish()
+			return ev.Result, nil
+		}
+	}
+	return nil, errors.New("watch ended without a result")
+}
+
+func printResult(g globals, res *messages.CallResult) error {
+	if g.json {
+		if err := printJSON(res); err != nil {
+			return err
+		}
+	} else {
+		writeContent(os.Stdout, res)
+	}
+	if res.IsError {
+		return exitError(1)
+	}
+	return nil
+}
+
+func writeContent(w io.Writer, res *messages.CallResult) {
+	if res.IsError {
+		fmt.Fprintf(w, "%s", res.Status)
+		if res.Error != nil {
+			fmt.Fprintf(w, " (%s)", res.Error.Code)
+		}
+		fmt.Fprintln(w, ":")
+	}
+	for _, b := range res.Content {
+		switch b.Type {
+		case messages.ContentText:
+			fmt.Fprintln(w, b.Text)
+		case messages.ContentJSON:
+			var v any
+			if json.Unmarshal(b.JSON, &v) == nil {
+				out, _ := json.MarshalIndent(v, "", "  ")
+				fmt.Fprintln(w, string(out))
+			} else {
+				fmt.Fprintln(w, string(b.JSON))
+			}
+		default:
+			fmt.Fprintf(w, "[%s %s, %d bytes %s]\n", b.Type, b.MIMEType, len(b.Data), b.URI)
+		}
+	}
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func runCalls(ctx context.Context, g globals, args []string) error {
+	fs := newFlags("calls")
+	reason := fs.String("reason", "", "reason given for a cancel")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return exitError(2)
+	}
+	if len(pos) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: toolbus calls get|watch|cancel CALL-ID")
+		return exitError(2)
+	}
+	nc, c, err := g.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	id := pos[1]
+	switch pos[0] {
+	case "get":
+		info, err := c.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if g.json {
+			return printJSON(info)
+		}
+		printCallInfo(info)
+		return nil
+	case "watch":
+		res, err := watchCall(ctx, c, id, false)
+		if err != nil {
+			return err
+		}
+		return printResult(g, res)
+	case "cancel":
+		reply, err := c.Cancel(ctx, id, *reason)
+		if err != nil {
+			return err
+		}
+		if g.json {
+			return printJSON(reply)
+		}
+		fmt.Printf("%s: %s\n", id, reply.Outcome)
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "toolbus calls: unknown action %q (get, watch or cancel)\n", pos[0])
+	return exitError(2)
+}
+
+func printCallInfo(info *messages.CallInfo) {
+	fmt.Printf("call     %s\ntool     %s\nstate    %s\n", info.CallID, info.Tool, info.State)
+	if info.Turn != "" {
+		fmt.Printf("turn     %s\n", info.Turn)
+	}
+	if info.Attempt > 0 {
+		fmt.Printf("attempt  %d on %s\n", info.Attempt, info.Worker)
+	}
+	if p := info.Progress; p != nil {
+		fmt.Printf("progress %g/%g %s\n", p.Progress, p.Total, p.Message)
+	}
+	if info.Result != nil {
+		fmt.Println("result:")
+		writeContent(os.Stdout, info.Result)
+	}
+}
+
+func runTurns(ctx context.Context, g globals, args []string) error {
+	if len(args) != 2 || args[0] != "get" {
+		fmt.Fprintln(os.Stderr, "usage: toolbus turns get TURN-ID")
+		return exitError(2)
+	}
+	nc, c, err := g.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	turn, err := c.Turn(ctx, args[1])
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return printJSON(turn)
+	}
+	for _, call := range turn.Calls {
+		fmt.Printf("%s  %-28s %s\n", call.CallID, call.Tool, call.State)
+	}
+	return nil
+}

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/devstack"
+)
+
+func runDev(ctx context.Context, g globals, args []string) error {
+	fs := newFlags("dev")
+	dataDir := fs.String("data", "./data", "directory for JetStream's files")
+	port := fs.Int("port", 4222, "NATS port; 0 picks a free one")
+	host := fs.String("host", "127.0.0.1", "address to listen on")
+	verbose := fs.Bool("v", false, "log at debug level")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return exitError(2)
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, Logger: log})
+	if err != nil {
+		return fmt.Errorf("start: %w (if the port is taken, try --port 0)", err)
+	}
+	url := stack.URL()
+	fmt.Printf("Toolbus is running.\n")
+	fmt.Printf("NATS URL: %s\n", url)
+	fmt.Printf("Try, in another terminal:\n")
+	fmt.Printf("  go run ./cmd/toolbus --server %s tools\n", url)
+	fmt.Printf("  go run ./cmd/toolbus --server %s call demo-word_count '{\"text\":\"hello tool bus\"}'\n", url)
+	fmt.Printf("  go run ./cmd/toolbus --server %s call --watch demo-sleep '{\"seconds\":5}'\n", url)
+	fmt.Printf("Press Ctrl-C to stop.\n")
+	<-ctx.Done()
+	fmt.Println("stopping")
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return stack.Stop(stopCtx)
+}

@@ -1,0 +1,149 @@
+// Command toolbus is Toolbus's command-line client and its all-in-one mode.
+//
+//	toolbus dev                        run NATS, a coordinator and a demo worker in one process
+//	toolbus tools                      list the catalog
+//	toolbus call TOOL [JSON] [--watch] call a tool and print its result
+//	toolbus calls get|watch|cancel ID  follow one call
+//	toolbus turns get ID               show an agent turn's calls
+//	toolbus bench                      measure the call path against plain JetStream
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+const usage = `toolbus — tool registry and execution plane for agent fleets
+
+Usage:
+  toolbus [global flags] <command> [flags] [arguments]
+
+Commands:
+  dev                          run an embedded NATS server, a coordinator and a demo worker
+  tools                        list the tools in the catalog
+  call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress)
+  calls get|watch|cancel ID    show, follow or cancel a call
+  turns get TURN               show the calls of an agent turn
+  bench                        measure the call path against a plain JetStream baseline
+
+Global flags:
+  --server URL   NATS server (default $TOOLBUS_URL or nats://127.0.0.1:4222)
+  --prefix P     subject prefix (default toolbus)
+  --agent NAME   agent name sent with calls
+  --json         print replies as JSON
+`
+
+type globals struct {
+	server string
+	prefix string
+	agent  string
+	json   bool
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		var ex exitError
+		if errors.As(err, &ex) {
+			os.Exit(int(ex))
+		}
+		fmt.Fprintln(os.Stderr, "toolbus:", err)
+		os.Exit(1)
+	}
+}
+
+// exitError ends the program with a status and no further message.
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func run(args []string) error {
+	g := globals{server: os.Getenv("TOOLBUS_URL"), prefix: messages.DefaultPrefix}
+	if g.server == "" {
+		g.server = nats.DefaultURL
+	}
+	fs := flag.NewFlagSet("toolbus", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	fs.StringVar(&g.server, "server", g.server, "NATS server URL")
+	fs.StringVar(&g.prefix, "prefix", g.prefix, "subject prefix")
+	fs.StringVar(&g.agent, "agent", "", "agent name")
+	fs.BoolVar(&g.json, "json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitError(2)
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fs.Usage()
+		return exitError(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, cmdArgs := rest[0], rest[1:]
+	switch cmd {
+	case "dev":
+		return runDev(ctx, g, cmdArgs)
+	case "tools":
+		return runTools(ctx, g, cmdArgs)
+	case "call":
+		return runCall(ctx, g, cmdArgs)
+	case "calls":
+		return runCalls(ctx, g, cmdArgs)
+	case "turns":
+		return runTurns(ctx, g, cmdArgs)
+	case "bench":
+		return runBench(ctx, g, cmdArgs)
+	case "help", "-h", "--help":
+		fs.Usage()
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "toolbus: unknown command %q\n\n", cmd)
+	fs.Usage()
+	return exitError(2)
+}
+
+// connect opens a connection and a client.
+func (g globals) connect() (*nats.Conn, *client.Client, error) {
+	nc, err := nats.Connect(g.server, nats.Name("toolbus-cli"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to %s: %w (is Toolbus running? start it with: go run ./cmd/toolbus dev)", g.server, err)
+	}
+	c, err := client.New(nc, client.Options{Prefix: g.prefix, Agent: g.agent})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, c, nil
+}
+
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
+	return fs
+}
+
+// parseInterleaved parses flags that may come before or after positional arguments.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}

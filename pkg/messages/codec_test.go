@@ -1,0 +1,156 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func TestRoundTripBothCodecs(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 123456789, time.UTC)
+	res := &CallResult{
+		CallID: "c1", Tool: "demo-echo", Status: StateCompleted,
+		Content:           []ContentBlock{TextBlock("hi"), ImageBlock([]byte{0, 1, 2, 255}, "image/png"), JSONBlock(JSON(`{"b":1,"a":[true,null,"x",1.5]}`))},
+		StructuredContent: JSON(`{"z":1,"a":2}`),
+		Attempt:           2, Worker: "w1", QueuedAt: now, StartedAt: now, FinishedAt: now,
+	}
+	for _, c := range []Codec{Msgpack, JSONCodec} {
+		data, err := c.Marshal(res)
+		if err != nil {
+			t.Fatalf("%v marshal: %v", c, err)
+		}
+		var got CallResult
+		if _, err := Decode(c.NewHeader(), data, &got); err != nil {
+			t.Fatalf("%v decode: %v", c, err)
+		}
+		want, _ := json.Marshal(res)
+		have, _ := json.Marshal(&got)
+		if !bytes.Equal(want, have) {
+			t.Errorf("%v round trip:\n got %s\nwant %s", c, have, want)
+		}
+	}
+}
+
+func TestMsgpackFieldNamesAreSnakeCase(t *testing.T) {
+	t.Parallel()
+	data, err := Msgpack.Marshal(&SubmitRequest{Tool: "demo-echo", IdempotencyKey: "k", TimeoutMS: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := msgpack.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"tool", "idempotency_key", "timeout_ms"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("field %q missing from %v", k, m)
+		}
+	}
+}
+
+func TestJSONValueAsNativeMsgpack(t *testing.T) {
+	t.Parallel()
+	// A client in another language sends arguments as a plain map.
+	data, err := msgpack.Marshal(map[string]any{"tool": "demo-echo", "arguments": map[string]any{"text": "hi", "n": 3, "list": []any{1.5, "x", nil, true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req SubmitRequest
+	if err := Msgpack.Unmarshal(data, &req); err != nil {
+		t.Fatal(err)
+	}
+	var args map[string]any
+	if err := json.Unmarshal(req.Arguments, &args); err != nil {
+		t.Fatalf("arguments %s: %v", req.Arguments, err)
+	}
+	if args["text"] != "hi" || args["n"] != float64(3) || len(args["list"].([]any)) != 4 {
+		t.Fatalf("arguments %v", args)
+	}
+	// And it reads what we send as a plain map, in key order.
+	out, err := Msgpack.Marshal(&SubmitRequest{Tool: "t-x", Arguments: JSON(`{"b":1,"a":{"c":[1,2]}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := msgpack.Unmarshal(out, &back); err != nil {
+		t.Fatal(err)
+	}
+	a, ok := back["arguments"].(map[string]any)
+	if !ok || a["b"] != int8(1) {
+		t.Fatalf("arguments decoded as %#v", back["arguments"])
+	}
+	var again SubmitRequest
+	if err := Msgpack.Unmarshal(out, &again); err != nil || string(again.Arguments) != `{"b":1,"a":{"c":[1,2]}}` {
+		t.Fatalf("key order lost: %s %v", again.Arguments, err)
+	}
+}
+
+func TestDecodeRejectsMalformed(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		h    Header
+		data []byte
+		code ErrorCode
+	}{
+		{"truncated msgpack", Msgpack.NewHeader(), []byte{0x82, 0xa4, 't'}, CodeMalformed},
+		{"trailing msgpack", Msgpack.NewHeader(), append(mustMsgpack(t, map[string]any{"tool": "a-b"}), 0xc0), CodeMalformed},
+		{"json garbage", JSONCodec.NewHeader(), []byte(`{"tool":`), CodeMalformed},
+		{"json trailing", JSONCodec.NewHeader(), []byte(`{"tool":"a-b"} {}`), CodeMalformed},
+		{"json wrong type", JSONCodec.NewHeader(), []byte(`{"tool":5}`), CodeMalformed},
+		{"unknown content type", Header{HeaderContentType: {"text/plain"}}, []byte(`x`), CodeBadRequest},
+		{"future version", Header{HeaderVersion: {"2"}}, []byte{0x80}, CodeUnsupportedVersion},
+	}
+	for _, tc := range cases {
+		var req SubmitRequest
+		_, err := Decode(tc.h, tc.data, &req)
+		if err == nil {
+			t.Errorf("%s: decoded without error", tc.name)
+			continue
+		}
+		if CodeOf(err) != tc.code {
+			t.Errorf("%s: code %s (%v), want %s", tc.name, CodeOf(err), err, tc.code)
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Message == "" {
+			t.Errorf("%s: error without a message: %v", tc.name, err)
+		}
+	}
+}
+
+func TestErrorsMatchByCode(t *testing.T) {
+	t.Parallel()
+	err := Errorf(CodeToolNotFound, "no tool x")
+	if !errors.Is(err, ErrToolNotFound) || errors.Is(err, ErrCallNotFound) {
+		t.Fatal("errors.Is does not match by code")
+	}
+	if CodeToolNotFound.Status() != 404 || CodeInvalidArguments.Status() != 422 || CodePayloadTooLarge.Status() != 413 {
+		t.Fatal("status mapping changed")
+	}
+}
+
+func TestProgressFraction(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		p    Progress
+		want float64
+	}{{Progress{3, 4, ""}, 0.75}, {Progress{5, 0, ""}, -1}, {Progress{9, 4, ""}, 1}, {Progress{-1, 4, ""}, 0}} {
+		if got := tc.p.Fraction(); got != tc.want {
+			t.Errorf("%+v.Fraction() = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+}
+
+func mustMsgpack(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,112 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func fuzzDecoder[T any](f *testing.F, seeds ...any) {
+	for _, s := range seeds {
+		if b, err := Msgpack.Marshal(s); err == nil {
+			f.Add(b, false)
+		}
+		if b, err := json.Marshal(s); err == nil {
+			f.Add(b, true)
+		}
+	}
+	f.Add([]byte{0xdf, 0xff, 0xff, 0xff, 0xff}, false)
+	f.Add([]byte{0xdd, 0x7f, 0xff, 0xff, 0xff, 0x00}, false)
+	f.Fuzz(func(t *testing.T, data []byte, asJSON bool) {
+		c := Msgpack
+		if asJSON {
+			c = JSONCodec
+		}
+		var v T
+		if err := c.Unmarshal(data, &v); err != nil {
+			if CodeOf(err) != CodeMalformed {
+				t.Fatalf("error without code malformed: %v", err)
+			}
+			return
+		}
+		// Whatever decodes must encode again in both codecs.
+		if _, err := Msgpack.Marshal(&v); err != nil {
+			t.Fatalf("decoded value does not encode as MessagePack: %v", err)
+		}
+		if _, err := JSONCodec.Marshal(&v); err != nil {
+			t.Fatalf("decoded value does not encode as JSON: %v", err)
+		}
+	})
+}
+
+func FuzzDecodeSubmitRequest(f *testing.F) {
+	fuzzDecoder[SubmitRequest](f, &SubmitRequest{Tool: "demo-echo", Arguments: JSON(`{"text":"hi","n":[1,2.5,{"x":null}]}`), Wait: true})
+}
+
+func FuzzDecodeCallRequest(f *testing.F) {
+	fuzzDecoder[CallRequest](f, &CallRequest{CallID: "c", Tool: "a-b", Namespace: "a", Method: "b", Arguments: JSON(`{}`)})
+}
+
+func FuzzDecodeCallEvent(f *testing.F) {
+	fuzzDecoder[CallEvent](f,
+		&CallEvent{CallID: "c", Kind: EventProgress, Progress: &Progress{Progress: 1, Total: 2, Message: "m"}},
+		&CallEvent{CallID: "c", Kind: EventResult, Result: &CallResult{Content: []ContentBlock{ImageBlock([]byte{1}, "image/png")}}})
+}
+
+func FuzzDecodeToolDefinition(f *testing.F) {
+	fuzzDecoder[ToolDefinition](f, &ToolDefinition{Name: "a-b", InputSchema: JSON(`{"type":"object","properties":{"x":{"type":"string"}}}`)})
+}
+
+func FuzzDecodeSmallRequests(f *testing.F) {
+	fuzzDecoder[CancelRequest](f, &CancelRequest{CallID: "c", Reason: "r"})
+}
+
+// FuzzJSONBridge checks that any JSON value survives the trip through MessagePack.
+func FuzzJSONBridge(f *testing.F) {
+	for _, s := range []string{`{}`, `[]`, `{"a":[1,-2,3.5e10,"x",null,true,false,{"b":{}}]}`, `18446744073709551615`, `-9223372036854775808`, `"\u00e9\ud83d\ude00"`, `1e400`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) {
+			return
+		}
+		packed, err := msgpack.Marshal(JSON(data))
+		if err != nil {
+			return // numbers beyond float64, or nesting beyond the limit
+		}
+		var back JSON
+		if err := msgpack.Unmarshal(packed, &back); err != nil {
+			t.Fatalf("MessagePack of %s does not decode: %v", data, err)
+		}
+		var want, got any
+		if err := json.Unmarshal(data, &want); err != nil {
+			return
+		}
+		if err := json.Unmarshal(back, &got); err != nil {
+			t.Fatalf("bridge produced invalid JSON %s from %s", back, data)
+		}
+		w, _ := json.Marshal(want)
+		g, _ := json.Marshal(got)
+		if !bytes.Equal(w, g) {
+			t.Fatalf("value changed: %s -> %s", w, g)
+		}
+	})
+}
+
+// FuzzMsgpackToJSON checks that any MessagePack value either converts to valid JSON or is refused.
+func FuzzMsgpackToJSON(f *testing.F) {
+	f.Add([]byte{0x81, 0xa1, 'a', 0x01})
+	f.Add([]byte{0xc4, 0x02, 0x00, 0xff})
+	f.Add([]byte{0xd6, 0xff, 0, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var j JSON
+		if err := msgpack.Unmarshal(data, &j); err != nil {
+			return
+		}
+		if len(j) > 0 && !json.Valid(j) {
+			t.Fatalf("invalid JSON %q from %x", j, data)
+		}
+	})
+}

@@ -1,0 +1,99 @@
+package messages
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseToolName(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in      string
+		ns, m   string
+		wantErr bool
+	}{
+		{in: "demo-echo", ns: "demo", m: "echo"},
+		{in: "demo:echo", ns: "demo", m: "echo"},
+		{in: "demo/echo", ns: "demo", m: "echo"},
+		{in: "demo.echo", ns: "demo", m: "echo"},
+		{in: "system/os:getenv", ns: "system_os", m: "getenv"},
+		{in: "a/b/c", ns: "a_b", m: "c"},
+		{in: "analyst-Save-Decision", ns: "analyst", m: "Save-Decision"},
+		{in: "analyst:Save-Decision", ns: "analyst", m: "Save-Decision"},
+		{in: "echo", wantErr: true},
+		{in: "demo-", wantErr: true},
+		{in: "-echo", wantErr: true},
+		{in: "demo-ec ho", wantErr: true},
+		{in: "demo-ec*ho", wantErr: true},
+		{in: "demo-ec>ho", wantErr: true},
+		{in: "de*mo-echo", wantErr: true},
+		{in: "demo:echo.x", wantErr: true},
+		{in: "demo-" + strings.Repeat("x", 60), wantErr: true},
+	}
+	for _, tc := range cases {
+		got, err := ParseToolName(tc.in)
+		if tc.wantErr {
+			if err == nil {
+				t.Errorf("ParseToolName(%q) = %v, want an error", tc.in, got)
+			} else if !errors.Is(err, ErrInvalidName) || CodeOf(err) != CodeInvalidName {
+				t.Errorf("ParseToolName(%q) error %v does not carry code invalid_name", tc.in, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseToolName(%q): %v", tc.in, err)
+			continue
+		}
+		if got.Namespace != tc.ns || got.Method != tc.m {
+			t.Errorf("ParseToolName(%q) = %q/%q, want %q/%q", tc.in, got.Namespace, got.Method, tc.ns, tc.m)
+		}
+		if again, err := ParseToolName(got.String()); err != nil || again != got {
+			t.Errorf("canonical form %q does not parse back: %v %v", got.String(), again, err)
+		}
+	}
+}
+
+func TestSubjectsRejectUnsafeTokens(t *testing.T) {
+	t.Parallel()
+	n := MustNames("")
+	if _, err := n.CallSubject(ToolName{Namespace: "demo", Method: "a.b"}); err == nil {
+		t.Error("a method with a dot made a subject")
+	}
+	if _, err := n.CallSubject(ToolName{Namespace: "de*", Method: "x"}); err == nil {
+		t.Error("a namespace with a wildcard made a subject")
+	}
+	if _, err := n.EventSubject("abc.def", EventResult); err == nil {
+		t.Error("a call ID with a dot made a subject")
+	}
+	if _, err := n.EventSubject("abc", EventKind("bogus")); err == nil {
+		t.Error("an unknown event kind made a subject")
+	}
+	if _, err := NewNames("Tool.bus"); err == nil {
+		t.Error("a prefix with a dot was accepted")
+	}
+	got, err := n.CallSubject(ToolName{Namespace: "demo", Method: "word_count"})
+	if err != nil || got != "toolbus.call.demo.word_count" {
+		t.Errorf("CallSubject = %q, %v", got, err)
+	}
+	if got, _ := n.EventSubject("c1", EventProgress); got != "toolbus.events.c1.progress" {
+		t.Errorf("EventSubject = %q", got)
+	}
+	if n.CallsStream() != "TOOLBUS_CALLS" || n.EventsStream() != "TOOLBUS_EVENTS" {
+		t.Errorf("streams %s %s", n.CallsStream(), n.EventsStream())
+	}
+}
+
+func TestIdempotentCallID(t *testing.T) {
+	t.Parallel()
+	a := IdempotentCallID("agent", "k1")
+	if a != IdempotentCallID("agent", "k1") {
+		t.Fatal("not deterministic")
+	}
+	if a == IdempotentCallID("agent2", "k1") || a == IdempotentCallID("agent", "k2") {
+		t.Fatal("different agents or keys share an ID")
+	}
+	if err := ValidateID("call ID", a); err != nil {
+		t.Fatal(err)
+	}
+}

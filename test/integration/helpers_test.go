@@ -1,0 +1,97 @@
+package integration
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// counter is a tool that counts its executions, for tests that must see
+// a call run exactly once.
+type counter struct {
+	mu    sync.Mutex
+	calls map[string]int
+	total atomic.Int64
+}
+
+type countArgs struct {
+	Label string `json:"label"`
+}
+
+func newCounter() *counter { return &counter{calls: map[string]int{}} }
+
+func (c *counter) tool() worker.Tool {
+	return worker.Func("count", "Counts its calls.", func(ctx context.Context, in countArgs) (string, error) {
+		c.mu.Lock()
+		c.calls[worker.CallFrom(ctx).ID]++
+		c.mu.Unlock()
+		c.total.Add(1)
+		return in.Label, nil
+	})
+}
+
+func (c *counter) runs(callID string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[callID]
+}
+
+// gate is a tool that blocks until released, so tests can hold calls in a known state.
+type gate struct {
+	started chan string
+	release chan struct{}
+}
+
+func newGate() *gate { return &gate{started: make(chan string, 100), release: make(chan struct{})} }
+
+func (g *gate) tool() worker.Tool {
+	return worker.Func("gate", "Waits until released.", func(ctx context.Context, in struct{}) (string, error) {
+		g.started <- worker.CallFrom(ctx).ID
+		select {
+		case <-g.release:
+			return "released", nil
+		case <-ctx.Done():
+			return "", context.Cause(ctx)
+		}
+	})
+}
+
+// streamLastSeq returns a stream's last sequence, to check that nothing was published.
+func streamLastSeq(t *testing.T, url, stream string) uint64 {
+	t.Helper()
+	js, err := jetstream.New(testenv.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(testenv.Context(t), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(testenv.Context(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+var names = messages.MustNames("")
+
+// receive waits for a value or fails the test after a generous bound.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}

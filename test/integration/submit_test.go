@@ -1,0 +1,351 @@
+package integration
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// TestPlainNATSClient follows docs/protocol.md with nothing but a NATS
+// client and JSON bytes, as a Python or JavaScript program would.
+func TestPlainNATSClient(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	nc := testenv.Connect(t, srv.URL())
+	ctx := testenv.Context(t)
+
+	request := func(subject, body string) (*nats.Msg, map[string]any) {
+		t.Helper()
+		msg := nats.NewMsg(subject)
+		msg.Header.Set("Content-Type", "application/json")
+		msg.Data = []byte(body)
+		reply, err := nc.RequestMsgWithContext(ctx, msg)
+		if err != nil {
+			t.Fatalf("request %s: %v", subject, err)
+		}
+		var out map[string]any
+		if err := json.Unmarshal(reply.Data, &out); err != nil {
+			t.Fatalf("reply to %s is not JSON: %q", subject, reply.Data)
+		}
+		return reply, out
+	}
+
+	reply, out := request("toolbus.api.tools.list", `{}`)
+	if reply.Header.Get("Content-Type") != "application/json" || reply.Header.Get("Toolbus-Version") != "1" {
+		t.Fatalf("reply headers %v", reply.Header)
+	}
+	if tools, _ := out["tools"].([]any); len(tools) != len(demo.Tools()) {
+		t.Fatalf("tools.list: %v", out)
+	}
+
+	_, out = request("toolbus.api.calls.submit", `{"tool":"demo-word_count","arguments":{"text":"a b c"},"wait":true}`)
+	result, _ := out["result"].(map[string]any)
+	if out["state"] != "completed" || result == nil || result["is_error"] != false {
+		t.Fatalf("submit with wait: %v", out)
+	}
+	if sc, _ := result["structured_content"].(map[string]any); sc["words"] != float64(3) {
+		t.Fatalf("structured content %v", result["structured_content"])
+	}
+
+	// Submit without waiting, then follow the call's events from JetStream.
+	_, out = request("toolbus.api.calls.submit", `{"tool":"demo-sleep","arguments":{"seconds":0.2}}`)
+	callID, _ := out["call_id"].(string)
+	if callID == "" || out["state"] != "queued" {
+		t.Fatalf("submit: %v", out)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.OrderedConsumer(ctx, "TOOLBUS_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"toolbus.events." + callID + ".*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+		if err != nil {
+			t.Fatalf("events so far %v: %v", kinds, err)
+		}
+		// Events are MessagePack: decode them as any client would.
+		var ev map[string]any
+		if err := msgpack.Unmarshal(msg.Data(), &ev); err != nil {
+			t.Fatalf("event is not MessagePack: %v", err)
+		}
+		kind, _ := ev["kind"].(string)
+		if !strings.HasSuffix(msg.Subject(), "."+kind) {
+			t.Fatalf("event kind %q on subject %s", kind, msg.Subject())
+		}
+		kinds = append(kinds, kind)
+		if kind == "result" {
+			break
+		}
+	}
+	if kinds[0] != "queued" || !contains(kinds, "started") || !contains(kinds, "progress") {
+		t.Fatalf("event kinds %v", kinds)
+	}
+
+	_, out = request("toolbus.api.calls.get", `{"call_id":"`+callID+`"}`)
+	if out["state"] != "completed" || out["tool"] != "demo-sleep" {
+		t.Fatalf("calls.get: %v", out)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestIdempotentSubmitRunsOnce(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	cnt := newCounter()
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{cnt.tool()}})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "agent1"})
+	ctx := testenv.Context(t)
+
+	req := messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(`{"label":"x"}`), IdempotencyKey: "order-42", Wait: true}
+	first, err := c.Submit(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Result == nil || first.Duplicate {
+		t.Fatalf("first submit %+v", first)
+	}
+	// The same key, with the arguments' keys in another order and spaced differently.
+	req.Arguments = messages.JSON(`{ "label" : "x" }`)
+	second, err := c.Submit(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.CallID != first.CallID || !second.Duplicate || second.Result == nil {
+		t.Fatalf("second submit %+v, first %+v", second, first)
+	}
+	if n := cnt.runs(first.CallID); n != 1 {
+		t.Fatalf("tool ran %d times", n)
+	}
+	// Another agent's identical key is another call.
+	other, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Agent: "agent2", Arguments: req.Arguments, IdempotencyKey: "order-42", Wait: true})
+	if err != nil || other.CallID == first.CallID {
+		t.Fatalf("other agent: %+v %v", other, err)
+	}
+	// Reusing the key for other arguments is refused.
+	_, err = c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(`{"label":"y"}`), IdempotencyKey: "order-42"})
+	if !errors.Is(err, messages.ErrIdempotencyConflict) {
+		t.Fatalf("conflicting reuse: %v", err)
+	}
+	if total := cnt.total.Load(); total != 2 {
+		t.Fatalf("tool ran %d times in all, want 2", total)
+	}
+}
+
+func TestWorkersShareNamespace(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	g := newGate()
+	ns := worker.Namespace{Name: "t", Tools: []worker.Tool{g.tool()}, Slots: 1}
+	w1 := testenv.Worker(t, srv.URL(), worker.Config{}, ns)
+	w2 := testenv.Worker(t, srv.URL(), worker.Config{}, ns)
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	ctx := testenv.Context(t)
+	var ids []string
+	for range 2 {
+		r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-gate"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.CallID)
+	}
+	// Each worker has one slot, so both calls run at once only if both workers took one.
+	receive(t, g.started, "first call to start")
+	receive(t, g.started, "second call to start")
+	close(g.release)
+	workers := map[string]bool{}
+	for _, id := range ids {
+		res, err := c.Wait(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		workers[res.Worker] = true
+	}
+	if !workers[w1.ID()] || !workers[w2.ID()] {
+		t.Fatalf("calls ran on %v, want both %s and %s", workers, w1.ID(), w2.ID())
+	}
+}
+
+func TestQueuedCallsWaitForAWorker(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	cnt := newCounter()
+	ns := worker.Namespace{Name: "t", Tools: []worker.Tool{cnt.tool()}, Slots: 4}
+	// The first worker registers the tool, then stops.
+	first := testenv.Worker(t, srv.URL(), worker.Config{}, ns)
+	if err := first.Stop(testenv.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	ctx := testenv.Context(t)
+	var ids []string
+	for i := range 20 {
+		r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(`{"label":"` + string(rune('a'+i)) + `"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.CallID)
+	}
+	for _, id := range ids {
+		info, err := c.Get(ctx, id)
+		if err != nil || info.State != messages.StateQueued {
+			t.Fatalf("call %s before any worker: %+v %v", id, info, err)
+		}
+	}
+	second := testenv.Worker(t, srv.URL(), worker.Config{}, ns)
+	for _, id := range ids {
+		res, err := c.Wait(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != messages.StateCompleted || res.Worker != second.ID() {
+			t.Fatalf("call %s: %+v", id, res)
+		}
+		if cnt.runs(id) != 1 {
+			t.Fatalf("call %s ran %d times", id, cnt.runs(id))
+		}
+	}
+}
+
+func TestBadInputIsRefusedAndNothingPublished(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.MaxArgumentsBytes = 1024 })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	nc := testenv.Connect(t, srv.URL())
+	ctx := testenv.Context(t)
+	callsBefore := streamLastSeq(t, srv.URL(), names.CallsStream())
+	eventsBefore := streamLastSeq(t, srv.URL(), names.EventsStream())
+
+	mp := func(v any) []byte {
+		b, err := msgpack.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cases := []struct {
+		name   string
+		ct     string
+		body   []byte
+		code   messages.ErrorCode
+		status string
+	}{
+		{"malformed msgpack", "", []byte{0x85, 0xa4, 't', 'o'}, messages.CodeMalformed, "400"},
+		{"malformed json", "application/json", []byte(`{"tool": "demo-echo",`), messages.CodeMalformed, "400"},
+		{"unknown tool", "application/json", []byte(`{"tool":"demo-nope","arguments":{}}`), messages.CodeToolNotFound, "404"},
+		{"unknown namespace", "", mp(map[string]any{"tool": "nowhere-echo"}), messages.CodeToolNotFound, "404"},
+		{"missing argument", "application/json", []byte(`{"tool":"demo-echo","arguments":{}}`), messages.CodeInvalidArguments, "422"},
+		{"wrong argument type", "", mp(map[string]any{"tool": "demo-echo", "arguments": map[string]any{"text": 5}}), messages.CodeInvalidArguments, "422"},
+		{"unexpected argument", "application/json", []byte(`{"tool":"demo-echo","arguments":{"text":"x","extra":1}}`), messages.CodeInvalidArguments, "422"},
+		{"out of range", "application/json", []byte(`{"tool":"demo-sleep","arguments":{"seconds":-1}}`), messages.CodeInvalidArguments, "422"},
+		{"oversized arguments", "application/json", []byte(`{"tool":"demo-echo","arguments":{"text":"` + strings.Repeat("x", 2000) + `"}}`), messages.CodePayloadTooLarge, "413"},
+		{"dot in tool token", "application/json", []byte(`{"tool":"demo-ec.ho"}`), messages.CodeInvalidName, "400"},
+		{"wildcard in namespace", "application/json", []byte(`{"tool":"de*-echo"}`), messages.CodeInvalidName, "400"},
+		{"full wildcard", "application/json", []byte(`{"tool":"demo->"}`), messages.CodeInvalidName, "400"},
+		{"bad agent", "application/json", []byte(`{"tool":"demo-echo","arguments":{"text":"x"},"agent":"a.b"}`), messages.CodeInvalidName, "400"},
+		{"bad turn", "application/json", []byte(`{"tool":"demo-echo","arguments":{"text":"x"},"turn":"t *"}`), messages.CodeInvalidName, "400"},
+		{"missing tool", "application/json", []byte(`{}`), messages.CodeBadRequest, "400"},
+		{"unknown content type", "text/plain", []byte(`hello`), messages.CodeBadRequest, "400"},
+	}
+	for _, tc := range cases {
+		msg := nats.NewMsg("toolbus.api.calls.submit")
+		if tc.ct != "" {
+			msg.Header.Set("Content-Type", tc.ct)
+		}
+		msg.Data = tc.body
+		reply, err := nc.RequestMsgWithContext(ctx, msg)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := reply.Header.Get("Nats-Service-Error-Code"); got != tc.status {
+			t.Errorf("%s: status %q (%s), want %s", tc.name, got, reply.Header.Get("Nats-Service-Error"), tc.status)
+		}
+		if reply.Header.Get("Nats-Service-Error") == "" {
+			t.Errorf("%s: no error description", tc.name)
+		}
+		var e messages.Error
+		if _, err := messages.Decode(messages.Header(reply.Header), reply.Data, &e); err != nil {
+			t.Errorf("%s: error body unreadable: %v", tc.name, err)
+		}
+		if e.Code != tc.code || e.Message == "" {
+			t.Errorf("%s: error %+v, want code %s", tc.name, e, tc.code)
+		}
+	}
+	if after := streamLastSeq(t, srv.URL(), names.CallsStream()); after != callsBefore {
+		t.Errorf("calls stream moved from %d to %d", callsBefore, after)
+	}
+	if after := streamLastSeq(t, srv.URL(), names.EventsStream()); after != eventsBefore {
+		t.Errorf("events stream moved from %d to %d", eventsBefore, after)
+	}
+	// The coordinator still works.
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	if res, err := c.Call(ctx, "demo-echo", map[string]string{"text": "still here"}); err != nil || res.Content[0].Text != "still here" {
+		t.Fatalf("call after bad input: %+v %v", res, err)
+	}
+}
+
+// TestSlowRequestDoesNotHoldOthers: a submit waiting for a slow tool does
+// not delay the requests that come after it.
+func TestSlowRequestDoesNotHoldOthers(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	g := newGate()
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{g.tool()}}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	ctx := testenv.Context(t)
+	slow := make(chan error, 1)
+	go func() {
+		_, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-gate", Wait: true})
+		slow <- err
+	}()
+	receive(t, g.started, "the slow call to start")
+	// The slow submit is still open; these must be answered now.
+	for range 5 {
+		if _, err := c.ListTools(ctx, messages.ListToolsRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := c.Call(ctx, "demo-echo", map[string]string{"text": "fast"}); err != nil || res.IsError {
+			t.Fatalf("%+v %v", res, err)
+		}
+	}
+	select {
+	case err := <-slow:
+		t.Fatalf("slow submit returned before its tool finished: %v", err)
+	default:
+	}
+	close(g.release)
+	if err := receive(t, slow, "the slow submit"); err != nil {
+		t.Fatal(err)
+	}
+}
