@@ -1,0 +1,176 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildMu  sync.Mutex
+	buildDir string
+	built    = map[string]string{}
+)
+
+// Binary builds a command of this module once per test process and returns
+// its path. Call CleanupBinaries from TestMain.
+func Binary(t testing.TB, pkg string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if path, ok := built[pkg]; ok {
+		return path
+	}
+	if buildDir == "" {
+		dir, err := os.MkdirTemp("", "toolbus-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		buildDir = dir
+	}
+	path := filepath.Join(buildDir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", path, pkg)
+	cmd.Dir = moduleRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", pkg, err, out)
+	}
+	built[pkg] = path
+	return path
+}
+
+// CleanupBinaries removes what Binary built.
+func CleanupBinaries() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+}
+
+func moduleRoot(t testing.TB) string {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// Process is a running command whose output lines a test can wait for.
+type Process struct {
+	Cmd   *exec.Cmd
+	lines chan string
+	done  chan struct{}
+	mu    sync.Mutex
+	log   []string
+}
+
+// Start runs a binary, collecting its standard output and error line by
+// line. The process is killed when the test ends if it still runs.
+func Start(t testing.TB, bin string, args ...string) *Process {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "GOTRACEBACK=all")
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	p := &Process{Cmd: cmd, lines: make(chan string, 4096), done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.log = append(p.log, line)
+			p.mu.Unlock()
+			select {
+			case p.lines <- line:
+			default:
+			}
+		}
+	}()
+	go func() {
+		_ = cmd.Wait()
+		pw.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("output of %s:\n%s", filepath.Base(bin), p.Output())
+		}
+	})
+	return p
+}
+
+// WaitLine waits for an output line that contains substr and returns it.
+func (p *Process) WaitLine(t testing.TB, substr string) string {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case line := <-p.lines:
+			if strings.Contains(line, substr) {
+				return line
+			}
+		case <-p.done:
+			t.Fatalf("process exited before printing %q:\n%s", substr, p.Output())
+		case <-timeout:
+			t.Fatalf("no line with %q within a minute:\n%s", substr, p.Output())
+		}
+	}
+}
+
+// Output returns everything the process printed so far.
+func (p *Process) Output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.log, "\n")
+}
+
+// Kill ends the process at once, as a crash would.
+func (p *Process) Kill() {
+	if p.Cmd.Process != nil {
+		_ = p.Cmd.Process.Signal(syscall.SIGKILL)
+	}
+}
+
+// Interrupt asks the process to stop and waits until it has.
+func (p *Process) Interrupt(t testing.TB) error {
+	t.Helper()
+	_ = p.Cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+		if code := p.Cmd.ProcessState.ExitCode(); code != 0 {
+			return fmt.Errorf("exit status %d", code)
+		}
+		return nil
+	case <-time.After(60 * time.Second):
+		t.Fatalf("process did not stop within a minute:\n%s", p.Output())
+		return nil
+	}
+}
+
+// Wait waits for the process to exit.
+func (p *Process) Wait(ctx context.Context) error {
+	select {
+	case <-p.done:
+		if code := p.Cmd.ProcessState.ExitCode(); code != 0 {
+			return fmt.Errorf("exit status %d", code)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

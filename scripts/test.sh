@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every check: formatting, vet, and the whole test suite under the race detector.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:" >&2
+  echo "$unformatted" >&2
+  exit 1
+fi
+go vet ./...
+if [ -f package-lock.json ] && [ ! -d node_modules ]; then
+  npm ci --no-audit --no-fund
+fi
+go test -race -count=1 -timeout 15m ./...
