@@ -50,7 +50,10 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 	if len(sr.Arguments) > c.cfg.MaxArgumentsBytes {
 		return nil, messages.Errorf(messages.CodePayloadTooLarge, "arguments are %d bytes; at most %d", len(sr.Arguments), c.cfg.MaxArgumentsBytes)
 	}
-	tool, ok := c.catalog.Lookup(name.String())
+	tool, ok, err := c.catalog.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
 		return nil, messages.Errorf(messages.CodeToolNotFound, "no tool %s in the catalog", name)
 	}

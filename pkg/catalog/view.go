@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -39,7 +40,6 @@ type View struct {
 	workers  map[string]map[string]heartbeat
 	version  uint64
 	changed  chan struct{}
-	watchErr error
 }
 
 // NewView returns a view of the bucket; Start fills it.
@@ -114,6 +114,9 @@ func (v *View) apply(e jetstream.KeyValueEntry) {
 			return
 		}
 		name := messages.ToolName{Namespace: ns, Method: method}.String()
+		if old, ok := v.tools[name]; ok && old.Revision > e.Revision() {
+			return // a read from the bucket got ahead of the watch
+		}
 		if deleted {
 			delete(v.tools, name)
 			return
@@ -186,6 +189,29 @@ func (v *View) Lookup(name string) (*Tool, bool) {
 	defer v.mu.RUnlock()
 	t, ok := v.tools[name]
 	return t, ok
+}
+
+// Get returns a tool by canonical name. A tool missing from the view is
+// read from the bucket, so that a tool registered a moment ago is found
+// even before the watch delivers it.
+func (v *View) Get(ctx context.Context, name messages.ToolName) (*Tool, bool, error) {
+	if t, ok := v.Lookup(name.String()); ok {
+		return t, true, nil
+	}
+	key, err := messages.ToolKey(name)
+	if err != nil {
+		return nil, false, err
+	}
+	e, err := v.bucket.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read catalog: %w", err)
+	}
+	v.apply(e)
+	t, ok := v.Lookup(name.String())
+	return t, ok, nil
 }
 
 // Tools returns every tool, sorted by name.

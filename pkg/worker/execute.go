@@ -203,6 +203,9 @@ func (w *Worker) interrupted(base messages.CallResult, ctx context.Context) (mes
 	switch {
 	case errors.Is(cause, ErrStopping):
 		return base, true
+	case errors.Is(cause, errSuperseded):
+		// The commit will find the result that already stands and drop this one.
+		return failure(base, messages.StateCancelled, messages.ResultCancelled, cause.Error()), false
 	case errors.Is(cause, ErrCancelled):
 		return failure(base, messages.StateCancelled, messages.ResultCancelled, cause.Error()), false
 	default:

@@ -440,7 +440,17 @@ func (w *Worker) checkCancelled(ctx context.Context, ids []string) {
 		return
 	}
 	for id, s := range snaps {
-		if s.Cancel != nil {
+		switch {
+		case s.Result != nil:
+			// Finished without this worker: cancelled while its start was
+			// not yet stored, or completed by another attempt.
+			w.mu.Lock()
+			f := w.inflight[id]
+			w.mu.Unlock()
+			if f != nil {
+				f.cancel(errSuperseded)
+			}
+		case s.Cancel != nil:
 			w.cancelCall(id, s.Cancel.Cancel)
 		}
 	}
