@@ -42,8 +42,15 @@ func runBench(ctx context.Context, g globals, args []string) error {
 	calls := fs.Int("calls", 2000, "calls per measurement")
 	concurrency := fs.Int("concurrency", 64, "concurrent callers in the throughput measurement")
 	slots := fs.Int("slots", 64, "worker slots")
+	soak := fs.Bool("soak", false, "soak mode: kill and restart worker processes while calls run")
+	killEvery := fs.Duration("kill-every", 3*time.Second, "soak: how often a worker process is killed")
+	ackWait := fs.Duration("ack-wait", 2*time.Second, "soak: how long a killed worker's calls wait before redelivery")
+	workers := fs.Int("workers", 2, "soak: worker processes")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return exitError(2)
+	}
+	if *soak {
+		return runSoak(ctx, *calls, *concurrency, *killEvery, *ackWait, *workers)
 	}
 	dir, err := os.MkdirTemp("", "toolbus-bench-")
 	if err != nil {

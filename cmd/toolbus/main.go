@@ -35,6 +35,7 @@ Commands:
   calls get|watch|cancel ID    show, follow or cancel a call
   turns get TURN               show the calls of an agent turn
   bench                        measure the call path against a plain JetStream baseline
+                               (--soak: kill worker processes while calls run; count lost and duplicated results)
 
 Global flags:
   --server URL   NATS server (default $TOOLBUS_URL or nats://127.0.0.1:4222)
@@ -104,6 +105,8 @@ func run(args []string) error {
 		return runTurns(ctx, g, cmdArgs)
 	case "bench":
 		return runBench(ctx, g, cmdArgs)
+	case "soak-worker":
+		return runSoakWorker(ctx, cmdArgs)
 	case "help", "-h", "--help":
 		fs.Usage()
 		return nil

@@ -179,10 +179,11 @@ func (c *Coordinator) Turn(ctx context.Context, turn string) (*messages.TurnInfo
 		return nil, fmt.Errorf("list calls of turn %s: %w", turn, err)
 	}
 	var ids []string
+	// The lister stops itself after the last key.
 	for key := range lister.Keys() {
 		ids = append(ids, key[strings.LastIndexByte(key, '.')+1:])
 	}
-	if err := lister.Stop(); err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if len(ids) == 0 {

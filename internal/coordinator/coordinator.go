@@ -189,6 +189,12 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		cancel()
 		return fmt.Errorf("coordinator: %w", err)
 	}
+	// Started means answering: the server has the subscriptions.
+	if err := c.nc.FlushTimeout(requestTimeout); err != nil {
+		_ = svc.Stop()
+		cancel()
+		return fmt.Errorf("coordinator: %w", err)
+	}
 	c.bg.Add(1)
 	go c.sweepLoop(runCtx)
 	c.log.Info("coordinator started", "service", messages.ServiceName, "version", Version, "api", c.names.APIGroup())

@@ -357,6 +357,65 @@ func (l *Ledger) multiLast(ctx context.Context, filters []string, each func(*nat
 	}
 }
 
+// AwaitResult returns the call's result once it is there, without a
+// consumer on the server: it listens on the result subject, and asks the
+// stream, for a result written before it listened or missed during a
+// reconnect, at first and then every few seconds.
+func (l *Ledger) AwaitResult(ctx context.Context, callID string) (*messages.CallResult, error) {
+	subject, err := l.names.EventSubject(callID, messages.EventResult)
+	if err != nil {
+		return nil, err
+	}
+	results := make(chan *nats.Msg, 1)
+	sub, err := l.nc.ChanSubscribe(subject, results)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	return l.awaitResult(ctx, callID, results, true)
+}
+
+// ResultCheckInterval is how often a waiter asks the stream for a result it may have missed.
+const ResultCheckInterval = 2 * time.Second
+
+// WaitOn is AwaitResult for a caller that subscribed to the result subject
+// itself (before submitting) and passes its channel.
+func (l *Ledger) WaitOn(ctx context.Context, callID string, results <-chan *nats.Msg) (*messages.CallResult, error) {
+	return l.awaitResult(ctx, callID, results, false)
+}
+
+func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan *nats.Msg, checkFirst bool) (*messages.CallResult, error) {
+	check := func() (*messages.CallResult, bool) {
+		ev, err := l.Last(ctx, callID, messages.EventResult)
+		if err == nil && ev != nil && ev.Result != nil {
+			return ev.Result, true
+		}
+		return nil, false
+	}
+	if checkFirst {
+		if res, ok := check(); ok {
+			return res, nil
+		}
+	}
+	t := time.NewTicker(ResultCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case msg := <-results:
+			var ev messages.CallEvent
+			if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err == nil && ev.Result != nil {
+				return ev.Result, nil
+			}
+		case <-t.C:
+			if res, ok := check(); ok {
+				return res, nil
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for call %s: %w", callID, ctx.Err())
+		}
+	}
+}
+
 // Last returns the call's latest event of one kind, or nil if it has none.
 func (l *Ledger) Last(ctx context.Context, callID string, kind messages.EventKind) (*Event, error) {
 	subject, err := l.names.EventSubject(callID, kind)

@@ -4,11 +4,16 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/pkg/messages"
 )
+
+// watchInactiveThreshold removes the consumer of a watcher that vanished
+// without ending its watch.
+const watchInactiveThreshold = 30 * time.Second
 
 // Watch yields the call's events in the order they were stored, from the
 // first, then follows new ones live, until the result or until ctx ends.
@@ -23,13 +28,23 @@ func (l *Ledger) Watch(ctx context.Context, callID string) iter.Seq2[*Event, err
 			return
 		}
 		cons, err := l.js.OrderedConsumer(ctx, l.names.EventsStream(), jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{filter},
-			DeliverPolicy:  jetstream.DeliverAllPolicy,
+			FilterSubjects:    []string{filter},
+			DeliverPolicy:     jetstream.DeliverAllPolicy,
+			InactiveThreshold: watchInactiveThreshold,
 		})
 		if err != nil {
 			yield(nil, fmt.Errorf("watch call %s: %w", callID, err))
 			return
 		}
+		// A watch holds a consumer on the server; it is removed as soon as
+		// the watch ends rather than when it times out.
+		defer func() {
+			if info := cons.CachedInfo(); info != nil {
+				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = l.js.DeleteConsumer(dctx, l.names.EventsStream(), info.Name)
+				cancel()
+			}
+		}()
 		msgs, err := cons.Messages()
 		if err != nil {
 			yield(nil, fmt.Errorf("watch call %s: %w", callID, err))

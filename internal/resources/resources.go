@@ -30,6 +30,10 @@ type Config struct {
 	MaxQueuedCalls int64
 	// MaxCallBytes bounds one call message. Defaults to 1 MiB.
 	MaxCallBytes int32
+	// MaxWatchers bounds the calls watched event by event at once: each
+	// watch holds a consumer on the events stream. Waiting for a result
+	// holds none. Defaults to 10,000.
+	MaxWatchers int
 }
 
 // WithDefaults returns the config with zero fields set to their defaults.
@@ -48,6 +52,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxCallBytes == 0 {
 		c.MaxCallBytes = 1 << 20
+	}
+	if c.MaxWatchers == 0 {
+		c.MaxWatchers = 10_000
 	}
 	return c
 }
@@ -95,15 +102,16 @@ func CallsStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig 
 func EventsStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig {
 	cfg = cfg.WithDefaults()
 	return jetstream.StreamConfig{
-		Name:        names.EventsStream(),
-		Description: "Toolbus call events and results",
-		Subjects:    []string{names.EventsSubjects()},
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
-		MaxAge:      cfg.EventsMaxAge,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		AllowDirect: true,
+		Name:         names.EventsStream(),
+		Description:  "Toolbus call events and results",
+		Subjects:     []string{names.EventsSubjects()},
+		Retention:    jetstream.LimitsPolicy,
+		Discard:      jetstream.DiscardOld,
+		MaxAge:       cfg.EventsMaxAge,
+		MaxConsumers: cfg.MaxWatchers,
+		Storage:      jetstream.FileStorage,
+		Replicas:     cfg.Replicas,
+		AllowDirect:  true,
 	}
 }
 

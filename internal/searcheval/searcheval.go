@@ -125,7 +125,7 @@ func Load(dir string) (*Corpus, error) {
 	c := &Corpus{group: make(map[string]string), corpusName: make(map[string]string)}
 	byCorpusName := make(map[string]string) // corpus name → canonical name
 	taken := make(map[string]bool)
-	err := readLines(filepath.Join(dir, "tools.jsonl"), func(line int, data []byte) error {
+	err := readLines(filepath.Join(dir, "tools.jsonl"), func(data []byte) error {
 		var t corpusTool
 		if err := json.Unmarshal(data, &t); err != nil {
 			return err
@@ -177,7 +177,7 @@ func Load(dir string) (*Corpus, error) {
 		}
 		c.groupOfCorpusName[corpusName] = c.group[canonical]
 	}
-	err = readLines(filepath.Join(dir, "queries.jsonl"), func(line int, data []byte) error {
+	err = readLines(filepath.Join(dir, "queries.jsonl"), func(data []byte) error {
 		var q corpusQuery
 		if err := json.Unmarshal(data, &q); err != nil {
 			return err
@@ -206,7 +206,7 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-func readLines(path string, fn func(line int, data []byte) error) error {
+func readLines(path string, fn func(data []byte) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("read corpus: %w", err)
@@ -219,7 +219,7 @@ func readLines(path string, fn func(line int, data []byte) error) error {
 		if len(strings.TrimSpace(string(data))) == 0 {
 			continue
 		}
-		if err := fn(line, data); err != nil {
+		if err := fn(data); err != nil {
 			return fmt.Errorf("read corpus: %s line %d: %w", path, line, err)
 		}
 	}
@@ -230,8 +230,8 @@ func readLines(path string, fn func(line int, data []byte) error) error {
 }
 
 // sanitize keeps letters, digits and '_' of s (and '-' when dash is true),
-// replacing runs of anything else with one '_', and cuts it to max bytes.
-func sanitize(s string, max int, dash bool) string {
+// replacing runs of anything else with one '_', and cuts it to limit bytes.
+func sanitize(s string, limit int, dash bool) string {
 	var b strings.Builder
 	under := false
 	for _, r := range s {
@@ -247,8 +247,8 @@ func sanitize(s string, max int, dash bool) string {
 		under = r == '_'
 	}
 	out := strings.TrimRight(b.String(), "_")
-	if len(out) > max {
-		out = out[:max]
+	if len(out) > limit {
+		out = out[:limit]
 	}
 	return out
 }
@@ -270,9 +270,9 @@ func uniqueMethod(ns, corpusName string, taken map[string]bool) string {
 	return method
 }
 
-// rankDepth is how many hits a query asks for: lenient scoring collapses
-// repeats, so it needs more than 10 to fill 10 distinct places.
-const rankDepth = 50
+// lenientDepth is how many hits a query asks for under lenient scoring,
+// which collapses repeats: more than 10 to fill 10 distinct places.
+const lenientDepth = 50
 
 // Evaluate indexes the corpus with cfg, runs every query and scores it.
 func (c *Corpus) Evaluate(cfg search.Config) (Report, error) {
@@ -284,11 +284,15 @@ func (c *Corpus) Evaluate(cfg search.Config) (Report, error) {
 	build := time.Since(start)
 
 	var lenient, strict sums
+	depth := 10
+	if c.lenient {
+		depth = lenientDepth
+	}
 	durations := make([]time.Duration, 0, len(c.Queries))
-	ranked := make([]string, 0, rankDepth)
+	ranked := make([]string, 0, depth)
 	for _, q := range c.Queries {
 		t0 := time.Now()
-		res, err := ix.Search(search.Query{Text: q.Text, PageSize: rankDepth})
+		res, err := ix.Search(search.Query{Text: q.Text, PageSize: depth})
 		durations = append(durations, time.Since(t0))
 		if err != nil {
 			return Report{}, fmt.Errorf("query %q: %w", q.ID, err)
@@ -344,7 +348,7 @@ func (c *Corpus) groups(canonical []string) []string {
 }
 
 func (c *Corpus) groupsOf(corpusNames []string) []string {
- 	var out []string
+	var out []string
 	for _, n := range corpusNames {
 		if g := c.groupOfCorpusName[n]; !slices.Contains(out, g) {
 			out = append(out, g)

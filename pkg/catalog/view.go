@@ -35,11 +35,11 @@ type View struct {
 	log    *slog.Logger
 	now    func() time.Time
 
-	mu       sync.RWMutex
-	tools    map[string]*Tool
-	workers  map[string]map[string]heartbeat
-	version  uint64
-	changed  chan struct{}
+	mu      sync.RWMutex
+	tools   map[string]*Tool
+	workers map[string]map[string]heartbeat
+	version uint64
+	changed chan struct{}
 }
 
 // NewView returns a view of the bucket; Start fills it.

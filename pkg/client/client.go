@@ -201,30 +201,8 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 	if reply.Result != nil {
 		return reply.Result, nil
 	}
-	// The result is published to the subscription; should it be missed
-	// (a reconnect), the ledger still has it.
-	check := time.NewTicker(resultCheckInterval)
-	defer check.Stop()
-	for {
-		select {
-		case msg := <-results:
-			var ev messages.CallEvent
-			if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err == nil && ev.Result != nil {
-				return ev.Result, nil
-			}
-		case <-check.C:
-			snap, err := c.ledger.Snapshot(ctx, callID)
-			if err == nil && snap.Result != nil && snap.Result.Result != nil {
-				return snap.Result.Result, nil
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("call %s: %w", callID, ctx.Err())
-		}
-	}
+	return c.ledger.WaitOn(ctx, callID, results)
 }
-
-// resultCheckInterval is how often Call asks the ledger for a result it may have missed.
-const resultCheckInterval = 2 * time.Second
 
 func retryable(err error) bool {
 	var e *messages.Error
@@ -289,15 +267,11 @@ func (c *Client) Watch(ctx context.Context, callID string) iter.Seq2[*messages.C
 	}
 }
 
-// Wait returns the call's result once it is there.
+// Wait returns the call's result once it is there. Unlike Watch it holds
+// no consumer on the server, so any number of calls can be awaited at once.
 func (c *Client) Wait(ctx context.Context, callID string) (*messages.CallResult, error) {
-	for ev, err := range c.Watch(ctx, callID) {
-		if err != nil {
-			return nil, err
-		}
-		if ev.Kind == messages.EventResult && ev.Result != nil {
-			return ev.Result, nil
-		}
+	if err := messages.ValidateID("call ID", callID); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("watch of call %s ended without a result", callID)
+	return c.ledger.AwaitResult(ctx, callID)
 }

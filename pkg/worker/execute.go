@@ -52,7 +52,9 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 			fmt.Sprintf("the call was delivered %d times and no attempt finished: each worker holding it stopped or lost its lease", ns.MaxAttempts)))
 		return
 	}
+	w.mu.Lock()
 	tool := ns.tools[req.Method]
+	w.mu.Unlock()
 	if tool == nil {
 		// Another worker of the namespace may serve the tool (a rolling
 		// deploy); after MaxAttempts the call fails with a clear reason.

@@ -89,6 +89,8 @@ func defaultID() string {
 type Namespace struct {
 	Name  string
 	Tools []Tool
+	// Sources provide further tools, which may change while the worker runs.
+	Sources []Source
 	// Slots is how many calls of the namespace this worker runs at once. Defaults to 16.
 	Slots int
 	// MaxConcurrency is the namespace's limit of calls in progress across
@@ -108,6 +110,7 @@ type Worker struct {
 	names  messages.Names
 	js     jetstream.JetStream
 	ledger *ledger.Ledger
+	store  *catalog.Store
 
 	mu         sync.Mutex
 	namespaces []*namespace
@@ -127,7 +130,9 @@ type Worker struct {
 
 type namespace struct {
 	Namespace
+	// tools by method, and the source that provides each ("" for Tools).
 	tools    map[string]*Tool
+	owner    map[string]string
 	consumer jetstream.Consumer
 	busy     int
 }
@@ -191,25 +196,24 @@ func (w *Worker) Serve(ns Namespace) error {
 	if ns.Slots < 0 || ns.MaxConcurrency < 0 || ns.MaxAttempts < 0 {
 		return fmt.Errorf("worker: namespace %s: Slots, MaxConcurrency and MaxAttempts must be positive", ns.Name)
 	}
-	n := &namespace{Namespace: ns, tools: map[string]*Tool{}}
+	n := &namespace{Namespace: ns, tools: map[string]*Tool{}, owner: map[string]string{}}
 	for i := range ns.Tools {
 		t := &ns.Tools[i]
-		t.Definition.Namespace = ns.Name
-		name := t.Definition.ToolName()
-		if err := name.Validate(); err != nil {
-			return fmt.Errorf("worker: namespace %s: %w", ns.Name, err)
-		}
-		t.Definition.Name = name.String()
-		if t.Handler == nil {
-			return fmt.Errorf("worker: tool %s has no handler", t.Definition.Name)
-		}
-		if len(t.Definition.InputSchema) == 0 {
-			t.Definition.InputSchema = messages.JSON(`{"type":"object"}`)
+		if err := prepareTool(ns.Name, t); err != nil {
+			return fmt.Errorf("worker: %w", err)
 		}
 		if _, dup := n.tools[t.Definition.Method]; dup {
 			return fmt.Errorf("worker: tool %s is defined twice", t.Definition.Name)
 		}
 		n.tools[t.Definition.Method] = t
+		n.owner[t.Definition.Method] = ""
+	}
+	seen := map[string]bool{}
+	for _, src := range ns.Sources {
+		if src.Name() == "" || seen[src.Name()] {
+			return fmt.Errorf("worker: namespace %s: every source needs its own non-empty name", ns.Name)
+		}
+		seen[src.Name()] = true
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -222,6 +226,22 @@ func (w *Worker) Serve(ns Namespace) error {
 		}
 	}
 	w.namespaces = append(w.namespaces, n)
+	return nil
+}
+
+func prepareTool(ns string, t *Tool) error {
+	t.Definition.Namespace = ns
+	name := t.Definition.ToolName()
+	if err := name.Validate(); err != nil {
+		return fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	t.Definition.Name = name.String()
+	if t.Handler == nil {
+		return fmt.Errorf("tool %s has no handler", t.Definition.Name)
+	}
+	if len(t.Definition.InputSchema) == 0 {
+		t.Definition.InputSchema = messages.JSON(`{"type":"object"}`)
+	}
 	return nil
 }
 
@@ -248,6 +268,21 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	store := catalog.NewStore(kv)
 	runCtx, cancel := context.WithCancel(context.Background())
+	for _, ns := range nss {
+		for _, src := range ns.Sources {
+			tools, err := src.Start(runCtx, w.sourceUpdater(runCtx, ns, src))
+			if err != nil {
+				cancel()
+				w.stopSources(ctx)
+				return fmt.Errorf("worker: namespace %s: start source %s: %w", ns.Name, src.Name(), err)
+			}
+			if err := w.setSourceTools(ctx, ns, src.Name(), tools); err != nil {
+				cancel()
+				w.stopSources(ctx)
+				return fmt.Errorf("worker: %w", err)
+			}
+		}
+	}
 	w.cancel = cancel
 	w.fetchCtx, w.stopFetch = context.WithCancel(runCtx)
 	for _, ns := range nss {
@@ -262,9 +297,16 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("worker: %w", err)
 		}
 		ns.consumer = cons
+		w.mu.Lock()
+		tools := make([]*Tool, 0, len(ns.tools))
 		for _, t := range ns.tools {
+			tools = append(tools, t)
+		}
+		w.mu.Unlock()
+		for _, t := range tools {
 			if err := store.PutTool(ctx, &t.Definition); err != nil {
 				cancel()
+				w.stopSources(ctx)
 				return fmt.Errorf("worker: %w", err)
 			}
 		}
@@ -280,6 +322,9 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("worker: %w", err)
 		}
 	}
+	w.mu.Lock()
+	w.store = store
+	w.mu.Unlock()
 	w.statusCh = w.cfg.Conn.StatusChanged(nats.CONNECTED)
 	w.bg.Add(3)
 	go w.heartbeatLoop(runCtx, store)
@@ -326,6 +371,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.cfg.Conn.RemoveStatusListener(w.statusCh)
 	w.cancel()
 	w.bg.Wait()
+	w.stopSources(ctx)
 	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if kv, err := w.js.KeyValue(cleanupCtx, w.names.CatalogBucket()); err == nil {
@@ -341,6 +387,29 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 	w.log.Info("worker stopped")
 	return nil
+}
+
+// sourceUpdater applies a source's new tool list to the namespace and the catalog.
+func (w *Worker) sourceUpdater(ctx context.Context, ns *namespace, src Source) func([]Tool) {
+	return func(tools []Tool) {
+		uctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		defer cancel()
+		if err := w.setSourceTools(uctx, ns, src.Name(), tools); err != nil && ctx.Err() == nil {
+			w.log.Error("tools of a source not updated", "namespace", ns.Name, "source", src.Name(), "error", err)
+		}
+	}
+}
+
+func (w *Worker) stopSources(ctx context.Context) {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for _, ns := range w.namespaces {
+		for _, src := range ns.Sources {
+			if err := src.Stop(stopCtx); err != nil {
+				w.log.Warn("source did not stop cleanly", "namespace", ns.Name, "source", src.Name(), "error", err)
+			}
+		}
+	}
 }
 
 func (w *Worker) heartbeat(ns *namespace) *messages.WorkerHeartbeat {

@@ -6,7 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
 )
 
 // TestAllInOneProcess starts the all-in-one mode as a user would and
@@ -48,5 +52,39 @@ func TestAllInOneProcess(t *testing.T) {
 	}
 	if err := dev.Interrupt(t); err != nil {
 		t.Fatalf("dev mode did not stop cleanly: %v\n%s", err, dev.Output())
+	}
+}
+
+// TestCLIWatchAndInterrupt: `toolbus call --watch` follows a call, and
+// Ctrl-C cancels it; `toolbus calls get` then reports it cancelled.
+func TestCLIWatchAndInterrupt(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	bin := testenv.Binary(t, "./cmd/toolbus")
+
+	done := testenv.Start(t, bin, "--server", srv.URL(), "call", "--watch", "demo-sleep", `{"seconds":0.2}`)
+	if err := done.Wait(testenv.Context(t)); err != nil {
+		t.Fatalf("watched call: %v\n%s", err, done.Output())
+	}
+	if !strings.Contains(done.Output(), "slept 200ms") {
+		t.Fatalf("watched call printed:\n%s", done.Output())
+	}
+
+	p := testenv.Start(t, bin, "--server", srv.URL(), "call", "--watch", "demo-sleep", `{"seconds":60}`)
+	line := p.WaitLine(t, "call ")
+	callID := strings.TrimSpace(strings.TrimPrefix(line, "call "))
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	awaitEvent(t, c, callID, messages.EventProgress)
+	if err := p.Interrupt(t); err == nil {
+		t.Fatalf("an interrupted call exited 0:\n%s", p.Output())
+	}
+	if !strings.Contains(p.Output(), "cancelled") {
+		t.Fatalf("interrupted call printed:\n%s", p.Output())
+	}
+	out, err := exec.Command(bin, "--server", srv.URL(), "calls", "get", callID).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "state    cancelled") {
+		t.Fatalf("calls get: %v\n%s", err, out)
 	}
 }

@@ -1,0 +1,73 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+)
+
+// Source provides tools that live elsewhere — an MCP server, an HTTP API —
+// and may change while the worker runs.
+type Source interface {
+	// Name identifies the source within its namespace, in logs and in the
+	// tools' ToolSource.Name.
+	Name() string
+	// Start connects to the source and returns its tools. Later changes are
+	// reported by calling update with the complete new list; update may be
+	// called from any goroutine until Stop returns.
+	Start(ctx context.Context, update func([]Tool)) ([]Tool, error)
+	// Stop disconnects and releases everything the source started.
+	Stop(ctx context.Context) error
+}
+
+// setSourceTools replaces one source's tools in a namespace and brings
+// the catalog in line: new and changed tools are written, vanished ones removed.
+func (w *Worker) setSourceTools(ctx context.Context, ns *namespace, source string, tools []Tool) error {
+	prepared := make([]*Tool, 0, len(tools))
+	for i := range tools {
+		t := tools[i]
+		if err := prepareTool(ns.Name, &t); err != nil {
+			return fmt.Errorf("source %s: %w", source, err)
+		}
+		prepared = append(prepared, &t)
+	}
+	w.mu.Lock()
+	var removed []*Tool
+	for method, t := range ns.tools {
+		if ns.owner[method] == source && !slices.ContainsFunc(prepared, func(p *Tool) bool { return p.Definition.Method == method }) {
+			removed = append(removed, t)
+			delete(ns.tools, method)
+			delete(ns.owner, method)
+		}
+	}
+	for _, t := range prepared {
+		if owner, taken := ns.owner[t.Definition.Method]; taken && owner != source {
+			w.mu.Unlock()
+			return fmt.Errorf("source %s: tool %s is already served by %s", source, t.Definition.Name, ownerName(owner))
+		}
+		ns.tools[t.Definition.Method] = t
+		ns.owner[t.Definition.Method] = source
+	}
+	w.mu.Unlock()
+	if w.store == nil {
+		return nil // not started yet: Start registers everything
+	}
+	for _, t := range prepared {
+		if err := w.store.PutTool(ctx, &t.Definition); err != nil {
+			return err
+		}
+	}
+	for _, t := range removed {
+		if err := w.store.DeleteTool(ctx, t.Definition.ToolName()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func ownerName(owner string) string {
+	if owner == "" {
+		return "the namespace's Go tools"
+	}
+	return "source " + owner
+}
