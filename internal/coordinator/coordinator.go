@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,7 +22,9 @@ import (
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/pkg/catalog"
+	"github.com/toolbus/toolbus/pkg/exposure"
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/policy"
 )
 
 // Version is the coordinator service's SemVer version.
@@ -52,6 +55,15 @@ type Config struct {
 	// the sweeper ends it; workers end the calls they hold themselves.
 	// Defaults to 30s.
 	SweepGrace time.Duration
+	// WorkspaceDir holds the exposure workspace: bundles/*.yaml and
+	// agents/*.yaml. Without it every namespace is a bundle of its own.
+	WorkspaceDir string
+	// WorkspaceReloadInterval is how often the workspace files are checked
+	// for changes. Defaults to 2s.
+	WorkspaceReloadInterval time.Duration
+	// Policy decides which calls are allowed, denied or need an approval.
+	// Nil allows every call.
+	Policy *policy.Policy
 	// Resources sizes the streams and buckets the coordinator creates if they are missing.
 	Resources resources.Config
 	// Logger defaults to slog.Default().
@@ -83,6 +95,9 @@ func (c Config) withDefaults() Config {
 	if c.SweepGrace == 0 {
 		c.SweepGrace = 30 * time.Second
 	}
+	if c.WorkspaceReloadInterval == 0 {
+		c.WorkspaceReloadInterval = 2 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -101,6 +116,10 @@ type Coordinator struct {
 	turns   jetstream.KeyValue
 	calls   jetstream.Stream
 	schemas *schemaCache
+
+	resolver *exposure.Resolver
+	expo     exposureCatalog
+	policy   atomic.Pointer[policy.Policy]
 
 	sem      chan struct{}
 	inflight sync.WaitGroup
@@ -124,7 +143,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
-	return &Coordinator{
+	c := &Coordinator{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		nc:      cfg.Conn,
@@ -133,7 +152,9 @@ func New(cfg Config) (*Coordinator, error) {
 		ledger:  ledger.New(cfg.Conn, js, names),
 		schemas: newSchemaCache(),
 		sem:     make(chan struct{}, cfg.MaxConcurrentRequests),
-	}, nil
+	}
+	c.policy.Store(cfg.Policy)
+	return c, nil
 }
 
 // Start creates the JetStream resources if needed, loads the catalog and
@@ -152,6 +173,11 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if c.calls, err = c.js.Stream(ctx, c.names.CallsStream()); err != nil {
 		return fmt.Errorf("coordinator: calls stream: %w", err)
 	}
+	ws, fingerprint, err := c.loadWorkspace()
+	if err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	c.resolver = exposure.NewResolver(ws)
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.catalog = catalog.NewView(kv, c.log)
@@ -171,11 +197,12 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	c.svc = svc
 	group := svc.AddGroup(c.names.APIGroup())
 	for endpoint, handler := range map[string]handlerFunc{
-		messages.EndpointToolsList:   c.listTools,
-		messages.EndpointCallsSubmit: c.submit,
-		messages.EndpointCallsGet:    c.getCall,
-		messages.EndpointCallsCancel: c.cancelCall,
-		messages.EndpointTurnsGet:    c.getTurn,
+		messages.EndpointToolsList:     c.listTools,
+		messages.EndpointCallsSubmit:   c.submit,
+		messages.EndpointCallsGet:      c.getCall,
+		messages.EndpointCallsCancel:   c.cancelCall,
+		messages.EndpointTurnsGet:      c.getTurn,
+		messages.EndpointToolsActivate: c.activate,
 	} {
 		name := strings.ReplaceAll(endpoint, ".", "_")
 		if err := group.AddEndpoint(name, c.serve(endpoint, handler), micro.WithEndpointSubject(endpoint)); err != nil {
@@ -197,6 +224,10 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}
 	c.bg.Add(1)
 	go c.sweepLoop(runCtx)
+	if c.cfg.WorkspaceDir != "" {
+		c.bg.Add(1)
+		go c.watchWorkspace(runCtx, fingerprint)
+	}
 	c.log.Info("coordinator started", "service", messages.ServiceName, "version", Version, "api", c.names.APIGroup())
 	return nil
 }
@@ -222,6 +253,9 @@ func (c *Coordinator) Stop(ctx context.Context) error {
 	c.bg.Wait()
 	return nil
 }
+
+// SetPolicy replaces the policy; nil allows every call.
+func (c *Coordinator) SetPolicy(p *policy.Policy) { c.policy.Store(p) }
 
 // Catalog returns the coordinator's view of the catalog.
 func (c *Coordinator) Catalog() *catalog.View { return c.catalog }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/toolschema"
 )
 
 func (c *Coordinator) submit(ctx context.Context, req *request) (any, error) {
@@ -57,10 +58,22 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 	if !ok {
 		return nil, messages.Errorf(messages.CodeToolNotFound, "no tool %s in the catalog", name)
 	}
-	if err := c.validateArguments(tool, sr.Arguments); err != nil {
+	if off, reason := c.catalog.Disabled(name); off {
+		return nil, messages.Errorf(messages.CodeToolDisabled, "tool %s is disabled: %s", name, reason)
+	}
+	if sr.Agent != "" && c.resolver.Admission(sr.Agent, c.exposureCatalog()).Excluded(name.String()) {
+		return nil, messages.Errorf(messages.CodeNotAdmitted, "the exposure rules of agent %q exclude %s", sr.Agent, name)
+	}
+	// A schema shown with think augmentation makes the model send a
+	// thought; it is not an argument of the tool.
+	stripped, _, err := toolschema.StripThought(&tool.Definition, toolschema.Options{Think: true}, sr.Arguments)
+	if err != nil {
+		return nil, messages.Errorf(messages.CodeInvalidArguments, "arguments of %s: %v", name, err)
+	}
+	if err := c.validateArguments(tool, stripped); err != nil {
 		return nil, err
 	}
-	args, err := compactJSON(sr.Arguments)
+	args, err := compactJSON(stripped)
 	if err != nil {
 		return nil, messages.Errorf(messages.CodeInvalidArguments, "arguments are not JSON: %v", err)
 	}

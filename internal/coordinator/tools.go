@@ -16,6 +16,9 @@ func (c *Coordinator) listTools(ctx context.Context, req *request) (any, error) 
 			return nil, err
 		}
 	}
+	if isModelView(&lr) {
+		return c.modelView(ctx, &lr)
+	}
 	reply := &messages.ListToolsReply{Tools: []messages.ToolEntry{}}
 	for _, t := range c.catalog.Tools() {
 		if lr.Namespace != "" && t.Definition.Namespace != lr.Namespace {

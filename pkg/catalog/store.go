@@ -63,6 +63,35 @@ func (s *Store) DeleteTool(ctx context.Context, name messages.ToolName) error {
 	return nil
 }
 
+// SetDisabled switches a tool (method non-empty) or a whole namespace off
+// with a reason, or back on when disabled is false.
+func (s *Store) SetDisabled(ctx context.Context, ns, method string, disabled bool, state messages.DisabledState) error {
+	if err := messages.ValidateNamespace(ns); err != nil {
+		return err
+	}
+	key := "disabled." + ns
+	if method != "" {
+		if _, err := messages.ToolKey(messages.ToolName{Namespace: ns, Method: method}); err != nil {
+			return err
+		}
+		key += "." + method
+	}
+	if !disabled {
+		if err := s.bucket.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("enable %s: %w", key, err)
+		}
+		return nil
+	}
+	data, err := json.Marshal(state)
+	if err != nil {
+		return err
+	}
+	if _, err := s.bucket.Put(ctx, key, data); err != nil {
+		return fmt.Errorf("disable %s: %w", key, err)
+	}
+	return nil
+}
+
 // Heartbeat records that a worker serves a namespace.
 func (s *Store) Heartbeat(ctx context.Context, hb *messages.WorkerHeartbeat) error {
 	key, err := messages.WorkerKey(hb.Namespace, hb.WorkerID)

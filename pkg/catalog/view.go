@@ -35,11 +35,15 @@ type View struct {
 	log    *slog.Logger
 	now    func() time.Time
 
-	mu      sync.RWMutex
-	tools   map[string]*Tool
-	workers map[string]map[string]heartbeat
-	version uint64
-	changed chan struct{}
+	mu       sync.RWMutex
+	tools    map[string]*Tool
+	workers  map[string]map[string]heartbeat
+	disabled map[string]messages.DisabledState
+	// version counts every change; toolsVersion only changes of tools, so
+	// that caches keyed by it survive heartbeats.
+	version      uint64
+	toolsVersion uint64
+	changed      chan struct{}
 }
 
 // NewView returns a view of the bucket; Start fills it.
@@ -48,12 +52,13 @@ func NewView(bucket Bucket, log *slog.Logger) *View {
 		log = slog.Default()
 	}
 	return &View{
-		bucket:  bucket,
-		log:     log,
-		now:     time.Now,
-		tools:   map[string]*Tool{},
-		workers: map[string]map[string]heartbeat{},
-		changed: make(chan struct{}),
+		bucket:   bucket,
+		log:      log,
+		now:      time.Now,
+		tools:    map[string]*Tool{},
+		workers:  map[string]map[string]heartbeat{},
+		disabled: map[string]messages.DisabledState{},
+		changed:  make(chan struct{}),
 	}
 }
 
@@ -109,6 +114,7 @@ func (v *View) apply(e jetstream.KeyValueEntry) {
 	defer v.mu.Unlock()
 	switch {
 	case strings.HasPrefix(key, "tools."):
+		v.toolsVersion++
 		ns, method, ok := splitKey(key, "tools.")
 		if !ok {
 			return
@@ -131,6 +137,19 @@ func (v *View) apply(e jetstream.KeyValueEntry) {
 			return
 		}
 		v.tools[name] = &Tool{Definition: def, Revision: e.Revision()}
+	case strings.HasPrefix(key, "disabled."):
+		v.toolsVersion++
+		target := key[len("disabled."):]
+		if deleted {
+			delete(v.disabled, target)
+			return
+		}
+		var d messages.DisabledState
+		if err := json.Unmarshal(e.Value(), &d); err != nil {
+			v.log.Warn("catalog: unreadable switch ignored", "key", key, "error", err)
+			return
+		}
+		v.disabled[target] = d
 	case strings.HasPrefix(key, "workers."):
 		ns, id, ok := splitKey(key, "workers.")
 		if !ok {
@@ -174,6 +193,13 @@ func (v *View) Version() uint64 {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	return v.version
+}
+
+// ToolsVersion increases with every change of a tool definition.
+func (v *View) ToolsVersion() uint64 {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.toolsVersion
 }
 
 // Changed returns a channel that is closed at the next change.
@@ -254,7 +280,22 @@ func (v *View) Available(ns string) bool {
 	return false
 }
 
+// Disabled reports whether an operator disabled the tool or its namespace, and why.
+func (v *View) Disabled(name messages.ToolName) (bool, string) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if d, ok := v.disabled[name.Namespace+"."+name.Method]; ok {
+		return true, d.Reason
+	}
+	if d, ok := v.disabled[name.Namespace]; ok {
+		return true, "namespace " + name.Namespace + " disabled: " + d.Reason
+	}
+	return false, ""
+}
+
 // Entry returns the tool as the API lists it.
 func (v *View) Entry(t *Tool) messages.ToolEntry {
-	return messages.ToolEntry{ToolDefinition: t.Definition, Available: v.Available(t.Definition.Namespace)}
+	e := messages.ToolEntry{ToolDefinition: t.Definition, Available: v.Available(t.Definition.Namespace)}
+	e.Disabled, e.Reason = v.Disabled(t.Definition.ToolName())
+	return e
 }

@@ -244,6 +244,12 @@ func (c *Client) Cancel(ctx context.Context, callID, reason string) (*messages.C
 	return &out, c.request(ctx, messages.EndpointCallsCancel, &messages.CancelRequest{CallID: callID, Reason: reason, By: c.opts.Agent}, &out)
 }
 
+// Activate makes tools visible to the model for the rest of a turn.
+func (c *Client) Activate(ctx context.Context, turn string, tools ...string) (*messages.ActivateReply, error) {
+	var out messages.ActivateReply
+	return &out, c.request(ctx, messages.EndpointToolsActivate, &messages.ActivateRequest{Agent: c.opts.Agent, Turn: turn, Tools: tools}, &out)
+}
+
 // Turn returns a turn's calls with their states and results.
 func (c *Client) Turn(ctx context.Context, turn string) (*messages.TurnInfo, error) {
 	var out messages.TurnInfo

@@ -4,27 +4,88 @@ import "time"
 
 // Endpoints of the coordinator's service, relative to Names.APIGroup.
 const (
-	EndpointToolsList   = "tools.list"
-	EndpointCallsSubmit = "calls.submit"
-	EndpointCallsGet    = "calls.get"
-	EndpointCallsCancel = "calls.cancel"
-	EndpointTurnsGet    = "turns.get"
+	EndpointToolsList     = "tools.list"
+	EndpointCallsSubmit   = "calls.submit"
+	EndpointCallsGet      = "calls.get"
+	EndpointCallsCancel   = "calls.cancel"
+	EndpointTurnsGet      = "turns.get"
+	EndpointToolsActivate = "tools.activate"
 )
 
 // ServiceName is the name of the coordinator's micro service.
 const ServiceName = "toolbus"
 
-// ListToolsRequest asks for the catalog (endpoint tools.list).
+// ListToolsRequest asks for tools (endpoint tools.list). Without any of
+// agent, turn, format, intake, clarification or chosen it lists the whole
+// catalog, unavailable and disabled tools included. With any of them it
+// answers for one model iteration: the tools whose schemas the model sees,
+// by the agent's exposure rules, the turn's saved selections and this
+// iteration's inputs.
 type ListToolsRequest struct {
 	// Namespace limits the list to one namespace.
 	Namespace string `json:"namespace,omitempty"`
 	Agent     string `json:"agent,omitempty"`
-	Turn      string `json:"turn,omitempty"`
+	// Turn names the agent turn whose discovery pages and activations count;
+	// an intake given here is saved with the turn.
+	Turn string `json:"turn,omitempty"`
+	// Intake is this iteration's intake selection; absent when no intake ran.
+	Intake *IntakeSelection `json:"intake,omitempty"`
+	// Clarification marks an iteration in which the model asks the user a question.
+	Clarification bool `json:"clarification,omitempty"`
+	// Chosen names tools the caller or its profile asks for exactly.
+	Chosen []string `json:"chosen,omitempty"`
+	// Format asks for provider schemas: openai-chat, openai-responses,
+	// anthropic, gemini or mcp.
+	Format string `json:"format,omitempty"`
+	// Think adds a "thought" parameter to each schema; Toolbus removes it
+	// from the arguments before the call runs.
+	Think bool `json:"think,omitempty"`
+	// Strict asks OpenAI formats for strict schemas where that keeps their meaning.
+	Strict bool `json:"strict,omitempty"`
+}
+
+// IntakeSelection is what an intake step selected: exact tools and/or bundles.
+type IntakeSelection struct {
+	Tools   []string `json:"tools,omitempty"`
+	Bundles []string `json:"bundles,omitempty"`
 }
 
 // ListToolsReply lists tools sorted by name.
 type ListToolsReply struct {
 	Tools []ToolEntry `json:"tools"`
+	// Schemas holds each tool's schema in the requested format, in the order of Tools.
+	Schemas []JSON `json:"schemas,omitempty"`
+	// Dropped names saved selections of the turn that no longer name a
+	// visible tool (removed from the catalog, excluded, denied); they are
+	// removed from the turn.
+	Dropped []string `json:"dropped,omitempty"`
+}
+
+// ActivateRequest makes tools visible for the rest of a turn (endpoint tools.activate).
+type ActivateRequest struct {
+	Agent string   `json:"agent,omitempty"`
+	Turn  string   `json:"turn"`
+	Tools []string `json:"tools"`
+}
+
+// ActivateReply lists every tool activated in the turn so far.
+type ActivateReply struct {
+	Turn      string   `json:"turn"`
+	Activated []string `json:"activated"`
+}
+
+// TurnState is what a turn remembers between model iterations, in the
+// turns bucket under TurnStateKey.
+type TurnState struct {
+	Turn  string `json:"turn"`
+	Agent string `json:"agent,omitempty"`
+	// Intake is the latest intake selection of the turn.
+	Intake *IntakeSelection `json:"intake,omitempty"`
+	// Discovered holds every tool of the discovery pages returned in the turn.
+	Discovered []string `json:"discovered,omitempty"`
+	// Activated holds the tools activated explicitly.
+	Activated []string  `json:"activated,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // GetCallRequest asks for one call (endpoint calls.get).
@@ -82,9 +143,11 @@ type GetTurnRequest struct {
 	Turn string `json:"turn"`
 }
 
-// TurnInfo is an agent turn as it stands: its calls, oldest first.
+// TurnInfo is an agent turn as it stands: its saved selections and its
+// calls, oldest first.
 type TurnInfo struct {
 	Turn  string     `json:"turn"`
+	State *TurnState `json:"state,omitempty"`
 	Calls []CallInfo `json:"calls"`
 }
 

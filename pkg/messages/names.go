@@ -303,6 +303,14 @@ func TurnCallKey(turn, callID string) (string, error) {
 	return "calls." + turn + "." + callID, nil
 }
 
+// TurnStateKey is the turns-bucket key of a turn's saved selections.
+func TurnStateKey(turn string) (string, error) {
+	if err := ValidateID("turn", turn); err != nil {
+		return "", err
+	}
+	return "state." + turn, nil
+}
+
 // TurnCallsFilter matches the call records of one turn.
 func TurnCallsFilter(turn string) (string, error) {
 	if err := ValidateID("turn", turn); err != nil {

@@ -1,5 +1,7 @@
 package messages
 
+import "time"
+
 // ToolDefinition is what the catalog knows of one tool. The catalog stores
 // it as JSON under ToolKey; the coordinator serves it in either encoding.
 type ToolDefinition struct {
@@ -86,4 +88,27 @@ type ToolEntry struct {
 	// Disabled is true when an operator disabled the tool or its namespace; Reason says why.
 	Disabled bool   `json:"disabled,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	// Exposure is set in a model view: how the agent's rules expose the tool.
+	Exposure *ToolExposure `json:"exposure,omitempty"`
+}
+
+// DisabledState is the catalog value under "disabled.<namespace>" or
+// "disabled.<namespace>.<method>": an operator switched the namespace or the tool off.
+type DisabledState struct {
+	Reason string    `json:"reason"`
+	By     string    `json:"by,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// ToolExposure is what an agent's exposure rules say of a tool.
+type ToolExposure struct {
+	// Tier is critical, base or onDemand; empty for a tool that no rule
+	// admitted but discovery, activation or a caller choice made visible.
+	Tier          string   `json:"tier,omitempty"`
+	AlwaysInclude bool     `json:"always_include,omitempty"`
+	Bundles       []string `json:"bundles,omitempty"`
+	// Approval is the approval mode the rules ask for: none, queue or prompt.
+	Approval string `json:"approval,omitempty"`
+	// Async is true when the rules ask for the tool to run asynchronously.
+	Async bool `json:"async,omitempty"`
 }

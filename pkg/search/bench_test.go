@@ -1,0 +1,198 @@
+package search
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+var benchSizes = []int{1000, 10000, 100000}
+
+var indexCache sync.Map // size → *Index
+
+func benchIndex(b *testing.B, n int) *Index {
+	if v, ok := indexCache.Load(n); ok {
+		return v.(*Index)
+	}
+	ix, err := Build(Config{}, cachedCatalog(n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	indexCache.Store(n, ix)
+	return ix
+}
+
+// reportLatencies reports the median and 99th percentile of one operation.
+func reportLatencies(b *testing.B, d []time.Duration) {
+	slices.Sort(d)
+	b.ReportMetric(float64(d[len(d)/2].Nanoseconds())/1000, "p50-µs")
+	b.ReportMetric(float64(d[len(d)*99/100].Nanoseconds())/1000, "p99-µs")
+}
+
+func BenchmarkSearch(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("tools=%d", n), func(b *testing.B) {
+			ix := benchIndex(b, n)
+			queries := syntheticQueries(cachedCatalog(n), 1000)
+			durations := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if _, err := ix.Search(Query{Text: queries[i%len(queries)]}); err != nil {
+					b.Fatal(err)
+				}
+				durations = append(durations, time.Since(t0))
+			}
+			b.StopTimer()
+			reportLatencies(b, durations)
+		})
+	}
+}
+
+// BenchmarkSearchFiltered searches with an allow-set that admits every
+// other tool, as an agent's policy would.
+func BenchmarkSearchFiltered(b *testing.B) {
+	n := 10000
+	ix := benchIndex(b, n)
+	defs := cachedCatalog(n)
+	allowed := make(map[messages.ToolName]bool)
+	for i := 0; i < len(defs); i += 2 {
+		allowed[defs[i].ToolName()] = true
+	}
+	queries := syntheticQueries(defs, 1000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		q := Query{Text: queries[i%len(queries)], Allow: func(n messages.ToolName) bool { return allowed[n] }, Tags: []string{messages.TagReadOnly}}
+		if _, err := ix.Search(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSearchDuringUpserts measures searches while another goroutine
+// upserts tools without pause.
+func BenchmarkSearchDuringUpserts(b *testing.B) {
+	n := 10000
+	defs := cachedCatalog(n)
+	ix, err := Build(Config{}, defs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	queries := syntheticQueries(defs, 1000)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			def := defs[i%len(defs)]
+			def.Description += " revised"
+			if err := ix.Upsert(def); err != nil {
+				panic(err)
+			}
+		}
+	})
+	durations := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := ix.Search(Query{Text: queries[i%len(queries)]}); err != nil {
+			b.Fatal(err)
+		}
+		durations = append(durations, time.Since(t0))
+	}
+	b.StopTimer()
+	close(stop)
+	wg.Wait()
+	reportLatencies(b, durations)
+}
+
+// reportCPU reports the process's CPU time per operation since start.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64((processCPU()-start).Milliseconds())/float64(b.N), "cpu-ms/op")
+}
+
+func BenchmarkBuild(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("tools=%d", n), func(b *testing.B) {
+			defs := cachedCatalog(n)
+			b.ResetTimer()
+			cpu := processCPU()
+			for i := 0; i < b.N; i++ {
+				if _, err := Build(Config{}, defs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			reportCPU(b, cpu)
+		})
+	}
+}
+
+// BenchmarkUpsert replaces one tool of a full index with a changed version.
+func BenchmarkUpsert(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("tools=%d", n), func(b *testing.B) {
+			defs := cachedCatalog(n)
+			ix, err := Build(Config{}, defs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			durations := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				def := defs[(i*7919)%len(defs)]
+				if i%2 == 0 {
+					def.Description += " deprecated soon"
+				}
+				t0 := time.Now()
+				if err := ix.Upsert(def); err != nil {
+					b.Fatal(err)
+				}
+				durations = append(durations, time.Since(t0))
+			}
+			b.StopTimer()
+			reportLatencies(b, durations)
+		})
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("tools=%d", n), func(b *testing.B) {
+			ix := benchIndex(b, n)
+			var size int
+			for i := 0; i < b.N; i++ {
+				size = len(ix.Encode())
+			}
+			b.ReportMetric(float64(size), "bytes")
+		})
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("tools=%d", n), func(b *testing.B) {
+			data := benchIndex(b, n).Encode()
+			b.SetBytes(int64(len(data)))
+			b.ResetTimer()
+			cpu := processCPU()
+			for i := 0; i < b.N; i++ {
+				if _, err := Decode(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			reportCPU(b, cpu)
+		})
+	}
+}

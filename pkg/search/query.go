@@ -1,0 +1,496 @@
+package search
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// Page sizes of a Query.
+const (
+	DefaultPageSize = 10
+	MaxPageSize     = 100
+)
+
+// Query is one search of an index.
+type Query struct {
+	// Text is the request in natural language, or a tool's name: a tool
+	// whose canonical name, method or original name equals Text, ignoring
+	// case and in any spelling messages.ParseToolName accepts, ranks first.
+	// An empty Text lists every tool that the filters admit, by name.
+	Text string
+	// Namespaces, when not empty, admits only tools of these namespaces.
+	Namespaces []string
+	// Tags, when not empty, admits only tools that carry at least one of them.
+	Tags []string
+	// Allow, when not nil, admits only the tools it returns true for: the
+	// tools the agent may see. It is called only for tools that would make
+	// the requested page, so it may be a map lookup or a policy check.
+	Allow func(messages.ToolName) bool
+	// Page is the zero-based page number.
+	Page int
+	// PageSize is the number of hits a page holds. Defaults to
+	// DefaultPageSize; at most MaxPageSize.
+	PageSize int
+}
+
+// Hit is one tool found.
+type Hit struct {
+	Tool messages.ToolName
+	// Score is the tool's BM25F score for the query; 0 when the query has
+	// no searchable words.
+	Score float64
+	// Exact is true when the query named the tool.
+	Exact bool
+}
+
+// Result is one page of hits, best first: exact name matches, then by
+// descending score, ties broken by canonical name.
+type Result struct {
+	Hits []Hit
+	// More is true when a further page holds hits.
+	More bool
+}
+
+// Search returns the page of tools that best match q.
+func (ix *Index) Search(q Query) (Result, error) {
+	if q.Page < 0 {
+		return Result{}, fmt.Errorf("search: page %d is negative", q.Page)
+	}
+	if q.PageSize == 0 {
+		q.PageSize = DefaultPageSize
+	}
+	if q.PageSize < 0 || q.PageSize > MaxPageSize {
+		return Result{}, fmt.Errorf("search: page size %d is out of range 1..%d", q.PageSize, MaxPageSize)
+	}
+	const maxPage = 1 << 20
+	if q.Page > maxPage {
+		return Result{}, fmt.Errorf("search: page %d is beyond %d", q.Page, maxPage)
+	}
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	s.tokens = AppendTokens(s.tokens[:0], q.Text)
+
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.search(&q, s), nil
+}
+
+// scratch is the memory one search works in, reused across searches.
+type scratch struct {
+	tokens  []string
+	terms   []queryTerm
+	cursors []cursor
+	bounds  []float64
+	contrib []float32
+	exact   []uint32
+	top     topK
+	nsAllow []bool
+	tagIDs  []uint32
+}
+
+type queryTerm struct {
+	id     uint32
+	weight float32 // how often the query holds the term
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func (ix *Index) search(q *Query, s *scratch) Result {
+	f := ix.filter(q, s)
+	ix.lookupTerms(s)
+	s.exact = ix.exactMatches(q.Text, s.exact[:0], &f)
+	want := (q.Page+1)*q.PageSize + 1 // one more tells whether another page follows
+	s.top.reset(ix, want)
+
+	if strings.TrimSpace(q.Text) == "" {
+		for slot := range ix.docs {
+			if ix.docs[slot].live {
+				s.top.offer(uint32(slot), 0, &f)
+			}
+		}
+	} else if len(s.terms) > 0 {
+		ix.rank(s, &f)
+	}
+
+	ranked := s.top.sorted()
+	total := len(s.exact) + len(ranked)
+	start := min(q.Page*q.PageSize, total)
+	end := min(start+q.PageSize, total)
+	res := Result{More: total > end}
+	if end > start {
+		res.Hits = make([]Hit, 0, end-start)
+	}
+	for i := start; i < end; i++ {
+		if i < len(s.exact) {
+			slot := s.exact[i]
+			res.Hits = append(res.Hits, Hit{Tool: ix.docs[slot].name, Score: float64(ix.scoreOf(s, slot)), Exact: true})
+			continue
+		}
+		c := ranked[i-len(s.exact)]
+		res.Hits = append(res.Hits, Hit{Tool: ix.docs[c.slot].name, Score: float64(c.score)})
+	}
+	return res
+}
+
+// maxQueryTerms bounds the distinct terms a search scores: a query pasted
+// from a document keeps its rarest terms, which decide its ranking anyway.
+const maxQueryTerms = 64
+
+// lookupTerms turns the query's tokens into the distinct indexed terms,
+// sorted by text: the order in which every tool's score is summed, so that
+// equal inputs give bit-equal scores.
+func (ix *Index) lookupTerms(s *scratch) {
+	s.terms = s.terms[:0]
+	slices.Sort(s.tokens)
+	for i := 0; i < len(s.tokens); {
+		j := i + 1
+		for j < len(s.tokens) && s.tokens[j] == s.tokens[i] {
+			j++
+		}
+		if id, ok := ix.termIDs[s.tokens[i]]; ok {
+			s.terms = append(s.terms, queryTerm{id: id, weight: float32(j - i)})
+		}
+		i = j
+	}
+	if len(s.terms) > maxQueryTerms {
+		df := func(t queryTerm) int { return len(ix.terms[t.id].postings) }
+		slices.SortStableFunc(s.terms, func(a, b queryTerm) int { return cmp.Compare(df(a), df(b)) })
+		s.terms = s.terms[:maxQueryTerms]
+		slices.SortFunc(s.terms, func(a, b queryTerm) int { return strings.Compare(ix.terms[a.id].text, ix.terms[b.id].text) })
+	}
+}
+
+// cursor walks one query term's postings.
+type cursor struct {
+	postings []posting
+	pos      int
+	idf      float32 // the term's IDF times its weight in the query
+	bound    float64 // the most the term can add to a score
+	term     int     // index in scratch.terms
+}
+
+// advance moves the cursor to the first posting at or after doc, galloping
+// so that a long list is probed rather than walked.
+func (c *cursor) advance(doc uint32) {
+	list, lo := c.postings, c.pos
+	if lo >= len(list) || list[lo].doc >= doc {
+		return
+	}
+	step := 1
+	hi := lo + step
+	for hi < len(list) && list[hi].doc < doc {
+		lo = hi
+		step *= 2
+		hi = lo + step
+	}
+	hi = min(hi, len(list))
+	c.pos = lo + 1 + sort.Search(hi-lo-1, func(i int) bool { return list[lo+1+i].doc >= doc })
+}
+
+// contribution is what posting p of a term with the given IDF adds to its
+// tool's score: BM25 saturation of the field-weighted, length-normalised
+// frequency, plus the BM25+ lower bound.
+func (ix *Index) contribution(idf float32, p *posting) float32 {
+	c := &ix.codes[p.doc]
+	norm := &ix.norm
+	// Unrolled over the fields: a zero frequency costs less than a branch.
+	t := float32(p.tf[0])*norm[0][c[0]] +
+		float32(p.tf[1])*norm[1][c[1]] +
+		float32(p.tf[2])*norm[2][c[2]] +
+		float32(p.tf[3])*norm[3][c[3]] +
+		float32(p.tf[4])*norm[4][c[4]] +
+		float32(p.tf[5])*norm[5][c[5]] +
+		float32(p.tf[6])*norm[6][c[6]]
+	k1 := float32(ix.cfg.K1)
+	return idf * ((k1+1)*t/(k1+t) + float32(ix.cfg.Delta))
+}
+
+// rank offers the tools that hold a query term to s.top, best first as far
+// as it can tell, with MaxScore pruning (Turtle and Flood, 1995): terms are
+// ordered by the most they can add to a score; once the page is full, the
+// terms whose bounds together cannot lift a tool past the page's worst
+// score stop proposing tools and are only probed for the tools that the
+// others propose, and a tool is dropped as soon as its bound falls short.
+// Common terms thus cost a few probes instead of a walk of their postings.
+func (ix *Index) rank(s *scratch, f *filter) {
+	n := float64(ix.live)
+	s.cursors = s.cursors[:0]
+	for i, qt := range s.terms {
+		t := &ix.terms[qt.id]
+		df := float64(len(t.postings))
+		idf := float32(math.Log(1+(n-df+0.5)/(df+0.5))) * qt.weight
+		s.cursors = append(s.cursors, cursor{postings: t.postings, idf: idf, bound: ix.bound(idf, &t.maxTF), term: i})
+	}
+	cs := s.cursors
+	slices.SortStableFunc(cs, func(a, b cursor) int { return cmp.Compare(a.bound, b.bound) })
+	// bounds[i] is the most that terms 0..i together add to a score.
+	s.bounds = s.bounds[:0]
+	sum := 0.0
+	for _, c := range cs {
+		sum += c.bound
+		s.bounds = append(s.bounds, sum)
+	}
+	if cap(s.contrib) < len(cs) {
+		s.contrib = make([]float32, len(cs))
+	}
+	contrib := s.contrib[:len(cs)]
+
+	essential := 0 // cursors from here on propose tools
+	threshold := math.Inf(-1)
+	for {
+		doc := uint32(math.MaxUint32)
+		for i := essential; i < len(cs); i++ {
+			if c := &cs[i]; c.pos < len(c.postings) && c.postings[c.pos].doc < doc {
+				doc = c.postings[c.pos].doc
+			}
+		}
+		if doc == math.MaxUint32 {
+			return
+		}
+		clear(contrib)
+		score := 0.0
+		for i := essential; i < len(cs); i++ {
+			if c := &cs[i]; c.pos < len(c.postings) && c.postings[c.pos].doc == doc {
+				v := ix.contribution(c.idf, &c.postings[c.pos])
+				contrib[c.term] = v
+				score += float64(v)
+				c.pos++
+			}
+		}
+		pruned := false
+		for i := essential - 1; i >= 0; i-- {
+			if score+s.bounds[i] < threshold {
+				pruned = true
+				break
+			}
+			c := &cs[i]
+			c.advance(doc)
+			if c.pos < len(c.postings) && c.postings[c.pos].doc == doc {
+				v := ix.contribution(c.idf, &c.postings[c.pos])
+				contrib[c.term] = v
+				score += float64(v)
+			}
+		}
+		if pruned || isIn(s.exact, doc) {
+			continue
+		}
+		var total float32
+		for _, v := range contrib {
+			total += v
+		}
+		s.top.offer(doc, total, f)
+		if len(s.top.items) >= s.top.k {
+			// The slack covers float32 rounding: a tool whose bound equals
+			// the worst score may still win the tie on its name.
+			threshold = float64(s.top.items[0].score) * (1 - 1e-4)
+			for essential < len(cs) && s.bounds[essential] < threshold {
+				essential++
+			}
+		}
+	}
+}
+
+// bound is the most a term can add to one tool's score: its frequencies
+// can be no higher than maxTF, and a field holding tf occurrences is at
+// least tf long.
+func (ix *Index) bound(idf float32, maxTF *termFreqs) float64 {
+	t := 0.0
+	for f, tf := range maxTF {
+		if tf != 0 {
+			t += float64(tf) * float64(ix.norm[f][lengthCode(uint32(tf))])
+		}
+	}
+	k1 := ix.cfg.K1
+	return float64(idf) * ((k1+1)*t/(k1+t) + ix.cfg.Delta) * (1 + 1e-4)
+}
+
+// scoreOf returns the score of one tool, probing each term's postings.
+func (ix *Index) scoreOf(s *scratch, slot uint32) float32 {
+	n := float64(ix.live)
+	var total float32
+	for _, qt := range s.terms {
+		list := ix.terms[qt.id].postings
+		i := sort.Search(len(list), func(i int) bool { return list[i].doc >= slot })
+		if i < len(list) && list[i].doc == slot {
+			df := float64(len(list))
+			idf := float32(math.Log(1+(n-df+0.5)/(df+0.5))) * qt.weight
+			total += ix.contribution(idf, &list[i])
+		}
+	}
+	return total
+}
+
+func isIn(slots []uint32, slot uint32) bool {
+	return slices.Contains(slots, slot)
+}
+
+// exactMatches appends the slots of the tools that text names and f admits,
+// sorted by canonical name.
+func (ix *Index) exactMatches(text string, dst []uint32, f *filter) []uint32 {
+	text = strings.TrimSpace(text)
+	if text == "" || len(text) > 4*messages.MaxToolNameLength {
+		return dst
+	}
+	keys := [2]string{strings.ToLower(text)}
+	if name, err := messages.ParseToolName(text); err == nil {
+		keys[1] = strings.ToLower(name.String())
+	}
+	for _, key := range keys {
+		for _, slot := range ix.exact[key] {
+			if !isIn(dst, slot) && f.admits(ix, slot) {
+				dst = append(dst, slot)
+			}
+		}
+	}
+	sort.Slice(dst, func(i, j int) bool { return ix.docs[dst[i]].canonical < ix.docs[dst[j]].canonical })
+	return dst
+}
+
+// filter is a Query's admission test, resolved against the index.
+type filter struct {
+	namespaces []bool // by namespace ID; nil admits all
+	tags       []uint32
+	anyTag     bool
+	allow      func(messages.ToolName) bool
+}
+
+func (ix *Index) filter(q *Query, s *scratch) filter {
+	f := filter{allow: q.Allow}
+	if len(q.Namespaces) > 0 {
+		s.nsAllow = slices.Grow(s.nsAllow[:0], len(ix.namespaces))[:len(ix.namespaces)]
+		clear(s.nsAllow)
+		for _, ns := range q.Namespaces {
+			if id, ok := ix.namespaceIDs[ns]; ok {
+				s.nsAllow[id] = true
+			}
+		}
+		f.namespaces = s.nsAllow
+	}
+	if len(q.Tags) > 0 {
+		f.anyTag = true
+		s.tagIDs = s.tagIDs[:0]
+		for _, tag := range q.Tags {
+			if id, ok := ix.tagIDs[tag]; ok {
+				s.tagIDs = append(s.tagIDs, id)
+			}
+		}
+		f.tags = s.tagIDs
+	}
+	return f
+}
+
+func (f *filter) admits(ix *Index, slot uint32) bool {
+	d := &ix.docs[slot]
+	if f.namespaces != nil && !f.namespaces[d.namespace] {
+		return false
+	}
+	if f.anyTag {
+		found := false
+		for _, want := range f.tags {
+			if _, ok := slices.BinarySearch(d.tags, want); ok {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return f.allow == nil || f.allow(d.name)
+}
+
+// topK keeps the k best candidates in a min-heap whose root is the worst.
+type topK struct {
+	ix    *Index
+	k     int
+	items []candidate
+}
+
+type candidate struct {
+	slot  uint32
+	score float32
+}
+
+func (t *topK) reset(ix *Index, k int) {
+	t.ix, t.k, t.items = ix, k, t.items[:0]
+}
+
+// worse orders candidates from worst to best: lower score, then later name.
+func (t *topK) worse(a, b candidate) bool {
+	if a.score != b.score {
+		return a.score < b.score
+	}
+	return t.ix.docs[a.slot].canonical > t.ix.docs[b.slot].canonical
+}
+
+// up restores the heap order from i towards the root.
+func (t *topK) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !t.worse(t.items[i], t.items[parent]) {
+			return
+		}
+		t.items[i], t.items[parent] = t.items[parent], t.items[i]
+		i = parent
+	}
+}
+
+// down restores the heap order from i towards the leaves.
+func (t *topK) down(i int) {
+	n := len(t.items)
+	for {
+		worst := i
+		if l := 2*i + 1; l < n && t.worse(t.items[l], t.items[worst]) {
+			worst = l
+		}
+		if r := 2*i + 2; r < n && t.worse(t.items[r], t.items[worst]) {
+			worst = r
+		}
+		if worst == i {
+			return
+		}
+		t.items[i], t.items[worst] = t.items[worst], t.items[i]
+		i = worst
+	}
+}
+
+// offer considers a tool; the filter runs only for tools that would enter
+// the top k.
+func (t *topK) offer(slot uint32, score float32, f *filter) {
+	c := candidate{slot: slot, score: score}
+	if len(t.items) >= t.k && !t.worse(t.items[0], c) {
+		return
+	}
+	if !f.admits(t.ix, slot) {
+		return
+	}
+	if len(t.items) < t.k {
+		t.items = append(t.items, c)
+		t.up(len(t.items) - 1)
+		return
+	}
+	t.items[0] = c
+	t.down(0)
+}
+
+// sorted orders the kept candidates best first; the heap is spent.
+func (t *topK) sorted() []candidate {
+	out := t.items
+	slices.SortFunc(out, func(a, b candidate) int {
+		switch {
+		case t.worse(b, a):
+			return -1
+		case t.worse(a, b):
+			return 1
+		}
+		return 0
+	})
+	return out
+}
