@@ -34,6 +34,7 @@ Commands:
   call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress)
   calls get|watch|cancel ID    show, follow or cancel a call
   turns get TURN               show the calls of an agent turn
+  search-eval --corpus DIR     measure discovery on a tool-retrieval corpus
   bench                        measure the call path against a plain JetStream baseline
                                (--soak: kill worker processes while calls run; count lost and duplicated results)
 
@@ -105,6 +106,8 @@ func run(args []string) error {
 		return runTurns(ctx, g, cmdArgs)
 	case "bench":
 		return runBench(ctx, g, cmdArgs)
+	case "search-eval":
+		return runSearchEval(ctx, cmdArgs)
 	case "soak-worker":
 		return runSoakWorker(ctx, cmdArgs)
 	case "help", "-h", "--help":

@@ -64,6 +64,12 @@ type Config struct {
 	// Policy decides which calls are allowed, denied or need an approval.
 	// Nil allows every call.
 	Policy *policy.Policy
+	// ApprovalTTL is how long an approval waits for a decision before the
+	// call is denied. Defaults to 24h.
+	ApprovalTTL time.Duration
+	// GrantTTL is how long an approval remembered for an agent and tool
+	// lasts. Defaults to 24h.
+	GrantTTL time.Duration
 	// Resources sizes the streams and buckets the coordinator creates if they are missing.
 	Resources resources.Config
 	// Logger defaults to slog.Default().
@@ -95,6 +101,12 @@ func (c Config) withDefaults() Config {
 	if c.SweepGrace == 0 {
 		c.SweepGrace = 30 * time.Second
 	}
+	if c.ApprovalTTL == 0 {
+		c.ApprovalTTL = 24 * time.Hour
+	}
+	if c.GrantTTL == 0 {
+		c.GrantTTL = 24 * time.Hour
+	}
 	if c.WorkspaceReloadInterval == 0 {
 		c.WorkspaceReloadInterval = 2 * time.Second
 	}
@@ -106,16 +118,18 @@ func (c Config) withDefaults() Config {
 
 // Coordinator serves the Toolbus API.
 type Coordinator struct {
-	cfg     Config
-	log     *slog.Logger
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	names   messages.Names
-	ledger  *ledger.Ledger
-	catalog *catalog.View
-	turns   jetstream.KeyValue
-	calls   jetstream.Stream
-	schemas *schemaCache
+	cfg       Config
+	log       *slog.Logger
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	names     messages.Names
+	ledger    *ledger.Ledger
+	catalog   *catalog.View
+	catalogKV jetstream.KeyValue
+	turns     jetstream.KeyValue
+	approvals jetstream.KeyValue
+	calls     jetstream.Stream
+	schemas   *schemaCache
 
 	resolver *exposure.Resolver
 	expo     exposureCatalog
@@ -167,8 +181,12 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("coordinator: catalog: %w", err)
 	}
+	c.catalogKV = kv
 	if c.turns, err = c.js.KeyValue(ctx, c.names.TurnsBucket()); err != nil {
 		return fmt.Errorf("coordinator: turns: %w", err)
+	}
+	if c.approvals, err = c.js.KeyValue(ctx, c.names.ApprovalsBucket()); err != nil {
+		return fmt.Errorf("coordinator: approvals: %w", err)
 	}
 	if c.calls, err = c.js.Stream(ctx, c.names.CallsStream()); err != nil {
 		return fmt.Errorf("coordinator: calls stream: %w", err)
@@ -197,12 +215,16 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	c.svc = svc
 	group := svc.AddGroup(c.names.APIGroup())
 	for endpoint, handler := range map[string]handlerFunc{
-		messages.EndpointToolsList:     c.listTools,
-		messages.EndpointCallsSubmit:   c.submit,
-		messages.EndpointCallsGet:      c.getCall,
-		messages.EndpointCallsCancel:   c.cancelCall,
-		messages.EndpointTurnsGet:      c.getTurn,
-		messages.EndpointToolsActivate: c.activate,
+		messages.EndpointToolsList:       c.listTools,
+		messages.EndpointCallsSubmit:     c.submit,
+		messages.EndpointCallsGet:        c.getCall,
+		messages.EndpointCallsCancel:     c.cancelCall,
+		messages.EndpointTurnsGet:        c.getTurn,
+		messages.EndpointToolsActivate:   c.activate,
+		messages.EndpointApprovalsList:   c.listApprovals,
+		messages.EndpointApprovalsDecide: c.decideApproval,
+		messages.EndpointToolsEnable:     c.enableTool,
+		messages.EndpointToolsDisable:    c.disableTool,
 	} {
 		name := strings.ReplaceAll(endpoint, ".", "_")
 		if err := group.AddEndpoint(name, c.serve(endpoint, handler), micro.WithEndpointSubject(endpoint)); err != nil {

@@ -3,8 +3,6 @@ package coordinator
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/policy"
 	"github.com/toolbus/toolbus/pkg/toolschema"
 )
 
@@ -77,7 +76,10 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 	if err != nil {
 		return nil, messages.Errorf(messages.CodeInvalidArguments, "arguments are not JSON: %v", err)
 	}
-	digest := sha256.Sum256(args)
+	digest, err := policy.ArgumentsDigest(args)
+	if err != nil {
+		return nil, messages.Errorf(messages.CodeInvalidArguments, "arguments are not JSON: %v", err)
+	}
 
 	now := time.Now().UTC()
 	timeout := c.cfg.DefaultTimeout
@@ -94,7 +96,7 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 		Arguments:       args,
 		Agent:           sr.Agent,
 		Turn:            sr.Turn,
-		ArgumentsDigest: hex.EncodeToString(digest[:]),
+		ArgumentsDigest: digest,
 		QueuedAt:        now,
 		Deadline:        now.Add(timeout),
 	}
@@ -105,6 +107,21 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 		}
 	} else {
 		call.CallID = nuid.Next()
+	}
+
+	v, err := c.authorize(ctx, call, tool)
+	if err != nil {
+		return nil, err
+	}
+	if v.approval != nil {
+		if err := c.holdForApproval(ctx, call, v.approval); err != nil {
+			return nil, err
+		}
+		c.audit(ctx, v.audit, call, &tool.Definition, v.decision, "")
+		return &messages.SubmitReply{CallID: call.CallID, State: messages.StateAwaitingApproval, Approval: v.approval}, nil
+	}
+	if v.audit != "" {
+		c.audit(ctx, v.audit, call, &tool.Definition, v.decision, "")
 	}
 
 	var resultSub *nats.Subscription
@@ -159,12 +176,7 @@ func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallReques
 	var turnErr chan error
 	if call.Turn != "" {
 		turnErr = make(chan error, 1)
-		go func() {
-			key, _ := messages.TurnCallKey(call.Turn, call.CallID)
-			rec, _ := json.Marshal(messages.TurnCallRecord{CallID: call.CallID, Tool: call.Tool, QueuedAt: call.QueuedAt})
-			_, err := c.turns.Put(ctx, key, rec)
-			turnErr <- err
-		}()
+		go func() { turnErr <- c.fileUnderTurn(ctx, call) }()
 	}
 	ack, callErr := awaitAck(ctx, queuedCall)
 	_, queuedErr := awaitAck(ctx, queued)
@@ -187,6 +199,20 @@ func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallReques
 		c.log.Warn("call queued without its queued event", "call", call.CallID, "error", queuedErr)
 	}
 	return ack.Duplicate, nil
+}
+
+// fileUnderTurn records that the call belongs to its turn.
+func (c *Coordinator) fileUnderTurn(ctx context.Context, call *messages.CallRequest) error {
+	if call.Turn == "" {
+		return nil
+	}
+	key, err := messages.TurnCallKey(call.Turn, call.CallID)
+	if err != nil {
+		return err
+	}
+	rec, _ := json.Marshal(messages.TurnCallRecord{CallID: call.CallID, Tool: call.Tool, QueuedAt: call.QueuedAt})
+	_, err = c.turns.Put(ctx, key, rec)
+	return err
 }
 
 // awaitAck waits for an asynchronous publish to be stored.
@@ -222,6 +248,10 @@ func (c *Coordinator) existingCall(ctx context.Context, call *messages.CallReque
 			"idempotency key %q was used for call %s of %s with other arguments", sr.IdempotencyKey, call.CallID, prev.Tool)
 	}
 	reply := &messages.SubmitReply{CallID: call.CallID, State: snap.State(), Duplicate: true}
+	if snap.Approval != nil && reply.State == messages.StateAwaitingApproval {
+		reply.Approval = snap.Approval.Approval
+		return reply, nil
+	}
 	if snap.Result != nil {
 		reply.Result = snap.Result.Result
 		return reply, nil

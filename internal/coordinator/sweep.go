@@ -106,6 +106,9 @@ func (c *Coordinator) sweepLoop(ctx context.Context) {
 			if err := c.sweep(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("sweep of expired calls failed", "error", err)
 			}
+			if err := c.sweepApprovals(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("sweep of approvals failed", "error", err)
+			}
 		}
 	}
 }

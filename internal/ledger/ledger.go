@@ -198,6 +198,7 @@ type Snapshot struct {
 	Progress *Event
 	Log      *Event
 	Cancel   *Event
+	Approval *Event
 	Result   *Event
 	// LastSeq is the sequence of the call's latest event.
 	LastSeq uint64
@@ -213,6 +214,8 @@ func (s *Snapshot) State() messages.CallState {
 		return s.Result.Result.Status
 	case s.Started != nil:
 		return messages.StateRunning
+	case s.Approval != nil && s.Approval.Approval != nil && s.Approval.Approval.State == messages.ApprovalPending:
+		return messages.StateAwaitingApproval
 	default:
 		return messages.StateQueued
 	}
@@ -228,6 +231,9 @@ func (s *Snapshot) Info() messages.CallInfo {
 	}
 	if st := s.Started; st != nil {
 		info.Attempt, info.Worker, info.StartedAt = st.Attempt, st.Worker, st.Time
+	}
+	if a := s.Approval; a != nil && a.Approval != nil {
+		info.Approval = a.Approval
 	}
 	if p := s.Progress; p != nil && p.Progress != nil && s.Result == nil {
 		progress := *p.Progress
@@ -260,6 +266,8 @@ func (s *Snapshot) add(ev *Event) {
 		s.Log = ev
 	case messages.EventCancel:
 		s.Cancel = ev
+	case messages.EventApproval:
+		s.Approval = ev
 	case messages.EventResult:
 		s.Result = ev
 	}
@@ -269,8 +277,8 @@ func (s *Snapshot) add(ev *Event) {
 }
 
 // maxSubjectsPerRequest keeps a batched read under the server's limit of
-// 1,024 messages per request: each call has at most six event subjects.
-const maxSubjectsPerRequest = 150
+// 1,024 messages per request: each call has at most seven event subjects.
+const maxSubjectsPerRequest = 140
 
 // Snapshots reads the latest event of each kind of every call, in one
 // request per 150 calls. Calls with no events get an empty snapshot.

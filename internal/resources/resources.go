@@ -30,6 +30,11 @@ type Config struct {
 	MaxQueuedCalls int64
 	// MaxCallBytes bounds one call message. Defaults to 1 MiB.
 	MaxCallBytes int32
+	// AuditMaxAge is how long policy decisions are kept. Defaults to 30 days.
+	AuditMaxAge time.Duration
+	// ApprovalsMaxAge is how long decided approvals and remembered grants
+	// are kept. Defaults to 7 days.
+	ApprovalsMaxAge time.Duration
 	// MaxWatchers bounds the calls watched event by event at once: each
 	// watch holds a consumer on the events stream. Waiting for a result
 	// holds none. Defaults to 10,000.
@@ -53,6 +58,12 @@ func (c Config) WithDefaults() Config {
 	if c.MaxCallBytes == 0 {
 		c.MaxCallBytes = 1 << 20
 	}
+	if c.AuditMaxAge == 0 {
+		c.AuditMaxAge = 30 * 24 * time.Hour
+	}
+	if c.ApprovalsMaxAge == 0 {
+		c.ApprovalsMaxAge = 7 * 24 * time.Hour
+	}
 	if c.MaxWatchers == 0 {
 		c.MaxWatchers = 10_000
 	}
@@ -68,9 +79,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, c
 	if _, err := js.CreateOrUpdateStream(ctx, EventsStreamConfig(names, cfg)); err != nil {
 		return fmt.Errorf("stream %s: %w", names.EventsStream(), err)
 	}
+	if _, err := js.CreateOrUpdateStream(ctx, AuditStreamConfig(names, cfg)); err != nil {
+		return fmt.Errorf("stream %s: %w", names.AuditStream(), err)
+	}
 	for _, kv := range []jetstream.KeyValueConfig{
 		{Bucket: names.CatalogBucket(), Description: "Toolbus tool catalog and worker liveness", History: 1, Replicas: cfg.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: names.TurnsBucket(), Description: "Toolbus agent turns", History: 1, Replicas: cfg.Replicas, Storage: jetstream.FileStorage, TTL: cfg.EventsMaxAge},
+		{Bucket: names.ApprovalsBucket(), Description: "Toolbus approvals and remembered grants", History: 1, Replicas: cfg.Replicas, Storage: jetstream.FileStorage, TTL: cfg.ApprovalsMaxAge},
 	} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
 			return fmt.Errorf("bucket %s: %w", kv.Bucket, err)
@@ -112,6 +127,21 @@ func EventsStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig
 		Storage:      jetstream.FileStorage,
 		Replicas:     cfg.Replicas,
 		AllowDirect:  true,
+	}
+}
+
+// AuditStreamConfig is the stream of policy decisions.
+func AuditStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig {
+	cfg = cfg.WithDefaults()
+	return jetstream.StreamConfig{
+		Name:        names.AuditStream(),
+		Description: "Toolbus policy decisions",
+		Subjects:    []string{names.AuditSubjects()},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      cfg.AuditMaxAge,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
 	}
 }
 

@@ -201,7 +201,53 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 	if reply.Result != nil {
 		return reply.Result, nil
 	}
+	if reply.State == messages.StateAwaitingApproval && reply.Approval != nil && reply.Approval.Mode == messages.ApprovalPrompt {
+		return nil, &ApprovalRequiredError{CallID: reply.CallID, Approval: reply.Approval}
+	}
 	return c.ledger.WaitOn(ctx, callID, results)
+}
+
+// ApprovalRequiredError is returned by Call when the call waits for an
+// approval that the agent is to obtain from its user (mode prompt): ask the
+// user, send the answer with Decide, then Wait for the call's result.
+type ApprovalRequiredError struct {
+	CallID   string
+	Approval *messages.Approval
+}
+
+func (e *ApprovalRequiredError) Error() string {
+	return fmt.Sprintf("call %s of %s needs the user's approval: %s", e.CallID, e.Approval.Tool, e.Approval.Reason)
+}
+
+// ListApprovals lists approvals; State defaults to pending.
+func (c *Client) ListApprovals(ctx context.Context, req messages.ListApprovalsRequest) (*messages.ListApprovalsReply, error) {
+	var out messages.ListApprovalsReply
+	return &out, c.request(ctx, messages.EndpointApprovalsList, &req, &out)
+}
+
+// Decide approves or denies an approval.
+func (c *Client) Decide(ctx context.Context, req messages.DecideRequest) (*messages.DecideReply, error) {
+	if req.By == "" {
+		req.By = c.opts.Agent
+	}
+	var out messages.DecideReply
+	return &out, c.request(ctx, messages.EndpointApprovalsDecide, &req, &out)
+}
+
+// SetToolEnabled disables (with a reason) or enables a tool ("ns-method")
+// or, when tool names no method, a namespace.
+func (c *Client) SetToolEnabled(ctx context.Context, toolOrNamespace string, enabled bool, reason string) error {
+	req := messages.ToolSwitchRequest{Reason: reason, By: c.opts.Agent}
+	if messages.ValidateNamespace(toolOrNamespace) == nil {
+		req.Namespace = toolOrNamespace
+	} else {
+		req.Tool = toolOrNamespace
+	}
+	endpoint := messages.EndpointToolsDisable
+	if enabled {
+		endpoint = messages.EndpointToolsEnable
+	}
+	return c.request(ctx, endpoint, &req, nil)
 }
 
 func retryable(err error) bool {

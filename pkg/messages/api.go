@@ -106,6 +106,7 @@ type CallInfo struct {
 	Worker          string      `json:"worker,omitempty"`
 	CancelRequested bool        `json:"cancel_requested,omitempty"`
 	Progress        *Progress   `json:"progress,omitempty"`
+	Approval        *Approval   `json:"approval,omitempty"`
 	QueuedAt        time.Time   `json:"queued_at,omitempty"`
 	StartedAt       time.Time   `json:"started_at,omitempty"`
 	Deadline        time.Time   `json:"deadline,omitempty"`

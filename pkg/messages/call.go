@@ -56,6 +56,8 @@ type SubmitReply struct {
 	// Duplicate is true when the idempotency key named an existing call.
 	Duplicate bool        `json:"duplicate,omitempty"`
 	Result    *CallResult `json:"result,omitempty"`
+	// Approval is set when the call waits for one (state awaiting_approval).
+	Approval *Approval `json:"approval,omitempty"`
 }
 
 // CallRequest is the message on a call subject that a worker executes.
@@ -181,13 +183,15 @@ const (
 	// EventCancel records that cancellation was requested; the call is
 	// cancelled only when its result says so.
 	EventCancel EventKind = "cancel"
-	EventResult EventKind = "result"
+	// EventApproval records each state of the call's approval.
+	EventApproval EventKind = "approval"
+	EventResult   EventKind = "result"
 )
 
 // Valid reports whether k is a known kind.
 func (k EventKind) Valid() bool {
 	switch k {
-	case EventQueued, EventStarted, EventProgress, EventLog, EventCancel, EventResult:
+	case EventQueued, EventStarted, EventProgress, EventLog, EventCancel, EventApproval, EventResult:
 		return true
 	}
 	return false
@@ -206,6 +210,7 @@ type CallEvent struct {
 	Progress *Progress    `json:"progress,omitempty"`
 	Log      *LogEntry    `json:"log,omitempty"`
 	Cancel   *CancelInfo  `json:"cancel,omitempty"`
+	Approval *Approval    `json:"approval,omitempty"`
 	Result   *CallResult  `json:"result,omitempty"`
 }
 

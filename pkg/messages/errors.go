@@ -120,4 +120,8 @@ var (
 	ErrToolUnavailable     = &Error{Code: CodeToolUnavailable}
 	ErrDenied              = &Error{Code: CodeDenied}
 	ErrIdempotencyConflict = &Error{Code: CodeIdempotencyConflict}
+	ErrApprovalNotFound    = &Error{Code: CodeApprovalNotFound}
+	ErrNotAdmitted         = &Error{Code: CodeNotAdmitted}
+	ErrToolDisabled        = &Error{Code: CodeToolDisabled}
+	ErrConflict            = &Error{Code: CodeConflict}
 )

@@ -250,6 +250,20 @@ func (n Names) APISubject(endpoint string) (string, error) {
 	return n.APIGroup() + "." + endpoint, nil
 }
 
+// AuditStream is the stream of policy decisions.
+func (n Names) AuditStream() string { return n.upper + "_AUDIT" }
+
+// AuditSubject is where decisions of one kind are recorded.
+func (n Names) AuditSubject(decision string) (string, error) {
+	if err := ValidateID("audit decision", decision); err != nil {
+		return "", err
+	}
+	return n.prefix + ".audit." + decision, nil
+}
+
+// AuditSubjects is the subject space of AuditStream.
+func (n Names) AuditSubjects() string { return n.prefix + ".audit.>" }
+
 // CatalogBucket is the KV bucket of tool definitions and worker liveness.
 func (n Names) CatalogBucket() string { return n.prefix + "_catalog" }
 
@@ -301,6 +315,34 @@ func TurnCallKey(turn, callID string) (string, error) {
 		return "", err
 	}
 	return "calls." + turn + "." + callID, nil
+}
+
+// ApprovalKey is the approvals-bucket key of a call's approval.
+func ApprovalKey(callID string) (string, error) {
+	if err := ValidateID("call ID", callID); err != nil {
+		return "", err
+	}
+	return "approvals." + callID, nil
+}
+
+// GrantKey is the approvals-bucket key of a remembered approval: of a tool
+// for an agent in one turn, or in every turn when turn is empty.
+func GrantKey(agent, tool, turn string) (string, error) {
+	if agent == "" {
+		agent = "_"
+	} else if err := ValidateID("agent", agent); err != nil {
+		return "", err
+	}
+	if turn == "" {
+		turn = "_"
+	} else if err := ValidateID("turn", turn); err != nil {
+		return "", err
+	}
+	name, err := ParseToolName(tool)
+	if err != nil {
+		return "", err
+	}
+	return "grants." + agent + "." + name.String() + "." + turn, nil
 }
 
 // TurnStateKey is the turns-bucket key of a turn's saved selections.

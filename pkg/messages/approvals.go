@@ -1,0 +1,144 @@
+package messages
+
+import "time"
+
+// Endpoints for approvals.
+const (
+	EndpointApprovalsList   = "approvals.list"
+	EndpointApprovalsDecide = "approvals.decide"
+	EndpointToolsEnable     = "tools.enable"
+	EndpointToolsDisable    = "tools.disable"
+)
+
+// Approval modes: who answers an approval.
+const (
+	// ApprovalQueue: an operator decides, through the API or the command line.
+	ApprovalQueue = "queue"
+	// ApprovalPrompt: the agent asks its user in the conversation and sends the answer.
+	ApprovalPrompt = "prompt"
+)
+
+// Approval states.
+const (
+	ApprovalPending  = "pending"
+	ApprovalApproved = "approved"
+	ApprovalDenied   = "denied"
+	ApprovalExpired  = "expired"
+)
+
+// How long an approval's answer counts.
+const (
+	// RememberCall: this call only.
+	RememberCall = "call"
+	// RememberTurn: later calls of the same tool by the same agent in the same turn.
+	RememberTurn = "turn"
+	// RememberAgentTool: later calls of the same tool by the same agent, in any turn.
+	RememberAgentTool = "agent_tool"
+)
+
+// Approval is a request for a human's decision, bound to one exact call:
+// its agent, tool, turn, the digest of its arguments and the policy version
+// that asked. Its ID is the call ID. It is kept in the approvals bucket
+// under "approvals.<call_id>" and survives restarts.
+type Approval struct {
+	ApprovalID      string `json:"approval_id"`
+	CallID          string `json:"call_id"`
+	Tool            string `json:"tool"`
+	Agent           string `json:"agent,omitempty"`
+	Turn            string `json:"turn,omitempty"`
+	ArgumentsDigest string `json:"arguments_digest"`
+	// Arguments are the call's arguments with sensitive values redacted.
+	Arguments     JSON   `json:"arguments,omitempty"`
+	PolicyVersion string `json:"policy_version"`
+	// RuleID names the policy rule that asked, when a policy rule did.
+	RuleID string `json:"rule_id,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Mode is queue or prompt.
+	Mode string `json:"mode"`
+	// Title and Message are what the exposure rule asks to show the person deciding.
+	Title     string    `json:"title,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	State     string    `json:"state"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// Set once decided.
+	DecidedBy      string    `json:"decided_by,omitempty"`
+	DecidedAt      time.Time `json:"decided_at,omitempty"`
+	DecisionReason string    `json:"decision_reason,omitempty"`
+	Remember       string    `json:"remember,omitempty"`
+}
+
+// ListApprovalsRequest lists approvals (endpoint approvals.list); empty
+// filters match everything. State defaults to pending.
+type ListApprovalsRequest struct {
+	State string `json:"state,omitempty"`
+	Agent string `json:"agent,omitempty"`
+	Turn  string `json:"turn,omitempty"`
+}
+
+// ListApprovalsReply lists approvals, oldest first.
+type ListApprovalsReply struct {
+	Approvals []Approval `json:"approvals"`
+}
+
+// Decisions on an approval.
+const (
+	DecisionApprove = "approve"
+	DecisionDeny    = "deny"
+)
+
+// DecideRequest answers an approval (endpoint approvals.decide).
+type DecideRequest struct {
+	ApprovalID string `json:"approval_id"`
+	// Decision is approve or deny.
+	Decision string `json:"decision"`
+	Reason   string `json:"reason,omitempty"`
+	// By names who decided.
+	By string `json:"by"`
+	// Remember is call (the default), turn or agent_tool.
+	Remember string `json:"remember,omitempty"`
+}
+
+// DecideReply is the approval as decided and the call's state after it.
+type DecideReply struct {
+	Approval Approval  `json:"approval"`
+	State    CallState `json:"state"`
+}
+
+// ToolSwitchRequest disables or enables a tool or a whole namespace
+// (endpoints tools.disable and tools.enable).
+type ToolSwitchRequest struct {
+	// Tool names one tool; Namespace a whole namespace. Exactly one is set.
+	Tool      string `json:"tool,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	By        string `json:"by,omitempty"`
+}
+
+// Audit decisions.
+const (
+	AuditAllowed  = "allowed"
+	AuditDenied   = "denied"
+	AuditAsked    = "asked"
+	AuditApproved = "approved"
+	AuditRejected = "rejected"
+	AuditExpired  = "expired"
+	// AuditRemembered: an earlier approval that was to be remembered let the call through.
+	AuditRemembered = "remembered"
+)
+
+// AuditRecord is one decision about a call, on "<prefix>.audit.<decision>"
+// in the audit stream. Sensitive argument values are redacted.
+type AuditRecord struct {
+	Time          time.Time `json:"time"`
+	Decision      string    `json:"decision"`
+	CallID        string    `json:"call_id,omitempty"`
+	Tool          string    `json:"tool"`
+	Agent         string    `json:"agent,omitempty"`
+	Turn          string    `json:"turn,omitempty"`
+	Arguments     JSON      `json:"arguments,omitempty"`
+	PolicyVersion string    `json:"policy_version,omitempty"`
+	RuleID        string    `json:"rule_id,omitempty"`
+	Reason        string    `json:"reason,omitempty"`
+	By            string    `json:"by,omitempty"`
+}

@@ -1,0 +1,278 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/policy"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+type loginArgs struct {
+	User     string `json:"user"`
+	Password string `json:"password"`
+}
+
+func policyTools(cnt *counter) []worker.Tool {
+	return []worker.Tool{
+		cnt.tool(),
+		worker.Func("login", "Logs in.", func(ctx context.Context, in loginArgs) (string, error) { return "welcome " + in.User, nil }, worker.WithTags(messages.TagNetwork)),
+		worker.Func("wipe", "Wipes everything.", func(ctx context.Context, in struct{}) (string, error) { return "wiped", nil }, worker.WithTags(messages.TagDestructive)),
+		worker.Func("root", "Does privileged things.", func(ctx context.Context, in struct{}) (string, error) { return "root", nil }, worker.WithTags(messages.TagPrivileged)),
+	}
+}
+
+func mustPolicy(t *testing.T, yaml string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse([]byte(yaml), "policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const testPolicy = `
+default: allow
+rules:
+  - preset: deny_privileged
+  - preset: ask_destructive
+  - id: no-admin-login
+    tool: "t:login"
+    arguments:
+      - {pointer: /user, equals: "admin"}
+    effect: deny
+    reason: nobody logs in as admin
+`
+
+func TestPolicyDeniesAndAudits(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Policy = mustPolicy(t, testPolicy) })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: policyTools(newCounter())})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+
+	_, err := c.Call(ctx, "t-root", nil)
+	if !errors.Is(err, messages.ErrDenied) || !strings.Contains(err.Error(), "privileged") {
+		t.Fatalf("privileged tool: %v", err)
+	}
+	_, err = c.Call(ctx, "t-login", loginArgs{User: "admin", Password: "hunter2"})
+	if !errors.Is(err, messages.ErrDenied) || !strings.Contains(err.Error(), "nobody logs in as admin") {
+		t.Fatalf("denied by argument: %v", err)
+	}
+	res, err := c.Call(ctx, "t-login", loginArgs{User: "alice", Password: "hunter2"})
+	if err != nil || res.Content[0].Text != "welcome alice" {
+		t.Fatalf("allowed login: %+v %v", res, err)
+	}
+	// The model never sees a tool that policy denies whatever the arguments;
+	// one denied only for some arguments stays listed.
+	list, err := c.ListTools(ctx, messages.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := namesOf(list)
+	if slices.Contains(got, "t-root") || !slices.Contains(got, "t-login") || !slices.Contains(got, "t-wipe") {
+		t.Fatalf("listed for the agent: %v", got)
+	}
+
+	// Every decision is audited, with the password redacted.
+	js, _ := jetstream.New(testenv.Connect(t, srv.URL()))
+	cons, err := js.OrderedConsumer(ctx, names.AuditStream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decisions []string
+	for len(decisions) < 3 {
+		msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("audit records so far %v: %v", decisions, err)
+		}
+		var rec messages.AuditRecord
+		if _, err := messages.Decode(messages.Header(msg.Headers()), msg.Data(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		decisions = append(decisions, rec.Decision+":"+rec.Tool)
+		if strings.Contains(string(rec.Arguments), "hunter2") {
+			t.Fatalf("audit record holds the password: %s", rec.Arguments)
+		}
+		if rec.Tool == "t-login" && rec.Decision == messages.AuditDenied && rec.RuleID != "no-admin-login" {
+			t.Fatalf("audit record %+v", rec)
+		}
+	}
+	if !slices.Equal(decisions, []string{"denied:t-root", "denied:t-login", "allowed:t-login"}) {
+		t.Fatalf("audit %v", decisions)
+	}
+}
+
+func TestApprovalOutlivesACoordinatorRestart(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	pol := mustPolicy(t, testPolicy)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Policy = pol })
+	cnt := newCounter()
+	var wipes atomic.Int32
+	tools := policyTools(cnt)
+	tools[2] = worker.Func("wipe", "Wipes everything.", func(ctx context.Context, in struct {
+		Target string `json:"target"`
+	}) (string, error) {
+		wipes.Add(1)
+		return "wiped " + in.Target, nil
+	}, worker.WithTags(messages.TagDestructive))
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: tools, Slots: 1})
+	agent := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+
+	r, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "t-wipe", Arguments: messages.JSON(`{"target":"disk"}`), Turn: "t1", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != messages.StateAwaitingApproval || r.Approval == nil || r.Approval.Mode != messages.ApprovalQueue || r.Result != nil {
+		t.Fatalf("submit of a destructive tool: %+v", r)
+	}
+	if info, err := agent.Get(ctx, r.CallID); err != nil || info.State != messages.StateAwaitingApproval {
+		t.Fatalf("call while waiting: %+v %v", info, err)
+	}
+
+	// A new coordinator: the approval is still there, and deciding it runs the call once.
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Policy = pol })
+	operator := testenv.Client(t, srv.URL(), client.Options{Agent: "ops"})
+	pending, err := operator.ListApprovals(ctx, messages.ListApprovalsRequest{})
+	if err != nil || len(pending.Approvals) != 1 || pending.Approvals[0].CallID != r.CallID {
+		t.Fatalf("pending approvals: %+v %v", pending, err)
+	}
+	a := pending.Approvals[0]
+	if a.Tool != "t-wipe" || a.Agent != "bot" || a.Turn != "t1" || a.PolicyVersion != pol.Version() || a.ArgumentsDigest == "" || a.RuleID != policy.PresetAskDestructive {
+		t.Fatalf("approval %+v", a)
+	}
+	reply, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: a.ApprovalID, Decision: messages.DecisionApprove, By: "alice", Reason: "planned maintenance"})
+	if err != nil || reply.Approval.State != messages.ApprovalApproved || reply.Approval.DecidedBy != "alice" {
+		t.Fatalf("decide: %+v %v", reply, err)
+	}
+	res, err := agent.Wait(ctx, r.CallID)
+	if err != nil || res.Status != messages.StateCompleted || res.Content[0].Text != "wiped disk" {
+		t.Fatalf("approved call: %+v %v", res, err)
+	}
+	// A second decision changes nothing; the tool ran once.
+	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: a.ApprovalID, Decision: messages.DecisionApprove, By: "bob"}); !errors.Is(err, messages.ErrConflict) {
+		t.Fatalf("second decision: %v", err)
+	}
+	// The next identical call in the turn asks again: the approval was for that call only.
+	r2, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "t-wipe", Arguments: messages.JSON(`{"target":"disk"}`), Turn: "t1"})
+	if err != nil || r2.State != messages.StateAwaitingApproval {
+		t.Fatalf("second call: %+v %v", r2, err)
+	}
+	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: r2.CallID, Decision: messages.DecisionDeny, By: "alice", Reason: "once is enough"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = agent.Wait(ctx, r2.CallID)
+	if err != nil || res.Status != messages.StateDenied || !strings.Contains(res.Error.Message, "once is enough") {
+		t.Fatalf("denied call: %+v %v", res, err)
+	}
+	// The slot is free only after the approved call ran; its count is one.
+	if res, err := agent.Call(ctx, "t-count", map[string]string{"label": "x"}); err != nil || res.IsError {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if n := wipes.Load(); n != 1 {
+		t.Fatalf("the approved call ran %d times", n)
+	}
+}
+
+func TestRememberedApprovalLetsTheNextCallThrough(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Policy = mustPolicy(t, testPolicy) })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: policyTools(newCounter())})
+	agent := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+
+	r, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "t-wipe", Turn: "t1"})
+	if err != nil || r.State != messages.StateAwaitingApproval {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if _, err := agent.Decide(ctx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove, By: "user", Remember: messages.RememberTurn}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := agent.Wait(ctx, r.CallID); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("%+v %v", res, err)
+	}
+	// Same turn: no approval asked.
+	res, err := agent.Call(ctx, "t-wipe", nil, client.WithTurn("t1"))
+	if err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("remembered for the turn: %+v %v", res, err)
+	}
+	// Another turn: asked again.
+	r3, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "t-wipe", Turn: "t2"})
+	if err != nil || r3.State != messages.StateAwaitingApproval {
+		t.Fatalf("another turn: %+v %v", r3, err)
+	}
+}
+
+func TestExpiredApprovalDeniesTheCall(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.Policy = mustPolicy(t, testPolicy)
+		cfg.ApprovalTTL = 200 * time.Millisecond
+		cfg.SweepInterval = 50 * time.Millisecond
+	})
+	cnt := newCounter()
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: policyTools(cnt)})
+	agent := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+	r, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "t-wipe"})
+	if err != nil || r.State != messages.StateAwaitingApproval {
+		t.Fatalf("%+v %v", r, err)
+	}
+	res, err := agent.Wait(ctx, r.CallID)
+	if err != nil || res.Status != messages.StateDenied || res.Error.Code != messages.ResultDenied || !strings.Contains(res.Error.Message, "expired") {
+		t.Fatalf("expired approval: %+v %v", res, err)
+	}
+	if _, err := agent.Decide(ctx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove, By: "late"}); !errors.Is(err, messages.ErrConflict) {
+		t.Fatalf("approving an expired approval: %v", err)
+	}
+}
+
+func TestPromptApprovalFromExposureRules(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeFile(t, dir+"/bundles/demo.yaml", `
+id: demo
+match:
+  - name: "demo:*"
+  - name: "demo:sleep"
+    approval: {mode: prompt, title: "Wait?", message: "This sleeps a while"}
+`)
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.WorkspaceDir = dir })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	agent := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+	_, err := agent.Call(ctx, "demo-sleep", map[string]float64{"seconds": 0.01})
+	var need *client.ApprovalRequiredError
+	if !errors.As(err, &need) || need.Approval.Mode != messages.ApprovalPrompt || need.Approval.Title != "Wait?" || need.Approval.Message != "This sleeps a while" {
+		t.Fatalf("prompt approval: %v", err)
+	}
+	// The user says yes in the conversation; the agent passes it on.
+	if _, err := agent.Decide(ctx, messages.DecideRequest{ApprovalID: need.CallID, Decision: messages.DecisionApprove, By: "the user"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := agent.Wait(ctx, need.CallID)
+	if err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if res, err := agent.Call(ctx, "demo-echo", map[string]string{"text": "no approval"}); err != nil || res.IsError {
+		t.Fatalf("%+v %v", res, err)
+	}
+}
