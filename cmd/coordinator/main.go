@@ -33,6 +33,10 @@ func run() error {
 	prefix := flag.String("prefix", "toolbus", "subject prefix")
 	replicas := flag.Int("replicas", 1, "replicas of streams and buckets (3 or 5 in a cluster)")
 	defaultTimeout := flag.Duration("default-timeout", 10*time.Minute, "deadline of calls when neither caller nor tool sets one")
+	workspace := flag.String("workspace", os.Getenv("TOOLBUS_WORKSPACE"), "exposure workspace directory (bundles/*.yaml, agents/*.yaml), reloaded on change")
+	policyFile := flag.String("policy", os.Getenv("TOOLBUS_POLICY"), "policy file (YAML), reloaded on change")
+	failUnavailable := flag.Bool("fail-unavailable", false, "fail calls of namespaces without a live worker instead of queueing them")
+	approvalTTL := flag.Duration("approval-ttl", 24*time.Hour, "how long an approval waits for a decision")
 	verbose := flag.Bool("v", false, "log at debug level")
 	flag.Parse()
 
@@ -52,11 +56,15 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c, err := coordinator.New(coordinator.Config{
-		Conn:           nc,
-		Prefix:         *prefix,
-		DefaultTimeout: *defaultTimeout,
-		Resources:      resources.Config{Replicas: *replicas},
-		Logger:         log,
+		Conn:                nc,
+		Prefix:              *prefix,
+		DefaultTimeout:      *defaultTimeout,
+		WorkspaceDir:        *workspace,
+		PolicyFile:          *policyFile,
+		FailWhenUnavailable: *failUnavailable,
+		ApprovalTTL:         *approvalTTL,
+		Resources:           resources.Config{Replicas: *replicas},
+		Logger:              log,
 	})
 	if err != nil {
 		return err

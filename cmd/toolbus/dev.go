@@ -15,6 +15,8 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	dataDir := fs.String("data", "./data", "directory for JetStream's files")
 	port := fs.Int("port", 4222, "NATS port; 0 picks a free one")
 	host := fs.String("host", "127.0.0.1", "address to listen on")
+	workspace := fs.String("workspace", "", "exposure workspace directory (bundles/*.yaml, agents/*.yaml)")
+	policyFile := fs.String("policy", "", "policy file (YAML)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return exitError(2)
@@ -24,7 +26,7 @@ func runDev(ctx context.Context, g globals, args []string) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, Logger: log})
+	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, Logger: log})
 	if err != nil {
 		return fmt.Errorf("start: %w (if the port is taken, try --port 0)", err)
 	}

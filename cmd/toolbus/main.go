@@ -5,6 +5,8 @@
 //	toolbus call TOOL [JSON] [--watch] call a tool and print its result
 //	toolbus calls get|watch|cancel ID  follow one call
 //	toolbus turns get ID               show an agent turn's calls
+//	toolbus approvals list|approve|deny
+//	toolbus tools disable|enable NAME
 //	toolbus bench                      measure the call path against plain JetStream
 package main
 
@@ -31,6 +33,9 @@ Usage:
 Commands:
   dev                          run an embedded NATS server, a coordinator and a demo worker
   tools                        list the tools in the catalog
+  tools disable|enable NAME    switch a tool or a namespace off (with --reason) or on
+  approvals list               list pending approvals
+  approvals approve|deny ID    decide an approval (--remember call|turn|agent_tool, --reason)
   call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress)
   calls get|watch|cancel ID    show, follow or cancel a call
   turns get TURN               show the calls of an agent turn
@@ -97,7 +102,12 @@ func run(args []string) error {
 	case "dev":
 		return runDev(ctx, g, cmdArgs)
 	case "tools":
+		if len(cmdArgs) > 0 && (cmdArgs[0] == "enable" || cmdArgs[0] == "disable") {
+			return runToolSwitch(ctx, g, cmdArgs[0] == "enable", cmdArgs[1:])
+		}
 		return runTools(ctx, g, cmdArgs)
+	case "approvals":
+		return runApprovals(ctx, g, cmdArgs)
 	case "call":
 		return runCall(ctx, g, cmdArgs)
 	case "calls":

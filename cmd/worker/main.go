@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/workerconfig"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -33,8 +34,9 @@ func run() error {
 	prefix := flag.String("prefix", "toolbus", "subject prefix")
 	id := flag.String("id", "", "worker ID (default: host name and a random suffix)")
 	demoNS := flag.Bool("demo", false, "serve the demo namespace")
-	slots := flag.Int("slots", 16, "calls of each namespace this worker runs at once")
-	maxAttempts := flag.Int("max-attempts", 3, "deliveries of a call before it fails")
+	configFile := flag.String("config", "", "YAML file listing the namespaces to serve and their sources (MCP servers, OpenAPI services, demo tools)")
+	slots := flag.Int("slots", 16, "calls of each namespace this worker runs at once, unless the config file says")
+	maxAttempts := flag.Int("max-attempts", 3, "deliveries of a call before it fails, unless the config file says")
 	ackWait := flag.Duration("ack-wait", 30*time.Second, "how long a call may go without a heartbeat before another worker gets it")
 	heartbeat := flag.Duration("heartbeat", 5*time.Second, "liveness heartbeat interval")
 	drain := flag.Duration("drain", 30*time.Second, "on shutdown, how long running calls may finish before they are handed back")
@@ -46,6 +48,17 @@ func run() error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// The file is read before connecting, so that its mistakes show at once.
+	var configured []worker.Namespace
+	if *configFile != "" {
+		cfg, err := workerconfig.Load(*configFile)
+		if err != nil {
+			return err
+		}
+		if configured, err = cfg.WorkerNamespaces(log); err != nil {
+			return err
+		}
+	}
 	opts := []nats.Option{nats.Name("toolbus-worker"), nats.MaxReconnects(-1)}
 	if *creds != "" {
 		opts = append(opts, nats.UserCredentials(*creds))
@@ -69,8 +82,20 @@ func run() error {
 		}
 		served++
 	}
+	for _, ns := range configured {
+		if ns.Slots == 0 {
+			ns.Slots = *slots
+		}
+		if ns.MaxAttempts == 0 {
+			ns.MaxAttempts = *maxAttempts
+		}
+		if err := w.Serve(ns); err != nil {
+			return fmt.Errorf("%s: %w", *configFile, err)
+		}
+		served++
+	}
 	if served == 0 {
-		return fmt.Errorf("nothing to serve: pass --demo")
+		return fmt.Errorf("nothing to serve: pass --config FILE or --demo")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -64,6 +64,13 @@ type Config struct {
 	// Policy decides which calls are allowed, denied or need an approval.
 	// Nil allows every call.
 	Policy *policy.Policy
+	// PolicyFile, when set, is read at start (an invalid file stops the
+	// start) and reloaded when it changes, replacing Policy.
+	PolicyFile string
+	// FailWhenUnavailable makes calls of a namespace that no live worker
+	// serves fail at once with tool_unavailable. By default they are
+	// queued and run when a worker comes.
+	FailWhenUnavailable bool
 	// ApprovalTTL is how long an approval waits for a decision before the
 	// call is denied. Defaults to 24h.
 	ApprovalTTL time.Duration
@@ -195,6 +202,15 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
+	policyFingerprint := ""
+	if c.cfg.PolicyFile != "" {
+		p, fp, err := loadPolicy(c.cfg.PolicyFile)
+		if err != nil {
+			return fmt.Errorf("coordinator: %w", err)
+		}
+		c.policy.Store(p)
+		policyFingerprint = fp
+	}
 	c.resolver = exposure.NewResolver(ws)
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
@@ -249,6 +265,10 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if c.cfg.WorkspaceDir != "" {
 		c.bg.Add(1)
 		go c.watchWorkspace(runCtx, fingerprint)
+	}
+	if c.cfg.PolicyFile != "" {
+		c.bg.Add(1)
+		go c.watchPolicy(runCtx, policyFingerprint)
 	}
 	c.log.Info("coordinator started", "service", messages.ServiceName, "version", Version, "api", c.names.APIGroup())
 	return nil

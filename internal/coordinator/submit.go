@@ -60,6 +60,9 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 	if off, reason := c.catalog.Disabled(name); off {
 		return nil, messages.Errorf(messages.CodeToolDisabled, "tool %s is disabled: %s", name, reason)
 	}
+	if c.cfg.FailWhenUnavailable && !c.catalog.Available(name.Namespace) {
+		return nil, messages.Errorf(messages.CodeToolUnavailable, "no live worker serves namespace %s", name.Namespace)
+	}
 	if sr.Agent != "" && c.resolver.Admission(sr.Agent, c.exposureCatalog()).Excluded(name.String()) {
 		return nil, messages.Errorf(messages.CodeNotAdmitted, "the exposure rules of agent %q exclude %s", sr.Agent, name)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/pkg/exposure"
+	"github.com/toolbus/toolbus/pkg/policy"
 )
 
 // loadWorkspace reads the exposure workspace (bundles/ and agents/ of YAML
@@ -87,5 +89,52 @@ func (c *Coordinator) watchWorkspace(ctx context.Context, fingerprint string) {
 		}
 		c.resolver.SetWorkspace(ws)
 		c.log.Info("workspace reloaded", "dir", c.cfg.WorkspaceDir, "bundles", len(ws.Bundles()))
+	}
+}
+
+func loadPolicy(path string) (*policy.Policy, string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("read policy: %w", err)
+	}
+	p, err := policy.Parse(data, filepath.Base(path))
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(data)
+	return p, hex.EncodeToString(sum[:]), nil
+}
+
+// watchPolicy reloads the policy file when it changes. An invalid file is
+// reported and the policy in force stays. Approvals asked under the old
+// policy can no longer be approved: its version changed.
+func (c *Coordinator) watchPolicy(ctx context.Context, fingerprint string) {
+	defer c.bg.Done()
+	t := time.NewTicker(c.cfg.WorkspaceReloadInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		data, err := os.ReadFile(c.cfg.PolicyFile)
+		if err != nil {
+			c.log.Error("policy unreadable; keeping the loaded one", "file", c.cfg.PolicyFile, "error", err)
+			continue
+		}
+		sum := sha256.Sum256(data)
+		if fp := hex.EncodeToString(sum[:]); fp == fingerprint {
+			continue
+		} else {
+			fingerprint = fp
+		}
+		p, err := policy.Parse(data, filepath.Base(c.cfg.PolicyFile))
+		if err != nil {
+			c.log.Error("policy invalid; keeping the loaded one", "file", c.cfg.PolicyFile, "error", err)
+			continue
+		}
+		c.policy.Store(p)
+		c.log.Info("policy reloaded", "file", c.cfg.PolicyFile, "version", p.Version())
 	}
 }

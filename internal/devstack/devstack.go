@@ -27,6 +27,9 @@ type Config struct {
 	Host string
 	// Prefix of subjects and resources. Defaults to "toolbus".
 	Prefix string
+	// WorkspaceDir and PolicyFile configure exposure and policy; see coordinator.Config.
+	WorkspaceDir string
+	PolicyFile   string
 	// DemoSlots is how many demo calls run at once. Defaults to 64.
 	DemoSlots int
 	Logger    *slog.Logger
@@ -73,7 +76,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Coordinator, err = coordinator.New(coordinator.Config{Conn: coordConn, Prefix: cfg.Prefix, Logger: cfg.Logger.With("component", "coordinator")})
+	s.Coordinator, err = coordinator.New(coordinator.Config{
+		Conn:         coordConn,
+		Prefix:       cfg.Prefix,
+		WorkspaceDir: cfg.WorkspaceDir,
+		PolicyFile:   cfg.PolicyFile,
+		Logger:       cfg.Logger.With("component", "coordinator"),
+	})
 	if err != nil {
 		return nil, err
 	}
