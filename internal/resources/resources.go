@@ -79,6 +79,15 @@ func Ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, c
 	if _, err := js.CreateOrUpdateStream(ctx, EventsStreamConfig(names, cfg)); err != nil {
 		return fmt.Errorf("stream %s: %w", names.EventsStream(), err)
 	}
+	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      names.ResultsBucket(),
+		Description: "Toolbus results too large for one message",
+		TTL:         cfg.EventsMaxAge,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return fmt.Errorf("object store %s: %w", names.ResultsBucket(), err)
+	}
 	if _, err := js.CreateOrUpdateStream(ctx, AuditStreamConfig(names, cfg)); err != nil {
 		return fmt.Errorf("stream %s: %w", names.AuditStream(), err)
 	}

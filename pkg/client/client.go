@@ -38,6 +38,7 @@ type Options struct {
 // Client talks to Toolbus over a NATS connection.
 type Client struct {
 	nc     *nats.Conn
+	js     jetstream.JetStream
 	opts   Options
 	names  messages.Names
 	ledger *ledger.Ledger
@@ -56,7 +57,7 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, opts: opts, names: names, ledger: ledger.New(nc, js, names)}, nil
+	return &Client{nc: nc, js: js, opts: opts, names: names, ledger: ledger.New(nc, js, names)}, nil
 }
 
 // ServiceError is an error reply of the coordinator.
@@ -317,6 +318,27 @@ func (c *Client) Watch(ctx context.Context, callID string) iter.Seq2[*messages.C
 			}
 		}
 	}
+}
+
+// FullResult reads the whole result of a call whose result was truncated
+// (Truncated, with FullResult naming where it is kept).
+func (c *Client) FullResult(ctx context.Context, ref *messages.ObjectRef) (*messages.CallResult, error) {
+	if ref == nil {
+		return nil, errors.New("the result was not truncated")
+	}
+	obj, err := c.js.ObjectStore(ctx, ref.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("results store %s: %w", ref.Bucket, err)
+	}
+	data, err := obj.GetBytes(ctx, ref.Name)
+	if err != nil {
+		return nil, fmt.Errorf("result %s: %w", ref.Name, err)
+	}
+	var res messages.CallResult
+	if err := json.Unmarshal(data, &res); err != nil {
+		return nil, fmt.Errorf("result %s: %w", ref.Name, err)
+	}
+	return &res, nil
 }
 
 // Wait returns the call's result once it is there. Unlike Watch it holds

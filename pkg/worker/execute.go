@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"encoding/json"
 	"context"
 	"errors"
 	"fmt"
@@ -174,7 +175,7 @@ wait:
 		if res.IsError {
 			base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: firstText(res.Content)}
 		}
-		w.finish(msg, log, base)
+		w.finish(msg, log, w.fit(base, &tool.Definition, log))
 	case ctx.Err() != nil:
 		res, retry := w.interrupted(base, ctx)
 		if retry {
@@ -249,6 +250,39 @@ func (w *Worker) untrack(callID string) {
 		f.ns.busy--
 	}
 	w.mu.Unlock()
+}
+
+// maxResultContent bounds a result's content whatever the tool says, so
+// that its event stays under the 1 MiB message limit.
+const maxResultContent = 768 << 10
+
+// fit keeps a result within the tool's size limit: a larger one is stored
+// whole in the results object store, and the result the caller and the
+// model get is cut down to the limit, saying where the whole one is.
+func (w *Worker) fit(res messages.CallResult, def *messages.ToolDefinition, log interface{ Warn(string, ...any) }) messages.CallResult {
+	limit := def.Metadata.MaxResultSize
+	if limit <= 0 {
+		limit = messages.DefaultMaxResultSize
+	}
+	limit = min(limit, maxResultContent)
+	size := messages.ContentSize(&res)
+	if size <= limit {
+		return res
+	}
+	var ref *messages.ObjectRef
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	if data, err := json.Marshal(&res); err == nil {
+		if obj, err := w.js.ObjectStore(ctx, w.names.ResultsBucket()); err != nil {
+			log.Warn("results store unavailable; the result is cut without a copy", "error", err)
+		} else if info, err := obj.PutBytes(ctx, res.CallID, data); err != nil {
+			log.Warn("whole result not stored; the result is cut without a copy", "error", err)
+		} else {
+			ref = &messages.ObjectRef{Bucket: w.names.ResultsBucket(), Name: info.Name, Size: int64(info.Size)}
+		}
+	}
+	cut, _ := messages.Truncate(res, limit, ref)
+	return cut
 }
 
 func failure(base messages.CallResult, status messages.CallState, code, message string) messages.CallResult {

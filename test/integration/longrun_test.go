@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -470,5 +471,36 @@ func TestManyConcurrentCallsCompleteExactlyOnce(t *testing.T) {
 		if k != 1 {
 			t.Fatalf("call %s ran %d times", id, k)
 		}
+	}
+}
+
+// TestLargeResultIsCutAndKeptWhole: a result over the tool's size limit
+// reaches the caller cut to the limit, and the whole of it can be read back.
+func TestLargeResultIsCutAndKeptWhole(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	big := strings.Repeat("0123456789", 300_000) // 3 MB, beyond any message
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{
+		worker.Func("big", "Returns a lot.", func(ctx context.Context, in struct{}) (string, error) { return big, nil }, worker.WithMaxResultSize(4096)),
+	}})
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	ctx := testenv.Context(t)
+	res, err := c.Call(ctx, "t-big", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != messages.StateCompleted || !res.Truncated || res.FullResult == nil || messages.ContentSize(res) > 4096 {
+		t.Fatalf("result: status %s truncated %v ref %+v size %d", res.Status, res.Truncated, res.FullResult, messages.ContentSize(res))
+	}
+	if text := res.Content[0].Text; !strings.HasPrefix(text, "0123456789") || !strings.HasSuffix(text, "0123456789") || !strings.Contains(text, "bytes cut") {
+		t.Fatalf("cut text %q…", text[:100])
+	}
+	whole, err := c.FullResult(ctx, res.FullResult)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole.Content[0].Text != big {
+		t.Fatalf("the whole result has %d bytes, want %d", len(whole.Content[0].Text), len(big))
 	}
 }
