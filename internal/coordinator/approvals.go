@@ -250,6 +250,21 @@ func (c *Coordinator) decideApproval(ctx context.Context, req *request) (any, er
 	return c.Decide(ctx, &dr)
 }
 
+func (c *Coordinator) answerApproval(ctx context.Context, req *request) (any, error) {
+	var dr messages.DecideRequest
+	if err := req.decode(&dr); err != nil {
+		return nil, err
+	}
+	a, err := c.loadApproval(ctx, dr.ApprovalID)
+	if err != nil {
+		return nil, err
+	}
+	if a.rec.Mode != messages.ApprovalPrompt {
+		return nil, messages.Errorf(messages.CodeDenied, "approval %s waits for an operator (mode %s); an agent can answer only approvals in prompt mode", dr.ApprovalID, a.rec.Mode)
+	}
+	return c.Decide(ctx, &dr)
+}
+
 // Decide approves or denies a pending approval (approvals.decide). An
 // approved call is queued and runs once; a denied or expired one ends with
 // a denied result.

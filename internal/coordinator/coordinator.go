@@ -239,6 +239,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		messages.EndpointToolsActivate:   c.activate,
 		messages.EndpointApprovalsList:   c.listApprovals,
 		messages.EndpointApprovalsDecide: c.decideApproval,
+		messages.EndpointApprovalsAnswer: c.answerApproval,
 		messages.EndpointToolsEnable:     c.enableTool,
 		messages.EndpointToolsDisable:    c.disableTool,
 	} {

@@ -70,32 +70,56 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Ensure creates or updates the calls and events streams and the catalog and turns buckets.
+// Ensure creates or updates the streams and buckets that coordinators
+// and workers use: calls, events and audit streams, the results object
+// store, and the catalog, turns and approvals buckets. Coordinators own
+// their configuration and update them; workers, whose NATS users may not
+// manage streams, only create what is missing (see EnsureExisting).
 func Ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, cfg Config) error {
+	return ensure(ctx, js, names, cfg, true)
+}
+
+// EnsureExisting creates what is missing and leaves existing resources as
+// they are, so that it needs only read access to JetStream once a
+// coordinator has run.
+func EnsureExisting(ctx context.Context, js jetstream.JetStream, names messages.Names, cfg Config) error {
+	return ensure(ctx, js, names, cfg, false)
+}
+
+func ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, cfg Config, update bool) error {
 	cfg = cfg.WithDefaults()
-	if _, err := js.CreateOrUpdateStream(ctx, CallsStreamConfig(names, cfg)); err != nil {
-		return fmt.Errorf("stream %s: %w", names.CallsStream(), err)
+	for _, sc := range []jetstream.StreamConfig{CallsStreamConfig(names, cfg), EventsStreamConfig(names, cfg), AuditStreamConfig(names, cfg)} {
+		if !update {
+			if _, err := js.Stream(ctx, sc.Name); err == nil {
+				continue
+			}
+		}
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("stream %s: %w", sc.Name, err)
+		}
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, EventsStreamConfig(names, cfg)); err != nil {
-		return fmt.Errorf("stream %s: %w", names.EventsStream(), err)
-	}
-	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	results := jetstream.ObjectStoreConfig{
 		Bucket:      names.ResultsBucket(),
 		Description: "Toolbus results too large for one message",
 		TTL:         cfg.EventsMaxAge,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
-	}); err != nil {
-		return fmt.Errorf("object store %s: %w", names.ResultsBucket(), err)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, AuditStreamConfig(names, cfg)); err != nil {
-		return fmt.Errorf("stream %s: %w", names.AuditStream(), err)
+	if _, err := js.ObjectStore(ctx, results.Bucket); err != nil || update {
+		if _, err := js.CreateOrUpdateObjectStore(ctx, results); err != nil {
+			return fmt.Errorf("object store %s: %w", names.ResultsBucket(), err)
+		}
 	}
 	for _, kv := range []jetstream.KeyValueConfig{
 		{Bucket: names.CatalogBucket(), Description: "Toolbus tool catalog and worker liveness", History: 1, Replicas: cfg.Replicas, Storage: jetstream.FileStorage},
 		{Bucket: names.TurnsBucket(), Description: "Toolbus agent turns", History: 1, Replicas: cfg.Replicas, Storage: jetstream.FileStorage, TTL: cfg.EventsMaxAge},
 		{Bucket: names.ApprovalsBucket(), Description: "Toolbus approvals and remembered grants", History: 1, Replicas: cfg.Replicas, Storage: jetstream.FileStorage, TTL: cfg.ApprovalsMaxAge},
 	} {
+		if !update {
+			if _, err := js.KeyValue(ctx, kv.Bucket); err == nil {
+				continue
+			}
+		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
 			return fmt.Errorf("bucket %s: %w", kv.Bucket, err)
 		}

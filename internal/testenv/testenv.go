@@ -64,9 +64,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 // Coordinator starts a coordinator on its own connection.
 func Coordinator(t testing.TB, url string, mutate ...func(*coordinator.Config)) *coordinator.Coordinator {
 	t.Helper()
-	cfg := coordinator.Config{Conn: Connect(t, url), Logger: Logger(t)}
+	cfg := coordinator.Config{Logger: Logger(t)}
 	for _, m := range mutate {
 		m(&cfg)
+	}
+	if cfg.Conn == nil {
+		cfg.Conn = Connect(t, url)
 	}
 	c, err := coordinator.New(cfg)
 	if err != nil {

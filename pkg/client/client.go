@@ -235,6 +235,16 @@ func (c *Client) Decide(ctx context.Context, req messages.DecideRequest) (*messa
 	return &out, c.request(ctx, messages.EndpointApprovalsDecide, &req, &out)
 }
 
+// Answer passes on the user's answer to an approval in prompt mode (see
+// ApprovalRequiredError). Approvals in queue mode are for operators, who use Decide.
+func (c *Client) Answer(ctx context.Context, req messages.DecideRequest) (*messages.DecideReply, error) {
+	if req.By == "" {
+		req.By = c.opts.Agent
+	}
+	var out messages.DecideReply
+	return &out, c.request(ctx, messages.EndpointApprovalsAnswer, &req, &out)
+}
+
 // SetToolEnabled disables (with a reason) or enables a tool ("ns-method")
 // or, when tool names no method, a namespace.
 func (c *Client) SetToolEnabled(ctx context.Context, toolOrNamespace string, enabled bool, reason string) error {

@@ -6,6 +6,10 @@ import "time"
 const (
 	EndpointApprovalsList   = "approvals.list"
 	EndpointApprovalsDecide = "approvals.decide"
+	// EndpointApprovalsAnswer is approvals.decide for agents: it takes only
+	// approvals in prompt mode, which the agent's user answers. NATS users
+	// of agents are given this endpoint, operators approvals.decide.
+	EndpointApprovalsAnswer = "approvals.answer"
 	EndpointToolsEnable     = "tools.enable"
 	EndpointToolsDisable    = "tools.disable"
 )

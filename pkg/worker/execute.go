@@ -1,8 +1,8 @@
 package worker
 
 import (
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"

@@ -259,7 +259,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if len(nss) == 0 {
 		return errors.New("worker: no namespace to serve")
 	}
-	if err := resources.Ensure(ctx, w.js, w.names, w.cfg.Resources); err != nil {
+	if err := resources.EnsureExisting(ctx, w.js, w.names, w.cfg.Resources); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	kv, err := w.js.KeyValue(ctx, w.names.CatalogBucket())

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/testenv"
@@ -67,7 +68,12 @@ func (g *gate) tool() worker.Tool {
 // streamLastSeq returns a stream's last sequence, to check that nothing was published.
 func streamLastSeq(t *testing.T, url, stream string) uint64 {
 	t.Helper()
-	js, err := jetstream.New(testenv.Connect(t, url))
+	return streamLastSeqOn(t, testenv.Connect(t, url), stream)
+}
+
+func streamLastSeqOn(t *testing.T, nc *nats.Conn, stream string) uint64 {
+	t.Helper()
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}

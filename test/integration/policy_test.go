@@ -201,6 +201,10 @@ func TestRememberedApprovalLetsTheNextCallThrough(t *testing.T) {
 	if err != nil || r.State != messages.StateAwaitingApproval {
 		t.Fatalf("%+v %v", r, err)
 	}
+	// An agent cannot answer an approval that waits for an operator.
+	if _, err := agent.Answer(ctx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove}); !errors.Is(err, messages.ErrDenied) {
+		t.Fatalf("an agent answering a queued approval: %v", err)
+	}
 	if _, err := agent.Decide(ctx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove, By: "user", Remember: messages.RememberTurn}); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +269,7 @@ match:
 		t.Fatalf("prompt approval: %v", err)
 	}
 	// The user says yes in the conversation; the agent passes it on.
-	if _, err := agent.Decide(ctx, messages.DecideRequest{ApprovalID: need.CallID, Decision: messages.DecisionApprove, By: "the user"}); err != nil {
+	if _, err := agent.Answer(ctx, messages.DecideRequest{ApprovalID: need.CallID, Decision: messages.DecisionApprove, By: "the user"}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := agent.Wait(ctx, need.CallID)
