@@ -375,7 +375,7 @@ func (c *Coordinator) carryOut(ctx context.Context, a *messages.Approval) error 
 			why += ": " + a.DecisionReason
 		}
 		res := endResult(&call, messages.StateDenied, messages.ResultDenied, why)
-		if _, err := c.ledger.Commit(ctx, &res); err != nil {
+		if _, err := c.ledger.Commit(ctx, &res, call.Notify); err != nil {
 			return err
 		}
 		c.audit(ctx, decision, audited, def, d, a.DecidedBy)

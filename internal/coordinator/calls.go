@@ -70,7 +70,11 @@ func (c *Coordinator) Cancel(ctx context.Context, cr *messages.CancelRequest) (*
 			return reply, nil
 		case snap.Started == nil:
 			res := c.cancelledResult(snap, info)
-			err := c.ledger.CommitIfUnchanged(ctx, &res, snap.LastSeq)
+			notify := ""
+			if snap.Queued != nil && snap.Queued.Request != nil {
+				notify = snap.Queued.Request.Notify
+			}
+			err := c.ledger.CommitIfUnchanged(ctx, &res, snap.LastSeq, notify)
 			if errors.Is(err, ledger.ErrChanged) {
 				continue // a worker started it meanwhile
 			}

@@ -44,6 +44,11 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 			return nil, err
 		}
 	}
+	if sr.Notify != "" {
+		if err := messages.ValidateNotify(sr.Notify); err != nil {
+			return nil, err
+		}
+	}
 	if sr.TimeoutMS < 0 || sr.WaitMS < 0 {
 		return nil, messages.Errorf(messages.CodeBadRequest, "timeout_ms and wait_ms must not be negative")
 	}
@@ -102,6 +107,7 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 		ArgumentsDigest: digest,
 		QueuedAt:        now,
 		Deadline:        now.Add(timeout),
+		Notify:          sr.Notify,
 	}
 	if sr.IdempotencyKey != "" {
 		call.CallID = messages.IdempotentCallID(sr.Agent, sr.IdempotencyKey)
@@ -192,7 +198,7 @@ func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallReques
 		if queuedErr == nil {
 			// The ledger shows the call; it must not wait forever for a worker.
 			res := endResult(call, messages.StateFailed, messages.ResultWorkerError, "the call could not be queued: "+callErr.Error())
-			if _, err := c.ledger.Commit(context.WithoutCancel(ctx), &res); err != nil {
+			if _, err := c.ledger.Commit(context.WithoutCancel(ctx), &res, call.Notify); err != nil {
 				c.log.Error("call recorded but neither queued nor failed", "call", call.CallID, "error", err)
 			}
 		}

@@ -67,7 +67,7 @@ func (c *Coordinator) failExhausted(ctx context.Context, adv maxDeliveriesAdviso
 	msg := fmt.Sprintf("the call was delivered %d times and no attempt finished: each worker holding it stopped or lost its lease", adv.Deliveries)
 	res := endResult(&call, messages.StateFailed, messages.ResultAttempts, msg)
 	res.Attempt = int(adv.Deliveries)
-	if _, err := c.ledger.Commit(ctx, &res); err != nil {
+	if _, err := c.ledger.Commit(ctx, &res, call.Notify); err != nil {
 		c.log.Warn("could not fail exhausted call", "call", call.CallID, "error", err)
 		return
 	}
@@ -131,7 +131,7 @@ func (c *Coordinator) sweep(ctx context.Context) error {
 			return true
 		}
 		res := endResult(&call, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed and no worker finished it")
-		if _, err := c.ledger.Commit(ctx, &res); err != nil {
+		if _, err := c.ledger.Commit(ctx, &res, call.Notify); err != nil {
 			c.log.Warn("could not end expired call", "call", call.CallID, "error", err)
 			return true
 		}

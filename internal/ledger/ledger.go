@@ -33,17 +33,17 @@ type Ledger struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	names  messages.Names
-	reads  *responseMux
+	reads  *Inbox
 	stream string
 }
 
 // New returns a ledger on the connection.
 func New(nc *nats.Conn, js jetstream.JetStream, names messages.Names) *Ledger {
-	return &Ledger{nc: nc, js: js, names: names, reads: newResponseMux(nc), stream: names.EventsStream()}
+	return &Ledger{nc: nc, js: js, names: names, reads: NewInbox(nc), stream: names.EventsStream()}
 }
 
 // Close releases the ledger's subscription.
-func (l *Ledger) Close() { l.reads.close() }
+func (l *Ledger) Close() { l.reads.Close() }
 
 // Names returns the names the ledger uses.
 func (l *Ledger) Names() messages.Names { return l.names }
@@ -155,17 +155,14 @@ func (l *Ledger) Start(ev *messages.CallEvent) (<-chan error, error) {
 }
 
 // Commit writes the call's result unless it already has one. It reports
-// whether this result is the one that counts.
-func (l *Ledger) Commit(ctx context.Context, res *messages.CallResult) (bool, error) {
-	ev := &messages.CallEvent{CallID: res.CallID, Kind: messages.EventResult, Time: res.FinishedAt, Attempt: res.Attempt, Worker: res.Worker, Result: res}
-	if ev.Time.IsZero() {
-		ev.Time = time.Now().UTC()
-	}
+// whether this result is the one that counts; if it is and notify is set
+// (the caller's subject from the call request), a copy goes there.
+func (l *Ledger) Commit(ctx context.Context, res *messages.CallResult, notify string) (bool, error) {
 	resultSubject, err := l.names.EventSubject(res.CallID, messages.EventResult)
 	if err != nil {
 		return false, err
 	}
-	_, err = l.conditional(ctx, ev, resultSubject, 0)
+	err = l.commit(ctx, res, resultSubject, 0, notify)
 	if errors.Is(err, ErrChanged) {
 		return false, nil
 	}
@@ -174,14 +171,29 @@ func (l *Ledger) Commit(ctx context.Context, res *messages.CallResult) (bool, er
 
 // CommitIfUnchanged writes the call's result only if no event of the call
 // was stored after lastSeq; otherwise it returns ErrChanged.
-func (l *Ledger) CommitIfUnchanged(ctx context.Context, res *messages.CallResult, lastSeq uint64) error {
+func (l *Ledger) CommitIfUnchanged(ctx context.Context, res *messages.CallResult, lastSeq uint64, notify string) error {
 	filter, err := l.names.CallEventsFilter(res.CallID)
 	if err != nil {
 		return err
 	}
-	ev := &messages.CallEvent{CallID: res.CallID, Kind: messages.EventResult, Time: res.FinishedAt, Attempt: res.Attempt, Result: res}
-	_, err = l.conditional(ctx, ev, filter, lastSeq)
-	return err
+	return l.commit(ctx, res, filter, lastSeq, notify)
+}
+
+func (l *Ledger) commit(ctx context.Context, res *messages.CallResult, filter string, lastSeq uint64, notify string) error {
+	ev := &messages.CallEvent{CallID: res.CallID, Kind: messages.EventResult, Time: res.FinishedAt, Attempt: res.Attempt, Worker: res.Worker, Result: res}
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	if _, err := l.conditional(ctx, ev, filter, lastSeq); err != nil {
+		return err
+	}
+	if notify != "" && messages.ValidateNotify(notify) == nil {
+		if msg, err := l.eventMsg(ev, nil); err == nil {
+			msg.Subject = notify
+			_ = l.nc.PublishMsg(msg) // a copy: the stored event is the record
+		}
+	}
+	return nil
 }
 
 // Event is a stored event with its position in the events stream.
@@ -322,6 +334,10 @@ func (l *Ledger) Snapshot(ctx context.Context, callID string) (*Snapshot, error)
 	return m[callID], nil
 }
 
+// replyBuffer holds the replies of one batched read until they are read: at
+// most 1,024 messages and an end-of-batch status.
+const replyBuffer = 1100
+
 // multiLast asks the events stream for the last message of every subject
 // matching the filters, a direct-get batch answered by several messages and
 // an end-of-batch status.
@@ -335,11 +351,14 @@ func (l *Ledger) multiLast(ctx context.Context, filters []string, each func(*nat
 	if err != nil {
 		return err
 	}
-	replies, done, err := l.reads.request("$JS.API.DIRECT.GET."+l.stream, req)
+	inbox, replies, done, err := l.reads.Register(replyBuffer)
 	if err != nil {
 		return err
 	}
 	defer done()
+	if err := l.nc.PublishRequest("$JS.API.DIRECT.GET."+l.stream, inbox, req); err != nil {
+		return err
+	}
 	for {
 		var msg *nats.Msg
 		select {

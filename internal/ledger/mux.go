@@ -7,10 +7,11 @@ import (
 	"github.com/nats-io/nuid"
 )
 
-// responseMux receives requests that are answered by several messages
-// (batched direct gets) on one wildcard subscription, so that a read costs
-// no subscribe and unsubscribe of its own.
-type responseMux struct {
+// Inbox receives messages for many waiters on one wildcard subscription:
+// each waiter registers a subject of its own under the inbox and gets the
+// messages sent there, without a subscribe and unsubscribe per wait.
+// Batched reads are answered here, and callers receive result copies here.
+type Inbox struct {
 	nc *nats.Conn
 
 	mu      sync.Mutex
@@ -19,50 +20,40 @@ type responseMux struct {
 	waiting map[string]chan *nats.Msg
 }
 
-func newResponseMux(nc *nats.Conn) *responseMux {
-	return &responseMux{nc: nc, waiting: map[string]chan *nats.Msg{}}
+// NewInbox returns an inbox on the connection; it subscribes on first use.
+func NewInbox(nc *nats.Conn) *Inbox {
+	return &Inbox{nc: nc, waiting: map[string]chan *nats.Msg{}}
 }
 
-// replyBuffer holds the replies of one request until they are read; a
-// batch is at most 1,024 messages and an end-of-batch status.
-const replyBuffer = 1100
-
-// request publishes a request and returns the channel its replies arrive
-// on, and a function to call when done reading.
-func (m *responseMux) request(subject string, data []byte) (<-chan *nats.Msg, func(), error) {
+// Register returns a new subject under the inbox and the channel its
+// messages arrive on, holding up to buffer of them. Call done when finished.
+func (m *Inbox) Register(buffer int) (string, <-chan *nats.Msg, func(), error) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.sub == nil {
 		m.prefix = m.nc.NewInbox() + "."
 		sub, err := m.nc.Subscribe(m.prefix+"*", m.dispatch)
 		if err != nil {
-			m.mu.Unlock()
-			return nil, nil, err
+			return "", nil, nil, err
 		}
-		// Replies are read as they come; a slow reader loses nothing within the buffer.
+		// Messages are read as they come; none is dropped for a slow reader.
 		_ = sub.SetPendingLimits(-1, -1)
 		m.sub = sub
 	}
 	token := nuid.Next()
-	ch := make(chan *nats.Msg, replyBuffer)
+	ch := make(chan *nats.Msg, buffer)
 	m.waiting[token] = ch
-	prefix := m.prefix
-	m.mu.Unlock()
 	done := func() {
 		m.mu.Lock()
 		delete(m.waiting, token)
 		m.mu.Unlock()
 	}
-	if err := m.nc.PublishRequest(subject, prefix+token, data); err != nil {
-		done()
-		return nil, nil, err
-	}
-	return ch, done, nil
+	return m.prefix + token, ch, done, nil
 }
 
-func (m *responseMux) dispatch(msg *nats.Msg) {
-	token := msg.Subject[len(m.prefix):]
+func (m *Inbox) dispatch(msg *nats.Msg) {
 	m.mu.Lock()
-	ch := m.waiting[token]
+	ch := m.waiting[msg.Subject[len(m.prefix):]]
 	m.mu.Unlock()
 	if ch == nil {
 		return
@@ -73,7 +64,8 @@ func (m *responseMux) dispatch(msg *nats.Msg) {
 	}
 }
 
-func (m *responseMux) close() {
+// Close ends the subscription.
+func (m *Inbox) Close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.sub != nil {

@@ -13,11 +13,11 @@ import (
 	"fmt"
 	"iter"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -39,6 +39,7 @@ type Options struct {
 type Client struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
+	inbox  *ledger.Inbox
 	opts   Options
 	names  messages.Names
 	ledger *ledger.Ledger
@@ -57,7 +58,7 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, js: js, opts: opts, names: names, ledger: ledger.New(nc, js, names)}, nil
+	return &Client{nc: nc, js: js, inbox: ledger.NewInbox(nc), opts: opts, names: names, ledger: ledger.New(nc, js, names)}, nil
 }
 
 // ServiceError is an error reply of the coordinator.
@@ -158,39 +159,34 @@ func WithIdempotencyKey(key string) CallOption {
 func WithAgent(agent string) CallOption { return func(r *messages.SubmitRequest) { r.Agent = agent } }
 
 // Call runs a tool and returns its result. args is anything that encodes
-// to a JSON object (or messages.JSON). The submit carries an idempotency
-// key, so Call retries it safely when no coordinator answered in time: the
-// tool runs once. The key also tells Call the call's ID in advance, so it
-// listens for the result itself, from before the call is queued, rather
-// than holding a coordinator's request open.
+// to a JSON object (or messages.JSON). The result comes on the client's
+// own inbox (the submit's notify subject), with the events stream asked
+// now and then in case the copy was missed, so waiting costs the server no
+// consumer and no subscription per call. A submit that found no
+// coordinator is retried; one that timed out is retried only with an
+// idempotency key, which guarantees the tool runs once.
 func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOption) (*messages.CallResult, error) {
 	raw, err := toJSON(args)
 	if err != nil {
 		return nil, err
 	}
-	req := messages.SubmitRequest{Tool: tool, Arguments: raw, Agent: c.opts.Agent, IdempotencyKey: nuid.Next()}
+	req := messages.SubmitRequest{Tool: tool, Arguments: raw, Agent: c.opts.Agent}
 	for _, opt := range opts {
 		opt(&req)
 	}
-	callID := messages.IdempotentCallID(req.Agent, req.IdempotencyKey)
-	resultSubject, err := c.names.EventSubject(callID, messages.EventResult)
+	notify, results, done, err := c.inbox.Register(1)
 	if err != nil {
 		return nil, err
 	}
-	results := make(chan *nats.Msg, 1)
-	sub, err := c.nc.ChanSubscribe(resultSubject, results)
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe()
-
+	defer done()
+	req.Notify = notify
 	var reply *messages.SubmitReply
 	for attempt := 0; ; attempt++ {
 		reply, err = c.Submit(ctx, req)
 		if err == nil {
 			break
 		}
-		if ctx.Err() != nil || attempt >= 4 || !retryable(err) {
+		if ctx.Err() != nil || attempt >= 4 || !c.retryable(err, req.IdempotencyKey != "") {
 			return nil, err
 		}
 		select {
@@ -205,7 +201,7 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 	if reply.State == messages.StateAwaitingApproval && reply.Approval != nil && reply.Approval.Mode == messages.ApprovalPrompt {
 		return nil, &ApprovalRequiredError{CallID: reply.CallID, Approval: reply.Approval}
 	}
-	return c.ledger.WaitOn(ctx, callID, results)
+	return c.ledger.WaitOn(ctx, reply.CallID, results)
 }
 
 // ApprovalRequiredError is returned by Call when the call waits for an
@@ -261,12 +257,15 @@ func (c *Client) SetToolEnabled(ctx context.Context, toolOrNamespace string, ena
 	return c.request(ctx, endpoint, &req, nil)
 }
 
-func retryable(err error) bool {
+// retryable reports whether a failed submit may be sent again: always when
+// no coordinator received it, and after a timeout only when an idempotency
+// key makes the retry harmless.
+func (c *Client) retryable(err error, idempotent bool) bool {
 	var e *messages.Error
 	if errors.As(err, &e) {
-		return e.Code == messages.CodeUnavailable
+		return e.Code == messages.CodeUnavailable && (idempotent || strings.Contains(e.Message, "no coordinator answers"))
 	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+	return idempotent && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout))
 }
 
 func toJSON(v any) (messages.JSON, error) {

@@ -47,6 +47,12 @@ type SubmitRequest struct {
 	// WaitMS (or the call's deadline) the reply carries the call's state.
 	Wait   bool  `json:"wait,omitempty"`
 	WaitMS int64 `json:"wait_ms,omitempty"`
+	// Notify is a subject under "_INBOX." that receives a copy of the
+	// call's result event when the call ends: a caller can wait for many
+	// calls on one subscription, without a consumer or a subscription per
+	// call. The copy is a convenience; the result event in the events
+	// stream is the record.
+	Notify string `json:"notify,omitempty"`
 }
 
 // SubmitReply answers a SubmitRequest.
@@ -76,6 +82,8 @@ type CallRequest struct {
 	Deadline        time.Time `json:"deadline"`
 	// MaxAttempts is how many deliveries the call gets before it fails.
 	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Notify is the caller's subject for a copy of the result event.
+	Notify string `json:"notify,omitempty"`
 }
 
 // ToolName returns the called tool's identity.

@@ -79,6 +79,17 @@ func ValidateID(kind, id string) error {
 	return nil
 }
 
+var notifyPattern = regexp.MustCompile(`^_INBOX\.[A-Za-z0-9_=-]+(\.[A-Za-z0-9_=-]+)*$`)
+
+// ValidateNotify reports whether subject can receive result copies: a
+// subject under "_INBOX." without wildcards, at most 256 characters.
+func ValidateNotify(subject string) error {
+	if !notifyPattern.MatchString(subject) || len(subject) > 256 {
+		return &NameError{Kind: "notify subject", Value: subject, Reason: `must be a subject under "_INBOX." without wildcards`}
+	}
+	return nil
+}
+
 // ParseToolName reads a tool reference in any of its spellings:
 // "namespace-method", "namespace:method", "namespace/method" and
 // "namespace.method" all name the same tool. A nested service "a/b:method"

@@ -49,7 +49,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 		QueuedAt: req.QueuedAt,
 	}
 	if attempt > ns.MaxAttempts {
-		w.finish(msg, log, failure(base, messages.StateFailed, messages.ResultAttempts,
+		w.finish(msg, log, req.Notify, failure(base, messages.StateFailed, messages.ResultAttempts,
 			fmt.Sprintf("the call was delivered %d times and no attempt finished: each worker holding it stopped or lost its lease", ns.MaxAttempts)))
 		return
 	}
@@ -64,7 +64,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 		return
 	}
 	if !req.Deadline.IsZero() && !now.Before(req.Deadline) {
-		w.finish(msg, log, failure(base, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed before a worker could start it"))
+		w.finish(msg, log, req.Notify, failure(base, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed before a worker could start it"))
 		return
 	}
 
@@ -151,7 +151,7 @@ wait:
 			if retry {
 				_ = msg.Nak()
 			} else {
-				w.finish(msg, log, res)
+				w.finish(msg, log, req.Notify, res)
 			}
 			w.untrack(req.CallID)
 			w.awaitStraggler(done, log)
@@ -175,17 +175,17 @@ wait:
 		if res.IsError {
 			base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: firstText(res.Content)}
 		}
-		w.finish(msg, log, w.fit(base, &tool.Definition, log))
+		w.finish(msg, log, req.Notify, w.fit(base, &tool.Definition, log))
 	case ctx.Err() != nil:
 		res, retry := w.interrupted(base, ctx)
 		if retry {
 			_ = msg.Nak()
 			return
 		}
-		w.finish(msg, log, res)
+		w.finish(msg, log, req.Notify, res)
 	case errors.As(out.err, &perr):
 		log.Error("tool panicked", "panic", fmt.Sprint(perr.value), "stack", string(perr.stack))
-		w.finish(msg, log, failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value)))
+		w.finish(msg, log, req.Notify, failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value)))
 	case errors.Is(out.err, ErrRetry):
 		log.Info("tool asked for another attempt", "error", out.err)
 		_ = msg.NakWithDelay(retryDelay)
@@ -194,7 +194,7 @@ wait:
 		base.IsError = true
 		base.Content = []messages.ContentBlock{messages.TextBlock(out.err.Error())}
 		base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: out.err.Error()}
-		w.finish(msg, log, base)
+		w.finish(msg, log, req.Notify, base)
 	}
 }
 
@@ -301,13 +301,13 @@ func failure(base messages.CallResult, status messages.CallState, code, message 
 func (w *Worker) finish(msg jetstream.Msg, log interface {
 	Warn(string, ...any)
 	Info(string, ...any)
-}, res messages.CallResult) {
+}, notify string, res messages.CallResult) {
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = time.Now().UTC()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	won, err := w.ledger.Commit(ctx, &res)
+	won, err := w.ledger.Commit(ctx, &res, notify)
 	if err != nil {
 		// The message stays unacknowledged and is delivered again; the next
 		// attempt sees whether this result was stored after all.
@@ -335,7 +335,7 @@ func (w *Worker) rejectUnreadable(msg jetstream.Msg, attempt int, decodeErr erro
 			fmt.Sprintf("the call message could not be read: %v", decodeErr))
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
-		if _, err := w.ledger.Commit(ctx, &res); err != nil {
+		if _, err := w.ledger.Commit(ctx, &res, ""); err != nil {
 			w.log.Warn("result of unreadable call not stored", "call", callID, "error", err)
 		}
 	}
