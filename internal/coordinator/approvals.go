@@ -401,7 +401,7 @@ func (c *Coordinator) carryOut(ctx context.Context, a *messages.Approval) error 
 	timeout := call.Deadline.Sub(call.QueuedAt)
 	call.QueuedAt = time.Now().UTC()
 	call.Deadline = call.QueuedAt.Add(timeout)
-	if _, err := c.publishCall(ctx, &call, nil); err != nil {
+	if _, err := c.publishCall(ctx, &call); err != nil {
 		return err
 	}
 	c.audit(ctx, messages.AuditApproved, audited, def, d, a.DecidedBy)

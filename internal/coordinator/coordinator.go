@@ -18,9 +18,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/exposure"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -77,6 +79,8 @@ type Config struct {
 	// GrantTTL is how long an approval remembered for an agent and tool
 	// lasts. Defaults to 24h.
 	GrantTTL time.Duration
+	// TracerProvider receives the coordinator's spans. Defaults to the global one.
+	TracerProvider trace.TracerProvider
 	// Resources sizes the streams and buckets the coordinator creates if they are missing.
 	Resources resources.Config
 	// Logger defaults to slog.Default().
@@ -142,6 +146,7 @@ type Coordinator struct {
 	expo     exposureCatalog
 	policy   atomic.Pointer[policy.Policy]
 
+	tracer   trace.Tracer
 	sem      chan struct{}
 	inflight sync.WaitGroup
 	svc      micro.Service
@@ -173,6 +178,7 @@ func New(cfg Config) (*Coordinator, error) {
 		ledger:  ledger.New(cfg.Conn, js, names),
 		schemas: newSchemaCache(),
 		sem:     make(chan struct{}, cfg.MaxConcurrentRequests),
+		tracer:  tracing.Tracer(cfg.TracerProvider),
 	}
 	c.policy.Store(cfg.Policy)
 	return c, nil

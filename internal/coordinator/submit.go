@@ -10,7 +10,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/policy"
 	"github.com/toolbus/toolbus/pkg/toolschema"
@@ -26,7 +30,15 @@ func (c *Coordinator) submit(ctx context.Context, req *request) (any, error) {
 
 // Submit checks a call and queues it. It is the calls.submit endpoint;
 // headers carry the caller's trace context.
-func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string) (*messages.SubmitReply, error) {
+func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string) (_ *messages.SubmitReply, err error) {
+	ctx, span := c.tracer.Start(tracing.Extract(ctx, headers), "toolbus.submit", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("toolbus.tool", sr.Tool), attribute.String("toolbus.agent", sr.Agent)))
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	if sr.Tool == "" {
 		return nil, messages.Errorf(messages.CodeBadRequest, "tool is required")
 	}
@@ -143,7 +155,7 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 		defer resultSub.Unsubscribe()
 	}
 
-	duplicate, err := c.publishCall(ctx, call, headers)
+	duplicate, err := c.publishCall(ctx, call)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +169,7 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 // publishCall records the call in the ledger and queues it, both writes
 // in flight at once, and files it under its turn. It reports whether
 // JetStream already had a call with this ID.
-func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallRequest, headers map[string][]string) (bool, error) {
+func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallRequest) (bool, error) {
 	subject, err := c.names.CallSubject(call.ToolName())
 	if err != nil {
 		return false, err
@@ -167,7 +179,8 @@ func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallReques
 		return false, fmt.Errorf("encode call: %w", err)
 	}
 	msg.Header.Set(messages.HeaderMsgID, call.CallID)
-	copyTraceHeaders(msg.Header, headers)
+	tracing.Inject(ctx, msg.Header)
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("toolbus.call_id", call.CallID))
 	queuedMsg, err := c.ledger.EventMsg(&messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
 	if err != nil {
 		return false, err
@@ -325,12 +338,4 @@ func compactJSON(v messages.JSON) (messages.JSON, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
-}
-
-func copyTraceHeaders(dst nats.Header, src map[string][]string) {
-	for _, k := range []string{messages.HeaderTraceParent, messages.HeaderTraceState} {
-		if v := src[k]; len(v) > 0 {
-			dst[k] = v
-		}
-	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -82,6 +83,7 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any) erro
 		defer cancel()
 	}
 	msg := &nats.Msg{Subject: subject, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
+	tracing.Inject(ctx, msg.Header)
 	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {

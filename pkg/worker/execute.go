@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -68,7 +71,11 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 		return
 	}
 
-	ctx, cancel := context.WithCancelCause(context.Background())
+	spanCtx, span := w.tracer.Start(tracing.Extract(context.Background(), msg.Headers()), "toolbus.execute "+req.Tool,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("toolbus.call_id", req.CallID), attribute.Int("toolbus.attempt", attempt), attribute.String("toolbus.worker", w.cfg.ID)))
+	defer span.End()
+	ctx, cancel := context.WithCancelCause(spanCtx)
 	defer cancel(nil)
 	if !req.Deadline.IsZero() {
 		var stop context.CancelFunc

@@ -48,17 +48,18 @@ func (w *Worker) setSourceTools(ctx context.Context, ns *namespace, source strin
 		ns.tools[t.Definition.Method] = t
 		ns.owner[t.Definition.Method] = source
 	}
+	store := w.store
 	w.mu.Unlock()
-	if w.store == nil {
+	if store == nil {
 		return nil // not started yet: Start registers everything
 	}
 	for _, t := range prepared {
-		if err := w.store.PutTool(ctx, &t.Definition); err != nil {
+		if err := store.PutTool(ctx, &t.Definition); err != nil {
 			return err
 		}
 	}
 	for _, t := range removed {
-		if err := w.store.DeleteTool(ctx, t.Definition.ToolName()); err != nil {
+		if err := store.DeleteTool(ctx, t.Definition.ToolName()); err != nil {
 			return err
 		}
 	}

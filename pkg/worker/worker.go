@@ -13,9 +13,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -40,6 +42,9 @@ type Config struct {
 	ProgressInterval time.Duration
 	// FetchWait is how long one pull request waits for a call. Defaults to 30s.
 	FetchWait time.Duration
+	// TracerProvider receives a span per call, a child of the submit's
+	// span. Tools get its context. Defaults to the global provider.
+	TracerProvider trace.TracerProvider
 	// Resources sizes the streams and buckets the worker creates if they are missing.
 	Resources resources.Config
 	// Logger defaults to slog.Default().
@@ -111,6 +116,7 @@ type Worker struct {
 	js     jetstream.JetStream
 	ledger *ledger.Ledger
 	store  *catalog.Store
+	tracer trace.Tracer
 
 	mu         sync.Mutex
 	namespaces []*namespace
@@ -173,6 +179,7 @@ func New(cfg Config) (*Worker, error) {
 		ledger:   ledger.New(cfg.Conn, js, names),
 		inflight: map[string]*inflight{},
 		abandon:  make(chan struct{}),
+		tracer:   tracing.Tracer(cfg.TracerProvider),
 	}, nil
 }
 
@@ -267,6 +274,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: catalog: %w", err)
 	}
 	store := catalog.NewStore(kv)
+	// From here on, a source's update goes straight to the catalog; the
+	// tools present now are written below.
+	w.mu.Lock()
+	w.store = store
+	w.mu.Unlock()
 	runCtx, cancel := context.WithCancel(context.Background())
 	for _, ns := range nss {
 		for _, src := range ns.Sources {
@@ -322,9 +334,6 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("worker: %w", err)
 		}
 	}
-	w.mu.Lock()
-	w.store = store
-	w.mu.Unlock()
 	w.statusCh = w.cfg.Conn.StatusChanged(nats.CONNECTED)
 	w.bg.Add(3)
 	go w.heartbeatLoop(runCtx, store)
@@ -400,16 +409,24 @@ func (w *Worker) sourceUpdater(ctx context.Context, ns *namespace, src Source) f
 	}
 }
 
+// stopSources stops every source at once, so that slow ones (a server
+// process given time to exit) do not add up.
 func (w *Worker) stopSources(ctx context.Context) {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	var wg sync.WaitGroup
 	for _, ns := range w.namespaces {
 		for _, src := range ns.Sources {
-			if err := src.Stop(stopCtx); err != nil {
-				w.log.Warn("source did not stop cleanly", "namespace", ns.Name, "source", src.Name(), "error", err)
-			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := src.Stop(stopCtx); err != nil {
+					w.log.Warn("source did not stop cleanly", "namespace", ns.Name, "source", src.Name(), "error", err)
+				}
+			}()
 		}
 	}
+	wg.Wait()
 }
 
 func (w *Worker) heartbeat(ns *namespace) *messages.WorkerHeartbeat {

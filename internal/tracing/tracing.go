@@ -1,0 +1,59 @@
+// Package tracing carries W3C trace context across Toolbus's messages and
+// opens the spans of the call path with OpenTelemetry. Spans go to the
+// global TracerProvider: nowhere until the program that embeds Toolbus
+// installs one.
+package tracing
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Name is the instrumentation scope of Toolbus's spans.
+const Name = "github.com/toolbus/toolbus"
+
+// propagator reads and writes the lowercase traceparent and tracestate
+// headers; NATS headers are case-sensitive, so they are used as written.
+var propagator = propagation.TraceContext{}
+
+// header adapts a NATS-style header map to the propagator without
+// canonicalising key case.
+type header map[string][]string
+
+func (h header) Get(key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (h header) Set(key, value string) { h[key] = []string{value} }
+
+func (h header) Keys() []string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// Extract returns ctx with the trace context found in the headers, if any.
+func Extract(ctx context.Context, h map[string][]string) context.Context {
+	return propagator.Extract(ctx, header(h))
+}
+
+// Inject writes ctx's trace context into the headers.
+func Inject(ctx context.Context, h map[string][]string) {
+	propagator.Inject(ctx, header(h))
+}
+
+// Tracer returns Toolbus's tracer from tp, or from the global provider when tp is nil.
+func Tracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer(Name)
+}

@@ -1,0 +1,42 @@
+// Package workerconfig reads the YAML file that tells a worker which
+// namespaces to serve and where their tools come from:
+//
+//	namespaces:
+//	  - name: everything
+//	    slots: 8              # calls this worker runs at once (default 16)
+//	    max_attempts: 3       # deliveries before a call fails (default 3)
+//	    max_concurrency: 64   # calls in progress across all workers (default 1024)
+//	    sources:
+//	      - demo: true        # the demo Go tools
+//	      - mcp:
+//	          name: everything
+//	          command: node_modules/.bin/mcp-server-everything
+//	          args: [stdio]
+//	          env: {LOG_LEVEL: debug}
+//	      - mcp:
+//	          name: remote
+//	          transport: http  # stdio (default with command), sse, or http (default with url)
+//	          url: https://mcp.example.com/mcp
+//	          headers: {X-Team: tools}
+//	      - openapi:
+//	          name: petstore
+//	          spec: specs/petstore.yaml   # a file or an http(s) URL
+//	          base_url: https://petstore.example.com/v1
+//	          auth: {bearer_env: PETSTORE_TOKEN}
+//	          # or: auth: {api_key_env: PETSTORE_KEY, header: X-API-Key}
+//	          # or: auth: {api_key_env: PETSTORE_KEY, query: api_key}
+//
+// Each source is exactly one of demo, mcp and openapi. An MCP server's
+// optional fields are dir (working directory), env, headers; an OpenAPI
+// service's are base_url and auth. Relative paths — a command or dir that
+// holds a '/', an OpenAPI spec file — are relative to the directory of the
+// configuration file; a bare command is looked up in PATH. Credentials stay
+// in the environment: auth names variables, and headers hold only what may
+// sit in a file.
+//
+// Decoding is strict: an unknown field is an error. Every problem is a
+// *Error naming the file, the line where known, and the field, as in
+// "worker.yaml:9: namespaces[0].sources[1].mcp.url: the http transport needs a url".
+// The connection settings (NATS server, prefix, worker ID, ack wait) are
+// flags of cmd/worker, not part of the file.
+package workerconfig

@@ -1,0 +1,153 @@
+package workerconfig
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/toolbus/toolbus/pkg/sources/mcp"
+	"github.com/toolbus/toolbus/pkg/sources/openapi"
+)
+
+func TestLoadExample(t *testing.T) {
+	cfg, err := Load(filepath.Join("testdata", "worker.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nss, err := cfg.WorkerNamespaces(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nss) != 3 {
+		t.Fatalf("%d namespaces, want 3", len(nss))
+	}
+	demo, everything, pets := nss[0], nss[1], nss[2]
+	if demo.Name != "demo" || len(demo.Tools) == 0 || len(demo.Sources) != 0 {
+		t.Errorf("demo namespace %+v", demo)
+	}
+	if everything.Slots != 8 || everything.MaxAttempts != 2 || everything.MaxConcurrency != 64 {
+		t.Errorf("everything limits %d %d %d", everything.Slots, everything.MaxAttempts, everything.MaxConcurrency)
+	}
+	if len(everything.Sources) != 2 {
+		t.Fatalf("everything has %d sources", len(everything.Sources))
+	}
+	for i, name := range []string{"local", "remote"} {
+		src, ok := everything.Sources[i].(*mcp.Source)
+		if !ok || src.Name() != name {
+			t.Errorf("source %d is %T %v, want MCP server %s", i, everything.Sources[i], everything.Sources[i].Name(), name)
+		}
+	}
+	local := cfg.mcpConfig("everything", cfg.Namespaces[1].Sources[0].MCP, nil)
+	if want := filepath.Join("testdata", "..", "node_modules", ".bin", "mcp-server-everything"); local.Command != filepath.Clean(want) {
+		t.Errorf("command %q, want it relative to the file: %q", local.Command, want)
+	}
+	if len(local.Env) != 1 || local.Env[0] != "LOG_LEVEL=debug" {
+		t.Errorf("env %q", local.Env)
+	}
+	if src, ok := pets.Sources[0].(*openapi.Source); !ok || src.Name() != "petstore" {
+		t.Errorf("pets source %T", pets.Sources[0])
+	}
+}
+
+func TestBareCommandUsesPath(t *testing.T) {
+	cfg, err := Parse("dir/w.yaml", []byte("namespaces:\n  - name: x\n    sources:\n      - mcp: {name: s, command: npx, args: [-y, server]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.mcpConfig("x", cfg.Namespaces[0].Sources[0].MCP, nil).Command; got != "npx" {
+		t.Errorf("command %q, want npx looked up in PATH", got)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string // each must appear in the error
+	}{
+		{"empty", "", []string{"w.yaml: the file is empty"}},
+		{"not YAML", "namespaces: [", []string{"w.yaml:1: "}},
+		{"unknown field", `
+namespaces:
+  - name: x
+    sources:
+      - mcp: {name: s, comand: srv}
+`, []string{`w.yaml:5: unknown field "comand"`}},
+		{"no namespaces", "namespaces: []\n", []string{"w.yaml:1: namespaces: list at least one namespace"}},
+		{"bad namespace", `
+namespaces:
+  - name: a-b
+    sources: [{demo: true}]
+`, []string{`w.yaml:3: namespaces[0].name: invalid namespace "a-b"`}},
+		{"source with two kinds", `
+namespaces:
+  - name: x
+    sources:
+      - demo: true
+        mcp: {name: s, command: srv}
+`, []string{"w.yaml:5: namespaces[0].sources[0]: a source is exactly one of"}},
+		{"stdio without command", `
+namespaces:
+  - name: x
+    sources:
+      - mcp:
+          name: s
+          transport: stdio
+`, []string{"namespaces[0].sources[0].mcp.command: the stdio transport needs a command"}},
+		{"http without url", `
+namespaces:
+  - name: x
+    sources:
+      - mcp:
+          name: s
+          transport: http
+          args: [a]
+`, []string{"w.yaml:6: namespaces[0].sources[0].mcp.url: the http transport needs a url", "w.yaml:8: namespaces[0].sources[0].mcp.args: goes with the stdio transport, not http"}},
+		{"unknown transport", `
+namespaces:
+  - name: x
+    sources:
+      - mcp: {name: s, transport: websocket, url: "http://h/"}
+`, []string{`mcp.transport: unknown transport "websocket"`}},
+		{"duplicate source names", `
+namespaces:
+  - name: x
+    sources:
+      - mcp: {name: s, command: a}
+      - openapi: {name: s, spec: b.yaml}
+`, []string{"namespaces[0].sources[1].openapi.name: another source of the namespace is named s"}},
+		{"openapi auth", `
+namespaces:
+  - name: x
+    sources:
+      - openapi:
+          name: api
+          spec: api.yaml
+          auth: {api_key_env: KEY}
+`, []string{"w.yaml:8: namespaces[0].sources[0].openapi.auth: an API key goes in exactly one of a header and a query parameter"}},
+		{"negative slots", `
+namespaces:
+  - name: x
+    slots: -1
+    sources: [{demo: true}]
+`, []string{"w.yaml:4: namespaces[0].slots: must be positive"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("w.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			var cfgErr *Error
+			if !errors.As(err, &cfgErr) {
+				t.Errorf("error %T is not an *Error", err)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error\n%v\ndoes not say %q", err, want)
+				}
+			}
+		})
+	}
+}

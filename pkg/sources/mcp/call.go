@@ -1,0 +1,131 @@
+package mcp
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// call runs one call of the tool the server calls original.
+func (s *Source) call(ctx context.Context, original string, call *worker.Call) (*worker.Result, error) {
+	sess, err := s.awaitSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	token := "toolbus-" + strconv.FormatUint(s.tokens.Add(1), 10)
+	s.progress.Store(token, ctx)
+	defer s.progress.Delete(token)
+
+	var req mcpgo.CallToolRequest
+	req.Params.Name = original
+	if len(call.Arguments) > 0 {
+		req.Params.Arguments = json.RawMessage(call.Arguments)
+	}
+	req.Params.Meta = &mcpgo.Meta{ProgressToken: token}
+	id := &requestID{}
+	res, err := sess.client.CallTool(context.WithValue(ctx, requestIDKey{}, id), req)
+	if ctx.Err() != nil {
+		cause := context.Cause(ctx)
+		if rid, sent := id.get(); sent {
+			if err := sess.sendCancel(rid, cause.Error()); err != nil {
+				s.log.Warn("MCP cancellation not sent", "call", call.ID, "error", err)
+			}
+		}
+		return nil, cause
+	}
+	if err != nil {
+		// A server that forgot the session answers with an error response;
+		// the session watch has marked the session lost by then.
+		if isTransportError(err) || sess.isLost() {
+			sess.fail(err)
+			return nil, worker.Retry(fmt.Errorf("MCP server %s: %w", s.cfg.Name, err))
+		}
+		return nil, fmt.Errorf("MCP server %s: %w", s.cfg.Name, err)
+	}
+	return toResult(res)
+}
+
+// toResult maps an MCP tool result to a worker result.
+func toResult(res *mcpgo.CallToolResult) (*worker.Result, error) {
+	out := &worker.Result{IsError: res.IsError}
+	for i, c := range res.Content {
+		block, err := contentBlock(c)
+		if err != nil {
+			return nil, fmt.Errorf("content %d of the result: %w", i, err)
+		}
+		out.Content = append(out.Content, block)
+	}
+	switch {
+	case len(res.RawStructuredContent) > 0 && string(res.RawStructuredContent) != "null":
+		out.StructuredContent = messages.JSON(res.RawStructuredContent)
+	case res.StructuredContent != nil:
+		data, err := json.Marshal(res.StructuredContent)
+		if err != nil {
+			return nil, fmt.Errorf("structured content: %w", err)
+		}
+		out.StructuredContent = data
+	}
+	if len(out.Content) == 0 && out.StructuredContent != nil {
+		out.Content = []messages.ContentBlock{messages.JSONBlock(out.StructuredContent)}
+	}
+	return out, nil
+}
+
+func contentBlock(c mcpgo.Content) (messages.ContentBlock, error) {
+	switch v := c.(type) {
+	case *mcpgo.TextContent:
+		return contentBlock(*v)
+	case *mcpgo.ImageContent:
+		return contentBlock(*v)
+	case *mcpgo.AudioContent:
+		return contentBlock(*v)
+	case *mcpgo.ResourceLink:
+		return contentBlock(*v)
+	case *mcpgo.EmbeddedResource:
+		return contentBlock(*v)
+	case mcpgo.TextContent:
+		return messages.TextBlock(v.Text), nil
+	case mcpgo.ImageContent:
+		data, err := base64.StdEncoding.DecodeString(v.Data)
+		if err != nil {
+			return messages.ContentBlock{}, fmt.Errorf("image data is not base64: %w", err)
+		}
+		return messages.ImageBlock(data, v.MIMEType), nil
+	case mcpgo.AudioContent:
+		data, err := base64.StdEncoding.DecodeString(v.Data)
+		if err != nil {
+			return messages.ContentBlock{}, fmt.Errorf("audio data is not base64: %w", err)
+		}
+		return messages.ContentBlock{Type: messages.ContentAudio, Data: data, MIMEType: v.MIMEType}, nil
+	case mcpgo.ResourceLink:
+		return messages.ContentBlock{Type: messages.ContentResourceLink, URI: v.URI, Name: v.Name, Description: v.Description, MIMEType: v.MIMEType}, nil
+	case mcpgo.EmbeddedResource:
+		switch r := v.Resource.(type) {
+		case mcpgo.TextResourceContents:
+			return messages.ContentBlock{Type: messages.ContentResource, URI: r.URI, MIMEType: r.MIMEType, Text: r.Text}, nil
+		case *mcpgo.TextResourceContents:
+			return messages.ContentBlock{Type: messages.ContentResource, URI: r.URI, MIMEType: r.MIMEType, Text: r.Text}, nil
+		case mcpgo.BlobResourceContents:
+			return blobBlock(r)
+		case *mcpgo.BlobResourceContents:
+			return blobBlock(*r)
+		}
+		return messages.ContentBlock{}, fmt.Errorf("embedded resource of unknown kind %T", v.Resource)
+	}
+	return messages.ContentBlock{}, fmt.Errorf("content of unknown type %T", c)
+}
+
+func blobBlock(r mcpgo.BlobResourceContents) (messages.ContentBlock, error) {
+	data, err := base64.StdEncoding.DecodeString(r.Blob)
+	if err != nil {
+		return messages.ContentBlock{}, fmt.Errorf("resource %s: blob is not base64: %w", r.URI, err)
+	}
+	return messages.ContentBlock{Type: messages.ContentResource, URI: r.URI, MIMEType: r.MIMEType, Data: data}, nil
+}

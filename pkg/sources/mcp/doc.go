@@ -1,0 +1,64 @@
+// Package mcp serves the tools of an MCP server through a Toolbus worker.
+//
+// A [Source] is a worker.Source: plug it into worker.Namespace.Sources and
+// the worker registers the server's tools in the catalog and routes their
+// calls to the server.
+//
+//	src, err := mcp.New(mcp.Config{
+//		Name:      "everything",
+//		Namespace: "everything",
+//		Command:   "mcp-server-everything",
+//		Args:      []string{"stdio"},
+//	})
+//	w.Serve(worker.Namespace{Name: "everything", Sources: []worker.Source{src}})
+//
+// Three transports are supported: stdio (the worker runs the server as a
+// child process), SSE and streamable HTTP (the worker connects to a URL,
+// sending the configured headers).
+//
+// # Processes
+//
+// A stdio server runs in a process group of its own, exactly one process
+// per source and worker. When it exits, its group is killed — so that no
+// child it started outlives it — and it is started again after a backoff
+// that doubles while it keeps dying within a minute of its start. Stop
+// closes the server's standard input, gives it two seconds to exit, then
+// terminates its group and, two seconds later, kills it; Stop returns once
+// the server is gone. On Linux the server is also killed when the worker
+// dies. A process that leaves its group (setsid, a daemon) is beyond this
+// reach.
+//
+// Network transports are reconnected with the same backoff when a request
+// fails at the transport level, a ping goes unanswered, or the server no
+// longer knows the session (it restarted). Calls that arrive while the
+// server is away wait for it, UnavailableWait at most, and are then handed
+// back for another attempt.
+//
+// # Tools
+//
+// The tools of the server are listed, following every page, when the
+// source connects and whenever the server sends
+// notifications/tools/list_changed; a list that differs from the last
+// replaces the source's tools in the catalog. A tool's name becomes its method through
+// [sources.Methods] and is kept in ToolDefinition.OriginalName when the two
+// differ. Annotations the server sets to true become tags: readOnlyHint is
+// read_only, destructiveHint destructive (unless the tool is also read-only),
+// openWorldHint network. Hints the server leaves out add no tag.
+//
+// # Calls
+//
+// A call carries a progress token; the server's notifications/progress for
+// it reach the call's watchers through worker.ReportProgress. When the
+// call's context ends — cancelled, past its deadline, or the worker
+// stopping — the server is sent notifications/cancelled for the request.
+// Result content maps to content blocks one for one (text, image, audio,
+// embedded text or blob resource, resource link), structuredContent to the
+// structured content, isError to Result.IsError. An error answer of the
+// server is the tool's failure; a failure of the transport (the server died
+// mid-call, the connection broke) hands the call back with worker.Retry
+// while the source reconnects.
+//
+// The source speaks MCP protocol version 2025-11-25, the last with the
+// initialize handshake, on every transport, so that explicit cancellation
+// and tool-list notifications work the same everywhere.
+package mcp

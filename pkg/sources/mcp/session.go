@@ -1,0 +1,274 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// protocolVersion is the MCP revision the source speaks; see the package documentation.
+const protocolVersion = mcpgo.LATEST_LEGACY_PROTOCOL_VERSION
+
+// session is one connection to the server: for stdio, one run of its process.
+type session struct {
+	client    *client.Client
+	transport transport.Interface
+	proc      *process
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	err      error
+}
+
+func (sess *session) fail(err error) {
+	sess.lostOnce.Do(func() {
+		sess.err = err
+		close(sess.lost)
+	})
+}
+
+func (sess *session) failOnTransportError(err error) {
+	if isTransportError(err) {
+		sess.fail(err)
+	}
+}
+
+func (sess *session) isLost() bool {
+	select {
+	case <-sess.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// cause says why the session was lost.
+func (sess *session) cause() error {
+	<-sess.lost
+	if sess.proc != nil {
+		select {
+		case <-sess.proc.exited:
+			return sess.proc.exitError()
+		default:
+		}
+	}
+	return sess.err
+}
+
+// close ends the session and, for stdio, the server's processes.
+func (sess *session) close() {
+	sess.fail(errClosed)
+	_ = sess.client.Close()
+	if sess.proc != nil {
+		sess.proc.stop()
+	}
+}
+
+var errClosed = fmt.Errorf("session closed")
+
+// connect starts or reaches the server, initializes a session and lists the
+// tools, within ConnectTimeout and ctx. The session lives until runCtx ends
+// or it is closed.
+func (s *Source) connect(ctx, runCtx context.Context) (*session, []worker.Tool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	defer cancel()
+	sess := &session{lost: make(chan struct{})}
+	var tr transport.Interface
+	switch s.cfg.Transport {
+	case TransportStdio:
+		proc, err := startProcess(&s.cfg, s.log)
+		if err != nil {
+			return nil, nil, err
+		}
+		sess.proc = proc
+		tr = transport.NewIO(proc.stdout, proc.stdin, nil)
+	case TransportSSE:
+		sse, err := transport.NewSSE(s.cfg.URL,
+			transport.WithHeaders(s.cfg.Headers),
+			transport.WithHTTPClient(s.httpClient(sess)),
+			transport.WithSSELogger(s.log))
+		if err != nil {
+			return nil, nil, err
+		}
+		tr = sse
+	case TransportHTTP:
+		http, err := transport.NewStreamableHTTP(s.cfg.URL,
+			transport.WithHTTPHeaders(s.cfg.Headers),
+			transport.WithHTTPBasicClient(s.httpClient(sess)),
+			transport.WithHTTPLogger(s.log),
+			// Without the standing GET stream, notifications/tools/list_changed
+			// would only arrive while a call is running.
+			transport.WithContinuousListening())
+		if err != nil {
+			return nil, nil, err
+		}
+		tr = http
+	}
+	sess.transport = tr
+	sess.client = client.NewClient(recording(tr), client.WithProtocolVersion(protocolVersion))
+	sess.client.OnNotification(s.onNotification)
+	sess.client.OnConnectionLost(sess.fail)
+	fail := func(step string, err error) (*session, []worker.Tool, error) {
+		sess.close()
+		if sess.proc != nil {
+			return nil, nil, fmt.Errorf("%s: %w (%w)", step, err, sess.proc.exitError())
+		}
+		return nil, nil, fmt.Errorf("%s: %w", step, err)
+	}
+	if err := sess.client.Start(runCtx); err != nil {
+		return fail("connect", err)
+	}
+	if sess.proc != nil {
+		go func() {
+			<-sess.proc.exited
+			sess.fail(sess.proc.exitError())
+		}()
+	}
+	var init mcpgo.InitializeRequest
+	init.Params.ProtocolVersion = protocolVersion
+	init.Params.ClientInfo = mcpgo.Implementation{Name: "toolbus", Version: "1"}
+	if _, err := sess.client.Initialize(ctx, init); err != nil {
+		return fail("initialize", err)
+	}
+	tools, err := s.listTools(ctx, sess)
+	if err != nil {
+		return fail("list tools", err)
+	}
+	return sess, tools, nil
+}
+
+// httpClient returns a client for one session's requests, sharing the
+// source's connections.
+func (s *Source) httpClient(sess *session) *http.Client {
+	return &http.Client{Transport: sessionWatch{base: s.connections, lost: sess.fail}}
+}
+
+// listTools lists every page of the server's tools.
+func (s *Source) listTools(ctx context.Context, sess *session) ([]worker.Tool, error) {
+	res, err := sess.client.ListTools(ctx, mcpgo.ListToolsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return s.toolsOf(res.Tools)
+}
+
+// cancelTimeout bounds sending notifications/cancelled.
+const cancelTimeout = 5 * time.Second
+
+// sendCancel tells the server to stop working on a request.
+func (sess *session) sendCancel(id mcpgo.RequestId, reason string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	return sess.transport.SendNotification(ctx, mcpgo.JSONRPCNotification{
+		JSONRPC: mcpgo.JSONRPC_VERSION,
+		Notification: mcpgo.Notification{
+			Method: string(mcpgo.MethodNotificationCancelled),
+			Params: mcpgo.NotificationParams{AdditionalFields: map[string]any{"requestId": id, "reason": reason}},
+		},
+	})
+}
+
+// requestIDKey marks a context whose tools/call request should have its
+// JSON-RPC ID recorded: the MCP client picks IDs itself, and the source
+// needs the ID to cancel the request.
+type requestIDKey struct{}
+
+type requestID struct {
+	mu  sync.Mutex
+	id  mcpgo.RequestId
+	set bool
+}
+
+func (r *requestID) get() (mcpgo.RequestId, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.id, r.set
+}
+
+// recording wraps a transport so that it records the ID of the tools/call
+// requests whose context asks for it. The wrapper always presents itself as
+// an HTTP connection: the MCP client then leaves the cancellation of a
+// request to the source, which sends it with the call's own reason on every
+// transport, rather than sending "context canceled" itself over stdio.
+func recording(tr transport.Interface) transport.Interface { return recorder{tr} }
+
+type recorder struct{ transport.Interface }
+
+func (r recorder) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	if rec, ok := ctx.Value(requestIDKey{}).(*requestID); ok && req.Method == string(mcpgo.MethodToolsCall) {
+		rec.mu.Lock()
+		rec.id, rec.set = req.ID, true
+		rec.mu.Unlock()
+	}
+	return r.Interface.SendRequest(ctx, req)
+}
+
+// SetRequestHandler passes the server's requests (ping) to the client.
+func (r recorder) SetRequestHandler(h transport.RequestHandler) {
+	if b, ok := r.Interface.(transport.BidirectionalInterface); ok {
+		b.SetRequestHandler(h)
+	}
+}
+
+// SetConnectionLostHandler tells the session when an SSE stream breaks.
+func (r recorder) SetConnectionLostHandler(h func(error)) {
+	if s, ok := r.Interface.(interface{ SetConnectionLostHandler(func(error)) }); ok {
+		s.SetConnectionLostHandler(h)
+	}
+}
+
+// RequiresLegacyProtocol forwards what the streamable HTTP transport says.
+func (r recorder) RequiresLegacyProtocol() bool {
+	l, ok := r.Interface.(interface{ RequiresLegacyProtocol() bool })
+	return ok && l.RequiresLegacyProtocol()
+}
+
+// SetProtocolVersion forwards the negotiated version to an HTTP transport,
+// which sends it in a header; stdio has no use for it.
+func (r recorder) SetProtocolVersion(version string) {
+	if h, ok := r.Interface.(transport.HTTPConnection); ok {
+		h.SetProtocolVersion(version)
+	}
+}
+
+// sessionWatch notices a server that has forgotten the session — it
+// restarted, or expired the session — which streamable HTTP reports as an
+// HTTP error to a request carrying the session ID: 404 as the protocol
+// says, or 400 naming the session, as some servers do. The MCP client
+// hands such an answer back as an ordinary error response, so the source
+// would otherwise take it for the tool's failure.
+type sessionWatch struct {
+	base http.RoundTripper
+	lost func(error)
+}
+
+func (w sessionWatch) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := w.base.RoundTrip(req)
+	if err != nil || req.Header.Get(transport.HeaderKeySessionID) == "" {
+		return resp, err
+	}
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		w.lost(fmt.Errorf("the server no longer knows the session: %s", resp.Status))
+	case http.StatusBadRequest:
+		head, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+		if bytes.Contains(bytes.ToLower(head), []byte("session")) {
+			w.lost(fmt.Errorf("the server no longer knows the session: %s: %s", resp.Status, bytes.TrimSpace(head)))
+		}
+	}
+	return resp, nil
+}

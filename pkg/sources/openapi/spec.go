@@ -1,0 +1,447 @@
+package openapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/sources"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// load reads and validates the document at a path or URL. specURL is set
+// when the document came from a URL.
+func load(ctx context.Context, spec string) (*openapi3.T, *url.URL, error) {
+	loader := openapi3.NewLoader()
+	loader.IsExternalRefsAllowed = true
+	loader.Context = ctx
+	var (
+		doc     *openapi3.T
+		specURL *url.URL
+		err     error
+	)
+	if u, perr := url.Parse(spec); perr == nil && (u.Scheme == "http" || u.Scheme == "https") {
+		specURL = u
+		doc, err = loader.LoadFromURI(u)
+	} else {
+		doc, err = loader.LoadFromFile(spec)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("load spec %s: %w", spec, err)
+	}
+	if err := doc.Validate(ctx, openapi3.DisableExamplesValidation(), openapi3.DisableSchemaDefaultsValidation()); err != nil {
+		return nil, nil, fmt.Errorf("spec %s is not valid: %w", spec, err)
+	}
+	return doc, specURL, nil
+}
+
+// baseURL picks where requests go: the configured URL, else the document's
+// first server.
+func baseURL(configured string, doc *openapi3.T, specURL *url.URL) (*url.URL, error) {
+	raw := configured
+	if raw == "" {
+		if len(doc.Servers) == 0 || doc.Servers[0] == nil {
+			return nil, fmt.Errorf("the spec names no server: set a base URL")
+		}
+		srv := doc.Servers[0]
+		raw = srv.URL
+		for name, v := range srv.Variables {
+			raw = strings.ReplaceAll(raw, "{"+name+"}", v.Default)
+		}
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("base URL %q: %w", raw, err)
+	}
+	if !u.IsAbs() {
+		if specURL == nil {
+			return nil, fmt.Errorf("the spec's server URL %q is relative and the spec is a file: set a base URL", raw)
+		}
+		u = specURL.ResolveReference(u)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+// Where an argument goes in the request.
+const (
+	inPath      = openapi3.ParameterInPath
+	inQuery     = openapi3.ParameterInQuery
+	inHeader    = openapi3.ParameterInHeader
+	inCookie    = openapi3.ParameterInCookie
+	inBody      = "body" // one property of an object body
+	inBodyWhole = "body_whole"
+)
+
+// argument is one property of a tool's input schema and where it goes.
+type argument struct {
+	property string // name in the input schema
+	in       string
+	name     string // name in the request: the parameter or body property
+	param    *openapi3.Parameter
+}
+
+// operation is what a call needs to build its request.
+type operation struct {
+	method, path string
+	args         []argument
+	// bodyType is the media type of the request body, "" when there is none.
+	bodyType string
+}
+
+var methodOrder = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions, http.MethodTrace}
+
+// tools turns every operation of the document into a tool.
+func (s *Source) tools(doc *openapi3.T) ([]worker.Tool, error) {
+	type entry struct {
+		original, method, path string
+		synthesized            bool
+		op                     *openapi3.Operation
+		item                   *openapi3.PathItem
+	}
+	var entries []*entry
+	var paths []string
+	if doc.Paths != nil {
+		paths = doc.Paths.Keys()
+	}
+	slices.Sort(paths)
+	for _, path := range paths {
+		item := doc.Paths.Value(path)
+		ops := item.Operations()
+		for _, method := range methodOrder {
+			op := ops[method]
+			if op == nil {
+				continue
+			}
+			e := &entry{original: op.OperationID, method: method, path: path, op: op, item: item}
+			if e.original == "" {
+				e.original, e.synthesized = synthesizedName(method, path), true
+			}
+			entries = append(entries, e)
+		}
+	}
+	// A synthesized name shared by two operations falls back to "METHOD /path".
+	count := map[string]int{}
+	for _, e := range entries {
+		count[e.original]++
+	}
+	for _, e := range entries {
+		if e.synthesized && count[e.original] > 1 {
+			e.original = e.method + " " + e.path
+		}
+	}
+	names := make([]string, len(entries))
+	seen := map[string]string{}
+	for i, e := range entries {
+		if other, dup := seen[e.original]; dup {
+			return nil, fmt.Errorf("operations %s and %s %s share the name %q", other, e.method, e.path, e.original)
+		}
+		seen[e.original] = e.method + " " + e.path
+		names[i] = e.original
+	}
+	methods := sources.Methods(s.cfg.Namespace, names)
+	tools := make([]worker.Tool, 0, len(entries))
+	for _, e := range entries {
+		op, schema, err := buildOperation(e.method, e.path, e.item, e.op)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", e.method, e.path, err)
+		}
+		def := messages.ToolDefinition{
+			Method:       methods[e.original],
+			Description:  describe(e.op, e.method, e.path),
+			InputSchema:  schema,
+			OutputSchema: outputSchema(e.op),
+			Metadata: messages.ToolMetadata{
+				Tags:  tagsFor(e.method),
+				Extra: map[string]string{"http_method": e.method, "http_path": e.path},
+			},
+			Source: messages.ToolSource{Kind: messages.SourceOpenAPI, Name: s.cfg.Name},
+		}
+		switch {
+		case e.synthesized:
+			def.OriginalName = e.method + " " + e.path
+		case def.Method != e.original:
+			def.OriginalName = e.original
+		}
+		tools = append(tools, worker.Tool{Definition: def, Handler: worker.HandlerFunc(func(ctx context.Context, call *worker.Call) (*worker.Result, error) {
+			return s.call(ctx, op, call)
+		})})
+	}
+	slices.SortFunc(tools, func(a, b worker.Tool) int { return strings.Compare(a.Definition.Method, b.Definition.Method) })
+	return tools, nil
+}
+
+// synthesizedName names an operation without an operationId:
+// "GET /pets/{petId}" is "get_pets_petId".
+func synthesizedName(method, path string) string {
+	var b strings.Builder
+	b.WriteString(strings.ToLower(method))
+	sep := true
+	for _, c := range path {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			if sep {
+				b.WriteByte('_')
+			}
+			b.WriteRune(c)
+			sep = false
+		} else {
+			sep = true
+		}
+	}
+	return b.String()
+}
+
+func describe(op *openapi3.Operation, method, path string) string {
+	parts := []string{}
+	if s := strings.TrimSpace(op.Summary); s != "" {
+		parts = append(parts, s)
+	}
+	if d := strings.TrimSpace(op.Description); d != "" && d != strings.TrimSpace(op.Summary) {
+		parts = append(parts, d)
+	}
+	if len(parts) == 0 {
+		parts = append(parts, method+" "+path)
+	}
+	if op.Deprecated {
+		parts = append(parts, "Deprecated.")
+	}
+	return strings.Join(parts, "\n\n")
+}
+
+func tagsFor(method string) []string {
+	switch method {
+	case http.MethodGet, http.MethodHead:
+		return []string{messages.TagReadOnly, messages.TagNetwork}
+	case http.MethodDelete:
+		return []string{messages.TagDestructive, messages.TagNetwork}
+	}
+	return []string{messages.TagNetwork}
+}
+
+// locationLabel says in words where an argument goes, for descriptions and errors.
+func locationLabel(in, name string) string {
+	switch in {
+	case inBody:
+		return fmt.Sprintf("the body property %q", name)
+	case inBodyWhole:
+		return "the request body"
+	}
+	return fmt.Sprintf("the %s parameter %q", in, name)
+}
+
+// buildOperation collects an operation's arguments and its input schema.
+func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.Operation) (*operation, messages.JSON, error) {
+	result := &operation{method: method, path: path}
+	properties := map[string]any{}
+	var required []string
+	owner := map[string]string{} // property → what it holds, for descriptions of renamed ones
+	claim := func(name, in string) (string, string) {
+		property := name
+		if _, taken := owner[property]; taken {
+			prefix := in
+			if in == inBodyWhole {
+				prefix = "request"
+			}
+			property = prefix + "_" + name
+			for i := 2; ; i++ {
+				if _, taken := owner[property]; !taken {
+					break
+				}
+				property = fmt.Sprintf("%s_%s_%d", prefix, name, i)
+			}
+		}
+		note := ""
+		if property != name {
+			note = fmt.Sprintf("Sent as %s; renamed because %q is %s.", locationLabel(in, name), name, owner[name])
+		}
+		owner[property] = locationLabel(in, name)
+		return property, note
+	}
+	describeProperty := func(schema any, description, note string) any {
+		m, ok := schema.(map[string]any)
+		if !ok {
+			m = map[string]any{}
+			if schema == false {
+				m["not"] = map[string]any{}
+			}
+		}
+		text := strings.TrimSpace(description)
+		if text == "" {
+			if d, ok := m["description"].(string); ok {
+				text = d
+			}
+		}
+		if note != "" {
+			text = strings.TrimSpace(text + " " + note)
+		}
+		if text != "" {
+			m["description"] = text
+		}
+		return m
+	}
+
+	for _, in := range []string{inPath, inQuery, inHeader, inCookie} {
+		for _, p := range parameters(item, op) {
+			if p.In != in {
+				continue
+			}
+			var schema any
+			switch {
+			case p.Schema != nil:
+				schema = jsonSchema(p.Schema)
+			case len(p.Content) > 0:
+				for _, mt := range p.Content {
+					schema = jsonSchema(mt.Schema)
+					break
+				}
+			default:
+				schema = map[string]any{"type": "string"}
+			}
+			property, note := claim(p.Name, in)
+			properties[property] = describeProperty(schema, p.Description, note)
+			if p.Required || in == inPath {
+				required = append(required, property)
+			}
+			result.args = append(result.args, argument{property: property, in: in, name: p.Name, param: p})
+		}
+	}
+	if op.RequestBody != nil && op.RequestBody.Value != nil {
+		body := op.RequestBody.Value
+		mediaType, mt := pickBody(body.Content)
+		if mediaType != "" {
+			result.bodyType = mediaType
+			switch {
+			case isJSON(mediaType) && mt != nil && isObject(mt.Schema):
+				bodyRequired := map[string]bool{}
+				for _, r := range mt.Schema.Value.Required {
+					bodyRequired[r] = true
+				}
+				names := make([]string, 0, len(mt.Schema.Value.Properties))
+				for name := range mt.Schema.Value.Properties {
+					names = append(names, name)
+				}
+				slices.Sort(names)
+				for _, name := range names {
+					ref := mt.Schema.Value.Properties[name]
+					if ref != nil && ref.Value != nil && ref.Value.ReadOnly {
+						continue // the server sets it; a request does not carry it
+					}
+					property, note := claim(name, inBody)
+					properties[property] = describeProperty(jsonSchema(ref), "", note)
+					if body.Required && bodyRequired[name] {
+						required = append(required, property)
+					}
+					result.args = append(result.args, argument{property: property, in: inBody, name: name})
+				}
+			default:
+				var schema any = map[string]any{"type": "string"}
+				if isJSON(mediaType) && mt != nil && mt.Schema != nil {
+					schema = jsonSchema(mt.Schema)
+				}
+				description := body.Description
+				if description == "" {
+					description = "The request body (" + mediaType + ")."
+				}
+				property, note := claim("body", inBodyWhole)
+				properties[property] = describeProperty(schema, description, note)
+				if body.Required {
+					required = append(required, property)
+				}
+				result.args = append(result.args, argument{property: property, in: inBodyWhole, name: "body"})
+			}
+		}
+	}
+	schema := map[string]any{"type": "object", "properties": properties, "additionalProperties": false}
+	if len(required) > 0 {
+		schema["required"] = required
+	}
+	data, err := json.Marshal(schema)
+	if err != nil {
+		return nil, nil, fmt.Errorf("input schema: %w", err)
+	}
+	return result, data, nil
+}
+
+// parameters merges the path item's parameters with the operation's; the
+// operation's win for the same name and location.
+func parameters(item *openapi3.PathItem, op *openapi3.Operation) []*openapi3.Parameter {
+	var out []*openapi3.Parameter
+	index := map[string]int{}
+	for _, list := range []openapi3.Parameters{item.Parameters, op.Parameters} {
+		for _, ref := range list {
+			if ref == nil || ref.Value == nil {
+				continue
+			}
+			p := ref.Value
+			key := p.In + "\x00" + p.Name
+			if i, ok := index[key]; ok {
+				out[i] = p
+				continue
+			}
+			index[key] = len(out)
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// pickBody chooses the media type a request body is sent as: JSON when
+// offered, else the first in alphabetical order.
+func pickBody(content openapi3.Content) (string, *openapi3.MediaType) {
+	types := make([]string, 0, len(content))
+	for t := range content {
+		types = append(types, t)
+	}
+	slices.Sort(types)
+	for _, t := range types {
+		if isJSON(t) {
+			return t, content[t]
+		}
+	}
+	if len(types) == 0 {
+		return "", nil
+	}
+	return types[0], content[types[0]]
+}
+
+// isJSON reports whether a media type is JSON: application/json or any +json type.
+func isJSON(mediaType string) bool {
+	t, _, err := mime.ParseMediaType(mediaType)
+	if err != nil {
+		t = mediaType
+	}
+	return t == "application/json" || strings.HasSuffix(t, "+json")
+}
+
+// outputSchema is the schema of the operation's JSON success response when
+// it is an object, as structured content must be.
+func outputSchema(op *openapi3.Operation) messages.JSON {
+	if op.Responses == nil {
+		return nil
+	}
+	for _, status := range []string{"200", "201", "202", "2XX"} {
+		ref := op.Responses.Value(status)
+		if ref == nil || ref.Value == nil {
+			continue
+		}
+		mediaType, mt := pickBody(ref.Value.Content)
+		if !isJSON(mediaType) || mt == nil || !isObject(mt.Schema) {
+			return nil
+		}
+		data, err := json.Marshal(jsonSchema(mt.Schema))
+		if err != nil {
+			return nil
+		}
+		return data
+	}
+	return nil
+}
