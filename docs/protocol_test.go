@@ -45,6 +45,8 @@ func TestProtocolExamples(t *testing.T) {
 		"DecideRequest":        func() any { return &messages.DecideRequest{} },
 		"DecideReply":          func() any { return &messages.DecideReply{} },
 		"AuditRecord":          func() any { return &messages.AuditRecord{} },
+		"DiscoverRequest":      func() any { return &messages.DiscoverRequest{} },
+		"DiscoverReply":        func() any { return &messages.DiscoverReply{} },
 	}
 	examples := regexp.MustCompile("(?s)<!-- message: (\\w+) -->\\s*```json\\n(.*?)```").FindAllSubmatch(doc, -1)
 	seen := map[string]bool{}

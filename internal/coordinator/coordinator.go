@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/tracing"
@@ -27,6 +28,7 @@ import (
 	"github.com/toolbus/toolbus/pkg/exposure"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/policy"
+	"github.com/toolbus/toolbus/pkg/worker"
 )
 
 // Version is the coordinator service's SemVer version.
@@ -79,6 +81,10 @@ type Config struct {
 	// GrantTTL is how long an approval remembered for an agent and tool
 	// lasts. Defaults to 24h.
 	GrantTTL time.Duration
+	// NoBuiltinTools leaves out the tools Toolbus offers to models itself
+	// (llm_tools-list, discovery as a tool). By default every coordinator
+	// serves them, as a worker of namespace llm_tools.
+	NoBuiltinTools bool
 	// TracerProvider receives the coordinator's spans. Defaults to the global one.
 	TracerProvider trace.TracerProvider
 	// Resources sizes the streams and buckets the coordinator creates if they are missing.
@@ -147,6 +153,8 @@ type Coordinator struct {
 	policy   atomic.Pointer[policy.Policy]
 
 	tracer   trace.Tracer
+	index    *discovery.Index
+	builtins *worker.Worker
 	sem      chan struct{}
 	inflight sync.WaitGroup
 	svc      micro.Service
@@ -225,6 +233,20 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		cancel()
 		return fmt.Errorf("coordinator: %w", err)
 	}
+	indexKV, err := resources.EnsureIndexBucket(ctx, c.js, c.names, c.cfg.Resources)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	c.index, err = discovery.New(discovery.Config{Catalog: c.catalog, Bucket: indexKV, Logger: c.log})
+	if err != nil {
+		cancel()
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	if err := c.index.Start(runCtx); err != nil {
+		cancel()
+		return fmt.Errorf("coordinator: discovery: %w", err)
+	}
 	svc, err := micro.AddService(c.nc, micro.Config{
 		Name:        messages.ServiceName,
 		Version:     Version,
@@ -248,6 +270,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		messages.EndpointApprovalsAnswer: c.answerApproval,
 		messages.EndpointToolsEnable:     c.enableTool,
 		messages.EndpointToolsDisable:    c.disableTool,
+		messages.EndpointToolsDiscover:   c.discover,
 	} {
 		name := strings.ReplaceAll(endpoint, ".", "_")
 		if err := group.AddEndpoint(name, c.serve(endpoint, handler), micro.WithEndpointSubject(endpoint)); err != nil {
@@ -266,6 +289,21 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		_ = svc.Stop()
 		cancel()
 		return fmt.Errorf("coordinator: %w", err)
+	}
+	if !c.cfg.NoBuiltinTools {
+		w, err := worker.New(worker.Config{Conn: c.nc, Prefix: c.cfg.Prefix, Logger: c.log.With("component", "builtin-tools"), TracerProvider: c.cfg.TracerProvider})
+		if err == nil {
+			err = w.Serve(worker.Namespace{Name: BuiltinNamespace, Tools: c.builtinTools(), Slots: 64})
+		}
+		if err == nil {
+			err = w.Start(ctx)
+		}
+		if err != nil {
+			_ = svc.Stop()
+			cancel()
+			return fmt.Errorf("coordinator: built-in tools: %w", err)
+		}
+		c.builtins = w
 	}
 	c.bg.Add(1)
 	go c.sweepLoop(runCtx)
@@ -286,6 +324,12 @@ func (c *Coordinator) Start(ctx context.Context) error {
 func (c *Coordinator) Stop(ctx context.Context) error {
 	if c.svc != nil {
 		_ = c.svc.Stop()
+	}
+	if c.builtins != nil {
+		_ = c.builtins.Stop(ctx)
+	}
+	if c.index != nil {
+		_ = c.index.Stop(ctx)
 	}
 	for _, sub := range c.subs {
 		_ = sub.Unsubscribe()

@@ -25,7 +25,7 @@ type EchoArgs struct {
 
 // WordCountArgs are the arguments of demo-word_count.
 type WordCountArgs struct {
-	Text string `json:"text" jsonschema:"description=Text whose words, lines and characters are counted"`
+	Text string `json:"text" jsonschema:"description=Text whose words\\, lines and characters are counted"`
 }
 
 // WordCount is the result of demo-word_count.

@@ -1,6 +1,6 @@
 // Package devstack runs the whole of Toolbus in one process: an embedded
-// NATS server with JetStream, a coordinator, and a worker serving the demo
-// tools. It uses the same code paths as a distributed deployment.
+// NATS server with JetStream, a coordinator, a worker serving the demo
+// tools and an indexer. It uses the same code paths as a distributed deployment.
 package devstack
 
 import (
@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/indexer"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
@@ -40,6 +41,7 @@ type Stack struct {
 	Server      *natsserver.Server
 	Coordinator *coordinator.Coordinator
 	Worker      *worker.Worker
+	Indexer     *indexer.Indexer
 	conns       []*nats.Conn
 }
 
@@ -105,12 +107,27 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		s.Worker = nil
 		return nil, err
 	}
+	indexerConn, err := connect("toolbus-indexer")
+	if err != nil {
+		return nil, err
+	}
+	s.Indexer, err = indexer.New(indexer.Config{Conn: indexerConn, Prefix: cfg.Prefix, Logger: cfg.Logger.With("component", "indexer")})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Indexer.Start(ctx); err != nil {
+		s.Indexer = nil
+		return nil, err
+	}
 	return s, nil
 }
 
 // Stop stops everything, waiting for running calls until ctx ends.
 func (s *Stack) Stop(ctx context.Context) error {
 	var errs []error
+	if s.Indexer != nil {
+		errs = append(errs, s.Indexer.Stop(ctx))
+	}
 	if s.Worker != nil {
 		errs = append(errs, s.Worker.Stop(ctx))
 	}

@@ -10,15 +10,16 @@ import (
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
-// IndexMarkerTTL is how long the bucket keeps the marker a purged key
-// leaves behind; then the marker goes too, so that the keys of old index
-// versions do not pile up as markers.
-const IndexMarkerTTL = time.Minute
+// indexMarkerTTL is the index bucket's LimitMarkerTTL. The bucket has no
+// MaxAge, so no limit marker is ever placed; setting it enables message
+// TTLs, which lets the purge of an old chunk carry a TTL of its own
+// (jetstream.PurgeTTL) so that the markers of deleted chunks do not pile up.
+const indexMarkerTTL = time.Minute
 
 // IndexBucketConfig is the KV bucket of the discovery index: the chunks of
 // each stored index version, the manifest that names the current one, and
-// the lease that elects the one indexer that writes. Purges may carry a TTL
-// (LimitMarkerTTL), which needs a server of API level 1 (NATS 2.11) or later.
+// the lease that elects the one indexer that writes. Message TTLs need a
+// server of JetStream API level 1 (NATS 2.11) or later.
 func IndexBucketConfig(names messages.Names, cfg Config) jetstream.KeyValueConfig {
 	cfg = cfg.WithDefaults()
 	return jetstream.KeyValueConfig{
@@ -27,7 +28,7 @@ func IndexBucketConfig(names messages.Names, cfg Config) jetstream.KeyValueConfi
 		History:        1,
 		Replicas:       cfg.Replicas,
 		Storage:        jetstream.FileStorage,
-		LimitMarkerTTL: IndexMarkerTTL,
+		LimitMarkerTTL: indexMarkerTTL,
 	}
 }
 

@@ -302,6 +302,16 @@ func (c *Client) Cancel(ctx context.Context, callID, reason string) (*messages.C
 	return &out, c.request(ctx, messages.EndpointCallsCancel, &messages.CancelRequest{CallID: callID, Reason: reason, By: c.opts.Agent}, &out)
 }
 
+// Discover searches the tools the agent may use. With a turn, the page's
+// tools become visible to the model on the turn's next iterations.
+func (c *Client) Discover(ctx context.Context, req messages.DiscoverRequest) (*messages.DiscoverReply, error) {
+	if req.Agent == "" {
+		req.Agent = c.opts.Agent
+	}
+	var out messages.DiscoverReply
+	return &out, c.request(ctx, messages.EndpointToolsDiscover, &req, &out)
+}
+
 // Activate makes tools visible to the model for the rest of a turn.
 func (c *Client) Activate(ctx context.Context, turn string, tools ...string) (*messages.ActivateReply, error) {
 	var out messages.ActivateReply

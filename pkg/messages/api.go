@@ -171,3 +171,45 @@ type TurnCallRecord struct {
 	Tool     string    `json:"tool"`
 	QueuedAt time.Time `json:"queued_at"`
 }
+
+// EndpointToolsDiscover searches the catalog (tools.discover).
+const EndpointToolsDiscover = "tools.discover"
+
+// DiscoverRequest searches the tools an agent may use. With a turn, the
+// tools of the returned page become visible to the model on the turn's
+// next iterations, without an activation.
+type DiscoverRequest struct {
+	Query string `json:"query"`
+	Agent string `json:"agent,omitempty"`
+	Turn  string `json:"turn,omitempty"`
+	// Namespaces and Tags narrow the search; they never widen what the agent may use.
+	Namespaces []string `json:"namespaces,omitempty"`
+	Tags       []string `json:"tags,omitempty"`
+	// Page counts from 0; PageSize defaults to 10, at most 100.
+	Page     int `json:"page,omitempty"`
+	PageSize int `json:"page_size,omitempty"`
+	// Format, Think and Strict ask for the page's schemas, as in tools.list.
+	Format string `json:"format,omitempty"`
+	Think  bool   `json:"think,omitempty"`
+	Strict bool   `json:"strict,omitempty"`
+}
+
+// DiscoverHit is one ranked tool.
+type DiscoverHit struct {
+	Name  string  `json:"name"`
+	Score float64 `json:"score"`
+	// Exact is true when the query named the tool.
+	Exact bool `json:"exact,omitempty"`
+}
+
+// DiscoverReply is one page of results, best first.
+type DiscoverReply struct {
+	Hits []DiscoverHit `json:"hits"`
+	// Tools are the hits' definitions, in the order of Hits.
+	Tools []ToolEntry `json:"tools"`
+	// Schemas holds the hits' schemas in the requested format, in the order of Hits.
+	Schemas []JSON `json:"schemas,omitempty"`
+	Page    int    `json:"page"`
+	// More is true when another page follows.
+	More bool `json:"more,omitempty"`
+}

@@ -50,7 +50,7 @@ func TestLivenessFollowsWorkers(t *testing.T) {
 		t.Fatalf("call without a worker: %v", err)
 	}
 	// A model is not shown tools nothing can run.
-	view, err := c.ListTools(ctx, messages.ListToolsRequest{Agent: "a"})
+	view, err := c.ListTools(ctx, messages.ListToolsRequest{Agent: "a", Namespace: demo.Name})
 	if err != nil || len(view.Tools) != 0 {
 		t.Fatalf("model view without workers: %v %v", namesOf(view), err)
 	}
@@ -94,7 +94,7 @@ func TestDisableAndEnable(t *testing.T) {
 	if out := cli("tools"); !strings.Contains(out, "[disabled: returns garbage]") {
 		t.Fatalf("tools list:\n%s", out)
 	}
-	view, err := c.ListTools(ctx, messages.ListToolsRequest{Agent: "a"})
+	view, err := c.ListTools(ctx, messages.ListToolsRequest{Agent: "a", Namespace: demo.Name})
 	if err != nil || len(view.Tools) != 3 {
 		t.Fatalf("model view: %v %v", namesOf(view), err)
 	}

@@ -146,6 +146,9 @@ func TestCancelWhileRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	receive(t, g.started, "the call to start")
+	// The tool may start before its start is stored; until then a cancel
+	// treats the call as queued.
+	awaitEvent(t, c, r.CallID, messages.EventStarted)
 	reply, err := c.Cancel(ctx, r.CallID, "user pressed stop")
 	if err != nil || reply.Outcome != messages.CancelSignalled {
 		t.Fatalf("cancel: %+v %v", reply, err)

@@ -45,7 +45,7 @@ func TestPlainNATSClient(t *testing.T) {
 		return reply, out
 	}
 
-	reply, out := request("toolbus.api.tools.list", `{}`)
+	reply, out := request("toolbus.api.tools.list", `{"namespace":"demo"}`)
 	if reply.Header.Get("Content-Type") != "application/json" || reply.Header.Get("Toolbus-Version") != "1" {
 		t.Fatalf("reply headers %v", reply.Header)
 	}
