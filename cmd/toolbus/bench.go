@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -46,6 +48,8 @@ func runBench(ctx context.Context, g globals, args []string) error {
 	killEvery := fs.Duration("kill-every", 3*time.Second, "soak: how often a worker process is killed")
 	ackWait := fs.Duration("ack-wait", 2*time.Second, "soak: how long a killed worker's calls wait before redelivery")
 	workers := fs.Int("workers", 2, "soak: worker processes")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the Toolbus throughput run to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile of the Toolbus throughput run to this file")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return exitError(2)
 	}
@@ -99,7 +103,34 @@ func runBench(ctx context.Context, g globals, args []string) error {
 	if r.BaselineC64CallsPerS, err = concurrent(ctx, *calls, *concurrency, base.call); err != nil {
 		return err
 	}
-	if r.ToolbusC64CallsPerS, err = concurrent(ctx, *calls, *concurrency, tb.call); err != nil {
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 4096
+	}
+	r.ToolbusC64CallsPerS, err = concurrent(ctx, *calls, *concurrency, tb.call)
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			return err
+		}
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "  baseline %.0f calls/s\n  toolbus  %.0f calls/s\n", r.BaselineC64CallsPerS, r.ToolbusC64CallsPerS)
@@ -164,10 +195,14 @@ type baseline struct {
 	caller, worker *nats.Conn
 	js             jetstream.JetStream
 	cc             jetstream.ConsumeContext
+
+	// Results arrive on one wildcard subscription, handed to the waiting caller by call ID.
+	mu      sync.Mutex
+	waiting map[string]chan struct{}
 }
 
 func newBaseline(ctx context.Context, connect func() (*nats.Conn, error), slots int) (*baseline, error) {
-	b := &baseline{}
+	b := &baseline{waiting: map[string]chan struct{}{}}
 	var err error
 	if b.caller, err = connect(); err != nil {
 		return nil, err
@@ -192,6 +227,17 @@ func newBaseline(ctx context.Context, connect func() (*nats.Conn, error), slots 
 	if err != nil {
 		return nil, err
 	}
+	if _, err := b.caller.Subscribe("baseline.result.*", func(m *nats.Msg) {
+		id := m.Subject[len("baseline.result."):]
+		b.mu.Lock()
+		ch := b.waiting[id]
+		b.mu.Unlock()
+		if ch != nil {
+			close(ch)
+		}
+	}); err != nil {
+		return nil, err
+	}
 	// Each message is handled in its own goroutine, as many at once as
 	// the toolbus worker has slots, so the baseline is not held back by a
 	// serial callback.
@@ -213,18 +259,24 @@ func newBaseline(ctx context.Context, connect func() (*nats.Conn, error), slots 
 
 func (b *baseline) call(ctx context.Context) error {
 	id := nuid.Next()
-	sub, err := b.caller.SubscribeSync("baseline.result." + id)
-	if err != nil {
-		return err
-	}
-	defer sub.Unsubscribe()
+	done := make(chan struct{})
+	b.mu.Lock()
+	b.waiting[id] = done
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		delete(b.waiting, id)
+		b.mu.Unlock()
+	}()
 	if _, err := b.js.Publish(ctx, "baseline.call.noop", []byte(`{"text":"x"}`), jetstream.WithMsgID(id)); err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err = sub.NextMsgWithContext(cctx)
-	return err
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("baseline call %s: no result", id)
+	}
 }
 
 func (b *baseline) close() {

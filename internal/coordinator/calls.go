@@ -82,6 +82,9 @@ func (c *Coordinator) Cancel(ctx context.Context, cr *messages.CancelRequest) (*
 				return nil, err
 			}
 			c.removeQueued(ctx, snap)
+			// A worker may have just taken the call without having recorded
+			// its start yet: it stops the tool on the signal.
+			c.signalCancel(snap, info)
 			reply.Outcome, reply.State, reply.Result = messages.CancelDone, messages.StateCancelled, &res
 			return reply, nil
 		default:
@@ -90,20 +93,26 @@ func (c *Coordinator) Cancel(ctx context.Context, cr *messages.CancelRequest) (*
 					return nil, err
 				}
 			}
-			ns := ""
-			if snap.Queued != nil && snap.Queued.Request != nil {
-				ns = snap.Queued.Request.Namespace
-			}
-			if subject, err := c.names.CancelSubject(ns, cr.CallID); err == nil {
-				if msg, err := newMsg(subject, info); err == nil {
-					_ = c.nc.PublishMsg(msg)
-				}
-			}
+			c.signalCancel(snap, info)
 			reply.Outcome, reply.State = messages.CancelSignalled, messages.StateRunning
 			return reply, nil
 		}
 	}
 	return nil, messages.Errorf(messages.CodeConflict, "call %s kept changing; try again", cr.CallID)
+}
+
+// signalCancel tells the worker that holds the call, if any, to stop it.
+func (c *Coordinator) signalCancel(snap *ledger.Snapshot, info *messages.CancelInfo) {
+	if snap.Queued == nil || snap.Queued.Request == nil {
+		return
+	}
+	subject, err := c.names.CancelSubject(snap.Queued.Request.Namespace, snap.CallID)
+	if err != nil {
+		return
+	}
+	if msg, err := newMsg(subject, info); err == nil {
+		_ = c.nc.PublishMsg(msg)
+	}
 }
 
 func (c *Coordinator) cancelledResult(snap *ledger.Snapshot, info *messages.CancelInfo) messages.CallResult {

@@ -2,9 +2,12 @@ package coordinator
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/toolbus/toolbus/pkg/toolschema"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -23,6 +26,9 @@ type cachedSchema struct {
 	revision uint64
 	schema   *jsonschema.Schema
 	err      error
+	// thought is the name a think-augmented schema of the tool gives its
+	// "thought" parameter, quoted as it appears in JSON arguments.
+	thought []byte
 }
 
 func newSchemaCache() *schemaCache { return &schemaCache{entries: map[string]cachedSchema{}} }
@@ -35,19 +41,32 @@ func (refusingLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("external schema %q is not loaded; tool schemas must be self-contained", url)
 }
 
-func (s *schemaCache) get(t *catalog.Tool) (*jsonschema.Schema, error) {
+func (s *schemaCache) get(t *catalog.Tool) cachedSchema {
 	name := t.Definition.Name
 	s.mu.Lock()
 	e, ok := s.entries[name]
 	s.mu.Unlock()
 	if ok && e.revision == t.Revision {
-		return e.schema, e.err
+		return e
 	}
 	sch, err := compileSchema(t.Definition.InputSchema)
+	thought, _ := json.Marshal(toolschema.ThoughtProperty(t.Definition.InputSchema))
+	e = cachedSchema{revision: t.Revision, schema: sch, err: err, thought: thought}
 	s.mu.Lock()
-	s.entries[name] = cachedSchema{revision: t.Revision, schema: sch, err: err}
+	s.entries[name] = e
 	s.mu.Unlock()
-	return sch, err
+	return e
+}
+
+// stripThought removes the thought a think-augmented schema asked the
+// model for. Arguments that cannot hold one are returned as they are
+// without being parsed.
+func (c *Coordinator) stripThought(t *catalog.Tool, args messages.JSON) (messages.JSON, error) {
+	if !bytes.Contains(args, c.schemas.get(t).thought) {
+		return args, nil
+	}
+	stripped, _, err := toolschema.StripThought(&t.Definition, toolschema.Options{Think: true}, args)
+	return stripped, err
 }
 
 func compileSchema(schema messages.JSON) (*jsonschema.Schema, error) {
@@ -69,7 +88,8 @@ func compileSchema(schema messages.JSON) (*jsonschema.Schema, error) {
 // validateArguments checks the arguments against the tool's input schema
 // and lists every violation.
 func (c *Coordinator) validateArguments(t *catalog.Tool, args messages.JSON) error {
-	sch, err := c.schemas.get(t)
+	cached := c.schemas.get(t)
+	sch, err := cached.schema, cached.err
 	if err != nil {
 		return messages.Errorf(messages.CodeInternal, "tool %s has an unusable input schema: %v", t.Definition.Name, err)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/policy"
-	"github.com/toolbus/toolbus/pkg/toolschema"
 )
 
 func (c *Coordinator) submit(ctx context.Context, req *request) (any, error) {
@@ -85,7 +84,7 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 	}
 	// A schema shown with think augmentation makes the model send a
 	// thought; it is not an argument of the tool.
-	stripped, _, err := toolschema.StripThought(&tool.Definition, toolschema.Options{Think: true}, sr.Arguments)
+	stripped, err := c.stripThought(tool, sr.Arguments)
 	if err != nil {
 		return nil, messages.Errorf(messages.CodeInvalidArguments, "arguments of %s: %v", name, err)
 	}
@@ -185,15 +184,16 @@ func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallReques
 	if err != nil {
 		return false, err
 	}
-	// Sent in this order on one connection, the queued event is stored
-	// before a worker can see the call.
-	queued, err := c.js.PublishMsgAsync(queuedMsg)
-	if err != nil {
-		return false, messages.Errorf(messages.CodeUnavailable, "record call: %v", err)
-	}
+	// The call goes first, so that the server hands it to a worker without
+	// waiting for the queued event; the ledger orders events by kind, not
+	// by arrival.
 	queuedCall, err := c.js.PublishMsgAsync(msg)
 	if err != nil {
 		return false, messages.Errorf(messages.CodeUnavailable, "queue call: %v", err)
+	}
+	queued, err := c.js.PublishMsgAsync(queuedMsg)
+	if err != nil {
+		return false, messages.Errorf(messages.CodeUnavailable, "record call: %v", err)
 	}
 	var turnErr chan error
 	if call.Turn != "" {

@@ -119,39 +119,27 @@ func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter
 }
 
 // Start records that an attempt started, unless the call already has a
-// result. It does not wait: the returned channel yields nil once the start
-// is stored, ErrFinished if the call already had a result (nothing is
-// stored then), or another error.
-func (l *Ledger) Start(ev *messages.CallEvent) (<-chan error, error) {
+// result, in which case JetStream drops it. It does not wait for JetStream:
+// nothing depends on the start being stored, since the result is written
+// conditionally anyway, and a worker learns that a call it runs already has
+// a result when it next checks its calls.
+func (l *Ledger) Start(ev *messages.CallEvent) error {
 	ev.Kind = messages.EventStarted
 	resultSubject, err := l.names.EventSubject(ev.CallID, messages.EventResult)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	h := make(nats.Header, 6)
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	h.Set(jetstream.ExpectedLastSubjSeqSubjHeader, resultSubject)
 	msg, err := l.eventMsg(ev, h)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	paf, err := l.js.PublishMsgAsync(msg)
-	if err != nil {
-		return nil, fmt.Errorf("store start of call %s: %w", ev.CallID, err)
+	if err := l.nc.PublishMsg(msg); err != nil {
+		return fmt.Errorf("store start of call %s: %w", ev.CallID, err)
 	}
-	out := make(chan error, 1)
-	go func() {
-		select {
-		case <-paf.Ok():
-			out <- nil
-		case err := <-paf.Err():
-			if isWrongLastSequence(err) {
-				err = ErrFinished
-			}
-			out <- err
-		}
-	}()
-	return out, nil
+	return nil
 }
 
 // Commit writes the call's result unless it already has one. It reports

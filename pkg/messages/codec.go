@@ -60,8 +60,11 @@ func CodecOf(h Header) (Codec, error) {
 		return Msgpack, &Error{Code: CodeUnsupportedVersion, Message: fmt.Sprintf("protocol version %q is not supported; this peer speaks version %s", v, ProtocolVersion)}
 	}
 	ct := headerValue(h, HeaderContentType)
-	if ct == "" {
+	switch ct {
+	case "", ContentTypeMsgpack:
 		return Msgpack, nil
+	case ContentTypeJSON:
+		return JSONCodec, nil
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {
@@ -90,10 +93,22 @@ func headerValue(h Header, key string) string {
 	return ""
 }
 
+// Header values shared by every message. Full slices (len == cap), so an
+// append to one copies it instead of writing into the shared array.
+var (
+	msgpackValue = []string{ContentTypeMsgpack}[:1:1]
+	jsonValue    = []string{ContentTypeJSON}[:1:1]
+	versionValue = []string{ProtocolVersion}[:1:1]
+)
+
 // SetHeaders writes the Content-Type and version headers of the codec into h.
 func (c Codec) SetHeaders(h Header) {
-	h[HeaderContentType] = []string{c.ContentType()}
-	h[HeaderVersion] = []string{ProtocolVersion}
+	if c == JSONCodec {
+		h[HeaderContentType] = jsonValue
+	} else {
+		h[HeaderContentType] = msgpackValue
+	}
+	h[HeaderVersion] = versionValue
 }
 
 // NewHeader returns headers that announce the codec and protocol version.
@@ -110,6 +125,8 @@ var encoderPool = sync.Pool{New: func() any {
 	return enc
 }}
 
+var bufferPool = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 1024)) }}
+
 var decoderPool = sync.Pool{New: func() any {
 	dec := msgpack.NewDecoder(nil)
 	dec.SetCustomStructTag("json")
@@ -122,16 +139,19 @@ func (c Codec) Marshal(v any) ([]byte, error) {
 	if c == JSONCodec {
 		return json.Marshal(v)
 	}
-	var buf bytes.Buffer
+	buf := bufferPool.Get().(*bytes.Buffer)
+	buf.Reset()
 	enc := encoderPool.Get().(*msgpack.Encoder)
-	enc.ResetWriter(&buf)
+	enc.ResetWriter(buf)
 	err := enc.Encode(v)
 	enc.ResetWriter(nil)
 	encoderPool.Put(enc)
-	if err != nil {
-		return nil, err
+	var out []byte
+	if err == nil {
+		out = bytes.Clone(buf.Bytes())
 	}
-	return buf.Bytes(), nil
+	bufferPool.Put(buf)
+	return out, err
 }
 
 // Unmarshal decodes data into v. Unknown fields are ignored, so that newer

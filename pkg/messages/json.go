@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"strconv"
 	"time"
@@ -53,15 +52,12 @@ func (j JSON) EncodeMsgpack(enc *msgpack.Encoder) error {
 	if len(j) == 0 {
 		return enc.EncodeNil()
 	}
-	dec := json.NewDecoder(bytes.NewReader(j))
-	dec.UseNumber()
-	if err := jsonToMsgpack(dec, enc, 0); err != nil {
+	packed, err := appendJSONAsMsgpack(make([]byte, 0, len(j)+8), j)
+	if err != nil {
 		return fmt.Errorf("encode JSON value as MessagePack: %w", err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("encode JSON value as MessagePack: trailing data")
-	}
-	return nil
+	_, err = enc.Writer().Write(packed)
+	return err
 }
 
 // DecodeMsgpack reads any MessagePack value and keeps it as JSON. Binary
@@ -82,83 +78,6 @@ func (j *JSON) DecodeMsgpack(dec *msgpack.Decoder) error {
 	}
 	*j = buf.Bytes()
 	return nil
-}
-
-func jsonToMsgpack(dec *json.Decoder, enc *msgpack.Encoder, depth int) error {
-	if depth > maxJSONDepth {
-		return errors.New("nested too deeply")
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	switch v := tok.(type) {
-	case json.Delim:
-		// MessagePack needs the element count before the elements, so each
-		// container is encoded into its own buffer first.
-		var body bytes.Buffer
-		sub := msgpack.NewEncoder(&body)
-		sub.UseCompactInts(true)
-		n := 0
-		switch v {
-		case '{':
-			for dec.More() {
-				key, err := dec.Token()
-				if err != nil {
-					return err
-				}
-				if err := sub.EncodeString(key.(string)); err != nil {
-					return err
-				}
-				if err := jsonToMsgpack(dec, sub, depth+1); err != nil {
-					return err
-				}
-				n++
-			}
-			if _, err := dec.Token(); err != nil {
-				return err
-			}
-			if err := enc.EncodeMapLen(n); err != nil {
-				return err
-			}
-		case '[':
-			for dec.More() {
-				if err := jsonToMsgpack(dec, sub, depth+1); err != nil {
-					return err
-				}
-				n++
-			}
-			if _, err := dec.Token(); err != nil {
-				return err
-			}
-			if err := enc.EncodeArrayLen(n); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("unexpected %v", v)
-		}
-		_, err := enc.Writer().Write(body.Bytes())
-		return err
-	case string:
-		return enc.EncodeString(v)
-	case json.Number:
-		if i, err := strconv.ParseInt(string(v), 10, 64); err == nil && v != "-0" {
-			return enc.EncodeInt(i)
-		}
-		if u, err := strconv.ParseUint(string(v), 10, 64); err == nil {
-			return enc.EncodeUint(u)
-		}
-		f, err := strconv.ParseFloat(string(v), 64)
-		if err != nil {
-			return fmt.Errorf("number %s: %w", v, err)
-		}
-		return enc.EncodeFloat64(f)
-	case bool:
-		return enc.EncodeBool(v)
-	case nil:
-		return enc.EncodeNil()
-	}
-	return fmt.Errorf("unexpected token %v", tok)
 }
 
 func msgpackToJSON(dec *msgpack.Decoder, buf *bytes.Buffer, depth int) error {

@@ -21,12 +21,28 @@ const (
 )
 
 var (
-	prefixPattern    = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
-	namespacePattern = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
-	methodPattern    = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-	idPattern        = regexp.MustCompile(`^[A-Za-z0-9_=-]+$`)
-	endpointPattern  = regexp.MustCompile(`^[a-z][a-z_]*(\.[a-z][a-z_]*)?$`)
+	prefixPattern   = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+	endpointPattern = regexp.MustCompile(`^[a-z][a-z_]*(\.[a-z][a-z_]*)?$`)
 )
+
+// onlyOf reports whether s is non-empty and every byte of it is an ASCII
+// letter, a digit or one of extra. Names are checked on every call, so
+// this is a loop rather than a regular expression.
+func onlyOf(s, extra string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			continue
+		}
+		if strings.IndexByte(extra, c) < 0 {
+			return false
+		}
+	}
+	return true
+}
 
 // ToolName is a tool's canonical identity: a namespace and a method. Its
 // string form is "namespace-method", what a model sees; the namespace never
@@ -45,7 +61,7 @@ func (n ToolName) Validate() error {
 	if err := ValidateNamespace(n.Namespace); err != nil {
 		return err
 	}
-	if !methodPattern.MatchString(n.Method) {
+	if !onlyOf(n.Method, "_-") {
 		return &NameError{Kind: "method", Value: n.Method, Reason: "must be non-empty and hold only letters, digits, '_' and '-'"}
 	}
 	if l := len(n.String()); l > MaxToolNameLength {
@@ -57,7 +73,7 @@ func (n ToolName) Validate() error {
 // ValidateNamespace reports whether ns can be a namespace: letters, digits
 // and '_' only, at most MaxNamespaceLength characters.
 func ValidateNamespace(ns string) error {
-	if !namespacePattern.MatchString(ns) {
+	if !onlyOf(ns, "_") {
 		return &NameError{Kind: "namespace", Value: ns, Reason: "must be non-empty and hold only letters, digits and '_'"}
 	}
 	if len(ns) > MaxNamespaceLength {
@@ -70,7 +86,7 @@ func ValidateNamespace(ns string) error {
 // letters, digits, '_', '-' and '=' only, at most MaxIDLength characters.
 // kind names the ID in the error.
 func ValidateID(kind, id string) error {
-	if !idPattern.MatchString(id) {
+	if !onlyOf(id, "_=-") {
 		return &NameError{Kind: kind, Value: id, Reason: "must be non-empty and hold only letters, digits, '_', '-' and '='"}
 	}
 	if len(id) > MaxIDLength {
@@ -79,12 +95,15 @@ func ValidateID(kind, id string) error {
 	return nil
 }
 
-var notifyPattern = regexp.MustCompile(`^_INBOX\.[A-Za-z0-9_=-]+(\.[A-Za-z0-9_=-]+)*$`)
-
 // ValidateNotify reports whether subject can receive result copies: a
 // subject under "_INBOX." without wildcards, at most 256 characters.
 func ValidateNotify(subject string) error {
-	if !notifyPattern.MatchString(subject) || len(subject) > 256 {
+	rest, ok := strings.CutPrefix(subject, "_INBOX.")
+	valid := ok && len(subject) <= 256
+	for _, token := range strings.Split(rest, ".") {
+		valid = valid && onlyOf(token, "_=-")
+	}
+	if !valid {
 		return &NameError{Kind: "notify subject", Value: subject, Reason: `must be a subject under "_INBOX." without wildcards`}
 	}
 	return nil

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -92,15 +92,19 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 	w.mu.Unlock()
 	defer w.untrack(req.CallID)
 
-	// The start is stored while the tool already runs: the result write
-	// is conditional anyway, and a start refused because the call already
-	// has a result (it was cancelled while queued) stops the tool at once.
-	started, err := w.ledger.Start(&messages.CallEvent{CallID: req.CallID, Time: now, Attempt: attempt, Worker: w.cfg.ID})
-	if err != nil {
-		log.Warn("could not record the start; handing the call back", "error", err)
-		_ = msg.NakWithDelay(retryDelay)
-		return
-	}
+	// The start is recorded once the tool has run for StartDelay or reports
+	// something, whichever comes first; a call that finishes sooner goes
+	// from queued to its result without it, which spares the hot path a
+	// write. The result write is conditional anyway, and a call that
+	// already has a result (cancelled while queued) is stopped by the
+	// cancel signal or when the lease loop checks it.
+	recordStart := sync.OnceFunc(func() {
+		if err := w.ledger.Start(&messages.CallEvent{CallID: req.CallID, Time: now, Attempt: attempt, Worker: w.cfg.ID}); err != nil {
+			log.Warn("start of the call not recorded", "error", err)
+		}
+	})
+	startTimer := time.AfterFunc(w.cfg.StartDelay, recordStart)
+	defer startTimer.Stop()
 	base.StartedAt = now
 	if attempt > 1 {
 		// A cancellation requested while an earlier attempt ran still holds.
@@ -110,11 +114,13 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 	}
 
 	reporter := &progressReporter{interval: w.cfg.ProgressInterval, publish: func(p messages.Progress) {
+		recordStart()
 		if err := w.ledger.AppendAsync(&messages.CallEvent{CallID: req.CallID, Kind: messages.EventProgress, Time: time.Now().UTC(), Attempt: attempt, Worker: w.cfg.ID, Progress: &p}); err != nil {
 			log.Warn("progress event not stored", "error", err)
 		}
 	}}
 	scope := &callScope{call: call, progress: reporter, log: func(level, message string) {
+		recordStart()
 		if err := w.ledger.AppendAsync(&messages.CallEvent{CallID: req.CallID, Kind: messages.EventLog, Time: time.Now().UTC(), Attempt: attempt, Worker: w.cfg.ID, Log: &messages.LogEntry{Level: level, Message: message}}); err != nil {
 			log.Warn("log event not stored", "error", err)
 		}
@@ -137,20 +143,6 @@ wait:
 		select {
 		case out = <-done:
 			break wait
-		case err := <-started:
-			started = nil
-			if errors.Is(err, ledger.ErrFinished) {
-				// Nothing of this attempt will count; stop the tool.
-				cancel(errSuperseded)
-				reporter.close()
-				_ = msg.Term()
-				w.untrack(req.CallID)
-				w.awaitStraggler(done, log)
-				return
-			}
-			if err != nil {
-				log.Warn("start of the call not recorded", "error", err)
-			}
 		case <-ctx.Done():
 			// The tool may ignore its context; its result is decided now.
 			reporter.close()

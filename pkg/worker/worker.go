@@ -40,7 +40,12 @@ type Config struct {
 	// ProgressInterval is the shortest time between two progress events of
 	// one call. Defaults to 100ms.
 	ProgressInterval time.Duration
-	// FetchWait is how long one pull request waits for a call. Defaults to 30s.
+	// StartDelay is how long a call runs before its start is recorded in
+	// the ledger (earlier if it reports progress or logs): calls that
+	// finish sooner are not recorded as running at all. Defaults to 20ms.
+	StartDelay time.Duration
+	// FetchWait is how long one pull request waits for a call before it is
+	// renewed. Defaults to 30s.
 	FetchWait time.Duration
 	// TracerProvider receives a span per call, a child of the submit's
 	// span. Tools get its context. Defaults to the global provider.
@@ -66,6 +71,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProgressInterval == 0 {
 		c.ProgressInterval = 100 * time.Millisecond
+	}
+	if c.StartDelay == 0 {
+		c.StartDelay = 20 * time.Millisecond
 	}
 	if c.FetchWait == 0 {
 		c.FetchWait = 30 * time.Second
@@ -137,10 +145,10 @@ type Worker struct {
 type namespace struct {
 	Namespace
 	// tools by method, and the source that provides each ("" for Tools).
-	tools    map[string]*Tool
-	owner    map[string]string
-	consumer jetstream.Consumer
-	busy     int
+	tools  map[string]*Tool
+	owner  map[string]string
+	puller *puller
+	busy   int
 }
 
 type inflight struct {
@@ -298,7 +306,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.cancel = cancel
 	w.fetchCtx, w.stopFetch = context.WithCancel(runCtx)
 	for _, ns := range nss {
-		cons, err := resources.EnsureNamespaceConsumer(ctx, w.js, w.names, resources.NamespaceConsumer{
+		_, err := resources.EnsureNamespaceConsumer(ctx, w.js, w.names, resources.NamespaceConsumer{
 			Namespace:      ns.Name,
 			MaxConcurrency: ns.MaxConcurrency,
 			AckWait:        w.cfg.AckWait,
@@ -308,7 +316,6 @@ func (w *Worker) Start(ctx context.Context) error {
 			cancel()
 			return fmt.Errorf("worker: %w", err)
 		}
-		ns.consumer = cons
 		w.mu.Lock()
 		tools := make([]*Tool, 0, len(ns.tools))
 		for _, t := range ns.tools {
@@ -340,9 +347,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	go w.leaseLoop(runCtx)
 	go w.reconnectLoop(runCtx)
 	for _, ns := range nss {
-		for range ns.Slots {
-			w.slots.Add(1)
-			go w.slotLoop(ns)
+		durable, _ := w.names.NamespaceConsumer(ns.Name)
+		ns.puller = newPuller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, func(m *callMsg) { w.execute(ns, m) }, w.log.With("namespace", ns.Name))
+		if err := ns.puller.start(w.fetchCtx); err != nil {
+			cancel()
+			w.stopSources(ctx)
+			return fmt.Errorf("worker: %w", err)
 		}
 	}
 	w.log.Info("worker started", "namespaces", len(nss))
@@ -362,7 +372,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 	w.stopFetch()
 	done := make(chan struct{})
-	go func() { w.slots.Wait(); close(done) }()
+	go func() {
+		for _, ns := range w.namespaces {
+			ns.puller.stop()
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -503,6 +518,9 @@ func (w *Worker) reconnectLoop(ctx context.Context) {
 			if !ok {
 				return
 			}
+			for _, ns := range w.namespaces {
+				ns.puller.requestsLost()
+			}
 			var ids []string
 			w.mu.Lock()
 			for id := range w.inflight {
@@ -580,31 +598,4 @@ func lastToken(subject string) string {
 		}
 	}
 	return subject
-}
-
-func (w *Worker) slotLoop(ns *namespace) {
-	defer w.slots.Done()
-	for {
-		if w.fetchCtx.Err() != nil {
-			return
-		}
-		fetchCtx, cancel := context.WithTimeout(w.fetchCtx, w.cfg.FetchWait)
-		msg, err := ns.consumer.Next(jetstream.FetchContext(fetchCtx))
-		cancel()
-		if err != nil {
-			if w.fetchCtx.Err() != nil {
-				return
-			}
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-				w.log.Warn("fetch failed", "namespace", ns.Name, "error", err)
-				select {
-				case <-time.After(time.Second):
-				case <-w.fetchCtx.Done():
-					return
-				}
-			}
-			continue
-		}
-		w.execute(ns, msg)
-	}
 }
