@@ -253,7 +253,7 @@ func newBaseline(ctx context.Context, connect func() (*nats.Conn, error), slots 
 			}
 			_ = msg.Ack()
 		}()
-	})
+	}, jetstream.PullMaxMessages(slots))
 	return b, err
 }
 

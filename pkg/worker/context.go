@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"math"
 
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -47,6 +48,9 @@ func CallFrom(ctx context.Context) *Call {
 // optional message. Reports are coalesced to a few per second; the latest
 // always reaches the ledger before the result. Outside a call it does nothing.
 func ReportProgress(ctx context.Context, progress, total float64, message string) {
+	if math.IsNaN(progress) || math.IsInf(progress, 0) || math.IsNaN(total) || math.IsInf(total, 0) {
+		return // not a report a watcher can read
+	}
 	if s := scopeFrom(ctx); s != nil && s.progress != nil {
 		s.progress.report(messages.Progress{Progress: progress, Total: total, Message: message})
 	}
