@@ -26,17 +26,18 @@ import (
 
 // benchReport is the last line the bench prints.
 type benchReport struct {
-	Calls                 int     `json:"calls"`
-	Concurrency           int     `json:"concurrency"`
-	BaselineSeqP50US      float64 `json:"baseline_seq_p50_us"`
-	ToolbusSeqP50US       float64 `json:"toolbus_seq_p50_us"`
-	BaselineSeqP99US      float64 `json:"baseline_seq_p99_us"`
-	ToolbusSeqP99US       float64 `json:"toolbus_seq_p99_us"`
-	BaselineC64CallsPerS  float64 `json:"baseline_c64_calls_per_s"`
-	ToolbusC64CallsPerS   float64 `json:"toolbus_c64_calls_per_s"`
-	SeqP50Ratio           float64 `json:"seq_p50_ratio"`
-	ThroughputRatio       float64 `json:"throughput_ratio"`
-	ToolbusJetStreamWrite int     `json:"toolbus_jetstream_writes_per_call"`
+	Calls                  int     `json:"calls"`
+	Concurrency            int     `json:"concurrency"`
+	BaselineSeqP50US       float64 `json:"baseline_seq_p50_us"`
+	ToolbusSeqP50US        float64 `json:"toolbus_seq_p50_us"`
+	BaselineSeqP99US       float64 `json:"baseline_seq_p99_us"`
+	ToolbusSeqP99US        float64 `json:"toolbus_seq_p99_us"`
+	BaselineC64CallsPerS   float64 `json:"baseline_c64_calls_per_s"`
+	ToolbusC64CallsPerS    float64 `json:"toolbus_c64_calls_per_s"`
+	SeqP50Ratio            float64 `json:"seq_p50_ratio"`
+	ThroughputRatio        float64 `json:"throughput_ratio"`
+	ToolbusJetStreamWrite  int     `json:"toolbus_jetstream_writes_per_call"`
+	BaselineJetStreamWrite int     `json:"baseline_jetstream_writes_per_call"`
 }
 
 func runBench(ctx context.Context, g globals, args []string) error {
@@ -86,7 +87,7 @@ func runBench(ctx context.Context, g globals, args []string) error {
 	if _, err := sequential(ctx, 200, tb.call); err != nil {
 		return err
 	}
-	r := benchReport{Calls: *calls, Concurrency: *concurrency, ToolbusJetStreamWrite: 4}
+	r := benchReport{Calls: *calls, Concurrency: *concurrency, ToolbusJetStreamWrite: 3, BaselineJetStreamWrite: 2}
 	fmt.Fprintf(os.Stderr, "sequential, %d calls each\n", *calls)
 	bl, err := sequential(ctx, *calls, base.call)
 	if err != nil {

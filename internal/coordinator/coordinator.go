@@ -149,6 +149,7 @@ type Coordinator struct {
 	schemas   *schemaCache
 
 	resolver *exposure.Resolver
+	formats  formatCache
 	expo     exposureCatalog
 	policy   atomic.Pointer[policy.Policy]
 

@@ -57,6 +57,7 @@ func (c *Coordinator) Discover(ctx context.Context, dr *messages.DiscoverRequest
 	}
 	reply := &messages.DiscoverReply{Hits: []messages.DiscoverHit{}, Tools: []messages.ToolEntry{}, Page: dr.Page, More: res.More}
 	var defs []messages.ToolDefinition
+	var revisions []uint64
 	var page []string
 	for _, h := range res.Hits {
 		t, ok := c.catalog.Lookup(h.Tool.String())
@@ -66,23 +67,15 @@ func (c *Coordinator) Discover(ctx context.Context, dr *messages.DiscoverRequest
 		reply.Hits = append(reply.Hits, messages.DiscoverHit{Name: h.Tool.String(), Score: h.Score, Exact: h.Exact})
 		reply.Tools = append(reply.Tools, c.catalog.Entry(t))
 		defs = append(defs, t.Definition)
+		revisions = append(revisions, t.Revision)
 		page = append(page, h.Tool.String())
 	}
 	if dr.Format != "" && len(defs) > 0 {
-		schemas, err := toolschema.Format(defs, dr.Format, toolschema.Options{Think: dr.Think, Strict: dr.Strict})
+		schemas, err := c.formats.format(defs, revisions, dr.Format, toolschema.Options{Think: dr.Think, Strict: dr.Strict})
 		if err != nil {
 			return nil, err
 		}
-		// Format orders by name; the reply keeps the ranking.
-		byName := make(map[string]messages.JSON, len(schemas))
-		sorted := slices.Clone(page)
-		slices.Sort(sorted)
-		for i, name := range sorted {
-			byName[name] = schemas[i]
-		}
-		for _, name := range page {
-			reply.Schemas = append(reply.Schemas, byName[name])
-		}
+		reply.Schemas = schemas
 	}
 	if dr.Turn != "" && len(page) > 0 {
 		if err := c.addDiscovered(ctx, dr.Turn, agent, page); err != nil {

@@ -111,6 +111,7 @@ func (c *Coordinator) resolveIteration(ctx context.Context, lr *messages.ListToo
 
 	reply := &messages.ListToolsReply{Tools: []messages.ToolEntry{}}
 	var defs []messages.ToolDefinition
+	var revisions []uint64
 	for _, t := range vis.Tools {
 		def := t.Definition
 		if lr.Namespace != "" && def.Namespace != lr.Namespace {
@@ -136,9 +137,14 @@ func (c *Coordinator) resolveIteration(ctx context.Context, lr *messages.ListToo
 		}
 		reply.Tools = append(reply.Tools, entry)
 		defs = append(defs, *def)
+		var rev uint64
+		if ct, ok := c.catalog.Lookup(def.Name); ok {
+			rev = ct.Revision
+		}
+		revisions = append(revisions, rev)
 	}
 	if lr.Format != "" {
-		schemas, err := toolschema.Format(defs, lr.Format, toolschema.Options{Think: lr.Think, Strict: lr.Strict})
+		schemas, err := c.formats.format(defs, revisions, lr.Format, toolschema.Options{Think: lr.Think, Strict: lr.Strict})
 		if err != nil {
 			return nil, err
 		}
