@@ -345,6 +345,7 @@ func (c *Coordinator) Stop(ctx context.Context) error {
 		c.cancel()
 	}
 	c.bg.Wait()
+	c.ledger.Close()
 	return nil
 }
 

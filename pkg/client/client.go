@@ -62,6 +62,12 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	return &Client{nc: nc, js: js, inbox: ledger.NewInbox(nc), opts: opts, names: names, ledger: ledger.New(nc, js, names)}, nil
 }
 
+// Close releases the client's subscriptions; the connection stays open.
+func (c *Client) Close() {
+	c.inbox.Close()
+	c.ledger.Close()
+}
+
 // ServiceError is an error reply of the coordinator.
 type ServiceError = messages.Error
 

@@ -262,7 +262,7 @@ func prepareTool(ns string, t *Tool) error {
 
 // Start creates what the worker needs in JetStream, registers its tools in
 // the catalog and starts taking calls. It returns once the worker is taking calls.
-func (w *Worker) Start(ctx context.Context) error {
+func (w *Worker) Start(ctx context.Context) (err error) {
 	w.mu.Lock()
 	if w.started {
 		w.mu.Unlock()
@@ -288,17 +288,41 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.store = store
 	w.mu.Unlock()
 	runCtx, cancel := context.WithCancel(context.Background())
+	var started []Source
+	// A start that fails half-way undoes what it did, and the worker can
+	// be started again.
+	defer func() {
+		if err == nil {
+			return
+		}
+		cancel()
+		for _, sub := range w.subs {
+			_ = sub.Unsubscribe()
+		}
+		w.subs = nil
+		for _, ns := range nss {
+			if ns.puller != nil {
+				ns.puller.stop()
+				ns.puller = nil
+			}
+		}
+		stopCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer stop()
+		for _, src := range started {
+			_ = src.Stop(stopCtx)
+		}
+		w.mu.Lock()
+		w.started, w.cancel, w.store = false, nil, nil
+		w.mu.Unlock()
+	}()
 	for _, ns := range nss {
 		for _, src := range ns.Sources {
 			tools, err := src.Start(runCtx, w.sourceUpdater(runCtx, ns, src))
 			if err != nil {
-				cancel()
-				w.stopSources(ctx)
 				return fmt.Errorf("worker: namespace %s: start source %s: %w", ns.Name, src.Name(), err)
 			}
+			started = append(started, src)
 			if err := w.setSourceTools(ctx, ns, src.Name(), tools); err != nil {
-				cancel()
-				w.stopSources(ctx)
 				return fmt.Errorf("worker: %w", err)
 			}
 		}
@@ -313,7 +337,6 @@ func (w *Worker) Start(ctx context.Context) error {
 			MaxAttempts:    ns.MaxAttempts,
 		})
 		if err != nil {
-			cancel()
 			return fmt.Errorf("worker: %w", err)
 		}
 		w.mu.Lock()
@@ -324,37 +347,32 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.mu.Unlock()
 		for _, t := range tools {
 			if err := store.PutTool(ctx, &t.Definition); err != nil {
-				cancel()
-				w.stopSources(ctx)
 				return fmt.Errorf("worker: %w", err)
 			}
 		}
 		filter, _ := w.names.CancelFilter(ns.Name)
 		sub, err := w.cfg.Conn.Subscribe(filter, w.onCancelSignal)
 		if err != nil {
-			cancel()
 			return fmt.Errorf("worker: subscribe to cancellations: %w", err)
 		}
 		w.subs = append(w.subs, sub)
 		if err := store.Heartbeat(ctx, w.heartbeat(ns)); err != nil {
-			cancel()
 			return fmt.Errorf("worker: %w", err)
 		}
 	}
+	for _, ns := range nss {
+		durable, _ := w.names.NamespaceConsumer(ns.Name)
+		ns.puller = newPuller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, func(m *callMsg) { w.execute(ns, m) }, w.log.With("namespace", ns.Name))
+		if err := ns.puller.start(w.fetchCtx); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+	}
+	// Nothing below fails.
 	w.statusCh = w.cfg.Conn.StatusChanged(nats.CONNECTED)
 	w.bg.Add(3)
 	go w.heartbeatLoop(runCtx, store)
 	go w.leaseLoop(runCtx)
 	go w.reconnectLoop(runCtx)
-	for _, ns := range nss {
-		durable, _ := w.names.NamespaceConsumer(ns.Name)
-		ns.puller = newPuller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, func(m *callMsg) { w.execute(ns, m) }, w.log.With("namespace", ns.Name))
-		if err := ns.puller.start(w.fetchCtx); err != nil {
-			cancel()
-			w.stopSources(ctx)
-			return fmt.Errorf("worker: %w", err)
-		}
-	}
 	w.log.Info("worker started", "namespaces", len(nss))
 	return nil
 }
@@ -374,7 +392,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		for _, ns := range w.namespaces {
-			ns.puller.stop()
+			if ns.puller != nil {
+				ns.puller.stop()
+			}
 		}
 		close(done)
 	}()
@@ -392,10 +412,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 	for _, sub := range w.subs {
 		_ = sub.Unsubscribe()
 	}
-	w.cfg.Conn.RemoveStatusListener(w.statusCh)
+	if w.statusCh != nil {
+		w.cfg.Conn.RemoveStatusListener(w.statusCh)
+	}
 	w.cancel()
 	w.bg.Wait()
 	w.stopSources(ctx)
+	w.ledger.Close()
 	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if kv, err := w.js.KeyValue(cleanupCtx, w.names.CatalogBucket()); err == nil {
