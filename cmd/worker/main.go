@@ -6,15 +6,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/workerconfig"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
@@ -27,11 +25,7 @@ func main() {
 }
 
 func run() error {
-	server := flag.String("server", envOr("TOOLBUS_URL", nats.DefaultURL), "NATS server URL")
-	creds := flag.String("creds", os.Getenv("TOOLBUS_CREDS"), "NATS credentials file")
-	user := flag.String("user", os.Getenv("TOOLBUS_USER"), "NATS user")
-	password := flag.String("password", os.Getenv("TOOLBUS_PASSWORD"), "NATS password")
-	prefix := flag.String("prefix", "toolbus", "subject prefix")
+	conn := natsflags.Register(flag.CommandLine)
 	id := flag.String("id", "", "worker ID (default: host name and a random suffix)")
 	demoNS := flag.Bool("demo", false, "serve the demo namespace")
 	configFile := flag.String("config", "", "YAML file listing the namespaces to serve and their sources (MCP servers, OpenAPI services, demo tools)")
@@ -40,14 +34,9 @@ func run() error {
 	ackWait := flag.Duration("ack-wait", 30*time.Second, "how long a call may go without a heartbeat before another worker gets it")
 	heartbeat := flag.Duration("heartbeat", 5*time.Second, "liveness heartbeat interval")
 	drain := flag.Duration("drain", 30*time.Second, "on shutdown, how long running calls may finish before they are handed back")
-	verbose := flag.Bool("v", false, "log at debug level")
 	flag.Parse()
 
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := conn.Logger()
 	// The file is read before connecting, so that its mistakes show at once.
 	var configured []worker.Namespace
 	if *configFile != "" {
@@ -59,19 +48,12 @@ func run() error {
 			return err
 		}
 	}
-	opts := []nats.Option{nats.Name("toolbus-worker"), nats.MaxReconnects(-1)}
-	if *creds != "" {
-		opts = append(opts, nats.UserCredentials(*creds))
-	}
-	if *user != "" {
-		opts = append(opts, nats.UserInfo(*user, *password))
-	}
-	nc, err := nats.Connect(*server, opts...)
+	nc, err := conn.Connect("toolbus-worker")
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", *server, err)
+		return err
 	}
 	defer nc.Close()
-	w, err := worker.New(worker.Config{Conn: nc, Prefix: *prefix, ID: *id, AckWait: *ackWait, HeartbeatInterval: *heartbeat, Logger: log})
+	w, err := worker.New(worker.Config{Conn: nc, Prefix: conn.Prefix, ID: *id, AckWait: *ackWait, HeartbeatInterval: *heartbeat, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -107,11 +89,4 @@ func run() error {
 	stopCtx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
 	return w.Stop(stopCtx)
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

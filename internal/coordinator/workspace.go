@@ -61,9 +61,10 @@ func workspaceFingerprint(dir string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// watchWorkspace reloads the workspace when its files change. A workspace
-// that fails to load is reported and the previous one stays in force.
-func (c *Coordinator) watchWorkspace(ctx context.Context, fingerprint string) {
+// watchFiles calls reload whenever the fingerprint of watched files
+// changes. A reload that fails is reported and what was loaded stays in
+// force; the same files are not tried again until they change.
+func (c *Coordinator) watchFiles(ctx context.Context, what, path, fingerprint string, current func() (string, error), reload func() (string, error)) {
 	defer c.bg.Done()
 	t := time.NewTicker(c.cfg.WorkspaceReloadInterval)
 	defer t.Stop()
@@ -73,23 +74,37 @@ func (c *Coordinator) watchWorkspace(ctx context.Context, fingerprint string) {
 			return
 		case <-t.C:
 		}
-		fp, err := workspaceFingerprint(c.cfg.WorkspaceDir)
+		fp, err := current()
 		if err != nil {
-			c.log.Error("workspace unreadable; keeping the loaded one", "dir", c.cfg.WorkspaceDir, "error", err)
+			c.log.Error(what+" unreadable; keeping the loaded one", "path", path, "error", err)
 			continue
 		}
 		if fp == fingerprint {
 			continue
 		}
 		fingerprint = fp
-		ws, err := exposure.LoadWorkspace(os.DirFS(c.cfg.WorkspaceDir))
+		summary, err := reload()
 		if err != nil {
-			c.log.Error("workspace invalid; keeping the loaded one", "dir", c.cfg.WorkspaceDir, "error", err)
+			c.log.Error(what+" invalid; keeping the loaded one", "path", path, "error", err)
 			continue
 		}
-		c.resolver.SetWorkspace(ws)
-		c.log.Info("workspace reloaded", "dir", c.cfg.WorkspaceDir, "bundles", len(ws.Bundles()))
+		c.log.Info(what+" reloaded", "path", path, "loaded", summary)
 	}
+}
+
+// watchWorkspace reloads the exposure workspace when its files change.
+func (c *Coordinator) watchWorkspace(ctx context.Context, fingerprint string) {
+	dir := c.cfg.WorkspaceDir
+	c.watchFiles(ctx, "workspace", dir, fingerprint,
+		func() (string, error) { return workspaceFingerprint(dir) },
+		func() (string, error) {
+			ws, err := exposure.LoadWorkspace(os.DirFS(dir))
+			if err != nil {
+				return "", err
+			}
+			c.resolver.SetWorkspace(ws)
+			return fmt.Sprintf("%d bundles", len(ws.Bundles())), nil
+		})
 }
 
 func loadPolicy(path string) (*policy.Policy, string, error) {
@@ -105,36 +120,25 @@ func loadPolicy(path string) (*policy.Policy, string, error) {
 	return p, hex.EncodeToString(sum[:]), nil
 }
 
-// watchPolicy reloads the policy file when it changes. An invalid file is
-// reported and the policy in force stays. Approvals asked under the old
-// policy can no longer be approved: its version changed.
+// watchPolicy reloads the policy file when it changes. Approvals asked
+// under the old policy can no longer be approved: its version changed.
 func (c *Coordinator) watchPolicy(ctx context.Context, fingerprint string) {
-	defer c.bg.Done()
-	t := time.NewTicker(c.cfg.WorkspaceReloadInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		data, err := os.ReadFile(c.cfg.PolicyFile)
-		if err != nil {
-			c.log.Error("policy unreadable; keeping the loaded one", "file", c.cfg.PolicyFile, "error", err)
-			continue
-		}
-		sum := sha256.Sum256(data)
-		if fp := hex.EncodeToString(sum[:]); fp == fingerprint {
-			continue
-		} else {
-			fingerprint = fp
-		}
-		p, err := policy.Parse(data, filepath.Base(c.cfg.PolicyFile))
-		if err != nil {
-			c.log.Error("policy invalid; keeping the loaded one", "file", c.cfg.PolicyFile, "error", err)
-			continue
-		}
-		c.policy.Store(p)
-		c.log.Info("policy reloaded", "file", c.cfg.PolicyFile, "version", p.Version())
-	}
+	file := c.cfg.PolicyFile
+	c.watchFiles(ctx, "policy", file, fingerprint,
+		func() (string, error) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return "", err
+			}
+			sum := sha256.Sum256(data)
+			return hex.EncodeToString(sum[:]), nil
+		},
+		func() (string, error) {
+			p, _, err := loadPolicy(file)
+			if err != nil {
+				return "", err
+			}
+			c.policy.Store(p)
+			return "version " + p.Version(), nil
+		})
 }

@@ -1,0 +1,69 @@
+// Package natsflags gives Toolbus's commands the same flags for reaching
+// NATS — server, credentials, user, prefix, verbosity — each with an
+// environment variable as its default.
+package natsflags
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// Flags are the connection settings of a command.
+type Flags struct {
+	Server   string
+	Creds    string
+	User     string
+	Password string
+	Prefix   string
+	Verbose  bool
+}
+
+// Register adds the flags to fs.
+func Register(fs *flag.FlagSet) *Flags {
+	f := &Flags{}
+	fs.StringVar(&f.Server, "server", envOr("TOOLBUS_URL", nats.DefaultURL), "NATS server URL ($TOOLBUS_URL)")
+	fs.StringVar(&f.Creds, "creds", os.Getenv("TOOLBUS_CREDS"), "NATS credentials file ($TOOLBUS_CREDS)")
+	fs.StringVar(&f.User, "user", os.Getenv("TOOLBUS_USER"), "NATS user ($TOOLBUS_USER)")
+	fs.StringVar(&f.Password, "password", os.Getenv("TOOLBUS_PASSWORD"), "NATS password ($TOOLBUS_PASSWORD)")
+	fs.StringVar(&f.Prefix, "prefix", messages.DefaultPrefix, "subject prefix")
+	fs.BoolVar(&f.Verbose, "v", false, "log at debug level")
+	return f
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// Connect opens a connection that reconnects for ever, named for the server's monitoring.
+func (f *Flags) Connect(name string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1)}
+	if f.Creds != "" {
+		opts = append(opts, nats.UserCredentials(f.Creds))
+	}
+	if f.User != "" {
+		opts = append(opts, nats.UserInfo(f.User, f.Password))
+	}
+	nc, err := nats.Connect(f.Server, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", f.Server, err)
+	}
+	return nc, nil
+}
+
+// Logger logs text to standard error, at debug level with -v.
+func (f *Flags) Logger() *slog.Logger {
+	level := slog.LevelInfo
+	if f.Verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
