@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"errors"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -278,5 +280,53 @@ match:
 	}
 	if res, err := agent.Call(ctx, "demo-echo", map[string]string{"text": "no approval"}); err != nil || res.IsError {
 		t.Fatalf("%+v %v", res, err)
+	}
+}
+
+// TestPolicyFileReloadsAndApprovalsFromTheCLI: the policy file takes
+// effect when it changes, and an operator decides from the command line.
+func TestPolicyFileReloadsAndApprovalsFromTheCLI(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, file, "default: allow\nrules:\n  - {tool: \"demo:echo\", effect: deny, reason: echo is off}\n")
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.PolicyFile = file
+		cfg.WorkspaceReloadInterval = 20 * time.Millisecond
+	})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	agent := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+	if _, err := agent.Call(ctx, "demo-echo", map[string]string{"text": "x"}); !errors.Is(err, messages.ErrDenied) {
+		t.Fatalf("denied by the file: %v", err)
+	}
+	writeFile(t, file, "default: allow\nrules:\n  - {tool: \"demo:echo\", effect: ask, reason: echo needs a nod}\n")
+	var callID string
+	eventually(t, "the new policy", func() bool {
+		r, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"nodded"}`)})
+		if err == nil && r.State == messages.StateAwaitingApproval {
+			callID = r.CallID
+			return true
+		}
+		return false
+	})
+	bin := testenv.Binary(t, "./cmd/toolbus")
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(bin, append([]string{"--server", srv.URL()}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("toolbus %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := cli("approvals", "list"); !strings.Contains(out, callID) || !strings.Contains(out, "echo needs a nod") {
+		t.Fatalf("approvals list:\n%s", out)
+	}
+	if out := cli("approvals", "approve", callID, "--by", "alice", "--reason", "fine"); !strings.Contains(out, "approved by alice") {
+		t.Fatalf("approve:\n%s", out)
+	}
+	res, err := agent.Wait(ctx, callID)
+	if err != nil || res.Content[0].Text != "nodded" {
+		t.Fatalf("approved call: %+v %v", res, err)
 	}
 }
