@@ -52,7 +52,10 @@ func TestDeployedUsersEnforceTheirRoles(t *testing.T) {
 		return testenv.Connect(t, srv.URL(), append(opts, nats.UserInfo(user, password))...)
 	}
 
-	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Conn = as("coordinator", "coordinator-secret") })
+	coordinatorViolations := make(violations, 10)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.Conn = as("coordinator", "coordinator-secret", coordinatorViolations.option())
+	})
 	workerViolations := make(violations, 10)
 	w := testenv.Worker(t, "", worker.Config{Conn: as("worker_demo", "worker-demo-secret", workerViolations.option())},
 		worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
@@ -99,7 +102,13 @@ func TestDeployedUsersEnforceTheirRoles(t *testing.T) {
 	if res, err := c.Wait(ctx, long.CallID); err != nil || res.Status != messages.StateCancelled {
 		t.Fatalf("cancel as client: %+v %v", res, err)
 	}
+	// The coordinator's own worker serves the built-in discovery tool.
+	if res, err := c.Call(ctx, "llm_tools-list", map[string]string{"query": "count words"}, client.WithTurn("turn-1")); err != nil || res.IsError {
+		t.Fatalf("built-in tool: %+v %v", res, err)
+	}
 	select {
+	case err := <-coordinatorViolations:
+		t.Fatalf("the coordinator hit a permission it needs: %v", err)
 	case err := <-workerViolations:
 		t.Fatalf("the worker hit a permission it needs: %v", err)
 	case err := <-clientViolations:
