@@ -308,14 +308,9 @@ func waitDuration(sr *messages.SubmitRequest, deadline time.Time, max time.Durat
 func (c *Coordinator) awaitResult(ctx context.Context, reply *messages.SubmitReply, sub *nats.Subscription, wait time.Duration) (*messages.SubmitReply, error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	msg, err := sub.NextMsgWithContext(wctx)
-	if err == nil {
-		var ev messages.CallEvent
-		if _, err := messages.Decode(msg.Header, msg.Data, &ev); err == nil && ev.Result != nil {
-			reply.State, reply.Result = ev.Result.Status, ev.Result
-			return reply, nil
-		}
-	}
+	// A message on the result subject is some attempt's write, which
+	// JetStream may have refused; the committed result is read back.
+	_, _ = sub.NextMsgWithContext(wctx)
 	snap, err := c.ledger.Snapshot(ctx, reply.CallID)
 	if err != nil {
 		return reply, nil

@@ -21,9 +21,6 @@ import (
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
-// ErrFinished reports that the call already has a result.
-var ErrFinished = errors.New("call already has a result")
-
 // ErrChanged reports that the call got a new event after the one the
 // writer based its decision on.
 var ErrChanged = errors.New("call changed concurrently")
@@ -387,7 +384,7 @@ func (l *Ledger) AwaitResult(ctx context.Context, callID string) (*messages.Call
 		return nil, err
 	}
 	defer sub.Unsubscribe()
-	return l.awaitResult(ctx, callID, results, true)
+	return l.awaitResult(ctx, callID, results, true, false)
 }
 
 // ResultCheckInterval is how often a waiter asks the stream for a result it may have missed.
@@ -396,10 +393,14 @@ const ResultCheckInterval = 2 * time.Second
 // WaitOn is AwaitResult for a caller that subscribed to the result subject
 // itself (before submitting) and passes its channel.
 func (l *Ledger) WaitOn(ctx context.Context, callID string, results <-chan *nats.Msg) (*messages.CallResult, error) {
-	return l.awaitResult(ctx, callID, results, false)
+	return l.awaitResult(ctx, callID, results, false, true)
 }
 
-func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan *nats.Msg, checkFirst bool) (*messages.CallResult, error) {
+// awaitResult waits for a message on results, then returns the result.
+// Copies sent to a notify subject are sent only once committed; a message
+// seen on the result subject itself is any attempt's write, which JetStream
+// may have refused, so the committed result is read from the stream.
+func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan *nats.Msg, checkFirst, committed bool) (*messages.CallResult, error) {
 	check := func() (*messages.CallResult, bool) {
 		ev, err := l.Last(ctx, callID, messages.EventResult)
 		if err == nil && ev != nil && ev.Result != nil {
@@ -417,6 +418,12 @@ func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan 
 	for {
 		select {
 		case msg := <-results:
+			if !committed {
+				if res, ok := check(); ok {
+					return res, nil
+				}
+				continue
+			}
 			var ev messages.CallEvent
 			if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err == nil && ev.Result != nil {
 				return ev.Result, nil

@@ -29,7 +29,7 @@ func TestResolverCachesPerAgentAndVersion(t *testing.T) {
 		t.Errorf("new catalog version served the old admission")
 	}
 	assertNames(t, "admitted from v2", toolNames(a2.Tools()), []string{"ops-restart"})
-	if r.Admission("ops-only", v1) == r.Admission("ops-only", v1) {
+	if old1, old2 := r.Admission("ops-only", v1), r.Admission("ops-only", v1); old1 == old2 {
 		t.Error("an older catalog version was cached over the newer one")
 	}
 	if r.Admission("ops-only", v2) != a2 {

@@ -134,7 +134,6 @@ type Worker struct {
 	cancel    context.CancelFunc
 	fetchCtx  context.Context
 	stopFetch context.CancelFunc
-	slots     sync.WaitGroup
 	bg        sync.WaitGroup
 	subs      []*nats.Subscription
 	statusCh  chan nats.Status
