@@ -184,16 +184,16 @@ func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallReques
 	if err != nil {
 		return false, err
 	}
-	// The call goes first, so that the server hands it to a worker without
-	// waiting for the queued event; the ledger orders events by kind, not
-	// by arrival.
-	queuedCall, err := c.js.PublishMsgAsync(msg)
-	if err != nil {
-		return false, messages.Errorf(messages.CodeUnavailable, "queue call: %v", err)
-	}
+	// Sent in this order on one connection, the queued event reaches the
+	// events stream before a worker can see the call, so it comes before
+	// the call's other events.
 	queued, err := c.js.PublishMsgAsync(queuedMsg)
 	if err != nil {
 		return false, messages.Errorf(messages.CodeUnavailable, "record call: %v", err)
+	}
+	queuedCall, err := c.js.PublishMsgAsync(msg)
+	if err != nil {
+		return false, messages.Errorf(messages.CodeUnavailable, "queue call: %v", err)
 	}
 	var turnErr chan error
 	if call.Turn != "" {
