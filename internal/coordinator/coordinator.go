@@ -292,7 +292,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	if !c.cfg.NoBuiltinTools {
-		w, err := worker.New(worker.Config{Conn: c.nc, Prefix: c.cfg.Prefix, Logger: c.log.With("component", "builtin-tools"), TracerProvider: c.cfg.TracerProvider})
+		w, err := worker.New(worker.Config{Conn: c.nc, Prefix: c.cfg.Prefix, Logger: c.log.With("tools", "builtin"), TracerProvider: c.cfg.TracerProvider})
 		if err == nil {
 			err = w.Serve(worker.Namespace{Name: BuiltinNamespace, Tools: c.builtinTools(), Slots: 64})
 		}
