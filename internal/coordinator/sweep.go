@@ -64,7 +64,7 @@ func (c *Coordinator) failExhausted(ctx context.Context, adv maxDeliveriesAdviso
 	if messages.ValidateID("call ID", call.CallID) != nil {
 		return
 	}
-	msg := fmt.Sprintf("the call was delivered %d times and no attempt finished: each worker holding it stopped or lost its lease", adv.Deliveries)
+	msg := fmt.Sprintf("the call was delivered %d times and no attempt finished: the workers that took it stopped, lost their lease, or do not serve the tool", adv.Deliveries)
 	res := endResult(&call, messages.StateFailed, messages.ResultAttempts, msg)
 	res.Attempt = int(adv.Deliveries)
 	if _, err := c.ledger.Commit(ctx, &res, call.Notify); err != nil {

@@ -53,7 +53,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 	}
 	if attempt > ns.MaxAttempts {
 		w.finish(msg, log, req.Notify, failure(base, messages.StateFailed, messages.ResultAttempts,
-			fmt.Sprintf("the call was delivered %d times and no attempt finished: each worker holding it stopped or lost its lease", ns.MaxAttempts)))
+			fmt.Sprintf("the call was delivered %d times and no attempt finished: the workers that took it stopped, lost their lease, or do not serve the tool", ns.MaxAttempts)))
 		return
 	}
 	w.mu.Lock()
