@@ -28,7 +28,7 @@ type verdict struct {
 
 // authorize applies the policy and the agent's approval rules to a call.
 // A denial is returned as an error with code denied.
-func (c *Coordinator) authorize(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool) (verdict, error) {
+func (c *Coordinator) authorize(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, admission *exposure.Admission) (verdict, error) {
 	p := c.policy.Load()
 	var v verdict
 	ask := false
@@ -45,7 +45,7 @@ func (c *Coordinator) authorize(ctx context.Context, call *messages.CallRequest,
 	}
 	mode := messages.ApprovalQueue
 	var rule *exposure.Approval
-	if t, ok := c.resolver.Admission(call.Agent, c.exposureCatalog()).Lookup(call.Tool); ok && t.Approval != nil && t.Approval.Mode != exposure.ApprovalNone {
+	if t, ok := admission.Lookup(call.Tool); ok && t.Approval != nil && t.Approval.Mode != exposure.ApprovalNone {
 		rule = t.Approval
 		mode = string(t.Approval.Mode)
 		ask = true

@@ -351,6 +351,3 @@ func (c *Coordinator) Stop(ctx context.Context) error {
 
 // SetPolicy replaces the policy; nil allows every call.
 func (c *Coordinator) SetPolicy(p *policy.Policy) { c.policy.Store(p) }
-
-// Catalog returns the coordinator's view of the catalog.
-func (c *Coordinator) Catalog() *catalog.View { return c.catalog }

@@ -79,7 +79,8 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 	if c.cfg.FailWhenUnavailable && !c.catalog.Available(name.Namespace) {
 		return nil, messages.Errorf(messages.CodeToolUnavailable, "no live worker serves namespace %s", name.Namespace)
 	}
-	if sr.Agent != "" && c.resolver.Admission(sr.Agent, c.exposureCatalog()).Excluded(name.String()) {
+	admission := c.resolver.Admission(sr.Agent, c.exposureCatalog())
+	if sr.Agent != "" && admission.Excluded(name.String()) {
 		return nil, messages.Errorf(messages.CodeNotAdmitted, "the exposure rules of agent %q exclude %s", sr.Agent, name)
 	}
 	// A schema shown with think augmentation makes the model send a
@@ -129,7 +130,7 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 		call.CallID = nuid.Next()
 	}
 
-	v, err := c.authorize(ctx, call, tool)
+	v, err := c.authorize(ctx, call, tool, admission)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/discovery"
+	"github.com/toolbus/toolbus/internal/synthetic"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/search"
 )
@@ -17,7 +18,7 @@ import (
 func BenchmarkLoad(b *testing.B) {
 	const tools = 10_000
 	bb := setup(b)
-	defs := syntheticCatalog(tools)
+	defs := synthetic.Catalog(tools)
 	ix, err := search.Build(search.Config{}, defs)
 	if err != nil {
 		b.Fatal(err)

@@ -3,23 +3,17 @@ package discovery_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/discovery"
-	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/search"
 )
-
-var names = messages.MustNames("")
 
 // bundle is a server with the Toolbus resources, the catalog and the index
 // bucket, and a catalog view that follows the catalog.
@@ -34,29 +28,8 @@ type bundle struct {
 func setup(t testing.TB) *bundle {
 	t.Helper()
 	srv := testenv.Server(t)
-	js, err := jetstream.New(testenv.Connect(t, srv.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := testenv.Context(t)
-	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	catalogKV, err := js.KeyValue(ctx, names.CatalogBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := resources.EnsureIndexBucket(ctx, js, names, resources.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	viewCtx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	view := catalog.NewView(catalogKV, testenv.Logger(t))
-	if err := view.Start(viewCtx); err != nil {
-		t.Fatal(err)
-	}
-	return &bundle{url: srv.URL(), js: js, store: catalog.NewStore(catalogKV), view: view, bucket: bucket}
+	f := testenv.Catalog(t, srv.URL())
+	return &bundle{url: srv.URL(), js: f.JS, store: f.Store, view: f.View, bucket: f.Index}
 }
 
 // put writes tools to the catalog and waits until the view has them.
@@ -212,109 +185,4 @@ func tool(ns, method, description string) messages.ToolDefinition {
 		InputSchema: messages.JSON(`{"type":"object"}`),
 		Source:      messages.ToolSource{Kind: messages.SourceGo},
 	}
-}
-
-// The synthetic catalog of the benchmark: tools made deterministically from
-// word lists, common words drawn with a Zipf law and a long tail of rare
-// made-up words, so that posting lists have the lengths of a real catalog.
-var (
-	verbs = strings.Fields(`get list create update delete search find fetch send upload download sync
-		query run start stop cancel schedule export import convert translate summarize analyze validate
-		check compute calculate resolve lookup archive restore publish subscribe approve reject merge`)
-	nouns = strings.Fields(`user account file folder document invoice payment order customer product
-		issue ticket comment message channel email calendar event meeting task project repository branch
-		commit release deployment cluster node container image volume secret key certificate domain
-		record table row column database report dashboard chart metric alert incident log trace span
-		service endpoint webhook token session password profile team organization role permission policy
-		budget expense transaction refund subscription plan price quote contract lead campaign survey
-		form field workflow pipeline job queue worker backup snapshot region zone network route address
-		location map weather forecast city country currency rate stock news article video song movie
-		recipe flight hotel reservation trip package shipment warehouse inventory device sensor dataset`)
-	adjectives = strings.Fields(`new old active archived public private shared recent pending failed
-		daily weekly monthly current previous next first last primary default custom remote local`)
-	fillers   = strings.Fields(`the a an of for to in on with by from and or that which this is are be given`)
-	syllables = strings.Fields(`ka lo mi ne ru sa ti vo ze bra cle dri flo gra kri plo stra tre vy qua xen zor`)
-)
-
-type catalogGen struct {
-	r            *rand.Rand
-	common, rare *rand.Zipf
-	tail         []string
-}
-
-func newCatalogGen(seed uint64) *catalogGen {
-	r := rand.New(rand.NewPCG(seed, 1))
-	g := &catalogGen{r: r}
-	g.common = rand.NewZipf(r, 1.1, 1, uint64(len(nouns)+len(verbs)+len(adjectives)-1))
-	for range 50000 {
-		var b strings.Builder
-		for range 2 + r.IntN(3) {
-			b.WriteString(syllables[r.IntN(len(syllables))])
-		}
-		g.tail = append(g.tail, b.String())
-	}
-	g.rare = rand.NewZipf(r, 1.05, 1, uint64(len(g.tail)-1))
-	return g
-}
-
-func (g *catalogGen) word() string {
-	switch p := g.r.IntN(10); {
-	case p < 3:
-		return fillers[g.r.IntN(len(fillers))]
-	case p < 9:
-		i := int(g.common.Uint64())
-		switch {
-		case i < len(nouns):
-			return nouns[i]
-		case i < len(nouns)+len(verbs):
-			return verbs[i-len(nouns)]
-		default:
-			return adjectives[i-len(nouns)-len(verbs)]
-		}
-	default:
-		return g.tail[g.rare.Uint64()]
-	}
-}
-
-func (g *catalogGen) sentence(lo, hi int) string {
-	words := make([]string, lo+g.r.IntN(hi-lo+1))
-	for i := range words {
-		words[i] = g.word()
-	}
-	return strings.Join(words, " ") + "."
-}
-
-// syntheticCatalog returns n tools in about n/20 namespaces, each with a
-// description of 8 to 40 words and 1 to 6 described parameters.
-func syntheticCatalog(n int) []messages.ToolDefinition {
-	g := newCatalogGen(uint64(n))
-	namespaces := make([]string, max(1, n/20))
-	for i := range namespaces {
-		namespaces[i] = fmt.Sprintf("%s%d", g.tail[g.r.IntN(len(g.tail))], i)
-	}
-	seen := make(map[string]bool, n)
-	defs := make([]messages.ToolDefinition, 0, n)
-	for len(defs) < n {
-		ns := namespaces[g.r.IntN(len(namespaces))]
-		method := verbs[g.r.IntN(len(verbs))] + "_" + nouns[g.r.IntN(len(nouns))]
-		if seen[ns+"-"+method] {
-			method += fmt.Sprintf("_%d", len(defs))
-		}
-		seen[ns+"-"+method] = true
-		props := map[string]any{}
-		for range 1 + g.r.IntN(6) {
-			props[nouns[g.r.IntN(len(nouns))]+"_"+adjectives[g.r.IntN(len(adjectives))]] = map[string]any{
-				"type":        "string",
-				"description": g.sentence(4, 14),
-			}
-		}
-		schema, _ := json.Marshal(map[string]any{"type": "object", "properties": props})
-		def := tool(ns, method, g.sentence(8, 40))
-		def.InputSchema = schema
-		if g.r.IntN(3) == 0 {
-			def.Metadata.Tags = []string{messages.TagReadOnly}
-		}
-		defs = append(defs, def)
-	}
-	return defs
 }

@@ -42,9 +42,6 @@ func New(nc *nats.Conn, js jetstream.JetStream, names messages.Names) *Ledger {
 // Close releases the ledger's subscription.
 func (l *Ledger) Close() { l.reads.Close() }
 
-// Names returns the names the ledger uses.
-func (l *Ledger) Names() messages.Names { return l.names }
-
 // EventMsg encodes an event as the message that stores it.
 func (l *Ledger) EventMsg(ev *messages.CallEvent) (*nats.Msg, error) { return l.eventMsg(ev, nil) }
 

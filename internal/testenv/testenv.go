@@ -11,10 +11,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -126,4 +130,44 @@ func Context(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// CatalogFixture is a server's Toolbus resources as a coordinator or an
+// indexer holds them: the catalog bucket with a store and a started view,
+// and the discovery index bucket.
+type CatalogFixture struct {
+	JS    jetstream.JetStream
+	Store *catalog.Store
+	View  *catalog.View
+	Index jetstream.KeyValue
+}
+
+// Catalog creates the resources on the server at url, on a connection of
+// its own, and starts a view of the catalog that lives as long as the test.
+func Catalog(t testing.TB, url string) *CatalogFixture {
+	t.Helper()
+	js, err := jetstream.New(Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := Context(t)
+	names := messages.MustNames("")
+	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, names.CatalogBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, err := resources.EnsureIndexBucket(ctx, js, names, resources.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewCtx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	view := catalog.NewView(kv, Logger(t))
+	if err := view.Start(viewCtx); err != nil {
+		t.Fatal(err)
+	}
+	return &CatalogFixture{JS: js, Store: catalog.NewStore(kv), View: view, Index: index}
 }

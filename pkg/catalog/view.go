@@ -25,7 +25,6 @@ type Tool struct {
 type heartbeat struct {
 	at       time.Time
 	interval time.Duration
-	hb       messages.WorkerHeartbeat
 }
 
 // View is an in-memory copy of the catalog, kept current by a watch on the
@@ -39,9 +38,8 @@ type View struct {
 	tools    map[string]*Tool
 	workers  map[string]map[string]heartbeat
 	disabled map[string]messages.DisabledState
-	// version counts every change; toolsVersion only changes of tools, so
-	// that caches keyed by it survive heartbeats.
-	version      uint64
+	// toolsVersion counts changes of tools and switches, not heartbeats,
+	// so that caches keyed by it survive heartbeats.
 	toolsVersion uint64
 	changed      chan struct{}
 }
@@ -167,7 +165,7 @@ func (v *View) apply(e jetstream.KeyValueEntry) {
 		if v.workers[ns] == nil {
 			v.workers[ns] = map[string]heartbeat{}
 		}
-		v.workers[ns][id] = heartbeat{at: e.Created(), interval: time.Duration(hb.IntervalMS) * time.Millisecond, hb: hb}
+		v.workers[ns][id] = heartbeat{at: e.Created(), interval: time.Duration(hb.IntervalMS) * time.Millisecond}
 	}
 }
 
@@ -182,17 +180,9 @@ func splitKey(key, prefix string) (string, string, bool) {
 
 func (v *View) bump() {
 	v.mu.Lock()
-	v.version++
 	close(v.changed)
 	v.changed = make(chan struct{})
 	v.mu.Unlock()
-}
-
-// Version increases with every change of the catalog.
-func (v *View) Version() uint64 {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return v.version
 }
 
 // ToolsVersion increases with every change of a tool definition.
@@ -249,21 +239,6 @@ func (v *View) Tools() []*Tool {
 	}
 	v.mu.RUnlock()
 	slices.SortFunc(out, func(a, b *Tool) int { return strings.Compare(a.Definition.Name, b.Definition.Name) })
-	return out
-}
-
-// LiveWorkers returns the heartbeats of the namespace's workers that are
-// alive: heard from within three of their heartbeat intervals.
-func (v *View) LiveWorkers(ns string) []messages.WorkerHeartbeat {
-	now := v.now()
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	var out []messages.WorkerHeartbeat
-	for _, hb := range v.workers[ns] {
-		if now.Sub(hb.at) < 3*hb.interval {
-			out = append(out, hb.hb)
-		}
-	}
 	return out
 }
 

@@ -68,9 +68,6 @@ func (c *Client) Close() {
 	c.ledger.Close()
 }
 
-// ServiceError is an error reply of the coordinator.
-type ServiceError = messages.Error
-
 // request sends one API request and decodes the reply into out. Error
 // replies come back as *messages.Error, so errors.Is(err,
 // messages.ErrToolNotFound) and the like work.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/synthetic"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -37,7 +38,7 @@ func BenchmarkSearch(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("tools=%d", n), func(b *testing.B) {
 			ix := benchIndex(b, n)
-			queries := syntheticQueries(cachedCatalog(n), 1000)
+			queries := synthetic.Queries(cachedCatalog(n), 1000)
 			durations := make([]time.Duration, 0, b.N)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -64,7 +65,7 @@ func BenchmarkSearchFiltered(b *testing.B) {
 	for i := 0; i < len(defs); i += 2 {
 		allowed[defs[i].ToolName()] = true
 	}
-	queries := syntheticQueries(defs, 1000)
+	queries := synthetic.Queries(defs, 1000)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -84,7 +85,7 @@ func BenchmarkSearchDuringUpserts(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	queries := syntheticQueries(defs, 1000)
+	queries := synthetic.Queries(defs, 1000)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {

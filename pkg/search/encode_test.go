@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/internal/synthetic"
 )
 
 func TestEncodeRoundTrip(t *testing.T) {
@@ -30,7 +32,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 	if again := decoded.Encode(); !bytes.Equal(again, data) {
 		t.Errorf("encoding the decoded index gives %d other bytes", len(again))
 	}
-	queries := append(syntheticQueries(defs, 200), "github.createissue", "gitHub-create_issue", "bug tracker", "")
+	queries := append(synthetic.Queries(defs, 200), "github.createissue", "gitHub-create_issue", "bug tracker", "")
 	for _, q := range queries {
 		for _, query := range []Query{{Text: q}, {Text: q, Tags: []string{"read_only"}, Page: 1}} {
 			want := search(t, ix, query)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/toolbus/toolbus/internal/synthetic"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -316,7 +317,7 @@ func TestUpsertRejectsBadNames(t *testing.T) {
 // TestIncrementalMatchesRebuild applies random upserts and removals and
 // checks that the index answers as one built from scratch from the result.
 func TestIncrementalMatchesRebuild(t *testing.T) {
-	defs := syntheticCatalog(300)
+	defs := synthetic.Catalog(300)
 	r := rand.New(rand.NewPCG(1, 2))
 	ix := mustBuild(t, defs[:150])
 	current := map[string]messages.ToolDefinition{}
@@ -352,7 +353,7 @@ func TestIncrementalMatchesRebuild(t *testing.T) {
 	if ix.Len() != fresh.Len() || decoded.Len() != fresh.Len() {
 		t.Fatalf("Len: incremental %d, decoded %d, rebuilt %d", ix.Len(), decoded.Len(), fresh.Len())
 	}
-	for _, q := range syntheticQueries(defs, 100) {
+	for _, q := range synthetic.Queries(defs, 100) {
 		for _, query := range []Query{{Text: q, PageSize: 20}, {Text: q, Tags: []string{"t1", "t2"}}} {
 			want := search(t, fresh, query)
 			for name, got := range map[string]Result{"incremental": search(t, ix, query), "decoded": search(t, decoded, query)} {
@@ -379,9 +380,9 @@ func sameResult(a, b Result) bool {
 }
 
 func TestConcurrentSearchAndUpsert(t *testing.T) {
-	defs := syntheticCatalog(500)
+	defs := synthetic.Catalog(500)
 	ix := mustBuild(t, defs)
-	queries := syntheticQueries(defs, 50)
+	queries := synthetic.Queries(defs, 50)
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Go(func() {
@@ -501,7 +502,7 @@ func bruteForce(ix *Index, q Query) []Hit {
 }
 
 func TestRankMatchesBruteForce(t *testing.T) {
-	defs := syntheticCatalog(2000)
+	defs := synthetic.Catalog(2000)
 	ix := mustBuild(t, defs)
 	// Churn leaves stale (larger) term bounds behind, which must stay safe.
 	for i := 0; i < 300; i++ {
@@ -511,7 +512,7 @@ func TestRankMatchesBruteForce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	queries := append(syntheticQueries(defs, 150), "list user", "get", "the user of a file in a report with a table")
+	queries := append(synthetic.Queries(defs, 150), "list user", "get", "the user of a file in a report with a table")
 	for _, text := range queries {
 		for _, q := range []Query{
 			{Text: text, PageSize: 1},
@@ -552,7 +553,7 @@ func TestSearchLongQueryKeepsRarestTerms(t *testing.T) {
 	defs := cachedCatalog(1000)
 	ix := mustBuild(t, defs)
 	// Far more than maxQueryTerms common words, and two rare ones.
-	words := append(slices.Clone(nouns), verbs...)
+	words := synthetic.CommonWords()
 	target := tool("rare", "zebra_finder", "Find zebras.", nil)
 	if err := ix.Upsert(target); err != nil {
 		t.Fatal(err)

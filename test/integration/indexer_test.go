@@ -15,7 +15,6 @@ import (
 
 	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/indexer"
-	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -344,61 +343,21 @@ func startIndexer(t *testing.T, url string, mutate func(*indexer.Config)) *index
 // indexBucket returns the index bucket, creating it if no indexer did yet.
 func indexBucket(t *testing.T, url string) jetstream.KeyValue {
 	t.Helper()
-	js, err := jetstream.New(testenv.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := resources.EnsureIndexBucket(testenv.Context(t), js, names, resources.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
+	return testenv.Catalog(t, url).Index
 }
 
 func catalogStore(t *testing.T, url string) *catalog.Store {
 	t.Helper()
-	js, err := jetstream.New(testenv.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := testenv.Context(t)
-	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, names.CatalogBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return catalog.NewStore(kv)
+	return testenv.Catalog(t, url).Store
 }
 
 // startDiscovery starts a discovery index as a coordinator holds one: on
 // its own connection and catalog view.
 func startDiscovery(t *testing.T, url string, mutate func(*discovery.Config)) *discovery.Index {
 	t.Helper()
-	js, err := jetstream.New(testenv.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := testenv.Catalog(t, url)
 	ctx := testenv.Context(t)
-	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	catalogKV, err := js.KeyValue(ctx, names.CatalogBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := resources.EnsureIndexBucket(ctx, js, names, resources.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	viewCtx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	view := catalog.NewView(catalogKV, testenv.Logger(t))
-	if err := view.Start(viewCtx); err != nil {
-		t.Fatal(err)
-	}
-	cfg := discovery.Config{Catalog: view, Bucket: bucket, Logger: testenv.Logger(t)}
+	cfg := discovery.Config{Catalog: f.View, Bucket: f.Index, Logger: testenv.Logger(t)}
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -27,7 +27,6 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
-	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sys/unix"
 
 	"github.com/toolbus/toolbus/internal/testenv"
@@ -229,21 +228,7 @@ func (w processWatch) awaitExit(t *testing.T) {
 // catalogView follows the catalog, so that a test can wait for tools to appear.
 func catalogView(t *testing.T, url string) *catalog.View {
 	t.Helper()
-	js, err := jetstream.New(testenv.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(testenv.Context(t), names.CatalogBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	v := catalog.NewView(kv, testenv.Logger(t))
-	if err := v.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return v
+	return testenv.Catalog(t, url).View
 }
 
 // awaitTool waits until the catalog holds a tool that match accepts.
@@ -265,16 +250,29 @@ func awaitTool(t *testing.T, v *catalog.View, what string, match func(*messages.
 	}
 }
 
-func listNamespace(t *testing.T, c *client.Client, ns string) map[string]messages.ToolEntry {
+// listNamespace lists a namespace through the coordinator once the
+// coordinator's view of the catalog has caught up with the bucket, where a
+// started worker has registered its tools.
+func listNamespace(t *testing.T, c *client.Client, url, ns string) map[string]messages.ToolEntry {
 	t.Helper()
-	reply, err := c.ListTools(testenv.Context(t), messages.ListToolsRequest{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
+	registered := 0
+	for _, tool := range testenv.Catalog(t, url).View.Tools() {
+		if tool.Definition.Namespace == ns {
+			registered++
+		}
 	}
 	out := map[string]messages.ToolEntry{}
-	for _, e := range reply.Tools {
-		out[e.Name] = e
-	}
+	eventually(t, "the coordinator to list namespace "+ns, func() bool {
+		reply, err := c.ListTools(testenv.Context(t), messages.ListToolsRequest{Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(out)
+		for _, e := range reply.Tools {
+			out[e.Name] = e
+		}
+		return len(out) == registered
+	})
 	return out
 }
 
@@ -289,9 +287,9 @@ func textOf(res *messages.CallResult) string {
 }
 
 // checkEverythingCatalog checks that the reference server's tools are in the catalog, with their annotations as tags.
-func checkEverythingCatalog(t *testing.T, c *client.Client, source string) {
+func checkEverythingCatalog(t *testing.T, c *client.Client, url, source string) {
 	t.Helper()
-	tools := listNamespace(t, c, "everything")
+	tools := listNamespace(t, c, url, "everything")
 	for _, name := range []string{"everything-get-sum", "everything-get-tiny-image", "everything-trigger-long-running-operation", "everything-echo"} {
 		e, ok := tools[name]
 		if !ok {
@@ -403,7 +401,7 @@ func TestMCPSourceOverStdio(t *testing.T) {
 		worker.Namespace{Name: "everything", Sources: []worker.Source{src}})
 	c := testenv.Client(t, srv.URL(), client.Options{Agent: "tester"})
 
-	checkEverythingCatalog(t, c, "everything")
+	checkEverythingCatalog(t, c, srv.URL(), "everything")
 	checkSumAndImage(t, c)
 	checkProgressAndCancel(t, c, tap)
 
@@ -567,7 +565,7 @@ func TestMCPSourceOverStreamableHTTP(t *testing.T) {
 		worker.Namespace{Name: "everything", Sources: []worker.Source{src}})
 	c := testenv.Client(t, srv.URL(), client.Options{Agent: "tester"})
 
-	checkEverythingCatalog(t, c, "remote")
+	checkEverythingCatalog(t, c, srv.URL(), "remote")
 	checkSumAndImage(t, c)
 	checkProgressAndCancel(t, c, proxy.tap)
 
@@ -612,7 +610,7 @@ func TestMCPSourceNamesAndListChanges(t *testing.T) {
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "odd", Sources: []worker.Source{src}})
 	c := testenv.Client(t, srv.URL(), client.Options{Agent: "tester"})
 
-	tools := listNamespace(t, c, "odd")
+	tools := listNamespace(t, c, srv.URL(), "odd")
 	if len(tools) != len(originals) {
 		t.Fatalf("catalog has %d tools of the server's %d (pages of 2)", len(tools), len(originals))
 	}
@@ -734,7 +732,7 @@ func TestOpenAPISource(t *testing.T) {
 	c := testenv.Client(t, srv.URL(), client.Options{Agent: "tester"})
 	ctx := testenv.Context(t)
 
-	tools := listNamespace(t, c, "items")
+	tools := listNamespace(t, c, srv.URL(), "items")
 	byOriginal := map[string]messages.ToolEntry{}
 	for _, e := range tools {
 		byOriginal[cmp.Or(e.OriginalName, e.Method)] = e
