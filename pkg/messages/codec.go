@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"reflect"
 	"strings"
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // Header names and values of the wire contract.
@@ -127,11 +129,42 @@ var encoderPool = sync.Pool{New: func() any {
 
 var bufferPool = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 1024)) }}
 
+// pooledDecoder is a decoder with the reader it reads from.
+type pooledDecoder struct {
+	dec *msgpack.Decoder
+	r   bytes.Reader
+}
+
 var decoderPool = sync.Pool{New: func() any {
-	dec := msgpack.NewDecoder(nil)
-	dec.SetCustomStructTag("json")
-	return dec
+	d := &pooledDecoder{dec: msgpack.NewDecoder(nil)}
+	d.dec.SetCustomStructTag("json")
+	return d
 }}
+
+// decodeReflect decodes one value from data into v with a msgpack.Decoder
+// and returns the number of bytes after it.
+func decodeReflect(data []byte, v any) (left int, err error) {
+	d := decoderPool.Get().(*pooledDecoder)
+	defer func() {
+		// The Decoder misuses reflect on some input, such as a nil in
+		// place of a time.Time field; that is malformed input, not a
+		// reason to crash. The Decoder is dropped, in whatever state.
+		if p := recover(); p != nil {
+			if _, ok := p.(*reflect.ValueError); !ok {
+				panic(p)
+			}
+			err = fmt.Errorf("msgpack: %v", p)
+		}
+	}()
+	d.r.Reset(data)
+	d.dec.ResetReader(&d.r)
+	err = d.dec.Decode(v)
+	left = d.r.Len()
+	d.dec.ResetReader(nil)
+	d.r.Reset(nil)
+	decoderPool.Put(d)
+	return left, err
+}
 
 // Marshal encodes v. Struct fields are named by their json tags in both
 // encodings, so the two never drift apart.
@@ -168,17 +201,28 @@ func (c Codec) Unmarshal(data []byte, v any) error {
 		}
 		return nil
 	}
-	r := bytes.NewReader(data)
-	dec := decoderPool.Get().(*msgpack.Decoder)
-	dec.ResetReader(r)
-	err := dec.Decode(v)
-	dec.ResetReader(nil)
-	decoderPool.Put(dec)
-	if err != nil {
-		return malformed(c, err)
+	var left int
+	if fd, ok := v.(fastDecoder); ok && !reflect.ValueOf(v).IsNil() {
+		// The messages of the call path are read without the Decoder.
+		if len(data) > 0 && data[0] == msgpcode.Nil {
+			// A nil message zeroes v, as the Decoder has it.
+			reflect.ValueOf(v).Elem().SetZero()
+			left = len(data) - 1
+		} else {
+			n, err := fd.decodeBytes(data)
+			if err != nil {
+				return malformed(c, err)
+			}
+			left = len(data) - n
+		}
+	} else {
+		var err error
+		if left, err = decodeReflect(data, v); err != nil {
+			return malformed(c, err)
+		}
 	}
-	if r.Len() != 0 {
-		return malformed(c, fmt.Errorf("%d trailing bytes after the value", r.Len()))
+	if left != 0 {
+		return malformed(c, fmt.Errorf("%d trailing bytes after the value", left))
 	}
 	return nil
 }

@@ -110,3 +110,16 @@ func FuzzMsgpackToJSON(f *testing.F) {
 		}
 	})
 }
+
+// FuzzJSONString checks that strings in JSON values are written as encoding/json writes them.
+func FuzzJSONString(f *testing.F) {
+	for _, s := range []string{"", "plain", "<a&b>", "\"\\\n\x01\x7f", "é\u2028\u2029\ufffd", "\xff\xfe", "\xed\xa0\x80"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, s []byte) {
+		want, _ := json.Marshal(string(s))
+		if got := appendJSONString(nil, s); !bytes.Equal(got, want) {
+			t.Fatalf("%q written as %s, want %s", s, got, want)
+		}
+	})
+}

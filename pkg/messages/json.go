@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -60,155 +61,206 @@ func (j JSON) EncodeMsgpack(enc *msgpack.Encoder) error {
 	return err
 }
 
-// DecodeMsgpack reads any MessagePack value and keeps it as JSON. Binary
-// strings become base64 strings and timestamps RFC 3339 strings, since JSON
-// has neither.
+// DecodeMsgpack reads any MessagePack value and keeps it as JSON, with
+// decodeFast.
 func (j *JSON) DecodeMsgpack(dec *msgpack.Decoder) error {
-	code, err := dec.PeekCode()
+	raw, err := dec.DecodeRaw()
 	if err != nil {
 		return err
 	}
-	if code == msgpcode.Nil {
+	_, err = j.decodeBytes(raw)
+	return err
+}
+
+func (j *JSON) decodeBytes(data []byte) (int, error) {
+	d := reader{b: data}
+	err := j.decodeFast(&d)
+	return d.i, err
+}
+
+// decodeFast reads any MessagePack value and keeps it as JSON. Binary
+// strings become base64 strings and timestamps RFC 3339 strings, since JSON
+// has neither; nil leaves j empty.
+func (j *JSON) decodeFast(d *reader) error {
+	if d.nilNext() {
 		*j = nil
-		return dec.DecodeNil()
+		return nil
 	}
-	var buf bytes.Buffer
-	if err := msgpackToJSON(dec, &buf, 0); err != nil {
+	// Size the JSON from the MessagePack, so that it is allocated once
+	// in most cases: a little longer, for quotes, commas and digits.
+	start := d.i
+	if err := d.skip(); err != nil {
+		return err
+	}
+	size := d.i - start
+	d.i = start
+	out, err := msgpackToJSON(d, make([]byte, 0, size+size/2+16), 0)
+	if err != nil {
 		return fmt.Errorf("decode MessagePack value as JSON: %w", err)
 	}
-	*j = buf.Bytes()
+	*j = out
 	return nil
 }
 
-func msgpackToJSON(dec *msgpack.Decoder, buf *bytes.Buffer, depth int) error {
+func msgpackToJSON(d *reader, dst []byte, depth int) ([]byte, error) {
 	if depth > maxJSONDepth {
-		return errors.New("nested too deeply")
+		return nil, errors.New("nested too deeply")
 	}
-	code, err := dec.PeekCode()
+	c, err := d.next()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch {
-	case code == msgpcode.Nil:
-		buf.WriteString("null")
-		return dec.DecodeNil()
-	case code == msgpcode.True || code == msgpcode.False:
-		b, err := dec.DecodeBool()
+	case c == msgpcode.Nil:
+		return append(dst, "null"...), nil
+	case c == msgpcode.True:
+		return append(dst, "true"...), nil
+	case c == msgpcode.False:
+		return append(dst, "false"...), nil
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		n, err := d.mapLen(c)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		buf.WriteString(strconv.FormatBool(b))
-		return nil
-	case msgpcode.IsFixedMap(code) || code == msgpcode.Map16 || code == msgpcode.Map32:
-		n, err := dec.DecodeMapLen()
-		if err != nil {
-			return err
-		}
-		buf.WriteByte('{')
+		dst = append(dst, '{')
 		for i := 0; i < n; i++ {
 			if i > 0 {
-				buf.WriteByte(',')
+				dst = append(dst, ',')
 			}
-			key, err := decodeMapKey(dec)
-			if err != nil {
-				return err
+			if dst, err = appendMapKey(d, dst); err != nil {
+				return nil, err
 			}
-			writeJSONString(buf, key)
-			buf.WriteByte(':')
-			if err := msgpackToJSON(dec, buf, depth+1); err != nil {
-				return err
+			dst = append(dst, ':')
+			if dst, err = msgpackToJSON(d, dst, depth+1); err != nil {
+				return nil, err
 			}
 		}
-		buf.WriteByte('}')
-		return nil
-	case msgpcode.IsFixedArray(code) || code == msgpcode.Array16 || code == msgpcode.Array32:
-		n, err := dec.DecodeArrayLen()
+		return append(dst, '}'), nil
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		n, err := d.arrayLen(c)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		buf.WriteByte('[')
+		dst = append(dst, '[')
 		for i := 0; i < n; i++ {
 			if i > 0 {
-				buf.WriteByte(',')
+				dst = append(dst, ',')
 			}
-			if err := msgpackToJSON(dec, buf, depth+1); err != nil {
-				return err
+			if dst, err = msgpackToJSON(d, dst, depth+1); err != nil {
+				return nil, err
 			}
 		}
-		buf.WriteByte(']')
-		return nil
-	case msgpcode.IsString(code):
-		s, err := dec.DecodeString()
+		return append(dst, ']'), nil
+	case msgpcode.IsString(c):
+		s, err := d.lenBytes(c)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		writeJSONString(buf, s)
-		return nil
-	case code == msgpcode.Bin8 || code == msgpcode.Bin16 || code == msgpcode.Bin32:
-		b, err := dec.DecodeBytes()
+		return appendJSONString(dst, s), nil
+	case msgpcode.IsBin(c):
+		b, err := d.lenBytes(c)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		writeJSONString(buf, base64.StdEncoding.EncodeToString(b))
-		return nil
-	case code == msgpcode.Float || code == msgpcode.Double:
-		f, err := dec.DecodeFloat64()
+		dst = append(dst, '"')
+		dst = base64.StdEncoding.AppendEncode(dst, b)
+		return append(dst, '"'), nil
+	case c == msgpcode.Float || c == msgpcode.Double:
+		f, err := d.floatOf(c)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return fmt.Errorf("number %v has no JSON form", f)
+			return nil, fmt.Errorf("number %v has no JSON form", f)
 		}
-		buf.Write(strconv.AppendFloat(nil, f, 'g', -1, 64))
-		return nil
-	case code == msgpcode.Uint64:
-		u, err := dec.DecodeUint64()
+		return strconv.AppendFloat(dst, f, 'g', -1, 64), nil
+	case c == msgpcode.Uint64:
+		u, err := d.uint64()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		buf.WriteString(strconv.FormatUint(u, 10))
-		return nil
-	case msgpcode.IsFixedNum(code) || (code >= msgpcode.Uint8 && code <= msgpcode.Int64):
-		i, err := dec.DecodeInt64()
+		return strconv.AppendUint(dst, u, 10), nil
+	case msgpcode.IsFixedNum(c) || (c >= msgpcode.Uint8 && c <= msgpcode.Int64):
+		i, err := d.intOf(c)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		buf.WriteString(strconv.FormatInt(i, 10))
-		return nil
-	case msgpcode.IsExt(code):
-		v, err := dec.DecodeInterface()
+		return strconv.AppendInt(dst, i, 10), nil
+	case msgpcode.IsExt(c):
+		// The timestamp is the only extension registered with msgpack
+		// here, so the only one Decoder.DecodeInterface used to read.
+		n, err := d.extLen(c)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if t, ok := v.(time.Time); ok {
-			writeJSONString(buf, t.UTC().Format(time.RFC3339Nano))
-			return nil
+		typ, err := d.next()
+		if err != nil {
+			return nil, err
 		}
-		return fmt.Errorf("MessagePack extension %T has no JSON form", v)
+		if int8(typ) != timeExt {
+			return nil, fmt.Errorf("msgpack: unknown ext id=%d", int8(typ))
+		}
+		t, err := d.timeExt(n)
+		if err != nil {
+			return nil, err
+		}
+		return appendJSONString(dst, []byte(t.UTC().Format(time.RFC3339Nano))), nil
 	}
-	return fmt.Errorf("unexpected MessagePack code 0x%x", code)
+	return nil, fmt.Errorf("unexpected MessagePack code 0x%x", c)
 }
 
-func decodeMapKey(dec *msgpack.Decoder) (string, error) {
-	code, err := dec.PeekCode()
+// appendMapKey appends a map key as a JSON string: a string, binary or
+// integer key (in decimal) is taken, others are refused.
+func appendMapKey(d *reader, dst []byte) ([]byte, error) {
+	c, err := d.next()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	if msgpcode.IsString(code) {
-		return dec.DecodeString()
+	switch {
+	case msgpcode.IsString(c) || msgpcode.IsBin(c):
+		b, err := d.lenBytes(c)
+		if err != nil {
+			return nil, err
+		}
+		return appendJSONString(dst, b), nil
+	case msgpcode.IsFixedNum(c) || (c >= msgpcode.Uint8 && c <= msgpcode.Int64):
+		i, err := d.intOf(c)
+		if err != nil {
+			return nil, err
+		}
+		dst = append(dst, '"')
+		dst = strconv.AppendInt(dst, i, 10)
+		return append(dst, '"'), nil
 	}
-	if code == msgpcode.Bin8 || code == msgpcode.Bin16 || code == msgpcode.Bin32 {
-		b, err := dec.DecodeBytes()
-		return string(b), err
-	}
-	if msgpcode.IsFixedNum(code) || (code >= msgpcode.Uint8 && code <= msgpcode.Int64) {
-		i, err := dec.DecodeInt64()
-		return strconv.FormatInt(i, 10), err
-	}
-	return "", fmt.Errorf("map key with MessagePack code 0x%x is not a string", code)
+	return nil, fmt.Errorf("map key with MessagePack code 0x%x is not a string", c)
 }
 
-func writeJSONString(buf *bytes.Buffer, s string) {
-	b, _ := json.Marshal(s) // a string always marshals
-	buf.Write(b)
+// appendJSONString appends s as encoding/json writes a string. Printable
+// ASCII other than the characters it escapes, and valid UTF-8 other than
+// the two line separators it escapes, are copied as they are; a string
+// with anything else is handed to encoding/json.
+func appendJSONString(dst, s []byte) []byte {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return appendJSONStringSlow(dst, s)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			return appendJSONStringSlow(dst, s)
+		}
+		i += size
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}
+
+func appendJSONStringSlow(dst, s []byte) []byte {
+	b, _ := json.Marshal(string(s)) // a string always marshals
+	return append(dst, b...)
 }
