@@ -31,19 +31,20 @@ type handlerFunc func(ctx context.Context, req *request) (any, error)
 // requestTimeout bounds the work of a request that does not wait for a result.
 const requestTimeout = 30 * time.Second
 
-// serve runs each request in its own goroutine, so that a slow request
-// never holds up the ones behind it; at most MaxConcurrentRequests run at once.
+// serve runs each request on a goroutine of its own (reused from earlier
+// requests), so that a slow request never holds up the ones behind it; at
+// most MaxConcurrentRequests run at once.
 func (c *Coordinator) serve(endpoint string, h handlerFunc) micro.Handler {
 	return micro.HandlerFunc(func(mr micro.Request) {
 		c.sem <- struct{}{}
 		c.inflight.Add(1)
-		go func() {
+		c.handlers.Go(func() {
 			defer func() {
 				<-c.sem
 				c.inflight.Done()
 			}()
 			c.handle(endpoint, h, mr)
-		}()
+		})
 	})
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/reuse"
 	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/exposure"
@@ -158,6 +159,7 @@ type Coordinator struct {
 	builtins *worker.Worker
 	sem      chan struct{}
 	inflight sync.WaitGroup
+	handlers *reuse.Pool
 	svc      micro.Service
 	subs     []*nats.Subscription
 	cancel   context.CancelFunc
@@ -179,15 +181,16 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	c := &Coordinator{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		nc:      cfg.Conn,
-		js:      js,
-		names:   names,
-		ledger:  ledger.New(cfg.Conn, js, names),
-		schemas: newSchemaCache(),
-		sem:     make(chan struct{}, cfg.MaxConcurrentRequests),
-		tracer:  tracing.Tracer(cfg.TracerProvider),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		nc:       cfg.Conn,
+		js:       js,
+		names:    names,
+		ledger:   ledger.New(cfg.Conn, js, names),
+		schemas:  newSchemaCache(),
+		sem:      make(chan struct{}, cfg.MaxConcurrentRequests),
+		handlers: reuse.New(10 * time.Second),
+		tracer:   tracing.Tracer(cfg.TracerProvider),
 	}
 	c.policy.Store(cfg.Policy)
 	return c, nil
