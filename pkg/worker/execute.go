@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -27,6 +28,23 @@ const writeTimeout = 10 * time.Second
 // retryDelay is how long a call handed back with ErrRetry waits before its next delivery.
 const retryDelay = time.Second
 
+// callLog logs with a call's attributes, which it adds only when
+// something is logged: most calls log nothing.
+type callLog struct {
+	log     *slog.Logger
+	call    string
+	tool    string
+	attempt int
+}
+
+func (l *callLog) with() *slog.Logger {
+	return l.log.With("call", l.call, "tool", l.tool, "attempt", l.attempt)
+}
+
+func (l *callLog) Info(msg string, args ...any)  { l.with().Info(msg, args...) }
+func (l *callLog) Warn(msg string, args ...any)  { l.with().Warn(msg, args...) }
+func (l *callLog) Error(msg string, args ...any) { l.with().Error(msg, args...) }
+
 // execute runs one delivered call to its end: a committed result and an
 // acknowledged message, or a message handed back for another attempt.
 func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
@@ -42,7 +60,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 		w.rejectUnreadable(msg, attempt, err)
 		return
 	}
-	log := w.log.With("call", req.CallID, "tool", req.Tool, "attempt", attempt)
+	log := &callLog{log: w.log, call: req.CallID, tool: req.Tool, attempt: attempt}
 	now := time.Now().UTC()
 	base := messages.CallResult{
 		CallID:   req.CallID,
@@ -127,7 +145,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 	}}
 
 	done := make(chan outcome, 1)
-	go func() {
+	w.goroutines.Go(func() {
 		defer func() {
 			if p := recover(); p != nil {
 				done <- outcome{err: &panicError{value: p, stack: debug.Stack()}}
@@ -135,7 +153,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 		}()
 		res, err := tool.Handler.Handle(withScope(ctx, scope), call)
 		done <- outcome{res, err}
-	}()
+	})
 
 	var out outcome
 wait:

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,36 +11,47 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/reuse"
 )
 
-// puller takes a namespace's calls for a worker: it keeps exactly one pull
-// request for one message outstanding per free slot, all answered on one
-// subscription. Nothing is fetched ahead, so a call never waits in a busy
-// worker while another worker has room; and unlike a fetch per call, taking
-// a call costs no subscription of its own.
+// puller takes a namespace's calls for a worker: the messages it has asked
+// for and not yet received never outnumber its free slots, and all pull
+// requests are answered on one subscription. Nothing is fetched ahead, so a
+// call never waits in a busy worker while another worker has room; and
+// unlike a fetch per call, taking a call costs no subscription of its own.
+//
+// Slots freed one at a time are asked for together: a new request goes out
+// when nothing is asked for or when at least half of the free slots are
+// not, so under load one request serves many calls rather than one each.
+// Delivered calls carry their own subject, not the request's, so only the
+// number of messages still asked for is kept, not which request owes them.
 type puller struct {
 	nc      *nats.Conn
 	next    string // the consumer's next-message API subject
 	inbox   string
 	expires time.Duration
 	run     func(*callMsg) // runs one call in a free slot
+	spawn   *reuse.Pool
 	log     interface{ Warn(string, ...any) }
 
 	mu      sync.Mutex
 	free    int
-	pending []time.Time // when each outstanding request expires, oldest first
+	asked   int       // messages the outstanding requests still ask for
+	lastEnd time.Time // when the newest outstanding request expires
 	wake    chan struct{}
 	sub     *nats.Subscription
 	running sync.WaitGroup
 }
 
-func newPuller(nc *nats.Conn, stream, consumer string, slots int, expires time.Duration, run func(*callMsg), log interface{ Warn(string, ...any) }) *puller {
+func newPuller(nc *nats.Conn, stream, consumer string, slots int, expires time.Duration, spawn *reuse.Pool, run func(*callMsg), log interface{ Warn(string, ...any) }) *puller {
 	return &puller{
 		nc:      nc,
 		next:    "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + consumer,
 		inbox:   nc.NewInbox(),
 		expires: expires,
 		run:     run,
+		spawn:   spawn,
 		log:     log,
 		free:    slots,
 		wake:    make(chan struct{}, 1),
@@ -57,7 +67,7 @@ func (p *puller) signal() {
 
 // start subscribes and keeps requesting until ctx ends.
 func (p *puller) start(ctx context.Context) error {
-	sub, err := p.nc.Subscribe(p.inbox, p.onMsg)
+	sub, err := p.nc.Subscribe(p.inbox+".*", p.onMsg)
 	if err != nil {
 		return err
 	}
@@ -79,29 +89,33 @@ func (p *puller) stop() {
 // requestsLost forgets the outstanding requests, which a reconnect may have lost.
 func (p *puller) requestsLost() {
 	p.mu.Lock()
-	p.pending = nil
+	p.asked = 0
 	p.mu.Unlock()
 	p.signal()
 }
 
 func (p *puller) loop(ctx context.Context) {
-	body, _ := json.Marshal(map[string]any{"batch": 1, "expires": p.expires.Nanoseconds()})
 	tick := time.NewTicker(p.expires / 2)
 	defer tick.Stop()
 	for {
 		now := time.Now()
 		p.mu.Lock()
-		// A request that neither brought a call nor expired in time was
-		// lost (a server restart); it no longer counts.
-		for len(p.pending) > 0 && now.After(p.pending[0].Add(p.expires/2)) {
-			p.pending = p.pending[1:]
+		// Every request ends by its expiry: served, or with a status that
+		// says how many messages it still owed. Owed messages left after
+		// the newest request's expiry belong to requests that were lost
+		// (a server restart); they no longer count.
+		if p.asked > 0 && now.After(p.lastEnd.Add(p.expires/2)) {
+			p.asked = 0
 		}
-		need := p.free - len(p.pending)
-		for range max(need, 0) {
-			if err := p.nc.PublishRequest(p.next, p.inbox, body); err != nil {
-				break
+		if n := p.free - p.asked; n > 0 && (p.asked == 0 || 2*n >= p.free) {
+			// The reply subject carries the batch size, so that a status
+			// refusing the request outright says how much it asked for.
+			reply := p.inbox + "." + strconv.Itoa(n)
+			body := fmt.Appendf(nil, `{"batch":%d,"expires":%d}`, n, p.expires.Nanoseconds())
+			if err := p.nc.PublishRequest(p.next, reply, body); err == nil {
+				p.asked += n
+				p.lastEnd = now.Add(p.expires)
 			}
-			p.pending = append(p.pending, now.Add(p.expires))
 		}
 		p.mu.Unlock()
 		select {
@@ -113,17 +127,29 @@ func (p *puller) loop(ctx context.Context) {
 	}
 }
 
+// ended counts the messages a request that ended with a status still
+// owed: its Nats-Pending-Messages header, or all it asked for (its reply
+// subject's last token) when it was refused outright.
+func (p *puller) ended(msg *nats.Msg) {
+	owed, err := strconv.Atoi(msg.Header.Get("Nats-Pending-Messages"))
+	if err != nil {
+		owed, err = strconv.Atoi(msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:])
+	}
+	if err == nil {
+		p.asked = max(p.asked-owed, 0)
+	}
+}
+
 func (p *puller) onMsg(msg *nats.Msg) {
 	status := msg.Header.Get("Status")
 	if status == "100" {
 		return // an idle heartbeat
 	}
 	p.mu.Lock()
-	if len(p.pending) > 0 {
-		p.pending = p.pending[1:]
-	}
 	if status != "" || msg.Reply == "" {
-		// The request ended without a call: expired (408), or refused (409).
+		// The request ended without (all of) its calls: expired (408), or
+		// refused (409).
+		p.ended(msg)
 		p.mu.Unlock()
 		if status != "408" && status != "404" {
 			p.log.Warn("pull request refused", "status", status, "description", msg.Header.Get("Description"))
@@ -131,6 +157,7 @@ func (p *puller) onMsg(msg *nats.Msg) {
 		p.signal()
 		return
 	}
+	p.asked = max(p.asked-1, 0)
 	if p.free <= 0 {
 		// More requests were answered than slots are free (after a
 		// reconnect); hand the call back at once rather than hold it.
@@ -141,7 +168,7 @@ func (p *puller) onMsg(msg *nats.Msg) {
 	p.free--
 	p.running.Add(1)
 	p.mu.Unlock()
-	go func() {
+	p.spawn.Go(func() {
 		defer func() {
 			p.mu.Lock()
 			p.free++
@@ -150,7 +177,7 @@ func (p *puller) onMsg(msg *nats.Msg) {
 			p.signal()
 		}()
 		p.run(&callMsg{nc: p.nc, msg: msg})
-	}()
+	})
 }
 
 // callMsg is a delivered call with JetStream's acknowledgement protocol.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/reuse"
 	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -125,6 +126,8 @@ type Worker struct {
 	ledger *ledger.Ledger
 	store  *catalog.Store
 	tracer trace.Tracer
+	// goroutines runs deliveries and the tools they call.
+	goroutines *reuse.Pool
 
 	mu         sync.Mutex
 	namespaces []*namespace
@@ -179,14 +182,15 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	return &Worker{
-		cfg:      cfg,
-		log:      cfg.Logger.With("worker", cfg.ID),
-		names:    names,
-		js:       js,
-		ledger:   ledger.New(cfg.Conn, js, names),
-		inflight: map[string]*inflight{},
-		abandon:  make(chan struct{}),
-		tracer:   tracing.Tracer(cfg.TracerProvider),
+		cfg:        cfg,
+		log:        cfg.Logger.With("worker", cfg.ID),
+		names:      names,
+		js:         js,
+		ledger:     ledger.New(cfg.Conn, js, names),
+		inflight:   map[string]*inflight{},
+		abandon:    make(chan struct{}),
+		tracer:     tracing.Tracer(cfg.TracerProvider),
+		goroutines: reuse.New(10 * time.Second),
 	}, nil
 }
 
@@ -361,7 +365,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	for _, ns := range nss {
 		durable, _ := w.names.NamespaceConsumer(ns.Name)
-		ns.puller = newPuller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, func(m *callMsg) { w.execute(ns, m) }, w.log.With("namespace", ns.Name))
+		ns.puller = newPuller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, w.goroutines, func(m *callMsg) { w.execute(ns, m) }, w.log.With("namespace", ns.Name))
 		if err := ns.puller.start(w.fetchCtx); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
