@@ -85,20 +85,14 @@ func compileSchema(schema messages.JSON) (*jsonschema.Schema, error) {
 	return c.Compile("toolbus:input-schema")
 }
 
-// validateArguments checks the arguments against the tool's input schema
-// and lists every violation.
-func (c *Coordinator) validateArguments(t *catalog.Tool, args messages.JSON) error {
+// validateArguments checks arguments decoded by policy.DecodeArguments
+// (numbers as json.Number, as the schema library reads them) against the
+// tool's input schema and lists every violation.
+func (c *Coordinator) validateArguments(t *catalog.Tool, inst any) error {
 	cached := c.schemas.get(t)
 	sch, err := cached.schema, cached.err
 	if err != nil {
 		return messages.Errorf(messages.CodeInternal, "tool %s has an unusable input schema: %v", t.Definition.Name, err)
-	}
-	if len(args) == 0 {
-		args = messages.JSON(`{}`)
-	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
-	if err != nil {
-		return messages.Errorf(messages.CodeInvalidArguments, "arguments of %s are not JSON: %v", t.Definition.Name, err)
 	}
 	if err := sch.Validate(inst); err != nil {
 		var ve *jsonschema.ValidationError

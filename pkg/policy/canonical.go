@@ -29,16 +29,29 @@ import (
 // rounded to a float64, so that 9007199254740993 and 9007199254740992 stay
 // different. Where an object holds a key twice, the last value counts.
 func ArgumentsDigest(arguments messages.JSON) (string, error) {
+	v, err := DecodeArguments(arguments)
+	if err != nil {
+		return "", fmt.Errorf("arguments digest: %w", err)
+	}
+	return DigestOf(v), nil
+}
+
+// DecodeArguments decodes a call's arguments the way ArgumentsDigest reads
+// them: numbers as json.Number, empty arguments and null as {}. A caller
+// that also needs the decoded value (to validate it against a schema)
+// decodes once and passes it to DigestOf.
+func DecodeArguments(arguments messages.JSON) (any, error) {
 	raw := []byte(arguments)
 	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
 		raw = emptyObject
 	}
-	c, err := canonicalize(raw)
-	if err != nil {
-		return "", fmt.Errorf("arguments digest: %w", err)
-	}
-	sum := sha256.Sum256(c)
-	return hex.EncodeToString(sum[:]), nil
+	return decodeJSON(raw)
+}
+
+// DigestOf is ArgumentsDigest of arguments decoded by DecodeArguments.
+func DigestOf(arguments any) string {
+	sum := sha256.Sum256(appendCanonical(nil, arguments))
+	return hex.EncodeToString(sum[:])
 }
 
 // canonicalize returns the canonical JSON form of raw (see ArgumentsDigest).
