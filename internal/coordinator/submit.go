@@ -60,6 +60,14 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 			return nil, err
 		}
 	}
+	if sr.Route != "" {
+		if err := messages.ValidateRoute(sr.Route); err != nil {
+			return nil, err
+		}
+		if sr.IdempotencyKey != "" {
+			return nil, messages.Errorf(messages.CodeBadRequest, "route and idempotency_key exclude each other: an idempotent call's ID comes from its key; use notify for its result")
+		}
+	}
 	if sr.TimeoutMS < 0 || sr.WaitMS < 0 {
 		return nil, messages.Errorf(messages.CodeBadRequest, "timeout_ms and wait_ms must not be negative")
 	}
@@ -89,17 +97,22 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 	if err != nil {
 		return nil, messages.Errorf(messages.CodeInvalidArguments, "arguments of %s: %v", name, err)
 	}
-	if err := c.validateArguments(tool, stripped); err != nil {
+	decoded, err := policy.DecodeArguments(stripped)
+	if err != nil {
+		return nil, messages.Errorf(messages.CodeInvalidArguments, "arguments of %s are not JSON: %v", name, err)
+	}
+	inst := decoded
+	if string(bytes.TrimSpace(stripped)) == "null" {
+		inst = nil // the digest counts null as {}; the schema sees what was sent
+	}
+	if err := c.validateArguments(tool, inst); err != nil {
 		return nil, err
 	}
 	args, err := compactJSON(stripped)
 	if err != nil {
 		return nil, messages.Errorf(messages.CodeInvalidArguments, "arguments are not JSON: %v", err)
 	}
-	digest, err := policy.ArgumentsDigest(args)
-	if err != nil {
-		return nil, messages.Errorf(messages.CodeInvalidArguments, "arguments are not JSON: %v", err)
-	}
+	digest := policy.DigestOf(decoded)
 
 	now := time.Now().UTC()
 	timeout := c.cfg.DefaultTimeout
@@ -126,6 +139,8 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 		if reply, err := c.existingCall(ctx, call, sr); reply != nil || err != nil {
 			return reply, err
 		}
+	} else if sr.Route != "" {
+		call.CallID = messages.RoutedCallID(sr.Route, nuid.Next())
 	} else {
 		call.CallID = nuid.Next()
 	}

@@ -160,6 +160,10 @@ func EventsStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig
 		Storage:      jetstream.FileStorage,
 		Replicas:     cfg.Replicas,
 		AllowDirect:  true,
+		// Each committed result is also sent to its call's route (see
+		// messages.RouteSubject), so that callers need no message from the
+		// worker and no subscription per call.
+		RePublish: &jetstream.RePublish{Source: names.RepublishSource(), Destination: names.RepublishDestination()},
 	}
 }
 

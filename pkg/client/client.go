@@ -41,6 +41,7 @@ type Client struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	inbox  *ledger.Inbox
+	routes *ledger.Routes
 	opts   Options
 	names  messages.Names
 	ledger *ledger.Ledger
@@ -59,12 +60,13 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, js: js, inbox: ledger.NewInbox(nc), opts: opts, names: names, ledger: ledger.New(nc, js, names)}, nil
+	return &Client{nc: nc, js: js, inbox: ledger.NewInbox(nc), routes: ledger.NewRoutes(nc, names), opts: opts, names: names, ledger: ledger.New(nc, js, names)}, nil
 }
 
 // Close releases the client's subscriptions; the connection stays open.
 func (c *Client) Close() {
 	c.inbox.Close()
+	c.routes.Close()
 	c.ledger.Close()
 }
 
@@ -165,7 +167,8 @@ func WithAgent(agent string) CallOption { return func(r *messages.SubmitRequest)
 
 // Call runs a tool and returns its result. args is anything that encodes
 // to a JSON object (or messages.JSON). The result comes on the client's
-// own inbox (the submit's notify subject), with the events stream asked
+// route, one subscription for all its calls (an idempotent call's on its
+// own inbox, as its ID comes from its key), with the events stream asked
 // now and then in case the copy was missed, so waiting costs the server no
 // consumer and no subscription per call. A submit that found no
 // coordinator is retried; one that timed out is retried only with an
@@ -179,12 +182,18 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 	for _, opt := range opts {
 		opt(&req)
 	}
-	notify, results, done, err := c.inbox.Register(1)
-	if err != nil {
-		return nil, err
+	var results <-chan *nats.Msg
+	if req.IdempotencyKey == "" {
+		if req.Route, err = c.routes.Route(); err != nil {
+			return nil, err
+		}
+	} else {
+		var done func()
+		if req.Notify, results, done, err = c.inbox.Register(1); err != nil {
+			return nil, err
+		}
+		defer done()
 	}
-	defer done()
-	req.Notify = notify
 	var reply *messages.SubmitReply
 	for attempt := 0; ; attempt++ {
 		reply, err = c.Submit(ctx, req)
@@ -205,6 +214,11 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 	}
 	if reply.State == messages.StateAwaitingApproval && reply.Approval != nil && reply.Approval.Mode == messages.ApprovalPrompt {
 		return nil, &ApprovalRequiredError{CallID: reply.CallID, Approval: reply.Approval}
+	}
+	if results == nil {
+		var done func()
+		results, done = c.routes.Await(reply.CallID)
+		defer done()
 	}
 	return c.ledger.WaitOn(ctx, reply.CallID, results)
 }

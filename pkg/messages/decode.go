@@ -98,6 +98,8 @@ func (r *SubmitRequest) decodeFast(d *reader) error {
 			r.WaitMS, err = d.int()
 		case "notify":
 			r.Notify, err = d.str()
+		case "route":
+			r.Route, err = d.str()
 		default:
 			err = d.skip()
 		}

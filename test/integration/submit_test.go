@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
@@ -103,6 +104,45 @@ func TestPlainNATSClient(t *testing.T) {
 	_, out = request("toolbus.api.calls.get", `{"call_id":"`+callID+`"}`)
 	if out["state"] != "completed" || out["tool"] != "demo-sleep" {
 		t.Fatalf("calls.get: %v", out)
+	}
+
+	// Routed results: one subscription receives the committed results of
+	// every call submitted with the route, in the order they end.
+	route := nuid.Next()
+	routed, err := nc.SubscribeSync("toolbus.results." + route + ".*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, text := range []string{"one", "two three"} {
+		_, out = request("toolbus.api.calls.submit", `{"tool":"demo-word_count","arguments":{"text":"`+text+`"},"route":"`+route+`"}`)
+		id, _ := out["call_id"].(string)
+		if !strings.HasPrefix(id, route) {
+			t.Fatalf("routed call ID %q does not start with the route %s", id, route)
+		}
+		ids[id] = text
+	}
+	for range ids {
+		msg, err := routed.NextMsgWithContext(ctx)
+		if err != nil {
+			t.Fatalf("routed result: %v", err)
+		}
+		var ev map[string]any
+		if err := msgpack.Unmarshal(msg.Data, &ev); err != nil {
+			t.Fatalf("routed result is not MessagePack: %v", err)
+		}
+		id, _ := ev["call_id"].(string)
+		if _, ok := ids[id]; !ok || ev["kind"] != "result" || msg.Subject != "toolbus.results."+route+"."+id[len(route):] {
+			t.Fatalf("routed message on %s: %v", msg.Subject, ev)
+		}
+		delete(ids, id)
+	}
+	msg := nats.NewMsg("toolbus.api.calls.submit")
+	msg.Header.Set("Content-Type", "application/json")
+	msg.Data = []byte(`{"tool":"demo-echo","arguments":{"text":"x"},"route":"short"}`)
+	reply, err = nc.RequestMsgWithContext(ctx, msg)
+	if err != nil || reply.Header.Get("Nats-Service-Error-Code") != "400" || !strings.Contains(string(reply.Data), "route") {
+		t.Fatalf("submit with a malformed route: %v %v %s", err, reply.Header, reply.Data)
 	}
 }
 

@@ -1,0 +1,51 @@
+package messages
+
+import "fmt"
+
+// Routed results.
+//
+// A client that makes many calls names a route, a token of its own, in its
+// submits. The call IDs of those calls start with the route, and the
+// events stream republishes each committed result to
+// <prefix>.results.<route>.<rest of the call ID>, so one subscription to
+// RouteSubject receives the results of all the client's calls. The server
+// republishes a result only once it is stored, so a routed copy is always
+// the committed result, and it costs the worker no extra message.
+
+// RouteLength is the length of a route: the 22 characters of a NUID.
+const RouteLength = 22
+
+// ValidateRoute reports whether route can be a route: exactly RouteLength
+// letters and digits.
+func ValidateRoute(route string) error {
+	if len(route) != RouteLength || !onlyOf(route, "") {
+		return &NameError{Kind: "route", Value: route, Reason: fmt.Sprintf("must be exactly %d letters and digits, such as a NUID", RouteLength)}
+	}
+	return nil
+}
+
+// RoutedCallID is the ID of a call made on a route: the route followed by
+// a unique suffix of the same length.
+func RoutedCallID(route, suffix string) string { return route + suffix }
+
+// ResultsSubjects matches every routed result.
+func (n Names) ResultsSubjects() string { return n.prefix + ".results.>" }
+
+// RouteSubject matches the routed results of one route.
+func (n Names) RouteSubject(route string) (string, error) {
+	if err := ValidateRoute(route); err != nil {
+		return "", err
+	}
+	return n.prefix + ".results." + route + ".*", nil
+}
+
+// RepublishSource and RepublishDestination are the events stream's
+// republish rule: a result event's call ID is split after the route.
+// (The ID of a call made without a route is not split, and its copy goes
+// to a subject no route matches.)
+func (n Names) RepublishSource() string { return n.prefix + ".events.*." + string(EventResult) }
+
+// RepublishDestination: see RepublishSource.
+func (n Names) RepublishDestination() string {
+	return fmt.Sprintf("%s.results.{{SplitFromLeft(1,%d)}}", n.prefix, RouteLength)
+}
