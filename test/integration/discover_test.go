@@ -83,6 +83,10 @@ rules:
 			if err != nil || len(r.Hits) == 0 || r.Hits[0].Name != "weather-forecast" {
 				return false
 			}
+			// The namespaces register independently; mail's too must be in.
+			if r, err := c.Discover(ctx, messages.DiscoverRequest{Query: "mail-send"}); err != nil || len(r.Hits) == 0 {
+				return false
+			}
 		}
 		return true
 	})
@@ -94,7 +98,7 @@ rules:
 		t.Fatalf("excluded or denied tools discovered: %v", got)
 	}
 	// An exact name ranks first.
-	if r, err := c.Discover(ctx, messages.DiscoverRequest{Query: "mail-send"}); err != nil || r.Hits[0].Name != "mail-send" || !r.Hits[0].Exact {
+	if r, err := c.Discover(ctx, messages.DiscoverRequest{Query: "mail-send"}); err != nil || len(r.Hits) == 0 || r.Hits[0].Name != "mail-send" || !r.Hits[0].Exact {
 		t.Fatalf("exact name: %+v %v", r, err)
 	}
 
