@@ -28,6 +28,7 @@ import (
 type benchReport struct {
 	Calls                  int     `json:"calls"`
 	Concurrency            int     `json:"concurrency"`
+	Rounds                 int     `json:"rounds"`
 	BaselineSeqP50US       float64 `json:"baseline_seq_p50_us"`
 	ToolbusSeqP50US        float64 `json:"toolbus_seq_p50_us"`
 	BaselineSeqP99US       float64 `json:"baseline_seq_p99_us"`
@@ -42,7 +43,8 @@ type benchReport struct {
 
 func runBench(ctx context.Context, g globals, args []string) error {
 	fs := newFlags("bench")
-	calls := fs.Int("calls", 2000, "calls per measurement")
+	calls := fs.Int("calls", 2000, "calls per measurement and round")
+	rounds := fs.Int("rounds", 3, "rounds; each measures the baseline and Toolbus, in alternating order")
 	concurrency := fs.Int("concurrency", 64, "concurrent callers in the throughput measurement")
 	slots := fs.Int("slots", 64, "worker slots")
 	soak := fs.Bool("soak", false, "soak mode: kill and restart worker processes while calls run")
@@ -87,59 +89,104 @@ func runBench(ctx context.Context, g globals, args []string) error {
 	if _, err := sequential(ctx, 200, tb.call); err != nil {
 		return err
 	}
-	r := benchReport{Calls: *calls, Concurrency: *concurrency, ToolbusJetStreamWrite: 3, BaselineJetStreamWrite: 2}
-	fmt.Fprintf(os.Stderr, "sequential, %d calls each\n", *calls)
-	bl, err := sequential(ctx, *calls, base.call)
-	if err != nil {
-		return err
-	}
-	tl, err := sequential(ctx, *calls, tb.call)
-	if err != nil {
-		return err
+	r := benchReport{Calls: *calls, Concurrency: *concurrency, Rounds: max(*rounds, 1), ToolbusJetStreamWrite: 3, BaselineJetStreamWrite: 2}
+	// The machine's background load drifts; measuring the two in turns,
+	// in alternating order, spreads the drift over both.
+	var bl, tl []time.Duration
+	var bRates, tRates []float64
+	for round := range r.Rounds {
+		fmt.Fprintf(os.Stderr, "round %d: sequential %d calls, then %d callers %d calls, each\n", round+1, *calls, *concurrency, *calls)
+		order := []bool{false, true} // toolbus?
+		if round%2 == 1 {
+			order = []bool{true, false}
+		}
+		for _, toolbus := range order {
+			call := base.call
+			if toolbus {
+				call = tb.call
+			}
+			lat, err := sequential(ctx, *calls, call)
+			if err != nil {
+				return err
+			}
+			profiling := toolbus && round == 0
+			if profiling {
+				if err := startProfiles(*cpuProfile, *memProfile); err != nil {
+					return err
+				}
+			}
+			rate, err := concurrent(ctx, *calls, *concurrency, call)
+			if profiling {
+				if perr := stopProfiles(*cpuProfile, *memProfile); perr != nil && err == nil {
+					err = perr
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if toolbus {
+				tl, tRates = append(tl, lat...), append(tRates, rate)
+			} else {
+				bl, bRates = append(bl, lat...), append(bRates, rate)
+			}
+		}
 	}
 	r.BaselineSeqP50US, r.BaselineSeqP99US = percentileUS(bl, 50), percentileUS(bl, 99)
 	r.ToolbusSeqP50US, r.ToolbusSeqP99US = percentileUS(tl, 50), percentileUS(tl, 99)
-	fmt.Fprintf(os.Stderr, "  baseline p50 %.0fµs p99 %.0fµs\n  toolbus  p50 %.0fµs p99 %.0fµs\n", r.BaselineSeqP50US, r.BaselineSeqP99US, r.ToolbusSeqP50US, r.ToolbusSeqP99US)
-	fmt.Fprintf(os.Stderr, "concurrent, %d callers, %d calls each run\n", *concurrency, *calls)
-	if r.BaselineC64CallsPerS, err = concurrent(ctx, *calls, *concurrency, base.call); err != nil {
-		return err
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-	}
-	if *memProfile != "" {
-		runtime.MemProfileRate = 4096
-	}
-	r.ToolbusC64CallsPerS, err = concurrent(ctx, *calls, *concurrency, tb.call)
-	if *cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
-	if *memProfile != "" {
-		f, err := os.Create(*memProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-			return err
-		}
-	}
-	if err != nil {
-		return err
-	}
+	fmt.Fprintf(os.Stderr, "sequential\n  baseline p50 %.0fµs p99 %.0fµs\n  toolbus  p50 %.0fµs p99 %.0fµs\n", r.BaselineSeqP50US, r.BaselineSeqP99US, r.ToolbusSeqP50US, r.ToolbusSeqP99US)
+	r.BaselineC64CallsPerS, r.ToolbusC64CallsPerS = median(bRates), median(tRates)
+	fmt.Fprintf(os.Stderr, "%d callers (median of %d rounds)\n", *concurrency, r.Rounds)
 	fmt.Fprintf(os.Stderr, "  baseline %.0f calls/s\n  toolbus  %.0f calls/s\n", r.BaselineC64CallsPerS, r.ToolbusC64CallsPerS)
 	r.SeqP50Ratio = r.ToolbusSeqP50US / r.BaselineSeqP50US
 	r.ThroughputRatio = r.ToolbusC64CallsPerS / r.BaselineC64CallsPerS
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	return nil
+}
+
+var profileFile *os.File
+
+// startProfiles starts the CPU profile and raises the allocation sampling rate, as asked.
+func startProfiles(cpu, mem string) error {
+	if mem != "" {
+		runtime.MemProfileRate = 4096
+	}
+	if cpu == "" {
+		return nil
+	}
+	f, err := os.Create(cpu)
+	if err != nil {
+		return err
+	}
+	profileFile = f
+	return pprof.StartCPUProfile(f)
+}
+
+func stopProfiles(cpu, mem string) error {
+	if cpu != "" {
+		pprof.StopCPUProfile()
+		if err := profileFile.Close(); err != nil {
+			return err
+		}
+	}
+	if mem == "" {
+		return nil
+	}
+	f, err := os.Create(mem)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("allocs").WriteTo(f, 0)
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func sequential(ctx context.Context, n int, call func(context.Context) error) ([]time.Duration, error) {
