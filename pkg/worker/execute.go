@@ -125,9 +125,19 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 	defer startTimer.Stop()
 	base.StartedAt = now
 	if attempt > 1 {
-		// A cancellation requested while an earlier attempt ran still holds.
-		if snap, err := w.ledger.Snapshot(ctx, req.CallID); err == nil && snap.Cancel != nil {
-			w.cancelCall(req.CallID, snap.Cancel.Cancel)
+		if snap, err := w.ledger.Snapshot(ctx, req.CallID); err == nil {
+			if snap.Result != nil {
+				// An earlier attempt committed the result and stopped before
+				// acknowledging the message: running the tool again would
+				// only repeat its effects.
+				log.Info("the call already has its result; acknowledged without running the tool again")
+				_ = msg.Ack()
+				return
+			}
+			// A cancellation requested while an earlier attempt ran still holds.
+			if snap.Cancel != nil {
+				w.cancelCall(req.CallID, snap.Cancel.Cancel)
+			}
 		}
 	}
 

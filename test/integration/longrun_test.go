@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -387,6 +388,61 @@ func TestStaleWorkerCannotOverwriteTheResult(t *testing.T) {
 	if err != nil || info.Result.Worker != freshWorker.ID() || info.Result.Attempt != 2 {
 		t.Fatalf("the stale worker replaced the result: %+v %v", info.Result, err)
 	}
+}
+
+// TestCommittedCallIsNotRunAgain: an attempt that committed its result and
+// was cut off before acknowledging the message leaves a call that is
+// delivered again; the next worker acknowledges it without running the tool.
+func TestCommittedCallIsNotRunAgain(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	proxy := testenv.NewProxy(t, srv.Addr().String())
+	first := newGate()
+	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: 500 * time.Millisecond},
+		worker.Namespace{Name: "t", Tools: []worker.Tool{first.tool()}, Slots: 1})
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	ctx := testenv.Context(t)
+	r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-gate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive(t, first.started, "the first attempt to start")
+	proxy.Cut()
+	// The first attempt's commit, written as that worker would have just before it was cut off.
+	nc := testenv.Connect(t, srv.URL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := ledger.New(nc, js, messages.MustNames(""))
+	committed := messages.CallResult{CallID: r.CallID, Tool: "t-gate", Status: messages.StateCompleted, Attempt: 1, Worker: "first",
+		Content: []messages.ContentBlock{messages.TextBlock("done before the cut")}, FinishedAt: time.Now().UTC()}
+	if won, err := l.Commit(ctx, &committed, ""); err != nil || !won {
+		t.Fatalf("commit: %v %v", won, err)
+	}
+	second := newGate()
+	close(second.release)
+	testenv.Worker(t, srv.URL(), worker.Config{AckWait: 500 * time.Millisecond}, worker.Namespace{Name: "t", Tools: []worker.Tool{second.tool()}, Slots: 1})
+	// The second worker acknowledges the message once it has decided not to run it.
+	consumer, err := js.Consumer(ctx, "TOOLBUS_CALLS", "ns_t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the redelivered call to be acknowledged", func() bool {
+		info, err := consumer.Info(ctx)
+		return err == nil && info.NumRedelivered == 0 && info.NumAckPending == 0 && info.NumPending == 0 && info.Delivered.Consumer >= 2
+	})
+	select {
+	case id := <-second.started:
+		t.Fatalf("the tool ran again for %s", id)
+	default:
+	}
+	if res, err := c.Wait(ctx, r.CallID); err != nil || res.Worker != "first" {
+		t.Fatalf("result %+v %v", res, err)
+	}
+	proxy.Restore() // so that the first worker stops at once
+	close(first.release)
 }
 
 // TestManyConcurrentCallsCompleteExactlyOnce runs 1,000 sleeping calls
