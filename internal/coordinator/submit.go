@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -203,12 +202,13 @@ func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallReques
 	// Sent in this order on one connection, the queued event reaches the
 	// events stream before a worker can see the call, so it comes before
 	// the call's other events.
-	queued, err := c.js.PublishMsgAsync(queuedMsg)
+	queued, err := c.ledger.Publish(queuedMsg)
 	if err != nil {
 		return false, messages.Errorf(messages.CodeUnavailable, "record call: %v", err)
 	}
-	queuedCall, err := c.js.PublishMsgAsync(msg)
+	queuedCall, err := c.ledger.Publish(msg)
 	if err != nil {
+		queued.Wait(ctx) // releases its reply subject
 		return false, messages.Errorf(messages.CodeUnavailable, "queue call: %v", err)
 	}
 	var turnErr chan error
@@ -216,8 +216,8 @@ func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallReques
 		turnErr = make(chan error, 1)
 		go func() { turnErr <- c.fileUnderTurn(ctx, call) }()
 	}
-	ack, callErr := awaitAck(ctx, queuedCall)
-	_, queuedErr := awaitAck(ctx, queued)
+	_, duplicate, callErr := queuedCall.Wait(ctx)
+	_, _, queuedErr := queued.Wait(ctx)
 	if turnErr != nil {
 		if err := <-turnErr; err != nil {
 			c.log.Warn("call not filed under its turn", "call", call.CallID, "turn", call.Turn, "error", err)
@@ -236,7 +236,7 @@ func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallReques
 	if queuedErr != nil {
 		c.log.Warn("call queued without its queued event", "call", call.CallID, "error", queuedErr)
 	}
-	return ack.Duplicate, nil
+	return duplicate, nil
 }
 
 // fileUnderTurn records that the call belongs to its turn.
@@ -251,18 +251,6 @@ func (c *Coordinator) fileUnderTurn(ctx context.Context, call *messages.CallRequ
 	rec, _ := json.Marshal(messages.TurnCallRecord{CallID: call.CallID, Tool: call.Tool, QueuedAt: call.QueuedAt})
 	_, err = c.turns.Put(ctx, key, rec)
 	return err
-}
-
-// awaitAck waits for an asynchronous publish to be stored.
-func awaitAck(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
-	select {
-	case ack := <-f.Ok():
-		return ack, nil
-	case err := <-f.Err():
-		return nil, err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }
 
 // existingCall answers a submit whose idempotency key names a call that

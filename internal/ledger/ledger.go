@@ -102,14 +102,17 @@ func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter
 	if err != nil {
 		return 0, err
 	}
-	ack, err := l.js.PublishMsg(ctx, msg)
-	if err != nil {
-		if isWrongLastSequence(err) {
-			return 0, ErrChanged
+	pending, err := l.Publish(msg)
+	if err == nil {
+		var seq uint64
+		if seq, _, err = pending.Wait(ctx); err == nil {
+			return seq, nil
 		}
-		return 0, fmt.Errorf("store %s event of call %s: %w", ev.Kind, ev.CallID, err)
 	}
-	return ack.Sequence, nil
+	if isWrongLastSequence(err) {
+		return 0, ErrChanged
+	}
+	return 0, fmt.Errorf("store %s event of call %s: %w", ev.Kind, ev.CallID, err)
 }
 
 // Start records that an attempt started, unless the call already has a
