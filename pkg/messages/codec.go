@@ -98,17 +98,19 @@ func headerValue(h Header, key string) string {
 // Header values shared by every message. Full slices (len == cap), so an
 // append to one copies it instead of writing into the shared array.
 var (
-	msgpackValue = []string{ContentTypeMsgpack}[:1:1]
 	jsonValue    = []string{ContentTypeJSON}[:1:1]
 	versionValue = []string{ProtocolVersion}[:1:1]
 )
 
-// SetHeaders writes the Content-Type and version headers of the codec into h.
+// SetHeaders writes the codec's headers into h: the version, and
+// Content-Type for JSON. MessagePack, the default, goes without one: every
+// header costs each hop that parses it (JetStream scans a stored
+// message's headers several times), and the call path is all hops.
 func (c Codec) SetHeaders(h Header) {
 	if c == JSONCodec {
 		h[HeaderContentType] = jsonValue
 	} else {
-		h[HeaderContentType] = msgpackValue
+		delete(h, HeaderContentType)
 	}
 	h[HeaderVersion] = versionValue
 }

@@ -75,6 +75,41 @@ func count(present ...bool) int {
 	return n
 }
 
+// EncodeMsgpack writes the submit as reflection would, faster.
+func (r SubmitRequest) EncodeMsgpack(enc *msgpack.Encoder) error {
+	w := mapWriter{enc: enc}
+	w.header(1 + count(len(r.Arguments) > 0, r.Agent != "", r.Turn != "", r.IdempotencyKey != "", r.TimeoutMS != 0, r.Wait, r.WaitMS != 0, r.Notify != "", r.Route != ""))
+	w.str("tool", r.Tool)
+	if len(r.Arguments) > 0 {
+		w.value("arguments", r.Arguments)
+	}
+	if r.Agent != "" {
+		w.str("agent", r.Agent)
+	}
+	if r.Turn != "" {
+		w.str("turn", r.Turn)
+	}
+	if r.IdempotencyKey != "" {
+		w.str("idempotency_key", r.IdempotencyKey)
+	}
+	if r.TimeoutMS != 0 {
+		w.int("timeout_ms", r.TimeoutMS)
+	}
+	if r.Wait {
+		w.bool("wait", r.Wait)
+	}
+	if r.WaitMS != 0 {
+		w.int("wait_ms", r.WaitMS)
+	}
+	if r.Notify != "" {
+		w.str("notify", r.Notify)
+	}
+	if r.Route != "" {
+		w.str("route", r.Route)
+	}
+	return w.err
+}
+
 // EncodeMsgpack writes the request as reflection would, faster.
 func (r CallRequest) EncodeMsgpack(enc *msgpack.Encoder) error {
 	w := mapWriter{enc: enc}

@@ -46,6 +46,9 @@ func TestWrittenOutEncodersMatchReflection(t *testing.T) {
 		name          string
 		fast, reflect any
 	}{
+		{"full submit", SubmitRequest{Tool: "a-b", Arguments: JSON(`{"k":"v"}`), Agent: "ag", Turn: "tu", IdempotencyKey: "k", TimeoutMS: 5, Wait: true, WaitMS: 7, Notify: "_INBOX.x", Route: "r"},
+			plainSubmitRequest{Tool: "a-b", Arguments: JSON(`{"k":"v"}`), Agent: "ag", Turn: "tu", IdempotencyKey: "k", TimeoutMS: 5, Wait: true, WaitMS: 7, Notify: "_INBOX.x", Route: "r"}},
+		{"sparse submit", SubmitRequest{Tool: "a-b"}, plainSubmitRequest{Tool: "a-b"}},
 		{"full request", req, plainCallRequest(req)},
 		{"sparse request", CallRequest{CallID: "c"}, plainCallRequest{CallID: "c"}},
 		{"full result", full, plainCallResult(full)},
@@ -69,9 +72,11 @@ func TestWrittenOutEncodersMatchReflection(t *testing.T) {
 		}
 	}
 	// Every field of each type is covered by the full values above.
-	for _, typ := range []reflect.Type{reflect.TypeFor[CallRequest](), reflect.TypeFor[CallResult](), reflect.TypeFor[CallEvent](), reflect.TypeFor[ContentBlock](), reflect.TypeFor[SubmitReply]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[SubmitRequest](), reflect.TypeFor[CallRequest](), reflect.TypeFor[CallResult](), reflect.TypeFor[CallEvent](), reflect.TypeFor[ContentBlock](), reflect.TypeFor[SubmitReply]()} {
 		var m map[string]any
 		switch typ.Name() {
+		case "SubmitRequest":
+			m = asMap(t, cases[0].fast)
 		case "CallRequest":
 			m = asMap(t, req)
 		case "CallResult":
@@ -80,9 +85,9 @@ func TestWrittenOutEncodersMatchReflection(t *testing.T) {
 			m = asMap(t, full.Content[2])
 			m["text"], m["json"], m["data"] = "", "", ""
 		case "CallEvent":
-			m = asMap(t, cases[7].fast)
-		case "SubmitReply":
 			m = asMap(t, cases[9].fast)
+		case "SubmitReply":
+			m = asMap(t, cases[11].fast)
 		}
 		if len(m) != typ.NumField() {
 			t.Errorf("%s: %d of %d fields covered; a new field needs its place in encode.go and here", typ.Name(), len(m), typ.NumField())
