@@ -10,8 +10,9 @@
 //	w.Start(ctx)
 //	defer w.Stop(context.Background())
 //
-// For every namespace the worker keeps one pull request per free slot on
-// the namespace's durable consumer, so a call never waits in a busy worker's
+// For every namespace the worker asks the namespace's durable consumer for
+// at most as many calls as it has free slots (freed slots are asked for
+// together, in one pull request), so a call never waits in a busy worker's
 // buffer while another worker is idle. While a call runs, the worker tells
 // JetStream it is still in progress every third of AckWait; if the worker
 // dies, the call is delivered again to another worker after AckWait.
@@ -23,7 +24,8 @@
 // Each call runs under a context that ends at the call's deadline or when
 // the call is cancelled; [context.Cause] tells which. The worker writes the
 // timed_out or cancelled result at that moment, even if the tool ignores its
-// context. Such a tool's goroutine keeps running until it returns and keeps
-// its slot until then, so that a worker never runs more calls than it has
-// slots; its late return value is discarded.
+// context. Such a tool keeps running until it returns and keeps its slot
+// until then, so that a worker never runs more calls than it has slots; its
+// late return value is discarded. Stop, when its context ends first, gives
+// those slots up and leaves the tools' goroutines behind.
 package worker

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,7 +48,7 @@ func (l *callLog) Error(msg string, args ...any) { l.with().Error(msg, args...) 
 
 // execute runs one delivered call to its end: a committed result and an
 // acknowledged message, or a message handed back for another attempt.
-func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
+func (w *Worker) execute(ns *namespace, msg jetstream.Msg, release func()) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		w.log.Error("call message without metadata", "error", err)
@@ -154,36 +155,31 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg) {
 		}
 	}}
 
-	done := make(chan outcome, 1)
-	w.goroutines.Go(func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- outcome{err: &panicError{value: p, stack: debug.Stack()}}
-			}
-		}()
-		res, err := tool.Handler.Handle(withScope(ctx, scope), call)
-		done <- outcome{res, err}
-	})
-
-	var out outcome
-wait:
-	for {
-		select {
-		case out = <-done:
-			break wait
-		case <-ctx.Done():
-			// The tool may ignore its context; its result is decided now.
-			reporter.close()
-			res, retry := w.interrupted(base, ctx)
-			if retry {
-				_ = msg.Nak()
-			} else {
-				w.finish(msg, log, req.Notify, res)
-			}
-			w.untrack(req.CallID)
-			w.awaitStraggler(done, log)
+	// The tool runs on this goroutine. Its context ending decides the
+	// call's outcome at once, from the context's own goroutine, even if
+	// the tool ignores it; whichever of the two comes first decides.
+	var decided atomic.Bool
+	run := &toolRun{}
+	stopWatching := context.AfterFunc(ctx, func() {
+		if !decided.CompareAndSwap(false, true) {
 			return
 		}
+		reporter.close()
+		res, retry := w.interrupted(base, ctx)
+		if retry {
+			_ = msg.Nak()
+		} else {
+			w.finish(msg, log, req.Notify, res)
+		}
+		w.untrack(req.CallID)
+		w.straggling(req.CallID, run, release, log)
+	})
+	out := runTool(withScope(ctx, scope), tool, call)
+	stopWatching()
+	if !decided.CompareAndSwap(false, true) {
+		// The context decided the outcome; the tool has now returned.
+		w.straggled(req.CallID, run)
+		return
 	}
 	reporter.close()
 	finished := time.Now().UTC()
@@ -252,22 +248,60 @@ type outcome struct {
 // context runs before the worker logs it.
 const stragglerWarning = 10 * time.Second
 
-// awaitStraggler waits, holding the slot, for a tool that outlived its
-// call, so that the worker never runs more tools than it has slots. It gives
-// up only when the worker is stopped for good, leaving the goroutine behind.
-func (w *Worker) awaitStraggler(done <-chan outcome, log interface{ Warn(string, ...any) }) {
-	warn := time.NewTimer(stragglerWarning)
-	defer warn.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-warn.C:
-			log.Warn("tool still running after its call ended; it ignores its context and holds a slot")
-		case <-w.abandon:
-			return
+// runTool runs the tool, a panic included in its outcome.
+func runTool(ctx context.Context, tool *Tool, call *Call) (out outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			out = outcome{err: &panicError{value: p, stack: debug.Stack()}}
 		}
+	}()
+	res, err := tool.Handler.Handle(ctx, call)
+	return outcome{res, err}
+}
+
+// toolRun is what the two deciders of a call share about its tool.
+type toolRun struct {
+	mu       sync.Mutex
+	returned bool
+	warn     *time.Timer
+}
+
+// straggling records a tool that outlived its call: it keeps its slot
+// until it returns, so that the worker never runs more tools than it has
+// slots, unless Stop gives up on it and releases the slot.
+func (w *Worker) straggling(callID string, run *toolRun, release func(), log interface{ Warn(string, ...any) }) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if run.returned {
+		return
 	}
+	w.mu.Lock()
+	select {
+	case <-w.abandon:
+		// Stop has given up on tools that ignore their context.
+		w.mu.Unlock()
+		release()
+		return
+	default:
+	}
+	w.stragglers[callID] = release
+	w.mu.Unlock()
+	run.warn = time.AfterFunc(stragglerWarning, func() {
+		log.Warn("tool still running after its call ended; it ignores its context and holds a slot")
+	})
+}
+
+// straggled forgets a tool that outlived its call once it returned.
+func (w *Worker) straggled(callID string, run *toolRun) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.returned = true
+	if run.warn != nil {
+		run.warn.Stop()
+	}
+	w.mu.Lock()
+	delete(w.stragglers, callID)
+	w.mu.Unlock()
 }
 
 func (w *Worker) untrack(callID string) {

@@ -31,7 +31,7 @@ type puller struct {
 	next    string // the consumer's next-message API subject
 	inbox   string
 	expires time.Duration
-	run     func(*callMsg) // runs one call in a free slot
+	run     func(m *callMsg, release func()) // runs one call in a free slot; release frees it early
 	spawn   *reuse.Pool
 	log     interface{ Warn(string, ...any) }
 
@@ -44,7 +44,7 @@ type puller struct {
 	running sync.WaitGroup
 }
 
-func newPuller(nc *nats.Conn, stream, consumer string, slots int, expires time.Duration, spawn *reuse.Pool, run func(*callMsg), log interface{ Warn(string, ...any) }) *puller {
+func newPuller(nc *nats.Conn, stream, consumer string, slots int, expires time.Duration, spawn *reuse.Pool, run func(*callMsg, func()), log interface{ Warn(string, ...any) }) *puller {
 	return &puller{
 		nc:      nc,
 		next:    "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + consumer,
@@ -168,15 +168,16 @@ func (p *puller) onMsg(msg *nats.Msg) {
 	p.free--
 	p.running.Add(1)
 	p.mu.Unlock()
+	release := sync.OnceFunc(func() {
+		p.mu.Lock()
+		p.free++
+		p.mu.Unlock()
+		p.running.Done()
+		p.signal()
+	})
 	p.spawn.Go(func() {
-		defer func() {
-			p.mu.Lock()
-			p.free++
-			p.mu.Unlock()
-			p.running.Done()
-			p.signal()
-		}()
-		p.run(&callMsg{nc: p.nc, msg: msg})
+		defer release()
+		p.run(&callMsg{nc: p.nc, msg: msg}, release)
 	})
 }
 

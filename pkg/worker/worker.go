@@ -132,6 +132,8 @@ type Worker struct {
 	mu         sync.Mutex
 	namespaces []*namespace
 	inflight   map[string]*inflight
+	// stragglers release the slots of tools that outlived their calls.
+	stragglers map[string]func()
 	started    bool
 
 	cancel    context.CancelFunc
@@ -188,6 +190,7 @@ func New(cfg Config) (*Worker, error) {
 		js:         js,
 		ledger:     ledger.New(cfg.Conn, js, names),
 		inflight:   map[string]*inflight{},
+		stragglers: map[string]func(){},
 		abandon:    make(chan struct{}),
 		tracer:     tracing.Tracer(cfg.TracerProvider),
 		goroutines: reuse.New(10 * time.Second),
@@ -365,7 +368,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	for _, ns := range nss {
 		durable, _ := w.names.NamespaceConsumer(ns.Name)
-		ns.puller = newPuller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, w.goroutines, func(m *callMsg) { w.execute(ns, m) }, w.log.With("namespace", ns.Name))
+		ns.puller = newPuller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, w.goroutines, func(m *callMsg, release func()) { w.execute(ns, m, release) }, w.log.With("namespace", ns.Name))
 		if err := ns.puller.start(w.fetchCtx); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
@@ -408,8 +411,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 		for _, f := range w.inflight {
 			f.cancel(ErrStopping)
 		}
-		w.mu.Unlock()
 		close(w.abandon)
+		// Tools that ignore their context give up their slots now; their
+		// goroutines are left behind.
+		for _, release := range w.stragglers {
+			release()
+		}
+		w.mu.Unlock()
 		<-done
 	}
 	for _, sub := range w.subs {
