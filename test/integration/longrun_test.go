@@ -257,6 +257,42 @@ func TestDeadlineEndsACallWhoseToolIgnoresIt(t *testing.T) {
 	}
 }
 
+// TestStopGivesUpOnAToolThatIgnoresItsContext: a tool that outlived its
+// call holds its slot, but a Stop whose context ends does not wait for it.
+func TestStopGivesUpOnAToolThatIgnoresItsContext(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	stubborn := worker.Func("stubborn", "Ignores its context.", func(ctx context.Context, in struct{}) (string, error) {
+		started <- struct{}{}
+		<-release
+		return "too late", nil
+	})
+	defer close(release)
+	w := testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{stubborn}, Slots: 1})
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	ctx := testenv.Context(t)
+	res, err := c.Call(ctx, "t-stubborn", nil, client.WithTimeout(200*time.Millisecond))
+	if err != nil || res.Status != messages.StateTimedOut {
+		t.Fatalf("result %+v %v", res, err)
+	}
+	receive(t, started, "the tool to have started")
+	stopCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop(stopCtx) }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop waits for a tool that ignores its context")
+	}
+}
+
 func TestToolDeadlineCapsTheCallers(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Server(t)
