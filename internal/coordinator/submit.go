@@ -29,8 +29,10 @@ func (c *Coordinator) submit(ctx context.Context, req *request) (any, error) {
 // Submit checks a call and queues it. It is the calls.submit endpoint;
 // headers carry the caller's trace context.
 func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string) (_ *messages.SubmitReply, err error) {
-	ctx, span := c.tracer.Start(tracing.Extract(ctx, headers), "toolbus.submit", trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("toolbus.tool", sr.Tool), attribute.String("toolbus.agent", sr.Agent)))
+	ctx, span := c.tracer.Start(tracing.Extract(ctx, headers), "toolbus.submit", trace.WithSpanKind(trace.SpanKindServer))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("toolbus.tool", sr.Tool), attribute.String("toolbus.agent", sr.Agent))
+	}
 	defer func() {
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
@@ -194,7 +196,9 @@ func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallReques
 	}
 	msg.Header.Set(messages.HeaderMsgID, call.CallID)
 	tracing.Inject(ctx, msg.Header)
-	trace.SpanFromContext(ctx).SetAttributes(attribute.String("toolbus.call_id", call.CallID))
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("toolbus.call_id", call.CallID))
+	}
 	queuedMsg, err := c.ledger.EventMsg(&messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
 	if err != nil {
 		return false, err

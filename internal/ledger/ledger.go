@@ -413,6 +413,23 @@ func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan 
 			return res, nil
 		}
 	}
+	committedResult := func(msg *nats.Msg) *messages.CallResult {
+		var ev messages.CallEvent
+		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err == nil {
+			return ev.Result
+		}
+		return nil
+	}
+	if committed {
+		// Often the result is already there: no ticker for that.
+		select {
+		case msg := <-results:
+			if res := committedResult(msg); res != nil {
+				return res, nil
+			}
+		default:
+		}
+	}
 	t := time.NewTicker(ResultCheckInterval)
 	defer t.Stop()
 	for {
@@ -424,9 +441,8 @@ func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan 
 				}
 				continue
 			}
-			var ev messages.CallEvent
-			if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err == nil && ev.Result != nil {
-				return ev.Result, nil
+			if res := committedResult(msg); res != nil {
+				return res, nil
 			}
 		case <-t.C:
 			if res, ok := check(); ok {

@@ -91,8 +91,10 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, release func()) {
 	}
 
 	spanCtx, span := w.tracer.Start(tracing.Extract(context.Background(), msg.Headers()), "toolbus.execute "+req.Tool,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("toolbus.call_id", req.CallID), attribute.Int("toolbus.attempt", attempt), attribute.String("toolbus.worker", w.cfg.ID)))
+		trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("toolbus.call_id", req.CallID), attribute.Int("toolbus.attempt", attempt), attribute.String("toolbus.worker", w.cfg.ID))
+	}
 	defer span.End()
 	ctx, cancel := context.WithCancelCause(spanCtx)
 	defer cancel(nil)
