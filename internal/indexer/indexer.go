@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"regexp"
 	"sync"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/discovery"
+	"github.com/toolbus/toolbus/internal/instance"
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -57,7 +56,7 @@ func (c Config) withDefaults() Config {
 		c.Prefix = messages.DefaultPrefix
 	}
 	if c.ID == "" {
-		c.ID = defaultID()
+		c.ID = instance.ID("indexer")
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = 10 * time.Second
@@ -75,20 +74,6 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	return c
-}
-
-var unsafeIDChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)
-
-func defaultID() string {
-	host, _ := os.Hostname()
-	host = unsafeIDChars.ReplaceAllString(host, "_")
-	if len(host) > 40 {
-		host = host[:40]
-	}
-	if host == "" {
-		host = "indexer"
-	}
-	return host + "-" + randomHex(4)
 }
 
 func randomHex(n int) string {

@@ -67,11 +67,21 @@ func (l *Ledger) Append(ctx context.Context, ev *messages.CallEvent) (uint64, er
 	if err != nil {
 		return 0, err
 	}
-	ack, err := l.js.PublishMsg(ctx, msg)
+	seq, err := l.store(ctx, msg)
 	if err != nil {
 		return 0, fmt.Errorf("store %s event of call %s: %w", ev.Kind, ev.CallID, err)
 	}
-	return ack.Sequence, nil
+	return seq, nil
+}
+
+// store publishes msg and waits until the stream has it.
+func (l *Ledger) store(ctx context.Context, msg *nats.Msg) (uint64, error) {
+	pending, err := l.Publish(msg)
+	if err != nil {
+		return 0, err
+	}
+	seq, _, err := pending.Wait(ctx)
+	return seq, err
 }
 
 // AppendAsync stores an event without waiting for the stream's
@@ -102,12 +112,9 @@ func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter
 	if err != nil {
 		return 0, err
 	}
-	pending, err := l.Publish(msg)
+	seq, err := l.store(ctx, msg)
 	if err == nil {
-		var seq uint64
-		if seq, _, err = pending.Wait(ctx); err == nil {
-			return seq, nil
-		}
+		return seq, nil
 	}
 	if isWrongLastSequence(err) {
 		return 0, ErrChanged

@@ -136,21 +136,21 @@ func (c *Catalog) Match(p Pattern) []*messages.ToolDefinition {
 
 // match calls fn with the index of every tool p matches, in index order.
 func (c *Catalog) match(p *Pattern, fn func(int32)) {
-	if !p.namespace.wild {
-		c.matchNamespace(p, p.namespace.exact, fn)
+	if ns, ok := p.namespace.Literal(); ok {
+		c.matchNamespace(p, ns, fn)
 		return
 	}
 	for _, ns := range c.namespaces {
-		if p.namespace.match(ns) {
+		if p.namespace.Match(ns) {
 			c.matchNamespace(p, ns, fn)
 		}
 	}
 }
 
 func (c *Catalog) matchNamespace(p *Pattern, ns string, fn func(int32)) {
-	if !p.method.wild {
+	if method, ok := p.method.Literal(); ok {
 		var buf [2 * messages.MaxToolNameLength]byte
-		key := append(append(append(buf[:0], ns...), '-'), p.method.exact...)
+		key := append(append(append(buf[:0], ns...), '-'), method...)
 		if i, ok := c.byName[string(key)]; ok {
 			fn(i)
 		}
@@ -161,7 +161,7 @@ func (c *Catalog) matchNamespace(p *Pattern, ns string, fn func(int32)) {
 		return
 	}
 	for i := span[0]; i < span[1]; i++ {
-		if p.method.match(c.names[i].Method) {
+		if p.method.Match(c.names[i].Method) {
 			fn(i)
 		}
 	}

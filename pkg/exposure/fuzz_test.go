@@ -56,13 +56,15 @@ func FuzzParsePattern(f *testing.F) {
 			return
 		}
 		got := p.Match(n)
-		if !p.namespace.wild && !p.method.wild {
-			want := p.namespace.exact == n.Namespace && p.method.exact == n.Method
+		ns, nsLiteral := p.namespace.Literal()
+		method, methodLiteral := p.method.Literal()
+		if nsLiteral && methodLiteral {
+			want := ns == n.Namespace && method == n.Method
 			if got != want {
 				t.Fatalf("%q matches %q = %v, want %v", pattern, tool, got, want)
 			}
 		}
-		if got && !p.namespace.wild && p.namespace.exact != n.Namespace {
+		if got && nsLiteral && ns != n.Namespace {
 			t.Fatalf("%q matches %q across namespaces", pattern, tool)
 		}
 	})

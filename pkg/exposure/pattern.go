@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/toolbus/toolbus/internal/glob"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -18,8 +19,8 @@ import (
 // The zero Pattern matches nothing.
 type Pattern struct {
 	source    string
-	namespace glob
-	method    glob
+	namespace glob.Glob
+	method    glob.Glob
 }
 
 // ParsePattern compiles a pattern. It fails when a part is empty or holds a
@@ -30,18 +31,9 @@ func ParsePattern(s string) (Pattern, error) {
 	if s == "" {
 		return Pattern{}, fmt.Errorf("pattern is empty")
 	}
-	var ns, method string
-	if i := strings.IndexByte(s, ':'); i >= 0 {
-		ns, method = s[:i], s[i+1:]
-		ns = strings.NewReplacer("/", "_", ".", "_").Replace(ns)
-	} else if i := strings.LastIndexByte(s, '/'); i >= 0 {
-		ns, method = strings.ReplaceAll(s[:i], "/", "_"), s[i+1:]
-	} else if i := strings.IndexByte(s, '.'); i >= 0 {
-		ns, method = s[:i], s[i+1:]
-	} else if i := strings.IndexByte(s, '-'); i >= 0 {
-		ns, method = s[:i], s[i+1:]
-	} else {
-		ns, method = s, "*"
+	ns, method, ok := messages.SplitToolName(s)
+	if !ok {
+		method = "*" // a namespace alone: all its tools
 	}
 	if err := checkPart(ns, "namespace", false); err != nil {
 		return Pattern{}, fmt.Errorf("pattern %q: %w", src, err)
@@ -49,7 +41,7 @@ func ParsePattern(s string) (Pattern, error) {
 	if err := checkPart(method, "method", true); err != nil {
 		return Pattern{}, fmt.Errorf("pattern %q: %w", src, err)
 	}
-	return Pattern{source: src, namespace: compileGlob(ns), method: compileGlob(method)}, nil
+	return Pattern{source: src, namespace: glob.Compile(ns), method: glob.Compile(method)}, nil
 }
 
 // MustParsePattern is ParsePattern that panics, for constant patterns.
@@ -82,46 +74,5 @@ func (p Pattern) String() string { return p.source }
 
 // Match reports whether the pattern matches the tool.
 func (p Pattern) Match(name messages.ToolName) bool {
-	return p.namespace.match(name.Namespace) && p.method.match(name.Method)
-}
-
-// glob matches one part of a tool name. Without '*' it is an exact
-// comparison; with it, parts holds the literal runs between the stars.
-type glob struct {
-	exact string
-	parts []string
-	wild  bool
-	any   bool
-}
-
-func compileGlob(s string) glob {
-	if !strings.Contains(s, "*") {
-		return glob{exact: s}
-	}
-	for strings.Contains(s, "**") {
-		s = strings.ReplaceAll(s, "**", "*")
-	}
-	return glob{parts: strings.Split(s, "*"), wild: true, any: s == "*"}
-}
-
-func (g *glob) match(s string) bool {
-	if !g.wild {
-		return g.exact != "" && s == g.exact
-	}
-	if g.any {
-		return true
-	}
-	first, last := g.parts[0], g.parts[len(g.parts)-1]
-	if len(s) < len(first)+len(last) || !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
-		return false
-	}
-	s = s[len(first) : len(s)-len(last)]
-	for _, mid := range g.parts[1 : len(g.parts)-1] {
-		i := strings.Index(s, mid)
-		if i < 0 {
-			return false
-		}
-		s = s[i+len(mid):]
-	}
-	return true
+	return p.namespace.Match(name.Namespace) && p.method.Match(name.Method)
 }

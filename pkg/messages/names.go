@@ -109,22 +109,33 @@ func ValidateNotify(subject string) error {
 	return nil
 }
 
+// SplitToolName splits a tool reference written in any of the spellings
+// ParseToolName accepts into its namespace and method, without checking
+// them, so that patterns can be read the same way. ok is false when s holds
+// no separator.
+func SplitToolName(s string) (ns, method string, ok bool) {
+	if i := strings.IndexByte(s, ':'); i >= 0 {
+		return strings.NewReplacer("/", "_", ".", "_").Replace(s[:i]), s[i+1:], true
+	}
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		return strings.ReplaceAll(s[:i], "/", "_"), s[i+1:], true
+	}
+	if i := strings.IndexByte(s, '.'); i >= 0 {
+		return s[:i], s[i+1:], true
+	}
+	if i := strings.IndexByte(s, '-'); i >= 0 {
+		return s[:i], s[i+1:], true
+	}
+	return s, "", false
+}
+
 // ParseToolName reads a tool reference in any of its spellings:
 // "namespace-method", "namespace:method", "namespace/method" and
 // "namespace.method" all name the same tool. A nested service "a/b:method"
 // maps to namespace "a_b".
 func ParseToolName(s string) (ToolName, error) {
-	var ns, method string
-	if i := strings.IndexByte(s, ':'); i >= 0 {
-		ns, method = s[:i], s[i+1:]
-		ns = strings.NewReplacer("/", "_", ".", "_").Replace(ns)
-	} else if i := strings.LastIndexByte(s, '/'); i >= 0 {
-		ns, method = strings.ReplaceAll(s[:i], "/", "_"), s[i+1:]
-	} else if i := strings.IndexByte(s, '.'); i >= 0 {
-		ns, method = s[:i], s[i+1:]
-	} else if i := strings.IndexByte(s, '-'); i >= 0 {
-		ns, method = s[:i], s[i+1:]
-	} else {
+	ns, method, ok := SplitToolName(s)
+	if !ok {
 		return ToolName{}, &NameError{Kind: "tool name", Value: s, Reason: `must name a namespace and a method, as "namespace-method"`}
 	}
 	n := ToolName{Namespace: ns, Method: method}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/toolbus/toolbus/internal/glob"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -275,7 +276,7 @@ type compiledRule struct {
 	tagsAll    []string
 	tagsNone   []string
 	sources    []string
-	agents     []glob
+	agents     []glob.Glob
 	arguments  []argumentMatcher
 	decision   Decision
 }
@@ -350,7 +351,7 @@ func compileRule(r Rule, entry int, o *origin) (compiledRule, Rule, []error) {
 	}
 	norm.Agents = sortedSet(r.Agents)
 	for _, a := range norm.Agents {
-		c.agents = append(c.agents, compileGlob(a))
+		c.agents = append(c.agents, glob.Compile(a))
 	}
 
 	for i, a := range r.Arguments {
@@ -428,7 +429,7 @@ func (r *compiledRule) matchesTool(ns, method string, def *messages.ToolDefiniti
 	if len(r.agents) > 0 {
 		ok := false
 		for i := range r.agents {
-			if r.agents[i].match(agent) {
+			if r.agents[i].Match(agent) {
 				ok = true
 				break
 			}
@@ -449,42 +450,13 @@ func (r *compiledRule) matchesArguments(args *arguments) bool {
 	return true
 }
 
-// glob matches a string against a pattern in which '*' stands for any run
-// of characters, the empty run included.
-type glob struct {
-	parts []string // the pattern split at '*'
-}
-
-func compileGlob(pattern string) glob { return glob{parts: strings.Split(pattern, "*")} }
-
-func (g glob) match(s string) bool {
-	if len(g.parts) == 1 {
-		return s == g.parts[0]
-	}
-	first, last := g.parts[0], g.parts[len(g.parts)-1]
-	if len(s) < len(first)+len(last) || !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
-		return false
-	}
-	s = s[len(first) : len(s)-len(last)]
-	for _, mid := range g.parts[1 : len(g.parts)-1] {
-		i := strings.Index(s, mid)
-		if i < 0 {
-			return false
-		}
-		s = s[i+len(mid):]
-	}
-	return true
-}
-
-func (g glob) String() string { return strings.Join(g.parts, "*") }
-
 // toolPattern matches a tool's namespace and method separately.
 type toolPattern struct {
-	namespace, method glob
+	namespace, method glob.Glob
 }
 
 func (t toolPattern) match(ns, method string) bool {
-	return t.namespace.match(ns) && t.method.match(method)
+	return t.namespace.Match(ns) && t.method.Match(method)
 }
 
 // String returns the pattern in canonical "namespace-method" spelling.
@@ -494,17 +466,9 @@ func (t toolPattern) String() string { return t.namespace.String() + "-" + t.met
 // messages.ParseToolName accepts, with '*' allowed in either part; a
 // pattern with no separator is a namespace and matches all its tools.
 func parseToolPattern(s string) (toolPattern, error) {
-	var ns, method string
-	if i := strings.IndexByte(s, ':'); i >= 0 {
-		ns, method = strings.NewReplacer("/", "_", ".", "_").Replace(s[:i]), s[i+1:]
-	} else if i := strings.LastIndexByte(s, '/'); i >= 0 {
-		ns, method = strings.ReplaceAll(s[:i], "/", "_"), s[i+1:]
-	} else if i := strings.IndexByte(s, '.'); i >= 0 {
-		ns, method = s[:i], s[i+1:]
-	} else if i := strings.IndexByte(s, '-'); i >= 0 {
-		ns, method = s[:i], s[i+1:]
-	} else {
-		ns, method = s, "*"
+	ns, method, ok := messages.SplitToolName(s)
+	if !ok {
+		method = "*" // a namespace alone: all its tools
 	}
 	if !validPatternPart(ns, false) {
 		return toolPattern{}, fmt.Errorf("invalid tool pattern %q: the namespace %q must be non-empty and hold only letters, digits, '_' and '*'", s, ns)
@@ -512,7 +476,7 @@ func parseToolPattern(s string) (toolPattern, error) {
 	if !validPatternPart(method, true) {
 		return toolPattern{}, fmt.Errorf("invalid tool pattern %q: the method %q must be non-empty and hold only letters, digits, '_', '-' and '*'", s, method)
 	}
-	return toolPattern{namespace: compileGlob(ns), method: compileGlob(method)}, nil
+	return toolPattern{namespace: glob.Compile(ns), method: glob.Compile(method)}, nil
 }
 
 func validPatternPart(s string, dash bool) bool {

@@ -5,16 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"regexp"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolbus/toolbus/internal/instance"
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/reuse"
@@ -62,7 +60,7 @@ func (c Config) withDefaults() Config {
 		c.Prefix = messages.DefaultPrefix
 	}
 	if c.ID == "" {
-		c.ID = defaultID()
+		c.ID = instance.ID("worker")
 	}
 	if c.AckWait == 0 {
 		c.AckWait = 30 * time.Second
@@ -83,20 +81,6 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	return c
-}
-
-var unsafeIDChars = regexp.MustCompile(`[^A-Za-z0-9_=-]+`)
-
-func defaultID() string {
-	host, _ := os.Hostname()
-	host = unsafeIDChars.ReplaceAllString(host, "_")
-	if len(host) > 40 {
-		host = host[:40]
-	}
-	if host == "" {
-		host = "worker"
-	}
-	return host + "-" + nuid.Next()[12:]
 }
 
 // Namespace is a set of tools a worker serves together.

@@ -156,7 +156,20 @@ func fifoTap(t *testing.T) (string, *wireTap) {
 }
 
 // groupMembers lists the processes of a process group.
-func groupMembers(t *testing.T, pgid int) []int {
+func groupMembers(t *testing.T, pgid int) []int { return livingProcesses(t, statPGRP, pgid) }
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(t *testing.T, pid int) []int { return livingProcesses(t, statPPID, pid) }
+
+// Fields of /proc/<pid>/stat counted after the command's closing ')'.
+const (
+	statPPID = 1
+	statPGRP = 2
+)
+
+// livingProcesses lists the processes that are not zombies and whose stat
+// field (statPPID or statPGRP) is value.
+func livingProcesses(t *testing.T, field, value int) []int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -175,7 +188,7 @@ func groupMembers(t *testing.T, pgid int) []int {
 		// pid (comm) state ppid pgrp ...: comm may hold anything, so read after its ')'.
 		i := bytes.LastIndexByte(stat, ')')
 		fields := strings.Fields(string(stat[i+1:]))
-		if len(fields) > 2 && fields[0] != "Z" && fields[2] == strconv.Itoa(pgid) {
+		if len(fields) > field && fields[0] != "Z" && fields[field] == strconv.Itoa(value) {
 			pids = append(pids, pid)
 		}
 	}
@@ -869,32 +882,6 @@ func TestOpenAPISourceRejectsBrokenSpec(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "#/components/schemas/Missing") {
 		t.Fatalf("worker Start: %v", err)
 	}
-}
-
-// childrenOf lists the processes whose parent is pid.
-func childrenOf(t *testing.T, pid int) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(stat, ')')
-		fields := strings.Fields(string(stat[i+1:]))
-		if len(fields) > 1 && fields[0] != "Z" && fields[1] == strconv.Itoa(pid) {
-			out = append(out, child)
-		}
-	}
-	return out
 }
 
 // TestWorkerConfigFile runs the worker command on a configuration file
