@@ -65,6 +65,9 @@ func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request) {
 		c.respondError(req, err)
 		return
 	}
+	if _, quiet := reply.(noReply); quiet {
+		return
+	}
 	data, err := codec.Marshal(reply)
 	if err != nil {
 		c.respondError(req, fmt.Errorf("encode reply: %w", err))
@@ -72,6 +75,10 @@ func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request) {
 	}
 	c.reply(req, &nats.Msg{Header: nats.Header(codec.NewHeader()), Data: data})
 }
+
+// noReply is what a handler returns when it answers nothing: a quiet
+// submit whose call was queued.
+type noReply struct{}
 
 // reply sends a reply itself rather than through micro's Request, which
 // expects to be answered before its handler returns: these handlers

@@ -23,7 +23,11 @@ func (c *Coordinator) submit(ctx context.Context, req *request) (any, error) {
 	if err := req.decode(&sr); err != nil {
 		return nil, err
 	}
-	return c.Submit(ctx, &sr, req.Headers())
+	reply, err := c.Submit(ctx, &sr, req.Headers())
+	if err == nil && sr.Quiet && reply.State == messages.StateQueued {
+		return noReply{}, nil
+	}
+	return reply, err
 }
 
 // Submit checks a call and queues it. It is the calls.submit endpoint;
@@ -67,6 +71,22 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 		}
 		if sr.IdempotencyKey != "" {
 			return nil, messages.Errorf(messages.CodeBadRequest, "route and idempotency_key exclude each other: an idempotent call's ID comes from its key; use notify for its result")
+		}
+	}
+	if sr.CallID != "" {
+		if sr.Route == "" {
+			return nil, messages.Errorf(messages.CodeBadRequest, "call_id needs a route: a caller names the ID only of a call on its route")
+		}
+		if err := messages.ValidateRoutedCallID(sr.Route, sr.CallID); err != nil {
+			return nil, err
+		}
+	}
+	if sr.Quiet {
+		if sr.CallID == "" {
+			return nil, messages.Errorf(messages.CodeBadRequest, "quiet needs call_id: without a reply the caller learns the call's ID from nowhere else")
+		}
+		if sr.Wait {
+			return nil, messages.Errorf(messages.CodeBadRequest, "quiet and wait exclude each other")
 		}
 	}
 	if sr.TimeoutMS < 0 || sr.WaitMS < 0 {
@@ -140,6 +160,8 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 		if reply, err := c.existingCall(ctx, call, sr); reply != nil || err != nil {
 			return reply, err
 		}
+	} else if sr.CallID != "" {
+		call.CallID = sr.CallID
 	} else if sr.Route != "" {
 		call.CallID = messages.RoutedCallID(sr.Route, nuid.Next())
 	} else {

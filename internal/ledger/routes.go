@@ -3,18 +3,19 @@ package ledger
 import (
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
-// Routes receives the committed results of one client's routed calls on
-// one subscription (see messages.RouteSubject). A result can come before
-// the submit's reply has told the caller the call's ID; it is kept for
-// the caller for a while.
+// Routes receives the messages of one client's routed calls on one
+// subscription (see messages.RouteSubject): the committed results, and the
+// coordinator's answers to quiet submits. A caller names its call's ID
+// itself and awaits it before submitting, so a message for an ID nobody
+// awaits belongs to a call its caller gave up on, and is dropped.
 type Routes struct {
 	nc    *nats.Conn
 	names messages.Names
@@ -23,24 +24,14 @@ type Routes struct {
 	mu      sync.Mutex
 	sub     *nats.Subscription
 	waiting map[string]chan *nats.Msg
-	early   map[string]earlyResult
 }
-
-type earlyResult struct {
-	msg *nats.Msg
-	at  time.Time
-}
-
-// earlyKept is how long a result nobody waits for yet is kept; a caller
-// that comes later asks the stream (every ResultCheckInterval).
-const earlyKept = time.Minute
 
 // NewRoutes returns a client's routes under a new route; it subscribes on first use.
 func NewRoutes(nc *nats.Conn, names messages.Names) *Routes {
-	return &Routes{nc: nc, names: names, route: nuid.Next(), waiting: map[string]chan *nats.Msg{}, early: map[string]earlyResult{}}
+	return &Routes{nc: nc, names: names, route: nuid.Next(), waiting: map[string]chan *nats.Msg{}}
 }
 
-// Route returns the route to name in submits, once results on it are received.
+// Route returns the route to name in submits, once messages on it are received.
 func (r *Routes) Route() (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -53,23 +44,19 @@ func (r *Routes) Route() (string, error) {
 		if err != nil {
 			return "", err
 		}
-		// Results are read as they come; none is dropped for a slow reader.
+		// Messages are read as they come; none is dropped for a slow reader.
 		_ = sub.SetPendingLimits(-1, -1)
 		r.sub = sub
 	}
 	return r.route, nil
 }
 
-// Await returns the channel the call's result arrives on. Call done when finished.
+// Await returns the channel the call's messages arrive on: at most an
+// answer to its submit and its result. Call done when finished.
 func (r *Routes) Await(callID string) (<-chan *nats.Msg, func()) {
-	ch := make(chan *nats.Msg, 1)
+	ch := make(chan *nats.Msg, 2)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e, ok := r.early[callID]; ok {
-		delete(r.early, callID)
-		ch <- e.msg
-		return ch, func() {}
-	}
 	r.waiting[callID] = ch
 	return ch, func() {
 		r.mu.Lock()
@@ -87,18 +74,13 @@ func (r *Routes) dispatch(msg *nats.Msg) {
 		case ch <- msg:
 		default:
 		}
-		return
 	}
-	now := time.Now()
-	if len(r.early) >= 1024 {
-		for id, e := range r.early {
-			if now.Sub(e.at) > earlyKept {
-				delete(r.early, id)
-			}
-		}
-	}
-	r.early[callID] = earlyResult{msg: msg, at: now}
 }
+
+// IsStoredEvent reports whether msg is a stored event republished by the
+// events stream, rather than a message sent to the same subject by a
+// coordinator or the server.
+func IsStoredEvent(msg *nats.Msg) bool { return msg.Header.Get(jetstream.SequenceHeader) != "" }
 
 // Close ends the subscription.
 func (r *Routes) Close() {

@@ -11,9 +11,10 @@ import (
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
-// A routed result can arrive before the submit's reply has named the call;
-// it waits for the caller instead of being dropped.
-func TestRoutedResultBeforeItsCallerWaits(t *testing.T) {
+// Messages on a route reach the caller awaiting their call: both an
+// answer to the submit and the result; a message of a call nobody awaits
+// reaches nobody.
+func TestRoutesDispatchByCall(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Server(t)
 	nc := testenv.Connect(t, srv.URL())
@@ -24,34 +25,47 @@ func TestRoutedResultBeforeItsCallerWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	early, waited, last := route+"aaaaaaaaaaaaaaaaaaaaaa", route+"bbbbbbbbbbbbbbbbbbbbbb", route+"cccccccccccccccccccccc"
-	waitedCh, waitedDone := routes.Await(waited)
-	defer waitedDone()
-	lastCh, lastDone := routes.Await(last)
-	defer lastDone()
+	abandoned, first, second := route+"aaaaaaaaaaaaaaaaaaaaaa", route+"bbbbbbbbbbbbbbbbbbbbbb", route+"cccccccccccccccccccccc"
+	firstCh, firstDone := routes.Await(first)
+	defer firstDone()
+	secondCh, secondDone := routes.Await(second)
+	defer secondDone()
 	pub := testenv.Connect(t, srv.URL())
-	for _, id := range []string{early, waited, last} {
-		if err := pub.Publish("toolbus.results."+route+"."+id[len(route):], []byte(id)); err != nil {
+	send := func(id, body string) {
+		t.Helper()
+		subject, err := names.CallRouteSubject(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.Publish(subject, []byte(body)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Results are dispatched in order: once the last is in, the early one
-	// has arrived with nobody waiting for it.
-	select {
-	case <-lastCh:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no result for the last call")
-	}
-	earlyCh, earlyDone := routes.Await(early)
-	defer earlyDone()
-	for id, ch := range map[string]<-chan *nats.Msg{early: earlyCh, waited: waitedCh} {
+	send(abandoned, "abandoned")
+	send(first, "answer")
+	send(first, "result")
+	send(second, "result")
+	receive := func(ch <-chan *nats.Msg, want string) {
+		t.Helper()
 		select {
 		case msg := <-ch:
-			if string(msg.Data) != id {
-				t.Fatalf("waiter of %s got %q", id, msg.Data)
+			if string(msg.Data) != want {
+				t.Fatalf("got %q, want %q", msg.Data, want)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("no result for %s", id)
+			t.Fatalf("no %q", want)
 		}
+	}
+	// Messages are dispatched in order: once the second call's result is
+	// in, the abandoned call's message has been dropped.
+	receive(secondCh, "result")
+	receive(firstCh, "answer")
+	receive(firstCh, "result")
+	select {
+	case msg := <-firstCh:
+		t.Fatalf("first call got another message %q", msg.Data)
+	case msg := <-secondCh:
+		t.Fatalf("second call got another message %q", msg.Data)
+	default:
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/tracing"
@@ -92,10 +93,20 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any) erro
 	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return messages.Errorf(messages.CodeUnavailable, "no coordinator answers on %s", subject)
+			return noCoordinator(subject)
 		}
 		return fmt.Errorf("%s: %w", endpoint, err)
 	}
+	return decodeReply(endpoint, reply, out)
+}
+
+func noCoordinator(subject string) error {
+	return messages.Errorf(messages.CodeUnavailable, "no coordinator answers on %s", subject)
+}
+
+// decodeReply decodes a reply into out, or returns the error it carries
+// as *messages.Error.
+func decodeReply(endpoint string, reply *nats.Msg, out any) error {
 	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
 		var e messages.Error
 		if len(reply.Data) > 0 {
@@ -182,45 +193,182 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 	for _, opt := range opts {
 		opt(&req)
 	}
-	var results <-chan *nats.Msg
 	if req.IdempotencyKey == "" {
-		if req.Route, err = c.routes.Route(); err != nil {
-			return nil, err
-		}
-	} else {
-		var done func()
-		if req.Notify, results, done, err = c.inbox.Register(1); err != nil {
-			return nil, err
-		}
-		defer done()
+		return c.callOnRoute(ctx, req)
 	}
-	var reply *messages.SubmitReply
+	notify, results, done, err := c.inbox.Register(1)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	req.Notify = notify
+	reply, err := c.submitRetrying(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if res, settled, err := settle(reply); settled {
+		return res, err
+	}
+	return c.ledger.WaitOn(ctx, reply.CallID, results)
+}
+
+// callOnRoute makes a call on the client's route with an ID chosen here,
+// so that its result is awaited before anything is sent. The submit is
+// quiet: the coordinator answers, on the same route, only if the call is
+// not queued (a refusal, an approval to obtain). If neither an answer nor
+// the result has come after ResultCheckInterval, the events stream is asked
+// whether the call exists; if it does not, the submit is sent again as a
+// request with a reply, which queues the call once whatever became of the
+// first (the calls stream drops a second message with the same ID).
+func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*messages.CallResult, error) {
+	route, err := c.routes.Route()
+	if err != nil {
+		return nil, err
+	}
+	req.Route, req.CallID, req.Quiet = route, messages.RoutedCallID(route, nuid.Next()), true
+	answers, done := c.routes.Await(req.CallID)
+	defer done()
+	if err := c.submitQuietly(ctx, req); err != nil {
+		return nil, err
+	}
+	check := time.NewTicker(ledger.ResultCheckInterval)
+	defer check.Stop()
+	confirmed := false
+	for attempt := 0; ; {
+		select {
+		case msg := <-answers:
+			if ledger.IsStoredEvent(msg) {
+				var ev messages.CallEvent
+				if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err == nil && ev.Result != nil {
+					return ev.Result, nil
+				}
+				break
+			}
+			var reply messages.SubmitReply
+			err := decodeAnswer(msg, &reply)
+			if isNoCoordinator(err) && attempt < 4 {
+				if err := sleep(ctx, retryDelay(attempt)); err != nil {
+					return nil, err
+				}
+				attempt++
+				if err := c.submitQuietly(ctx, req); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			if res, settled, err := settle(&reply); settled {
+				return res, err
+			}
+			confirmed = true
+		case <-check.C:
+			snap, err := c.ledger.Snapshot(ctx, req.CallID)
+			if err != nil {
+				break // asked again at the next tick
+			}
+			if snap.Result != nil && snap.Result.Result != nil {
+				return snap.Result.Result, nil
+			}
+			if !confirmed && !snap.Exists() {
+				loud := req
+				loud.Quiet = false
+				reply, err := c.submitRetrying(ctx, loud)
+				if err != nil {
+					return nil, err
+				}
+				if res, settled, err := settle(reply); settled {
+					return res, err
+				}
+			}
+			confirmed = true
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for call %s: %w", req.CallID, ctx.Err())
+		}
+	}
+}
+
+// submitQuietly publishes a quiet submit whose answers, if any, come on
+// the call's route.
+func (c *Client) submitQuietly(ctx context.Context, req messages.SubmitRequest) error {
+	subject, err := c.names.APISubject(messages.EndpointCallsSubmit)
+	if err != nil {
+		return err
+	}
+	reply, err := c.names.CallRouteSubject(req.CallID)
+	if err != nil {
+		return err
+	}
+	data, err := c.opts.Codec.Marshal(&req)
+	if err != nil {
+		return fmt.Errorf("encode submit: %w", err)
+	}
+	msg := &nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
+	tracing.Inject(ctx, msg.Header)
+	if err := c.nc.PublishMsg(msg); err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	return nil
+}
+
+// decodeAnswer reads the coordinator's answer to a quiet submit, or the
+// server's status when no coordinator listens.
+func decodeAnswer(msg *nats.Msg, out *messages.SubmitReply) error {
+	if len(msg.Data) == 0 && msg.Header.Get("Status") == noRespondersStatus {
+		return noCoordinator(msg.Subject)
+	}
+	return decodeReply(messages.EndpointCallsSubmit, msg, out)
+}
+
+// noRespondersStatus is the status of the message the server sends to a
+// request's reply subject when nothing listens on its subject.
+const noRespondersStatus = "503"
+
+func isNoCoordinator(err error) bool {
+	var e *messages.Error
+	return errors.As(err, &e) && e.Code == messages.CodeUnavailable && strings.Contains(e.Message, "no coordinator answers")
+}
+
+// submitRetrying submits, retrying errors that cannot have queued the call twice.
+func (c *Client) submitRetrying(ctx context.Context, req messages.SubmitRequest) (*messages.SubmitReply, error) {
 	for attempt := 0; ; attempt++ {
-		reply, err = c.Submit(ctx, req)
+		reply, err := c.Submit(ctx, req)
 		if err == nil {
-			break
+			return reply, nil
 		}
 		if ctx.Err() != nil || attempt >= 4 || !c.retryable(err, req.IdempotencyKey != "") {
 			return nil, err
 		}
-		select {
-		case <-time.After(time.Duration(100<<attempt) * time.Millisecond):
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if err := sleep(ctx, retryDelay(attempt)); err != nil {
+			return nil, err
 		}
 	}
+}
+
+func retryDelay(attempt int) time.Duration { return time.Duration(100<<attempt) * time.Millisecond }
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// settle reports whether a submit's reply ends the call: it carries the
+// result, or the call waits for an approval its agent is to obtain.
+func settle(reply *messages.SubmitReply) (*messages.CallResult, bool, error) {
 	if reply.Result != nil {
-		return reply.Result, nil
+		return reply.Result, true, nil
 	}
 	if reply.State == messages.StateAwaitingApproval && reply.Approval != nil && reply.Approval.Mode == messages.ApprovalPrompt {
-		return nil, &ApprovalRequiredError{CallID: reply.CallID, Approval: reply.Approval}
+		return nil, true, &ApprovalRequiredError{CallID: reply.CallID, Approval: reply.Approval}
 	}
-	if results == nil {
-		var done func()
-		results, done = c.routes.Await(reply.CallID)
-		defer done()
-	}
-	return c.ledger.WaitOn(ctx, reply.CallID, results)
+	return nil, false, nil
 }
 
 // ApprovalRequiredError is returned by Call when the call waits for an

@@ -58,6 +58,16 @@ type SubmitRequest struct {
 	// route. Not allowed with IdempotencyKey, whose call ID comes from
 	// the key; such a call can use Notify.
 	Route string `json:"route,omitempty"`
+	// CallID is the ID the caller gives its call: its route followed by
+	// RouteLength letters and digits of its choosing (see RoutedCallID).
+	// Only with Route. Knowing the ID, the caller can wait on its route
+	// before submitting, and can send the same submit again without the
+	// call running twice (within the calls stream's duplicate window).
+	CallID string `json:"call_id,omitempty"`
+	// Quiet asks for no reply when the call is queued: refusals and a call
+	// held for approval are still answered, on the request's reply
+	// subject. Needs CallID; not with Wait.
+	Quiet bool `json:"quiet,omitempty"`
 }
 
 // SubmitReply answers a SubmitRequest.

@@ -100,6 +100,10 @@ func (r *SubmitRequest) decodeFast(d *reader) error {
 			r.Notify, err = d.str()
 		case "route":
 			r.Route, err = d.str()
+		case "call_id":
+			r.CallID, err = d.str()
+		case "quiet":
+			r.Quiet, err = d.bool()
 		default:
 			err = d.skip()
 		}

@@ -32,7 +32,7 @@ func TestWrittenOutDecodersMatchReflection(t *testing.T) {
 		fast any
 		slow any
 	}{
-		{"submit", map[string]any{"tool": "a-b", "arguments": map[string]any{"x": 1}, "agent": "a", "turn": "t", "idempotency_key": "k", "timeout_ms": 5, "wait": true, "wait_ms": 7, "notify": "_INBOX.y", "route": "r", "extra": 1},
+		{"submit", map[string]any{"tool": "a-b", "arguments": map[string]any{"x": 1}, "agent": "a", "turn": "t", "idempotency_key": "k", "timeout_ms": 5, "wait": true, "wait_ms": 7, "notify": "_INBOX.y", "route": "r", "call_id": "rc", "quiet": true, "extra": 1},
 			&SubmitRequest{}, &plainSubmitRequest{}},
 		{"request", request, &CallRequest{}, &plainCallRequest{}},
 		{"result", result, &CallResult{}, &plainCallResult{}},

@@ -78,7 +78,7 @@ func count(present ...bool) int {
 // EncodeMsgpack writes the submit as reflection would, faster.
 func (r SubmitRequest) EncodeMsgpack(enc *msgpack.Encoder) error {
 	w := mapWriter{enc: enc}
-	w.header(1 + count(len(r.Arguments) > 0, r.Agent != "", r.Turn != "", r.IdempotencyKey != "", r.TimeoutMS != 0, r.Wait, r.WaitMS != 0, r.Notify != "", r.Route != ""))
+	w.header(1 + count(len(r.Arguments) > 0, r.Agent != "", r.Turn != "", r.IdempotencyKey != "", r.TimeoutMS != 0, r.Wait, r.WaitMS != 0, r.Notify != "", r.Route != "", r.CallID != "", r.Quiet))
 	w.str("tool", r.Tool)
 	if len(r.Arguments) > 0 {
 		w.value("arguments", r.Arguments)
@@ -106,6 +106,12 @@ func (r SubmitRequest) EncodeMsgpack(enc *msgpack.Encoder) error {
 	}
 	if r.Route != "" {
 		w.str("route", r.Route)
+	}
+	if r.CallID != "" {
+		w.str("call_id", r.CallID)
+	}
+	if r.Quiet {
+		w.bool("quiet", r.Quiet)
 	}
 	return w.err
 }

@@ -46,8 +46,8 @@ func TestWrittenOutEncodersMatchReflection(t *testing.T) {
 		name          string
 		fast, reflect any
 	}{
-		{"full submit", SubmitRequest{Tool: "a-b", Arguments: JSON(`{"k":"v"}`), Agent: "ag", Turn: "tu", IdempotencyKey: "k", TimeoutMS: 5, Wait: true, WaitMS: 7, Notify: "_INBOX.x", Route: "r"},
-			plainSubmitRequest{Tool: "a-b", Arguments: JSON(`{"k":"v"}`), Agent: "ag", Turn: "tu", IdempotencyKey: "k", TimeoutMS: 5, Wait: true, WaitMS: 7, Notify: "_INBOX.x", Route: "r"}},
+		{"full submit", SubmitRequest{Tool: "a-b", Arguments: JSON(`{"k":"v"}`), Agent: "ag", Turn: "tu", IdempotencyKey: "k", TimeoutMS: 5, Wait: true, WaitMS: 7, Notify: "_INBOX.x", Route: "r", CallID: "rc", Quiet: true},
+			plainSubmitRequest{Tool: "a-b", Arguments: JSON(`{"k":"v"}`), Agent: "ag", Turn: "tu", IdempotencyKey: "k", TimeoutMS: 5, Wait: true, WaitMS: 7, Notify: "_INBOX.x", Route: "r", CallID: "rc", Quiet: true}},
 		{"sparse submit", SubmitRequest{Tool: "a-b"}, plainSubmitRequest{Tool: "a-b"}},
 		{"full request", req, plainCallRequest(req)},
 		{"sparse request", CallRequest{CallID: "c"}, plainCallRequest{CallID: "c"}},

@@ -28,6 +28,27 @@ func ValidateRoute(route string) error {
 // a unique suffix of the same length.
 func RoutedCallID(route, suffix string) string { return route + suffix }
 
+// ValidateRoutedCallID reports whether id can be the ID of a call on route:
+// the route followed by RouteLength letters and digits.
+func ValidateRoutedCallID(route, id string) error {
+	if len(id) != 2*RouteLength || id[:RouteLength] != route || !onlyOf(id[RouteLength:], "") {
+		return &NameError{Kind: "call ID", Value: id, Reason: fmt.Sprintf("a call ID on route %s must be the route followed by %d letters and digits", route, RouteLength)}
+	}
+	return nil
+}
+
+// CallRouteSubject is the subject on which the routed result of a call
+// made on a route arrives.
+func (n Names) CallRouteSubject(callID string) (string, error) {
+	if len(callID) != 2*RouteLength {
+		return "", &NameError{Kind: "call ID", Value: callID, Reason: "not the ID of a call made on a route"}
+	}
+	if err := ValidateRoutedCallID(callID[:RouteLength], callID); err != nil {
+		return "", err
+	}
+	return n.prefix + ".results." + callID[:RouteLength] + "." + callID[RouteLength:], nil
+}
+
 // ResultsSubjects matches every routed result.
 func (n Names) ResultsSubjects() string { return n.prefix + ".results.>" }
 

@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -46,12 +47,17 @@ func TestPlainNATSClient(t *testing.T) {
 		return reply, out
 	}
 
-	reply, out := request("toolbus.api.tools.list", `{"namespace":"demo"}`)
+	// The coordinator's view of the catalog follows the worker's
+	// registration in the background.
+	var reply *nats.Msg
+	var out map[string]any
+	eventually(t, "the demo tools to be listed", func() bool {
+		reply, out = request("toolbus.api.tools.list", `{"namespace":"demo"}`)
+		tools, _ := out["tools"].([]any)
+		return len(tools) == len(demo.Tools())
+	})
 	if reply.Header.Get("Content-Type") != "application/json" || reply.Header.Get("Toolbus-Version") != "1" {
 		t.Fatalf("reply headers %v", reply.Header)
-	}
-	if tools, _ := out["tools"].([]any); len(tools) != len(demo.Tools()) {
-		t.Fatalf("tools.list: %v", out)
 	}
 
 	_, out = request("toolbus.api.calls.submit", `{"tool":"demo-word_count","arguments":{"text":"a b c"},"wait":true}`)
@@ -122,7 +128,7 @@ func TestPlainNATSClient(t *testing.T) {
 		}
 		ids[id] = text
 	}
-	for range ids {
+	for range len(ids) {
 		msg, err := routed.NextMsgWithContext(ctx)
 		if err != nil {
 			t.Fatalf("routed result: %v", err)
@@ -143,6 +149,51 @@ func TestPlainNATSClient(t *testing.T) {
 	reply, err = nc.RequestMsgWithContext(ctx, msg)
 	if err != nil || reply.Header.Get("Nats-Service-Error-Code") != "400" || !strings.Contains(string(reply.Data), "route") {
 		t.Fatalf("submit with a malformed route: %v %v %s", err, reply.Header, reply.Data)
+	}
+
+	// A quiet submit names its call's ID and gets no reply once the call
+	// is queued: the first message on the call's route subject, its reply
+	// subject, is the stored result (it carries the stream's headers). The
+	// tool sleeps, so a reply, had one been sent, would have come first.
+	quietID := route + nuid.Next()
+	quietSubject := "toolbus.results." + route + "." + quietID[len(route):]
+	quietly := func(body string) {
+		t.Helper()
+		msg := nats.NewMsg("toolbus.api.calls.submit")
+		msg.Header.Set("Content-Type", "application/json")
+		msg.Reply = quietSubject
+		msg.Data = []byte(body)
+		if err := nc.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quietly(`{"tool":"demo-sleep","arguments":{"seconds":0.2},"route":"` + route + `","call_id":"` + quietID + `","quiet":true}`)
+	msg, err = routed.NextMsgWithContext(ctx)
+	if err != nil {
+		t.Fatalf("quiet call: %v", err)
+	}
+	var ev map[string]any
+	if err := msgpack.Unmarshal(msg.Data, &ev); err != nil || msg.Subject != quietSubject || msg.Header.Get("Nats-Sequence") == "" || ev["kind"] != "result" || ev["call_id"] != quietID {
+		t.Fatalf("first message of a quiet call on %s: %v %v (%v)", msg.Subject, msg.Header, ev, err)
+	}
+	// A refused quiet submit is answered, on its reply subject.
+	quietID = route + nuid.Next()
+	quietSubject = "toolbus.results." + route + "." + quietID[len(route):]
+	quietly(`{"tool":"demo-nothing","route":"` + route + `","call_id":"` + quietID + `","quiet":true}`)
+	msg, err = routed.NextMsgWithContext(ctx)
+	if err != nil || msg.Subject != quietSubject || msg.Header.Get("Nats-Service-Error-Code") != "404" || !strings.Contains(string(msg.Data), "tool_not_found") {
+		t.Fatalf("refused quiet submit: %v %v %s", err, msg.Header, msg.Data)
+	}
+	for _, bad := range []struct{ body, want string }{
+		{`{"tool":"demo-echo","arguments":{"text":"x"},"quiet":true}`, "quiet needs call_id"},
+		{`{"tool":"demo-echo","arguments":{"text":"x"},"call_id":"` + route + nuid.Next() + `"}`, "call_id needs a route"},
+		{`{"tool":"demo-echo","arguments":{"text":"x"},"route":"` + route + `","call_id":"` + nuid.Next() + nuid.Next() + `"}`, "must be the route followed by"},
+		{`{"tool":"demo-echo","arguments":{"text":"x"},"route":"` + route + `","call_id":"` + route + nuid.Next() + `","quiet":true,"wait":true}`, "quiet and wait"},
+	} {
+		reply, out := request("toolbus.api.calls.submit", bad.body)
+		if reply.Header.Get("Nats-Service-Error-Code") != "400" || !strings.Contains(fmt.Sprint(out["message"]), bad.want) {
+			t.Fatalf("submit %s: %v %v", bad.body, reply.Header, out)
+		}
 	}
 }
 
@@ -387,5 +438,84 @@ func TestSlowRequestDoesNotHoldOthers(t *testing.T) {
 	close(g.release)
 	if err := receive(t, slow, "the slow submit"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Call submits quietly. If that submit is lost (here a subscriber that
+// is not a coordinator swallows it), Call finds no trace of the call in the
+// events stream at its next check and submits the same call again with a
+// reply: the call runs, under the ID Call chose.
+func TestCallRecoversALostQuietSubmit(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	ctx := testenv.Context(t)
+	hole := testenv.Connect(t, srv.URL())
+	swallowed := make(chan *nats.Msg, 1)
+	sub, err := hole.Subscribe("toolbus.api.calls.submit", func(m *nats.Msg) {
+		select {
+		case swallowed <- m:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hole.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "a"})
+	type outcome struct {
+		res *messages.CallResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.Call(ctx, "demo-echo", map[string]string{"text": "again"})
+		done <- outcome{res, err}
+	}()
+	var lost messages.SubmitRequest
+	select {
+	case m := <-swallowed:
+		if _, err := messages.Decode(messages.Header(m.Header), m.Data, &lost); err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("no submit")
+	}
+	if !lost.Quiet || lost.CallID == "" {
+		t.Fatalf("Call's submit is not quiet: %+v", lost)
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := hole.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Coordinator(t, srv.URL())
+	var o outcome
+	select {
+	case o = <-done:
+	case <-ctx.Done():
+		t.Fatal("Call did not recover the lost submit")
+	}
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.res.CallID != lost.CallID || o.res.IsError || len(o.res.Content) == 0 || o.res.Content[0].Text != "again" {
+		t.Fatalf("result %+v, want echo of call %s", o.res, lost.CallID)
+	}
+}
+
+// With no coordinator at all, the server answers the quiet submit on the
+// call's route; Call retries a few times, then reports it.
+func TestCallWithoutCoordinatorFails(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "a"})
+	_, err := c.Call(testenv.Context(t), "demo-echo", map[string]string{"text": "x"})
+	var e *messages.Error
+	if !errors.As(err, &e) || e.Code != messages.CodeUnavailable || !strings.Contains(e.Message, "no coordinator answers") {
+		t.Fatalf("Call without a coordinator: %v", err)
 	}
 }
