@@ -339,17 +339,31 @@ func (c *Coordinator) awaitResult(ctx context.Context, reply *messages.SubmitRep
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	// A message on the result subject is some attempt's write, which
-	// JetStream may have refused; the committed result is read back.
-	_, _ = sub.NextMsgWithContext(wctx)
-	snap, err := c.ledger.Snapshot(ctx, reply.CallID)
-	if err != nil {
-		return reply, nil
+	// JetStream may have refused, and which subscribers can see before the
+	// stream has stored it: the committed result is read back until it is
+	// there (a refused write finds the result that stood before it).
+	_, err := sub.NextMsgWithContext(wctx)
+	lastLook := err != nil // the wait is over
+	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
+		snap, err := c.ledger.Snapshot(ctx, reply.CallID)
+		if err == nil {
+			reply.State = snap.State()
+			if snap.Result != nil {
+				reply.Result = snap.Result.Result
+				return reply, nil
+			}
+		}
+		if lastLook {
+			return reply, nil
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-wctx.Done():
+			t.Stop()
+			lastLook = true
+		}
 	}
-	reply.State = snap.State()
-	if snap.Result != nil {
-		reply.Result = snap.Result.Result
-	}
-	return reply, nil
 }
 
 // compactJSON returns the arguments without insignificant whitespace; an

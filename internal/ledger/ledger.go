@@ -105,12 +105,16 @@ func isWrongLastSequence(err error) bool {
 // conditional stores ev only if the last sequence among the subjects
 // matching filter is lastSeq (0: none of them has a message yet).
 func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter string, lastSeq uint64) (uint64, error) {
-	h := make(nats.Header, 6)
+	h := make(nats.Header, 3)
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(lastSeq, 10))
-	h.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
 	msg, err := l.eventMsg(ev, h)
 	if err != nil {
 		return 0, err
+	}
+	if filter != msg.Subject {
+		// Without it the condition is on the event's own subject, and the
+		// stored event (and its republished copy) is a header shorter.
+		h.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
 	}
 	seq, err := l.store(ctx, msg)
 	if err == nil {

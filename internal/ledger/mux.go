@@ -1,10 +1,10 @@
 package ledger
 
 import (
+	"strconv"
 	"sync"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nuid"
 )
 
 // Inbox receives messages for many waiters on one wildcard subscription:
@@ -18,6 +18,8 @@ type Inbox struct {
 	prefix  string
 	sub     *nats.Subscription
 	waiting map[string]chan *nats.Msg
+	// next numbers the subjects: unique under the inbox's random prefix.
+	next uint64
 }
 
 // NewInbox returns an inbox on the connection; it subscribes on first use.
@@ -40,7 +42,8 @@ func (m *Inbox) Register(buffer int) (string, <-chan *nats.Msg, func(), error) {
 		_ = sub.SetPendingLimits(-1, -1)
 		m.sub = sub
 	}
-	token := nuid.Next()
+	m.next++
+	token := strconv.FormatUint(m.next, 36)
 	ch := make(chan *nats.Msg, buffer)
 	m.waiting[token] = ch
 	done := func() {

@@ -3,6 +3,7 @@ package ledger
 import (
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,6 +25,8 @@ type Routes struct {
 	mu      sync.Mutex
 	sub     *nats.Subscription
 	waiting map[string]chan *nats.Msg
+	// check is closed at the next check (see Check).
+	check chan struct{}
 }
 
 // NewRoutes returns a client's routes under a new route; it subscribes on first use.
@@ -75,6 +78,25 @@ func (r *Routes) dispatch(msg *nats.Msg) {
 		default:
 		}
 	}
+}
+
+// Check returns a channel that is closed within ResultCheckInterval: the
+// moment for its waiters to ask the stream about messages they may have
+// missed. All waiters share one timer rather than each having its own.
+func (r *Routes) Check() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.check == nil {
+		ch := make(chan struct{})
+		r.check = ch
+		time.AfterFunc(ResultCheckInterval, func() {
+			r.mu.Lock()
+			r.check = nil
+			r.mu.Unlock()
+			close(ch)
+		})
+	}
+	return r.check
 }
 
 // IsStoredEvent reports whether msg is a stored event republished by the

@@ -25,6 +25,11 @@ func TestRoutesDispatchByCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The messages come from another connection: the server must have the
+	// subscription first.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	abandoned, first, second := route+"aaaaaaaaaaaaaaaaaaaaaa", route+"bbbbbbbbbbbbbbbbbbbbbb", route+"cccccccccccccccccccccc"
 	firstCh, firstDone := routes.Await(first)
 	defer firstDone()

@@ -53,7 +53,26 @@ func Inject(ctx context.Context, h map[string][]string) {
 // Tracer returns Toolbus's tracer from tp, or from the global provider when tp is nil.
 func Tracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
-		tp = otel.GetTracerProvider()
+		return globalTracer{otel.GetTracerProvider().Tracer(Name)}
 	}
 	return tp.Tracer(Name)
 }
+
+// unsetProvider is the global provider before a program installs one.
+var unsetProvider = otel.GetTracerProvider()
+
+// globalTracer opens spans with the global provider's tracer once a
+// provider is installed. Until then it opens none: the default provider's
+// spans record nothing, but each would cost allocations on the call path.
+// The trace context in ctx still travels on to the next message.
+type globalTracer struct{ trace.Tracer }
+
+func (g globalTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if otel.GetTracerProvider() == unsetProvider {
+		return ctx, noSpan
+	}
+	return g.Tracer.Start(ctx, name, opts...)
+}
+
+// noSpan is OpenTelemetry's span that does nothing.
+var noSpan = trace.SpanFromContext(context.Background())

@@ -228,11 +228,10 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 	req.Route, req.CallID, req.Quiet = route, messages.RoutedCallID(route, nuid.Next()), true
 	answers, done := c.routes.Await(req.CallID)
 	defer done()
+	submitted := time.Now()
 	if err := c.submitQuietly(ctx, req); err != nil {
 		return nil, err
 	}
-	check := time.NewTicker(ledger.ResultCheckInterval)
-	defer check.Stop()
 	confirmed := false
 	for attempt := 0; ; {
 		select {
@@ -263,15 +262,24 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 				return res, err
 			}
 			confirmed = true
-		case <-check.C:
+		case <-c.routes.Check():
+			if confirmed {
+				if ev, err := c.ledger.Last(ctx, req.CallID, messages.EventResult); err == nil && ev != nil && ev.Result != nil {
+					return ev.Result, nil
+				}
+				break
+			}
 			snap, err := c.ledger.Snapshot(ctx, req.CallID)
 			if err != nil {
-				break // asked again at the next tick
+				break // asked again at the next check
 			}
 			if snap.Result != nil && snap.Result.Result != nil {
 				return snap.Result.Result, nil
 			}
-			if !confirmed && !snap.Exists() {
+			if !snap.Exists() {
+				if time.Since(submitted) < ledger.ResultCheckInterval {
+					break // the coordinator may still be at it
+				}
 				loud := req
 				loud.Quiet = false
 				reply, err := c.submitRetrying(ctx, loud)

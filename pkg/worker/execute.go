@@ -104,28 +104,12 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, release func()) {
 		defer stop()
 	}
 	call := &Call{ID: req.CallID, Tool: req.Tool, Agent: req.Agent, Turn: req.Turn, Arguments: req.Arguments, Attempt: attempt, Deadline: req.Deadline}
-	f := &inflight{call: call, ns: ns, msg: msg, cancel: cancel, started: now}
+	f := &inflight{call: call, ns: ns, msg: msg, cancel: cancel, started: now, log: log}
 	// Registered before the started event is stored, so that a cancel
 	// signal sent as soon as the call shows as running finds it.
-	w.mu.Lock()
-	w.inflight[req.CallID] = f
-	ns.busy++
-	w.mu.Unlock()
+	w.track(f)
 	defer w.untrack(req.CallID)
-
-	// The start is recorded once the tool has run for StartDelay or reports
-	// something, whichever comes first; a call that finishes sooner goes
-	// from queued to its result without it, which spares the hot path a
-	// write. The result write is conditional anyway, and a call that
-	// already has a result (cancelled while queued) is stopped by the
-	// cancel signal or when the lease loop checks it.
-	recordStart := sync.OnceFunc(func() {
-		if err := w.ledger.Start(&messages.CallEvent{CallID: req.CallID, Time: now, Attempt: attempt, Worker: w.cfg.ID}); err != nil {
-			log.Warn("start of the call not recorded", "error", err)
-		}
-	})
-	startTimer := time.AfterFunc(w.cfg.StartDelay, recordStart)
-	defer startTimer.Stop()
+	recordStart := func() { w.recordStart(f) }
 	base.StartedAt = now
 	if attempt > 1 {
 		if snap, err := w.ledger.Snapshot(ctx, req.CallID); err == nil {
@@ -304,6 +288,68 @@ func (w *Worker) straggled(callID string, run *toolRun) {
 	w.mu.Lock()
 	delete(w.stragglers, callID)
 	w.mu.Unlock()
+}
+
+// track registers a call that is about to run, and makes sure its start
+// gets recorded if it runs for StartDelay.
+func (w *Worker) track(f *inflight) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight[f.call.ID] = f
+	f.ns.busy++
+	if !w.startSweepArmed {
+		w.startSweepArmed = true
+		if w.startSweep == nil {
+			w.startSweep = time.AfterFunc(w.cfg.StartDelay, w.sweepStarts)
+		} else {
+			w.startSweep.Reset(w.cfg.StartDelay)
+		}
+	}
+}
+
+// recordStart stores the call's started event, once. It is recorded once
+// the tool has run for StartDelay or reports something, whichever comes
+// first; a call that finishes sooner goes from queued to its result
+// without it, which spares the hot path a write. The result write is
+// conditional anyway, and a call that already has a result (cancelled
+// while queued) is stopped by the cancel signal or when the lease loop
+// checks it.
+func (w *Worker) recordStart(f *inflight) {
+	f.startOnce.Do(func() {
+		f.startRecorded.Store(true)
+		if err := w.ledger.Start(&messages.CallEvent{CallID: f.call.ID, Time: f.started, Attempt: f.call.Attempt, Worker: w.cfg.ID}); err != nil {
+			f.log.Warn("start of the call not recorded", "error", err)
+		}
+	})
+}
+
+// sweepStarts records the starts that are due, and waits for the next one.
+// One timer for all calls costs less than one per call, which most calls
+// would stop unfired.
+func (w *Worker) sweepStarts() {
+	now := time.Now()
+	var due []*inflight
+	var next time.Duration
+	w.mu.Lock()
+	for _, f := range w.inflight {
+		if f.startRecorded.Load() {
+			continue
+		}
+		if wait := w.cfg.StartDelay - now.Sub(f.started); wait <= 0 {
+			due = append(due, f)
+		} else if next == 0 || wait < next {
+			next = wait
+		}
+	}
+	if next > 0 {
+		w.startSweep.Reset(next)
+	} else {
+		w.startSweepArmed = false
+	}
+	w.mu.Unlock()
+	for _, f := range due {
+		w.recordStart(f)
+	}
 }
 
 func (w *Worker) untrack(callID string) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -128,6 +129,10 @@ type Worker struct {
 	statusCh  chan nats.Status
 	// abandon is closed when Stop gives up on tools that ignore their context.
 	abandon chan struct{}
+	// startSweep records the starts of calls that have run for StartDelay
+	// (see recordStart); it is armed while some call's start is due.
+	startSweep      *time.Timer
+	startSweepArmed bool
 }
 
 type namespace struct {
@@ -145,6 +150,10 @@ type inflight struct {
 	msg     jetstream.Msg
 	cancel  context.CancelCauseFunc
 	started time.Time
+	log     *callLog
+
+	startOnce     sync.Once
+	startRecorded atomic.Bool
 }
 
 // New returns a worker.
