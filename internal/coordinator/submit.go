@@ -183,14 +183,14 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 		c.audit(ctx, v.audit, call, &tool.Definition, v.decision, "")
 	}
 
-	var resultSub *nats.Subscription
+	var writes <-chan *nats.Msg
 	if sr.Wait {
 		// Subscribed before the call is published, so the result cannot slip past.
-		subject, _ := c.names.EventSubject(call.CallID, messages.EventResult)
-		if resultSub, err = c.nc.SubscribeSync(subject); err != nil {
-			return nil, fmt.Errorf("subscribe to result: %w", err)
+		var stop func()
+		if writes, stop, err = c.resultWrites(call.CallID); err != nil {
+			return nil, err
 		}
-		defer resultSub.Unsubscribe()
+		defer stop()
 	}
 
 	duplicate, err := c.publishCall(ctx, call)
@@ -199,7 +199,7 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 	}
 	reply := &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued, Duplicate: duplicate}
 	if sr.Wait {
-		return c.awaitResult(ctx, reply, resultSub, waitDuration(sr, call.Deadline, c.cfg.MaxWait))
+		return c.awaitResult(ctx, reply, writes, waitDuration(sr, call.Deadline, c.cfg.MaxWait))
 	}
 	return reply, nil
 }
@@ -311,18 +311,26 @@ func (c *Coordinator) existingCall(ctx context.Context, call *messages.CallReque
 	if !sr.Wait {
 		return reply, nil
 	}
-	subject, _ := c.names.EventSubject(call.CallID, messages.EventResult)
-	sub, err := c.nc.SubscribeSync(subject)
+	writes, stop, err := c.resultWrites(call.CallID)
 	if err != nil {
 		return nil, err
 	}
-	defer sub.Unsubscribe()
-	// The result may have been written between the snapshot and the subscription.
-	if snap, err := c.ledger.Snapshot(ctx, call.CallID); err == nil && snap.Result != nil {
-		reply.State, reply.Result = snap.State(), snap.Result.Result
-		return reply, nil
+	defer stop()
+	return c.awaitResult(ctx, reply, writes, waitDuration(sr, prev.Deadline, c.cfg.MaxWait))
+}
+
+// resultWrites subscribes to the writes of a call's result.
+func (c *Coordinator) resultWrites(callID string) (<-chan *nats.Msg, func(), error) {
+	subject, err := c.names.EventSubject(callID, messages.EventResult)
+	if err != nil {
+		return nil, nil, err
 	}
-	return c.awaitResult(ctx, reply, sub, waitDuration(sr, prev.Deadline, c.cfg.MaxWait))
+	writes := make(chan *nats.Msg, 4)
+	sub, err := c.nc.ChanSubscribe(subject, writes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("subscribe to result: %w", err)
+	}
+	return writes, func() { _ = sub.Unsubscribe() }, nil
 }
 
 func waitDuration(sr *messages.SubmitRequest, deadline time.Time, max time.Duration) time.Duration {
@@ -335,35 +343,20 @@ func waitDuration(sr *messages.SubmitRequest, deadline time.Time, max time.Durat
 
 // awaitResult waits for the result to be published. If it does not come in
 // time the reply carries the call's current state instead.
-func (c *Coordinator) awaitResult(ctx context.Context, reply *messages.SubmitReply, sub *nats.Subscription, wait time.Duration) (*messages.SubmitReply, error) {
+func (c *Coordinator) awaitResult(ctx context.Context, reply *messages.SubmitReply, writes <-chan *nats.Msg, wait time.Duration) (*messages.SubmitReply, error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	// A message on the result subject is some attempt's write, which
-	// JetStream may have refused, and which subscribers can see before the
-	// stream has stored it: the committed result is read back until it is
-	// there (a refused write finds the result that stood before it).
-	_, err := sub.NextMsgWithContext(wctx)
-	lastLook := err != nil // the wait is over
-	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
-		snap, err := c.ledger.Snapshot(ctx, reply.CallID)
-		if err == nil {
-			reply.State = snap.State()
-			if snap.Result != nil {
-				reply.Result = snap.Result.Result
-				return reply, nil
-			}
-		}
-		if lastLook {
-			return reply, nil
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-wctx.Done():
-			t.Stop()
-			lastLook = true
+	if res, err := c.ledger.WaitForWrite(wctx, reply.CallID, writes); err == nil {
+		reply.State, reply.Result = res.Status, res
+		return reply, nil
+	}
+	if snap, err := c.ledger.Snapshot(ctx, reply.CallID); err == nil {
+		reply.State = snap.State()
+		if snap.Result != nil {
+			reply.Result = snap.Result.Result
 		}
 	}
+	return reply, nil
 }
 
 // compactJSON returns the arguments without insignificant whitespace; an

@@ -407,6 +407,14 @@ func (l *Ledger) WaitOn(ctx context.Context, callID string, results <-chan *nats
 	return l.awaitResult(ctx, callID, results, false, true)
 }
 
+// WaitForWrite is AwaitResult for a caller that subscribed to the result
+// subject itself and passes its channel: a message there is any attempt's
+// write, and the committed result is read back. The stream is asked
+// first, for a result stored before the subscription.
+func (l *Ledger) WaitForWrite(ctx context.Context, callID string, writes <-chan *nats.Msg) (*messages.CallResult, error) {
+	return l.awaitResult(ctx, callID, writes, true, false)
+}
+
 // awaitResult waits for a message on results, then returns the result.
 // Copies sent to a notify subject are sent only once committed; a message
 // seen on the result subject itself is any attempt's write, which JetStream
@@ -447,8 +455,15 @@ func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan 
 		select {
 		case msg := <-results:
 			if !committed {
-				if res, ok := check(); ok {
-					return res, nil
+				// Subscribers can see a write before the stream has stored
+				// it: read it back a few times, soon.
+				for pause := time.Millisecond; pause <= 128*time.Millisecond; pause *= 2 {
+					if res, ok := check(); ok {
+						return res, nil
+					}
+					if err := sleep(ctx, pause); err != nil {
+						return nil, fmt.Errorf("wait for call %s: %w", callID, err)
+					}
 				}
 				continue
 			}
@@ -492,4 +507,16 @@ func (l *Ledger) Last(ctx context.Context, callID string, kind messages.EventKin
 		return nil, fmt.Errorf("%s event of call %s: %w", kind, callID, err)
 	}
 	return ev, nil
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
