@@ -226,8 +226,18 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 		return nil, err
 	}
 	req.Route, req.CallID, req.Quiet = route, messages.RoutedCallID(route, nuid.Next()), true
-	answers, done := c.routes.Await(req.CallID)
-	defer done()
+	callID := req.CallID
+	answers, done := c.routes.Await(callID)
+	defer func() { done() }()
+	// A coordinator from before quiet submits names the call itself, and
+	// answers; the call is then followed under that name.
+	adopt := func(reply *messages.SubmitReply) {
+		if reply.CallID != "" && reply.CallID != callID {
+			done()
+			callID = reply.CallID
+			answers, done = c.routes.Await(callID)
+		}
+	}
 	submitted := time.Now()
 	if err := c.submitQuietly(ctx, req); err != nil {
 		return nil, err
@@ -261,15 +271,16 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 			if res, settled, err := settle(&reply); settled {
 				return res, err
 			}
+			adopt(&reply)
 			confirmed = true
 		case <-c.routes.Check():
 			if confirmed {
-				if ev, err := c.ledger.Last(ctx, req.CallID, messages.EventResult); err == nil && ev != nil && ev.Result != nil {
+				if ev, err := c.ledger.Last(ctx, callID, messages.EventResult); err == nil && ev != nil && ev.Result != nil {
 					return ev.Result, nil
 				}
 				break
 			}
-			snap, err := c.ledger.Snapshot(ctx, req.CallID)
+			snap, err := c.ledger.Snapshot(ctx, callID)
 			if err != nil {
 				break // asked again at the next check
 			}
@@ -289,10 +300,11 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 				if res, settled, err := settle(reply); settled {
 					return res, err
 				}
+				adopt(reply)
 			}
 			confirmed = true
 		case <-ctx.Done():
-			return nil, fmt.Errorf("wait for call %s: %w", req.CallID, ctx.Err())
+			return nil, fmt.Errorf("wait for call %s: %w", callID, ctx.Err())
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -517,5 +518,64 @@ func TestCallWithoutCoordinatorFails(t *testing.T) {
 	var e *messages.Error
 	if !errors.As(err, &e) || e.Code != messages.CodeUnavailable || !strings.Contains(e.Message, "no coordinator answers") {
 		t.Fatalf("Call without a coordinator: %v", err)
+	}
+}
+
+// A coordinator from before quiet submits ignores call_id and quiet: it
+// names the call itself and answers. Call follows the call under the name
+// it was given. (The stand-in here queues the call as such a coordinator
+// did, without the checks.)
+func TestCallFollowsTheIDAnOlderCoordinatorGives(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	ctx := testenv.Context(t)
+	nc := testenv.Connect(t, srv.URL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := messages.MustNames("")
+	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	given := make(chan string, 1)
+	if _, err := nc.Subscribe("toolbus.api.calls.submit", func(m *nats.Msg) {
+		var sr messages.SubmitRequest
+		if _, err := messages.Decode(messages.Header(m.Header), m.Data, &sr); err != nil {
+			t.Error(err)
+			return
+		}
+		name, _ := messages.ParseToolName(sr.Tool)
+		now := time.Now().UTC()
+		call := messages.CallRequest{CallID: messages.RoutedCallID(sr.Route, nuid.Next()), Tool: name.String(), Namespace: name.Namespace, Method: name.Method,
+			Arguments: sr.Arguments, Agent: sr.Agent, QueuedAt: now, Deadline: now.Add(time.Minute)}
+		subject, _ := names.CallSubject(name)
+		msg := &nats.Msg{Subject: subject, Header: nats.Header(messages.Msgpack.NewHeader())}
+		msg.Header.Set(messages.HeaderMsgID, call.CallID)
+		if msg.Data, err = messages.Msgpack.Marshal(&call); err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			t.Error(err)
+			return
+		}
+		given <- call.CallID
+		data, _ := messages.Msgpack.Marshal(&messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued})
+		_ = m.RespondMsg(&nats.Msg{Header: nats.Header(messages.Msgpack.NewHeader()), Data: data})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "a"})
+	res, err := c.Call(ctx, "demo-echo", map[string]string{"text": "old"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := <-given; res.CallID != id || res.IsError || len(res.Content) == 0 || res.Content[0].Text != "old" {
+		t.Fatalf("result %+v, want the echo of call %s", res, id)
 	}
 }
