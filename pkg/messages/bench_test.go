@@ -40,3 +40,20 @@ func benchDecode[T any](b *testing.B, v *T) {
 func BenchmarkDecodeSubmitRequest(b *testing.B)   { benchDecode(b, &benchSubmit) }
 func BenchmarkDecodeCallRequest(b *testing.B)     { benchDecode(b, &benchRequest) }
 func BenchmarkDecodeCallEventResult(b *testing.B) { benchDecode(b, &benchEvent) }
+
+func benchEncode[T any](b *testing.B, v *T) {
+	b.Helper()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Msgpack.Marshal(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodeSubmitRequest(b *testing.B)   { benchEncode(b, &benchSubmit) }
+func BenchmarkEncodeCallRequest(b *testing.B)     { benchEncode(b, &benchRequest) }
+func BenchmarkEncodeCallEventResult(b *testing.B) { benchEncode(b, &benchEvent) }
+func BenchmarkEncodeCallEventQueued(b *testing.B) {
+	benchEncode(b, &CallEvent{CallID: benchRequest.CallID, Kind: EventQueued, Time: benchTime, Request: &benchRequest})
+}

@@ -174,6 +174,14 @@ func (c Codec) Marshal(v any) ([]byte, error) {
 	if c == JSONCodec {
 		return json.Marshal(v)
 	}
+	if m, ok := v.(msgpackAppender); ok {
+		return appendMarshal(m)
+	}
+	return encodeReflect(v)
+}
+
+// encodeReflect encodes v with the msgpack library.
+func encodeReflect(v any) ([]byte, error) {
 	buf := bufferPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	enc := encoderPool.Get().(*msgpack.Encoder)

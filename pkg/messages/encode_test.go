@@ -1,7 +1,12 @@
 package messages
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,4 +98,73 @@ func TestWrittenOutEncodersMatchReflection(t *testing.T) {
 			t.Errorf("%s: %d of %d fields covered; a new field needs its place in encode.go and here", typ.Name(), len(m), typ.NumField())
 		}
 	}
+}
+
+// libraryBytes is what msgpack.Encoder, set up as the codec sets it up, writes.
+func libraryBytes(t testing.TB, write func(*msgpack.Encoder) error) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.UseCompactInts(true)
+	if err := write(enc); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// The packer writes each primitive byte for byte as the library does, at
+// every size boundary.
+func TestPackerWritesWhatTheLibraryWrites(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int64{0, 1, 127, 128, 255, 256, 65535, 65536, 1<<32 - 1, 1 << 32, math.MaxInt64, -1, -32, -33, -128, -129, -32768, -32769, math.MinInt32, math.MinInt32 - 1, math.MinInt64} {
+		checkPacker(t, fmt.Sprint("int ", n), func(w *packer) { w.putInt(n) }, func(e *msgpack.Encoder) error { return e.EncodeInt(n) })
+	}
+	for _, size := range []int{0, 1, 31, 32, 255, 256, 65535, 65536} {
+		s := strings.Repeat("x", size)
+		checkPacker(t, fmt.Sprint("string of ", size), func(w *packer) { w.putStr(s) }, func(e *msgpack.Encoder) error { return e.EncodeString(s) })
+		b := []byte(s)
+		if size > 0 {
+			checkPacker(t, fmt.Sprint("bytes of ", size), func(w *packer) { w.putBin(b) }, func(e *msgpack.Encoder) error { return e.EncodeBytes(b) })
+		}
+	}
+	for _, n := range []int{0, 15, 16, 65535, 65536} {
+		checkPacker(t, fmt.Sprint("map of ", n), func(w *packer) { w.header(n) }, func(e *msgpack.Encoder) error { return e.EncodeMapLen(n) })
+		checkPacker(t, fmt.Sprint("array of ", n), func(w *packer) { w.arrayLen(n) }, func(e *msgpack.Encoder) error { return e.EncodeArrayLen(n) })
+	}
+	for _, tm := range []time.Time{{}, time.Unix(0, 0), time.Unix(1<<32-1, 0), time.Unix(1<<32, 0), time.Unix(1<<34, 0), time.Unix(1764500000, 123456789), time.Unix(-1, 5)} {
+		checkPacker(t, fmt.Sprint("time ", tm), func(w *packer) { w.putTime(tm) }, func(e *msgpack.Encoder) error { return e.EncodeTime(tm) })
+	}
+	for _, f := range []float64{0, 1.5, -2, math.Inf(1)} {
+		checkPacker(t, fmt.Sprint("float ", f), func(w *packer) { w.putFloat(f) }, func(e *msgpack.Encoder) error { return e.EncodeFloat64(f) })
+	}
+	for _, v := range []bool{true, false} {
+		checkPacker(t, fmt.Sprint("bool ", v), func(w *packer) { w.putBool(v) }, func(e *msgpack.Encoder) error { return e.EncodeBool(v) })
+	}
+}
+
+func checkPacker(t *testing.T, name string, pack func(*packer), write func(*msgpack.Encoder) error) {
+	t.Helper()
+	var w packer
+	pack(&w)
+	if want := libraryBytes(t, write); !bytes.Equal(w.b, want) {
+		t.Errorf("%s: packer wrote % x, the library % x", name, w.b, want)
+	}
+}
+
+func FuzzPackerWritesWhatTheLibraryWrites(f *testing.F) {
+	f.Add(int64(300), "key", int64(1764500000), int64(5), 2.5)
+	f.Fuzz(func(t *testing.T, n int64, s string, secs, nanos int64, x float64) {
+		tm := time.Unix(secs, nanos)
+		var w packer
+		w.putInt(n)
+		w.putStr(s)
+		w.putTime(tm)
+		w.putFloat(x)
+		want := libraryBytes(t, func(e *msgpack.Encoder) error {
+			return errors.Join(e.EncodeInt(n), e.EncodeString(s), e.EncodeTime(tm), e.EncodeFloat64(x))
+		})
+		if !bytes.Equal(w.b, want) {
+			t.Fatalf("packer wrote % x, the library % x", w.b, want)
+		}
+	})
 }

@@ -208,10 +208,15 @@ func (p *jsonPacker) number(dst []byte) ([]byte, error) {
 		}
 		break
 	}
-	text := string(p.src[start:p.i])
 	if !json.Valid(p.src[start:p.i]) {
-		return nil, fmt.Errorf("invalid number %q at offset %d", text, start)
+		return nil, fmt.Errorf("invalid number %q at offset %d", p.src[start:p.i], start)
 	}
+	if integer {
+		if i, ok := smallInt(p.src[start:p.i]); ok {
+			return appendMsgpackInt(dst, i), nil
+		}
+	}
+	text := string(p.src[start:p.i])
 	if integer && text != "-0" {
 		if i, err := strconv.ParseInt(text, 10, 64); err == nil {
 			return appendMsgpackInt(dst, i), nil
@@ -225,6 +230,29 @@ func (p *jsonPacker) number(dst []byte) ([]byte, error) {
 		return nil, fmt.Errorf("number %s: %w", text, err)
 	}
 	return binary.BigEndian.AppendUint64(append(dst, 0xcb), math.Float64bits(f)), nil
+}
+
+// smallInt reads a valid JSON integer of at most 18 digits, without
+// strconv, which would need it as a string. "-0" is left to the float path.
+func smallInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 || neg && len(b) == 1 && b[0] == '0' {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 func appendMsgpackInt(dst []byte, i int64) []byte {
