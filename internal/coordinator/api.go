@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,6 +17,24 @@ type request struct {
 	micro.Request
 	codec    messages.Codec
 	endpoint string
+	// holds counts who still works on the request: its handler, and the
+	// completion of work the handler left running (see later). The last
+	// one to finish calls release.
+	holds   atomic.Int32
+	release func()
+}
+
+// later tells that part of the request's work goes on after its handler
+// returns; that part calls done when it ends.
+func (r *request) later() (done func()) {
+	r.holds.Add(1)
+	return r.done
+}
+
+func (r *request) done() {
+	if r.holds.Add(-1) == 0 {
+		r.release()
+	}
 }
 
 // decode reads the request body into v.
@@ -39,17 +58,20 @@ func (c *Coordinator) serve(endpoint string, h handlerFunc) micro.Handler {
 		c.sem <- struct{}{}
 		c.inflight.Add(1)
 		c.handlers.Go(func() {
-			defer func() {
+			c.handle(endpoint, h, mr, func() {
 				<-c.sem
 				c.inflight.Done()
-			}()
-			c.handle(endpoint, h, mr)
+			})
 		})
 	})
 }
 
-func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request) {
-	req := &request{Request: mr, endpoint: endpoint}
+// handle answers one request. release is called once the request is done
+// with, which may be after handle returns (see request.later).
+func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request, release func()) {
+	req := &request{Request: mr, endpoint: endpoint, release: release}
+	req.holds.Store(1)
+	defer req.done()
 	codec, err := messages.CodecOf(messages.Header(mr.Headers()))
 	req.codec = codec
 	if err == nil && len(mr.Data()) > c.cfg.MaxRequestBytes {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,22 +25,49 @@ func (c *Coordinator) submit(ctx context.Context, req *request) (any, error) {
 	if err := req.decode(&sr); err != nil {
 		return nil, err
 	}
-	reply, err := c.Submit(ctx, &sr, req.Headers())
-	if err == nil && sr.Quiet && reply.State == messages.StateQueued {
+	if !sr.Quiet {
+		return c.Submit(ctx, &sr, req.Headers())
+	}
+	// A quiet submit is over for its caller once the call is on its way:
+	// the outcome of the writes is awaited on the ledger's goroutine, and
+	// only a failure is answered.
+	done := req.later()
+	reply, err := c.submitCall(ctx, &sr, req.Headers(), func(_ *messages.SubmitReply, err error) {
+		if err != nil {
+			c.respondError(req, err)
+		}
+		done()
+	})
+	if errors.Is(err, errQueueing) {
+		return noReply{}, nil
+	}
+	done() // nothing goes on after this handler
+	if err == nil && reply.State == messages.StateQueued {
 		return noReply{}, nil
 	}
 	return reply, err
 }
 
+// errQueueing is what submitCall returns when its call is being queued and
+// the outcome goes to the function it was given.
+var errQueueing = errors.New("the call is being queued")
+
 // Submit checks a call and queues it. It is the calls.submit endpoint;
 // headers carry the caller's trace context.
-func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string) (_ *messages.SubmitReply, err error) {
+func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string) (*messages.SubmitReply, error) {
+	return c.submitCall(ctx, sr, headers, nil)
+}
+
+// submitCall is Submit. With then set and a call to queue without waiting
+// for its result, it does not wait for the writes either: it returns
+// errQueueing, and then gets the outcome. Otherwise then is not called.
+func (c *Coordinator) submitCall(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string, then func(*messages.SubmitReply, error)) (_ *messages.SubmitReply, err error) {
 	ctx, span := c.tracer.Start(tracing.Extract(ctx, headers), "toolbus.submit", trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("toolbus.tool", sr.Tool), attribute.String("toolbus.agent", sr.Agent))
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && err != errQueueing {
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
@@ -183,6 +212,19 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 		c.audit(ctx, v.audit, call, &tool.Definition, v.decision, "")
 	}
 
+	if then != nil && !sr.Wait {
+		if err := c.queueCall(ctx, call, func(duplicate bool, err error) {
+			if err != nil {
+				then(nil, err)
+				return
+			}
+			then(&messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued, Duplicate: duplicate}, nil)
+		}); err != nil {
+			return nil, err
+		}
+		return nil, errQueueing
+	}
+
 	var writes <-chan *nats.Msg
 	if sr.Wait {
 		// Subscribed before the call is published, so the result cannot slip past.
@@ -204,17 +246,42 @@ func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, he
 	return reply, nil
 }
 
-// publishCall records the call in the ledger and queues it, both writes
-// in flight at once, and files it under its turn. It reports whether
-// JetStream already had a call with this ID.
+// publishCall records the call in the ledger and queues it, and files it
+// under its turn (see queueCall). It reports whether JetStream already had
+// a call with this ID.
 func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallRequest) (bool, error) {
+	type outcome struct {
+		duplicate bool
+		err       error
+	}
+	done := make(chan outcome, 1)
+	if err := c.queueCall(ctx, call, func(duplicate bool, err error) { done <- outcome{duplicate, err} }); err != nil {
+		return false, err
+	}
+	select {
+	case o := <-done:
+		return o.duplicate, o.err
+	case <-ctx.Done():
+		return false, messages.Errorf(messages.CodeUnavailable, "queue call %s: %v", call.CallID, ctx.Err())
+	}
+}
+
+// ackTimeout bounds the wait for JetStream to acknowledge a write.
+const ackTimeout = 10 * time.Second
+
+// queueCall records the call in the ledger and queues it, both writes in
+// flight at once, and files it under its turn. Nothing waits here: then
+// gets the outcome (whether JetStream already had a call with this ID)
+// once JetStream has answered both writes, from the ledger's goroutine or
+// one of its own. If queueCall returns an error, then is not called.
+func (c *Coordinator) queueCall(ctx context.Context, call *messages.CallRequest, then func(duplicate bool, err error)) error {
 	subject, err := c.names.CallSubject(call.ToolName())
 	if err != nil {
-		return false, err
+		return err
 	}
 	msg, err := newMsg(subject, call)
 	if err != nil {
-		return false, fmt.Errorf("encode call: %w", err)
+		return fmt.Errorf("encode call: %w", err)
 	}
 	msg.Header.Set(messages.HeaderMsgID, call.CallID)
 	tracing.Inject(ctx, msg.Header)
@@ -223,46 +290,81 @@ func (c *Coordinator) publishCall(ctx context.Context, call *messages.CallReques
 	}
 	queuedMsg, err := c.ledger.EventMsg(&messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
 	if err != nil {
-		return false, err
+		return err
+	}
+	q := &queueing{c: c, call: call, then: then}
+	q.parts.Store(2)
+	if call.Turn != "" {
+		q.parts.Add(1)
 	}
 	// Sent in this order on one connection, the queued event reaches the
 	// events stream before a worker can see the call, so it comes before
 	// the call's other events.
-	queued, err := c.ledger.Publish(queuedMsg)
-	if err != nil {
-		return false, messages.Errorf(messages.CodeUnavailable, "record call: %v", err)
+	if err := c.ledger.PublishThen(queuedMsg, ackTimeout, q.recorded); err != nil {
+		return messages.Errorf(messages.CodeUnavailable, "record call: %v", err)
 	}
-	queuedCall, err := c.ledger.Publish(msg)
-	if err != nil {
-		queued.Wait(ctx) // releases its reply subject
-		return false, messages.Errorf(messages.CodeUnavailable, "queue call: %v", err)
+	if err := c.ledger.PublishThen(msg, ackTimeout, q.queued); err != nil {
+		q.queued(0, false, err)
 	}
-	var turnErr chan error
 	if call.Turn != "" {
-		turnErr = make(chan error, 1)
-		go func() { turnErr <- c.fileUnderTurn(ctx, call) }()
+		go func() {
+			q.turnErr = c.fileUnderTurn(context.WithoutCancel(ctx), call)
+			q.partDone()
+		}()
 	}
-	_, duplicate, callErr := queuedCall.Wait(ctx)
-	_, _, queuedErr := queued.Wait(ctx)
-	if turnErr != nil {
-		if err := <-turnErr; err != nil {
-			c.log.Warn("call not filed under its turn", "call", call.CallID, "turn", call.Turn, "error", err)
-		}
+	return nil
+}
+
+// queueing collects the outcomes of queueCall's writes.
+type queueing struct {
+	c     *Coordinator
+	call  *messages.CallRequest
+	then  func(duplicate bool, err error)
+	parts atomic.Int32
+
+	recordErr, queueErr, turnErr error
+	duplicate                    bool
+}
+
+func (q *queueing) recorded(_ uint64, _ bool, err error) {
+	q.recordErr = err
+	q.partDone()
+}
+
+func (q *queueing) queued(_ uint64, duplicate bool, err error) {
+	q.duplicate, q.queueErr = duplicate, err
+	q.partDone()
+}
+
+// partDone ends one part; the last one reports.
+func (q *queueing) partDone() {
+	if q.parts.Add(-1) != 0 {
+		return
 	}
-	if callErr != nil {
-		if queuedErr == nil {
-			// The ledger shows the call; it must not wait forever for a worker.
-			res := endResult(call, messages.StateFailed, messages.ResultWorkerError, "the call could not be queued: "+callErr.Error())
-			if _, err := c.ledger.Commit(context.WithoutCancel(ctx), &res, call.Notify); err != nil {
-				c.log.Error("call recorded but neither queued nor failed", "call", call.CallID, "error", err)
+	c, call := q.c, q.call
+	if q.turnErr != nil {
+		c.log.Warn("call not filed under its turn", "call", call.CallID, "turn", call.Turn, "error", q.turnErr)
+	}
+	if q.queueErr != nil {
+		// Off the ledger's goroutine: the failed result is a write to wait for.
+		go func() {
+			if q.recordErr == nil {
+				// The ledger shows the call; it must not wait forever for a worker.
+				res := endResult(call, messages.StateFailed, messages.ResultWorkerError, "the call could not be queued: "+q.queueErr.Error())
+				ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+				defer cancel()
+				if _, err := c.ledger.Commit(ctx, &res, call.Notify); err != nil {
+					c.log.Error("call recorded but neither queued nor failed", "call", call.CallID, "error", err)
+				}
 			}
-		}
-		return false, messages.Errorf(messages.CodeUnavailable, "queue call: %v", callErr)
+			q.then(false, messages.Errorf(messages.CodeUnavailable, "queue call: %v", q.queueErr))
+		}()
+		return
 	}
-	if queuedErr != nil {
-		c.log.Warn("call queued without its queued event", "call", call.CallID, "error", queuedErr)
+	if q.recordErr != nil {
+		c.log.Warn("call queued without its queued event", "call", call.CallID, "error", q.recordErr)
 	}
-	return duplicate, nil
+	q.then(q.duplicate, nil)
 }
 
 // fileUnderTurn records that the call belongs to its turn.

@@ -102,19 +102,30 @@ func isWrongLastSequence(err error) bool {
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// conditional stores ev only if the last sequence among the subjects
-// matching filter is lastSeq (0: none of them has a message yet).
-func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter string, lastSeq uint64) (uint64, error) {
+// conditionalMsg is ev's message, to be stored only if the last sequence
+// among the subjects matching filter is lastSeq (0: none of them has a
+// message yet). An empty filter is the event's own subject.
+func (l *Ledger) conditionalMsg(ev *messages.CallEvent, filter string, lastSeq uint64) (*nats.Msg, error) {
 	h := make(nats.Header, 3)
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(lastSeq, 10))
 	msg, err := l.eventMsg(ev, h)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	if filter != msg.Subject {
+	if filter != "" && filter != msg.Subject {
 		// Without it the condition is on the event's own subject, and the
 		// stored event (and its republished copy) is a header shorter.
 		h.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
+	}
+	return msg, nil
+}
+
+// conditional stores ev only if the last sequence among the subjects
+// matching filter is lastSeq (see conditionalMsg).
+func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter string, lastSeq uint64) (uint64, error) {
+	msg, err := l.conditionalMsg(ev, filter, lastSeq)
+	if err != nil {
+		return 0, err
 	}
 	seq, err := l.store(ctx, msg)
 	if err == nil {
@@ -176,20 +187,53 @@ func (l *Ledger) CommitIfUnchanged(ctx context.Context, res *messages.CallResult
 }
 
 func (l *Ledger) commit(ctx context.Context, res *messages.CallResult, filter string, lastSeq uint64, notify string) error {
+	ev := resultEvent(res)
+	if _, err := l.conditional(ctx, ev, filter, lastSeq); err != nil {
+		return err
+	}
+	l.sendCopy(ev, notify)
+	return nil
+}
+
+func resultEvent(res *messages.CallResult) *messages.CallEvent {
 	ev := &messages.CallEvent{CallID: res.CallID, Kind: messages.EventResult, Time: res.FinishedAt, Attempt: res.Attempt, Worker: res.Worker, Result: res}
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}
-	if _, err := l.conditional(ctx, ev, filter, lastSeq); err != nil {
-		return err
-	}
+	return ev
+}
+
+// sendCopy sends a stored result to the caller's notify subject, if any:
+// a copy, as the stored event is the record.
+func (l *Ledger) sendCopy(ev *messages.CallEvent, notify string) {
 	if notify != "" && messages.ValidateNotify(notify) == nil {
 		if msg, err := l.eventMsg(ev, nil); err == nil {
 			msg.Subject = notify
-			_ = l.nc.PublishMsg(msg) // a copy: the stored event is the record
+			_ = l.nc.PublishMsg(msg)
 		}
 	}
-	return nil
+}
+
+// CommitThen is Commit without waiting: then gets its outcome once the
+// stream answers, on the ledger's inbox goroutine, and must not block. If
+// CommitThen returns an error, then is not called.
+func (l *Ledger) CommitThen(res *messages.CallResult, notify string, timeout time.Duration, then func(won bool, err error)) error {
+	ev := resultEvent(res)
+	msg, err := l.conditionalMsg(ev, "", 0)
+	if err != nil {
+		return err
+	}
+	return l.PublishThen(msg, timeout, func(_ uint64, _ bool, err error) {
+		switch {
+		case err == nil:
+			l.sendCopy(ev, notify)
+			then(true, nil)
+		case isWrongLastSequence(err):
+			then(false, nil)
+		default:
+			then(false, fmt.Errorf("store result event of call %s: %w", ev.CallID, err))
+		}
+	})
 }
 
 // Event is a stored event with its position in the events stream.

@@ -3,6 +3,7 @@ package ledger
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -18,13 +19,94 @@ type Inbox struct {
 	prefix  string
 	sub     *nats.Subscription
 	waiting map[string]chan *nats.Msg
+	// expecting holds the callbacks that wait for one message each.
+	expecting map[string]expectation
+	// expirer hands nil to expectations whose time is up; it runs while
+	// there are any.
+	expirer      *time.Timer
+	expirerArmed bool
 	// next numbers the subjects: unique under the inbox's random prefix.
 	next uint64
 }
 
+type expectation struct {
+	fn      func(*nats.Msg)
+	expires time.Time
+}
+
+// expiryCheck is how often expectations are checked for their deadline.
+const expiryCheck = time.Second
+
 // NewInbox returns an inbox on the connection; it subscribes on first use.
 func NewInbox(nc *nats.Conn) *Inbox {
-	return &Inbox{nc: nc, waiting: map[string]chan *nats.Msg{}}
+	return &Inbox{nc: nc, waiting: map[string]chan *nats.Msg{}, expecting: map[string]expectation{}}
+}
+
+// subscribe starts the inbox's subscription. Call with mu held.
+func (m *Inbox) subscribe() error {
+	if m.sub != nil {
+		return nil
+	}
+	m.prefix = m.nc.NewInbox() + "."
+	sub, err := m.nc.Subscribe(m.prefix+"*", m.dispatch)
+	if err != nil {
+		return err
+	}
+	// Messages are read as they come; none is dropped for a slow reader.
+	_ = sub.SetPendingLimits(-1, -1)
+	m.sub = sub
+	return nil
+}
+
+// Expect returns a new subject under the inbox whose first message is
+// handed to fn, on the inbox's goroutine: fn must not block. If none comes
+// within timeout (give or take a second), fn gets nil. Unless cancel is
+// called first, fn is called exactly once.
+func (m *Inbox) Expect(timeout time.Duration, fn func(*nats.Msg)) (subject string, cancel func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.subscribe(); err != nil {
+		return "", nil, err
+	}
+	m.next++
+	token := strconv.FormatUint(m.next, 36)
+	m.expecting[token] = expectation{fn: fn, expires: time.Now().Add(timeout)}
+	if !m.expirerArmed {
+		m.expirerArmed = true
+		if m.expirer == nil {
+			m.expirer = time.AfterFunc(expiryCheck, m.expire)
+		} else {
+			m.expirer.Reset(expiryCheck)
+		}
+	}
+	cancel = func() {
+		m.mu.Lock()
+		delete(m.expecting, token)
+		m.mu.Unlock()
+	}
+	return m.prefix + token, cancel, nil
+}
+
+// expire hands nil to the expectations whose time is up.
+func (m *Inbox) expire() {
+	now := time.Now()
+	var due []func(*nats.Msg)
+	m.mu.Lock()
+	for token, e := range m.expecting {
+		if now.After(e.expires) {
+			due = append(due, e.fn)
+			delete(m.expecting, token)
+		}
+	}
+	if len(m.expecting) > 0 {
+		m.expirer.Reset(expiryCheck)
+	} else {
+		m.expirerArmed = false
+	}
+	m.mu.Unlock()
+	for _, fn := range due {
+		fn(nil)
+	}
 }
 
 // Register returns a new subject under the inbox and the channel its
@@ -32,15 +114,8 @@ func NewInbox(nc *nats.Conn) *Inbox {
 func (m *Inbox) Register(buffer int) (string, <-chan *nats.Msg, func(), error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.sub == nil {
-		m.prefix = m.nc.NewInbox() + "."
-		sub, err := m.nc.Subscribe(m.prefix+"*", m.dispatch)
-		if err != nil {
-			return "", nil, nil, err
-		}
-		// Messages are read as they come; none is dropped for a slow reader.
-		_ = sub.SetPendingLimits(-1, -1)
-		m.sub = sub
+	if err := m.subscribe(); err != nil {
+		return "", nil, nil, err
 	}
 	m.next++
 	token := strconv.FormatUint(m.next, 36)
@@ -55,8 +130,15 @@ func (m *Inbox) Register(buffer int) (string, <-chan *nats.Msg, func(), error) {
 }
 
 func (m *Inbox) dispatch(msg *nats.Msg) {
+	token := msg.Subject[len(m.prefix):]
 	m.mu.Lock()
-	ch := m.waiting[msg.Subject[len(m.prefix):]]
+	if e, ok := m.expecting[token]; ok {
+		delete(m.expecting, token)
+		m.mu.Unlock()
+		e.fn(msg)
+		return
+	}
+	ch := m.waiting[token]
 	m.mu.Unlock()
 	if ch == nil {
 		return
@@ -67,12 +149,21 @@ func (m *Inbox) dispatch(msg *nats.Msg) {
 	}
 }
 
-// Close ends the subscription.
+// Close ends the subscription. Expectations still open get nil.
 func (m *Inbox) Close() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.sub != nil {
 		_ = m.sub.Unsubscribe()
 		m.sub = nil
+	}
+	if m.expirer != nil {
+		m.expirer.Stop()
+		m.expirerArmed = false
+	}
+	open := m.expecting
+	m.expecting = map[string]expectation{}
+	m.mu.Unlock()
+	for _, e := range open {
+		e.fn(nil)
 	}
 }

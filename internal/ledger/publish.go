@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,6 +35,31 @@ func (l *Ledger) Publish(msg *nats.Msg) (*PendingAck, error) {
 		return nil, err
 	}
 	return &PendingAck{acks: acks, done: done}, nil
+}
+
+// PublishThen sends msg to a stream and hands the outcome to then once
+// the stream acknowledges it, on the ledger's inbox goroutine: then must
+// not block. No acknowledgement within timeout is an error wrapping
+// context.DeadlineExceeded. If PublishThen returns an error, then is not
+// called.
+func (l *Ledger) PublishThen(msg *nats.Msg, timeout time.Duration, then func(seq uint64, duplicate bool, err error)) error {
+	subject := msg.Subject
+	reply, cancel, err := l.reads.Expect(timeout, func(ack *nats.Msg) {
+		if ack == nil {
+			then(0, false, fmt.Errorf("publish to %s: no acknowledgement within %v: %w", subject, timeout, context.DeadlineExceeded))
+			return
+		}
+		then(parsePubAck(ack))
+	})
+	if err != nil {
+		return err
+	}
+	msg.Reply = reply
+	if err := l.nc.PublishMsg(msg); err != nil {
+		cancel()
+		return err
+	}
+	return nil
 }
 
 // Wait returns the stored message's sequence and whether JetStream had it

@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -61,5 +62,103 @@ func TestPublishReadsAcknowledgements(t *testing.T) {
 	}
 	if _, _, err := publish("nostream.a", "", ""); !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		t.Fatalf("no stream: %v", err)
+	}
+}
+
+// PublishThen hands the acknowledgement to a function instead: stored, and
+// no stream at all. An answer that never comes is an expiry; expectations
+// still open when the inbox closes get nil.
+func TestPublishThenAndExpectations(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	nc := testenv.Connect(t, srv.URL())
+	ctx := testenv.Context(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "THEN", Subjects: []string{"then.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	l := ledger.New(nc, js, messages.MustNames(""))
+	defer l.Close()
+	type outcome struct {
+		seq uint64
+		err error
+	}
+	publish := func(subject string) outcome {
+		t.Helper()
+		got := make(chan outcome, 1)
+		msg := nats.NewMsg(subject)
+		msg.Data = []byte("x")
+		if err := l.PublishThen(msg, time.Minute, func(seq uint64, _ bool, err error) { got <- outcome{seq, err} }); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case o := <-got:
+			return o
+		case <-ctx.Done():
+			t.Fatal("no outcome")
+			return outcome{}
+		}
+	}
+	if o := publish("then.a"); o.err != nil || o.seq != 1 {
+		t.Fatalf("stored: %+v", o)
+	}
+	if o := publish("nostream.a"); !errors.Is(o.err, jetstream.ErrNoStreamResponse) {
+		t.Fatalf("no stream: %+v", o)
+	}
+
+	inbox := ledger.NewInbox(nc)
+	expired := make(chan *nats.Msg, 1)
+	if _, _, err := inbox.Expect(time.Millisecond, func(m *nats.Msg) { expired <- m }); err != nil {
+		t.Fatal(err)
+	}
+	open := make(chan *nats.Msg, 1)
+	if _, _, err := inbox.Expect(time.Hour, func(m *nats.Msg) { open <- m }); err != nil {
+		t.Fatal(err)
+	}
+	cancelled := make(chan *nats.Msg, 1)
+	subject, cancel, err := inbox.Expect(time.Millisecond, func(m *nats.Msg) { cancelled <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	answered := make(chan *nats.Msg, 1)
+	answer, _, err := inbox.Expect(time.Hour, func(m *nats.Msg) { answered <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{answer, answer, subject} {
+		if err := nc.Publish(s, []byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, ch := range map[string]chan *nats.Msg{"expired": expired, "answered": answered} {
+		select {
+		case m := <-ch:
+			if (name == "expired") != (m == nil) {
+				t.Fatalf("%s expectation got %v", name, m)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s expectation got nothing", name)
+		}
+	}
+	inbox.Close()
+	select {
+	case m := <-open:
+		if m != nil {
+			t.Fatalf("open expectation got %v at close", m)
+		}
+	case <-ctx.Done():
+		t.Fatal("open expectation got nothing at close")
+	}
+	// Each is called once at most; the cancelled one never.
+	select {
+	case m := <-answered:
+		t.Fatalf("answered twice: %v", m)
+	case m := <-cancelled:
+		t.Fatalf("cancelled expectation called with %v", m)
+	default:
 	}
 }

@@ -47,8 +47,10 @@ func (l *callLog) Warn(msg string, args ...any)  { l.with().Warn(msg, args...) }
 func (l *callLog) Error(msg string, args ...any) { l.with().Error(msg, args...) }
 
 // execute runs one delivered call to its end: a committed result and an
-// acknowledged message, or a message handed back for another attempt.
-func (w *Worker) execute(ns *namespace, msg jetstream.Msg, release func()) {
+// acknowledged message, or a message handed back for another attempt. It
+// reports whether it left the commit of the result, and release, to the
+// stream's acknowledgement (see finishThen).
+func (w *Worker) execute(ns *namespace, msg jetstream.Msg, release func()) (later bool) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		w.log.Error("call message without metadata", "error", err)
@@ -184,7 +186,8 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, release func()) {
 		if res.IsError {
 			base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: firstText(res.Content)}
 		}
-		w.finish(msg, log, req.Notify, w.fit(base, &tool.Definition, log))
+		w.finishThen(msg, log, req.Notify, w.fit(base, &tool.Definition, log), release)
+		return true
 	case ctx.Err() != nil:
 		res, retry := w.interrupted(base, ctx)
 		if retry {
@@ -203,8 +206,10 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, release func()) {
 		base.IsError = true
 		base.Content = []messages.ContentBlock{messages.TextBlock(out.err.Error())}
 		base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: out.err.Error()}
-		w.finish(msg, log, req.Notify, base)
+		w.finishThen(msg, log, req.Notify, base, release)
+		return true
 	}
+	return false
 }
 
 // interrupted builds the result of a call whose context ended before the
@@ -417,6 +422,34 @@ func (w *Worker) finish(msg jetstream.Msg, log interface {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	won, err := w.ledger.Commit(ctx, &res, notify)
+	settle(msg, log, res.Status, won, err)
+}
+
+// finishThen is finish without waiting for the stream: the message is
+// settled, and done called, once the stream has answered the result's
+// write, on the ledger's goroutine. The slot stays taken until then.
+func (w *Worker) finishThen(msg jetstream.Msg, log *callLog, notify string, res messages.CallResult, done func()) {
+	if res.FinishedAt.IsZero() {
+		res.FinishedAt = time.Now().UTC()
+	}
+	status := res.Status
+	err := w.ledger.CommitThen(&res, notify, writeTimeout, func(won bool, err error) {
+		settle(msg, log, status, won, err)
+		done()
+	})
+	if err != nil {
+		settle(msg, log, status, false, err)
+		done()
+	}
+}
+
+// settle acknowledges a call's message once its result is committed,
+// terminates it when another attempt's result stands or the call was
+// cancelled, and hands it back when the result could not be stored.
+func settle(msg jetstream.Msg, log interface {
+	Warn(string, ...any)
+	Info(string, ...any)
+}, status messages.CallState, won bool, err error) {
 	if err != nil {
 		// The message stays unacknowledged and is delivered again; the next
 		// attempt sees whether this result was stored after all.
@@ -427,7 +460,7 @@ func (w *Worker) finish(msg jetstream.Msg, log interface {
 	if !won {
 		log.Info("another attempt already committed the result; this one is discarded")
 	}
-	if res.Status == messages.StateCancelled || !won {
+	if status == messages.StateCancelled || !won {
 		_ = msg.Term()
 		return
 	}

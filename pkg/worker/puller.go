@@ -31,9 +31,12 @@ type puller struct {
 	next    string // the consumer's next-message API subject
 	inbox   string
 	expires time.Duration
-	run     func(m *callMsg, release func()) // runs one call in a free slot; release frees it early
-	spawn   *reuse.Pool
-	log     interface{ Warn(string, ...any) }
+	// run runs one call in a free slot; release frees it early. It reports
+	// whether it has left release to be called later, by the commit of the
+	// call's result.
+	run   func(m *callMsg, release func()) (later bool)
+	spawn *reuse.Pool
+	log   interface{ Warn(string, ...any) }
 
 	mu      sync.Mutex
 	free    int
@@ -44,7 +47,7 @@ type puller struct {
 	running sync.WaitGroup
 }
 
-func newPuller(nc *nats.Conn, stream, consumer string, slots int, expires time.Duration, spawn *reuse.Pool, run func(*callMsg, func()), log interface{ Warn(string, ...any) }) *puller {
+func newPuller(nc *nats.Conn, stream, consumer string, slots int, expires time.Duration, spawn *reuse.Pool, run func(*callMsg, func()) bool, log interface{ Warn(string, ...any) }) *puller {
 	return &puller{
 		nc:      nc,
 		next:    "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + consumer,
@@ -176,8 +179,9 @@ func (p *puller) onMsg(msg *nats.Msg) {
 		p.signal()
 	})
 	p.spawn.Go(func() {
-		defer release()
-		p.run(&callMsg{nc: p.nc, msg: msg}, release)
+		if !p.run(&callMsg{nc: p.nc, msg: msg}, release) {
+			release()
+		}
 	})
 }
 

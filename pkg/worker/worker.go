@@ -361,7 +361,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	for _, ns := range nss {
 		durable, _ := w.names.NamespaceConsumer(ns.Name)
-		ns.puller = newPuller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, w.goroutines, func(m *callMsg, release func()) { w.execute(ns, m, release) }, w.log.With("namespace", ns.Name))
+		ns.puller = newPuller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, w.goroutines, func(m *callMsg, release func()) bool { return w.execute(ns, m, release) }, w.log.With("namespace", ns.Name))
 		if err := ns.puller.start(w.fetchCtx); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
