@@ -15,7 +15,9 @@
 // together, in one pull request), so a call never waits in a busy worker's
 // buffer while another worker is idle. While a call runs, the worker tells
 // JetStream it is still in progress every third of AckWait; if the worker
-// dies, the call is delivered again to another worker after AckWait.
+// dies, the call is delivered again to another worker after AckWait. A
+// call's slot is freed once its result is stored and its message
+// acknowledged; the goroutine that ran the tool does not wait for that.
 //
 // A tool's own failure — an error returned by its function, or a Result with
 // IsError — is the call's answer, not a fault: it is not retried. Wrap an
