@@ -5,9 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"slices"
 	"strconv"
@@ -63,18 +61,13 @@ func canonicalize(raw []byte) ([]byte, error) {
 	return appendCanonical(nil, v), nil
 }
 
-// decodeJSON decodes exactly one JSON value, numbers as json.Number. The
-// decoder rejects nesting deeper than 10000 levels, which bounds the
+// decodeJSON decodes exactly one JSON value, numbers as json.Number (see
+// parseJSON). Nesting deeper than 10000 levels is refused, which bounds the
 // recursion of everything that walks the result.
 func decodeJSON(raw []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := parseJSON(raw)
+	if err != nil {
 		return nil, fmt.Errorf("invalid JSON: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("invalid JSON: data after the value")
 	}
 	return v, nil
 }

@@ -149,6 +149,8 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, release func()) (late
 	var decided atomic.Bool
 	run := &toolRun{}
 	stopWatching := context.AfterFunc(ctx, func() {
+		run.deciding.Add(1)
+		defer run.deciding.Done()
 		if !decided.CompareAndSwap(false, true) {
 			return
 		}
@@ -165,7 +167,9 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, release func()) (late
 	out := runTool(withScope(ctx, scope), tool, call)
 	stopWatching()
 	if !decided.CompareAndSwap(false, true) {
-		// The context decided the outcome; the tool has now returned.
+		// The context decided the outcome; the tool has now returned. The
+		// slot is kept until the call's message is settled.
+		run.deciding.Wait()
 		w.straggled(req.CallID, run)
 		return
 	}
@@ -255,6 +259,8 @@ type toolRun struct {
 	mu       sync.Mutex
 	returned bool
 	warn     *time.Timer
+	// deciding is held while the context's end settles the call.
+	deciding sync.WaitGroup
 }
 
 // straggling records a tool that outlived its call: it keeps its slot

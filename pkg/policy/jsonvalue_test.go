@@ -1,0 +1,67 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// decodeWithEncodingJSON is what parseJSON must agree with.
+func decodeWithEncodingJSON(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, io.ErrUnexpectedEOF // anything: data after the value
+	}
+	return v, nil
+}
+
+var jsonCases = []string{
+	`{}`, `[]`, ` {"a": [1, -2.5e+3, 0, -0, 1E2, true, false, null, "x"]} `, `"\u00e9\ud83d\ude00\n\t\\\/\""`,
+	`"\ud83d"`, `"\ud83dx"`, `"\ude00\ud83d"`, `"\ud83d\u0041"`, "\"\xff\xfe ok\"", "\"\xef\xbf\xbd\"", `{"k":1,"k":2}`,
+	`{"a":{"b":{"c":[[],[{}]]}}}`, `1`, `-0.0e-0`, `"plain"`,
+	// Refused.
+	``, ` `, `{`, `[1,]`, `{"a":1,}`, `{"a" 1}`, `01`, `1.`, `.5`, `-`, `1e`, `+1`, `tru`, `nul`, `"\x"`, `"\u12"`,
+	`"\ud83d\u12"`, "\"a\nb\"", `"open`, `{} {}`, `[1] x`, `{1:2}`, `NaN`, `[1 2]`,
+}
+
+func TestParseJSONAgreesWithEncodingJSON(t *testing.T) {
+	t.Parallel()
+	deep := strings.Repeat("[", maxNesting) + strings.Repeat("]", maxNesting)
+	tooDeep := strings.Repeat("[", maxNesting+1) + strings.Repeat("]", maxNesting+1)
+	for _, in := range append(jsonCases, deep, tooDeep, `{"a":`+tooDeep+`}`) {
+		checkAgreement(t, []byte(in))
+	}
+}
+
+func checkAgreement(t *testing.T, data []byte) {
+	t.Helper()
+	want, wantErr := decodeWithEncodingJSON(data)
+	got, err := parseJSON(data)
+	name := string(data)
+	if len(name) > 40 {
+		name = name[:40] + "…"
+	}
+	if (err == nil) != (wantErr == nil) {
+		t.Fatalf("%q: error %v, encoding/json's %v", name, err, wantErr)
+	}
+	if err == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q: %#v, encoding/json %#v", name, got, want)
+	}
+}
+
+func FuzzParseJSONAgreesWithEncodingJSON(f *testing.F) {
+	for _, c := range jsonCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkAgreement(t, data)
+	})
+}
