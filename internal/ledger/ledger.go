@@ -505,7 +505,7 @@ func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan 
 					if res, ok := check(); ok {
 						return res, nil
 					}
-					if err := sleep(ctx, pause); err != nil {
+					if err := Sleep(ctx, pause); err != nil {
 						return nil, fmt.Errorf("wait for call %s: %w", callID, err)
 					}
 				}
@@ -553,8 +553,8 @@ func (l *Ledger) Last(ctx context.Context, callID string, kind messages.EventKin
 	return ev, nil
 }
 
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits for d or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

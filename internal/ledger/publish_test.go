@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,22 +14,30 @@ import (
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
-// Publish reads JetStream's acknowledgements itself: stored, duplicate,
-// refused by a condition, and no stream at all.
-func TestPublishReadsAcknowledgements(t *testing.T) {
-	t.Parallel()
+// streamAndLedger starts a server with a stream of the subjects under
+// prefix, and returns a connection and a ledger on it.
+func streamAndLedger(t *testing.T, prefix string) (*nats.Conn, *ledger.Ledger) {
+	t.Helper()
 	srv := testenv.Server(t)
 	nc := testenv.Connect(t, srv.URL())
-	ctx := testenv.Context(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ACKS", Subjects: []string{"acks.>"}}); err != nil {
+	if _, err := js.CreateStream(testenv.Context(t), jetstream.StreamConfig{Name: strings.ToUpper(prefix), Subjects: []string{prefix + ".>"}}); err != nil {
 		t.Fatal(err)
 	}
 	l := ledger.New(nc, js, messages.MustNames(""))
-	defer l.Close()
+	t.Cleanup(l.Close)
+	return nc, l
+}
+
+// Publish reads JetStream's acknowledgements itself: stored, duplicate,
+// refused by a condition, and no stream at all.
+func TestPublishReadsAcknowledgements(t *testing.T) {
+	t.Parallel()
+	_, l := streamAndLedger(t, "acks")
+	ctx := testenv.Context(t)
 	publish := func(subject, msgID, expectedLast string) (uint64, bool, error) {
 		t.Helper()
 		msg := nats.NewMsg(subject)
@@ -70,18 +79,8 @@ func TestPublishReadsAcknowledgements(t *testing.T) {
 // still open when the inbox closes get nil.
 func TestPublishThenAndExpectations(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Server(t)
-	nc := testenv.Connect(t, srv.URL())
+	nc, l := streamAndLedger(t, "then")
 	ctx := testenv.Context(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "THEN", Subjects: []string{"then.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	l := ledger.New(nc, js, messages.MustNames(""))
-	defer l.Close()
 	type outcome struct {
 		seq uint64
 		err error

@@ -256,7 +256,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 			var reply messages.SubmitReply
 			err := decodeAnswer(msg, &reply)
 			if isNoCoordinator(err) && attempt < 4 {
-				if err := sleep(ctx, retryDelay(attempt)); err != nil {
+				if err := ledger.Sleep(ctx, retryDelay(attempt)); err != nil {
 					return nil, err
 				}
 				attempt++
@@ -360,24 +360,13 @@ func (c *Client) submitRetrying(ctx context.Context, req messages.SubmitRequest)
 		if ctx.Err() != nil || attempt >= 4 || !c.retryable(err, req.IdempotencyKey != "") {
 			return nil, err
 		}
-		if err := sleep(ctx, retryDelay(attempt)); err != nil {
+		if err := ledger.Sleep(ctx, retryDelay(attempt)); err != nil {
 			return nil, err
 		}
 	}
 }
 
 func retryDelay(attempt int) time.Duration { return time.Duration(100<<attempt) * time.Millisecond }
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // settle reports whether a submit's reply ends the call: it carries the
 // result, or the call waits for an approval its agent is to obtain.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/toolbus/toolbus/internal/jsonparse"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -61,11 +62,12 @@ func canonicalize(raw []byte) ([]byte, error) {
 	return appendCanonical(nil, v), nil
 }
 
-// decodeJSON decodes exactly one JSON value, numbers as json.Number (see
-// parseJSON). Nesting deeper than 10000 levels is refused, which bounds the
-// recursion of everything that walks the result.
+// decodeJSON decodes exactly one JSON value, numbers as json.Number, as
+// encoding/json's Decoder does (see jsonparse). Nesting deeper than 10000
+// levels is refused, which bounds the recursion of everything that walks
+// the result.
 func decodeJSON(raw []byte) (any, error) {
-	v, err := parseJSON(raw)
+	v, err := jsonparse.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("invalid JSON: %w", err)
 	}

@@ -105,40 +105,40 @@ func StripThought(def *messages.ToolDefinition, opts Options, arguments messages
 		return arguments, "", nil
 	}
 	name := thoughtName(def.InputSchema)
-	p := parser{data: arguments}
-	p.space()
-	if p.pos >= len(p.data) || p.data[p.pos] != '{' {
-		if _, err := p.skip(0); err != nil {
+	p := newParser(arguments)
+	p.Space()
+	if p.Pos >= len(p.Data) || p.Data[p.Pos] != '{' {
+		if _, err := p.Skip(0); err != nil {
 			return nil, "", fmt.Errorf("arguments of tool %q are not valid JSON: %w", def.Name, err)
 		}
 		return nil, "", fmt.Errorf("arguments of tool %q are not a JSON object", def.Name)
 	}
-	p.pos++
+	p.Pos++
 	type member struct {
 		key   string
 		value []byte
 	}
 	var members []member
 	thought, found := "", false
-	p.space()
-	if p.pos < len(p.data) && p.data[p.pos] == '}' {
-		p.pos++
+	p.Space()
+	if p.Pos < len(p.Data) && p.Data[p.Pos] == '}' {
+		p.Pos++
 	} else {
 		for {
-			p.space()
-			key, err := p.string()
+			p.Space()
+			key, err := p.String()
 			if err == nil {
-				p.space()
-				if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-					err = p.fail("':'")
+				p.Space()
+				if p.Pos >= len(p.Data) || p.Data[p.Pos] != ':' {
+					err = p.Fail("':'")
 				} else {
-					p.pos++
-					p.space()
+					p.Pos++
+					p.Space()
 				}
 			}
 			var value []byte
 			if err == nil {
-				value, err = p.skip(1)
+				value, err = p.Skip(1)
 			}
 			if err != nil {
 				return nil, "", fmt.Errorf("arguments of tool %q are not valid JSON: %w", def.Name, err)
@@ -154,20 +154,20 @@ func StripThought(def *messages.ToolDefinition, opts Options, arguments messages
 			} else {
 				members = append(members, member{key, value})
 			}
-			p.space()
-			if p.pos < len(p.data) && p.data[p.pos] == ',' {
-				p.pos++
+			p.Space()
+			if p.Pos < len(p.Data) && p.Data[p.Pos] == ',' {
+				p.Pos++
 				continue
 			}
-			if p.pos < len(p.data) && p.data[p.pos] == '}' {
-				p.pos++
+			if p.Pos < len(p.Data) && p.Data[p.Pos] == '}' {
+				p.Pos++
 				break
 			}
-			return nil, "", fmt.Errorf("arguments of tool %q are not valid JSON: %w", def.Name, p.fail("',' or '}'"))
+			return nil, "", fmt.Errorf("arguments of tool %q are not valid JSON: %w", def.Name, p.Fail("',' or '}'"))
 		}
 	}
-	p.space()
-	if p.pos < len(p.data) {
+	p.Space()
+	if p.Pos < len(p.Data) {
 		return nil, "", fmt.Errorf("arguments of tool %q have trailing data after the JSON object", def.Name)
 	}
 	if !found {

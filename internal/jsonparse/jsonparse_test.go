@@ -1,4 +1,4 @@
-package policy
+package jsonparse
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// decodeWithEncodingJSON is what parseJSON must agree with.
+// decodeWithEncodingJSON is what Parse must agree with.
 func decodeWithEncodingJSON(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -32,10 +32,10 @@ var jsonCases = []string{
 	`"\ud83d\u12"`, "\"a\nb\"", `"open`, `{} {}`, `[1] x`, `{1:2}`, `NaN`, `[1 2]`,
 }
 
-func TestParseJSONAgreesWithEncodingJSON(t *testing.T) {
+func TestParseAgreesWithEncodingJSON(t *testing.T) {
 	t.Parallel()
-	deep := strings.Repeat("[", maxNesting) + strings.Repeat("]", maxNesting)
-	tooDeep := strings.Repeat("[", maxNesting+1) + strings.Repeat("]", maxNesting+1)
+	deep := strings.Repeat("[", DefaultMaxDepth) + strings.Repeat("]", DefaultMaxDepth)
+	tooDeep := strings.Repeat("[", DefaultMaxDepth+1) + strings.Repeat("]", DefaultMaxDepth+1)
 	for _, in := range append(jsonCases, deep, tooDeep, `{"a":`+tooDeep+`}`) {
 		checkAgreement(t, []byte(in))
 	}
@@ -44,7 +44,7 @@ func TestParseJSONAgreesWithEncodingJSON(t *testing.T) {
 func checkAgreement(t *testing.T, data []byte) {
 	t.Helper()
 	want, wantErr := decodeWithEncodingJSON(data)
-	got, err := parseJSON(data)
+	got, err := Parse(data)
 	name := string(data)
 	if len(name) > 40 {
 		name = name[:40] + "…"
@@ -57,11 +57,34 @@ func checkAgreement(t *testing.T, data []byte) {
 	}
 }
 
-func FuzzParseJSONAgreesWithEncodingJSON(f *testing.F) {
+func FuzzParseAgreesWithEncodingJSON(f *testing.F) {
 	for _, c := range jsonCases {
 		f.Add([]byte(c))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkAgreement(t, data)
 	})
+}
+
+// Skip accepts what Parse accepts and returns the value's bytes.
+func TestSkipAgreesWithParse(t *testing.T) {
+	t.Parallel()
+	for _, in := range jsonCases {
+		_, parseErr := Parse([]byte(in))
+		p := Parser{Data: []byte(in)}
+		p.Space()
+		raw, err := p.Skip(0)
+		if err == nil {
+			p.Space()
+			if p.Pos < len(p.Data) {
+				err = p.Fail("the end")
+			}
+		}
+		if (err == nil) != (parseErr == nil) {
+			t.Fatalf("%q: Skip %v, Parse %v", in, err, parseErr)
+		}
+		if err == nil && string(raw) != strings.TrimSpace(in) {
+			t.Fatalf("%q: Skip returned %q", in, raw)
+		}
+	}
 }

@@ -1,0 +1,429 @@
+// Package jsonparse reads JSON in place into the values encoding/json's
+// Decoder with UseNumber decodes it to: nil, bool, json.Number, string,
+// []any and map[string]any (or objects of the caller's own type). Strings
+// are read as encoding/json reads them: invalid UTF-8 and lone surrogates
+// become U+FFFD, and the last of duplicate keys wins. Schemas and call
+// arguments are read on every call; the Decoder copies its input into a
+// buffer of its own and builds values through reflection.
+package jsonparse
+
+import (
+	"encoding/json"
+	"fmt"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// DefaultMaxDepth is encoding/json's limit on nested arrays and objects.
+const DefaultMaxDepth = 10000
+
+// Object is an object of the caller's own type being read.
+type Object interface {
+	Set(key string, value any)
+}
+
+// Parser reads JSON from Data, starting at Pos.
+type Parser struct {
+	Data []byte
+	Pos  int
+	// MaxDepth bounds the nesting of arrays and objects; 0 is
+	// DefaultMaxDepth. It bounds the recursion of whatever walks the result.
+	MaxDepth int
+	// NewObject returns the value an object is read into; without it
+	// objects are map[string]any.
+	NewObject func() Object
+}
+
+// Parse reads exactly one JSON value, with white space around it.
+func Parse(data []byte) (any, error) {
+	p := Parser{Data: data}
+	return p.Whole()
+}
+
+// Whole reads exactly one value from Pos to the end, with white space around it.
+func (p *Parser) Whole() (any, error) {
+	p.Space()
+	v, err := p.Value(0)
+	if err != nil {
+		return nil, err
+	}
+	p.Space()
+	if p.Pos < len(p.Data) {
+		return nil, fmt.Errorf("trailing data after the JSON value, at offset %d", p.Pos)
+	}
+	return v, nil
+}
+
+// Space skips white space.
+func (p *Parser) Space() {
+	for p.Pos < len(p.Data) {
+		switch p.Data[p.Pos] {
+		case ' ', '\t', '\n', '\r':
+			p.Pos++
+		default:
+			return
+		}
+	}
+}
+
+// Fail describes what was found at Pos instead of what was expected.
+func (p *Parser) Fail(expected string) error {
+	if p.Pos >= len(p.Data) {
+		return fmt.Errorf("unexpected end of JSON input, expecting %s", expected)
+	}
+	return fmt.Errorf("invalid character %q at offset %d, expecting %s", p.Data[p.Pos], p.Pos, expected)
+}
+
+// Deeper checks that a container at depth (the containers around it
+// included) is allowed.
+func (p *Parser) Deeper(depth int) error {
+	limit := p.MaxDepth
+	if limit == 0 {
+		limit = DefaultMaxDepth
+	}
+	if depth > limit {
+		return fmt.Errorf("nested deeper than %d levels", limit)
+	}
+	return nil
+}
+
+// Value reads one value inside depth containers.
+func (p *Parser) Value(depth int) (any, error) {
+	if p.Pos >= len(p.Data) {
+		return nil, p.Fail("a value")
+	}
+	switch c := p.Data[p.Pos]; {
+	case c == '{':
+		return p.object(depth + 1)
+	case c == '[':
+		return p.array(depth + 1)
+	case c == '"':
+		return p.String()
+	case c == '-' || '0' <= c && c <= '9':
+		return p.Number()
+	case c == 't':
+		return true, p.Literal("true")
+	case c == 'f':
+		return false, p.Literal("false")
+	case c == 'n':
+		return nil, p.Literal("null")
+	}
+	return nil, p.Fail("a value")
+}
+
+// Skip checks one value inside depth containers without building it,
+// and returns its bytes.
+func (p *Parser) Skip(depth int) ([]byte, error) {
+	start := p.Pos
+	if p.Pos >= len(p.Data) {
+		return nil, p.Fail("a value")
+	}
+	switch c := p.Data[p.Pos]; c {
+	case '{', '[':
+		if err := p.Deeper(depth + 1); err != nil {
+			return nil, err
+		}
+		closing := byte('}')
+		if c == '[' {
+			closing = ']'
+		}
+		p.Pos++
+		p.Space()
+		if p.Pos < len(p.Data) && p.Data[p.Pos] == closing {
+			p.Pos++
+			return p.Data[start:p.Pos], nil
+		}
+		for {
+			p.Space()
+			if c == '{' {
+				if _, err := p.key(); err != nil {
+					return nil, err
+				}
+			}
+			if _, err := p.Skip(depth + 1); err != nil {
+				return nil, err
+			}
+			p.Space()
+			if p.Pos < len(p.Data) && p.Data[p.Pos] == ',' {
+				p.Pos++
+				continue
+			}
+			if p.Pos < len(p.Data) && p.Data[p.Pos] == closing {
+				p.Pos++
+				return p.Data[start:p.Pos], nil
+			}
+			return nil, p.Fail("',' or a closing bracket")
+		}
+	}
+	if _, err := p.Value(depth); err != nil {
+		return nil, err
+	}
+	return p.Data[start:p.Pos], nil
+}
+
+// Literal reads true, false or null.
+func (p *Parser) Literal(word string) error {
+	if len(p.Data)-p.Pos >= len(word) && string(p.Data[p.Pos:p.Pos+len(word)]) == word {
+		p.Pos += len(word)
+		return nil
+	}
+	for k := 0; k < len(word) && p.Pos < len(p.Data) && p.Data[p.Pos] == word[k]; k++ {
+		p.Pos++ // to the first byte that differs, for the message
+	}
+	return p.Fail(word)
+}
+
+func (p *Parser) object(depth int) (any, error) {
+	if err := p.Deeper(depth); err != nil {
+		return nil, err
+	}
+	p.Pos++ // {
+	var m map[string]any
+	var o Object
+	if p.NewObject != nil {
+		o = p.NewObject()
+	} else {
+		m = map[string]any{}
+	}
+	result := func() any {
+		if o != nil {
+			return o
+		}
+		return m
+	}
+	p.Space()
+	if p.Pos < len(p.Data) && p.Data[p.Pos] == '}' {
+		p.Pos++
+		return result(), nil
+	}
+	for {
+		k, err := p.key()
+		if err != nil {
+			return nil, err
+		}
+		v, err := p.Value(depth)
+		if err != nil {
+			return nil, err
+		}
+		if o != nil {
+			o.Set(k, v)
+		} else {
+			m[k] = v
+		}
+		p.Space()
+		if p.Pos < len(p.Data) && p.Data[p.Pos] == ',' {
+			p.Pos++
+			p.Space()
+			continue
+		}
+		if p.Pos < len(p.Data) && p.Data[p.Pos] == '}' {
+			p.Pos++
+			return result(), nil
+		}
+		return nil, p.Fail("',' or '}'")
+	}
+}
+
+// key reads an object's key and the colon after it.
+func (p *Parser) key() (string, error) {
+	k, err := p.String()
+	if err != nil {
+		return "", err
+	}
+	p.Space()
+	if p.Pos >= len(p.Data) || p.Data[p.Pos] != ':' {
+		return "", p.Fail("':'")
+	}
+	p.Pos++
+	p.Space()
+	return k, nil
+}
+
+func (p *Parser) array(depth int) (any, error) {
+	if err := p.Deeper(depth); err != nil {
+		return nil, err
+	}
+	p.Pos++ // [
+	a := []any{}
+	p.Space()
+	if p.Pos < len(p.Data) && p.Data[p.Pos] == ']' {
+		p.Pos++
+		return a, nil
+	}
+	for {
+		v, err := p.Value(depth)
+		if err != nil {
+			return nil, err
+		}
+		a = append(a, v)
+		p.Space()
+		if p.Pos < len(p.Data) && p.Data[p.Pos] == ',' {
+			p.Pos++
+			p.Space()
+			continue
+		}
+		if p.Pos < len(p.Data) && p.Data[p.Pos] == ']' {
+			p.Pos++
+			return a, nil
+		}
+		return nil, p.Fail("',' or ']'")
+	}
+}
+
+// Number reads -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? as written.
+func (p *Parser) Number() (json.Number, error) {
+	start := p.Pos
+	if p.Pos < len(p.Data) && p.Data[p.Pos] == '-' {
+		p.Pos++
+	}
+	switch {
+	case p.Pos < len(p.Data) && p.Data[p.Pos] == '0':
+		p.Pos++
+	case !p.digits():
+		return "", p.Fail("a digit")
+	}
+	if p.Pos < len(p.Data) && p.Data[p.Pos] == '.' {
+		p.Pos++
+		if !p.digits() {
+			return "", p.Fail("a digit")
+		}
+	}
+	if p.Pos < len(p.Data) && (p.Data[p.Pos] == 'e' || p.Data[p.Pos] == 'E') {
+		p.Pos++
+		if p.Pos < len(p.Data) && (p.Data[p.Pos] == '+' || p.Data[p.Pos] == '-') {
+			p.Pos++
+		}
+		if !p.digits() {
+			return "", p.Fail("a digit")
+		}
+	}
+	return json.Number(p.Data[start:p.Pos]), nil
+}
+
+func (p *Parser) digits() bool {
+	start := p.Pos
+	for p.Pos < len(p.Data) && '0' <= p.Data[p.Pos] && p.Data[p.Pos] <= '9' {
+		p.Pos++
+	}
+	return p.Pos > start
+}
+
+// String reads a string. One without escapes or bytes to replace is
+// copied as it is.
+func (p *Parser) String() (string, error) {
+	if p.Pos >= len(p.Data) || p.Data[p.Pos] != '"' {
+		return "", p.Fail("a string")
+	}
+	p.Pos++
+	start := p.Pos
+	for p.Pos < len(p.Data) {
+		c := p.Data[p.Pos]
+		switch {
+		case c == '"':
+			s := string(p.Data[start:p.Pos])
+			p.Pos++
+			return s, nil
+		case c == '\\' || c >= utf8.RuneSelf:
+			return p.slowString(start)
+		case c < 0x20:
+			return "", p.Fail("a character inside a string")
+		}
+		p.Pos++
+	}
+	return "", p.Fail(`'"'`)
+}
+
+func (p *Parser) slowString(start int) (string, error) {
+	out := make([]byte, 0, p.Pos-start+16)
+	out = append(out, p.Data[start:p.Pos]...)
+	for p.Pos < len(p.Data) {
+		c := p.Data[p.Pos]
+		switch {
+		case c == '"':
+			p.Pos++
+			return string(out), nil
+		case c < 0x20:
+			return "", p.Fail("a character inside a string")
+		case c == '\\':
+			p.Pos++
+			if p.Pos >= len(p.Data) {
+				return "", p.Fail("an escape")
+			}
+			e := p.Data[p.Pos]
+			p.Pos++
+			switch e {
+			case '"', '\\', '/':
+				out = append(out, e)
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := p.hex4()
+				if !ok {
+					return "", p.Fail("four hex digits")
+				}
+				if utf16.IsSurrogate(r) {
+					// A pair makes one rune; anything else is replaced.
+					if p.Pos+1 < len(p.Data) && p.Data[p.Pos] == '\\' && p.Data[p.Pos+1] == 'u' {
+						save := p.Pos
+						p.Pos += 2
+						if r2, ok := p.hex4(); ok {
+							if d := utf16.DecodeRune(r, r2); d != unicode.ReplacementChar {
+								out = utf8.AppendRune(out, d)
+								continue
+							}
+						}
+						p.Pos = save
+					}
+					r = unicode.ReplacementChar
+				}
+				out = utf8.AppendRune(out, r)
+			default:
+				p.Pos--
+				return "", p.Fail("an escape")
+			}
+		case c < utf8.RuneSelf:
+			out = append(out, c)
+			p.Pos++
+		default:
+			r, size := utf8.DecodeRune(p.Data[p.Pos:])
+			if r == utf8.RuneError && size == 1 {
+				out = utf8.AppendRune(out, unicode.ReplacementChar)
+			} else {
+				out = append(out, p.Data[p.Pos:p.Pos+size]...)
+			}
+			p.Pos += size
+		}
+	}
+	return "", p.Fail(`'"'`)
+}
+
+func (p *Parser) hex4() (rune, bool) {
+	if len(p.Data)-p.Pos < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range p.Data[p.Pos : p.Pos+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	p.Pos += 4
+	return r, true
+}
