@@ -76,11 +76,7 @@ func (l *Ledger) Append(ctx context.Context, ev *messages.CallEvent) (uint64, er
 
 // store publishes msg and waits until the stream has it.
 func (l *Ledger) store(ctx context.Context, msg *nats.Msg) (uint64, error) {
-	pending, err := l.Publish(msg)
-	if err != nil {
-		return 0, err
-	}
-	seq, _, err := pending.Wait(ctx)
+	seq, _, err := l.PublishWait(ctx, msg)
 	return seq, err
 }
 

@@ -13,33 +13,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// PendingAck is a message published to a stream whose acknowledgement has
-// not been read yet.
-type PendingAck struct {
-	acks <-chan *nats.Msg
-	done func()
-}
-
-// Publish sends msg to a stream with its acknowledgement coming to the
-// ledger's inbox. On the call path this is lighter than nats.go's
-// JetStream publish: no future per message and no JSON decoding of a
-// successful acknowledgement. Wait reads the acknowledgement.
-func (l *Ledger) Publish(msg *nats.Msg) (*PendingAck, error) {
-	reply, acks, done, err := l.reads.Register(1)
-	if err != nil {
-		return nil, err
-	}
-	msg.Reply = reply
-	if err := l.nc.PublishMsg(msg); err != nil {
-		done()
-		return nil, err
-	}
-	return &PendingAck{acks: acks, done: done}, nil
-}
-
 // PublishThen sends msg to a stream and hands the outcome to then once
 // the stream acknowledges it, on the ledger's inbox goroutine: then must
-// not block. No acknowledgement within timeout is an error wrapping
+// not block. The acknowledgement is read on the ledger's inbox, which on
+// the call path is lighter than nats.go's JetStream publish: no future per
+// message and no JSON decoding of a successful acknowledgement. No acknowledgement within timeout is an error wrapping
 // context.DeadlineExceeded. If PublishThen returns an error, then is not
 // called.
 func (l *Ledger) PublishThen(msg *nats.Msg, timeout time.Duration, then func(seq uint64, duplicate bool, err error)) error {
@@ -62,18 +40,35 @@ func (l *Ledger) PublishThen(msg *nats.Msg, timeout time.Duration, then func(seq
 	return nil
 }
 
-// Wait returns the stored message's sequence and whether JetStream had it
-// already (a duplicate message ID). A refusal comes back as
-// *jetstream.APIError, as from nats.go.
-func (p *PendingAck) Wait(ctx context.Context) (seq uint64, duplicate bool, err error) {
-	defer p.done()
+// PublishWait is PublishThen for a caller that waits: it returns the
+// stored message's sequence and whether JetStream had it already (a
+// duplicate message ID). A refusal comes back as *jetstream.APIError, as
+// from nats.go. The wait ends with ctx; without a deadline, after
+// defaultAckWait.
+func (l *Ledger) PublishWait(ctx context.Context, msg *nats.Msg) (seq uint64, duplicate bool, err error) {
+	type ack struct {
+		seq       uint64
+		duplicate bool
+		err       error
+	}
+	timeout := defaultAckWait
+	if deadline, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(deadline), time.Millisecond)
+	}
+	acks := make(chan ack, 1)
+	if err := l.PublishThen(msg, timeout, func(seq uint64, duplicate bool, err error) { acks <- ack{seq, duplicate, err} }); err != nil {
+		return 0, false, err
+	}
 	select {
-	case msg := <-p.acks:
-		return parsePubAck(msg)
+	case a := <-acks:
+		return a.seq, a.duplicate, a.err
 	case <-ctx.Done():
 		return 0, false, ctx.Err()
 	}
 }
+
+// defaultAckWait bounds PublishWait when its context has no deadline.
+const defaultAckWait = 30 * time.Second
 
 var (
 	seqField       = []byte(`"seq":`)

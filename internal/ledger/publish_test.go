@@ -32,7 +32,7 @@ func streamAndLedger(t *testing.T, prefix string) (*nats.Conn, *ledger.Ledger) {
 	return nc, l
 }
 
-// Publish reads JetStream's acknowledgements itself: stored, duplicate,
+// PublishWait reads JetStream's acknowledgements itself: stored, duplicate,
 // refused by a condition, and no stream at all.
 func TestPublishReadsAcknowledgements(t *testing.T) {
 	t.Parallel()
@@ -48,11 +48,7 @@ func TestPublishReadsAcknowledgements(t *testing.T) {
 		if expectedLast != "" {
 			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, expectedLast)
 		}
-		pending, err := l.Publish(msg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pending.Wait(ctx)
+		return l.PublishWait(ctx, msg)
 	}
 	for i, want := range []uint64{1, 2} {
 		if seq, dup, err := publish("acks.a", "", ""); err != nil || dup || seq != want {
