@@ -143,9 +143,22 @@ var decoderPool = sync.Pool{New: func() any {
 	return d
 }}
 
+// maxPooledBuffer is the largest input after which a decoder goes back
+// to the pool. The Decoder keeps the buffer it read strings into, and that
+// buffer grows to the longest string of the input.
+const maxPooledBuffer = 64 << 10
+
 // decodeReflect decodes one value from data into v with a msgpack.Decoder
 // and returns the number of bytes after it.
+//
+// The input is walked first, so that every length it declares is known to
+// fit in it: the Decoder allocates what a length prefix promises before it
+// finds the bytes missing, and a 12-byte message can promise 4 GiB.
 func decodeReflect(data []byte, v any) (left int, err error) {
+	scan := reader{b: data}
+	if err := scan.skip(); err != nil {
+		return len(data), err
+	}
 	d := decoderPool.Get().(*pooledDecoder)
 	defer func() {
 		// The Decoder misuses reflect on some input, such as a nil in
@@ -164,7 +177,9 @@ func decodeReflect(data []byte, v any) (left int, err error) {
 	left = d.r.Len()
 	d.dec.ResetReader(nil)
 	d.r.Reset(nil)
-	decoderPool.Put(d)
+	if err == nil && len(data) <= maxPooledBuffer {
+		decoderPool.Put(d)
+	}
 	return left, err
 }
 
@@ -193,7 +208,9 @@ func encodeReflect(v any) ([]byte, error) {
 	if err == nil {
 		out = bytes.Clone(buf.Bytes())
 	}
-	bufferPool.Put(buf)
+	if buf.Cap() <= maxPooledBuffer {
+		bufferPool.Put(buf)
+	}
 	return out, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -153,4 +154,28 @@ func mustMsgpack(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestHostileLengthCostsNothing sends a 12-byte request that promises a
+// 4 GiB string, as a hostile client would, a thousand times: each must be
+// refused as malformed without allocating for the promise or leaving a
+// grown buffer in a pool.
+func TestHostileLengthCostsNothing(t *testing.T) {
+	hostile := []byte{0x81, 0xa4, 't', 'o', 'o', 'l', 0xdb, 0xff, 0xff, 0xff, 0xff, 'x'}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 1000 {
+		var req GetCallRequest
+		if err := Msgpack.Unmarshal(hostile, &req); CodeOf(err) != CodeMalformed {
+			t.Fatalf("hostile request decoded with error %v, want malformed", err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if spent := after.TotalAlloc - before.TotalAlloc; spent > 4<<20 {
+		t.Fatalf("1000 hostile requests allocated %d MiB", spent>>20)
+	}
+	if grown := int64(after.HeapInuse) - int64(before.HeapInuse); grown > 4<<20 {
+		t.Fatalf("1000 hostile requests left the heap %d MiB larger", grown>>20)
+	}
 }

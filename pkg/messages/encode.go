@@ -53,7 +53,7 @@ func appendMarshal(v msgpackAppender) ([]byte, error) {
 	if err != nil {
 		out = nil
 	}
-	if cap(w.b) <= 64<<10 {
+	if cap(w.b) <= maxPooledBuffer {
 		packers.Put(w)
 	}
 	return out, err

@@ -3,6 +3,7 @@ package messages
 import (
 	"bytes"
 	"encoding/json"
+	"runtime"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -25,7 +26,16 @@ func fuzzDecoder[T any](f *testing.F, seeds ...any) {
 			c = JSONCodec
 		}
 		var v T
-		if err := c.Unmarshal(data, &v); err != nil {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := c.Unmarshal(data, &v)
+		runtime.ReadMemStats(&after)
+		// A decoder may allocate for what the input holds, never for what
+		// its length prefixes promise.
+		if spent, limit := after.TotalAlloc-before.TotalAlloc, uint64(64*len(data)+256<<10); spent > limit {
+			t.Fatalf("decoding %d bytes allocated %d bytes (limit %d)", len(data), spent, limit)
+		}
+		if err != nil {
 			if CodeOf(err) != CodeMalformed {
 				t.Fatalf("error without code malformed: %v", err)
 			}
@@ -61,6 +71,35 @@ func FuzzDecodeToolDefinition(f *testing.F) {
 
 func FuzzDecodeSmallRequests(f *testing.F) {
 	fuzzDecoder[CancelRequest](f, &CancelRequest{CallID: "c", Reason: "r"})
+}
+
+func FuzzDecodeGetCallRequest(f *testing.F) {
+	f.Add([]byte{0x81, 0xa4, 't', 'o', 'o', 'l', 0xdb, 0xff, 0xff, 0xff, 0xff, 'x'}, false)
+	fuzzDecoder[GetCallRequest](f, &GetCallRequest{CallID: "c"})
+}
+
+func FuzzDecodeListToolsRequest(f *testing.F) {
+	fuzzDecoder[ListToolsRequest](f, &ListToolsRequest{Agent: "a", Turn: "t", Format: "anthropic"})
+}
+
+func FuzzDecodeActivateRequest(f *testing.F) {
+	fuzzDecoder[ActivateRequest](f, &ActivateRequest{Agent: "a", Turn: "t", Tools: []string{"a-b"}})
+}
+
+func FuzzDecodeGetTurnRequest(f *testing.F) {
+	fuzzDecoder[GetTurnRequest](f, &GetTurnRequest{Turn: "t"})
+}
+
+func FuzzDecodeDiscoverRequest(f *testing.F) {
+	fuzzDecoder[DiscoverRequest](f, &DiscoverRequest{Agent: "a", Query: "find files", PageSize: 5})
+}
+
+func FuzzDecodeApprovalRequests(f *testing.F) {
+	fuzzDecoder[DecideRequest](f, &DecideRequest{ApprovalID: "x", Decision: "approve", By: "op"})
+}
+
+func FuzzDecodeToolSwitchRequest(f *testing.F) {
+	fuzzDecoder[ToolSwitchRequest](f, &ToolSwitchRequest{Tool: "a-b", Reason: "r"})
 }
 
 // FuzzJSONBridge checks that any JSON value survives the trip through MessagePack.
