@@ -4,12 +4,13 @@
 // call's commit point: it is written with an expected-last-sequence
 // condition, so the first result wins and no later attempt can replace it.
 //
-// The ledger keeps nothing in memory; any number of processes share it.
+// The ledger keeps nothing in memory; any number of processes share it. It
+// reaches JetStream through internal/transport and nats.go's jetstream
+// package.
 package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -27,20 +29,27 @@ var ErrChanged = errors.New("call changed concurrently")
 
 // Ledger reads and writes call events.
 type Ledger struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	names  messages.Names
-	reads  *Inbox
-	stream string
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	names messages.Names
+	// inbox receives acknowledgements and batched reads.
+	inbox  *transport.Inbox
+	pub    *transport.Publisher
+	events *transport.Stream
 }
 
 // New returns a ledger on the connection.
 func New(nc *nats.Conn, js jetstream.JetStream, names messages.Names) *Ledger {
-	return &Ledger{nc: nc, js: js, names: names, reads: NewInbox(nc), stream: names.EventsStream()}
+	inbox := transport.NewInbox(nc)
+	return &Ledger{
+		nc: nc, js: js, names: names, inbox: inbox,
+		pub:    transport.NewPublisher(nc, inbox),
+		events: transport.NewStream(nc, inbox, names.EventsStream()),
+	}
 }
 
 // Close releases the ledger's subscription.
-func (l *Ledger) Close() { l.reads.Close() }
+func (l *Ledger) Close() { l.inbox.Close() }
 
 // EventMsg encodes an event as the message that stores it.
 func (l *Ledger) EventMsg(ev *messages.CallEvent) (*nats.Msg, error) { return l.eventMsg(ev, nil) }
@@ -92,12 +101,6 @@ func (l *Ledger) AppendAsync(ev *messages.CallEvent) error {
 	return err
 }
 
-// isWrongLastSequence reports whether a publish failed its expected-last-sequence condition.
-func isWrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
-
 // conditionalMsg is ev's message, to be stored only if the last sequence
 // among the subjects matching filter is lastSeq (0: none of them has a
 // message yet). An empty filter is the event's own subject.
@@ -127,7 +130,7 @@ func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter
 	if err == nil {
 		return seq, nil
 	}
-	if isWrongLastSequence(err) {
+	if errors.Is(err, transport.ErrWrongLastSequence) {
 		return 0, ErrChanged
 	}
 	return 0, fmt.Errorf("store %s event of call %s: %w", ev.Kind, ev.CallID, err)
@@ -224,7 +227,7 @@ func (l *Ledger) CommitThen(res *messages.CallResult, notify string, timeout tim
 		case err == nil:
 			l.sendCopy(ev, notify)
 			then(true, nil)
-		case isWrongLastSequence(err):
+		case errors.Is(err, transport.ErrWrongLastSequence):
 			then(false, nil)
 		default:
 			then(false, fmt.Errorf("store result event of call %s: %w", ev.CallID, err))
@@ -329,7 +332,8 @@ func (s *Snapshot) add(ev *Event) {
 const maxSubjectsPerRequest = 140
 
 // Snapshots reads the latest event of each kind of every call, in one
-// request per 150 calls. Calls with no events get an empty snapshot.
+// request per 140 calls (maxSubjectsPerRequest). Calls with no events get
+// an empty snapshot.
 func (l *Ledger) Snapshots(ctx context.Context, callIDs ...string) (map[string]*Snapshot, error) {
 	out := make(map[string]*Snapshot, len(callIDs))
 	for start := 0; start < len(callIDs); start += maxSubjectsPerRequest {
@@ -343,19 +347,24 @@ func (l *Ledger) Snapshots(ctx context.Context, callIDs ...string) (map[string]*
 			filters = append(filters, f)
 			out[id] = &Snapshot{CallID: id}
 		}
-		err := l.multiLast(ctx, filters, func(msg *nats.Msg, seq uint64) error {
+		var decodeErr error
+		err := l.events.GetBatch(ctx, transport.BatchRequest{MultiLast: filters}, func(seq uint64, msg *nats.Msg) bool {
 			var ev Event
 			if _, err := messages.Decode(msg.Header, msg.Data, &ev.CallEvent); err != nil {
-				return fmt.Errorf("event %d: %w", seq, err)
+				decodeErr = fmt.Errorf("event %d: %w", seq, err)
+				return false
 			}
 			ev.Seq = seq
 			if s := out[ev.CallID]; s != nil {
 				s.add(&ev)
 			}
-			return nil
+			return true
 		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("read call events: %w", err)
+		}
+		if decodeErr != nil {
+			return nil, decodeErr
 		}
 	}
 	return out, nil
@@ -368,56 +377,6 @@ func (l *Ledger) Snapshot(ctx context.Context, callID string) (*Snapshot, error)
 		return nil, err
 	}
 	return m[callID], nil
-}
-
-// replyBuffer holds the replies of one batched read until they are read: at
-// most 1,024 messages and an end-of-batch status.
-const replyBuffer = 1100
-
-// multiLast asks the events stream for the last message of every subject
-// matching the filters, a direct-get batch answered by several messages and
-// an end-of-batch status.
-func (l *Ledger) multiLast(ctx context.Context, filters []string, each func(*nats.Msg, uint64) error) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	req, err := json.Marshal(map[string]any{"multi_last": filters})
-	if err != nil {
-		return err
-	}
-	inbox, replies, done, err := l.reads.Register(replyBuffer)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if err := l.nc.PublishRequest("$JS.API.DIRECT.GET."+l.stream, inbox, req); err != nil {
-		return err
-	}
-	for {
-		var msg *nats.Msg
-		select {
-		case msg = <-replies:
-		case <-ctx.Done():
-			return fmt.Errorf("read call events: %w", ctx.Err())
-		}
-		if status := msg.Header.Get("Status"); status != "" && len(msg.Data) == 0 {
-			switch status {
-			case "204", "404":
-				return nil
-			default:
-				return fmt.Errorf("read call events: status %s %s", status, msg.Header.Get("Description"))
-			}
-		}
-		seq, err := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
-		if err != nil {
-			return fmt.Errorf("read call events: message without a sequence")
-		}
-		if err := each(msg, seq); err != nil {
-			return err
-		}
-	}
 }
 
 // AwaitResult returns the call's result once it is there, without a
@@ -526,37 +485,16 @@ func (l *Ledger) Last(ctx context.Context, callID string, kind messages.EventKin
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
+	msg, seq, err := l.events.GetLast(ctx, subject)
+	if errors.Is(err, transport.ErrNotFound) {
+		return nil, nil
 	}
-	msg, err := l.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+l.stream+"."+subject, nil)
 	if err != nil {
 		return nil, fmt.Errorf("read %s event of call %s: %w", kind, callID, err)
 	}
-	if status := msg.Header.Get("Status"); status != "" && len(msg.Data) == 0 {
-		if status == "404" {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("read %s event of call %s: status %s %s", kind, callID, status, msg.Header.Get("Description"))
-	}
-	ev := &Event{}
-	ev.Seq, _ = strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+	ev := &Event{Seq: seq}
 	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
 		return nil, fmt.Errorf("%s event of call %s: %w", kind, callID, err)
 	}
 	return ev, nil
-}
-
-// Sleep waits for d or until ctx ends.
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -1,4 +1,4 @@
-package ledger_test
+package transport_test
 
 import (
 	"errors"
@@ -9,14 +9,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/testenv"
-	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/internal/transport"
 )
 
-// streamAndLedger starts a server with a stream of the subjects under
-// prefix, and returns a connection and a ledger on it.
-func streamAndLedger(t *testing.T, prefix string) (*nats.Conn, *ledger.Ledger) {
+// streamAndPublisher starts a server with a stream of the subjects under
+// prefix, and returns a connection and a publisher on it. The stream's
+// name is prefix in capitals; it allows direct gets.
+func streamAndPublisher(t *testing.T, prefix string) (*nats.Conn, *transport.Publisher) {
 	t.Helper()
 	srv := testenv.Server(t)
 	nc := testenv.Connect(t, srv.URL())
@@ -24,19 +24,20 @@ func streamAndLedger(t *testing.T, prefix string) (*nats.Conn, *ledger.Ledger) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(testenv.Context(t), jetstream.StreamConfig{Name: strings.ToUpper(prefix), Subjects: []string{prefix + ".>"}}); err != nil {
+	if _, err := js.CreateStream(testenv.Context(t), jetstream.StreamConfig{Name: strings.ToUpper(prefix), Subjects: []string{prefix + ".>"}, AllowDirect: true}); err != nil {
 		t.Fatal(err)
 	}
-	l := ledger.New(nc, js, messages.MustNames(""))
-	t.Cleanup(l.Close)
-	return nc, l
+	inbox := transport.NewInbox(nc)
+	t.Cleanup(inbox.Close)
+	return nc, transport.NewPublisher(nc, inbox)
 }
 
 // PublishWait reads JetStream's acknowledgements itself: stored, duplicate,
-// refused by a condition, and no stream at all.
+// refused by a condition, and no stream at all, each error recognisable
+// both as transport's and as nats.go's.
 func TestPublishReadsAcknowledgements(t *testing.T) {
 	t.Parallel()
-	_, l := streamAndLedger(t, "acks")
+	_, p := streamAndPublisher(t, "acks")
 	ctx := testenv.Context(t)
 	publish := func(subject, msgID, expectedLast string) (uint64, bool, error) {
 		t.Helper()
@@ -48,7 +49,7 @@ func TestPublishReadsAcknowledgements(t *testing.T) {
 		if expectedLast != "" {
 			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, expectedLast)
 		}
-		return l.PublishWait(ctx, msg)
+		return p.PublishWait(ctx, msg)
 	}
 	for i, want := range []uint64{1, 2} {
 		if seq, dup, err := publish("acks.a", "", ""); err != nil || dup || seq != want {
@@ -62,10 +63,17 @@ func TestPublishReadsAcknowledgements(t *testing.T) {
 		t.Fatalf("same ID again: seq %d duplicate %v error %v", seq, dup, err)
 	}
 	var apiErr *jetstream.APIError
-	if _, _, err := publish("acks.a", "", "1"); !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+	if _, _, err := publish("acks.a", "", "1"); !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence || !errors.Is(err, transport.ErrWrongLastSequence) {
 		t.Fatalf("failed condition: %v", err)
 	}
-	if _, _, err := publish("nostream.a", "", ""); !errors.Is(err, jetstream.ErrNoStreamResponse) {
+	if seq, _, err := publish("acks.a", "", "2"); err != nil || seq != 4 {
+		t.Fatalf("condition met: seq %d error %v", seq, err)
+	}
+	if _, _, err := publish("acks.a", "id-2", "999"); errors.Is(err, transport.ErrNoResponders) || !errors.Is(err, transport.ErrWrongLastSequence) {
+		t.Fatalf("failed condition with an ID: %v", err)
+	}
+	_, _, err := publish("nostream.a", "", "")
+	if !errors.Is(err, transport.ErrNoResponders) || !errors.Is(err, jetstream.ErrNoStreamResponse) || !errors.Is(err, nats.ErrNoResponders) || errors.Is(err, transport.ErrWrongLastSequence) {
 		t.Fatalf("no stream: %v", err)
 	}
 }
@@ -75,7 +83,7 @@ func TestPublishReadsAcknowledgements(t *testing.T) {
 // still open when the inbox closes get nil.
 func TestPublishThenAndExpectations(t *testing.T) {
 	t.Parallel()
-	nc, l := streamAndLedger(t, "then")
+	nc, p := streamAndPublisher(t, "then")
 	ctx := testenv.Context(t)
 	type outcome struct {
 		seq uint64
@@ -86,7 +94,7 @@ func TestPublishThenAndExpectations(t *testing.T) {
 		got := make(chan outcome, 1)
 		msg := nats.NewMsg(subject)
 		msg.Data = []byte("x")
-		if err := l.PublishThen(msg, time.Minute, func(seq uint64, _ bool, err error) { got <- outcome{seq, err} }); err != nil {
+		if err := p.PublishThen(msg, time.Minute, func(seq uint64, _ bool, err error) { got <- outcome{seq, err} }); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -100,11 +108,11 @@ func TestPublishThenAndExpectations(t *testing.T) {
 	if o := publish("then.a"); o.err != nil || o.seq != 1 {
 		t.Fatalf("stored: %+v", o)
 	}
-	if o := publish("nostream.a"); !errors.Is(o.err, jetstream.ErrNoStreamResponse) {
+	if o := publish("nostream.a"); !errors.Is(o.err, transport.ErrNoResponders) {
 		t.Fatalf("no stream: %+v", o)
 	}
 
-	inbox := ledger.NewInbox(nc)
+	inbox := transport.NewInbox(nc)
 	expired := make(chan *nats.Msg, 1)
 	if _, _, err := inbox.Expect(time.Millisecond, func(m *nats.Msg) { expired <- m }); err != nil {
 		t.Fatal(err)

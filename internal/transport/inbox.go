@@ -1,4 +1,4 @@
-package ledger
+package transport
 
 import (
 	"strconv"
@@ -11,7 +11,8 @@ import (
 // Inbox receives messages for many waiters on one wildcard subscription:
 // each waiter registers a subject of its own under the inbox and gets the
 // messages sent there, without a subscribe and unsubscribe per wait.
-// Batched reads are answered here, and callers receive result copies here.
+// Publish acknowledgements and batched reads are answered here, and
+// callers receive result copies here. An Inbox is safe for concurrent use.
 type Inbox struct {
 	nc *nats.Conn
 
@@ -38,6 +39,7 @@ type expectation struct {
 const expiryCheck = time.Second
 
 // NewInbox returns an inbox on the connection; it subscribes on first use.
+// Close it when done.
 func NewInbox(nc *nats.Conn) *Inbox {
 	return &Inbox{nc: nc, waiting: map[string]chan *nats.Msg{}, expecting: map[string]expectation{}}
 }
@@ -110,7 +112,10 @@ func (m *Inbox) expire() {
 }
 
 // Register returns a new subject under the inbox and the channel its
-// messages arrive on, holding up to buffer of them. Call done when finished.
+// messages arrive on, holding up to buffer of them: a message that finds
+// the channel full is dropped, so buffer must hold every message that can
+// arrive before the reader takes them. Call done when finished; the
+// channel is never closed.
 func (m *Inbox) Register(buffer int) (string, <-chan *nats.Msg, func(), error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -1,0 +1,159 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultReadTimeout bounds a direct get whose context has no deadline.
+const DefaultReadTimeout = 5 * time.Second
+
+// maxMultiLast is the most messages the server answers a multi-last
+// direct get with; a request matching more fails.
+const maxMultiLast = 1024
+
+// Stream reads the messages of one stream with direct gets, the reads any
+// replica of a stream with AllowDirect answers without a consumer. A
+// Stream is safe for concurrent use.
+type Stream struct {
+	nc    *nats.Conn
+	inbox *Inbox
+	name  string
+	api   string
+}
+
+// NewStream returns a reader of the stream called name. Batched reads are
+// answered on inbox; with a nil inbox, each batched read subscribes to a
+// reply subject of its own, a subscription per read that suits occasional
+// reads. The stream does not own the inbox.
+func NewStream(nc *nats.Conn, inbox *Inbox, name string) *Stream {
+	return &Stream{nc: nc, inbox: inbox, name: name, api: "$JS.API.DIRECT.GET." + name}
+}
+
+// Name returns the stream's name.
+func (s *Stream) Name() string { return s.name }
+
+// GetLast returns the last message stored on subject (a subject, not a
+// filter) and its sequence in the stream. The message's Subject is the one
+// it was stored on, its headers those stored with it plus the server's
+// Nats-Stream, Nats-Subject, Nats-Sequence and Nats-Time-Stamp. It returns ErrNotFound if the stream
+// has no message on subject, ErrNoResponders if the stream does not exist
+// or does not allow direct gets, and a *StatusError for other refusals.
+// Without a deadline in ctx, the read ends after DefaultReadTimeout.
+func (s *Stream) GetLast(ctx context.Context, subject string) (*nats.Msg, uint64, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultReadTimeout)
+		defer cancel()
+	}
+	msg, err := s.nc.RequestWithContext(ctx, s.api+"."+subject, nil)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			err = ErrNoResponders
+		}
+		return nil, 0, fmt.Errorf("read last message on %s: %w", subject, err)
+	}
+	seq, _, err := stored(msg)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read last message on %s: %w", subject, err)
+	}
+	return msg, seq, nil
+}
+
+// BatchRequest asks for several messages in one direct get: either the
+// last message of every subject matching MultiLast, or up to Batch
+// messages from sequence Seq on whose subjects match NextBySubject.
+type BatchRequest struct {
+	// MultiLast holds subject filters: the reply is the last message of
+	// every subject matching any of them, at most 1,024 messages, or the
+	// request fails.
+	MultiLast []string `json:"multi_last,omitempty"`
+	// Seq is the first sequence to look at.
+	Seq uint64 `json:"seq,omitempty"`
+	// NextBySubject is the filter the messages from Seq on must match.
+	NextBySubject string `json:"next_by_subj,omitempty"`
+	// Batch is the most messages to read from Seq on.
+	Batch int `json:"batch,omitempty"`
+}
+
+// GetBatch sends a batched direct get and hands each message of the reply
+// to each, in stream order, with its sequence, until each returns false or
+// the batch ends. Messages are as GetLast returns them. No message at all is not an error. It returns
+// ErrNoResponders if the stream does not exist or does not allow direct
+// gets, and a *StatusError for other refusals. Without a deadline in ctx,
+// the read ends after DefaultReadTimeout. each runs on the caller's
+// goroutine and may block.
+func (s *Stream) GetBatch(ctx context.Context, req BatchRequest, each func(seq uint64, msg *nats.Msg) bool) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultReadTimeout)
+		defer cancel()
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	reply, next, done, err := s.replies(req)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := s.nc.PublishRequest(s.api, reply, body); err != nil {
+		return err
+	}
+	for {
+		msg, err := next(ctx)
+		if err != nil {
+			return fmt.Errorf("read a batch of %s: %w", s.name, err)
+		}
+		seq, end, err := stored(msg)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("read a batch of %s: %w", s.name, err)
+		case end:
+			return nil
+		}
+		if !each(seq, msg) {
+			return nil
+		}
+	}
+}
+
+// replies subscribes to the replies of one batched read: they are sent to
+// reply, and next returns them one by one.
+func (s *Stream) replies(req BatchRequest) (reply string, next func(context.Context) (*nats.Msg, error), done func(), err error) {
+	if s.inbox == nil {
+		reply = s.nc.NewInbox()
+		sub, err := s.nc.SubscribeSync(reply)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		return reply, sub.NextMsgWithContext, func() { _ = sub.Unsubscribe() }, nil
+	}
+	// The channel must hold every message of the reply and its end-of-batch
+	// status until they are read.
+	buffer := maxMultiLast + 1
+	if req.Batch > 0 {
+		buffer = req.Batch + 1
+	}
+	reply, ch, done, err := s.inbox.Register(buffer)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	next = func(ctx context.Context) (*nats.Msg, error) {
+		select {
+		case msg := <-ch:
+			return msg, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return reply, next, done, nil
+}

@@ -1,0 +1,25 @@
+// Package transport is where Toolbus speaks raw JetStream: the one package
+// that builds JetStream API subjects ($JS.API.…) and reads the replies the
+// server sends to them. Everything else reaches JetStream through it or
+// through nats.go's jetstream package; a test (boundary_test.go) fails if
+// another package builds such a subject.
+//
+// What lives here:
+//
+//   - Inbox: one wildcard subscription that receives the replies of many
+//     requests, each on a subject of its own, without a subscription per
+//     request.
+//   - Publisher: publishes to a stream and reads the acknowledgement on an
+//     Inbox, without a future per message or JSON decoding of a successful
+//     acknowledgement (PublishThen, PublishWait).
+//   - Stream: direct gets of one stream, the last message on a subject
+//     (GetLast) and batches (GetBatch): the last message of many subjects
+//     at once, or the messages from a sequence on.
+//   - The pull requests of the worker's consumers.
+//
+// Errors are recognised with errors.Is and errors.As: ErrNoResponders,
+// ErrNotFound, ErrWrongLastSequence, *StatusError, and the
+// *jetstream.APIError of a stream's refusal. Every call that waits takes a
+// context, and bounds its wait by a default when the context has no
+// deadline.
+package transport

@@ -1,0 +1,99 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var (
+	// ErrNoResponders reports that nothing answered a request: no stream
+	// stores the subject of a publish, or the stream read from does not
+	// exist or has no leader at the moment. errors.Is matches it also with
+	// nats.ErrNoResponders and jetstream.ErrNoStreamResponse, the forms
+	// nats.go gives the same condition.
+	ErrNoResponders error = noResponders{}
+
+	// ErrNotFound reports that a direct get found no message. errors.Is
+	// matches it also with jetstream.ErrMsgNotFound.
+	ErrNotFound error = notFound{}
+
+	// ErrWrongLastSequence reports that a publish carrying an
+	// expected-last-sequence header was refused because another message was
+	// stored in between. The error is also a *jetstream.APIError, with code
+	// JSErrCodeStreamWrongLastSequence or, on replicated streams,
+	// JSErrCodeStreamWrongLastSequenceConstant.
+	ErrWrongLastSequence = errors.New("wrong last sequence")
+)
+
+type noResponders struct{}
+
+func (noResponders) Error() string { return "no responders: no stream answered" }
+
+func (noResponders) Is(target error) bool {
+	return target == nats.ErrNoResponders || target == jetstream.ErrNoStreamResponse
+}
+
+type notFound struct{}
+
+func (notFound) Error() string { return "message not found" }
+
+func (notFound) Is(target error) bool { return target == jetstream.ErrMsgNotFound }
+
+// StatusError is a status JetStream answered a request with, other than
+// those that have an error of their own (ErrNotFound, ErrNoResponders).
+type StatusError struct {
+	// Status is the status code, e.g. "408".
+	Status string
+	// Description is the server's explanation, possibly empty.
+	Description string
+}
+
+func (e *StatusError) Error() string { return "status " + e.Status + " " + e.Description }
+
+// refusal is a JetStream API error of a publish that failed its
+// expected-last-sequence condition: it unwraps to the *jetstream.APIError
+// and matches ErrWrongLastSequence.
+type refusal struct{ *jetstream.APIError }
+
+func (r refusal) Unwrap() error { return r.APIError }
+
+func (r refusal) Is(target error) bool { return target == ErrWrongLastSequence }
+
+// apiError returns e, made to match ErrWrongLastSequence if it is that refusal.
+func apiError(e *jetstream.APIError) error {
+	if e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+		return refusal{e}
+	}
+	return e
+}
+
+// stored reads the headers of a direct-get reply. A reply without data
+// but with a status is the end of a batch (204), no message (404), no
+// stream (503) or a failure; end reports whether it ends the request, and
+// err is nil for the end of a batch. Otherwise the reply is a message:
+// seq is its sequence in the stream, and msg.Subject is set to the
+// subject it was stored on (the reply came on the requester's inbox).
+func stored(msg *nats.Msg) (seq uint64, end bool, err error) {
+	if status := msg.Header.Get("Status"); status != "" && len(msg.Data) == 0 {
+		switch status {
+		case "204":
+			return 0, true, nil
+		case "404":
+			return 0, true, ErrNotFound
+		case "503":
+			return 0, true, ErrNoResponders
+		default:
+			return 0, true, &StatusError{Status: status, Description: msg.Header.Get("Description")}
+		}
+	}
+	seq, err = strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("direct-get reply on %s without a sequence", msg.Subject)
+	}
+	msg.Subject = msg.Header.Get(jetstream.SubjectHeader)
+	return seq, false, nil
+}
