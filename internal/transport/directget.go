@@ -67,7 +67,8 @@ func (s *Stream) GetLast(ctx context.Context, subject string) (*nats.Msg, uint64
 
 // BatchRequest asks for several messages in one direct get: either the
 // last message of every subject matching MultiLast, or up to Batch
-// messages from sequence Seq on whose subjects match NextBySubject.
+// messages whose subjects match NextBySubject, from sequence Seq or from
+// the time StartTime on.
 type BatchRequest struct {
 	// MultiLast holds subject filters: the reply is the last message of
 	// every subject matching any of them, at most 1,024 messages, or the
@@ -75,6 +76,9 @@ type BatchRequest struct {
 	MultiLast []string `json:"multi_last,omitempty"`
 	// Seq is the first sequence to look at.
 	Seq uint64 `json:"seq,omitempty"`
+	// StartTime, instead of Seq, starts at the first message stored at or
+	// after it.
+	StartTime *time.Time `json:"start_time,omitempty"`
 	// NextBySubject is the filter the messages from Seq on must match.
 	NextBySubject string `json:"next_by_subj,omitempty"`
 	// Batch is the most messages to read from Seq on.

@@ -99,8 +99,8 @@ func TestGetBatchMultiLast(t *testing.T) {
 }
 
 // A batch matching nothing is empty, not an error; a batch from a sequence
-// on reads the messages of its subject filter until each stops it; a
-// stream that does not exist is ErrNoResponders.
+// or a time on reads the messages of its subject filter until each stops
+// it; a stream that does not exist is ErrNoResponders.
 func TestGetBatchFromSequence(t *testing.T) {
 	t.Parallel()
 	nc, p := streamAndPublisher(t, "seq")
@@ -154,6 +154,13 @@ func TestGetBatchFromSequence(t *testing.T) {
 	}
 	if got := read(transport.BatchRequest{Seq: 1, NextBySubject: "seq.call", Batch: 2}, 100); fmt.Sprint(got) != fmt.Sprint(calls[:2]) {
 		t.Fatalf("batch of two: %v", got)
+	}
+	past, future := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	if got := read(transport.BatchRequest{StartTime: &past, NextBySubject: "seq.call", Batch: 100}, 100); fmt.Sprint(got) != fmt.Sprint(calls) {
+		t.Fatalf("from an hour ago: %v, want %v", got, calls)
+	}
+	if got := read(transport.BatchRequest{StartTime: &future, NextBySubject: "seq.call", Batch: 100}, 100); len(got) != 0 {
+		t.Fatalf("from an hour on: %v", got)
 	}
 	if err := transport.NewStream(nc, inbox, "NOSTREAM").GetBatch(ctx, transport.BatchRequest{MultiLast: []string{"seq.>"}}, none); !errors.Is(err, transport.ErrNoResponders) {
 		t.Fatalf("no stream: %v", err)
