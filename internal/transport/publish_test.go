@@ -165,3 +165,64 @@ func TestPublishThenAndExpectations(t *testing.T) {
 	default:
 	}
 }
+
+// A registered subject receives its own messages, as many as its buffer
+// holds until they are read, and none once done.
+func TestInboxRegister(t *testing.T) {
+	t.Parallel()
+	nc, _ := streamAndPublisher(t, "register")
+	inbox := transport.NewInbox(nc)
+	t.Cleanup(inbox.Close)
+	mine, ch, done, err := inbox.Register(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, otherCh, otherDone, err := inbox.Register(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otherDone()
+	if mine == other {
+		t.Fatalf("two registrations share subject %s", mine)
+	}
+	for _, data := range []string{"1", "2", "3"} {
+		if err := nc.Publish(mine, []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The message to the other subject comes after the three: once it is
+	// there, so are they, or were dropped.
+	if err := nc.Publish(other, []byte("other")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-otherCh:
+		if string(m.Data) != "other" {
+			t.Fatalf("other subject got %q", m.Data)
+		}
+	case <-testenv.Context(t).Done():
+		t.Fatal("other subject got nothing")
+	}
+	var got []string
+	for len(ch) > 0 {
+		got = append(got, string((<-ch).Data))
+	}
+	if strings.Join(got, ",") != "1,2" {
+		t.Fatalf("buffer of two got %v", got)
+	}
+	done()
+	if err := nc.Publish(mine, []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish(other, []byte("after late")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-otherCh:
+	case <-testenv.Context(t).Done():
+		t.Fatal("other subject got nothing after done")
+	}
+	if len(ch) != 0 {
+		t.Fatalf("message after done: %q", (<-ch).Data)
+	}
+}
