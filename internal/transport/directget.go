@@ -41,10 +41,11 @@ func (s *Stream) Name() string { return s.name }
 // GetLast returns the last message stored on subject (a subject, not a
 // filter) and its sequence in the stream. The message's Subject is the one
 // it was stored on, its headers those stored with it plus the server's
-// Nats-Stream, Nats-Subject, Nats-Sequence and Nats-Time-Stamp. It returns ErrNotFound if the stream
-// has no message on subject, ErrNoResponders if the stream does not exist
-// or does not allow direct gets, and a *StatusError for other refusals.
-// Without a deadline in ctx, the read ends after DefaultReadTimeout.
+// Nats-Stream, Nats-Subject, Nats-Sequence and Nats-Time-Stamp. It returns
+// ErrNotFound if the stream has no message on subject, ErrNoResponders if
+// the stream does not exist or does not allow direct gets, and a
+// *StatusError for other refusals. Without a deadline in ctx, the read ends
+// after DefaultReadTimeout.
 func (s *Stream) GetLast(ctx context.Context, subject string) (*nats.Msg, uint64, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

@@ -62,8 +62,8 @@ func (m *Inbox) subscribe() error {
 
 // Expect returns a new subject under the inbox whose first message is
 // handed to fn, on the inbox's goroutine: fn must not block. If none comes
-// within timeout (give or take a second), fn gets nil. Unless cancel is
-// called first, fn is called exactly once.
+// within timeout (give or take a second), or the inbox closes first, fn
+// gets nil. Unless cancel is called first, fn is called exactly once.
 func (m *Inbox) Expect(timeout time.Duration, fn func(*nats.Msg)) (subject string, cancel func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -116,7 +116,7 @@ func (m *Inbox) expire() {
 // the channel full is dropped, so buffer must hold every message that can
 // arrive before the reader takes them. Call done when finished; the
 // channel is never closed.
-func (m *Inbox) Register(buffer int) (string, <-chan *nats.Msg, func(), error) {
+func (m *Inbox) Register(buffer int) (subject string, messages <-chan *nats.Msg, done func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.subscribe(); err != nil {
@@ -126,7 +126,7 @@ func (m *Inbox) Register(buffer int) (string, <-chan *nats.Msg, func(), error) {
 	token := strconv.FormatUint(m.next, 36)
 	ch := make(chan *nats.Msg, buffer)
 	m.waiting[token] = ch
-	done := func() {
+	done = func() {
 		m.mu.Lock()
 		delete(m.waiting, token)
 		m.mu.Unlock()

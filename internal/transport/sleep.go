@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Sleep waits for d or until ctx ends, and then returns ctx.Err().
+// Sleep waits for d and returns nil, or returns ctx.Err() if ctx ends first.
 func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
