@@ -3,6 +3,7 @@ package docs
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -155,4 +156,15 @@ func definedErrorCodes(t *testing.T) []messages.ErrorCode {
 		t.Fatal("no ErrorCode constants found in pkg/messages/errors.go")
 	}
 	return codes
+}
+
+// TestProtocolJSONDepth checks the depth limit protocol.md states.
+func TestProtocolJSONDepth(t *testing.T) {
+	doc, err := os.ReadFile("protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("nest at most %d levels deep", messages.MaxJSONDepth); !bytes.Contains(bytes.Join(bytes.Fields(doc), []byte(" ")), []byte(want)) {
+		t.Errorf("protocol.md does not say that JSON values %s", want)
+	}
 }
