@@ -18,4 +18,3 @@ func TestMeasuringIsNotAUserCommand(t *testing.T) {
 		}
 	}
 }
-
