@@ -1,6 +1,10 @@
 // Package client is the Go SDK for agents: list tools, submit calls, wait
 // for and watch their results, cancel them, and resume turns.
 //
+// Failed requests return a *messages.Error: match it by code with
+// errors.Is (messages.ErrToolNotFound, messages.ErrNoResponders when no
+// coordinator answers, …), never by its message.
+//
 // Requests go to the coordinator service; watching a call reads its events
 // straight from JetStream, so a watch continues across coordinator restarts
 // and replays a call's events from the start after a reconnect.
@@ -72,7 +76,8 @@ func (c *Client) Close() {
 
 // request sends one API request and decodes the reply into out. Error
 // replies come back as *messages.Error, so errors.Is(err,
-// messages.ErrToolNotFound) and the like work.
+// messages.ErrToolNotFound) and the like work; a request that no
+// coordinator received fails with messages.ErrNoResponders.
 func (c *Client) request(ctx context.Context, endpoint string, in, out any) error {
 	subject, err := c.names.APISubject(endpoint)
 	if err != nil {
