@@ -3,8 +3,13 @@ package docs
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -80,5 +85,86 @@ func TestProtocolExamples(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("protocol.md has no example of %s", name)
 		}
+	}
+}
+
+// TestProtocolErrorCodes checks the table of error codes against
+// pkg/messages: every code defined there is listed, with the status that
+// ErrorCode.Status gives it, and the table lists no other code.
+func TestProtocolErrorCodes(t *testing.T) {
+	doc, err := os.ReadFile("protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := bytes.Cut(doc, []byte("### Error codes\n"))
+	if !ok {
+		t.Fatal("protocol.md has no section Error codes")
+	}
+	table, _, _ = bytes.Cut(table, []byte("\n## "))
+	listed := map[messages.ErrorCode]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(\\w+)` \\| (\\d+) \\|").FindAllSubmatch(table, -1) {
+		code := messages.ErrorCode(m[1])
+		listed[code] = true
+		if status := code.StatusText(); status != string(m[2]) {
+			t.Errorf("protocol.md gives %s the status %s; pkg/messages gives it %s", code, m[2], status)
+		}
+	}
+	defined := definedErrorCodes(t)
+	for _, code := range defined {
+		if !listed[code] {
+			t.Errorf("protocol.md does not list the error code %s", code)
+		}
+		delete(listed, code)
+	}
+	for code := range listed {
+		t.Errorf("protocol.md lists the error code %s, which pkg/messages does not define", code)
+	}
+}
+
+// definedErrorCodes returns the values of the ErrorCode constants of pkg/messages.
+func definedErrorCodes(t *testing.T) []messages.ErrorCode {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "../pkg/messages/errors.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes []messages.ErrorCode
+	for _, decl := range f.Decls {
+		gen, ok := decl.(*ast.GenDecl)
+		if !ok || gen.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gen.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if typ, ok := vs.Type.(*ast.Ident); !ok || typ.Name != "ErrorCode" {
+				continue
+			}
+			for _, v := range vs.Values {
+				lit, ok := v.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					t.Fatalf("error code %v is not a string literal", v)
+				}
+				s, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				codes = append(codes, messages.ErrorCode(s))
+			}
+		}
+	}
+	if len(codes) == 0 {
+		t.Fatal("no ErrorCode constants found in pkg/messages/errors.go")
+	}
+	return codes
+}
+
+// TestProtocolJSONDepth checks the depth limit protocol.md states.
+func TestProtocolJSONDepth(t *testing.T) {
+	doc, err := os.ReadFile("protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("nest at most %d levels deep", messages.MaxJSONDepth); !bytes.Contains(bytes.Join(bytes.Fields(doc), []byte(" ")), []byte(want)) {
+		t.Errorf("protocol.md does not say that JSON values %s", want)
 	}
 }

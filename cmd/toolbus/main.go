@@ -7,7 +7,8 @@
 //	toolbus turns get ID               show an agent turn's calls
 //	toolbus approvals list|approve|deny
 //	toolbus tools disable|enable NAME
-//	toolbus bench                      measure the call path against plain JetStream
+//
+// Measuring is for developers and has a command of its own, toolbus-bench.
 package main
 
 import (
@@ -39,9 +40,6 @@ Commands:
   call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress)
   calls get|watch|cancel ID    show, follow or cancel a call
   turns get TURN               show the calls of an agent turn
-  search-eval --corpus DIR     measure discovery on a tool-retrieval corpus
-  bench                        measure the call path against a plain JetStream baseline
-                               (--soak: kill worker processes while calls run; count lost and duplicated results)
 
 Global flags:
   --server URL   NATS server (default $TOOLBUS_URL or nats://127.0.0.1:4222)
@@ -114,12 +112,6 @@ func run(args []string) error {
 		return runCalls(ctx, g, cmdArgs)
 	case "turns":
 		return runTurns(ctx, g, cmdArgs)
-	case "bench":
-		return runBench(ctx, g, cmdArgs)
-	case "search-eval":
-		return runSearchEval(ctx, cmdArgs)
-	case "soak-worker":
-		return runSoakWorker(ctx, cmdArgs)
 	case "help", "-h", "--help":
 		fs.Usage()
 		return nil

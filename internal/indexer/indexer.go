@@ -147,12 +147,6 @@ func New(cfg Config) (*Indexer, error) {
 	return &Indexer{cfg: cfg, log: cfg.Logger.With("indexer", cfg.ID), js: js, names: names}, nil
 }
 
-// ID returns the indexer's ID.
-func (ix *Indexer) ID() string { return ix.cfg.ID }
-
-// Active reports whether this indexer holds the lease and writes the index.
-func (ix *Indexer) Active() bool { return ix.lease != nil && ix.lease.Valid() }
-
 // Start creates the JetStream resources if needed, indexes the catalog,
 // and starts competing for the lease and writing the index while it holds
 // it. It returns once the catalog is indexed.

@@ -13,10 +13,9 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
-)
 
-// DefaultMaxDepth is encoding/json's limit on nested arrays and objects.
-const DefaultMaxDepth = 10000
+	"github.com/toolbus/toolbus/pkg/messages"
+)
 
 // Object is an object of the caller's own type being read.
 type Object interface {
@@ -27,9 +26,6 @@ type Object interface {
 type Parser struct {
 	Data []byte
 	Pos  int
-	// MaxDepth bounds the nesting of arrays and objects; 0 is
-	// DefaultMaxDepth. It bounds the recursion of whatever walks the result.
-	MaxDepth int
 	// NewObject returns the value an object is read into; without it
 	// objects are map[string]any.
 	NewObject func() Object
@@ -76,14 +72,12 @@ func (p *Parser) Fail(expected string) error {
 }
 
 // Deeper checks that a container at depth (the containers around it
-// included) is allowed.
+// included) is allowed: arrays and objects nest at most
+// messages.MaxJSONDepth levels, the limit of every JSON value on the wire,
+// which bounds the recursion of whatever walks the result.
 func (p *Parser) Deeper(depth int) error {
-	limit := p.MaxDepth
-	if limit == 0 {
-		limit = DefaultMaxDepth
-	}
-	if depth > limit {
-		return fmt.Errorf("nested deeper than %d levels", limit)
+	if depth > messages.MaxJSONDepth {
+		return fmt.Errorf("nested deeper than %d levels", messages.MaxJSONDepth)
 	}
 	return nil
 }

@@ -3,13 +3,17 @@ package jsonparse
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/pkg/messages"
 )
 
-// decodeWithEncodingJSON is what Parse must agree with.
+// decodeWithEncodingJSON is what Parse must agree with: encoding/json,
+// held to messages.MaxJSONDepth rather than its own 10,000 levels.
 func decodeWithEncodingJSON(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -20,7 +24,28 @@ func decodeWithEncodingJSON(data []byte) (any, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, io.ErrUnexpectedEOF // anything: data after the value
 	}
+	if depthOf(v) > messages.MaxJSONDepth {
+		return nil, errors.New("nested too deeply")
+	}
 	return v, nil
+}
+
+// depthOf counts the arrays and objects nested in v, v included.
+func depthOf(v any) int {
+	deepest := 0
+	switch x := v.(type) {
+	case []any:
+		for _, e := range x {
+			deepest = max(deepest, depthOf(e))
+		}
+	case map[string]any:
+		for _, e := range x {
+			deepest = max(deepest, depthOf(e))
+		}
+	default:
+		return 0
+	}
+	return deepest + 1
 }
 
 var jsonCases = []string{
@@ -34,10 +59,27 @@ var jsonCases = []string{
 
 func TestParseAgreesWithEncodingJSON(t *testing.T) {
 	t.Parallel()
-	deep := strings.Repeat("[", DefaultMaxDepth) + strings.Repeat("]", DefaultMaxDepth)
-	tooDeep := strings.Repeat("[", DefaultMaxDepth+1) + strings.Repeat("]", DefaultMaxDepth+1)
-	for _, in := range append(jsonCases, deep, tooDeep, `{"a":`+tooDeep+`}`) {
+	for _, in := range jsonCases {
 		checkAgreement(t, []byte(in))
+	}
+}
+
+// Arrays and objects nest at most messages.MaxJSONDepth levels.
+func TestParseDepthLimit(t *testing.T) {
+	t.Parallel()
+	deep := strings.Repeat(`[{"a":`, messages.MaxJSONDepth/2) + "1" + strings.Repeat("}]", messages.MaxJSONDepth/2)
+	tooDeep := strings.Repeat("[", messages.MaxJSONDepth+1) + strings.Repeat("]", messages.MaxJSONDepth+1)
+	if _, err := Parse([]byte(deep)); err != nil {
+		t.Fatalf("%d levels: %v", messages.MaxJSONDepth, err)
+	}
+	for _, in := range []string{tooDeep, `{"a":` + tooDeep[1:len(tooDeep)-1] + `}`} {
+		if _, err := Parse([]byte(in)); err == nil {
+			t.Fatalf("%d levels parsed", messages.MaxJSONDepth+1)
+		}
+		p := Parser{Data: []byte(in)}
+		if _, err := p.Skip(0); err == nil {
+			t.Fatalf("%d levels skipped", messages.MaxJSONDepth+1)
+		}
 	}
 }
 

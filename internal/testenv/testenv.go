@@ -1,7 +1,11 @@
 // Package testenv starts the real parts that tests run against: an
 // embedded NATS server with JetStream in a temporary directory, and
-// coordinators and workers connected to it. Everything is stopped when the
-// test ends.
+// coordinators, workers and SDK clients connected to it. Everything is
+// stopped when the test ends.
+//
+// Only tests import it (TestOnlyTestsImportTestenv keeps it so), so the
+// services and the SDK it pulls in reach no binary through it. pkg/client's
+// own tests are in package client_test, which may import it.
 package testenv
 
 import (

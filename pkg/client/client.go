@@ -1,6 +1,10 @@
 // Package client is the Go SDK for agents: list tools, submit calls, wait
 // for and watch their results, cancel them, and resume turns.
 //
+// Failed requests return a *messages.Error: match it by code with
+// errors.Is (messages.ErrToolNotFound, messages.ErrNoResponders when no
+// coordinator answers, …), never by its message.
+//
 // Requests go to the coordinator service; watching a call reads its events
 // straight from JetStream, so a watch continues across coordinator restarts
 // and replays a call's events from the start after a reconnect.
@@ -12,12 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/ledger"
@@ -73,7 +76,8 @@ func (c *Client) Close() {
 
 // request sends one API request and decodes the reply into out. Error
 // replies come back as *messages.Error, so errors.Is(err,
-// messages.ErrToolNotFound) and the like work.
+// messages.ErrToolNotFound) and the like work; a request that no
+// coordinator received fails with messages.ErrNoResponders.
 func (c *Client) request(ctx context.Context, endpoint string, in, out any) error {
 	subject, err := c.names.APISubject(endpoint)
 	if err != nil {
@@ -100,22 +104,25 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any) erro
 	return decodeReply(endpoint, reply, out)
 }
 
+// noCoordinator is the error of a request that no coordinator received.
 func noCoordinator(subject string) error {
-	return messages.Errorf(messages.CodeUnavailable, "no coordinator answers on %s", subject)
+	return messages.Errorf(messages.CodeNoResponders, "no coordinator answers on %s", subject)
 }
 
 // decodeReply decodes a reply into out, or returns the error it carries
-// as *messages.Error.
+// as *messages.Error. The error's code is the one in the reply's body; the
+// HTTP-style status in the Nats-Service-Error-Code header stands for
+// several codes, so a reply without a readable body is reported by the
+// code that covers all of its status, or as internal.
 func decodeReply(endpoint string, reply *nats.Msg, out any) error {
-	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+	if status := reply.Header.Get(micro.ErrorCodeHeader); status != "" {
 		var e messages.Error
 		if len(reply.Data) > 0 {
 			if _, derr := messages.Decode(messages.Header(reply.Header), reply.Data, &e); derr == nil && e.Code != "" {
 				return &e
 			}
 		}
-		status, _ := strconv.Atoi(code)
-		return &messages.Error{Code: codeForStatus(status), Message: reply.Header.Get("Nats-Service-Error")}
+		return &messages.Error{Code: codeForStatus(status), Message: fmt.Sprintf("%s failed with status %s: %s", endpoint, status, reply.Header.Get(micro.ErrorHeader))}
 	}
 	if out == nil {
 		return nil
@@ -126,13 +133,15 @@ func decodeReply(endpoint string, reply *nats.Msg, out any) error {
 	return nil
 }
 
-func codeForStatus(status int) messages.ErrorCode {
+// codeForStatus returns the code that covers every code of an error
+// status, for a reply that carries no code of its own: bad_request for
+// 400, unavailable for 503, and internal for any other status, since no
+// code covers, say, every kind of 404.
+func codeForStatus(status string) messages.ErrorCode {
 	switch status {
-	case 400:
+	case messages.CodeBadRequest.StatusText():
 		return messages.CodeBadRequest
-	case 404:
-		return messages.CodeToolNotFound
-	case 503:
+	case messages.CodeUnavailable.StatusText():
 		return messages.CodeUnavailable
 	}
 	return messages.CodeInternal
@@ -345,10 +354,7 @@ func decodeAnswer(msg *nats.Msg, out *messages.SubmitReply) error {
 // request's reply subject when nothing listens on its subject.
 const noRespondersStatus = "503"
 
-func isNoCoordinator(err error) bool {
-	var e *messages.Error
-	return errors.As(err, &e) && e.Code == messages.CodeUnavailable && strings.Contains(e.Message, "no coordinator answers")
-}
+func isNoCoordinator(err error) bool { return errors.Is(err, messages.ErrNoResponders) }
 
 // submitRetrying submits, retrying errors that cannot have queued the call twice.
 func (c *Client) submitRetrying(ctx context.Context, req messages.SubmitRequest) (*messages.SubmitReply, error) {
@@ -439,7 +445,7 @@ func (c *Client) SetToolEnabled(ctx context.Context, toolOrNamespace string, ena
 func (c *Client) retryable(err error, idempotent bool) bool {
 	var e *messages.Error
 	if errors.As(err, &e) {
-		return e.Code == messages.CodeUnavailable && (idempotent || strings.Contains(e.Message, "no coordinator answers"))
+		return e.Code == messages.CodeNoResponders || idempotent && e.Code == messages.CodeUnavailable
 	}
 	return idempotent && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout))
 }

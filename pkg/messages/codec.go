@@ -3,6 +3,7 @@ package messages
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -254,7 +255,12 @@ func (c Codec) Unmarshal(data []byte, v any) error {
 	return nil
 }
 
+// malformed is the error of a message that could not be decoded: CodeMalformed,
+// or CodeBadRequest when a value exceeds a limit (MaxJSONDepth).
 func malformed(c Codec, err error) error {
+	if e := (*Error)(nil); errors.As(err, &e) && e == errTooDeep {
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s message refused: %s", c.ContentType(), errTooDeep.Message)}
+	}
 	return &Error{Code: CodeMalformed, Message: fmt.Sprintf("malformed %s message: %v", c.ContentType(), err)}
 }
 

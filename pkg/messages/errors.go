@@ -28,8 +28,13 @@ const (
 	CodeIdempotencyConflict ErrorCode = "idempotency_conflict"
 	CodeConflict            ErrorCode = "conflict"
 	CodeUnavailable         ErrorCode = "unavailable"
-	CodeTimeout             ErrorCode = "timeout"
-	CodeInternal            ErrorCode = "internal"
+	// CodeNoResponders is never sent by a coordinator: a client reports it
+	// when no coordinator answers on the API subject (NATS's "no
+	// responders"), so nothing received the request and it is safe to send
+	// again.
+	CodeNoResponders ErrorCode = "no_responders"
+	CodeTimeout      ErrorCode = "timeout"
+	CodeInternal     ErrorCode = "internal"
 )
 
 // Status returns the HTTP-style status that goes in the Nats-Service-Error-Code header.
@@ -47,7 +52,7 @@ func (c ErrorCode) Status() int {
 		return 413
 	case CodeInvalidArguments:
 		return 422
-	case CodeToolUnavailable, CodeToolDisabled, CodeUnavailable:
+	case CodeToolUnavailable, CodeToolDisabled, CodeUnavailable, CodeNoResponders:
 		return 503
 	case CodeTimeout:
 		return 504
@@ -124,4 +129,6 @@ var (
 	ErrNotAdmitted         = &Error{Code: CodeNotAdmitted}
 	ErrToolDisabled        = &Error{Code: CodeToolDisabled}
 	ErrConflict            = &Error{Code: CodeConflict}
+	ErrUnavailable         = &Error{Code: CodeUnavailable}
+	ErrNoResponders        = &Error{Code: CodeNoResponders}
 )

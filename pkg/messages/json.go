@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -15,9 +14,39 @@ import (
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
-// maxJSONDepth bounds the nesting of a JSON value crossing between the two
-// encodings, so that hostile input cannot exhaust the stack.
-const maxJSONDepth = 256
+// MaxJSONDepth is how deeply arrays and objects may nest in a JSON value:
+// call arguments, schemas, structured results. A value is refused when it
+// is decoded, in either encoding, if it nests deeper ([[1]] nests two
+// levels), with a CodeBadRequest error; everything that walks a decoded
+// value (schema validation, policy, discovery) can rely on the bound.
+const MaxJSONDepth = 256
+
+// errTooDeep refuses a value nested deeper than MaxJSONDepth.
+var errTooDeep = &Error{Code: CodeBadRequest, Message: fmt.Sprintf("a JSON value nests arrays and objects deeper than %d levels", MaxJSONDepth)}
+
+// checkJSONDepth reports errTooDeep if the JSON text nests arrays and
+// objects deeper than MaxJSONDepth. It reads only brackets and strings: the
+// text is otherwise checked by whoever parsed it.
+func checkJSONDepth(data []byte) error {
+	depth := 0
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '[', '{':
+			if depth++; depth > MaxJSONDepth {
+				return errTooDeep
+			}
+		case ']', '}':
+			depth--
+		case '"':
+			for i++; i < len(data) && data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++
+				}
+			}
+		}
+	}
+	return nil
+}
 
 // JSON is a JSON value (tool arguments, schemas, structured results) that
 // crosses the wire in its natural form: verbatim in JSON messages and as
@@ -38,11 +67,15 @@ func (j JSON) MarshalJSON() ([]byte, error) {
 	return j, nil
 }
 
-// UnmarshalJSON keeps a copy of the value; null leaves it empty.
+// UnmarshalJSON keeps a copy of the value; null leaves it empty. A value
+// nested deeper than MaxJSONDepth is refused.
 func (j *JSON) UnmarshalJSON(data []byte) error {
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		*j = nil
 		return nil
+	}
+	if err := checkJSONDepth(data); err != nil {
+		return err
 	}
 	*j = append((*j)[:0], data...)
 	return nil
@@ -102,10 +135,9 @@ func (j *JSON) decodeFast(d *reader) error {
 	return nil
 }
 
+// msgpackToJSON appends the value at d as JSON; depth counts the maps and
+// arrays around it.
 func msgpackToJSON(d *reader, dst []byte, depth int) ([]byte, error) {
-	if depth > maxJSONDepth {
-		return nil, errors.New("nested too deeply")
-	}
 	c, err := d.next()
 	if err != nil {
 		return nil, err
@@ -118,6 +150,9 @@ func msgpackToJSON(d *reader, dst []byte, depth int) ([]byte, error) {
 	case c == msgpcode.False:
 		return append(dst, "false"...), nil
 	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		if depth >= MaxJSONDepth {
+			return nil, errTooDeep
+		}
 		n, err := d.mapLen(c)
 		if err != nil {
 			return nil, err
@@ -137,6 +172,9 @@ func msgpackToJSON(d *reader, dst []byte, depth int) ([]byte, error) {
 		}
 		return append(dst, '}'), nil
 	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		if depth >= MaxJSONDepth {
+			return nil, errTooDeep
+		}
 		n, err := d.arrayLen(c)
 		if err != nil {
 			return nil, err

@@ -43,10 +43,8 @@ func (p *jsonPacker) space() {
 	}
 }
 
+// value packs the value at p.i; depth counts the arrays and objects around it.
 func (p *jsonPacker) value(dst []byte, depth int) ([]byte, error) {
-	if depth > maxJSONDepth {
-		return nil, errors.New("nested too deeply")
-	}
 	p.space()
 	if p.i >= len(p.src) {
 		return nil, errJSONEnd
@@ -87,6 +85,9 @@ func (p *jsonPacker) literal(dst []byte, word string, code byte) ([]byte, error)
 // elements in MessagePack, so the elements are written after room for the
 // largest header, and moved back once the count is known.
 func (p *jsonPacker) container(dst []byte, depth int, closing byte, object bool) ([]byte, error) {
+	if depth >= MaxJSONDepth {
+		return nil, errTooDeep
+	}
 	p.i++ // the opening bracket
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, 0)

@@ -260,6 +260,14 @@ func (n Names) CallEventsFilter(callID string) (string, error) {
 	return n.prefix + ".events." + callID + ".*", nil
 }
 
+// EventKindFilter matches the events of one kind of every call, e.g. every result.
+func (n Names) EventKindFilter(kind EventKind) (string, error) {
+	if !kind.Valid() {
+		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "is not a known event kind"}
+	}
+	return n.prefix + ".events.*." + string(kind), nil
+}
+
 // CancelSubject carries the signal that asks the worker holding a call to
 // stop it. The durable record of the cancellation is the call's cancel event.
 func (n Names) CancelSubject(ns, callID string) (string, error) {
@@ -326,14 +334,6 @@ func ToolKey(tool ToolName) (string, error) {
 		return "", err
 	}
 	return "tools." + tool.Namespace + "." + tool.Method, nil
-}
-
-// NamespaceToolsFilter matches the catalog keys of one namespace's tools.
-func NamespaceToolsFilter(ns string) (string, error) {
-	if err := ValidateNamespace(ns); err != nil {
-		return "", err
-	}
-	return "tools." + ns + ".*", nil
 }
 
 // WorkerKey is the catalog key of one worker's heartbeat for one namespace.

@@ -97,3 +97,14 @@ func TestIdempotentCallID(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestEventKindFilter(t *testing.T) {
+	t.Parallel()
+	got, err := MustNames("tb2").EventKindFilter(EventResult)
+	if err != nil || got != "tb2.events.*.result" {
+		t.Fatalf("EventKindFilter(result) = %q, %v", got, err)
+	}
+	if _, err := MustNames("").EventKindFilter("res.*"); !errors.Is(err, ErrInvalidName) {
+		t.Fatalf("EventKindFilter of an unknown kind: %v", err)
+	}
+}

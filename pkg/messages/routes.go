@@ -49,9 +49,6 @@ func (n Names) CallRouteSubject(callID string) (string, error) {
 	return n.prefix + ".results." + callID[:RouteLength] + "." + callID[RouteLength:], nil
 }
 
-// ResultsSubjects matches every routed result.
-func (n Names) ResultsSubjects() string { return n.prefix + ".results.>" }
-
 // RouteSubject matches the routed results of one route.
 func (n Names) RouteSubject(route string) (string, error) {
 	if err := ValidateRoute(route); err != nil {

@@ -63,9 +63,9 @@ func canonicalize(raw []byte) ([]byte, error) {
 }
 
 // decodeJSON decodes exactly one JSON value, numbers as json.Number, as
-// encoding/json's Decoder does (see jsonparse). Nesting deeper than 10000
-// levels is refused, which bounds the recursion of everything that walks
-// the result.
+// encoding/json's Decoder does (see jsonparse). Nesting deeper than
+// messages.MaxJSONDepth levels is refused, which bounds the recursion of
+// everything that walks the result.
 func decodeJSON(raw []byte) (any, error) {
 	v, err := jsonparse.Parse(raw)
 	if err != nil {

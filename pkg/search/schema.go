@@ -1,6 +1,10 @@
 package search
 
-import "unicode/utf8"
+import (
+	"unicode/utf8"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
 
 // walkSchema adds the property names of an input schema to FieldParamName
 // and their descriptions, titles and enumerated strings to
@@ -22,16 +26,15 @@ func (a *analyzer) walkSchema(schema []byte) {
 	}
 }
 
-// maxJSONNesting bounds how deep the scanner follows nested JSON values
-// it skips, as encoding/json does, so that hostile input cannot exhaust the
-// stack.
-const maxJSONNesting = 10000
-
 type schemaScanner struct {
 	data []byte
 	pos  int
 	a    *analyzer
 	buf  []byte
+	// open counts the arrays and objects the scanner is in. A schema that
+	// nests deeper than messages.MaxJSONDepth, which no decoded message
+	// holds, is refused, so that hostile input cannot exhaust the stack.
+	open int
 }
 
 func (s *schemaScanner) peek() byte {
@@ -72,7 +75,7 @@ func (s *schemaScanner) expect(c byte) bool {
 // whole tool, which has a field of its own).
 func (s *schemaScanner) schema(depth int, describe bool) bool {
 	if depth > maxSchemaDepth {
-		return s.skip(0)
+		return s.skip()
 	}
 	if !s.expect('{') {
 		return false
@@ -82,7 +85,7 @@ func (s *schemaScanner) schema(depth int, describe bool) bool {
 		switch key {
 		case "title", "description":
 			if s.peek() != '"' {
-				return s.skip(0)
+				return s.skip()
 			}
 			text, ok := s.string()
 			if ok && describe {
@@ -91,12 +94,12 @@ func (s *schemaScanner) schema(depth int, describe bool) bool {
 			return ok
 		case "enum":
 			if s.peek() != '[' {
-				return s.skip(0)
+				return s.skip()
 			}
 			return s.elements(func() bool {
 				s.space()
 				if s.peek() != '"' {
-					return s.skip(0)
+					return s.skip()
 				}
 				text, ok := s.string()
 				if ok && describe {
@@ -106,7 +109,7 @@ func (s *schemaScanner) schema(depth int, describe bool) bool {
 			})
 		case "properties":
 			if s.peek() != '{' {
-				return s.skip(0)
+				return s.skip()
 			}
 			s.pos++
 			return s.members(func(name string) bool {
@@ -114,7 +117,7 @@ func (s *schemaScanner) schema(depth int, describe bool) bool {
 				f := &s.a.fields[FieldParamName]
 				*f = s.a.tokens(*f, name)
 				if s.peek() != '{' {
-					return s.skip(0)
+					return s.skip()
 				}
 				return s.schema(depth+1, true)
 			})
@@ -125,14 +128,14 @@ func (s *schemaScanner) schema(depth int, describe bool) bool {
 			case '[':
 				return s.schemas(depth+1, true)
 			}
-			return s.skip(0)
+			return s.skip()
 		case "anyOf", "oneOf", "allOf":
 			if s.peek() != '[' {
-				return s.skip(0)
+				return s.skip()
 			}
 			return s.schemas(depth+1, describe)
 		}
-		return s.skip(0)
+		return s.skip()
 	})
 }
 
@@ -141,7 +144,7 @@ func (s *schemaScanner) schemas(depth int, describe bool) bool {
 	return s.elements(func() bool {
 		s.space()
 		if s.peek() != '{' {
-			return s.skip(0)
+			return s.skip()
 		}
 		return s.schema(depth, describe)
 	})
@@ -155,6 +158,15 @@ func (s *schemaScanner) describe(text string) {
 // members reads the members of an object whose '{' is consumed, calling
 // member with each key with the scanner at the value, which member consumes.
 func (s *schemaScanner) members(member func(key string) bool) bool {
+	if s.open++; s.open > messages.MaxJSONDepth {
+		return false
+	}
+	ok := s.eachMember(member)
+	s.open--
+	return ok
+}
+
+func (s *schemaScanner) eachMember(member func(key string) bool) bool {
 	if s.expect('}') {
 		return true
 	}
@@ -182,6 +194,15 @@ func (s *schemaScanner) elements(element func() bool) bool {
 	if !s.expect('[') {
 		return false
 	}
+	if s.open++; s.open > messages.MaxJSONDepth {
+		return false
+	}
+	ok := s.eachElement(element)
+	s.open--
+	return ok
+}
+
+func (s *schemaScanner) eachElement(element func() bool) bool {
 	if s.expect(']') {
 		return true
 	}
@@ -199,17 +220,14 @@ func (s *schemaScanner) elements(element func() bool) bool {
 }
 
 // skip consumes one JSON value, checking its syntax.
-func (s *schemaScanner) skip(nesting int) bool {
-	if nesting > maxJSONNesting {
-		return false
-	}
+func (s *schemaScanner) skip() bool {
 	s.space()
 	switch c := s.peek(); {
 	case c == '{':
 		s.pos++
-		return s.members(func(string) bool { return s.skip(nesting + 1) })
+		return s.members(func(string) bool { return s.skip() })
 	case c == '[':
-		return s.elements(func() bool { return s.skip(nesting + 1) })
+		return s.elements(func() bool { return s.skip() })
 	case c == '"':
 		_, ok := s.stringBytes()
 		return ok

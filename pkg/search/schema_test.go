@@ -3,7 +3,10 @@ package search
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/pkg/messages"
 )
 
 // walkBoth returns the parameter tokens that the scanner and the
@@ -70,6 +73,44 @@ func TestWalkSchemaRejectsInvalidJSON(t *testing.T) {
 	}
 }
 
+// A schema nested messages.MaxJSONDepth levels deep is read; one level
+// deeper is refused and adds nothing.
+func TestWalkSchemaDepthLimit(t *testing.T) {
+	schemaNesting := func(levels int) string {
+		// The schema is one level; its default holds the rest.
+		inner := levels - 1
+		return `{"properties": {"probe": {}}, "default": ` + strings.Repeat("[", inner) + strings.Repeat("]", inner) + `}`
+	}
+	a := newAnalyzer()
+	a.walkSchema([]byte(schemaNesting(messages.MaxJSONDepth)))
+	if !slices.Contains(a.fields[FieldParamName], "probe") {
+		t.Fatalf("a schema of %d levels was not read", messages.MaxJSONDepth)
+	}
+	b := newAnalyzer()
+	b.walkSchema([]byte(schemaNesting(messages.MaxJSONDepth + 1)))
+	if len(b.fields[FieldParamName]) > 0 {
+		t.Fatalf("a schema of %d levels gave tokens %q", messages.MaxJSONDepth+1, b.fields[FieldParamName])
+	}
+}
+
+// jsonDepth counts the arrays and objects nested in v, v included.
+func jsonDepth(v any) int {
+	deepest := 0
+	switch x := v.(type) {
+	case []any:
+		for _, e := range x {
+			deepest = max(deepest, jsonDepth(e))
+		}
+	case map[string]any:
+		for _, e := range x {
+			deepest = max(deepest, jsonDepth(e))
+		}
+	default:
+		return 0
+	}
+	return deepest + 1
+}
+
 func FuzzWalkSchema(f *testing.F) {
 	f.Add(`{"properties": {"a": {"description": "x \u00e9", "enum": ["b"], "items": [{"title": "t"}]}}}`)
 	f.Add(`{"anyOf": [{"properties": {"q": {}}}], "x": [1, -2.5e3, true, null, {"y": "z"}]}`)
@@ -84,6 +125,9 @@ func FuzzWalkSchema(f *testing.F) {
 				t.Fatalf("%q is not a JSON object, yet gave tokens", schema)
 			}
 			return
+		}
+		if jsonDepth(top) >= messages.MaxJSONDepth {
+			return // too deep once wrapped: refused, as TestWalkSchemaDepthLimit shows
 		}
 		// A valid schema: the scanner must have read it to the end, so a
 		// property name at the top is found.

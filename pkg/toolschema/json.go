@@ -10,11 +10,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolbus/toolbus/internal/jsonparse"
+	"github.com/toolbus/toolbus/pkg/messages"
 )
 
 // maxDepth bounds the nesting of a schema, so that hostile input cannot
-// exhaust the stack.
-const maxDepth = 128
+// exhaust the stack: the one limit of JSON values on the wire.
+const maxDepth = messages.MaxJSONDepth
 
 // A parsed JSON value is one of: nil, bool, json.Number, string, []any,
 // *object. Numbers keep their source text.
@@ -130,11 +131,11 @@ func parse(data []byte) (any, error) {
 }
 
 // parser reads schemas and arguments: objects keep their order, and
-// nesting is bounded by maxDepth.
+// nesting is bounded by maxDepth (see jsonparse.Parser.Deeper).
 type parser struct{ jsonparse.Parser }
 
 func newParser(data []byte) *parser {
-	return &parser{jsonparse.Parser{Data: data, MaxDepth: maxDepth, NewObject: func() jsonparse.Object { return &object{} }}}
+	return &parser{jsonparse.Parser{Data: data, NewObject: func() jsonparse.Object { return &object{} }}}
 }
 
 // Set adds a key, for jsonparse.

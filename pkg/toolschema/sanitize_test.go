@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/pkg/messages"
 )
 
 // same marks an expectation equal to the input schema.
@@ -210,7 +212,7 @@ func TestSanitizeErrors(t *testing.T) {
 		{`{"type":null}`, "has type null"},
 		{`{"type":"object"`, "not valid JSON"},
 		{`{} {}`, "trailing data"},
-		{strings.Repeat(`{"a":`, 200) + `1` + strings.Repeat(`}`, 200), "nested deeper"},
+		{nestedObjects(messages.MaxJSONDepth + 1), "nested deeper"},
 	}
 	for _, c := range cases {
 		for _, format := range Formats() {
@@ -223,6 +225,20 @@ func TestSanitizeErrors(t *testing.T) {
 	_, err := Sanitize([]byte(`{}`), "openai")
 	if !errors.Is(err, ErrUnknownFormat) || !strings.Contains(err.Error(), "anthropic, gemini, mcp, openai-chat, openai-responses") {
 		t.Errorf("unknown format: %v", err)
+	}
+}
+
+// nestedObjects returns a schema of depth objects, each in the one before.
+func nestedObjects(depth int) string {
+	return strings.Repeat(`{"a":`, depth-1) + `{}` + strings.Repeat(`}`, depth-1)
+}
+
+// A schema nested as deeply as a JSON value may be is formatted.
+func TestSanitizeAtTheDepthLimit(t *testing.T) {
+	for _, format := range Formats() {
+		if _, err := Sanitize([]byte(nestedObjects(messages.MaxJSONDepth)), format); err != nil {
+			t.Errorf("%s, %d levels: %v", format, messages.MaxJSONDepth, err)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"testing"
@@ -165,5 +166,49 @@ func TestSSE(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the server's handler was never cancelled")
+	}
+}
+
+// A network session pings the server with the ping request of the
+// protocol version the source speaks; once the server is gone, the ping
+// fails as a transport error, which makes the source reconnect.
+func TestPing(t *testing.T) {
+	for _, tc := range []struct {
+		transport Transport
+		handler   func(*server.MCPServer) (http.Handler, string)
+	}{
+		{TransportSSE, func(s *server.MCPServer) (http.Handler, string) { return server.NewSSEServer(s), "/sse" }},
+		{TransportHTTP, func(s *server.MCPServer) (http.Handler, string) { return server.NewStreamableHTTPServer(s), "/mcp" }},
+	} {
+		t.Run(string(tc.transport), func(t *testing.T) {
+			pinged := make(chan any, 1)
+			hooks := &server.Hooks{}
+			hooks.AddBeforePing(func(_ context.Context, id any, _ *mcpgo.PingRequest) { pinged <- id })
+			handler, path := tc.handler(server.NewMCPServer("ping", "1", server.WithToolCapabilities(true), server.WithHooks(hooks)))
+			ts := httptest.NewServer(handler)
+			t.Cleanup(ts.Close)
+			src, err := New(Config{Name: "ping", Namespace: "p", Transport: tc.transport, URL: ts.URL + path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			sess, _, err := src.connect(ctx, ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sess.close()
+			if err := sess.ping(ctx); err != nil {
+				t.Fatalf("ping: %v", err)
+			}
+			if id := <-pinged; id == nil {
+				t.Fatal("the server saw a ping without an ID")
+			}
+			ts.CloseClientConnections()
+			ts.Close()
+			if err := sess.ping(ctx); !isTransportError(err) {
+				t.Fatalf("ping of a server that is gone: %v, want a transport error", err)
+			}
+		})
 	}
 }

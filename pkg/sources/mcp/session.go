@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -28,6 +30,8 @@ type session struct {
 	lost     chan struct{}
 	lostOnce sync.Once
 	err      error
+
+	pings atomic.Uint64 // numbers the source's ping requests
 }
 
 func (sess *session) fail(err error) {
@@ -107,7 +111,12 @@ func (s *Source) connect(ctx, runCtx context.Context) (*session, []worker.Tool, 
 			transport.WithHTTPBasicClient(s.httpClient(sess)),
 			transport.WithHTTPLogger(s.log),
 			// Without the standing GET stream, notifications/tools/list_changed
-			// would only arrive while a call is running.
+			// would only arrive while a call is running. The option is
+			// deprecated for protocol version 2026-07-28, which replaced the
+			// stream with subscriptions/listen (Client.Listen); the source
+			// speaks 2025-11-25 (see the package documentation), where the
+			// stream is the only way.
+			//lint:ignore SA1019 the source speaks protocol version 2025-11-25, where this stream carries list_changed
 			transport.WithContinuousListening())
 		if err != nil {
 			return nil, nil, err
@@ -160,6 +169,22 @@ func (s *Source) listTools(ctx context.Context, sess *session) ([]worker.Tool, e
 		return nil, err
 	}
 	return s.toolsOf(res.Tools)
+}
+
+// ping sends the ping request of protocol version 2025-11-25, which the
+// source speaks (the MCP client's Ping is deprecated, as version 2026-07-28
+// dropped the request). Its IDs are strings, so they cannot collide with the
+// client's numeric ones. A failure to deliver it is a *transport.Error.
+func (sess *session) ping(ctx context.Context) error {
+	id := mcpgo.NewRequestId("toolbus-ping-" + strconv.FormatUint(sess.pings.Add(1), 10))
+	resp, err := sess.transport.SendRequest(ctx, transport.JSONRPCRequest{JSONRPC: mcpgo.JSONRPC_VERSION, ID: id, Method: string(mcpgo.MethodPing)})
+	if err != nil {
+		return transport.NewError(err)
+	}
+	if resp.Error != nil {
+		return resp.Error.AsError()
+	}
+	return nil
 }
 
 // cancelTimeout bounds sending notifications/cancelled.

@@ -375,7 +375,7 @@ func (s *Source) follow(ctx context.Context, sess *session, update func([]worker
 			s.report(update, tools)
 		case <-ping:
 			pctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
-			err := sess.client.Ping(pctx)
+			err := sess.ping(pctx)
 			cancel()
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("MCP server did not answer a ping", "error", err)

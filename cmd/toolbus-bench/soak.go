@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -25,10 +26,13 @@ import (
 
 // soakReport is the last line of the soak.
 type soakReport struct {
-	Submitted             int     `json:"submitted"`
-	Results               int     `json:"results"`
-	Lost                  int     `json:"lost"`
-	Duplicated            int     `json:"duplicated"`
+	Submitted  int `json:"submitted"`
+	Results    int `json:"results"`
+	Lost       int `json:"lost"`
+	Duplicated int `json:"duplicated"`
+	// ResultsObserved counts the calls whose result event a subscriber
+	// to the events stream's subjects saw.
+	ResultsObserved       int     `json:"results_observed"`
 	Failed                int     `json:"failed"`
 	Kills                 int     `json:"kills"`
 	CallsHitByKills       int     `json:"calls_hit_by_kills"`
@@ -42,21 +46,26 @@ type workArgs struct {
 	MS int `json:"ms"`
 }
 
+// soakWorkerCommand is the command line's first word in a worker process
+// that the soak starts; it is not for people to type.
+const soakWorkerCommand = "soak-worker"
+
 // runSoakWorker is the worker process the soak starts and kills.
 func runSoakWorker(ctx context.Context, args []string) error {
-	fs := newFlags("soak-worker")
+	fs := flag.NewFlagSet("toolbus-bench "+soakWorkerCommand, flag.ContinueOnError)
 	server := fs.String("server", "", "NATS URL")
+	prefix := fs.String("prefix", messages.DefaultPrefix, "subject prefix")
 	id := fs.String("id", "", "worker ID")
 	ackWait := fs.Duration("ack-wait", 2*time.Second, "ack wait")
-	if _, err := parseInterleaved(fs, args); err != nil {
-		return exitError(2)
+	if err := parse(fs, args); err != nil {
+		return err
 	}
 	nc, err := nats.Connect(*server)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	w, err := worker.New(worker.Config{Conn: nc, ID: *id, AckWait: *ackWait, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+	w, err := worker.New(worker.Config{Conn: nc, Prefix: *prefix, ID: *id, AckWait: *ackWait, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
 	if err != nil {
 		return err
 	}
@@ -83,9 +92,26 @@ func runSoakWorker(ctx context.Context, args []string) error {
 	return w.Stop(context.Background())
 }
 
+// soakConfig is what the soak's flags set.
+type soakConfig struct {
+	names              messages.Names
+	calls, concurrency int
+	killEvery, ackWait time.Duration
+	workers            int
+}
+
 // runSoak submits calls of a tool that works for a random short time while
 // worker processes are killed and replaced, and counts what callers see.
-func runSoak(ctx context.Context, calls, concurrency int, killEvery, ackWait time.Duration, workers int) error {
+func runSoak(ctx context.Context, cfg soakConfig) error {
+	calls, concurrency, killEvery, ackWait, workers := cfg.calls, cfg.concurrency, cfg.killEvery, cfg.ackWait, cfg.workers
+	resultsFilter, err := cfg.names.EventKindFilter(messages.EventResult)
+	if err != nil {
+		return err
+	}
+	startedFilter, err := cfg.names.EventKindFilter(messages.EventStarted)
+	if err != nil {
+		return err
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -108,7 +134,7 @@ func runSoak(ctx context.Context, calls, concurrency int, killEvery, ackWait tim
 		return nc
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	coord, err := coordinator.New(coordinator.Config{Conn: connect(), Logger: quiet})
+	coord, err := coordinator.New(coordinator.Config{Conn: connect(), Prefix: cfg.names.Prefix(), Logger: quiet})
 	if err != nil {
 		return err
 	}
@@ -124,7 +150,7 @@ func runSoak(ctx context.Context, calls, concurrency int, killEvery, ackWait tim
 	resultsSeen := map[string]int{}
 	runningOn := map[string]string{}
 	finishedAt := map[string]time.Time{}
-	if _, err := observer.Subscribe("toolbus.events.*.result", func(m *nats.Msg) {
+	if _, err := observer.Subscribe(resultsFilter, func(m *nats.Msg) {
 		var ev messages.CallEvent
 		if _, err := messages.Decode(messages.Header(m.Header), m.Data, &ev); err == nil {
 			mu.Lock()
@@ -135,7 +161,7 @@ func runSoak(ctx context.Context, calls, concurrency int, killEvery, ackWait tim
 	}); err != nil {
 		return err
 	}
-	if _, err := observer.Subscribe("toolbus.events.*.started", func(m *nats.Msg) {
+	if _, err := observer.Subscribe(startedFilter, func(m *nats.Msg) {
 		var ev messages.CallEvent
 		if _, err := messages.Decode(messages.Header(m.Header), m.Data, &ev); err == nil {
 			mu.Lock()
@@ -155,7 +181,7 @@ func runSoak(ctx context.Context, calls, concurrency int, killEvery, ackWait tim
 	startWorker := func() (*proc, error) {
 		n++
 		id := fmt.Sprintf("soak-%d", n)
-		cmd := exec.Command(self, "soak-worker", "--server", srv.URL(), "--id", id, "--ack-wait", ackWait.String())
+		cmd := exec.Command(self, soakWorkerCommand, "--server", srv.URL(), "--prefix", cfg.names.Prefix(), "--id", id, "--ack-wait", ackWait.String())
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			return nil, err
@@ -184,7 +210,7 @@ func runSoak(ctx context.Context, calls, concurrency int, killEvery, ackWait tim
 		}
 	}()
 
-	c, err := client.New(connect(), client.Options{Agent: "soak"})
+	c, err := client.New(connect(), client.Options{Prefix: cfg.names.Prefix(), Agent: "soak"})
 	if err != nil {
 		return err
 	}
@@ -307,6 +333,9 @@ func runSoak(ctx context.Context, calls, concurrency int, killEvery, ackWait tim
 	mu.Lock()
 	defer mu.Unlock()
 	for _, id := range all {
+		if resultsSeen[id] > 0 {
+			r.ResultsObserved++
+		}
 		if resultsSeen[id] > 1 {
 			r.Duplicated++
 		}

@@ -1,24 +1,23 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
-	"os"
 
 	"github.com/toolbus/toolbus/internal/searcheval"
 )
 
 // runSearchEval measures discovery on a tool-retrieval corpus (tools.jsonl
 // and queries.jsonl) and prints one JSON line with recall, MRR, nDCG and timings.
-func runSearchEval(_ context.Context, args []string) error {
-	fs := newFlags("search-eval")
+func runSearchEval(args []string) error {
+	fs := flag.NewFlagSet("toolbus-bench search-eval", flag.ContinueOnError)
 	corpus := fs.String("corpus", "", "directory with tools.jsonl and queries.jsonl")
-	if _, err := parseInterleaved(fs, args); err != nil {
-		return exitError(2)
+	if err := parse(fs, args); err != nil {
+		return err
 	}
 	if *corpus == "" {
-		fmt.Fprintln(os.Stderr, "usage: toolbus search-eval --corpus DIR")
+		fmt.Fprintln(fs.Output(), "usage: toolbus-bench search-eval --corpus DIR")
 		return exitError(2)
 	}
 	report, err := searcheval.Run(*corpus)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -41,23 +42,34 @@ type benchReport struct {
 	BaselineJetStreamWrite int     `json:"baseline_jetstream_writes_per_call"`
 }
 
-func runBench(ctx context.Context, g globals, args []string) error {
-	fs := newFlags("bench")
-	calls := fs.Int("calls", 2000, "calls per measurement and round")
+// runBench measures the call path against the baseline or, with --soak,
+// runs the soak.
+func runBench(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("toolbus-bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	calls := fs.Int("calls", 2000, "calls per measurement and round (soak: calls in all)")
 	rounds := fs.Int("rounds", 3, "rounds; each measures the baseline and Toolbus, in alternating order")
-	concurrency := fs.Int("concurrency", 64, "concurrent callers in the throughput measurement")
+	concurrency := fs.Int("concurrency", 64, "concurrent callers in the throughput measurement (soak: callers)")
 	slots := fs.Int("slots", 64, "worker slots")
+	prefix := fs.String("prefix", messages.DefaultPrefix, "subject prefix and resource-name stem of the Toolbus measured")
 	soak := fs.Bool("soak", false, "soak mode: kill and restart worker processes while calls run")
 	killEvery := fs.Duration("kill-every", 3*time.Second, "soak: how often a worker process is killed")
 	ackWait := fs.Duration("ack-wait", 2*time.Second, "soak: how long a killed worker's calls wait before redelivery")
 	workers := fs.Int("workers", 2, "soak: worker processes")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the Toolbus throughput run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the Toolbus throughput run to this file")
-	if _, err := parseInterleaved(fs, args); err != nil {
-		return exitError(2)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	names, err := messages.NewNames(*prefix)
+	if err != nil {
+		return err
 	}
 	if *soak {
-		return runSoak(ctx, *calls, *concurrency, *killEvery, *ackWait, *workers)
+		return runSoak(ctx, soakConfig{names: names, calls: *calls, concurrency: *concurrency, killEvery: *killEvery, ackWait: *ackWait, workers: *workers})
 	}
 	dir, err := os.MkdirTemp("", "toolbus-bench-")
 	if err != nil {
@@ -76,7 +88,7 @@ func runBench(ctx context.Context, g globals, args []string) error {
 		return fmt.Errorf("baseline: %w", err)
 	}
 	defer base.close()
-	tb, err := newToolbusBench(ctx, connect, *slots)
+	tb, err := newToolbusBench(ctx, connect, names, *slots)
 	if err != nil {
 		return fmt.Errorf("toolbus: %w", err)
 	}
@@ -345,7 +357,7 @@ type noopArgs struct {
 	Text string `json:"text"`
 }
 
-func newToolbusBench(ctx context.Context, connect func() (*nats.Conn, error), slots int) (*toolbusBench, error) {
+func newToolbusBench(ctx context.Context, connect func() (*nats.Conn, error), names messages.Names, slots int) (*toolbusBench, error) {
 	tb := &toolbusBench{}
 	conn := func() *nats.Conn {
 		nc, err := connect()
@@ -357,13 +369,13 @@ func newToolbusBench(ctx context.Context, connect func() (*nats.Conn, error), sl
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	var err error
-	if tb.coord, err = coordinator.New(coordinator.Config{Conn: conn(), Logger: quiet}); err != nil {
+	if tb.coord, err = coordinator.New(coordinator.Config{Conn: conn(), Prefix: names.Prefix(), Logger: quiet}); err != nil {
 		return nil, err
 	}
 	if err := tb.coord.Start(ctx); err != nil {
 		return nil, err
 	}
-	if tb.worker, err = worker.New(worker.Config{Conn: conn(), Logger: quiet}); err != nil {
+	if tb.worker, err = worker.New(worker.Config{Conn: conn(), Prefix: names.Prefix(), Logger: quiet}); err != nil {
 		return nil, err
 	}
 	noop := worker.Func("noop", "Does nothing.", func(ctx context.Context, in noopArgs) (string, error) { return in.Text, nil })
@@ -373,7 +385,7 @@ func newToolbusBench(ctx context.Context, connect func() (*nats.Conn, error), sl
 	if err := tb.worker.Start(ctx); err != nil {
 		return nil, err
 	}
-	if tb.client, err = client.New(conn(), client.Options{Agent: "bench"}); err != nil {
+	if tb.client, err = client.New(conn(), client.Options{Prefix: names.Prefix(), Agent: "bench"}); err != nil {
 		return nil, err
 	}
 	return tb, nil

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/toolbus/toolbus/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.CleanupBinaries()
+	os.Exit(code)
+}
+
+// runToJSON runs toolbus-bench to the end and decodes the JSON line it
+// prints last into out.
+func runToJSON(t *testing.T, out any, args ...string) {
+	t.Helper()
+	p := testenv.Start(t, testenv.Binary(t, "./cmd/toolbus-bench"), args...)
+	if err := p.Wait(testenv.Context(t)); err != nil {
+		t.Fatalf("toolbus-bench %s: %v\n%s", strings.Join(args, " "), err, p.Output())
+	}
+	lines := strings.Split(strings.TrimSpace(p.Output()), "\n")
+	last := lines[len(lines)-1]
+	if err := json.Unmarshal([]byte(last), out); err != nil {
+		t.Fatalf("last line %q: %v", last, err)
+	}
+}
+
+// The bench measures both paths on a Toolbus under the prefix it is given.
+func TestBenchReports(t *testing.T) {
+	t.Parallel()
+	var r benchReport
+	runToJSON(t, &r, "--calls", "20", "--rounds", "1", "--concurrency", "4", "--slots", "4", "--prefix", "tbbench")
+	if r.Calls != 20 || r.ToolbusSeqP50US <= 0 || r.BaselineSeqP50US <= 0 || r.ToolbusC64CallsPerS <= 0 {
+		t.Fatalf("report %+v", r)
+	}
+}
+
+// The soak follows results under the prefix it is given: every call it
+// submitted has its result observed, none lost, none twice.
+func TestSoakFollowsTheConfiguredPrefix(t *testing.T) {
+	t.Parallel()
+	var r soakReport
+	runToJSON(t, &r, "--soak", "--prefix", "tbsoak", "--calls", "24", "--concurrency", "8", "--workers", "2", "--kill-every", "500ms", "--ack-wait", "500ms")
+	if r.Submitted != 24 || r.Results != 24 || r.Lost != 0 || r.Duplicated != 0 {
+		t.Fatalf("report %+v, want 24 calls submitted and answered once each", r)
+	}
+	if r.ResultsObserved != r.Submitted {
+		t.Fatalf("the observer saw %d results of %d calls", r.ResultsObserved, r.Submitted)
+	}
+}
+
+func TestSearchEvalReports(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tools := `{"name": "money.convert", "description": "Convert an amount between currencies.", "parameters": {"type": "object"}}
+{"name": "weather.now", "description": "Current weather conditions.", "parameters": {}}
+`
+	queries := `{"id": "q1", "query": "convert currency", "relevant": ["money.convert"]}
+`
+	for name, body := range map[string]string{"tools.jsonl": tools, "queries.jsonl": queries} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var r struct {
+		Tools     int     `json:"tools"`
+		Queries   int     `json:"queries"`
+		RecallAt1 float64 `json:"recall_at_1"`
+	}
+	runToJSON(t, &r, "search-eval", "--corpus", dir)
+	if r.Tools != 2 || r.Queries != 1 || r.RecallAt1 != 1 {
+		t.Fatalf("report %+v", r)
+	}
+}
+
+// A mode's flags take no positional arguments, and search-eval needs a corpus.
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"bench"}, {"--calls", "x"}, {"search-eval"}, {"search-eval", "--corpus", "a", "b"}} {
+		if err := run(testenv.Context(t), args); err != exitError(2) {
+			t.Errorf("toolbus-bench %s: %v, want exit status 2", strings.Join(args, " "), err)
+		}
+	}
+}

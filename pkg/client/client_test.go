@@ -1,0 +1,515 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// TestMain checks that the client leaves no goroutine behind. The reused
+// goroutines of the coordinator's and the worker's pools are not the
+// client's: they end on their own, ten seconds after their last work.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/toolbus/toolbus/internal/reuse.(*Pool).run"))
+}
+
+// bundle is one test's Toolbus: an embedded server, and the tools of
+// namespace "t" that a worker serves once serve is called.
+type bundle struct {
+	srv *natsserver.Server
+	ctx context.Context
+
+	mu    sync.Mutex
+	runs  map[string]int // runs of t-count by call ID
+	steps chan struct{}  // lets t-steps take its next step
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	return &bundle{srv: testenv.Server(t), ctx: testenv.Context(t), runs: map[string]int{}, steps: make(chan struct{})}
+}
+
+type labelArgs struct {
+	Label string `json:"label"`
+}
+
+// serve starts a worker of namespace "t": t-count counts its runs and
+// answers its label; t-steps logs "step 1" to "step 3", each once the
+// test sends on steps, and answers "done".
+func (b *bundle) serve(t *testing.T) {
+	t.Helper()
+	count := worker.Func("count", "Counts its runs.", func(ctx context.Context, in labelArgs) (string, error) {
+		b.mu.Lock()
+		b.runs[worker.CallFrom(ctx).ID]++
+		b.mu.Unlock()
+		return in.Label, nil
+	})
+	steps := worker.Func("steps", "Takes three steps.", func(ctx context.Context, in struct{}) (string, error) {
+		for i := 1; i <= 3; i++ {
+			select {
+			case <-b.steps:
+			case <-ctx.Done():
+				return "", context.Cause(ctx)
+			}
+			worker.Log(ctx, "info", fmt.Sprintf("step %d", i))
+		}
+		return "done", nil
+	})
+	testenv.Worker(t, b.srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{count, steps}})
+}
+
+func (b *bundle) runsOf(callID string) (of, all int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range b.runs {
+		all += n
+	}
+	return b.runs[callID], all
+}
+
+// newClient returns a client on conn, closed when the test ends.
+func newClient(t *testing.T, nc *nats.Conn, opts client.Options) *client.Client {
+	t.Helper()
+	if opts.Agent == "" {
+		opts.Agent = "a"
+	}
+	c, err := client.New(nc, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// withoutDeadline is the test's context without its deadline, so that the
+// client's RequestTimeout bounds each request.
+func withoutDeadline(t *testing.T, ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	t.Cleanup(func() { stop(); cancel() })
+	return ctx
+}
+
+func receive[T any](t *testing.T, ctx context.Context, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-ctx.Done():
+		t.Fatalf("no %s", what)
+		panic("unreachable")
+	}
+}
+
+// With no coordinator, nothing received the request: every request fails
+// with the code no_responders, which says so, and not with text to parse.
+func TestNoCoordinatorIsNoResponders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{})
+	_, err := c.Submit(b.ctx, messages.SubmitRequest{Tool: "t-count"})
+	if !errors.Is(err, messages.ErrNoResponders) {
+		t.Fatalf("Submit: %v, want %s", err, messages.CodeNoResponders)
+	}
+	if _, err := c.Get(b.ctx, "c1"); !errors.Is(err, messages.ErrNoResponders) {
+		t.Fatalf("Get: %v, want %s", err, messages.CodeNoResponders)
+	}
+	// Call sends its quiet submit again a few times, then reports the same.
+	if _, err := c.Call(b.ctx, "t-count", labelArgs{"x"}); !errors.Is(err, messages.ErrNoResponders) {
+		t.Fatalf("Call: %v, want %s", err, messages.CodeNoResponders)
+	}
+	if _, err := c.Call(b.ctx, "t-count", labelArgs{"x"}, client.WithIdempotencyKey("k")); !errors.Is(err, messages.ErrNoResponders) {
+		t.Fatalf("idempotent Call: %v, want %s", err, messages.CodeNoResponders)
+	}
+}
+
+// A failed reply's code is the one its body carries: each kind of "not
+// found" keeps its own code.
+func TestNotFoundKeepsItsCode(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	testenv.Coordinator(t, b.srv.URL())
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{})
+	if _, err := c.Get(b.ctx, "nosuchcall"); !errors.Is(err, messages.ErrCallNotFound) || errors.Is(err, messages.ErrToolNotFound) {
+		t.Fatalf("Get of an unknown call: %v, want %s", err, messages.CodeCallNotFound)
+	}
+	if _, err := c.Turn(b.ctx, "nosuchturn"); !errors.Is(err, messages.ErrTurnNotFound) {
+		t.Fatalf("Turn of an unknown turn: %v, want %s", err, messages.CodeTurnNotFound)
+	}
+	if _, err := c.Call(b.ctx, "t-nosuchtool", nil); !errors.Is(err, messages.ErrToolNotFound) {
+		t.Fatalf("Call of an unknown tool: %v, want %s", err, messages.CodeToolNotFound)
+	}
+}
+
+// A 404 that carries no code of its own (here from a responder that is not
+// a coordinator) is not taken for tool_not_found.
+func TestStatusWithoutCodeIsNotToolNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	responder := testenv.Connect(t, b.srv.URL())
+	if _, err := responder.Subscribe("toolbus.api.calls.get", func(m *nats.Msg) {
+		reply := nats.NewMsg(m.Reply)
+		reply.Header.Set("Nats-Service-Error-Code", "404")
+		reply.Header.Set("Nats-Service-Error", "not found")
+		_ = m.RespondMsg(reply)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := responder.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{})
+	_, err := c.Get(b.ctx, "c1")
+	if messages.CodeOf(err) != messages.CodeInternal {
+		t.Fatalf("a 404 without a code: %v, want %s", err, messages.CodeInternal)
+	}
+}
+
+// A submit whose reply is lost (here the first goes to a subscriber that
+// is not a coordinator; it hands the submit to the coordinator once one
+// runs and drops the answer) is sent again by an idempotent Call, and the
+// tool runs once for the two submits.
+func TestIdempotentCallRetriesALostSubmitAndRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.serve(t)
+	hole := testenv.Connect(t, b.srv.URL())
+	swallowed := make(chan *nats.Msg, 1)
+	sub, err := hole.Subscribe("toolbus.api.calls.submit", func(m *nats.Msg) {
+		select {
+		case swallowed <- m:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hole.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{RequestTimeout: 500 * time.Millisecond})
+	type outcome struct {
+		res *messages.CallResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.Call(withoutDeadline(t, b.ctx), "t-count", labelArgs{"once"}, client.WithIdempotencyKey("order-1"))
+		done <- outcome{res, err}
+	}()
+	lost := receive(t, b.ctx, swallowed, "submit")
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Coordinator(t, b.srv.URL())
+	// The coordinator handles the lost submit; its answer goes elsewhere.
+	again := nats.NewMsg(lost.Subject)
+	again.Header, again.Data = lost.Header, lost.Data
+	answer, err := hole.RequestMsgWithContext(b.ctx, again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued messages.SubmitReply
+	if _, err := messages.Decode(messages.Header(answer.Header), answer.Data, &queued); err != nil {
+		t.Fatal(err)
+	}
+	o := receive(t, b.ctx, done, "result")
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.res.CallID != queued.CallID || o.res.IsError || o.res.Content[0].Text != "once" {
+		t.Fatalf("result %+v, want the echo of call %s", o.res, queued.CallID)
+	}
+	if of, all := b.runsOf(queued.CallID); of != 1 || all != 1 {
+		t.Fatalf("the tool ran %d times for the call, %d in all; want once", of, all)
+	}
+}
+
+// Calls with one idempotency key, one after the other and at once, are one
+// call: one run, one result for all.
+func TestIdempotentCallsRunOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	testenv.Coordinator(t, b.srv.URL())
+	b.serve(t)
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{})
+	first, err := c.Call(b.ctx, "t-count", labelArgs{"x"}, client.WithIdempotencyKey("k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 8
+	results := make(chan *messages.CallResult, callers)
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			res, err := c.Call(b.ctx, "t-count", labelArgs{"x"}, client.WithIdempotencyKey("k1"))
+			if err != nil {
+				errs <- err
+				return
+			}
+			results <- res
+		}()
+	}
+	for range callers {
+		select {
+		case res := <-results:
+			if res.CallID != first.CallID || res.Content[0].Text != "x" {
+				t.Fatalf("result %+v, want that of call %s", res, first.CallID)
+			}
+		case err := <-errs:
+			t.Fatal(err)
+		case <-b.ctx.Done():
+			t.Fatal("no result")
+		}
+	}
+	if of, all := b.runsOf(first.CallID); of != 1 || all != 1 {
+		t.Fatalf("the tool ran %d times for the call, %d in all; want once", of, all)
+	}
+}
+
+// With wait, the coordinator answers once the call has ended, so the copy
+// of the result reaches the client before the submit's reply does: Call
+// returns the result once, and a next call is not confused by the late reply.
+func TestResultBeforeTheSubmitsReply(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	testenv.Coordinator(t, b.srv.URL())
+	b.serve(t)
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{})
+	wait := func(r *messages.SubmitRequest) { r.Wait = true }
+	for i := range 3 {
+		label := fmt.Sprintf("w%d", i)
+		res, err := c.Call(b.ctx, "t-count", labelArgs{label}, client.WithIdempotencyKey(label), wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Content[0].Text != label {
+			t.Fatalf("call %d: result %+v", i, res)
+		}
+	}
+}
+
+// On a route, the stored result can come before the coordinator's answer
+// to the submit (here an answer held back until the result is stored and
+// then delivered on the call's route): Call returns the result, and the
+// late answer disturbs neither it nor the client's next call.
+func TestRoutedResultBeforeTheSubmitsAnswer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.serve(t)
+	relay := testenv.Connect(t, b.srv.URL())
+	held := make(chan *nats.Msg, 1)
+	sub, err := relay.Subscribe("toolbus.api.calls.submit", func(m *nats.Msg) {
+		select {
+		case held <- m:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{})
+	type outcome struct {
+		res *messages.CallResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.Call(b.ctx, "t-count", labelArgs{"routed"})
+		done <- outcome{res, err}
+	}()
+	m := receive(t, b.ctx, held, "submit")
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Coordinator(t, b.srv.URL())
+	// The submit, made loud, goes to the coordinator; its answer is held.
+	var req messages.SubmitRequest
+	codec, err := messages.Decode(messages.Header(m.Header), m.Data, &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Route == "" || !req.Quiet {
+		t.Fatalf("Call's submit is not a quiet one on a route: %+v", req)
+	}
+	req.Quiet = false
+	data, err := codec.Marshal(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, err := relay.RequestMsgWithContext(b.ctx, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := receive(t, b.ctx, done, "result")
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.res.CallID != req.CallID || o.res.Content[0].Text != "routed" {
+		t.Fatalf("result %+v, want the echo of call %s", o.res, req.CallID)
+	}
+	// The answer arrives late, on the call's route.
+	answer.Subject, answer.Reply = m.Reply, ""
+	if err := relay.PublishMsg(answer); err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	next, err := c.Call(b.ctx, "t-count", labelArgs{"next"})
+	if err != nil || next.Content[0].Text != "next" || next.CallID == req.CallID {
+		t.Fatalf("the next call: %+v %v", next, err)
+	}
+	if of, _ := b.runsOf(req.CallID); of != 1 {
+		t.Fatalf("the tool ran %d times for the call; want once", of)
+	}
+}
+
+// connectVia connects through the proxy, reporting when the connection
+// drops and when it is back.
+func connectVia(t *testing.T, p *testenv.Proxy) (nc *nats.Conn, dropped, back <-chan struct{}) {
+	d, r := make(chan struct{}, 8), make(chan struct{}, 8)
+	nc = testenv.Connect(t, p.URL(),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { d <- struct{}{} }),
+		nats.ReconnectHandler(func(*nats.Conn) { r <- struct{}{} }))
+	return nc, d, r
+}
+
+// A watch goes on after the client's connection drops and comes back:
+// the events stored meanwhile follow, each once, up to the result.
+func TestWatchGoesOnAfterAReconnect(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	testenv.Coordinator(t, b.srv.URL())
+	b.serve(t)
+	direct := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{})
+	proxy := testenv.NewProxy(t, b.srv.Addr().String())
+	nc, dropped, back := connectVia(t, proxy)
+	c := newClient(t, nc, client.Options{})
+
+	sub, err := c.Submit(b.ctx, messages.SubmitRequest{Tool: "t-steps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan *messages.CallEvent, 64)
+	watchErr := make(chan error, 1)
+	go func() {
+		defer close(events)
+		for ev, err := range c.Watch(b.ctx, sub.CallID) {
+			if err != nil {
+				watchErr <- err
+				return
+			}
+			events <- ev
+		}
+	}()
+	var seen []string
+	next := func() *messages.CallEvent {
+		t.Helper()
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatalf("the watch ended after %v: %v", seen, <-watchErr)
+			}
+			name := string(ev.Kind)
+			if ev.Log != nil {
+				name += " " + ev.Log.Message
+			}
+			seen = append(seen, name)
+			return ev
+		case <-b.ctx.Done():
+			t.Fatalf("the watch stopped after %v", seen)
+		}
+		return nil
+	}
+	b.steps <- struct{}{}
+	for ev := next(); ev.Log == nil; ev = next() {
+	}
+	proxy.Cut()
+	receive(t, b.ctx, dropped, "disconnection")
+	b.steps <- struct{}{}
+	b.steps <- struct{}{}
+	if _, err := direct.Wait(b.ctx, sub.CallID); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Restore()
+	receive(t, b.ctx, back, "reconnection")
+	for ev := next(); ev.Kind != messages.EventResult; ev = next() {
+	}
+	want := []string{"queued", "started", "log step 1", "log step 2", "log step 3", "result"}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("the watch yielded %v, want %v", seen, want)
+	}
+	if _, ok := <-events; ok {
+		t.Fatal("the watch went on after the result")
+	}
+}
+
+// A call's routed result published while the client was disconnected is
+// not lost: Call finds it in the events stream once the connection is back.
+func TestCallGetsAResultMissedDuringADisconnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	testenv.Coordinator(t, b.srv.URL())
+	b.serve(t)
+	direct := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{})
+	proxy := testenv.NewProxy(t, b.srv.Addr().String())
+	nc, dropped, back := connectVia(t, proxy)
+	c := newClient(t, nc, client.Options{})
+	// Follow the call's start from outside, to know its ID.
+	observer := testenv.Connect(t, b.srv.URL())
+	started := make(chan string, 1)
+	if _, err := observer.Subscribe("toolbus.events.*.queued", func(m *nats.Msg) {
+		var ev messages.CallEvent
+		if _, err := messages.Decode(messages.Header(m.Header), m.Data, &ev); err == nil {
+			started <- ev.CallID
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := observer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		res *messages.CallResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.Call(b.ctx, "t-steps", nil)
+		done <- outcome{res, err}
+	}()
+	callID := receive(t, b.ctx, started, "queued call")
+	proxy.Cut()
+	receive(t, b.ctx, dropped, "disconnection")
+	for range 3 {
+		b.steps <- struct{}{}
+	}
+	if _, err := direct.Wait(b.ctx, callID); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Restore()
+	receive(t, b.ctx, back, "reconnection")
+	o := receive(t, b.ctx, done, "result")
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.res.CallID != callID || o.res.Content[0].Text != "done" {
+		t.Fatalf("result %+v, want that of call %s", o.res, callID)
+	}
+}
