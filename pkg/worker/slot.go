@@ -46,7 +46,9 @@ type slots struct {
 	// given back. Equal when no call is in a slot.
 	taken    atomic.Int64
 	released [slotReasons]atomic.Int64
-	inUse    sync.WaitGroup
+	// again counts releases of slots already free, which do nothing.
+	again atomic.Int64
+	inUse sync.WaitGroup
 }
 
 func newSlots(size int, freed func()) *slots {
@@ -86,6 +88,7 @@ type slot struct {
 // Release frees the slot and reports whether this call did; later calls do nothing.
 func (s *slot) Release(reason slotReason) bool {
 	if !s.released.CompareAndSwap(false, true) {
+		s.owner.again.Add(1)
 		return false
 	}
 	o := s.owner
