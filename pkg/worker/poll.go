@@ -17,6 +17,11 @@ import (
 // nothing is fetched ahead: a call never waits in a busy worker while
 // another worker has room. Requests and their answers, idle heartbeats
 // and refusals are the transport's PullRequester's.
+//
+// nats.go's jetstream Consume and Messages keep a buffer of their own
+// filled: they ask for more when it falls below a threshold, whether or not
+// the caller has room, so calls would wait in a busy worker; Fetch takes a
+// subscription per batch. Neither does this job at this cost.
 type poller struct {
 	nc       *nats.Conn
 	requests *transport.PullRequester

@@ -45,7 +45,9 @@ type Config struct {
 	// finish sooner are not recorded as running at all. Defaults to 20ms.
 	StartDelay time.Duration
 	// FetchWait is how long one pull request waits for a call before it is
-	// renewed. Defaults to 30s.
+	// renewed. The server tells a waiting request it is alive every half of
+	// FetchWait, at most every 5s; requests not heard from for two such
+	// intervals are taken as lost and asked again. Defaults to 30s.
 	FetchWait time.Duration
 	// TracerProvider receives a span per call, a child of the submit's
 	// span. Tools get its context. Defaults to the global provider.
