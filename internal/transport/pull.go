@@ -258,7 +258,9 @@ func (r *PullRequester) onMsg(msg *nats.Msg) {
 		r.mu.Unlock()
 		if status == "" && msg.Reply != "" {
 			// Nobody takes it now: another consumer may, at once.
-			_ = msg.Respond([]byte("-NAK"))
+			if err := msg.Respond([]byte("-NAK")); err != nil {
+				r.cfg.Logger.Warn("message delivered after close not handed back", "error", err)
+			}
 		}
 		return
 	}
@@ -278,7 +280,7 @@ func (r *PullRequester) onMsg(msg *nats.Msg) {
 	}
 	// The request ended without (all of) its messages: expired (408), found
 	// none (404), or was refused.
-	r.asked = max(r.asked-owed(msg), 0)
+	r.asked = max(r.asked-pullOwed(msg), 0)
 	refused := status != "408" && status != "404"
 	if refused {
 		r.refusedLocked(r.heard, status, msg.Header.Get("Description"))
@@ -291,10 +293,10 @@ func (r *PullRequester) onMsg(msg *nats.Msg) {
 	}
 }
 
-// owed is how many messages a request that ended with a status still owed:
+// pullOwed is how many messages a request that ended with a status still owed:
 // its Nats-Pending-Messages header, or all it asked for (its reply
 // subject's last token) when it was refused outright.
-func owed(msg *nats.Msg) int {
+func pullOwed(msg *nats.Msg) int {
 	n, err := strconv.Atoi(msg.Header.Get("Nats-Pending-Messages"))
 	if err != nil {
 		n, err = strconv.Atoi(msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:])
@@ -421,12 +423,12 @@ func (m *PullMsg) DoubleAck(ctx context.Context) error {
 }
 
 // Metadata reads the delivery's metadata from its acknowledgement subject.
-func (m *PullMsg) Metadata() (*jetstream.MsgMetadata, error) { return AckMetadata(m.msg.Reply) }
+func (m *PullMsg) Metadata() (*jetstream.MsgMetadata, error) { return PullMetadata(m.msg.Reply) }
 
-// AckMetadata reads a delivery's metadata from its acknowledgement subject:
+// PullMetadata reads a delivery's metadata from its acknowledgement subject:
 // $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>,
 // or the longer form with a domain and an account hash after $JS.ACK.
-func AckMetadata(reply string) (*jetstream.MsgMetadata, error) {
+func PullMetadata(reply string) (*jetstream.MsgMetadata, error) {
 	tokens := strings.Split(reply, ".")
 	if len(tokens) < 9 || tokens[0] != "$JS" || tokens[1] != "ACK" {
 		return nil, fmt.Errorf("not a JetStream delivery: reply subject %q", reply)

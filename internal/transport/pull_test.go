@@ -39,7 +39,7 @@ func setupPull(t *testing.T) *pullBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	nc := connect(t, srv.URL())
+	nc := pullConnect(t, srv.URL())
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func setupPull(t *testing.T) *pullBundle {
 	return &pullBundle{url: srv.URL(), nc: nc, js: js, ctx: ctx}
 }
 
-func connect(t *testing.T, url string) *nats.Conn {
+func pullConnect(t *testing.T, url string) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -89,7 +89,7 @@ func (b *pullBundle) requests(t *testing.T) <-chan *nats.Msg {
 func (b *pullBundle) watch(t *testing.T, subject string) <-chan *nats.Msg {
 	t.Helper()
 	ch := make(chan *nats.Msg, 10000)
-	nc := connect(t, b.url)
+	nc := pullConnect(t, b.url)
 	if _, err := nc.Subscribe(subject, func(m *nats.Msg) { ch <- m }); err != nil {
 		t.Fatal(err)
 	}
@@ -99,10 +99,10 @@ func (b *pullBundle) watch(t *testing.T, subject string) <-chan *nats.Msg {
 	return ch
 }
 
-// takingRequester is a requester whose caller takes up to free messages:
+// pullTaker is a requester whose caller takes up to free messages:
 // each delivery uses one up, and the requester asks again whenever it says
 // it may, until the test ends.
-type takingRequester struct {
+type pullTaker struct {
 	*PullRequester
 	mu        sync.Mutex
 	free      int
@@ -110,9 +110,9 @@ type takingRequester struct {
 	ready     chan struct{}
 }
 
-func (b *pullBundle) requester(t *testing.T, cfg PullConfig, free int) *takingRequester {
+func (b *pullBundle) requester(t *testing.T, cfg PullConfig, free int) *pullTaker {
 	t.Helper()
-	r := &takingRequester{free: free, delivered: make(chan *nats.Msg, 1000), ready: make(chan struct{}, 1)}
+	r := &pullTaker{free: free, delivered: make(chan *nats.Msg, 1000), ready: make(chan struct{}, 1)}
 	cfg.Stream, cfg.Consumer = pullStream, pullConsumer
 	cfg.Deliver = func(m *nats.Msg) {
 		r.mu.Lock()
@@ -147,27 +147,27 @@ func (b *pullBundle) requester(t *testing.T, cfg PullConfig, free int) *takingRe
 	return r
 }
 
-func (r *takingRequester) signal() {
+func (r *pullTaker) signal() {
 	select {
 	case r.ready <- struct{}{}:
 	default:
 	}
 }
 
-func (r *takingRequester) freeCount() int {
+func (r *pullTaker) freeCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.free
 }
 
-func (r *takingRequester) give(n int) {
+func (r *pullTaker) give(n int) {
 	r.mu.Lock()
 	r.free += n
 	r.mu.Unlock()
 	r.signal()
 }
 
-func receive(t *testing.T, ch <-chan *nats.Msg, what string) *nats.Msg {
+func pullReceive(t *testing.T, ch <-chan *nats.Msg, what string) *nats.Msg {
 	t.Helper()
 	select {
 	case m := <-ch:
@@ -178,8 +178,8 @@ func receive(t *testing.T, ch <-chan *nats.Msg, what string) *nats.Msg {
 	}
 }
 
-// quiet checks that nothing arrives on ch for d.
-func quiet(t *testing.T, ch <-chan *nats.Msg, d time.Duration, what string) {
+// pullQuiet checks that nothing arrives on ch for d.
+func pullQuiet(t *testing.T, ch <-chan *nats.Msg, d time.Duration, what string) {
 	t.Helper()
 	select {
 	case m := <-ch:
@@ -206,7 +206,7 @@ func TestPullRequestBody(t *testing.T) {
 	}
 }
 
-func TestAckMetadata(t *testing.T) {
+func TestPullMetadata(t *testing.T) {
 	for _, tc := range []struct {
 		reply  string
 		stream string
@@ -220,7 +220,7 @@ func TestAckMetadata(t *testing.T) {
 		{"$JS.ACK.S.C.x.10.4.1700000000000000000.3", "", "", false},
 		{"_INBOX.abc", "", "", false},
 	} {
-		meta, err := AckMetadata(tc.reply)
+		meta, err := PullMetadata(tc.reply)
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: %v", tc.reply, err)
 			continue
@@ -241,19 +241,19 @@ func TestPullRequesterNeverAsksForMoreThanIsFree(t *testing.T) {
 	b.publish(t, 5)
 	r := b.requester(t, PullConfig{Expires: 10 * time.Second, Heartbeat: 50 * time.Millisecond}, 3)
 	for range 3 {
-		m := receive(t, r.delivered, "a message")
+		m := pullReceive(t, r.delivered, "a message")
 		if err := m.Respond([]byte("+ACK")); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Nothing is free: no more come, however long the requester waits.
-	quiet(t, r.delivered, 300*time.Millisecond, "delivered with nothing free")
+	pullQuiet(t, r.delivered, 300*time.Millisecond, "delivered with nothing free")
 	if n := r.Asked(); n != 0 {
 		t.Fatalf("%d messages still asked for", n)
 	}
 	r.give(2)
-	receive(t, r.delivered, "a message once freed")
-	receive(t, r.delivered, "a message once freed")
+	pullReceive(t, r.delivered, "a message once freed")
+	pullReceive(t, r.delivered, "a message once freed")
 }
 
 func TestIdlePullRequestIsKeptByHeartbeats(t *testing.T) {
@@ -264,15 +264,15 @@ func TestIdlePullRequestIsKeptByHeartbeats(t *testing.T) {
 	// whole interval.
 	const heartbeat = 300 * time.Millisecond
 	r := b.requester(t, PullConfig{Expires: 30 * time.Second, Heartbeat: heartbeat}, 4)
-	receive(t, requests, "the first request")
+	pullReceive(t, requests, "the first request")
 	// Heard from every heartbeat, the request is not taken as lost: no
 	// other goes out in six heartbeat intervals.
-	quiet(t, requests, 6*heartbeat, "another request while the first waits")
+	pullQuiet(t, requests, 6*heartbeat, "another request while the first waits")
 	if n := r.Asked(); n != 4 {
 		t.Fatalf("%d messages asked for, want 4", n)
 	}
 	b.publish(t, 1)
-	receive(t, r.delivered, "the message")
+	pullReceive(t, r.delivered, "the message")
 }
 
 func TestLostPullRequestIsAskedAgain(t *testing.T) {
@@ -282,9 +282,9 @@ func TestLostPullRequestIsAskedAgain(t *testing.T) {
 	requests := b.requests(t)
 	const heartbeat = 50 * time.Millisecond
 	b.requester(t, PullConfig{Expires: 10 * time.Second, Heartbeat: heartbeat}, 4)
-	receive(t, requests, "the first request")
+	pullReceive(t, requests, "the first request")
 	start := time.Now()
-	receive(t, requests, "the request asked again")
+	pullReceive(t, requests, "the request asked again")
 	if waited := time.Since(start); waited < 2*heartbeat {
 		t.Fatalf("asked again after %v, before two heartbeat intervals without news", waited)
 	}
@@ -295,7 +295,7 @@ func TestRefusedPullRequestBacksOff(t *testing.T) {
 	// The requester's own connection publishes nothing but its requests. A
 	// subscriber to the requests' subject would answer for the missing
 	// consumer, so they are counted from the connection's statistics.
-	b.nc = connect(t, b.url)
+	b.nc = pullConnect(t, b.url)
 	// Without a consumer every request is refused at once (503, no
 	// responders); asked again at once, they would number thousands.
 	r := b.requester(t, PullConfig{Expires: 10 * time.Second, Heartbeat: time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}, 4)
@@ -306,5 +306,5 @@ func TestRefusedPullRequestBacksOff(t *testing.T) {
 	// Once the consumer is there, the next request is served.
 	b.consumer(t)
 	b.publish(t, 1)
-	receive(t, r.delivered, "the message once the consumer exists")
+	pullReceive(t, r.delivered, "the message once the consumer exists")
 }
