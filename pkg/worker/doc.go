@@ -13,7 +13,10 @@
 // For every namespace the worker asks the namespace's durable consumer for
 // at most as many calls as it has free slots (freed slots are asked for
 // together, in one pull request), so a call never waits in a busy worker's
-// buffer while another worker is idle. While a call runs, the worker tells
+// buffer while another worker is idle. A pull request asks the server for
+// idle heartbeats; requests not heard from for two heartbeat intervals are
+// taken as lost and asked again, and a refused request (the consumer is
+// missing) is asked again after a backoff. While a call runs, the worker tells
 // JetStream it is still in progress every third of AckWait; if the worker
 // dies, the call is delivered again to another worker after AckWait. A
 // call's slot is freed once its result is stored and its message

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/reuse"
 	"github.com/toolbus/toolbus/internal/tracing"
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -45,15 +45,54 @@ type Config struct {
 	// finish sooner are not recorded as running at all. Defaults to 20ms.
 	StartDelay time.Duration
 	// FetchWait is how long one pull request waits for a call before it is
-	// renewed. Defaults to 30s.
+	// renewed. The server tells a waiting request it is alive every half of
+	// FetchWait, at most every 5s; requests not heard from for two such
+	// intervals are taken as lost and asked again. Defaults to 30s.
 	FetchWait time.Duration
 	// TracerProvider receives a span per call, a child of the submit's
 	// span. Tools get its context. Defaults to the global provider.
 	TracerProvider trace.TracerProvider
-	// Resources sizes the streams and buckets the worker creates if they are missing.
-	Resources resources.Config
+	// Resources sizes the streams and buckets the worker creates if they
+	// are missing. A coordinator that starts later keeps its own sizes.
+	Resources Resources
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+}
+
+// Resources sizes the JetStream streams and buckets that a worker creates
+// when it finds them missing. Zero fields take the defaults a coordinator
+// uses.
+type Resources struct {
+	// Replicas of every stream and bucket: 1 for one server, 3 or 5 in a cluster. Defaults to 1.
+	Replicas int
+	// EventsMaxAge is how long call events, and so results, are kept. Defaults to 72h.
+	EventsMaxAge time.Duration
+	// DuplicateWindow is how long the calls stream remembers call IDs to
+	// drop duplicate submits. Defaults to 2m.
+	DuplicateWindow time.Duration
+	// MaxQueuedCalls bounds the calls waiting in the calls stream. Defaults to 1,000,000.
+	MaxQueuedCalls int64
+	// MaxCallBytes bounds one call message. Defaults to 1 MiB.
+	MaxCallBytes int32
+}
+
+func (r Resources) config() resources.Config {
+	return resources.Config{
+		Replicas:        r.Replicas,
+		EventsMaxAge:    r.EventsMaxAge,
+		DuplicateWindow: r.DuplicateWindow,
+		MaxQueuedCalls:  r.MaxQueuedCalls,
+		MaxCallBytes:    r.MaxCallBytes,
+	}
+}
+
+// ErrInvalidConfig is returned by New and Serve for a configuration they
+// cannot run with; the error names the field.
+var ErrInvalidConfig = errors.New("worker: invalid configuration")
+
+// configError names a field of Config or Namespace and what is wrong with it.
+func configError(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
 }
 
 func (c Config) withDefaults() Config {
@@ -82,6 +121,50 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	return c
+}
+
+// validate checks a Config that has its defaults.
+func (c Config) validate() error {
+	if c.Conn == nil {
+		return configError("Conn", "is required")
+	}
+	if _, err := messages.NewNames(c.Prefix); err != nil {
+		return configError("Prefix", "%q: %v", c.Prefix, err)
+	}
+	if err := messages.ValidateID("worker ID", c.ID); err != nil {
+		return configError("ID", "%q: %v", c.ID, err)
+	}
+	if c.AckWait < 3*time.Millisecond {
+		return configError("AckWait", "%v is shorter than 3ms", c.AckWait)
+	}
+	// The server's idle heartbeats come at half of FetchWait at most, and
+	// at least every millisecond.
+	if c.FetchWait < 2*time.Millisecond {
+		return configError("FetchWait", "%v is shorter than 2ms", c.FetchWait)
+	}
+	for _, d := range []struct {
+		field string
+		value time.Duration
+	}{
+		{"HeartbeatInterval", c.HeartbeatInterval},
+		{"ProgressInterval", c.ProgressInterval},
+		{"StartDelay", c.StartDelay},
+		{"Resources.EventsMaxAge", c.Resources.EventsMaxAge},
+		{"Resources.DuplicateWindow", c.Resources.DuplicateWindow},
+	} {
+		if d.value < 0 {
+			return configError(d.field, "%v is negative", d.value)
+		}
+	}
+	switch {
+	case c.Resources.Replicas < 0:
+		return configError("Resources.Replicas", "%d is negative", c.Resources.Replicas)
+	case c.Resources.MaxQueuedCalls < 0:
+		return configError("Resources.MaxQueuedCalls", "%d is negative", c.Resources.MaxQueuedCalls)
+	case c.Resources.MaxCallBytes < 0:
+		return configError("Resources.MaxCallBytes", "%d is negative", c.Resources.MaxCallBytes)
+	}
+	return nil
 }
 
 // Namespace is a set of tools a worker serves together.
@@ -117,8 +200,8 @@ type Worker struct {
 	mu         sync.Mutex
 	namespaces []*namespace
 	inflight   map[string]*inflight
-	// stragglers release the slots of tools that outlived their calls.
-	stragglers map[string]func()
+	// stragglers hold the slots of tools that outlived their calls.
+	stragglers map[string]*slot
 	started    bool
 
 	cancel    context.CancelFunc
@@ -140,38 +223,17 @@ type namespace struct {
 	// tools by method, and the source that provides each ("" for Tools).
 	tools  map[string]*Tool
 	owner  map[string]string
-	puller *puller
+	poller *poller
 	busy   int
-}
-
-type inflight struct {
-	call    *Call
-	ns      *namespace
-	msg     jetstream.Msg
-	cancel  context.CancelCauseFunc
-	started time.Time
-	log     *callLog
-
-	startOnce     sync.Once
-	startRecorded atomic.Bool
 }
 
 // New returns a worker.
 func New(cfg Config) (*Worker, error) {
-	if cfg.Conn == nil {
-		return nil, errors.New("worker: Config.Conn is required")
-	}
 	cfg = cfg.withDefaults()
-	names, err := messages.NewNames(cfg.Prefix)
-	if err != nil {
-		return nil, fmt.Errorf("worker: %w", err)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if err := messages.ValidateID("worker ID", cfg.ID); err != nil {
-		return nil, fmt.Errorf("worker: %w", err)
-	}
-	if cfg.AckWait < 3*time.Millisecond {
-		return nil, fmt.Errorf("worker: AckWait %v is too short", cfg.AckWait)
-	}
+	names := messages.MustNames(cfg.Prefix)
 	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -183,7 +245,7 @@ func New(cfg Config) (*Worker, error) {
 		js:         js,
 		ledger:     ledger.New(cfg.Conn, js, names),
 		inflight:   map[string]*inflight{},
-		stragglers: map[string]func(){},
+		stragglers: map[string]*slot{},
 		abandon:    make(chan struct{}),
 		tracer:     tracing.Tracer(cfg.TracerProvider),
 		goroutines: reuse.New(10 * time.Second),
@@ -207,8 +269,13 @@ func (w *Worker) Serve(ns Namespace) error {
 	if ns.MaxAttempts == 0 {
 		ns.MaxAttempts = 3
 	}
-	if ns.Slots < 0 || ns.MaxConcurrency < 0 || ns.MaxAttempts < 0 {
-		return fmt.Errorf("worker: namespace %s: Slots, MaxConcurrency and MaxAttempts must be positive", ns.Name)
+	switch {
+	case ns.Slots < 0:
+		return configError("Namespace.Slots", "of %s: %d is negative", ns.Name, ns.Slots)
+	case ns.MaxConcurrency < 0:
+		return configError("Namespace.MaxConcurrency", "of %s: %d is negative", ns.Name, ns.MaxConcurrency)
+	case ns.MaxAttempts < 0:
+		return configError("Namespace.MaxAttempts", "of %s: %d is negative", ns.Name, ns.MaxAttempts)
 	}
 	n := &namespace{Namespace: ns, tools: map[string]*Tool{}, owner: map[string]string{}}
 	for i := range ns.Tools {
@@ -273,7 +340,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if len(nss) == 0 {
 		return errors.New("worker: no namespace to serve")
 	}
-	if err := resources.EnsureExisting(ctx, w.js, w.names, w.cfg.Resources); err != nil {
+	if err := resources.EnsureExisting(ctx, w.js, w.names, w.cfg.Resources.config()); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	kv, err := w.js.KeyValue(ctx, w.names.CatalogBucket())
@@ -300,9 +367,9 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 		}
 		w.subs = nil
 		for _, ns := range nss {
-			if ns.puller != nil {
-				ns.puller.stop()
-				ns.puller = nil
+			if ns.poller != nil {
+				ns.poller.stop()
+				ns.poller = nil
 			}
 		}
 		stopCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -361,10 +428,13 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	for _, ns := range nss {
 		durable, _ := w.names.NamespaceConsumer(ns.Name)
-		ns.puller = newPuller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, w.goroutines, func(m *callMsg, release func()) bool { return w.execute(ns, m, release) }, w.log.With("namespace", ns.Name))
-		if err := ns.puller.start(w.fetchCtx); err != nil {
+		p, err := newPoller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, w.goroutines,
+			func(m *transport.PullMsg, s *slot) { w.execute(ns, m, s) }, w.log.With("namespace", ns.Name))
+		if err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
+		ns.poller = p
+		p.start(w.fetchCtx)
 	}
 	// Nothing below fails.
 	w.statusCh = w.cfg.Conn.StatusChanged(nats.CONNECTED)
@@ -391,8 +461,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		for _, ns := range w.namespaces {
-			if ns.puller != nil {
-				ns.puller.stop()
+			if ns.poller != nil {
+				ns.poller.stop()
 			}
 		}
 		close(done)
@@ -404,13 +474,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 		for _, f := range w.inflight {
 			f.cancel(ErrStopping)
 		}
-		close(w.abandon)
+		w.mu.Unlock()
 		// Tools that ignore their context give up their slots now; their
 		// goroutines are left behind.
-		for _, release := range w.stragglers {
-			release()
-		}
-		w.mu.Unlock()
+		w.abandonStragglers()
 		<-done
 	}
 	for _, sub := range w.subs {
@@ -505,34 +572,6 @@ func (w *Worker) heartbeatLoop(ctx context.Context, store *catalog.Store) {
 	}
 }
 
-// leaseLoop keeps the calls in flight leased: every third of AckWait it
-// tells JetStream they are in progress, and it checks the ledger for
-// cancellations whose signal this worker may have missed.
-func (w *Worker) leaseLoop(ctx context.Context) {
-	defer w.bg.Done()
-	t := time.NewTicker(w.cfg.AckWait / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			var ids []string
-			w.mu.Lock()
-			for id, f := range w.inflight {
-				if err := f.msg.InProgress(); err != nil {
-					w.log.Warn("lease renewal failed", "call", id, "error", err)
-				}
-				if time.Since(f.started) > w.cfg.AckWait/3 {
-					ids = append(ids, id)
-				}
-			}
-			w.mu.Unlock()
-			w.checkCancelled(ctx, ids)
-		}
-	}
-}
-
 // reconnectLoop re-checks cancellations after the connection comes back:
 // signals sent while it was down are lost, their ledger records are not.
 func (w *Worker) reconnectLoop(ctx context.Context) {
@@ -546,7 +585,7 @@ func (w *Worker) reconnectLoop(ctx context.Context) {
 				return
 			}
 			for _, ns := range w.namespaces {
-				ns.puller.requestsLost()
+				ns.poller.requestsLost()
 			}
 			var ids []string
 			w.mu.Lock()

@@ -1,0 +1,173 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// errSuperseded ends a tool's context when the call turns out to have a
+// result already, e.g. because it was cancelled while queued.
+var errSuperseded = errors.New("the call already has a result")
+
+// writeTimeout bounds each write to the ledger.
+const writeTimeout = 10 * time.Second
+
+// interrupted builds the result of a call whose context ended before the
+// tool answered. retry is true when the worker is stopping: the call goes
+// back to JetStream without a result.
+func (w *Worker) interrupted(base messages.CallResult, ctx context.Context) (messages.CallResult, bool) {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, ErrStopping):
+		return base, true
+	case errors.Is(cause, errSuperseded):
+		// The commit will find the result that already stands and drop this one.
+		return failure(base, messages.StateCancelled, messages.ResultCancelled, cause.Error()), false
+	case errors.Is(cause, ErrCancelled):
+		return failure(base, messages.StateCancelled, messages.ResultCancelled, cause.Error()), false
+	default:
+		return failure(base, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed while the tool ran"), false
+	}
+}
+
+// maxResultContent bounds a result's content whatever the tool says, so
+// that its event stays under the 1 MiB message limit.
+const maxResultContent = 768 << 10
+
+// fit keeps a result within the tool's size limit: a larger one is stored
+// whole in the results object store, and the result the caller and the
+// model get is cut down to the limit, saying where the whole one is.
+func (w *Worker) fit(res messages.CallResult, def *messages.ToolDefinition, log interface{ Warn(string, ...any) }) messages.CallResult {
+	limit := def.Metadata.MaxResultSize
+	if limit <= 0 {
+		limit = messages.DefaultMaxResultSize
+	}
+	limit = min(limit, maxResultContent)
+	size := messages.ContentSize(&res)
+	if size <= limit {
+		return res
+	}
+	var ref *messages.ObjectRef
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	if data, err := json.Marshal(&res); err == nil {
+		if obj, err := w.js.ObjectStore(ctx, w.names.ResultsBucket()); err != nil {
+			log.Warn("results store unavailable; the result is cut without a copy", "error", err)
+		} else if info, err := obj.PutBytes(ctx, res.CallID, data); err != nil {
+			log.Warn("whole result not stored; the result is cut without a copy", "error", err)
+		} else {
+			ref = &messages.ObjectRef{Bucket: w.names.ResultsBucket(), Name: info.Name, Size: int64(info.Size)}
+		}
+	}
+	cut, _ := messages.Truncate(res, limit, ref)
+	return cut
+}
+
+func failure(base messages.CallResult, status messages.CallState, code, message string) messages.CallResult {
+	base.Status = status
+	base.IsError = true
+	base.Content = []messages.ContentBlock{messages.TextBlock(message)}
+	base.Error = &messages.ResultError{Code: code, Message: message}
+	if base.FinishedAt.IsZero() {
+		base.FinishedAt = time.Now().UTC()
+	}
+	return base
+}
+
+// finish commits the result and removes the call from the queue. A result
+// already committed by another attempt stands; this one is dropped.
+func (w *Worker) finish(msg jetstream.Msg, log interface {
+	Warn(string, ...any)
+	Info(string, ...any)
+}, notify string, res messages.CallResult) {
+	if res.FinishedAt.IsZero() {
+		res.FinishedAt = time.Now().UTC()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	won, err := w.ledger.Commit(ctx, &res, notify)
+	settle(msg, log, res.Status, won, err)
+}
+
+// finishThen is finish without waiting for the stream: the message is
+// settled, and the call's slot released, once the stream has answered the
+// result's write, on the ledger's goroutine. The slot stays taken until then.
+func (w *Worker) finishThen(msg jetstream.Msg, log *callLog, notify string, res messages.CallResult, s *slot) {
+	if res.FinishedAt.IsZero() {
+		res.FinishedAt = time.Now().UTC()
+	}
+	status := res.Status
+	err := w.ledger.CommitThen(&res, notify, writeTimeout, func(won bool, err error) {
+		settle(msg, log, status, won, err)
+		s.Release(slotCommitted)
+	})
+	if err != nil {
+		settle(msg, log, status, false, err)
+		s.Release(slotCommitted)
+	}
+}
+
+// settle acknowledges a call's message once its result is committed,
+// terminates it when another attempt's result stands or the call was
+// cancelled, and hands it back when the result could not be stored.
+func settle(msg jetstream.Msg, log interface {
+	Warn(string, ...any)
+	Info(string, ...any)
+}, status messages.CallState, won bool, err error) {
+	if err != nil {
+		// The message stays unacknowledged and is delivered again; the next
+		// attempt sees whether this result was stored after all.
+		log.Warn("result not stored; the call will be delivered again", "error", err)
+		acked(log, "handed back", msg.NakWithDelay(retryDelay))
+		return
+	}
+	if !won {
+		log.Info("another attempt already committed the result; this one is discarded")
+	}
+	if status == messages.StateCancelled || !won {
+		acked(log, "terminated", msg.Term())
+		return
+	}
+	acked(log, "acknowledged", msg.Ack())
+}
+
+// acked logs an acknowledgement that did not reach the server: the message
+// is then delivered again after AckWait (or, for InProgress, may be).
+func acked(log interface{ Warn(string, ...any) }, what string, err error) {
+	if err != nil {
+		log.Warn("call message not "+what, "error", err)
+	}
+}
+
+// rejectUnreadable fails a call whose message cannot be decoded: no
+// attempt could run it.
+func (w *Worker) rejectUnreadable(msg jetstream.Msg, attempt int, decodeErr error) {
+	callID := msg.Headers().Get(messages.HeaderMsgID)
+	w.log.Error("unreadable call message", "call", callID, "error", decodeErr)
+	if messages.ValidateID("call ID", callID) == nil {
+		res := failure(messages.CallResult{CallID: callID, Attempt: attempt, Worker: w.cfg.ID}, messages.StateFailed, messages.ResultInvalidRequest,
+			fmt.Sprintf("the call message could not be read: %v", decodeErr))
+		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		defer cancel()
+		if _, err := w.ledger.Commit(ctx, &res, ""); err != nil {
+			w.log.Warn("result of unreadable call not stored", "call", callID, "error", err)
+		}
+	}
+	acked(w.log.With("call", callID), "terminated", msg.TermWithReason("unreadable call message"))
+}
+
+func firstText(blocks []messages.ContentBlock) string {
+	for _, b := range blocks {
+		if b.Type == messages.ContentText {
+			return b.Text
+		}
+	}
+	return ""
+}
