@@ -19,7 +19,6 @@ var jetStreamAPI = []byte("$" + "JS.API")
 // are moving into this package; the list is to be empty.
 var notYetMoved = []string{
 	"internal/coordinator/sweep.go", // the batched read of queued calls: Stream.GetBatch
-	"pkg/worker/puller.go",          // the worker's pull requests
 }
 
 // No package but this one builds JetStream API subjects. Test files are
