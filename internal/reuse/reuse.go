@@ -9,20 +9,23 @@
 package reuse
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // Pool runs functions on reused goroutines. The zero value is not usable; use New.
 type Pool struct {
-	work chan func()
-	idle time.Duration
-	live atomic.Int64
+	work      chan func()
+	idle      time.Duration
+	live      atomic.Int64
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // New returns a pool whose goroutines end after idle time without work.
 func New(idle time.Duration) *Pool {
-	return &Pool{work: make(chan func()), idle: idle}
+	return &Pool{work: make(chan func()), idle: idle, closed: make(chan struct{})}
 }
 
 // Go runs f on an idle goroutine of the pool, or on a new one.
@@ -33,6 +36,13 @@ func (p *Pool) Go(f func()) {
 		p.live.Add(1)
 		go p.run(f)
 	}
+}
+
+// Close ends the pool's idle goroutines at once, and each busy one when its
+// function returns, rather than after the idle time. Functions given to Go
+// after Close still run, each on a goroutine of its own that ends with it.
+func (p *Pool) Close() {
+	p.closeOnce.Do(func() { close(p.closed) })
 }
 
 // Live returns how many goroutines the pool has, busy or idle.
@@ -49,6 +59,8 @@ func (p *Pool) run(f func()) {
 		select {
 		case f = <-p.work:
 		case <-idle.C:
+			return
+		case <-p.closed:
 			return
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 func TestGoroutinesAreReused(t *testing.T) {
@@ -48,5 +50,24 @@ func TestIdleGoroutinesEnd(t *testing.T) {
 			t.Fatalf("%d goroutines still live long after their idle time", p.Live())
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestCloseEndsGoroutinesWithoutWaitingForIdleTime(t *testing.T) {
+	others := goleak.IgnoreCurrent()
+	p := New(time.Hour)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		p.Go(wg.Done)
+	}
+	wg.Wait()
+	p.Close()
+	ran := make(chan struct{})
+	p.Go(func() { close(ran) })
+	<-ran
+	goleak.VerifyNone(t, others)
+	if n := p.Live(); n != 0 {
+		t.Fatalf("%d goroutines live after Close", n)
 	}
 }

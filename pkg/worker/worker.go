@@ -488,6 +488,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	w.cancel()
 	w.bg.Wait()
+	w.goroutines.Close()
 	w.stopSources(ctx)
 	w.ledger.Close()
 	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
