@@ -15,9 +15,12 @@ import (
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
-// maxJSONDepth bounds the nesting of a JSON value crossing between the two
-// encodings, so that hostile input cannot exhaust the stack.
-const maxJSONDepth = 256
+// MaxJSONDepth bounds the nesting of a JSON value crossing between the two
+// encodings, so that hostile input cannot exhaust the stack: a value inside
+// more than MaxJSONDepth arrays and objects is refused.
+const MaxJSONDepth = 256
+
+const maxJSONDepth = MaxJSONDepth
 
 // JSON is a JSON value (tool arguments, schemas, structured results) that
 // crosses the wire in its natural form: verbatim in JSON messages and as
