@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +45,76 @@ func (r *request) decode(v any) error {
 }
 
 type handlerFunc func(ctx context.Context, req *request) (any, error)
+
+// endpoints is the API table: each endpoint's handler.
+func (c *Coordinator) endpoints() map[string]handlerFunc {
+	return map[string]handlerFunc{
+		messages.EndpointToolsList:   decoding(c.view.list),
+		messages.EndpointCallsSubmit: c.submit,
+		messages.EndpointCallsGet:    decoding(c.calls.get),
+		messages.EndpointCallsCancel: decoding(c.calls.cancel),
+		messages.EndpointTurnsGet: decoding(func(ctx context.Context, tr *messages.GetTurnRequest) (*messages.TurnInfo, error) {
+			return c.calls.turn(ctx, tr.Turn)
+		}),
+		messages.EndpointToolsActivate:   decoding(c.view.activate),
+		messages.EndpointApprovalsList:   decoding(c.approvals.list),
+		messages.EndpointApprovalsDecide: decoding(c.approvals.decide),
+		messages.EndpointApprovalsAnswer: decoding(c.approvals.answer),
+		messages.EndpointToolsEnable:     decoding(c.switches.enable),
+		messages.EndpointToolsDisable:    decoding(c.switches.disable),
+		messages.EndpointToolsDiscover:   decoding(c.view.discover),
+	}
+}
+
+// decoding is a handler that decodes its request into a Req for answer.
+func decoding[Req, Reply any](answer func(context.Context, *Req) (Reply, error)) handlerFunc {
+	return func(ctx context.Context, req *request) (any, error) {
+		var r Req
+		if err := req.decode(&r); err != nil {
+			return nil, err
+		}
+		reply, err := answer(ctx, &r)
+		if err != nil {
+			return nil, err
+		}
+		return reply, nil
+	}
+}
+
+// submit is calls.submit. A quiet submit is over for its caller once the
+// call is on its way: the outcome of the writes is awaited on the
+// ledger's goroutine, and only a failure is answered.
+func (c *Coordinator) submit(ctx context.Context, req *request) (any, error) {
+	var sr messages.SubmitRequest
+	if err := req.decode(&sr); err != nil {
+		return nil, err
+	}
+	if !sr.Quiet {
+		return c.Submit(ctx, &sr, req.Headers())
+	}
+	done := req.later()
+	reply, pending, err := c.submitter.run(ctx, &sr, req.Headers(), func(_ *messages.SubmitReply, err error) {
+		if err != nil {
+			c.respondError(req, err)
+		}
+		done()
+	})
+	if pending {
+		return noReply{}, nil
+	}
+	done() // nothing goes on after this handler
+	if err == nil && reply.State == messages.StateQueued {
+		return noReply{}, nil
+	}
+	return reply, err
+}
+
+// Submit checks a call and queues it, as calls.submit does; headers carry
+// the caller's trace context.
+func (c *Coordinator) Submit(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string) (*messages.SubmitReply, error) {
+	reply, _, err := c.submitter.run(ctx, sr, headers, nil)
+	return reply, err
+}
 
 // requestTimeout bounds the work of a request that does not wait for a result.
 const requestTimeout = 30 * time.Second
@@ -92,7 +161,7 @@ func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request, r
 	}
 	data, err := codec.Marshal(reply)
 	if err != nil {
-		c.respondError(req, fmt.Errorf("encode reply: %w", err))
+		c.respondError(req, messages.Errorf(messages.CodeInternal, "encode reply: %v", err))
 		return
 	}
 	c.reply(req, &nats.Msg{Header: nats.Header(codec.NewHeader()), Data: data})

@@ -4,85 +4,47 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/toolbus/toolbus/pkg/catalog"
-	"github.com/toolbus/toolbus/pkg/exposure"
+	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/policy"
 )
 
-// verdict is what policy and exposure rules say of one call.
-type verdict struct {
-	// approval is set when the call must wait for a decision.
-	approval *messages.Approval
-	// audit is the decision to record; empty when there is no policy or rule to account for.
-	audit    string
-	decision policy.Decision
+// approvals keeps the approvals that calls wait for, and the approvals
+// remembered for an agent and tool (grants), in the approvals bucket; it
+// carries out the decisions made on them.
+type approvals struct {
+	store  kvStore
+	ledger callLedger
+	turns  *turns
+	policy *atomic.Pointer[policy.Policy]
+	// tool returns the definition of a tool in the catalog, or nil.
+	tool func(name string) *messages.ToolDefinition
+	// enqueue queues an approved call and waits until it is queued.
+	enqueue func(ctx context.Context, call *messages.CallRequest) error
+	audit   auditFunc
+	// grantTTL is how long a remembered approval lasts.
+	grantTTL time.Duration
+	// settled is how long after a decision the sweeper starts checking
+	// that it took effect.
+	settled time.Duration
+	log     *slog.Logger
 }
 
-// authorize applies the policy and the agent's approval rules to a call.
-// A denial is returned as an error with code denied.
-func (c *Coordinator) authorize(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, admission *exposure.Admission) (verdict, error) {
-	p := c.policy.Load()
-	var v verdict
-	ask := false
-	if p != nil {
-		v.decision = p.Evaluate(policy.Request{Tool: tool.Definition, Agent: call.Agent, Arguments: call.Arguments})
-		switch v.decision.Effect {
-		case policy.Deny:
-			c.audit(ctx, messages.AuditDenied, call, &tool.Definition, v.decision, "")
-			return v, messages.Errorf(messages.CodeDenied, "policy denies %s to agent %q: %s", call.Tool, call.Agent, v.decision.Reason)
-		case policy.Ask:
-			ask = true
-		}
-		v.audit = messages.AuditAllowed
-	}
-	mode := messages.ApprovalQueue
-	var rule *exposure.Approval
-	if t, ok := admission.Lookup(call.Tool); ok && t.Approval != nil && t.Approval.Mode != exposure.ApprovalNone {
-		rule = t.Approval
-		mode = string(t.Approval.Mode)
-		ask = true
-	}
-	if !ask {
-		return v, nil
-	}
-	if c.granted(ctx, call, v.decision.Version) {
-		v.audit = messages.AuditRemembered
-		return v, nil
-	}
-	now := time.Now().UTC()
-	v.audit = messages.AuditAsked
-	v.approval = &messages.Approval{
-		ApprovalID:      call.CallID,
-		CallID:          call.CallID,
-		Tool:            call.Tool,
-		Agent:           call.Agent,
-		Turn:            call.Turn,
-		ArgumentsDigest: call.ArgumentsDigest,
-		Arguments:       policy.Redact(tool.Definition.InputSchema, call.Arguments),
-		PolicyVersion:   v.decision.Version,
-		RuleID:          v.decision.RuleID,
-		Reason:          v.decision.Reason,
-		Mode:            mode,
-		State:           messages.ApprovalPending,
-		CreatedAt:       now,
-		ExpiresAt:       now.Add(c.cfg.ApprovalTTL),
-	}
-	if rule != nil {
-		v.approval.Title, v.approval.Message = rule.Title, rule.Message
-		if v.approval.Reason == "" || p == nil || v.decision.Effect != policy.Ask {
-			v.approval.Reason = "the exposure rules ask for an approval of " + call.Tool
-		}
-	}
-	return v, nil
+// callLedger is what the approvals room reads and writes of the ledger.
+type callLedger interface {
+	Snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error)
+	Append(ctx context.Context, ev *messages.CallEvent) (uint64, error)
+	Commit(ctx context.Context, res *messages.CallResult, notify string) (bool, error)
 }
+
+// auditFunc records a decision about a call in the audit stream.
+type auditFunc func(ctx context.Context, decision string, call *messages.CallRequest, def *messages.ToolDefinition, d policy.Decision, by string)
 
 // grant is a remembered approval.
 type grant struct {
@@ -93,8 +55,8 @@ type grant struct {
 }
 
 // granted reports whether an approval remembered for this agent and tool
-// (in this turn, or in every turn) still holds under the current policy.
-func (c *Coordinator) granted(ctx context.Context, call *messages.CallRequest, version string) bool {
+// (in this turn, or in every turn) still holds under the policy version.
+func (ap *approvals) granted(ctx context.Context, call *messages.CallRequest, version string) bool {
 	turns := []string{""}
 	if call.Turn != "" {
 		turns = []string{call.Turn, ""}
@@ -104,113 +66,81 @@ func (c *Coordinator) granted(ctx context.Context, call *messages.CallRequest, v
 		if err != nil {
 			continue
 		}
-		e, err := c.approvals.Get(ctx, key)
+		value, _, err := ap.store.Get(ctx, key)
 		if err != nil {
 			continue
 		}
 		var g grant
-		if json.Unmarshal(e.Value(), &g) == nil && g.PolicyVersion == version && time.Now().Before(g.ExpiresAt) {
+		if json.Unmarshal(value, &g) == nil && g.PolicyVersion == version && time.Now().Before(g.ExpiresAt) {
 			return true
 		}
 	}
 	return false
 }
 
-// holdForApproval records a call that waits for an approval: the call is in
-// the ledger and its turn, the approval in the approvals bucket, and nothing
+// hold records a call that waits for an approval: the call is in the
+// ledger and its turn, the approval in the approvals bucket, and nothing
 // is queued for a worker until someone approves.
-func (c *Coordinator) holdForApproval(ctx context.Context, call *messages.CallRequest, a *messages.Approval) error {
-	if _, err := c.ledger.Append(ctx, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call}); err != nil {
+func (ap *approvals) hold(ctx context.Context, call *messages.CallRequest, a *messages.Approval) error {
+	if _, err := ap.ledger.Append(ctx, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call}); err != nil {
+		return unavailable(err, "record call %s", call.CallID)
+	}
+	key, err := messages.ApprovalKey(call.CallID)
+	if err != nil {
 		return err
 	}
-	key, _ := messages.ApprovalKey(call.CallID)
 	data, err := json.Marshal(a)
 	if err != nil {
 		return err
 	}
-	if _, err := c.approvals.Create(ctx, key, data); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := ap.store.Create(ctx, key, data); err != nil {
+		if errors.Is(err, errKeyExists) {
 			return nil // an idempotent retry of the same call
 		}
-		return fmt.Errorf("record approval of call %s: %w", call.CallID, err)
+		return unavailable(err, "record approval of call %s", call.CallID)
 	}
-	if _, err := c.ledger.Append(ctx, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventApproval, Time: a.CreatedAt, Approval: a}); err != nil {
-		return err
+	if _, err := ap.ledger.Append(ctx, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventApproval, Time: a.CreatedAt, Approval: a}); err != nil {
+		return unavailable(err, "record approval of call %s", call.CallID)
 	}
-	return c.fileUnderTurn(ctx, call)
+	return ap.turns.fileCall(ctx, call)
 }
 
-// audit records a decision in the audit stream without waiting for it.
-func (c *Coordinator) audit(ctx context.Context, decision string, call *messages.CallRequest, def *messages.ToolDefinition, d policy.Decision, by string) {
-	rec := &messages.AuditRecord{
-		Time:          time.Now().UTC(),
-		Decision:      decision,
-		CallID:        call.CallID,
-		Tool:          call.Tool,
-		Agent:         call.Agent,
-		Turn:          call.Turn,
-		PolicyVersion: d.Version,
-		RuleID:        d.RuleID,
-		Reason:        d.Reason,
-		By:            by,
+// list answers approvals.list: the approvals in a state (pending unless
+// asked otherwise, or "all"), of an agent or turn, oldest first.
+func (ap *approvals) list(ctx context.Context, lr *messages.ListApprovalsRequest) (*messages.ListApprovalsReply, error) {
+	state := lr.State
+	if state == "" {
+		state = messages.ApprovalPending
 	}
-	if def != nil {
-		rec.Arguments = policy.Redact(def.InputSchema, call.Arguments)
-	}
-	subject, err := c.names.AuditSubject(decision)
-	if err != nil {
-		return
-	}
-	msg, err := newMsg(subject, rec)
-	if err != nil {
-		return
-	}
-	if _, err := c.js.PublishMsgAsync(msg); err != nil {
-		c.log.Warn("audit record not stored", "decision", decision, "call", call.CallID, "error", err)
-	}
-}
-
-func (c *Coordinator) listApprovals(ctx context.Context, req *request) (any, error) {
-	var lr messages.ListApprovalsRequest
-	if err := req.decode(&lr); err != nil {
-		return nil, err
-	}
-	if lr.State == "" {
-		lr.State = messages.ApprovalPending
-	}
-	all, err := c.allApprovals(ctx)
+	all, err := ap.all(ctx)
 	if err != nil {
 		return nil, err
 	}
 	reply := &messages.ListApprovalsReply{Approvals: []messages.Approval{}}
 	for _, a := range all {
-		if (lr.State == "all" || a.rec.State == lr.State) && (lr.Agent == "" || a.rec.Agent == lr.Agent) && (lr.Turn == "" || a.rec.Turn == lr.Turn) {
+		if (state == "all" || a.rec.State == state) && (lr.Agent == "" || a.rec.Agent == lr.Agent) && (lr.Turn == "" || a.rec.Turn == lr.Turn) {
 			reply.Approvals = append(reply.Approvals, a.rec)
 		}
 	}
 	return reply, nil
 }
 
+// storedApproval is an approval with the revision it was read at.
 type storedApproval struct {
 	rec      messages.Approval
 	revision uint64
 }
 
-func (c *Coordinator) allApprovals(ctx context.Context) ([]storedApproval, error) {
-	lister, err := c.approvals.ListKeysFiltered(ctx, "approvals.*")
+const approvalsPrefix = "approvals."
+
+func (ap *approvals) all(ctx context.Context) ([]storedApproval, error) {
+	keys, err := ap.store.Keys(ctx, approvalsPrefix+"*")
 	if err != nil {
-		return nil, fmt.Errorf("list approvals: %w", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, unavailable(err, "list approvals")
 	}
 	out := make([]storedApproval, 0, len(keys))
 	for _, k := range keys {
-		a, err := c.loadApproval(ctx, strings.TrimPrefix(k, "approvals."))
+		a, err := ap.load(ctx, strings.TrimPrefix(k, approvalsPrefix))
 		if err != nil {
 			if errors.Is(err, messages.ErrApprovalNotFound) {
 				continue
@@ -223,52 +153,41 @@ func (c *Coordinator) allApprovals(ctx context.Context) ([]storedApproval, error
 	return out, nil
 }
 
-func (c *Coordinator) loadApproval(ctx context.Context, id string) (*storedApproval, error) {
+func (ap *approvals) load(ctx context.Context, id string) (*storedApproval, error) {
 	key, err := messages.ApprovalKey(id)
 	if err != nil {
 		return nil, err
 	}
-	e, err := c.approvals.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	value, revision, err := ap.store.Get(ctx, key)
+	if errors.Is(err, errNoKey) {
 		return nil, messages.Errorf(messages.CodeApprovalNotFound, "no approval %s", id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read approval %s: %w", id, err)
+		return nil, unavailable(err, "read approval %s", id)
 	}
-	a := &storedApproval{revision: e.Revision()}
-	if err := json.Unmarshal(e.Value(), &a.rec); err != nil {
-		return nil, fmt.Errorf("approval %s is unreadable: %w", id, err)
+	a := &storedApproval{revision: revision}
+	if err := json.Unmarshal(value, &a.rec); err != nil {
+		return nil, messages.Errorf(messages.CodeInternal, "approval %s is unreadable: %v", id, err)
 	}
 	return a, nil
 }
 
-func (c *Coordinator) decideApproval(ctx context.Context, req *request) (any, error) {
-	var dr messages.DecideRequest
-	if err := req.decode(&dr); err != nil {
-		return nil, err
-	}
-	return c.Decide(ctx, &dr)
-}
-
-func (c *Coordinator) answerApproval(ctx context.Context, req *request) (any, error) {
-	var dr messages.DecideRequest
-	if err := req.decode(&dr); err != nil {
-		return nil, err
-	}
-	a, err := c.loadApproval(ctx, dr.ApprovalID)
+// answer is approvals.answer: an agent decides an approval in prompt mode.
+func (ap *approvals) answer(ctx context.Context, dr *messages.DecideRequest) (*messages.DecideReply, error) {
+	a, err := ap.load(ctx, dr.ApprovalID)
 	if err != nil {
 		return nil, err
 	}
 	if a.rec.Mode != messages.ApprovalPrompt {
 		return nil, messages.Errorf(messages.CodeDenied, "approval %s waits for an operator (mode %s); an agent can answer only approvals in prompt mode", dr.ApprovalID, a.rec.Mode)
 	}
-	return c.Decide(ctx, &dr)
+	return ap.decide(ctx, dr)
 }
 
-// Decide approves or denies a pending approval (approvals.decide). An
+// decide approves or denies a pending approval (approvals.decide). An
 // approved call is queued and runs once; a denied or expired one ends with
 // a denied result.
-func (c *Coordinator) Decide(ctx context.Context, dr *messages.DecideRequest) (*messages.DecideReply, error) {
+func (ap *approvals) decide(ctx context.Context, dr *messages.DecideRequest) (*messages.DecideReply, error) {
 	if dr.Decision != messages.DecisionApprove && dr.Decision != messages.DecisionDeny {
 		return nil, messages.Errorf(messages.CodeBadRequest, "decision must be %q or %q", messages.DecisionApprove, messages.DecisionDeny)
 	}
@@ -282,7 +201,7 @@ func (c *Coordinator) Decide(ctx context.Context, dr *messages.DecideRequest) (*
 	default:
 		return nil, messages.Errorf(messages.CodeBadRequest, "remember must be %q, %q or %q", messages.RememberCall, messages.RememberTurn, messages.RememberAgentTool)
 	}
-	a, err := c.loadApproval(ctx, dr.ApprovalID)
+	a, err := ap.load(ctx, dr.ApprovalID)
 	if err != nil {
 		return nil, err
 	}
@@ -291,13 +210,13 @@ func (c *Coordinator) Decide(ctx context.Context, dr *messages.DecideRequest) (*
 	}
 	now := time.Now().UTC()
 	if now.After(a.rec.ExpiresAt) {
-		if err := c.expireApproval(ctx, a); err != nil {
+		if err := ap.expire(ctx, a); err != nil {
 			return nil, err
 		}
 		return nil, messages.Errorf(messages.CodeConflict, "approval %s expired at %s", a.rec.ApprovalID, a.rec.ExpiresAt.Format(time.RFC3339))
 	}
 	if dr.Decision == messages.DecisionApprove && a.rec.PolicyVersion != "" {
-		if p := c.policy.Load(); p != nil && p.Version() != a.rec.PolicyVersion {
+		if p := ap.policy.Load(); p != nil && p.Version() != a.rec.PolicyVersion {
 			return nil, messages.Errorf(messages.CodeConflict, "the policy changed since approval %s was asked; submit the call again", a.rec.ApprovalID)
 		}
 	}
@@ -306,10 +225,10 @@ func (c *Coordinator) Decide(ctx context.Context, dr *messages.DecideRequest) (*
 	if dr.Decision == messages.DecisionDeny {
 		a.rec.State = messages.ApprovalDenied
 	}
-	if err := c.storeApproval(ctx, a); err != nil {
+	if err := ap.save(ctx, a); err != nil {
 		return nil, err
 	}
-	if err := c.carryOut(ctx, &a.rec); err != nil {
+	if err := ap.carryOut(ctx, &a.rec); err != nil {
 		return nil, err
 	}
 	reply := &messages.DecideReply{Approval: a.rec, State: messages.StateQueued}
@@ -319,19 +238,21 @@ func (c *Coordinator) Decide(ctx context.Context, dr *messages.DecideRequest) (*
 	return reply, nil
 }
 
-// storeApproval writes a decided approval if nobody decided it meanwhile.
-func (c *Coordinator) storeApproval(ctx context.Context, a *storedApproval) error {
-	key, _ := messages.ApprovalKey(a.rec.ApprovalID)
+// save writes a decided approval if nobody decided it meanwhile.
+func (ap *approvals) save(ctx context.Context, a *storedApproval) error {
+	key, err := messages.ApprovalKey(a.rec.ApprovalID)
+	if err != nil {
+		return err
+	}
 	data, err := json.Marshal(&a.rec)
 	if err != nil {
 		return err
 	}
-	if _, err := c.approvals.Update(ctx, key, data, a.revision); err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+	if _, err := ap.store.Update(ctx, key, data, a.revision); err != nil {
+		if errors.Is(err, errStale) {
 			return messages.Errorf(messages.CodeConflict, "approval %s was decided by someone else at the same time", a.rec.ApprovalID)
 		}
-		return fmt.Errorf("store approval %s: %w", a.rec.ApprovalID, err)
+		return unavailable(err, "store approval %s", a.rec.ApprovalID)
 	}
 	return nil
 }
@@ -340,31 +261,28 @@ func (c *Coordinator) storeApproval(ctx context.Context, a *storedApproval) erro
 // with the call, then an approved call is queued and a refused one ends.
 // Every step is idempotent, so the sweeper can finish what a coordinator
 // that stopped half-way began.
-func (c *Coordinator) carryOut(ctx context.Context, a *messages.Approval) error {
-	snap, err := c.ledger.Snapshot(ctx, a.CallID)
+func (ap *approvals) carryOut(ctx context.Context, a *messages.Approval) error {
+	snap, err := ap.ledger.Snapshot(ctx, a.CallID)
 	if err != nil {
-		return err
+		return unavailable(err, "read call %s", a.CallID)
 	}
 	if snap.Result != nil {
 		return nil
 	}
 	if snap.Approval == nil || snap.Approval.Approval == nil || snap.Approval.Approval.State != a.State {
-		if _, err := c.ledger.Append(ctx, &messages.CallEvent{CallID: a.CallID, Kind: messages.EventApproval, Time: time.Now().UTC(), Approval: a}); err != nil {
-			return err
+		if _, err := ap.ledger.Append(ctx, &messages.CallEvent{CallID: a.CallID, Kind: messages.EventApproval, Time: time.Now().UTC(), Approval: a}); err != nil {
+			return unavailable(err, "record decision on call %s", a.CallID)
 		}
-		if snap, err = c.ledger.Snapshot(ctx, a.CallID); err != nil {
-			return err
+		if snap, err = ap.ledger.Snapshot(ctx, a.CallID); err != nil {
+			return unavailable(err, "read call %s", a.CallID)
 		}
 	}
 	if snap.Queued == nil || snap.Queued.Request == nil {
-		return fmt.Errorf("call %s has no request in the ledger", a.CallID)
+		return messages.Errorf(messages.CodeCallNotFound, "call %s has no request in the ledger", a.CallID)
 	}
 	call := *snap.Queued.Request
 	audited := &messages.CallRequest{CallID: call.CallID, Tool: call.Tool, Agent: call.Agent, Turn: call.Turn, Arguments: call.Arguments}
-	var def *messages.ToolDefinition
-	if t, ok := c.catalog.Lookup(call.Tool); ok {
-		def = &t.Definition
-	}
+	def := ap.tool(call.Tool)
 	d := policy.Decision{Version: a.PolicyVersion, RuleID: a.RuleID, Reason: a.DecisionReason}
 	if a.State != messages.ApprovalApproved {
 		decision, why := messages.AuditRejected, "the approval was denied by "+a.DecidedBy
@@ -375,10 +293,10 @@ func (c *Coordinator) carryOut(ctx context.Context, a *messages.Approval) error 
 			why += ": " + a.DecisionReason
 		}
 		res := endResult(&call, messages.StateDenied, messages.ResultDenied, why)
-		if _, err := c.ledger.Commit(ctx, &res, call.Notify); err != nil {
-			return err
+		if _, err := ap.ledger.Commit(ctx, &res, call.Notify); err != nil {
+			return unavailable(err, "end call %s", call.CallID)
 		}
-		c.audit(ctx, decision, audited, def, d, a.DecidedBy)
+		ap.audit(ctx, decision, audited, def, d, a.DecidedBy)
 		return nil
 	}
 	// Queued once: a queued event after the approval means it was done.
@@ -391,9 +309,9 @@ func (c *Coordinator) carryOut(ctx context.Context, a *messages.Approval) error 
 			turn = a.Turn
 		}
 		if key, err := messages.GrantKey(a.Agent, a.Tool, turn); err == nil {
-			g, _ := json.Marshal(grant{ApprovalID: a.ApprovalID, PolicyVersion: a.PolicyVersion, By: a.DecidedBy, ExpiresAt: time.Now().Add(c.cfg.GrantTTL)})
-			if _, err := c.approvals.Put(ctx, key, g); err != nil {
-				return fmt.Errorf("remember approval %s: %w", a.ApprovalID, err)
+			g, _ := json.Marshal(grant{ApprovalID: a.ApprovalID, PolicyVersion: a.PolicyVersion, By: a.DecidedBy, ExpiresAt: time.Now().Add(ap.grantTTL)})
+			if _, err := ap.store.Put(ctx, key, g); err != nil {
+				return unavailable(err, "remember approval %s", a.ApprovalID)
 			}
 		}
 	}
@@ -401,30 +319,30 @@ func (c *Coordinator) carryOut(ctx context.Context, a *messages.Approval) error 
 	timeout := call.Deadline.Sub(call.QueuedAt)
 	call.QueuedAt = time.Now().UTC()
 	call.Deadline = call.QueuedAt.Add(timeout)
-	if _, err := c.publishCall(ctx, &call); err != nil {
+	if err := ap.enqueue(ctx, &call); err != nil {
 		return err
 	}
-	c.audit(ctx, messages.AuditApproved, audited, def, d, a.DecidedBy)
+	ap.audit(ctx, messages.AuditApproved, audited, def, d, a.DecidedBy)
 	return nil
 }
 
-func (c *Coordinator) expireApproval(ctx context.Context, a *storedApproval) error {
+func (ap *approvals) expire(ctx context.Context, a *storedApproval) error {
 	a.rec.State = messages.ApprovalExpired
 	a.rec.DecidedAt = time.Now().UTC()
 	a.rec.DecidedBy = "toolbus"
-	if err := c.storeApproval(ctx, a); err != nil {
+	if err := ap.save(ctx, a); err != nil {
 		return err
 	}
-	return c.carryOut(ctx, &a.rec)
+	return ap.carryOut(ctx, &a.rec)
 }
 
 // recoveryWindow is how long after a decision the sweeper checks that it took effect.
 const recoveryWindow = 10 * time.Minute
 
-// sweepApprovals expires approvals whose time ran out and finishes
-// decisions that a stopped coordinator left half done.
-func (c *Coordinator) sweepApprovals(ctx context.Context) error {
-	all, err := c.allApprovals(ctx)
+// sweep expires approvals whose time ran out and finishes decisions that
+// a stopped coordinator left half done.
+func (ap *approvals) sweep(ctx context.Context) error {
+	all, err := ap.all(ctx)
 	if err != nil {
 		return err
 	}
@@ -433,13 +351,13 @@ func (c *Coordinator) sweepApprovals(ctx context.Context) error {
 		a := &all[i]
 		switch {
 		case a.rec.State == messages.ApprovalPending && now.After(a.rec.ExpiresAt):
-			if err := c.expireApproval(ctx, a); err != nil && !errors.Is(err, &messages.Error{Code: messages.CodeConflict}) {
-				c.log.Warn("could not expire approval", "approval", a.rec.ApprovalID, "error", err)
+			if err := ap.expire(ctx, a); err != nil && !errors.Is(err, messages.ErrConflict) {
+				ap.log.Warn("could not expire approval", "approval", a.rec.ApprovalID, "error", err)
 			}
-		case a.rec.State != messages.ApprovalPending && now.Sub(a.rec.DecidedAt) > c.cfg.SweepInterval && now.Sub(a.rec.DecidedAt) < recoveryWindow:
+		case a.rec.State != messages.ApprovalPending && now.Sub(a.rec.DecidedAt) > ap.settled && now.Sub(a.rec.DecidedAt) < recoveryWindow:
 			// Decided a while ago: make sure it took effect.
-			if err := c.carryOut(ctx, &a.rec); err != nil {
-				c.log.Warn("could not carry out approval", "approval", a.rec.ApprovalID, "error", err)
+			if err := ap.carryOut(ctx, &a.rec); err != nil {
+				ap.log.Warn("could not carry out approval", "approval", a.rec.ApprovalID, "error", err)
 			}
 		}
 	}

@@ -3,51 +3,53 @@ package coordinator
 import (
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
-
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
-func (c *Coordinator) getCall(ctx context.Context, req *request) (any, error) {
-	var gr messages.GetCallRequest
-	if err := req.decode(&gr); err != nil {
-		return nil, err
-	}
+// calls answers for calls once they are submitted: their state, their
+// cancellation, and the calls of a turn.
+type calls struct {
+	ledger *ledger.Ledger
+	stream *callStream
+	turns  *turns
+	nc     *nats.Conn
+	names  messages.Names
+	// kept is how long the ledger keeps a call's events.
+	kept time.Duration
+	log  *slog.Logger
+}
+
+// get answers calls.get.
+func (cs *calls) get(ctx context.Context, gr *messages.GetCallRequest) (*messages.CallInfo, error) {
 	if err := messages.ValidateID("call ID", gr.CallID); err != nil {
 		return nil, err
 	}
-	snap, err := c.ledger.Snapshot(ctx, gr.CallID)
+	snap, err := cs.ledger.Snapshot(ctx, gr.CallID)
 	if err != nil {
-		return nil, err
+		return nil, unavailable(err, "read call %s", gr.CallID)
 	}
 	if !snap.Exists() {
-		return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s (calls are kept for %v)", gr.CallID, c.cfg.Resources.WithDefaults().EventsMaxAge)
+		return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s (calls are kept for %v)", gr.CallID, cs.kept)
 	}
 	info := snap.Info()
 	return &info, nil
 }
 
-func (c *Coordinator) cancelCall(ctx context.Context, req *request) (any, error) {
-	var cr messages.CancelRequest
-	if err := req.decode(&cr); err != nil {
-		return nil, err
-	}
-	return c.Cancel(ctx, &cr)
-}
-
-// Cancel cancels a call (the calls.cancel endpoint). A queued call is
+// cancel cancels a call (the calls.cancel endpoint). A queued call is
 // removed from the queue and gets its cancelled result here; a running call
 // gets a durable cancel record and a signal to its worker, which writes the
 // result; a finished call keeps its result.
-func (c *Coordinator) Cancel(ctx context.Context, cr *messages.CancelRequest) (*messages.CancelReply, error) {
+func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messages.CancelReply, error) {
 	if err := messages.ValidateID("call ID", cr.CallID); err != nil {
 		return nil, err
 	}
@@ -56,9 +58,9 @@ func (c *Coordinator) Cancel(ctx context.Context, cr *messages.CancelRequest) (*
 		info.Reason = "cancelled by request"
 	}
 	for range 10 {
-		snap, err := c.ledger.Snapshot(ctx, cr.CallID)
+		snap, err := cs.ledger.Snapshot(ctx, cr.CallID)
 		if err != nil {
-			return nil, err
+			return nil, unavailable(err, "read call %s", cr.CallID)
 		}
 		if !snap.Exists() {
 			return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s", cr.CallID)
@@ -69,31 +71,31 @@ func (c *Coordinator) Cancel(ctx context.Context, cr *messages.CancelRequest) (*
 			reply.Outcome, reply.State, reply.Result = messages.CancelTooLate, snap.State(), snap.Result.Result
 			return reply, nil
 		case snap.Started == nil:
-			res := c.cancelledResult(snap, info)
+			res := cancelledResult(snap, info)
 			notify := ""
 			if snap.Queued != nil && snap.Queued.Request != nil {
 				notify = snap.Queued.Request.Notify
 			}
-			err := c.ledger.CommitIfUnchanged(ctx, &res, snap.LastSeq, notify)
+			err := cs.ledger.CommitIfUnchanged(ctx, &res, snap.LastSeq, notify)
 			if errors.Is(err, ledger.ErrChanged) {
 				continue // a worker started it meanwhile
 			}
 			if err != nil {
-				return nil, err
+				return nil, unavailable(err, "cancel call %s", cr.CallID)
 			}
-			c.removeQueued(ctx, snap)
+			cs.removeQueued(ctx, snap)
 			// A worker may have just taken the call without having recorded
 			// its start yet: it stops the tool on the signal.
-			c.signalCancel(snap, info)
+			cs.signalCancel(snap, info)
 			reply.Outcome, reply.State, reply.Result = messages.CancelDone, messages.StateCancelled, &res
 			return reply, nil
 		default:
 			if snap.Cancel == nil {
-				if _, err := c.ledger.Append(ctx, &messages.CallEvent{CallID: cr.CallID, Kind: messages.EventCancel, Time: time.Now().UTC(), Cancel: info}); err != nil {
-					return nil, err
+				if _, err := cs.ledger.Append(ctx, &messages.CallEvent{CallID: cr.CallID, Kind: messages.EventCancel, Time: time.Now().UTC(), Cancel: info}); err != nil {
+					return nil, unavailable(err, "cancel call %s", cr.CallID)
 				}
 			}
-			c.signalCancel(snap, info)
+			cs.signalCancel(snap, info)
 			reply.Outcome, reply.State = messages.CancelSignalled, messages.StateRunning
 			return reply, nil
 		}
@@ -102,20 +104,24 @@ func (c *Coordinator) Cancel(ctx context.Context, cr *messages.CancelRequest) (*
 }
 
 // signalCancel tells the worker that holds the call, if any, to stop it.
-func (c *Coordinator) signalCancel(snap *ledger.Snapshot, info *messages.CancelInfo) {
+func (cs *calls) signalCancel(snap *ledger.Snapshot, info *messages.CancelInfo) {
 	if snap.Queued == nil || snap.Queued.Request == nil {
 		return
 	}
-	subject, err := c.names.CancelSubject(snap.Queued.Request.Namespace, snap.CallID)
+	subject, err := cs.names.CancelSubject(snap.Queued.Request.Namespace, snap.CallID)
 	if err != nil {
 		return
 	}
-	if msg, err := newMsg(subject, info); err == nil {
-		_ = c.nc.PublishMsg(msg)
+	msg, err := newMsg(subject, info)
+	if err != nil {
+		return
+	}
+	if err := cs.nc.PublishMsg(msg); err != nil {
+		cs.log.Warn("cancel signal not sent", "call", snap.CallID, "error", err)
 	}
 }
 
-func (c *Coordinator) cancelledResult(snap *ledger.Snapshot, info *messages.CancelInfo) messages.CallResult {
+func cancelledResult(snap *ledger.Snapshot, info *messages.CancelInfo) messages.CallResult {
 	res := messages.CallResult{
 		CallID:     snap.CallID,
 		Status:     messages.StateCancelled,
@@ -132,21 +138,19 @@ func (c *Coordinator) cancelledResult(snap *ledger.Snapshot, info *messages.Canc
 
 // removeQueued deletes a call that no worker will run from the calls
 // stream. A worker that fetched it meanwhile finds its result and drops it.
-func (c *Coordinator) removeQueued(ctx context.Context, snap *ledger.Snapshot) {
+func (cs *calls) removeQueued(ctx context.Context, snap *ledger.Snapshot) {
 	if snap.Queued == nil || snap.Queued.Request == nil {
 		return
 	}
-	seq, err := c.findQueued(ctx, snap.Queued.Request)
+	seq, err := cs.findQueued(ctx, snap.Queued.Request)
 	if err != nil {
-		c.log.Warn("could not find a cancelled call in the queue", "call", snap.CallID, "error", err)
+		cs.log.Warn("could not find a cancelled call in the queue", "call", snap.CallID, "error", err)
 		return
 	}
 	if seq == 0 {
 		return // a worker took it meanwhile
 	}
-	if err := c.calls.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		c.log.Warn("could not remove a cancelled call from the queue", "call", snap.CallID, "seq", seq, "error", err)
-	}
+	cs.stream.remove(ctx, seq, snap.CallID, "a cancelled")
 }
 
 // clockSlack allows for clocks of coordinators and servers that differ.
@@ -155,14 +159,14 @@ const clockSlack = 5 * time.Second
 // findQueued returns the sequence of a call in the calls stream, or 0 if
 // it is not there. It reads the tool's queue from shortly before the call
 // was queued, so it touches few messages however long the queue is.
-func (c *Coordinator) findQueued(ctx context.Context, call *messages.CallRequest) (uint64, error) {
-	subject, err := c.names.CallSubject(call.ToolName())
+func (cs *calls) findQueued(ctx context.Context, call *messages.CallRequest) (uint64, error) {
+	subject, err := cs.names.CallSubject(call.ToolName())
 	if err != nil {
 		return 0, err
 	}
 	from := call.QueuedAt.Add(-clockSlack)
 	var found uint64
-	err = c.scanQueue(ctx, directGet{StartTime: &from, NextFor: subject, Batch: 1024}, func(seq uint64, msg *nats.Msg) bool {
+	err = cs.stream.scanQueue(ctx, transport.BatchRequest{StartTime: &from, NextBySubject: subject, Batch: 1024}, func(seq uint64, msg *nats.Msg) bool {
 		if msg.Header.Get(messages.HeaderMsgID) == call.CallID {
 			found = seq
 			return false
@@ -173,38 +177,19 @@ func (c *Coordinator) findQueued(ctx context.Context, call *messages.CallRequest
 	return found, err
 }
 
-func (c *Coordinator) getTurn(ctx context.Context, req *request) (any, error) {
-	var tr messages.GetTurnRequest
-	if err := req.decode(&tr); err != nil {
-		return nil, err
-	}
-	return c.Turn(ctx, tr.Turn)
-}
-
-// Turn returns a turn's calls with their states and results, oldest first.
-func (c *Coordinator) Turn(ctx context.Context, turn string) (*messages.TurnInfo, error) {
-	filter, err := messages.TurnCallsFilter(turn)
+// turn returns a turn's calls with their states and results, oldest first
+// (turns.get).
+func (cs *calls) turn(ctx context.Context, turn string) (*messages.TurnInfo, error) {
+	ids, err := cs.turns.callIDs(ctx, turn)
 	if err != nil {
-		return nil, err
-	}
-	lister, err := c.turns.ListKeysFiltered(ctx, filter)
-	if err != nil {
-		return nil, fmt.Errorf("list calls of turn %s: %w", turn, err)
-	}
-	var ids []string
-	// The lister stops itself after the last key.
-	for key := range lister.Keys() {
-		ids = append(ids, key[strings.LastIndexByte(key, '.')+1:])
-	}
-	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if len(ids) == 0 {
 		return nil, messages.Errorf(messages.CodeTurnNotFound, "turn %s has no calls", turn)
 	}
-	snaps, err := c.ledger.Snapshots(ctx, ids...)
+	snaps, err := cs.ledger.Snapshots(ctx, ids...)
 	if err != nil {
-		return nil, err
+		return nil, unavailable(err, "read calls of turn %s", turn)
 	}
 	out := &messages.TurnInfo{Turn: turn}
 	for _, id := range ids {

@@ -10,26 +10,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/reuse"
 	"github.com/toolbus/toolbus/internal/tracing"
-	"github.com/toolbus/toolbus/pkg/catalog"
-	"github.com/toolbus/toolbus/pkg/exposure"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/policy"
-	"github.com/toolbus/toolbus/pkg/worker"
 )
 
 // Version is the coordinator service's SemVer version.
@@ -54,7 +48,8 @@ type Config struct {
 	// for a free place. Defaults to 4096.
 	MaxConcurrentRequests int
 	// SweepInterval is how often the coordinator looks for queued calls
-	// whose deadline passed without a worker. Defaults to 5s.
+	// whose deadline passed without a worker, and for approvals that
+	// expired. Defaults to 5s.
 	SweepInterval time.Duration
 	// SweepGrace is how long past its deadline a queued call may stay before
 	// the sweeper ends it; workers end the calls they hold themselves.
@@ -134,44 +129,86 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Coordinator serves the Toolbus API.
+// ErrInvalidConfig is what New returns, wrapped with the field at fault,
+// for a Config it cannot run with.
+var ErrInvalidConfig = errors.New("invalid coordinator configuration")
+
+// validate checks a Config that has its defaults.
+func (c Config) validate() error {
+	if c.Conn == nil {
+		return fmt.Errorf("%w: Conn is required", ErrInvalidConfig)
+	}
+	if _, err := messages.NewNames(c.Prefix); err != nil {
+		return fmt.Errorf("%w: Prefix: %w", ErrInvalidConfig, err)
+	}
+	for _, f := range [...]struct {
+		name  string
+		value int
+	}{
+		{"MaxArgumentsBytes", c.MaxArgumentsBytes},
+		{"MaxRequestBytes", c.MaxRequestBytes},
+		{"MaxConcurrentRequests", c.MaxConcurrentRequests},
+	} {
+		if f.value < 0 {
+			return fmt.Errorf("%w: %s is %d; it must be positive", ErrInvalidConfig, f.name, f.value)
+		}
+	}
+	for _, f := range [...]struct {
+		name  string
+		value time.Duration
+	}{
+		{"DefaultTimeout", c.DefaultTimeout},
+		{"MaxWait", c.MaxWait},
+		{"SweepInterval", c.SweepInterval},
+		{"SweepGrace", c.SweepGrace},
+		{"WorkspaceReloadInterval", c.WorkspaceReloadInterval},
+		{"ApprovalTTL", c.ApprovalTTL},
+		{"GrantTTL", c.GrantTTL},
+	} {
+		if f.value < 0 {
+			return fmt.Errorf("%w: %s is %v; it must be positive", ErrInvalidConfig, f.name, f.value)
+		}
+	}
+	return nil
+}
+
+// Coordinator serves the Toolbus API. Its work is done by rooms of their
+// own, built by Start: the submit pipeline, the tool view (exposure and
+// turns), approvals, tool switches, calls and the sweeper. The
+// coordinator keeps their lifecycle and the API table.
 type Coordinator struct {
-	cfg       Config
-	log       *slog.Logger
-	nc        *nats.Conn
-	js        jetstream.JetStream
-	names     messages.Names
-	ledger    *ledger.Ledger
-	catalog   *catalog.View
-	catalogKV jetstream.KeyValue
-	turns     jetstream.KeyValue
-	approvals jetstream.KeyValue
-	calls     jetstream.Stream
-	schemas   *schemaCache
+	cfg    Config
+	log    *slog.Logger
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	names  messages.Names
+	ledger *ledger.Ledger
+	tracer trace.Tracer
+	// policy is the policy in force; nil allows every call.
+	policy atomic.Pointer[policy.Policy]
 
-	resolver *exposure.Resolver
-	formats  formatCache
-	expo     exposureCatalog
-	policy   atomic.Pointer[policy.Policy]
+	submitter *submitPipeline
+	view      *toolView
+	approvals *approvals
+	switches  *toolSwitches
+	calls     *calls
 
-	tracer   trace.Tracer
-	index    *discovery.Index
-	builtins *worker.Worker
+	// The API's requests: at most MaxConcurrentRequests at once, each on
+	// a goroutine of handlers.
 	sem      chan struct{}
 	inflight sync.WaitGroup
 	handlers *reuse.Pool
-	svc      micro.Service
-	subs     []*nats.Subscription
-	cancel   context.CancelFunc
-	bg       sync.WaitGroup
+
+	// running is what Start started, to stop in reverse order.
+	running stopStack
 }
 
 // New returns a coordinator; Start runs it.
 func New(cfg Config) (*Coordinator, error) {
-	if cfg.Conn == nil {
-		return nil, errors.New("coordinator: Config.Conn is required")
-	}
 	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
 	names, err := messages.NewNames(cfg.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
@@ -187,7 +224,6 @@ func New(cfg Config) (*Coordinator, error) {
 		js:       js,
 		names:    names,
 		ledger:   ledger.New(cfg.Conn, js, names),
-		schemas:  newSchemaCache(),
 		sem:      make(chan struct{}, cfg.MaxConcurrentRequests),
 		handlers: reuse.New(10 * time.Second),
 		tracer:   tracing.Tracer(cfg.TracerProvider),
@@ -197,160 +233,74 @@ func New(cfg Config) (*Coordinator, error) {
 }
 
 // Start creates the JetStream resources if needed, loads the catalog and
-// starts answering requests.
+// starts answering requests. If it fails, what it started is stopped.
 func (c *Coordinator) Start(ctx context.Context) error {
-	if err := resources.Ensure(ctx, c.js, c.names, c.cfg.Resources); err != nil {
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	kv, err := c.js.KeyValue(ctx, c.names.CatalogBucket())
-	if err != nil {
-		return fmt.Errorf("coordinator: catalog: %w", err)
-	}
-	c.catalogKV = kv
-	if c.turns, err = c.js.KeyValue(ctx, c.names.TurnsBucket()); err != nil {
-		return fmt.Errorf("coordinator: turns: %w", err)
-	}
-	if c.approvals, err = c.js.KeyValue(ctx, c.names.ApprovalsBucket()); err != nil {
-		return fmt.Errorf("coordinator: approvals: %w", err)
-	}
-	if c.calls, err = c.js.Stream(ctx, c.names.CallsStream()); err != nil {
-		return fmt.Errorf("coordinator: calls stream: %w", err)
-	}
-	ws, fingerprint, err := c.loadWorkspace()
-	if err != nil {
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	policyFingerprint := ""
-	if c.cfg.PolicyFile != "" {
-		p, fp, err := loadPolicy(c.cfg.PolicyFile)
-		if err != nil {
-			return fmt.Errorf("coordinator: %w", err)
-		}
-		c.policy.Store(p)
-		policyFingerprint = fp
-	}
-	c.resolver = exposure.NewResolver(ws)
-	runCtx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	c.catalog = catalog.NewView(kv, c.log)
-	if err := c.catalog.Start(runCtx); err != nil {
-		cancel()
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	indexKV, err := resources.EnsureIndexBucket(ctx, c.js, c.names, c.cfg.Resources)
-	if err != nil {
-		cancel()
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	c.index, err = discovery.New(discovery.Config{Catalog: c.catalog, Bucket: indexKV, Logger: c.log})
-	if err != nil {
-		cancel()
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	if err := c.index.Start(runCtx); err != nil {
-		cancel()
-		return fmt.Errorf("coordinator: discovery: %w", err)
-	}
-	svc, err := micro.AddService(c.nc, micro.Config{
-		Name:        messages.ServiceName,
-		Version:     Version,
-		Description: "Toolbus coordinator: tool catalog, calls and turns",
-	})
-	if err != nil {
-		cancel()
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	c.svc = svc
-	group := svc.AddGroup(c.names.APIGroup())
-	for endpoint, handler := range map[string]handlerFunc{
-		messages.EndpointToolsList:       c.listTools,
-		messages.EndpointCallsSubmit:     c.submit,
-		messages.EndpointCallsGet:        c.getCall,
-		messages.EndpointCallsCancel:     c.cancelCall,
-		messages.EndpointTurnsGet:        c.getTurn,
-		messages.EndpointToolsActivate:   c.activate,
-		messages.EndpointApprovalsList:   c.listApprovals,
-		messages.EndpointApprovalsDecide: c.decideApproval,
-		messages.EndpointApprovalsAnswer: c.answerApproval,
-		messages.EndpointToolsEnable:     c.enableTool,
-		messages.EndpointToolsDisable:    c.disableTool,
-		messages.EndpointToolsDiscover:   c.discover,
-	} {
-		name := strings.ReplaceAll(endpoint, ".", "_")
-		if err := group.AddEndpoint(name, c.serve(endpoint, handler), micro.WithEndpointSubject(endpoint)); err != nil {
-			_ = svc.Stop()
-			cancel()
-			return fmt.Errorf("coordinator: endpoint %s: %w", endpoint, err)
-		}
-	}
-	if err := c.watchMaxDeliveries(runCtx); err != nil {
-		_ = svc.Stop()
-		cancel()
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	// Started means answering: the server has the subscriptions.
-	if err := c.nc.FlushTimeout(requestTimeout); err != nil {
-		_ = svc.Stop()
-		cancel()
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	if !c.cfg.NoBuiltinTools {
-		w, err := worker.New(worker.Config{Conn: c.nc, Prefix: c.cfg.Prefix, Logger: c.log.With("tools", "builtin"), TracerProvider: c.cfg.TracerProvider})
-		if err == nil {
-			err = w.Serve(worker.Namespace{Name: BuiltinNamespace, Tools: c.builtinTools(), Slots: 64})
-		}
-		if err == nil {
-			err = w.Start(ctx)
-		}
-		if err != nil {
-			_ = svc.Stop()
-			cancel()
-			return fmt.Errorf("coordinator: built-in tools: %w", err)
-		}
-		c.builtins = w
-	}
-	c.bg.Add(1)
-	go c.sweepLoop(runCtx)
-	if c.cfg.WorkspaceDir != "" {
-		c.bg.Add(1)
-		go c.watchWorkspace(runCtx, fingerprint)
-	}
-	if c.cfg.PolicyFile != "" {
-		c.bg.Add(1)
-		go c.watchPolicy(runCtx, policyFingerprint)
+	if err := c.start(ctx, c.startSteps()); err != nil {
+		return err
 	}
 	c.log.Info("coordinator started", "service", messages.ServiceName, "version", Version, "api", c.names.APIGroup())
 	return nil
 }
 
-// Stop stops answering new requests and waits for those being handled
-// until ctx ends.
-func (c *Coordinator) Stop(ctx context.Context) error {
-	if c.svc != nil {
-		_ = c.svc.Stop()
+// start runs the steps in order. A step that starts something returns
+// how to stop it; if a later step fails, those are run in reverse order.
+func (c *Coordinator) start(ctx context.Context, steps []startStep) error {
+	var started stopStack
+	for _, step := range steps {
+		stop, err := step.run(ctx)
+		if err != nil {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+			defer cancel()
+			started.unwind(stopCtx, c.log)
+			if step.name != "" {
+				return fmt.Errorf("coordinator: %s: %w", step.name, err)
+			}
+			return fmt.Errorf("coordinator: %w", err)
+		}
+		if stop != nil {
+			started.push(step.name, stop)
+		}
 	}
-	if c.builtins != nil {
-		_ = c.builtins.Stop(ctx)
-	}
-	if c.index != nil {
-		_ = c.index.Stop(ctx)
-	}
-	for _, sub := range c.subs {
-		_ = sub.Unsubscribe()
-	}
-	done := make(chan struct{})
-	go func() { c.inflight.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-	if c.cancel != nil {
-		c.cancel()
-	}
-	c.bg.Wait()
-	c.ledger.Close()
+	c.running = started
 	return nil
 }
 
-// SetPolicy replaces the policy; nil allows every call.
-func (c *Coordinator) SetPolicy(p *policy.Policy) { c.policy.Store(p) }
+// Stop stops answering new requests and waits for those being handled
+// until ctx ends, then stops the rest.
+func (c *Coordinator) Stop(ctx context.Context) error {
+	c.running.unwind(ctx, c.log)
+	c.running = nil
+	c.ledger.Close()
+	c.handlers.Close()
+	return nil
+}
+
+// startStep is one step of Start. run returns a stop function when the
+// step leaves something running.
+type startStep struct {
+	name string
+	run  func(ctx context.Context) (stop func(context.Context) error, err error)
+}
+
+// stopStack holds the stop functions of what was started, in order.
+type stopStack []namedStop
+
+type namedStop struct {
+	name string
+	stop func(context.Context) error
+}
+
+func (s *stopStack) push(name string, stop func(context.Context) error) {
+	*s = append(*s, namedStop{name, stop})
+}
+
+// unwind runs the stop functions in reverse order, each once, and logs
+// those that fail.
+func (s *stopStack) unwind(ctx context.Context, log *slog.Logger) {
+	for i := len(*s) - 1; i >= 0; i-- {
+		if err := (*s)[i].stop(ctx); err != nil {
+			log.Warn("stop failed", "part", (*s)[i].name, "error", err)
+		}
+	}
+	*s = nil
+}

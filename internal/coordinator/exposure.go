@@ -2,19 +2,31 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
-	"time"
+	"sync/atomic"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/toolbus/toolbus/internal/discovery"
+	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/exposure"
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/policy"
+	"github.com/toolbus/toolbus/pkg/search"
 	"github.com/toolbus/toolbus/pkg/toolschema"
 )
+
+// toolView decides what each agent sees of the catalog: the tools listed
+// for a model iteration, discovery, and the tools activated in a turn.
+type toolView struct {
+	catalog  *catalog.View
+	resolver *exposure.Resolver
+	policy   *atomic.Pointer[policy.Policy]
+	turns    *turns
+	index    *discovery.Index
+	formats  formatCache
+	expo     exposureCatalog
+}
 
 // exposureCatalog is the snapshot of enabled tools that exposure resolves
 // against, rebuilt only when a tool definition or switch changes.
@@ -24,38 +36,64 @@ type exposureCatalog struct {
 	cat     *exposure.Catalog
 }
 
-func (c *Coordinator) exposureCatalog() *exposure.Catalog {
-	v := c.catalog.ToolsVersion()
-	c.expo.mu.Lock()
-	defer c.expo.mu.Unlock()
-	if c.expo.cat != nil && c.expo.version == v {
-		return c.expo.cat
+func (v *toolView) exposureCatalog() *exposure.Catalog {
+	version := v.catalog.ToolsVersion()
+	v.expo.mu.Lock()
+	defer v.expo.mu.Unlock()
+	if v.expo.cat != nil && v.expo.version == version {
+		return v.expo.cat
 	}
-	tools := c.catalog.Tools()
+	tools := v.catalog.Tools()
 	defs := make([]messages.ToolDefinition, 0, len(tools))
 	for _, t := range tools {
-		if off, _ := c.catalog.Disabled(t.Definition.ToolName()); !off {
+		if off, _ := v.catalog.Disabled(t.Definition.ToolName()); !off {
 			defs = append(defs, t.Definition)
 		}
 	}
-	c.expo.cat = exposure.NewCatalog(v, defs)
-	c.expo.version = v
-	return c.expo.cat
+	v.expo.cat = exposure.NewCatalog(version, defs)
+	v.expo.version = version
+	return v.expo.cat
+}
+
+// admission is what the agent's exposure rules admit of the catalog.
+func (v *toolView) admission(agent string) *exposure.Admission {
+	return v.resolver.Admission(agent, v.exposureCatalog())
 }
 
 // discoverable is the rule for tools outside an agent's bundles: whatever
 // the agent may call and that can run now.
-func (c *Coordinator) discoverable(agent string) func(*messages.ToolDefinition) bool {
+func (v *toolView) discoverable(agent string) func(*messages.ToolDefinition) bool {
 	return func(def *messages.ToolDefinition) bool {
-		return c.permitted(agent, def) && c.catalog.Available(def.Namespace)
+		return v.permitted(agent, def) && v.catalog.Available(def.Namespace)
 	}
 }
 
 // permitted is true unless policy denies the tool to the agent whatever
 // the arguments.
-func (c *Coordinator) permitted(agent string, def *messages.ToolDefinition) bool {
-	p := c.policy.Load()
+func (v *toolView) permitted(agent string, def *messages.ToolDefinition) bool {
+	p := v.policy.Load()
 	return p == nil || p.Visible(agent, *def)
+}
+
+// list answers tools.list: the whole catalog, or with any of the model's
+// options, the view of one model iteration.
+func (v *toolView) list(ctx context.Context, lr *messages.ListToolsRequest) (*messages.ListToolsReply, error) {
+	if lr.Namespace != "" {
+		if err := messages.ValidateNamespace(lr.Namespace); err != nil {
+			return nil, err
+		}
+	}
+	if isModelView(lr) {
+		return v.modelView(ctx, lr)
+	}
+	reply := &messages.ListToolsReply{Tools: []messages.ToolEntry{}}
+	for _, t := range v.catalog.Tools() {
+		if lr.Namespace != "" && t.Definition.Namespace != lr.Namespace {
+			continue
+		}
+		reply.Tools = append(reply.Tools, v.catalog.Entry(t))
+	}
+	return reply, nil
 }
 
 func isModelView(lr *messages.ListToolsRequest) bool {
@@ -64,17 +102,18 @@ func isModelView(lr *messages.ListToolsRequest) bool {
 
 // modelView answers tools.list for one model iteration. It retries when
 // another request changed the turn at the same moment.
-func (c *Coordinator) modelView(ctx context.Context, lr *messages.ListToolsRequest) (*messages.ListToolsReply, error) {
-	for attempt := 0; ; attempt++ {
-		reply, err := c.resolveIteration(ctx, lr)
-		if errors.Is(err, errTurnChanged) && attempt < 10 {
+func (v *toolView) modelView(ctx context.Context, lr *messages.ListToolsRequest) (*messages.ListToolsReply, error) {
+	for range turnAttempts {
+		reply, err := v.resolveIteration(ctx, lr)
+		if errors.Is(err, errTurnChanged) {
 			continue
 		}
 		return reply, err
 	}
+	return nil, turnKeptChanging(lr.Turn)
 }
 
-func (c *Coordinator) resolveIteration(ctx context.Context, lr *messages.ListToolsRequest) (*messages.ListToolsReply, error) {
+func (v *toolView) resolveIteration(ctx context.Context, lr *messages.ListToolsRequest) (*messages.ListToolsReply, error) {
 	if lr.Agent != "" {
 		if err := messages.ValidateID("agent", lr.Agent); err != nil {
 			return nil, err
@@ -86,7 +125,7 @@ func (c *Coordinator) resolveIteration(ctx context.Context, lr *messages.ListToo
 	var turn *turnRecord
 	if lr.Turn != "" {
 		var err error
-		if turn, err = c.loadTurn(ctx, lr.Turn); err != nil {
+		if turn, err = v.turns.load(ctx, lr.Turn); err != nil {
 			return nil, err
 		}
 		if err := turn.claim(lr.Agent); err != nil {
@@ -94,11 +133,11 @@ func (c *Coordinator) resolveIteration(ctx context.Context, lr *messages.ListToo
 		}
 	}
 	agent := lr.Agent
-	it := exposure.Iteration{Clarification: lr.Clarification, Chosen: lr.Chosen, Discoverable: c.discoverable(agent)}
+	it := exposure.Iteration{Clarification: lr.Clarification, Chosen: lr.Chosen, Discoverable: v.discoverable(agent)}
 	intake := lr.Intake
 	if turn != nil {
 		agent = turn.state.Agent
-		it.Discoverable = c.discoverable(agent)
+		it.Discoverable = v.discoverable(agent)
 		it.Discovered, it.Activated = turn.state.Discovered, turn.state.Activated
 		if intake == nil {
 			intake = turn.state.Intake
@@ -107,7 +146,7 @@ func (c *Coordinator) resolveIteration(ctx context.Context, lr *messages.ListToo
 	if intake != nil {
 		it.Intake = &exposure.Intake{Tools: intake.Tools, Bundles: intake.Bundles}
 	}
-	vis := c.resolver.Resolve(agent, c.exposureCatalog(), it)
+	vis := v.resolver.Resolve(agent, v.exposureCatalog(), it)
 
 	reply := &messages.ListToolsReply{Tools: []messages.ToolEntry{}}
 	var defs []messages.ToolDefinition
@@ -118,7 +157,7 @@ func (c *Coordinator) resolveIteration(ctx context.Context, lr *messages.ListToo
 			continue
 		}
 		// Tools that nothing can run now, or that policy denies, are not shown to a model.
-		if !c.catalog.Available(def.Namespace) || !c.permitted(agent, def) {
+		if !v.catalog.Available(def.Namespace) || !v.permitted(agent, def) {
 			continue
 		}
 		entry := messages.ToolEntry{ToolDefinition: *def, Available: true, Exposure: &messages.ToolExposure{
@@ -138,13 +177,13 @@ func (c *Coordinator) resolveIteration(ctx context.Context, lr *messages.ListToo
 		reply.Tools = append(reply.Tools, entry)
 		defs = append(defs, *def)
 		var rev uint64
-		if ct, ok := c.catalog.Lookup(def.Name); ok {
+		if ct, ok := v.catalog.Lookup(def.Name); ok {
 			rev = ct.Revision
 		}
 		revisions = append(revisions, rev)
 	}
 	if lr.Format != "" {
-		schemas, err := c.formats.format(defs, revisions, lr.Format, toolschema.Options{Think: lr.Think, Strict: lr.Strict})
+		schemas, err := v.formats.format(defs, revisions, lr.Format, toolschema.Options{Think: lr.Think, Strict: lr.Strict})
 		if err != nil {
 			return nil, err
 		}
@@ -158,7 +197,7 @@ func (c *Coordinator) resolveIteration(ctx context.Context, lr *messages.ListToo
 			changed = true
 		}
 		if changed || turn.revision == 0 {
-			if err := c.saveTurn(ctx, turn); err != nil {
+			if err := v.turns.save(ctx, turn); err != nil {
 				return nil, err
 			}
 		}
@@ -166,163 +205,104 @@ func (c *Coordinator) resolveIteration(ctx context.Context, lr *messages.ListToo
 	return reply, nil
 }
 
-func (c *Coordinator) activate(ctx context.Context, req *request) (any, error) {
-	var ar messages.ActivateRequest
-	if err := req.decode(&ar); err != nil {
-		return nil, err
-	}
+// activate makes tools visible for the rest of a turn (tools.activate).
+// Each tool must exist, be enabled, and be one the agent may call.
+func (v *toolView) activate(ctx context.Context, ar *messages.ActivateRequest) (*messages.ActivateReply, error) {
 	if len(ar.Tools) == 0 {
 		return nil, messages.Errorf(messages.CodeBadRequest, "tools is required")
 	}
-	return c.Activate(ctx, &ar)
-}
-
-// Activate makes tools visible for the rest of a turn (tools.activate).
-// Each tool must exist, be enabled, and be one the agent may call.
-func (c *Coordinator) Activate(ctx context.Context, ar *messages.ActivateRequest) (*messages.ActivateReply, error) {
-	cat := c.exposureCatalog()
-	for attempt := 0; ; attempt++ {
-		turn, err := c.loadTurn(ctx, ar.Turn)
-		if err != nil {
-			return nil, err
-		}
-		if err := turn.claim(ar.Agent); err != nil {
-			return nil, err
-		}
-		admission := c.resolver.Admission(turn.state.Agent, cat)
+	cat := v.exposureCatalog()
+	turn, err := v.turns.update(ctx, ar.Turn, ar.Agent, func(turn *turnRecord) error {
+		admission := v.resolver.Admission(turn.state.Agent, cat)
 		for _, name := range ar.Tools {
 			tn, err := messages.ParseToolName(name)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			def, ok := cat.Lookup(tn.String())
 			if !ok {
-				return nil, messages.Errorf(messages.CodeToolNotFound, "no enabled tool %s in the catalog", tn)
+				return messages.Errorf(messages.CodeToolNotFound, "no enabled tool %s in the catalog", tn)
 			}
 			if admission.Excluded(tn.String()) {
-				return nil, messages.Errorf(messages.CodeNotAdmitted, "the exposure rules of agent %q exclude %s", turn.state.Agent, tn)
+				return messages.Errorf(messages.CodeNotAdmitted, "the exposure rules of agent %q exclude %s", turn.state.Agent, tn)
 			}
-			if !c.permitted(turn.state.Agent, def) {
-				return nil, messages.Errorf(messages.CodeDenied, "policy denies %s to agent %q", tn, turn.state.Agent)
+			if !v.permitted(turn.state.Agent, def) {
+				return messages.Errorf(messages.CodeDenied, "policy denies %s to agent %q", tn, turn.state.Agent)
 			}
 			if !slices.Contains(turn.state.Activated, tn.String()) {
 				turn.state.Activated = append(turn.state.Activated, tn.String())
 			}
 		}
-		err = c.saveTurn(ctx, turn)
-		if errors.Is(err, errTurnChanged) && attempt < 10 {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return &messages.ActivateReply{Turn: ar.Turn, Activated: turn.state.Activated}, nil
-	}
-}
-
-// turnRecord is a turn's saved state with the KV revision it was read at.
-type turnRecord struct {
-	state    messages.TurnState
-	revision uint64
-}
-
-// claim binds the turn to an agent: a turn belongs to the first agent that
-// names it, and another agent cannot use it.
-func (t *turnRecord) claim(agent string) error {
-	if agent == "" {
 		return nil
-	}
-	if t.state.Agent == "" {
-		t.state.Agent = agent
-		return nil
-	}
-	if t.state.Agent != agent {
-		return messages.Errorf(messages.CodeConflict, "turn %s belongs to agent %q, not %q", t.state.Turn, t.state.Agent, agent)
-	}
-	return nil
-}
-
-// prune removes vanished tools from the turn's saved selections.
-func (t *turnRecord) prune(dropped []string) bool {
-	if len(dropped) == 0 {
-		return false
-	}
-	gone := func(name string) bool { return slices.Contains(dropped, name) }
-	before := len(t.state.Discovered) + len(t.state.Activated)
-	t.state.Discovered = slices.DeleteFunc(t.state.Discovered, gone)
-	t.state.Activated = slices.DeleteFunc(t.state.Activated, gone)
-	if t.state.Intake != nil {
-		t.state.Intake.Tools = slices.DeleteFunc(t.state.Intake.Tools, gone)
-	}
-	return before != len(t.state.Discovered)+len(t.state.Activated)
-}
-
-var errTurnChanged = errors.New("turn changed concurrently")
-
-func (c *Coordinator) loadTurn(ctx context.Context, turn string) (*turnRecord, error) {
-	key, err := messages.TurnStateKey(turn)
+	})
 	if err != nil {
 		return nil, err
 	}
-	e, err := c.turns.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return &turnRecord{state: messages.TurnState{Turn: turn}}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read turn %s: %w", turn, err)
-	}
-	rec := &turnRecord{revision: e.Revision()}
-	if err := json.Unmarshal(e.Value(), &rec.state); err != nil {
-		return nil, fmt.Errorf("turn %s is unreadable: %w", turn, err)
-	}
-	return rec, nil
+	return &messages.ActivateReply{Turn: ar.Turn, Activated: turn.state.Activated}, nil
 }
 
-// saveTurn writes the turn if nobody else did since it was read.
-func (c *Coordinator) saveTurn(ctx context.Context, t *turnRecord) error {
-	key, err := messages.TurnStateKey(t.state.Turn)
-	if err != nil {
-		return err
+// discover searches the tools the agent may use (tools.discover): enabled
+// tools of live namespaces that its exposure rules do not exclude and that
+// policy does not deny it. With a turn, the page's tools are saved with the
+// turn and become visible on its next iterations.
+func (v *toolView) discover(ctx context.Context, dr *messages.DiscoverRequest) (*messages.DiscoverReply, error) {
+	if dr.Agent != "" {
+		if err := messages.ValidateID("agent", dr.Agent); err != nil {
+			return nil, err
+		}
 	}
-	t.state.UpdatedAt = time.Now().UTC()
-	data, err := json.Marshal(&t.state)
-	if err != nil {
-		return err
+	if dr.Format != "" && !slices.Contains(toolschema.Formats(), dr.Format) {
+		return nil, messages.Errorf(messages.CodeBadRequest, "unknown format %q; known formats: %v", dr.Format, toolschema.Formats())
 	}
-	if t.revision == 0 {
-		_, err = c.turns.Create(ctx, key, data)
-	} else {
-		_, err = c.turns.Update(ctx, key, data, t.revision)
+	if dr.Page < 0 || dr.PageSize < 0 || dr.PageSize > search.MaxPageSize {
+		return nil, messages.Errorf(messages.CodeBadRequest, "page must be 0 or more and page_size between 1 and %d", search.MaxPageSize)
 	}
-	var apiErr *jetstream.APIError
-	if errors.Is(err, jetstream.ErrKeyExists) || (errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) {
-		return errTurnChanged
-	}
-	if err != nil {
-		return fmt.Errorf("save turn %s: %w", t.state.Turn, err)
-	}
-	return nil
-}
-
-// addDiscovered records a returned discovery page with the turn.
-func (c *Coordinator) addDiscovered(ctx context.Context, turn, agent string, names []string) error {
-	for attempt := 0; ; attempt++ {
-		t, err := c.loadTurn(ctx, turn)
+	agent := dr.Agent
+	if dr.Turn != "" {
+		turn, err := v.turns.load(ctx, dr.Turn)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := t.claim(agent); err != nil {
-			return err
+		if err := turn.claim(dr.Agent); err != nil {
+			return nil, err
 		}
-		for _, n := range names {
-			if !slices.Contains(t.state.Discovered, n) {
-				t.state.Discovered = append(t.state.Discovered, n)
-			}
-		}
-		err = c.saveTurn(ctx, t)
-		if errors.Is(err, errTurnChanged) && attempt < 10 {
-			continue
-		}
-		return err
+		agent = turn.state.Agent
 	}
+	admission := v.admission(agent)
+	allow := func(name messages.ToolName) bool {
+		t, ok := v.catalog.Lookup(name.String())
+		return ok && !admission.Excluded(name.String()) && v.permitted(agent, &t.Definition)
+	}
+	res, err := v.index.Search(search.Query{Text: dr.Query, Namespaces: dr.Namespaces, Tags: dr.Tags, Allow: allow, Page: dr.Page, PageSize: dr.PageSize})
+	if err != nil {
+		return nil, messages.Errorf(messages.CodeBadRequest, "search: %v", err)
+	}
+	reply := &messages.DiscoverReply{Hits: []messages.DiscoverHit{}, Tools: []messages.ToolEntry{}, Page: dr.Page, More: res.More}
+	var defs []messages.ToolDefinition
+	var revisions []uint64
+	var page []string
+	for _, h := range res.Hits {
+		t, ok := v.catalog.Lookup(h.Tool.String())
+		if !ok {
+			continue // removed since the index saw it
+		}
+		reply.Hits = append(reply.Hits, messages.DiscoverHit{Name: h.Tool.String(), Score: h.Score, Exact: h.Exact})
+		reply.Tools = append(reply.Tools, v.catalog.Entry(t))
+		defs = append(defs, t.Definition)
+		revisions = append(revisions, t.Revision)
+		page = append(page, h.Tool.String())
+	}
+	if dr.Format != "" && len(defs) > 0 {
+		schemas, err := v.formats.format(defs, revisions, dr.Format, toolschema.Options{Think: dr.Think, Strict: dr.Strict})
+		if err != nil {
+			return nil, err
+		}
+		reply.Schemas = schemas
+	}
+	if dr.Turn != "" && len(page) > 0 {
+		if err := v.turns.addDiscovered(ctx, dr.Turn, agent, page); err != nil {
+			return nil, err
+		}
+	}
+	return reply, nil
 }

@@ -61,8 +61,8 @@ func (s *schemaCache) get(t *catalog.Tool) cachedSchema {
 // stripThought removes the thought a think-augmented schema asked the
 // model for. Arguments that cannot hold one are returned as they are
 // without being parsed.
-func (c *Coordinator) stripThought(t *catalog.Tool, args messages.JSON) (messages.JSON, error) {
-	if !bytes.Contains(args, c.schemas.get(t).thought) {
+func (s *schemaCache) stripThought(t *catalog.Tool, args messages.JSON) (messages.JSON, error) {
+	if !bytes.Contains(args, s.get(t).thought) {
 		return args, nil
 	}
 	stripped, _, err := toolschema.StripThought(&t.Definition, toolschema.Options{Think: true}, args)
@@ -85,11 +85,11 @@ func compileSchema(schema messages.JSON) (*jsonschema.Schema, error) {
 	return c.Compile("toolbus:input-schema")
 }
 
-// validateArguments checks arguments decoded by policy.DecodeArguments
-// (numbers as json.Number, as the schema library reads them) against the
-// tool's input schema and lists every violation.
-func (c *Coordinator) validateArguments(t *catalog.Tool, inst any) error {
-	cached := c.schemas.get(t)
+// validate checks arguments decoded by policy.DecodeArguments (numbers as
+// json.Number, as the schema library reads them) against the tool's input
+// schema and lists every violation.
+func (s *schemaCache) validate(t *catalog.Tool, inst any) error {
+	cached := s.get(t)
 	sch, err := cached.schema, cached.err
 	if err != nil {
 		return messages.Errorf(messages.CodeInternal, "tool %s has an unusable input schema: %v", t.Definition.Name, err)

@@ -5,14 +5,60 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
+
+// sweeper ends what would otherwise wait forever: queued calls whose
+// deadline passed long ago (of a namespace no worker serves), calls whose
+// every delivery was lost, and approvals whose time ran out or whose
+// decision a stopped coordinator left half done.
+type sweeper struct {
+	stream    *callStream
+	ledger    resultCommitter
+	approvals *approvals
+	// interval is how often it sweeps; grace how long past its deadline a
+	// queued call may stay.
+	interval, grace time.Duration
+	log             *slog.Logger
+
+	sub    *nats.Subscription
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// resultCommitter writes a call's result unless it has one.
+type resultCommitter interface {
+	Commit(ctx context.Context, res *messages.CallResult, notify string) (bool, error)
+}
+
+// start subscribes to the max-deliveries advisories and starts sweeping.
+func (s *sweeper) start() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := s.watchMaxDeliveries(ctx); err != nil {
+		cancel()
+		return err
+	}
+	s.cancel = cancel
+	s.wg.Add(1)
+	go s.loop(ctx)
+	return nil
+}
+
+// stop unsubscribes, stops sweeping and waits for the work under way.
+func (s *sweeper) stop() error {
+	err := s.sub.Unsubscribe()
+	s.cancel()
+	s.wg.Wait()
+	return err
+}
 
 // maxDeliveriesAdvisory is what JetStream publishes when a call was
 // delivered as often as its consumer allows without being acknowledged.
@@ -26,34 +72,35 @@ type maxDeliveriesAdvisory struct {
 // watchMaxDeliveries fails calls whose every delivery was lost. Workers
 // normally record that failure on the extra delivery the consumer allows;
 // this covers the case where that delivery was lost too.
-func (c *Coordinator) watchMaxDeliveries(ctx context.Context) error {
-	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + c.names.CallsStream() + ".*"
-	sub, err := c.nc.QueueSubscribe(subject, c.names.Prefix()+"_coordinators", func(msg *nats.Msg) {
+func (s *sweeper) watchMaxDeliveries(ctx context.Context) error {
+	names := s.stream.names
+	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + names.CallsStream() + ".*"
+	sub, err := s.stream.nc.QueueSubscribe(subject, names.Prefix()+"_coordinators", func(msg *nats.Msg) {
 		var adv maxDeliveriesAdvisory
 		if err := json.Unmarshal(msg.Data, &adv); err != nil {
-			c.log.Warn("unreadable max-deliveries advisory", "error", err)
+			s.log.Warn("unreadable max-deliveries advisory", "error", err)
 			return
 		}
-		c.bg.Add(1)
+		s.wg.Add(1)
 		go func() {
-			defer c.bg.Done()
+			defer s.wg.Done()
 			actx, cancel := context.WithTimeout(ctx, requestTimeout)
 			defer cancel()
-			c.failExhausted(actx, adv)
+			s.failExhausted(actx, adv)
 		}()
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to max-deliveries advisories: %w", err)
 	}
-	c.subs = append(c.subs, sub)
+	s.sub = sub
 	return nil
 }
 
-func (c *Coordinator) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) {
-	raw, err := c.calls.GetMsg(ctx, adv.StreamSeq)
+func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) {
+	raw, err := s.stream.stream.GetMsg(ctx, adv.StreamSeq)
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			c.log.Warn("read exhausted call", "seq", adv.StreamSeq, "error", err)
+			s.log.Warn("read exhausted call", "seq", adv.StreamSeq, "error", err)
 		}
 		return
 	}
@@ -67,13 +114,11 @@ func (c *Coordinator) failExhausted(ctx context.Context, adv maxDeliveriesAdviso
 	msg := fmt.Sprintf("the call was delivered %d times and no attempt finished: the workers that took it stopped, lost their lease, or do not serve the tool", adv.Deliveries)
 	res := endResult(&call, messages.StateFailed, messages.ResultAttempts, msg)
 	res.Attempt = int(adv.Deliveries)
-	if _, err := c.ledger.Commit(ctx, &res, call.Notify); err != nil {
-		c.log.Warn("could not fail exhausted call", "call", call.CallID, "error", err)
+	if _, err := s.ledger.Commit(ctx, &res, call.Notify); err != nil {
+		s.log.Warn("could not fail exhausted call", "call", call.CallID, "error", err)
 		return
 	}
-	if err := c.calls.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		c.log.Warn("could not remove exhausted call", "call", call.CallID, "error", err)
-	}
+	s.stream.remove(ctx, adv.StreamSeq, call.CallID, "exhausted")
 }
 
 func endResult(call *messages.CallRequest, status messages.CallState, code, message string) messages.CallResult {
@@ -92,37 +137,37 @@ func endResult(call *messages.CallRequest, status messages.CallState, code, mess
 // sweepBatch bounds how many queued calls one sweep reads.
 const sweepBatch = 4096
 
-// sweepLoop ends queued calls whose deadline passed long ago: calls of a
-// namespace that no worker serves would otherwise wait forever.
-func (c *Coordinator) sweepLoop(ctx context.Context) {
-	defer c.bg.Done()
-	t := time.NewTicker(c.cfg.SweepInterval)
+// loop sweeps every interval until ctx ends.
+func (s *sweeper) loop(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := c.sweep(ctx); err != nil && ctx.Err() == nil {
-				c.log.Warn("sweep of expired calls failed", "error", err)
+			if err := s.sweepCalls(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("sweep of expired calls failed", "error", err)
 			}
-			if err := c.sweepApprovals(ctx); err != nil && ctx.Err() == nil {
-				c.log.Warn("sweep of approvals failed", "error", err)
+			if err := s.approvals.sweep(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("sweep of approvals failed", "error", err)
 			}
 		}
 	}
 }
 
-func (c *Coordinator) sweep(ctx context.Context) error {
-	info, err := c.calls.Info(ctx)
+// sweepCalls ends queued calls whose deadline passed more than grace ago.
+func (s *sweeper) sweepCalls(ctx context.Context) error {
+	info, err := s.stream.stream.Info(ctx)
 	if err != nil {
 		return err
 	}
 	if info.State.Msgs == 0 {
 		return nil
 	}
-	cutoff := time.Now().Add(-c.cfg.SweepGrace)
-	return c.scanQueue(ctx, directGet{Seq: info.State.FirstSeq, NextFor: c.names.CallsSubjects(), Batch: sweepBatch}, func(seq uint64, msg *nats.Msg) bool {
+	cutoff := time.Now().Add(-s.grace)
+	return s.stream.scanQueue(ctx, transport.BatchRequest{Seq: info.State.FirstSeq, NextBySubject: s.stream.names.CallsSubjects(), Batch: sweepBatch}, func(seq uint64, msg *nats.Msg) bool {
 		var call messages.CallRequest
 		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &call); err != nil || call.CallID == "" {
 			return true
@@ -131,54 +176,36 @@ func (c *Coordinator) sweep(ctx context.Context) error {
 			return true
 		}
 		res := endResult(&call, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed and no worker finished it")
-		if _, err := c.ledger.Commit(ctx, &res, call.Notify); err != nil {
-			c.log.Warn("could not end expired call", "call", call.CallID, "error", err)
+		if _, err := s.ledger.Commit(ctx, &res, call.Notify); err != nil {
+			s.log.Warn("could not end expired call", "call", call.CallID, "error", err)
 			return true
 		}
-		if err := c.calls.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			c.log.Warn("could not remove expired call", "call", call.CallID, "error", err)
-		}
+		s.stream.remove(ctx, seq, call.CallID, "expired")
 		return true
 	})
 }
 
-// directGet is a batched direct-get request to the calls stream.
-type directGet struct {
-	Seq       uint64     `json:"seq,omitempty"`
-	StartTime *time.Time `json:"start_time,omitempty"`
-	NextFor   string     `json:"next_by_subj"`
-	Batch     int        `json:"batch"`
+// callStream reads and removes queued calls in the calls stream without
+// consuming them.
+type callStream struct {
+	nc     *nats.Conn
+	names  messages.Names
+	stream jetstream.Stream
+	log    *slog.Logger
+}
+
+// remove deletes a queued call that no worker is to run; why says what
+// call it was in the log if it cannot.
+func (c *callStream) remove(ctx context.Context, seq uint64, callID, why string) {
+	if err := c.stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		c.log.Warn("could not remove "+why+" call", "call", callID, "seq", seq, "error", err)
+	}
 }
 
 // scanQueue reads queued calls without consuming them, until each returns
 // false or the batch ends.
-func (c *Coordinator) scanQueue(ctx context.Context, req directGet, each func(uint64, *nats.Msg) bool) error {
-	body, _ := json.Marshal(req)
-	inbox := c.nc.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
-	if err != nil {
-		return err
-	}
-	defer sub.Unsubscribe()
-	if err := c.nc.PublishRequest("$JS.API.DIRECT.GET."+c.names.CallsStream(), inbox, body); err != nil {
-		return err
-	}
-	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+func (c *callStream) scanQueue(ctx context.Context, req transport.BatchRequest, each func(uint64, *nats.Msg) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	for {
-		msg, err := sub.NextMsgWithContext(rctx)
-		if err != nil {
-			return err
-		}
-		if status := msg.Header.Get("Status"); status != "" && len(msg.Data) == 0 {
-			return nil // end of batch, or nothing queued
-		}
-		seq, err := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
-		if err != nil {
-			continue
-		}
-		if !each(seq, msg) {
-			return nil
-		}
-	}
+	return transport.NewStream(c.nc, nil, c.names.CallsStream()).GetBatch(ctx, req, each)
 }

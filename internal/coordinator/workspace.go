@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/toolbus/toolbus/pkg/exposure"
@@ -18,16 +20,16 @@ import (
 // loadWorkspace reads the exposure workspace (bundles/ and agents/ of YAML
 // files). Without a directory the workspace is empty, and bundles are
 // derived from the catalog, one per namespace.
-func (c *Coordinator) loadWorkspace() (*exposure.Workspace, string, error) {
-	if c.cfg.WorkspaceDir == "" {
+func loadWorkspace(dir string) (*exposure.Workspace, string, error) {
+	if dir == "" {
 		ws, err := exposure.NewWorkspace(nil, nil)
 		return ws, "", err
 	}
-	fp, err := workspaceFingerprint(c.cfg.WorkspaceDir)
+	fp, err := workspaceFingerprint(dir)
 	if err != nil {
 		return nil, "", err
 	}
-	ws, err := exposure.LoadWorkspace(os.DirFS(c.cfg.WorkspaceDir))
+	ws, err := exposure.LoadWorkspace(os.DirFS(dir))
 	return ws, fp, err
 }
 
@@ -61,12 +63,36 @@ func workspaceFingerprint(dir string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// watchFiles calls reload whenever the fingerprint of watched files
+// fileWatcher calls reload whenever the fingerprint of watched files
 // changes. A reload that fails is reported and what was loaded stays in
 // force; the same files are not tried again until they change.
-func (c *Coordinator) watchFiles(ctx context.Context, what, path, fingerprint string, current func() (string, error), reload func() (string, error)) {
-	defer c.bg.Done()
-	t := time.NewTicker(c.cfg.WorkspaceReloadInterval)
+type fileWatcher struct {
+	what, path string
+	interval   time.Duration
+	// current returns the fingerprint of the files as they are now.
+	current func() (string, error)
+	// reload loads the files and puts them in force; it returns a summary
+	// of what it loaded.
+	reload func() (string, error)
+	log    *slog.Logger
+}
+
+// start watches from the fingerprint of what is loaded, until stop.
+func (w fileWatcher) start(fingerprint string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.watch(ctx, fingerprint)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+func (w fileWatcher) watch(ctx context.Context, fingerprint string) {
+	t := time.NewTicker(w.interval)
 	defer t.Stop()
 	for {
 		select {
@@ -74,37 +100,38 @@ func (c *Coordinator) watchFiles(ctx context.Context, what, path, fingerprint st
 			return
 		case <-t.C:
 		}
-		fp, err := current()
+		fp, err := w.current()
 		if err != nil {
-			c.log.Error(what+" unreadable; keeping the loaded one", "path", path, "error", err)
+			w.log.Error(w.what+" unreadable; keeping the loaded one", "path", w.path, "error", err)
 			continue
 		}
 		if fp == fingerprint {
 			continue
 		}
 		fingerprint = fp
-		summary, err := reload()
+		summary, err := w.reload()
 		if err != nil {
-			c.log.Error(what+" invalid; keeping the loaded one", "path", path, "error", err)
+			w.log.Error(w.what+" invalid; keeping the loaded one", "path", w.path, "error", err)
 			continue
 		}
-		c.log.Info(what+" reloaded", "path", path, "loaded", summary)
+		w.log.Info(w.what+" reloaded", "path", w.path, "loaded", summary)
 	}
 }
 
-// watchWorkspace reloads the exposure workspace when its files change.
-func (c *Coordinator) watchWorkspace(ctx context.Context, fingerprint string) {
-	dir := c.cfg.WorkspaceDir
-	c.watchFiles(ctx, "workspace", dir, fingerprint,
-		func() (string, error) { return workspaceFingerprint(dir) },
-		func() (string, error) {
+// workspaceWatcher reloads the exposure workspace when its files change.
+func workspaceWatcher(dir string, resolver *exposure.Resolver, interval time.Duration, log *slog.Logger) fileWatcher {
+	return fileWatcher{
+		what: "workspace", path: dir, interval: interval, log: log,
+		current: func() (string, error) { return workspaceFingerprint(dir) },
+		reload: func() (string, error) {
 			ws, err := exposure.LoadWorkspace(os.DirFS(dir))
 			if err != nil {
 				return "", err
 			}
-			c.resolver.SetWorkspace(ws)
+			resolver.SetWorkspace(ws)
 			return fmt.Sprintf("%d bundles", len(ws.Bundles())), nil
-		})
+		},
+	}
 }
 
 func loadPolicy(path string) (*policy.Policy, string, error) {
@@ -120,12 +147,12 @@ func loadPolicy(path string) (*policy.Policy, string, error) {
 	return p, hex.EncodeToString(sum[:]), nil
 }
 
-// watchPolicy reloads the policy file when it changes. Approvals asked
+// policyWatcher reloads the policy file when it changes. Approvals asked
 // under the old policy can no longer be approved: its version changed.
-func (c *Coordinator) watchPolicy(ctx context.Context, fingerprint string) {
-	file := c.cfg.PolicyFile
-	c.watchFiles(ctx, "policy", file, fingerprint,
-		func() (string, error) {
+func policyWatcher(file string, inForce *atomic.Pointer[policy.Policy], interval time.Duration, log *slog.Logger) fileWatcher {
+	return fileWatcher{
+		what: "policy", path: file, interval: interval, log: log,
+		current: func() (string, error) {
 			data, err := os.ReadFile(file)
 			if err != nil {
 				return "", err
@@ -133,12 +160,13 @@ func (c *Coordinator) watchPolicy(ctx context.Context, fingerprint string) {
 			sum := sha256.Sum256(data)
 			return hex.EncodeToString(sum[:]), nil
 		},
-		func() (string, error) {
+		reload: func() (string, error) {
 			p, _, err := loadPolicy(file)
 			if err != nil {
 				return "", err
 			}
-			c.policy.Store(p)
+			inForce.Store(p)
 			return "version " + p.Version(), nil
-		})
+		},
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -13,13 +12,6 @@ import (
 // jetStreamAPI is the prefix of JetStream's API subjects, built so that
 // this file does not contain it.
 var jetStreamAPI = []byte("$" + "JS.API")
-
-// notYetMoved lists the files outside this package that still build
-// JetStream API subjects, as paths from the module root. Their exchanges
-// are moving into this package; the list is to be empty.
-var notYetMoved = []string{
-	"internal/coordinator/sweep.go", // the batched read of queued calls: Stream.GetBatch
-}
 
 // No package but this one builds JetStream API subjects. Test files are
 // not checked: tests elsewhere may name those subjects to check that NATS
@@ -62,14 +54,7 @@ func TestOnlyTransportBuildsJetStreamAPISubjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rel := range offending {
-		if !slices.Contains(notYetMoved, rel) {
-			t.Errorf("%s builds JetStream API subjects: move that exchange into internal/transport", rel)
-		}
-	}
-	for _, rel := range notYetMoved {
-		if !slices.Contains(offending, rel) {
-			t.Errorf("%s no longer builds JetStream API subjects: remove it from notYetMoved", rel)
-		}
+		t.Errorf("%s builds JetStream API subjects: move that exchange into internal/transport", rel)
 	}
 }
 

@@ -18,11 +18,10 @@ import (
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
-// TestMain checks that the client leaves no goroutine behind. The reused
-// goroutines of the coordinator's and the worker's pools are not the
-// client's: they end on their own, ten seconds after their last work.
+// TestMain checks that the client, and the stack each test starts for it,
+// leave no goroutine behind.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/toolbus/toolbus/internal/reuse.(*Pool).run"))
+	goleak.VerifyTestMain(m)
 }
 
 // bundle is one test's Toolbus: an embedded server, and the tools of

@@ -71,10 +71,10 @@ func TestEncodeRefusesValuesTooDeep(t *testing.T) {
 func TestCheckJSONDepthSkipsStrings(t *testing.T) {
 	t.Parallel()
 	deepInString := JSON(`{"a":"` + strings.Repeat(`[{\"`, MaxJSONDepth+1) + `"}`)
-	if err := checkJSONDepth(deepInString); err != nil {
+	if err := CheckJSONDepth(deepInString); err != nil {
 		t.Fatalf("brackets inside a string counted: %v", err)
 	}
-	if err := checkJSONDepth(nested(MaxJSONDepth + 1)); err != errTooDeep {
+	if err := CheckJSONDepth(nested(MaxJSONDepth + 1)); err != errTooDeep {
 		t.Fatalf("%d levels: %v", MaxJSONDepth+1, err)
 	}
 }

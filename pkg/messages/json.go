@@ -24,10 +24,12 @@ const MaxJSONDepth = 256
 // errTooDeep refuses a value nested deeper than MaxJSONDepth.
 var errTooDeep = &Error{Code: CodeBadRequest, Message: fmt.Sprintf("a JSON value nests arrays and objects deeper than %d levels", MaxJSONDepth)}
 
-// checkJSONDepth reports errTooDeep if the JSON text nests arrays and
-// objects deeper than MaxJSONDepth. It reads only brackets and strings: the
-// text is otherwise checked by whoever parsed it.
-func checkJSONDepth(data []byte) error {
+// CheckJSONDepth reports an error of code bad_request if the JSON text
+// nests arrays and objects deeper than MaxJSONDepth. It reads only brackets
+// and strings: the text is otherwise checked by whoever parses it. Decoding
+// a message runs it on every JSON value; it is exported for values that
+// reach a service without being decoded, such as arguments given to a Go API.
+func CheckJSONDepth(data []byte) error {
 	depth := 0
 	for i := 0; i < len(data); i++ {
 		switch data[i] {
@@ -74,7 +76,7 @@ func (j *JSON) UnmarshalJSON(data []byte) error {
 		*j = nil
 		return nil
 	}
-	if err := checkJSONDepth(data); err != nil {
+	if err := CheckJSONDepth(data); err != nil {
 		return err
 	}
 	*j = append((*j)[:0], data...)

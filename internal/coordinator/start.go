@@ -1,0 +1,220 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus/internal/discovery"
+	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/pkg/catalog"
+	"github.com/toolbus/toolbus/pkg/exposure"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// startSteps are the steps of Start, in order. The state they share lives
+// here, between the steps that make it and those that use it.
+func (c *Coordinator) startSteps() []startStep {
+	var (
+		catalogKV, turnsKV, approvalsKV jetstream.KeyValue
+		callsStream                     jetstream.Stream
+		workspace                       *exposure.Workspace
+		workspaceFP, policyFP           string
+		view                            *catalog.View
+		index                           *discovery.Index
+		sweep                           *sweeper
+	)
+	return []startStep{
+		{"", func(ctx context.Context) (func(context.Context) error, error) {
+			return nil, resources.Ensure(ctx, c.js, c.names, c.cfg.Resources)
+		}},
+		{"", func(ctx context.Context) (_ func(context.Context) error, err error) {
+			if catalogKV, err = c.js.KeyValue(ctx, c.names.CatalogBucket()); err != nil {
+				return nil, fmt.Errorf("catalog: %w", err)
+			}
+			if turnsKV, err = c.js.KeyValue(ctx, c.names.TurnsBucket()); err != nil {
+				return nil, fmt.Errorf("turns: %w", err)
+			}
+			if approvalsKV, err = c.js.KeyValue(ctx, c.names.ApprovalsBucket()); err != nil {
+				return nil, fmt.Errorf("approvals: %w", err)
+			}
+			if callsStream, err = c.js.Stream(ctx, c.names.CallsStream()); err != nil {
+				return nil, fmt.Errorf("calls stream: %w", err)
+			}
+			return nil, nil
+		}},
+		{"", func(context.Context) (_ func(context.Context) error, err error) {
+			if workspace, workspaceFP, err = loadWorkspace(c.cfg.WorkspaceDir); err != nil {
+				return nil, err
+			}
+			if c.cfg.PolicyFile != "" {
+				p, fp, err := loadPolicy(c.cfg.PolicyFile)
+				if err != nil {
+					return nil, err
+				}
+				c.policy.Store(p)
+				policyFP = fp
+			}
+			return nil, nil
+		}},
+		{"", func(context.Context) (func(context.Context) error, error) {
+			runCtx, cancel := context.WithCancel(context.Background())
+			view = catalog.NewView(catalogKV, c.log)
+			if err := view.Start(runCtx); err != nil {
+				cancel()
+				return nil, err
+			}
+			return func(context.Context) error { cancel(); return nil }, nil
+		}},
+		{"discovery", func(ctx context.Context) (_ func(context.Context) error, err error) {
+			indexKV, err := resources.EnsureIndexBucket(ctx, c.js, c.names, c.cfg.Resources)
+			if err != nil {
+				return nil, err
+			}
+			if index, err = discovery.New(discovery.Config{Catalog: view, Bucket: indexKV, Logger: c.log}); err != nil {
+				return nil, err
+			}
+			if err := index.Start(context.WithoutCancel(ctx)); err != nil {
+				return nil, err
+			}
+			return index.Stop, nil
+		}},
+		{"", func(context.Context) (func(context.Context) error, error) {
+			stream := &callStream{nc: c.nc, names: c.names, stream: callsStream, log: c.log}
+			sweep = c.buildRooms(view, index, exposure.NewResolver(workspace), catalogKV, turnsKV, approvalsKV, stream)
+			return nil, nil
+		}},
+		{"", c.serveAPI},
+		{"", func(context.Context) (func(context.Context) error, error) {
+			if err := sweep.start(); err != nil {
+				return nil, err
+			}
+			return func(context.Context) error { return sweep.stop() }, nil
+		}},
+		{"", func(context.Context) (func(context.Context) error, error) {
+			// Started means answering: the server has the subscriptions.
+			return nil, c.nc.FlushTimeout(requestTimeout)
+		}},
+		{"built-in tools", c.serveBuiltinTools},
+		{"", func(context.Context) (func(context.Context) error, error) {
+			var stops []func()
+			if c.cfg.WorkspaceDir != "" {
+				stops = append(stops, workspaceWatcher(c.cfg.WorkspaceDir, c.view.resolver, c.cfg.WorkspaceReloadInterval, c.log).start(workspaceFP))
+			}
+			if c.cfg.PolicyFile != "" {
+				stops = append(stops, policyWatcher(c.cfg.PolicyFile, &c.policy, c.cfg.WorkspaceReloadInterval, c.log).start(policyFP))
+			}
+			return func(context.Context) error {
+				for _, stop := range stops {
+					stop()
+				}
+				return nil
+			}, nil
+		}},
+	}
+}
+
+// buildRooms makes the rooms that do the coordinator's work, and returns
+// the sweeper for Start to start.
+func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, resolver *exposure.Resolver, catalogKV, turnsKV, approvalsKV jetstream.KeyValue, stream *callStream) *sweeper {
+	audit := (&auditor{names: c.names, js: c.js, log: c.log}).record
+	turns := &turns{store: bucket{turnsKV}}
+	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, maxWait: c.cfg.MaxWait, log: c.log}
+	c.view = &toolView{catalog: view, resolver: resolver, policy: &c.policy, turns: turns, index: index}
+	c.approvals = &approvals{
+		store:  bucket{approvalsKV},
+		ledger: c.ledger,
+		turns:  turns,
+		policy: &c.policy,
+		tool: func(name string) *messages.ToolDefinition {
+			if t, ok := view.Lookup(name); ok {
+				return &t.Definition
+			}
+			return nil
+		},
+		enqueue: func(ctx context.Context, call *messages.CallRequest) error {
+			_, err := queue.sendWait(ctx, call)
+			return err
+		},
+		audit:    audit,
+		grantTTL: c.cfg.GrantTTL,
+		settled:  c.cfg.SweepInterval,
+		log:      c.log,
+	}
+	c.submitter = &submitPipeline{
+		limits: submitLimits{
+			maxArgumentsBytes:   c.cfg.MaxArgumentsBytes,
+			defaultTimeout:      c.cfg.DefaultTimeout,
+			maxWait:             c.cfg.MaxWait,
+			approvalTTL:         c.cfg.ApprovalTTL,
+			failWhenUnavailable: c.cfg.FailWhenUnavailable,
+		},
+		tools:     view,
+		admission: c.view.admission,
+		schemas:   newSchemaCache(),
+		policy:    &c.policy,
+		grants:    c.approvals,
+		approvals: c.approvals,
+		audit:     audit,
+		queue:     queue,
+		tracer:    c.tracer,
+	}
+	c.switches = &toolSwitches{catalog: view, store: catalog.NewStore(catalogKV)}
+	c.calls = &calls{ledger: c.ledger, stream: stream, turns: turns, nc: c.nc, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
+	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, log: c.log}
+}
+
+// serveAPI adds the micro service and its endpoints. Its stop stops
+// answering and waits for the requests being handled until ctx ends.
+func (c *Coordinator) serveAPI(context.Context) (func(context.Context) error, error) {
+	svc, err := micro.AddService(c.nc, micro.Config{
+		Name:        messages.ServiceName,
+		Version:     Version,
+		Description: "Toolbus coordinator: tool catalog, calls and turns",
+	})
+	if err != nil {
+		return nil, err
+	}
+	stop := func(ctx context.Context) error {
+		err := svc.Stop()
+		done := make(chan struct{})
+		go func() { c.inflight.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+		return err
+	}
+	group := svc.AddGroup(c.names.APIGroup())
+	for endpoint, handler := range c.endpoints() {
+		name := strings.ReplaceAll(endpoint, ".", "_")
+		if err := group.AddEndpoint(name, c.serve(endpoint, handler), micro.WithEndpointSubject(endpoint)); err != nil {
+			return nil, errors.Join(fmt.Errorf("endpoint %s: %w", endpoint, err), stop(context.Background()))
+		}
+	}
+	return stop, nil
+}
+
+// serveBuiltinTools serves the tools Toolbus offers to models itself,
+// unless the Config leaves them out.
+func (c *Coordinator) serveBuiltinTools(ctx context.Context) (func(context.Context) error, error) {
+	if c.cfg.NoBuiltinTools {
+		return nil, nil
+	}
+	w, err := worker.New(worker.Config{Conn: c.nc, Prefix: c.cfg.Prefix, Logger: c.log.With("tools", "builtin"), TracerProvider: c.cfg.TracerProvider})
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Serve(worker.Namespace{Name: BuiltinNamespace, Tools: builtinTools(c.view.discover), Slots: 64}); err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	return w.Stop, nil
+}
