@@ -70,3 +70,6 @@ func pollerOf(w *Worker, namespace string) *poller {
 	}
 	return nil
 }
+
+// CommitRetries returns how many times the worker retried writing a result.
+func CommitRetries(w *Worker) int64 { return w.commitRetries.Load() }

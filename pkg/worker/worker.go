@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -216,6 +217,8 @@ type Worker struct {
 	// (see recordStart); it is armed while some call's start is due.
 	startSweep      *time.Timer
 	startSweepArmed bool
+	// commitRetries counts the retried writes of results.
+	commitRetries atomic.Int64
 }
 
 type namespace struct {
