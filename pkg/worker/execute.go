@@ -75,7 +75,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		Worker:   w.cfg.ID,
 		QueuedAt: req.QueuedAt,
 	}
-	if attempt > ns.MaxAttempts {
+	if attempt > ns.MaxAttempts && w.startedBefore(log, req.CallID) {
 		w.finish(msg, log, req.Notify, failure(base, messages.StateFailed, messages.ResultAttempts,
 			fmt.Sprintf("the call was delivered %d times and no attempt finished: the workers that took it stopped, lost their lease, or do not serve the tool", ns.MaxAttempts)))
 		end = slotRefused
@@ -317,4 +317,30 @@ func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, callID strin
 			return nil, errStopping
 		}
 	}
+}
+
+// startedBefore reports whether an earlier delivery of the call started
+// its tool, as far as the call's record says, on the consumer's extra
+// delivery past MaxAttempts. JetStream counts every delivery, including
+// those no worker ran (a worker that stopped while holding it, a call
+// handed back by a worker that does not serve the tool, a delivery to a
+// request whose worker is gone), so that count alone would fail calls
+// that never ran. A call with no started event runs on this last delivery
+// instead. A start is recorded once a tool has run for StartDelay, so a
+// worker that died sooner leaves none: its call may run once more, within
+// the consumer's MaxDeliver. A record that cannot be read counts as
+// started.
+func (w *Worker) startedBefore(log *callLog, callID string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
+	defer cancel()
+	snap, err := w.ledger.Snapshot(ctx, callID)
+	if err != nil {
+		log.Warn("the call's record could not be read on its last delivery", "error", err)
+		return true
+	}
+	if snap.Started != nil || snap.Result != nil {
+		return true
+	}
+	log.Info("no earlier delivery of the call started its tool; it runs on its last delivery")
+	return false
 }
