@@ -48,7 +48,8 @@
 //   - On the consumer's extra delivery past MaxAttempts, the call fails
 //     with max_attempts only if one of its deliveries started its tool (the
 //     ledger has its started event, recorded once a tool has run for
-//     StartDelay, or its result); otherwise it runs. Deliveries that no
+//     StartDelay or before a call whose tool ran is handed back, or its
+//     result); otherwise it runs. Deliveries that no
 //     worker ran (a worker that stopped or died while holding it, one that
 //     does not serve the tool) thus do not fail a call that never ran.
 //

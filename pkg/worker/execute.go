@@ -186,6 +186,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		reporter.close()
 		res, retry := w.interrupted(base, ctx)
 		if retry {
+			recordStart() // the tool ran: this attempt counts (see startedBefore)
 			acked(log, "handed back", msg.Nak())
 		} else {
 			w.finish(msg, log, req.Notify, res)
@@ -224,6 +225,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 	case ctx.Err() != nil:
 		res, retry := w.interrupted(base, ctx)
 		if retry {
+			recordStart() // the tool ran: this attempt counts (see startedBefore)
 			acked(log, "handed back", msg.Nak())
 		} else {
 			w.finish(msg, log, req.Notify, res)
@@ -233,6 +235,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		w.finish(msg, log, req.Notify, failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value)))
 	case errors.Is(out.err, ErrRetry):
 		log.Info("tool asked for another attempt", "error", out.err)
+		recordStart() // the tool ran: this attempt counts (see startedBefore)
 		acked(log, "handed back", msg.NakWithDelay(retryDelay))
 	default:
 		base.Status = messages.StateCompleted
@@ -326,8 +329,9 @@ func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, callID strin
 // handed back by a worker that does not serve the tool, a delivery to a
 // request whose worker is gone), so that count alone would fail calls
 // that never ran. A call with no started event runs on this last delivery
-// instead. A start is recorded once a tool has run for StartDelay, so a
-// worker that died sooner leaves none: its call may run once more, within
+// instead. A start is recorded once a tool has run for StartDelay, and
+// before a call whose tool ran is handed back; a worker that died sooner
+// leaves none: its call may run once more, within
 // the consumer's MaxDeliver. A record that cannot be read counts as
 // started.
 func (w *Worker) startedBefore(log *callLog, callID string) bool {
