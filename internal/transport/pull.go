@@ -36,7 +36,11 @@ type PullConfig struct {
 	BackoffMax time.Duration
 	// Deliver receives every delivered message, on the subscription's
 	// goroutine, while the count of messages asked for is locked: it must
-	// hand the message on without blocking. Required.
+	// hand the message on without blocking. Requests taken as lost may
+	// still deliver, beyond what free allowed (see Request): the caller
+	// must keep such a message until it can take it, and not hand it back,
+	// since every delivery counts against the consumer's MaxDeliver.
+	// Required.
 	Deliver func(*nats.Msg)
 	// Ready is called, from any goroutine and without locks held, when
 	// more may be asked for than before: a request ended, its requests
@@ -94,11 +98,18 @@ type PullRequester struct {
 	nc      *nats.Conn
 	cfg     PullConfig
 	subject string
-	inbox   string
-	sub     *nats.Subscription
 
-	mu    sync.Mutex
-	asked int // messages the outstanding requests still ask for
+	mu sync.Mutex
+	// inbox and sub answer the requests of the current generation: asked
+	// counts only what they ask for. When its requests are taken as lost, a
+	// new generation starts on a new inbox; the old subscription stays
+	// until its requests have expired on the server, and what arrives on it
+	// is delivered without being counted (see stale).
+	inbox string
+	sub   *nats.Subscription
+	gen   int
+	stale []*staleSub
+	asked int // messages the current generation's requests still ask for
 	// heard is when the subscription last received anything, or a request
 	// last went out; watch checks it while something is asked for.
 	heard    time.Time
@@ -122,19 +133,64 @@ func NewPullRequester(nc *nats.Conn, cfg PullConfig) (*PullRequester, error) {
 		nc:      nc,
 		cfg:     cfg,
 		subject: PullSubject(cfg.Stream, cfg.Consumer),
-		inbox:   nc.NewInbox(),
 	}
-	sub, err := nc.Subscribe(r.inbox+".*", r.onMsg)
+	if err := r.subscribeLocked(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// subscribeLocked starts a generation of requests on a new inbox.
+func (r *PullRequester) subscribeLocked() error {
+	gen, inbox := r.gen+1, r.nc.NewInbox()
+	sub, err := r.nc.Subscribe(inbox+".*", func(msg *nats.Msg) { r.onMsg(gen, msg) })
 	if err != nil {
-		return nil, fmt.Errorf("transport: subscribe to pull answers: %w", err)
+		return fmt.Errorf("transport: subscribe to pull answers: %w", err)
 	}
 	// Deliveries never outnumber what was asked for, which the caller bounds.
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
 		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("transport: subscribe to pull answers: %w", err)
+		return fmt.Errorf("transport: subscribe to pull answers: %w", err)
 	}
-	r.sub = sub
-	return r, nil
+	r.gen, r.inbox, r.sub = gen, inbox, sub
+	return nil
+}
+
+// newGenerationLocked forgets the current requests and answers the next
+// ones on a new inbox. The old inbox keeps its subscription until its
+// requests have expired on the server, so that a request taken as lost but
+// still alive (a slow link, a consumer leader that came back) delivers to
+// a subscriber, which holds the message rather than letting it wait out
+// AckWait; once unsubscribed, a delivery to it finds no interest, which the
+// server does not count as a delivery.
+func (r *PullRequester) newGenerationLocked() {
+	r.asked = 0
+	old := r.sub
+	if err := r.subscribeLocked(); err != nil {
+		// The connection is closed or closing: nothing will be delivered.
+		r.cfg.Logger.Warn("pull requests not renewed on a new inbox", "error", err)
+		return
+	}
+	stale := &staleSub{sub: old}
+	r.stale = append(r.stale, stale)
+	stale.end = time.AfterFunc(r.cfg.Expires+2*r.cfg.Heartbeat, func() {
+		r.mu.Lock()
+		for i, s := range r.stale {
+			if s == stale {
+				r.stale = append(r.stale[:i], r.stale[i+1:]...)
+				break
+			}
+		}
+		r.mu.Unlock()
+		_ = old.Unsubscribe()
+	})
+}
+
+// staleSub is the subscription of an earlier generation of requests, and
+// the timer that ends it.
+type staleSub struct {
+	sub *nats.Subscription
+	end *time.Timer
 }
 
 // PullSubject is the API subject of a consumer's next-message requests.
@@ -197,6 +253,14 @@ func (r *PullRequester) Request(free func() int) {
 	}
 }
 
+// Inbox returns the prefix of the reply subjects of the current requests:
+// a request's reply subject is the inbox, a dot and its batch size.
+func (r *PullRequester) Inbox() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inbox
+}
+
 // Asked returns how many messages the outstanding requests still ask for.
 func (r *PullRequester) Asked() int {
 	r.mu.Lock()
@@ -204,10 +268,13 @@ func (r *PullRequester) Asked() int {
 	return r.asked
 }
 
-// Forget forgets the outstanding requests, which a reconnect may have lost.
+// Forget forgets the outstanding requests, which a reconnect may have lost;
+// those that were not lost still deliver, uncounted.
 func (r *PullRequester) Forget() {
 	r.mu.Lock()
-	r.asked = 0
+	if !r.closed {
+		r.newGenerationLocked()
+	}
 	r.mu.Unlock()
 	r.cfg.Ready()
 }
@@ -224,8 +291,14 @@ func (r *PullRequester) Close() {
 	if r.retry != nil {
 		r.retry.Stop()
 	}
+	current, stale := r.sub, r.stale
+	r.stale = nil
 	r.mu.Unlock()
-	_ = r.sub.Unsubscribe()
+	_ = current.Unsubscribe()
+	for _, s := range stale {
+		s.end.Stop()
+		_ = s.sub.Unsubscribe()
+	}
 }
 
 // checkHeard runs twice the heartbeat interval after the subscription was
@@ -244,16 +317,27 @@ func (r *PullRequester) checkHeard() {
 		return
 	}
 	lost := r.asked
-	r.asked = 0
+	r.newGenerationLocked()
 	r.watching = false
 	r.mu.Unlock()
 	r.cfg.Logger.Info("pull requests lost: no message or heartbeat; asking again", "asked", lost, "silence", silence.Round(time.Millisecond))
 	r.cfg.Ready()
 }
 
-func (r *PullRequester) onMsg(msg *nats.Msg) {
+func (r *PullRequester) onMsg(gen int, msg *nats.Msg) {
 	status := msg.Header.Get("Status")
 	r.mu.Lock()
+	if gen != r.gen && !r.closed {
+		// An answer to a request of an earlier generation, already taken as
+		// lost: a message is delivered, uncounted, as the caller must take
+		// what the server delivered (see Deliver); statuses say nothing
+		// about the current requests.
+		if status == "" && msg.Reply != "" {
+			r.cfg.Deliver(msg)
+		}
+		r.mu.Unlock()
+		return
+	}
 	if r.closed {
 		r.mu.Unlock()
 		if status == "" && msg.Reply != "" {

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -307,4 +308,32 @@ func TestRefusedPullRequestBacksOff(t *testing.T) {
 	b.consumer(t)
 	b.publish(t, 1)
 	pullReceive(t, r.delivered, "the message once the consumer exists")
+}
+
+// Requests forgotten as lost may still be alive on the server and deliver:
+// their messages are delivered, beyond what was free, and do not count
+// against what the current requests still ask for.
+func TestForgottenPullRequestsDeliverUncounted(t *testing.T) {
+	b := setupPull(t)
+	b.consumer(t)
+	requests := b.requests(t)
+	r := b.requester(t, PullConfig{Expires: 30 * time.Second, Heartbeat: time.Second}, 2)
+	first := pullReceive(t, requests, "the first request")
+	r.Forget()
+	second := pullReceive(t, requests, "the request asked again after Forget")
+	if first.Reply == second.Reply || r.Asked() != 2 {
+		t.Fatalf("asked again on %s after %s, asking for %d; want a new inbox, asking for 2", second.Reply, first.Reply, r.Asked())
+	}
+	// The server shares the messages among its waiting requests.
+	b.publish(t, 2)
+	current := 0
+	for range 2 {
+		m := pullReceive(t, r.delivered, "a message")
+		if m.Sub.Subject == second.Reply[:strings.LastIndexByte(second.Reply, '.')]+".*" {
+			current++
+		}
+	}
+	if n := r.Asked(); n != 2-current {
+		t.Fatalf("%d messages asked for after %d of 2 went to the current request; want %d", n, current, 2-current)
+	}
 }

@@ -16,11 +16,57 @@
 // buffer while another worker is idle. A pull request asks the server for
 // idle heartbeats; requests not heard from for two heartbeat intervals are
 // taken as lost and asked again, and a refused request (the consumer is
-// missing) is asked again after a backoff. While a call runs, the worker tells
+// missing or has no leader, the request could not be sent) is asked again
+// after a backoff that doubles with each refusal in a row; one warning is
+// logged per run of refusals. While a call runs, the worker tells
 // JetStream it is still in progress every third of AckWait; if the worker
 // dies, the call is delivered again to another worker after AckWait. A
 // call's slot is freed once its result is stored and its message
 // acknowledged; the goroutine that ran the tool does not wait for that.
+//
+// # Deliveries and attempts
+//
+// JetStream counts every delivery of a message against the consumer's
+// MaxDeliver (MaxAttempts plus one): a message handed back (Nak, with or
+// without a delay) or left to expire after AckWait is delivered again with
+// its count one higher, and only InProgress extends a delivery without
+// counting. No acknowledgement gives a delivery back; the server itself
+// uncounts only a delivery that found no subscriber. So the worker never
+// hands back a call it has not run when it can keep it instead:
+//
+//   - A call delivered when no slot is free (a pull request taken as lost,
+//     because nothing was heard from it for two heartbeat intervals or the
+//     connection was re-established, answered after all, as after a
+//     consumer leader change) is held: its lease is renewed with the
+//     others', and it takes the next slot that frees, before anything new
+//     is asked for, as the same attempt. Requests taken as lost are asked
+//     again on a new inbox, and what their late answers deliver is not
+//     counted against the current requests, so the poller does not ask for
+//     more than it has room for. A call held for 4 AckWaits (2 minutes by
+//     default) is handed back, so that an idle worker can take it, and Stop
+//     hands back the held calls: these two cost a delivery.
+//   - On the consumer's extra delivery past MaxAttempts, the call fails
+//     with max_attempts only if one of its deliveries started its tool (the
+//     ledger has its started event, recorded once a tool has run for
+//     StartDelay or before a call whose tool ran is handed back, or its
+//     result); otherwise it runs. Deliveries that no
+//     worker ran (a worker that stopped or died while holding it, one that
+//     does not serve the tool) thus do not fail a call that never ran.
+//
+// # Storing a result
+//
+// A result is stored only if the call has none (first write wins), so a
+// write is safe to repeat: a retry after a write whose answer was lost
+// finds the result standing. A worker that has a result keeps trying to
+// store it, renewing the call's lease before each try, with a backoff from
+// 100ms doubling to 5s (or a third of AckWait, when shorter), each try
+// bounded by 10s (or a third of AckWait); it hands the call back only after
+// 10 minutes, or when Stop's context ends. Handing it back sooner would run
+// the tool again. Likewise, before running a call delivered again, the
+// worker reads whether an earlier attempt stored a result or was
+// cancelled; a failed read is retried the same way, the call leased, for
+// up to a minute, and the call is handed back, its tool not run, if the
+// record stays unreadable.
 //
 // A tool's own failure — an error returned by its function, or a Result with
 // IsError — is the call's answer, not a fault: it is not retried. Wrap an

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -74,7 +75,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		Worker:   w.cfg.ID,
 		QueuedAt: req.QueuedAt,
 	}
-	if attempt > ns.MaxAttempts {
+	if attempt > ns.MaxAttempts && w.startedBefore(log, req.CallID) {
 		w.finish(msg, log, req.Notify, failure(base, messages.StateFailed, messages.ResultAttempts,
 			fmt.Sprintf("the call was delivered %d times and no attempt finished: the workers that took it stopped, lost their lease, or do not serve the tool", ns.MaxAttempts)))
 		end = slotRefused
@@ -119,7 +120,29 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 	recordStart := func() { w.recordStart(f) }
 	base.StartedAt = now
 	if attempt > 1 {
-		if snap, err := w.ledger.Snapshot(ctx, req.CallID); err == nil {
+		snap, err := w.readBeforeRerun(ctx, log, req.CallID)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			res, retry := w.interrupted(base, ctx)
+			if retry {
+				acked(log, "handed back", msg.Nak())
+			} else {
+				w.finish(msg, log, req.Notify, res)
+			}
+			end = slotRefused
+			return
+		case errors.Is(err, errStopping):
+			acked(log, "handed back", msg.Nak())
+			end = slotRefused
+			return
+		case err != nil:
+			// The ledger unreadable for readGiveUp: the call goes back
+			// without its tool having run.
+			log.Warn("the call's earlier attempts could not be read; handing it back rather than running the tool again", "error", err)
+			acked(log, "handed back", msg.NakWithDelay(retryDelay))
+			end = slotRefused
+			return
+		default:
 			if snap.Result != nil {
 				// An earlier attempt committed the result and stopped before
 				// acknowledging the message: running the tool again would
@@ -163,6 +186,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		reporter.close()
 		res, retry := w.interrupted(base, ctx)
 		if retry {
+			recordStart() // the tool ran: this attempt counts (see startedBefore)
 			acked(log, "handed back", msg.Nak())
 		} else {
 			w.finish(msg, log, req.Notify, res)
@@ -201,6 +225,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 	case ctx.Err() != nil:
 		res, retry := w.interrupted(base, ctx)
 		if retry {
+			recordStart() // the tool ran: this attempt counts (see startedBefore)
 			acked(log, "handed back", msg.Nak())
 		} else {
 			w.finish(msg, log, req.Notify, res)
@@ -210,6 +235,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		w.finish(msg, log, req.Notify, failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value)))
 	case errors.Is(out.err, ErrRetry):
 		log.Info("tool asked for another attempt", "error", out.err)
+		recordStart() // the tool ran: this attempt counts (see startedBefore)
 		acked(log, "handed back", msg.NakWithDelay(retryDelay))
 	default:
 		base.Status = messages.StateCompleted
@@ -243,3 +269,82 @@ type panicError struct {
 }
 
 func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
+
+// readGiveUp bounds how long a worker retries reading a redelivered call's
+// record before it hands the call back without running it.
+const readGiveUp = time.Minute
+
+// errStopping ends the read of a redelivered call's record when the
+// worker stops taking calls.
+var errStopping = errors.New("the worker is stopping")
+
+// readBeforeRerun reads a redelivered call's record: whether an earlier
+// attempt stored its result, or a cancellation. Running the tool without
+// knowing could repeat its effects, so a failed read is retried, with the
+// backoff of commitAgain, while the call's lease is renewed (the call is
+// tracked), until the call's context ends, the worker stops, or readGiveUp
+// has passed.
+func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, callID string) (*ledger.Snapshot, error) {
+	giveUp := time.Now().Add(readGiveUp)
+	wait := commitRetryMin
+	maxWait := min(commitRetryMax, w.cfg.AckWait/3)
+	var retry *time.Timer
+	for tries := 1; ; tries++ {
+		readCtx, cancel := context.WithTimeout(ctx, w.commitTimeout())
+		snap, err := w.ledger.Snapshot(readCtx, callID)
+		cancel()
+		if err == nil {
+			if tries > 1 {
+				log.Info("the call's record was read after retrying", "tries", tries)
+			}
+			return snap, nil
+		}
+		if tries == 1 {
+			log.Warn("the call's record could not be read; retrying before the tool runs again", "error", err)
+		}
+		if time.Now().After(giveUp) {
+			return nil, fmt.Errorf("read the record of call %s (%d tries): %w", callID, tries, err)
+		}
+		if retry == nil {
+			retry = time.NewTimer(jitter(min(wait, maxWait)))
+			defer retry.Stop()
+		} else {
+			retry.Reset(jitter(min(wait, maxWait)))
+		}
+		wait *= 2
+		select {
+		case <-retry.C:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-w.fetchCtx.Done():
+			return nil, errStopping
+		}
+	}
+}
+
+// startedBefore reports whether an earlier delivery of the call started
+// its tool, as far as the call's record says, on the consumer's extra
+// delivery past MaxAttempts. JetStream counts every delivery, including
+// those no worker ran (a worker that stopped while holding it, a call
+// handed back by a worker that does not serve the tool, a delivery to a
+// request whose worker is gone), so that count alone would fail calls
+// that never ran. A call with no started event runs on this last delivery
+// instead. A start is recorded once a tool has run for StartDelay, and
+// before a call whose tool ran is handed back; a worker that died sooner
+// leaves none: its call may run once more, within
+// the consumer's MaxDeliver. A record that cannot be read counts as
+// started.
+func (w *Worker) startedBefore(log *callLog, callID string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
+	defer cancel()
+	snap, err := w.ledger.Snapshot(ctx, callID)
+	if err != nil {
+		log.Warn("the call's record could not be read on its last delivery", "error", err)
+		return true
+	}
+	if snap.Started != nil || snap.Result != nil {
+		return true
+	}
+	log.Info("no earlier delivery of the call started its tool; it runs on its last delivery")
+	return false
+}

@@ -40,3 +40,36 @@ func Slots(w *Worker, namespace string) SlotCounts {
 	}
 	return c
 }
+
+// Held returns how many calls of a namespace wait for a free slot, and how
+// many times the leases of held calls were renewed.
+func Held(w *Worker, namespace string) (held int, renewals int64) {
+	p := pollerOf(w, namespace)
+	if p == nil {
+		return 0, 0
+	}
+	return p.heldCount(), p.heldRenewals.Load()
+}
+
+// PullInbox returns the prefix of the reply subjects of a namespace's
+// current pull requests.
+func PullInbox(w *Worker, namespace string) string {
+	if p := pollerOf(w, namespace); p != nil {
+		return p.requests.Inbox()
+	}
+	return ""
+}
+
+func pollerOf(w *Worker, namespace string) *poller {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ns := range w.namespaces {
+		if ns.Name == namespace {
+			return ns.poller
+		}
+	}
+	return nil
+}
+
+// CommitRetries returns how many times the worker retried writing a result.
+func CommitRetries(w *Worker) int64 { return w.commitRetries.Load() }

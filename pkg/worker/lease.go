@@ -98,8 +98,8 @@ func (w *Worker) untrack(f *inflight) {
 	w.mu.Unlock()
 }
 
-// leaseLoop keeps the calls in flight leased: every third of AckWait it
-// tells JetStream they are in progress, and it checks the ledger for
+// leaseLoop keeps the calls in flight, and those held for a slot, leased:
+// every third of AckWait it tells JetStream they are in progress, and it checks the ledger for
 // cancellations whose signal this worker may have missed.
 func (w *Worker) leaseLoop(ctx context.Context) {
 	defer w.bg.Done()
@@ -109,9 +109,14 @@ func (w *Worker) leaseLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case now := <-t.C:
 			var ids []string
 			w.mu.Lock()
+			for _, ns := range w.namespaces {
+				if ns.poller != nil {
+					ns.poller.renewHeld(now)
+				}
+			}
 			for id, f := range w.inflight {
 				if err := f.msg.InProgress(); err != nil {
 					w.log.Warn("lease renewal failed", "call", id, "error", err)

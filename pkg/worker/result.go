@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -81,46 +82,135 @@ func failure(base messages.CallResult, status messages.CallState, code, message 
 	return base
 }
 
-// finish commits the result and removes the call from the queue. A result
-// already committed by another attempt stands; this one is dropped.
-func (w *Worker) finish(msg jetstream.Msg, log interface {
+// logger is what the result's paths log with: a callLog, or the worker's.
+type logger interface {
 	Warn(string, ...any)
 	Info(string, ...any)
-}, notify string, res messages.CallResult) {
+}
+
+// finish commits the result and removes the call from the queue. A result
+// already committed by another attempt stands; this one is dropped. A
+// write that fails is retried (see commitAgain).
+func (w *Worker) finish(msg jetstream.Msg, log logger, notify string, res messages.CallResult) {
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = time.Now().UTC()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
 	defer cancel()
 	won, err := w.ledger.Commit(ctx, &res, notify)
-	settle(msg, log, res.Status, won, err)
+	if err != nil {
+		w.commitAgain(msg, log, &res, notify, err)
+		return
+	}
+	settle(msg, log, res.Status, won, nil)
 }
 
 // finishThen is finish without waiting for the stream: the message is
 // settled, and the call's slot released, once the stream has answered the
-// result's write, on the ledger's goroutine. The slot stays taken until then.
+// result's write, on the ledger's goroutine. The slot stays taken until
+// then, and while a failed write is retried.
 func (w *Worker) finishThen(msg jetstream.Msg, log *callLog, notify string, res messages.CallResult, s *slot) {
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = time.Now().UTC()
 	}
 	status := res.Status
-	err := w.ledger.CommitThen(&res, notify, writeTimeout, func(won bool, err error) {
-		settle(msg, log, status, won, err)
+	retry := func(err error) {
+		w.goroutines.Go(func() {
+			w.commitAgain(msg, log, &res, notify, err)
+			s.Release(slotCommitted)
+		})
+	}
+	err := w.ledger.CommitThen(&res, notify, w.commitTimeout(), func(won bool, err error) {
+		if err != nil {
+			retry(err)
+			return
+		}
+		settle(msg, log, status, won, nil)
 		s.Release(slotCommitted)
 	})
 	if err != nil {
-		settle(msg, log, status, false, err)
-		s.Release(slotCommitted)
+		retry(err)
 	}
 }
+
+// The retries of a result's write that failed (no answer within the
+// timeout, no responders while the events stream has no leader, ...).
+const (
+	// commitRetryMin is the wait before the first retry; it doubles with
+	// each failure, with jitter, up to commitRetryMax (or a third of
+	// AckWait, when shorter, so that the lease is renewed in time).
+	commitRetryMin = 100 * time.Millisecond
+	commitRetryMax = 5 * time.Second
+	// commitGiveUp is how long a worker keeps trying to store a result
+	// before it hands the call back, at the risk of the tool running again.
+	commitGiveUp = 10 * time.Minute
+)
+
+// commitTimeout bounds one write of a result: writeTimeout, or a third of
+// AckWait when shorter, so that a lease renewed before the write still
+// holds when it times out.
+func (w *Worker) commitTimeout() time.Duration { return min(writeTimeout, w.cfg.AckWait/3) }
+
+// commitAgain keeps trying to store the result of a call whose tool ran,
+// while it holds the call's message: before each try it renews the lease,
+// so that the call is not delivered again meanwhile. Running the tool again
+// would repeat its effects, and the next attempt could not read the ledger
+// either; the write itself is safe to repeat, since a result is only stored
+// if the call has none (a try whose answer was lost makes the next one
+// find this result standing). It hands the call back after commitGiveUp,
+// or when Stop gives up on the calls still running.
+func (w *Worker) commitAgain(msg jetstream.Msg, log logger, res *messages.CallResult, notify string, err error) {
+	log.Warn("result not stored; retrying while the call's lease is held", "error", err)
+	giveUp := time.Now().Add(commitGiveUp)
+	wait := commitRetryMin
+	maxWait := min(commitRetryMax, w.cfg.AckWait/3)
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for tries := 1; ; tries++ {
+		retry.Reset(jitter(min(wait, maxWait)))
+		select {
+		case <-retry.C:
+		case <-w.abandon:
+			log.Warn("worker stopping: result not stored; the call will be delivered again", "error", err, "tries", tries)
+			acked(log, "handed back", msg.Nak())
+			return
+		}
+		wait *= 2
+		if lerr := msg.InProgress(); lerr != nil {
+			log.Warn("lease renewal failed while storing the result", "error", lerr)
+		}
+		w.commitRetries.Add(1)
+		ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
+		var won bool
+		won, err = w.ledger.Commit(ctx, res, notify)
+		cancel()
+		if err == nil {
+			if !won {
+				// An earlier try may have stored it and lost its answer.
+				log.Info("a result of the call is stored", "tries", tries+1)
+				acked(log, "acknowledged", msg.Ack())
+				return
+			}
+			log.Info("result stored after retrying", "tries", tries+1)
+			settle(msg, log, res.Status, true, nil)
+			return
+		}
+		if time.Now().After(giveUp) {
+			log.Warn("result not stored; giving up and handing the call back", "error", err, "tries", tries+1, "after", commitGiveUp)
+			acked(log, "handed back", msg.NakWithDelay(retryDelay))
+			return
+		}
+	}
+}
+
+// jitter returns a wait between half of d and d, so that the workers that
+// failed together do not retry in step.
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 
 // settle acknowledges a call's message once its result is committed,
 // terminates it when another attempt's result stands or the call was
 // cancelled, and hands it back when the result could not be stored.
-func settle(msg jetstream.Msg, log interface {
-	Warn(string, ...any)
-	Info(string, ...any)
-}, status messages.CallState, won bool, err error) {
+func settle(msg jetstream.Msg, log logger, status messages.CallState, won bool, err error) {
 	if err != nil {
 		// The message stays unacknowledged and is delivered again; the next
 		// attempt sees whether this result was stored after all.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -216,6 +217,8 @@ type Worker struct {
 	// (see recordStart); it is armed while some call's start is due.
 	startSweep      *time.Timer
 	startSweepArmed bool
+	// commitRetries counts the retried writes of results.
+	commitRetries atomic.Int64
 }
 
 type namespace struct {
@@ -428,7 +431,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	for _, ns := range nss {
 		durable, _ := w.names.NamespaceConsumer(ns.Name)
-		p, err := newPoller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, w.goroutines,
+		p, err := newPoller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, holdAckWaits*w.cfg.AckWait, w.goroutines,
 			func(m *transport.PullMsg, s *slot) { w.execute(ns, m, s) }, w.log.With("namespace", ns.Name))
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
