@@ -55,6 +55,12 @@ type Config struct {
 	// the sweeper ends it; workers end the calls they hold themselves.
 	// Defaults to 30s.
 	SweepGrace time.Duration
+	// UnavailableWait bounds how long a request waits for JetStream while
+	// a stream or bucket it needs does not answer (in a cluster, while its
+	// replicas elect a leader): the request's reads and writes are retried
+	// with backoff within its own deadline and at most this long, and only
+	// then refused with unavailable. Defaults to DefaultUnavailableWait (10s).
+	UnavailableWait time.Duration
 	// WorkspaceDir holds the exposure workspace: bundles/*.yaml and
 	// agents/*.yaml. Without it every namespace is a bundle of its own.
 	WorkspaceDir string
@@ -114,6 +120,9 @@ func (c Config) withDefaults() Config {
 	if c.SweepGrace == 0 {
 		c.SweepGrace = 30 * time.Second
 	}
+	if c.UnavailableWait == 0 {
+		c.UnavailableWait = DefaultUnavailableWait
+	}
 	if c.ApprovalTTL == 0 {
 		c.ApprovalTTL = 24 * time.Hour
 	}
@@ -161,6 +170,7 @@ func (c Config) validate() error {
 		{"MaxWait", c.MaxWait},
 		{"SweepInterval", c.SweepInterval},
 		{"SweepGrace", c.SweepGrace},
+		{"UnavailableWait", c.UnavailableWait},
 		{"WorkspaceReloadInterval", c.WorkspaceReloadInterval},
 		{"ApprovalTTL", c.ApprovalTTL},
 		{"GrantTTL", c.GrantTTL},
