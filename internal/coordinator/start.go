@@ -123,8 +123,8 @@ func (c *Coordinator) startSteps() []startStep {
 // the sweeper for Start to start.
 func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, resolver *exposure.Resolver, catalogKV, turnsKV, approvalsKV jetstream.KeyValue, stream *callStream) *sweeper {
 	audit := (&auditor{names: c.names, js: c.js, log: c.log}).record
-	turns := &turns{store: bucket{turnsKV}}
-	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, maxWait: c.cfg.MaxWait, log: c.log}
+	turns := &turns{store: bucket{turnsKV}, wait: c.cfg.UnavailableWait}
+	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, maxWait: c.cfg.MaxWait, unavailableWait: c.cfg.UnavailableWait, log: c.log}
 	c.view = &toolView{catalog: view, resolver: resolver, policy: &c.policy, turns: turns, index: index}
 	c.approvals = &approvals{
 		store:  bucket{approvalsKV},

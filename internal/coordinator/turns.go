@@ -16,6 +16,18 @@ import (
 // the turns bucket.
 type turns struct {
 	store kvStore
+	// wait bounds the retries of a read or write while the bucket does
+	// not answer (Config.UnavailableWait); 0 is DefaultUnavailableWait.
+	wait time.Duration
+}
+
+// retry runs op on the bucket as retryTransient does.
+func (ts *turns) retry(ctx context.Context, op func(ctx context.Context) error) error {
+	wait := ts.wait
+	if wait <= 0 {
+		wait = DefaultUnavailableWait
+	}
+	return retryTransient(ctx, wait, op)
 }
 
 // turnRecord is a turn's saved state with the revision it was read at.
@@ -73,7 +85,12 @@ func (ts *turns) load(ctx context.Context, turn string) (*turnRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	value, revision, err := ts.store.Get(ctx, key)
+	var value []byte
+	var revision uint64
+	err = ts.retry(ctx, func(ctx context.Context) (err error) {
+		value, revision, err = ts.store.Get(ctx, key)
+		return err
+	})
 	if errors.Is(err, errNoKey) {
 		return &turnRecord{state: messages.TurnState{Turn: turn}}, nil
 	}
@@ -99,11 +116,16 @@ func (ts *turns) save(ctx context.Context, t *turnRecord) error {
 	if err != nil {
 		return err
 	}
-	if t.revision == 0 {
-		_, err = ts.store.Create(ctx, key, data)
-	} else {
-		_, err = ts.store.Update(ctx, key, data, t.revision)
-	}
+	// A write retried after its first attempt was stored unanswered
+	// finds the key changed, and the update starts over from a read.
+	err = ts.retry(ctx, func(ctx context.Context) (err error) {
+		if t.revision == 0 {
+			_, err = ts.store.Create(ctx, key, data)
+		} else {
+			_, err = ts.store.Update(ctx, key, data, t.revision)
+		}
+		return err
+	})
 	if errors.Is(err, errKeyExists) || errors.Is(err, errStale) {
 		return errTurnChanged
 	}
@@ -149,7 +171,8 @@ func (ts *turns) addDiscovered(ctx context.Context, turn, agent string, names []
 	return err
 }
 
-// fileCall records that the call belongs to its turn.
+// fileCall records that the call belongs to its turn. The write is the
+// same however often it is retried.
 func (ts *turns) fileCall(ctx context.Context, call *messages.CallRequest) error {
 	if call.Turn == "" {
 		return nil
@@ -162,7 +185,10 @@ func (ts *turns) fileCall(ctx context.Context, call *messages.CallRequest) error
 	if err != nil {
 		return err
 	}
-	_, err = ts.store.Put(ctx, key, rec)
+	err = ts.retry(ctx, func(ctx context.Context) error {
+		_, err := ts.store.Put(ctx, key, rec)
+		return err
+	})
 	return unavailable(err, "file call %s under turn %s", call.CallID, call.Turn)
 }
 
@@ -172,7 +198,11 @@ func (ts *turns) callIDs(ctx context.Context, turn string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := ts.store.Keys(ctx, filter)
+	var keys []string
+	err = ts.retry(ctx, func(ctx context.Context) (err error) {
+		keys, err = ts.store.Keys(ctx, filter)
+		return err
+	})
 	if err != nil {
 		return nil, unavailable(err, "list calls of turn %s", turn)
 	}
