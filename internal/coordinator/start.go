@@ -123,11 +123,11 @@ func (c *Coordinator) startSteps() []startStep {
 // the sweeper for Start to start.
 func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, resolver *exposure.Resolver, catalogKV, turnsKV, approvalsKV jetstream.KeyValue, stream *callStream) *sweeper {
 	audit := (&auditor{names: c.names, js: c.js, log: c.log}).record
-	turns := &turns{store: bucket{turnsKV}, wait: c.cfg.UnavailableWait}
+	turns := &turns{store: bucket{turnsKV, c.cfg.UnavailableWait}}
 	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, maxWait: c.cfg.MaxWait, unavailableWait: c.cfg.UnavailableWait, log: c.log}
 	c.view = &toolView{catalog: view, resolver: resolver, policy: &c.policy, turns: turns, index: index}
 	c.approvals = &approvals{
-		store:  bucket{approvalsKV},
+		store:  bucket{approvalsKV, c.cfg.UnavailableWait},
 		ledger: c.ledger,
 		turns:  turns,
 		policy: &c.policy,
@@ -153,6 +153,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 			maxWait:             c.cfg.MaxWait,
 			approvalTTL:         c.cfg.ApprovalTTL,
 			failWhenUnavailable: c.cfg.FailWhenUnavailable,
+			unavailableWait:     c.cfg.UnavailableWait,
 		},
 		tools:     view,
 		admission: c.view.admission,
@@ -165,7 +166,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 		tracer:    c.tracer,
 	}
 	c.switches = &toolSwitches{catalog: view, store: catalog.NewStore(catalogKV)}
-	c.calls = &calls{ledger: c.ledger, stream: stream, turns: turns, nc: c.nc, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
+	c.calls = &calls{ledger: c.ledger, wait: c.cfg.UnavailableWait, stream: stream, turns: turns, nc: c.nc, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
 	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, unavailableWait: c.cfg.UnavailableWait, log: c.log}
 }
 

@@ -44,6 +44,9 @@ type submitLimits struct {
 	maxWait             time.Duration
 	approvalTTL         time.Duration
 	failWhenUnavailable bool
+	// unavailableWait bounds the retries of a read while JetStream does
+	// not answer (Config.UnavailableWait); 0 is DefaultUnavailableWait.
+	unavailableWait time.Duration
 }
 
 // toolCatalog is what admission reads of the catalog.
@@ -174,7 +177,16 @@ func validateSubmitOptions(sr *messages.SubmitRequest) error {
 // it is in the catalog, enabled, served if it must be, and the agent's
 // exposure rules do not exclude it.
 func (p *submitPipeline) admit(ctx context.Context, agent string, name messages.ToolName) (*catalog.Tool, *exposure.Admission, error) {
-	tool, ok, err := p.tools.Get(ctx, name)
+	var tool *catalog.Tool
+	var ok bool
+	wait := p.limits.unavailableWait
+	if wait <= 0 {
+		wait = DefaultUnavailableWait
+	}
+	err := retryTransient(ctx, wait, func(ctx context.Context) (err error) {
+		tool, ok, err = p.tools.Get(ctx, name)
+		return err
+	})
 	if err != nil {
 		return nil, nil, unavailable(err, "read tool %s", name)
 	}

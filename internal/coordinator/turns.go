@@ -16,18 +16,6 @@ import (
 // the turns bucket.
 type turns struct {
 	store kvStore
-	// wait bounds the retries of a read or write while the bucket does
-	// not answer (Config.UnavailableWait); 0 is DefaultUnavailableWait.
-	wait time.Duration
-}
-
-// retry runs op on the bucket as retryTransient does.
-func (ts *turns) retry(ctx context.Context, op func(ctx context.Context) error) error {
-	wait := ts.wait
-	if wait <= 0 {
-		wait = DefaultUnavailableWait
-	}
-	return retryTransient(ctx, wait, op)
 }
 
 // turnRecord is a turn's saved state with the revision it was read at.
@@ -85,12 +73,7 @@ func (ts *turns) load(ctx context.Context, turn string) (*turnRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	var value []byte
-	var revision uint64
-	err = ts.retry(ctx, func(ctx context.Context) (err error) {
-		value, revision, err = ts.store.Get(ctx, key)
-		return err
-	})
+	value, revision, err := ts.store.Get(ctx, key)
 	if errors.Is(err, errNoKey) {
 		return &turnRecord{state: messages.TurnState{Turn: turn}}, nil
 	}
@@ -116,16 +99,11 @@ func (ts *turns) save(ctx context.Context, t *turnRecord) error {
 	if err != nil {
 		return err
 	}
-	// A write retried after its first attempt was stored unanswered
-	// finds the key changed, and the update starts over from a read.
-	err = ts.retry(ctx, func(ctx context.Context) (err error) {
-		if t.revision == 0 {
-			_, err = ts.store.Create(ctx, key, data)
-		} else {
-			_, err = ts.store.Update(ctx, key, data, t.revision)
-		}
-		return err
-	})
+	if t.revision == 0 {
+		_, err = ts.store.Create(ctx, key, data)
+	} else {
+		_, err = ts.store.Update(ctx, key, data, t.revision)
+	}
 	if errors.Is(err, errKeyExists) || errors.Is(err, errStale) {
 		return errTurnChanged
 	}
@@ -185,10 +163,7 @@ func (ts *turns) fileCall(ctx context.Context, call *messages.CallRequest) error
 	if err != nil {
 		return err
 	}
-	err = ts.retry(ctx, func(ctx context.Context) error {
-		_, err := ts.store.Put(ctx, key, rec)
-		return err
-	})
+	_, err = ts.store.Put(ctx, key, rec)
 	return unavailable(err, "file call %s under turn %s", call.CallID, call.Turn)
 }
 
@@ -198,11 +173,7 @@ func (ts *turns) callIDs(ctx context.Context, turn string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var keys []string
-	err = ts.retry(ctx, func(ctx context.Context) (err error) {
-		keys, err = ts.store.Keys(ctx, filter)
-		return err
-	})
+	keys, err := ts.store.Keys(ctx, filter)
 	if err != nil {
 		return nil, unavailable(err, "list calls of turn %s", turn)
 	}
