@@ -128,7 +128,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 	c.view = &toolView{catalog: view, resolver: resolver, policy: &c.policy, turns: turns, index: index}
 	c.approvals = &approvals{
 		store:  bucket{approvalsKV, c.cfg.UnavailableWait},
-		ledger: c.ledger,
+		ledger: retryingLedger{c.ledger, c.cfg.UnavailableWait},
 		turns:  turns,
 		policy: &c.policy,
 		tool: func(name string) *messages.ToolDefinition {
