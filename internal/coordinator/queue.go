@@ -111,8 +111,7 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	bg, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	s := &sending{q: q, ctx: bg, cancel: cancel, call: call, then: then}
+	s := &sending{q: q, parent: ctx, deadline: deadline, call: call, then: then}
 	s.parts.Store(2)
 	if call.Turn != "" {
 		s.parts.Add(1)
@@ -120,17 +119,20 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 	// Sent in this order on one connection, the queued event reaches the
 	// events stream before a worker can see the call, so it comes before
 	// the call's other events.
-	record := &retryingPublish{q: q, msg: queuedMsg, deadline: deadline, then: s.recorded}
+	s.record = retryingPublish{q: q, msg: queuedMsg, deadline: deadline, then: s.recorded}
+	s.queue = retryingPublish{q: q, msg: msg, deadline: deadline, then: s.queued}
+	record := &s.record
 	if err := q.writes.PublishThen(queuedMsg, record.timeout(), record.acked); err != nil && !transient(err) {
-		cancel()
 		return messages.Errorf(messages.CodeUnavailable, "record call: %v", err)
 	} else if err != nil {
 		record.acked(0, false, err)
 	}
-	(&retryingPublish{q: q, msg: msg, deadline: deadline, then: s.queued}).publish()
+	s.queue.publish()
 	if call.Turn != "" {
 		go func() {
-			s.turnErr = q.turns.fileCall(bg, call)
+			ctx, cancel := s.context()
+			defer cancel()
+			s.turnErr = q.turns.fileCall(ctx, call)
 			s.partDone()
 		}()
 	}
@@ -198,12 +200,16 @@ func (r *retryingPublish) acked(_ uint64, duplicate bool, err error) {
 // sending collects the outcomes of send's writes.
 type sending struct {
 	q *callQueue
-	// ctx bounds the work left once the writes are answered.
-	ctx    context.Context
-	cancel context.CancelFunc
-	call   *messages.CallRequest
-	then   func(duplicate bool, err error)
-	parts  atomic.Int32
+	// parent is the submit's context, which may end before the writes are
+	// answered; deadline bounds them and the work they leave.
+	parent   context.Context
+	deadline time.Time
+	call     *messages.CallRequest
+	then     func(duplicate bool, err error)
+	parts    atomic.Int32
+
+	// record writes the queued event, queue the call.
+	record, queue retryingPublish
 
 	recordErr, queueErr, turnErr    error
 	recordDuplicate, queueDuplicate bool
@@ -229,21 +235,26 @@ func (s *sending) partDone() {
 		q.log.Warn("call not filed under its turn", "call", call.CallID, "turn", call.Turn, "error", s.turnErr)
 	}
 	if s.queueErr == nil && s.recordErr == nil && !s.queueDuplicate && !s.recordDuplicate {
-		s.cancel()
 		s.then(false, nil)
 		return
 	}
 	// Off the ledger's goroutine: what is left reads and writes.
 	go func() {
-		defer s.cancel()
-		s.then(s.settle())
+		ctx, cancel := s.context()
+		defer cancel()
+		s.then(s.settle(ctx))
 	}()
+}
+
+// context is the submit's context without its end, ending at the deadline.
+func (s *sending) context() (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.WithoutCancel(s.parent), s.deadline)
 }
 
 // settle decides the outcome of a send that did not simply store both
 // writes: a duplicate (another submit's call, or a retried write of this
 // one) or a failure.
-func (s *sending) settle() (duplicate bool, err error) {
+func (s *sending) settle(ctx context.Context) (duplicate bool, err error) {
 	q, call := s.q, s.call
 	if s.recordErr != nil {
 		if s.queueErr == nil {
@@ -254,7 +265,7 @@ func (s *sending) settle() (duplicate bool, err error) {
 		return false, messages.Errorf(messages.CodeUnavailable, "record call %s: %v", call.CallID, s.recordErr)
 	}
 	// The ledger has a queued event of this call ID; whose?
-	ours, err := q.ownsCall(s.ctx, call, s.recordDuplicate)
+	ours, err := q.ownsCall(ctx, call, s.recordDuplicate)
 	if err != nil {
 		return false, unavailable(err, "read call %s", call.CallID)
 	}
@@ -262,7 +273,7 @@ func (s *sending) settle() (duplicate bool, err error) {
 		if ours {
 			// The ledger shows the call; it must not wait forever for a worker.
 			res := endResult(call, messages.StateFailed, messages.ResultWorkerError, "the call could not be queued: "+s.queueErr.Error())
-			if err := retryTransient(s.ctx, q.retryBound(), func(ctx context.Context) error {
+			if err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) error {
 				_, err := q.writes.Commit(ctx, &res, call.Notify)
 				return err
 			}); err != nil {
