@@ -107,7 +107,8 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 	queuedMsg.Header.Set(messages.HeaderMsgID, queuedMsgID(call.CallID))
 	// The quiet submit's context ends when its handler returns; the
 	// writes go on until their own deadline.
-	deadline := time.Now().Add(q.retryBound())
+	now := time.Now()
+	deadline := now.Add(q.retryBound())
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -121,6 +122,7 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 	// the call's other events.
 	s.record = retryingPublish{q: q, msg: queuedMsg, deadline: deadline, then: s.recorded}
 	s.queue = retryingPublish{q: q, msg: msg, deadline: deadline, then: s.queued}
+	s.record.start, s.queue.start = now, now
 	record := &s.record
 	if err := q.writes.PublishThen(queuedMsg, record.timeout(), record.acked); err != nil && !transient(err) {
 		return messages.Errorf(messages.CodeUnavailable, "record call: %v", err)
@@ -153,10 +155,10 @@ func (q *callQueue) retryBound() time.Duration {
 // timer's: whether the stream had the message ID already (also when
 // another publish of it was in process), or the error.
 type retryingPublish struct {
-	q        *callQueue
-	msg      *nats.Msg
-	deadline time.Time
-	then     func(duplicate bool, err error)
+	q               *callQueue
+	msg             *nats.Msg
+	start, deadline time.Time
+	then            func(duplicate bool, err error)
 
 	b        backoff
 	attempts int
@@ -191,7 +193,7 @@ func (r *retryingPublish) acked(_ uint64, duplicate bool, err error) {
 	}
 	pause := r.b.pause()
 	if time.Until(r.deadline) <= pause {
-		r.then(false, gaveUp(r.attempts, r.q.retryBound()-time.Until(r.deadline), err))
+		r.then(false, gaveUp(r.attempts, time.Since(r.start), err))
 		return
 	}
 	time.AfterFunc(pause, r.publish)
