@@ -32,7 +32,9 @@ type callQueue struct {
 	// unavailableWait bounds how long a write or read is retried while
 	// JetStream does not answer (Config.UnavailableWait).
 	unavailableWait time.Duration
-	log             *slog.Logger
+	// unqueue removes a call from the calls stream; nil in tests.
+	unqueue func(ctx context.Context, seq uint64, callID string)
+	log     *slog.Logger
 }
 
 // callWriter is what sending a call writes with: the ledger's events and
@@ -162,6 +164,8 @@ type retryingPublish struct {
 
 	b        backoff
 	attempts int
+	// seq is where the stream stored the message.
+	seq uint64
 }
 
 // timeout bounds the wait for one acknowledgement.
@@ -175,10 +179,11 @@ func (r *retryingPublish) publish() {
 	}
 }
 
-func (r *retryingPublish) acked(_ uint64, duplicate bool, err error) {
+func (r *retryingPublish) acked(seq uint64, duplicate bool, err error) {
 	r.attempts++
 	switch {
 	case err == nil:
+		r.seq = seq
 		r.then(duplicate, nil)
 		return
 	case duplicateInProcess(err):
@@ -240,9 +245,11 @@ func (s *sending) partDone() {
 		s.then(false, nil)
 		return
 	}
-	// Off the ledger's goroutine: what is left reads and writes.
+	// Off the ledger's goroutine: what is left reads and writes. A write
+	// that gave up did so at the deadline; what it leaves to clean up
+	// (a failed result, a call to unqueue) has a bound of its own.
 	go func() {
-		ctx, cancel := s.context()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.parent), q.retryBound())
 		defer cancel()
 		s.then(s.settle(ctx))
 	}()
@@ -259,10 +266,13 @@ func (s *sending) context() (context.Context, context.CancelFunc) {
 func (s *sending) settle(ctx context.Context) (duplicate bool, err error) {
 	q, call := s.q, s.call
 	if s.recordErr != nil {
-		if s.queueErr == nil {
-			// The call is queued and may run, but calls.get would not
-			// know it until a worker records its start.
-			q.log.Error("call queued without its queued event", "call", call.CallID, "error", s.recordErr)
+		if s.queueErr == nil && !s.queueDuplicate {
+			// The call is queued without its record: it leaves the queue,
+			// as the caller is told it was not queued.
+			q.log.Warn("call queued without its queued event; removing it", "call", call.CallID, "error", s.recordErr)
+			if q.unqueue != nil {
+				q.unqueue(ctx, s.queue.seq, call.CallID)
+			}
 		}
 		return false, messages.Errorf(messages.CodeUnavailable, "record call %s: %v", call.CallID, s.recordErr)
 	}

@@ -125,6 +125,13 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 	audit := (&auditor{names: c.names, js: c.js, log: c.log}).record
 	turns := &turns{store: bucket{turnsKV, c.cfg.UnavailableWait}}
 	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, maxWait: c.cfg.MaxWait, unavailableWait: c.cfg.UnavailableWait, log: c.log}
+	queue.unqueue = func(ctx context.Context, seq uint64, callID string) {
+		if err := retryTransient(ctx, c.cfg.UnavailableWait, func(ctx context.Context) error {
+			return stream.delete(ctx, seq)
+		}); err != nil {
+			c.log.Error("a call queued without its record stays queued", "call", callID, "seq", seq, "error", err)
+		}
+	}
 	c.view = &toolView{catalog: view, resolver: resolver, policy: &c.policy, turns: turns, index: index}
 	c.approvals = &approvals{
 		store:  bucket{approvalsKV, c.cfg.UnavailableWait},

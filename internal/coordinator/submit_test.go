@@ -443,7 +443,10 @@ func (f *fakeWriter) PublishThen(msg *nats.Msg, _ time.Duration, then func(uint6
 	return nil
 }
 
-func (f *fakeWriter) Commit(_ context.Context, res *messages.CallResult, _ string) (bool, error) {
+func (f *fakeWriter) Commit(ctx context.Context, res *messages.CallResult, _ string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.committed = append(f.committed, res)
@@ -530,6 +533,7 @@ func TestEnqueue(t *testing.T) {
 		wantCommitted messages.CallState
 		wantFiled     bool
 		wantCalls     int // publishes of the call
+		wantUnqueued  bool
 	}{
 		{name: "queued", wantCalls: 1},
 		{name: "queued and filed under its turn", turn: "turn-1", wantFiled: true, wantCalls: 1},
@@ -541,7 +545,7 @@ func TestEnqueue(t *testing.T) {
 		{name: "queued after the stream had no leader", failFirst: map[string][]error{callSubject: {noLeader, noLeader, noLeader}}, wantCalls: 4},
 		{name: "recorded after the stream had no leader", failFirst: map[string][]error{"events.": {noLeader, noLeader}}, wantCalls: 1},
 		{name: "retried write stored twice", failFirst: map[string][]error{"events.": {noLeader}}, duplicate: map[string]bool{"events.": true, callSubject: true}, wantCalls: 1},
-		{name: "never recorded", fail: map[string]error{"events.": noLeader}, want: messages.CodeUnavailable, wantCalls: 1},
+		{name: "never recorded", fail: map[string]error{"events.": noLeader}, want: messages.CodeUnavailable, wantCalls: 1, wantUnqueued: true},
 		{name: "not queued: failed in the ledger", fail: map[string]error{callSubject: refused}, want: messages.CodeUnavailable, wantCommitted: messages.StateFailed, wantCalls: 1},
 		{name: "not queued for long: failed in the ledger", fail: map[string]error{callSubject: noLeader}, want: messages.CodeUnavailable, wantCommitted: messages.StateFailed},
 		{name: "neither recorded nor queued", fail: map[string]error{callSubject: refused, "events.": refused}, want: messages.CodeUnavailable, wantCalls: 1},
@@ -555,7 +559,12 @@ func TestEnqueue(t *testing.T) {
 				reader.queued["c1"] = tc.inLedger
 			}
 			turnStore := newMemStore()
-			p := &submitPipeline{queue: &callQueue{names: names, writes: writer, reads: reader, turns: &turns{store: turnStore}, unavailableWait: 500 * time.Millisecond, log: discardLogger()}}
+			var unqueued atomic.Bool
+			q := &callQueue{names: names, writes: writer, reads: reader, turns: &turns{store: turnStore}, unavailableWait: 500 * time.Millisecond, log: discardLogger()}
+			q.unqueue = func(ctx context.Context, seq uint64, callID string) {
+				unqueued.Store(ctx.Err() == nil && seq == 1 && callID == "c1")
+			}
+			p := &submitPipeline{queue: q}
 			outcome := make(chan error, 1)
 			var got *messages.SubmitReply
 			reply, pending, err := p.enqueue(context.Background(), c, &messages.SubmitRequest{}, func(r *messages.SubmitReply, err error) {
@@ -594,6 +603,9 @@ func TestEnqueue(t *testing.T) {
 			}
 			if filed := turnStore.has(".c1"); filed != tc.wantFiled {
 				t.Errorf("filed under the turn: %v, want %v (keys %v)", filed, tc.wantFiled, turnStore.keys())
+			}
+			if unqueued.Load() != tc.wantUnqueued {
+				t.Errorf("removed from the queue: %v, want %v", unqueued.Load(), tc.wantUnqueued)
 			}
 		})
 	}

@@ -274,6 +274,14 @@ func (c *callStream) remove(ctx context.Context, seq uint64, callID, why string)
 	}
 }
 
+// delete removes a queued call; one already gone is not an error.
+func (c *callStream) delete(ctx context.Context, seq uint64) error {
+	if err := c.stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return err
+	}
+	return nil
+}
+
 // scanQueue reads queued calls without consuming them, until each returns
 // false or the batch ends.
 func (c *callStream) scanQueue(ctx context.Context, req transport.BatchRequest, each func(uint64, *nats.Msg) bool) error {
