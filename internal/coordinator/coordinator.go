@@ -59,7 +59,9 @@ type Config struct {
 	// a stream or bucket it needs does not answer (in a cluster, while its
 	// replicas elect a leader): the request's reads and writes are retried
 	// with backoff within its own deadline and at most this long, and only
-	// then refused with unavailable. Defaults to DefaultUnavailableWait (10s).
+	// then refused with unavailable. Defaults to DefaultUnavailableWait
+	// (10s); it must be shorter than the streams' duplicate window (2m),
+	// within which a retried write is stored once.
 	UnavailableWait time.Duration
 	// WorkspaceDir holds the exposure workspace: bundles/*.yaml and
 	// agents/*.yaml. Without it every namespace is a bundle of its own.
@@ -178,6 +180,12 @@ func (c Config) validate() error {
 		if f.value < 0 {
 			return fmt.Errorf("%w: %s is %v; it must be positive", ErrInvalidConfig, f.name, f.value)
 		}
+	}
+	// A write retried after the streams forgot its message ID would be
+	// stored twice. (The events stream keeps JetStream's default window of
+	// two minutes, no shorter than the calls stream's default.)
+	if window := min(c.Resources.WithDefaults().DuplicateWindow, 2*time.Minute); c.UnavailableWait >= window {
+		return fmt.Errorf("%w: UnavailableWait is %v; it must be shorter than the duplicate window of %v", ErrInvalidConfig, c.UnavailableWait, window)
 	}
 	return nil
 }
