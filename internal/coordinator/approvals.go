@@ -43,6 +43,40 @@ type callLedger interface {
 	Commit(ctx context.Context, res *messages.CallResult, notify string) (bool, error)
 }
 
+// retryingLedger is a callLedger whose reads and writes are retried while
+// the events stream does not answer, at most wait each (see
+// retryTransient). An event stored twice by a retry is the same event
+// twice; a retried commit whose first attempt was stored reports that
+// another result won, and the call has its result either way.
+type retryingLedger struct {
+	callLedger
+	wait time.Duration
+}
+
+func (l retryingLedger) Snapshot(ctx context.Context, callID string) (snap *ledger.Snapshot, err error) {
+	err = retryTransient(ctx, l.wait, func(ctx context.Context) (err error) {
+		snap, err = l.callLedger.Snapshot(ctx, callID)
+		return err
+	})
+	return snap, err
+}
+
+func (l retryingLedger) Append(ctx context.Context, ev *messages.CallEvent) (seq uint64, err error) {
+	err = retryTransient(ctx, l.wait, func(ctx context.Context) (err error) {
+		seq, err = l.callLedger.Append(ctx, ev)
+		return err
+	})
+	return seq, err
+}
+
+func (l retryingLedger) Commit(ctx context.Context, res *messages.CallResult, notify string) (won bool, err error) {
+	err = retryTransient(ctx, l.wait, func(ctx context.Context) (err error) {
+		won, err = l.callLedger.Commit(ctx, res, notify)
+		return err
+	})
+	return won, err
+}
+
 // auditFunc records a decision about a call in the audit stream.
 type auditFunc func(ctx context.Context, decision string, call *messages.CallRequest, def *messages.ToolDefinition, d policy.Decision, by string)
 

@@ -26,7 +26,39 @@ type calls struct {
 	names  messages.Names
 	// kept is how long the ledger keeps a call's events.
 	kept time.Duration
+	// wait bounds the retries of a read while JetStream does not answer
+	// (Config.UnavailableWait); 0 is DefaultUnavailableWait.
+	wait time.Duration
 	log  *slog.Logger
+}
+
+// snapshots reads the latest events of calls, retrying while the events
+// stream does not answer.
+func (cs *calls) snapshots(ctx context.Context, callIDs ...string) (map[string]*ledger.Snapshot, error) {
+	var snaps map[string]*ledger.Snapshot
+	err := cs.retry(ctx, func(ctx context.Context) (err error) {
+		snaps, err = cs.ledger.Snapshots(ctx, callIDs...)
+		return err
+	})
+	return snaps, err
+}
+
+// retry runs op as retryTransient does, within cs.wait.
+func (cs *calls) retry(ctx context.Context, op func(ctx context.Context) error) error {
+	wait := cs.wait
+	if wait <= 0 {
+		wait = DefaultUnavailableWait
+	}
+	return retryTransient(ctx, wait, op)
+}
+
+// snapshot is snapshots of one call.
+func (cs *calls) snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error) {
+	snaps, err := cs.snapshots(ctx, callID)
+	if err != nil {
+		return nil, err
+	}
+	return snaps[callID], nil
 }
 
 // get answers calls.get.
@@ -34,7 +66,7 @@ func (cs *calls) get(ctx context.Context, gr *messages.GetCallRequest) (*message
 	if err := messages.ValidateID("call ID", gr.CallID); err != nil {
 		return nil, err
 	}
-	snap, err := cs.ledger.Snapshot(ctx, gr.CallID)
+	snap, err := cs.snapshot(ctx, gr.CallID)
 	if err != nil {
 		return nil, unavailable(err, "read call %s", gr.CallID)
 	}
@@ -58,7 +90,7 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 		info.Reason = "cancelled by request"
 	}
 	for range 10 {
-		snap, err := cs.ledger.Snapshot(ctx, cr.CallID)
+		snap, err := cs.snapshot(ctx, cr.CallID)
 		if err != nil {
 			return nil, unavailable(err, "read call %s", cr.CallID)
 		}
@@ -76,7 +108,11 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 			if snap.Queued != nil && snap.Queued.Request != nil {
 				notify = snap.Queued.Request.Notify
 			}
-			err := cs.ledger.CommitIfUnchanged(ctx, &res, snap.LastSeq, notify)
+			// A retried commit whose first attempt was stored unanswered
+			// finds the call changed, and the next round finds its result.
+			err := cs.retry(ctx, func(ctx context.Context) error {
+				return cs.ledger.CommitIfUnchanged(ctx, &res, snap.LastSeq, notify)
+			})
 			if errors.Is(err, ledger.ErrChanged) {
 				continue // a worker started it meanwhile
 			}
@@ -91,7 +127,12 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 			return reply, nil
 		default:
 			if snap.Cancel == nil {
-				if _, err := cs.ledger.Append(ctx, &messages.CallEvent{CallID: cr.CallID, Kind: messages.EventCancel, Time: time.Now().UTC(), Cancel: info}); err != nil {
+				ev := &messages.CallEvent{CallID: cr.CallID, Kind: messages.EventCancel, Time: time.Now().UTC(), Cancel: info}
+				// A cancel event stored twice is the same request twice.
+				if err := cs.retry(ctx, func(ctx context.Context) error {
+					_, err := cs.ledger.Append(ctx, ev)
+					return err
+				}); err != nil {
 					return nil, unavailable(err, "cancel call %s", cr.CallID)
 				}
 			}
@@ -187,7 +228,7 @@ func (cs *calls) turn(ctx context.Context, turn string) (*messages.TurnInfo, err
 	if len(ids) == 0 {
 		return nil, messages.Errorf(messages.CodeTurnNotFound, "turn %s has no calls", turn)
 	}
-	snaps, err := cs.ledger.Snapshots(ctx, ids...)
+	snaps, err := cs.snapshots(ctx, ids...)
 	if err != nil {
 		return nil, unavailable(err, "read calls of turn %s", turn)
 	}

@@ -55,6 +55,14 @@ type Config struct {
 	// the sweeper ends it; workers end the calls they hold themselves.
 	// Defaults to 30s.
 	SweepGrace time.Duration
+	// UnavailableWait bounds how long a request waits for JetStream while
+	// a stream or bucket it needs does not answer (in a cluster, while its
+	// replicas elect a leader): the request's reads and writes are retried
+	// with backoff within its own deadline and at most this long, and only
+	// then refused with unavailable. Defaults to DefaultUnavailableWait
+	// (10s); it must be shorter than the streams' duplicate window (2m),
+	// within which a retried write is stored once.
+	UnavailableWait time.Duration
 	// WorkspaceDir holds the exposure workspace: bundles/*.yaml and
 	// agents/*.yaml. Without it every namespace is a bundle of its own.
 	WorkspaceDir string
@@ -114,6 +122,9 @@ func (c Config) withDefaults() Config {
 	if c.SweepGrace == 0 {
 		c.SweepGrace = 30 * time.Second
 	}
+	if c.UnavailableWait == 0 {
+		c.UnavailableWait = DefaultUnavailableWait
+	}
 	if c.ApprovalTTL == 0 {
 		c.ApprovalTTL = 24 * time.Hour
 	}
@@ -161,6 +172,7 @@ func (c Config) validate() error {
 		{"MaxWait", c.MaxWait},
 		{"SweepInterval", c.SweepInterval},
 		{"SweepGrace", c.SweepGrace},
+		{"UnavailableWait", c.UnavailableWait},
 		{"WorkspaceReloadInterval", c.WorkspaceReloadInterval},
 		{"ApprovalTTL", c.ApprovalTTL},
 		{"GrantTTL", c.GrantTTL},
@@ -168,6 +180,12 @@ func (c Config) validate() error {
 		if f.value < 0 {
 			return fmt.Errorf("%w: %s is %v; it must be positive", ErrInvalidConfig, f.name, f.value)
 		}
+	}
+	// A write retried after the streams forgot its message ID would be
+	// stored twice. (The events stream keeps JetStream's default window of
+	// two minutes, no shorter than the calls stream's default.)
+	if window := min(c.Resources.WithDefaults().DuplicateWindow, 2*time.Minute); c.UnavailableWait >= window {
+		return fmt.Errorf("%w: UnavailableWait is %v; it must be shorter than the duplicate window of %v", ErrInvalidConfig, c.UnavailableWait, window)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -22,11 +23,17 @@ type callQueue struct {
 	names  messages.Names
 	writes callWriter
 	turns  *turns
-	// reads is the ledger the results are awaited on; nil in tests of sending.
-	reads *ledger.Ledger
+	// reads is the ledger the results are awaited on; nil in tests of
+	// sending that write no duplicate.
+	reads callReader
 	nc    *nats.Conn
 	// maxWait bounds how long a submit with wait holds its reply.
 	maxWait time.Duration
+	// unavailableWait bounds how long a write or read is retried while
+	// JetStream does not answer (Config.UnavailableWait).
+	unavailableWait time.Duration
+	// unqueue removes a call from the calls stream; nil in tests.
+	unqueue func(ctx context.Context, seq uint64, callID string)
 	log     *slog.Logger
 }
 
@@ -38,11 +45,20 @@ type callWriter interface {
 	Commit(ctx context.Context, res *messages.CallResult, notify string) (bool, error)
 }
 
-// ackTimeout bounds the wait for JetStream to acknowledge a write.
-const ackTimeout = 10 * time.Second
+// callReader is what the queue reads of the ledger.
+type callReader interface {
+	Last(ctx context.Context, callID string, kind messages.EventKind) (*ledger.Event, error)
+	Snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error)
+	WaitForWrite(ctx context.Context, callID string, writes <-chan *nats.Msg) (*messages.CallResult, error)
+}
 
-// sendWait is send, waiting for the outcome: whether JetStream already had
-// a call with this ID.
+// queuedMsgID is the Nats-Msg-Id of a call's queued event, so that the
+// events stream stores one queued event per call however often its write
+// is retried, and the first of concurrent submits of one call ID wins.
+func queuedMsgID(callID string) string { return callID + ".queued" }
+
+// sendWait is send, waiting for the outcome: whether another submit
+// queued the call first.
 func (q *callQueue) sendWait(ctx context.Context, call *messages.CallRequest) (bool, error) {
 	type outcome struct {
 		duplicate bool
@@ -62,9 +78,16 @@ func (q *callQueue) sendWait(ctx context.Context, call *messages.CallRequest) (b
 
 // send records the call in the ledger and queues it, both writes in
 // flight at once, and files it under its turn. Nothing waits here: then
-// gets the outcome (whether JetStream already had a call with this ID)
-// once JetStream has answered both writes, from the ledger's goroutine or
-// one of its own. If send returns an error, then is not called.
+// gets the outcome (whether another submit queued the call first) once
+// JetStream has stored both writes, from the ledger's goroutine or one of
+// its own. If send returns an error, then is not called.
+//
+// A write that JetStream does not answer (a stream without a leader) is
+// sent again with backoff until ctx's deadline or unavailableWait, as the
+// same message: both carry a Nats-Msg-Id (the call ID; queuedMsgID), so a
+// write stored twice is stored once. A publish refused because another
+// publish of the same ID is being stored (err_code 10158) is a duplicate.
+// The outcome is queued only when both writes are stored.
 func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then func(duplicate bool, err error)) error {
 	subject, err := q.names.CallSubject(call.ToolName())
 	if err != nil {
@@ -83,7 +106,15 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 	if err != nil {
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}
-	s := &sending{q: q, call: call, then: then}
+	queuedMsg.Header.Set(messages.HeaderMsgID, queuedMsgID(call.CallID))
+	// The quiet submit's context ends when its handler returns; the
+	// writes go on until their own deadline.
+	now := time.Now()
+	deadline := now.Add(q.retryBound())
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	s := &sending{q: q, parent: ctx, deadline: deadline, call: call, then: then}
 	s.parts.Store(2)
 	if call.Turn != "" {
 		s.parts.Add(1)
@@ -91,39 +122,113 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 	// Sent in this order on one connection, the queued event reaches the
 	// events stream before a worker can see the call, so it comes before
 	// the call's other events.
-	if err := q.writes.PublishThen(queuedMsg, ackTimeout, s.recorded); err != nil {
+	s.record = retryingPublish{q: q, msg: queuedMsg, deadline: deadline, then: s.recorded}
+	s.queue = retryingPublish{q: q, msg: msg, deadline: deadline, then: s.queued}
+	s.record.start, s.queue.start = now, now
+	record := &s.record
+	if err := q.writes.PublishThen(queuedMsg, record.timeout(), record.acked); err != nil && !transient(err) {
 		return messages.Errorf(messages.CodeUnavailable, "record call: %v", err)
+	} else if err != nil {
+		record.acked(0, false, err)
 	}
-	if err := q.writes.PublishThen(msg, ackTimeout, s.queued); err != nil {
-		s.queued(0, false, err)
-	}
+	s.queue.publish()
 	if call.Turn != "" {
 		go func() {
-			s.turnErr = q.turns.fileCall(context.WithoutCancel(ctx), call)
+			ctx, cancel := s.context()
+			defer cancel()
+			s.turnErr = q.turns.fileCall(ctx, call)
 			s.partDone()
 		}()
 	}
 	return nil
 }
 
-// sending collects the outcomes of send's writes.
-type sending struct {
-	q     *callQueue
-	call  *messages.CallRequest
-	then  func(duplicate bool, err error)
-	parts atomic.Int32
-
-	recordErr, queueErr, turnErr error
-	duplicate                    bool
+// retryBound is how long writes and reads are retried (unavailableWait).
+func (q *callQueue) retryBound() time.Duration {
+	if q.unavailableWait > 0 {
+		return q.unavailableWait
+	}
+	return DefaultUnavailableWait
 }
 
-func (s *sending) recorded(_ uint64, _ bool, err error) {
-	s.recordErr = err
+// retryingPublish publishes a message until JetStream stores it, refuses
+// it, or the deadline passes, pausing with backoff after each transient
+// failure. then gets the outcome once, on the ledger's goroutine or a
+// timer's: whether the stream had the message ID already (also when
+// another publish of it was in process), or the error.
+type retryingPublish struct {
+	q               *callQueue
+	msg             *nats.Msg
+	start, deadline time.Time
+	then            func(duplicate bool, err error)
+
+	b        backoff
+	attempts int
+	// seq is where the stream stored the message.
+	seq uint64
+}
+
+// timeout bounds the wait for one acknowledgement.
+func (r *retryingPublish) timeout() time.Duration {
+	return max(min(attemptTimeout, time.Until(r.deadline)), time.Millisecond)
+}
+
+func (r *retryingPublish) publish() {
+	if err := r.q.writes.PublishThen(r.msg, r.timeout(), r.acked); err != nil {
+		r.acked(0, false, err)
+	}
+}
+
+func (r *retryingPublish) acked(seq uint64, duplicate bool, err error) {
+	r.attempts++
+	switch {
+	case err == nil:
+		r.seq = seq
+		r.then(duplicate, nil)
+		return
+	case duplicateInProcess(err):
+		r.then(true, nil)
+		return
+	case !transient(err):
+		r.then(false, err)
+		return
+	}
+	if r.attempts == 1 {
+		r.b = backoff{next: retryFirstPause, max: retryMaxPause}
+	}
+	pause := r.b.pause()
+	if time.Until(r.deadline) <= pause {
+		r.then(false, gaveUp(r.attempts, time.Since(r.start), err))
+		return
+	}
+	time.AfterFunc(pause, r.publish)
+}
+
+// sending collects the outcomes of send's writes.
+type sending struct {
+	q *callQueue
+	// parent is the submit's context, which may end before the writes are
+	// answered; deadline bounds them and the work they leave.
+	parent   context.Context
+	deadline time.Time
+	call     *messages.CallRequest
+	then     func(duplicate bool, err error)
+	parts    atomic.Int32
+
+	// record writes the queued event, queue the call.
+	record, queue retryingPublish
+
+	recordErr, queueErr, turnErr    error
+	recordDuplicate, queueDuplicate bool
+}
+
+func (s *sending) recorded(duplicate bool, err error) {
+	s.recordDuplicate, s.recordErr = duplicate, err
 	s.partDone()
 }
 
-func (s *sending) queued(_ uint64, duplicate bool, err error) {
-	s.duplicate, s.queueErr = duplicate, err
+func (s *sending) queued(duplicate bool, err error) {
+	s.queueDuplicate, s.queueErr = duplicate, err
 	s.partDone()
 }
 
@@ -136,45 +241,130 @@ func (s *sending) partDone() {
 	if s.turnErr != nil {
 		q.log.Warn("call not filed under its turn", "call", call.CallID, "turn", call.Turn, "error", s.turnErr)
 	}
-	if s.queueErr != nil {
-		// Off the ledger's goroutine: the failed result is a write to wait for.
-		go func() {
-			if s.recordErr == nil {
-				// The ledger shows the call; it must not wait forever for a worker.
-				res := endResult(call, messages.StateFailed, messages.ResultWorkerError, "the call could not be queued: "+s.queueErr.Error())
-				ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-				defer cancel()
-				if _, err := q.writes.Commit(ctx, &res, call.Notify); err != nil {
-					q.log.Error("call recorded but neither queued nor failed", "call", call.CallID, "error", err)
-				}
-			}
-			s.then(false, messages.Errorf(messages.CodeUnavailable, "queue call: %v", s.queueErr))
-		}()
+	if s.queueErr == nil && s.recordErr == nil && !s.queueDuplicate && !s.recordDuplicate {
+		s.then(false, nil)
 		return
 	}
-	if s.recordErr != nil {
-		q.log.Warn("call queued without its queued event", "call", call.CallID, "error", s.recordErr)
-	}
-	s.then(s.duplicate, nil)
+	// Off the ledger's goroutine: what is left reads and writes. A write
+	// that gave up did so at the deadline; what it leaves to clean up
+	// (a failed result, a call to unqueue) has a bound of its own.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.parent), q.retryBound())
+		defer cancel()
+		s.then(s.settle(ctx))
+	}()
 }
 
-// existing answers a submit whose idempotency key names a call that
-// already exists: the same call, or a conflict if the key was reused for
-// another tool or other arguments. With no such call it returns no reply.
-func (q *callQueue) existing(ctx context.Context, call *messages.CallRequest, sr *messages.SubmitRequest) (*messages.SubmitReply, error) {
-	queued, err := q.reads.Last(ctx, call.CallID, messages.EventQueued)
+// context is the submit's context without its end, ending at the deadline.
+func (s *sending) context() (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.WithoutCancel(s.parent), s.deadline)
+}
+
+// settle decides the outcome of a send that did not simply store both
+// writes: a duplicate (another submit's call, or a retried write of this
+// one) or a failure.
+func (s *sending) settle(ctx context.Context) (duplicate bool, err error) {
+	q, call := s.q, s.call
+	if s.recordErr != nil {
+		if s.queueErr == nil && !s.queueDuplicate {
+			// The call is queued without its record: it leaves the queue,
+			// as the caller is told it was not queued.
+			q.log.Warn("call queued without its queued event; removing it", "call", call.CallID, "error", s.recordErr)
+			if q.unqueue != nil {
+				q.unqueue(ctx, s.queue.seq, call.CallID)
+			}
+		}
+		return false, messages.Errorf(messages.CodeUnavailable, "record call %s: %v", call.CallID, s.recordErr)
+	}
+	// The ledger has a queued event of this call ID; whose?
+	ours, err := q.ownsCall(ctx, call, s.recordDuplicate)
+	if err != nil {
+		return false, unavailable(err, "read call %s", call.CallID)
+	}
+	if s.queueErr != nil {
+		if ours {
+			// The ledger shows the call; it must not wait forever for a worker.
+			res := endResult(call, messages.StateFailed, messages.ResultWorkerError, "the call could not be queued: "+s.queueErr.Error())
+			if err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) error {
+				_, err := q.writes.Commit(ctx, &res, call.Notify)
+				return err
+			}); err != nil {
+				q.log.Error("call recorded but neither queued nor failed", "call", call.CallID, "error", err)
+			}
+		}
+		return false, unavailable(s.queueErr, "queue call %s", call.CallID)
+	}
+	return !ours, nil
+}
+
+// ownsCall reports whether the call's queued event in the ledger is this
+// submit's (this call's, not another submit's of the same call ID). If
+// recordDuplicate, the event was stored by another publish, maybe still
+// in process: it is waited for.
+func (q *callQueue) ownsCall(ctx context.Context, call *messages.CallRequest, recordDuplicate bool) (bool, error) {
+	if !recordDuplicate {
+		return true, nil
+	}
+	prev, err := q.queuedRequest(ctx, call.CallID, true)
+	if err != nil {
+		return false, err
+	}
+	return prev != nil && sameSubmit(prev, call), nil
+}
+
+// sameSubmit reports whether two requests of one call ID come from one submit.
+func sameSubmit(a, b *messages.CallRequest) bool {
+	return a.QueuedAt.Equal(b.QueuedAt) && a.Agent == b.Agent && a.Tool == b.Tool && a.ArgumentsDigest == b.ArgumentsDigest && a.Notify == b.Notify
+}
+
+// errNotYet is a read of a queued event that another submit is storing
+// right now: transient, so it is read again.
+var errNotYet = fmt.Errorf("queued event not stored yet: %w", context.DeadlineExceeded)
+
+// queuedRequest reads the request of the call's queued event, retrying
+// while JetStream does not answer; nil if the call has none. With
+// appearing, a missing event is waited for, as another submit is storing
+// it.
+func (q *callQueue) queuedRequest(ctx context.Context, callID string, appearing bool) (*messages.CallRequest, error) {
+	var prev *messages.CallRequest
+	err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) error {
+		ev, err := q.reads.Last(ctx, callID, messages.EventQueued)
+		if err != nil {
+			return err
+		}
+		if ev == nil || ev.Request == nil {
+			if appearing {
+				return errNotYet
+			}
+			return nil
+		}
+		prev = ev.Request
+		return nil
+	})
+	return prev, err
+}
+
+// existing answers a submit of a call ID that already has a call (from
+// an idempotency key or the caller): the same call, or a conflict if the
+// ID was used for another tool or other arguments. With no such call it
+// returns no reply; with appearing, it waits for the call, which another
+// submit is storing (see queuedRequest).
+func (q *callQueue) existing(ctx context.Context, call *messages.CallRequest, sr *messages.SubmitRequest, appearing bool) (*messages.SubmitReply, error) {
+	prev, err := q.queuedRequest(ctx, call.CallID, appearing)
 	if err != nil {
 		return nil, unavailable(err, "read call %s", call.CallID)
 	}
-	if queued == nil || queued.Request == nil {
+	if prev == nil {
 		return nil, nil
 	}
-	prev := queued.Request
-	snap, err := q.reads.Snapshot(ctx, call.CallID)
+	snap, err := q.snapshot(ctx, call.CallID)
 	if err != nil {
-		return nil, unavailable(err, "read call %s", call.CallID)
+		return nil, err
 	}
 	if prev.Tool != call.Tool || prev.ArgumentsDigest != call.ArgumentsDigest {
+		if sr.IdempotencyKey == "" {
+			return nil, messages.Errorf(messages.CodeIdempotencyConflict, "call %s is a call of %s with other arguments", call.CallID, prev.Tool)
+		}
 		return nil, messages.Errorf(messages.CodeIdempotencyConflict,
 			"idempotency key %q was used for call %s of %s with other arguments", sr.IdempotencyKey, call.CallID, prev.Tool)
 	}
@@ -196,6 +386,16 @@ func (q *callQueue) existing(ctx context.Context, call *messages.CallRequest, sr
 	}
 	defer stop()
 	return q.awaitResult(ctx, reply, writes, waitDuration(sr, prev.Deadline, q.maxWait))
+}
+
+// duplicate answers a submit whose call another submit queued first: as
+// that call (see existing), which is in the ledger or about to be.
+func (q *callQueue) duplicate(ctx context.Context, call *messages.CallRequest, sr *messages.SubmitRequest) (*messages.SubmitReply, error) {
+	reply, err := q.existing(ctx, call, sr, true)
+	if err == nil && reply == nil {
+		err = messages.Errorf(messages.CodeUnavailable, "call %s was queued by another submit that is not in the ledger", call.CallID)
+	}
+	return reply, err
 }
 
 // resultWrites subscribes to the writes of a call's result.
@@ -233,11 +433,22 @@ func (q *callQueue) awaitResult(ctx context.Context, reply *messages.SubmitReply
 		reply.State, reply.Result = res.Status, res
 		return reply, nil
 	}
-	if snap, err := q.reads.Snapshot(ctx, reply.CallID); err == nil {
+	if snap, err := q.snapshot(ctx, reply.CallID); err == nil {
 		reply.State = snap.State()
 		if snap.Result != nil {
 			reply.Result = snap.Result.Result
 		}
 	}
 	return reply, nil
+}
+
+// snapshot reads a call's latest events, retrying while JetStream does
+// not answer.
+func (q *callQueue) snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error) {
+	var snap *ledger.Snapshot
+	err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) (err error) {
+		snap, err = q.reads.Snapshot(ctx, callID)
+		return err
+	})
+	return snap, unavailable(err, "read call %s", callID)
 }

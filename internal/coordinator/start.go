@@ -123,12 +123,19 @@ func (c *Coordinator) startSteps() []startStep {
 // the sweeper for Start to start.
 func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, resolver *exposure.Resolver, catalogKV, turnsKV, approvalsKV jetstream.KeyValue, stream *callStream) *sweeper {
 	audit := (&auditor{names: c.names, js: c.js, log: c.log}).record
-	turns := &turns{store: bucket{turnsKV}}
-	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, maxWait: c.cfg.MaxWait, log: c.log}
+	turns := &turns{store: bucket{turnsKV, c.cfg.UnavailableWait}}
+	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, maxWait: c.cfg.MaxWait, unavailableWait: c.cfg.UnavailableWait, log: c.log}
+	queue.unqueue = func(ctx context.Context, seq uint64, callID string) {
+		if err := retryTransient(ctx, c.cfg.UnavailableWait, func(ctx context.Context) error {
+			return stream.delete(ctx, seq)
+		}); err != nil {
+			c.log.Error("a call queued without its record stays queued", "call", callID, "seq", seq, "error", err)
+		}
+	}
 	c.view = &toolView{catalog: view, resolver: resolver, policy: &c.policy, turns: turns, index: index}
 	c.approvals = &approvals{
-		store:  bucket{approvalsKV},
-		ledger: c.ledger,
+		store:  bucket{approvalsKV, c.cfg.UnavailableWait},
+		ledger: retryingLedger{c.ledger, c.cfg.UnavailableWait},
 		turns:  turns,
 		policy: &c.policy,
 		tool: func(name string) *messages.ToolDefinition {
@@ -153,6 +160,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 			maxWait:             c.cfg.MaxWait,
 			approvalTTL:         c.cfg.ApprovalTTL,
 			failWhenUnavailable: c.cfg.FailWhenUnavailable,
+			unavailableWait:     c.cfg.UnavailableWait,
 		},
 		tools:     view,
 		admission: c.view.admission,
@@ -165,8 +173,8 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 		tracer:    c.tracer,
 	}
 	c.switches = &toolSwitches{catalog: view, store: catalog.NewStore(catalogKV)}
-	c.calls = &calls{ledger: c.ledger, stream: stream, turns: turns, nc: c.nc, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
-	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, log: c.log}
+	c.calls = &calls{ledger: c.ledger, wait: c.cfg.UnavailableWait, stream: stream, turns: turns, nc: c.nc, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
+	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, unavailableWait: c.cfg.UnavailableWait, log: c.log}
 }
 
 // serveAPI adds the micro service and its endpoints. Its stop stops

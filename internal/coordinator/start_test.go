@@ -31,6 +31,8 @@ func TestConfigValidation(t *testing.T) {
 		{"negative sweep interval", Config{Conn: conn, SweepInterval: -time.Second}, "SweepInterval"},
 		{"negative wait", Config{Conn: conn, MaxWait: -time.Second}, "MaxWait"},
 		{"negative grant", Config{Conn: conn, GrantTTL: -time.Second}, "GrantTTL"},
+		{"negative unavailable wait", Config{Conn: conn, UnavailableWait: -time.Second}, "UnavailableWait"},
+		{"unavailable wait past the duplicate window", Config{Conn: conn, UnavailableWait: 3 * time.Minute}, "UnavailableWait"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -31,53 +32,83 @@ var (
 	errStale     = errors.New("key changed since it was read")
 )
 
-// bucket is a kvStore on a JetStream key-value bucket.
-type bucket struct{ kv jetstream.KeyValue }
+// bucket is a kvStore on a JetStream key-value bucket. Each operation is
+// retried while the bucket does not answer (see retryTransient), at most
+// wait (Config.UnavailableWait; 0 is DefaultUnavailableWait). A write
+// retried after its first attempt was stored unanswered is answered
+// errKeyExists or errStale, which its callers read as a concurrent write:
+// they read the key again.
+type bucket struct {
+	kv   jetstream.KeyValue
+	wait time.Duration
+}
 
-func (b bucket) Get(ctx context.Context, key string) ([]byte, uint64, error) {
-	e, err := b.kv.Get(ctx, key)
+func (b bucket) retry(ctx context.Context, op func(ctx context.Context) error) error {
+	wait := b.wait
+	if wait <= 0 {
+		wait = DefaultUnavailableWait
+	}
+	return retryTransient(ctx, wait, op)
+}
+
+func (b bucket) Get(ctx context.Context, key string) (value []byte, revision uint64, err error) {
+	err = b.retry(ctx, func(ctx context.Context) error {
+		e, err := b.kv.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		value, revision = e.Value(), e.Revision()
+		return nil
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, errNoKey
 	}
-	if err != nil {
-		return nil, 0, err
-	}
-	return e.Value(), e.Revision(), nil
+	return value, revision, err
 }
 
-func (b bucket) Create(ctx context.Context, key string, value []byte) (uint64, error) {
-	rev, err := b.kv.Create(ctx, key, value)
+func (b bucket) Create(ctx context.Context, key string, value []byte) (rev uint64, err error) {
+	err = b.retry(ctx, func(ctx context.Context) (err error) {
+		rev, err = b.kv.Create(ctx, key, value)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, fmt.Errorf("%w: %v", errKeyExists, err)
 	}
 	return rev, err
 }
 
-func (b bucket) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
-	rev, err := b.kv.Update(ctx, key, value, revision)
+func (b bucket) Update(ctx context.Context, key string, value []byte, revision uint64) (rev uint64, err error) {
+	err = b.retry(ctx, func(ctx context.Context) (err error) {
+		rev, err = b.kv.Update(ctx, key, value, revision)
+		return err
+	})
 	var apiErr *jetstream.APIError
-	if errors.Is(err, jetstream.ErrKeyExists) || (errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) {
+	if errors.Is(err, jetstream.ErrKeyExists) || (errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)) {
 		return 0, fmt.Errorf("%w: %v", errStale, err)
 	}
 	return rev, err
 }
 
-func (b bucket) Put(ctx context.Context, key string, value []byte) (uint64, error) {
-	return b.kv.Put(ctx, key, value)
+func (b bucket) Put(ctx context.Context, key string, value []byte) (rev uint64, err error) {
+	err = b.retry(ctx, func(ctx context.Context) (err error) {
+		rev, err = b.kv.Put(ctx, key, value)
+		return err
+	})
+	return rev, err
 }
 
-func (b bucket) Keys(ctx context.Context, filter string) ([]string, error) {
-	lister, err := b.kv.ListKeysFiltered(ctx, filter)
-	if err != nil {
-		return nil, err
-	}
-	var keys []string
-	// The lister stops itself after the last key, or when ctx ends.
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return keys, nil
+func (b bucket) Keys(ctx context.Context, filter string) (keys []string, err error) {
+	err = b.retry(ctx, func(ctx context.Context) error {
+		keys = keys[:0]
+		lister, err := b.kv.ListKeysFiltered(ctx, filter)
+		if err != nil {
+			return err
+		}
+		// The lister stops itself after the last key, or when ctx ends.
+		for k := range lister.Keys() {
+			keys = append(keys, k)
+		}
+		return ctx.Err()
+	})
+	return keys, err
 }

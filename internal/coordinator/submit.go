@@ -44,6 +44,9 @@ type submitLimits struct {
 	maxWait             time.Duration
 	approvalTTL         time.Duration
 	failWhenUnavailable bool
+	// unavailableWait bounds the retries of a read while JetStream does
+	// not answer (Config.UnavailableWait); 0 is DefaultUnavailableWait.
+	unavailableWait time.Duration
 }
 
 // toolCatalog is what admission reads of the catalog.
@@ -88,7 +91,7 @@ func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, he
 	}
 	call := newCall(sr, name, tool, args, digest, time.Now().UTC(), p.limits.defaultTimeout)
 	if sr.IdempotencyKey != "" {
-		if reply, err := p.queue.existing(ctx, call, sr); reply != nil || err != nil {
+		if reply, err := p.queue.existing(ctx, call, sr, false); reply != nil || err != nil {
 			return reply, false, err
 		}
 	}
@@ -174,7 +177,16 @@ func validateSubmitOptions(sr *messages.SubmitRequest) error {
 // it is in the catalog, enabled, served if it must be, and the agent's
 // exposure rules do not exclude it.
 func (p *submitPipeline) admit(ctx context.Context, agent string, name messages.ToolName) (*catalog.Tool, *exposure.Admission, error) {
-	tool, ok, err := p.tools.Get(ctx, name)
+	var tool *catalog.Tool
+	var ok bool
+	wait := p.limits.unavailableWait
+	if wait <= 0 {
+		wait = DefaultUnavailableWait
+	}
+	err := retryTransient(ctx, wait, func(ctx context.Context) (err error) {
+		tool, ok, err = p.tools.Get(ctx, name)
+		return err
+	})
 	if err != nil {
 		return nil, nil, unavailable(err, "read tool %s", name)
 	}
@@ -344,15 +356,25 @@ func (p *submitPipeline) record(ctx context.Context, call *messages.CallRequest,
 
 // enqueue queues the call. Without wait and with then, it returns pending
 // at once and then gets the outcome; with wait, it holds the reply until
-// the result comes or the wait ends.
+// the result comes or the wait ends. A call that another submit queued
+// first (the same call ID at the same moment) is answered as that call.
 func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest, sr *messages.SubmitRequest, then func(*messages.SubmitReply, error)) (*messages.SubmitReply, bool, error) {
 	if then != nil && !sr.Wait {
+		// The handler returns before then is called, ending ctx.
+		bg := context.WithoutCancel(ctx)
 		err := p.queue.send(ctx, call, func(duplicate bool, err error) {
 			if err != nil {
 				then(nil, err)
 				return
 			}
-			then(&messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued, Duplicate: duplicate}, nil)
+			if duplicate {
+				// Off the ledger's goroutine: send reports a duplicate from one of its own.
+				rctx, cancel := context.WithTimeout(bg, p.queue.retryBound())
+				defer cancel()
+				then(p.queue.duplicate(rctx, call, sr))
+				return
+			}
+			then(&messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}, nil)
 		})
 		return nil, err == nil, err
 	}
@@ -361,7 +383,11 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 		if err != nil {
 			return nil, false, err
 		}
-		return &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued, Duplicate: duplicate}, false, nil
+		if duplicate {
+			reply, err := p.queue.duplicate(ctx, call, sr)
+			return reply, false, err
+		}
+		return &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}, false, nil
 	}
 	// Subscribed before the call is published, so the result cannot slip past.
 	writes, stop, err := p.queue.resultWrites(call.CallID)
@@ -373,7 +399,11 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 	if err != nil {
 		return nil, false, err
 	}
-	reply := &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued, Duplicate: duplicate}
+	if duplicate {
+		reply, err := p.queue.duplicate(ctx, call, sr)
+		return reply, false, err
+	}
+	reply := &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}
 	reply, err = p.queue.awaitResult(ctx, reply, writes, waitDuration(sr, call.Deadline, p.limits.maxWait))
 	return reply, false, err
 }

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,8 +12,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/exposure"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -399,12 +403,14 @@ func TestRecord(t *testing.T) {
 	})
 }
 
-// fakeWriter acknowledges each publish with the outcome set for its subject.
+// fakeWriter acknowledges each publish with the outcome set for its
+// subject: the next of its failures, then its lasting one, or duplicate.
 type fakeWriter struct {
 	mu        sync.Mutex
 	published []string
-	fail      map[string]error // by subject prefix
-	duplicate bool
+	fail      map[string]error   // by subject prefix, every attempt
+	failFirst map[string][]error // by subject prefix, one attempt each
+	duplicate map[string]bool    // by subject prefix
 	committed []*messages.CallResult
 }
 
@@ -416,52 +422,152 @@ func (f *fakeWriter) PublishThen(msg *nats.Msg, _ time.Duration, then func(uint6
 	f.mu.Lock()
 	f.published = append(f.published, msg.Subject)
 	var err error
+	dup := false
 	for prefix, e := range f.fail {
 		if strings.HasPrefix(msg.Subject, prefix) {
 			err = e
 		}
 	}
-	dup := f.duplicate
+	for prefix, errs := range f.failFirst {
+		if strings.HasPrefix(msg.Subject, prefix) && len(errs) > 0 {
+			err, f.failFirst[prefix] = errs[0], errs[1:]
+		}
+	}
+	for prefix, d := range f.duplicate {
+		if strings.HasPrefix(msg.Subject, prefix) {
+			dup = d
+		}
+	}
 	f.mu.Unlock()
 	go then(1, dup, err) // acknowledgements arrive on another goroutine
 	return nil
 }
 
-func (f *fakeWriter) Commit(_ context.Context, res *messages.CallResult, _ string) (bool, error) {
+func (f *fakeWriter) Commit(ctx context.Context, res *messages.CallResult, _ string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.committed = append(f.committed, res)
 	return true, nil
 }
 
+func (f *fakeWriter) count(prefix string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, s := range f.published {
+		if strings.HasPrefix(s, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// fakeReader is a ledger holding at most one queued request per call,
+// which appears after a number of reads, as one being stored does.
+type fakeReader struct {
+	mu     sync.Mutex
+	queued map[string]*messages.CallRequest
+	// hiddenReads is how many reads do not see the queued request yet.
+	hiddenReads int
+	reads       int
+}
+
+func (f *fakeReader) Last(_ context.Context, callID string, kind messages.EventKind) (*ledger.Event, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	req := f.queued[callID]
+	if kind != messages.EventQueued || req == nil || f.reads <= f.hiddenReads {
+		return nil, nil
+	}
+	return &ledger.Event{CallEvent: messages.CallEvent{CallID: callID, Kind: kind, Request: req}, Seq: 1}, nil
+}
+
+func (f *fakeReader) Snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error) {
+	ev, err := f.Last(ctx, callID, messages.EventQueued)
+	if err != nil {
+		return nil, err
+	}
+	snap := &ledger.Snapshot{CallID: callID, Queued: ev}
+	if ev != nil {
+		snap.LastSeq = ev.Seq
+	}
+	return snap, nil
+}
+
+func (f *fakeReader) WaitForWrite(ctx context.Context, _ string, _ <-chan *nats.Msg) (*messages.CallResult, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
 func TestEnqueue(t *testing.T) {
 	names, _ := messages.NewNames("toolbus")
 	callSubject, _ := names.CallSubject(messages.ToolName{Namespace: "t", Method: "echo"})
+	noLeader := fmt.Errorf("publish: %w", transport.ErrNoResponders)
+	inProcess := &jetstream.APIError{Code: 409, ErrorCode: 10158, Description: "duplicate message id is in process"}
+	refused := &jetstream.APIError{Code: 400, ErrorCode: 10054, Description: "message size exceeds maximum allowed"}
+	queuedAt := time.Now().UTC()
+	call := func(turn string) *messages.CallRequest {
+		return &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", Turn: turn, ArgumentsDigest: "d1", QueuedAt: queuedAt}
+	}
+	// another is the same call submitted by another submit a moment earlier.
+	another := call("")
+	another.QueuedAt = queuedAt.Add(-time.Millisecond)
+	otherArgs := call("")
+	otherArgs.ArgumentsDigest, otherArgs.QueuedAt = "d2", another.QueuedAt
 	tests := []struct {
-		name          string
-		turn          string
-		fail          map[string]error
-		duplicate     bool
+		name      string
+		turn      string
+		fail      map[string]error
+		failFirst map[string][]error
+		duplicate map[string]bool
+		// inLedger is the call's queued request the ledger holds, if any
+		// other than this submit's.
+		inLedger      *messages.CallRequest
+		hiddenReads   int
 		want          messages.ErrorCode
+		wantDuplicate bool
 		wantCommitted messages.CallState
 		wantFiled     bool
+		wantCalls     int // publishes of the call
+		wantUnqueued  bool
 	}{
-		{"queued", "", nil, false, "", "", false},
-		{"queued before", "", nil, true, "", "", false},
-		{"queued and filed under its turn", "turn-1", nil, false, "", "", true},
-		{"queued without its queued event", "", map[string]error{"events.": errors.New("lost")}, false, "", "", false},
-		{"not queued: failed in the ledger", "", map[string]error{callSubject: errors.New("no stream")}, false, messages.CodeUnavailable, messages.StateFailed, false},
-		{"neither recorded nor queued", "", map[string]error{callSubject: errors.New("no stream"), "events.": errors.New("lost")}, false, messages.CodeUnavailable, "", false},
+		{name: "queued", wantCalls: 1},
+		{name: "queued and filed under its turn", turn: "turn-1", wantFiled: true, wantCalls: 1},
+		{name: "queued before by another submit", duplicate: map[string]bool{"events.": true, callSubject: true}, inLedger: another, wantDuplicate: true, wantCalls: 1},
+		{name: "queued before with other arguments", duplicate: map[string]bool{"events.": true, callSubject: true}, inLedger: otherArgs, want: messages.CodeIdempotencyConflict, wantCalls: 1},
+		{name: "another submit's call in process", fail: map[string]error{callSubject: inProcess}, duplicate: map[string]bool{"events.": true}, inLedger: another, wantDuplicate: true, wantCalls: 1},
+		{name: "another submit's call and event in process", fail: map[string]error{callSubject: inProcess, "events.": inProcess}, inLedger: another, hiddenReads: 3, wantDuplicate: true, wantCalls: 1},
+		{name: "queued on a second attempt", failFirst: map[string][]error{callSubject: {noLeader}}, wantCalls: 2},
+		{name: "queued after the stream had no leader", failFirst: map[string][]error{callSubject: {noLeader, noLeader, noLeader}}, wantCalls: 4},
+		{name: "recorded after the stream had no leader", failFirst: map[string][]error{"events.": {noLeader, noLeader}}, wantCalls: 1},
+		{name: "retried write stored twice", failFirst: map[string][]error{"events.": {noLeader}}, duplicate: map[string]bool{"events.": true, callSubject: true}, wantCalls: 1},
+		{name: "never recorded", fail: map[string]error{"events.": noLeader}, want: messages.CodeUnavailable, wantCalls: 1, wantUnqueued: true},
+		{name: "not queued: failed in the ledger", fail: map[string]error{callSubject: refused}, want: messages.CodeUnavailable, wantCommitted: messages.StateFailed, wantCalls: 1},
+		{name: "not queued for long: failed in the ledger", fail: map[string]error{callSubject: noLeader}, want: messages.CodeUnavailable, wantCommitted: messages.StateFailed},
+		{name: "neither recorded nor queued", fail: map[string]error{callSubject: refused, "events.": refused}, want: messages.CodeUnavailable, wantCalls: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			writer := &fakeWriter{fail: tc.fail, duplicate: tc.duplicate}
+			writer := &fakeWriter{fail: tc.fail, failFirst: tc.failFirst, duplicate: tc.duplicate}
+			c := call(tc.turn)
+			reader := &fakeReader{queued: map[string]*messages.CallRequest{"c1": c}, hiddenReads: tc.hiddenReads}
+			if tc.inLedger != nil {
+				reader.queued["c1"] = tc.inLedger
+			}
 			turnStore := newMemStore()
-			p := &submitPipeline{queue: &callQueue{names: names, writes: writer, turns: &turns{store: turnStore}, log: discardLogger()}}
-			call := &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", Turn: tc.turn, QueuedAt: time.Now()}
+			var unqueued atomic.Bool
+			q := &callQueue{names: names, writes: writer, reads: reader, turns: &turns{store: turnStore}, unavailableWait: 500 * time.Millisecond, log: discardLogger()}
+			q.unqueue = func(ctx context.Context, seq uint64, callID string) {
+				unqueued.Store(ctx.Err() == nil && seq == 1 && callID == "c1")
+			}
+			p := &submitPipeline{queue: q}
 			outcome := make(chan error, 1)
 			var got *messages.SubmitReply
-			reply, pending, err := p.enqueue(context.Background(), call, &messages.SubmitRequest{}, func(r *messages.SubmitReply, err error) {
+			reply, pending, err := p.enqueue(context.Background(), c, &messages.SubmitRequest{}, func(r *messages.SubmitReply, err error) {
 				got = r
 				outcome <- err
 			})
@@ -472,13 +578,22 @@ func TestEnqueue(t *testing.T) {
 			if code := messages.CodeOf(err); err != nil && code != tc.want || err == nil && tc.want != "" {
 				t.Fatalf("outcome %v, want code %q", err, tc.want)
 			}
-			if err == nil && (got.CallID != "c1" || got.State != messages.StateQueued || got.Duplicate != tc.duplicate) {
-				t.Errorf("reply %+v", got)
+			if err == nil && (got.CallID != "c1" || got.State != messages.StateQueued || got.Duplicate != tc.wantDuplicate) {
+				t.Errorf("reply %+v, want queued, duplicate %v", got, tc.wantDuplicate)
 			}
 			writer.mu.Lock()
 			defer writer.mu.Unlock()
-			if want := []string{"events.c1", callSubject}; strings.Join(writer.published, " ") != strings.Join(want, " ") {
-				t.Errorf("published %v, want %v in this order", writer.published, want)
+			if len(writer.published) < 2 || writer.published[0] != "events.c1" || writer.published[1] != callSubject {
+				t.Errorf("published %v, want the queued event, then the call", writer.published)
+			}
+			calls := 0
+			for _, s := range writer.published {
+				if s == callSubject {
+					calls++
+				}
+			}
+			if tc.wantCalls > 0 && calls != tc.wantCalls || tc.wantCalls == 0 && calls < 2 {
+				t.Errorf("the call was published %d times, want %d (0: retried)", calls, tc.wantCalls)
 			}
 			switch {
 			case tc.wantCommitted == "" && len(writer.committed) > 0:
@@ -488,6 +603,9 @@ func TestEnqueue(t *testing.T) {
 			}
 			if filed := turnStore.has(".c1"); filed != tc.wantFiled {
 				t.Errorf("filed under the turn: %v, want %v (keys %v)", filed, tc.wantFiled, turnStore.keys())
+			}
+			if unqueued.Load() != tc.wantUnqueued {
+				t.Errorf("removed from the queue: %v, want %v", unqueued.Load(), tc.wantUnqueued)
 			}
 		})
 	}

@@ -27,11 +27,19 @@ type sweeper struct {
 	// interval is how often it sweeps; grace how long past its deadline a
 	// queued call may stay.
 	interval, grace time.Duration
+	// unavailableWait bounds the retries of a read or write (Config.UnavailableWait).
+	unavailableWait time.Duration
 	log             *slog.Logger
 
 	sub    *nats.Subscription
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// exhausted holds the advisories of calls whose failure could not be
+	// recorded yet, by stream sequence: an advisory is not sent again, so
+	// each sweep tries them until they are recorded.
+	mu        sync.Mutex
+	exhausted map[uint64]maxDeliveriesAdvisory
 }
 
 // resultCommitter writes a call's result unless it has one.
@@ -84,9 +92,7 @@ func (s *sweeper) watchMaxDeliveries(ctx context.Context) error {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			actx, cancel := context.WithTimeout(ctx, requestTimeout)
-			defer cancel()
-			s.failExhausted(actx, adv)
+			s.endExhausted(ctx, adv)
 		}()
 	})
 	if err != nil {
@@ -96,29 +102,94 @@ func (s *sweeper) watchMaxDeliveries(ctx context.Context) error {
 	return nil
 }
 
-func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) {
-	raw, err := s.stream.stream.GetMsg(ctx, adv.StreamSeq)
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			s.log.Warn("read exhausted call", "seq", adv.StreamSeq, "error", err)
-		}
+// endExhausted fails an exhausted call, or keeps its advisory for the
+// next sweep if its failure cannot be recorded now.
+func (s *sweeper) endExhausted(ctx context.Context, adv maxDeliveriesAdvisory) {
+	actx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	err := s.failExhausted(actx, adv)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil || ctx.Err() != nil {
+		delete(s.exhausted, adv.StreamSeq)
 		return
+	}
+	if s.exhausted == nil {
+		s.exhausted = make(map[uint64]maxDeliveriesAdvisory)
+	}
+	if _, again := s.exhausted[adv.StreamSeq]; !again {
+		s.log.Warn("could not fail exhausted call; trying again at the next sweep", "seq", adv.StreamSeq, "error", err)
+	}
+	s.exhausted[adv.StreamSeq] = adv
+}
+
+// retryExhausted tries again to fail the exhausted calls whose failure
+// could not be recorded before.
+func (s *sweeper) retryExhausted(ctx context.Context) {
+	s.mu.Lock()
+	pending := make([]maxDeliveriesAdvisory, 0, len(s.exhausted))
+	for _, adv := range s.exhausted {
+		pending = append(pending, adv)
+	}
+	s.mu.Unlock()
+	for _, adv := range pending {
+		if ctx.Err() != nil {
+			return
+		}
+		s.endExhausted(ctx, adv)
+	}
+}
+
+// pendingExhausted is how many exhausted calls wait to be failed.
+func (s *sweeper) pendingExhausted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.exhausted)
+}
+
+// failExhausted records the failure of a call whose deliveries ran out and
+// removes it from the queue. It returns an error if it should be tried
+// again: the call could not be read or its failure not recorded.
+func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) error {
+	var raw *jetstream.RawStreamMsg
+	err := retryTransient(ctx, s.wait(), func(ctx context.Context) (err error) {
+		raw, err = s.stream.stream.GetMsg(ctx, adv.StreamSeq)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // settled or removed meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("read exhausted call %d: %w", adv.StreamSeq, err)
 	}
 	var call messages.CallRequest
 	if _, err := messages.Decode(messages.Header(raw.Header), raw.Data, &call); err != nil || call.CallID == "" {
 		call.CallID = raw.Header.Get(messages.HeaderMsgID)
 	}
 	if messages.ValidateID("call ID", call.CallID) != nil {
-		return
+		return nil
 	}
 	msg := fmt.Sprintf("the call was delivered %d times and no attempt finished: the workers that took it stopped, lost their lease, or do not serve the tool", adv.Deliveries)
 	res := endResult(&call, messages.StateFailed, messages.ResultAttempts, msg)
 	res.Attempt = int(adv.Deliveries)
-	if _, err := s.ledger.Commit(ctx, &res, call.Notify); err != nil {
-		s.log.Warn("could not fail exhausted call", "call", call.CallID, "error", err)
-		return
+	// A retried commit whose first attempt was stored finds a result and
+	// reports that another won: either way the call has one.
+	if err := retryTransient(ctx, s.wait(), func(ctx context.Context) error {
+		_, err := s.ledger.Commit(ctx, &res, call.Notify)
+		return err
+	}); err != nil {
+		return fmt.Errorf("fail exhausted call %s: %w", call.CallID, err)
 	}
 	s.stream.remove(ctx, adv.StreamSeq, call.CallID, "exhausted")
+	return nil
+}
+
+// wait bounds the retries of one read or write while JetStream does not answer.
+func (s *sweeper) wait() time.Duration {
+	if s.unavailableWait > 0 {
+		return s.unavailableWait
+	}
+	return DefaultUnavailableWait
 }
 
 func endResult(call *messages.CallRequest, status messages.CallState, code, message string) messages.CallResult {
@@ -147,6 +218,7 @@ func (s *sweeper) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			s.retryExhausted(ctx)
 			if err := s.sweepCalls(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("sweep of expired calls failed", "error", err)
 			}
@@ -200,6 +272,14 @@ func (c *callStream) remove(ctx context.Context, seq uint64, callID, why string)
 	if err := c.stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		c.log.Warn("could not remove "+why+" call", "call", callID, "seq", seq, "error", err)
 	}
+}
+
+// delete removes a queued call; one already gone is not an error.
+func (c *callStream) delete(ctx context.Context, seq uint64) error {
+	if err := c.stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return err
+	}
+	return nil
 }
 
 // scanQueue reads queued calls without consuming them, until each returns

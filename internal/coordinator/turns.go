@@ -149,7 +149,8 @@ func (ts *turns) addDiscovered(ctx context.Context, turn, agent string, names []
 	return err
 }
 
-// fileCall records that the call belongs to its turn.
+// fileCall records that the call belongs to its turn. The write is the
+// same however often it is retried.
 func (ts *turns) fileCall(ctx context.Context, call *messages.CallRequest) error {
 	if call.Turn == "" {
 		return nil

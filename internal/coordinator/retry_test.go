@@ -1,0 +1,159 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/transport"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+func TestTransient(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"no responders (transport)", fmt.Errorf("publish: %w", transport.ErrNoResponders), true},
+		{"no responders (nats)", nats.ErrNoResponders, true},
+		{"no response from stream", jetstream.ErrNoStreamResponse, true},
+		{"no response from stream (legacy)", nats.ErrNoStreamResponse, true},
+		{"nats timeout", nats.ErrTimeout, true},
+		{"attempt timed out", fmt.Errorf("read: %w", context.DeadlineExceeded), true},
+		{"cluster not available", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, true},
+		{"jetstream not enabled", jetstream.ErrJetStreamNotEnabled, true},
+		{"duplicate message id in process", fmt.Errorf("queue: %w", &jetstream.APIError{Code: 409, ErrorCode: 10158, Description: "duplicate message id is in process"}), true},
+		{"status 503", &transport.StatusError{Status: "503"}, true},
+		{"status 408", &transport.StatusError{Status: "408"}, true},
+		{"status 400", &transport.StatusError{Status: "400"}, false},
+		{"wrong last sequence", transport.ErrWrongLastSequence, false},
+		{"stream refusal", &jetstream.APIError{Code: 400, ErrorCode: 10054, Description: "message size exceeds maximum allowed"}, false},
+		{"not found", transport.ErrNotFound, false},
+		{"cancelled", context.Canceled, false},
+		{"coded", messages.Errorf(messages.CodeBadRequest, "no"), false},
+		{"other", errors.New("disk on fire"), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := transient(tc.err); got != tc.want {
+				t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDuplicateInProcessIsMatchedByCode(t *testing.T) {
+	if !duplicateInProcess(fmt.Errorf("queue call: %w", &jetstream.APIError{ErrorCode: 10158, Description: "something else entirely"})) {
+		t.Error("err_code 10158 with another text is not matched")
+	}
+	if duplicateInProcess(errors.New("nats: API error: code=409 err_code=10158 description=duplicate message id is in process")) {
+		t.Error("the text alone is matched")
+	}
+}
+
+func TestBackoffGrowsAndIsCapped(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		random float64
+		want   []time.Duration
+	}{
+		{"no jitter", 0.999999999, []time.Duration{50, 100, 200, 400, 800, 1000, 1000}},
+		{"most jitter", 0, []time.Duration{25, 50, 100, 200, 400, 500, 500}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := backoff{next: 50 * time.Millisecond, max: time.Second, random: func() float64 { return tc.random }}
+			for i, want := range tc.want {
+				got := b.pause().Round(time.Millisecond)
+				if got != want*time.Millisecond {
+					t.Errorf("pause %d = %v, want %v", i, got, want*time.Millisecond)
+				}
+			}
+		})
+	}
+	t.Run("jitter stays within half", func(t *testing.T) {
+		b := backoff{next: 200 * time.Millisecond, max: 200 * time.Millisecond}
+		for range 100 {
+			if d := b.pause(); d < 100*time.Millisecond || d > 200*time.Millisecond {
+				t.Fatalf("pause %v outside [100ms, 200ms]", d)
+			}
+		}
+	})
+}
+
+func TestRetryTransient(t *testing.T) {
+	unavailableErr := fmt.Errorf("publish: %w", transport.ErrNoResponders)
+	quick := retryPolicy{first: time.Millisecond, max: 4 * time.Millisecond, attempt: time.Second, bound: time.Second}
+	t.Run("retries until it succeeds", func(t *testing.T) {
+		calls := 0
+		err := quick.do(context.Background(), func(context.Context) error {
+			calls++
+			if calls < 4 {
+				return unavailableErr
+			}
+			return nil
+		})
+		if err != nil || calls != 4 {
+			t.Errorf("err %v after %d attempts, want success on the 4th", err, calls)
+		}
+	})
+	t.Run("an error that is not transient ends it", func(t *testing.T) {
+		refused := &jetstream.APIError{Code: 400, ErrorCode: 10054}
+		calls := 0
+		err := quick.do(context.Background(), func(context.Context) error { calls++; return refused })
+		if !errors.Is(err, refused) || calls != 1 {
+			t.Errorf("err %v after %d attempts, want the refusal after 1", err, calls)
+		}
+	})
+	t.Run("stops at the bound", func(t *testing.T) {
+		p := quick
+		p.bound = 50 * time.Millisecond
+		start := time.Now()
+		calls := 0
+		err := p.do(context.Background(), func(context.Context) error { calls++; return unavailableErr })
+		if messages.CodeOf(err) != messages.CodeUnavailable || calls < 2 {
+			t.Errorf("err %v after %d attempts, want unavailable after several", err, calls)
+		}
+		if waited := time.Since(start); waited > p.bound+p.max {
+			t.Errorf("waited %v, bound %v", waited, p.bound)
+		}
+	})
+	t.Run("stops when ctx ends", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		p := quick
+		p.bound = time.Hour
+		calls := 0
+		err := p.do(ctx, func(context.Context) error {
+			calls++
+			if calls == 3 {
+				cancel()
+			}
+			return unavailableErr
+		})
+		if messages.CodeOf(err) != messages.CodeUnavailable || calls != 3 {
+			t.Errorf("err %v after %d attempts, want unavailable after 3", err, calls)
+		}
+	})
+	t.Run("each attempt is bounded", func(t *testing.T) {
+		p := quick
+		p.attempt = 5 * time.Millisecond
+		calls := 0
+		err := p.do(context.Background(), func(ctx context.Context) error {
+			calls++
+			if calls == 1 {
+				<-ctx.Done() // an attempt that is never answered
+				return ctx.Err()
+			}
+			return nil
+		})
+		if err != nil || calls != 2 {
+			t.Errorf("err %v after %d attempts, want success on the 2nd", err, calls)
+		}
+	})
+}
