@@ -138,3 +138,49 @@ func TestResolveRejectsBadRequests(t *testing.T) {
 		}
 	}
 }
+
+// On a three-node cluster: a new installation without a replication gets 1;
+// asking for 3 is refused until a reconfigure, which moves everything to 3;
+// from then on processes without the flag adopt 3, one asking for 1 is
+// refused, and a worker's EnsureExisting changes nothing.
+func TestReplicationInACluster(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	_, urls := testenv.Cluster(t, 3)
+	js, err := jetstream.New(testenv.Connect(t, urls))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t)
+	names := messages.MustNames("")
+	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := resources.Ensure(ctx, js, names, resources.Config{Replicas: 3}); !errors.Is(err, resources.ErrReplicasMismatch) {
+		t.Fatalf("Ensure with 3 replicas on an R1 installation: %v, want ErrReplicasMismatch", err)
+	}
+	if err := resources.Ensure(ctx, js, names, resources.Config{Replicas: 3, Reconfigure: true}); err != nil {
+		t.Fatalf("reconfigure to 3: %v", err)
+	}
+	if _, err := resources.EnsureIndexBucket(ctx, js, names, resources.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
+		t.Fatalf("Ensure without replicas on an R3 installation: %v", err)
+	}
+	if err := resources.EnsureExisting(ctx, js, names, resources.Config{Replicas: 1}); err != nil {
+		t.Fatalf("EnsureExisting asking for 1 on an R3 installation: %v", err)
+	}
+	err = resources.Ensure(ctx, js, names, resources.Config{Replicas: 1})
+	var mismatch *resources.ReplicasMismatchError
+	if !errors.As(err, &mismatch) || mismatch.Installed != 3 || mismatch.Requested != 1 {
+		t.Fatalf("Ensure with 1 replica on an R3 installation: %v, want a mismatch of 3 and 1", err)
+	}
+	for name, r := range replicasOf(t, js) {
+		if r != 3 {
+			t.Errorf("stream %s has %d replicas, want 3", name, r)
+		}
+	}
+}
