@@ -46,8 +46,10 @@ type callRecord struct {
 	submitted time.Time
 	ended     time.Time
 	status    messages.CallState
-	err       error // the submit was refused, or the wait failed
-	cancelled bool  // the caller cancelled it
+	err       error  // the submit was refused, or the wait failed
+	cancelled bool   // the caller cancelled it
+	failure   string // the result's error, when it has one
+	cancelErr error  // the caller's cancel failed
 }
 
 type recorder struct {
@@ -178,6 +180,9 @@ func TestClusterSurvivesLeaderKills(t *testing.T) {
 			if r.callID == "" {
 				r.callID = res.CallID
 			}
+			if res.Error != nil {
+				r.failure = res.Error.Code + ": " + res.Error.Message
+			}
 		}
 		rec.add(r)
 	}
@@ -220,10 +225,7 @@ func TestClusterSurvivesLeaderKills(t *testing.T) {
 		}
 		r.callID = reply.CallID
 		if cancelIt {
-			if _, err := c.Cancel(ctx, reply.CallID, "the test cancels"); err != nil {
-				finish(r, nil, fmt.Errorf("cancel: %w", err))
-				return
-			}
+			_, r.cancelErr = c.Cancel(ctx, reply.CallID, "the test cancels")
 		}
 		res, err := c.Wait(ctx, reply.CallID)
 		finish(r, res, err)
@@ -265,13 +267,8 @@ func TestClusterSurvivesLeaderKills(t *testing.T) {
 				ctx, cancel := callCtx(0)
 				defer cancel()
 				res, err := c.Call(ctx, "demo-echo", map[string]string{"text": "probe"})
-				r.ended = time.Now()
-				r.err = err
-				if res != nil {
-					r.status, r.callID = res.Status, res.CallID
-				}
+				finish(r, res, err)
 				probes.add(r)
-				rec.add(r)
 			}()
 		}
 	}()
@@ -421,24 +418,25 @@ func readLedger(t *testing.T, js jetstream.JetStream, names messages.Names) map[
 	}
 	last := s.CachedInfo().State.LastSeq
 	out := map[string]*callLedger{}
-	if last == 0 {
-		return out
-	}
-	var cons jetstream.Consumer
-	if _, err := pollFor(30*time.Second, func(ctx context.Context) (err error) {
-		cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-		return err
-	}); err != nil {
-		t.Fatalf("read the events stream: %v", err)
-	}
-	for {
-		msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
-		if err != nil {
-			t.Fatalf("read the events stream: %v", err)
+	// One direct get per message: each is retried on its own while the
+	// stream settles, where a consumer would have to be recreated.
+	for seq := uint64(1); seq <= last; seq++ {
+		var msg *jetstream.RawStreamMsg
+		if _, err := pollFor(30*time.Second, func(ctx context.Context) (err error) {
+			msg, err = s.GetMsg(ctx, seq)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return nil
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("read event %d of the events stream: %v", seq, err)
+		}
+		if msg == nil {
+			continue
 		}
 		var ev messages.CallEvent
-		if _, err := messages.Decode(messages.Header(msg.Headers()), msg.Data(), &ev); err != nil {
-			t.Fatalf("decode event %s: %v", msg.Subject(), err)
+		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err != nil {
+			t.Fatalf("decode event %s: %v", msg.Subject, err)
 		}
 		l := out[ev.CallID]
 		if l == nil {
@@ -455,14 +453,8 @@ func readLedger(t *testing.T, js jetstream.JetStream, names messages.Names) map[
 				l.results = append(l.results, ev.Result.Status)
 			}
 		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if meta.Sequence.Stream >= last {
-			return out
-		}
 	}
+	return out
 }
 
 type failure struct {
@@ -503,20 +495,36 @@ func judge(calls []*callRecord, ledger map[string]*callLedger) *verdict {
 		desc := fmt.Sprintf("%s call %s submitted %s", c.style, c.callID, c.submitted.Format("15:04:05.000"))
 		if c.err != nil {
 			switch {
-			case strings.HasPrefix(c.err.Error(), "submit refused"):
-				v.add("refused submits", fmt.Sprintf("%s: %v", desc, c.err))
 			case errors.Is(c.err, context.DeadlineExceeded):
-				v.add(fmt.Sprintf("stuck: the caller waited %s past the tool's time", stuckAfter), fmt.Sprintf("%s: %v", desc, c.err))
+				v.add(fmt.Sprintf("stuck: the caller waited %s past the tool's time (SDK requests unbounded, or the call lost)", stuckAfter), fmt.Sprintf("%s: %v", desc, c.err))
+			case errors.Is(c.err, messages.ErrCallNotFound):
+				v.add("call_not_found for a call its submit acknowledged (queued without its queued event)", fmt.Sprintf("%s: %v", desc, c.err))
+			case errors.Is(c.err, messages.ErrUnavailable), errors.Is(c.err, messages.ErrNoResponders), strings.HasPrefix(c.err.Error(), "submit refused"):
+				v.add("refused submits (the coordinator does not wait for a stream leader)", fmt.Sprintf("%s: %v", desc, c.err))
 			default:
-				v.add("calls that returned an error", fmt.Sprintf("%s: %v", desc, c.err))
+				v.add("calls that returned another error", fmt.Sprintf("%s: %v", desc, c.err))
 			}
+		}
+		if c.cancelErr != nil {
+			what := "cancels that failed"
+			if errors.Is(c.cancelErr, messages.ErrCallNotFound) {
+				what = "call_not_found for a call its submit acknowledged (queued without its queued event)"
+			}
+			v.add(what, fmt.Sprintf("%s: cancel: %v", desc, c.cancelErr))
 		}
 		if c.callID == "" {
 			continue
 		}
 		byID[c.callID] = append(byID[c.callID], c)
 		if c.err == nil && c.status != messages.StateCompleted && !(c.cancelled && c.status == messages.StateCancelled) {
-			v.add("calls that ended "+string(c.status), desc)
+			what := "calls that ended " + string(c.status)
+			switch {
+			case strings.Contains(c.failure, "10158"):
+				what += " with 10158 (concurrent idempotent submits)"
+			case strings.Contains(c.failure, "max_attempts") || strings.Contains(c.failure, "attempts"):
+				what += " after its attempts (attempts spent without running)"
+			}
+			v.add(what, desc+": "+c.failure)
 		}
 		if c.err == nil {
 			if over := c.ended.Sub(c.submitted) - c.sleep; over > v.maxOvertime {
@@ -535,13 +543,13 @@ func judge(calls []*callRecord, ledger map[string]*callLedger) *verdict {
 			v.add("lost: acknowledged, no result in the events stream", desc)
 		}
 		if len(l.results) > 1 {
-			v.add("committed twice", fmt.Sprintf("%s: results %v", desc, l.results))
+			v.add("committed twice (more than one result event)", fmt.Sprintf("%s: results %v", desc, l.results))
 		}
 		if l.queued == 0 {
-			v.add("ledger incomplete: no queued event", desc)
+			v.add("ledger incomplete: no queued event (queued without its queued event)", desc)
 		}
 		if len(l.started) > 1 {
-			v.add("tool run twice without a worker dying", fmt.Sprintf("%s: started at attempts %v", desc, l.started))
+			v.add("tool run twice without a worker dying (an attempt handed back, or spent, although its worker lived)", fmt.Sprintf("%s: started at attempts %v", desc, l.started))
 		}
 		if recs[0].style == "idempotent" && len(recs) != 2 {
 			v.add("idempotent duplicates that got different calls", fmt.Sprintf("%s: %d callers", desc, len(recs)))
