@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -25,7 +26,8 @@ func main() {
 
 func run() error {
 	conn := natsflags.Register(flag.CommandLine)
-	replicas := flag.Int("replicas", 1, "replicas of streams and buckets (3 or 5 in a cluster)")
+	replicas := flag.Int("replicas", 0, "replicas of streams and buckets (3 or 5 in a cluster); by default the installation's, or 1 for a new one. A value other than the installation's is refused without --reconfigure")
+	reconfigure := flag.Bool("reconfigure", false, "change the installation's replication to --replicas (an operator's action: run one coordinator with it, once)")
 	defaultTimeout := flag.Duration("default-timeout", 10*time.Minute, "deadline of calls when neither caller nor tool sets one")
 	workspace := flag.String("workspace", os.Getenv("TOOLBUS_WORKSPACE"), "exposure workspace directory (bundles/*.yaml, agents/*.yaml), reloaded on change")
 	policyFile := flag.String("policy", os.Getenv("TOOLBUS_POLICY"), "policy file (YAML), reloaded on change")
@@ -49,13 +51,16 @@ func run() error {
 		PolicyFile:          *policyFile,
 		FailWhenUnavailable: *failUnavailable,
 		ApprovalTTL:         *approvalTTL,
-		Resources:           resources.Config{Replicas: *replicas},
+		Resources:           resources.Config{Replicas: *replicas, Reconfigure: *reconfigure},
 		Logger:              log,
 	})
 	if err != nil {
 		return err
 	}
 	if err := c.Start(ctx); err != nil {
+		if errors.Is(err, resources.ErrReplicasMismatch) {
+			log.Error("refusing to start: the installation has another replication", "err", err)
+		}
 		return err
 	}
 	<-ctx.Done()

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -26,7 +27,7 @@ func main() {
 
 func run() error {
 	conn := natsflags.Register(flag.CommandLine)
-	replicas := flag.Int("replicas", 1, "replicas of streams and buckets (3 or 5 in a cluster)")
+	replicas := flag.Int("replicas", 0, "replicas of streams and buckets; by default the installation's, or 1 for a new one. A value other than the installation's is refused: only a coordinator changes it")
 	id := flag.String("id", "", "indexer ID in the lease and manifests (default: host name and a random suffix)")
 	leaseTTL := flag.Duration("lease-ttl", 10*time.Second, "how long standbys wait without seeing the writer renew its lease before one takes over")
 	writeInterval := flag.Duration("write-interval", 250*time.Millisecond, "shortest time between two writes of the index")
@@ -55,6 +56,9 @@ func run() error {
 		return err
 	}
 	if err := ix.Start(ctx); err != nil {
+		if errors.Is(err, resources.ErrReplicasMismatch) {
+			log.Error("refusing to start: the installation has another replication", "err", err)
+		}
 		return err
 	}
 	<-ctx.Done()

@@ -32,8 +32,13 @@ func IndexBucketConfig(names messages.Names, cfg Config) jetstream.KeyValueConfi
 	}
 }
 
-// EnsureIndexBucket creates or updates the index bucket and returns it.
+// EnsureIndexBucket creates or updates the index bucket and returns it, at
+// the installation's replication (see Resolve).
 func EnsureIndexBucket(ctx context.Context, js jetstream.JetStream, names messages.Names, cfg Config) (jetstream.KeyValue, error) {
+	cfg, err := Resolve(ctx, js, names, cfg)
+	if err != nil {
+		return nil, err
+	}
 	kvCfg := IndexBucketConfig(names, cfg)
 	kv, err := js.CreateOrUpdateKeyValue(ctx, kvCfg)
 	if err != nil {

@@ -2,6 +2,12 @@
 // Toolbus runs on. Every function is idempotent: each process calls them at
 // start, in any order, and an existing resource is updated to the
 // configuration it should have.
+//
+// The replication of an installation is chosen once, by the first process
+// that creates the calls stream, and is read back from that stream's
+// configuration from then on (see InstalledReplicas): a process that asks
+// for no particular replication adopts it, one that asks for another is
+// refused with ErrReplicasMismatch, and only Config.Reconfigure changes it.
 package resources
 
 import (
@@ -17,8 +23,17 @@ import (
 
 // Config sizes the resources.
 type Config struct {
-	// Replicas of every stream and bucket: 1 for one server, 3 or 5 in a cluster. Defaults to 1.
+	// Replicas of every stream and bucket: 1 for one server, 3 or 5 in a
+	// cluster. Zero adopts the installation's replication (the calls
+	// stream's replicas), or 1 when the installation has no calls stream
+	// yet. A value that differs from the installation's is refused with
+	// ErrReplicasMismatch unless Reconfigure is set.
 	Replicas int
+	// Reconfigure lets Ensure change the installation's replication to
+	// Replicas: every existing stream and bucket is updated to it. It is
+	// an operator's action (the coordinator's --reconfigure flag); without
+	// it a replication is never changed once chosen.
+	Reconfigure bool
 	// EventsMaxAge is how long call events, and so results and idempotency
 	// keys, are kept. Defaults to 72h.
 	EventsMaxAge time.Duration
@@ -41,10 +56,75 @@ type Config struct {
 	MaxWatchers int
 }
 
+// DefaultReplicas is the replication of a new installation when the
+// process that creates it asks for none.
+const DefaultReplicas = 1
+
+// ErrReplicasMismatch is returned when a process asks for a replication
+// other than the installation's and does not ask to reconfigure it.
+var ErrReplicasMismatch = errors.New("replicas differ from the installation's")
+
+// ReplicasMismatchError says which replication was asked for and which one
+// the installation has. It matches ErrReplicasMismatch.
+type ReplicasMismatchError struct {
+	Stream    string
+	Installed int
+	Requested int
+}
+
+func (e *ReplicasMismatchError) Error() string {
+	return fmt.Sprintf("%v: asked for %d, but stream %s has %d; start without --replicas to adopt %d, "+
+		"or change the installation's replication with --replicas %d --reconfigure on one coordinator",
+		ErrReplicasMismatch, e.Requested, e.Stream, e.Installed, e.Installed, e.Requested)
+}
+
+// Is matches ErrReplicasMismatch.
+func (e *ReplicasMismatchError) Is(target error) bool { return target == ErrReplicasMismatch }
+
+// InstalledReplicas returns the installation's replication: the replicas
+// of its calls stream, or 0 when there is no calls stream yet.
+func InstalledReplicas(ctx context.Context, js jetstream.JetStream, names messages.Names) (int, error) {
+	s, err := js.Stream(ctx, names.CallsStream())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", names.CallsStream(), err)
+	}
+	return s.CachedInfo().Config.Replicas, nil
+}
+
+// Resolve returns cfg with Replicas set to the replication the resources
+// must have: the installation's when cfg asks for none, cfg's own when
+// nothing is installed yet or Reconfigure is set. It fails with
+// ErrReplicasMismatch when cfg asks for another replication than the
+// installation's without Reconfigure.
+func Resolve(ctx context.Context, js jetstream.JetStream, names messages.Names, cfg Config) (Config, error) {
+	if cfg.Replicas < 0 {
+		return cfg, fmt.Errorf("replicas %d is negative", cfg.Replicas)
+	}
+	if cfg.Reconfigure && cfg.Replicas == 0 {
+		return cfg, errors.New("reconfigure needs the replicas to change to")
+	}
+	installed, err := InstalledReplicas(ctx, js, names)
+	if err != nil {
+		return cfg, err
+	}
+	switch {
+	case installed == 0 || cfg.Reconfigure:
+	case cfg.Replicas == 0:
+		cfg.Replicas = installed
+	case cfg.Replicas != installed:
+		return cfg, &ReplicasMismatchError{Stream: names.CallsStream(), Installed: installed, Requested: cfg.Replicas}
+	}
+	return cfg.WithDefaults(), nil
+}
+
 // WithDefaults returns the config with zero fields set to their defaults.
+// It does not look at the installation: Resolve does.
 func (c Config) WithDefaults() Config {
 	if c.Replicas == 0 {
-		c.Replicas = 1
+		c.Replicas = DefaultReplicas
 	}
 	if c.EventsMaxAge == 0 {
 		c.EventsMaxAge = 72 * time.Hour
@@ -75,19 +155,36 @@ func (c Config) WithDefaults() Config {
 // store, and the catalog, turns and approvals buckets. Coordinators own
 // their configuration and update them; workers, whose NATS users may not
 // manage streams, only create what is missing (see EnsureExisting).
+//
+// The replication is resolved first (see Resolve): Ensure fails with
+// ErrReplicasMismatch, changing nothing, when cfg asks for a replication
+// other than the installation's without Reconfigure.
 func Ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, cfg Config) error {
+	cfg, err := Resolve(ctx, js, names, cfg)
+	if err != nil {
+		return err
+	}
 	return ensure(ctx, js, names, cfg, true)
 }
 
 // EnsureExisting creates what is missing and leaves existing resources as
 // they are, so that it needs only read access to JetStream once a
-// coordinator has run.
+// coordinator has run. What it creates takes the installation's
+// replication when there is one, whatever cfg asks for: it never changes
+// the installation, so it never refuses to start over a replication either.
 func EnsureExisting(ctx context.Context, js jetstream.JetStream, names messages.Names, cfg Config) error {
-	return ensure(ctx, js, names, cfg, false)
+	installed, err := InstalledReplicas(ctx, js, names)
+	if err != nil {
+		return err
+	}
+	if installed != 0 {
+		cfg.Replicas = installed
+	}
+	cfg.Reconfigure = false
+	return ensure(ctx, js, names, cfg.WithDefaults(), false)
 }
 
 func ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, cfg Config, update bool) error {
-	cfg = cfg.WithDefaults()
 	for _, sc := range []jetstream.StreamConfig{CallsStreamConfig(names, cfg), EventsStreamConfig(names, cfg), AuditStreamConfig(names, cfg)} {
 		if !update {
 			if _, err := js.Stream(ctx, sc.Name); err == nil {

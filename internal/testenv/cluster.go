@@ -1,0 +1,74 @@
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/natsserver"
+)
+
+// Cluster starts size embedded servers that form one JetStream cluster,
+// each with its store in a temporary directory, and waits until they have
+// elected a meta leader. It returns the servers and a URL list that
+// reaches any of them. They are stopped when the test ends.
+func Cluster(t testing.TB, size int) ([]*natsserver.Server, string) {
+	t.Helper()
+	routePorts := make([]int, size)
+	var routes []string
+	for i := range routePorts {
+		routePorts[i] = freePort(t)
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", routePorts[i]))
+	}
+	dir := t.TempDir()
+	var (
+		servers []*natsserver.Server
+		urls    []string
+	)
+	for i, port := range routePorts {
+		name := fmt.Sprintf("n%d", i+1)
+		conf := filepath.Join(dir, name+".conf")
+		text := fmt.Sprintf("cluster {\n  name: testenv\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", port, strings.Join(routes, ", "))
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		srv, err := natsserver.Start(natsserver.Config{DataDir: filepath.Join(dir, name), ConfigFile: conf, ServerName: name})
+		if err != nil {
+			t.Fatalf("start cluster node %s: %v", name, err)
+		}
+		t.Cleanup(srv.Stop)
+		servers = append(servers, srv)
+		urls = append(urls, srv.URL())
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		leader := false
+		current := true
+		for _, s := range servers {
+			leader = leader || s.JetStreamIsLeader()
+			current = current && s.JetStreamIsCurrent()
+		}
+		if leader && current {
+			return servers, strings.Join(urls, ",")
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cluster elected no JetStream meta leader within a minute")
+		}
+		time.Sleep(50 * time.Millisecond) // the server sends no signal on election
+	}
+}
+
+// freePort returns a port nobody listened on a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,566 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// clusterFixesLanded turns the test on by default. Until the fixes of the
+// cluster's faults (submits refused while a stream has no leader, 10158 on
+// concurrent idempotent submits, attempts spent on NAKs, unbounded SDK
+// requests, calls without a queued event) are merged, the test runs only
+// with TOOLBUS_CLUSTER_TEST=1.
+const clusterFixesLanded = false
+
+const (
+	// stuckAfter is how long past its tool's time a call may take before
+	// it counts as stuck.
+	stuckAfter = 30 * time.Second
+	// minIteration paces each load loop.
+	minIteration = 250 * time.Millisecond
+)
+
+// callRecord is one call of the load as its caller saw it.
+type callRecord struct {
+	style     string
+	callID    string
+	sleep     time.Duration // the tool's own time
+	submitted time.Time
+	ended     time.Time
+	status    messages.CallState
+	err       error  // the submit was refused, or the wait failed
+	cancelled bool   // the caller cancelled it
+	failure   string // the result's error, when it has one
+	cancelErr error  // the caller's cancel failed
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	calls []*callRecord
+}
+
+func (r *recorder) add(c *callRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, c)
+}
+
+func (r *recorder) snapshot() []*callRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// kill is one SIGKILL of the test and what callers saw around it.
+type killReport struct {
+	Target        string        `json:"target"`
+	Node          string        `json:"node"`
+	NewLeader     string        `json:"new_leader"`
+	Election      time.Duration `json:"election_ns"`
+	LongestStall  time.Duration `json:"longest_stall_ns"`
+	FirstComplete time.Duration `json:"first_completed_call_ns"`
+	at            time.Time
+	until         time.Time
+}
+
+// TestClusterSurvivesLeaderKills runs the stack at 3 replicas on three
+// nats-server processes, puts a mixed load through it, and SIGKILLs the
+// meta leader, the events stream's leader and the demo namespace
+// consumer's leader in turn, restarting each on its store. Then every call
+// must have ended with exactly one result, no submit refused, no tool
+// started twice, and every call's ledger complete.
+//
+// "Run twice" is counted from the started events: no worker dies in this
+// test, so a call with two started events is a tool run again although its
+// worker lived (the demo tools cannot count their own runs).
+func TestClusterSurvivesLeaderKills(t *testing.T) {
+	if os.Getenv("TOOLBUS_CLUSTER_TEST") == "" && !clusterFixesLanded {
+		t.Skip("set TOOLBUS_CLUSTER_TEST=1 to run the cluster test (on by default once clusterFixesLanded)")
+	}
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	nodes := startCluster(t, 3)
+	urls := nodes.urls()
+	names := messages.MustNames("")
+	streams := []string{names.CallsStream(), names.EventsStream()}
+	consumerName, err := names.NamespaceConsumer(demo.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := [][2]string{{names.CallsStream(), consumerName}}
+	poll(t, 60*time.Second, "the cluster to elect a meta leader", func(ctx context.Context) error {
+		for _, n := range nodes.nodes {
+			if err := n.healthy(ctx); err != nil {
+				return err
+			}
+		}
+		_, err := nodes.metaLeader(ctx)
+		return err
+	})
+	js, err := jetstream.New(testenv.Connect(t, urls))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	coordinatorBin := testenv.Binary(t, "./cmd/coordinator")
+	coord := testenv.Start(t, coordinatorBin, "--server", urls, "--replicas", "3")
+	coord.WaitLine(t, "coordinator started")
+	for _, id := range []string{"w1", "w2"} {
+		w := testenv.Start(t, testenv.Binary(t, "./cmd/worker"), "--server", urls, "--demo", "--id", id)
+		w.WaitLine(t, "worker "+id+" ready")
+	}
+	ix := testenv.Start(t, testenv.Binary(t, "./cmd/indexer"), "--server", urls)
+	ix.WaitLine(t, "indexer started")
+	poll(t, 60*time.Second, "every stream and consumer at 3 current replicas", func(ctx context.Context) error {
+		return nodes.whole(ctx, js, streams, consumers)
+	})
+
+	c := testenv.Client(t, urls, client.Options{})
+	nc := testenv.Connect(t, urls)
+	rec := &recorder{}
+	probes := &recorder{}
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	stopLoad := func() { stopOnce.Do(func() { close(stop) }) }
+	t.Cleanup(stopLoad)
+	var load sync.WaitGroup
+	run := func(n int, f func()) {
+		for range n {
+			load.Add(1)
+			go func() {
+				defer load.Done()
+				// An iteration takes at least minIteration, so that
+				// calls failing at once do not flood the queue.
+				for {
+					next := time.NewTimer(minIteration)
+					f()
+					select {
+					case <-stop:
+						next.Stop()
+						return
+					case <-next.C:
+					}
+				}
+			}()
+		}
+	}
+	sleepArgs := func() (time.Duration, messages.JSON) {
+		s := 1 + rand.IntN(3)
+		return time.Duration(s) * time.Second, messages.JSON(fmt.Sprintf(`{"seconds":%d}`, s))
+	}
+	// Every wait is bounded: a call that does not end within its tool's
+	// time and stuckAfter is stuck.
+	callCtx := func(sleep time.Duration) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), sleep+stuckAfter)
+	}
+	finish := func(r *callRecord, res *messages.CallResult, err error) {
+		r.ended = time.Now()
+		r.err = err
+		if res != nil {
+			r.status = res.Status
+			if r.callID == "" {
+				r.callID = res.CallID
+			}
+			if res.Error != nil {
+				r.failure = res.Error.Code + ": " + res.Error.Message
+			}
+		}
+		rec.add(r)
+	}
+	// Plain calls: Call on the client's route, quiet submits.
+	run(3, func() {
+		sleep, args := sleepArgs()
+		r := &callRecord{style: "plain", sleep: sleep, submitted: time.Now()}
+		ctx, cancel := callCtx(sleep)
+		defer cancel()
+		res, err := c.Call(ctx, "demo-sleep", args)
+		finish(r, res, err)
+	})
+	// Idempotent calls, each key sent twice at once: one call, one run.
+	run(2, func() {
+		sleep, args := sleepArgs()
+		key := nuid.Next()
+		var pair sync.WaitGroup
+		for range 2 {
+			pair.Add(1)
+			go func() {
+				defer pair.Done()
+				r := &callRecord{style: "idempotent", sleep: sleep, submitted: time.Now()}
+				ctx, cancel := callCtx(sleep)
+				defer cancel()
+				res, err := c.Call(ctx, "demo-sleep", args, client.WithIdempotencyKey(key))
+				finish(r, res, err)
+			}()
+		}
+		pair.Wait()
+	})
+	// Notify and route submits, followed with Wait; and cancels.
+	submitThenWait := func(style string, req messages.SubmitRequest, sleep time.Duration, cancelIt bool) {
+		r := &callRecord{style: style, sleep: sleep, submitted: time.Now(), cancelled: cancelIt}
+		ctx, cancel := callCtx(sleep)
+		defer cancel()
+		reply, err := c.Submit(ctx, req)
+		if err != nil {
+			finish(r, nil, fmt.Errorf("submit refused: %w", err))
+			return
+		}
+		r.callID = reply.CallID
+		if cancelIt {
+			_, r.cancelErr = c.Cancel(ctx, reply.CallID, "the test cancels")
+		}
+		res, err := c.Wait(ctx, reply.CallID)
+		finish(r, res, err)
+	}
+	run(2, func() {
+		sub, err := nc.SubscribeSync(nc.NewInbox())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer sub.Unsubscribe()
+		sleep, args := sleepArgs()
+		submitThenWait("notify", messages.SubmitRequest{Tool: "demo-sleep", Arguments: args, Notify: sub.Subject}, sleep, false)
+	})
+	run(2, func() {
+		sleep, args := sleepArgs()
+		submitThenWait("route", messages.SubmitRequest{Tool: "demo-sleep", Arguments: args, Route: nuid.Next()}, sleep, false)
+	})
+	run(1, func() {
+		submitThenWait("cancel", messages.SubmitRequest{Tool: "demo-sleep", Arguments: messages.JSON(`{"seconds":3}`)}, 3*time.Second, true)
+	})
+	// Probes: echo calls, whose latency is all stall, five a second, each
+	// on its own so that one stuck probe does not stop the others.
+	load.Add(1)
+	go func() {
+		defer load.Done()
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			load.Add(1)
+			go func() {
+				defer load.Done()
+				r := &callRecord{style: "probe", submitted: time.Now()}
+				ctx, cancel := callCtx(0)
+				defer cancel()
+				res, err := c.Call(ctx, "demo-echo", map[string]string{"text": "probe"})
+				finish(r, res, err)
+				probes.add(r)
+			}()
+		}
+	}()
+	completedSince := func(since time.Time) func(context.Context) error {
+		return func(context.Context) error {
+			n := 0
+			for _, p := range probes.snapshot() {
+				if p.submitted.After(since) && p.err == nil && p.status == messages.StateCompleted {
+					n++
+				}
+			}
+			if n < 5 {
+				return fmt.Errorf("%d probe calls completed", n)
+			}
+			return nil
+		}
+	}
+	poll(t, 60*time.Second, "calls to complete before the first kill", completedSince(time.Now()))
+
+	leaders := []struct {
+		target string
+		find   func(ctx context.Context) (string, error)
+	}{
+		{"meta leader", nodes.metaLeader},
+		{"events stream leader", func(ctx context.Context) (string, error) {
+			s, err := js.Stream(ctx, names.EventsStream())
+			if err != nil {
+				return "", err
+			}
+			if ci := s.CachedInfo().Cluster; ci != nil && ci.Leader != "" {
+				return ci.Leader, nil
+			}
+			return "", errors.New("events stream has no leader")
+		}},
+		{"namespace consumer leader", func(ctx context.Context) (string, error) {
+			cons, err := js.Consumer(ctx, names.CallsStream(), consumerName)
+			if err != nil {
+				return "", err
+			}
+			if ci := cons.CachedInfo().Cluster; ci != nil && ci.Leader != "" {
+				return ci.Leader, nil
+			}
+			return "", errors.New("consumer has no leader")
+		}},
+	}
+	var kills []*killReport
+	for _, l := range leaders {
+		var name string
+		poll(t, 30*time.Second, "find the "+l.target, func(ctx context.Context) (err error) {
+			name, err = l.find(ctx)
+			return err
+		})
+		n := nodes.node(t, name)
+		k := &killReport{Target: l.target, Node: name, at: time.Now()}
+		nodes.kill(t, n)
+		k.Election = poll(t, 60*time.Second, "a new "+l.target, func(ctx context.Context) error {
+			leader, err := l.find(ctx)
+			if err != nil {
+				return err
+			}
+			if leader == name {
+				return fmt.Errorf("%s is still %s", l.target, name)
+			}
+			k.NewLeader = leader
+			return nil
+		})
+		t.Logf("killed %s %s; %s elected after %s", l.target, name, k.NewLeader, k.Election)
+		nodes.start(t, n)
+		poll(t, 90*time.Second, "the cluster whole again after restarting "+name, func(ctx context.Context) error {
+			return nodes.whole(ctx, js, streams, consumers)
+		})
+		// Not fatal: the assertions below say what became of the calls.
+		if _, err := pollFor(stuckAfter, completedSince(time.Now())); err != nil {
+			t.Errorf("calls did not complete within %s after restarting %s: %v", stuckAfter, name, err)
+		}
+		k.until = time.Now()
+		kills = append(kills, k)
+	}
+	stopLoad()
+	load.Wait()
+
+	calls := rec.snapshot()
+	for _, k := range kills {
+		k.LongestStall, k.FirstComplete = stallAround(probes.snapshot(), k.at, k.until)
+	}
+	ledger := readLedger(t, js, names)
+	verdict := judge(calls, ledger)
+	report := struct {
+		Calls       int            `json:"calls"`
+		Kills       []*killReport  `json:"kills"`
+		MaxOvertime time.Duration  `json:"max_wait_beyond_tool_ns"`
+		Failures    map[string]int `json:"failures"`
+	}{Calls: len(calls), Kills: kills, MaxOvertime: verdict.maxOvertime, Failures: verdict.counts()}
+	line, _ := json.Marshal(report)
+	t.Logf("cluster report: %s", line)
+	if path := os.Getenv("TOOLBUS_CLUSTER_REPORT"); path != "" {
+		if err := os.WriteFile(path, append(line, '\n'), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, k := range kills {
+		t.Logf("%s %s killed: new leader %s after %s; longest caller stall %s; first completed call %s after the kill",
+			k.Target, k.Node, k.NewLeader, k.Election, k.LongestStall, k.FirstComplete)
+	}
+	for _, f := range verdict.failures {
+		t.Errorf("%s: %d calls, e.g. %s", f.what, len(f.examples), strings.Join(first(f.examples, 5), "; "))
+	}
+}
+
+// stallAround returns, for the probes in flight at or submitted after at
+// and before until, the longest any waited, and how long after at the
+// first probe submitted after at completed.
+func stallAround(probes []*callRecord, at, until time.Time) (longest, firstComplete time.Duration) {
+	firstComplete = -1
+	for _, p := range probes {
+		if p.ended.Before(at) || p.submitted.After(until) {
+			continue
+		}
+		if d := p.ended.Sub(p.submitted); d > longest {
+			longest = d
+		}
+		if p.submitted.After(at) && p.err == nil && p.status == messages.StateCompleted {
+			if d := p.ended.Sub(at); firstComplete < 0 || d < firstComplete {
+				firstComplete = d
+			}
+		}
+	}
+	return longest, firstComplete
+}
+
+// callLedger is what the events stream holds of one call.
+type callLedger struct {
+	queued  int
+	started []int // attempts
+	results []messages.CallState
+}
+
+// readLedger reads the whole events stream.
+func readLedger(t *testing.T, js jetstream.JetStream, names messages.Names) map[string]*callLedger {
+	t.Helper()
+	var s jetstream.Stream
+	if _, err := pollFor(30*time.Second, func(ctx context.Context) (err error) {
+		s, err = js.Stream(ctx, names.EventsStream())
+		return err
+	}); err != nil {
+		t.Fatalf("events stream: %v", err)
+	}
+	last := s.CachedInfo().State.LastSeq
+	out := map[string]*callLedger{}
+	// One direct get per message: each is retried on its own while the
+	// stream settles, where a consumer would have to be recreated.
+	for seq := uint64(1); seq <= last; seq++ {
+		var msg *jetstream.RawStreamMsg
+		if _, err := pollFor(30*time.Second, func(ctx context.Context) (err error) {
+			msg, err = s.GetMsg(ctx, seq)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return nil
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("read event %d of the events stream: %v", seq, err)
+		}
+		if msg == nil {
+			continue
+		}
+		var ev messages.CallEvent
+		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err != nil {
+			t.Fatalf("decode event %s: %v", msg.Subject, err)
+		}
+		l := out[ev.CallID]
+		if l == nil {
+			l = &callLedger{}
+			out[ev.CallID] = l
+		}
+		switch ev.Kind {
+		case messages.EventQueued:
+			l.queued++
+		case messages.EventStarted:
+			l.started = append(l.started, ev.Attempt)
+		case messages.EventResult:
+			if ev.Result != nil {
+				l.results = append(l.results, ev.Result.Status)
+			}
+		}
+	}
+	return out
+}
+
+type failure struct {
+	what     string
+	examples []string
+}
+
+type verdict struct {
+	failures    []*failure
+	maxOvertime time.Duration
+}
+
+func (v *verdict) add(what, example string) {
+	for _, f := range v.failures {
+		if f.what == what {
+			f.examples = append(f.examples, example)
+			return
+		}
+	}
+	v.failures = append(v.failures, &failure{what: what, examples: []string{example}})
+}
+
+func (v *verdict) counts() map[string]int {
+	out := map[string]int{}
+	for _, f := range v.failures {
+		out[f.what] = len(f.examples)
+	}
+	return out
+}
+
+// judge holds every call against the assertions, naming each failure by
+// the cause it points to.
+func judge(calls []*callRecord, ledger map[string]*callLedger) *verdict {
+	v := &verdict{}
+	sort.Slice(calls, func(i, j int) bool { return calls[i].submitted.Before(calls[j].submitted) })
+	byID := map[string][]*callRecord{}
+	for _, c := range calls {
+		desc := fmt.Sprintf("%s call %s submitted %s", c.style, c.callID, c.submitted.Format("15:04:05.000"))
+		if c.err != nil {
+			switch {
+			case errors.Is(c.err, context.DeadlineExceeded):
+				v.add(fmt.Sprintf("stuck: the caller waited %s past the tool's time (SDK requests unbounded, or the call lost)", stuckAfter), fmt.Sprintf("%s: %v", desc, c.err))
+			case errors.Is(c.err, messages.ErrCallNotFound):
+				v.add("call_not_found for a call its submit acknowledged (queued without its queued event)", fmt.Sprintf("%s: %v", desc, c.err))
+			case errors.Is(c.err, messages.ErrUnavailable), errors.Is(c.err, messages.ErrNoResponders), strings.HasPrefix(c.err.Error(), "submit refused"):
+				v.add("refused submits (the coordinator does not wait for a stream leader)", fmt.Sprintf("%s: %v", desc, c.err))
+			default:
+				v.add("calls that returned another error", fmt.Sprintf("%s: %v", desc, c.err))
+			}
+		}
+		if c.cancelErr != nil {
+			what := "cancels that failed"
+			if errors.Is(c.cancelErr, messages.ErrCallNotFound) {
+				what = "call_not_found for a call its submit acknowledged (queued without its queued event)"
+			}
+			v.add(what, fmt.Sprintf("%s: cancel: %v", desc, c.cancelErr))
+		}
+		if c.callID == "" {
+			continue
+		}
+		byID[c.callID] = append(byID[c.callID], c)
+		if c.err == nil && c.status != messages.StateCompleted && !(c.cancelled && c.status == messages.StateCancelled) {
+			what := "calls that ended " + string(c.status)
+			switch {
+			case strings.Contains(c.failure, "10158"):
+				what += " with 10158 (concurrent idempotent submits)"
+			case strings.Contains(c.failure, "max_attempts") || strings.Contains(c.failure, "attempts"):
+				what += " after its attempts (attempts spent without running)"
+			}
+			v.add(what, desc+": "+c.failure)
+		}
+		if c.err == nil {
+			if over := c.ended.Sub(c.submitted) - c.sleep; over > v.maxOvertime {
+				v.maxOvertime = over
+			}
+		}
+	}
+	for id, recs := range byID {
+		desc := fmt.Sprintf("%s call %s", recs[0].style, id)
+		l := ledger[id]
+		if l == nil {
+			v.add("lost: acknowledged, nothing in the events stream", desc)
+			continue
+		}
+		if len(l.results) == 0 {
+			v.add("lost: acknowledged, no result in the events stream", desc)
+		}
+		if len(l.results) > 1 {
+			v.add("committed twice (more than one result event)", fmt.Sprintf("%s: results %v", desc, l.results))
+		}
+		if l.queued == 0 {
+			v.add("ledger incomplete: no queued event (queued without its queued event)", desc)
+		}
+		if len(l.started) > 1 {
+			v.add("tool run twice without a worker dying (an attempt handed back, or spent, although its worker lived)", fmt.Sprintf("%s: started at attempts %v", desc, l.started))
+		}
+		if recs[0].style == "idempotent" && len(recs) != 2 {
+			v.add("idempotent duplicates that got different calls", fmt.Sprintf("%s: %d callers", desc, len(recs)))
+		}
+	}
+	return v
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}

@@ -1,0 +1,15 @@
+package cluster
+
+import (
+	"os"
+	"testing"
+
+	"github.com/toolbus/toolbus/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.CleanupBinaries()
+	cleanupServerBinary()
+	os.Exit(code)
+}

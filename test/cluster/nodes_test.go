@@ -1,0 +1,313 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/testenv"
+)
+
+var (
+	serverMu  sync.Mutex
+	serverDir string
+)
+
+// serverBinary builds nats-server from the module's own dependency, once.
+func serverBinary(t *testing.T) string {
+	t.Helper()
+	serverMu.Lock()
+	defer serverMu.Unlock()
+	if serverDir == "" {
+		dir, err := os.MkdirTemp("", "toolbus-nats-server-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			t.Fatalf("build nats-server: %v\n%s", err, out)
+		}
+		serverDir = dir
+	}
+	return filepath.Join(serverDir, "nats-server")
+}
+
+func cleanupServerBinary() {
+	serverMu.Lock()
+	defer serverMu.Unlock()
+	if serverDir != "" {
+		os.RemoveAll(serverDir)
+	}
+}
+
+// freePort asks the kernel for a port nobody listens on. A node keeps its
+// ports across restarts, as a real node does.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// node is one nats-server process of the cluster, with its configuration
+// and store kept in the test's temporary directory so that it restarts on
+// the same data after a SIGKILL.
+type node struct {
+	name                        string
+	clientPort, routePort, http int
+	conf                        string
+	proc                        *testenv.Process
+}
+
+func (n *node) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.clientPort) }
+
+// cluster is three nodes that route to one another.
+type cluster struct {
+	bin   string
+	nodes []*node
+}
+
+func startCluster(t *testing.T, size int) *cluster {
+	t.Helper()
+	c := &cluster{bin: serverBinary(t)}
+	for i := range size {
+		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("n%d", i+1), clientPort: freePort(t), routePort: freePort(t), http: freePort(t)})
+	}
+	var routes []string
+	for _, n := range c.nodes {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", n.routePort))
+	}
+	dir := t.TempDir()
+	for _, n := range c.nodes {
+		store := filepath.Join(dir, n.name)
+		n.conf = filepath.Join(dir, n.name+".conf")
+		conf := fmt.Sprintf(`server_name: %s
+listen: 127.0.0.1:%d
+http: 127.0.0.1:%d
+jetstream {
+  store_dir: %q
+}
+cluster {
+  name: toolbus-test
+  listen: 127.0.0.1:%d
+  routes: [
+    %s
+  ]
+}
+`, n.name, n.clientPort, n.http, store, n.routePort, strings.Join(routes, "\n    "))
+		if err := os.WriteFile(n.conf, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.start(t, n)
+	}
+	return c
+}
+
+func (c *cluster) start(t *testing.T, n *node) {
+	t.Helper()
+	n.proc = testenv.Start(t, c.bin, "-c", n.conf)
+}
+
+// urls is every node's client URL, for connections that fail over.
+func (c *cluster) urls() string {
+	var urls []string
+	for _, n := range c.nodes {
+		urls = append(urls, n.url())
+	}
+	return strings.Join(urls, ",")
+}
+
+func (c *cluster) node(t *testing.T, name string) *node {
+	t.Helper()
+	for _, n := range c.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	t.Fatalf("no node named %q", name)
+	return nil
+}
+
+// kill ends the node's process with SIGKILL and waits until it is gone.
+func (c *cluster) kill(t *testing.T, n *node) {
+	t.Helper()
+	n.proc.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.proc.Wait(ctx); errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("node %s still runs 30s after SIGKILL", n.name)
+	}
+}
+
+// jsz is the part of a node's /jsz monitoring page the test reads.
+type jsz struct {
+	Meta *struct {
+		Leader   string `json:"leader"`
+		Size     int    `json:"cluster_size"`
+		Replicas []struct {
+			Name    string `json:"name"`
+			Current bool   `json:"current"`
+			Offline bool   `json:"offline"`
+		} `json:"replicas"`
+	} `json:"meta_cluster"`
+}
+
+var httpClient = &http.Client{Timeout: 2 * time.Second}
+
+func (n *node) jsz(ctx context.Context) (*jsz, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/jsz", n.http), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out jsz
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("node %s /jsz: %w", n.name, err)
+	}
+	return &out, nil
+}
+
+// healthy says whether the node's /healthz answers ok: the server runs,
+// its JetStream is enabled and current with the meta leader, and every
+// stream and consumer it holds a replica of is current.
+func (n *node) healthy(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/healthz", n.http), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var body struct {
+			Error string `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return fmt.Errorf("node %s unhealthy (%d): %s", n.name, resp.StatusCode, body.Error)
+	}
+	return nil
+}
+
+// metaLeader returns the meta leader's name as the live nodes agree on it.
+func (c *cluster) metaLeader(ctx context.Context) (string, error) {
+	leader := ""
+	for _, n := range c.nodes {
+		if n.proc == nil {
+			continue
+		}
+		info, err := n.jsz(ctx)
+		if err != nil {
+			continue // a killed node
+		}
+		if info.Meta == nil || info.Meta.Leader == "" {
+			return "", fmt.Errorf("node %s knows no meta leader", n.name)
+		}
+		if leader != "" && leader != info.Meta.Leader {
+			return "", fmt.Errorf("nodes disagree on the meta leader: %s, %s", leader, info.Meta.Leader)
+		}
+		leader = info.Meta.Leader
+	}
+	if leader == "" {
+		return "", errors.New("no node answered")
+	}
+	return leader, nil
+}
+
+// whole reports why the cluster is not whole, or nil when every node is
+// healthy, agrees on a meta leader, and every replicated stream and
+// consumer named has a leader and two current followers.
+func (c *cluster) whole(ctx context.Context, js jetstream.JetStream, streams []string, consumers [][2]string) error {
+	for _, n := range c.nodes {
+		if err := n.healthy(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := c.metaLeader(ctx); err != nil {
+		return err
+	}
+	check := func(what string, ci *jetstream.ClusterInfo) error {
+		if ci == nil || ci.Leader == "" {
+			return fmt.Errorf("%s has no leader", what)
+		}
+		if len(ci.Replicas) != len(c.nodes)-1 {
+			return fmt.Errorf("%s has %d followers", what, len(ci.Replicas))
+		}
+		for _, r := range ci.Replicas {
+			if !r.Current || r.Offline {
+				return fmt.Errorf("%s: follower %s not current", what, r.Name)
+			}
+		}
+		return nil
+	}
+	for _, name := range streams {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", name, err)
+		}
+		if err := check("stream "+name, s.CachedInfo().Cluster); err != nil {
+			return err
+		}
+	}
+	for _, sc := range consumers {
+		cons, err := js.Consumer(ctx, sc[0], sc[1])
+		if err != nil {
+			return fmt.Errorf("consumer %s: %w", sc[1], err)
+		}
+		if err := check("consumer "+sc[1], cons.CachedInfo().Cluster); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// poll calls cond until it returns nil, for cluster state that sends no
+// signal. It fails the test with cond's last error after timeout.
+func poll(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) error) time.Duration {
+	t.Helper()
+	d, err := pollFor(timeout, cond)
+	if err != nil {
+		t.Fatalf("%s: not within %s: %v", what, timeout, err)
+	}
+	return d
+}
+
+// pollFor calls cond every 100ms until it returns nil or timeout passes,
+// and returns how long that took, or cond's last error.
+func pollFor(timeout time.Duration, cond func(ctx context.Context) error) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := cond(ctx)
+		cancel()
+		if err == nil {
+			return time.Since(start), nil
+		}
+		if time.Now().After(deadline) {
+			return time.Since(start), err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
