@@ -23,13 +23,6 @@ import (
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
-// clusterFixesLanded turns the test on by default. Until the fixes of the
-// cluster's faults (submits refused while a stream has no leader, 10158 on
-// concurrent idempotent submits, attempts spent on NAKs, unbounded SDK
-// requests, calls without a queued event) are merged, the test runs only
-// with TOOLBUS_CLUSTER_TEST=1.
-const clusterFixesLanded = false
-
 const (
 	// stuckAfter is how long past its tool's time a call may take before
 	// it counts as stuck.
@@ -92,9 +85,6 @@ type killReport struct {
 // test, so a call with two started events is a tool run again although its
 // worker lived (the demo tools cannot count their own runs).
 func TestClusterSurvivesLeaderKills(t *testing.T) {
-	if os.Getenv("TOOLBUS_CLUSTER_TEST") == "" && !clusterFixesLanded {
-		t.Skip("set TOOLBUS_CLUSTER_TEST=1 to run the cluster test (on by default once clusterFixesLanded)")
-	}
 	if testing.Short() {
 		t.Skip("starts a three-node cluster")
 	}
