@@ -420,7 +420,11 @@ func (l *Ledger) WaitForWrite(ctx context.Context, callID string, writes <-chan 
 // may have refused, so the committed result is read from the stream.
 func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan *nats.Msg, checkFirst, committed bool) (*messages.CallResult, error) {
 	check := func() (*messages.CallResult, bool) {
-		ev, err := l.Last(ctx, callID, messages.EventResult)
+		// A read retries transient failures; a check gives up at the next
+		// one, so that the messages on results are not left waiting.
+		cctx, cancel := context.WithTimeout(ctx, ResultCheckInterval)
+		defer cancel()
+		ev, err := l.Last(cctx, callID, messages.EventResult)
 		if err == nil && ev != nil && ev.Result != nil {
 			return ev.Result, true
 		}
