@@ -83,9 +83,10 @@ func (l *Ledger) Append(ctx context.Context, ev *messages.CallEvent) (uint64, er
 	return seq, nil
 }
 
-// store publishes msg and waits until the stream has it.
+// store publishes msg and waits until the stream has it, sending it again
+// after a failure that stored nothing (see transport.WritePolicy).
 func (l *Ledger) store(ctx context.Context, msg *nats.Msg) (uint64, error) {
-	seq, _, err := l.PublishWait(ctx, msg)
+	seq, _, err := l.pub.PublishRetrying(ctx, transport.WritePolicy, msg)
 	return seq, err
 }
 
