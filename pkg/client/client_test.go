@@ -572,3 +572,37 @@ func TestUnansweredRequestsEndAtTheirBound(t *testing.T) {
 		t.Fatalf("an idempotent submit was sent %d times in 2s with a bound of %v", n-1, bound)
 	}
 }
+
+// A call that lasts longer than the client's request bounds (here a tool
+// that waits for the test, which lets it go once both bounds have passed)
+// is waited for: the bounds are for requests, not for a call's result.
+func TestCallOutlastsTheRequestBounds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	testenv.Coordinator(t, b.srv.URL())
+	b.serve(t)
+	const bound = 100 * time.Millisecond
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{RequestTimeout: bound, DefaultDeadline: 3 * bound})
+	type outcome struct {
+		res *messages.CallResult
+		err error
+	}
+	for name, opts := range map[string][]client.CallOption{"routed": nil, "idempotent": {client.WithIdempotencyKey("long")}} {
+		t.Run(name, func(t *testing.T) {
+			done := make(chan outcome, 1)
+			go func() {
+				res, err := c.Call(withoutDeadline(t, b.ctx), "t-steps", nil, opts...)
+				done <- outcome{res, err}
+			}()
+			// Time itself is what must pass here: the call outlasts both bounds.
+			<-time.After(5 * bound)
+			for range 3 {
+				b.steps <- struct{}{}
+			}
+			o := receive(t, b.ctx, done, "result")
+			if o.err != nil || o.res.Content[0].Text != "done" {
+				t.Fatalf("result %+v, error %v", o.res, o.err)
+			}
+		})
+	}
+}
