@@ -33,7 +33,11 @@
 //     unavailable and timeout: reads (ListTools, Get, Turn, Discover,
 //     ListApprovals) and idempotent requests (Cancel, Activate,
 //     SetToolEnabled, a Submit with an idempotency key or with its own
-//     call ID on a route) are made again while the context allows. Any
+//     call ID on a route) are made again while the context allows; a
+//     read's attempts after one that went unanswered send two, then four
+//     copies at once and take the first answer, so that a hung coordinator
+//     among N, which each copy reaches with a chance of 1 in N, rarely
+//     holds a read for more than two attempts. Any
 //     other request, a Submit without either (and Decide, Answer), is not:
 //     an attempt that went unanswered fails with code timeout
 //     (messages.ErrTimeout), which says that its outcome is unknown — the
@@ -139,15 +143,25 @@ func (c *Client) Close() {
 
 // safety says whether a request may be sent again after an attempt that
 // went unanswered.
-type safety bool
+type safety int
 
 const (
 	// once: an unanswered attempt may have been carried out, and a second
 	// would be carried out again.
-	once safety = false
-	// repeatable: reads, and requests whose repetition changes nothing.
-	repeatable safety = true
+	once safety = iota
+	// repeatable: requests whose repetition changes nothing.
+	repeatable
+	// read: requests that change nothing at all, whose later attempts are
+	// hedged (see hedges).
+	read
 )
+
+// hedges is how many copies of a read its attempt sends at once: one at
+// first, then two, then four. The coordinators' queue group gives each
+// copy to a coordinator at random, so with one of two coordinators hung
+// an attempt of four copies all reaching it is a chance of 1 in 16, where
+// one copy is 1 in 2; the first answer is taken.
+func hedges(attempt int) int { return 1 << min(attempt-1, 2) }
 
 // request sends one API request and decodes the reply into out, in
 // attempts bounded by RequestTimeout plus wait (see the package doc).
@@ -183,20 +197,30 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 			// Retry ends before asking if the caller's context ended, so
 			// this is the attempt's bound.
 			unanswered = true
-			return bool(safe)
+			return safe != once
 		case errors.As(err, &e):
-			return bool(safe) && (e.Code == messages.CodeUnavailable || e.Code == messages.CodeTimeout)
+			return safe != once && (e.Code == messages.CodeUnavailable || e.Code == messages.CodeTimeout)
 		}
 		return false
 	}
-	err = transport.Retry(ctx, policy, func(actx context.Context) error {
+	send := func(ctx context.Context) (*nats.Msg, error) {
 		msg := &nats.Msg{Subject: subject, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
 		tracing.Inject(ctx, msg.Header)
-		reply, err := c.nc.RequestMsgWithContext(actx, msg)
+		reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, noCoordinator(subject)
+		}
+		return reply, err
+	}
+	attempt := 0
+	err = transport.Retry(ctx, policy, func(actx context.Context) error {
+		attempt++
+		copies := 1
+		if safe == read && unanswered {
+			copies = hedges(attempt)
+		}
+		reply, err := firstReply(actx, copies, send)
 		if err != nil {
-			if errors.Is(err, nats.ErrNoResponders) {
-				return noCoordinator(subject)
-			}
 			return err
 		}
 		return decodeReply(endpoint, reply, out)
@@ -210,6 +234,36 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 		return err
 	}
 	return fmt.Errorf("%s: %w", endpoint, err)
+}
+
+// firstReply sends copies of a request at once and returns the first
+// reply, or the last error if none came; the others are abandoned.
+func firstReply(ctx context.Context, copies int, send func(context.Context) (*nats.Msg, error)) (*nats.Msg, error) {
+	if copies == 1 {
+		return send(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		reply *nats.Msg
+		err   error
+	}
+	answers := make(chan answer, copies)
+	for range copies {
+		go func() {
+			reply, err := send(ctx)
+			answers <- answer{reply, err}
+		}()
+	}
+	var err error
+	for range copies {
+		a := <-answers
+		if a.err == nil {
+			return a.reply, nil
+		}
+		err = a.err
+	}
+	return nil, err
 }
 
 // noCoordinator is the error of a request that no coordinator received.
@@ -261,7 +315,7 @@ func (c *Client) ListTools(ctx context.Context, req messages.ListToolsRequest) (
 		req.Agent = c.opts.Agent
 	}
 	var out messages.ListToolsReply
-	return &out, c.request(ctx, messages.EndpointToolsList, &req, &out, repeatable, 0)
+	return &out, c.request(ctx, messages.EndpointToolsList, &req, &out, read, 0)
 }
 
 // Submit queues a call and returns at once, or, with req.Wait, when the
@@ -538,7 +592,7 @@ func (e *ApprovalRequiredError) Error() string {
 // ListApprovals lists approvals; State defaults to pending.
 func (c *Client) ListApprovals(ctx context.Context, req messages.ListApprovalsRequest) (*messages.ListApprovalsReply, error) {
 	var out messages.ListApprovalsReply
-	return &out, c.request(ctx, messages.EndpointApprovalsList, &req, &out, repeatable, 0)
+	return &out, c.request(ctx, messages.EndpointApprovalsList, &req, &out, read, 0)
 }
 
 // Decide approves or denies an approval.
@@ -599,7 +653,7 @@ func toJSON(v any) (messages.JSON, error) {
 // Get returns a call's state and, once it ended, its result.
 func (c *Client) Get(ctx context.Context, callID string) (*messages.CallInfo, error) {
 	var out messages.CallInfo
-	return &out, c.request(ctx, messages.EndpointCallsGet, &messages.GetCallRequest{CallID: callID}, &out, repeatable, 0)
+	return &out, c.request(ctx, messages.EndpointCallsGet, &messages.GetCallRequest{CallID: callID}, &out, read, 0)
 }
 
 // Cancel asks to cancel a call.
@@ -615,7 +669,11 @@ func (c *Client) Discover(ctx context.Context, req messages.DiscoverRequest) (*m
 		req.Agent = c.opts.Agent
 	}
 	var out messages.DiscoverReply
-	return &out, c.request(ctx, messages.EndpointToolsDiscover, &req, &out, repeatable, 0)
+	safe := read
+	if req.Turn != "" {
+		safe = repeatable // it makes the page's tools visible on the turn
+	}
+	return &out, c.request(ctx, messages.EndpointToolsDiscover, &req, &out, safe, 0)
 }
 
 // Activate makes tools visible to the model for the rest of a turn.
@@ -627,7 +685,7 @@ func (c *Client) Activate(ctx context.Context, turn string, tools ...string) (*m
 // Turn returns a turn's calls with their states and results.
 func (c *Client) Turn(ctx context.Context, turn string) (*messages.TurnInfo, error) {
 	var out messages.TurnInfo
-	return &out, c.request(ctx, messages.EndpointTurnsGet, &messages.GetTurnRequest{Turn: turn}, &out, repeatable, 0)
+	return &out, c.request(ctx, messages.EndpointTurnsGet, &messages.GetTurnRequest{Turn: turn}, &out, read, 0)
 }
 
 // Watch yields a call's events from the first, then live ones, and ends
