@@ -122,9 +122,10 @@ type BatchRequest struct {
 // the batch ends. Messages are as GetLast returns them. No message at all
 // is not an error. It returns ErrNoResponders if the stream does not exist
 // or does not allow direct gets, and a *StatusError for other refusals.
-// Attempts are bounded and retried as GetLast's are, but only until the
-// first message has been handed to each: a batch that fails after that
-// returns the error. Without a deadline in ctx, the read ends after
+// Attempts are retried as GetLast's are, but only until the first message
+// has been handed to each: a batch that fails after that returns the
+// error. The policy's bound is on the wait for the first reply; after it,
+// ctx alone bounds the batch, however long each takes. Without a deadline in ctx, the read ends after
 // DefaultReadTimeout. each runs on the caller's goroutine and may block.
 func (s *Stream) GetBatch(ctx context.Context, req BatchRequest, each func(seq uint64, msg *nats.Msg) bool) error {
 	ctx, cancel := withDefaultDeadline(ctx, DefaultReadTimeout)
@@ -140,8 +141,12 @@ func (s *Stream) GetBatch(ctx context.Context, req BatchRequest, each func(seq u
 		retryable = Transient
 	}
 	policy.Retryable = func(err error) bool { return !delivered && retryable(err) }
+	// The attempt's bound is on the wait for the first reply: once the
+	// batch flows, each may take its time.
+	firstReply := policy.Attempt
+	policy.Attempt = 0
 	err = Retry(ctx, policy, func(ctx context.Context) error {
-		return s.getBatch(ctx, req, body, func(seq uint64, msg *nats.Msg) bool {
+		return s.getBatch(ctx, firstReply, req, body, func(seq uint64, msg *nats.Msg) bool {
 			delivered = true
 			return each(seq, msg)
 		})
@@ -152,7 +157,7 @@ func (s *Stream) GetBatch(ctx context.Context, req BatchRequest, each func(seq u
 	return nil
 }
 
-func (s *Stream) getBatch(ctx context.Context, req BatchRequest, body []byte, each func(seq uint64, msg *nats.Msg) bool) error {
+func (s *Stream) getBatch(ctx context.Context, firstReply time.Duration, req BatchRequest, body []byte, each func(seq uint64, msg *nats.Msg) bool) error {
 	reply, next, done, err := s.replies(req)
 	if err != nil {
 		return err
@@ -161,8 +166,15 @@ func (s *Stream) getBatch(ctx context.Context, req BatchRequest, body []byte, ea
 	if err := s.nc.PublishRequest(s.api, reply, body); err != nil {
 		return err
 	}
-	for {
-		msg, err := next(ctx)
+	for first := true; ; first = false {
+		var msg *nats.Msg
+		if first && firstReply > 0 {
+			fctx, cancel := context.WithTimeout(ctx, firstReply)
+			msg, err = next(fctx)
+			cancel()
+		} else {
+			msg, err = next(ctx)
+		}
 		if err != nil {
 			return err
 		}
