@@ -21,7 +21,7 @@
 // timeout_ms and a second, or else Options.MaxWait). Between attempts the
 // client pauses from 100ms, doubling up to 1s, each pause drawn between
 // half of it and all of it. The caller's context bounds the whole; a
-// context without a deadline gets Options.DefaultDeadline (30s).
+// context without a deadline gets Options.DefaultTimeout (30s).
 //
 // Which failures are retried depends on whether the request is safe to
 // make twice:
@@ -83,10 +83,10 @@ type Options struct {
 	// deadline of its context (see the package doc); a submit with wait
 	// gets its wait on top. Defaults to 5s.
 	RequestTimeout time.Duration
-	// DefaultDeadline bounds a request, all its attempts, when its context
+	// DefaultTimeout bounds a request, all its attempts, when its context
 	// has no deadline. It does not bound Call's or Wait's wait for a
 	// result. Defaults to 30s.
-	DefaultDeadline time.Duration
+	DefaultTimeout time.Duration
 	// MaxWait is the longest a coordinator holds the reply of a submit
 	// with wait that sets neither wait_ms nor timeout_ms (the
 	// coordinator's own MaxWait). Defaults to 5m.
@@ -121,8 +121,8 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 5 * time.Second
 	}
-	if opts.DefaultDeadline <= 0 {
-		opts.DefaultDeadline = 30 * time.Second
+	if opts.DefaultTimeout <= 0 {
+		opts.DefaultTimeout = 30 * time.Second
 	}
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = 5 * time.Minute
@@ -180,7 +180,7 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.opts.DefaultDeadline)
+		ctx, cancel = context.WithTimeout(ctx, c.opts.DefaultTimeout)
 		defer cancel()
 	}
 	policy := requestRetry

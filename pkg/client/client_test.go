@@ -582,7 +582,7 @@ func TestCallOutlastsTheRequestBounds(t *testing.T) {
 	testenv.Coordinator(t, b.srv.URL())
 	b.serve(t)
 	const bound = 100 * time.Millisecond
-	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{RequestTimeout: bound, DefaultDeadline: 3 * bound})
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{RequestTimeout: bound, DefaultTimeout: 3 * bound})
 	type outcome struct {
 		res *messages.CallResult
 		err error
