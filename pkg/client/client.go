@@ -38,8 +38,11 @@
 //     copies at once and take the first answer, so that a hung coordinator
 //     among N, which each copy reaches with a chance of 1 in N, rarely
 //     holds a read for more than two attempts. Any
-//     other request, a Submit without either (and Decide, Answer), is not:
-//     an attempt that went unanswered fails with code timeout
+//     other request, a Submit without either (and Decide, Answer), is not.
+//     Its attempt gets Options.CoordinatorWait (10s) on top of the bound,
+//     the time a coordinator may wait out a stream's election before it
+//     answers, since a second attempt is not an option; an attempt that
+//     went unanswered even so fails with code timeout
 //     (messages.ErrTimeout), which says that its outcome is unknown — the
 //     call may have been queued. Cancelling twice is harmless: the second
 //     cancel of a call the first cancelled reports too_late, with the
@@ -87,6 +90,13 @@ type Options struct {
 	// has no deadline. It does not bound Call's or Wait's wait for a
 	// result. Defaults to 30s.
 	DefaultTimeout time.Duration
+	// CoordinatorWait is how long a coordinator may wait for JetStream
+	// before it answers (in a cluster, while a stream elects a leader: the
+	// coordinator's UnavailableWait). An attempt of a request that cannot
+	// be sent twice gets it on top of RequestTimeout, so that a coordinator
+	// waiting out an election is not given up on as a hung one: giving up
+	// could only turn its answer into an unknown outcome. Defaults to 10s.
+	CoordinatorWait time.Duration
 	// MaxWait is the longest a coordinator holds the reply of a submit
 	// with wait that sets neither wait_ms nor timeout_ms (the
 	// coordinator's own MaxWait). Defaults to 5m.
@@ -123,6 +133,9 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	}
 	if opts.DefaultTimeout <= 0 {
 		opts.DefaultTimeout = 30 * time.Second
+	}
+	if opts.CoordinatorWait <= 0 {
+		opts.CoordinatorWait = 10 * time.Second
 	}
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = 5 * time.Minute
@@ -185,6 +198,9 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 	}
 	policy := requestRetry
 	policy.Attempt = c.opts.RequestTimeout + wait
+	if safe == once {
+		policy.Attempt += c.opts.CoordinatorWait
+	}
 	unanswered := false
 	noResponders := 0
 	policy.Retryable = func(err error) bool {

@@ -541,15 +541,15 @@ func TestUnansweredRequestsEndAtTheirBound(t *testing.T) {
 		return seen[subject]
 	}
 	const bound = 200 * time.Millisecond
-	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{RequestTimeout: bound})
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{RequestTimeout: bound, CoordinatorWait: bound})
 
 	start := time.Now()
 	_, err := c.Submit(b.ctx, messages.SubmitRequest{Tool: "t-count"})
 	if !errors.Is(err, messages.ErrTimeout) {
 		t.Fatalf("unanswered submit: %v, want %s", err, messages.CodeTimeout)
 	}
-	if elapsed := time.Since(start); elapsed > 10*bound {
-		t.Fatalf("unanswered submit took %v with a bound of %v", elapsed, bound)
+	if elapsed := time.Since(start); elapsed < 2*bound || elapsed > 10*bound {
+		t.Fatalf("unanswered submit took %v with a bound of %v and as long again for the coordinator's wait", elapsed, bound)
 	}
 	if n := sent("toolbus.api.calls.submit"); n != 1 {
 		t.Fatalf("a submit that is not idempotent was sent %d times", n)
