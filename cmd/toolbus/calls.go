@@ -57,7 +57,7 @@ func firstLine(s string) string {
 func runCall(ctx context.Context, g globals, args []string) error {
 	fs := newFlags("call")
 	watch := fs.Bool("watch", false, "show progress while the call runs; Ctrl-C cancels it")
-	timeout := fs.Duration("timeout", 0, "deadline of the call")
+	timeout := fs.Duration("timeout", 0, "deadline of the call (default: the tool's own); the wait for the result lasts as long as the call")
 	turn := fs.String("turn", "", "agent turn the call belongs to")
 	key := fs.String("idempotency-key", "", "submitting the same key again returns the same call")
 	detach := fs.Bool("detach", false, "print the call ID and return without waiting")
@@ -81,10 +81,14 @@ func runCall(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	req := messages.SubmitRequest{Tool: pos[0], Arguments: rawArgs, Turn: *turn, IdempotencyKey: *key, TimeoutMS: timeout.Milliseconds()}
 	if !*watch && !*detach {
-		req.Wait = true
+		res, err := callAndWait(ctx, c, pos[0], rawArgs, *turn, *key, *timeout)
+		if err != nil {
+			return err
+		}
+		return printResult(g, res)
 	}
+	req := messages.SubmitRequest{Tool: pos[0], Arguments: rawArgs, Turn: *turn, IdempotencyKey: *key, TimeoutMS: timeout.Milliseconds()}
 	reply, err := c.Submit(ctx, req)
 	if err != nil {
 		return err
@@ -95,16 +99,32 @@ func runCall(ctx context.Context, g globals, args []string) error {
 	}
 	res := reply.Result
 	if res == nil {
-		if *watch {
-			res, err = watchCall(ctx, c, reply.CallID, true)
-		} else {
-			res, err = c.Wait(ctx, reply.CallID)
-		}
-		if err != nil {
+		if res, err = watchCall(ctx, c, reply.CallID, true); err != nil {
 			return err
 		}
 	}
 	return printResult(g, res)
+}
+
+// callAndWait makes the call and waits for its result for as long as the
+// call takes: no request timeout cuts the wait, which ends with the call's
+// deadline (timeout if set, else the tool's own) or an interrupt. A call
+// held for the user's approval is announced, then awaited.
+func callAndWait(ctx context.Context, c *client.Client, tool string, args messages.JSON, turn, key string, timeout time.Duration) (*messages.CallResult, error) {
+	opts := []client.CallOption{client.WithTurn(turn)}
+	if timeout > 0 {
+		opts = append(opts, client.WithTimeout(timeout))
+	}
+	if key != "" {
+		opts = append(opts, client.WithIdempotencyKey(key))
+	}
+	res, err := c.Call(ctx, tool, args, opts...)
+	var approval *client.ApprovalRequiredError
+	if errors.As(err, &approval) {
+		fmt.Fprintf(os.Stderr, "%v; waiting for the decision (toolbus approvals approve|deny %s)\n", err, approval.Approval.ApprovalID)
+		return c.Wait(ctx, approval.CallID)
+	}
+	return res, err
 }
 
 // watchCall draws the call's progress until its result. The first Ctrl-C

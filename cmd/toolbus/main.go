@@ -37,7 +37,8 @@ Commands:
   tools disable|enable NAME    switch a tool or a namespace off (with --reason) or on
   approvals list               list pending approvals
   approvals approve|deny ID    decide an approval (--remember call|turn|agent_tool, --reason)
-  call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress)
+  call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress);
+                               waits as long as the call runs, --timeout D bounds the call
   calls get|watch|cancel ID    show, follow or cancel a call
   turns get TURN               show the calls of an agent turn
 

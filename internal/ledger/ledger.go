@@ -83,9 +83,10 @@ func (l *Ledger) Append(ctx context.Context, ev *messages.CallEvent) (uint64, er
 	return seq, nil
 }
 
-// store publishes msg and waits until the stream has it.
+// store publishes msg and waits until the stream has it, sending it again
+// after a failure that stored nothing (see transport.WritePolicy).
 func (l *Ledger) store(ctx context.Context, msg *nats.Msg) (uint64, error) {
-	seq, _, err := l.PublishWait(ctx, msg)
+	seq, _, err := l.pub.PublishRetrying(ctx, transport.WritePolicy, msg)
 	return seq, err
 }
 
@@ -420,7 +421,11 @@ func (l *Ledger) WaitForWrite(ctx context.Context, callID string, writes <-chan 
 // may have refused, so the committed result is read from the stream.
 func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan *nats.Msg, checkFirst, committed bool) (*messages.CallResult, error) {
 	check := func() (*messages.CallResult, bool) {
-		ev, err := l.Last(ctx, callID, messages.EventResult)
+		// A read retries transient failures; a check gives up at the next
+		// one, so that the messages on results are not left waiting.
+		cctx, cancel := context.WithTimeout(ctx, ResultCheckInterval)
+		defer cancel()
+		ev, err := l.Last(cctx, callID, messages.EventResult)
 		if err == nil && ev != nil && ev.Result != nil {
 			return ev.Result, true
 		}

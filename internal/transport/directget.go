@@ -10,7 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// DefaultReadTimeout bounds a direct get whose context has no deadline.
+// DefaultReadTimeout bounds a direct get, all its attempts, when its
+// context has no deadline.
 const DefaultReadTimeout = 5 * time.Second
 
 // maxMultiLast is the most messages the server answers a multi-last
@@ -21,18 +22,37 @@ const maxMultiLast = 1024
 // replica of a stream with AllowDirect answers without a consumer. A
 // Stream is safe for concurrent use.
 type Stream struct {
-	nc    *nats.Conn
-	inbox *Inbox
-	name  string
-	api   string
+	nc     *nats.Conn
+	inbox  *Inbox
+	name   string
+	api    string
+	policy RetryPolicy
 }
 
 // NewStream returns a reader of the stream called name. Batched reads are
 // answered on inbox; with a nil inbox, each batched read subscribes to a
 // reply subject of its own, a subscription per read that suits occasional
-// reads. The stream does not own the inbox.
+// reads. The stream does not own the inbox. Its reads follow ReadPolicy:
+// each attempt is bounded, and one that failed transiently is made again
+// while the caller's context allows (see WithPolicy).
 func NewStream(nc *nats.Conn, inbox *Inbox, name string) *Stream {
-	return &Stream{nc: nc, inbox: inbox, name: name, api: "$JS.API.DIRECT.GET." + name}
+	return &Stream{nc: nc, inbox: inbox, name: name, api: "$JS.API.DIRECT.GET." + name, policy: ReadPolicy}
+}
+
+// WithPolicy returns a reader of the same stream whose reads are bounded
+// and retried by p instead.
+func (s *Stream) WithPolicy(p RetryPolicy) *Stream {
+	c := *s
+	c.policy = p
+	return &c
+}
+
+// withDefaultDeadline bounds ctx by d if it has no deadline.
+func withDefaultDeadline(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // Name returns the stream's name.
@@ -44,24 +64,35 @@ func (s *Stream) Name() string { return s.name }
 // Nats-Stream, Nats-Subject, Nats-Sequence and Nats-Time-Stamp. It returns
 // ErrNotFound if the stream has no message on subject, ErrNoResponders if
 // the stream does not exist or does not allow direct gets, and a
-// *StatusError for other refusals. Without a deadline in ctx, the read ends
-// after DefaultReadTimeout.
-func (s *Stream) GetLast(ctx context.Context, subject string) (*nats.Msg, uint64, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultReadTimeout)
-		defer cancel()
+// *StatusError for other refusals. Each attempt is bounded by the stream's
+// policy (ReadPolicy: 2s), whatever ctx's deadline, and a transient failure
+// (Transient: no responders, as while the stream elects a leader; no answer
+// in time) is retried while ctx allows; without a deadline in ctx, the read
+// ends after DefaultReadTimeout.
+func (s *Stream) GetLast(ctx context.Context, subject string) (msg *nats.Msg, seq uint64, err error) {
+	ctx, cancel := withDefaultDeadline(ctx, DefaultReadTimeout)
+	defer cancel()
+	err = Retry(ctx, s.policy, func(ctx context.Context) error {
+		msg, seq, err = s.getLast(ctx, subject)
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("read last message on %s: %w", subject, err)
 	}
+	return msg, seq, nil
+}
+
+func (s *Stream) getLast(ctx context.Context, subject string) (*nats.Msg, uint64, error) {
 	msg, err := s.nc.RequestWithContext(ctx, s.api+"."+subject, nil)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			err = ErrNoResponders
 		}
-		return nil, 0, fmt.Errorf("read last message on %s: %w", subject, err)
+		return nil, 0, err
 	}
 	seq, _, err := stored(msg)
 	if err != nil {
-		return nil, 0, fmt.Errorf("read last message on %s: %w", subject, err)
+		return nil, 0, err
 	}
 	return msg, seq, nil
 }
@@ -88,21 +119,45 @@ type BatchRequest struct {
 
 // GetBatch sends a batched direct get and hands each message of the reply
 // to each, in stream order, with its sequence, until each returns false or
-// the batch ends. Messages are as GetLast returns them. No message at all is not an error. It returns
-// ErrNoResponders if the stream does not exist or does not allow direct
-// gets, and a *StatusError for other refusals. Without a deadline in ctx,
-// the read ends after DefaultReadTimeout. each runs on the caller's
-// goroutine and may block.
+// the batch ends. Messages are as GetLast returns them. No message at all
+// is not an error. It returns ErrNoResponders if the stream does not exist
+// or does not allow direct gets, and a *StatusError for other refusals.
+// Attempts are retried as GetLast's are, but only until the first message
+// has been handed to each: a batch that fails after that returns the
+// error. The policy's bound is on the wait for the first reply; after it,
+// ctx alone bounds the batch, however long each takes. Without a deadline in ctx, the read ends after
+// DefaultReadTimeout. each runs on the caller's goroutine and may block.
 func (s *Stream) GetBatch(ctx context.Context, req BatchRequest, each func(seq uint64, msg *nats.Msg) bool) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultReadTimeout)
-		defer cancel()
-	}
+	ctx, cancel := withDefaultDeadline(ctx, DefaultReadTimeout)
+	defer cancel()
 	body, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
+	delivered := false
+	policy := s.policy
+	retryable := policy.Retryable
+	if retryable == nil {
+		retryable = Transient
+	}
+	policy.Retryable = func(err error) bool { return !delivered && retryable(err) }
+	// The attempt's bound is on the wait for the first reply: once the
+	// batch flows, each may take its time.
+	firstReply := policy.Attempt
+	policy.Attempt = 0
+	err = Retry(ctx, policy, func(ctx context.Context) error {
+		return s.getBatch(ctx, firstReply, req, body, func(seq uint64, msg *nats.Msg) bool {
+			delivered = true
+			return each(seq, msg)
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("read a batch of %s: %w", s.name, err)
+	}
+	return nil
+}
+
+func (s *Stream) getBatch(ctx context.Context, firstReply time.Duration, req BatchRequest, body []byte, each func(seq uint64, msg *nats.Msg) bool) error {
 	reply, next, done, err := s.replies(req)
 	if err != nil {
 		return err
@@ -111,17 +166,24 @@ func (s *Stream) GetBatch(ctx context.Context, req BatchRequest, each func(seq u
 	if err := s.nc.PublishRequest(s.api, reply, body); err != nil {
 		return err
 	}
-	for {
-		msg, err := next(ctx)
+	for first := true; ; first = false {
+		var msg *nats.Msg
+		if first && firstReply > 0 {
+			fctx, cancel := context.WithTimeout(ctx, firstReply)
+			msg, err = next(fctx)
+			cancel()
+		} else {
+			msg, err = next(ctx)
+		}
 		if err != nil {
-			return fmt.Errorf("read a batch of %s: %w", s.name, err)
+			return err
 		}
 		seq, end, err := stored(msg)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			return nil
 		case err != nil:
-			return fmt.Errorf("read a batch of %s: %w", s.name, err)
+			return err
 		case end:
 			return nil
 		}

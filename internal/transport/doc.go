@@ -16,6 +16,12 @@
 //     (GetLast) and batches (GetBatch): the last message of many subjects
 //     at once, or the messages from a sequence on.
 //   - The pull requests of the worker's consumers.
+//   - Retry and RetryPolicy: the one policy of bounded attempts and
+//     retries with capped, jittered exponential backoff, with Transient to
+//     tell failures that may pass from those that will not. Stream's reads
+//     follow ReadPolicy; Publisher.PublishRetrying sends a message again
+//     only when that cannot store it twice, and the ledger's writes go
+//     through it with WritePolicy.
 //
 // Errors are recognised with errors.Is and errors.As: ErrNoResponders,
 // ErrNotFound, ErrWrongLastSequence, *StatusError, and the

@@ -138,3 +138,48 @@ func parsePubAck(msg *nats.Msg) (uint64, bool, error) {
 	}
 	return seq, duplicate, nil
 }
+
+// WritePolicy is the policy of the ledger's writes: attempts of at most
+// 5s where a second attempt is safe, pauses from 50ms to 1s between them,
+// for as long as the caller's context allows.
+var WritePolicy = RetryPolicy{Attempt: 5 * time.Second, Initial: 50 * time.Millisecond, Max: time.Second}
+
+// PublishRetrying is PublishWait made again, after p's pause, while ctx
+// allows, when a second attempt cannot store the message twice: after a
+// failure that stored nothing (no stream answered, ErrNoResponders, as
+// while a stream elects a leader; or JetStream refused with status 503),
+// and, for a message with a Nats-Msg-Id header, after an attempt that got
+// no acknowledgement within p.Attempt, since the stream drops a second
+// copy within its duplicate window (duplicate is then true). A message
+// without an ID is not sent again after no acknowledgement, as it may have
+// been stored: its attempt is bounded by ctx only, and the error wraps
+// context.DeadlineExceeded. Without a deadline in ctx, all attempts end
+// after DefaultAckWait.
+func (p *Publisher) PublishRetrying(ctx context.Context, policy RetryPolicy, msg *nats.Msg) (seq uint64, duplicate bool, err error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultAckWait)
+		defer cancel()
+	}
+	hasID := msg.Header.Get(jetstream.MsgIDHeader) != ""
+	if !hasID {
+		policy.Attempt = 0
+	}
+	policy.Retryable = func(err error) bool {
+		var api *jetstream.APIError
+		switch {
+		case errors.Is(err, ErrNoResponders):
+			return true
+		case errors.As(err, &api):
+			return api.Code == 503
+		case errors.Is(err, context.DeadlineExceeded):
+			return hasID
+		}
+		return false
+	}
+	err = Retry(ctx, policy, func(ctx context.Context) error {
+		seq, duplicate, err = p.PublishWait(ctx, msg)
+		return err
+	})
+	return seq, duplicate, err
+}

@@ -1,8 +1,11 @@
 package transport_test
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,5 +227,72 @@ func TestInboxRegister(t *testing.T) {
 	}
 	if len(ch) != 0 {
 		t.Fatalf("message after done: %q", (<-ch).Data)
+	}
+}
+
+// PublishRetrying sends again a message that no stream stored (here, until
+// the stream exists), and a message with an ID that got no acknowledgement
+// (here from a subscriber that swallows the first copy, standing for a
+// stream leader that hangs); a message without an ID that got none is sent
+// once.
+func TestPublishRetrying(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	nc := testenv.Connect(t, srv.URL())
+	inbox := transport.NewInbox(nc)
+	t.Cleanup(inbox.Close)
+	p := transport.NewPublisher(nc, inbox)
+	ctx := testenv.Context(t)
+	fast := transport.RetryPolicy{Attempt: 200 * time.Millisecond, Initial: time.Millisecond, Max: 10 * time.Millisecond}
+
+	// Stream "LATE" is created once the first publish found none.
+	refused := make(chan struct{})
+	watcher := testenv.Connect(t, srv.URL())
+	var once sync.Once
+	if _, err := watcher.Subscribe("late.>", func(*nats.Msg) { once.Do(func() { close(refused) }) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := watcher.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-refused
+		_, _ = js.CreateStream(ctx, jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}})
+	}()
+	// The watcher makes the subject have a responder, so the publish is
+	// not refused as no responders but goes unanswered: with an ID, it is
+	// sent again and stored once the stream exists.
+	msg := nats.NewMsg("late.a")
+	msg.Header.Set(jetstream.MsgIDHeader, "m1")
+	seq, dup, err := p.PublishRetrying(ctx, fast, msg)
+	if err != nil || seq != 1 || dup {
+		t.Fatalf("publish with an ID: seq %d duplicate %v error %v", seq, dup, err)
+	}
+
+	// No stream at all: sent again until the caller's deadline.
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, _, err := p.PublishRetrying(short, fast, nats.NewMsg("nostream.a")); !errors.Is(err, transport.ErrNoResponders) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("publish to no stream: %v", err)
+	}
+
+	var copies atomic.Int32
+	if _, err := watcher.Subscribe("silent.>", func(*nats.Msg) { copies.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := watcher.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel = context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, _, err := p.PublishRetrying(short, fast, nats.NewMsg("silent.a")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("publish without an ID nobody acknowledges: %v", err)
+	}
+	if n := copies.Load(); n != 1 {
+		t.Fatalf("a message without an ID was sent %d times", n)
 	}
 }

@@ -8,6 +8,51 @@
 // Requests go to the coordinator service; watching a call reads its events
 // straight from JetStream, so a watch continues across coordinator restarts
 // and replays a call's events from the start after a reconnect.
+//
+// # Timeouts and retries
+//
+// Every request is made in attempts, each bounded by
+// Options.RequestTimeout (5s by default) whatever the deadline of its
+// context, so that a request sent to a coordinator that does not answer
+// (a hung process, or one cut off from JetStream) is not waited for until
+// the caller's deadline: the next attempt goes to the coordinators' queue
+// group again, and so, most of the time, to another coordinator. A submit
+// with wait gets its wait on top of the bound (wait_ms, or else its
+// timeout_ms and a second, or else Options.MaxWait). Between attempts the
+// client pauses from 100ms, doubling up to 1s, each pause drawn between
+// half of it and all of it. The caller's context bounds the whole; a
+// context without a deadline gets Options.DefaultTimeout (30s).
+//
+// Which failures are retried depends on whether the request is safe to
+// make twice:
+//
+//   - no_responders (no coordinator listens, so nothing received the
+//     request): every request, up to six attempts, then the error is
+//     returned.
+//   - no answer within the attempt's bound, and the coordinator's
+//     unavailable and timeout: reads (ListTools, Get, Turn, Discover,
+//     ListApprovals) and idempotent requests (Cancel, Activate,
+//     SetToolEnabled, a Submit with an idempotency key or with its own
+//     call ID on a route) are made again while the context allows; a
+//     read's attempts after one that went unanswered send two, then four
+//     copies at once and take the first answer, so that a hung coordinator
+//     among N, which each copy reaches with a chance of 1 in N, rarely
+//     holds a read for more than two attempts. Any
+//     other request, a Submit without either (and Decide, Answer), is not.
+//     Its attempt gets Options.CoordinatorWait (10s) on top of the bound,
+//     the time a coordinator may wait out a stream's election before it
+//     answers, since a second attempt is not an option; an attempt that
+//     went unanswered even so fails with code timeout
+//     (messages.ErrTimeout), which says that its outcome is unknown — the
+//     call may have been queued. Cancelling twice is harmless: the second
+//     cancel of a call the first cancelled reports too_late, with the
+//     cancelled result.
+//
+// Call is idempotent by construction: it names its call's ID on the
+// client's route (or, with WithIdempotencyKey, its ID comes from the key),
+// so it never returns timeout for an unanswered submit. It waits for the
+// result for as long as its context allows, not for RequestTimeout: a call
+// lasts as long as its tool takes, and ends with the call's own deadline.
 package client
 
 import (
@@ -25,6 +70,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/tracing"
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -36,9 +82,34 @@ type Options struct {
 	Agent string
 	// Codec of requests. Defaults to MessagePack.
 	Codec messages.Codec
-	// RequestTimeout bounds a request when its context has no deadline. Defaults to 30s.
+	// RequestTimeout bounds each attempt of a request, whatever the
+	// deadline of its context (see the package doc); a submit with wait
+	// gets its wait on top. Defaults to 5s.
 	RequestTimeout time.Duration
+	// DefaultTimeout bounds a request, all its attempts, when its context
+	// has no deadline. It does not bound Call's or Wait's wait for a
+	// result. Defaults to 30s.
+	DefaultTimeout time.Duration
+	// CoordinatorWait is how long a coordinator may wait for JetStream
+	// before it answers (in a cluster, while a stream elects a leader: the
+	// coordinator's UnavailableWait). An attempt of a request that cannot
+	// be sent twice gets it on top of RequestTimeout, so that a coordinator
+	// waiting out an election is not given up on as a hung one: giving up
+	// could only turn its answer into an unknown outcome. Defaults to 10s.
+	CoordinatorWait time.Duration
+	// MaxWait is the longest a coordinator holds the reply of a submit
+	// with wait that sets neither wait_ms nor timeout_ms (the
+	// coordinator's own MaxWait). Defaults to 5m.
+	MaxWait time.Duration
 }
+
+// requestRetry is the backoff between the attempts of a request.
+var requestRetry = transport.RetryPolicy{Initial: 100 * time.Millisecond, Max: time.Second}
+
+// maxNoResponderAttempts is how many times a request that no coordinator
+// received is sent: enough to ride out a coordinator's restart, not so
+// many that a caller with no coordinator at all waits long to hear so.
+const maxNoResponderAttempts = 6
 
 // Client talks to Toolbus over a NATS connection.
 type Client struct {
@@ -57,8 +128,17 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.RequestTimeout == 0 {
-		opts.RequestTimeout = 30 * time.Second
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 5 * time.Second
+	}
+	if opts.DefaultTimeout <= 0 {
+		opts.DefaultTimeout = 30 * time.Second
+	}
+	if opts.CoordinatorWait <= 0 {
+		opts.CoordinatorWait = 10 * time.Second
+	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = 5 * time.Minute
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err != nil {
@@ -74,11 +154,35 @@ func (c *Client) Close() {
 	c.ledger.Close()
 }
 
-// request sends one API request and decodes the reply into out. Error
-// replies come back as *messages.Error, so errors.Is(err,
+// safety says whether a request may be sent again after an attempt that
+// went unanswered.
+type safety int
+
+const (
+	// once: an unanswered attempt may have been carried out, and a second
+	// would be carried out again.
+	once safety = iota
+	// repeatable: requests whose repetition changes nothing.
+	repeatable
+	// read: requests that change nothing at all, whose later attempts are
+	// hedged (see hedges).
+	read
+)
+
+// hedges is how many copies of a read its attempt sends at once: one at
+// first, then two, then four. The coordinators' queue group gives each
+// copy to a coordinator at random, so with one of two coordinators hung
+// an attempt of four copies all reaching it is a chance of 1 in 16, where
+// one copy is 1 in 2; the first answer is taken.
+func hedges(attempt int) int { return 1 << min(attempt-1, 2) }
+
+// request sends one API request and decodes the reply into out, in
+// attempts bounded by RequestTimeout plus wait (see the package doc).
+// Error replies come back as *messages.Error, so errors.Is(err,
 // messages.ErrToolNotFound) and the like work; a request that no
-// coordinator received fails with messages.ErrNoResponders.
-func (c *Client) request(ctx context.Context, endpoint string, in, out any) error {
+// coordinator received fails with messages.ErrNoResponders, and one that
+// cannot be repeated and went unanswered with messages.ErrTimeout.
+func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe safety, wait time.Duration) error {
 	subject, err := c.names.APISubject(endpoint)
 	if err != nil {
 		return err
@@ -89,19 +193,93 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any) erro
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
+		ctx, cancel = context.WithTimeout(ctx, c.opts.DefaultTimeout)
 		defer cancel()
 	}
-	msg := &nats.Msg{Subject: subject, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
-	tracing.Inject(ctx, msg.Header)
-	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
-	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return noCoordinator(subject)
-		}
-		return fmt.Errorf("%s: %w", endpoint, err)
+	policy := requestRetry
+	policy.Attempt = c.opts.RequestTimeout + wait
+	if safe == once {
+		policy.Attempt += c.opts.CoordinatorWait
 	}
-	return decodeReply(endpoint, reply, out)
+	unanswered := false
+	noResponders := 0
+	policy.Retryable = func(err error) bool {
+		var e *messages.Error
+		switch {
+		case errors.Is(err, messages.ErrNoResponders):
+			noResponders++
+			return noResponders < maxNoResponderAttempts
+		case errors.Is(err, context.DeadlineExceeded):
+			// Retry ends before asking if the caller's context ended, so
+			// this is the attempt's bound.
+			unanswered = true
+			return safe != once
+		case errors.As(err, &e):
+			return safe != once && (e.Code == messages.CodeUnavailable || e.Code == messages.CodeTimeout)
+		}
+		return false
+	}
+	send := func(ctx context.Context) (*nats.Msg, error) {
+		msg := &nats.Msg{Subject: subject, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
+		tracing.Inject(ctx, msg.Header)
+		reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, noCoordinator(subject)
+		}
+		return reply, err
+	}
+	attempt := 0
+	err = transport.Retry(ctx, policy, func(actx context.Context) error {
+		attempt++
+		copies := 1
+		if safe == read && unanswered {
+			copies = hedges(attempt)
+		}
+		reply, err := firstReply(actx, copies, send)
+		if err != nil {
+			return err
+		}
+		return decodeReply(endpoint, reply, out)
+	})
+	switch {
+	case err == nil:
+		return nil
+	case unanswered && safe == once && ctx.Err() == nil:
+		return messages.Errorf(messages.CodeTimeout, "%s: no answer within %v; the outcome is unknown (a submit's call may have been queued)", endpoint, policy.Attempt)
+	case messages.CodeOf(err) != messages.CodeInternal:
+		return err
+	}
+	return fmt.Errorf("%s: %w", endpoint, err)
+}
+
+// firstReply sends copies of a request at once and returns the first
+// reply, or the last error if none came; the others are abandoned.
+func firstReply(ctx context.Context, copies int, send func(context.Context) (*nats.Msg, error)) (*nats.Msg, error) {
+	if copies == 1 {
+		return send(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		reply *nats.Msg
+		err   error
+	}
+	answers := make(chan answer, copies)
+	for range copies {
+		go func() {
+			reply, err := send(ctx)
+			answers <- answer{reply, err}
+		}()
+	}
+	var err error
+	for range copies {
+		a := <-answers
+		if a.err == nil {
+			return a.reply, nil
+		}
+		err = a.err
+	}
+	return nil, err
 }
 
 // noCoordinator is the error of a request that no coordinator received.
@@ -153,17 +331,39 @@ func (c *Client) ListTools(ctx context.Context, req messages.ListToolsRequest) (
 		req.Agent = c.opts.Agent
 	}
 	var out messages.ListToolsReply
-	return &out, c.request(ctx, messages.EndpointToolsList, &req, &out)
+	return &out, c.request(ctx, messages.EndpointToolsList, &req, &out, read, 0)
 }
 
 // Submit queues a call and returns at once, or, with req.Wait, when the
-// result is there or the wait is over.
+// result is there or the wait is over. A submit with an idempotency key,
+// or with its own call ID on a route, is sent again after an attempt that
+// went unanswered; any other fails with code timeout, its outcome unknown
+// (see the package doc). Call does not have that limit.
 func (c *Client) Submit(ctx context.Context, req messages.SubmitRequest) (*messages.SubmitReply, error) {
 	if req.Agent == "" {
 		req.Agent = c.opts.Agent
 	}
+	safe := once
+	if req.IdempotencyKey != "" || req.CallID != "" {
+		safe = repeatable
+	}
 	var out messages.SubmitReply
-	return &out, c.request(ctx, messages.EndpointCallsSubmit, &req, &out)
+	return &out, c.request(ctx, messages.EndpointCallsSubmit, &req, &out, safe, c.waitOf(&req))
+}
+
+// waitOf is how long the coordinator may hold the reply of a submit: its
+// wait_ms, or else its timeout_ms and the second the coordinator adds, or
+// else the coordinator's longest wait.
+func (c *Client) waitOf(req *messages.SubmitRequest) time.Duration {
+	switch {
+	case !req.Wait:
+		return 0
+	case req.WaitMS > 0:
+		return time.Duration(req.WaitMS) * time.Millisecond
+	case req.TimeoutMS > 0:
+		return time.Duration(req.TimeoutMS)*time.Millisecond + time.Second
+	}
+	return c.opts.MaxWait
 }
 
 // CallOption adjusts a call made with Call.
@@ -191,8 +391,10 @@ func WithAgent(agent string) CallOption { return func(r *messages.SubmitRequest)
 // own inbox, as its ID comes from its key), with the events stream asked
 // now and then in case the copy was missed, so waiting costs the server no
 // consumer and no subscription per call. A submit that found no
-// coordinator is retried; one that timed out is retried only with an
-// idempotency key, which guarantees the tool runs once.
+// coordinator, or went unanswered, is sent again with the same call ID (or
+// key), which guarantees the tool runs once. The wait for the result is
+// bounded by ctx only, not by RequestTimeout: the call's own deadline
+// (WithTimeout, or the tool's) ends it with a result.
 func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOption) (*messages.CallResult, error) {
 	raw, err := toJSON(args)
 	if err != nil {
@@ -211,7 +413,7 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 	}
 	defer done()
 	req.Notify = notify
-	reply, err := c.submitRetrying(ctx, req)
+	reply, err := c.Submit(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -225,10 +427,13 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 // so that its result is awaited before anything is sent. The submit is
 // quiet: the coordinator answers, on the same route, only if the call is
 // not queued (a refusal, an approval to obtain). If neither an answer nor
-// the result has come after ResultCheckInterval, the events stream is asked
-// whether the call exists; if it does not, the submit is sent again as a
-// request with a reply, which queues the call once whatever became of the
-// first (the calls stream drops a second message with the same ID).
+// the result has come within RequestTimeout (at most ResultCheckInterval),
+// the events stream is asked whether the call exists; if it does not (the
+// submit was lost, or went to a coordinator that does not answer), the
+// submit is sent again as a request with a reply, which queues the call
+// once whatever became of the first (the calls stream drops a second
+// message with the same ID). After that the stream is asked for the result
+// at each ResultCheckInterval, in case its copy was missed.
 func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*messages.CallResult, error) {
 	route, err := c.routes.Route()
 	if err != nil {
@@ -247,12 +452,16 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 			answers, done = c.routes.Await(callID)
 		}
 	}
-	submitted := time.Now()
 	if err := c.submitQuietly(ctx, req); err != nil {
 		return nil, err
 	}
+	// The quiet submit's bound: until then, no answer is no news.
+	unconfirmed := time.NewTimer(min(c.opts.RequestTimeout, ledger.ResultCheckInterval))
+	defer unconfirmed.Stop()
+	var check <-chan struct{}
 	confirmed := false
-	for attempt := 0; ; {
+	noResponders := 1
+	for {
 		select {
 		case msg := <-answers:
 			if ledger.IsStoredEvent(msg) {
@@ -264,11 +473,11 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 			}
 			var reply messages.SubmitReply
 			err := decodeAnswer(msg, &reply)
-			if isNoCoordinator(err) && attempt < 4 {
-				if err := ledger.Sleep(ctx, retryDelay(attempt)); err != nil {
-					return nil, err
+			if isNoCoordinator(err) && noResponders < maxNoResponderAttempts {
+				if err := transport.Sleep(ctx, requestRetry.Delay(noResponders)); err != nil {
+					return nil, fmt.Errorf("call %s: %w", callID, err)
 				}
-				attempt++
+				noResponders++
 				if err := c.submitQuietly(ctx, req); err != nil {
 					return nil, err
 				}
@@ -282,40 +491,56 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 			}
 			adopt(&reply)
 			confirmed = true
-		case <-c.routes.Check():
+		case <-unconfirmed.C:
 			if confirmed {
-				if ev, err := c.ledger.Last(ctx, callID, messages.EventResult); err == nil && ev != nil && ev.Result != nil {
-					return ev.Result, nil
-				}
 				break
 			}
-			snap, err := c.ledger.Snapshot(ctx, callID)
+			reply, err := c.confirm(ctx, req, callID)
 			if err != nil {
-				break // asked again at the next check
+				return nil, err
 			}
-			if snap.Result != nil && snap.Result.Result != nil {
-				return snap.Result.Result, nil
+			if res, settled, err := settle(reply); settled {
+				return res, err
 			}
-			if !snap.Exists() {
-				if time.Since(submitted) < ledger.ResultCheckInterval {
-					break // the coordinator may still be at it
-				}
-				loud := req
-				loud.Quiet = false
-				reply, err := c.submitRetrying(ctx, loud)
-				if err != nil {
-					return nil, err
-				}
-				if res, settled, err := settle(reply); settled {
-					return res, err
-				}
-				adopt(reply)
-			}
+			adopt(reply)
 			confirmed = true
+		case <-check:
+			check = nil
+			cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
+			ev, err := c.ledger.Last(cctx, callID, messages.EventResult)
+			cancel()
+			if err == nil && ev != nil && ev.Result != nil {
+				return ev.Result, nil
+			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("wait for call %s: %w", callID, ctx.Err())
 		}
+		if confirmed && check == nil {
+			check = c.routes.Check()
+		}
 	}
+}
+
+// confirm makes sure that a quiet submit that got no answer queued its
+// call: it reads the call's events and, if there are none, sends the
+// submit again with a reply, and returns that reply; or a reply that
+// carries the result if there is one already.
+func (c *Client) confirm(ctx context.Context, req messages.SubmitRequest, callID string) (*messages.SubmitReply, error) {
+	cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
+	snap, err := c.ledger.Snapshot(cctx, callID)
+	cancel()
+	if err == nil && snap.Exists() {
+		reply := &messages.SubmitReply{CallID: callID, State: snap.State()}
+		if snap.Result != nil {
+			reply.Result = snap.Result.Result
+		}
+		return reply, nil
+	}
+	// No trace of the call, or the stream did not say: submitting again
+	// with the same ID is harmless either way.
+	loud := req
+	loud.Quiet = false
+	return c.Submit(ctx, loud)
 }
 
 // submitQuietly publishes a quiet submit whose answers, if any, come on
@@ -356,24 +581,6 @@ const noRespondersStatus = "503"
 
 func isNoCoordinator(err error) bool { return errors.Is(err, messages.ErrNoResponders) }
 
-// submitRetrying submits, retrying errors that cannot have queued the call twice.
-func (c *Client) submitRetrying(ctx context.Context, req messages.SubmitRequest) (*messages.SubmitReply, error) {
-	for attempt := 0; ; attempt++ {
-		reply, err := c.Submit(ctx, req)
-		if err == nil {
-			return reply, nil
-		}
-		if ctx.Err() != nil || attempt >= 4 || !c.retryable(err, req.IdempotencyKey != "") {
-			return nil, err
-		}
-		if err := ledger.Sleep(ctx, retryDelay(attempt)); err != nil {
-			return nil, err
-		}
-	}
-}
-
-func retryDelay(attempt int) time.Duration { return time.Duration(100<<attempt) * time.Millisecond }
-
 // settle reports whether a submit's reply ends the call: it carries the
 // result, or the call waits for an approval its agent is to obtain.
 func settle(reply *messages.SubmitReply) (*messages.CallResult, bool, error) {
@@ -401,7 +608,7 @@ func (e *ApprovalRequiredError) Error() string {
 // ListApprovals lists approvals; State defaults to pending.
 func (c *Client) ListApprovals(ctx context.Context, req messages.ListApprovalsRequest) (*messages.ListApprovalsReply, error) {
 	var out messages.ListApprovalsReply
-	return &out, c.request(ctx, messages.EndpointApprovalsList, &req, &out)
+	return &out, c.request(ctx, messages.EndpointApprovalsList, &req, &out, read, 0)
 }
 
 // Decide approves or denies an approval.
@@ -410,7 +617,7 @@ func (c *Client) Decide(ctx context.Context, req messages.DecideRequest) (*messa
 		req.By = c.opts.Agent
 	}
 	var out messages.DecideReply
-	return &out, c.request(ctx, messages.EndpointApprovalsDecide, &req, &out)
+	return &out, c.request(ctx, messages.EndpointApprovalsDecide, &req, &out, once, 0)
 }
 
 // Answer passes on the user's answer to an approval in prompt mode (see
@@ -420,7 +627,7 @@ func (c *Client) Answer(ctx context.Context, req messages.DecideRequest) (*messa
 		req.By = c.opts.Agent
 	}
 	var out messages.DecideReply
-	return &out, c.request(ctx, messages.EndpointApprovalsAnswer, &req, &out)
+	return &out, c.request(ctx, messages.EndpointApprovalsAnswer, &req, &out, once, 0)
 }
 
 // SetToolEnabled disables (with a reason) or enables a tool ("ns-method")
@@ -436,18 +643,7 @@ func (c *Client) SetToolEnabled(ctx context.Context, toolOrNamespace string, ena
 	if enabled {
 		endpoint = messages.EndpointToolsEnable
 	}
-	return c.request(ctx, endpoint, &req, nil)
-}
-
-// retryable reports whether a failed submit may be sent again: always when
-// no coordinator received it, and after a timeout only when an idempotency
-// key makes the retry harmless.
-func (c *Client) retryable(err error, idempotent bool) bool {
-	var e *messages.Error
-	if errors.As(err, &e) {
-		return e.Code == messages.CodeNoResponders || idempotent && e.Code == messages.CodeUnavailable
-	}
-	return idempotent && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout))
+	return c.request(ctx, endpoint, &req, nil, repeatable, 0)
 }
 
 func toJSON(v any) (messages.JSON, error) {
@@ -473,13 +669,13 @@ func toJSON(v any) (messages.JSON, error) {
 // Get returns a call's state and, once it ended, its result.
 func (c *Client) Get(ctx context.Context, callID string) (*messages.CallInfo, error) {
 	var out messages.CallInfo
-	return &out, c.request(ctx, messages.EndpointCallsGet, &messages.GetCallRequest{CallID: callID}, &out)
+	return &out, c.request(ctx, messages.EndpointCallsGet, &messages.GetCallRequest{CallID: callID}, &out, read, 0)
 }
 
 // Cancel asks to cancel a call.
 func (c *Client) Cancel(ctx context.Context, callID, reason string) (*messages.CancelReply, error) {
 	var out messages.CancelReply
-	return &out, c.request(ctx, messages.EndpointCallsCancel, &messages.CancelRequest{CallID: callID, Reason: reason, By: c.opts.Agent}, &out)
+	return &out, c.request(ctx, messages.EndpointCallsCancel, &messages.CancelRequest{CallID: callID, Reason: reason, By: c.opts.Agent}, &out, repeatable, 0)
 }
 
 // Discover searches the tools the agent may use. With a turn, the page's
@@ -489,19 +685,23 @@ func (c *Client) Discover(ctx context.Context, req messages.DiscoverRequest) (*m
 		req.Agent = c.opts.Agent
 	}
 	var out messages.DiscoverReply
-	return &out, c.request(ctx, messages.EndpointToolsDiscover, &req, &out)
+	safe := read
+	if req.Turn != "" {
+		safe = repeatable // it makes the page's tools visible on the turn
+	}
+	return &out, c.request(ctx, messages.EndpointToolsDiscover, &req, &out, safe, 0)
 }
 
 // Activate makes tools visible to the model for the rest of a turn.
 func (c *Client) Activate(ctx context.Context, turn string, tools ...string) (*messages.ActivateReply, error) {
 	var out messages.ActivateReply
-	return &out, c.request(ctx, messages.EndpointToolsActivate, &messages.ActivateRequest{Agent: c.opts.Agent, Turn: turn, Tools: tools}, &out)
+	return &out, c.request(ctx, messages.EndpointToolsActivate, &messages.ActivateRequest{Agent: c.opts.Agent, Turn: turn, Tools: tools}, &out, repeatable, 0)
 }
 
 // Turn returns a turn's calls with their states and results.
 func (c *Client) Turn(ctx context.Context, turn string) (*messages.TurnInfo, error) {
 	var out messages.TurnInfo
-	return &out, c.request(ctx, messages.EndpointTurnsGet, &messages.GetTurnRequest{Turn: turn}, &out)
+	return &out, c.request(ctx, messages.EndpointTurnsGet, &messages.GetTurnRequest{Turn: turn}, &out, read, 0)
 }
 
 // Watch yields a call's events from the first, then live ones, and ends

@@ -512,3 +512,97 @@ func TestCallGetsAResultMissedDuringADisconnection(t *testing.T) {
 		t.Fatalf("result %+v, want that of call %s", o.res, callID)
 	}
 }
+
+// A request that went unanswered (here to a subscriber that is not a
+// coordinator and never answers, standing for a hung one) is not waited
+// for until the caller's deadline: an attempt ends after RequestTimeout.
+// A submit that is not safe to send twice then fails with timeout, sent
+// once; requests that are safe to repeat are sent again until the
+// caller's deadline.
+func TestUnansweredRequestsEndAtTheirBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hole := testenv.Connect(t, b.srv.URL())
+	var mu sync.Mutex
+	seen := map[string]int{}
+	if _, err := hole.Subscribe("toolbus.api.>", func(m *nats.Msg) {
+		mu.Lock()
+		seen[m.Subject]++
+		mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := hole.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sent := func(subject string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen[subject]
+	}
+	const bound = 200 * time.Millisecond
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{RequestTimeout: bound, CoordinatorWait: bound})
+
+	start := time.Now()
+	_, err := c.Submit(b.ctx, messages.SubmitRequest{Tool: "t-count"})
+	if !errors.Is(err, messages.ErrTimeout) {
+		t.Fatalf("unanswered submit: %v, want %s", err, messages.CodeTimeout)
+	}
+	if elapsed := time.Since(start); elapsed < 2*bound || elapsed > 10*bound {
+		t.Fatalf("unanswered submit took %v with a bound of %v and as long again for the coordinator's wait", elapsed, bound)
+	}
+	if n := sent("toolbus.api.calls.submit"); n != 1 {
+		t.Fatalf("a submit that is not idempotent was sent %d times", n)
+	}
+
+	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+	defer cancel()
+	if _, err := c.Get(ctx, "c1"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("unanswered get: %v, want the caller's deadline", err)
+	}
+	if n := sent("toolbus.api.calls.get"); n < 3 {
+		t.Fatalf("a read was sent %d times in 2s with a bound of %v", n, bound)
+	}
+	ctx, cancel = context.WithTimeout(b.ctx, 2*time.Second)
+	defer cancel()
+	if _, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", IdempotencyKey: "k"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("unanswered idempotent submit: %v, want the caller's deadline", err)
+	}
+	if n := sent("toolbus.api.calls.submit"); n < 4 {
+		t.Fatalf("an idempotent submit was sent %d times in 2s with a bound of %v", n-1, bound)
+	}
+}
+
+// A call that lasts longer than the client's request bounds (here a tool
+// that waits for the test, which lets it go once both bounds have passed)
+// is waited for: the bounds are for requests, not for a call's result.
+func TestCallOutlastsTheRequestBounds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	testenv.Coordinator(t, b.srv.URL())
+	b.serve(t)
+	const bound = 100 * time.Millisecond
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{RequestTimeout: bound, DefaultTimeout: 3 * bound})
+	type outcome struct {
+		res *messages.CallResult
+		err error
+	}
+	for name, opts := range map[string][]client.CallOption{"routed": nil, "idempotent": {client.WithIdempotencyKey("long")}} {
+		t.Run(name, func(t *testing.T) {
+			done := make(chan outcome, 1)
+			go func() {
+				res, err := c.Call(withoutDeadline(t, b.ctx), "t-steps", nil, opts...)
+				done <- outcome{res, err}
+			}()
+			// Time itself is what must pass here: the call outlasts both bounds.
+			<-time.After(5 * bound)
+			for range 3 {
+				b.steps <- struct{}{}
+			}
+			o := receive(t, b.ctx, done, "result")
+			if o.err != nil || o.res.Content[0].Text != "done" {
+				t.Fatalf("result %+v, error %v", o.res, o.err)
+			}
+		})
+	}
+}

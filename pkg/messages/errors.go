@@ -33,8 +33,13 @@ const (
 	// responders"), so nothing received the request and it is safe to send
 	// again.
 	CodeNoResponders ErrorCode = "no_responders"
-	CodeTimeout      ErrorCode = "timeout"
-	CodeInternal     ErrorCode = "internal"
+	// CodeTimeout: the request could not be answered in time, and what
+	// became of it is unknown; for a submit, the call may have been
+	// queued. A coordinator sends it when JetStream did not answer in time;
+	// a client reports it when an attempt of a request that is not safe to
+	// send twice went unanswered.
+	CodeTimeout  ErrorCode = "timeout"
+	CodeInternal ErrorCode = "internal"
 )
 
 // Status returns the HTTP-style status that goes in the Nats-Service-Error-Code header.
@@ -131,4 +136,5 @@ var (
 	ErrConflict            = &Error{Code: CodeConflict}
 	ErrUnavailable         = &Error{Code: CodeUnavailable}
 	ErrNoResponders        = &Error{Code: CodeNoResponders}
+	ErrTimeout             = &Error{Code: CodeTimeout}
 )

@@ -1,0 +1,191 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/transport"
+)
+
+// Pauses double from Initial up to Max, each drawn between half of its
+// step and all of it.
+func TestRetryDelay(t *testing.T) {
+	t.Parallel()
+	p := transport.RetryPolicy{Initial: 100 * time.Millisecond, Max: time.Second}
+	for _, tc := range []struct {
+		attempt int
+		step    time.Duration
+	}{{1, 100 * time.Millisecond}, {2, 200 * time.Millisecond}, {3, 400 * time.Millisecond}, {4, 800 * time.Millisecond}, {5, time.Second}, {40, time.Second}} {
+		for range 100 {
+			if d := p.Delay(tc.attempt); d < tc.step/2 || d > tc.step {
+				t.Fatalf("delay after attempt %d: %v, want within [%v, %v]", tc.attempt, d, tc.step/2, tc.step)
+			}
+		}
+	}
+	if d := (transport.RetryPolicy{}).Delay(1); d < 25*time.Millisecond || d > 50*time.Millisecond {
+		t.Fatalf("default first delay %v", d)
+	}
+}
+
+func TestTransient(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{transport.ErrNoResponders, true},
+		{nats.ErrNoResponders, true},
+		{fmt.Errorf("read: %w", jetstream.ErrNoStreamResponse), true},
+		{context.DeadlineExceeded, true},
+		{nats.ErrTimeout, true},
+		{&transport.StatusError{Status: "503"}, true},
+		{&transport.StatusError{Status: "408"}, true},
+		{&transport.StatusError{Status: "400"}, false},
+		{&jetstream.APIError{Code: 503, ErrorCode: 10008}, true},
+		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}, false},
+		{transport.ErrNotFound, false},
+		{transport.ErrWrongLastSequence, false},
+		{context.Canceled, false},
+		{errors.New("boom"), false},
+	} {
+		if got := transport.Transient(tc.err); got != tc.want {
+			t.Errorf("Transient(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// Retry makes a transiently failed attempt again, returns a lasting
+// failure at once, stops after MaxAttempts, and cuts an attempt at its
+// bound whatever the caller's deadline.
+func TestRetry(t *testing.T) {
+	t.Parallel()
+	fast := transport.RetryPolicy{Initial: time.Millisecond, Max: 4 * time.Millisecond}
+	ctx := testenv.Context(t)
+	t.Run("transient then success", func(t *testing.T) {
+		t.Parallel()
+		n := 0
+		err := transport.Retry(ctx, fast, func(context.Context) error {
+			if n++; n < 4 {
+				return transport.ErrNoResponders
+			}
+			return nil
+		})
+		if err != nil || n != 4 {
+			t.Fatalf("%d attempts, error %v", n, err)
+		}
+	})
+	t.Run("lasting failure", func(t *testing.T) {
+		t.Parallel()
+		n := 0
+		err := transport.Retry(ctx, fast, func(context.Context) error { n++; return transport.ErrNotFound })
+		if !errors.Is(err, transport.ErrNotFound) || n != 1 {
+			t.Fatalf("%d attempts, error %v", n, err)
+		}
+	})
+	t.Run("max attempts", func(t *testing.T) {
+		t.Parallel()
+		n := 0
+		p := fast
+		p.MaxAttempts = 3
+		err := transport.Retry(ctx, p, func(context.Context) error { n++; return transport.ErrNoResponders })
+		if !errors.Is(err, transport.ErrNoResponders) || n != 3 {
+			t.Fatalf("%d attempts, error %v", n, err)
+		}
+	})
+	t.Run("attempt bound", func(t *testing.T) {
+		t.Parallel()
+		p := fast
+		p.Attempt = 20 * time.Millisecond
+		n := 0
+		start := time.Now()
+		err := transport.Retry(ctx, p, func(actx context.Context) error {
+			if n++; n == 1 {
+				<-actx.Done() // a request nobody answers
+				return actx.Err()
+			}
+			return nil
+		})
+		if err != nil || n != 2 {
+			t.Fatalf("%d attempts, error %v", n, err)
+		}
+		if elapsed := time.Since(start); elapsed > 10*time.Second {
+			t.Fatalf("took %v", elapsed)
+		}
+	})
+	t.Run("caller's deadline", func(t *testing.T) {
+		t.Parallel()
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		defer cancel()
+		err := transport.Retry(cctx, fast, func(context.Context) error { return transport.ErrNoResponders })
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("error %v, want the caller's deadline", err)
+		}
+		if !errors.Is(err, transport.ErrNoResponders) && err != context.DeadlineExceeded {
+			t.Fatalf("error %v does not say what failed", err)
+		}
+	})
+}
+
+// A direct get that nobody answered (here a responder that swallows the
+// first request and answers the second, standing for a replica that hangs)
+// is made again after the policy's attempt bound, well before the
+// caller's deadline; and a batch the same way.
+func TestDirectGetRetriesAnUnansweredAttempt(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	nc := testenv.Connect(t, srv.URL())
+	var requests atomic.Int32
+	responder := testenv.Connect(t, srv.URL())
+	answer := func(m *nats.Msg) {
+		n := requests.Add(1)
+		if n%2 == 1 {
+			return
+		}
+		stored := nats.NewMsg(m.Reply)
+		stored.Header.Set(jetstream.SequenceHeader, strconv.Itoa(int(n)))
+		stored.Header.Set(jetstream.SubjectHeader, "hung.a")
+		stored.Data = []byte("x")
+		_ = m.RespondMsg(stored)
+		if m.Subject == "$JS.API.DIRECT.GET.HUNG" { // a batch: its end
+			end := nats.NewMsg(m.Reply)
+			end.Header.Set("Status", "204")
+			_ = m.RespondMsg(end)
+		}
+	}
+	for _, subject := range []string{"$JS.API.DIRECT.GET.HUNG", "$JS.API.DIRECT.GET.HUNG.>"} {
+		if _, err := responder.Subscribe(subject, answer); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := responder.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s := transport.NewStream(nc, nil, "HUNG").WithPolicy(transport.RetryPolicy{Attempt: 200 * time.Millisecond, Initial: time.Millisecond})
+	ctx, cancel := context.WithTimeout(testenv.Context(t), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	msg, seq, err := s.GetLast(ctx, "hung.a")
+	if err != nil || seq != 2 || string(msg.Data) != "x" {
+		t.Fatalf("GetLast: %v seq %d error %v", msg, seq, err)
+	}
+	var got []uint64
+	if err := s.GetBatch(ctx, transport.BatchRequest{MultiLast: []string{"hung.>"}}, func(seq uint64, _ *nats.Msg) bool {
+		got = append(got, seq)
+		return true
+	}); err != nil || fmt.Sprint(got) != "[4]" {
+		t.Fatalf("GetBatch: %v error %v", got, err)
+	}
+	if elapsed := time.Since(start); elapsed > 10*time.Second {
+		t.Fatalf("two reads with one unanswered attempt each took %v", elapsed)
+	}
+}
