@@ -28,6 +28,8 @@ type Inbox struct {
 	expirerArmed bool
 	// next numbers the subjects: unique under the inbox's random prefix.
 	next uint64
+	// status tells of the connection's losses, while subscribed.
+	status chan nats.Status
 }
 
 type expectation struct {
@@ -57,13 +59,33 @@ func (m *Inbox) subscribe() error {
 	// Messages are read as they come; none is dropped for a slow reader.
 	_ = sub.SetPendingLimits(-1, -1)
 	m.sub = sub
+	m.status = m.nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED)
+	go m.failOnDisconnect(m.status)
 	return nil
+}
+
+// failOnDisconnect hands nil to every open expectation when the connection
+// is lost. An answer to a request sent before the loss may never come —
+// the server that took it may be the one that went away — and the waiters
+// would otherwise learn that only at their timeout; the writes that wait
+// here are safe to send again, and their senders do so at once.
+func (m *Inbox) failOnDisconnect(status <-chan nats.Status) {
+	for range status {
+		m.mu.Lock()
+		open := m.expecting
+		m.expecting = map[string]expectation{}
+		m.mu.Unlock()
+		for _, e := range open {
+			e.fn(nil)
+		}
+	}
 }
 
 // Expect returns a new subject under the inbox whose first message is
 // handed to fn, on the inbox's goroutine: fn must not block. If none comes
-// within timeout (give or take a second), or the inbox closes first, fn
-// gets nil. Unless cancel is called first, fn is called exactly once.
+// within timeout (give or take a second), or the inbox closes or its
+// connection is lost first, fn gets nil. Unless cancel is called first, fn
+// is called exactly once.
 func (m *Inbox) Expect(timeout time.Duration, fn func(*nats.Msg)) (subject string, cancel func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -160,6 +182,8 @@ func (m *Inbox) Close() {
 	if m.sub != nil {
 		_ = m.sub.Unsubscribe()
 		m.sub = nil
+		m.nc.RemoveStatusListener(m.status)
+		m.status = nil
 	}
 	if m.expirer != nil {
 		m.expirer.Stop()

@@ -296,3 +296,25 @@ func TestPublishRetrying(t *testing.T) {
 		t.Fatalf("a message without an ID was sent %d times", n)
 	}
 }
+
+// An expectation open when the connection is lost ends at once, not at its
+// timeout: the answer may never come, and the write is safe to send again.
+func TestExpectationEndsWhenTheConnectionIsLost(t *testing.T) {
+	srv := testenv.Server(t)
+	nc := testenv.Connect(t, srv.URL())
+	inbox := transport.NewInbox(nc)
+	defer inbox.Close()
+	got := make(chan *nats.Msg, 1)
+	if _, _, err := inbox.Expect(time.Hour, func(m *nats.Msg) { got <- m }); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	select {
+	case m := <-got:
+		if m != nil {
+			t.Fatalf("expectation got a message %v, want nil", m)
+		}
+	case <-testenv.Context(t).Done():
+		t.Fatal("expectation still open after the connection was lost")
+	}
+}
