@@ -335,13 +335,23 @@ func (c *Client) ListTools(ctx context.Context, req messages.ListToolsRequest) (
 }
 
 // Submit queues a call and returns at once, or, with req.Wait, when the
-// result is there or the wait is over. A submit with an idempotency key,
-// or with its own call ID on a route, is sent again after an attempt that
-// went unanswered; any other fails with code timeout, its outcome unknown
-// (see the package doc). Call does not have that limit.
+// result is there or the wait is over. Unless req names an idempotency key,
+// a call ID or a route of its own, Submit names the call's ID itself, on
+// the client's route, so that every submit can be sent again after an
+// attempt that went unanswered without running the call twice. A request
+// that names a route but no call ID is sent once, and fails with code
+// timeout, its outcome unknown, when no answer comes (see the package doc).
 func (c *Client) Submit(ctx context.Context, req messages.SubmitRequest) (*messages.SubmitReply, error) {
 	if req.Agent == "" {
 		req.Agent = c.opts.Agent
+	}
+	if req.IdempotencyKey == "" && req.CallID == "" && req.Route == "" {
+		// A call named here can be submitted again without running twice,
+		// so a submit that went unanswered is sent again rather than
+		// reported with its outcome unknown.
+		if route, err := c.routes.Route(); err == nil {
+			req.Route, req.CallID = route, messages.RoutedCallID(route, nuid.Next())
+		}
 	}
 	safe := once
 	if req.IdempotencyKey != "" || req.CallID != "" {

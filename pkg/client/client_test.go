@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/internal/natsserver"
@@ -516,8 +517,9 @@ func TestCallGetsAResultMissedDuringADisconnection(t *testing.T) {
 // A request that went unanswered (here to a subscriber that is not a
 // coordinator and never answers, standing for a hung one) is not waited
 // for until the caller's deadline: an attempt ends after RequestTimeout.
-// A submit that is not safe to send twice then fails with timeout, sent
-// once; requests that are safe to repeat are sent again until the
+// A submit that is not safe to send twice (one that names a route but
+// not its call ID) then fails with timeout, sent once; requests that are
+// safe to repeat, plain submits among them, are sent again until the
 // caller's deadline.
 func TestUnansweredRequestsEndAtTheirBound(t *testing.T) {
 	t.Parallel()
@@ -544,7 +546,8 @@ func TestUnansweredRequestsEndAtTheirBound(t *testing.T) {
 	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{RequestTimeout: bound, CoordinatorWait: bound})
 
 	start := time.Now()
-	_, err := c.Submit(b.ctx, messages.SubmitRequest{Tool: "t-count"})
+	// A request that names a route but not its call ID cannot be sent again.
+	_, err := c.Submit(b.ctx, messages.SubmitRequest{Tool: "t-count", Route: nuid.Next()})
 	if !errors.Is(err, messages.ErrTimeout) {
 		t.Fatalf("unanswered submit: %v, want %s", err, messages.CodeTimeout)
 	}
@@ -570,6 +573,16 @@ func TestUnansweredRequestsEndAtTheirBound(t *testing.T) {
 	}
 	if n := sent("toolbus.api.calls.submit"); n < 4 {
 		t.Fatalf("an idempotent submit was sent %d times in 2s with a bound of %v", n-1, bound)
+	}
+	// A plain submit is given a call ID by the SDK, and so is safe to repeat.
+	before := sent("toolbus.api.calls.submit")
+	ctx, cancel = context.WithTimeout(b.ctx, 2*time.Second)
+	defer cancel()
+	if _, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("unanswered plain submit: %v, want the caller's deadline", err)
+	}
+	if n := sent("toolbus.api.calls.submit") - before; n < 3 {
+		t.Fatalf("a plain submit was sent %d times in 2s with a bound of %v", n, bound)
 	}
 }
 

@@ -146,10 +146,16 @@ const (
 	commitGiveUp = 10 * time.Minute
 )
 
-// commitTimeout bounds one write of a result: writeTimeout, or a third of
+// commitAttempt bounds one write of a result. A write that reached a
+// stream leader as it died is never answered; the new leader, elected in
+// a few seconds, takes the next try, and trying again is safe. So tries
+// are short, as the coordinator's are, rather than as long as an election.
+const commitAttempt = 2 * time.Second
+
+// commitTimeout bounds one write of a result: commitAttempt, or a third of
 // AckWait when shorter, so that a lease renewed before the write still
 // holds when it times out.
-func (w *Worker) commitTimeout() time.Duration { return min(writeTimeout, w.cfg.AckWait/3) }
+func (w *Worker) commitTimeout() time.Duration { return min(commitAttempt, w.cfg.AckWait/3) }
 
 // commitAgain keeps trying to store the result of a call whose tool ran,
 // while it holds the call's message: before each try it renews the lease,

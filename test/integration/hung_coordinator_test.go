@@ -96,9 +96,8 @@ type timing struct {
 // turns.get and tools.list made through the SDK, with a caller deadline of
 // 30s and a bound of 1s per attempt, all succeed, and none waits longer
 // than its attempts (each at most the bound) and the pauses between them.
-// A submit that is not idempotent and went to the hung coordinator is not
-// sent again: it fails with timeout, within the bound and the time given a
-// coordinator to wait for JetStream.
+// A plain submit that went to the hung coordinator is sent again, as the
+// SDK names its call ID, and its call runs once.
 func TestHungCoordinatorDoesNotHoldCallers(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Server(t)
@@ -210,25 +209,31 @@ func TestHungCoordinatorDoesNotHoldCallers(t *testing.T) {
 		t.Errorf("none of %d requests went to the hung coordinator", len(timings))
 	}
 
-	// Plain submits, one at a time, until one goes to the hung coordinator.
+	// Plain submits, one at a time, until one goes to the hung coordinator:
+	// the SDK names their call IDs, so such a submit is sent again, and the
+	// call runs once.
 	for i := range 64 {
 		turn := fmt.Sprintf("submit-%d", i)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		start := time.Now()
-		_, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(`{"label":"s"}`), Turn: turn})
+		reply, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(`{"label":"s"}`), Turn: turn})
 		took := time.Since(start)
-		cancel()
-		if n := log.attempts(t, messages.EndpointCallsSubmit, turn); n != 1 {
-			t.Fatalf("submit %s was sent %d times", turn, n)
-		}
-		if took > attemptBound+coordinatorWait+time.Second {
-			t.Fatalf("submit %s took %v with a bound of %v and %v: %v", turn, took, attemptBound, coordinatorWait, err)
-		}
 		if err == nil {
+			_, err = c.Wait(ctx, reply.CallID)
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("submit %s failed after %v: %v", turn, took, err)
+		}
+		n := log.attempts(t, messages.EndpointCallsSubmit, turn)
+		if n == 1 {
 			continue
 		}
-		if !errors.Is(err, messages.ErrTimeout) {
-			t.Fatalf("submit %s: %v, want %s", turn, err, messages.CodeTimeout)
+		if bound := time.Duration(n)*(attemptBound+coordinatorWait) + time.Duration(n-1)*time.Second + 2*time.Second; took > bound {
+			t.Fatalf("submit %s took %v in %d attempts; want at most %v", turn, took, n, bound)
+		}
+		if runs := runs.runs(reply.CallID); runs != 1 {
+			t.Fatalf("submit %s sent %d times ran its call %d times", turn, n, runs)
 		}
 		return
 	}
