@@ -1,0 +1,253 @@
+package schemacost
+
+import (
+	"slices"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Check reports a *CostError when validating a value against sch can
+// evaluate more than MaxEvaluationsPerValue subschemas at one place of the
+// value, at any depth up to MaxDepth, or when sch applies itself to the
+// same place in a cycle.
+//
+// counts[i] bounds how many times node i is evaluated at one place of the
+// current depth. One level down, a place is an array item or an object
+// member; for every kind of place (each tuple position, any later item,
+// each property name, any other key) the counts it receives are computed,
+// in-place applicators followed in topological order, and the largest per
+// node kept: an upper bound, whatever the value holds, because the counts
+// only ever add. The bound stops growing or exceeds the
+// budget within a few levels for every schema seen in practice; it is
+// followed to MaxDepth otherwise.
+func Check(sch *jsonschema.Schema) error {
+	g := buildGraph(sch)
+	order, cycleAt := g.inPlaceOrder()
+	if cycleAt >= 0 {
+		return &CostError{Depth: -1, Location: g.nodes[cycleAt].location}
+	}
+	g.order = order
+	g.pos = make([]int, len(g.nodes))
+	for p, i := range order {
+		g.pos[i] = p
+	}
+	counts := make([]float64, len(g.nodes))
+	counts[0] = 1
+	g.spread(counts)
+	for depth := 0; ; depth++ {
+		if total := sum(counts); total > MaxEvaluationsPerValue {
+			return &CostError{Depth: depth, Evaluations: total, Location: g.nodes[argmax(counts)].location}
+		}
+		if depth == MaxDepth {
+			return nil
+		}
+		next := g.descend(counts)
+		if slices.Equal(next, counts) || sum(next) == 0 {
+			return nil // every deeper level costs the same, or nothing
+		}
+		counts = next
+	}
+}
+
+// inPlaceOrder sorts the nodes so that each comes before the nodes it
+// applies in place. cycleAt is a node on a cycle, or -1.
+func (g *graph) inPlaceOrder() (order []int, cycleAt int) {
+	const (
+		unseen = iota
+		open
+		done
+	)
+	state := make([]uint8, len(g.nodes))
+	cycleAt = -1
+	var visit func(i int) bool
+	visit = func(i int) bool {
+		switch state[i] {
+		case open:
+			cycleAt = i
+			return false
+		case done:
+			return true
+		}
+		state[i] = open
+		for _, j := range g.nodes[i].inPlace {
+			if !visit(j) {
+				return false
+			}
+		}
+		state[i] = done
+		order = append(order, i)
+		return true
+	}
+	for i := range g.nodes {
+		if !visit(i) {
+			return nil, cycleAt
+		}
+	}
+	slices.Reverse(order)
+	return order, -1
+}
+
+// spread adds to counts the evaluations of the in-place applicators.
+func (g *graph) spread(counts []float64) {
+	for _, i := range g.order {
+		if c := counts[i]; c > 0 {
+			for _, j := range g.nodes[i].inPlace {
+				counts[j] += c
+			}
+		}
+	}
+}
+
+// spreadSparse is spread for counts held by few nodes: it visits only
+// the nodes they apply in place.
+func (g *graph) spreadSparse(counts map[int]float64) {
+	var seen []int
+	mark := map[int]bool{}
+	var visit func(i int)
+	visit = func(i int) {
+		if mark[i] {
+			return
+		}
+		mark[i] = true
+		seen = append(seen, i)
+		for _, j := range g.nodes[i].inPlace {
+			visit(j)
+		}
+	}
+	for i := range counts {
+		visit(i)
+	}
+	slices.SortFunc(seen, func(a, b int) int { return g.pos[a] - g.pos[b] })
+	for _, i := range seen {
+		if c := counts[i]; c != 0 {
+			for _, j := range g.nodes[i].inPlace {
+				counts[j] += c
+			}
+		}
+	}
+}
+
+// descend returns, per node, the most evaluations it can get at one place
+// one level below a place with counts.
+func (g *graph) descend(counts []float64) []float64 {
+	next := make([]float64, len(counts))
+	item := make([]float64, len(counts))
+	for position := 0; position <= g.maxPrefix; position++ {
+		clear(item)
+		for i, c := range counts {
+			if c == 0 {
+				continue
+			}
+			n := &g.nodes[i]
+			if position < len(n.prefix) {
+				item[n.prefix[position]] += c
+			} else {
+				for _, j := range n.rest {
+					item[j] += c
+				}
+			}
+			for _, j := range n.anyItem {
+				item[j] += c
+			}
+		}
+		g.spread(item)
+		maxInto(next, item)
+	}
+
+	// A member with a key no property names gets every pattern's schema
+	// and the additional one (at worst; a key matches patterns or takes
+	// additionalProperties, not both). A named key's member gets, per
+	// node, what that key gets there instead: the difference is kept per
+	// (key, node) and only the largest counts.
+	other := make([]float64, len(counts))
+	delta := map[string]map[int]float64{}
+	add := func(k string, node int, c float64) {
+		d := delta[k]
+		if d == nil {
+			d = map[int]float64{}
+			delta[k] = d
+		}
+		d[node] += c
+	}
+	for i, c := range counts {
+		if c == 0 {
+			continue
+		}
+		n := &g.nodes[i]
+		for _, p := range n.patterns {
+			other[p.target] += c
+		}
+		if n.additional >= 0 {
+			other[n.additional] += c
+		}
+		for _, j := range n.anyMember {
+			other[j] += c
+		}
+		keys := g.keys
+		if len(n.patterns) == 0 {
+			keys = nil
+			for k := range n.props {
+				keys = append(keys, k)
+			}
+		}
+		for _, k := range keys {
+			for _, p := range n.patterns {
+				add(k, p.target, -c)
+			}
+			if n.additional >= 0 {
+				add(k, n.additional, -c)
+			}
+			matched := false
+			if t, ok := n.props[k]; ok {
+				add(k, t, c)
+				matched = true
+			}
+			for _, p := range n.patterns {
+				if p.re.MatchString(k) {
+					add(k, p.target, c)
+					matched = true
+				}
+			}
+			if !matched && n.additional >= 0 {
+				add(k, n.additional, c)
+			}
+		}
+	}
+	g.spread(other)
+	worstDelta := make([]float64, len(counts))
+	for _, d := range delta {
+		g.spreadSparse(d)
+		for i, v := range d {
+			worstDelta[i] = max(worstDelta[i], v)
+		}
+	}
+	for i := range other {
+		other[i] += worstDelta[i]
+	}
+	maxInto(next, other)
+	return next
+}
+
+func maxInto(dst, src []float64) {
+	for i, v := range src {
+		dst[i] = max(dst[i], v)
+	}
+}
+
+func sum(v []float64) float64 {
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+func argmax(v []float64) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}

@@ -1,0 +1,79 @@
+package schemacost
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// union is a oneOf of n object types told apart by a "kind" constant,
+// each with a nested object and an array of strings.
+func union(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"oneOf":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"type":"object","required":["kind"],"properties":{"kind":{"const":"k%d"},"spec":{"type":"object","properties":{"name":{"type":"string"},"size":{"type":"integer"}}},"tags":{"type":"array","items":{"type":"string"}}}}`, i)
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
+func TestCheck(t *testing.T) {
+	cases := []struct {
+		name, schema string
+		costly       bool
+	}{
+		{"empty", ``, false},
+		{"plain object", `{"type":"object","properties":{"path":{"type":"string"},"n":{"type":"integer","minimum":0}},"required":["path"]}`, false},
+		{"any JSON value", `{"anyOf":[{"type":["string","number","boolean","null"]},{"type":"array","items":{"$ref":"#"}},{"type":"object","additionalProperties":{"$ref":"#"}}]}`, false},
+		{"tree with named and other children", `{"type":"object","properties":{"left":{"$ref":"#"},"right":{"$ref":"#"}},"additionalProperties":{"$ref":"#"}}`, false},
+		{"tuple tree", `{"type":"array","prefixItems":[{"$ref":"#"},{"$ref":"#"}],"items":{"type":"string"}}`, false},
+		{"pattern tree", `{"type":"object","patternProperties":{"^x":{"$ref":"#"}},"additionalProperties":{"type":"string"}}`, false},
+		{"draft-07 definitions", `{"$schema":"http://json-schema.org/draft-07/schema#","definitions":{"node":{"type":"object","properties":{"kids":{"type":"array","items":{"$ref":"#/definitions/node"}}}}},"$ref":"#/definitions/node"}`, false},
+		{"union of 60 object types", union(60), false},
+		{"recursive union", `{"$defs":{"e":{"oneOf":[{"type":"object","properties":{"and":{"type":"array","items":{"$ref":"#/$defs/e"}}}},{"type":"object","properties":{"not":{"$ref":"#/$defs/e"}}},{"type":"string"}]}},"$ref":"#/$defs/e"}`, false},
+		{"twin oneOf", `{"$defs":{"n":{"oneOf":[{"$ref":"#/$defs/t"},{"$ref":"#/$defs/t"}]},"t":{"type":"object","properties":{"c":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}`, true},
+		{"twin anyOf under items", `{"$defs":{"n":{"anyOf":[{"$ref":"#/$defs/a"},{"$ref":"#/$defs/a"}]},"a":{"type":"array","items":{"$ref":"#/$defs/n"}}},"$ref":"#/$defs/n"}`, true},
+		{"allOf of itself twice", `{"type":"object","properties":{"c":{"allOf":[{"$ref":"#"},{"$ref":"#"}]}}}`, true},
+		{"property and pattern both recurse", `{"type":"object","properties":{"c":{"$ref":"#"}},"patternProperties":{"c":{"$ref":"#"}}}`, true},
+		{"in-place cycle", `{"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/b"}]},"b":{"allOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"}`, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckJSON([]byte(tc.schema))
+			if tc.costly != errors.Is(err, ErrTooCostly) {
+				t.Fatalf("CheckJSON = %v; costly %v", err, tc.costly)
+			}
+			if !tc.costly && err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// The twin-oneOf schema is refused at the depth where it passes the
+// budget, and the error says where it branches.
+func TestCostErrorNamesDepthAndLocation(t *testing.T) {
+	err := CheckJSON([]byte(`{"$defs":{"n":{"oneOf":[{"$ref":"#/$defs/t"},{"$ref":"#/$defs/t"}]},"t":{"type":"object","properties":{"c":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}`))
+	var ce *CostError
+	if !errors.As(err, &ce) {
+		t.Fatalf("err = %v", err)
+	}
+	if ce.Depth < 5 || ce.Depth > 12 || ce.Evaluations <= MaxEvaluationsPerValue {
+		t.Errorf("refused at depth %d with %v evaluations", ce.Depth, ce.Evaluations)
+	}
+	if !strings.Contains(ce.Location, "#/$defs/") {
+		t.Errorf("location %q is not in the schema's $defs", ce.Location)
+	}
+	t.Log(err)
+}
+
+func TestCompileRefusesExternalReferences(t *testing.T) {
+	if _, err := Compile([]byte(`{"$ref":"https://example.com/schema.json"}`)); err == nil {
+		t.Fatal("an external reference compiled")
+	}
+}
