@@ -1,6 +1,8 @@
 package schemacost
 
 import (
+	"encoding/binary"
+	"math"
 	"slices"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -11,15 +13,16 @@ import (
 // value, at any depth up to MaxDepth, or when sch applies itself to the
 // same place in a cycle.
 //
-// counts[i] bounds how many times node i is evaluated at one place of the
-// current depth. One level down, a place is an array item or an object
-// member; for every kind of place (each tuple position, any later item,
-// each property name, any other key) the counts it receives are computed,
-// in-place applicators followed in topological order, and the largest per
-// node kept: an upper bound, whatever the value holds, because the counts
-// only ever add. The bound stops growing or exceeds the
-// budget within a few levels for every schema seen in practice; it is
-// followed to MaxDepth otherwise.
+// Two upper bounds are computed level by level, and the smaller counts.
+// Forward, counts[i] bounds how many times node i is evaluated at one
+// place of the current depth: one level down, a place is an array item or
+// an object member; for every kind of place (each tuple position, any
+// later item, each property name, any other key) the counts it receives
+// are computed, in-place applicators followed in topological order, and
+// the largest per node kept. Backward, see backward. A bound stops
+// changing (or cycles, as when objects and arrays alternate) or exceeds
+// the budget within a few levels for every schema seen in practice; it
+// is followed to MaxDepth otherwise.
 func Check(sch *jsonschema.Schema) error {
 	g := buildGraph(sch)
 	order, cycleAt := g.inPlaceOrder()
@@ -34,19 +37,50 @@ func Check(sch *jsonschema.Schema) error {
 	counts := make([]float64, len(g.nodes))
 	counts[0] = 1
 	g.spread(counts)
+	back := newBackward(g)
+	forward, backward := newSeries(), newSeries()
 	for depth := 0; ; depth++ {
-		if total := sum(counts); total > MaxEvaluationsPerValue {
-			return &CostError{Depth: depth, Evaluations: total, Location: g.nodes[argmax(counts)].location}
+		forward.add(counts)
+		backward.add(back.from)
+		if bound := min(sum(counts), back.root()); bound > MaxEvaluationsPerValue {
+			return &CostError{Depth: depth, Evaluations: bound, Location: g.nodes[argmax(counts)].location}
 		}
-		if depth == MaxDepth {
+		if depth == MaxDepth || forward.settled(sum) || backward.settled(func([]float64) float64 { return back.root() }) {
 			return nil
 		}
-		next := g.descend(counts)
-		if slices.Equal(next, counts) || sum(next) == 0 {
-			return nil // every deeper level costs the same, or nothing
-		}
-		counts = next
+		counts = g.descend(counts)
+		back.step()
 	}
+}
+
+// series remembers the vectors a bound went through. Each level's vector
+// depends only on the one before, so once a vector comes again the bound
+// cycles through values already seen, at every deeper level.
+type series struct {
+	seen     map[string]bool
+	repeated bool
+	// worst is the largest bound seen so far.
+	worst float64
+	last  []float64
+}
+
+func newSeries() *series { return &series{seen: map[string]bool{}} }
+
+func (s *series) add(v []float64) {
+	key := make([]byte, 0, 8*len(v))
+	for _, x := range v {
+		key = binary.LittleEndian.AppendUint64(key, math.Float64bits(x))
+	}
+	s.repeated = s.seen[string(key)]
+	s.seen[string(key)] = true
+	s.last = v
+}
+
+// settled reports whether the bound (total of the last vector) can no
+// longer pass the budget at any deeper level.
+func (s *series) settled(total func([]float64) float64) bool {
+	s.worst = max(s.worst, total(s.last))
+	return s.repeated && s.worst <= MaxEvaluationsPerValue
 }
 
 // inPlaceOrder sorts the nodes so that each comes before the nodes it

@@ -16,9 +16,12 @@
 // to messages.MaxJSONDepth, an upper bound of the subschemas evaluated at
 // one place of the value at that depth, whatever the value's keys and
 // array positions (each property name, "any other key", each tuple
-// position and "any later item" is tried, and the worst is kept per
-// subschema). A schema whose bound exceeds MaxEvaluationsPerValue at some
-// depth is refused with a CostError. Below the budget, validating
+// position and "any later item" is tried). Two bounds are kept, one
+// computed from the root down and one from the leaves up, each loose
+// where the other is tight, and the smaller counts. A schema whose bound
+// exceeds MaxEvaluationsPerValue at some depth, or that applies itself to
+// the same place in a cycle (which the validator would report on every
+// call), is refused with a CostError. Below the budget, validating
 // arguments of n values costs at most n × MaxEvaluationsPerValue
 // subschema evaluations.
 //

@@ -7,6 +7,20 @@ import (
 	"testing"
 )
 
+// arrayProperties is an object of n properties, each an array of the object.
+func arrayProperties(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"type":"object","properties":{`)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"p%d":{"type":"array","items":{"$ref":"#"}}`, i)
+	}
+	b.WriteString(`}}`)
+	return b.String()
+}
+
 // union is a oneOf of n object types told apart by a "kind" constant,
 // each with a nested object and an array of strings.
 func union(n int) string {
@@ -36,6 +50,10 @@ func TestCheck(t *testing.T) {
 		{"draft-07 definitions", `{"$schema":"http://json-schema.org/draft-07/schema#","definitions":{"node":{"type":"object","properties":{"kids":{"type":"array","items":{"$ref":"#/definitions/node"}}}}},"$ref":"#/definitions/node"}`, false},
 		{"union of 60 object types", union(60), false},
 		{"recursive union", `{"$defs":{"e":{"oneOf":[{"type":"object","properties":{"and":{"type":"array","items":{"$ref":"#/$defs/e"}}}},{"type":"object","properties":{"not":{"$ref":"#/$defs/e"}}},{"type":"string"}]}},"$ref":"#/$defs/e"}`, false},
+		{"200 properties, each an array of the object", arrayProperties(200), false},
+		{"filter", `{"$defs":{"f":{"type":"object","properties":{"and":{"type":"array","items":{"$ref":"#/$defs/f"}},"or":{"type":"array","items":{"$ref":"#/$defs/f"}},"not":{"$ref":"#/$defs/f"},"field":{"type":"string"}}}},"$ref":"#/$defs/f"}`, false},
+		{"branches recurse under different keys", `{"anyOf":[{"properties":{"a":{"$ref":"#"}}},{"properties":{"b":{"$ref":"#"}}},{"items":{"$ref":"#"}}]}`, false},
+		{"three branches recurse under one key", `{"oneOf":[{"required":["x"],"properties":{"child":{"$ref":"#"}}},{"required":["y"],"properties":{"child":{"$ref":"#"}}},{"required":["z"],"properties":{"child":{"$ref":"#"}}}]}`, true},
 		{"twin oneOf", `{"$defs":{"n":{"oneOf":[{"$ref":"#/$defs/t"},{"$ref":"#/$defs/t"}]},"t":{"type":"object","properties":{"c":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}`, true},
 		{"twin anyOf under items", `{"$defs":{"n":{"anyOf":[{"$ref":"#/$defs/a"},{"$ref":"#/$defs/a"}]},"a":{"type":"array","items":{"$ref":"#/$defs/n"}}},"$ref":"#/$defs/n"}`, true},
 		{"allOf of itself twice", `{"type":"object","properties":{"c":{"allOf":[{"$ref":"#"},{"$ref":"#"}]}}}`, true},
