@@ -25,9 +25,12 @@ import (
 // is followed to MaxDepth otherwise.
 func Check(sch *jsonschema.Schema) error {
 	g := buildGraph(sch)
+	if g.unbounded != "" {
+		return &CostError{Depth: -1, Location: g.unbounded, Reason: "a dynamic reference to an anchor that the root schema does not declare could lead anywhere"}
+	}
 	order, cycleAt := g.inPlaceOrder()
 	if cycleAt >= 0 {
-		return &CostError{Depth: -1, Location: g.nodes[cycleAt].location}
+		return &CostError{Depth: -1, Location: g.nodes[cycleAt].location, Reason: "the schema applies itself to the same value in a cycle"}
 	}
 	g.order = order
 	g.pos = make([]int, len(g.nodes))

@@ -40,6 +40,9 @@ type graph struct {
 	keys []string
 	// maxPrefix is the longest tuple (prefixItems) of any node.
 	maxPrefix int
+	// unbounded is the location of a dynamic reference whose target is
+	// not known before validation; empty when there is none.
+	unbounded string
 	// order lists the nodes so that each comes before those it applies
 	// in place; pos is each node's index in it.
 	order []int
@@ -96,22 +99,29 @@ func buildGraph(root *jsonschema.Schema) *graph {
 				inPlace = append(inPlace, d)
 			}
 		}
-		if s.RecursiveRef != nil {
-			inPlace = append(inPlace, s.RecursiveRef)
-			for _, o := range all {
-				if o.RecursiveAnchor && o != s.RecursiveRef {
-					inPlace = append(inPlace, o)
-				}
+		// A dynamic reference resolves, when the value is validated, to
+		// the outermost schema of the dynamic scope with the anchor. The
+		// root opens every scope: when it has the anchor, it is the
+		// target. Otherwise the target could be a schema that no static
+		// reference reaches, so the cost is not bounded.
+		if r := s.RecursiveRef; r != nil {
+			switch {
+			case !r.RecursiveAnchor:
+				inPlace = append(inPlace, r)
+			case root.RecursiveAnchor:
+				inPlace = append(inPlace, r, root)
+			default:
+				g.unbounded = s.Location
 			}
 		}
-		if s.DynamicRef != nil {
-			inPlace = append(inPlace, s.DynamicRef.Ref)
-			if s.DynamicRef.Anchor != "" {
-				for _, o := range all {
-					if o.DynamicAnchor == s.DynamicRef.Anchor && o != s.DynamicRef.Ref {
-						inPlace = append(inPlace, o)
-					}
-				}
+		if r := s.DynamicRef; r != nil {
+			switch {
+			case r.Anchor == "":
+				inPlace = append(inPlace, r.Ref)
+			case root.DynamicAnchor == r.Anchor:
+				inPlace = append(inPlace, root)
+			default:
+				g.unbounded = s.Location
 			}
 		}
 		n.inPlace = ids(inPlace)

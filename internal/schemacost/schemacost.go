@@ -28,9 +28,10 @@ var ErrTooCostly = errors.New("input schema too costly to validate")
 // validate a value against.
 type CostError struct {
 	// Depth is the first nesting level of a value at which the bound
-	// exceeds the budget; -1 when the schema refers to itself without
-	// descending into the value, which never ends.
+	// exceeds the budget; -1 when no bound could be computed (Reason).
 	Depth int
+	// Reason says why no bound could be computed.
+	Reason string
 	// Evaluations is the bound at Depth.
 	Evaluations float64
 	// Location is the schema location most evaluated there.
@@ -39,7 +40,7 @@ type CostError struct {
 
 func (e *CostError) Error() string {
 	if e.Depth < 0 {
-		return fmt.Sprintf("%v: %s applies itself to the same value in a cycle", ErrTooCostly, e.Location)
+		return fmt.Sprintf("%v: at %s, %s", ErrTooCostly, e.Location, e.Reason)
 	}
 	return fmt.Sprintf("%v: at nesting depth %d a value can be checked against %.3g subschemas (at most %d); branches under %s multiply at every level",
 		ErrTooCostly, e.Depth, e.Evaluations, MaxEvaluationsPerValue, e.Location)

@@ -54,6 +54,8 @@ func TestCheck(t *testing.T) {
 		{"filter", `{"$defs":{"f":{"type":"object","properties":{"and":{"type":"array","items":{"$ref":"#/$defs/f"}},"or":{"type":"array","items":{"$ref":"#/$defs/f"}},"not":{"$ref":"#/$defs/f"},"field":{"type":"string"}}}},"$ref":"#/$defs/f"}`, false},
 		{"branches recurse under different keys", `{"anyOf":[{"properties":{"a":{"$ref":"#"}}},{"properties":{"b":{"$ref":"#"}}},{"items":{"$ref":"#"}}]}`, false},
 		{"three branches recurse under one key", `{"oneOf":[{"required":["x"],"properties":{"child":{"$ref":"#"}}},{"required":["y"],"properties":{"child":{"$ref":"#"}}},{"required":["z"],"properties":{"child":{"$ref":"#"}}}]}`, true},
+		{"dynamic reference to the root's anchor", `{"$dynamicAnchor":"node","type":"object","properties":{"kids":{"type":"array","items":{"$dynamicRef":"#node"}}},"$defs":{"other":{"$id":"urn:x:other","$dynamicAnchor":"node","type":"string"},"more":{"$id":"urn:x:more","$dynamicAnchor":"node","type":"number"}}}`, false},
+		{"dynamic reference to an anchor of another resource", `{"type":"object","properties":{"kids":{"type":"array","items":{"$ref":"urn:x:other"}}},"$defs":{"other":{"$id":"urn:x:other","$dynamicAnchor":"node","type":"object","properties":{"k":{"$dynamicRef":"#node"}}}}}`, true},
 		{"twin oneOf", `{"$defs":{"n":{"oneOf":[{"$ref":"#/$defs/t"},{"$ref":"#/$defs/t"}]},"t":{"type":"object","properties":{"c":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}`, true},
 		{"twin anyOf under items", `{"$defs":{"n":{"anyOf":[{"$ref":"#/$defs/a"},{"$ref":"#/$defs/a"}]},"a":{"type":"array","items":{"$ref":"#/$defs/n"}}},"$ref":"#/$defs/n"}`, true},
 		{"allOf of itself twice", `{"type":"object","properties":{"c":{"allOf":[{"$ref":"#"},{"$ref":"#"}]}}}`, true},
