@@ -77,6 +77,9 @@ func (b *backward) step() {
 		best := 0.0
 		for position := 0; position <= g.maxPrefix; position++ {
 			s := 0.0
+			if g.spend(len(cl)) {
+				return
+			}
 			for _, w := range cl {
 				n := &g.nodes[w.node]
 				if position < len(n.prefix) {
@@ -109,6 +112,9 @@ func (b *backward) step() {
 					keys = append(keys, k)
 				}
 			}
+			if g.spend(len(keys) * (1 + len(n.patterns))) {
+				return
+			}
 			for _, k := range keys {
 				exact := b.sum(n.anyMember)
 				matched := false
@@ -116,11 +122,9 @@ func (b *backward) step() {
 					exact += b.from[t]
 					matched = true
 				}
-				for _, p := range n.patterns {
-					if p.re.MatchString(k) {
-						exact += b.from[p.target]
-						matched = true
-					}
+				for _, t := range g.matching(w.node, k) {
+					exact += b.from[t]
+					matched = true
 				}
 				if !matched && n.additional >= 0 {
 					exact += b.from[n.additional]

@@ -2,6 +2,7 @@ package schemacost
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"slices"
 
@@ -48,12 +49,45 @@ func Check(sch *jsonschema.Schema) error {
 		if bound := min(sum(counts), back.root()); bound > MaxEvaluationsPerValue {
 			return &CostError{Depth: depth, Evaluations: bound, Location: g.nodes[argmax(counts)].location}
 		}
+		if g.work > maxWork {
+			return &CostError{Depth: -1, Location: g.nodes[0].location, Reason: fmt.Sprintf("the schema is too large to bound (%d nodes, %d property names)", len(g.nodes), len(g.keys))}
+		}
 		if depth == MaxDepth || forward.settled(sum) || backward.settled(func([]float64) float64 { return back.root() }) {
 			return nil
 		}
 		counts = g.descend(counts)
 		back.step()
 	}
+}
+
+// maxWork bounds the steps Check takes, about a tenth of a second: a
+// schema large enough to take longer is refused rather than bounded.
+const maxWork = 20_000_000
+
+// spend counts n steps of work and reports whether Check must give up.
+func (g *graph) spend(n int) bool {
+	g.work += n
+	return g.work > maxWork
+}
+
+// matching lists the targets of node i's patterns that key k matches.
+func (g *graph) matching(i int, k string) []int {
+	n := &g.nodes[i]
+	if n.matched == nil {
+		n.matched = map[string][]int{}
+	}
+	if m, ok := n.matched[k]; ok {
+		return m
+	}
+	g.work += 20 * len(n.patterns) // a regular expression costs more than a step
+	var m []int
+	for _, p := range n.patterns {
+		if p.re.MatchString(k) {
+			m = append(m, p.target)
+		}
+	}
+	n.matched[k] = m
+	return m
 }
 
 // series remembers the vectors a bound went through. Each level's vector
@@ -154,6 +188,7 @@ func (g *graph) spreadSparse(counts map[int]float64) {
 	for i := range counts {
 		visit(i)
 	}
+	g.work += 4 * len(seen) // sorted and spread
 	slices.SortFunc(seen, func(a, b int) int { return g.pos[a] - g.pos[b] })
 	for _, i := range seen {
 		if c := counts[i]; c != 0 {
@@ -171,6 +206,9 @@ func (g *graph) descend(counts []float64) []float64 {
 	item := make([]float64, len(counts))
 	for position := 0; position <= g.maxPrefix; position++ {
 		clear(item)
+		if g.spend(len(counts)) {
+			return next
+		}
 		for i, c := range counts {
 			if c == 0 {
 				continue
@@ -227,6 +265,9 @@ func (g *graph) descend(counts []float64) []float64 {
 				keys = append(keys, k)
 			}
 		}
+		if g.spend(len(keys) * (1 + len(n.patterns))) {
+			return next
+		}
 		for _, k := range keys {
 			for _, p := range n.patterns {
 				add(k, p.target, -c)
@@ -239,11 +280,9 @@ func (g *graph) descend(counts []float64) []float64 {
 				add(k, t, c)
 				matched = true
 			}
-			for _, p := range n.patterns {
-				if p.re.MatchString(k) {
-					add(k, p.target, c)
-					matched = true
-				}
+			for _, t := range g.matching(i, k) {
+				add(k, t, c)
+				matched = true
 			}
 			if !matched && n.additional >= 0 {
 				add(k, n.additional, c)
@@ -253,6 +292,9 @@ func (g *graph) descend(counts []float64) []float64 {
 	g.spread(other)
 	worstDelta := make([]float64, len(counts))
 	for _, d := range delta {
+		if g.spend(len(d)) {
+			return next
+		}
 		g.spreadSparse(d)
 		for i, v := range d {
 			worstDelta[i] = max(worstDelta[i], v)

@@ -26,6 +26,9 @@ type node struct {
 	patterns   []pattern
 	additional int // -1 when none
 	anyMember  []int
+	// matched caches, per property name, the targets of the patterns
+	// that match it.
+	matched map[string][]int
 }
 
 type pattern struct {
@@ -43,6 +46,8 @@ type graph struct {
 	// unbounded is the location of a dynamic reference whose target is
 	// not known before validation; empty when there is none.
 	unbounded string
+	// work counts the steps of Check, which stops at maxWork.
+	work int
 	// order lists the nodes so that each comes before those it applies
 	// in place; pos is each node's index in it.
 	order []int

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // arrayProperties is an object of n properties, each an array of the object.
@@ -96,4 +97,31 @@ func TestCompileRefusesExternalReferences(t *testing.T) {
 	if _, err := Compile([]byte(`{"$ref":"https://example.com/schema.json"}`)); err == nil {
 		t.Fatal("an external reference compiled")
 	}
+}
+
+// A schema too large to bound in a tenth of a second is refused, quickly.
+func TestCheckRefusesSchemasTooLargeToBound(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"type":"object","patternProperties":{`)
+	for i := range 300 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"^p%d":{"type":"array","items":{"$ref":"#"}}`, i)
+	}
+	b.WriteString(`},"properties":{`)
+	for i := range 3000 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"k%d":{"type":"string"}`, i)
+	}
+	b.WriteString(`}}`)
+	start := time.Now()
+	err := CheckJSON([]byte(b.String()))
+	var ce *CostError
+	if !errors.As(err, &ce) || ce.Depth != -1 || !strings.Contains(ce.Reason, "too large") {
+		t.Fatalf("err = %v", err)
+	}
+	t.Logf("refused in %v: %v", time.Since(start), err)
 }
