@@ -66,12 +66,18 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 	}
 }
 
-// decoding is a handler that decodes its request into a Req for answer.
+// decoding is a handler that decodes its request into a Req for answer,
+// and refuses it if it does not pass its own Validate.
 func decoding[Req, Reply any](answer func(context.Context, *Req) (Reply, error)) handlerFunc {
 	return func(ctx context.Context, req *request) (any, error) {
 		var r Req
 		if err := req.decode(&r); err != nil {
 			return nil, err
+		}
+		if v, ok := any(&r).(interface{ Validate() error }); ok {
+			if err := v.Validate(); err != nil {
+				return nil, err
+			}
 		}
 		reply, err := answer(ctx, &r)
 		if err != nil {

@@ -246,10 +246,9 @@ func (v *toolView) activate(ctx context.Context, ar *messages.ActivateRequest) (
 // policy does not deny it. With a turn, the page's tools are saved with the
 // turn and become visible on its next iterations.
 func (v *toolView) discover(ctx context.Context, dr *messages.DiscoverRequest) (*messages.DiscoverReply, error) {
-	if dr.Agent != "" {
-		if err := messages.ValidateID("agent", dr.Agent); err != nil {
-			return nil, err
-		}
+	// Checked here too: the built-in discovery tool calls this directly.
+	if err := dr.Validate(); err != nil {
+		return nil, err
 	}
 	if dr.Format != "" && !slices.Contains(toolschema.Formats(), dr.Format) {
 		return nil, messages.Errorf(messages.CodeBadRequest, "unknown format %q; known formats: %v", dr.Format, toolschema.Formats())

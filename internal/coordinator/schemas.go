@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/toolbus/toolbus/pkg/toolschema"
-
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/toolbus/toolbus/internal/schemacost"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/toolschema"
 )
 
 // schemaCache keeps each tool's compiled input schema for as long as the
@@ -32,14 +32,6 @@ type cachedSchema struct {
 }
 
 func newSchemaCache() *schemaCache { return &schemaCache{entries: map[string]cachedSchema{}} }
-
-// refusingLoader keeps schemas from pulling in files or URLs: a tool's
-// schema must be self-contained.
-type refusingLoader struct{}
-
-func (refusingLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("external schema %q is not loaded; tool schemas must be self-contained", url)
-}
 
 func (s *schemaCache) get(t *catalog.Tool) cachedSchema {
 	name := t.Definition.Name
@@ -69,20 +61,23 @@ func (s *schemaCache) stripThought(t *catalog.Tool, args messages.JSON) (message
 	return stripped, err
 }
 
+// compileSchema compiles a tool's input schema and refuses one that could
+// cost more to validate than schemacost's budget. The validation library
+// takes no context and cannot be stopped, so the bound is static: it is
+// computed once per revision of the tool, and a call to a tool whose
+// schema passes it costs at most schemacost.MaxEvaluationsPerValue
+// subschema evaluations per value of its arguments. Workers refuse such
+// schemas when they register a tool; this catches those written by older
+// workers or by hand.
 func compileSchema(schema messages.JSON) (*jsonschema.Schema, error) {
-	if len(schema) == 0 {
-		schema = messages.JSON(`{"type":"object"}`)
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	sch, err := schemacost.Compile(schema)
 	if err != nil {
-		return nil, fmt.Errorf("input schema is not JSON: %w", err)
-	}
-	c := jsonschema.NewCompiler()
-	c.UseLoader(refusingLoader{})
-	if err := c.AddResource("toolbus:input-schema", doc); err != nil {
 		return nil, err
 	}
-	return c.Compile("toolbus:input-schema")
+	if err := schemacost.Check(sch); err != nil {
+		return nil, err
+	}
+	return sch, nil
 }
 
 // validate checks arguments decoded by policy.DecodeArguments (numbers as
@@ -91,6 +86,9 @@ func compileSchema(schema messages.JSON) (*jsonschema.Schema, error) {
 func (s *schemaCache) validate(t *catalog.Tool, inst any) error {
 	cached := s.get(t)
 	sch, err := cached.schema, cached.err
+	if errors.Is(err, schemacost.ErrTooCostly) {
+		return messages.Errorf(messages.CodeBadRequest, "tool %s cannot be called: %v", t.Definition.Name, err)
+	}
 	if err != nil {
 		return messages.Errorf(messages.CodeInternal, "tool %s has an unusable input schema: %v", t.Definition.Name, err)
 	}

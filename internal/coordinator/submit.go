@@ -106,17 +106,14 @@ func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, he
 }
 
 // validateSubmit checks a submit request on its own, before anything is
-// read: the names and IDs it carries, the options that go together, and
+// read: the names, IDs and ranges it carries (SubmitRequest.Validate), and
 // the size and depth of its arguments.
 func validateSubmit(sr *messages.SubmitRequest, maxArgumentsBytes int) (messages.ToolName, error) {
-	if sr.Tool == "" {
-		return messages.ToolName{}, messages.Errorf(messages.CodeBadRequest, "tool is required")
+	if err := sr.Validate(); err != nil {
+		return messages.ToolName{}, err
 	}
 	name, err := messages.ParseToolName(sr.Tool)
 	if err != nil {
-		return messages.ToolName{}, err
-	}
-	if err := validateSubmitOptions(sr); err != nil {
 		return messages.ToolName{}, err
 	}
 	if len(sr.Arguments) > maxArgumentsBytes {
@@ -126,51 +123,6 @@ func validateSubmit(sr *messages.SubmitRequest, maxArgumentsBytes int) (messages
 		return messages.ToolName{}, err
 	}
 	return name, nil
-}
-
-// validateSubmitOptions checks the IDs a submit names and the options
-// that exclude or need each other.
-func validateSubmitOptions(sr *messages.SubmitRequest) error {
-	for _, id := range [...]struct{ what, value string }{{"agent", sr.Agent}, {"turn", sr.Turn}} {
-		if id.value != "" {
-			if err := messages.ValidateID(id.what, id.value); err != nil {
-				return err
-			}
-		}
-	}
-	if sr.Notify != "" {
-		if err := messages.ValidateNotify(sr.Notify); err != nil {
-			return err
-		}
-	}
-	if sr.Route != "" {
-		if err := messages.ValidateRoute(sr.Route); err != nil {
-			return err
-		}
-		if sr.IdempotencyKey != "" {
-			return messages.Errorf(messages.CodeBadRequest, "route and idempotency_key exclude each other: an idempotent call's ID comes from its key; use notify for its result")
-		}
-	}
-	if sr.CallID != "" {
-		if sr.Route == "" {
-			return messages.Errorf(messages.CodeBadRequest, "call_id needs a route: a caller names the ID only of a call on its route")
-		}
-		if err := messages.ValidateRoutedCallID(sr.Route, sr.CallID); err != nil {
-			return err
-		}
-	}
-	if sr.Quiet {
-		if sr.CallID == "" {
-			return messages.Errorf(messages.CodeBadRequest, "quiet needs call_id: without a reply the caller learns the call's ID from nowhere else")
-		}
-		if sr.Wait {
-			return messages.Errorf(messages.CodeBadRequest, "quiet and wait exclude each other")
-		}
-	}
-	if sr.TimeoutMS < 0 || sr.WaitMS < 0 {
-		return messages.Errorf(messages.CodeBadRequest, "timeout_ms and wait_ms must not be negative")
-	}
-	return nil
 }
 
 // admit finds the tool and checks that it can be called by the agent:
@@ -242,7 +194,9 @@ func newCall(sr *messages.SubmitRequest, name messages.ToolName, tool *catalog.T
 	if sr.TimeoutMS > 0 {
 		timeout = time.Duration(sr.TimeoutMS) * time.Millisecond
 	}
-	if t := tool.Definition.Metadata.TimeoutMS; t > 0 && time.Duration(t)*time.Millisecond < timeout {
+	// The tool's timeout was written by its worker; one beyond the range
+	// of a caller's (messages.MaxTimeoutMS) would overflow, and is ignored.
+	if t := tool.Definition.Metadata.TimeoutMS; t > 0 && t <= messages.MaxTimeoutMS && time.Duration(t)*time.Millisecond < timeout {
 		timeout = time.Duration(t) * time.Millisecond
 	}
 	call := &messages.CallRequest{

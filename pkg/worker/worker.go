@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/reuse"
+	"github.com/toolbus/toolbus/internal/schemacost"
 	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/catalog"
@@ -90,6 +91,12 @@ func (r Resources) config() resources.Config {
 // ErrInvalidConfig is returned by New and Serve for a configuration they
 // cannot run with; the error names the field.
 var ErrInvalidConfig = errors.New("worker: invalid configuration")
+
+// ErrSchemaTooCostly is matched by the error of Serve, or of a source's
+// sync, when a tool's input schema could cost more to validate arguments
+// against than the coordinator allows (its branches multiply under
+// recursion); the coordinator would refuse every call to the tool.
+var ErrSchemaTooCostly = schemacost.ErrTooCostly
 
 // configError names a field of Config or Namespace and what is wrong with it.
 func configError(field, format string, args ...any) error {
@@ -325,6 +332,12 @@ func prepareTool(ns string, t *Tool) error {
 	}
 	if len(t.Definition.InputSchema) == 0 {
 		t.Definition.InputSchema = messages.JSON(`{"type":"object"}`)
+	}
+	// A schema that does not compile is left to the coordinator, which
+	// reports it on each call as it always has; one that compiles but
+	// costs too much is refused here, where its author sees why.
+	if err := schemacost.CheckJSON(t.Definition.InputSchema); errors.Is(err, schemacost.ErrTooCostly) {
+		return fmt.Errorf("tool %s: %w", t.Definition.Name, err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -470,4 +471,27 @@ func containsWord(s, word string) bool {
 		}
 	}
 	return false
+}
+
+// A tool whose input schema branches twice at every level of recursion is
+// refused when it is served, with an error that names it and says why.
+func TestServeRefusesAToolWhoseSchemaIsTooCostly(t *testing.T) {
+	t.Parallel()
+	nc := testenv.Connect(t, testenv.Server(t).URL())
+	w, err := worker.New(worker.Config{Conn: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	twin := worker.Tool{
+		Definition: messages.ToolDefinition{Method: "twin", InputSchema: messages.JSON(`{"$defs":{"n":{"oneOf":[{"$ref":"#/$defs/t"},{"$ref":"#/$defs/t"}]},` +
+			`"t":{"type":"object","properties":{"c":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}`)},
+		Handler: worker.HandlerFunc(func(context.Context, *worker.Call) (*worker.Result, error) { return nil, nil }),
+	}
+	err = w.Serve(worker.Namespace{Name: "t", Tools: []worker.Tool{twin}})
+	if !errors.Is(err, worker.ErrSchemaTooCostly) {
+		t.Fatalf("Serve = %v; want ErrSchemaTooCostly", err)
+	}
+	if !strings.Contains(err.Error(), "t-twin") || !strings.Contains(err.Error(), "depth") {
+		t.Errorf("error %q does not name the tool and the depth", err)
+	}
 }
