@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -43,7 +44,9 @@ func envOr(key, def string) string {
 	return def
 }
 
-// Connect opens a connection that reconnects for ever, named for the server's monitoring.
+// Connect opens a connection that reconnects for ever, named for the
+// server's monitoring. A connection as a user receives its replies under
+// the user's own inbox prefix (see InboxPrefix).
 func (f *Flags) Connect(name string) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1)}
 	if f.Creds != "" {
@@ -51,6 +54,9 @@ func (f *Flags) Connect(name string) (*nats.Conn, error) {
 	}
 	if f.User != "" {
 		opts = append(opts, nats.UserInfo(f.User, f.Password))
+		if prefix := InboxPrefix(f.User); prefix != "" {
+			opts = append(opts, nats.CustomInboxPrefix(prefix))
+		}
 	}
 	nc, err := nats.Connect(f.Server, opts...)
 	if err != nil {
@@ -66,4 +72,15 @@ func (f *Flags) Logger() *slog.Logger {
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// InboxPrefix is the prefix of the reply subjects of a connection as user:
+// "_INBOX_" and the user's name, so that the server can let each user
+// subscribe to its own replies only (deploy/nats/users.inc does). It is
+// empty for a name that cannot be one subject token.
+func InboxPrefix(user string) string {
+	if user == "" || strings.ContainsAny(user, ".*> \t\r\n") {
+		return ""
+	}
+	return "_INBOX_" + user
 }

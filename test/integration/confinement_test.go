@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +18,9 @@ import (
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/indexer"
+	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
@@ -68,6 +71,17 @@ func deployWithNamespace(t *testing.T, ns string) string {
 	return path
 }
 
+// deployUser returns the options of a connection as a user of the deploy
+// configuration: the services' users receive replies under their own
+// inbox prefix, as their commands connect.
+func deployUser(user, password string) []nats.Option {
+	opts := []nats.Option{nats.UserInfo(user, password)}
+	if user != "client" && user != "operator" {
+		opts = append(opts, nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
+	}
+	return opts
+}
+
 // intruder is a connection of one role that tries what its role may not.
 type intruder struct {
 	t          *testing.T
@@ -78,11 +92,11 @@ type intruder struct {
 
 func newIntruder(t *testing.T, url, user, password string) *intruder {
 	in := &intruder{t: t, role: user, violations: make(chan error, 64)}
-	in.nc = testenv.Connect(t, url, nats.UserInfo(user, password), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	in.nc = testenv.Connect(t, url, append(deployUser(user, password), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
 			in.violations <- err
 		}
-	}))
+	}))...)
 	return in
 }
 
@@ -246,14 +260,25 @@ func TestRolesAreConfined(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 	url := srv.URL()
-	as := func(user, password string) *nats.Conn { return testenv.Connect(t, url, nats.UserInfo(user, password)) }
+	// The services must not need anything their users are refused.
+	serviceViolations := make(chan error, 16)
+	as := func(user, password string) *nats.Conn {
+		return testenv.Connect(t, url, append(deployUser(user, password), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+				select {
+				case serviceViolations <- fmt.Errorf("%s: %w", user, err):
+				default:
+				}
+			}
+		}))...)
+	}
 	ctx := testenv.Context(t)
 
 	testenv.Coordinator(t, url, func(cfg *coordinator.Config) {
 		cfg.Conn = as("coordinator", "coordinator-secret")
 		cfg.Policy = mustPolicy(t, testPolicy)
 	})
-	ix, err := indexer.New(indexer.Config{Conn: as("indexer", "indexer-secret"), Logger: testenv.Logger(t)})
+	ix, err := indexer.New(indexer.Config{Conn: as("indexer", "indexer-secret"), WriteInterval: 20 * time.Millisecond, LeaseTTL: time.Second, Logger: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,6 +348,17 @@ func TestRolesAreConfined(t *testing.T) {
 		t.Fatalf("whole result: %+v %v", full, err)
 	}
 
+	// The indexer stores the index of the demo tools under its user.
+	coordinatorJS, err := jetstream.New(as("coordinator", "coordinator-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, err := coordinatorJS.KeyValue(ctx, names.IndexBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitManifest(t, watchManifests(t, index), "an index with the demo tools", func(m discovery.Manifest) bool { return m.Tools > len(demo.Tools()) })
+
 	// The audit record is written asynchronously: no event says it is stored.
 	eventually(t, "the call's audit record", func() bool { return snapshot(t, srv, audit)[audit].Msgs > 0 })
 	if snapshot(t, srv, results)[results].Msgs == 0 {
@@ -376,6 +412,9 @@ func TestRolesAreConfined(t *testing.T) {
 	paymentsWorker.denied("delete the demo consumer", "$JS.API.CONSUMER.DELETE."+calls+".ns_demo", []byte(`{}`))
 	paymentsWorker.denied("pull a demo call", "$JS.API.CONSUMER.MSG.NEXT."+calls+".ns_demo", []byte(`{"batch":1}`))
 	demoWorker.subscribeDenied("listen to payments calls", "toolbus.call.payments.>")
+	demoWorker.subscribeDenied("listen to every reply, pulled calls included", "_INBOX.>")
+	demoWorker.subscribeDenied("listen to the payments worker's replies", natsflags.InboxPrefix("worker_payments")+".>")
+	indexerUser.subscribeDenied("listen to the coordinator's replies", natsflags.InboxPrefix("coordinator")+".>")
 	demoWorker.subscribeDenied("listen to payments cancellations", "toolbus.cancel.payments.*")
 	indexerUser.subscribeDenied("listen to calls", "toolbus.call.>")
 	// The coordinator creates and updates the streams but may not purge or
@@ -391,5 +430,10 @@ func TestRolesAreConfined(t *testing.T) {
 	close(hold.release)
 	if res, err := agent.Wait(ctx, held.CallID); err != nil || res.Status != messages.StateCompleted {
 		t.Fatalf("the held payments call: %+v %v", res, err)
+	}
+	select {
+	case err := <-serviceViolations:
+		t.Fatalf("a service hit a permission it needs: %v", err)
+	default:
 	}
 }
