@@ -22,7 +22,11 @@ type Flags struct {
 	User     string
 	Password string
 	Prefix   string
-	Verbose  bool
+	// Inbox is the prefix of the connection's reply subjects. Empty means
+	// InboxPrefix(User) for a connection as a user, and the client's
+	// default otherwise.
+	Inbox   string
+	Verbose bool
 }
 
 // Register adds the flags to fs.
@@ -33,6 +37,7 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.User, "user", os.Getenv("TOOLBUS_USER"), "NATS user ($TOOLBUS_USER)")
 	fs.StringVar(&f.Password, "password", os.Getenv("TOOLBUS_PASSWORD"), "NATS password ($TOOLBUS_PASSWORD)")
 	fs.StringVar(&f.Prefix, "prefix", messages.DefaultPrefix, "subject prefix")
+	fs.StringVar(&f.Inbox, "inbox-prefix", os.Getenv("TOOLBUS_INBOX_PREFIX"), "prefix of reply subjects; defaults to _INBOX_<user> with --user ($TOOLBUS_INBOX_PREFIX)")
 	fs.BoolVar(&f.Verbose, "v", false, "log at debug level")
 	return f
 }
@@ -46,17 +51,21 @@ func envOr(key, def string) string {
 
 // Connect opens a connection that reconnects for ever, named for the
 // server's monitoring. A connection as a user receives its replies under
-// the user's own inbox prefix (see InboxPrefix).
+// the user's own inbox prefix (see InboxPrefix) unless Inbox says another.
 func (f *Flags) Connect(name string) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1)}
 	if f.Creds != "" {
 		opts = append(opts, nats.UserCredentials(f.Creds))
 	}
+	inbox := f.Inbox
 	if f.User != "" {
 		opts = append(opts, nats.UserInfo(f.User, f.Password))
-		if prefix := InboxPrefix(f.User); prefix != "" {
-			opts = append(opts, nats.CustomInboxPrefix(prefix))
+		if inbox == "" {
+			inbox = InboxPrefix(f.User)
 		}
+	}
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
 	}
 	nc, err := nats.Connect(f.Server, opts...)
 	if err != nil {
