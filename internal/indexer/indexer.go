@@ -147,11 +147,13 @@ func New(cfg Config) (*Indexer, error) {
 	return &Indexer{cfg: cfg, log: cfg.Logger.With("indexer", cfg.ID), js: js, names: names}, nil
 }
 
-// Start creates the JetStream resources if needed, indexes the catalog,
+// Start creates the JetStream resources that are missing (it changes no
+// existing one: that is the coordinator's, and its NATS user may not),
+// creates or updates the index bucket, indexes the catalog,
 // and starts competing for the lease and writing the index while it holds
 // it. It returns once the catalog is indexed.
 func (ix *Indexer) Start(ctx context.Context) error {
-	if err := resources.Ensure(ctx, ix.js, ix.names, ix.cfg.Resources); err != nil {
+	if err := resources.EnsureExisting(ctx, ix.js, ix.names, ix.cfg.Resources); err != nil {
 		return fmt.Errorf("indexer: %w", err)
 	}
 	kv, err := resources.EnsureIndexBucket(ctx, ix.js, ix.names, ix.cfg.Resources)

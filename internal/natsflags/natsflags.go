@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -21,7 +22,11 @@ type Flags struct {
 	User     string
 	Password string
 	Prefix   string
-	Verbose  bool
+	// Inbox is the prefix of the connection's reply subjects. Empty means
+	// InboxPrefix(User) for a connection as a user, and the client's
+	// default otherwise.
+	Inbox   string
+	Verbose bool
 }
 
 // Register adds the flags to fs.
@@ -32,6 +37,7 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.User, "user", os.Getenv("TOOLBUS_USER"), "NATS user ($TOOLBUS_USER)")
 	fs.StringVar(&f.Password, "password", os.Getenv("TOOLBUS_PASSWORD"), "NATS password ($TOOLBUS_PASSWORD)")
 	fs.StringVar(&f.Prefix, "prefix", messages.DefaultPrefix, "subject prefix")
+	fs.StringVar(&f.Inbox, "inbox-prefix", os.Getenv("TOOLBUS_INBOX_PREFIX"), "prefix of reply subjects; defaults to _INBOX_<user> with --user ($TOOLBUS_INBOX_PREFIX)")
 	fs.BoolVar(&f.Verbose, "v", false, "log at debug level")
 	return f
 }
@@ -43,14 +49,23 @@ func envOr(key, def string) string {
 	return def
 }
 
-// Connect opens a connection that reconnects for ever, named for the server's monitoring.
+// Connect opens a connection that reconnects for ever, named for the
+// server's monitoring. A connection as a user receives its replies under
+// the user's own inbox prefix (see InboxPrefix) unless Inbox says another.
 func (f *Flags) Connect(name string) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1)}
 	if f.Creds != "" {
 		opts = append(opts, nats.UserCredentials(f.Creds))
 	}
+	inbox := f.Inbox
 	if f.User != "" {
 		opts = append(opts, nats.UserInfo(f.User, f.Password))
+		if inbox == "" {
+			inbox = InboxPrefix(f.User)
+		}
+	}
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
 	}
 	nc, err := nats.Connect(f.Server, opts...)
 	if err != nil {
@@ -66,4 +81,15 @@ func (f *Flags) Logger() *slog.Logger {
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// InboxPrefix is the prefix of the reply subjects of a connection as user:
+// "_INBOX_" and the user's name, so that the server can let each user
+// subscribe to its own replies only (deploy/nats/users.inc does). It is
+// empty for a name that cannot be one subject token.
+func InboxPrefix(user string) string {
+	if user == "" || strings.ContainsAny(user, ".*> \t\r\n") {
+		return ""
+	}
+	return "_INBOX_" + user
 }

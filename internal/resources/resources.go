@@ -264,7 +264,11 @@ func EventsStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig
 	}
 }
 
-// AuditStreamConfig is the stream of policy decisions.
+// AuditStreamConfig is the stream of policy decisions. Its records leave
+// it only by age: the server refuses to purge it or to delete one of its
+// messages, whatever the caller's permissions, and an update cannot turn
+// either refusal off again. Ensure turns both on in an installation made
+// before they existed.
 func AuditStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig {
 	cfg = cfg.WithDefaults()
 	return jetstream.StreamConfig{
@@ -276,6 +280,8 @@ func AuditStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig 
 		MaxAge:      cfg.AuditMaxAge,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
+		DenyPurge:   true,
+		DenyDelete:  true,
 	}
 }
 

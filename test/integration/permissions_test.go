@@ -49,7 +49,7 @@ func TestDeployedUsersEnforceTheirRoles(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 	as := func(user, password string, opts ...nats.Option) *nats.Conn {
-		return testenv.Connect(t, srv.URL(), append(opts, nats.UserInfo(user, password))...)
+		return testenv.Connect(t, srv.URL(), append(opts, deployUser(user, password)...)...)
 	}
 
 	coordinatorViolations := make(violations, 10)

@@ -1,0 +1,53 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// TestCommandsRunWithTheDeployUsers starts the coordinator, worker and
+// indexer commands as the users of the deploy configuration, as an
+// operator would, and makes a call and a discovery through them: each
+// command has what its user is allowed, inbox prefix included.
+func TestCommandsRunWithTheDeployUsers(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: deployWithNamespace(t, "payments")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	url := srv.URL()
+	coordinator := testenv.Start(t, testenv.Binary(t, "./cmd/coordinator"), "--server", url, "--user", "coordinator", "--password", "coordinator-secret")
+	coordinator.WaitLine(t, "coordinator started")
+	worker := testenv.Start(t, testenv.Binary(t, "./cmd/worker"), "--server", url, "--user", "worker_demo", "--password", "worker-demo-secret", "--demo", "--id", "w1")
+	worker.WaitLine(t, "worker w1 ready")
+	indexer := testenv.Start(t, testenv.Binary(t, "./cmd/indexer"), "--server", url, "--user", "indexer", "--password", "indexer-secret", "--write-interval", "20ms")
+	indexer.WaitLine(t, "indexer started")
+	indexer.WaitLine(t, "index lease taken")
+
+	c, err := client.New(testenv.Connect(t, url, nats.UserInfo("client", "client-secret")), client.Options{Agent: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t)
+	res, err := c.Call(ctx, "demo-word_count", map[string]string{"text": "three little words"})
+	if err != nil || res.Status != messages.StateCompleted || res.Worker != "w1" {
+		t.Fatalf("call: %+v %v", res, err)
+	}
+	found, err := c.Discover(ctx, messages.DiscoverRequest{Query: "count words", Turn: "turn-1"})
+	if err != nil || len(found.Tools) == 0 {
+		t.Fatalf("discover: %+v %v", found, err)
+	}
+	for _, p := range []*testenv.Process{coordinator, worker, indexer} {
+		if out := p.Output(); strings.Contains(strings.ToLower(out), "permissions violation") {
+			t.Fatalf("a command hit a permission it needs:\n%s", out)
+		}
+	}
+}
