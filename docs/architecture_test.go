@@ -93,7 +93,7 @@ func TestImportRules(t *testing.T) {
 			}
 		}
 	}
-	for _, pkg := range []string{"pkg/messages", "pkg/exposure", "pkg/policy", "pkg/search", "pkg/toolschema"} {
+	for _, pkg := range []string{"pkg/messages", "pkg/exposure", "pkg/policy", "pkg/search", "pkg/toolschema", "internal/schemacost", "internal/jsonparse", "internal/glob"} {
 		if _, ok := imports[pkg]; !ok {
 			t.Errorf("pure package %s not found", pkg)
 		}
