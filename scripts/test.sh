@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every check: formatting, vet, and the whole test suite under the race detector.
+# Runs every check: formatting, vet, staticcheck, and the whole test suite under the race detector.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +10,7 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 if [ -f package-lock.json ] && [ ! -d node_modules ]; then
   npm ci --no-audit --no-fund
 fi

@@ -453,18 +453,6 @@ func (f *fakeWriter) Commit(ctx context.Context, res *messages.CallResult, _ str
 	return true, nil
 }
 
-func (f *fakeWriter) count(prefix string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, s := range f.published {
-		if strings.HasPrefix(s, prefix) {
-			n++
-		}
-	}
-	return n
-}
-
 // fakeReader is a ledger holding at most one queued request per call,
 // which appears after a number of reads, as one being stored does.
 type fakeReader struct {
