@@ -368,16 +368,82 @@ func (l *Ledger) Snapshots(ctx context.Context, callIDs ...string) (map[string]*
 			return nil, decodeErr
 		}
 	}
+	for _, s := range out {
+		if !s.Exists() {
+			if err := l.snapshotFromLeader(ctx, s); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return out, nil
 }
 
-// Snapshot reads one call's latest events.
+// snapshotKinds are the events a snapshot is made of, read one by one
+// when a call's events are read from the leader.
+var snapshotKinds = []messages.EventKind{messages.EventQueued, messages.EventApproval, messages.EventStarted, messages.EventProgress, messages.EventLog, messages.EventCancel, messages.EventResult}
+
+// snapshotFromLeader fills in a call that the replica answering the batched
+// read did not know: in a cluster it may lag behind the leader, which has
+// acknowledged writes it does not hold yet. A call is taken not to exist
+// only when the leader has no queued event for it either.
+func (l *Ledger) snapshotFromLeader(ctx context.Context, s *Snapshot) error {
+	for _, kind := range snapshotKinds {
+		subject, err := l.names.EventSubject(s.CallID, kind)
+		if err != nil {
+			return err
+		}
+		msg, seq, err := l.events.GetLastFromLeader(ctx, subject)
+		if errors.Is(err, transport.ErrNotFound) {
+			if kind == messages.EventQueued {
+				return nil
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read call events: %w", err)
+		}
+		ev := Event{Seq: seq}
+		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
+			return fmt.Errorf("event %d: %w", seq, err)
+		}
+		s.add(&ev)
+	}
+	return nil
+}
+
+// Snapshot reads one call's latest events. Unlike Snapshots, whose reads
+// any replica may answer, it asks the stream's leader whether a call that
+// exists without a result has a result or a cancellation after all: its
+// callers decide on that absence (whether to run a tool again, whether a
+// decision still applies), and a replica may lag behind the leader.
 func (l *Ledger) Snapshot(ctx context.Context, callID string) (*Snapshot, error) {
 	m, err := l.Snapshots(ctx, callID)
 	if err != nil {
 		return nil, err
 	}
-	return m[callID], nil
+	s := m[callID]
+	if !s.Exists() || s.Result != nil {
+		return s, nil
+	}
+	for _, kind := range [...]messages.EventKind{messages.EventCancel, messages.EventResult} {
+		subject, err := l.names.EventSubject(callID, kind)
+		if err != nil {
+			return nil, err
+		}
+		msg, seq, err := l.events.GetLastFromLeader(ctx, subject)
+		if errors.Is(err, transport.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read call events: %w", err)
+		}
+		ev := Event{Seq: seq}
+		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
+			return nil, fmt.Errorf("event %d: %w", seq, err)
+		}
+		s.add(&ev)
+	}
+	return s, nil
 }
 
 // AwaitResult returns the call's result once it is there, without a
@@ -491,6 +557,10 @@ func (l *Ledger) Last(ctx context.Context, callID string, kind messages.EventKin
 		return nil, err
 	}
 	msg, seq, err := l.events.GetLast(ctx, subject)
+	if errors.Is(err, transport.ErrNotFound) {
+		// The replica that answered may lag behind the leader.
+		msg, seq, err = l.events.GetLastFromLeader(ctx, subject)
+	}
 	if errors.Is(err, transport.ErrNotFound) {
 		return nil, nil
 	}

@@ -205,3 +205,38 @@ func TestWaitsEndWithContext(t *testing.T) {
 		t.Fatalf("direct get without an answer: %v", err)
 	}
 }
+
+// GetLastFromLeader reads through the stream's message-get API, with the
+// message's headers, and says ErrNotFound for a subject without messages.
+func TestGetLastFromLeader(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	nc := testenv.Connect(t, srv.URL())
+	ctx := testenv.Context(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LEADER", Subjects: []string{"leader.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range []string{"one", "two"} {
+		msg := nats.NewMsg("leader.a")
+		msg.Header.Set("X-Mark", data)
+		msg.Data = []byte(data)
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := transport.NewStream(nc, nil, "LEADER")
+	msg, seq, err := s.GetLastFromLeader(ctx, "leader.a")
+	if err != nil || seq != 2 || string(msg.Data) != "two" || msg.Header.Get("X-Mark") != "two" || msg.Subject != "leader.a" {
+		t.Fatalf("last message: %+v seq %d error %v", msg, seq, err)
+	}
+	if _, _, err := s.GetLastFromLeader(ctx, "leader.none"); !errors.Is(err, transport.ErrNotFound) {
+		t.Fatalf("subject without messages: %v, want ErrNotFound", err)
+	}
+	if _, _, err := transport.NewStream(nc, nil, "NOSTREAM").WithPolicy(transport.RetryPolicy{MaxAttempts: 1}).GetLastFromLeader(ctx, "x.y"); err == nil {
+		t.Fatal("a stream that does not exist answered")
+	}
+}
