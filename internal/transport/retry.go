@@ -70,14 +70,21 @@ func Retry(ctx context.Context, p RetryPolicy, op func(ctx context.Context) erro
 	if retryable == nil {
 		retryable = Transient
 	}
+	// failed is the last failure of an attempt that ctx did not end: when
+	// ctx ends an attempt, what went wrong before is the news.
+	var failed error
 	for attempt := 1; ; attempt++ {
 		err := attemptOnce(ctx, p.Attempt, op)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
+			if failed != nil && errors.Is(err, ctx.Err()) {
+				err = failed
+			}
 			return lastFailure(ctx, err)
 		}
+		failed = err
 		if !retryable(err) || p.MaxAttempts > 0 && attempt >= p.MaxAttempts {
 			return err
 		}

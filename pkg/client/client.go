@@ -335,21 +335,24 @@ func (c *Client) ListTools(ctx context.Context, req messages.ListToolsRequest) (
 }
 
 // Submit queues a call and returns at once, or, with req.Wait, when the
-// result is there or the wait is over. Unless req names an idempotency key,
-// a call ID or a route of its own, Submit names the call's ID itself, on
+// result is there or the wait is over. Unless req names an idempotency key
+// or a call ID, Submit names the call's ID itself, on req.Route or else on
 // the client's route, so that every submit can be sent again after an
-// attempt that went unanswered without running the call twice. A request
-// that names a route but no call ID is sent once, and fails with code
-// timeout, its outcome unknown, when no answer comes (see the package doc).
+// attempt that went unanswered without running the call twice.
 func (c *Client) Submit(ctx context.Context, req messages.SubmitRequest) (*messages.SubmitReply, error) {
 	if req.Agent == "" {
 		req.Agent = c.opts.Agent
 	}
-	if req.IdempotencyKey == "" && req.CallID == "" && req.Route == "" {
+	if req.IdempotencyKey == "" && req.CallID == "" {
 		// A call named here can be submitted again without running twice,
 		// so a submit that went unanswered is sent again rather than
-		// reported with its outcome unknown.
-		if route, err := c.routes.Route(); err == nil {
+		// reported with its outcome unknown. Its ID goes on the request's
+		// route, as the coordinator's would, or on the client's.
+		route := req.Route
+		if route == "" {
+			route, _ = c.routes.Route()
+		}
+		if route != "" {
 			req.Route, req.CallID = route, messages.RoutedCallID(route, nuid.Next())
 		}
 	}

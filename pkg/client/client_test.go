@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nuid"
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/internal/natsserver"
@@ -517,10 +516,9 @@ func TestCallGetsAResultMissedDuringADisconnection(t *testing.T) {
 // A request that went unanswered (here to a subscriber that is not a
 // coordinator and never answers, standing for a hung one) is not waited
 // for until the caller's deadline: an attempt ends after RequestTimeout.
-// A submit that is not safe to send twice (one that names a route but
-// not its call ID) then fails with timeout, sent once; requests that are
-// safe to repeat, plain submits among them, are sent again until the
-// caller's deadline.
+// A request that is not safe to send twice (an approval's decision) then
+// fails with timeout, sent once; requests that are safe to repeat, every
+// submit among them, are sent again until the caller's deadline.
 func TestUnansweredRequestsEndAtTheirBound(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -546,16 +544,16 @@ func TestUnansweredRequestsEndAtTheirBound(t *testing.T) {
 	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{RequestTimeout: bound, CoordinatorWait: bound})
 
 	start := time.Now()
-	// A request that names a route but not its call ID cannot be sent again.
-	_, err := c.Submit(b.ctx, messages.SubmitRequest{Tool: "t-count", Route: nuid.Next()})
+	// An approval's decision cannot be sent again: a second one is refused.
+	_, err := c.Decide(b.ctx, messages.DecideRequest{ApprovalID: "a1", Decision: messages.DecisionApprove, By: "op"})
 	if !errors.Is(err, messages.ErrTimeout) {
-		t.Fatalf("unanswered submit: %v, want %s", err, messages.CodeTimeout)
+		t.Fatalf("unanswered decision: %v, want %s", err, messages.CodeTimeout)
 	}
 	if elapsed := time.Since(start); elapsed < 2*bound || elapsed > 10*bound {
-		t.Fatalf("unanswered submit took %v with a bound of %v and as long again for the coordinator's wait", elapsed, bound)
+		t.Fatalf("unanswered decision took %v with a bound of %v and as long again for the coordinator's wait", elapsed, bound)
 	}
-	if n := sent("toolbus.api.calls.submit"); n != 1 {
-		t.Fatalf("a submit that is not idempotent was sent %d times", n)
+	if n := sent("toolbus.api.approvals.decide"); n != 1 {
+		t.Fatalf("a decision was sent %d times", n)
 	}
 
 	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
