@@ -55,8 +55,12 @@ type leaderGetReply struct {
 	} `json:"error"`
 }
 
-// noMessageFound is the message-get API's error code for a subject without messages.
-const noMessageFound = 10037
+// Error codes of the message-get API: a subject without messages, and a
+// request from an account without JetStream.
+const (
+	noMessageFound                = 10037
+	jetStreamNotEnabledForAccount = 10039
+)
 
 func (s *Stream) getFromLeader(ctx context.Context, body []byte) (*nats.Msg, uint64, error) {
 	reply, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.name, body)
@@ -72,6 +76,11 @@ func (s *Stream) getFromLeader(ctx context.Context, body []byte) (*nats.Msg, uin
 	}
 	switch {
 	case r.Error != nil && (r.Error.ErrCode == noMessageFound || r.Error.Code == 404):
+		return nil, 0, ErrNotFound
+	case r.Error != nil && r.Error.ErrCode == jetStreamNotEnabledForAccount:
+		// A client of another account reads the stream through an import
+		// of its direct gets and cannot ask the leader: the direct get's
+		// answer stands.
 		return nil, 0, ErrNotFound
 	case r.Error != nil:
 		return nil, 0, &StatusError{Status: strconv.Itoa(r.Error.Code), Description: r.Error.Description}
