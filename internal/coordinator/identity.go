@@ -111,6 +111,8 @@ func callerOf(headers map[string][]string) *caller {
 type identity struct {
 	caller *caller
 	user   UserIdentity
+	// refused audits a refusal of mayActFor, once admitted.
+	refused func(agent string, err error)
 }
 
 // identify finds the caller's entry; a caller the file does not name is refused.
@@ -212,10 +214,17 @@ func (id *identity) authorize(endpoint string, req any) error {
 	case *messages.CancelRequest:
 		return id.by(&r.By)
 	case *messages.DecideRequest:
-		if endpoint == messages.EndpointApprovalsDecide {
-			if err := id.operator(endpoint); err != nil {
-				return err
+		if endpoint == messages.EndpointApprovalsAnswer {
+			// The answer's by is the person in the agent's conversation;
+			// approvals.answer checks that the approval is the caller's
+			// agent's (mayActFor).
+			if r.By == "" {
+				return id.by(&r.By)
 			}
+			return nil
+		}
+		if err := id.operator(endpoint); err != nil {
+			return err
 		}
 		return id.by(&r.By)
 	case *messages.ToolSwitchRequest:
@@ -240,7 +249,11 @@ func mayActFor(ctx context.Context, agent string) error {
 	if id == nil || id.mayActAs(agent) {
 		return nil
 	}
-	return forbidden("user %s may not act as agent %s", id.caller.User, agent)
+	err := forbidden("user %s may not act as agent %s", id.caller.User, agent)
+	if id.refused != nil {
+		id.refused(agent, err)
+	}
+	return err
 }
 
 // guard applies Identities to the API's requests, and audits refusals.
@@ -265,6 +278,9 @@ func (g *guard) admit(ctx context.Context, endpoint string, headers map[string][
 	if err != nil {
 		g.refused(endpoint, c, req, err)
 		return ctx, err
+	}
+	id.refused = func(agent string, err error) {
+		g.refused(endpoint, c, &messages.ListApprovalsRequest{Agent: agent}, err)
 	}
 	return context.WithValue(ctx, identityKey{}, id), nil
 }

@@ -58,7 +58,6 @@ func TestIdentityAdmitsOnlyTheAgentsOfTheCaller(t *testing.T) {
 			{messages.EndpointToolsDiscover, &messages.DiscoverRequest{Agent: tc.agent}},
 			{messages.EndpointApprovalsList, &messages.ListApprovalsRequest{Agent: tc.agent}},
 			{messages.EndpointCallsCancel, &messages.CancelRequest{CallID: "c1", By: tc.agent}},
-			{messages.EndpointApprovalsAnswer, &messages.DecideRequest{ApprovalID: "a1", Decision: messages.DecisionApprove, By: tc.agent}},
 		} {
 			before := len(*audited)
 			_, err := g.admit(context.Background(), endpoint.name, requestFrom(tc.user), endpoint.req)
@@ -139,7 +138,7 @@ func TestIdentityRefusesRequestsWithoutRequestInfo(t *testing.T) {
 }
 
 func TestIdentityPassesTheCallerDown(t *testing.T) {
-	g, _ := testGuard(t)
+	g, audited := testGuard(t)
 	ctx, err := g.admit(context.Background(), messages.EndpointApprovalsAnswer, requestFrom("solo"), &messages.DecideRequest{ApprovalID: "a1", Decision: messages.DecisionApprove})
 	if err != nil {
 		t.Fatal(err)
@@ -149,6 +148,9 @@ func TestIdentityPassesTheCallerDown(t *testing.T) {
 	}
 	if err := mayActFor(ctx, "support-bot"); !isForbidden(err) {
 		t.Errorf("another agent: err = %v, want forbidden", err)
+	}
+	if len(*audited) != 1 || (*audited)[0].Agent != "support-bot" || (*audited)[0].By != "AGENTS/solo" {
+		t.Errorf("the refusal was not audited: %+v", *audited)
 	}
 	if err := mayActFor(context.Background(), "support-bot"); err != nil {
 		t.Errorf("without identities: %v", err)
