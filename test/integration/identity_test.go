@@ -158,6 +158,10 @@ func TestAgentsActOnlyAsThemselves(t *testing.T) {
 	if err != nil || decided.Approval.DecidedBy != "operator" {
 		t.Fatalf("the operator deciding: %+v %v", decided, err)
 	}
+	// The agent follows its call from its own account.
+	if res, err := b.Wait(ctx, asked.CallID); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("B waiting for its approved call: %+v %v", res, err)
+	}
 	if err := operator.SetToolEnabled(ctx, "demo-word_count", false, "maintenance"); err != nil {
 		t.Fatalf("the operator disabling a tool: %v", err)
 	}
