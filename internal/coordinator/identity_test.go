@@ -93,6 +93,14 @@ func TestIdentityFillsInTheOnlyAgent(t *testing.T) {
 	if sr.Agent != "" {
 		t.Errorf("agent = %q, want it left empty", sr.Agent)
 	}
+	lr := &messages.ListApprovalsRequest{}
+	if _, err := g.admit(context.Background(), messages.EndpointApprovalsList, requestFrom("solo"), lr); err != nil || lr.Agent != "bot-a" {
+		t.Errorf("approvals.list of a one-agent user: agent %q, %v", lr.Agent, err)
+	}
+	lr = &messages.ListApprovalsRequest{}
+	if _, err := g.admit(context.Background(), messages.EndpointApprovalsList, requestFrom("ops"), lr); err != nil || lr.Agent != "" {
+		t.Errorf("approvals.list of an operator: agent %q, %v", lr.Agent, err)
+	}
 	dr := &messages.DecideRequest{ApprovalID: "a1", Decision: messages.DecisionApprove}
 	if _, err := g.admit(context.Background(), messages.EndpointApprovalsDecide, requestFrom("ops"), dr); err != nil {
 		t.Fatal(err)
