@@ -116,6 +116,10 @@ func TestAgentsActOnlyAsThemselves(t *testing.T) {
 	forbidden("A listing B's tools", err)
 	_, err = aAsB.Activate(ctx, "turn-b", "demo-echo")
 	forbidden("A activating in B's turn", err)
+	_, err = aAsB.Discover(ctx, messages.DiscoverRequest{Query: "count words", Turn: "turn-b"})
+	forbidden("A discovering in B's turn", err)
+	_, err = a.Cancel(ctx, pending.CallID, "not yours")
+	forbidden("A cancelling B's call", err)
 	_, err = a.Answer(ctx, messages.DecideRequest{ApprovalID: pending.Approval.ApprovalID, Decision: messages.DecisionApprove})
 	forbidden("A answering B's approval", err)
 	_, err = b.Decide(ctx, messages.DecideRequest{ApprovalID: pending.Approval.ApprovalID, Decision: messages.DecisionApprove})
@@ -139,8 +143,8 @@ func TestAgentsActOnlyAsThemselves(t *testing.T) {
 	}
 
 	// The refusals are in the audit log.
-	if n := countAudited(t, as("auditor"), "forbidden", 7); n < 7 {
-		t.Errorf("%d forbidden requests audited, want at least 7", n)
+	if n := countAudited(t, as("auditor"), "forbidden", 9); n < 9 {
+		t.Errorf("%d forbidden requests audited, want at least 9", n)
 	}
 
 	// The approval's own agent answers it.
