@@ -33,9 +33,17 @@ func run() error {
 	policyFile := flag.String("policy", os.Getenv("TOOLBUS_POLICY"), "policy file (YAML), reloaded on change")
 	failUnavailable := flag.Bool("fail-unavailable", false, "fail calls of namespaces without a live worker instead of queueing them")
 	approvalTTL := flag.Duration("approval-ttl", 24*time.Hour, "how long an approval waits for a decision")
+	identitiesFile := flag.String("identities", os.Getenv("TOOLBUS_IDENTITIES"), "identities file (YAML): which agents each NATS user may act as, and which users are operators; without it the agent a request names is trusted")
 	flag.Parse()
 
 	log := conn.Logger()
+	var identities *coordinator.Identities
+	if *identitiesFile != "" {
+		var err error
+		if identities, err = coordinator.LoadIdentities(*identitiesFile); err != nil {
+			return err
+		}
+	}
 	nc, err := conn.Connect("toolbus-coordinator")
 	if err != nil {
 		return err
@@ -51,6 +59,7 @@ func run() error {
 		PolicyFile:          *policyFile,
 		FailWhenUnavailable: *failUnavailable,
 		ApprovalTTL:         *approvalTTL,
+		Identities:          identities,
 		Resources:           resources.Config{Replicas: *replicas, Reconfigure: *reconfigure},
 		Logger:              log,
 	})

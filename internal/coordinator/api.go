@@ -21,6 +21,14 @@ type request struct {
 	// one to finish calls release.
 	holds   atomic.Int32
 	release func()
+	// guard checks the decoded request against its caller's identity.
+	guard *guard
+}
+
+// admit checks the decoded request v against the caller's identity (see
+// guard.admit), and returns the context that carries it.
+func (r *request) admit(ctx context.Context, v any) (context.Context, error) {
+	return r.guard.admit(ctx, r.endpoint, r.Headers(), v)
 }
 
 // later tells that part of the request's work goes on after its handler
@@ -74,6 +82,10 @@ func decoding[Req, Reply any](answer func(context.Context, *Req) (Reply, error))
 		if err := req.decode(&r); err != nil {
 			return nil, err
 		}
+		ctx, err := req.admit(ctx, &r)
+		if err != nil {
+			return nil, err
+		}
 		if v, ok := any(&r).(interface{ Validate() error }); ok {
 			if err := v.Validate(); err != nil {
 				return nil, err
@@ -93,6 +105,10 @@ func decoding[Req, Reply any](answer func(context.Context, *Req) (Reply, error))
 func (c *Coordinator) submit(ctx context.Context, req *request) (any, error) {
 	var sr messages.SubmitRequest
 	if err := req.decode(&sr); err != nil {
+		return nil, err
+	}
+	ctx, err := req.admit(ctx, &sr)
+	if err != nil {
 		return nil, err
 	}
 	if !sr.Quiet {
@@ -144,7 +160,7 @@ func (c *Coordinator) serve(endpoint string, h handlerFunc) micro.Handler {
 // handle answers one request. release is called once the request is done
 // with, which may be after handle returns (see request.later).
 func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request, release func()) {
-	req := &request{Request: mr, endpoint: endpoint, release: release}
+	req := &request{Request: mr, endpoint: endpoint, release: release, guard: c.guard}
 	req.holds.Store(1)
 	defer req.done()
 	codec, err := messages.CodecOf(messages.Header(mr.Headers()))

@@ -212,6 +212,9 @@ func (ap *approvals) answer(ctx context.Context, dr *messages.DecideRequest) (*m
 	if err != nil {
 		return nil, err
 	}
+	if err := mayActFor(ctx, a.rec.Agent); err != nil {
+		return nil, err
+	}
 	if a.rec.Mode != messages.ApprovalPrompt {
 		return nil, messages.Errorf(messages.CodeDenied, "approval %s waits for an operator (mode %s); an agent can answer only approvals in prompt mode", dr.ApprovalID, a.rec.Mode)
 	}

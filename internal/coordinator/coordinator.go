@@ -91,6 +91,12 @@ type Config struct {
 	NoBuiltinTools bool
 	// TracerProvider receives the coordinator's spans. Defaults to the global one.
 	TracerProvider trace.TracerProvider
+	// Identities, when set, authenticates agents: every request must come
+	// through an import that shares the requester's identity
+	// (Nats-Request-Info), and may name only the agents its NATS user may
+	// act as; approvals.decide and tools.enable/disable need an operator.
+	// Nil trusts the agent a request names, as development does.
+	Identities *Identities
 	// Resources sizes the streams and buckets the coordinator creates if they are missing.
 	Resources resources.Config
 	// Logger defaults to slog.Default().
@@ -213,7 +219,9 @@ type Coordinator struct {
 
 	// The API's requests: at most MaxConcurrentRequests at once, each on
 	// a goroutine of handlers.
-	sem      chan struct{}
+	sem chan struct{}
+	// guard ties requests to their authenticated callers (Config.Identities).
+	guard    *guard
 	inflight sync.WaitGroup
 	handlers *reuse.Pool
 
@@ -257,6 +265,9 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return err
 	}
 	c.log.Info("coordinator started", "service", messages.ServiceName, "version", Version, "api", c.names.APIGroup())
+	if c.cfg.Identities == nil {
+		c.log.Warn("identity is not authenticated: every request acts as the agent it names; configure identities (--identities) to tie agents to NATS users")
+	}
 	return nil
 }
 

@@ -122,7 +122,9 @@ func (c *Coordinator) startSteps() []startStep {
 // buildRooms makes the rooms that do the coordinator's work, and returns
 // the sweeper for Start to start.
 func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, resolver *exposure.Resolver, catalogKV, turnsKV, approvalsKV jetstream.KeyValue, stream *callStream) *sweeper {
-	audit := (&auditor{names: c.names, js: c.js, log: c.log}).record
+	auditLog := &auditor{names: c.names, js: c.js, log: c.log}
+	audit := auditLog.record
+	c.guard = &guard{ids: c.cfg.Identities, audit: auditLog.recordForbidden}
 	turns := &turns{store: bucket{turnsKV, c.cfg.UnavailableWait}}
 	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, maxWait: c.cfg.MaxWait, unavailableWait: c.cfg.UnavailableWait, log: c.log}
 	queue.unqueue = func(ctx context.Context, seq uint64, callID string) {

@@ -40,6 +40,9 @@ const (
 	// send twice went unanswered.
 	CodeTimeout  ErrorCode = "timeout"
 	CodeInternal ErrorCode = "internal"
+	// CodeForbidden: the authenticated caller may not act as the agent
+	// (or by) the request names, or the endpoint is for operators.
+	CodeForbidden ErrorCode = "forbidden"
 )
 
 // Status returns the HTTP-style status that goes in the Nats-Service-Error-Code header.
@@ -47,7 +50,7 @@ func (c ErrorCode) Status() int {
 	switch c {
 	case CodeBadRequest, CodeMalformed, CodeUnsupportedVersion, CodeInvalidName:
 		return 400
-	case CodeDenied, CodeNotAdmitted:
+	case CodeDenied, CodeNotAdmitted, CodeForbidden:
 		return 403
 	case CodeToolNotFound, CodeCallNotFound, CodeTurnNotFound, CodeApprovalNotFound:
 		return 404

@@ -1,0 +1,325 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// RequestInfoHeader is the header the NATS server writes on a request that
+// crosses a service import shared with share: true. It names the
+// requester's account and user, and the server replaces any value the
+// client sent, so it cannot be forged.
+const RequestInfoHeader = "Nats-Request-Info"
+
+// Identities maps authenticated NATS users to what they may do: the
+// agents they may act as and whether they are operators. It is the
+// coordinator's identities file:
+//
+//	users:
+//	  fleet-a: {agents: [support-bot, "triage-*"]}
+//	  ops: {operator: true}
+type Identities struct {
+	Users map[string]UserIdentity `yaml:"users"`
+}
+
+// UserIdentity is what one NATS user may do.
+type UserIdentity struct {
+	// Agents are the agent names the user may act as; an entry may be a
+	// pattern ("triage-*", matched as path.Match does).
+	Agents []string `yaml:"agents"`
+	// Operator users may decide approvals, switch tools, and act as any agent.
+	Operator bool `yaml:"operator"`
+}
+
+// LoadIdentities reads an identities file.
+func LoadIdentities(file string) (*Identities, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("identities: %w", err)
+	}
+	ids, err := ParseIdentities(data)
+	if err != nil {
+		return nil, fmt.Errorf("identities %s: %w", file, err)
+	}
+	return ids, nil
+}
+
+// ParseIdentities reads identities from YAML, refusing unknown fields and
+// malformed agent patterns.
+func ParseIdentities(data []byte) (*Identities, error) {
+	var ids Identities
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&ids); err != nil {
+		return nil, err
+	}
+	if len(ids.Users) == 0 {
+		return nil, fmt.Errorf("no users")
+	}
+	for user, u := range ids.Users {
+		if user == "" {
+			return nil, fmt.Errorf("a user without a name")
+		}
+		if !u.Operator && len(u.Agents) == 0 {
+			return nil, fmt.Errorf("user %s: neither agents nor operator", user)
+		}
+		for _, a := range u.Agents {
+			if _, err := path.Match(a, ""); err != nil || a == "" {
+				return nil, fmt.Errorf("user %s: agent pattern %q is malformed", user, a)
+			}
+		}
+	}
+	return &ids, nil
+}
+
+// caller is the authenticated requester of an API request.
+type caller struct {
+	Account string `json:"acc"`
+	User    string `json:"user"`
+}
+
+func (c *caller) String() string { return c.Account + "/" + c.User }
+
+// callerOf reads the requester from the server-written request info
+// header; nil when there is none (a request from the coordinator's own
+// account, or through an import without share).
+func callerOf(headers map[string][]string) *caller {
+	values := headers[RequestInfoHeader]
+	if len(values) == 0 {
+		return nil
+	}
+	var c caller
+	if err := json.Unmarshal([]byte(values[0]), &c); err != nil || c.User == "" {
+		return nil
+	}
+	return &c
+}
+
+// identity is the caller of one request as the identities file knows it.
+type identity struct {
+	caller *caller
+	user   UserIdentity
+	// refused audits a refusal of mayActFor, once admitted.
+	refused func(agent string, err error)
+}
+
+// identify finds the caller's entry; a caller the file does not name is refused.
+func (ids *Identities) identify(c *caller) (*identity, error) {
+	if c == nil {
+		return nil, forbidden("the request carries no authenticated identity: connect as a user of the agents' account, whose import of the API shares the requester's identity")
+	}
+	u, ok := ids.Users[c.User]
+	if !ok {
+		return nil, forbidden("user %s has no identity in the coordinator's identities", c.User)
+	}
+	return &identity{caller: c, user: u}, nil
+}
+
+func forbidden(format string, args ...any) *messages.Error {
+	return messages.Errorf(messages.CodeForbidden, format, args...)
+}
+
+// mayActAs tells whether the identity may act as agent.
+func (id *identity) mayActAs(agent string) bool {
+	if id.user.Operator {
+		return true
+	}
+	return slices.ContainsFunc(id.user.Agents, func(pattern string) bool {
+		ok, _ := path.Match(pattern, agent)
+		return ok
+	})
+}
+
+// onlyAgent is the one agent the identity acts as, if it has exactly one
+// that is not a pattern.
+func (id *identity) onlyAgent() string {
+	if len(id.user.Agents) == 1 && !hasMeta(id.user.Agents[0]) {
+		return id.user.Agents[0]
+	}
+	return ""
+}
+
+func hasMeta(pattern string) bool {
+	return slices.ContainsFunc([]byte(pattern), func(b byte) bool { return b == '*' || b == '?' || b == '[' || b == '\\' })
+}
+
+// agent checks the agent a request names, filling in the caller's only
+// agent when it names none.
+func (id *identity) agent(agent *string) error {
+	if *agent == "" {
+		*agent = id.onlyAgent()
+		return nil
+	}
+	if !id.mayActAs(*agent) {
+		return forbidden("user %s may not act as agent %s", id.caller.User, *agent)
+	}
+	return nil
+}
+
+// by checks who a request says acts: the caller's own user name or an
+// agent it may act as. Empty, it becomes the caller's only agent, or its
+// user name.
+func (id *identity) by(by *string) error {
+	if *by == "" {
+		if *by = id.onlyAgent(); *by == "" || id.user.Operator {
+			*by = id.caller.User
+		}
+		return nil
+	}
+	if *by != id.caller.User && !id.mayActAs(*by) {
+		return forbidden("user %s may not act as %s", id.caller.User, *by)
+	}
+	return nil
+}
+
+func (id *identity) operator(endpoint string) error {
+	if !id.user.Operator {
+		return forbidden("%s is for operators; user %s is not one", endpoint, id.caller.User)
+	}
+	return nil
+}
+
+// authorize checks one decoded request of endpoint against the caller's
+// identity, and fills in the agent or by it leaves empty. It is the one
+// place that ties requests to authenticated callers; checks that need
+// stored data (whose approval an answer is for) use the identity on the
+// context (see mayActFor).
+func (id *identity) authorize(endpoint string, req any) error {
+	switch r := req.(type) {
+	case *messages.SubmitRequest:
+		return id.agent(&r.Agent)
+	case *messages.ListToolsRequest:
+		return id.agent(&r.Agent)
+	case *messages.ActivateRequest:
+		return id.agent(&r.Agent)
+	case *messages.DiscoverRequest:
+		return id.agent(&r.Agent)
+	case *messages.ListApprovalsRequest:
+		if r.Agent == "" && id.user.Operator {
+			return nil // operators list every agent's approvals
+		}
+		return id.agent(&r.Agent)
+	case *messages.CancelRequest:
+		return id.by(&r.By)
+	case *messages.DecideRequest:
+		if endpoint == messages.EndpointApprovalsAnswer {
+			// The answer's by is the person in the agent's conversation;
+			// approvals.answer checks that the approval is the caller's
+			// agent's (mayActFor).
+			if r.By == "" {
+				return id.by(&r.By)
+			}
+			return nil
+		}
+		if err := id.operator(endpoint); err != nil {
+			return err
+		}
+		return id.by(&r.By)
+	case *messages.ToolSwitchRequest:
+		if err := id.operator(endpoint); err != nil {
+			return err
+		}
+		return id.by(&r.By)
+	}
+	return nil
+}
+
+// auditForbidden is the audit decision of a request refused because its
+// caller may not act as the agent it names, or is not an operator.
+const auditForbidden = "forbidden"
+
+type identityKey struct{}
+
+// mayActFor refuses with forbidden when the request's authenticated
+// caller may not act as agent; without identities every caller may.
+func mayActFor(ctx context.Context, agent string) error {
+	id, _ := ctx.Value(identityKey{}).(*identity)
+	if id == nil || id.mayActAs(agent) {
+		return nil
+	}
+	err := forbidden("user %s may not act as agent %s", id.caller.User, agent)
+	if id.refused != nil {
+		id.refused(agent, err)
+	}
+	return err
+}
+
+// guard applies Identities to the API's requests, and audits refusals.
+type guard struct {
+	ids   *Identities
+	audit func(rec *messages.AuditRecord)
+}
+
+// admit identifies the caller of a request and checks the decoded request
+// req (nil before it is decoded); the returned context carries the
+// identity for checks further down. Without identities it admits
+// everything unchanged.
+func (g *guard) admit(ctx context.Context, endpoint string, headers map[string][]string, req any) (context.Context, error) {
+	if g == nil || g.ids == nil {
+		return ctx, nil
+	}
+	c := callerOf(headers)
+	id, err := g.ids.identify(c)
+	if err == nil {
+		err = id.authorize(endpoint, req)
+	}
+	if err != nil {
+		g.refused(endpoint, c, req, err)
+		return ctx, err
+	}
+	id.refused = func(agent string, err error) {
+		g.refused(endpoint, c, &messages.ListApprovalsRequest{Agent: agent}, err)
+	}
+	return context.WithValue(ctx, identityKey{}, id), nil
+}
+
+// refused audits a forbidden request.
+func (g *guard) refused(endpoint string, c *caller, req any, err error) {
+	if g.audit == nil {
+		return
+	}
+	rec := &messages.AuditRecord{Decision: auditForbidden, Reason: endpoint + ": " + err.Error()}
+	if c != nil {
+		rec.By = c.String()
+	}
+	switch r := req.(type) {
+	case *messages.SubmitRequest:
+		rec.Tool, rec.Agent, rec.Turn = r.Tool, r.Agent, r.Turn
+	case *messages.ListToolsRequest:
+		rec.Agent = r.Agent
+	case *messages.ActivateRequest:
+		rec.Agent, rec.Turn = r.Agent, r.Turn
+	case *messages.DiscoverRequest:
+		rec.Agent = r.Agent
+	case *messages.ListApprovalsRequest:
+		rec.Agent = r.Agent
+	}
+	g.audit(rec)
+}
+
+// recordForbidden records a refused request without waiting for it to be stored.
+func (a *auditor) recordForbidden(rec *messages.AuditRecord) {
+	rec.Time = time.Now().UTC()
+	subject, err := a.names.AuditSubject(rec.Decision)
+	if err == nil {
+		var msg *nats.Msg
+		if msg, err = newMsg(subject, rec); err == nil {
+			_, err = a.js.PublishMsgAsync(msg)
+		}
+	}
+	if err != nil {
+		a.log.Warn("audit record not stored", "decision", rec.Decision, "by", rec.By, "error", err)
+	}
+}

@@ -1,0 +1,198 @@
+package integration
+
+import (
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/natsflags"
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// identityDeploy starts deploy/nats/accounts.conf with a coordinator that
+// reads deploy/nats/identities.yaml, the demo worker, and a workspace in
+// which demo:sleep asks the agent's user in prompt mode.
+func identityDeploy(t *testing.T) (srv *natsserver.Server, as func(user string) *nats.Conn) {
+	t.Helper()
+	root, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploy := filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "deploy", "nats")
+	srv, err = natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "accounts.conf")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	ids, err := coordinator.LoadIdentities(filepath.Join(deploy, "identities.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	as = func(user string) *nats.Conn {
+		password := strings.ReplaceAll(user, "_", "-") + "-secret"
+		opts := []nats.Option{nats.UserInfo(user, password)}
+		switch user {
+		case "coordinator", "indexer", "auditor", "worker_demo":
+			opts = append(opts, nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
+		}
+		return testenv.Connect(t, srv.URL(), opts...)
+	}
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, policyFile, "default: allow\nrules:\n  - {tool: \"demo:echo\", effect: ask, reason: echo needs a nod}\n")
+	workspace := t.TempDir()
+	writeFile(t, workspace+"/bundles/demo.yaml", `
+id: demo
+match:
+  - name: "demo:*"
+  - name: "demo:sleep"
+    approval: {mode: prompt, title: "Wait?", message: "This sleeps a while"}
+`)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.Conn = as("coordinator")
+		cfg.Identities = ids
+		cfg.WorkspaceDir = workspace
+		cfg.PolicyFile = policyFile
+	})
+	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	return srv, as
+}
+
+func agentClient(t *testing.T, nc *nats.Conn, agent string) *client.Client {
+	t.Helper()
+	c, err := client.New(nc, client.Options{Agent: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestAgentsActOnlyAsThemselves: with the accounts configuration and an
+// identities file, a user naming an agent it does not serve is refused
+// with forbidden, audited, and changes nothing.
+func TestAgentsActOnlyAsThemselves(t *testing.T) {
+	t.Parallel()
+	srv, as := identityDeploy(t)
+	ctx := testenv.Context(t)
+	connA, connB := as("agent_a"), as("agent_b")
+	a := agentClient(t, connA, "support-bot")
+	b := agentClient(t, connB, "billing-bot")
+	aAsB := agentClient(t, connA, "billing-bot")
+	operator := agentClient(t, as("operator"), "")
+
+	// Acting as itself works.
+	if res, err := a.Call(ctx, "demo-word_count", map[string]string{"text": "as myself"}, client.WithTurn("turn-a")); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("A as A: %+v %v", res, err)
+	}
+	// B's call waits for its user's answer.
+	pending, err := b.Submit(ctx, messages.SubmitRequest{Tool: "demo-sleep", Arguments: messages.JSON(`{"seconds":0.01}`), Turn: "turn-b"})
+	if err != nil || pending.State != messages.StateAwaitingApproval {
+		t.Fatalf("B's prompt approval: %+v %v", pending, err)
+	}
+
+	streams := []string{"TOOLBUS_CALLS", "TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
+	before := snapshot(t, srv, streams...)
+	forbidden := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, &messages.Error{Code: messages.CodeForbidden}) {
+			t.Errorf("%s: err = %v, want forbidden", what, err)
+		}
+	}
+	_, err = aAsB.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Turn: "turn-b"})
+	forbidden("A submitting as B", err)
+	_, err = aAsB.ListTools(ctx, messages.ListToolsRequest{Turn: "turn-b"})
+	forbidden("A listing B's tools", err)
+	_, err = aAsB.Activate(ctx, "turn-b", "demo-echo")
+	forbidden("A activating in B's turn", err)
+	_, err = aAsB.Discover(ctx, messages.DiscoverRequest{Query: "count words", Turn: "turn-b"})
+	forbidden("A discovering in B's turn", err)
+	_, err = a.Cancel(ctx, pending.CallID, "not yours")
+	forbidden("A cancelling B's call", err)
+	_, err = a.Answer(ctx, messages.DecideRequest{ApprovalID: pending.Approval.ApprovalID, Decision: messages.DecisionApprove})
+	forbidden("A answering B's approval", err)
+	_, err = b.Decide(ctx, messages.DecideRequest{ApprovalID: pending.Approval.ApprovalID, Decision: messages.DecisionApprove})
+	forbidden("an agent deciding as an operator", err)
+	forbidden("an agent disabling a tool", b.SetToolEnabled(ctx, "demo-echo", false, "mine now"))
+
+	// A header the client writes is replaced by the server's: A cannot
+	// pass for B's user.
+	forged := &nats.Msg{Subject: "toolbus.api.tools.list", Header: nats.Header(messages.JSONCodec.NewHeader()), Data: []byte(`{"agent":"billing-bot"}`)}
+	forged.Header.Set(coordinator.RequestInfoHeader, `{"acc":"AGENTS","user":"agent_b"}`)
+	reply, err := connA.RequestMsg(forged, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "403" || !strings.Contains(string(reply.Data), "forbidden") {
+		t.Errorf("forged Nats-Request-Info: %s %s", code, reply.Data)
+	}
+
+	if after := snapshot(t, srv, streams...); !reflect.DeepEqual(before, after) {
+		t.Errorf("refused requests changed the streams:\nbefore %+v\nafter  %+v", before, after)
+	}
+
+	// The refusals are in the audit log.
+	if n := countAudited(t, as("auditor"), "forbidden", 9); n < 9 {
+		t.Errorf("%d forbidden requests audited, want at least 9", n)
+	}
+
+	// The approval's own agent answers it.
+	if _, err := b.Answer(ctx, messages.DecideRequest{ApprovalID: pending.Approval.ApprovalID, Decision: messages.DecisionDeny, By: "the user"}); err != nil {
+		t.Fatalf("B answering its own approval: %v", err)
+	}
+	// An operator decides what an agent may not.
+	asked, err := b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"nod"}`)})
+	if err != nil || asked.State != messages.StateAwaitingApproval {
+		t.Fatalf("B's queued approval: %+v %v", asked, err)
+	}
+	_, err = b.Decide(ctx, messages.DecideRequest{ApprovalID: asked.Approval.ApprovalID, Decision: messages.DecisionApprove})
+	forbidden("an agent deciding its own call's approval", err)
+	decided, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: asked.Approval.ApprovalID, Decision: messages.DecisionApprove})
+	if err != nil || decided.Approval.DecidedBy != "operator" {
+		t.Fatalf("the operator deciding: %+v %v", decided, err)
+	}
+	// The agent follows its call from its own account.
+	if res, err := b.Wait(ctx, asked.CallID); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("B waiting for its approved call: %+v %v", res, err)
+	}
+	if err := operator.SetToolEnabled(ctx, "demo-word_count", false, "maintenance"); err != nil {
+		t.Fatalf("the operator disabling a tool: %v", err)
+	}
+}
+
+// countAudited counts the audit records of one decision, waiting for at
+// least want of them.
+func countAudited(t *testing.T, nc *nats.Conn, decision string, want int) int {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(testenv.Context(t), "TOOLBUS_AUDIT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "toolbus.audit." + decision
+	var n int
+	// Records are written without waiting; wait for them to be stored.
+	eventually(t, "audit records", func() bool {
+		info, err := stream.Info(testenv.Context(t), jetstream.WithSubjectFilter(subject))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n = int(info.State.Subjects[subject])
+		return n >= want
+	})
+	return n
+}
