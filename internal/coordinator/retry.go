@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/transport"
@@ -31,33 +30,11 @@ func duplicateInProcess(err error) bool {
 }
 
 // transient reports whether err is JetStream being unavailable for a
-// moment rather than refusing: nothing answered (no stream, or one without
-// a leader), an attempt timed out, the server answered 503 or 408, or a
-// publish of the same message ID is in process.
+// moment rather than refusing (transport.Transient: nothing answered, an
+// attempt timed out, 503 or 408), or a publish of the same message ID in
+// process.
 func transient(err error) bool {
-	if err == nil {
-		return false
-	}
-	switch {
-	case errors.Is(err, transport.ErrNoResponders),
-		errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, jetstream.ErrNoStreamResponse),
-		errors.Is(err, nats.ErrNoStreamResponse),
-		errors.Is(err, nats.ErrTimeout),
-		errors.Is(err, nats.ErrConnectionReconnecting),
-		errors.Is(err, context.DeadlineExceeded),
-		duplicateInProcess(err):
-		return true
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.Code == 503 || apiErr.Code == 408
-	}
-	var status *transport.StatusError
-	if errors.As(err, &status) {
-		return status.Status == "503" || status.Status == "408"
-	}
-	return false
+	return transport.Transient(err) || duplicateInProcess(err)
 }
 
 // retryPolicy is how long a request waits for JetStream to answer again.

@@ -388,27 +388,37 @@ var snapshotKinds = []messages.EventKind{messages.EventQueued, messages.EventApp
 // only when the leader has no queued event for it either.
 func (l *Ledger) snapshotFromLeader(ctx context.Context, s *Snapshot) error {
 	for _, kind := range snapshotKinds {
-		subject, err := l.names.EventSubject(s.CallID, kind)
+		found, err := l.addFromLeader(ctx, s, kind)
 		if err != nil {
 			return err
 		}
-		msg, seq, err := l.events.GetLastFromLeader(ctx, subject)
-		if errors.Is(err, transport.ErrNotFound) {
-			if kind == messages.EventQueued {
-				return nil
-			}
-			continue
+		if !found && kind == messages.EventQueued {
+			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("read call events: %w", err)
-		}
-		ev := Event{Seq: seq}
-		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
-			return fmt.Errorf("event %d: %w", seq, err)
-		}
-		s.add(&ev)
 	}
 	return nil
+}
+
+// addFromLeader adds the call's last event of kind, as the stream's leader
+// has it, to s, and reports whether there was one.
+func (l *Ledger) addFromLeader(ctx context.Context, s *Snapshot, kind messages.EventKind) (bool, error) {
+	subject, err := l.names.EventSubject(s.CallID, kind)
+	if err != nil {
+		return false, err
+	}
+	msg, seq, err := l.events.GetLastFromLeader(ctx, subject)
+	if errors.Is(err, transport.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read call events: %w", err)
+	}
+	ev := Event{Seq: seq}
+	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
+		return false, fmt.Errorf("event %d: %w", seq, err)
+	}
+	s.add(&ev)
+	return true, nil
 }
 
 // Snapshot reads one call's latest events. Unlike Snapshots, whose reads
@@ -426,22 +436,9 @@ func (l *Ledger) Snapshot(ctx context.Context, callID string) (*Snapshot, error)
 		return s, nil
 	}
 	for _, kind := range [...]messages.EventKind{messages.EventCancel, messages.EventResult} {
-		subject, err := l.names.EventSubject(callID, kind)
-		if err != nil {
+		if _, err := l.addFromLeader(ctx, s, kind); err != nil {
 			return nil, err
 		}
-		msg, seq, err := l.events.GetLastFromLeader(ctx, subject)
-		if errors.Is(err, transport.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read call events: %w", err)
-		}
-		ev := Event{Seq: seq}
-		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
-			return nil, fmt.Errorf("event %d: %w", seq, err)
-		}
-		s.add(&ev)
 	}
 	return s, nil
 }
@@ -488,10 +485,12 @@ func (l *Ledger) WaitForWrite(ctx context.Context, callID string, writes <-chan 
 func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan *nats.Msg, checkFirst, committed bool) (*messages.CallResult, error) {
 	check := func() (*messages.CallResult, bool) {
 		// A read retries transient failures; a check gives up at the next
-		// one, so that the messages on results are not left waiting.
+		// one, so that the messages on results are not left waiting. A
+		// result not found is looked for again at the next check, so the
+		// leader is not asked to confirm it.
 		cctx, cancel := context.WithTimeout(ctx, ResultCheckInterval)
 		defer cancel()
-		ev, err := l.Last(cctx, callID, messages.EventResult)
+		ev, err := l.LastSeen(cctx, callID, messages.EventResult)
 		if err == nil && ev != nil && ev.Result != nil {
 			return ev.Result, true
 		}
@@ -551,14 +550,26 @@ func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan 
 }
 
 // Last returns the call's latest event of one kind, or nil if it has none.
+// None is confirmed with the stream's leader, as the replica that answered
+// may lag behind it.
 func (l *Ledger) Last(ctx context.Context, callID string, kind messages.EventKind) (*Event, error) {
+	return l.last(ctx, callID, kind, true)
+}
+
+// LastSeen is Last without the leader's confirmation of none: for a caller
+// that will look again anyway, such as a wait's periodic check.
+func (l *Ledger) LastSeen(ctx context.Context, callID string, kind messages.EventKind) (*Event, error) {
+	return l.last(ctx, callID, kind, false)
+}
+
+// last is Last, or LastSeen without confirm.
+func (l *Ledger) last(ctx context.Context, callID string, kind messages.EventKind, confirm bool) (*Event, error) {
 	subject, err := l.names.EventSubject(callID, kind)
 	if err != nil {
 		return nil, err
 	}
 	msg, seq, err := l.events.GetLast(ctx, subject)
-	if errors.Is(err, transport.ErrNotFound) {
-		// The replica that answered may lag behind the leader.
+	if confirm && errors.Is(err, transport.ErrNotFound) {
 		msg, seq, err = l.events.GetLastFromLeader(ctx, subject)
 	}
 	if errors.Is(err, transport.ErrNotFound) {

@@ -520,7 +520,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 		case <-check:
 			check = nil
 			cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
-			ev, err := c.ledger.Last(cctx, callID, messages.EventResult)
+			ev, err := c.ledger.LastSeen(cctx, callID, messages.EventResult)
 			cancel()
 			if err == nil && ev != nil && ev.Result != nil {
 				return ev.Result, nil
