@@ -286,8 +286,6 @@ var errStopping = errors.New("the worker is stopping")
 // has passed.
 func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, callID string) (*ledger.Snapshot, error) {
 	giveUp := time.Now().Add(readGiveUp)
-	wait := commitRetryMin
-	maxWait := min(commitRetryMax, w.cfg.AckWait/3)
 	var retry *time.Timer
 	for tries := 1; ; tries++ {
 		readCtx, cancel := context.WithTimeout(ctx, w.commitTimeout())
@@ -306,12 +304,11 @@ func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, callID strin
 			return nil, fmt.Errorf("read the record of call %s (%d tries): %w", callID, tries, err)
 		}
 		if retry == nil {
-			retry = time.NewTimer(jitter(min(wait, maxWait)))
+			retry = time.NewTimer(w.retryPause(tries))
 			defer retry.Stop()
 		} else {
-			retry.Reset(jitter(min(wait, maxWait)))
+			retry.Reset(w.retryPause(tries))
 		}
-		wait *= 2
 		select {
 		case <-retry.C:
 		case <-ctx.Done():

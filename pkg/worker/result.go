@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -168,12 +168,10 @@ func (w *Worker) commitTimeout() time.Duration { return min(commitAttempt, w.cfg
 func (w *Worker) commitAgain(msg jetstream.Msg, log logger, res *messages.CallResult, notify string, err error) {
 	log.Warn("result not stored; retrying while the call's lease is held", "error", err)
 	giveUp := time.Now().Add(commitGiveUp)
-	wait := commitRetryMin
-	maxWait := min(commitRetryMax, w.cfg.AckWait/3)
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for tries := 1; ; tries++ {
-		retry.Reset(jitter(min(wait, maxWait)))
+		retry.Reset(w.retryPause(tries))
 		select {
 		case <-retry.C:
 		case <-w.abandon:
@@ -181,7 +179,6 @@ func (w *Worker) commitAgain(msg jetstream.Msg, log logger, res *messages.CallRe
 			acked(log, "handed back", msg.Nak())
 			return
 		}
-		wait *= 2
 		if lerr := msg.InProgress(); lerr != nil {
 			log.Warn("lease renewal failed while storing the result", "error", lerr)
 		}
@@ -209,9 +206,13 @@ func (w *Worker) commitAgain(msg jetstream.Msg, log logger, res *messages.CallRe
 	}
 }
 
-// jitter returns a wait between half of d and d, so that the workers that
+// retryPause is the pause before try number tries of a write or read that
+// failed: from commitRetryMin doubling to commitRetryMax (or a third of
+// AckWait), each between half and all of that, so that the workers that
 // failed together do not retry in step.
-func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
+func (w *Worker) retryPause(tries int) time.Duration {
+	return transport.RetryPolicy{Initial: commitRetryMin, Max: min(commitRetryMax, w.cfg.AckWait/3)}.Delay(tries)
+}
 
 // settle acknowledges a call's message once its result is committed,
 // terminates it when another attempt's result stands or the call was
