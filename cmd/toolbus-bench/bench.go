@@ -40,6 +40,9 @@ type benchReport struct {
 	ThroughputRatio        float64 `json:"throughput_ratio"`
 	ToolbusJetStreamWrite  int     `json:"toolbus_jetstream_writes_per_call"`
 	BaselineJetStreamWrite int     `json:"baseline_jetstream_writes_per_call"`
+	// Auth says whether the run used a deployment's users and identities
+	// (--auth): each process connected as its role.
+	Auth bool `json:"auth,omitempty"`
 }
 
 // runBench measures the call path against the baseline or, with --soak,
@@ -61,6 +64,8 @@ func runBench(ctx context.Context, args []string) error {
 	workers := fs.Int("workers", 2, "soak: worker processes")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the Toolbus throughput run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the Toolbus throughput run to this file")
+	authConfig := fs.String("auth", "", "run the server with this deployment configuration (accounts and users, e.g. deploy/nats/accounts.conf); the coordinator, the worker and the agent each connect as their role's user")
+	identitiesFile := fs.String("identities", "", "with --auth: the coordinator's identities file (e.g. deploy/nats/identities.yaml)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -76,19 +81,39 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := natsserver.Start(natsserver.Config{DataDir: dir})
+	var auth *authSetup
+	if *authConfig != "" {
+		if *identitiesFile == "" {
+			return fmt.Errorf("--auth needs --identities")
+		}
+		if auth, err = newAuthSetup(*authConfig, *identitiesFile, dir); err != nil {
+			return err
+		}
+		defer auth.close()
+	}
+	srvCfg := natsserver.Config{DataDir: dir}
+	if auth != nil {
+		srvCfg.ConfigFile = auth.configFile
+	}
+	srv, err := natsserver.Start(srvCfg)
 	if err != nil {
 		return err
 	}
 	defer srv.Stop()
-	connect := func() (*nats.Conn, error) { return nats.Connect(srv.URL()) }
+	connectAs := func(role string) func() (*nats.Conn, error) {
+		if auth == nil {
+			return func() (*nats.Conn, error) { return nats.Connect(srv.URL()) }
+		}
+		user := map[string]string{"baseline": "bench_baseline", "coordinator": "coordinator", "worker": auth.worker, "agent": auth.agentUser}[role]
+		return func() (*nats.Conn, error) { return auth.connect(srv.URL(), user) }
+	}
 
-	base, err := newBaseline(ctx, connect, *slots)
+	base, err := newBaseline(ctx, connectAs("baseline"), *slots)
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
 	}
 	defer base.close()
-	tb, err := newToolbusBench(ctx, connect, names, *slots)
+	tb, err := newToolbusBench(ctx, connectAs, names, auth, *slots)
 	if err != nil {
 		return fmt.Errorf("toolbus: %w", err)
 	}
@@ -101,7 +126,7 @@ func runBench(ctx context.Context, args []string) error {
 	if _, err := sequential(ctx, 200, tb.call); err != nil {
 		return err
 	}
-	r := benchReport{Calls: *calls, Concurrency: *concurrency, Rounds: max(*rounds, 1), ToolbusJetStreamWrite: 3, BaselineJetStreamWrite: 2}
+	r := benchReport{Calls: *calls, Concurrency: *concurrency, Rounds: max(*rounds, 1), ToolbusJetStreamWrite: 3, BaselineJetStreamWrite: 2, Auth: auth != nil}
 	// The machine's background load drifts; measuring the two in turns,
 	// in alternating order, spreads the drift over both.
 	var bl, tl []time.Duration
@@ -348,6 +373,8 @@ func (b *baseline) close() {
 // toolbusBench is the full Toolbus call path with a no-op tool.
 type toolbusBench struct {
 	conns  []*nats.Conn
+	tool   string
+	agent  string
 	coord  *coordinator.Coordinator
 	worker *worker.Worker
 	client *client.Client
@@ -357,35 +384,51 @@ type noopArgs struct {
 	Text string `json:"text"`
 }
 
-func newToolbusBench(ctx context.Context, connect func() (*nats.Conn, error), names messages.Names, slots int) (*toolbusBench, error) {
-	tb := &toolbusBench{}
-	conn := func() *nats.Conn {
-		nc, err := connect()
+func newToolbusBench(ctx context.Context, connectAs func(role string) func() (*nats.Conn, error), names messages.Names, auth *authSetup, slots int) (*toolbusBench, error) {
+	tb := &toolbusBench{tool: "bench-noop", agent: "bench"}
+	var connErr error
+	conn := func(role string) *nats.Conn {
+		nc, err := connectAs(role)()
 		if err != nil {
+			connErr = fmt.Errorf("connect as %s: %w", role, err)
 			return nil
 		}
 		tb.conns = append(tb.conns, nc)
 		return nc
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	coordCfg := coordinator.Config{Conn: conn("coordinator"), Prefix: names.Prefix(), Logger: quiet}
+	namespace := "bench"
+	if auth != nil {
+		coordCfg.Identities = auth.identities
+		namespace, tb.agent = auth.namespace, auth.agent
+		tb.tool = namespace + "-noop"
+	}
+	if connErr != nil {
+		return nil, connErr
+	}
 	var err error
-	if tb.coord, err = coordinator.New(coordinator.Config{Conn: conn(), Prefix: names.Prefix(), Logger: quiet}); err != nil {
+	if tb.coord, err = coordinator.New(coordCfg); err != nil {
 		return nil, err
 	}
 	if err := tb.coord.Start(ctx); err != nil {
 		return nil, err
 	}
-	if tb.worker, err = worker.New(worker.Config{Conn: conn(), Prefix: names.Prefix(), Logger: quiet}); err != nil {
+	if tb.worker, err = worker.New(worker.Config{Conn: conn("worker"), Prefix: names.Prefix(), Logger: quiet}); err != nil {
 		return nil, err
 	}
 	noop := worker.Func("noop", "Does nothing.", func(ctx context.Context, in noopArgs) (string, error) { return in.Text, nil })
-	if err := tb.worker.Serve(worker.Namespace{Name: "bench", Tools: []worker.Tool{noop}, Slots: slots}); err != nil {
+	if err := tb.worker.Serve(worker.Namespace{Name: namespace, Tools: []worker.Tool{noop}, Slots: slots}); err != nil {
 		return nil, err
 	}
 	if err := tb.worker.Start(ctx); err != nil {
 		return nil, err
 	}
-	if tb.client, err = client.New(conn(), client.Options{Prefix: names.Prefix(), Agent: "bench"}); err != nil {
+	agentConn := conn("agent")
+	if connErr != nil {
+		return nil, connErr
+	}
+	if tb.client, err = client.New(agentConn, client.Options{Prefix: names.Prefix(), Agent: tb.agent}); err != nil {
 		return nil, err
 	}
 	return tb, nil
@@ -394,7 +437,7 @@ func newToolbusBench(ctx context.Context, connect func() (*nats.Conn, error), na
 var benchArgs = messages.JSON(`{"text":"x"}`)
 
 func (tb *toolbusBench) call(ctx context.Context) error {
-	res, err := tb.client.Call(ctx, "bench-noop", benchArgs)
+	res, err := tb.client.Call(ctx, tb.tool, benchArgs)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,22 @@ func TestBenchReports(t *testing.T) {
 	}
 }
 
+// Under a deployment's authentication, each process connects as its role
+// and the agent acts as its user's one agent; the run says it used auth.
+func TestBenchRunsUnderTheDeployedUsers(t *testing.T) {
+	t.Parallel()
+	deploy, err := filepath.Abs(filepath.Join("..", "..", "deploy", "nats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r benchReport
+	runToJSON(t, &r, "--calls", "20", "--rounds", "1", "--concurrency", "4", "--slots", "4",
+		"--auth", filepath.Join(deploy, "accounts.conf"), "--identities", filepath.Join(deploy, "identities.yaml"))
+	if !r.Auth || r.Calls != 20 || r.ToolbusSeqP50US <= 0 || r.BaselineSeqP50US <= 0 || r.ToolbusC64CallsPerS <= 0 {
+		t.Fatalf("report %+v", r)
+	}
+}
+
 // The soak follows results under the prefix it is given: every call it
 // submitted has its result observed, none lost, none twice.
 func TestSoakFollowsTheConfiguredPrefix(t *testing.T) {

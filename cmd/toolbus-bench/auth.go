@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/natsflags"
+)
+
+// benchAccount is the account the baseline runs in when the bench runs
+// under a deployment's authentication: the deployment has no user for a
+// plain JetStream worker, so the bench adds one, in an account of its own.
+const benchAccount = "TOOLBUS_BENCH_BASELINE"
+
+// authSetup is a deployment's server configuration and the users the
+// bench connects as: the coordinator, a worker of one namespace, and an
+// agent user of exactly one agent, each with the inbox prefix its
+// permissions allow.
+type authSetup struct {
+	configFile string // the deployment's configuration with the baseline's account added
+	identities *coordinator.Identities
+	users      map[string]*server.User
+	worker     string // the worker user, worker_<namespace>
+	namespace  string
+	agentUser  string
+	agent      string
+}
+
+// newAuthSetup reads a deployment's server configuration (accounts and
+// users, as deploy/nats/accounts.conf) and the coordinator's identities
+// file, and writes to dir the configuration the bench's server runs.
+func newAuthSetup(configFile, identitiesFile, dir string) (*authSetup, error) {
+	opts, err := server.ProcessConfigFile(configFile)
+	if err != nil {
+		return nil, fmt.Errorf("auth config: %w", err)
+	}
+	ids, err := coordinator.LoadIdentities(identitiesFile)
+	if err != nil {
+		return nil, err
+	}
+	a := &authSetup{identities: ids, users: map[string]*server.User{}}
+	for _, u := range opts.Users {
+		a.users[u.Username] = u
+	}
+	if a.users["coordinator"] == nil {
+		return nil, fmt.Errorf("auth config %s: no user coordinator", configFile)
+	}
+	var names []string
+	for name := range a.users {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if ns, ok := strings.CutPrefix(name, "worker_"); ok && a.worker == "" {
+			a.worker, a.namespace = name, ns
+		}
+		id, ok := ids.Users[name]
+		if ok && a.agentUser == "" && !id.Operator && len(id.Agents) == 1 && !strings.ContainsAny(id.Agents[0], "*?[") {
+			a.agentUser, a.agent = name, id.Agents[0]
+		}
+	}
+	if a.worker == "" || a.agentUser == "" {
+		return nil, fmt.Errorf("auth config %s: needs a worker_<namespace> user and, in %s, a user of exactly one agent", configFile, identitiesFile)
+	}
+	text, err := os.ReadFile(configFile)
+	if err != nil {
+		return nil, err
+	}
+	conf := string(text)
+	i := strings.Index(conf, "\naccounts {")
+	if i < 0 {
+		return nil, fmt.Errorf("auth config %s: no accounts block", configFile)
+	}
+	i += len("\naccounts {")
+	baseline := fmt.Sprintf("\n  %s { jetstream: enabled, users: [ { user: bench_baseline, password: bench_baseline } ] }\n", benchAccount)
+	conf = conf[:i] + baseline + conf[i:]
+	// Relative includes resolve against the configuration's own folder.
+	a.configFile = filepath.Join(filepath.Dir(configFile), ".toolbus-bench-"+filepath.Base(dir)+".conf")
+	if err := os.WriteFile(a.configFile, []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *authSetup) close() { _ = os.Remove(a.configFile) }
+
+// connect connects as user, with the inbox prefix that user's permissions
+// allow.
+func (a *authSetup) connect(url, user string) (*nats.Conn, error) {
+	if user == "bench_baseline" {
+		return nats.Connect(url, nats.UserInfo(user, user))
+	}
+	u := a.users[user]
+	if u == nil {
+		return nil, fmt.Errorf("auth config: no user %s", user)
+	}
+	return nats.Connect(url, nats.UserInfo(u.Username, u.Password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
+}
