@@ -114,7 +114,7 @@ func (s *Source) Start(ctx context.Context, update func([]worker.Tool)) ([]worke
 	if err := s.readCredential(); err != nil {
 		return nil, fmt.Errorf("openapi: service %s: %w", s.cfg.Name, err)
 	}
-	doc, specURL, err := load(ctx, s.cfg.Spec)
+	doc, specURL, order, err := load(ctx, s.cfg.Spec, s.cfg.HTTPClient)
 	if err != nil {
 		return nil, fmt.Errorf("openapi: service %s: %w", s.cfg.Name, err)
 	}
@@ -123,7 +123,7 @@ func (s *Source) Start(ctx context.Context, update func([]worker.Tool)) ([]worke
 		return nil, fmt.Errorf("openapi: service %s: %w", s.cfg.Name, err)
 	}
 	s.base = base
-	tools, err := s.tools(doc)
+	tools, err := s.tools(doc, order)
 	if err != nil {
 		return nil, fmt.Errorf("openapi: service %s: %w", s.cfg.Name, err)
 	}
