@@ -13,6 +13,7 @@
 //	          command: node_modules/.bin/mcp-server-everything
 //	          args: [stdio]
 //	          env: {LOG_LEVEL: debug}
+//	          inherit_env: [GITHUB_TOKEN]  # passed on from the worker's environment
 //	      - mcp:
 //	          name: remote
 //	          transport: http  # stdio (default with command), sse, or http (default with url)
@@ -27,7 +28,9 @@
 //	          # or: auth: {api_key_env: PETSTORE_KEY, query: api_key}
 //
 // Each source is exactly one of demo, mcp and openapi. An MCP server's
-// optional fields are dir (working directory), env, headers; an OpenAPI
+// optional fields are dir (working directory), env, inherit_env, headers;
+// a stdio server's environment is HOME, LOGNAME, PATH, SHELL, TERM and USER,
+// the variables inherit_env names, and env — never the rest of the worker's; an OpenAPI
 // service's are base_url and auth. Relative paths — a command or dir that
 // holds a '/', an OpenAPI spec file — are relative to the directory of the
 // configuration file; a bare command is looked up in PATH. Credentials stay

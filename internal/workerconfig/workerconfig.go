@@ -49,14 +49,15 @@ type Source struct {
 
 // MCP is an MCP server.
 type MCP struct {
-	Name      string            `yaml:"name"`
-	Transport string            `yaml:"transport"`
-	Command   string            `yaml:"command"`
-	Args      []string          `yaml:"args"`
-	Env       map[string]string `yaml:"env"`
-	Dir       string            `yaml:"dir"`
-	URL       string            `yaml:"url"`
-	Headers   map[string]string `yaml:"headers"`
+	Name       string            `yaml:"name"`
+	Transport  string            `yaml:"transport"`
+	Command    string            `yaml:"command"`
+	Args       []string          `yaml:"args"`
+	Env        map[string]string `yaml:"env"`
+	InheritEnv []string          `yaml:"inherit_env"`
+	Dir        string            `yaml:"dir"`
+	URL        string            `yaml:"url"`
+	Headers    map[string]string `yaml:"headers"`
 }
 
 // OpenAPI is an HTTP API described by an OpenAPI 3 document.
@@ -325,7 +326,7 @@ func (c *Config) validateSource(v *validator, at []any, s *Source, names map[str
 			for _, f := range []struct {
 				field string
 				set   bool
-			}{{"command", m.Command != ""}, {"args", len(m.Args) > 0}, {"env", len(m.Env) > 0}, {"dir", m.Dir != ""}} {
+			}{{"command", m.Command != ""}, {"args", len(m.Args) > 0}, {"env", len(m.Env) > 0}, {"inherit_env", len(m.InheritEnv) > 0}, {"dir", m.Dir != ""}} {
 				if f.set {
 					v.add(append(at, f.field), "goes with the stdio transport, not %s", transport)
 				}
@@ -336,6 +337,11 @@ func (c *Config) validateSource(v *validator, at []any, s *Source, names map[str
 		for _, k := range slices.Sorted(maps.Keys(m.Env)) {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
 				v.add(append(at, "env"), "%q is not an environment variable name", k)
+			}
+		}
+		for i, k := range m.InheritEnv {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				v.add(append(at, "inherit_env", i), "%q is not an environment variable name", k)
 			}
 		}
 	case s.OpenAPI != nil:
@@ -420,16 +426,17 @@ func (c *Config) mcpConfig(ns string, m *MCP, log *slog.Logger) mcp.Config {
 		env = append(env, k+"="+m.Env[k])
 	}
 	return mcp.Config{
-		Name:      m.Name,
-		Namespace: ns,
-		Transport: mcp.Transport(m.Transport),
-		Command:   command,
-		Args:      m.Args,
-		Env:       env,
-		Dir:       c.resolve(m.Dir),
-		URL:       m.URL,
-		Headers:   m.Headers,
-		Logger:    log,
+		Name:       m.Name,
+		Namespace:  ns,
+		Transport:  mcp.Transport(m.Transport),
+		Command:    command,
+		Args:       m.Args,
+		Env:        env,
+		InheritEnv: m.InheritEnv,
+		Dir:        c.resolve(m.Dir),
+		URL:        m.URL,
+		Headers:    m.Headers,
+		Logger:     log,
 	}
 }
 

@@ -18,6 +18,15 @@
 //
 // # Processes
 //
+// A stdio server does not inherit the worker's environment, which holds the
+// worker's own secrets (TOOLBUS_PASSWORD, tokens of other sources). As the
+// official MCP SDKs do, it gets only the variables [InheritedEnv] lists —
+// HOME, LOGNAME, PATH, SHELL, TERM and USER (on Windows APPDATA, HOMEDRIVE,
+// HOMEPATH, LOCALAPPDATA, PATH, PATHEXT, PROCESSOR_ARCHITECTURE,
+// PROGRAMFILES, SYSTEMDRIVE, SYSTEMROOT, TEMP, USERNAME and USERPROFILE) —
+// where the worker has them, those named in Config.InheritEnv, and
+// Config.Env's entries, which win.
+//
 // A stdio server runs in a process group of its own, exactly one process
 // per source and worker. When it exits, its group is killed — so that no
 // child it started outlives it — and it is started again after a backoff

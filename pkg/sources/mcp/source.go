@@ -47,12 +47,15 @@ type Config struct {
 	// TransportHTTP when URL is.
 	Transport Transport
 
-	// Command, Args, Env and Dir start a stdio server. Env holds KEY=VALUE
-	// entries added to the worker's own environment.
-	Command string
-	Args    []string
-	Env     []string
-	Dir     string
+	// Command, Args, Env and Dir start a stdio server. The server does not
+	// inherit the worker's environment, which holds the worker's secrets:
+	// it gets the variables InheritedEnv lists and those InheritEnv names,
+	// where the worker has them set, and then Env's KEY=VALUE entries.
+	Command    string
+	Args       []string
+	Env        []string
+	InheritEnv []string
+	Dir        string
 
 	// URL of an SSE or streamable HTTP server, and headers sent with every request.
 	URL     string
@@ -135,6 +138,11 @@ func (c *Config) validate() error {
 	for _, kv := range c.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return fmt.Errorf("mcp: server %s: environment entry %q is not KEY=VALUE", c.Name, kv)
+		}
+	}
+	for _, name := range c.InheritEnv {
+		if name == "" || strings.ContainsAny(name, "=\x00") {
+			return fmt.Errorf("mcp: server %s: %q is not an environment variable name", c.Name, name)
 		}
 	}
 	if c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff {
