@@ -61,5 +61,7 @@
 //
 // Credentials come from environment variables named in [Auth], read when
 // the source starts: a bearer token, or an API key sent in a header or a
-// query parameter.
+// query parameter. Config.Headers are sent with every request; the worker
+// configuration file lets their values come from the environment or a file
+// (see [github.com/toolbus/toolbus/pkg/sources.ExpandValue]).
 package openapi

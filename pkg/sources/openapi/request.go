@@ -163,6 +163,9 @@ func (s *Source) request(ctx context.Context, op *operation, raw []byte) (*http.
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op.method, op.path, err)
 	}
+	for name, value := range s.cfg.Headers {
+		req.Header.Set(name, value)
+	}
 	for name, values := range header {
 		req.Header[name] = values
 	}

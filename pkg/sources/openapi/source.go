@@ -57,6 +57,9 @@ type Config struct {
 	// when it is relative.
 	BaseURL string
 	Auth    Auth
+	// Headers are sent with every request, before the operation's header
+	// parameters and the credentials, which win over them.
+	Headers map[string]string
 	// MaxResponseSize is the largest response body read, in bytes; a larger
 	// one is a tool error. Defaults to 4 MiB.
 	MaxResponseSize int64

@@ -55,6 +55,7 @@ const swaggerPets = `{
 // received is a request as the API saw it.
 type received struct {
 	method, path string
+	header       http.Header
 	body         []byte
 }
 
@@ -70,7 +71,7 @@ func petsAPI(t *testing.T, document string) (*httptest.Server, <-chan received) 
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
-		requests <- received{method: r.Method, path: r.URL.Path, body: body}
+		requests <- received{method: r.Method, path: r.URL.Path, header: r.Header.Clone(), body: body}
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(body)
 	}))
@@ -251,5 +252,15 @@ func TestRenamedFieldDescription(t *testing.T) {
 	}
 	if !strings.HasPrefix(schema.Properties["id"].Description, "The pet's ID") {
 		t.Errorf("id description %q", schema.Properties["id"].Description)
+	}
+}
+
+func TestConfiguredHeaders(t *testing.T) {
+	t.Parallel()
+	api, requests := petsAPI(t, swaggerPets)
+	tools := startSource(t, openapi.Config{Name: "pets", Namespace: "pets", Spec: api.URL + "/swagger.json", Headers: map[string]string{"X-Team": "tools"}})
+	call(t, tools["updatePet"], `{"id": "1", "name": "Rex"}`)
+	if req := <-requests; req.header.Get("X-Team") != "tools" {
+		t.Fatalf("headers %v", req.header)
 	}
 }
