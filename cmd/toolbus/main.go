@@ -7,6 +7,7 @@
 //	toolbus turns get ID               show an agent turn's calls
 //	toolbus approvals list|approve|deny
 //	toolbus tools disable|enable NAME
+//	toolbus tools remove NAME          remove stale tools (operators)
 //
 // Measuring is for developers and has a command of its own, toolbus-bench.
 package main
@@ -35,6 +36,7 @@ Commands:
   dev                          run an embedded NATS server, a coordinator and a demo worker
   tools                        list the tools in the catalog
   tools disable|enable NAME    switch a tool or a namespace off (with --reason) or on
+  tools remove NAME            remove a stale tool, or every tool of a namespace, from the catalog
   approvals list               list pending approvals
   approvals approve|deny ID    decide an approval (--remember call|turn|agent_tool, --reason)
   call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress);
@@ -103,6 +105,9 @@ func run(args []string) error {
 	case "tools":
 		if len(cmdArgs) > 0 && (cmdArgs[0] == "enable" || cmdArgs[0] == "disable") {
 			return runToolSwitch(ctx, g, cmdArgs[0] == "enable", cmdArgs[1:])
+		}
+		if len(cmdArgs) > 0 && cmdArgs[0] == "remove" {
+			return runToolsRemove(ctx, g, cmdArgs[1:])
 		}
 		return runTools(ctx, g, cmdArgs)
 	case "approvals":

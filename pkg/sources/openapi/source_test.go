@@ -13,6 +13,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/sources/openapi"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
@@ -262,5 +266,69 @@ func TestConfiguredHeaders(t *testing.T) {
 	call(t, tools["updatePet"], `{"id": "1", "name": "Rex"}`)
 	if req := <-requests; req.header.Get("X-Team") != "tools" {
 		t.Fatalf("headers %v", req.header)
+	}
+}
+
+// TestWorkerRegistersAllOrNothing starts a worker whose second namespace
+// has a broken spec: the start fails and the first namespace's tools are
+// not left in the catalog.
+func TestWorkerRegistersAllOrNothing(t *testing.T) {
+	t.Parallel()
+	api, _ := petsAPI(t, swaggerPets)
+	broken := filepath.Join(t.TempDir(), "broken.yaml")
+	err := os.WriteFile(broken, []byte(`
+openapi: 3.0.3
+info: {title: t, version: "1"}
+paths:
+  /x:
+    get:
+      operationId: getX
+      responses:
+        "200":
+          description: ok
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/Missing"}
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(c *coordinator.Config) { c.NoBuiltinTools = true })
+	good, err := openapi.New(openapi.Config{Name: "pets", Namespace: "pets", Spec: api.URL + "/swagger.json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := openapi.New(openapi.Config{Name: "broken", Namespace: "broken", Spec: broken, BaseURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(worker.Config{Conn: testenv.Connect(t, srv.URL()), Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []worker.Namespace{{Name: "pets", Sources: []worker.Source{good}}, {Name: "broken", Sources: []worker.Source{bad}}} {
+		if err := w.Serve(ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := testenv.Context(t)
+	if err := w.Start(ctx); err == nil || !strings.Contains(err.Error(), "Missing") {
+		t.Fatalf("worker start: %v", err)
+	}
+	js, err := jetstream.New(testenv.Connect(t, srv.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "toolbus_catalog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.ListKeysFiltered(ctx, "tools.pets.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key := range keys.Keys() {
+		t.Errorf("%s is in the catalog after a failed start", key)
 	}
 }
