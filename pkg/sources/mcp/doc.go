@@ -37,6 +37,14 @@
 // dies. A process that leaves its group (setsid, a daemon) is beyond this
 // reach.
 //
+// A network server that cannot be reached, or does not initialize, when
+// the source starts does not fail the start: Start returns no tools and
+// the source keeps connecting in the background with the same backoff
+// (MinBackoff 250ms doubling to MaxBackoff 30s), so that the worker serves
+// its other sources meanwhile; the server's tools are reported through
+// update once it answers. A stdio server that cannot start fails Start, as
+// its command is the worker's own configuration.
+//
 // Network transports are reconnected with the same backoff when a request
 // fails at the transport level, a ping goes unanswered, or the server no
 // longer knows the session (it restarted). Calls that arrive while the
