@@ -69,11 +69,23 @@
 // call's context ends — cancelled, past its deadline, or the worker
 // stopping — the server is sent notifications/cancelled for the request.
 // Result content maps to content blocks one for one (text, image, audio,
-// embedded text or blob resource, resource link), structuredContent to the
+// embedded text or blob resource, resource link), each with its
+// annotations (audience, priority, lastModified) in
+// messages.ContentBlock.Annotations; structuredContent maps to the
 // structured content, isError to Result.IsError. An error answer of the
 // server is the tool's failure; a failure of the transport (the server died
 // mid-call, the connection broke) hands the call back with worker.Retry
 // while the source reconnects.
+//
+// # Client capabilities
+//
+// The worker declares no client capabilities in its initialize request:
+// not sampling (a server cannot ask the worker's model for a completion),
+// not elicitation (it cannot ask the user a question mid-call), not roots
+// (it is told no directories or files to work in). A server that needs one
+// of them may leave out the tools that use it, or fail their calls; such
+// tools are not served through Toolbus. Give a server that wants roots its
+// directories through its own arguments or environment instead.
 //
 // The source speaks MCP protocol version 2025-11-25, the last with the
 // initialize handshake, on every transport, so that explicit cancellation
