@@ -45,7 +45,7 @@ func (s *Source) call(ctx context.Context, original string, call *worker.Call) (
 		// the session watch has marked the session lost by then.
 		if isTransportError(err) || sess.isLost() {
 			sess.fail(err)
-			return nil, worker.Retry(fmt.Errorf("MCP server %s: %w", s.cfg.Name, err))
+			return nil, worker.Retry(fmt.Errorf("MCP server %s: %w", s.cfg.Name, plainTransportError(err)))
 		}
 		return nil, fmt.Errorf("MCP server %s: %w", s.cfg.Name, err)
 	}

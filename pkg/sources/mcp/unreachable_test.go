@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -77,5 +78,31 @@ func TestStdioServerThatCannotStartFailsStart(t *testing.T) {
 	}
 	if _, err := src.Start(context.Background(), func([]worker.Tool) {}); err == nil {
 		t.Fatal("a stdio server that cannot start did not fail the start")
+	}
+}
+
+// TestUnreachableServerErrorSaysWhyOnce checks the text of the error of a
+// connection refused: the HTTP client's words, without the MCP client's
+// layers that repeat themselves, and still a transport error.
+func TestUnreachableServerErrorSaysWhyOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	src, err := New(Config{Name: "gone", URL: "http://" + addr + "/mcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _, err = src.connect(ctx, ctx)
+	if err == nil {
+		t.Fatal("connected to a closed port")
+	}
+	want := `initialize: Post "http://` + addr + `/mcp": dial tcp ` + addr + `: connect: connection refused`
+	if err.Error() != want || !isTransportError(err) {
+		t.Fatalf("error %q (transport error: %v), want %q", err, isTransportError(err), want)
 	}
 }
