@@ -1,5 +1,6 @@
 // Package workerconfig reads the YAML file that tells a worker which
-// namespaces to serve and where their tools come from:
+// namespaces to serve and where their tools come from. docs/workers.md is
+// the file's reference for users; in short:
 //
 //	namespaces:
 //	  - name: everything
