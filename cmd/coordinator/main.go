@@ -34,7 +34,11 @@ func run() error {
 	failUnavailable := flag.Bool("fail-unavailable", false, "fail calls of namespaces without a live worker instead of queueing them")
 	approvalTTL := flag.Duration("approval-ttl", 24*time.Hour, "how long an approval waits for a decision")
 	identitiesFile := flag.String("identities", os.Getenv("TOOLBUS_IDENTITIES"), "identities file (YAML): which agents each NATS user may act as, and which users are operators; without it the agent a request names is trusted")
+	staleToolTTL := flag.Duration("stale-tool-ttl", coordinator.DefaultStaleToolTTL, "remove the tools of a namespace that has had no live worker this long; 0 keeps them")
 	flag.Parse()
+	if *staleToolTTL == 0 {
+		*staleToolTTL = -1 // the Config's way of saying off
+	}
 
 	log := conn.Logger()
 	var identities *coordinator.Identities
@@ -59,6 +63,7 @@ func run() error {
 		PolicyFile:          *policyFile,
 		FailWhenUnavailable: *failUnavailable,
 		ApprovalTTL:         *approvalTTL,
+		StaleToolTTL:        *staleToolTTL,
 		Identities:          identities,
 		Resources:           resources.Config{Replicas: *replicas, Reconfigure: *reconfigure},
 		Logger:              log,

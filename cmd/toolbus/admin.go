@@ -84,3 +84,29 @@ func runToolSwitch(ctx context.Context, g globals, enable bool, args []string) e
 	fmt.Printf("%s %s\n", pos[0], state)
 	return nil
 }
+
+func runToolsRemove(ctx context.Context, g globals, args []string) error {
+	fs := newFlags("tools remove")
+	reason := fs.String("reason", "", "why")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil || len(pos) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: toolbus tools remove TOOL-OR-NAMESPACE [--reason R]")
+		return exitError(2)
+	}
+	nc, c, err := g.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	reply, err := c.RemoveTools(ctx, pos[0], *reason)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return printJSON(reply)
+	}
+	for _, name := range reply.Removed {
+		fmt.Printf("%s removed\n", name)
+	}
+	return nil
+}

@@ -42,6 +42,9 @@ func runTools(ctx context.Context, g globals, args []string) error {
 		if t.Disabled {
 			state = "  [disabled: " + t.Reason + "]"
 		}
+		if t.OriginalName != "" {
+			state += "  (source's name: " + t.OriginalName + ")"
+		}
 		fmt.Printf("%-32s %s%s\n", t.Name, firstLine(t.Description), state)
 	}
 	return nil
@@ -72,7 +75,7 @@ func runCall(ctx context.Context, g globals, args []string) error {
 	var rawArgs messages.JSON
 	if len(pos) == 2 {
 		if !json.Valid([]byte(pos[1])) {
-			return fmt.Errorf("arguments are not valid JSON: %s", pos[1])
+			return usageError(fmt.Sprintf("arguments are not valid JSON: %s", pos[1]))
 		}
 		rawArgs = messages.JSON(pos[1])
 	}
@@ -99,8 +102,12 @@ func runCall(ctx context.Context, g globals, args []string) error {
 	}
 	res := reply.Result
 	if res == nil {
-		if res, err = watchCall(ctx, c, reply.CallID, true); err != nil {
+		var printed bool
+		if res, printed, err = followCall(ctx, g, c, reply.CallID, true); err != nil {
 			return err
+		}
+		if printed {
+			return resultStatus(res)
 		}
 	}
 	return printResult(g, res)
@@ -198,8 +205,14 @@ func printResult(g globals, res *messages.CallResult) error {
 	} else {
 		writeContent(os.Stdout, res)
 	}
+	return resultStatus(res)
+}
+
+// resultStatus is the exit status of a command that printed a call's
+// result: 1 when the result is an error.
+func resultStatus(res *messages.CallResult) error {
 	if res.IsError {
-		return exitError(1)
+		return exitError(exitCallFailed)
 	}
 	return nil
 }
@@ -265,9 +278,12 @@ func runCalls(ctx context.Context, g globals, args []string) error {
 		printCallInfo(info)
 		return nil
 	case "watch":
-		res, err := watchCall(ctx, c, id, false)
+		res, printed, err := followCall(ctx, g, c, id, false)
 		if err != nil {
 			return err
+		}
+		if printed {
+			return resultStatus(res)
 		}
 		return printResult(g, res)
 	case "cancel":

@@ -17,6 +17,7 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	host := fs.String("host", "127.0.0.1", "address to listen on")
 	workspace := fs.String("workspace", "", "exposure workspace directory (bundles/*.yaml, agents/*.yaml)")
 	policyFile := fs.String("policy", "", "policy file (YAML)")
+	workerConfig := fs.String("worker-config", "", "worker configuration file (YAML, see docs/workers.md) whose namespaces the dev worker serves beside the demo tools")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return exitError(2)
@@ -26,7 +27,7 @@ func runDev(ctx context.Context, g globals, args []string) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, Logger: log})
+	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, WorkerConfig: *workerConfig, Logger: log})
 	if err != nil {
 		return fmt.Errorf("start: %w (if the port is taken, try --port 0)", err)
 	}

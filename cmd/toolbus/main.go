@@ -7,15 +7,18 @@
 //	toolbus turns get ID               show an agent turn's calls
 //	toolbus approvals list|approve|deny
 //	toolbus tools disable|enable NAME
+//	toolbus tools remove NAME          remove stale tools (operators)
 //
 // Measuring is for developers and has a command of its own, toolbus-bench.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -33,8 +36,10 @@ Usage:
 
 Commands:
   dev                          run an embedded NATS server, a coordinator and a demo worker
+                               (--worker-config FILE also serves a worker configuration, see docs/workers.md)
   tools                        list the tools in the catalog
   tools disable|enable NAME    switch a tool or a namespace off (with --reason) or on
+  tools remove NAME            remove a stale tool, or every tool of a namespace, from the catalog
   approvals list               list pending approvals
   approvals approve|deny ID    decide an approval (--remember call|turn|agent_tool, --reason)
   call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress);
@@ -46,7 +51,12 @@ Global flags:
   --server URL   NATS server (default $TOOLBUS_URL or nats://127.0.0.1:4222)
   --prefix P     subject prefix (default toolbus)
   --agent NAME   agent name sent with calls
-  --json         print replies as JSON
+  --json         print replies, and errors, as JSON (anywhere on the command line);
+                 with --watch and calls watch, one JSON line per event
+
+Exit status: 0 success; 1 the call's result is an error (tool error, failed,
+cancelled, timed out, denied); 2 usage; 3 Toolbus could not be reached or
+refused the request.
 `
 
 type globals struct {
@@ -57,20 +67,88 @@ type globals struct {
 }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		var ex exitError
-		if errors.As(err, &ex) {
-			os.Exit(int(ex))
-		}
-		fmt.Fprintln(os.Stderr, "toolbus:", err)
-		os.Exit(1)
-	}
+	os.Exit(finish(run(os.Args[1:]), os.Stdout, os.Stderr))
 }
+
+// Exit statuses; README.md lists them.
+const (
+	exitOK = 0
+	// exitCallFailed: the call ended and its result is an error (a tool
+	// error, or the call failed, was cancelled, timed out or was denied).
+	exitCallFailed = 1
+	// exitUsage: the command line is wrong (unknown command or flag,
+	// missing argument, arguments that are not JSON).
+	exitUsage = 2
+	// exitRequestFailed: Toolbus could not be reached, or refused the
+	// request (the error's code says why).
+	exitRequestFailed = 3
+)
 
 // exitError ends the program with a status and no further message.
 type exitError int
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// usageError is a mistake in the command line, reported as an error with
+// the usage status.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
+// jsonErrors marks the error of a command run with --json, which is
+// printed as JSON.
+type jsonErrors struct{ err error }
+
+func (e jsonErrors) Error() string { return e.err.Error() }
+func (e jsonErrors) Unwrap() error { return e.err }
+
+// finish reports the error of run, if any, and returns the exit status.
+// Errors are text on standard error; with --json they are a JSON object
+// on standard output, where the reply would have been:
+//
+//	{"error": {"code": "tool_not_found", "message": "..."}, "exit_code": 3}
+func finish(err error, stdout, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	var ex exitError
+	if errors.As(err, &ex) {
+		return int(ex) // already reported
+	}
+	status := exitRequestFailed
+	var usage usageError
+	if errors.As(err, &usage) {
+		status = exitUsage
+	}
+	var asJSON jsonErrors
+	if !errors.As(err, &asJSON) {
+		fmt.Fprintln(stderr, "toolbus:", err)
+		return status
+	}
+	type errorJSON struct {
+		Code    string   `json:"code,omitempty"`
+		Message string   `json:"message"`
+		Details []string `json:"details,omitempty"`
+	}
+	out := struct {
+		Error    errorJSON `json:"error"`
+		ExitCode int       `json:"exit_code"`
+	}{Error: errorJSON{Message: asJSON.err.Error()}, ExitCode: status}
+	var e *messages.Error
+	switch {
+	case errors.As(err, &e):
+		out.Error = errorJSON{Code: string(e.Code), Message: e.Message, Details: e.Details}
+	case status == exitUsage:
+		out.Error.Code = "usage"
+	}
+	data, merr := json.Marshal(out)
+	if merr != nil {
+		fmt.Fprintln(stderr, "toolbus:", err)
+		return status
+	}
+	fmt.Fprintf(stdout, "%s\n", data)
+	return status
+}
 
 func run(args []string) error {
 	g := globals{server: os.Getenv("TOOLBUS_URL"), prefix: messages.DefaultPrefix}
@@ -83,6 +161,8 @@ func run(args []string) error {
 	fs.StringVar(&g.prefix, "prefix", g.prefix, "subject prefix")
 	fs.StringVar(&g.agent, "agent", "", "agent name")
 	fs.BoolVar(&g.json, "json", false, "print JSON")
+	// --json may also come after the command ("toolbus calls watch --json ID").
+	args, g.json = takeJSONFlag(args)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -96,13 +176,23 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cmd, cmdArgs := rest[0], rest[1:]
+	err := runCommand(ctx, g, fs, rest[0], rest[1:])
+	if err != nil && g.json {
+		return jsonErrors{err}
+	}
+	return err
+}
+
+func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cmdArgs []string) error {
 	switch cmd {
 	case "dev":
 		return runDev(ctx, g, cmdArgs)
 	case "tools":
 		if len(cmdArgs) > 0 && (cmdArgs[0] == "enable" || cmdArgs[0] == "disable") {
 			return runToolSwitch(ctx, g, cmdArgs[0] == "enable", cmdArgs[1:])
+		}
+		if len(cmdArgs) > 0 && cmdArgs[0] == "remove" {
+			return runToolsRemove(ctx, g, cmdArgs[1:])
 		}
 		return runTools(ctx, g, cmdArgs)
 	case "approvals":
@@ -155,4 +245,24 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
+}
+
+// takeJSONFlag removes --json from anywhere in the command line (before a
+// "--") and reports whether it was there.
+func takeJSONFlag(args []string) ([]string, bool) {
+	out := make([]string, 0, len(args))
+	found := false
+	for i, a := range args {
+		if a == "--" {
+			out = append(out, args[i:]...)
+			break
+		}
+		switch a {
+		case "--json", "-json", "--json=true", "-json=true":
+			found = true
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, found
 }

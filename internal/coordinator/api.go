@@ -70,6 +70,7 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 		messages.EndpointApprovalsAnswer: decoding(c.approvals.answer),
 		messages.EndpointToolsEnable:     decoding(c.switches.enable),
 		messages.EndpointToolsDisable:    decoding(c.switches.disable),
+		messages.EndpointToolsRemove:     decoding(c.switches.remove),
 		messages.EndpointToolsDiscover:   decoding(c.view.discover),
 	}
 }

@@ -55,6 +55,11 @@ type Config struct {
 	// the sweeper ends it; workers end the calls they hold themselves.
 	// Defaults to 30s.
 	SweepGrace time.Duration
+	// StaleToolTTL is how long a namespace may have no live worker before
+	// its tools are removed from the catalog (checked every SweepInterval).
+	// Defaults to DefaultStaleToolTTL (24h); a negative value turns the
+	// sweep off.
+	StaleToolTTL time.Duration
 	// UnavailableWait bounds how long a request waits for JetStream while
 	// a stream or bucket it needs does not answer (in a cluster, while its
 	// replicas elect a leader): the request's reads and writes are retried
@@ -127,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SweepGrace == 0 {
 		c.SweepGrace = 30 * time.Second
+	}
+	if c.StaleToolTTL == 0 {
+		c.StaleToolTTL = DefaultStaleToolTTL
 	}
 	if c.UnavailableWait == 0 {
 		c.UnavailableWait = DefaultUnavailableWait

@@ -96,6 +96,7 @@ func (c *Coordinator) startSteps() []startStep {
 			}
 			return func(context.Context) error { return sweep.stop() }, nil
 		}},
+		{"", c.startStaleToolSweep},
 		{"", func(context.Context) (func(context.Context) error, error) {
 			// Started means answering: the server has the subscriptions.
 			return nil, c.nc.FlushTimeout(requestTimeout)

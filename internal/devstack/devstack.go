@@ -1,6 +1,7 @@
 // Package devstack runs the whole of Toolbus in one process: an embedded
 // NATS server with JetStream, a coordinator, a worker serving the demo
-// tools and an indexer. It uses the same code paths as a distributed deployment.
+// tools (and the namespaces of a worker configuration file, when given) and
+// an indexer. It uses the same code paths as a distributed deployment.
 package devstack
 
 import (
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/indexer"
 	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/workerconfig"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -33,7 +36,11 @@ type Config struct {
 	PolicyFile   string
 	// DemoSlots is how many demo calls run at once. Defaults to 64.
 	DemoSlots int
-	Logger    *slog.Logger
+	// WorkerConfig is a worker configuration file (see docs/workers.md)
+	// whose namespaces the stack's worker serves beside the demo tools. A
+	// file that names the demo namespace replaces the built-in one.
+	WorkerConfig string
+	Logger       *slog.Logger
 }
 
 // Stack is a running all-in-one Toolbus.
@@ -55,6 +62,17 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	if cfg.DemoSlots == 0 {
 		cfg.DemoSlots = 64
+	}
+	// The file is read first, so that its mistakes show before anything starts.
+	var configured []worker.Namespace
+	if cfg.WorkerConfig != "" {
+		file, err := workerconfig.Load(cfg.WorkerConfig)
+		if err != nil {
+			return nil, err
+		}
+		if configured, err = file.WorkerNamespaces(cfg.Logger.With("component", "worker")); err != nil {
+			return nil, err
+		}
 	}
 	srv, err := natsserver.Start(natsserver.Config{DataDir: cfg.DataDir, Host: cfg.Host, Port: cfg.Port})
 	if err != nil {
@@ -100,8 +118,15 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Worker.Serve(worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: cfg.DemoSlots}); err != nil {
-		return nil, err
+	if !slices.ContainsFunc(configured, func(ns worker.Namespace) bool { return ns.Name == demo.Name }) {
+		if err := s.Worker.Serve(worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: cfg.DemoSlots}); err != nil {
+			return nil, err
+		}
+	}
+	for _, ns := range configured {
+		if err := s.Worker.Serve(ns); err != nil {
+			return nil, fmt.Errorf("%w (in %s)", err, cfg.WorkerConfig)
+		}
 	}
 	if err := s.Worker.Start(ctx); err != nil {
 		s.Worker = nil

@@ -1,5 +1,6 @@
 // Package workerconfig reads the YAML file that tells a worker which
-// namespaces to serve and where their tools come from:
+// namespaces to serve and where their tools come from. docs/workers.md is
+// the file's reference for users; in short:
 //
 //	namespaces:
 //	  - name: everything
@@ -13,26 +14,37 @@
 //	          command: node_modules/.bin/mcp-server-everything
 //	          args: [stdio]
 //	          env: {LOG_LEVEL: debug}
+//	          inherit_env: [GITHUB_TOKEN]  # passed on from the worker's environment
 //	      - mcp:
 //	          name: remote
 //	          transport: http  # stdio (default with command), sse, or http (default with url)
 //	          url: https://mcp.example.com/mcp
-//	          headers: {X-Team: tools}
+//	          headers:
+//	            X-Team: tools
+//	            Authorization: "Bearer ${REMOTE_TOKEN}"  # from the environment
+//	            X-Api-Key: "file:secrets/remote-key"     # from a file
 //	      - openapi:
 //	          name: petstore
 //	          spec: specs/petstore.yaml   # a file or an http(s) URL
 //	          base_url: https://petstore.example.com/v1
 //	          auth: {bearer_env: PETSTORE_TOKEN}
+//	          headers: {X-Tenant: "${TENANT}"}
 //	          # or: auth: {api_key_env: PETSTORE_KEY, header: X-API-Key}
 //	          # or: auth: {api_key_env: PETSTORE_KEY, query: api_key}
 //
 // Each source is exactly one of demo, mcp and openapi. An MCP server's
-// optional fields are dir (working directory), env, headers; an OpenAPI
-// service's are base_url and auth. Relative paths — a command or dir that
+// optional fields are dir (working directory), env, inherit_env, headers;
+// a stdio server's environment is HOME, LOGNAME, PATH, SHELL, TERM and USER,
+// the variables inherit_env names, and env — never the rest of the worker's; an OpenAPI
+// service's are base_url, auth and headers. Relative paths — a command or dir that
 // holds a '/', an OpenAPI spec file — are relative to the directory of the
 // configuration file; a bare command is looked up in PATH. Credentials stay
-// in the environment: auth names variables, and headers hold only what may
-// sit in a file.
+// in the environment or in files: auth names variables, and a header's
+// value may hold ${NAME}, replaced by the environment variable NAME, or be
+// "file:<path>", the content of the file (relative to the configuration)
+// without its trailing newline. They are read when the worker starts; an
+// unset variable or an unreadable file stops it with an error naming the
+// file, the namespace, the source and the header.
 //
 // Decoding is strict: an unknown field is an error. Every problem is a
 // *Error naming the file, the line where known, and the field, as in

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/sources"
 	"github.com/toolbus/toolbus/pkg/sources/mcp"
 	"github.com/toolbus/toolbus/pkg/sources/openapi"
 	"github.com/toolbus/toolbus/pkg/worker"
@@ -49,22 +50,24 @@ type Source struct {
 
 // MCP is an MCP server.
 type MCP struct {
-	Name      string            `yaml:"name"`
-	Transport string            `yaml:"transport"`
-	Command   string            `yaml:"command"`
-	Args      []string          `yaml:"args"`
-	Env       map[string]string `yaml:"env"`
-	Dir       string            `yaml:"dir"`
-	URL       string            `yaml:"url"`
-	Headers   map[string]string `yaml:"headers"`
+	Name       string            `yaml:"name"`
+	Transport  string            `yaml:"transport"`
+	Command    string            `yaml:"command"`
+	Args       []string          `yaml:"args"`
+	Env        map[string]string `yaml:"env"`
+	InheritEnv []string          `yaml:"inherit_env"`
+	Dir        string            `yaml:"dir"`
+	URL        string            `yaml:"url"`
+	Headers    map[string]string `yaml:"headers"`
 }
 
 // OpenAPI is an HTTP API described by an OpenAPI 3 document.
 type OpenAPI struct {
-	Name    string `yaml:"name"`
-	Spec    string `yaml:"spec"`
-	BaseURL string `yaml:"base_url"`
-	Auth    *Auth  `yaml:"auth"`
+	Name    string            `yaml:"name"`
+	Spec    string            `yaml:"spec"`
+	BaseURL string            `yaml:"base_url"`
+	Auth    *Auth             `yaml:"auth"`
+	Headers map[string]string `yaml:"headers"`
 }
 
 // Auth names the environment variables holding an API's credentials.
@@ -325,7 +328,7 @@ func (c *Config) validateSource(v *validator, at []any, s *Source, names map[str
 			for _, f := range []struct {
 				field string
 				set   bool
-			}{{"command", m.Command != ""}, {"args", len(m.Args) > 0}, {"env", len(m.Env) > 0}, {"dir", m.Dir != ""}} {
+			}{{"command", m.Command != ""}, {"args", len(m.Args) > 0}, {"env", len(m.Env) > 0}, {"inherit_env", len(m.InheritEnv) > 0}, {"dir", m.Dir != ""}} {
 				if f.set {
 					v.add(append(at, f.field), "goes with the stdio transport, not %s", transport)
 				}
@@ -338,6 +341,16 @@ func (c *Config) validateSource(v *validator, at []any, s *Source, names map[str
 				v.add(append(at, "env"), "%q is not an environment variable name", k)
 			}
 		}
+		for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
+			if !validHeaderName(k) {
+				v.add(append(at, "headers"), "%q is not a header name", k)
+			}
+		}
+		for i, k := range m.InheritEnv {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				v.add(append(at, "inherit_env", i), "%q is not an environment variable name", k)
+			}
+		}
 	case s.OpenAPI != nil:
 		o := s.OpenAPI
 		at := append(at, "openapi")
@@ -347,6 +360,11 @@ func (c *Config) validateSource(v *validator, at []any, s *Source, names map[str
 		}
 		if o.BaseURL != "" && !strings.HasPrefix(o.BaseURL, "http://") && !strings.HasPrefix(o.BaseURL, "https://") {
 			v.add(append(at, "base_url"), "%q is not an http or https URL", o.BaseURL)
+		}
+		for _, k := range slices.Sorted(maps.Keys(o.Headers)) {
+			if !validHeaderName(k) {
+				v.add(append(at, "headers"), "%q is not a header name", k)
+			}
 		}
 		if o.Auth != nil {
 			if err := o.Auth.options().Validate(); err != nil {
@@ -385,18 +403,29 @@ func (c *Config) WorkerNamespaces(log *slog.Logger) ([]worker.Namespace, error) 
 			case s.Demo:
 				wns.Tools = append(wns.Tools, demo.Tools()...)
 			case s.MCP != nil:
-				src, err := mcp.New(c.mcpConfig(ns.Name, s.MCP, log))
+				cfg := c.mcpConfig(ns.Name, s.MCP, log)
+				headers, err := c.headers(ns.Name, "mcp", s.MCP.Name, s.MCP.Headers)
+				if err != nil {
+					return nil, err
+				}
+				cfg.Headers = headers
+				src, err := mcp.New(cfg)
 				if err != nil {
 					return nil, fmt.Errorf("%s: namespace %s: %w", c.file, ns.Name, err)
 				}
 				wns.Sources = append(wns.Sources, src)
 			case s.OpenAPI != nil:
+				headers, err := c.headers(ns.Name, "openapi", s.OpenAPI.Name, s.OpenAPI.Headers)
+				if err != nil {
+					return nil, err
+				}
 				src, err := openapi.New(openapi.Config{
 					Name:      s.OpenAPI.Name,
 					Namespace: ns.Name,
 					Spec:      c.resolveSpec(s.OpenAPI.Spec),
 					BaseURL:   s.OpenAPI.BaseURL,
 					Auth:      s.OpenAPI.Auth.options(),
+					Headers:   headers,
 					Logger:    log,
 				})
 				if err != nil {
@@ -406,6 +435,23 @@ func (c *Config) WorkerNamespaces(log *slog.Logger) ([]worker.Namespace, error) 
 			}
 		}
 		out = append(out, wns)
+	}
+	return out, nil
+}
+
+// headers resolves the values of a source's headers: "${NAME}" from the
+// environment, "file:<path>" from a file relative to the configuration.
+func (c *Config) headers(ns, kind, source string, headers map[string]string) (map[string]string, error) {
+	if len(headers) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(headers))
+	for _, name := range slices.Sorted(maps.Keys(headers)) {
+		v, err := sources.ExpandValue(headers[name], c.dir)
+		if err != nil {
+			return nil, fmt.Errorf("%s: namespace %s: %s source %s: header %s: %w", c.file, ns, kind, source, name, err)
+		}
+		out[name] = v
 	}
 	return out, nil
 }
@@ -420,16 +466,17 @@ func (c *Config) mcpConfig(ns string, m *MCP, log *slog.Logger) mcp.Config {
 		env = append(env, k+"="+m.Env[k])
 	}
 	return mcp.Config{
-		Name:      m.Name,
-		Namespace: ns,
-		Transport: mcp.Transport(m.Transport),
-		Command:   command,
-		Args:      m.Args,
-		Env:       env,
-		Dir:       c.resolve(m.Dir),
-		URL:       m.URL,
-		Headers:   m.Headers,
-		Logger:    log,
+		Name:       m.Name,
+		Namespace:  ns,
+		Transport:  mcp.Transport(m.Transport),
+		Command:    command,
+		Args:       m.Args,
+		Env:        env,
+		InheritEnv: m.InheritEnv,
+		Dir:        c.resolve(m.Dir),
+		URL:        m.URL,
+		Headers:    m.Headers,
+		Logger:     log,
 	}
 }
 
@@ -438,4 +485,18 @@ func (c *Config) resolveSpec(spec string) string {
 		return spec
 	}
 	return c.resolve(spec)
+}
+
+// validHeaderName reports whether name is an HTTP field name (a token).
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package workerconfig
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -149,5 +150,43 @@ namespaces:
 				}
 			}
 		})
+	}
+}
+
+func TestHeaderValues(t *testing.T) {
+	t.Setenv("TOOLBUS_TEST_REMOTE_TOKEN", "t0ken")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "team"), []byte("tools\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "w.yaml")
+	cfg, err := Parse(file, []byte(`
+namespaces:
+  - name: x
+    sources:
+      - mcp:
+          name: remote
+          url: https://mcp.example.com/mcp
+          headers: {Authorization: "Bearer ${TOOLBUS_TEST_REMOTE_TOKEN}", X-Team: "file:team"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers, err := cfg.headers("x", "mcp", "remote", cfg.Namespaces[0].Sources[0].MCP.Headers)
+	if err != nil || headers["Authorization"] != "Bearer t0ken" || headers["X-Team"] != "tools" {
+		t.Fatalf("headers %v, %v", headers, err)
+	}
+
+	for _, tc := range []struct{ value, want string }{
+		{"${TOOLBUS_TEST_UNSET_TOKEN}", file + ": namespace x: openapi source pets: header Authorization: environment variable is not set: TOOLBUS_TEST_UNSET_TOKEN"},
+		{"file:nowhere", file + ": namespace x: openapi source pets: header Authorization: read open " + filepath.Join(dir, "nowhere") + ": no such file or directory"},
+	} {
+		cfg, err := Parse(file, []byte("namespaces:\n  - name: x\n    sources:\n      - openapi: {name: pets, spec: pets.yaml, headers: {Authorization: \""+tc.value+"\"}}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cfg.WorkerNamespaces(nil); err == nil || err.Error() != tc.want {
+			t.Errorf("%s:\n got %v\nwant %s", tc.value, err, tc.want)
+		}
 	}
 }

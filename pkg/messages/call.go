@@ -131,6 +131,19 @@ type ContentBlock struct {
 	URI         string `json:"uri,omitempty"`
 	Name        string `json:"name,omitempty"`
 	Description string `json:"description,omitempty"`
+	// Annotations are the MCP content annotations the source gave the block.
+	Annotations *ContentAnnotations `json:"annotations,omitempty"`
+}
+
+// ContentAnnotations say whom a content block is for and how much it
+// matters, as MCP's annotations do.
+type ContentAnnotations struct {
+	// Audience lists who the block is meant for: "user", "assistant" or both.
+	Audience []string `json:"audience,omitempty"`
+	// Priority ranges from 0 (optional) to 1 (most important); nil when not given.
+	Priority *float64 `json:"priority,omitempty"`
+	// LastModified is an ISO 8601 time, as the source wrote it.
+	LastModified string `json:"last_modified,omitempty"`
 }
 
 // TextBlock returns a text content block.

@@ -352,6 +352,9 @@ func (b *ContentBlock) decodeFast(d *reader) error {
 			b.Name, err = d.str()
 		case "description":
 			b.Description, err = d.str()
+		case "annotations":
+			b.Annotations = new(ContentAnnotations)
+			err = d.decodeReflect(b.Annotations)
 		default:
 			err = d.skip()
 		}

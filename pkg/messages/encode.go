@@ -365,7 +365,7 @@ func (r *CallResult) appendMsgpack(w *packer) {
 func (b ContentBlock) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, &b) }
 
 func (b *ContentBlock) appendMsgpack(w *packer) {
-	w.header(1 + count(b.Text != "", len(b.JSON) > 0, len(b.Data) > 0, b.MIMEType != "", b.URI != "", b.Name != "", b.Description != ""))
+	w.header(1 + count(b.Text != "", len(b.JSON) > 0, len(b.Data) > 0, b.MIMEType != "", b.URI != "", b.Name != "", b.Description != "", b.Annotations != nil))
 	w.str("type", b.Type)
 	if b.Text != "" {
 		w.str("text", b.Text)
@@ -388,6 +388,10 @@ func (b *ContentBlock) appendMsgpack(w *packer) {
 	}
 	if b.Description != "" {
 		w.str("description", b.Description)
+	}
+	if b.Annotations != nil {
+		w.key("annotations")
+		w.putReflect(b.Annotations)
 	}
 }
 

@@ -42,7 +42,7 @@ func TestWrittenOutEncodersMatchReflection(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 5, time.UTC)
 	full := CallResult{CallID: "c", Tool: "a-b", Status: StateCompleted, IsError: true,
-		Content:           []ContentBlock{TextBlock("t"), ImageBlock([]byte{1, 2}, "image/png"), {Type: ContentResourceLink, URI: "u", Name: "n", Description: "d", MIMEType: "m"}, JSONBlock(JSON(`{"x":[1]}`))},
+		Content:           []ContentBlock{TextBlock("t"), ImageBlock([]byte{1, 2}, "image/png"), {Type: ContentResourceLink, URI: "u", Name: "n", Description: "d", MIMEType: "m", Annotations: &ContentAnnotations{Audience: []string{"user"}, Priority: new(0.5), LastModified: "2026-11-29T12:00:00Z"}}, JSONBlock(JSON(`{"x":[1]}`))},
 		StructuredContent: JSON(`{"x":[1]}`), Error: &ResultError{Code: "tool_error", Message: "m"}, Attempt: 2, Worker: "w",
 		QueuedAt: now, StartedAt: now, FinishedAt: now, Truncated: true, FullResult: &ObjectRef{Bucket: "b", Name: "n", Size: 3}}
 	req := CallRequest{CallID: "c", Tool: "a-b", Namespace: "a", Method: "b", Arguments: JSON(`{"k":"v"}`), Agent: "ag", Turn: "tu",

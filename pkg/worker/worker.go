@@ -364,11 +364,6 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("worker: catalog: %w", err)
 	}
 	store := catalog.NewStore(kv)
-	// From here on, a source's update goes straight to the catalog; the
-	// tools present now are written below.
-	w.mu.Lock()
-	w.store = store
-	w.mu.Unlock()
 	runCtx, cancel := context.WithCancel(context.Background())
 	var started []Source
 	// A start that fails half-way undoes what it did, and the worker can
@@ -397,6 +392,10 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 		w.started, w.cancel, w.store = false, nil, nil
 		w.mu.Unlock()
 	}()
+	// Registration is all or nothing: every source starts before the first
+	// tool is written, so a source that fails to start leaves none of the
+	// others' tools in the catalog. Until w.store is set, setSourceTools
+	// (also when a source reports a change) only records the tools.
 	for _, ns := range nss {
 		for _, src := range ns.Sources {
 			tools, err := src.Start(runCtx, w.sourceUpdater(runCtx, ns, src))
@@ -421,13 +420,20 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
-		w.mu.Lock()
-		tools := make([]*Tool, 0, len(ns.tools))
+	}
+	// From here on, a source's update goes straight to the catalog; the
+	// tools present now are written below.
+	registered := make([][]*Tool, len(nss))
+	w.mu.Lock()
+	w.store = store
+	for i, ns := range nss {
 		for _, t := range ns.tools {
-			tools = append(tools, t)
+			registered[i] = append(registered[i], t)
 		}
-		w.mu.Unlock()
-		for _, t := range tools {
+	}
+	w.mu.Unlock()
+	for i, ns := range nss {
+		for _, t := range registered[i] {
 			if err := store.PutTool(ctx, &t.Definition); err != nil {
 				return fmt.Errorf("worker: %w", err)
 			}

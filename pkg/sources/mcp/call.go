@@ -45,7 +45,7 @@ func (s *Source) call(ctx context.Context, original string, call *worker.Call) (
 		// the session watch has marked the session lost by then.
 		if isTransportError(err) || sess.isLost() {
 			sess.fail(err)
-			return nil, worker.Retry(fmt.Errorf("MCP server %s: %w", s.cfg.Name, err))
+			return nil, worker.Retry(fmt.Errorf("MCP server %s: %w", s.cfg.Name, plainTransportError(err)))
 		}
 		return nil, fmt.Errorf("MCP server %s: %w", s.cfg.Name, err)
 	}
@@ -78,18 +78,56 @@ func toResult(res *mcpgo.CallToolResult) (*worker.Result, error) {
 	return out, nil
 }
 
+// contentBlock maps one MCP content item, with its annotations.
 func contentBlock(c mcpgo.Content) (messages.ContentBlock, error) {
+	block, err := contentOf(c)
+	if err != nil {
+		return block, err
+	}
+	var a *mcpgo.Annotations
+	switch v := c.(type) {
+	case mcpgo.TextContent:
+		a = v.Annotations
+	case *mcpgo.TextContent:
+		a = v.Annotations
+	case mcpgo.ImageContent:
+		a = v.Annotations
+	case *mcpgo.ImageContent:
+		a = v.Annotations
+	case mcpgo.AudioContent:
+		a = v.Annotations
+	case *mcpgo.AudioContent:
+		a = v.Annotations
+	case mcpgo.ResourceLink:
+		a = v.Annotations
+	case *mcpgo.ResourceLink:
+		a = v.Annotations
+	case mcpgo.EmbeddedResource:
+		a = v.Annotations
+	case *mcpgo.EmbeddedResource:
+		a = v.Annotations
+	}
+	if a != nil && (len(a.Audience) > 0 || a.Priority != nil || a.LastModified != "") {
+		block.Annotations = &messages.ContentAnnotations{Priority: a.Priority, LastModified: a.LastModified}
+		for _, role := range a.Audience {
+			block.Annotations.Audience = append(block.Annotations.Audience, string(role))
+		}
+	}
+	return block, nil
+}
+
+func contentOf(c mcpgo.Content) (messages.ContentBlock, error) {
 	switch v := c.(type) {
 	case *mcpgo.TextContent:
-		return contentBlock(*v)
+		return contentOf(*v)
 	case *mcpgo.ImageContent:
-		return contentBlock(*v)
+		return contentOf(*v)
 	case *mcpgo.AudioContent:
-		return contentBlock(*v)
+		return contentOf(*v)
 	case *mcpgo.ResourceLink:
-		return contentBlock(*v)
+		return contentOf(*v)
 	case *mcpgo.EmbeddedResource:
-		return contentBlock(*v)
+		return contentOf(*v)
 	case mcpgo.TextContent:
 		return messages.TextBlock(v.Text), nil
 	case mcpgo.ImageContent:

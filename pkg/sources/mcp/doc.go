@@ -18,6 +18,15 @@
 //
 // # Processes
 //
+// A stdio server does not inherit the worker's environment, which holds the
+// worker's own secrets (TOOLBUS_PASSWORD, tokens of other sources). As the
+// official MCP SDKs do, it gets only the variables [InheritedEnv] lists —
+// HOME, LOGNAME, PATH, SHELL, TERM and USER (on Windows APPDATA, HOMEDRIVE,
+// HOMEPATH, LOCALAPPDATA, PATH, PATHEXT, PROCESSOR_ARCHITECTURE,
+// PROGRAMFILES, SYSTEMDRIVE, SYSTEMROOT, TEMP, USERNAME and USERPROFILE) —
+// where the worker has them, those named in Config.InheritEnv, and
+// Config.Env's entries, which win.
+//
 // A stdio server runs in a process group of its own, exactly one process
 // per source and worker. When it exits, its group is killed — so that no
 // child it started outlives it — and it is started again after a backoff
@@ -27,6 +36,14 @@
 // the server is gone. On Linux the server is also killed when the worker
 // dies. A process that leaves its group (setsid, a daemon) is beyond this
 // reach.
+//
+// A network server that cannot be reached, or does not initialize, when
+// the source starts does not fail the start: Start returns no tools and
+// the source keeps connecting in the background with the same backoff
+// (MinBackoff 250ms doubling to MaxBackoff 30s), so that the worker serves
+// its other sources meanwhile; the server's tools are reported through
+// update once it answers. A stdio server that cannot start fails Start, as
+// its command is the worker's own configuration.
 //
 // Network transports are reconnected with the same backoff when a request
 // fails at the transport level, a ping goes unanswered, or the server no
@@ -52,11 +69,23 @@
 // call's context ends — cancelled, past its deadline, or the worker
 // stopping — the server is sent notifications/cancelled for the request.
 // Result content maps to content blocks one for one (text, image, audio,
-// embedded text or blob resource, resource link), structuredContent to the
+// embedded text or blob resource, resource link), each with its
+// annotations (audience, priority, lastModified) in
+// messages.ContentBlock.Annotations; structuredContent maps to the
 // structured content, isError to Result.IsError. An error answer of the
 // server is the tool's failure; a failure of the transport (the server died
 // mid-call, the connection broke) hands the call back with worker.Retry
 // while the source reconnects.
+//
+// # Client capabilities
+//
+// The worker declares no client capabilities in its initialize request:
+// not sampling (a server cannot ask the worker's model for a completion),
+// not elicitation (it cannot ask the user a question mid-call), not roots
+// (it is told no directories or files to work in). A server that needs one
+// of them may leave out the tools that use it, or fail their calls; such
+// tools are not served through Toolbus. Give a server that wants roots its
+// directories through its own arguments or environment instead.
 //
 // The source speaks MCP protocol version 2025-11-25, the last with the
 // initialize handshake, on every transport, so that explicit cancellation

@@ -63,7 +63,7 @@ func startProcess(cfg *Config, log *slog.Logger) (*process, error) {
 		return nil, err
 	}
 	cmd := exec.Command(cfg.Command, cfg.Args...)
-	cmd.Env = append(os.Environ(), cfg.Env...)
+	cmd.Env = serverEnv(cfg)
 	cmd.Dir = cfg.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.SysProcAttr = processAttributes()

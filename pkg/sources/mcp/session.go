@@ -3,9 +3,11 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -129,6 +131,7 @@ func (s *Source) connect(ctx, runCtx context.Context) (*session, []worker.Tool, 
 	sess.client.OnConnectionLost(sess.fail)
 	fail := func(step string, err error) (*session, []worker.Tool, error) {
 		sess.close()
+		err = plainTransportError(err)
 		if sess.proc != nil {
 			return nil, nil, fmt.Errorf("%s: %w (%w)", step, err, sess.proc.exitError())
 		}
@@ -296,4 +299,27 @@ func (w sessionWatch) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	return resp, nil
+}
+
+// sendError is a request that did not reach the server. The MCP client
+// wraps such a failure in layers that repeat themselves ("transport error:
+// failed to send request: failed to send request: Post ..."); its message
+// is the HTTP client's alone, which names the method, the URL and why,
+// while the whole chain stays there for errors.Is and errors.As.
+type sendError struct {
+	err   error
+	cause *url.Error
+}
+
+func (e *sendError) Error() string { return e.cause.Error() }
+func (e *sendError) Unwrap() error { return e.err }
+
+// plainTransportError gives a request that failed in the HTTP client the
+// HTTP client's message; other errors are returned as they are.
+func plainTransportError(err error) error {
+	var cause *url.Error
+	if err == nil || !errors.As(err, &cause) {
+		return err
+	}
+	return &sendError{err: err, cause: cause}
 }

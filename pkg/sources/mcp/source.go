@@ -47,12 +47,15 @@ type Config struct {
 	// TransportHTTP when URL is.
 	Transport Transport
 
-	// Command, Args, Env and Dir start a stdio server. Env holds KEY=VALUE
-	// entries added to the worker's own environment.
-	Command string
-	Args    []string
-	Env     []string
-	Dir     string
+	// Command, Args, Env and Dir start a stdio server. The server does not
+	// inherit the worker's environment, which holds the worker's secrets:
+	// it gets the variables InheritedEnv lists and those InheritEnv names,
+	// where the worker has them set, and then Env's KEY=VALUE entries.
+	Command    string
+	Args       []string
+	Env        []string
+	InheritEnv []string
+	Dir        string
 
 	// URL of an SSE or streamable HTTP server, and headers sent with every request.
 	URL     string
@@ -137,6 +140,11 @@ func (c *Config) validate() error {
 			return fmt.Errorf("mcp: server %s: environment entry %q is not KEY=VALUE", c.Name, kv)
 		}
 	}
+	for _, name := range c.InheritEnv {
+		if name == "" || strings.ContainsAny(name, "=\x00") {
+			return fmt.Errorf("mcp: server %s: %q is not an environment variable name", c.Name, name)
+		}
+	}
 	if c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff {
 		return fmt.Errorf("mcp: server %s: backoff from %v to %v is not a range", c.Name, c.MinBackoff, c.MaxBackoff)
 	}
@@ -198,10 +206,12 @@ func (s *Source) PID() int {
 	return s.current.proc.PID()
 }
 
-// Start starts or connects to the server and returns its tools. A server
-// that cannot be reached, or fails to initialize, fails Start; later
-// failures are repaired by restarting or reconnecting, and each new tool
-// list is passed to update.
+// Start starts or connects to the server and returns its tools. A stdio
+// server that cannot be started, or fails to initialize, fails Start; a
+// network server that cannot be reached does not: Start returns no tools
+// and the source keeps connecting in the background. Later failures are
+// repaired by restarting or reconnecting, and each new tool list is passed
+// to update.
 func (s *Source) Start(ctx context.Context, update func([]worker.Tool)) ([]worker.Tool, error) {
 	s.mu.Lock()
 	if s.started || s.stopped {
@@ -213,9 +223,19 @@ func (s *Source) Start(ctx context.Context, update func([]worker.Tool)) ([]worke
 	// The source outlives the context of Start; Stop ends it.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	sess, tools, err := s.connect(ctx, runCtx)
-	if err != nil {
+	if err != nil && (s.cfg.Transport == TransportStdio || ctx.Err() != nil) {
 		cancel()
 		return nil, fmt.Errorf("mcp: server %s: %w", s.cfg.Name, err)
+	}
+	if err != nil {
+		// A network server may come later: the worker serves its other
+		// sources meanwhile, and this one's tools once it answers.
+		s.log.Warn("MCP server not reachable at start; retrying in the background", "error", err, "retry_after", s.cfg.MinBackoff)
+		s.reported = fingerprint(nil)
+		if err := s.run(cancel, func() { s.supervise(runCtx, nil, update) }); err != nil {
+			return nil, err
+		}
+		return nil, nil
 	}
 	// Servers often change their list as the session starts (tools that
 	// depend on the client's capabilities); a change announced by now is
@@ -237,19 +257,28 @@ func (s *Source) Start(ctx context.Context, update func([]worker.Tool)) ([]worke
 		break
 	}
 	s.reported = fingerprint(tools)
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
+	s.setCurrent(sess)
+	err = s.run(cancel, func() { s.supervise(runCtx, sess, update) })
+	if err != nil {
 		sess.close()
+		return nil, err
+	}
+	return tools, nil
+}
+
+// run starts supervise, the goroutine that keeps the source connected
+// until Stop, unless Stop came first.
+func (s *Source) run(cancel context.CancelFunc, supervise func()) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
 		cancel()
-		return nil, fmt.Errorf("mcp: server %s: stopped while starting", s.cfg.Name)
+		return fmt.Errorf("mcp: server %s: stopped while starting", s.cfg.Name)
 	}
 	s.cancel = cancel
 	s.done = make(chan struct{})
-	s.mu.Unlock()
-	s.setCurrent(sess)
-	go s.supervise(runCtx, sess, update)
-	return tools, nil
+	go supervise()
+	return nil
 }
 
 // Stop disconnects from the server, stopping its process and every process
@@ -282,21 +311,24 @@ func (s *Source) setCurrent(sess *session) {
 // supervise keeps the source connected until ctx ends: it re-lists tools
 // when the server says they changed, pings network servers, and replaces a
 // lost session with a new one after a backoff.
+// With a nil sess it begins by connecting.
 func (s *Source) supervise(ctx context.Context, sess *session, update func([]worker.Tool)) {
 	defer close(s.done)
 	backoff := s.cfg.MinBackoff
 	for {
-		began := time.Now()
-		s.follow(ctx, sess, update)
-		s.setCurrent(nil)
-		sess.close()
-		if ctx.Err() != nil {
-			return
+		if sess != nil {
+			began := time.Now()
+			s.follow(ctx, sess, update)
+			s.setCurrent(nil)
+			sess.close()
+			if ctx.Err() != nil {
+				return
+			}
+			if time.Since(began) > stableConnection {
+				backoff = s.cfg.MinBackoff
+			}
+			s.log.Warn("MCP server connection lost; reconnecting", "error", sess.cause(), "after", backoff)
 		}
-		if time.Since(began) > stableConnection {
-			backoff = s.cfg.MinBackoff
-		}
-		s.log.Warn("MCP server connection lost; reconnecting", "error", sess.cause(), "after", backoff)
 		for {
 			select {
 			case <-ctx.Done():

@@ -1,5 +1,5 @@
 // Package openapi serves the operations of an HTTP API, described by an
-// OpenAPI 3 document, as Toolbus tools.
+// OpenAPI 3.0 or 3.1 document or a Swagger 2.0 one, as Toolbus tools.
 //
 // A [Source] is a worker.Source: plug it into worker.Namespace.Sources.
 //
@@ -32,14 +32,18 @@
 // share a name, the first in the order path, query, header, cookie, body
 // keeps it and the later one is prefixed with where it goes — the body's
 // "id" beside a path parameter "id" becomes "body_id", a query parameter
-// "id" becomes "query_id" — and its description says so.
+// "id" becomes "query_id" — and its description says so in a sentence of
+// its own. Properties keep the order in which the document declares them
+// (parameters first), as a model reads them in order.
 //
 // # Calls
 //
 // Path parameters are substituted into the path template, URL-escaped, in
 // the simple, label or matrix style; query parameters follow their style
 // (form, spaceDelimited, pipeDelimited, deepObject) and explode setting;
-// headers use the simple style and cookies the form style. Parameters
+// headers use the simple style and cookies the form style. A JSON null
+// given for a body property (or a whole JSON body) is sent as null; a null
+// parameter is left out. Parameters
 // described by a media type rather than a schema are sent as JSON. The
 // request ends with the call's context.
 //
@@ -57,5 +61,7 @@
 //
 // Credentials come from environment variables named in [Auth], read when
 // the source starts: a bearer token, or an API key sent in a header or a
-// query parameter.
+// query parameter. Config.Headers are sent with every request; the worker
+// configuration file lets their values come from the environment or a file
+// (see [github.com/toolbus/toolbus/pkg/sources.ExpandValue]).
 package openapi

@@ -66,10 +66,12 @@ func (s *Source) request(ctx context.Context, op *operation, raw []byte) (*http.
 	var cookies []string
 	bodyFields := map[string]any{}
 	var body any
-	hasBody := false
+	hasBody, wholeBody := false, false
 	for _, a := range op.args {
 		v, ok := args[a.property]
-		if !ok || v == nil {
+		// A JSON null is a value of a JSON body, sent as given; a parameter
+		// has no way to say null, so a null one is left out.
+		if !ok || v == nil && (a.in != inBody && (a.in != inBodyWhole || !isJSON(op.bodyType))) {
 			if a.in == inPath {
 				return nil, fmt.Errorf("argument %q (%s) is missing", a.property, locationLabel(a.in, a.name))
 			}
@@ -81,7 +83,7 @@ func (s *Source) request(ctx context.Context, op *operation, raw []byte) (*http.
 			hasBody = true
 		case inBodyWhole:
 			body = v
-			hasBody = true
+			hasBody, wholeBody = true, true
 		default:
 			if a.param.Schema == nil && len(a.param.Content) > 0 {
 				data, err := json.Marshal(v)
@@ -138,13 +140,13 @@ func (s *Source) request(ctx context.Context, op *operation, raw []byte) (*http.
 	if hasBody {
 		var data []byte
 		switch {
-		case body != nil && !isJSON(op.bodyType):
+		case wholeBody && !isJSON(op.bodyType):
 			text, ok := body.(string)
 			if !ok {
 				return nil, fmt.Errorf("the request body is %s and must be given as a string", op.bodyType)
 			}
 			data = []byte(text)
-		case body != nil:
+		case wholeBody:
 			var err error
 			if data, err = json.Marshal(body); err != nil {
 				return nil, fmt.Errorf("request body: %w", err)
@@ -160,6 +162,9 @@ func (s *Source) request(ctx context.Context, op *operation, raw []byte) (*http.
 	req, err := http.NewRequestWithContext(ctx, op.method, target, reader)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op.method, op.path, err)
+	}
+	for name, value := range s.cfg.Headers {
+		req.Header.Set(name, value)
 	}
 	for name, values := range header {
 		req.Header[name] = values

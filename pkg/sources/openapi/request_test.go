@@ -87,7 +87,7 @@ func TestJSONSchema(t *testing.T) {
 		Required:      []string{"count"},
 		Discriminator: &openapi3.Discriminator{PropertyName: "kind"},
 	}}
-	data, err := json.Marshal(jsonSchema(ref))
+	data, err := json.Marshal(jsonSchema(ref, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ paths:
 		t.Fatal(err)
 	}
 	item := doc.Paths.Value("/things/{id}")
-	op, schema, err := buildOperation("PUT", "/things/{id}", item, item.Put)
+	op, schema, err := buildOperation("PUT", "/things/{id}", item, item.Put, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

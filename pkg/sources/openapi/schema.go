@@ -1,9 +1,15 @@
 package openapi
 
 import (
+	"bytes"
+	"encoding/json"
+	"maps"
 	"slices"
+	"strings"
+	"sync"
 
 	"github.com/getkin/kin-openapi/openapi3"
+	"go.yaml.in/yaml/v3"
 )
 
 // jsonSchema turns an OpenAPI schema into a self-contained JSON Schema
@@ -11,11 +17,19 @@ import (
 // boolean exclusive bounds are rewritten, and keywords that only OpenAPI
 // knows (discriminator, xml, externalDocs) are dropped. A schema that
 // contains itself is cut at the repetition, where any value is accepted.
-func jsonSchema(ref *openapi3.SchemaRef) any {
-	return convertSchema(ref, map[*openapi3.Schema]bool{})
+// Properties keep their declaration order when order knows it.
+func jsonSchema(ref *openapi3.SchemaRef, order *propertyOrder) any {
+	c := &converter{order: order, open: map[*openapi3.Schema]bool{}}
+	return c.convert(ref)
 }
 
-func convertSchema(ref *openapi3.SchemaRef, open map[*openapi3.Schema]bool) any {
+type converter struct {
+	order *propertyOrder
+	// open holds the schemas being converted, to cut a schema that contains itself.
+	open map[*openapi3.Schema]bool
+}
+
+func (c *converter) convert(ref *openapi3.SchemaRef) any {
 	if ref == nil || ref.Value == nil {
 		return map[string]any{}
 	}
@@ -23,11 +37,11 @@ func convertSchema(ref *openapi3.SchemaRef, open map[*openapi3.Schema]bool) any 
 	if s.Always != nil {
 		return *s.Always
 	}
-	if open[s] {
+	if c.open[s] {
 		return map[string]any{}
 	}
-	open[s] = true
-	defer delete(open, s)
+	c.open[s] = true
+	defer delete(c.open, s)
 
 	out := map[string]any{}
 	var types []string
@@ -100,7 +114,7 @@ func convertSchema(ref *openapi3.SchemaRef, open map[*openapi3.Schema]bool) any 
 
 	one := func(key string, r *openapi3.SchemaRef) {
 		if r != nil {
-			out[key] = convertSchema(r, open)
+			out[key] = c.convert(r)
 		}
 	}
 	many := func(key string, rs openapi3.SchemaRefs) {
@@ -109,7 +123,7 @@ func convertSchema(ref *openapi3.SchemaRef, open map[*openapi3.Schema]bool) any 
 		}
 		list := make([]any, len(rs))
 		for i, r := range rs {
-			list[i] = convertSchema(r, open)
+			list[i] = c.convert(r)
 		}
 		out[key] = list
 	}
@@ -117,16 +131,16 @@ func convertSchema(ref *openapi3.SchemaRef, open map[*openapi3.Schema]bool) any 
 		if len(m) == 0 {
 			return
 		}
-		props := make(map[string]any, len(m))
+		props := orderedObject{keys: c.order.of(m), values: make(map[string]any, len(m))}
 		for name, r := range m {
-			props[name] = convertSchema(r, open)
+			props.values[name] = c.convert(r)
 		}
 		out[key] = props
 	}
 	boolOrSchema := func(key string, b openapi3.BoolSchema) {
 		switch {
 		case b.Schema != nil:
-			out[key] = convertSchema(b.Schema, open)
+			out[key] = c.convert(b.Schema)
 		case b.Has != nil:
 			out[key] = *b.Has
 		}
@@ -182,4 +196,106 @@ func isObject(ref *openapi3.SchemaRef) bool {
 		return false
 	}
 	return s.Type == nil || s.Type.Is("object")
+}
+
+// propertyOrder remembers the order in which the documents of a spec
+// declare the properties of their schemas. The loader keeps properties in a
+// map, which has no order, yet a model reads a schema's properties in the
+// order they come; so the order is read from the documents' text, where
+// every "properties" mapping is known by the set of its names.
+type propertyOrder struct {
+	mu sync.Mutex
+	// byNames maps the sorted names of a "properties" mapping, joined by
+	// NUL, to the order they were written in; the first mapping seen with
+	// that set of names decides.
+	byNames map[string][]string
+}
+
+// learn records the order of every "properties" mapping of a document.
+// A document that does not parse teaches nothing: the loader reports it.
+func (o *propertyOrder) learn(data []byte) {
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) != nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.byNames == nil {
+		o.byNames = map[string][]string{}
+	}
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n == nil {
+			return
+		}
+		if n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				key, value := n.Content[i], n.Content[i+1]
+				if key.Value == "properties" && value.Kind == yaml.MappingNode {
+					names := make([]string, 0, len(value.Content)/2)
+					for j := 0; j+1 < len(value.Content); j += 2 {
+						names = append(names, value.Content[j].Value)
+					}
+					set := namesKey(names)
+					if _, seen := o.byNames[set]; !seen {
+						o.byNames[set] = names
+					}
+				}
+			}
+		}
+		for _, child := range n.Content {
+			walk(child)
+		}
+	}
+	walk(&root)
+}
+
+// of returns the names of properties in their declaration order, or sorted
+// when it is not known.
+func (o *propertyOrder) of(properties openapi3.Schemas) []string {
+	names := slices.Sorted(maps.Keys(properties))
+	if o == nil {
+		return names
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if declared, ok := o.byNames[namesKey(names)]; ok && len(declared) == len(names) {
+		return slices.Clone(declared)
+	}
+	return names
+}
+
+func namesKey(names []string) string {
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	return strings.Join(sorted, "\x00")
+}
+
+// orderedObject is a JSON object whose members are written in the order of keys.
+type orderedObject struct {
+	keys   []string
+	values map[string]any
+}
+
+func (o orderedObject) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range o.keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		key, err := json.Marshal(k)
+		if err != nil {
+			return nil, err
+		}
+		value, err := json.Marshal(o.values[k])
+		if err != nil {
+			return nil, err
+		}
+		b.Write(key)
+		b.WriteByte(':')
+		b.Write(value)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }

@@ -57,6 +57,9 @@ type Config struct {
 	// when it is relative.
 	BaseURL string
 	Auth    Auth
+	// Headers are sent with every request, before the operation's header
+	// parameters and the credentials, which win over them.
+	Headers map[string]string
 	// MaxResponseSize is the largest response body read, in bytes; a larger
 	// one is a tool error. Defaults to 4 MiB.
 	MaxResponseSize int64
@@ -114,7 +117,7 @@ func (s *Source) Start(ctx context.Context, update func([]worker.Tool)) ([]worke
 	if err := s.readCredential(); err != nil {
 		return nil, fmt.Errorf("openapi: service %s: %w", s.cfg.Name, err)
 	}
-	doc, specURL, err := load(ctx, s.cfg.Spec)
+	doc, specURL, order, err := load(ctx, s.cfg.Spec, s.cfg.HTTPClient)
 	if err != nil {
 		return nil, fmt.Errorf("openapi: service %s: %w", s.cfg.Name, err)
 	}
@@ -123,7 +126,7 @@ func (s *Source) Start(ctx context.Context, update func([]worker.Tool)) ([]worke
 		return nil, fmt.Errorf("openapi: service %s: %w", s.cfg.Name, err)
 	}
 	s.base = base
-	tools, err := s.tools(doc)
+	tools, err := s.tools(doc, order)
 	if err != nil {
 		return nil, fmt.Errorf("openapi: service %s: %w", s.cfg.Name, err)
 	}

@@ -7,40 +7,82 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/getkin/kin-openapi/openapi2"
+	"github.com/getkin/kin-openapi/openapi2conv"
 	"github.com/getkin/kin-openapi/openapi3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/sources"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
-// load reads and validates the document at a path or URL. specURL is set
-// when the document came from a URL.
-func load(ctx context.Context, spec string) (*openapi3.T, *url.URL, error) {
+// load reads and validates the document at a path or URL, converting a
+// Swagger 2.0 document to OpenAPI 3 first. specURL is set when the document
+// came from a URL. The order is the declaration order of the schemas'
+// properties, read from every file the document is made of.
+func load(ctx context.Context, spec string, client *http.Client) (*openapi3.T, *url.URL, *propertyOrder, error) {
+	order := &propertyOrder{}
+	read := openapi3.URIMapCache(openapi3.ReadFromURIs(openapi3.ReadFromHTTP(client), openapi3.ReadFromFile))
 	loader := openapi3.NewLoader()
 	loader.IsExternalRefsAllowed = true
 	loader.Context = ctx
+	loader.ReadFromURIFunc = func(l *openapi3.Loader, location *url.URL) ([]byte, error) {
+		data, err := read(l, location)
+		if err == nil {
+			order.learn(data)
+		}
+		return data, err
+	}
 	var (
-		doc     *openapi3.T
-		specURL *url.URL
-		err     error
+		location *url.URL
+		specURL  *url.URL
 	)
 	if u, perr := url.Parse(spec); perr == nil && (u.Scheme == "http" || u.Scheme == "https") {
-		specURL = u
-		doc, err = loader.LoadFromURI(u)
+		location, specURL = u, u
 	} else {
-		doc, err = loader.LoadFromFile(spec)
+		location = &url.URL{Path: filepath.ToSlash(spec)}
 	}
+	data, err := loader.ReadFromURIFunc(loader, location)
 	if err != nil {
-		return nil, nil, fmt.Errorf("load spec %s: %w", spec, err)
+		return nil, nil, nil, fmt.Errorf("load spec %s: %w", spec, err)
+	}
+	var doc *openapi3.T
+	if version := swaggerVersion(data); version != "" {
+		if version != "2.0" {
+			return nil, nil, nil, fmt.Errorf("load spec %s: Swagger version %q is not supported: use 2.0 or OpenAPI 3", spec, version)
+		}
+		var doc2 openapi2.T
+		if err := openapi2.UnmarshalFromData(data, &doc2); err != nil {
+			return nil, nil, nil, fmt.Errorf("load spec %s: %w", spec, err)
+		}
+		if doc, err = openapi2conv.ToV3WithLoader(&doc2, loader, location); err != nil {
+			return nil, nil, nil, fmt.Errorf("load spec %s: converting Swagger 2.0 to OpenAPI 3: %w", spec, err)
+		}
+	} else if doc, err = loader.LoadFromDataWithPath(data, location); err != nil {
+		return nil, nil, nil, fmt.Errorf("load spec %s: %w", spec, err)
 	}
 	if err := doc.Validate(ctx, openapi3.DisableExamplesValidation(), openapi3.DisableSchemaDefaultsValidation()); err != nil {
-		return nil, nil, fmt.Errorf("spec %s is not valid: %w", spec, err)
+		return nil, nil, nil, fmt.Errorf("spec %s is not valid: %w", spec, err)
 	}
-	return doc, specURL, nil
+	return doc, specURL, order, nil
+}
+
+// swaggerVersion returns the value of a document's top-level "swagger"
+// field, "" for an OpenAPI 3 document (or one that does not parse, which
+// the OpenAPI loader then explains).
+func swaggerVersion(data []byte) string {
+	var head struct {
+		Swagger any `yaml:"swagger"`
+	}
+	if err := yaml.Unmarshal(data, &head); err != nil || head.Swagger == nil {
+		return ""
+	}
+	return fmt.Sprint(head.Swagger)
 }
 
 // baseURL picks where requests go: the configured URL, else the document's
@@ -101,7 +143,7 @@ type operation struct {
 var methodOrder = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions, http.MethodTrace}
 
 // tools turns every operation of the document into a tool.
-func (s *Source) tools(doc *openapi3.T) ([]worker.Tool, error) {
+func (s *Source) tools(doc *openapi3.T, order *propertyOrder) ([]worker.Tool, error) {
 	type entry struct {
 		original, method, path string
 		synthesized            bool
@@ -151,7 +193,7 @@ func (s *Source) tools(doc *openapi3.T) ([]worker.Tool, error) {
 	methods := sources.Methods(s.cfg.Namespace, names)
 	tools := make([]worker.Tool, 0, len(entries))
 	for _, e := range entries {
-		op, schema, err := buildOperation(e.method, e.path, e.item, e.op)
+		op, schema, err := buildOperation(e.method, e.path, e.item, e.op, order)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", e.method, e.path, err)
 		}
@@ -159,7 +201,7 @@ func (s *Source) tools(doc *openapi3.T) ([]worker.Tool, error) {
 			Method:       methods[e.original],
 			Description:  describe(e.op, e.method, e.path),
 			InputSchema:  schema,
-			OutputSchema: outputSchema(e.op),
+			OutputSchema: outputSchema(e.op, order),
 			Metadata: messages.ToolMetadata{
 				Tags:  tagsFor(e.method),
 				Extra: map[string]string{"http_method": e.method, "http_path": e.path},
@@ -238,10 +280,16 @@ func locationLabel(in, name string) string {
 	return fmt.Sprintf("the %s parameter %q", in, name)
 }
 
-// buildOperation collects an operation's arguments and its input schema.
-func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.Operation) (*operation, messages.JSON, error) {
+// buildOperation collects an operation's arguments and its input schema,
+// whose properties come in the order path, query, header, cookie, body, and
+// the body's in their declaration order.
+func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.Operation, order *propertyOrder) (*operation, messages.JSON, error) {
 	result := &operation{method: method, path: path}
-	properties := map[string]any{}
+	properties := orderedObject{values: map[string]any{}}
+	setProperty := func(name string, schema any) {
+		properties.keys = append(properties.keys, name)
+		properties.values[name] = schema
+	}
 	var required []string
 	owner := map[string]string{} // property → what it holds, for descriptions of renamed ones
 	claim := func(name, in string) (string, string) {
@@ -281,7 +329,7 @@ func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.O
 			}
 		}
 		if note != "" {
-			text = strings.TrimSpace(text + " " + note)
+			text = strings.TrimSpace(endSentence(text) + " " + note)
 		}
 		if text != "" {
 			m["description"] = text
@@ -297,17 +345,17 @@ func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.O
 			var schema any
 			switch {
 			case p.Schema != nil:
-				schema = jsonSchema(p.Schema)
+				schema = jsonSchema(p.Schema, order)
 			case len(p.Content) > 0:
 				for _, mt := range p.Content {
-					schema = jsonSchema(mt.Schema)
+					schema = jsonSchema(mt.Schema, order)
 					break
 				}
 			default:
 				schema = map[string]any{"type": "string"}
 			}
 			property, note := claim(p.Name, in)
-			properties[property] = describeProperty(schema, p.Description, note)
+			setProperty(property, describeProperty(schema, p.Description, note))
 			if p.Required || in == inPath {
 				required = append(required, property)
 			}
@@ -325,18 +373,13 @@ func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.O
 				for _, r := range mt.Schema.Value.Required {
 					bodyRequired[r] = true
 				}
-				names := make([]string, 0, len(mt.Schema.Value.Properties))
-				for name := range mt.Schema.Value.Properties {
-					names = append(names, name)
-				}
-				slices.Sort(names)
-				for _, name := range names {
+				for _, name := range order.of(mt.Schema.Value.Properties) {
 					ref := mt.Schema.Value.Properties[name]
 					if ref != nil && ref.Value != nil && ref.Value.ReadOnly {
 						continue // the server sets it; a request does not carry it
 					}
 					property, note := claim(name, inBody)
-					properties[property] = describeProperty(jsonSchema(ref), "", note)
+					setProperty(property, describeProperty(jsonSchema(ref, order), "", note))
 					if body.Required && bodyRequired[name] {
 						required = append(required, property)
 					}
@@ -345,14 +388,14 @@ func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.O
 			default:
 				var schema any = map[string]any{"type": "string"}
 				if isJSON(mediaType) && mt != nil && mt.Schema != nil {
-					schema = jsonSchema(mt.Schema)
+					schema = jsonSchema(mt.Schema, order)
 				}
 				description := body.Description
 				if description == "" {
 					description = "The request body (" + mediaType + ")."
 				}
 				property, note := claim("body", inBodyWhole)
-				properties[property] = describeProperty(schema, description, note)
+				setProperty(property, describeProperty(schema, description, note))
 				if body.Required {
 					required = append(required, property)
 				}
@@ -369,6 +412,15 @@ func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.O
 		return nil, nil, fmt.Errorf("input schema: %w", err)
 	}
 	return result, data, nil
+}
+
+// endSentence ends text with a full stop unless it already ends a sentence,
+// so that a note can follow it.
+func endSentence(text string) string {
+	if text == "" || strings.HasSuffix(text, ".") || strings.HasSuffix(text, "!") || strings.HasSuffix(text, "?") || strings.HasSuffix(text, ":") {
+		return text
+	}
+	return text + "."
 }
 
 // parameters merges the path item's parameters with the operation's; the
@@ -424,7 +476,7 @@ func isJSON(mediaType string) bool {
 
 // outputSchema is the schema of the operation's JSON success response when
 // it is an object, as structured content must be.
-func outputSchema(op *openapi3.Operation) messages.JSON {
+func outputSchema(op *openapi3.Operation, order *propertyOrder) messages.JSON {
 	if op.Responses == nil {
 		return nil
 	}
@@ -437,7 +489,7 @@ func outputSchema(op *openapi3.Operation) messages.JSON {
 		if !isJSON(mediaType) || mt == nil || !isObject(mt.Schema) {
 			return nil
 		}
-		data, err := json.Marshal(jsonSchema(mt.Schema))
+		data, err := json.Marshal(jsonSchema(mt.Schema, order))
 		if err != nil {
 			return nil
 		}
