@@ -159,10 +159,12 @@ type CallResult struct {
 	// Error says why, when IsError is set.
 	Error *ResultError `json:"error,omitempty"`
 	// Attempt counts deliveries to workers, starting at 1; 0 when no worker ran the call.
-	Attempt    int       `json:"attempt"`
-	Worker     string    `json:"worker,omitempty"`
-	QueuedAt   time.Time `json:"queued_at"`
-	StartedAt  time.Time `json:"started_at,omitempty"`
+	Attempt  int       `json:"attempt"`
+	Worker   string    `json:"worker,omitempty"`
+	QueuedAt time.Time `json:"queued_at"`
+	// StartedAt is when the worker began the attempt that wrote the
+	// result; absent when no worker ran the call.
+	StartedAt  time.Time `json:"started_at,omitempty,omitzero"`
 	FinishedAt time.Time `json:"finished_at"`
 	// Truncated is set when Content was cut to the tool's MaxResultSize;
 	// FullResult then names the object holding the whole result.
