@@ -78,10 +78,9 @@ func (v *toolView) permitted(agent string, def *messages.ToolDefinition) bool {
 // list answers tools.list: the whole catalog, or with any of the model's
 // options, the view of one model iteration.
 func (v *toolView) list(ctx context.Context, lr *messages.ListToolsRequest) (*messages.ListToolsReply, error) {
-	if lr.Namespace != "" {
-		if err := messages.ValidateNamespace(lr.Namespace); err != nil {
-			return nil, err
-		}
+	// Checked here too, for callers in the process that skip the API.
+	if err := lr.Validate(); err != nil {
+		return nil, err
 	}
 	if isModelView(lr) {
 		return v.modelView(ctx, lr)

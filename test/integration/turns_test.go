@@ -279,3 +279,93 @@ func TestDiscoverySelectionsSurviveBriefUnavailability(t *testing.T) {
 		t.Fatalf("after the removal: %+v %v", info.State, err)
 	}
 }
+
+// TestDiscoveryToolFilters: the built-in discovery tool offers the model
+// the namespace and tag filters of tools.discover, in its input schema and
+// in what it finds.
+func TestDiscoveryToolFilters(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "weather", Tools: []worker.Tool{
+		describedTool("send_alert", "Sends a storm alert message to subscribers.", worker.WithTags("notify")),
+	}})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "mail", Tools: []worker.Tool{
+		describedTool("send", "Sends an email message to a recipient."),
+	}})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "analyst"})
+	ctx := testenv.Context(t)
+
+	var schema struct {
+		Properties map[string]struct {
+			Type string `json:"type"`
+		} `json:"properties"`
+	}
+	all, err := c.ListTools(ctx, messages.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range all.Tools {
+		if e.Name == "llm_tools-list" {
+			if err := json.Unmarshal(e.InputSchema, &schema); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, p := range []string{"query", "namespaces", "tags", "page", "page_size"} {
+		if _, ok := schema.Properties[p]; !ok {
+			t.Errorf("llm_tools-list takes no %s: %+v", p, schema.Properties)
+		}
+	}
+	if schema.Properties["namespaces"].Type != "array" || schema.Properties["tags"].Type != "array" {
+		t.Errorf("namespaces and tags are not arrays: %+v", schema.Properties)
+	}
+
+	find := func(args map[string]any) []string {
+		t.Helper()
+		res, err := c.Call(ctx, "llm_tools-list", args)
+		if err != nil || res.IsError {
+			t.Fatalf("llm_tools-list %v: %+v %v", args, res, err)
+		}
+		var found struct {
+			Tools []struct {
+				Name string `json:"name"`
+			} `json:"tools"`
+		}
+		if err := json.Unmarshal(res.StructuredContent, &found); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, f := range found.Tools {
+			names = append(names, f.Name)
+		}
+		slices.Sort(names)
+		return names
+	}
+	eventually(t, "both tools to be discoverable", func() bool {
+		return slices.Equal(find(map[string]any{"query": "send message"}), []string{"mail-send", "weather-send_alert"})
+	})
+	if got := find(map[string]any{"query": "send message", "namespaces": []string{"mail"}}); !slices.Equal(got, []string{"mail-send"}) {
+		t.Errorf("namespaces [mail]: %v", got)
+	}
+	if got := find(map[string]any{"query": "send message", "tags": []string{"notify"}}); !slices.Equal(got, []string{"weather-send_alert"}) {
+		t.Errorf("tags [notify]: %v", got)
+	}
+}
+
+// TestIntakeRefusesPatterns: intake.tools names tools exactly; a pattern
+// in it is refused with invalid_name and a message saying so, rather than
+// selecting nothing.
+func TestIntakeRefusesPatterns(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "analyst"})
+	ctx := testenv.Context(t)
+	for _, name := range []string{"weather:*", "weather-fore*", "*"} {
+		_, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: "t-intake", Intake: &messages.IntakeSelection{Tools: []string{name}}})
+		if messages.CodeOf(err) != messages.CodeInvalidName || !strings.Contains(err.Error(), "intake.bundles") {
+			t.Errorf("intake.tools %q: %v", name, err)
+		}
+	}
+}
