@@ -9,8 +9,11 @@ import (
 	"go/token"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -166,5 +169,118 @@ func TestProtocolJSONDepth(t *testing.T) {
 	}
 	if want := fmt.Sprintf("nest at most %d levels deep", messages.MaxJSONDepth); !bytes.Contains(bytes.Join(bytes.Fields(doc), []byte(" ")), []byte(want)) {
 		t.Errorf("protocol.md does not say that JSON values %s", want)
+	}
+}
+
+// markdownHeadings renders the block structure of a Markdown document as
+// CommonMark does for what protocol.md uses: fenced code blocks (``` or
+// ~~~, indented by at most three spaces, closed by a fence of the same
+// character at least as long with nothing after it but spaces, or left
+// open to the end of the document) and ATX headings outside them. It
+// returns the headings' texts and whether a fence was left open.
+func markdownHeadings(doc string) (headings []string, openFence int) {
+	var fence string // the opening fence's run of backticks or tildes; "" outside a block
+	for i, line := range strings.Split(doc, "\n") {
+		trimmed := strings.TrimLeft(line, " ")
+		if len(line)-len(trimmed) > 3 {
+			continue
+		}
+		if fence != "" {
+			rest, isClose := strings.CutPrefix(trimmed, fence)
+			if isClose && strings.Trim(rest, string(fence[0])+" \t") == "" {
+				fence = ""
+				openFence = 0
+			}
+			continue
+		}
+		if run := leadingRun(trimmed); len(run) >= 3 && (run[0] == '`' || run[0] == '~') {
+			// An info string after backticks may hold no backtick.
+			if run[0] == '`' && strings.Contains(trimmed[len(run):], "`") {
+				continue
+			}
+			fence, openFence = run, i+1
+			continue
+		}
+		if m := atxHeading.FindStringSubmatch(trimmed); m != nil {
+			headings = append(headings, strings.TrimSpace(m[1]))
+		}
+	}
+	return headings, openFence
+}
+
+var atxHeading = regexp.MustCompile(`^#{1,6}(?:[ \t]+(.*?))?[ \t]*$`)
+
+// leadingRun is the run of the first character at the start of s.
+func leadingRun(s string) string {
+	if s == "" {
+		return ""
+	}
+	n := 1
+	for n < len(s) && s[n] == s[0] {
+		n++
+	}
+	return s[:n]
+}
+
+// anchor is the fragment of a heading's link, as GitHub makes it.
+func anchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ' || r == '-':
+			b.WriteByte('-')
+		case r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// TestProtocolRendersItsHeadings renders protocol.md's blocks: no code
+// fence is left open to swallow what follows it, every message with an
+// example has its own heading, and every link within the document leads
+// to a heading.
+func TestProtocolRendersItsHeadings(t *testing.T) {
+	doc, err := os.ReadFile("protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	headings, open := markdownHeadings(string(doc))
+	if open != 0 {
+		t.Errorf("the code fence opened on line %d is never closed: everything after it renders as code", open)
+	}
+	anchors := map[string]bool{}
+	for _, h := range headings {
+		anchors[anchor(h)] = true
+	}
+	for _, m := range regexp.MustCompile(`<!-- message: (\w+) -->`).FindAllStringSubmatch(string(doc), -1) {
+		if !anchors[strings.ToLower(m[1])] && !anchors[anchor(m[1]+" (catalog value)")] {
+			t.Errorf("the message %s has an example but no heading: a code fence before it swallowed it", m[1])
+		}
+	}
+	for _, m := range regexp.MustCompile(`\]\(#([\w-]+)\)`).FindAllStringSubmatch(string(doc), -1) {
+		if !anchors[m[1]] {
+			t.Errorf("the link to #%s leads to no heading", m[1])
+		}
+	}
+}
+
+func TestMarkdownHeadings(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		headings  []string
+		open      int
+	}{
+		{"closed fence", "# A\n```json\n# not a heading\n```\n## B\n", []string{"A", "B"}, 0},
+		{"text after the closing fence", "# A\n```json\n{}\n``` more\n## B\n", []string{"A"}, 2},
+		{"info string on a closing fence", "```\n{}\n```json\n## B\n```\n## C\n", []string{"C"}, 0},
+		{"longer closing fence", "~~~~\n## B\n~~~~~~\n## C\n", []string{"C"}, 0},
+		{"shorter closing fence", "````\n```\n## B\n", nil, 1},
+		{"indented code is not a fence", "    ```\n## B\n", []string{"B"}, 0},
+	} {
+		headings, open := markdownHeadings(tc.doc)
+		if !slices.Equal(headings, tc.headings) || open != tc.open {
+			t.Errorf("%s: headings %q, open fence on line %d; want %q, %d", tc.name, headings, open, tc.headings, tc.open)
+		}
 	}
 }

@@ -12,11 +12,14 @@ import (
 // spelling.
 const BuiltinNamespace = "llm_tools"
 
-// discoveryToolArgs are the arguments of llm_tools-list.
+// discoveryToolArgs are the arguments of llm_tools-list: those of
+// tools.discover that a model may choose (docs/protocol.md lists them).
 type discoveryToolArgs struct {
-	Query    string `json:"query" jsonschema:"description=What the tool you need should do\\, in a few words"`
-	Page     int    `json:"page,omitempty" jsonschema:"description=Page of results\\, from 0,minimum=0"`
-	PageSize int    `json:"page_size,omitempty" jsonschema:"description=Results per page (default 10),minimum=1,maximum=50"`
+	Query      string   `json:"query" jsonschema:"description=What the tool you need should do\\, in a few words"`
+	Namespaces []string `json:"namespaces,omitempty" jsonschema:"description=Only tools of these namespaces (the part of a tool name before the first dash)"`
+	Tags       []string `json:"tags,omitempty" jsonschema:"description=Only tools with at least one of these tags\\, such as read_only"`
+	Page       int      `json:"page,omitempty" jsonschema:"description=Page of results\\, from 0,minimum=0"`
+	PageSize   int      `json:"page_size,omitempty" jsonschema:"description=Results per page (default 10),minimum=1,maximum=50"`
 }
 
 type discoveredTool struct {
@@ -38,7 +41,7 @@ func builtinTools(discover func(context.Context, *messages.DiscoverRequest) (*me
 		"Searches the tool catalog for tools that can do what you need. The tools it returns become available to you on your next step; call them directly.",
 		func(ctx context.Context, in discoveryToolArgs) (discoveryToolResult, error) {
 			call := worker.CallFrom(ctx)
-			reply, err := discover(ctx, &messages.DiscoverRequest{Query: in.Query, Agent: call.Agent, Turn: call.Turn, Page: in.Page, PageSize: in.PageSize})
+			reply, err := discover(ctx, &messages.DiscoverRequest{Query: in.Query, Namespaces: in.Namespaces, Tags: in.Tags, Agent: call.Agent, Turn: call.Turn, Page: in.Page, PageSize: in.PageSize})
 			if err != nil {
 				return discoveryToolResult{}, err
 			}

@@ -73,7 +73,7 @@ func (cs *calls) get(ctx context.Context, gr *messages.GetCallRequest) (*message
 	if !snap.Exists() {
 		return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s (calls are kept for %v)", gr.CallID, cs.kept)
 	}
-	info := snap.Info()
+	info := callInfo(snap)
 	return &info, nil
 }
 
@@ -226,21 +226,17 @@ func (cs *calls) findQueued(ctx context.Context, call *messages.CallRequest) (ui
 // turn returns a turn's calls with their states and results, oldest first
 // (turns.get).
 func (cs *calls) turn(ctx context.Context, turn string) (*messages.TurnInfo, error) {
-	ids, err := cs.turns.callIDs(ctx, turn)
+	out, ids, err := cs.turns.info(ctx, turn)
 	if err != nil {
 		return nil, err
-	}
-	if len(ids) == 0 {
-		return nil, messages.Errorf(messages.CodeTurnNotFound, "turn %s has no calls", turn)
 	}
 	snaps, err := cs.snapshots(ctx, ids...)
 	if err != nil {
 		return nil, unavailable(err, "read calls of turn %s", turn)
 	}
-	out := &messages.TurnInfo{Turn: turn}
 	for _, id := range ids {
 		if s := snaps[id]; s != nil && s.Exists() {
-			out.Calls = append(out.Calls, s.Info())
+			out.Calls = append(out.Calls, callInfo(s))
 		}
 	}
 	slices.SortFunc(out.Calls, func(a, b messages.CallInfo) int {

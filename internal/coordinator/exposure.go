@@ -78,10 +78,9 @@ func (v *toolView) permitted(agent string, def *messages.ToolDefinition) bool {
 // list answers tools.list: the whole catalog, or with any of the model's
 // options, the view of one model iteration.
 func (v *toolView) list(ctx context.Context, lr *messages.ListToolsRequest) (*messages.ListToolsReply, error) {
-	if lr.Namespace != "" {
-		if err := messages.ValidateNamespace(lr.Namespace); err != nil {
-			return nil, err
-		}
+	// Checked here too, for callers in the process that skip the API.
+	if err := lr.Validate(); err != nil {
+		return nil, err
 	}
 	if isModelView(lr) {
 		return v.modelView(ctx, lr)
@@ -190,8 +189,8 @@ func (v *toolView) resolveIteration(ctx context.Context, lr *messages.ListToolsR
 		reply.Schemas = schemas
 	}
 	if turn != nil {
-		reply.Dropped = vis.Dropped
-		changed := turn.prune(vis.Dropped)
+		reply.Dropped = v.gone(agent, vis.Dropped, &turn.state)
+		changed := turn.prune(reply.Dropped)
 		if lr.Intake != nil {
 			turn.state.Intake = lr.Intake
 			changed = true
@@ -203,6 +202,48 @@ func (v *toolView) resolveIteration(ctx context.Context, lr *messages.ListToolsR
 		}
 	}
 	return reply, nil
+}
+
+// gone returns the names among those an iteration could not show that
+// are gone for good: tools removed from the catalog (or names that never
+// named one), tools the agent's exposure rules no longer admit, and tools
+// that policy now denies the agent, and, if only the turn's intake names
+// it, an enabled tool that the rules do not admit. A tool that is only
+// unavailable for now — disabled, or of a namespace without a live worker
+// — is hidden but not gone, so the turn keeps its selection and shows it
+// again once the tool is back.
+func (v *toolView) gone(agent string, dropped []string, state *messages.TurnState) []string {
+	if len(dropped) == 0 {
+		return nil
+	}
+	var admission *exposure.Admission
+	var out []string
+	for _, name := range dropped {
+		tn, err := messages.ParseToolName(name)
+		if err != nil {
+			out = append(out, name)
+			continue
+		}
+		t, ok := v.catalog.Lookup(tn.String())
+		if !ok || !v.permitted(agent, &t.Definition) {
+			out = append(out, name)
+			continue
+		}
+		if admission == nil {
+			admission = v.admission(agent)
+		}
+		if admission.Excluded(tn.String()) {
+			out = append(out, name)
+			continue
+		}
+		selected := slices.Contains(state.Discovered, name) || slices.Contains(state.Activated, name)
+		if _, enabled := admission.Catalog().Lookup(tn.String()); !selected && enabled {
+			if _, admitted := admission.Lookup(tn.String()); !admitted {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
 }
 
 // activate makes tools visible for the rest of a turn (tools.activate).

@@ -166,6 +166,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 			unavailableWait:     c.cfg.UnavailableWait,
 		},
 		tools:     view,
+		turns:     turns,
 		admission: c.view.admission,
 		schemas:   newSchemaCache(),
 		policy:    &c.policy,

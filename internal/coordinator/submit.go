@@ -26,6 +26,8 @@ import (
 type submitPipeline struct {
 	limits submitLimits
 	tools  toolCatalog
+	// turns binds a call's turn to its agent; nil checks no turn.
+	turns *turns
 	// admission returns what an agent's exposure rules admit.
 	admission func(agent string) *exposure.Admission
 	schemas   *schemaCache
@@ -80,6 +82,11 @@ func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, he
 	name, err := validateSubmit(sr, p.limits.maxArgumentsBytes)
 	if err != nil {
 		return nil, false, err
+	}
+	if p.turns != nil {
+		if err := p.turns.claimForCall(ctx, sr.Turn, sr.Agent); err != nil {
+			return nil, false, err
+		}
 	}
 	tool, admission, err := p.admit(ctx, sr.Agent, name)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -169,9 +170,11 @@ func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) 
 	if messages.ValidateID("call ID", call.CallID) != nil {
 		return nil
 	}
-	msg := fmt.Sprintf("the call was delivered %d times and no attempt finished: the workers that took it stopped, lost their lease, or do not serve the tool", adv.Deliveries)
-	res := endResult(&call, messages.StateFailed, messages.ResultAttempts, msg)
-	res.Attempt = int(adv.Deliveries)
+	// The last delivery, the one past MaxAttempts, is the consumer's extra
+	// one for recording the failure; the attempts are those before it.
+	attempts := max(int(adv.Deliveries)-1, 1)
+	res := endResult(&call, messages.StateFailed, messages.ResultAttempts, messages.ExhaustedMessage(attempts, s.lastLog(ctx, call.CallID)))
+	res.Attempt = attempts
 	// A retried commit whose first attempt was stored finds a result and
 	// reports that another won: either way the call has one.
 	if err := retryTransient(ctx, s.wait(), func(ctx context.Context) error {
@@ -182,6 +185,26 @@ func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) 
 	}
 	s.stream.remove(ctx, adv.StreamSeq, call.CallID, "exhausted")
 	return nil
+}
+
+// snapshotReader reads a call's latest events; the coordinator's ledger does.
+type snapshotReader interface {
+	Snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error)
+}
+
+// lastLog returns the call's latest log event, which says why its last
+// attempt asked for another when a worker recorded that; nil when there is
+// none or it cannot be read, which leaves the failure without a cause.
+func (s *sweeper) lastLog(ctx context.Context, callID string) *messages.CallEvent {
+	r, ok := s.ledger.(snapshotReader)
+	if !ok {
+		return nil
+	}
+	snap, err := r.Snapshot(ctx, callID)
+	if err != nil || snap.Log == nil {
+		return nil
+	}
+	return &snap.Log.CallEvent
 }
 
 // wait bounds the retries of one read or write while JetStream does not answer.

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -16,7 +18,27 @@ import (
 // the turns bucket.
 type turns struct {
 	store kvStore
+
+	// owners remembers the agent each recently used turn belongs to, so
+	// that checking a submit's turn costs a read only the first time. A
+	// turn's agent never changes while the turn is kept.
+	mu     sync.Mutex
+	owners map[string]turnOwner
 }
+
+// turnOwner is a remembered owner of a turn, with when it was read.
+type turnOwner struct {
+	agent string
+	at    time.Time
+}
+
+// Bounds of the remembered owners: how many turns, and for how long
+// (well within the turns bucket's TTL, after which a turn may be named
+// anew by another agent).
+const (
+	maxTurnOwners = 16384
+	turnOwnerTTL  = time.Hour
+)
 
 // turnRecord is a turn's saved state with the revision it was read at.
 type turnRecord struct {
@@ -182,4 +204,96 @@ func (ts *turns) callIDs(ctx context.Context, turn string) ([]string, error) {
 		ids = append(ids, key[strings.LastIndexByte(key, '.')+1:])
 	}
 	return ids, nil
+}
+
+// info is what turns.get answers of a turn before its calls are read: the
+// turn's saved state, if it has one, and the IDs of its calls. A turn with
+// neither does not exist.
+func (ts *turns) info(ctx context.Context, turn string) (*messages.TurnInfo, []string, error) {
+	rec, err := ts.load(ctx, turn)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids, err := ts.callIDs(ctx, turn)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rec.revision == 0 && len(ids) == 0 {
+		return nil, nil, messages.Errorf(messages.CodeTurnNotFound, "no turn %s: it has neither saved state nor calls", turn)
+	}
+	out := &messages.TurnInfo{Turn: turn, Calls: []messages.CallInfo{}}
+	if rec.revision != 0 {
+		out.State = &rec.state
+	}
+	return out, ids, nil
+}
+
+// callInfo is a call as calls.get and turns.get report it. Its start is
+// the time the worker began the attempt that wrote the result, when there
+// is one (a call that ends within the worker's start delay has no started
+// event), else that of the latest started event; and progress reported by
+// an earlier attempt than the latest one that started is not shown as
+// the call's.
+func callInfo(snap *ledger.Snapshot) messages.CallInfo {
+	info := snap.Info()
+	if r := snap.Result; r != nil && r.Result != nil && !r.Result.StartedAt.IsZero() {
+		info.StartedAt = r.Result.StartedAt
+	}
+	if p, st := snap.Progress, snap.Started; info.Progress != nil && p != nil && st != nil && p.Attempt < st.Attempt {
+		info.Progress = nil
+	}
+	return info
+}
+
+// claimForCall checks that a call's agent may file it under its turn (a
+// turn belongs to the first agent that names it, as in tools.list), and
+// binds a turn that nobody named yet to the agent. A call without an agent
+// or a turn is not checked.
+func (ts *turns) claimForCall(ctx context.Context, turn, agent string) error {
+	if turn == "" || agent == "" {
+		return nil
+	}
+	if owner, ok := ts.owner(turn); ok {
+		return (&turnRecord{state: messages.TurnState{Turn: turn, Agent: owner}}).claim(agent)
+	}
+	for range turnAttempts {
+		t, err := ts.load(ctx, turn)
+		if err != nil {
+			return err
+		}
+		if t.state.Agent != "" {
+			ts.remember(turn, t.state.Agent)
+			return t.claim(agent)
+		}
+		t.state.Agent = agent
+		err = ts.save(ctx, t)
+		if errors.Is(err, errTurnChanged) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		ts.remember(turn, agent)
+		return nil
+	}
+	return turnKeptChanging(turn)
+}
+
+func (ts *turns) owner(turn string) (string, bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	o, ok := ts.owners[turn]
+	if !ok || time.Since(o.at) > turnOwnerTTL {
+		return "", false
+	}
+	return o.agent, true
+}
+
+func (ts *turns) remember(turn, agent string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.owners == nil || len(ts.owners) >= maxTurnOwners {
+		ts.owners = make(map[string]turnOwner)
+	}
+	ts.owners[turn] = turnOwner{agent: agent, at: time.Now()}
 }

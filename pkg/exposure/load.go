@@ -208,6 +208,11 @@ func checkRules(seq *yaml.Node, newErr func(rule, line int, field, reason string
 		unknownKeys(value(item, "async"), asyncKeys, func(line int, key string) {
 			newErr(i, line, "async."+key, fmt.Sprintf("unknown field; want one of %s", strings.Join(asyncKeys, ", ")))
 		})
+		// Checked here so that the error names the rule and the values
+		// allowed, which the YAML library's type error does not.
+		if v := value(item, "alwaysInclude"); v != nil && (v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool") {
+			newErr(i, v.Line, "alwaysInclude", fmt.Sprintf("%q is not allowed (in the rule for %q); want true or false", v.Value, scalar(item, "name")))
+		}
 	}
 	return lines
 }

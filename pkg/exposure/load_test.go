@@ -189,9 +189,15 @@ func TestLoadWorkspaceErrors(t *testing.T) {
 		},
 		{
 			name:  "wrong value type",
-			files: map[string]string{"bundles/p.yaml": "id: p\nmatch:\n  - name: ok\n    alwaysInclude: sometimes\n"},
-			want:  ValidationError{File: "bundles/p.yaml", Line: 4, Rule: -1},
+			files: map[string]string{"bundles/p.yaml": "id: p\npriority: high\nmatch:\n  - name: ok\n"},
+			want:  ValidationError{File: "bundles/p.yaml", Line: 2, Rule: -1},
 			text:  "cannot unmarshal",
+		},
+		{
+			name:  "alwaysInclude neither true nor false",
+			files: map[string]string{"bundles/p.yaml": "id: p\nmatch:\n  - name: ok\n    alwaysInclude: sometimes\n"},
+			want:  ValidationError{File: "bundles/p.yaml", Line: 4, Bundle: "p", Rule: 0, Field: "alwaysInclude"},
+			text:  `bundles/p.yaml:4: bundle "p": match[0]: alwaysInclude: "sometimes" is not allowed (in the rule for "ok"); want true or false`,
 		},
 		{
 			name: "YAML syntax error",

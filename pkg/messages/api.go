@@ -102,15 +102,17 @@ type CallInfo struct {
 	State     CallState `json:"state"`
 	Arguments JSON      `json:"arguments,omitempty"`
 	// Attempt and Worker describe the latest delivery, if any.
-	Attempt         int         `json:"attempt,omitempty"`
-	Worker          string      `json:"worker,omitempty"`
-	CancelRequested bool        `json:"cancel_requested,omitempty"`
-	Progress        *Progress   `json:"progress,omitempty"`
-	Approval        *Approval   `json:"approval,omitempty"`
-	QueuedAt        time.Time   `json:"queued_at,omitempty"`
-	StartedAt       time.Time   `json:"started_at,omitempty"`
-	Deadline        time.Time   `json:"deadline,omitempty"`
-	Result          *CallResult `json:"result,omitempty"`
+	Attempt         int       `json:"attempt,omitempty"`
+	Worker          string    `json:"worker,omitempty"`
+	CancelRequested bool      `json:"cancel_requested,omitempty"`
+	Progress        *Progress `json:"progress,omitempty"`
+	Approval        *Approval `json:"approval,omitempty"`
+	QueuedAt        time.Time `json:"queued_at,omitempty,omitzero"`
+	// StartedAt is when the worker began the latest attempt; absent (in
+	// both encodings) until a worker recorded a start or a result.
+	StartedAt time.Time   `json:"started_at,omitempty,omitzero"`
+	Deadline  time.Time   `json:"deadline,omitempty,omitzero"`
+	Result    *CallResult `json:"result,omitempty"`
 }
 
 // CancelRequest asks to cancel a call (endpoint calls.cancel).

@@ -1,6 +1,9 @@
 package messages
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // CallState is where a call is in its life. The last five are terminal and
 // are also the Status of the call's result.
@@ -172,10 +175,12 @@ type CallResult struct {
 	// Error says why, when IsError is set.
 	Error *ResultError `json:"error,omitempty"`
 	// Attempt counts deliveries to workers, starting at 1; 0 when no worker ran the call.
-	Attempt    int       `json:"attempt"`
-	Worker     string    `json:"worker,omitempty"`
-	QueuedAt   time.Time `json:"queued_at"`
-	StartedAt  time.Time `json:"started_at,omitempty"`
+	Attempt  int       `json:"attempt"`
+	Worker   string    `json:"worker,omitempty"`
+	QueuedAt time.Time `json:"queued_at"`
+	// StartedAt is when the worker began the attempt that wrote the
+	// result; absent when no worker ran the call.
+	StartedAt  time.Time `json:"started_at,omitempty,omitzero"`
 	FinishedAt time.Time `json:"finished_at"`
 	// Truncated is set when Content was cut to the tool's MaxResultSize;
 	// FullResult then names the object holding the whole result.
@@ -194,6 +199,25 @@ const (
 	ResultDenied         = "denied"
 	ResultInvalidRequest = "invalid_request"
 )
+
+// LogRetry is the level of the log event a worker stores when a tool asks
+// for another attempt (an error that wraps the worker's ErrRetry): its
+// message is the tool's error, the cause the call's final failure gives
+// if its attempts run out.
+const LogRetry = "retry"
+
+// ExhaustedMessage is the error message of a call whose attempts ran out
+// (ResultAttempts) after attempts deliveries that ran, or could have run,
+// its tool. lastLog is the call's latest log event, if any: when it is one
+// of level LogRetry, the message gives its cause and attempt; otherwise it
+// says that the workers holding the call stopped or lost it.
+func ExhaustedMessage(attempts int, lastLog *CallEvent) string {
+	msg := fmt.Sprintf("the call was delivered %d times and no attempt finished", attempts)
+	if lastLog != nil && lastLog.Log != nil && lastLog.Log.Level == LogRetry && lastLog.Log.Message != "" {
+		return msg + fmt.Sprintf("; attempt %d asked for another because: %s", lastLog.Attempt, lastLog.Log.Message)
+	}
+	return msg + ": the workers that took it stopped, lost their lease, or do not serve the tool"
+}
 
 // ResultError explains a result that is not a success.
 type ResultError struct {

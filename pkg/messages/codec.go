@@ -57,7 +57,9 @@ func (c Codec) String() string { return c.ContentType() }
 
 // CodecOf reads a message's codec from its headers: MessagePack unless
 // Content-Type says application/json. It refuses unknown content types and
-// protocol versions, so that a peer speaking another contract hears why.
+// protocol versions, so that a peer speaking another contract hears why;
+// with an unknown content type it returns JSONCodec, the encoding to
+// answer the refusal in.
 func CodecOf(h Header) (Codec, error) {
 	if v := headerValue(h, HeaderVersion); v != "" && majorVersion(v) != ProtocolVersion {
 		return Msgpack, &Error{Code: CodeUnsupportedVersion, Message: fmt.Sprintf("protocol version %q is not supported; this peer speaks version %s", v, ProtocolVersion)}
@@ -69,9 +71,11 @@ func CodecOf(h Header) (Codec, error) {
 	case ContentTypeJSON:
 		return JSONCodec, nil
 	}
+	// A Content-Type that is neither encoding is refused in JSON: the
+	// caller evidently does not speak the default, MessagePack.
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {
-		return Msgpack, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("unreadable Content-Type %q", ct)}
+		return JSONCodec, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("unreadable Content-Type %q", ct)}
 	}
 	switch mt {
 	case ContentTypeJSON:
@@ -79,7 +83,7 @@ func CodecOf(h Header) (Codec, error) {
 	case ContentTypeMsgpack, "application/x-msgpack", "application/vnd.msgpack":
 		return Msgpack, nil
 	}
-	return Msgpack, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("unsupported Content-Type %q; use %s or %s", ct, ContentTypeMsgpack, ContentTypeJSON)}
+	return JSONCodec, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("unsupported Content-Type %q; use %s or %s", ct, ContentTypeMsgpack, ContentTypeJSON)}
 }
 
 func majorVersion(v string) string {

@@ -2,6 +2,7 @@ package messages
 
 import (
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -168,6 +169,11 @@ func (r *ListToolsRequest) Validate() error {
 		return err
 	}
 	if r.Intake != nil {
+		for _, name := range r.Intake.Tools {
+			if strings.ContainsAny(name, "*?[") {
+				return &NameError{Kind: "tool name in intake.tools", Value: name, Reason: "intake.tools names tools exactly and takes no pattern; select a bundle in intake.bundles, or name each tool"}
+			}
+		}
 		if err := toolNames(r.Intake.Tools); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -75,11 +76,14 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		Worker:   w.cfg.ID,
 		QueuedAt: req.QueuedAt,
 	}
-	if attempt > ns.MaxAttempts && w.startedBefore(log, req.CallID) {
-		w.finish(msg, log, req.Notify, failure(base, messages.StateFailed, messages.ResultAttempts,
-			fmt.Sprintf("the call was delivered %d times and no attempt finished: the workers that took it stopped, lost their lease, or do not serve the tool", ns.MaxAttempts)))
-		end = slotRefused
-		return
+	if attempt > ns.MaxAttempts {
+		if started, lastLog := w.startedBefore(log, req.CallID); started {
+			// This extra delivery only records the failure: the attempts were the ones before it.
+			base.Attempt = attempt - 1
+			w.finish(msg, log, req.Notify, failure(base, messages.StateFailed, messages.ResultAttempts, messages.ExhaustedMessage(attempt-1, lastLog)))
+			end = slotRefused
+			return
+		}
 	}
 	w.mu.Lock()
 	tool := ns.tools[req.Method]
@@ -235,6 +239,8 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		w.finish(msg, log, req.Notify, failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value)))
 	case errors.Is(out.err, ErrRetry):
 		log.Info("tool asked for another attempt", "error", out.err)
+		// Stored, so that the call's final failure can say why, should its attempts run out.
+		scope.log(messages.LogRetry, strings.TrimPrefix(out.err.Error(), ErrRetry.Error()+": "))
 		recordStart() // the tool ran: this attempt counts (see startedBefore)
 		acked(log, "handed back", msg.NakWithDelay(retryDelay))
 	default:
@@ -330,18 +336,22 @@ func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, callID strin
 // before a call whose tool ran is handed back; a worker that died sooner
 // leaves none: its call may run once more, within
 // the consumer's MaxDeliver. A record that cannot be read counts as
-// started.
-func (w *Worker) startedBefore(log *callLog, callID string) bool {
+// started. It also returns the call's latest log event, whose cause (see
+// messages.ExhaustedMessage) the call's failure gives.
+func (w *Worker) startedBefore(log *callLog, callID string) (started bool, lastLog *messages.CallEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
 	defer cancel()
 	snap, err := w.ledger.Snapshot(ctx, callID)
 	if err != nil {
 		log.Warn("the call's record could not be read on its last delivery", "error", err)
-		return true
+		return true, nil
+	}
+	if snap.Log != nil {
+		lastLog = &snap.Log.CallEvent
 	}
 	if snap.Started != nil || snap.Result != nil {
-		return true
+		return true, lastLog
 	}
 	log.Info("no earlier delivery of the call started its tool; it runs on its last delivery")
-	return false
+	return false, nil
 }
