@@ -177,20 +177,24 @@ func TestProtocolJSONDepth(t *testing.T) {
 // ~~~, indented by at most three spaces, closed by a fence of the same
 // character at least as long with nothing after it but spaces, or left
 // open to the end of the document) and ATX headings outside them. It
-// returns the headings' texts and whether a fence was left open.
-func markdownHeadings(doc string) (headings []string, openFence int) {
-	var fence string // the opening fence's run of backticks or tildes; "" outside a block
+// returns the headings' texts, the line of a fence left open (0 if none),
+// and the lines that look like headings inside a JSON or plain code block,
+// where no example has one: headings that a fence left open swallowed.
+func markdownHeadings(doc string) (headings []string, openFence int, swallowed []int) {
+	var fence, info string // the opening fence's run of backticks or tildes, "" outside a block, and its info string
 	for i, line := range strings.Split(doc, "\n") {
 		trimmed := strings.TrimLeft(line, " ")
-		if len(line)-len(trimmed) > 3 {
-			continue
-		}
 		if fence != "" {
 			rest, isClose := strings.CutPrefix(trimmed, fence)
-			if isClose && strings.Trim(rest, string(fence[0])+" \t") == "" {
+			if isClose && len(line)-len(trimmed) <= 3 && strings.Trim(rest, string(fence[0])+" \t") == "" {
 				fence = ""
 				openFence = 0
+			} else if (info == "" || info == "json") && atxHeading.MatchString(trimmed) {
+				swallowed = append(swallowed, i+1)
 			}
+			continue
+		}
+		if len(line)-len(trimmed) > 3 {
 			continue
 		}
 		if run := leadingRun(trimmed); len(run) >= 3 && (run[0] == '`' || run[0] == '~') {
@@ -199,13 +203,14 @@ func markdownHeadings(doc string) (headings []string, openFence int) {
 				continue
 			}
 			fence, openFence = run, i+1
+			info = strings.TrimSpace(trimmed[len(run):])
 			continue
 		}
 		if m := atxHeading.FindStringSubmatch(trimmed); m != nil {
 			headings = append(headings, strings.TrimSpace(m[1]))
 		}
 	}
-	return headings, openFence
+	return headings, openFence, swallowed
 }
 
 var atxHeading = regexp.MustCompile(`^#{1,6}(?:[ \t]+(.*?))?[ \t]*$`)
@@ -245,9 +250,12 @@ func TestProtocolRendersItsHeadings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	headings, open := markdownHeadings(string(doc))
+	headings, open, swallowed := markdownHeadings(string(doc))
 	if open != 0 {
 		t.Errorf("the code fence opened on line %d is never closed: everything after it renders as code", open)
+	}
+	for _, line := range swallowed {
+		t.Errorf("the heading on line %d renders as code: a code fence before it was not closed", line)
 	}
 	anchors := map[string]bool{}
 	for _, h := range headings {
@@ -270,17 +278,18 @@ func TestMarkdownHeadings(t *testing.T) {
 		name, doc string
 		headings  []string
 		open      int
+		swallowed []int
 	}{
-		{"closed fence", "# A\n```json\n# not a heading\n```\n## B\n", []string{"A", "B"}, 0},
-		{"text after the closing fence", "# A\n```json\n{}\n``` more\n## B\n", []string{"A"}, 2},
-		{"info string on a closing fence", "```\n{}\n```json\n## B\n```\n## C\n", []string{"C"}, 0},
-		{"longer closing fence", "~~~~\n## B\n~~~~~~\n## C\n", []string{"C"}, 0},
-		{"shorter closing fence", "````\n```\n## B\n", nil, 1},
-		{"indented code is not a fence", "    ```\n## B\n", []string{"B"}, 0},
+		{"closed fence", "# A\n```python\n# a comment\n```\n## B\n", []string{"A", "B"}, 0, nil},
+		{"text after the closing fence", "# A\n```json\n{}\n``` more\n## B\n", []string{"A"}, 2, []int{5}},
+		{"info string on a closing fence", "```\n{}\n```json\n## B\n```\n## C\n", []string{"C"}, 0, []int{4}},
+		{"longer closing fence", "~~~~\n## B\n~~~~~~\n## C\n", []string{"C"}, 0, []int{2}},
+		{"shorter closing fence", "````\n```\n## B\n", nil, 1, []int{3}},
+		{"indented code is not a fence", "    ```\n## B\n", []string{"B"}, 0, nil},
 	} {
-		headings, open := markdownHeadings(tc.doc)
-		if !slices.Equal(headings, tc.headings) || open != tc.open {
-			t.Errorf("%s: headings %q, open fence on line %d; want %q, %d", tc.name, headings, open, tc.headings, tc.open)
+		headings, open, swallowed := markdownHeadings(tc.doc)
+		if !slices.Equal(headings, tc.headings) || open != tc.open || !slices.Equal(swallowed, tc.swallowed) {
+			t.Errorf("%s: headings %q, open fence on line %d, swallowed %v; want %q, %d, %v", tc.name, headings, open, swallowed, tc.headings, tc.open, tc.swallowed)
 		}
 	}
 }

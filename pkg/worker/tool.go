@@ -49,7 +49,10 @@ func (f HandlerFunc) Handle(ctx context.Context, call *Call) (*Result, error) { 
 
 // ErrRetry marks an error after which the call should be delivered again,
 // to this or another worker, after a short delay. The attempt counts
-// against the namespace's MaxAttempts.
+// against the namespace's MaxAttempts. The worker stores the error (less
+// ErrRetry's own text) as a log event of level messages.LogRetry, and if
+// the attempts run out, the call's max_attempts failure quotes it as the
+// cause.
 var ErrRetry = errors.New("retry the call")
 
 // Retry wraps err so that the call is delivered again.

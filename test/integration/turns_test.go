@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -367,5 +369,75 @@ func TestIntakeRefusesPatterns(t *testing.T) {
 		if messages.CodeOf(err) != messages.CodeInvalidName || !strings.Contains(err.Error(), "intake.bundles") {
 			t.Errorf("intake.tools %q: %v", name, err)
 		}
+	}
+}
+
+// TestIterationInputsAsDocumented: what protocol.md says the inputs of one
+// iteration do to the tools shown: chosen lasts one iteration; a
+// clarification hides base tools for that iteration only; an empty intake
+// hides base tools for the turn's later iterations; critical tools stay.
+func TestIterationInputsAsDocumented(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "bundles", "weather.yaml"), `
+id: weather
+match:
+  - name: "weather:current_conditions"
+    tier: critical
+  - name: "weather:forecast"
+    tier: base
+  - name: "weather:history"
+    tier: onDemand
+`)
+	writeFile(t, filepath.Join(dir, "agents", "analyst.yaml"), `
+id: analyst
+tool:
+  bundles: [weather]
+`)
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(c *coordinator.Config) { c.WorkspaceDir = dir })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "weather", Tools: []worker.Tool{
+		describedTool("current_conditions", "Current conditions."),
+		describedTool("forecast", "Forecast."),
+		describedTool("history", "Past weather."),
+	}})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "analyst"})
+	ctx := testenv.Context(t)
+	shown := func(req messages.ListToolsRequest) []string {
+		t.Helper()
+		req.Turn = "t-inputs"
+		l, err := c.ListTools(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return namesOf(l)
+	}
+	critical, base, onDemand := "weather-current_conditions", "weather-forecast", "weather-history"
+	eventually(t, "the tools to be listed", func() bool {
+		return slices.Equal(shown(messages.ListToolsRequest{}), []string{critical, base})
+	})
+	if got := shown(messages.ListToolsRequest{Chosen: []string{onDemand}}); !slices.Equal(got, []string{critical, base, onDemand}) {
+		t.Errorf("chosen: %v", got)
+	}
+	if got := shown(messages.ListToolsRequest{}); !slices.Equal(got, []string{critical, base}) {
+		t.Errorf("the iteration after chosen: %v", got)
+	}
+	if got := shown(messages.ListToolsRequest{Clarification: true}); !slices.Equal(got, []string{critical}) {
+		t.Errorf("clarification: %v", got)
+	}
+	if got := shown(messages.ListToolsRequest{}); !slices.Equal(got, []string{critical, base}) {
+		t.Errorf("the iteration after a clarification: %v", got)
+	}
+	if got := shown(messages.ListToolsRequest{Intake: &messages.IntakeSelection{}}); !slices.Equal(got, []string{critical}) {
+		t.Errorf("an empty intake: %v", got)
+	}
+	if got := shown(messages.ListToolsRequest{}); !slices.Equal(got, []string{critical}) {
+		t.Errorf("the iteration after an empty intake (saved): %v", got)
+	}
+	if got := shown(messages.ListToolsRequest{Intake: &messages.IntakeSelection{Tools: []string{"weather:history"}}}); !slices.Equal(got, []string{critical, onDemand}) {
+		t.Errorf("an intake naming an onDemand tool: %v", got)
+	}
+	if got := shown(messages.ListToolsRequest{Intake: &messages.IntakeSelection{Bundles: []string{"weather"}}}); !slices.Equal(got, []string{critical, base}) {
+		t.Errorf("an intake selecting the bundle: %v", got)
 	}
 }
