@@ -44,7 +44,7 @@ type sweeper struct {
 
 // resultCommitter writes a call's result unless it has one.
 type resultCommitter interface {
-	Commit(ctx context.Context, res *messages.CallResult, notify string) (bool, error)
+	Commit(ctx context.Context, ns string, res *messages.CallResult, notify string) (bool, error)
 }
 
 // start subscribes to the max-deliveries advisories and starts sweeping.
@@ -169,13 +169,20 @@ func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) 
 	if messages.ValidateID("call ID", call.CallID) != nil {
 		return nil
 	}
+	if call.Namespace == "" {
+		// An unreadable call: its subject names its namespace.
+		call.Namespace = s.stream.names.CallSubjectNamespace(raw.Subject)
+	}
+	if messages.ValidateNamespace(call.Namespace) != nil {
+		return nil
+	}
 	msg := fmt.Sprintf("the call was delivered %d times and no attempt finished: the workers that took it stopped, lost their lease, or do not serve the tool", adv.Deliveries)
 	res := endResult(&call, messages.StateFailed, messages.ResultAttempts, msg)
 	res.Attempt = int(adv.Deliveries)
 	// A retried commit whose first attempt was stored finds a result and
 	// reports that another won: either way the call has one.
 	if err := retryTransient(ctx, s.wait(), func(ctx context.Context) error {
-		_, err := s.ledger.Commit(ctx, &res, call.Notify)
+		_, err := s.ledger.Commit(ctx, call.Namespace, &res, call.Notify)
 		return err
 	}); err != nil {
 		return fmt.Errorf("fail exhausted call %s: %w", call.CallID, err)
@@ -248,7 +255,7 @@ func (s *sweeper) sweepCalls(ctx context.Context) error {
 			return true
 		}
 		res := endResult(&call, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed and no worker finished it")
-		if _, err := s.ledger.Commit(ctx, &res, call.Notify); err != nil {
+		if _, err := s.ledger.Commit(ctx, call.Namespace, &res, call.Notify); err != nil {
 			s.log.Warn("could not end expired call", "call", call.CallID, "error", err)
 			return true
 		}

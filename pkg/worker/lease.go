@@ -52,7 +52,7 @@ func (w *Worker) track(f *inflight) {
 func (w *Worker) recordStart(f *inflight) {
 	f.startOnce.Do(func() {
 		f.startRecorded.Store(true)
-		if err := w.ledger.Start(&messages.CallEvent{CallID: f.call.ID, Time: f.started, Attempt: f.call.Attempt, Worker: w.cfg.ID}); err != nil {
+		if err := w.ledger.Start(f.ns.Name, &messages.CallEvent{CallID: f.call.ID, Time: f.started, Attempt: f.call.Attempt, Worker: w.cfg.ID}); err != nil {
 			f.log.Warn("start of the call not recorded", "error", err)
 		}
 	})

@@ -48,7 +48,7 @@ func TestAResultNotStoredAtFirstIsRetriedAndTheToolRunsOnce(t *testing.T) {
 	if _, err := js.CreateStream(b.ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	res, err := ledger.New(nc, js, names).AwaitResult(b.ctx, id)
+	res, err := ledger.New(nc, js, names).AwaitResult(b.ctx, "", id)
 	if err != nil {
 		t.Fatal(err)
 	}

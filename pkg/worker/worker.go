@@ -615,28 +615,29 @@ func (w *Worker) reconnectLoop(ctx context.Context) {
 	}
 }
 
+// checkCancelled reads whether the calls in flight got a result or a
+// cancellation, with two direct gets of each call's own namespace's event
+// subjects (see ledger.ReadOwn).
 func (w *Worker) checkCancelled(ctx context.Context, ids []string) {
-	if len(ids) == 0 {
-		return
-	}
-	snaps, err := w.ledger.Snapshots(ctx, ids...)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn("check cancellations", "error", err)
+	for _, id := range ids {
+		w.mu.Lock()
+		f := w.inflight[id]
+		w.mu.Unlock()
+		if f == nil {
+			continue
 		}
-		return
-	}
-	for id, s := range snaps {
+		s, err := w.ledger.ReadOwn(ctx, f.ns.Name, id, messages.EventResult, messages.EventCancel)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("check cancellations", "call", id, "error", err)
+			}
+			continue
+		}
 		switch {
 		case s.Result != nil:
 			// Finished without this worker: cancelled while its start was
 			// not yet stored, or completed by another attempt.
-			w.mu.Lock()
-			f := w.inflight[id]
-			w.mu.Unlock()
-			if f != nil {
-				f.cancel(errSuperseded)
-			}
+			f.cancel(errSuperseded)
 		case s.Cancel != nil:
 			w.cancelCall(id, s.Cancel.Cancel)
 		}
