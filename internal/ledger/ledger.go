@@ -46,6 +46,9 @@ type Ledger struct {
 	inbox  *transport.Inbox
 	pub    *transport.Publisher
 	events *transport.Stream
+	// eventsOwnReply reads batches each on a reply subscription of its
+	// own: for occasional reads that should not start the inbox.
+	eventsOwnReply *transport.Stream
 }
 
 // New returns a ledger on the connection.
@@ -54,7 +57,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, names messages.Names) *Ledger {
 	return &Ledger{
 		nc: nc, js: js, names: names, inbox: inbox,
 		pub:    transport.NewPublisher(nc, inbox),
-		events: transport.NewStream(nc, inbox, names.EventsStream()),
+		events:         transport.NewStream(nc, inbox, names.EventsStream()),
+		eventsOwnReply: transport.NewStream(nc, nil, names.EventsStream()),
 	}
 }
 
@@ -407,6 +411,11 @@ func (l *Ledger) Snapshots(ctx context.Context, callIDs ...string) (map[string]*
 // snapshots is Snapshots of calls of namespace ns, or of the namespace
 // each call's events tell when ns is empty.
 func (l *Ledger) snapshots(ctx context.Context, ns string, callIDs []string) (map[string]*Snapshot, error) {
+	return l.snapshotsFrom(ctx, l.events, ns, callIDs)
+}
+
+// snapshotsFrom is snapshots read by events.
+func (l *Ledger) snapshotsFrom(ctx context.Context, events *transport.Stream, ns string, callIDs []string) (map[string]*Snapshot, error) {
 	out := make(map[string]*Snapshot, len(callIDs))
 	for start := 0; start < len(callIDs); start += maxSubjectsPerRequest {
 		end := min(start+maxSubjectsPerRequest, len(callIDs))
@@ -421,7 +430,7 @@ func (l *Ledger) snapshots(ctx context.Context, ns string, callIDs []string) (ma
 		}
 		var decodeErr error
 		read := make(map[string][]*Event, end-start)
-		err := l.events.GetBatch(ctx, transport.BatchRequest{MultiLast: filters}, func(seq uint64, msg *nats.Msg) bool {
+		err := events.GetBatch(ctx, transport.BatchRequest{MultiLast: filters}, func(seq uint64, msg *nats.Msg) bool {
 			ev, err := l.decodeEvent(seq, msg)
 			if err != nil {
 				decodeErr = err
@@ -626,8 +635,9 @@ func (l *Ledger) awaitResult(ctx context.Context, ns, callID string, results <-c
 		defer cancel()
 		if ns == "" {
 			// The call's namespace is its queued event's: one batched read
-			// finds both.
-			m, err := l.snapshots(cctx, "", []string{callID})
+			// finds both, for every reader of events (an account that
+			// imports the direct gets included).
+			m, err := l.snapshotsFrom(cctx, l.eventsOwnReply, "", []string{callID})
 			if err != nil {
 				return nil, false
 			}

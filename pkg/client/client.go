@@ -771,12 +771,24 @@ func (c *Client) FullResult(ctx context.Context, ref *messages.ObjectRef) (*mess
 
 // Wait returns the call's result once it is there. Unlike Watch it holds
 // no consumer on the server, so any number of calls can be awaited at once.
-// The result is the one written under the call's namespace, the one its
-// queued event names; a result another namespace wrote under its ID is
-// ignored.
+// The result is the one written under the call's namespace, its tool's; a
+// result another namespace wrote under its ID is ignored. Wait asks
+// calls.get for the call's tool first, and, if no coordinator answers
+// within ResultCheckInterval, takes the namespace from the call's queued
+// event in the events stream.
 func (c *Client) Wait(ctx context.Context, callID string) (*messages.CallResult, error) {
 	if err := messages.ValidateID("call ID", callID); err != nil {
 		return nil, err
 	}
-	return c.ledger.AwaitResult(ctx, "", callID)
+	ns := ""
+	gctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
+	info, err := c.Get(gctx, callID)
+	cancel()
+	if err == nil {
+		if info.Result != nil {
+			return info.Result, nil
+		}
+		ns = toolNamespace(info.Tool)
+	}
+	return c.ledger.AwaitResult(ctx, ns, callID)
 }
