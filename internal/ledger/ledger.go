@@ -56,7 +56,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, names messages.Names) *Ledger {
 	inbox := transport.NewInbox(nc)
 	return &Ledger{
 		nc: nc, js: js, names: names, inbox: inbox,
-		pub:    transport.NewPublisher(nc, inbox),
+		pub:            transport.NewPublisher(nc, inbox),
 		events:         transport.NewStream(nc, inbox, names.EventsStream()),
 		eventsOwnReply: transport.NewStream(nc, nil, names.EventsStream()),
 	}
@@ -287,12 +287,12 @@ type Snapshot struct {
 	// one its reader knew. Empty while no such event was read.
 	Namespace string
 	Queued    *Event
-	Started  *Event
-	Progress *Event
-	Log      *Event
-	Cancel   *Event
-	Approval *Event
-	Result   *Event
+	Started   *Event
+	Progress  *Event
+	Log       *Event
+	Cancel    *Event
+	Approval  *Event
+	Result    *Event
 	// LastSeq is the sequence of the call's latest event under its namespace.
 	LastSeq uint64
 }
