@@ -140,6 +140,12 @@ func TestRoutedResultSubjects(t *testing.T) {
 	if n.RepublishSource() != "toolbus.events.*.result.*" || n.RepublishDestination() != "toolbus.results.{{SplitFromLeft(1,22)}}.{{Wildcard(2)}}" {
 		t.Errorf("republish %s -> %s", n.RepublishSource(), n.RepublishDestination())
 	}
+	if ns := n.CallSubjectNamespace("toolbus.call.demo.echo"); ns != "demo" {
+		t.Errorf("CallSubjectNamespace = %q", ns)
+	}
+	if ns := n.CallSubjectNamespace("toolbus.events.demo.echo"); ns != "" {
+		t.Errorf("CallSubjectNamespace of an event subject = %q", ns)
+	}
 	if b, _ := n.NamespaceResultsBucket("demo"); b != "toolbus_results_demo" {
 		t.Errorf("NamespaceResultsBucket = %q", b)
 	}
