@@ -57,7 +57,7 @@ func TestPlainNATSClient(t *testing.T) {
 		tools, _ := out["tools"].([]any)
 		return len(tools) == len(demo.Tools())
 	})
-	if reply.Header.Get("Content-Type") != "application/json" || reply.Header.Get("Toolbus-Version") != "1" {
+	if reply.Header.Get("Content-Type") != "application/json" || reply.Header.Get("Toolbus-Version") != messages.ProtocolVersion {
 		t.Fatalf("reply headers %v", reply.Header)
 	}
 
