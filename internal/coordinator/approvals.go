@@ -39,8 +39,8 @@ type approvals struct {
 // callLedger is what the approvals room reads and writes of the ledger.
 type callLedger interface {
 	Snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error)
-	Append(ctx context.Context, ev *messages.CallEvent) (uint64, error)
-	Commit(ctx context.Context, res *messages.CallResult, notify string) (bool, error)
+	Append(ctx context.Context, ns string, ev *messages.CallEvent) (uint64, error)
+	Commit(ctx context.Context, ns string, res *messages.CallResult, notify string) (bool, error)
 }
 
 // retryingLedger is a callLedger whose reads and writes are retried while
@@ -61,17 +61,17 @@ func (l retryingLedger) Snapshot(ctx context.Context, callID string) (snap *ledg
 	return snap, err
 }
 
-func (l retryingLedger) Append(ctx context.Context, ev *messages.CallEvent) (seq uint64, err error) {
+func (l retryingLedger) Append(ctx context.Context, ns string, ev *messages.CallEvent) (seq uint64, err error) {
 	err = retryTransient(ctx, l.wait, func(ctx context.Context) (err error) {
-		seq, err = l.callLedger.Append(ctx, ev)
+		seq, err = l.callLedger.Append(ctx, ns, ev)
 		return err
 	})
 	return seq, err
 }
 
-func (l retryingLedger) Commit(ctx context.Context, res *messages.CallResult, notify string) (won bool, err error) {
+func (l retryingLedger) Commit(ctx context.Context, ns string, res *messages.CallResult, notify string) (won bool, err error) {
 	err = retryTransient(ctx, l.wait, func(ctx context.Context) (err error) {
-		won, err = l.callLedger.Commit(ctx, res, notify)
+		won, err = l.callLedger.Commit(ctx, ns, res, notify)
 		return err
 	})
 	return won, err
@@ -116,7 +116,7 @@ func (ap *approvals) granted(ctx context.Context, call *messages.CallRequest, ve
 // ledger and its turn, the approval in the approvals bucket, and nothing
 // is queued for a worker until someone approves.
 func (ap *approvals) hold(ctx context.Context, call *messages.CallRequest, a *messages.Approval) error {
-	if _, err := ap.ledger.Append(ctx, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call}); err != nil {
+	if _, err := ap.ledger.Append(ctx, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call}); err != nil {
 		return unavailable(err, "record call %s", call.CallID)
 	}
 	key, err := messages.ApprovalKey(call.CallID)
@@ -133,7 +133,7 @@ func (ap *approvals) hold(ctx context.Context, call *messages.CallRequest, a *me
 		}
 		return unavailable(err, "record approval of call %s", call.CallID)
 	}
-	if _, err := ap.ledger.Append(ctx, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventApproval, Time: a.CreatedAt, Approval: a}); err != nil {
+	if _, err := ap.ledger.Append(ctx, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventApproval, Time: a.CreatedAt, Approval: a}); err != nil {
 		return unavailable(err, "record approval of call %s", call.CallID)
 	}
 	return ap.turns.fileCall(ctx, call)
@@ -306,8 +306,11 @@ func (ap *approvals) carryOut(ctx context.Context, a *messages.Approval) error {
 	if snap.Result != nil {
 		return nil
 	}
+	if snap.Namespace == "" {
+		return messages.Errorf(messages.CodeCallNotFound, "call %s has no request in the ledger", a.CallID)
+	}
 	if snap.Approval == nil || snap.Approval.Approval == nil || snap.Approval.Approval.State != a.State {
-		if _, err := ap.ledger.Append(ctx, &messages.CallEvent{CallID: a.CallID, Kind: messages.EventApproval, Time: time.Now().UTC(), Approval: a}); err != nil {
+		if _, err := ap.ledger.Append(ctx, snap.Namespace, &messages.CallEvent{CallID: a.CallID, Kind: messages.EventApproval, Time: time.Now().UTC(), Approval: a}); err != nil {
 			return unavailable(err, "record decision on call %s", a.CallID)
 		}
 		if snap, err = ap.ledger.Snapshot(ctx, a.CallID); err != nil {
@@ -330,7 +333,7 @@ func (ap *approvals) carryOut(ctx context.Context, a *messages.Approval) error {
 			why += ": " + a.DecisionReason
 		}
 		res := endResult(&call, messages.StateDenied, messages.ResultDenied, why)
-		if _, err := ap.ledger.Commit(ctx, &res, call.Notify); err != nil {
+		if _, err := ap.ledger.Commit(ctx, snap.Namespace, &res, call.Notify); err != nil {
 			return unavailable(err, "end call %s", call.CallID)
 		}
 		ap.audit(ctx, decision, audited, def, d, a.DecidedBy)

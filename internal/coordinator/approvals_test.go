@@ -123,16 +123,16 @@ func (l *memLedger) Snapshot(_ context.Context, callID string) (*ledger.Snapshot
 	return &ledger.Snapshot{CallID: callID}, nil
 }
 
-func (l *memLedger) Append(_ context.Context, ev *messages.CallEvent) (uint64, error) {
+func (l *memLedger) Append(_ context.Context, ns string, ev *messages.CallEvent) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seq++
 	s := l.snaps[ev.CallID]
 	if s == nil {
-		s = &ledger.Snapshot{CallID: ev.CallID}
+		s = &ledger.Snapshot{CallID: ev.CallID, Namespace: ns}
 		l.snaps[ev.CallID] = s
 	}
-	e := &ledger.Event{CallEvent: *ev, Seq: l.seq}
+	e := &ledger.Event{CallEvent: *ev, Seq: l.seq, Namespace: ns}
 	switch ev.Kind {
 	case messages.EventQueued:
 		s.Queued = e
@@ -145,7 +145,7 @@ func (l *memLedger) Append(_ context.Context, ev *messages.CallEvent) (uint64, e
 	return l.seq, nil
 }
 
-func (l *memLedger) Commit(ctx context.Context, res *messages.CallResult, _ string) (bool, error) {
+func (l *memLedger) Commit(ctx context.Context, ns string, res *messages.CallResult, _ string) (bool, error) {
 	l.mu.Lock()
 	if s := l.snaps[res.CallID]; s != nil && s.Result != nil {
 		l.mu.Unlock()
@@ -153,7 +153,7 @@ func (l *memLedger) Commit(ctx context.Context, res *messages.CallResult, _ stri
 	}
 	l.results = append(l.results, res)
 	l.mu.Unlock()
-	_, err := l.Append(ctx, &messages.CallEvent{CallID: res.CallID, Kind: messages.EventResult, Result: res})
+	_, err := l.Append(ctx, ns, &messages.CallEvent{CallID: res.CallID, Kind: messages.EventResult, Result: res})
 	return true, err
 }
 
@@ -182,7 +182,7 @@ func newTestApprovalsRoom(t *testing.T) (*testApprovals, *memLedger, *memStore) 
 		tool:   func(string) *messages.ToolDefinition { return nil },
 		enqueue: func(_ context.Context, call *messages.CallRequest) error {
 			ta.queued = append(ta.queued, call)
-			_, err := l.Append(context.Background(), &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Request: call})
+			_, err := l.Append(context.Background(), call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Request: call})
 			return err
 		},
 		audit:    ta.audited.record,

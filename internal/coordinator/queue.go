@@ -40,16 +40,17 @@ type callQueue struct {
 // callWriter is what sending a call writes with: the ledger's events and
 // JetStream's acknowledged publishes.
 type callWriter interface {
-	EventMsg(ev *messages.CallEvent) (*nats.Msg, error)
+	EventMsg(ns string, ev *messages.CallEvent) (*nats.Msg, error)
 	PublishThen(msg *nats.Msg, timeout time.Duration, then func(seq uint64, duplicate bool, err error)) error
-	Commit(ctx context.Context, res *messages.CallResult, notify string) (bool, error)
+	Commit(ctx context.Context, ns string, res *messages.CallResult, notify string) (bool, error)
 }
 
-// callReader is what the queue reads of the ledger.
+// callReader is what the queue reads of the ledger. The calls it reads
+// are of the namespace it names, that of the submitted tool.
 type callReader interface {
-	Last(ctx context.Context, callID string, kind messages.EventKind) (*ledger.Event, error)
-	Snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error)
-	WaitForWrite(ctx context.Context, callID string, writes <-chan *nats.Msg) (*messages.CallResult, error)
+	Last(ctx context.Context, ns, callID string, kind messages.EventKind) (*ledger.Event, error)
+	SnapshotIn(ctx context.Context, ns, callID string) (*ledger.Snapshot, error)
+	WaitForWrite(ctx context.Context, ns, callID string, writes <-chan *nats.Msg) (*messages.CallResult, error)
 }
 
 // queuedMsgID is the Nats-Msg-Id of a call's queued event, so that the
@@ -102,7 +103,7 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String("toolbus.call_id", call.CallID))
 	}
-	queuedMsg, err := q.writes.EventMsg(&messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
+	queuedMsg, err := q.writes.EventMsg(call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
 	if err != nil {
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}
@@ -286,7 +287,7 @@ func (s *sending) settle(ctx context.Context) (duplicate bool, err error) {
 			// The ledger shows the call; it must not wait forever for a worker.
 			res := endResult(call, messages.StateFailed, messages.ResultWorkerError, "the call could not be queued: "+s.queueErr.Error())
 			if err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) error {
-				_, err := q.writes.Commit(ctx, &res, call.Notify)
+				_, err := q.writes.Commit(ctx, call.Namespace, &res, call.Notify)
 				return err
 			}); err != nil {
 				q.log.Error("call recorded but neither queued nor failed", "call", call.CallID, "error", err)
@@ -328,7 +329,9 @@ var errNotYet = fmt.Errorf("queued event not stored yet: %w", context.DeadlineEx
 func (q *callQueue) queuedRequest(ctx context.Context, callID string, appearing bool) (*messages.CallRequest, error) {
 	var prev *messages.CallRequest
 	err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) error {
-		ev, err := q.reads.Last(ctx, callID, messages.EventQueued)
+		// The queued event of any namespace: a call ID used before for
+		// another tool is a conflict, not a new call.
+		ev, err := q.reads.Last(ctx, "", callID, messages.EventQueued)
 		if err != nil {
 			return err
 		}
@@ -357,7 +360,7 @@ func (q *callQueue) existing(ctx context.Context, call *messages.CallRequest, sr
 	if prev == nil {
 		return nil, nil
 	}
-	snap, err := q.snapshot(ctx, call.CallID)
+	snap, err := q.snapshot(ctx, prev.Namespace, call.CallID)
 	if err != nil {
 		return nil, err
 	}
@@ -380,12 +383,12 @@ func (q *callQueue) existing(ctx context.Context, call *messages.CallRequest, sr
 	if !sr.Wait {
 		return reply, nil
 	}
-	writes, stop, err := q.resultWrites(call.CallID)
+	writes, stop, err := q.resultWrites(prev.Namespace, call.CallID)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	return q.awaitResult(ctx, reply, writes, waitDuration(sr, prev.Deadline, q.maxWait))
+	return q.awaitResult(ctx, prev.Namespace, reply, writes, waitDuration(sr, prev.Deadline, q.maxWait))
 }
 
 // duplicate answers a submit whose call another submit queued first: as
@@ -398,9 +401,10 @@ func (q *callQueue) duplicate(ctx context.Context, call *messages.CallRequest, s
 	return reply, err
 }
 
-// resultWrites subscribes to the writes of a call's result.
-func (q *callQueue) resultWrites(callID string) (<-chan *nats.Msg, func(), error) {
-	subject, err := q.names.EventSubject(callID, messages.EventResult)
+// resultWrites subscribes to the writes of the result of a call of
+// namespace ns.
+func (q *callQueue) resultWrites(ns, callID string) (<-chan *nats.Msg, func(), error) {
+	subject, err := q.names.EventSubject(callID, messages.EventResult, ns)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -426,14 +430,14 @@ func waitDuration(sr *messages.SubmitRequest, deadline time.Time, max time.Durat
 
 // awaitResult waits for the result to be published. If it does not come in
 // time the reply carries the call's current state instead.
-func (q *callQueue) awaitResult(ctx context.Context, reply *messages.SubmitReply, writes <-chan *nats.Msg, wait time.Duration) (*messages.SubmitReply, error) {
+func (q *callQueue) awaitResult(ctx context.Context, ns string, reply *messages.SubmitReply, writes <-chan *nats.Msg, wait time.Duration) (*messages.SubmitReply, error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if res, err := q.reads.WaitForWrite(wctx, reply.CallID, writes); err == nil {
+	if res, err := q.reads.WaitForWrite(wctx, ns, reply.CallID, writes); err == nil {
 		reply.State, reply.Result = res.Status, res
 		return reply, nil
 	}
-	if snap, err := q.snapshot(ctx, reply.CallID); err == nil {
+	if snap, err := q.snapshot(ctx, ns, reply.CallID); err == nil {
 		reply.State = snap.State()
 		if snap.Result != nil {
 			reply.Result = snap.Result.Result
@@ -442,12 +446,12 @@ func (q *callQueue) awaitResult(ctx context.Context, reply *messages.SubmitReply
 	return reply, nil
 }
 
-// snapshot reads a call's latest events, retrying while JetStream does
-// not answer.
-func (q *callQueue) snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error) {
+// snapshot reads the latest events of a call of namespace ns, retrying
+// while JetStream does not answer.
+func (q *callQueue) snapshot(ctx context.Context, ns, callID string) (*ledger.Snapshot, error) {
 	var snap *ledger.Snapshot
 	err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) (err error) {
-		snap, err = q.reads.Snapshot(ctx, callID)
+		snap, err = q.reads.SnapshotIn(ctx, ns, callID)
 		return err
 	})
 	return snap, unavailable(err, "read call %s", callID)

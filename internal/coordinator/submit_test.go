@@ -414,7 +414,7 @@ type fakeWriter struct {
 	committed []*messages.CallResult
 }
 
-func (f *fakeWriter) EventMsg(ev *messages.CallEvent) (*nats.Msg, error) {
+func (f *fakeWriter) EventMsg(_ string, ev *messages.CallEvent) (*nats.Msg, error) {
 	return &nats.Msg{Subject: "events." + ev.CallID, Header: nats.Header{}}, nil
 }
 
@@ -443,7 +443,7 @@ func (f *fakeWriter) PublishThen(msg *nats.Msg, _ time.Duration, then func(uint6
 	return nil
 }
 
-func (f *fakeWriter) Commit(ctx context.Context, res *messages.CallResult, _ string) (bool, error) {
+func (f *fakeWriter) Commit(ctx context.Context, _ string, res *messages.CallResult, _ string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -463,7 +463,7 @@ type fakeReader struct {
 	reads       int
 }
 
-func (f *fakeReader) Last(_ context.Context, callID string, kind messages.EventKind) (*ledger.Event, error) {
+func (f *fakeReader) Last(_ context.Context, _, callID string, kind messages.EventKind) (*ledger.Event, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads++
@@ -474,8 +474,8 @@ func (f *fakeReader) Last(_ context.Context, callID string, kind messages.EventK
 	return &ledger.Event{CallEvent: messages.CallEvent{CallID: callID, Kind: kind, Request: req}, Seq: 1}, nil
 }
 
-func (f *fakeReader) Snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error) {
-	ev, err := f.Last(ctx, callID, messages.EventQueued)
+func (f *fakeReader) SnapshotIn(ctx context.Context, ns, callID string) (*ledger.Snapshot, error) {
+	ev, err := f.Last(ctx, ns, callID, messages.EventQueued)
 	if err != nil {
 		return nil, err
 	}
@@ -486,7 +486,7 @@ func (f *fakeReader) Snapshot(ctx context.Context, callID string) (*ledger.Snaps
 	return snap, nil
 }
 
-func (f *fakeReader) WaitForWrite(ctx context.Context, _ string, _ <-chan *nats.Msg) (*messages.CallResult, error) {
+func (f *fakeReader) WaitForWrite(ctx context.Context, _, _ string, _ <-chan *nats.Msg) (*messages.CallResult, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }

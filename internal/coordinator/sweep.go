@@ -45,7 +45,7 @@ type sweeper struct {
 
 // resultCommitter writes a call's result unless it has one.
 type resultCommitter interface {
-	Commit(ctx context.Context, res *messages.CallResult, notify string) (bool, error)
+	Commit(ctx context.Context, ns string, res *messages.CallResult, notify string) (bool, error)
 }
 
 // start subscribes to the max-deliveries advisories and starts sweeping.
@@ -170,15 +170,22 @@ func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) 
 	if messages.ValidateID("call ID", call.CallID) != nil {
 		return nil
 	}
+	if call.Namespace == "" {
+		// An unreadable call: its subject names its namespace.
+		call.Namespace = s.stream.names.CallSubjectNamespace(raw.Subject)
+	}
+	if messages.ValidateNamespace(call.Namespace) != nil {
+		return nil
+	}
 	// The last delivery, the one past MaxAttempts, is the consumer's extra
 	// one for recording the failure; the attempts are those before it.
 	attempts := max(int(adv.Deliveries)-1, 1)
-	res := endResult(&call, messages.StateFailed, messages.ResultAttempts, messages.ExhaustedMessage(attempts, s.lastLog(ctx, call.CallID)))
+	res := endResult(&call, messages.StateFailed, messages.ResultAttempts, messages.ExhaustedMessage(attempts, s.lastLog(ctx, call.Namespace, call.CallID)))
 	res.Attempt = attempts
 	// A retried commit whose first attempt was stored finds a result and
 	// reports that another won: either way the call has one.
 	if err := retryTransient(ctx, s.wait(), func(ctx context.Context) error {
-		_, err := s.ledger.Commit(ctx, &res, call.Notify)
+		_, err := s.ledger.Commit(ctx, call.Namespace, &res, call.Notify)
 		return err
 	}); err != nil {
 		return fmt.Errorf("fail exhausted call %s: %w", call.CallID, err)
@@ -189,18 +196,18 @@ func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) 
 
 // snapshotReader reads a call's latest events; the coordinator's ledger does.
 type snapshotReader interface {
-	Snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error)
+	SnapshotIn(ctx context.Context, ns, callID string) (*ledger.Snapshot, error)
 }
 
 // lastLog returns the call's latest log event, which says why its last
 // attempt asked for another when a worker recorded that; nil when there is
 // none or it cannot be read, which leaves the failure without a cause.
-func (s *sweeper) lastLog(ctx context.Context, callID string) *messages.CallEvent {
+func (s *sweeper) lastLog(ctx context.Context, ns, callID string) *messages.CallEvent {
 	r, ok := s.ledger.(snapshotReader)
 	if !ok {
 		return nil
 	}
-	snap, err := r.Snapshot(ctx, callID)
+	snap, err := r.SnapshotIn(ctx, ns, callID)
 	if err != nil || snap.Log == nil {
 		return nil
 	}
@@ -271,7 +278,7 @@ func (s *sweeper) sweepCalls(ctx context.Context) error {
 			return true
 		}
 		res := endResult(&call, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed and no worker finished it")
-		if _, err := s.ledger.Commit(ctx, &res, call.Notify); err != nil {
+		if _, err := s.ledger.Commit(ctx, call.Namespace, &res, call.Notify); err != nil {
 			s.log.Warn("could not end expired call", "call", call.CallID, "error", err)
 			return true
 		}

@@ -1,8 +1,18 @@
 // Package ledger is the durable record of calls: every event of a call —
 // queued, started, progress, log, cancel, result — is a message in the
-// events stream on a subject derived from the call ID. The result is the
-// call's commit point: it is written with an expected-last-sequence
-// condition, so the first result wins and no later attempt can replace it.
+// events stream on a subject derived from the call ID and ending with the
+// called tool's namespace. The result is the call's commit point: it is
+// written with an expected-last-sequence condition on the result subject
+// of the call's namespace, so the first result wins and no later attempt
+// can replace it.
+//
+// The coordinator writes a call's queued, approval and cancel events (and
+// the results of calls it ends itself); workers write started, progress,
+// log and result events, and the server lets a worker write only under its
+// own namespace. So a call's namespace is the one its queued event names,
+// and every read here ignores events of the call written under another
+// namespace: a worker of one namespace cannot forge or pre-empt another's
+// results.
 //
 // The ledger keeps nothing in memory; any number of processes share it. It
 // reaches JetStream through internal/transport and nats.go's jetstream
@@ -36,6 +46,9 @@ type Ledger struct {
 	inbox  *transport.Inbox
 	pub    *transport.Publisher
 	events *transport.Stream
+	// eventsOwnReply reads batches each on a reply subscription of its
+	// own: for occasional reads that should not start the inbox.
+	eventsOwnReply *transport.Stream
 }
 
 // New returns a ledger on the connection.
@@ -43,19 +56,22 @@ func New(nc *nats.Conn, js jetstream.JetStream, names messages.Names) *Ledger {
 	inbox := transport.NewInbox(nc)
 	return &Ledger{
 		nc: nc, js: js, names: names, inbox: inbox,
-		pub:    transport.NewPublisher(nc, inbox),
-		events: transport.NewStream(nc, inbox, names.EventsStream()),
+		pub:            transport.NewPublisher(nc, inbox),
+		events:         transport.NewStream(nc, inbox, names.EventsStream()),
+		eventsOwnReply: transport.NewStream(nc, nil, names.EventsStream()),
 	}
 }
 
 // Close releases the ledger's subscription.
 func (l *Ledger) Close() { l.inbox.Close() }
 
-// EventMsg encodes an event as the message that stores it.
-func (l *Ledger) EventMsg(ev *messages.CallEvent) (*nats.Msg, error) { return l.eventMsg(ev, nil) }
+// EventMsg encodes an event of a call of namespace ns as the message that stores it.
+func (l *Ledger) EventMsg(ns string, ev *messages.CallEvent) (*nats.Msg, error) {
+	return l.eventMsg(ns, ev, nil)
+}
 
-func (l *Ledger) eventMsg(ev *messages.CallEvent, h nats.Header) (*nats.Msg, error) {
-	subject, err := l.names.EventSubject(ev.CallID, ev.Kind)
+func (l *Ledger) eventMsg(ns string, ev *messages.CallEvent, h nats.Header) (*nats.Msg, error) {
+	subject, err := l.names.EventSubject(ev.CallID, ev.Kind, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -70,9 +86,10 @@ func (l *Ledger) eventMsg(ev *messages.CallEvent, h nats.Header) (*nats.Msg, err
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
 }
 
-// Append stores an event and waits until the stream has it.
-func (l *Ledger) Append(ctx context.Context, ev *messages.CallEvent) (uint64, error) {
-	msg, err := l.eventMsg(ev, nil)
+// Append stores an event of a call of namespace ns and waits until the
+// stream has it.
+func (l *Ledger) Append(ctx context.Context, ns string, ev *messages.CallEvent) (uint64, error) {
+	msg, err := l.eventMsg(ns, ev, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -93,8 +110,8 @@ func (l *Ledger) store(ctx context.Context, msg *nats.Msg) (uint64, error) {
 // AppendAsync stores an event without waiting for the stream's
 // acknowledgement. Events sent on one connection are stored in the order
 // they were sent, so a later Append is stored after them.
-func (l *Ledger) AppendAsync(ev *messages.CallEvent) error {
-	msg, err := l.eventMsg(ev, nil)
+func (l *Ledger) AppendAsync(ns string, ev *messages.CallEvent) error {
+	msg, err := l.eventMsg(ns, ev, nil)
 	if err != nil {
 		return err
 	}
@@ -105,10 +122,10 @@ func (l *Ledger) AppendAsync(ev *messages.CallEvent) error {
 // conditionalMsg is ev's message, to be stored only if the last sequence
 // among the subjects matching filter is lastSeq (0: none of them has a
 // message yet). An empty filter is the event's own subject.
-func (l *Ledger) conditionalMsg(ev *messages.CallEvent, filter string, lastSeq uint64) (*nats.Msg, error) {
+func (l *Ledger) conditionalMsg(ns string, ev *messages.CallEvent, filter string, lastSeq uint64) (*nats.Msg, error) {
 	h := make(nats.Header, 3)
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(lastSeq, 10))
-	msg, err := l.eventMsg(ev, h)
+	msg, err := l.eventMsg(ns, ev, h)
 	if err != nil {
 		return nil, err
 	}
@@ -122,8 +139,8 @@ func (l *Ledger) conditionalMsg(ev *messages.CallEvent, filter string, lastSeq u
 
 // conditional stores ev only if the last sequence among the subjects
 // matching filter is lastSeq (see conditionalMsg).
-func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter string, lastSeq uint64) (uint64, error) {
-	msg, err := l.conditionalMsg(ev, filter, lastSeq)
+func (l *Ledger) conditional(ctx context.Context, ns string, ev *messages.CallEvent, filter string, lastSeq uint64) (uint64, error) {
+	msg, err := l.conditionalMsg(ns, ev, filter, lastSeq)
 	if err != nil {
 		return 0, err
 	}
@@ -142,16 +159,16 @@ func (l *Ledger) conditional(ctx context.Context, ev *messages.CallEvent, filter
 // nothing depends on the start being stored, since the result is written
 // conditionally anyway, and a worker learns that a call it runs already has
 // a result when it next checks its calls.
-func (l *Ledger) Start(ev *messages.CallEvent) error {
+func (l *Ledger) Start(ns string, ev *messages.CallEvent) error {
 	ev.Kind = messages.EventStarted
-	resultSubject, err := l.names.EventSubject(ev.CallID, messages.EventResult)
+	resultSubject, err := l.names.EventSubject(ev.CallID, messages.EventResult, ns)
 	if err != nil {
 		return err
 	}
 	h := make(nats.Header, 6)
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	h.Set(jetstream.ExpectedLastSubjSeqSubjHeader, resultSubject)
-	msg, err := l.eventMsg(ev, h)
+	msg, err := l.eventMsg(ns, ev, h)
 	if err != nil {
 		return err
 	}
@@ -161,37 +178,40 @@ func (l *Ledger) Start(ev *messages.CallEvent) error {
 	return nil
 }
 
-// Commit writes the call's result unless it already has one. It reports
-// whether this result is the one that counts; if it is and notify is set
-// (the caller's subject from the call request), a copy goes there.
-func (l *Ledger) Commit(ctx context.Context, res *messages.CallResult, notify string) (bool, error) {
-	resultSubject, err := l.names.EventSubject(res.CallID, messages.EventResult)
+// Commit writes the result of a call of namespace ns unless it already has
+// one. It reports whether this result is the one that counts; if it is and
+// notify is set (the caller's subject from the call request), a copy goes
+// there.
+func (l *Ledger) Commit(ctx context.Context, ns string, res *messages.CallResult, notify string) (bool, error) {
+	resultSubject, err := l.names.EventSubject(res.CallID, messages.EventResult, ns)
 	if err != nil {
 		return false, err
 	}
-	err = l.commit(ctx, res, resultSubject, 0, notify)
+	err = l.commit(ctx, ns, res, resultSubject, 0, notify)
 	if errors.Is(err, ErrChanged) {
 		return false, nil
 	}
 	return err == nil, err
 }
 
-// CommitIfUnchanged writes the call's result only if no event of the call
-// was stored after lastSeq; otherwise it returns ErrChanged.
-func (l *Ledger) CommitIfUnchanged(ctx context.Context, res *messages.CallResult, lastSeq uint64, notify string) error {
-	filter, err := l.names.CallEventsFilter(res.CallID)
+// CommitIfUnchanged writes the result of a call of namespace ns only if
+// no event of the call was stored under ns after lastSeq (a snapshot's
+// LastSeq); otherwise it returns ErrChanged. Events written under another
+// namespace do not count.
+func (l *Ledger) CommitIfUnchanged(ctx context.Context, ns string, res *messages.CallResult, lastSeq uint64, notify string) error {
+	filter, err := l.names.CallNamespaceEventsFilter(res.CallID, ns)
 	if err != nil {
 		return err
 	}
-	return l.commit(ctx, res, filter, lastSeq, notify)
+	return l.commit(ctx, ns, res, filter, lastSeq, notify)
 }
 
-func (l *Ledger) commit(ctx context.Context, res *messages.CallResult, filter string, lastSeq uint64, notify string) error {
+func (l *Ledger) commit(ctx context.Context, ns string, res *messages.CallResult, filter string, lastSeq uint64, notify string) error {
 	ev := resultEvent(res)
-	if _, err := l.conditional(ctx, ev, filter, lastSeq); err != nil {
+	if _, err := l.conditional(ctx, ns, ev, filter, lastSeq); err != nil {
 		return err
 	}
-	l.sendCopy(ev, notify)
+	l.sendCopy(ns, ev, notify)
 	return nil
 }
 
@@ -205,9 +225,9 @@ func resultEvent(res *messages.CallResult) *messages.CallEvent {
 
 // sendCopy sends a stored result to the caller's notify subject, if any:
 // a copy, as the stored event is the record.
-func (l *Ledger) sendCopy(ev *messages.CallEvent, notify string) {
+func (l *Ledger) sendCopy(ns string, ev *messages.CallEvent, notify string) {
 	if notify != "" && messages.ValidateNotify(notify) == nil {
-		if msg, err := l.eventMsg(ev, nil); err == nil {
+		if msg, err := l.eventMsg(ns, ev, nil); err == nil {
 			msg.Subject = notify
 			_ = l.nc.PublishMsg(msg)
 		}
@@ -217,16 +237,16 @@ func (l *Ledger) sendCopy(ev *messages.CallEvent, notify string) {
 // CommitThen is Commit without waiting: then gets its outcome once the
 // stream answers, on the ledger's inbox goroutine, and must not block. If
 // CommitThen returns an error, then is not called.
-func (l *Ledger) CommitThen(res *messages.CallResult, notify string, timeout time.Duration, then func(won bool, err error)) error {
+func (l *Ledger) CommitThen(ns string, res *messages.CallResult, notify string, timeout time.Duration, then func(won bool, err error)) error {
 	ev := resultEvent(res)
-	msg, err := l.conditionalMsg(ev, "", 0)
+	msg, err := l.conditionalMsg(ns, ev, "", 0)
 	if err != nil {
 		return err
 	}
 	return l.PublishThen(msg, timeout, func(_ uint64, _ bool, err error) {
 		switch {
 		case err == nil:
-			l.sendCopy(ev, notify)
+			l.sendCopy(ns, ev, notify)
 			then(true, nil)
 		case errors.Is(err, transport.ErrWrongLastSequence):
 			then(false, nil)
@@ -236,24 +256,68 @@ func (l *Ledger) CommitThen(res *messages.CallResult, notify string, timeout tim
 	})
 }
 
-// Event is a stored event with its position in the events stream.
+// Event is a stored event with its position in the events stream and the
+// namespace its subject names.
 type Event struct {
 	messages.CallEvent
-	Seq uint64
+	Seq       uint64
+	Namespace string
 }
 
-// Snapshot is the latest event of each kind of one call.
+// decodeEvent reads a stored event and the namespace of its subject.
+func (l *Ledger) decodeEvent(seq uint64, msg *nats.Msg) (*Event, error) {
+	ev := &Event{Seq: seq, Namespace: l.names.EventNamespace(msg.Subject)}
+	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
+		return nil, fmt.Errorf("event %d: %w", seq, err)
+	}
+	return ev, nil
+}
+
+// coordinatorKind reports whether only the coordinator writes events of
+// kind: the events that tell a call's namespace.
+func coordinatorKind(kind messages.EventKind) bool {
+	return kind == messages.EventQueued || kind == messages.EventApproval || kind == messages.EventCancel
+}
+
+// Snapshot is the latest event of each kind of one call, among the events
+// written under the call's namespace.
 type Snapshot struct {
-	CallID   string
-	Queued   *Event
-	Started  *Event
-	Progress *Event
-	Log      *Event
-	Cancel   *Event
-	Approval *Event
-	Result   *Event
-	// LastSeq is the sequence of the call's latest event.
+	CallID string
+	// Namespace is the call's: the one its queued event names, or the
+	// one its reader knew. Empty while no such event was read.
+	Namespace string
+	Queued    *Event
+	Started   *Event
+	Progress  *Event
+	Log       *Event
+	Cancel    *Event
+	Approval  *Event
+	Result    *Event
+	// LastSeq is the sequence of the call's latest event under its namespace.
 	LastSeq uint64
+}
+
+// addAll adds the events of the call that count: those written under
+// its namespace, which, unless the snapshot already has one, is the
+// namespace of its queued event (or else of another event only the
+// coordinator writes). Without such an event nothing counts.
+func (s *Snapshot) addAll(events []*Event) {
+	if s.Namespace == "" {
+		for _, want := range [...]messages.EventKind{messages.EventQueued, messages.EventApproval, messages.EventCancel} {
+			for _, ev := range events {
+				if ev.Kind == want {
+					s.Namespace = ev.Namespace
+					break
+				}
+			}
+			if s.Namespace != "" {
+				break
+			}
+		}
+	}
+	for _, ev := range events {
+		s.add(ev)
+	}
 }
 
 // Exists reports whether anything is recorded for the call.
@@ -306,7 +370,11 @@ func (s *Snapshot) Info() messages.CallInfo {
 	return info
 }
 
+// add adds ev if it was written under the snapshot's namespace.
 func (s *Snapshot) add(ev *Event) {
+	if ev.Namespace != s.Namespace || s.Namespace == "" {
+		return
+	}
 	switch ev.Kind {
 	case messages.EventQueued:
 		s.Queued = ev
@@ -334,8 +402,20 @@ const maxSubjectsPerRequest = 140
 
 // Snapshots reads the latest event of each kind of every call, in one
 // request per 140 calls (maxSubjectsPerRequest). Calls with no events get
-// an empty snapshot.
+// an empty snapshot. Each call's namespace is the one its queued event
+// names.
 func (l *Ledger) Snapshots(ctx context.Context, callIDs ...string) (map[string]*Snapshot, error) {
+	return l.snapshots(ctx, "", callIDs)
+}
+
+// snapshots is Snapshots of calls of namespace ns, or of the namespace
+// each call's events tell when ns is empty.
+func (l *Ledger) snapshots(ctx context.Context, ns string, callIDs []string) (map[string]*Snapshot, error) {
+	return l.snapshotsFrom(ctx, l.events, ns, callIDs)
+}
+
+// snapshotsFrom is snapshots read by events.
+func (l *Ledger) snapshotsFrom(ctx context.Context, events *transport.Stream, ns string, callIDs []string) (map[string]*Snapshot, error) {
 	out := make(map[string]*Snapshot, len(callIDs))
 	for start := 0; start < len(callIDs); start += maxSubjectsPerRequest {
 		end := min(start+maxSubjectsPerRequest, len(callIDs))
@@ -346,18 +426,18 @@ func (l *Ledger) Snapshots(ctx context.Context, callIDs ...string) (map[string]*
 				return nil, err
 			}
 			filters = append(filters, f)
-			out[id] = &Snapshot{CallID: id}
+			out[id] = &Snapshot{CallID: id, Namespace: ns}
 		}
 		var decodeErr error
-		err := l.events.GetBatch(ctx, transport.BatchRequest{MultiLast: filters}, func(seq uint64, msg *nats.Msg) bool {
-			var ev Event
-			if _, err := messages.Decode(msg.Header, msg.Data, &ev.CallEvent); err != nil {
-				decodeErr = fmt.Errorf("event %d: %w", seq, err)
+		read := make(map[string][]*Event, end-start)
+		err := events.GetBatch(ctx, transport.BatchRequest{MultiLast: filters}, func(seq uint64, msg *nats.Msg) bool {
+			ev, err := l.decodeEvent(seq, msg)
+			if err != nil {
+				decodeErr = err
 				return false
 			}
-			ev.Seq = seq
-			if s := out[ev.CallID]; s != nil {
-				s.add(&ev)
+			if out[ev.CallID] != nil {
+				read[ev.CallID] = append(read[ev.CallID], ev)
 			}
 			return true
 		})
@@ -366,6 +446,9 @@ func (l *Ledger) Snapshots(ctx context.Context, callIDs ...string) (map[string]*
 		}
 		if decodeErr != nil {
 			return nil, decodeErr
+		}
+		for id, events := range read {
+			out[id].addAll(events)
 		}
 	}
 	for _, s := range out {
@@ -379,13 +462,15 @@ func (l *Ledger) Snapshots(ctx context.Context, callIDs ...string) (map[string]*
 }
 
 // snapshotKinds are the events a snapshot is made of, read one by one
-// when a call's events are read from the leader.
+// when a call's events are read from the leader or by a worker.
 var snapshotKinds = []messages.EventKind{messages.EventQueued, messages.EventApproval, messages.EventStarted, messages.EventProgress, messages.EventLog, messages.EventCancel, messages.EventResult}
 
 // snapshotFromLeader fills in a call that the replica answering the batched
 // read did not know: in a cluster it may lag behind the leader, which has
 // acknowledged writes it does not hold yet. A call is taken not to exist
-// only when the leader has no queued event for it either.
+// only when the leader has no queued event for it either; without a
+// namespace, the queued event of any namespace tells the call's (only the
+// coordinator writes queued events).
 func (l *Ledger) snapshotFromLeader(ctx context.Context, s *Snapshot) error {
 	for _, kind := range snapshotKinds {
 		found, err := l.addFromLeader(ctx, s, kind)
@@ -400,9 +485,18 @@ func (l *Ledger) snapshotFromLeader(ctx context.Context, s *Snapshot) error {
 }
 
 // addFromLeader adds the call's last event of kind, as the stream's leader
-// has it, to s, and reports whether there was one.
+// has it, to s, and reports whether there was one. A queued event read
+// while s has no namespace gives it its own.
 func (l *Ledger) addFromLeader(ctx context.Context, s *Snapshot, kind messages.EventKind) (bool, error) {
-	subject, err := l.names.EventSubject(s.CallID, kind)
+	var subject string
+	var err error
+	if s.Namespace == "" && kind == messages.EventQueued {
+		subject, err = l.names.CallKindFilter(s.CallID, kind)
+	} else if s.Namespace != "" {
+		subject, err = l.names.EventSubject(s.CallID, kind, s.Namespace)
+	} else {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
@@ -413,12 +507,15 @@ func (l *Ledger) addFromLeader(ctx context.Context, s *Snapshot, kind messages.E
 	if err != nil {
 		return false, fmt.Errorf("read call events: %w", err)
 	}
-	ev := Event{Seq: seq}
-	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
-		return false, fmt.Errorf("event %d: %w", seq, err)
+	ev, err := l.decodeEvent(seq, msg)
+	if err != nil {
+		return false, err
 	}
-	s.add(&ev)
-	return true, nil
+	if s.Namespace == "" {
+		s.Namespace = ev.Namespace
+	}
+	s.add(ev)
+	return ev.Namespace == s.Namespace, nil
 }
 
 // Snapshot reads one call's latest events. Unlike Snapshots, whose reads
@@ -427,7 +524,14 @@ func (l *Ledger) addFromLeader(ctx context.Context, s *Snapshot, kind messages.E
 // callers decide on that absence (whether to run a tool again, whether a
 // decision still applies), and a replica may lag behind the leader.
 func (l *Ledger) Snapshot(ctx context.Context, callID string) (*Snapshot, error) {
-	m, err := l.Snapshots(ctx, callID)
+	return l.SnapshotIn(ctx, "", callID)
+}
+
+// SnapshotIn is Snapshot of a call its reader knows to be of namespace ns
+// (a call it submitted, with the tool's namespace); an empty ns is
+// Snapshot's, the queued event's.
+func (l *Ledger) SnapshotIn(ctx context.Context, ns, callID string) (*Snapshot, error) {
+	m, err := l.snapshots(ctx, ns, []string{callID})
 	if err != nil {
 		return nil, err
 	}
@@ -443,12 +547,51 @@ func (l *Ledger) Snapshot(ctx context.Context, callID string) (*Snapshot, error)
 	return s, nil
 }
 
+// ReadOwn reads the latest events of the given kinds of a call of
+// namespace ns with one direct get each, whose subject is in the request's
+// API subject: the form of read that the server can confine to ns (a
+// worker's user may read its own namespace's events only, and not with a
+// batched get, whose subjects are in the request's body). Any replica
+// answers, so in a cluster a read may miss an event the leader has just
+// acknowledged; a worker relies on the result's write condition, which the
+// leader checks, not on this read, to keep a second result out.
+func (l *Ledger) ReadOwn(ctx context.Context, ns, callID string, kinds ...messages.EventKind) (*Snapshot, error) {
+	s := &Snapshot{CallID: callID, Namespace: ns}
+	for _, kind := range kinds {
+		subject, err := l.names.EventSubject(callID, kind, ns)
+		if err != nil {
+			return nil, err
+		}
+		msg, seq, err := l.events.GetLast(ctx, subject)
+		if errors.Is(err, transport.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s event of call %s: %w", kind, callID, err)
+		}
+		ev, err := l.decodeEvent(seq, msg)
+		if err != nil {
+			return nil, err
+		}
+		s.add(ev)
+	}
+	return s, nil
+}
+
 // AwaitResult returns the call's result once it is there, without a
-// consumer on the server: it listens on the result subject, and asks the
-// stream, for a result written before it listened or missed during a
-// reconnect, at first and then every few seconds.
-func (l *Ledger) AwaitResult(ctx context.Context, callID string) (*messages.CallResult, error) {
-	subject, err := l.names.EventSubject(callID, messages.EventResult)
+// consumer on the server: it listens on the call's result subjects, and
+// asks the stream, for a result written before it listened or missed
+// during a reconnect, at first and then every few seconds. ns is the
+// call's namespace if the caller knows it; empty, it is the one the call's
+// queued event names. Results written under another namespace are ignored.
+func (l *Ledger) AwaitResult(ctx context.Context, ns, callID string) (*messages.CallResult, error) {
+	var subject string
+	var err error
+	if ns != "" {
+		subject, err = l.names.EventSubject(callID, messages.EventResult, ns)
+	} else {
+		subject, err = l.names.CallKindFilter(callID, messages.EventResult)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -458,7 +601,7 @@ func (l *Ledger) AwaitResult(ctx context.Context, callID string) (*messages.Call
 		return nil, err
 	}
 	defer sub.Unsubscribe()
-	return l.awaitResult(ctx, callID, results, true, false)
+	return l.awaitResult(ctx, ns, callID, results, true, false)
 }
 
 // ResultCheckInterval is how often a waiter asks the stream for a result it may have missed.
@@ -466,23 +609,23 @@ const ResultCheckInterval = 2 * time.Second
 
 // WaitOn is AwaitResult for a caller that subscribed to the result subject
 // itself (before submitting) and passes its channel.
-func (l *Ledger) WaitOn(ctx context.Context, callID string, results <-chan *nats.Msg) (*messages.CallResult, error) {
-	return l.awaitResult(ctx, callID, results, false, true)
+func (l *Ledger) WaitOn(ctx context.Context, ns, callID string, results <-chan *nats.Msg) (*messages.CallResult, error) {
+	return l.awaitResult(ctx, ns, callID, results, false, true)
 }
 
 // WaitForWrite is AwaitResult for a caller that subscribed to the result
 // subject itself and passes its channel: a message there is any attempt's
 // write, and the committed result is read back. The stream is asked
 // first, for a result stored before the subscription.
-func (l *Ledger) WaitForWrite(ctx context.Context, callID string, writes <-chan *nats.Msg) (*messages.CallResult, error) {
-	return l.awaitResult(ctx, callID, writes, true, false)
+func (l *Ledger) WaitForWrite(ctx context.Context, ns, callID string, writes <-chan *nats.Msg) (*messages.CallResult, error) {
+	return l.awaitResult(ctx, ns, callID, writes, true, false)
 }
 
 // awaitResult waits for a message on results, then returns the result.
 // Copies sent to a notify subject are sent only once committed; a message
 // seen on the result subject itself is any attempt's write, which JetStream
 // may have refused, so the committed result is read from the stream.
-func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan *nats.Msg, checkFirst, committed bool) (*messages.CallResult, error) {
+func (l *Ledger) awaitResult(ctx context.Context, ns, callID string, results <-chan *nats.Msg, checkFirst, committed bool) (*messages.CallResult, error) {
 	check := func() (*messages.CallResult, bool) {
 		// A read retries transient failures; a check gives up at the next
 		// one, so that the messages on results are not left waiting. A
@@ -490,7 +633,22 @@ func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan 
 		// leader is not asked to confirm it.
 		cctx, cancel := context.WithTimeout(ctx, ResultCheckInterval)
 		defer cancel()
-		ev, err := l.LastSeen(cctx, callID, messages.EventResult)
+		if ns == "" {
+			// The call's namespace is its queued event's: one batched read
+			// finds both, for every reader of events (an account that
+			// imports the direct gets included).
+			m, err := l.snapshotsFrom(cctx, l.eventsOwnReply, "", []string{callID})
+			if err != nil {
+				return nil, false
+			}
+			s := m[callID]
+			ns = s.Namespace
+			if s.Result != nil && s.Result.Result != nil {
+				return s.Result.Result, true
+			}
+			return nil, false
+		}
+		ev, err := l.LastSeen(cctx, ns, callID, messages.EventResult)
 		if err == nil && ev != nil && ev.Result != nil {
 			return ev.Result, true
 		}
@@ -502,6 +660,11 @@ func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan 
 		}
 	}
 	committedResult := func(msg *nats.Msg) *messages.CallResult {
+		if evNS := l.names.EventNamespace(msg.Subject); evNS != "" && evNS != ns {
+			// Written under another namespace (or one not known yet): not
+			// the call's.
+			return nil
+		}
 		var ev messages.CallEvent
 		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err == nil {
 			return ev.Result
@@ -549,22 +712,31 @@ func (l *Ledger) awaitResult(ctx context.Context, callID string, results <-chan 
 	}
 }
 
-// Last returns the call's latest event of one kind, or nil if it has none.
-// None is confirmed with the stream's leader, as the replica that answered
-// may lag behind it.
-func (l *Ledger) Last(ctx context.Context, callID string, kind messages.EventKind) (*Event, error) {
-	return l.last(ctx, callID, kind, true)
+// Last returns the latest event of one kind of a call of namespace ns, or
+// nil if it has none. None is confirmed with the stream's leader, as the
+// replica that answered may lag behind it. An empty ns reads the latest
+// event of the kind under any namespace: for the kinds only the
+// coordinator writes (queued, approval, cancel), the one that tells the
+// call's namespace (Event.Namespace).
+func (l *Ledger) Last(ctx context.Context, ns, callID string, kind messages.EventKind) (*Event, error) {
+	return l.last(ctx, ns, callID, kind, true)
 }
 
 // LastSeen is Last without the leader's confirmation of none: for a caller
 // that will look again anyway, such as a wait's periodic check.
-func (l *Ledger) LastSeen(ctx context.Context, callID string, kind messages.EventKind) (*Event, error) {
-	return l.last(ctx, callID, kind, false)
+func (l *Ledger) LastSeen(ctx context.Context, ns, callID string, kind messages.EventKind) (*Event, error) {
+	return l.last(ctx, ns, callID, kind, false)
 }
 
 // last is Last, or LastSeen without confirm.
-func (l *Ledger) last(ctx context.Context, callID string, kind messages.EventKind, confirm bool) (*Event, error) {
-	subject, err := l.names.EventSubject(callID, kind)
+func (l *Ledger) last(ctx context.Context, ns, callID string, kind messages.EventKind, confirm bool) (*Event, error) {
+	var subject string
+	var err error
+	if ns == "" {
+		subject, err = l.names.CallKindFilter(callID, kind)
+	} else {
+		subject, err = l.names.EventSubject(callID, kind, ns)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -578,8 +750,8 @@ func (l *Ledger) last(ctx context.Context, callID string, kind messages.EventKin
 	if err != nil {
 		return nil, fmt.Errorf("read %s event of call %s: %w", kind, callID, err)
 	}
-	ev := &Event{Seq: seq}
-	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
+	ev, err := l.decodeEvent(seq, msg)
+	if err != nil {
 		return nil, fmt.Errorf("%s event of call %s: %w", kind, callID, err)
 	}
 	return ev, nil

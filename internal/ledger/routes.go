@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -24,14 +23,14 @@ type Routes struct {
 
 	mu      sync.Mutex
 	sub     *nats.Subscription
-	waiting map[string]chan *nats.Msg
+	waiting map[string]awaited
 	// check is closed at the next check (see Check).
 	check chan struct{}
 }
 
 // NewRoutes returns a client's routes under a new route; it subscribes on first use.
 func NewRoutes(nc *nats.Conn, names messages.Names) *Routes {
-	return &Routes{nc: nc, names: names, route: nuid.Next(), waiting: map[string]chan *nats.Msg{}}
+	return &Routes{nc: nc, names: names, route: nuid.Next(), waiting: map[string]awaited{}}
 }
 
 // Route returns the route to name in submits, once messages on it are received.
@@ -54,13 +53,22 @@ func (r *Routes) Route() (string, error) {
 	return r.route, nil
 }
 
+// awaited is a call awaited on a route: where its messages go, and the
+// namespace its result must have been written under.
+type awaited struct {
+	ch chan *nats.Msg
+	ns string
+}
+
 // Await returns the channel the call's messages arrive on: at most an
-// answer to its submit and its result. Call done when finished.
-func (r *Routes) Await(callID string) (<-chan *nats.Msg, func()) {
+// answer to its submit and its result. A result written under another
+// namespace than ns, the called tool's, is dropped. Call done when
+// finished.
+func (r *Routes) Await(callID, ns string) (<-chan *nats.Msg, func()) {
 	ch := make(chan *nats.Msg, 2)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.waiting[callID] = ch
+	r.waiting[callID] = awaited{ch: ch, ns: ns}
 	return ch, func() {
 		r.mu.Lock()
 		delete(r.waiting, callID)
@@ -69,14 +77,21 @@ func (r *Routes) Await(callID string) (<-chan *nats.Msg, func()) {
 }
 
 func (r *Routes) dispatch(msg *nats.Msg) {
-	callID := r.route + msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:]
+	callID, ns, ok := r.names.ParseRouteSubject(r.route, msg.Subject)
+	if !ok {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ch := r.waiting[callID]; ch != nil {
-		select {
-		case ch <- msg:
-		default:
-		}
+	a, found := r.waiting[callID]
+	if !found || ns != "" && ns != a.ns {
+		// A result under another namespace than the tool's was not
+		// written by the tool's workers.
+		return
+	}
+	select {
+	case a.ch <- msg:
+	default:
 	}
 }
 

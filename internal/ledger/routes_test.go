@@ -12,8 +12,9 @@ import (
 )
 
 // Messages on a route reach the caller awaiting their call: both an
-// answer to the submit and the result; a message of a call nobody awaits
-// reaches nobody.
+// answer to the submit and the result written under the tool's namespace;
+// a message of a call nobody awaits reaches nobody, and a result written
+// under another namespace is dropped.
 func TestRoutesDispatchByCall(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Server(t)
@@ -31,14 +32,17 @@ func TestRoutesDispatchByCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	abandoned, first, second := route+"aaaaaaaaaaaaaaaaaaaaaa", route+"bbbbbbbbbbbbbbbbbbbbbb", route+"cccccccccccccccccccccc"
-	firstCh, firstDone := routes.Await(first)
+	firstCh, firstDone := routes.Await(first, "demo")
 	defer firstDone()
-	secondCh, secondDone := routes.Await(second)
+	secondCh, secondDone := routes.Await(second, "demo")
 	defer secondDone()
 	pub := testenv.Connect(t, srv.URL())
-	send := func(id, body string) {
+	send := func(id, ns, body string) {
 		t.Helper()
 		subject, err := names.CallRouteSubject(id)
+		if ns != "" {
+			subject, err = names.RoutedResultSubject(id, ns)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,10 +50,12 @@ func TestRoutesDispatchByCall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	send(abandoned, "abandoned")
-	send(first, "answer")
-	send(first, "result")
-	send(second, "result")
+	send(abandoned, "", "abandoned")
+	send(first, "", "answer")
+	send(first, "payments", "forged result")
+	send(first, "demo", "result")
+	send(second, "payments", "forged result")
+	send(second, "demo", "result")
 	receive := func(ch <-chan *nats.Msg, want string) {
 		t.Helper()
 		select {

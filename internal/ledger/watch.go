@@ -19,8 +19,11 @@ const watchInactiveThreshold = 30 * time.Second
 // first, then follows new ones live, until the result or until ctx ends.
 // It reads the stream directly, so it keeps going across restarts of
 // coordinators and workers, and a watcher that reconnects replays from the
-// start.
-func (l *Ledger) Watch(ctx context.Context, callID string) iter.Seq2[*Event, error] {
+// start. ns is the call's namespace if the caller knows it; empty, it is
+// the namespace of the call's queued event, its first. Events written
+// under another namespace are skipped, as are events other than the
+// coordinator's before the namespace is known.
+func (l *Ledger) Watch(ctx context.Context, ns, callID string) iter.Seq2[*Event, error] {
 	return func(yield func(*Event, error) bool) {
 		filter, err := l.names.CallEventsFilter(callID)
 		if err != nil {
@@ -67,7 +70,13 @@ func (l *Ledger) Watch(ctx context.Context, callID string) iter.Seq2[*Event, err
 				yield(nil, err)
 				return
 			}
-			ev := &Event{Seq: meta.Sequence.Stream}
+			ev := &Event{Seq: meta.Sequence.Stream, Namespace: l.names.EventNamespace(msg.Subject())}
+			if ns == "" && coordinatorKind(l.eventKind(msg.Subject())) {
+				ns = ev.Namespace
+			}
+			if ev.Namespace != ns || ns == "" {
+				continue
+			}
 			if _, err := messages.Decode(msg.Headers(), msg.Data(), &ev.CallEvent); err != nil {
 				if !yield(nil, fmt.Errorf("event %d of call %s: %w", ev.Seq, callID, err)) {
 					return
@@ -82,4 +91,10 @@ func (l *Ledger) Watch(ctx context.Context, callID string) iter.Seq2[*Event, err
 			}
 		}
 	}
+}
+
+// eventKind returns the kind token of an event subject.
+func (l *Ledger) eventKind(subject string) messages.EventKind {
+	_, kind, _, _ := l.names.ParseEventSubject(subject)
+	return kind
 }

@@ -151,8 +151,9 @@ func (c Config) WithDefaults() Config {
 }
 
 // Ensure creates or updates the streams and buckets that coordinators
-// and workers use: calls, events and audit streams, the results object
-// store, and the catalog, turns and approvals buckets. Coordinators own
+// and workers use: calls, events and audit streams, and the catalog,
+// turns and approvals buckets. Each namespace's results object store is
+// created by its workers when they first need it (EnsureResultsBucket). Coordinators own
 // their configuration and update them; workers, whose NATS users may not
 // manage streams, only create what is missing (see EnsureExisting).
 //
@@ -193,18 +194,6 @@ func ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, c
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("stream %s: %w", sc.Name, err)
-		}
-	}
-	results := jetstream.ObjectStoreConfig{
-		Bucket:      names.ResultsBucket(),
-		Description: "Toolbus results too large for one message",
-		TTL:         cfg.EventsMaxAge,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-	}
-	if _, err := js.ObjectStore(ctx, results.Bucket); err != nil || update {
-		if _, err := js.CreateOrUpdateObjectStore(ctx, results); err != nil {
-			return fmt.Errorf("object store %s: %w", names.ResultsBucket(), err)
 		}
 	}
 	for _, kv := range []jetstream.KeyValueConfig{

@@ -58,8 +58,13 @@ func withDefaultDeadline(ctx context.Context, d time.Duration) (context.Context,
 // Name returns the stream's name.
 func (s *Stream) Name() string { return s.name }
 
-// GetLast returns the last message stored on subject (a subject, not a
-// filter) and its sequence in the stream. The message's Subject is the one
+// GetLast returns the last message stored on subject and its sequence in
+// the stream. The subject travels in the request's API subject
+// ($JS.API.DIRECT.GET.<stream>.<subject>), not in its body, so NATS
+// permissions can confine a user's reads to some subjects: a worker's user
+// may read only its own namespace's call events this way, where a batched
+// read (GetBatch) or a read from the leader (GetLastFromLeader), whose
+// subjects are in the body, would reach every call's. The message's Subject is the one
 // it was stored on, its headers those stored with it plus the server's
 // Nats-Stream, Nats-Subject, Nats-Sequence and Nats-Time-Stamp. It returns
 // ErrNotFound if the stream has no message on subject, ErrNoResponders if

@@ -13,8 +13,9 @@
 //     Inbox, without a future per message or JSON decoding of a successful
 //     acknowledgement (PublishThen, PublishWait).
 //   - Stream: direct gets of one stream, the last message on a subject
-//     (GetLast) and batches (GetBatch): the last message of many subjects
-//     at once, or the messages from a sequence on.
+//     (GetLast, the subject in the API subject, where permissions can
+//     scope it) and batches (GetBatch, the subjects in the body): the last
+//     message of many subjects at once, or the messages from a sequence on.
 //   - The pull requests of the worker's consumers.
 //   - Retry and RetryPolicy: the one policy of bounded attempts and
 //     retries with capped, jittered exponential backoff, with Transient to

@@ -42,8 +42,10 @@ const DefaultAckWait = 30 * time.Second
 // PublishThen does not wait, so it takes no context: timeout bounds the
 // wait for the acknowledgement, give or take a second, and no
 // acknowledgement within it is an error wrapping context.DeadlineExceeded.
-// PublishThen sets msg.Reply. If PublishThen returns an error, then is not
-// called; otherwise then is called exactly once.
+// It publishes a copy of msg with its own reply subject and leaves msg as
+// it is, so that a message can be sent again (a retry after a timeout)
+// while its earlier send is still in hand. If PublishThen returns an
+// error, then is not called; otherwise then is called exactly once.
 //
 // A stream's refusal is a *jetstream.APIError (ErrWrongLastSequence for a
 // failed expected-last-sequence condition); a subject no stream stores is
@@ -60,8 +62,9 @@ func (p *Publisher) PublishThen(msg *nats.Msg, timeout time.Duration, then AckFu
 	if err != nil {
 		return err
 	}
-	msg.Reply = reply
-	if err := p.nc.PublishMsg(msg); err != nil {
+	sent := *msg
+	sent.Reply = reply
+	if err := p.nc.PublishMsg(&sent); err != nil {
 		cancel()
 		return err
 	}

@@ -433,7 +433,18 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 	if res, settled, err := settle(reply); settled {
 		return res, err
 	}
-	return c.ledger.WaitOn(ctx, reply.CallID, results)
+	return c.ledger.WaitOn(ctx, toolNamespace(tool), reply.CallID, results)
+}
+
+// toolNamespace is the namespace of the tool a call names, the one its
+// result must be written under; "" if the name does not parse, and the
+// coordinator refuses the call anyway.
+func toolNamespace(tool string) string {
+	name, err := messages.ParseToolName(tool)
+	if err != nil {
+		return ""
+	}
+	return name.Namespace
 }
 
 // callOnRoute makes a call on the client's route with an ID chosen here,
@@ -454,7 +465,8 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 	}
 	req.Route, req.CallID, req.Quiet = route, messages.RoutedCallID(route, nuid.Next()), true
 	callID := req.CallID
-	answers, done := c.routes.Await(callID)
+	ns := toolNamespace(req.Tool)
+	answers, done := c.routes.Await(callID, ns)
 	defer func() { done() }()
 	// A coordinator from before quiet submits names the call itself, and
 	// answers; the call is then followed under that name.
@@ -462,7 +474,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 		if reply.CallID != "" && reply.CallID != callID {
 			done()
 			callID = reply.CallID
-			answers, done = c.routes.Await(callID)
+			answers, done = c.routes.Await(callID, ns)
 		}
 	}
 	if err := c.submitQuietly(ctx, req); err != nil {
@@ -508,7 +520,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 			if confirmed {
 				break
 			}
-			reply, err := c.confirm(ctx, req, callID)
+			reply, err := c.confirm(ctx, req, ns, callID)
 			if err != nil {
 				return nil, err
 			}
@@ -520,7 +532,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 		case <-check:
 			check = nil
 			cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
-			ev, err := c.ledger.LastSeen(cctx, callID, messages.EventResult)
+			ev, err := c.ledger.LastSeen(cctx, ns, callID, messages.EventResult)
 			cancel()
 			if err == nil && ev != nil && ev.Result != nil {
 				return ev.Result, nil
@@ -538,9 +550,9 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 // call: it reads the call's events and, if there are none, sends the
 // submit again with a reply, and returns that reply; or a reply that
 // carries the result if there is one already.
-func (c *Client) confirm(ctx context.Context, req messages.SubmitRequest, callID string) (*messages.SubmitReply, error) {
+func (c *Client) confirm(ctx context.Context, req messages.SubmitRequest, ns, callID string) (*messages.SubmitReply, error) {
 	cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
-	snap, err := c.ledger.Snapshot(cctx, callID)
+	snap, err := c.ledger.SnapshotIn(cctx, ns, callID)
 	cancel()
 	if err == nil && snap.Exists() {
 		reply := &messages.SubmitReply{CallID: callID, State: snap.State()}
@@ -719,10 +731,12 @@ func (c *Client) Turn(ctx context.Context, turn string) (*messages.TurnInfo, err
 
 // Watch yields a call's events from the first, then live ones, and ends
 // after the result. It reads JetStream directly and survives coordinator
-// restarts; after an error it can simply be started again.
+// restarts; after an error it can simply be started again. Events written
+// under another namespace than the call's (the one its queued event
+// names) are skipped.
 func (c *Client) Watch(ctx context.Context, callID string) iter.Seq2[*messages.CallEvent, error] {
 	return func(yield func(*messages.CallEvent, error) bool) {
-		for ev, err := range c.ledger.Watch(ctx, callID) {
+		for ev, err := range c.ledger.Watch(ctx, "", callID) {
 			if err != nil {
 				yield(nil, err)
 				return
@@ -757,9 +771,24 @@ func (c *Client) FullResult(ctx context.Context, ref *messages.ObjectRef) (*mess
 
 // Wait returns the call's result once it is there. Unlike Watch it holds
 // no consumer on the server, so any number of calls can be awaited at once.
+// The result is the one written under the call's namespace, its tool's; a
+// result another namespace wrote under its ID is ignored. Wait asks
+// calls.get for the call's tool first, and, if no coordinator answers
+// within ResultCheckInterval, takes the namespace from the call's queued
+// event in the events stream.
 func (c *Client) Wait(ctx context.Context, callID string) (*messages.CallResult, error) {
 	if err := messages.ValidateID("call ID", callID); err != nil {
 		return nil, err
 	}
-	return c.ledger.AwaitResult(ctx, callID)
+	ns := ""
+	gctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
+	info, err := c.Get(gctx, callID)
+	cancel()
+	if err == nil {
+		if info.Result != nil {
+			return info.Result, nil
+		}
+		ns = toolNamespace(info.Tool)
+	}
+	return c.ledger.AwaitResult(ctx, ns, callID)
 }

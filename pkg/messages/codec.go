@@ -31,7 +31,9 @@ const (
 
 	// ProtocolVersion is the major version of this contract. A message with
 	// another major version is refused with CodeUnsupportedVersion.
-	ProtocolVersion = "1"
+	// Version 2 put the called tool's namespace at the end of every call
+	// event's subject (and of routed results' subjects).
+	ProtocolVersion = "2"
 )
 
 // Header is a message's header map; nats.Header converts to it directly.
@@ -62,7 +64,7 @@ func (c Codec) String() string { return c.ContentType() }
 // answer the refusal in.
 func CodecOf(h Header) (Codec, error) {
 	if v := headerValue(h, HeaderVersion); v != "" && majorVersion(v) != ProtocolVersion {
-		return Msgpack, &Error{Code: CodeUnsupportedVersion, Message: fmt.Sprintf("protocol version %q is not supported; this peer speaks version %s", v, ProtocolVersion)}
+		return Msgpack, &Error{Code: CodeUnsupportedVersion, Message: fmt.Sprintf("protocol version %q is not supported; this peer speaks version %s%s", v, ProtocolVersion, versionChanges(majorVersion(v)))}
 	}
 	ct := headerValue(h, HeaderContentType)
 	switch ct {
@@ -84,6 +86,15 @@ func CodecOf(h Header) (Codec, error) {
 		return Msgpack, nil
 	}
 	return JSONCodec, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("unsupported Content-Type %q; use %s or %s", ct, ContentTypeMsgpack, ContentTypeJSON)}
+}
+
+// versionChanges says what changed since an older major version, for a
+// peer that still speaks it.
+func versionChanges(major string) string {
+	if major == "1" {
+		return " (since version 2, call event subjects end with the tool's namespace: <prefix>.events.<call_id>.<kind>.<namespace>, and routed results arrive on <prefix>.results.<route>.<rest of the call ID>.<namespace>)"
+	}
+	return ""
 }
 
 func majorVersion(v string) string {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,7 +106,8 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		{"json trailing", JSONCodec.NewHeader(), []byte(`{"tool":"a-b"} {}`), CodeMalformed},
 		{"json wrong type", JSONCodec.NewHeader(), []byte(`{"tool":5}`), CodeMalformed},
 		{"unknown content type", Header{HeaderContentType: {"text/plain"}}, []byte(`x`), CodeBadRequest},
-		{"future version", Header{HeaderVersion: {"2"}}, []byte{0x80}, CodeUnsupportedVersion},
+		{"future version", Header{HeaderVersion: {"3"}}, []byte{0x80}, CodeUnsupportedVersion},
+		{"version 1", Header{HeaderVersion: {"1.4"}}, []byte{0x80}, CodeUnsupportedVersion},
 	}
 	for _, tc := range cases {
 		var req SubmitRequest
@@ -177,5 +179,22 @@ func TestHostileLengthCostsNothing(t *testing.T) {
 	}
 	if grown := int64(after.HeapInuse) - int64(before.HeapInuse); grown > 4<<20 {
 		t.Fatalf("1000 hostile requests left the heap %d MiB larger", grown>>20)
+	}
+}
+
+// A peer still speaking version 1 is told what changed, and a message
+// without a version header is read.
+func TestVersionOneIsRefusedWithWhatChanged(t *testing.T) {
+	t.Parallel()
+	var req SubmitRequest
+	_, err := Decode(Header{HeaderVersion: {"1"}}, []byte{0x80}, &req)
+	if CodeOf(err) != CodeUnsupportedVersion || !strings.Contains(err.Error(), "events.<call_id>.<kind>.<namespace>") {
+		t.Fatalf("version 1: %v", err)
+	}
+	if _, err := Decode(Header{}, []byte{0x80}, &req); err != nil {
+		t.Fatalf("no version header: %v", err)
+	}
+	if _, err := Decode(Header{HeaderVersion: {"2.1"}}, []byte{0x80}, &req); err != nil {
+		t.Fatalf("version 2.1: %v", err)
 	}
 }

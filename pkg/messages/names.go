@@ -233,6 +233,20 @@ func (n Names) NamespaceCallsFilter(ns string) (string, error) {
 	return n.prefix + ".call." + ns + ".>", nil
 }
 
+// CallSubjectNamespace returns the namespace token of a call subject made
+// by CallSubject, or "" when subject is not one.
+func (n Names) CallSubjectNamespace(subject string) string {
+	rest, ok := strings.CutPrefix(subject, n.prefix+".call.")
+	if !ok {
+		return ""
+	}
+	ns, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return ""
+	}
+	return ns
+}
+
 // NamespaceConsumer is the durable pull consumer that a namespace's workers share.
 func (n Names) NamespaceConsumer(ns string) (string, error) {
 	if err := ValidateNamespace(ns); err != nil {
@@ -241,23 +255,75 @@ func (n Names) NamespaceConsumer(ns string) (string, error) {
 	return "ns_" + ns, nil
 }
 
-// EventSubject is where events of one kind of one call are stored.
-func (n Names) EventSubject(callID string, kind EventKind) (string, error) {
+// EventSubject is where events of one kind of one call are stored:
+// <prefix>.events.<call ID>.<kind>.<namespace>, the namespace being that
+// of the called tool. The last token lets the server confine a worker's
+// writes and reads to its own namespace's calls, and lets every reader
+// tell a call's events from events another namespace wrote under its ID.
+func (n Names) EventSubject(callID string, kind EventKind, ns string) (string, error) {
 	if err := ValidateID("call ID", callID); err != nil {
 		return "", err
 	}
 	if !kind.Valid() {
 		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "is not a known event kind"}
 	}
-	return n.prefix + ".events." + callID + "." + string(kind), nil
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return n.prefix + ".events." + callID + "." + string(kind) + "." + ns, nil
 }
 
-// CallEventsFilter matches every event of one call.
+// ParseEventSubject reads the call ID, kind and namespace of an event
+// subject made by EventSubject. ok is false for any other subject.
+func (n Names) ParseEventSubject(subject string) (callID string, kind EventKind, ns string, ok bool) {
+	rest, found := strings.CutPrefix(subject, n.prefix+".events.")
+	if !found {
+		return "", "", "", false
+	}
+	tokens := strings.Split(rest, ".")
+	if len(tokens) != 3 {
+		return "", "", "", false
+	}
+	return tokens[0], EventKind(tokens[1]), tokens[2], true
+}
+
+// EventNamespace returns the namespace token of an event subject, or ""
+// when subject is not one.
+func (n Names) EventNamespace(subject string) string {
+	_, _, ns, _ := n.ParseEventSubject(subject)
+	return ns
+}
+
+// CallEventsFilter matches every event of one call, of any namespace.
 func (n Names) CallEventsFilter(callID string) (string, error) {
 	if err := ValidateID("call ID", callID); err != nil {
 		return "", err
 	}
-	return n.prefix + ".events." + callID + ".*", nil
+	return n.prefix + ".events." + callID + ".>", nil
+}
+
+// CallNamespaceEventsFilter matches every event of one call written
+// under namespace ns.
+func (n Names) CallNamespaceEventsFilter(callID, ns string) (string, error) {
+	if err := ValidateID("call ID", callID); err != nil {
+		return "", err
+	}
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return n.prefix + ".events." + callID + ".*." + ns, nil
+}
+
+// CallKindFilter matches the events of one kind of one call, of any
+// namespace.
+func (n Names) CallKindFilter(callID string, kind EventKind) (string, error) {
+	if err := ValidateID("call ID", callID); err != nil {
+		return "", err
+	}
+	if !kind.Valid() {
+		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "is not a known event kind"}
+	}
+	return n.prefix + ".events." + callID + "." + string(kind) + ".*", nil
 }
 
 // EventKindFilter matches the events of one kind of every call, e.g. every result.
@@ -265,7 +331,7 @@ func (n Names) EventKindFilter(kind EventKind) (string, error) {
 	if !kind.Valid() {
 		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "is not a known event kind"}
 	}
-	return n.prefix + ".events.*." + string(kind), nil
+	return n.prefix + ".events.*." + string(kind) + ".*", nil
 }
 
 // CancelSubject carries the signal that asks the worker holding a call to
@@ -325,8 +391,21 @@ func (n Names) ApprovalsBucket() string { return n.prefix + "_approvals" }
 // IndexBucket is the KV bucket that holds the discovery index.
 func (n Names) IndexBucket() string { return n.prefix + "_index" }
 
-// ResultsBucket is the object store that keeps results too large for one message.
+// ResultsBucket is the object store that kept every namespace's results
+// too large for one message before each namespace had its own
+// (NamespaceResultsBucket). Results stored then name it in their
+// full_result reference, and stay readable there.
 func (n Names) ResultsBucket() string { return n.prefix + "_results" }
+
+// NamespaceResultsBucket is the object store that keeps the results of
+// namespace ns that are too large for one message. Its workers create it
+// on first use; only they may write to it.
+func (n Names) NamespaceResultsBucket(ns string) (string, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return n.prefix + "_results_" + ns, nil
+}
 
 // ToolKey is the catalog key of a tool definition.
 func ToolKey(tool ToolName) (string, error) {

@@ -63,10 +63,10 @@ func TestSubjectsRejectUnsafeTokens(t *testing.T) {
 	if _, err := n.CallSubject(ToolName{Namespace: "de*", Method: "x"}); err == nil {
 		t.Error("a namespace with a wildcard made a subject")
 	}
-	if _, err := n.EventSubject("abc.def", EventResult); err == nil {
+	if _, err := n.EventSubject("abc.def", EventResult, "demo"); err == nil {
 		t.Error("a call ID with a dot made a subject")
 	}
-	if _, err := n.EventSubject("abc", EventKind("bogus")); err == nil {
+	if _, err := n.EventSubject("abc", EventKind("bogus"), "demo"); err == nil {
 		t.Error("an unknown event kind made a subject")
 	}
 	if _, err := NewNames("Tool.bus"); err == nil {
@@ -76,8 +76,17 @@ func TestSubjectsRejectUnsafeTokens(t *testing.T) {
 	if err != nil || got != "toolbus.call.demo.word_count" {
 		t.Errorf("CallSubject = %q, %v", got, err)
 	}
-	if got, _ := n.EventSubject("c1", EventProgress); got != "toolbus.events.c1.progress" {
+	if _, err := n.EventSubject("abc", EventResult, "de.mo"); err == nil {
+		t.Error("a namespace with a dot made a subject")
+	}
+	if got, _ := n.EventSubject("c1", EventProgress, "demo"); got != "toolbus.events.c1.progress.demo" {
 		t.Errorf("EventSubject = %q", got)
+	}
+	if id, kind, ns, ok := n.ParseEventSubject("toolbus.events.c1.progress.demo"); !ok || id != "c1" || kind != EventProgress || ns != "demo" {
+		t.Errorf("ParseEventSubject = %q %q %q %v", id, kind, ns, ok)
+	}
+	if _, _, _, ok := n.ParseEventSubject("toolbus.events.c1.progress"); ok {
+		t.Error("a version 1 event subject was parsed")
 	}
 	if n.CallsStream() != "TOOLBUS_CALLS" || n.EventsStream() != "TOOLBUS_EVENTS" {
 		t.Errorf("streams %s %s", n.CallsStream(), n.EventsStream())
@@ -101,10 +110,43 @@ func TestIdempotentCallID(t *testing.T) {
 func TestEventKindFilter(t *testing.T) {
 	t.Parallel()
 	got, err := MustNames("tb2").EventKindFilter(EventResult)
-	if err != nil || got != "tb2.events.*.result" {
+	if err != nil || got != "tb2.events.*.result.*" {
 		t.Fatalf("EventKindFilter(result) = %q, %v", got, err)
 	}
 	if _, err := MustNames("").EventKindFilter("res.*"); !errors.Is(err, ErrInvalidName) {
 		t.Fatalf("EventKindFilter of an unknown kind: %v", err)
+	}
+}
+
+func TestRoutedResultSubjects(t *testing.T) {
+	t.Parallel()
+	n := MustNames("")
+	route := "R0123456789abcdefghijk"
+	id := RoutedCallID(route, "S0123456789abcdefghijk")
+	got, err := n.RoutedResultSubject(id, "demo")
+	if err != nil || got != "toolbus.results."+route+".S0123456789abcdefghijk.demo" {
+		t.Fatalf("RoutedResultSubject = %q, %v", got, err)
+	}
+	if sub, _ := n.RouteSubject(route); sub != "toolbus.results."+route+".>" {
+		t.Errorf("RouteSubject = %q", sub)
+	}
+	if callID, ns, ok := n.ParseRouteSubject(route, got); !ok || callID != id || ns != "demo" {
+		t.Errorf("ParseRouteSubject(result) = %q %q %v", callID, ns, ok)
+	}
+	answer, _ := n.CallRouteSubject(id)
+	if callID, ns, ok := n.ParseRouteSubject(route, answer); !ok || callID != id || ns != "" {
+		t.Errorf("ParseRouteSubject(answer) = %q %q %v", callID, ns, ok)
+	}
+	if n.RepublishSource() != "toolbus.events.*.result.*" || n.RepublishDestination() != "toolbus.results.{{SplitFromLeft(1,22)}}.{{Wildcard(2)}}" {
+		t.Errorf("republish %s -> %s", n.RepublishSource(), n.RepublishDestination())
+	}
+	if ns := n.CallSubjectNamespace("toolbus.call.demo.echo"); ns != "demo" {
+		t.Errorf("CallSubjectNamespace = %q", ns)
+	}
+	if ns := n.CallSubjectNamespace("toolbus.events.demo.echo"); ns != "" {
+		t.Errorf("CallSubjectNamespace of an event subject = %q", ns)
+	}
+	if b, _ := n.NamespaceResultsBucket("demo"); b != "toolbus_results_demo" {
+		t.Errorf("NamespaceResultsBucket = %q", b)
 	}
 }

@@ -1,14 +1,21 @@
 package messages
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Routed results.
 //
 // A client that makes many calls names a route, a token of its own, in its
 // submits. The call IDs of those calls start with the route, and the
 // events stream republishes each committed result to
-// <prefix>.results.<route>.<rest of the call ID>, so one subscription to
-// RouteSubject receives the results of all the client's calls. The server
+// <prefix>.results.<route>.<rest of the call ID>.<namespace>, so one
+// subscription to RouteSubject receives the results of all the client's
+// calls; the coordinator's answers to quiet submits come on the call's
+// CallRouteSubject, under the same route. A routed result whose namespace
+// is not that of the called tool was written by another namespace under
+// the call's ID, and is ignored. The server
 // republishes a result only once it is stored, so a routed copy is always
 // the committed result, and it costs the worker no extra message.
 
@@ -49,21 +56,51 @@ func (n Names) CallRouteSubject(callID string) (string, error) {
 	return n.prefix + ".results." + callID[:RouteLength] + "." + callID[RouteLength:], nil
 }
 
-// RouteSubject matches the routed results of one route.
+// RoutedResultSubject is the subject on which the result of a call made
+// on a route arrives, republished by the events stream: CallRouteSubject
+// followed by the namespace that wrote it.
+func (n Names) RoutedResultSubject(callID, ns string) (string, error) {
+	subject, err := n.CallRouteSubject(callID)
+	if err != nil {
+		return "", err
+	}
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return subject + "." + ns, nil
+}
+
+// RouteSubject matches the messages of one route: routed results and the
+// coordinator's answers to quiet submits.
 func (n Names) RouteSubject(route string) (string, error) {
 	if err := ValidateRoute(route); err != nil {
 		return "", err
 	}
-	return n.prefix + ".results." + route + ".*", nil
+	return n.prefix + ".results." + route + ".>", nil
+}
+
+// ParseRouteSubject reads a subject under a route: the call ID, and the
+// namespace of a routed result ("" for a coordinator's answer). ok is
+// false for a subject of another form.
+func (n Names) ParseRouteSubject(route, subject string) (callID, ns string, ok bool) {
+	rest, found := strings.CutPrefix(subject, n.prefix+".results."+route+".")
+	if !found {
+		return "", "", false
+	}
+	suffix, ns, _ := strings.Cut(rest, ".")
+	if suffix == "" || strings.IndexByte(ns, '.') >= 0 {
+		return "", "", false
+	}
+	return route + suffix, ns, true
 }
 
 // RepublishSource and RepublishDestination are the events stream's
-// republish rule: a result event's call ID is split after the route.
-// (The ID of a call made without a route is not split, and its copy goes
-// to a subject no route matches.)
-func (n Names) RepublishSource() string { return n.prefix + ".events.*." + string(EventResult) }
+// republish rule: a result event's call ID is split after the route, and
+// its namespace follows. (The ID of a call made without a route is not
+// split, and its copy goes to a subject no route matches.)
+func (n Names) RepublishSource() string { return n.prefix + ".events.*." + string(EventResult) + ".*" }
 
 // RepublishDestination: see RepublishSource.
 func (n Names) RepublishDestination() string {
-	return fmt.Sprintf("%s.results.{{SplitFromLeft(1,%d)}}", n.prefix, RouteLength)
+	return fmt.Sprintf("%s.results.{{SplitFromLeft(1,%d)}}.{{Wildcard(2)}}", n.prefix, RouteLength)
 }

@@ -63,7 +63,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 	attempt := int(meta.NumDelivered)
 	var req messages.CallRequest
 	if _, err := messages.Decode(msg.Headers(), msg.Data(), &req); err != nil || req.CallID == "" {
-		w.rejectUnreadable(msg, attempt, err)
+		w.rejectUnreadable(msg, ns.Name, attempt, err)
 		end = slotRefused
 		return
 	}
@@ -77,10 +77,10 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		QueuedAt: req.QueuedAt,
 	}
 	if attempt > ns.MaxAttempts {
-		if started, lastLog := w.startedBefore(log, req.CallID); started {
+		if started, lastLog := w.startedBefore(log, ns.Name, req.CallID); started {
 			// This extra delivery only records the failure: the attempts were the ones before it.
 			base.Attempt = attempt - 1
-			w.finish(msg, log, req.Notify, failure(base, messages.StateFailed, messages.ResultAttempts, messages.ExhaustedMessage(attempt-1, lastLog)))
+			w.finish(msg, log, ns.Name, req.Notify, failure(base, messages.StateFailed, messages.ResultAttempts, messages.ExhaustedMessage(attempt-1, lastLog)))
 			end = slotRefused
 			return
 		}
@@ -97,7 +97,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		return
 	}
 	if !req.Deadline.IsZero() && !now.Before(req.Deadline) {
-		w.finish(msg, log, req.Notify, failure(base, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed before a worker could start it"))
+		w.finish(msg, log, ns.Name, req.Notify, failure(base, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed before a worker could start it"))
 		end = slotRefused
 		return
 	}
@@ -124,14 +124,14 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 	recordStart := func() { w.recordStart(f) }
 	base.StartedAt = now
 	if attempt > 1 {
-		snap, err := w.readBeforeRerun(ctx, log, req.CallID)
+		snap, err := w.readBeforeRerun(ctx, log, ns.Name, req.CallID)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			res, retry := w.interrupted(base, ctx)
 			if retry {
 				acked(log, "handed back", msg.Nak())
 			} else {
-				w.finish(msg, log, req.Notify, res)
+				w.finish(msg, log, ns.Name, req.Notify, res)
 			}
 			end = slotRefused
 			return
@@ -165,13 +165,13 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 
 	reporter := &progressReporter{interval: w.cfg.ProgressInterval, publish: func(p messages.Progress) {
 		recordStart()
-		if err := w.ledger.AppendAsync(&messages.CallEvent{CallID: req.CallID, Kind: messages.EventProgress, Time: time.Now().UTC(), Attempt: attempt, Worker: w.cfg.ID, Progress: &p}); err != nil {
+		if err := w.ledger.AppendAsync(ns.Name, &messages.CallEvent{CallID: req.CallID, Kind: messages.EventProgress, Time: time.Now().UTC(), Attempt: attempt, Worker: w.cfg.ID, Progress: &p}); err != nil {
 			log.Warn("progress event not stored", "error", err)
 		}
 	}}
 	scope := &callScope{call: call, progress: reporter, log: func(level, message string) {
 		recordStart()
-		if err := w.ledger.AppendAsync(&messages.CallEvent{CallID: req.CallID, Kind: messages.EventLog, Time: time.Now().UTC(), Attempt: attempt, Worker: w.cfg.ID, Log: &messages.LogEntry{Level: level, Message: message}}); err != nil {
+		if err := w.ledger.AppendAsync(ns.Name, &messages.CallEvent{CallID: req.CallID, Kind: messages.EventLog, Time: time.Now().UTC(), Attempt: attempt, Worker: w.cfg.ID, Log: &messages.LogEntry{Level: level, Message: message}}); err != nil {
 			log.Warn("log event not stored", "error", err)
 		}
 	}}
@@ -193,7 +193,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 			recordStart() // the tool ran: this attempt counts (see startedBefore)
 			acked(log, "handed back", msg.Nak())
 		} else {
-			w.finish(msg, log, req.Notify, res)
+			w.finish(msg, log, ns.Name, req.Notify, res)
 		}
 		w.untrack(f)
 		w.straggling(req.CallID, run, s, log)
@@ -225,18 +225,18 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 			base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: firstText(res.Content)}
 		}
 		handedOn = true
-		w.finishThen(msg, log, req.Notify, w.fit(base, &tool.Definition, log), s)
+		w.finishThen(msg, log, ns.Name, req.Notify, w.fit(ns.Name, base, &tool.Definition, log), s)
 	case ctx.Err() != nil:
 		res, retry := w.interrupted(base, ctx)
 		if retry {
 			recordStart() // the tool ran: this attempt counts (see startedBefore)
 			acked(log, "handed back", msg.Nak())
 		} else {
-			w.finish(msg, log, req.Notify, res)
+			w.finish(msg, log, ns.Name, req.Notify, res)
 		}
 	case errors.As(out.err, &perr):
 		log.Error("tool panicked", "panic", fmt.Sprint(perr.value), "stack", string(perr.stack))
-		w.finish(msg, log, req.Notify, failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value)))
+		w.finish(msg, log, ns.Name, req.Notify, failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value)))
 	case errors.Is(out.err, ErrRetry):
 		log.Info("tool asked for another attempt", "error", out.err)
 		// Stored, so that the call's final failure can say why, should its attempts run out.
@@ -249,7 +249,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		base.Content = []messages.ContentBlock{messages.TextBlock(out.err.Error())}
 		base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: out.err.Error()}
 		handedOn = true
-		w.finishThen(msg, log, req.Notify, base, s)
+		w.finishThen(msg, log, ns.Name, req.Notify, base, s)
 	}
 }
 
@@ -285,17 +285,19 @@ const readGiveUp = time.Minute
 var errStopping = errors.New("the worker is stopping")
 
 // readBeforeRerun reads a redelivered call's record: whether an earlier
-// attempt stored its result, or a cancellation. Running the tool without
+// attempt stored its result, or a cancellation. It reads with direct gets
+// of the call's own namespace's event subjects (see ledger.ReadOwn), the
+// only reads of the events stream a worker's user may make. Running the tool without
 // knowing could repeat its effects, so a failed read is retried, with the
 // backoff of commitAgain, while the call's lease is renewed (the call is
 // tracked), until the call's context ends, the worker stops, or readGiveUp
 // has passed.
-func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, callID string) (*ledger.Snapshot, error) {
+func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, ns, callID string) (*ledger.Snapshot, error) {
 	giveUp := time.Now().Add(readGiveUp)
 	var retry *time.Timer
 	for tries := 1; ; tries++ {
 		readCtx, cancel := context.WithTimeout(ctx, w.commitTimeout())
-		snap, err := w.ledger.Snapshot(readCtx, callID)
+		snap, err := w.ledger.ReadOwn(readCtx, ns, callID, messages.EventCancel, messages.EventResult)
 		cancel()
 		if err == nil {
 			if tries > 1 {
@@ -338,10 +340,10 @@ func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, callID strin
 // the consumer's MaxDeliver. A record that cannot be read counts as
 // started. It also returns the call's latest log event, whose cause (see
 // messages.ExhaustedMessage) the call's failure gives.
-func (w *Worker) startedBefore(log *callLog, callID string) (started bool, lastLog *messages.CallEvent) {
+func (w *Worker) startedBefore(log *callLog, ns, callID string) (started bool, lastLog *messages.CallEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
 	defer cancel()
-	snap, err := w.ledger.Snapshot(ctx, callID)
+	snap, err := w.ledger.ReadOwn(ctx, ns, callID, messages.EventStarted, messages.EventResult, messages.EventLog)
 	if err != nil {
 		log.Warn("the call's record could not be read on its last delivery", "error", err)
 		return true, nil

@@ -52,7 +52,7 @@ func (w *Worker) track(f *inflight) {
 func (w *Worker) recordStart(f *inflight) {
 	f.startOnce.Do(func() {
 		f.startRecorded.Store(true)
-		if err := w.ledger.Start(&messages.CallEvent{CallID: f.call.ID, Time: f.started, Attempt: f.call.Attempt, Worker: w.cfg.ID}); err != nil {
+		if err := w.ledger.Start(f.ns.Name, &messages.CallEvent{CallID: f.call.ID, Time: f.started, Attempt: f.call.Attempt, Worker: w.cfg.ID}); err != nil {
 			f.log.Warn("start of the call not recorded", "error", err)
 		}
 	})
@@ -100,7 +100,9 @@ func (w *Worker) untrack(f *inflight) {
 
 // leaseLoop keeps the calls in flight, and those held for a slot, leased:
 // every third of AckWait it tells JetStream they are in progress, and it checks the ledger for
-// cancellations whose signal this worker may have missed.
+// cancellations whose signal this worker may have missed. The check runs
+// apart, so that its reads never hold up the next renewal, and one at a
+// time: a tick that finds the last check still running skips its own.
 func (w *Worker) leaseLoop(ctx context.Context) {
 	defer w.bg.Done()
 	t := time.NewTicker(w.cfg.AckWait / 3)
@@ -126,7 +128,14 @@ func (w *Worker) leaseLoop(ctx context.Context) {
 				}
 			}
 			w.mu.Unlock()
-			w.checkCancelled(ctx, ids)
+			if len(ids) > 0 && w.checking.CompareAndSwap(false, true) {
+				w.bg.Add(1)
+				go func() {
+					defer w.bg.Done()
+					defer w.checking.Store(false)
+					w.checkCancelled(ctx, ids)
+				}()
+			}
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -45,7 +46,7 @@ const maxResultContent = 768 << 10
 // fit keeps a result within the tool's size limit: a larger one is stored
 // whole in the results object store, and the result the caller and the
 // model get is cut down to the limit, saying where the whole one is.
-func (w *Worker) fit(res messages.CallResult, def *messages.ToolDefinition, log interface{ Warn(string, ...any) }) messages.CallResult {
+func (w *Worker) fit(ns string, res messages.CallResult, def *messages.ToolDefinition, log interface{ Warn(string, ...any) }) messages.CallResult {
 	limit := def.Metadata.MaxResultSize
 	if limit <= 0 {
 		limit = messages.DefaultMaxResultSize
@@ -59,12 +60,12 @@ func (w *Worker) fit(res messages.CallResult, def *messages.ToolDefinition, log 
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	if data, err := json.Marshal(&res); err == nil {
-		if obj, err := w.js.ObjectStore(ctx, w.names.ResultsBucket()); err != nil {
+		if obj, err := resources.EnsureResultsBucket(ctx, w.js, w.names, ns); err != nil {
 			log.Warn("results store unavailable; the result is cut without a copy", "error", err)
 		} else if info, err := obj.PutBytes(ctx, res.CallID, data); err != nil {
 			log.Warn("whole result not stored; the result is cut without a copy", "error", err)
 		} else {
-			ref = &messages.ObjectRef{Bucket: w.names.ResultsBucket(), Name: info.Name, Size: int64(info.Size)}
+			ref = &messages.ObjectRef{Bucket: info.Bucket, Name: info.Name, Size: int64(info.Size)}
 		}
 	}
 	cut, _ := messages.Truncate(res, limit, ref)
@@ -91,15 +92,15 @@ type logger interface {
 // finish commits the result and removes the call from the queue. A result
 // already committed by another attempt stands; this one is dropped. A
 // write that fails is retried (see commitAgain).
-func (w *Worker) finish(msg jetstream.Msg, log logger, notify string, res messages.CallResult) {
+func (w *Worker) finish(msg jetstream.Msg, log logger, ns, notify string, res messages.CallResult) {
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = time.Now().UTC()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
 	defer cancel()
-	won, err := w.ledger.Commit(ctx, &res, notify)
+	won, err := w.ledger.Commit(ctx, ns, &res, notify)
 	if err != nil {
-		w.commitAgain(msg, log, &res, notify, err)
+		w.commitAgain(msg, log, ns, &res, notify, err)
 		return
 	}
 	settle(msg, log, res.Status, won, nil)
@@ -109,18 +110,18 @@ func (w *Worker) finish(msg jetstream.Msg, log logger, notify string, res messag
 // settled, and the call's slot released, once the stream has answered the
 // result's write, on the ledger's goroutine. The slot stays taken until
 // then, and while a failed write is retried.
-func (w *Worker) finishThen(msg jetstream.Msg, log *callLog, notify string, res messages.CallResult, s *slot) {
+func (w *Worker) finishThen(msg jetstream.Msg, log *callLog, ns, notify string, res messages.CallResult, s *slot) {
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = time.Now().UTC()
 	}
 	status := res.Status
 	retry := func(err error) {
 		w.goroutines.Go(func() {
-			w.commitAgain(msg, log, &res, notify, err)
+			w.commitAgain(msg, log, ns, &res, notify, err)
 			s.Release(slotCommitted)
 		})
 	}
-	err := w.ledger.CommitThen(&res, notify, w.commitTimeout(), func(won bool, err error) {
+	err := w.ledger.CommitThen(ns, &res, notify, w.commitTimeout(), func(won bool, err error) {
 		if err != nil {
 			retry(err)
 			return
@@ -165,7 +166,7 @@ func (w *Worker) commitTimeout() time.Duration { return min(commitAttempt, w.cfg
 // if the call has none (a try whose answer was lost makes the next one
 // find this result standing). It hands the call back after commitGiveUp,
 // or when Stop gives up on the calls still running.
-func (w *Worker) commitAgain(msg jetstream.Msg, log logger, res *messages.CallResult, notify string, err error) {
+func (w *Worker) commitAgain(msg jetstream.Msg, log logger, ns string, res *messages.CallResult, notify string, err error) {
 	log.Warn("result not stored; retrying while the call's lease is held", "error", err)
 	giveUp := time.Now().Add(commitGiveUp)
 	retry := time.NewTimer(0)
@@ -185,7 +186,7 @@ func (w *Worker) commitAgain(msg jetstream.Msg, log logger, res *messages.CallRe
 		w.commitRetries.Add(1)
 		ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
 		var won bool
-		won, err = w.ledger.Commit(ctx, res, notify)
+		won, err = w.ledger.Commit(ctx, ns, res, notify)
 		cancel()
 		if err == nil {
 			if !won {
@@ -245,7 +246,7 @@ func acked(log interface{ Warn(string, ...any) }, what string, err error) {
 
 // rejectUnreadable fails a call whose message cannot be decoded: no
 // attempt could run it.
-func (w *Worker) rejectUnreadable(msg jetstream.Msg, attempt int, decodeErr error) {
+func (w *Worker) rejectUnreadable(msg jetstream.Msg, ns string, attempt int, decodeErr error) {
 	callID := msg.Headers().Get(messages.HeaderMsgID)
 	w.log.Error("unreadable call message", "call", callID, "error", decodeErr)
 	if messages.ValidateID("call ID", callID) == nil {
@@ -253,7 +254,7 @@ func (w *Worker) rejectUnreadable(msg jetstream.Msg, attempt int, decodeErr erro
 			fmt.Sprintf("the call message could not be read: %v", decodeErr))
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
-		if _, err := w.ledger.Commit(ctx, &res, ""); err != nil {
+		if _, err := w.ledger.Commit(ctx, ns, &res, ""); err != nil {
 			w.log.Warn("result of unreadable call not stored", "call", callID, "error", err)
 		}
 	}

@@ -226,6 +226,9 @@ type Worker struct {
 	startSweepArmed bool
 	// commitRetries counts the retried writes of results.
 	commitRetries atomic.Int64
+	// checking is set while the lease loop's check of the calls in flight
+	// runs (see leaseLoop).
+	checking atomic.Bool
 }
 
 type namespace struct {
@@ -621,31 +624,54 @@ func (w *Worker) reconnectLoop(ctx context.Context) {
 	}
 }
 
+// checkReads bounds the reads of checkCancelled in flight at once.
+const checkReads = 8
+
+// checkCancelled reads whether the calls in flight got a result or a
+// cancellation, with two direct gets of each call's own namespace's event
+// subjects (see ledger.ReadOwn), at most checkReads calls at a time.
 func (w *Worker) checkCancelled(ctx context.Context, ids []string) {
-	if len(ids) == 0 {
-		return
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, checkReads)
+	for _, id := range ids {
+		w.mu.Lock()
+		f := w.inflight[id]
+		w.mu.Unlock()
+		if f == nil {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			w.checkCall(ctx, f)
+		})
 	}
-	snaps, err := w.ledger.Snapshots(ctx, ids...)
+	wg.Wait()
+}
+
+// checkCall ends a call in flight that got a result or a cancellation
+// this worker did not hear of.
+func (w *Worker) checkCall(ctx context.Context, f *inflight) {
+	id := f.call.ID
+	s, err := w.ledger.ReadOwn(ctx, f.ns.Name, id, messages.EventResult, messages.EventCancel)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("check cancellations", "error", err)
+			w.log.Warn("check cancellations", "call", id, "error", err)
 		}
 		return
 	}
-	for id, s := range snaps {
-		switch {
-		case s.Result != nil:
-			// Finished without this worker: cancelled while its start was
-			// not yet stored, or completed by another attempt.
-			w.mu.Lock()
-			f := w.inflight[id]
-			w.mu.Unlock()
-			if f != nil {
-				f.cancel(errSuperseded)
-			}
-		case s.Cancel != nil:
-			w.cancelCall(id, s.Cancel.Cancel)
-		}
+	switch {
+	case s.Result != nil:
+		// Finished without this worker: cancelled while its start was
+		// not yet stored, or completed by another attempt.
+		f.cancel(errSuperseded)
+	case s.Cancel != nil:
+		w.cancelCall(id, s.Cancel.Cancel)
 	}
 }
 

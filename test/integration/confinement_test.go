@@ -294,8 +294,12 @@ func TestRolesAreConfined(t *testing.T) {
 	paymentsWorker := newIntruder(t, url, "worker_payments", "worker-payments-secret")
 	indexerUser := newIntruder(t, url, "indexer", "indexer-secret")
 	coordinatorUser := newIntruder(t, url, "coordinator", "coordinator-secret")
-	calls, audit, results := names.CallsStream(), names.AuditStream(), "OBJ_"+names.ResultsBucket()
-	watched := []string{calls, audit, results}
+	demoBucket, err := names.NamespaceResultsBucket(demo.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, audit, results := names.CallsStream(), names.AuditStream(), "OBJ_"+demoBucket
+	watched := []string{calls, audit}
 	before := snapshot(t, srv, watched...)
 
 	// Before namespaces demo and payments have consumers, the demo worker
@@ -361,6 +365,7 @@ func TestRolesAreConfined(t *testing.T) {
 
 	// The audit record is written asynchronously: no event says it is stored.
 	eventually(t, "the call's audit record", func() bool { return snapshot(t, srv, audit)[audit].Msgs > 0 })
+	watched = append(watched, results)
 	if snapshot(t, srv, results)[results].Msgs == 0 {
 		t.Fatal("no large result stored")
 	}
@@ -408,8 +413,19 @@ func TestRolesAreConfined(t *testing.T) {
 		paymentsWorker.denied(what, subject, []byte(`{}`))
 		indexerUser.denied(what, subject, []byte(`{}`))
 	}
-	// Nor the payments worker the demo namespace's.
+	// Nor the payments worker the demo namespace's: its consumer, its
+	// large results, its calls' events.
 	paymentsWorker.denied("delete the demo consumer", "$JS.API.CONSUMER.DELETE."+calls+".ns_demo", []byte(`{}`))
+	for what, subject := range map[string]string{
+		"replace a demo large result":         "$O." + demoBucket + ".M.bWV0YQ==",
+		"add chunks to the demo results":      "$O." + demoBucket + ".C.chunk",
+		"change the demo results store":       "$JS.API.STREAM.UPDATE." + results,
+		"create the demo results store":       "$JS.API.STREAM.CREATE." + results,
+		"delete a demo large result's chunks": "$JS.API.STREAM.MSG.DELETE." + results,
+	} {
+		paymentsWorker.denied(what, subject, []byte(`{}`))
+	}
+
 	paymentsWorker.denied("pull a demo call", "$JS.API.CONSUMER.MSG.NEXT."+calls+".ns_demo", []byte(`{"batch":1}`))
 	demoWorker.subscribeDenied("listen to payments calls", "toolbus.call.payments.>")
 	demoWorker.subscribeDenied("listen to every reply, pulled calls included", "_INBOX.>")

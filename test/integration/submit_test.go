@@ -57,7 +57,7 @@ func TestPlainNATSClient(t *testing.T) {
 		tools, _ := out["tools"].([]any)
 		return len(tools) == len(demo.Tools())
 	})
-	if reply.Header.Get("Content-Type") != "application/json" || reply.Header.Get("Toolbus-Version") != "1" {
+	if reply.Header.Get("Content-Type") != "application/json" || reply.Header.Get("Toolbus-Version") != messages.ProtocolVersion {
 		t.Fatalf("reply headers %v", reply.Header)
 	}
 
@@ -80,7 +80,7 @@ func TestPlainNATSClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.OrderedConsumer(ctx, "TOOLBUS_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"toolbus.events." + callID + ".*"}})
+	cons, err := js.OrderedConsumer(ctx, "TOOLBUS_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"toolbus.events." + callID + ".>"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestPlainNATSClient(t *testing.T) {
 			t.Fatalf("event is not MessagePack: %v", err)
 		}
 		kind, _ := ev["kind"].(string)
-		if !strings.HasSuffix(msg.Subject(), "."+kind) {
+		if msg.Subject() != "toolbus.events."+callID+"."+kind+".demo" {
 			t.Fatalf("event kind %q on subject %s", kind, msg.Subject())
 		}
 		kinds = append(kinds, kind)
@@ -116,7 +116,7 @@ func TestPlainNATSClient(t *testing.T) {
 	// Routed results: one subscription receives the committed results of
 	// every call submitted with the route, in the order they end.
 	route := nuid.Next()
-	routed, err := nc.SubscribeSync("toolbus.results." + route + ".*")
+	routed, err := nc.SubscribeSync("toolbus.results." + route + ".>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestPlainNATSClient(t *testing.T) {
 			t.Fatalf("routed result is not MessagePack: %v", err)
 		}
 		id, _ := ev["call_id"].(string)
-		if _, ok := ids[id]; !ok || ev["kind"] != "result" || msg.Subject != "toolbus.results."+route+"."+id[len(route):] {
+		if _, ok := ids[id]; !ok || ev["kind"] != "result" || msg.Subject != "toolbus.results."+route+"."+id[len(route):]+".demo" {
 			t.Fatalf("routed message on %s: %v", msg.Subject, ev)
 		}
 		delete(ids, id)
@@ -153,9 +153,10 @@ func TestPlainNATSClient(t *testing.T) {
 	}
 
 	// A quiet submit names its call's ID and gets no reply once the call
-	// is queued: the first message on the call's route subject, its reply
-	// subject, is the stored result (it carries the stream's headers). The
-	// tool sleeps, so a reply, had one been sent, would have come first.
+	// is queued: the first message under the call's route subject, its
+	// reply subject, is the stored result (it carries the stream's
+	// headers), on the reply subject followed by the namespace. The tool
+	// sleeps, so a reply, had one been sent, would have come first.
 	quietID := route + nuid.Next()
 	quietSubject := "toolbus.results." + route + "." + quietID[len(route):]
 	quietly := func(body string) {
@@ -174,7 +175,7 @@ func TestPlainNATSClient(t *testing.T) {
 		t.Fatalf("quiet call: %v", err)
 	}
 	var ev map[string]any
-	if err := msgpack.Unmarshal(msg.Data, &ev); err != nil || msg.Subject != quietSubject || msg.Header.Get("Nats-Sequence") == "" || ev["kind"] != "result" || ev["call_id"] != quietID {
+	if err := msgpack.Unmarshal(msg.Data, &ev); err != nil || msg.Subject != quietSubject+".demo" || msg.Header.Get("Nats-Sequence") == "" || ev["kind"] != "result" || ev["call_id"] != quietID {
 		t.Fatalf("first message of a quiet call on %s: %v %v (%v)", msg.Subject, msg.Header, ev, err)
 	}
 	// A refused quiet submit is answered, on its reply subject.
