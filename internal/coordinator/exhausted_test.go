@@ -18,7 +18,7 @@ type causeLedger struct {
 	lastLog *messages.CallEvent
 }
 
-func (l *causeLedger) Snapshot(_ context.Context, callID string) (*ledger.Snapshot, error) {
+func (l *causeLedger) SnapshotIn(_ context.Context, _, callID string) (*ledger.Snapshot, error) {
 	snap := &ledger.Snapshot{CallID: callID}
 	if l.lastLog != nil {
 		snap.Log = &ledger.Event{CallEvent: *l.lastLog, Seq: 3}
