@@ -73,6 +73,9 @@ func (cs *calls) get(ctx context.Context, gr *messages.GetCallRequest) (*message
 	if !snap.Exists() {
 		return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s (calls are kept for %v)", gr.CallID, cs.kept)
 	}
+	if err := mayReadCall(ctx, snap); err != nil {
+		return nil, err
+	}
 	info := snap.Info()
 	return &info, nil
 }

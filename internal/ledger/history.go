@@ -1,0 +1,50 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/transport"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// EventsAfter reads at most max of the call's events stored after the
+// sequence after (0: from the first), oldest first, in one batched read
+// that any replica may answer. It holds no consumer on the server, so the
+// coordinator can serve it for any number of followers.
+func (l *Ledger) EventsAfter(ctx context.Context, callID string, after uint64, max int) ([]*Event, error) {
+	filter, err := l.names.CallEventsFilter(callID)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		events    []*Event
+		decodeErr error
+	)
+	err = l.events.GetBatch(ctx, transport.BatchRequest{Seq: after + 1, NextBySubject: filter, Batch: max}, func(seq uint64, msg *nats.Msg) bool {
+		ev := &Event{Seq: seq}
+		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
+			decodeErr = fmt.Errorf("event %d of call %s: %w", seq, callID, err)
+			return false
+		}
+		events = append(events, ev)
+		return len(events) < max
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read events of call %s: %w", callID, err)
+	}
+	return events, decodeErr
+}
+
+// NewRoutesOn is NewRoutes under a route the caller chose: with
+// identities, the route its NATS user may receive (see messages.RouteSubject).
+func NewRoutesOn(nc *nats.Conn, names messages.Names, route string) (*Routes, error) {
+	if err := messages.ValidateRoute(route); err != nil {
+		return nil, err
+	}
+	r := NewRoutes(nc, names)
+	r.route = route
+	return r, nil
+}
