@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -341,8 +342,10 @@ func (g *guard) admit(ctx context.Context, endpoint string, headers map[string][
 	if err == nil {
 		err = id.authorize(endpoint, req)
 	}
-	if err != nil {
+	if errors.Is(err, messages.ErrForbidden) {
 		g.refused(endpoint, c, req, err)
+	}
+	if err != nil {
 		return ctx, err
 	}
 	id.refused = func(agent string, err error) {
