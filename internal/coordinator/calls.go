@@ -100,10 +100,8 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 		if !snap.Exists() {
 			return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s", cr.CallID)
 		}
-		if snap.Queued != nil && snap.Queued.Request != nil {
-			if err := mayActFor(ctx, snap.Queued.Request.Agent); err != nil {
-				return nil, err
-			}
+		if err := mayReadCall(ctx, snap); err != nil {
+			return nil, err
 		}
 		reply := &messages.CancelReply{CallID: cr.CallID}
 		switch {

@@ -7,7 +7,12 @@
 //
 // Requests go to the coordinator service; watching a call reads its events
 // straight from JetStream, so a watch continues across coordinator restarts
-// and replays a call's events from the start after a reconnect.
+// and replays a call's events from the start after a reconnect. A client
+// whose account has no JetStream — an agent's user of an installation with
+// identities, which may read only its own agents' calls — sets
+// Options.CoordinatorReads and its user's Options.Route, and connects with
+// its user's inbox prefix: it then waits and watches through the
+// coordinator (calls.get with wait_ms, calls.events).
 //
 // # Timeouts and retries
 //
