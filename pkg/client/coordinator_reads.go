@@ -44,7 +44,17 @@ func isNoJetStream(err error) bool {
 func (c *Client) getWaiting(ctx context.Context, callID string, wait time.Duration) (*messages.CallInfo, error) {
 	var out messages.CallInfo
 	req := &messages.GetCallRequest{CallID: callID, WaitMS: wait.Milliseconds()}
-	return &out, c.request(ctx, messages.EndpointCallsGet, req, &out, read, wait)
+	return &out, c.request(ctx, messages.EndpointCallsGet, req, &out, heldRead(wait), wait)
+}
+
+// heldRead is the safety of a read the coordinator holds for wait: sent
+// again, but not hedged, since each copy would hold one of the user's
+// waits (too_many_requests).
+func heldRead(wait time.Duration) safety {
+	if wait > 0 {
+		return repeatable
+	}
+	return read
 }
 
 // pollFor is the wait of the next poll: coordinatorPoll, or what is left
@@ -80,7 +90,8 @@ func (c *Client) waitViaCoordinator(ctx context.Context, callID string) (*messag
 // callEvents is one calls.events request.
 func (c *Client) callEvents(ctx context.Context, req *messages.CallEventsRequest) (*messages.CallEventsReply, error) {
 	var out messages.CallEventsReply
-	return &out, c.request(ctx, messages.EndpointCallsEvents, req, &out, read, time.Duration(req.WaitMS)*time.Millisecond)
+	wait := time.Duration(req.WaitMS) * time.Millisecond
+	return &out, c.request(ctx, messages.EndpointCallsEvents, req, &out, heldRead(wait), wait)
 }
 
 // watchViaCoordinator is Watch through calls.events: events in the order
