@@ -114,11 +114,16 @@ func (c *Coordinator) callEvents(ctx context.Context, r *messages.CallEventsRequ
 func (c *Coordinator) eventsAfter(ctx context.Context, callID string, after uint64, limit int) ([]*ledger.Event, error) {
 	var events []*ledger.Event
 	err := c.calls.retry(ctx, func(ctx context.Context) (err error) {
-		events, err = c.ledger.EventsAfter(ctx, callID, after, limit)
+		events, err = c.ledger.EventsAfter(ctx, callID, after, limit, replyBudget(c.nc))
 		return err
 	})
 	return events, unavailable(err, "read events of call %s", callID)
 }
+
+// replyBudget bounds the stored size of the events of one calls.events
+// reply: half the server's maximum message, leaving room for a JSON
+// reply's base64 and field names. A reply always holds at least one event.
+func replyBudget(nc *nats.Conn) int { return int(nc.MaxPayload() / 2) }
 
 // eventArrivals signals each event written for the call, as it is written.
 func (c *Coordinator) eventArrivals(callID string) (<-chan struct{}, func(), error) {

@@ -12,15 +12,18 @@ import (
 
 // EventsAfter reads at most max of the call's events stored after the
 // sequence after (0: from the first), oldest first, in one batched read
-// that any replica may answer. It holds no consumer on the server, so the
+// that any replica may answer, and stops after the event that brings the
+// stored size of those read to maxBytes or more (0: no bound), so that
+// they fit in one reply. It holds no consumer on the server, so the
 // coordinator can serve it for any number of followers.
-func (l *Ledger) EventsAfter(ctx context.Context, callID string, after uint64, max int) ([]*Event, error) {
+func (l *Ledger) EventsAfter(ctx context.Context, callID string, after uint64, max, maxBytes int) ([]*Event, error) {
 	filter, err := l.names.CallEventsFilter(callID)
 	if err != nil {
 		return nil, err
 	}
 	var (
 		events    []*Event
+		size      int
 		decodeErr error
 	)
 	err = l.events.GetBatch(ctx, transport.BatchRequest{Seq: after + 1, NextBySubject: filter, Batch: max}, func(seq uint64, msg *nats.Msg) bool {
@@ -30,7 +33,8 @@ func (l *Ledger) EventsAfter(ctx context.Context, callID string, after uint64, m
 			return false
 		}
 		events = append(events, ev)
-		return len(events) < max
+		size += len(msg.Data)
+		return len(events) < max && (maxBytes <= 0 || size < maxBytes)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read events of call %s: %w", callID, err)
