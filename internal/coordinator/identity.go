@@ -264,7 +264,7 @@ func (id *identity) submit(r *messages.SubmitRequest) error {
 	if route == "" && len(r.CallID) == 2*messages.RouteLength {
 		route = r.CallID[:messages.RouteLength]
 	}
-	if (route != "" || r.CallID != "") && !slices.Contains(id.user.Routes, route) {
+	if route != "" && !slices.Contains(id.user.Routes, route) {
 		return forbidden("user %s may not receive results on route %s", id.caller.User, route)
 	}
 	if r.Notify != "" {
@@ -309,7 +309,7 @@ func mayRead(ctx context.Context, what, agent string) error {
 	if id == nil || id.mayActAs(agent) {
 		return nil
 	}
-	err := forbidden("%s is not one of user %s's agents'", what, id.caller.User)
+	err := forbidden("%s is not of an agent user %s may act as", what, id.caller.User)
 	if id.refused != nil {
 		id.refused(agent, err)
 	}
