@@ -130,3 +130,18 @@ func TestEachUserHoldsAtMostItsWaits(t *testing.T) {
 		}
 	}
 }
+
+func TestParseIdentitiesRefusesABadRoute(t *testing.T) {
+	for _, bad := range []string{
+		`users: {a: {agents: [x], routes: [short]}}`,
+		`users: {a: {agents: [x], routes: ["routeA000000000000000.*"]}}`,
+		`users: {a: {agents: [x], routes: [""]}}`,
+	} {
+		if _, err := ParseIdentities([]byte(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if _, err := ParseIdentities([]byte(`users: {a: {agents: [x], routes: [` + routeA + `]}}`)); err != nil {
+		t.Errorf("a valid route refused: %v", err)
+	}
+}
