@@ -35,6 +35,8 @@ func TestProtocolExamples(t *testing.T) {
 		"CallEvent":            func() any { return &messages.CallEvent{} },
 		"CallResult":           func() any { return &messages.CallResult{} },
 		"GetCallRequest":       func() any { return &messages.GetCallRequest{} },
+		"CallEventsRequest":    func() any { return &messages.CallEventsRequest{} },
+		"CallEventsReply":      func() any { return &messages.CallEventsReply{} },
 		"CallInfo":             func() any { return &messages.CallInfo{} },
 		"CancelRequest":        func() any { return &messages.CancelRequest{} },
 		"CancelReply":          func() any { return &messages.CancelReply{} },

@@ -57,13 +57,12 @@ type handlerFunc func(ctx context.Context, req *request) (any, error)
 // endpoints is the API table: each endpoint's handler.
 func (c *Coordinator) endpoints() map[string]handlerFunc {
 	return map[string]handlerFunc{
-		messages.EndpointToolsList:   decoding(c.view.list),
-		messages.EndpointCallsSubmit: c.submit,
-		messages.EndpointCallsGet:    decoding(c.calls.get),
-		messages.EndpointCallsCancel: decoding(c.calls.cancel),
-		messages.EndpointTurnsGet: decoding(func(ctx context.Context, tr *messages.GetTurnRequest) (*messages.TurnInfo, error) {
-			return c.calls.turn(ctx, tr.Turn)
-		}),
+		messages.EndpointToolsList:       decoding(c.view.list),
+		messages.EndpointCallsSubmit:     c.submit,
+		messages.EndpointCallsGet:        decoding(c.getCall),
+		messages.EndpointCallsEvents:     decoding(c.callEvents),
+		messages.EndpointCallsCancel:     decoding(c.calls.cancel),
+		messages.EndpointTurnsGet:        decoding(c.getTurn),
 		messages.EndpointToolsActivate:   decoding(c.view.activate),
 		messages.EndpointApprovalsList:   decoding(c.approvals.list),
 		messages.EndpointApprovalsDecide: decoding(c.approvals.decide),
@@ -111,6 +110,13 @@ func (c *Coordinator) submit(ctx context.Context, req *request) (any, error) {
 	ctx, err := req.admit(ctx, &sr)
 	if err != nil {
 		return nil, err
+	}
+	if sr.Wait {
+		release, err := c.waits.hold(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 	}
 	if !sr.Quiet {
 		return c.Submit(ctx, &sr, req.Headers())

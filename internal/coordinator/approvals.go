@@ -152,7 +152,7 @@ func (ap *approvals) list(ctx context.Context, lr *messages.ListApprovalsRequest
 	}
 	reply := &messages.ListApprovalsReply{Approvals: []messages.Approval{}}
 	for _, a := range all {
-		if (state == "all" || a.rec.State == state) && (lr.Agent == "" || a.rec.Agent == lr.Agent) && (lr.Turn == "" || a.rec.Turn == lr.Turn) {
+		if (state == "all" || a.rec.State == state) && (lr.Agent == "" || a.rec.Agent == lr.Agent) && (lr.Turn == "" || a.rec.Turn == lr.Turn) && mayReadQuietly(ctx, a.rec.Agent) {
 			reply.Approvals = append(reply.Approvals, a.rec)
 		}
 	}

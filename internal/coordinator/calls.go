@@ -73,6 +73,9 @@ func (cs *calls) get(ctx context.Context, gr *messages.GetCallRequest) (*message
 	if !snap.Exists() {
 		return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s (calls are kept for %v)", gr.CallID, cs.kept)
 	}
+	if err := mayReadCall(ctx, snap); err != nil {
+		return nil, err
+	}
 	info := callInfo(snap)
 	return &info, nil
 }
@@ -97,10 +100,8 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 		if !snap.Exists() {
 			return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s", cr.CallID)
 		}
-		if snap.Queued != nil && snap.Queued.Request != nil {
-			if err := mayActFor(ctx, snap.Queued.Request.Agent); err != nil {
-				return nil, err
-			}
+		if err := mayReadCall(ctx, snap); err != nil {
+			return nil, err
 		}
 		reply := &messages.CancelReply{CallID: cr.CallID}
 		switch {

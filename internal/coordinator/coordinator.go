@@ -47,6 +47,13 @@ type Config struct {
 	// MaxConcurrentRequests bounds the requests handled at once; more wait
 	// for a free place. Defaults to 4096.
 	MaxConcurrentRequests int
+	// MaxWaitsPerUser bounds the long waits one authenticated user holds
+	// open at once: submits with wait, and calls.get and calls.events with
+	// wait_ms. One more is refused with too_many_requests, so that one
+	// agent cannot take the places (MaxConcurrentRequests) every agent's
+	// requests need. It applies with Identities only, which name the user.
+	// Defaults to DefaultMaxWaitsPerUser.
+	MaxWaitsPerUser int
 	// SweepInterval is how often the coordinator looks for queued calls
 	// whose deadline passed without a worker, and for approvals that
 	// expired. Defaults to 5s.
@@ -127,6 +134,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxConcurrentRequests == 0 {
 		c.MaxConcurrentRequests = 4096
 	}
+	if c.MaxWaitsPerUser == 0 {
+		c.MaxWaitsPerUser = DefaultMaxWaitsPerUser
+	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = 5 * time.Second
 	}
@@ -173,6 +183,7 @@ func (c Config) validate() error {
 		{"MaxArgumentsBytes", c.MaxArgumentsBytes},
 		{"MaxRequestBytes", c.MaxRequestBytes},
 		{"MaxConcurrentRequests", c.MaxConcurrentRequests},
+		{"MaxWaitsPerUser", c.MaxWaitsPerUser},
 	} {
 		if f.value < 0 {
 			return fmt.Errorf("%w: %s is %d; it must be positive", ErrInvalidConfig, f.name, f.value)
@@ -229,7 +240,9 @@ type Coordinator struct {
 	// a goroutine of handlers.
 	sem chan struct{}
 	// guard ties requests to their authenticated callers (Config.Identities).
-	guard    *guard
+	guard *guard
+	// waits counts each user's long waits (Config.MaxWaitsPerUser).
+	waits    *waitLimit
 	inflight sync.WaitGroup
 	handlers *reuse.Pool
 
@@ -261,6 +274,7 @@ func New(cfg Config) (*Coordinator, error) {
 		sem:      make(chan struct{}, cfg.MaxConcurrentRequests),
 		handlers: reuse.New(10 * time.Second),
 		tracer:   tracing.Tracer(cfg.TracerProvider),
+		waits:    newWaitLimit(cfg.MaxWaitsPerUser),
 	}
 	c.policy.Store(cfg.Policy)
 	return c, nil

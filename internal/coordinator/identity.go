@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -28,7 +29,7 @@ const RequestInfoHeader = "Nats-Request-Info"
 // coordinator's identities file:
 //
 //	users:
-//	  fleet-a: {agents: [support-bot, "triage-*"]}
+//	  fleet-a: {agents: [support-bot, "triage-*"], routes: [Hq5lB0vBvBHVcFsm2lS4oM]}
 //	  ops: {operator: true}
 type Identities struct {
 	Users map[string]UserIdentity `yaml:"users"`
@@ -41,6 +42,11 @@ type UserIdentity struct {
 	Agents []string `yaml:"agents"`
 	// Operator users may decide approvals, switch tools, and act as any agent.
 	Operator bool `yaml:"operator"`
+	// Routes are the routes (messages.RouteSubject) the user's submits
+	// may name: those whose results the server lets the user receive
+	// (toolbus.results.<route>.> in its permissions). A submit naming
+	// another route, or a call ID on another route, is refused.
+	Routes []string `yaml:"routes"`
 }
 
 // LoadIdentities reads an identities file.
@@ -78,6 +84,11 @@ func ParseIdentities(data []byte) (*Identities, error) {
 		for _, a := range u.Agents {
 			if _, err := path.Match(a, ""); err != nil || a == "" {
 				return nil, fmt.Errorf("user %s: agent pattern %q is malformed", user, a)
+			}
+		}
+		for _, r := range u.Routes {
+			if err := messages.ValidateRoute(r); err != nil {
+				return nil, fmt.Errorf("user %s: %w", user, err)
 			}
 		}
 	}
@@ -199,7 +210,7 @@ func (id *identity) operator(endpoint string) error {
 func (id *identity) authorize(endpoint string, req any) error {
 	switch r := req.(type) {
 	case *messages.SubmitRequest:
-		return id.agent(&r.Agent)
+		return id.submit(r)
 	case *messages.ListToolsRequest:
 		return id.agent(&r.Agent)
 	case *messages.ActivateRequest:
@@ -236,6 +247,32 @@ func (id *identity) authorize(endpoint string, req any) error {
 	return nil
 }
 
+// submit checks a submit's agent, and binds its route to the user: a
+// result routed elsewhere would reach whoever may receive that route. A
+// notify copy is published in the coordinator's account, which the agents'
+// account does not import, so with identities it reaches no agent and is
+// refused. A user of several agents names the agent: a call without one is
+// readable by operators only.
+func (id *identity) submit(r *messages.SubmitRequest) error {
+	if err := id.agent(&r.Agent); err != nil {
+		return err
+	}
+	if r.Agent == "" && !id.user.Operator {
+		return messages.Errorf(messages.CodeBadRequest, "name the agent: user %s acts as several", id.caller.User)
+	}
+	route := r.Route
+	if route == "" && len(r.CallID) == 2*messages.RouteLength {
+		route = r.CallID[:messages.RouteLength]
+	}
+	if route != "" && !slices.Contains(id.user.Routes, route) {
+		return forbidden("user %s may not receive results on route %s", id.caller.User, route)
+	}
+	if r.Notify != "" {
+		return forbidden("notify is not delivered across accounts: follow the call with calls.get or calls.events, or on a route of user %s", id.caller.User)
+	}
+	return nil
+}
+
 // auditForbidden is the audit decision of a request refused because its
 // caller may not act as the agent it names, or is not an operator.
 const auditForbidden = "forbidden"
@@ -254,6 +291,36 @@ func mayActFor(ctx context.Context, agent string) error {
 		id.refused(agent, err)
 	}
 	return err
+}
+
+// identityOf is the authenticated caller of the request ctx belongs to;
+// nil without identities.
+func identityOf(ctx context.Context) *identity {
+	id, _ := ctx.Value(identityKey{}).(*identity)
+	return id
+}
+
+// mayRead refuses with forbidden, and audits, a read of what (a call, a
+// turn) that belongs to an agent the caller may not act as; without
+// identities everyone may read everything. The refusal names neither the
+// owner nor anything of its state.
+func mayRead(ctx context.Context, what, agent string) error {
+	id := identityOf(ctx)
+	if id == nil || id.mayActAs(agent) {
+		return nil
+	}
+	err := forbidden("%s is not of an agent user %s may act as", what, id.caller.User)
+	if id.refused != nil {
+		id.refused(agent, err)
+	}
+	return err
+}
+
+// mayReadQuietly tells whether the caller may read what belongs to agent,
+// for lists that leave out what is not the caller's.
+func mayReadQuietly(ctx context.Context, agent string) bool {
+	id := identityOf(ctx)
+	return id == nil || id.mayActAs(agent)
 }
 
 // guard applies Identities to the API's requests, and audits refusals.
@@ -275,8 +342,10 @@ func (g *guard) admit(ctx context.Context, endpoint string, headers map[string][
 	if err == nil {
 		err = id.authorize(endpoint, req)
 	}
-	if err != nil {
+	if errors.Is(err, messages.ErrForbidden) {
 		g.refused(endpoint, c, req, err)
+	}
+	if err != nil {
 		return ctx, err
 	}
 	id.refused = func(agent string, err error) {

@@ -85,13 +85,11 @@ func TestIdentityFillsInTheOnlyAgent(t *testing.T) {
 	if sr.Agent != "bot-a" {
 		t.Errorf("agent = %q, want the caller's only agent bot-a", sr.Agent)
 	}
-	// A user of several agents (or of a pattern) must name one.
+	// A user of several agents (or of a pattern) must name one: a call
+	// without an agent could be read by operators only.
 	sr = &messages.SubmitRequest{Tool: "demo-echo"}
-	if _, err := g.admit(context.Background(), messages.EndpointCallsSubmit, requestFrom("fleet-a"), sr); err != nil {
-		t.Fatal(err)
-	}
-	if sr.Agent != "" {
-		t.Errorf("agent = %q, want it left empty", sr.Agent)
+	if _, err := g.admit(context.Background(), messages.EndpointCallsSubmit, requestFrom("fleet-a"), sr); !errors.Is(err, &messages.Error{Code: messages.CodeBadRequest}) {
+		t.Errorf("a submit naming no agent from a user of several: err = %v, want bad_request", err)
 	}
 	lr := &messages.ListApprovalsRequest{}
 	if _, err := g.admit(context.Background(), messages.EndpointApprovalsList, requestFrom("solo"), lr); err != nil || lr.Agent != "bot-a" {

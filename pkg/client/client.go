@@ -7,7 +7,12 @@
 //
 // Requests go to the coordinator service; watching a call reads its events
 // straight from JetStream, so a watch continues across coordinator restarts
-// and replays a call's events from the start after a reconnect.
+// and replays a call's events from the start after a reconnect. A client
+// whose account has no JetStream — an agent's user of an installation with
+// identities, which may read only its own agents' calls — sets
+// Options.CoordinatorReads and its user's Options.Route, and connects with
+// its user's inbox prefix: it then waits and watches through the
+// coordinator (calls.get with wait_ms, calls.events).
 //
 // # Timeouts and retries
 //
@@ -61,6 +66,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -101,6 +107,20 @@ type Options struct {
 	// with wait that sets neither wait_ms nor timeout_ms (the
 	// coordinator's own MaxWait). Defaults to 5m.
 	MaxWait time.Duration
+	// CoordinatorReads follows calls through the coordinator's API
+	// (calls.get with wait_ms, calls.events) rather than from the events
+	// stream, for a connection whose account has no JetStream: an agent's
+	// user of an installation with identities. Watch switches to it by
+	// itself when the server says the account has no JetStream; Wait and
+	// Call do not find out, so set it for such a connection. Its
+	// connection names the user's own inbox prefix
+	// (nats.CustomInboxPrefix("_INBOX_<user>")).
+	CoordinatorReads bool
+	// Route is the route the client's calls are made on (see
+	// messages.RouteSubject): with identities, one of the routes the
+	// identities file gives its user, whose results the server lets it
+	// receive. Defaults to a new route of the client's own.
+	Route string
 }
 
 // requestRetry is the backoff between the attempts of a request.
@@ -120,6 +140,10 @@ type Client struct {
 	opts   Options
 	names  messages.Names
 	ledger *ledger.Ledger
+	// noJetStream is set once the server said that the connection's
+	// account has no JetStream: calls are then followed through the
+	// coordinator (see readsViaCoordinator).
+	noJetStream atomic.Bool
 }
 
 // New returns a client on the connection.
@@ -144,7 +168,13 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, js: js, inbox: ledger.NewInbox(nc), routes: ledger.NewRoutes(nc, names), opts: opts, names: names, ledger: ledger.New(nc, js, names)}, nil
+	routes := ledger.NewRoutes(nc, names)
+	if opts.Route != "" {
+		if routes, err = ledger.NewRoutesOn(nc, names, opts.Route); err != nil {
+			return nil, err
+		}
+	}
+	return &Client{nc: nc, js: js, inbox: ledger.NewInbox(nc), routes: routes, opts: opts, names: names, ledger: ledger.New(nc, js, names)}, nil
 }
 
 // Close releases the client's subscriptions; the connection stays open.
@@ -417,8 +447,23 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 	for _, opt := range opts {
 		opt(&req)
 	}
-	if req.IdempotencyKey == "" {
+	if req.IdempotencyKey == "" && (c.opts.Route != "" || !c.readsViaCoordinator()) {
 		return c.callOnRoute(ctx, req)
+	}
+	if c.readsViaCoordinator() {
+		// Without a route of its own, the call is made idempotent and
+		// awaited with calls.get: notify copies stay in the coordinator's account.
+		if req.IdempotencyKey == "" {
+			req.IdempotencyKey = nuid.Next()
+		}
+		reply, err := c.Submit(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if res, settled, err := settle(reply); settled {
+			return res, err
+		}
+		return c.waitViaCoordinator(ctx, reply.CallID)
 	}
 	notify, results, done, err := c.inbox.Register(1)
 	if err != nil {
@@ -532,10 +577,10 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 		case <-check:
 			check = nil
 			cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
-			ev, err := c.ledger.LastSeen(cctx, ns, callID, messages.EventResult)
+			res, err := c.checkResult(cctx, ns, callID)
 			cancel()
-			if err == nil && ev != nil && ev.Result != nil {
-				return ev.Result, nil
+			if err == nil && res != nil {
+				return res, nil
 			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("wait for call %s: %w", callID, ctx.Err())
@@ -552,6 +597,16 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 // carries the result if there is one already.
 func (c *Client) confirm(ctx context.Context, req messages.SubmitRequest, ns, callID string) (*messages.SubmitReply, error) {
 	cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
+	if c.readsViaCoordinator() {
+		info, err := c.Get(cctx, callID)
+		cancel()
+		if err == nil {
+			return &messages.SubmitReply{CallID: callID, State: info.State, Result: info.Result}, nil
+		}
+		loud := req
+		loud.Quiet = false
+		return c.Submit(ctx, loud)
+	}
 	snap, err := c.ledger.SnapshotIn(cctx, ns, callID)
 	cancel()
 	if err == nil && snap.Exists() {
@@ -731,16 +786,29 @@ func (c *Client) Turn(ctx context.Context, turn string) (*messages.TurnInfo, err
 
 // Watch yields a call's events from the first, then live ones, and ends
 // after the result. It reads JetStream directly and survives coordinator
-// restarts; after an error it can simply be started again. Events written
+// restarts; after an error it can simply be started again. With
+// Options.CoordinatorReads, or once the server said the account has no
+// JetStream, it follows the call with calls.events instead. Events written
 // under another namespace than the call's (the one its queued event
 // names) are skipped.
 func (c *Client) Watch(ctx context.Context, callID string) iter.Seq2[*messages.CallEvent, error] {
 	return func(yield func(*messages.CallEvent, error) bool) {
+		if c.readsViaCoordinator() {
+			c.watchViaCoordinator(ctx, callID)(yield)
+			return
+		}
+		seen := false
 		for ev, err := range c.ledger.Watch(ctx, "", callID) {
+			if err != nil && !seen && isNoJetStream(err) {
+				c.noJetStream.Store(true)
+				c.watchViaCoordinator(ctx, callID)(yield)
+				return
+			}
 			if err != nil {
 				yield(nil, err)
 				return
 			}
+			seen = true
 			if !yield(&ev.CallEvent, nil) {
 				return
 			}
@@ -779,6 +847,9 @@ func (c *Client) FullResult(ctx context.Context, ref *messages.ObjectRef) (*mess
 func (c *Client) Wait(ctx context.Context, callID string) (*messages.CallResult, error) {
 	if err := messages.ValidateID("call ID", callID); err != nil {
 		return nil, err
+	}
+	if c.readsViaCoordinator() {
+		return c.waitViaCoordinator(ctx, callID)
 	}
 	ns := ""
 	gctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)

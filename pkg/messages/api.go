@@ -91,6 +91,10 @@ type TurnState struct {
 // GetCallRequest asks for one call (endpoint calls.get).
 type GetCallRequest struct {
 	CallID string `json:"call_id"`
+	// WaitMS, when set, holds the reply until the call has its result or
+	// WaitMS passes (at most the coordinator's maximum wait); the reply
+	// is the call as it stands then. 0 answers at once.
+	WaitMS int64 `json:"wait_ms,omitempty"`
 }
 
 // CallInfo is what is known of a call: its request, state and, when it ended, its result.

@@ -43,6 +43,11 @@ const (
 	// CodeForbidden: the authenticated caller may not act as the agent
 	// (or by) the request names, or the endpoint is for operators.
 	CodeForbidden ErrorCode = "forbidden"
+	// CodeTooManyRequests: the caller's user already holds as many long
+	// waits (submits with wait, calls.get and calls.events with wait_ms)
+	// as the coordinator allows one user; it is refused at once, and may
+	// be sent again once one of its waits has ended.
+	CodeTooManyRequests ErrorCode = "too_many_requests"
 )
 
 // Status returns the HTTP-style status that goes in the Nats-Service-Error-Code header.
@@ -60,6 +65,8 @@ func (c ErrorCode) Status() int {
 		return 413
 	case CodeInvalidArguments:
 		return 422
+	case CodeTooManyRequests:
+		return 429
 	case CodeToolUnavailable, CodeToolDisabled, CodeUnavailable, CodeNoResponders:
 		return 503
 	case CodeTimeout:
@@ -140,4 +147,6 @@ var (
 	ErrUnavailable         = &Error{Code: CodeUnavailable}
 	ErrNoResponders        = &Error{Code: CodeNoResponders}
 	ErrTimeout             = &Error{Code: CodeTimeout}
+	ErrForbidden           = &Error{Code: CodeForbidden}
+	ErrTooManyRequests     = &Error{Code: CodeTooManyRequests}
 )

@@ -197,8 +197,10 @@ func (r *ActivateRequest) Validate() error {
 	return toolNames(r.Tools)
 }
 
-// Validate checks the call ID.
-func (r *GetCallRequest) Validate() error { return requiredID("call_id", "call ID", r.CallID) }
+// Validate checks the call ID and the range of wait_ms (0 to MaxTimeoutMS).
+func (r *GetCallRequest) Validate() error {
+	return firstError(requiredID("call_id", "call ID", r.CallID), validateRange("wait_ms", r.WaitMS, 0, MaxTimeoutMS))
+}
 
 // Validate checks the call ID, who cancels and the reason's length.
 func (r *CancelRequest) Validate() error {

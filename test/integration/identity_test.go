@@ -25,7 +25,7 @@ import (
 // identityDeploy starts deploy/nats/accounts.conf with a coordinator that
 // reads deploy/nats/identities.yaml, the demo worker, and a workspace in
 // which demo:sleep asks the agent's user in prompt mode.
-func identityDeploy(t *testing.T) (srv *natsserver.Server, as func(user string) *nats.Conn) {
+func identityDeploy(t *testing.T, configure ...func(*coordinator.Config)) (srv *natsserver.Server, as func(user string) *nats.Conn) {
 	t.Helper()
 	root, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
@@ -43,12 +43,8 @@ func identityDeploy(t *testing.T) (srv *natsserver.Server, as func(user string) 
 	}
 	as = func(user string) *nats.Conn {
 		password := strings.ReplaceAll(user, "_", "-") + "-secret"
-		opts := []nats.Option{nats.UserInfo(user, password)}
-		switch user {
-		case "coordinator", "indexer", "auditor", "worker_demo":
-			opts = append(opts, nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
-		}
-		return testenv.Connect(t, srv.URL(), opts...)
+		// Every user of the deployment receives replies on its own inbox prefix only.
+		return testenv.Connect(t, srv.URL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
 	}
 	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
 	writeFile(t, policyFile, "default: allow\nrules:\n  - {tool: \"demo:echo\", effect: ask, reason: echo needs a nod}\n")
@@ -65,14 +61,23 @@ match:
 		cfg.Identities = ids
 		cfg.WorkspaceDir = workspace
 		cfg.PolicyFile = policyFile
+		for _, f := range configure {
+			f(cfg)
+		}
 	})
 	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
 	return srv, as
 }
 
+// deployRoutes are the routes deploy/nats gives each user of AGENTS, in
+// accounts.conf's permissions and identities.yaml alike.
+var deployRoutes = map[string]string{"agent_a": "agentAroute00000000001", "agent_b": "agentBroute00000000001", "operator": "operatorroute000000001"}
+
+// agentClient is a client of a user of AGENTS, as an agent's program
+// configures it: it follows calls through the coordinator, on its user's route.
 func agentClient(t *testing.T, nc *nats.Conn, agent string) *client.Client {
 	t.Helper()
-	c, err := client.New(nc, client.Options{Agent: agent})
+	c, err := client.New(nc, client.Options{Agent: agent, CoordinatorReads: true, Route: deployRoutes[nc.Opts.User]})
 	if err != nil {
 		t.Fatal(err)
 	}

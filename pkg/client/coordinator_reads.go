@@ -1,0 +1,144 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// Reading through the coordinator.
+//
+// A client whose account has no JetStream of its own — an agent's user of
+// an installation with identities, whose agents' account imports only the
+// API and its routed results — cannot read the events stream. With
+// Options.CoordinatorReads it follows calls with the API instead: Watch
+// polls calls.events, Wait and Call poll calls.get with wait_ms, and the
+// coordinator answers only for the calls of the agents the user may act
+// as. Watch also switches to it by itself, for the rest of the client's
+// life, when the server answers that the account has no JetStream.
+
+// coordinatorPoll is how long one calls.get or calls.events request of a
+// wait or a watch is held by the coordinator before it answers with the
+// call as it stands; the next request follows at once.
+const coordinatorPoll = 20 * time.Second
+
+// readsViaCoordinator tells whether calls are followed through the API.
+func (c *Client) readsViaCoordinator() bool {
+	return c.opts.CoordinatorReads || c.noJetStream.Load()
+}
+
+// isNoJetStream reports the server's answer to a JetStream request from an
+// account without JetStream.
+func isNoJetStream(err error) bool {
+	return errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) || errors.Is(err, jetstream.ErrJetStreamNotEnabled)
+}
+
+// getWaiting is calls.get, held by the coordinator up to wait for the
+// call's result.
+func (c *Client) getWaiting(ctx context.Context, callID string, wait time.Duration) (*messages.CallInfo, error) {
+	var out messages.CallInfo
+	req := &messages.GetCallRequest{CallID: callID, WaitMS: wait.Milliseconds()}
+	return &out, c.request(ctx, messages.EndpointCallsGet, req, &out, heldRead(wait), wait)
+}
+
+// heldRead is the safety of a read the coordinator holds for wait: sent
+// again, but not hedged, since each copy would hold one of the user's
+// waits (too_many_requests).
+func heldRead(wait time.Duration) safety {
+	if wait > 0 {
+		return repeatable
+	}
+	return read
+}
+
+// pollFor is the wait of the next poll: coordinatorPoll, or what is left
+// of ctx's deadline when that is sooner.
+func pollFor(ctx context.Context) time.Duration {
+	wait := coordinatorPoll
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline))
+	}
+	return max(wait, time.Millisecond)
+}
+
+// waitViaCoordinator is Wait through calls.get: one held request after
+// another until the call has its result or ctx ends.
+func (c *Client) waitViaCoordinator(ctx context.Context, callID string) (*messages.CallResult, error) {
+	for {
+		info, err := c.getWaiting(ctx, callID, pollFor(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("wait for call %s: %w", callID, ctx.Err())
+			}
+			return nil, err
+		}
+		if info.Result != nil {
+			return info.Result, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("wait for call %s: %w", callID, err)
+		}
+	}
+}
+
+// callEvents is one calls.events request.
+func (c *Client) callEvents(ctx context.Context, req *messages.CallEventsRequest) (*messages.CallEventsReply, error) {
+	var out messages.CallEventsReply
+	wait := time.Duration(req.WaitMS) * time.Millisecond
+	return &out, c.request(ctx, messages.EndpointCallsEvents, req, &out, heldRead(wait), wait)
+}
+
+// watchViaCoordinator is Watch through calls.events: events in the order
+// they were stored, from the first, until the result.
+func (c *Client) watchViaCoordinator(ctx context.Context, callID string) iter.Seq2[*messages.CallEvent, error] {
+	return func(yield func(*messages.CallEvent, error) bool) {
+		var after uint64
+		for {
+			reply, err := c.callEvents(ctx, &messages.CallEventsRequest{CallID: callID, After: after, WaitMS: pollFor(ctx).Milliseconds()})
+			if err != nil {
+				if ctx.Err() != nil {
+					err = ctx.Err()
+				}
+				yield(nil, fmt.Errorf("watch call %s: %w", callID, err))
+				return
+			}
+			for i := range reply.Events {
+				if !yield(&reply.Events[i], nil) {
+					return
+				}
+			}
+			if reply.Finished {
+				return
+			}
+			after = reply.Last
+		}
+	}
+}
+
+// resultViaCoordinator reads the call's result, nil while it has none.
+func (c *Client) resultViaCoordinator(ctx context.Context, callID string) (*messages.CallResult, error) {
+	info, err := c.Get(ctx, callID)
+	if err != nil {
+		return nil, err
+	}
+	return info.Result, nil
+}
+
+// checkResult is a waiting call's periodic look for a result it may have
+// missed: from the events stream, or through the coordinator.
+func (c *Client) checkResult(ctx context.Context, ns, callID string) (*messages.CallResult, error) {
+	if c.readsViaCoordinator() {
+		return c.resultViaCoordinator(ctx, callID)
+	}
+	ev, err := c.ledger.LastSeen(ctx, ns, callID, messages.EventResult)
+	if err != nil || ev == nil {
+		return nil, err
+	}
+	return ev.Result, nil
+}

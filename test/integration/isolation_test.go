@@ -1,0 +1,291 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+func isCode(err error, code messages.ErrorCode) bool {
+	return errors.Is(err, &messages.Error{Code: code})
+}
+
+// watchKinds follows a call to its end and returns the kinds of its events.
+func watchKinds(t *testing.T, ctx context.Context, c *client.Client, callID string) []messages.EventKind {
+	t.Helper()
+	var kinds []messages.EventKind
+	for ev, err := range c.Watch(ctx, callID) {
+		if err != nil {
+			t.Fatalf("watch %s: %v", callID, err)
+		}
+		kinds = append(kinds, ev.Kind)
+	}
+	return kinds
+}
+
+// TestAgentsReadOnlyTheirOwnCalls: with the accounts configuration and an
+// identities file, an agent's user calls, waits for, watches and reads its
+// own calls and turns through the coordinator and its route, while another
+// agent's user can neither read them (calls.get, calls.events, turns.get,
+// approvals.list), nor receive them (routes, inboxes, the events stream),
+// nor make its calls on their route; what it tries changes nothing.
+func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
+	t.Parallel()
+	srv, as := identityDeploy(t)
+	ctx := testenv.Context(t)
+	connA := as("agent_a")
+	a := agentClient(t, connA, "support-bot")
+	b := agentClient(t, as("agent_b"), "billing-bot")
+	operator := agentClient(t, as("operator"), "")
+
+	// A's calls work end to end under its permissions: on its route, with
+	// an idempotency key, and followed with Wait, Watch, Get and Turn.
+	res, err := a.Call(ctx, "demo-word_count", map[string]string{"text": "one two three"}, client.WithTurn("turn-a"))
+	if err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("A's call on its route: %+v %v", res, err)
+	}
+	if res, err := a.Call(ctx, "demo-word_count", map[string]string{"text": "keyed"}, client.WithIdempotencyKey("key-1")); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("A's idempotent call: %+v %v", res, err)
+	}
+	submitted, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-word_count", Arguments: messages.JSON(`{"text":"four five"}`), Turn: "turn-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.Wait(ctx, submitted.CallID); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("A waiting for its call: %+v %v", res, err)
+	}
+	if kinds := watchKinds(t, ctx, a, submitted.CallID); len(kinds) < 2 || kinds[0] != messages.EventQueued || kinds[len(kinds)-1] != messages.EventResult {
+		t.Fatalf("A watching its call: %v", kinds)
+	}
+	// A client not told to read through the coordinator finds out from the
+	// server that its account has no JetStream.
+	auto, err := client.New(connA, client.Options{Agent: "support-bot", Route: deployRoutes["agent_a"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kinds := watchKinds(t, ctx, auto, submitted.CallID); len(kinds) < 2 || kinds[len(kinds)-1] != messages.EventResult {
+		t.Fatalf("A watching without CoordinatorReads: %v", kinds)
+	}
+	if info, err := a.Get(ctx, submitted.CallID); err != nil || info.State != messages.StateCompleted {
+		t.Fatalf("A reading its call: %+v %v", info, err)
+	}
+	if turn, err := a.Turn(ctx, "turn-a"); err != nil || len(turn.Calls) != 2 {
+		t.Fatalf("A reading its turn: %+v %v", turn, err)
+	}
+	// A call held for an operator's approval is followed live: the watch's
+	// long poll answers as the approval is decided and the call runs.
+	held, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"nod"}`), Turn: "turn-a2"})
+	if err != nil || held.State != messages.StateAwaitingApproval {
+		t.Fatalf("A's call held for approval: %+v %v", held, err)
+	}
+	watched := make(chan []messages.EventKind, 1)
+	go func() {
+		var kinds []messages.EventKind
+		for ev, err := range a.Watch(ctx, held.CallID) {
+			if err != nil {
+				t.Errorf("watch: %v", err)
+				break
+			}
+			kinds = append(kinds, ev.Kind)
+		}
+		watched <- kinds
+	}()
+	// A's prompt approval, pending while B tries its hand.
+	prompt, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-sleep", Arguments: messages.JSON(`{"seconds":0.01}`)})
+	if err != nil || prompt.State != messages.StateAwaitingApproval {
+		t.Fatalf("A's prompt approval: %+v %v", prompt, err)
+	}
+
+	streams := []string{"TOOLBUS_CALLS", "TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
+	before := snapshot(t, srv, streams...)
+	forbidden := func(what string, err error) {
+		t.Helper()
+		if !isCode(err, messages.CodeForbidden) {
+			t.Errorf("%s: err = %v, want forbidden", what, err)
+		}
+	}
+	_, err = b.Get(ctx, submitted.CallID)
+	forbidden("B reading A's call", err)
+	_, err = b.Get(ctx, held.CallID)
+	forbidden("B reading A's call held for approval", err)
+	_, err = b.Wait(ctx, submitted.CallID)
+	forbidden("B waiting for A's call", err)
+	for _, err := range b.Watch(ctx, submitted.CallID) {
+		forbidden("B watching A's call", err)
+		break
+	}
+	_, err = b.Turn(ctx, "turn-a")
+	forbidden("B reading A's turn", err)
+	_, err = b.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "support-bot"})
+	forbidden("B listing A's approvals", err)
+	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Route: deployRoutes["agent_a"]})
+	forbidden("B submitting on A's route", err)
+	routed := deployRoutes["agent_a"] + nuid.Next()
+	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Route: deployRoutes["agent_a"], CallID: routed, Quiet: false})
+	forbidden("B submitting a call ID on A's route", err)
+	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Notify: "_INBOX.x"})
+	forbidden("B asking for a notify copy", err)
+	// A user of several agents that names none lists only its own agents'.
+	listed, err := b.ListApprovals(ctx, messages.ListApprovalsRequest{State: "all"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ap := range listed.Approvals {
+		if ap.Agent == "support-bot" {
+			t.Errorf("B listed A's approval %s", ap.ApprovalID)
+		}
+	}
+
+	// Nor can B receive A's results or replies, or read the events stream.
+	intruderB := newIntruder(t, srv.URL(), "agent_b", "agent-b-secret")
+	intruderB.subscribeDenied("receive A's routed results", "toolbus.results."+deployRoutes["agent_a"]+".>")
+	intruderB.subscribeDenied("receive A's replies", "_INBOX_agent_a.>")
+	intruderB.subscribeDenied("receive every reply", "_INBOX.>")
+	intruderB.subscribeDenied("receive every routed result", "toolbus.results.>")
+	intruderB.subscribeDenied("listen to call events", "toolbus.events.>")
+	lastResult, _ := json.Marshal(map[string]string{"last_by_subj": "toolbus.events." + submitted.CallID + ".result"})
+	intruderB.denied("read A's result with a direct get", "$JS.API.DIRECT.GET.TOOLBUS_EVENTS", lastResult)
+	intruderB.denied("read A's result by subject", "$JS.API.DIRECT.GET.TOOLBUS_EVENTS.toolbus.events."+submitted.CallID+".result", nil)
+	consumer, _ := json.Marshal(map[string]any{"stream_name": "TOOLBUS_EVENTS", "config": map[string]any{"filter_subject": "toolbus.events.>", "deliver_policy": "all", "ack_policy": "none"}})
+	if why := intruderB.refusedByServer("create a consumer on the events stream", "$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS", consumer); why == "" {
+		t.Error("creating a consumer from AGENTS: refused without a reason")
+	}
+
+	if after := snapshot(t, srv, streams...); !reflect.DeepEqual(before, after) {
+		t.Errorf("refused requests changed the streams:\nbefore %+v\nafter  %+v", before, after)
+	}
+	// The refused reads are audited like the refused actions.
+	if n := countAudited(t, as("auditor"), "forbidden", 9); n < 9 {
+		t.Errorf("%d forbidden requests audited, want at least 9", n)
+	}
+
+	// Operators read every agent's calls and approvals.
+	if _, err := operator.Get(ctx, submitted.CallID); err != nil {
+		t.Errorf("the operator reading A's call: %v", err)
+	}
+	all, err := operator.ListApprovals(ctx, messages.ListApprovalsRequest{})
+	if err != nil || len(all.Approvals) < 2 {
+		t.Fatalf("the operator listing approvals: %+v %v", all, err)
+	}
+	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: held.Approval.ApprovalID, Decision: messages.DecisionApprove}); err != nil {
+		t.Fatal(err)
+	}
+	kinds := receive(t, watched, "A's watch of its approved call")
+	if len(kinds) < 3 || kinds[len(kinds)-1] != messages.EventResult {
+		t.Errorf("A's watch of its approved call: %v", kinds)
+	}
+	// A answers its own prompt approval, and its call runs.
+	if _, err := a.Answer(ctx, messages.DecideRequest{ApprovalID: prompt.Approval.ApprovalID, Decision: messages.DecisionApprove, By: "the user"}); err != nil {
+		t.Fatalf("A answering its approval: %v", err)
+	}
+	if res, err := a.Wait(ctx, prompt.CallID); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("A's answered call: %+v %v", res, err)
+	}
+}
+
+// rawWait sends calls.get with wait_ms as any-language client would, and
+// returns the reply's error code ("" for a call info).
+func rawWait(ctx context.Context, nc *nats.Conn, endpoint string, body any) (messages.ErrorCode, error) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return "", err
+	}
+	msg := &nats.Msg{Subject: "toolbus.api." + endpoint, Header: nats.Header(messages.JSONCodec.NewHeader()), Data: data}
+	reply, err := nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return "", err
+	}
+	if reply.Header.Get("Nats-Service-Error-Code") == "" {
+		return "", nil
+	}
+	var e messages.Error
+	if err := json.Unmarshal(reply.Data, &e); err != nil {
+		return "", err
+	}
+	return e.Code, nil
+}
+
+// TestOneAgentsWaitsDoNotStarveAnother: a user holds at most
+// MaxWaitsPerUser long waits, one more is refused with
+// too_many_requests, and another agent's calls go on meanwhile.
+func TestOneAgentsWaitsDoNotStarveAnother(t *testing.T) {
+	t.Parallel()
+	const most = 3
+	_, as := identityDeploy(t, func(cfg *coordinator.Config) { cfg.MaxWaitsPerUser = most })
+	ctx := testenv.Context(t)
+	connA := as("agent_a")
+	a := agentClient(t, connA, "support-bot")
+	b := agentClient(t, as("agent_b"), "billing-bot")
+	operator := agentClient(t, as("operator"), "")
+
+	held, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"hold"}`)})
+	if err != nil || held.State != messages.StateAwaitingApproval {
+		t.Fatalf("A's call held for approval: %+v %v", held, err)
+	}
+	var waits sync.WaitGroup
+	codes := make(chan messages.ErrorCode, most)
+	for range most {
+		waits.Go(func() {
+			for {
+				code, err := rawWait(ctx, connA, "calls.get", map[string]any{"call_id": held.CallID, "wait_ms": 60_000})
+				if err == nil && code == messages.CodeTooManyRequests {
+					continue // the probe below held a place for a moment
+				}
+				if err != nil {
+					t.Errorf("A's wait: %v", err)
+				}
+				codes <- code
+				return
+			}
+		})
+	}
+	// No signal says that the coordinator holds A's waits: ask until it
+	// refuses one more.
+	eventually(t, "A's waits to reach its limit", func() bool {
+		code, err := rawWait(ctx, connA, "calls.events", map[string]any{"call_id": held.CallID, "after": 1 << 40, "wait_ms": 1})
+		return err == nil && code == messages.CodeTooManyRequests
+	})
+	if _, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-word_count", Arguments: messages.JSON(`{"text":"x"}`), Wait: true}); !isCode(err, messages.CodeTooManyRequests) {
+		t.Errorf("A's submit with wait beyond its limit: err = %v, want too_many_requests", err)
+	}
+
+	// B's calls, waits included, are not held up by A's.
+	start := time.Now()
+	if res, err := b.Call(ctx, "demo-word_count", map[string]string{"text": "not starved"}); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("B's call while A is at its limit: %+v %v", res, err)
+	}
+	reply, err := b.Submit(ctx, messages.SubmitRequest{Tool: "demo-word_count", Arguments: messages.JSON(`{"text":"waits too"}`), Wait: true})
+	if err != nil || reply.Result == nil {
+		t.Fatalf("B's submit with wait while A is at its limit: %+v %v", reply, err)
+	}
+	t.Logf("B's call and waiting submit took %v", time.Since(start))
+
+	// The call's result ends A's waits at once, and frees its places.
+	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: held.Approval.ApprovalID, Decision: messages.DecisionDeny}); err != nil {
+		t.Fatal(err)
+	}
+	waits.Wait()
+	for range most {
+		if code := <-codes; code != "" {
+			t.Errorf("A's held wait answered %s", code)
+		}
+	}
+	if info, err := a.Get(ctx, held.CallID); err != nil || info.Result == nil {
+		t.Fatalf("A's denied call: %+v %v", info, err)
+	}
+	if code, err := rawWait(ctx, connA, "calls.get", map[string]any{"call_id": held.CallID, "wait_ms": 1000}); err != nil || code != "" {
+		t.Errorf("A's wait once its places are free: %s %v", code, err)
+	}
+}
