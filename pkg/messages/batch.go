@@ -99,7 +99,7 @@ type ResultsRequest struct {
 // the format's next request takes) to append to the conversation, in
 // order, and the state of each call in the order of the request.
 type ResultsReply struct {
-	Messages []JSON     `json:"messages"`
+	Messages []JSON      `json:"messages"`
 	Calls    []BatchCall `json:"calls"`
 	// Complete is true when every call has ended or was refused; calls
 	// that are still queued, running or awaiting approval are rendered
