@@ -672,12 +672,15 @@ func (o *callOutcome) view() (blocks []messages.ContentBlock, structured message
 }
 
 // refusalText tells the model why its call was refused, with each
-// violation of the schema on a line of its own.
+// violation of the schema that the message does not quote on a line of
+// its own.
 func refusalText(e *messages.Error) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "The call was refused (%s): %s", e.Code, e.Message)
 	for _, d := range e.Details {
-		b.WriteString("\n- " + d)
+		if !strings.Contains(e.Message, d) {
+			b.WriteString("\n- " + d)
+		}
 	}
 	return b.String()
 }

@@ -294,3 +294,10 @@ func TestRenderMCP(t *testing.T) {
 		}
 	}
 }
+
+func TestRefusalText(t *testing.T) {
+	e := &messages.Error{Code: messages.CodeInvalidArguments, Message: "arguments of t-add do not match its input schema: /a: got string", Details: []string{"/a: got string", "/b: missing"}}
+	if got, want := refusalText(e), "The call was refused (invalid_arguments): arguments of t-add do not match its input schema: /a: got string\n- /b: missing"; got != want {
+		t.Errorf("refusal text %q, want %q", got, want)
+	}
+}
