@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -342,6 +344,46 @@ func TestRunToolCalls(t *testing.T) {
 	expect(t, msg, `{"sum":4}`, "content", 1, "content", 0, "text")
 	if runs.Load() != 2 {
 		t.Errorf("%d runs, want 2", runs.Load())
+	}
+}
+
+// TestBatchActsOnlyAsItsAgent: under the deployment's identities, a
+// batch naming an agent its user may not act as is refused with
+// forbidden and changes nothing, and calls.results does not render
+// another agent's calls.
+func TestBatchActsOnlyAsItsAgent(t *testing.T) {
+	t.Parallel()
+	srv, as := identityDeploy(t)
+	ctx := testenv.Context(t)
+	connA := as("agent_a")
+	b := agentClient(t, as("agent_b"), "billing-bot")
+	aAsB := agentClient(t, connA, "billing-bot")
+	a := agentClient(t, connA, "support-bot")
+	toolCalls := messages.JSON(`[{"type":"tool_use","id":"toolu_1","name":"demo-word_count","input":{"text":"two words"}}]`)
+
+	mine, err := b.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", ToolCalls: toolCalls, Turn: "turn-b"})
+	if err != nil || mine.Calls[0].CallID == "" {
+		t.Fatalf("B's own batch: %+v %v", mine, err)
+	}
+	res, err := b.Results(ctx, messages.ResultsRequest{Format: "anthropic", Calls: mine.Calls, WaitMS: 20_000})
+	if err != nil || !res.Complete {
+		t.Fatalf("B's own results: %+v %v", res, err)
+	}
+
+	streams := []string{"TOOLBUS_CALLS", "TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
+	before := snapshot(t, srv, streams...)
+	forbidden := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, &messages.Error{Code: messages.CodeForbidden}) {
+			t.Errorf("%s: err = %v, want forbidden", what, err)
+		}
+	}
+	_, err = aAsB.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", ToolCalls: toolCalls, Turn: "turn-b2"})
+	forbidden("A submitting a batch as B", err)
+	_, err = a.Results(ctx, messages.ResultsRequest{Format: "anthropic", Calls: mine.Calls})
+	forbidden("A rendering B's results", err)
+	if after := snapshot(t, srv, streams...); !reflect.DeepEqual(before, after) {
+		t.Errorf("refused requests changed the streams:\nbefore %v\nafter  %v", before, after)
 	}
 }
 
