@@ -1,7 +1,11 @@
 package coordinator
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"os"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -299,5 +303,90 @@ func TestRefusalText(t *testing.T) {
 	e := &messages.Error{Code: messages.CodeInvalidArguments, Message: "arguments of t-add do not match its input schema: /a: got string", Details: []string{"/a: got string", "/b: missing"}}
 	if got, want := refusalText(e), "The call was refused (invalid_arguments): arguments of t-add do not match its input schema: /a: got string\n- /b: missing"; got != want {
 		t.Errorf("refusal text %q, want %q", got, want)
+	}
+}
+
+// docExamples returns the JSON examples of protocol.md marked as message.
+func docExamples(t *testing.T, message string) [][]byte {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	for _, m := range regexp.MustCompile("(?s)<!-- message: "+message+" -->\\s*```json\\n(.*?)```").FindAllSubmatch(doc, -1) {
+		out = append(out, m[1])
+	}
+	if len(out) == 0 {
+		t.Fatalf("protocol.md has no example of %s", message)
+	}
+	return out
+}
+
+// TestProtocolBatchExamples keeps the batch examples of protocol.md
+// honest: the tool calls of each request example read as its format's,
+// and each ResultsReply example is what the format renders of its calls.
+func TestProtocolBatchExamples(t *testing.T) {
+	for _, ex := range docExamples(t, "SubmitBatchRequest") {
+		var br messages.SubmitBatchRequest
+		if err := json.Unmarshal(ex, &br); err != nil {
+			t.Fatal(err)
+		}
+		if err := br.Validate(); err != nil {
+			t.Errorf("%s example: %v", br.Format, err)
+		}
+		calls, _, err := readToolCalls(br.Format, br.ToolCalls)
+		if err != nil {
+			t.Errorf("%s example: %v", br.Format, err)
+			continue
+		}
+		for _, c := range calls {
+			if c.refused != nil || c.name == "" {
+				t.Errorf("%s example: call %+v", br.Format, c)
+			}
+		}
+	}
+	for _, ex := range docExamples(t, "ResultsRequest") {
+		var rr messages.ResultsRequest
+		if err := json.Unmarshal(ex, &rr); err != nil || rr.Validate() != nil {
+			t.Errorf("ResultsRequest example: %v %v", err, rr.Validate())
+		}
+	}
+	// The examples show an add, a chart and a denied call, one per format in this order.
+	png, _ := base64.StdEncoding.DecodeString("iVBORw0KGgoAAAANSUhEUg==")
+	results := map[string]*messages.CallResult{
+		"t-add":   {Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.JSONBlock(messages.JSON(`{"sum":5}`))}, StructuredContent: messages.JSON(`{"sum":5}`)},
+		"t-chart": {Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.TextBlock("chart of sales"), messages.ImageBlock(png, "image/png")}},
+	}
+	formats := []string{"openai-chat", "openai-responses", "anthropic", "gemini", "mcp"}
+	examples := docExamples(t, "ResultsReply")
+	if len(examples) != len(formats) {
+		t.Fatalf("%d ResultsReply examples, want one per format", len(examples))
+	}
+	for i, ex := range examples {
+		var reply messages.ResultsReply
+		if err := json.Unmarshal(ex, &reply); err != nil {
+			t.Fatal(err)
+		}
+		outcomes := make([]callOutcome, len(reply.Calls))
+		for k, bc := range reply.Calls {
+			outcomes[k] = callOutcome{call: bc}
+			if bc.Error == nil {
+				outcomes[k].result = results[bc.Name]
+			}
+		}
+		got := resultRenderers[formats[i]](outcomes)
+		if len(got) != len(reply.Messages) {
+			t.Errorf("%s: renders %d messages, the example shows %d", formats[i], len(got), len(reply.Messages))
+			continue
+		}
+		for k := range got {
+			var want, have any
+			_ = json.Unmarshal(reply.Messages[k], &want)
+			_ = json.Unmarshal(got[k], &have)
+			if !reflect.DeepEqual(want, have) {
+				t.Errorf("%s message %d renders as\n%s\nthe example shows\n%s", formats[i], k, got[k], reply.Messages[k])
+			}
+		}
 	}
 }
