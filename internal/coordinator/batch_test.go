@@ -390,3 +390,31 @@ func TestProtocolBatchExamples(t *testing.T) {
 		}
 	}
 }
+
+// FuzzReadToolCalls: whatever a client sends as tool_calls, reading it
+// does not panic, and what it reads is a batch the pipeline can take:
+// 1 to MaxBatchCalls calls, each refused or with JSON arguments.
+func FuzzReadToolCalls(f *testing.F) {
+	f.Add("openai-chat", []byte(`{"choices":[{"message":{"tool_calls":[{"id":"call_1","type":"function","function":{"name":"t-add","arguments":"{\"a\":1}"}}]}}]}`))
+	f.Add("openai-responses", []byte(`{"id":"r","output":[{"type":"function_call","call_id":"c","name":"t-add","arguments":"{}"}]}`))
+	f.Add("anthropic", []byte(`{"content":[{"type":"tool_use","id":"toolu_1","name":"t-add","input":{"a":1}}]}`))
+	f.Add("gemini", []byte(`{"responseId":"r","candidates":[{"content":{"parts":[{"functionCall":{"name":"t-add","args":{}}}]}}]}`))
+	f.Add("mcp", []byte(`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t-add","arguments":{}}}]`))
+	f.Fuzz(func(t *testing.T, format string, raw []byte) {
+		calls, _, err := readToolCalls(format, messages.JSON(raw))
+		if err != nil {
+			if messages.CodeOf(err) != messages.CodeBadRequest {
+				t.Fatalf("error of code %s: %v", messages.CodeOf(err), err)
+			}
+			return
+		}
+		if len(calls) == 0 || len(calls) > messages.MaxBatchCalls {
+			t.Fatalf("%d calls read", len(calls))
+		}
+		for _, c := range calls {
+			if c.refused == nil && !json.Valid(c.args) {
+				t.Fatalf("call %+v accepted with arguments that are not JSON", c)
+			}
+		}
+	})
+}
