@@ -57,6 +57,10 @@ func TestProtocolExamples(t *testing.T) {
 		"AuditRecord":          func() any { return &messages.AuditRecord{} },
 		"DiscoverRequest":      func() any { return &messages.DiscoverRequest{} },
 		"DiscoverReply":        func() any { return &messages.DiscoverReply{} },
+		"SubmitBatchRequest":   func() any { return &messages.SubmitBatchRequest{} },
+		"SubmitBatchReply":     func() any { return &messages.SubmitBatchReply{} },
+		"ResultsRequest":       func() any { return &messages.ResultsRequest{} },
+		"ResultsReply":         func() any { return &messages.ResultsReply{} },
 	}
 	examples := regexp.MustCompile("(?s)<!-- message: (\\w+) -->\\s*```json\\n(.*?)```").FindAllSubmatch(doc, -1)
 	seen := map[string]bool{}

@@ -71,6 +71,9 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 		messages.EndpointToolsDisable:    decoding(c.switches.disable),
 		messages.EndpointToolsRemove:     decoding(c.switches.remove),
 		messages.EndpointToolsDiscover:   decoding(c.view.discover),
+
+		messages.EndpointCallsSubmitBatch: c.submitBatch,
+		messages.EndpointCallsResults:     decoding(c.results),
 	}
 }
 

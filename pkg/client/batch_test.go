@@ -1,0 +1,156 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// anthropicCalls is the content of a model message calling t-count once per label.
+func anthropicCalls(prefix string, labels ...string) messages.JSON {
+	blocks := []string{`{"type":"text","text":"Counting."}`}
+	for i, l := range labels {
+		blocks = append(blocks, fmt.Sprintf(`{"type":"tool_use","id":"toolu_%s_%d","name":"t-count","input":{"label":%q}}`, prefix, i, l))
+	}
+	return messages.JSON("[" + strings.Join(blocks, ",") + "]")
+}
+
+// A batch sent twice names the same calls, and each runs once.
+func TestSubmitBatchSentTwiceRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	testenv.Coordinator(t, b.srv.URL())
+	b.serve(t)
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{})
+	req := messages.SubmitBatchRequest{Format: "anthropic", ToolCalls: anthropicCalls("twice", "x", "y"), Turn: "turn-twice"}
+	first, err := c.SubmitBatch(b.ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Results(b.ctx, messages.ResultsRequest{Format: "anthropic", Calls: first.Calls, WaitMS: 20_000})
+	if err != nil || !res.Complete {
+		t.Fatalf("results %+v %v", res, err)
+	}
+	again, err := c.SubmitBatch(b.ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, bc := range again.Calls {
+		if bc.CallID != first.Calls[i].CallID || !bc.Duplicate || bc.State != messages.StateCompleted {
+			t.Errorf("call %d sent again: %+v, first %+v", i, bc, first.Calls[i])
+		}
+		if of, _ := b.runsOf(bc.CallID); of != 1 {
+			t.Errorf("call %d ran %d times", i, of)
+		}
+	}
+	if _, all := b.runsOf(""); all != 2 {
+		t.Errorf("%d runs, want 2", all)
+	}
+}
+
+// RunToolCalls returns the provider's next input once every call ended.
+func TestRunToolCallsReturnsTheNextInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	testenv.Coordinator(t, b.srv.URL())
+	b.serve(t)
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{})
+	res, err := c.RunToolCalls(b.ctx, "openai-chat", `[{"id":"call_a","type":"function","function":{"name":"t-count","arguments":"{\"label\":\"a\"}"}},
+		{"id":"call_b","type":"function","function":{"name":"t-nope","arguments":"{}"}}]`, client.WithTurn("turn-run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`{"role":"tool","tool_call_id":"call_a","content":"a"}`,
+		`{"role":"tool","tool_call_id":"call_b","content":"The call was refused (tool_not_found): no tool t-nope in the catalog"}`,
+	}
+	got := make([]string, len(res.Messages))
+	for i, m := range res.Messages {
+		got[i] = string(m)
+	}
+	if !res.Complete || !slices.Equal(got, want) {
+		t.Fatalf("complete %v, messages\n%s\nwant\n%s", res.Complete, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// BenchmarkEightCalls compares one model iteration of eight no-op calls
+// made with RunToolCalls (calls.submit_batch, then calls.results) with
+// the same eight calls made at once with Call, plain and, as a batch's
+// calls are, in a turn with idempotency keys: the time until all eight
+// results are in, with its median and 99th percentile.
+func BenchmarkEightCalls(b *testing.B) {
+	srv := testenv.Server(b)
+	testenv.Coordinator(b, srv.URL())
+	noop := worker.Func("noop", "Does nothing.", func(ctx context.Context, in struct{}) (string, error) { return "", nil })
+	testenv.Worker(b, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{noop}, Slots: 16})
+	c, err := client.New(testenv.Connect(b, srv.URL()), client.Options{Agent: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	ctx := context.Background()
+	var turns atomic.Int64
+	report := func(b *testing.B, took []time.Duration) {
+		slices.Sort(took)
+		b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(took[min(len(took)*99/100, len(took)-1)].Microseconds()), "p99-µs")
+	}
+	b.Run("batch", func(b *testing.B) {
+		took := make([]time.Duration, 0, b.N)
+		for range b.N {
+			blocks := make([]string, 8)
+			for k := range blocks {
+				blocks[k] = fmt.Sprintf(`{"type":"tool_use","id":"toolu_%d","name":"t-noop","input":{}}`, k)
+			}
+			start := time.Now()
+			res, err := c.RunToolCalls(ctx, "anthropic", "["+strings.Join(blocks, ",")+"]", client.WithTurn(fmt.Sprintf("bench-batch-%d", turns.Add(1))))
+			if err != nil || !res.Complete {
+				b.Fatalf("%+v %v", res, err)
+			}
+			took = append(took, time.Since(start))
+		}
+		report(b, took)
+	})
+	single := func(opts func(turn string, k int) []client.CallOption) func(b *testing.B) {
+		return func(b *testing.B) {
+			took := make([]time.Duration, 0, b.N)
+			for range b.N {
+				turn := fmt.Sprintf("bench-single-%d", turns.Add(1))
+				start := time.Now()
+				var wg sync.WaitGroup
+				errs := make(chan error, 8)
+				for k := range 8 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if _, err := c.Call(ctx, "t-noop", nil, opts(turn, k)...); err != nil {
+							errs <- err
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				if err := <-errs; err != nil {
+					b.Fatal(err)
+				}
+				took = append(took, time.Since(start))
+			}
+			report(b, took)
+		}
+	}
+	b.Run("single", single(func(string, int) []client.CallOption { return nil }))
+	// As a batch's calls are: in a turn, each with its idempotency key.
+	b.Run("single-keyed", single(func(turn string, k int) []client.CallOption {
+		return []client.CallOption{client.WithTurn(turn), client.WithIdempotencyKey(fmt.Sprintf("%s/%d", turn, k))}
+	}))
+}
