@@ -518,8 +518,8 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 		}
 	}
 	for _, s := range snaps {
-		if s.Queued != nil && s.Queued.Request != nil {
-			if err := mayActFor(ctx, s.Queued.Request.Agent); err != nil {
+		if s.Exists() {
+			if err := mayReadCall(ctx, s); err != nil {
 				return nil, err
 			}
 		}
@@ -531,7 +531,7 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 		}
 	}
 	if wait := min(time.Duration(rr.WaitMS)*time.Millisecond, c.cfg.MaxWait); wait > 0 && len(unfinished) > 0 {
-		got := c.awaitResults(ctx, unfinished, wait)
+		got := c.awaitResults(ctx, snaps, unfinished, wait)
 		var still []string
 		for _, id := range unfinished {
 			if res := got[id]; res != nil {
@@ -566,7 +566,7 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 
 // awaitResults waits up to wait for the results of calls, each on a
 // subscription to its result's writes, and returns those that came.
-func (c *Coordinator) awaitResults(ctx context.Context, callIDs []string, wait time.Duration) map[string]*messages.CallResult {
+func (c *Coordinator) awaitResults(ctx context.Context, snaps map[string]*ledger.Snapshot, callIDs []string, wait time.Duration) map[string]*messages.CallResult {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	q := c.submitter.queue
@@ -574,7 +574,8 @@ func (c *Coordinator) awaitResults(ctx context.Context, callIDs []string, wait t
 	got := make(map[string]*messages.CallResult, len(callIDs))
 	var wg sync.WaitGroup
 	for _, id := range callIDs {
-		writes, stop, err := q.resultWrites(id)
+		ns := snaps[id].Namespace // the call's: only a result under it counts
+		writes, stop, err := q.resultWrites(ns, id)
 		if err != nil {
 			continue // rendered as it stands
 		}
@@ -582,7 +583,7 @@ func (c *Coordinator) awaitResults(ctx context.Context, callIDs []string, wait t
 		go func() {
 			defer wg.Done()
 			defer stop()
-			if res, err := q.reads.WaitForWrite(ctx, id, writes); err == nil {
+			if res, err := q.reads.WaitForWrite(ctx, ns, id, writes); err == nil {
 				mu.Lock()
 				got[id] = res
 				mu.Unlock()
