@@ -31,6 +31,7 @@ type authSetup struct {
 	namespace  string
 	agentUser  string
 	agent      string
+	route      string // the agent user's route, the first its identity lists
 }
 
 // newAuthSetup reads a deployment's server configuration (accounts and
@@ -62,12 +63,12 @@ func newAuthSetup(configFile, identitiesFile, dir string) (*authSetup, error) {
 			a.worker, a.namespace = name, ns
 		}
 		id, ok := ids.Users[name]
-		if ok && a.agentUser == "" && !id.Operator && len(id.Agents) == 1 && !strings.ContainsAny(id.Agents[0], "*?[") {
-			a.agentUser, a.agent = name, id.Agents[0]
+		if ok && a.agentUser == "" && !id.Operator && len(id.Agents) == 1 && !strings.ContainsAny(id.Agents[0], "*?[") && len(id.Routes) > 0 {
+			a.agentUser, a.agent, a.route = name, id.Agents[0], id.Routes[0]
 		}
 	}
 	if a.worker == "" || a.agentUser == "" {
-		return nil, fmt.Errorf("auth config %s: needs a worker_<namespace> user and, in %s, a user of exactly one agent", configFile, identitiesFile)
+		return nil, fmt.Errorf("auth config %s: needs a worker_<namespace> user and, in %s, a user of exactly one agent with a route", configFile, identitiesFile)
 	}
 	text, err := os.ReadFile(configFile)
 	if err != nil {

@@ -428,7 +428,13 @@ func newToolbusBench(ctx context.Context, connectAs func(role string) func() (*n
 	if connErr != nil {
 		return nil, connErr
 	}
-	if tb.client, err = client.New(agentConn, client.Options{Prefix: names.Prefix(), Agent: tb.agent}); err != nil {
+	clientOpts := client.Options{Prefix: names.Prefix(), Agent: tb.agent}
+	if auth != nil {
+		// An agent's user receives results on its own route only, and reads
+		// through the coordinator: its account has no JetStream.
+		clientOpts.Route, clientOpts.CoordinatorReads = auth.route, true
+	}
+	if tb.client, err = client.New(agentConn, clientOpts); err != nil {
 		return nil, err
 	}
 	return tb, nil
