@@ -34,6 +34,7 @@ func run() error {
 	failUnavailable := flag.Bool("fail-unavailable", false, "fail calls of namespaces without a live worker instead of queueing them")
 	approvalTTL := flag.Duration("approval-ttl", 24*time.Hour, "how long an approval waits for a decision")
 	identitiesFile := flag.String("identities", os.Getenv("TOOLBUS_IDENTITIES"), "identities file (YAML): which agents each NATS user may act as, and which users are operators; without it the agent a request names is trusted")
+	maxWaitsPerUser := flag.Int("max-waits-per-user", coordinator.DefaultMaxWaitsPerUser, "with --identities: the long waits (submits with wait, calls.get and calls.events with wait_ms) one user may hold in this coordinator at once; more are refused with too_many_requests")
 	staleToolTTL := flag.Duration("stale-tool-ttl", coordinator.DefaultStaleToolTTL, "remove the tools of a namespace that has had no live worker this long; 0 keeps them")
 	flag.Parse()
 	if *staleToolTTL == 0 {
@@ -65,6 +66,7 @@ func run() error {
 		ApprovalTTL:         *approvalTTL,
 		StaleToolTTL:        *staleToolTTL,
 		Identities:          identities,
+		MaxWaitsPerUser:     *maxWaitsPerUser,
 		Resources:           resources.Config{Replicas: *replicas, Reconfigure: *reconfigure},
 		Logger:              log,
 	})

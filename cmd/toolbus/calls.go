@@ -335,6 +335,14 @@ func runTurns(ctx context.Context, g globals, args []string) error {
 	if g.json {
 		return printJSON(turn)
 	}
+	if st := turn.State; st != nil {
+		fmt.Printf("agent      %s\n", st.Agent)
+		if st.Intake != nil {
+			fmt.Printf("intake     bundles %s; tools %s\n", strings.Join(st.Intake.Bundles, ", "), strings.Join(st.Intake.Tools, ", "))
+		}
+		fmt.Printf("discovered %s\n", strings.Join(st.Discovered, ", "))
+		fmt.Printf("activated  %s\n", strings.Join(st.Activated, ", "))
+	}
 	for _, call := range turn.Calls {
 		fmt.Printf("%s  %-28s %s\n", call.CallID, call.Tool, call.State)
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -51,6 +52,13 @@ Global flags:
   --server URL   NATS server (default $TOOLBUS_URL or nats://127.0.0.1:4222)
   --prefix P     subject prefix (default toolbus)
   --agent NAME   agent name sent with calls
+  --user U, --password P, --creds FILE
+                 connect as a NATS user ($TOOLBUS_USER, $TOOLBUS_PASSWORD, $TOOLBUS_CREDS):
+                 an agent's or operator's user of a deployment (docs/security.md).
+                 Replies then come on the user's own inbox prefix (_INBOX_<user>,
+                 or --inbox-prefix), and calls are read through the coordinator
+  --route R      the route the user's results come on ($TOOLBUS_ROUTE; one of its
+                 routes in the coordinator's identities file)
   --json         print replies, and errors, as JSON (anywhere on the command line);
                  with --watch and calls watch, one JSON line per event
 
@@ -60,10 +68,15 @@ refused the request.
 `
 
 type globals struct {
-	server string
-	prefix string
-	agent  string
-	json   bool
+	server   string
+	prefix   string
+	agent    string
+	json     bool
+	user     string
+	password string
+	creds    string
+	inbox    string
+	route    string
 }
 
 func main() {
@@ -160,6 +173,11 @@ func run(args []string) error {
 	fs.StringVar(&g.server, "server", g.server, "NATS server URL")
 	fs.StringVar(&g.prefix, "prefix", g.prefix, "subject prefix")
 	fs.StringVar(&g.agent, "agent", "", "agent name")
+	fs.StringVar(&g.user, "user", os.Getenv("TOOLBUS_USER"), "NATS user")
+	fs.StringVar(&g.password, "password", os.Getenv("TOOLBUS_PASSWORD"), "NATS password")
+	fs.StringVar(&g.creds, "creds", os.Getenv("TOOLBUS_CREDS"), "NATS credentials file")
+	fs.StringVar(&g.inbox, "inbox-prefix", os.Getenv("TOOLBUS_INBOX_PREFIX"), "prefix of reply subjects")
+	fs.StringVar(&g.route, "route", os.Getenv("TOOLBUS_ROUTE"), "the user's route")
 	fs.BoolVar(&g.json, "json", false, "print JSON")
 	// --json may also come after the command ("toolbus calls watch --json ID").
 	args, g.json = takeJSONFlag(args)
@@ -214,11 +232,28 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 
 // connect opens a connection and a client.
 func (g globals) connect() (*nats.Conn, *client.Client, error) {
-	nc, err := nats.Connect(g.server, nats.Name("toolbus-cli"))
+	opts := []nats.Option{nats.Name("toolbus-cli")}
+	inbox := g.inbox
+	if g.user != "" {
+		opts = append(opts, nats.UserInfo(g.user, g.password))
+		if inbox == "" {
+			inbox = natsflags.InboxPrefix(g.user)
+		}
+	}
+	if g.creds != "" {
+		opts = append(opts, nats.UserCredentials(g.creds))
+	}
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
+	}
+	nc, err := nats.Connect(g.server, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w (is Toolbus running? start it with: go run ./cmd/toolbus dev)", g.server, err)
 	}
-	c, err := client.New(nc, client.Options{Prefix: g.prefix, Agent: g.agent})
+	// A user of a deployment is an agent's or an operator's, whose account
+	// reads calls through the coordinator only.
+	authenticated := g.user != "" || g.creds != ""
+	c, err := client.New(nc, client.Options{Prefix: g.prefix, Agent: g.agent, Route: g.route, CoordinatorReads: authenticated})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

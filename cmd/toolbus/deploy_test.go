@@ -1,0 +1,84 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/natsflags"
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// deployedStack runs the deployment's server configuration with a
+// coordinator that reads its identities file and the demo worker, each
+// process as its own user, and returns the server's URL and the toolbus
+// binary.
+func deployedStack(t *testing.T) (string, string) {
+	t.Helper()
+	deploy, err := filepath.Abs(filepath.Join("..", "..", "deploy", "nats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "accounts.conf")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	ids, err := coordinator.LoadIdentities(filepath.Join(deploy, "identities.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := func(user, password string) *nats.Conn {
+		return testenv.Connect(t, srv.URL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
+	}
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.Conn = as("coordinator", "coordinator-secret")
+		cfg.Identities = ids
+	})
+	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo", "worker-demo-secret")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	return srv.URL(), testenv.Binary(t, "./cmd/toolbus")
+}
+
+// The command line works as a deployment's agent user: it connects as the
+// user, receives replies on the user's inbox prefix and results on its
+// route, reads calls through the coordinator, and is refused another
+// user's calls.
+func TestCommandLineAsADeployedAgent(t *testing.T) {
+	t.Parallel()
+	url, bin := deployedStack(t)
+	agentA := []string{"--user", "agent_a", "--password", "agent-a-secret", "--route", "agentAroute00000000001"}
+	stdout, stderr, status := cli(t, bin, url, append(agentA, "--json", "call", "demo-echo", `{"text":"hi"}`)...)
+	if status != exitOK {
+		t.Fatalf("call as agent_a: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	var res messages.CallResult
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.CallID == "" || res.IsError {
+		t.Fatalf("call as agent_a: %q (%v)", stdout, err)
+	}
+	stdout, stderr, status = cli(t, bin, url, append(agentA, "--json", "calls", "get", res.CallID)...)
+	if status != exitOK || !strings.Contains(stdout, `"completed"`) {
+		t.Fatalf("calls get as agent_a: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	stdout, stderr, status = cli(t, bin, url, append(agentA, "calls", "watch", res.CallID)...)
+	if status != exitOK {
+		t.Fatalf("calls watch as agent_a: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	agentB := []string{"--user", "agent_b", "--password", "agent-b-secret", "--agent", "billing-bot"}
+	stdout, _, status = cli(t, bin, url, append(agentB, "--json", "calls", "get", res.CallID)...)
+	if status != exitRequestFailed || !strings.Contains(stdout, string(messages.CodeForbidden)) {
+		t.Fatalf("calls get of agent_a's call as agent_b: exit status %d\n%s", status, stdout)
+	}
+	// Without its route, a deployed agent's call still completes: it waits through the coordinator.
+	stdout, stderr, status = cli(t, bin, url, append(agentB, "call", "demo-echo", `{"text":"b"}`)...)
+	if status != exitOK {
+		t.Fatalf("call as agent_b without a route: exit status %d\n%s%s", status, stdout, stderr)
+	}
+}
