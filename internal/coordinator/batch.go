@@ -413,8 +413,8 @@ func (c *Coordinator) submitBatch(ctx context.Context, req *request) (any, error
 		return nil, err
 	}
 	// The identity check reads the agent of a submit; a batch acts as its
-	// agent as each of its submits does.
-	probe := messages.SubmitRequest{Agent: br.Agent, Turn: br.Turn}
+	// agent as each of its submits does, and its notify is refused as theirs.
+	probe := messages.SubmitRequest{Agent: br.Agent, Turn: br.Turn, Notify: br.Notify}
 	ctx, err := req.admit(ctx, &probe)
 	if err != nil {
 		return nil, err

@@ -380,6 +380,8 @@ func TestBatchActsOnlyAsItsAgent(t *testing.T) {
 	}
 	_, err = aAsB.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", ToolCalls: toolCalls, Turn: "turn-b2"})
 	forbidden("A submitting a batch as B", err)
+	_, err = a.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", ToolCalls: toolCalls, Turn: "turn-a", Notify: "_INBOX.elsewhere"})
+	forbidden("A submitting a batch whose results would be copied to a notify subject", err)
 	_, err = a.Results(ctx, messages.ResultsRequest{Format: "anthropic", Calls: mine.Calls})
 	forbidden("A rendering B's results", err)
 	if after := snapshot(t, srv, streams...); !reflect.DeepEqual(before, after) {
