@@ -531,6 +531,12 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 		}
 	}
 	if wait := min(time.Duration(rr.WaitMS)*time.Millisecond, c.cfg.MaxWait); wait > 0 && len(unfinished) > 0 {
+		// A held wait, counted against the user's as calls.get's is.
+		release, err := c.waits.hold(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 		got := c.awaitResults(ctx, snaps, unfinished, wait)
 		var still []string
 		for _, id := range unfinished {
