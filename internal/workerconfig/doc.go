@@ -15,6 +15,7 @@
 //	          args: [stdio]
 //	          env: {LOG_LEVEL: debug}
 //	          inherit_env: [GITHUB_TOKEN]  # passed on from the worker's environment
+//	          roots: [project]             # directories offered as MCP roots
 //	      - mcp:
 //	          name: remote
 //	          transport: http  # stdio (default with command), sse, or http (default with url)
@@ -33,7 +34,8 @@
 //	          # or: auth: {api_key_env: PETSTORE_KEY, query: api_key}
 //
 // Each source is exactly one of demo, mcp and openapi. An MCP server's
-// optional fields are dir (working directory), env, inherit_env, headers;
+// optional fields are dir (working directory), env, inherit_env, headers,
+// roots;
 // a stdio server's environment is HOME, LOGNAME, PATH, SHELL, TERM and USER,
 // the variables inherit_env names, and env — never the rest of the worker's; an OpenAPI
 // service's are base_url, auth and headers. Relative paths — a command or dir that

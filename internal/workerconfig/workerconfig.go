@@ -59,6 +59,7 @@ type MCP struct {
 	Dir        string            `yaml:"dir"`
 	URL        string            `yaml:"url"`
 	Headers    map[string]string `yaml:"headers"`
+	Roots      []string          `yaml:"roots"`
 }
 
 // OpenAPI is an HTTP API described by an OpenAPI 3 document.
@@ -346,6 +347,11 @@ func (c *Config) validateSource(v *validator, at []any, s *Source, names map[str
 				v.add(append(at, "headers"), "%q is not a header name", k)
 			}
 		}
+		for i, r := range m.Roots {
+			if r == "" {
+				v.add(append(at, "roots", i), "an empty path")
+			}
+		}
 		for i, k := range m.InheritEnv {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
 				v.add(append(at, "inherit_env", i), "%q is not an environment variable name", k)
@@ -465,6 +471,13 @@ func (c *Config) mcpConfig(ns string, m *MCP, log *slog.Logger) mcp.Config {
 	for _, k := range slices.Sorted(maps.Keys(m.Env)) {
 		env = append(env, k+"="+m.Env[k])
 	}
+	var roots []string
+	for _, r := range m.Roots {
+		if abs, err := filepath.Abs(c.resolve(r)); err == nil {
+			r = abs
+		}
+		roots = append(roots, r)
+	}
 	return mcp.Config{
 		Name:       m.Name,
 		Namespace:  ns,
@@ -476,6 +489,7 @@ func (c *Config) mcpConfig(ns string, m *MCP, log *slog.Logger) mcp.Config {
 		Dir:        c.resolve(m.Dir),
 		URL:        m.URL,
 		Headers:    m.Headers,
+		Roots:      roots,
 		Logger:     log,
 	}
 }

@@ -190,3 +190,15 @@ namespaces:
 		}
 	}
 }
+
+func TestRootsAreAbsolute(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := Parse(filepath.Join(dir, "w.yaml"), []byte("namespaces:\n  - name: x\n    sources:\n      - mcp: {name: s, command: srv, roots: [project, /srv/data]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.mcpConfig("x", cfg.Namespaces[0].Sources[0].MCP, nil).Roots
+	if len(got) != 2 || got[0] != filepath.Join(dir, "project") || got[1] != "/srv/data" {
+		t.Errorf("roots %q", got)
+	}
+}

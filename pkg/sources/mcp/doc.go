@@ -79,13 +79,13 @@
 //
 // # Client capabilities
 //
-// The worker declares no client capabilities in its initialize request:
-// not sampling (a server cannot ask the worker's model for a completion),
-// not elicitation (it cannot ask the user a question mid-call), not roots
-// (it is told no directories or files to work in). A server that needs one
-// of them may leave out the tools that use it, or fail their calls; such
-// tools are not served through Toolbus. Give a server that wants roots its
-// directories through its own arguments or environment instead.
+// The worker declares no client capabilities in its initialize request
+// but roots, and that only when Config.Roots lists directories: then it
+// answers roots/list with them, as file:// URIs. It never declares sampling
+// (a server cannot ask the agent's model for a completion) nor elicitation
+// (it cannot ask the user a question mid-call). A server that needs one of
+// them may leave out the tools that use it, or fail their calls; such
+// tools are not served through Toolbus.
 //
 // The source speaks MCP protocol version 2025-11-25, the last with the
 // initialize handshake, on every transport, so that explicit cancellation

@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,9 +20,21 @@ const serveEnvArg = "serve-env-mcp-server"
 
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == serveEnvArg {
-		s := server.NewMCPServer("env", "1.0.0")
+		s := server.NewMCPServer("env", "1.0.0", server.WithRoots())
 		s.AddTool(mcpgo.NewTool("env"), func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 			return mcpgo.NewToolResultText(strings.Join(os.Environ(), "\n")), nil
+		})
+		// roots answers with the URIs of the client's roots, one a line.
+		s.AddTool(mcpgo.NewTool("roots"), func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			res, err := s.RequestRoots(ctx, mcpgo.ListRootsRequest{})
+			if err != nil {
+				return mcpgo.NewToolResultError(err.Error()), nil
+			}
+			var uris []string
+			for _, r := range res.Roots {
+				uris = append(uris, r.URI)
+			}
+			return mcpgo.NewToolResultText(strings.Join(uris, "\n")), nil
 		})
 		if err := server.ServeStdio(s); err != nil {
 			os.Exit(1)
@@ -55,10 +68,16 @@ func TestStdioServerEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Stop(ctx) })
-	if len(tools) != 1 {
+	var envTool worker.Tool
+	for _, tool := range tools {
+		if tool.Definition.Method == "env" {
+			envTool = tool
+		}
+	}
+	if envTool.Handler == nil {
 		t.Fatalf("tools %v", tools)
 	}
-	res, err := tools[0].Handler.Handle(ctx, &worker.Call{ID: "c1", Tool: "env-env", Arguments: []byte(`{}`), Attempt: 1})
+	res, err := envTool.Handler.Handle(ctx, &worker.Call{ID: "c1", Tool: "env-env", Arguments: []byte(`{}`), Attempt: 1})
 	if err != nil || res.IsError || len(res.Content) != 1 {
 		t.Fatalf("env: %+v %v", res, err)
 	}
@@ -71,6 +90,50 @@ func TestStdioServerEnvironment(t *testing.T) {
 	for _, want := range []string{"GREETING=hello", "TOOLBUS_TEST_PASSED_THROUGH=named", "PATH=" + os.Getenv("PATH")} {
 		if !slices.Contains(env, want) {
 			t.Errorf("the server's environment lacks %s: %q", want, env)
+		}
+	}
+}
+
+// TestRoots checks that a server is told the configured roots, and that
+// without them the worker declares no roots capability.
+func TestRoots(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		roots []string
+		want  string
+		fails bool
+	}{
+		{roots: []string{dir}, want: "file://" + filepath.ToSlash(dir)},
+		{fails: true},
+	} {
+		src, err := New(Config{Name: "roots", Namespace: "roots", Command: os.Args[0], Args: []string{serveEnvArg}, Roots: tc.roots})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		tools, err := src.Start(ctx, func([]worker.Tool) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rootsTool worker.Tool
+		for _, tool := range tools {
+			if tool.Definition.Method == "roots" {
+				rootsTool = tool
+			}
+		}
+		res, err := rootsTool.Handler.Handle(ctx, &worker.Call{ID: "c1", Arguments: []byte(`{}`), Attempt: 1})
+		src.Stop(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.fails {
+			if !res.IsError {
+				t.Errorf("without roots the server was given %q", res.Content[0].Text)
+			}
+			continue
+		}
+		if res.IsError || res.Content[0].Text != tc.want {
+			t.Errorf("roots %+v, want %q", res.Content, tc.want)
 		}
 	}
 }

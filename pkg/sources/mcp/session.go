@@ -126,7 +126,11 @@ func (s *Source) connect(ctx, runCtx context.Context) (*session, []worker.Tool, 
 		tr = http
 	}
 	sess.transport = tr
-	sess.client = client.NewClient(recording(tr), client.WithProtocolVersion(protocolVersion))
+	opts := []client.ClientOption{client.WithProtocolVersion(protocolVersion)}
+	if len(s.cfg.Roots) > 0 {
+		opts = append(opts, client.WithRootsHandler(roots(s.cfg.Roots)))
+	}
+	sess.client = client.NewClient(recording(tr), opts...)
 	sess.client.OnNotification(s.onNotification)
 	sess.client.OnConnectionLost(sess.fail)
 	fail := func(step string, err error) (*session, []worker.Tool, error) {

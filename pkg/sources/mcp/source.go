@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,6 +57,11 @@ type Config struct {
 	Env        []string
 	InheritEnv []string
 	Dir        string
+
+	// Roots are directories offered to the server as its roots (absolute
+	// paths, sent as file:// URIs). With roots the worker declares the MCP
+	// roots capability and answers roots/list; without, it declares none.
+	Roots []string
 
 	// URL of an SSE or streamable HTTP server, and headers sent with every request.
 	URL     string
@@ -138,6 +144,11 @@ func (c *Config) validate() error {
 	for _, kv := range c.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return fmt.Errorf("mcp: server %s: environment entry %q is not KEY=VALUE", c.Name, kv)
+		}
+	}
+	for _, dir := range c.Roots {
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("mcp: server %s: root %q is not an absolute path", c.Name, dir)
 		}
 	}
 	for _, name := range c.InheritEnv {

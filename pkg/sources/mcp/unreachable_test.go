@@ -11,7 +11,10 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -104,5 +107,64 @@ func TestUnreachableServerErrorSaysWhyOnce(t *testing.T) {
 	want := `initialize: Post "http://` + addr + `/mcp": dial tcp ` + addr + `: connect: connection refused`
 	if err.Error() != want || !isTransportError(err) {
 		t.Fatalf("error %q (transport error: %v), want %q", err, isTransportError(err), want)
+	}
+}
+
+// TestWorkerStartsWithAnUnreachableServer: a worker whose HTTP MCP server
+// is away starts, serves its other tools, and serves the server's tools
+// once it answers.
+func TestWorkerStartsWithAnUnreachableServer(t *testing.T) {
+	srv := server.NewMCPServer("late", "1", server.WithToolCapabilities(true))
+	srv.AddTool(mcpgo.NewTool("hello"), func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+		return mcpgo.NewToolResultText("hello"), nil
+	})
+	mcpHandler := server.NewStreamableHTTPServer(srv)
+	var up atomic.Bool
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !up.Load() {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return
+		}
+		mcpHandler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	src, err := New(Config{Name: "late", Namespace: "late", URL: ts.URL + "/mcp", MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type echoArgs struct {
+		Text string `json:"text"`
+	}
+	echo := worker.Func("echo", "Echoes.", func(ctx context.Context, in echoArgs) (string, error) { return in.Text, nil })
+	nats := testenv.Server(t)
+	testenv.Coordinator(t, nats.URL())
+	testenv.Worker(t, nats.URL(), worker.Config{}, worker.Namespace{Name: "late", Tools: []worker.Tool{echo}, Sources: []worker.Source{src}})
+	c := testenv.Client(t, nats.URL(), client.Options{Agent: "tester"})
+	ctx := testenv.Context(t)
+	if res, err := c.Call(ctx, "late-echo", map[string]any{"text": "here"}); err != nil || res.IsError {
+		t.Fatalf("late-echo: %+v %v", res, err)
+	}
+	js, err := jetstream.New(testenv.Connect(t, nats.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "toolbus_catalog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered, err := kv.Watch(ctx, "tools.late.hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer registered.Stop()
+	up.Store(true)
+	for e := range registered.Updates() {
+		if e != nil && e.Operation() == jetstream.KeyValuePut {
+			break
+		}
+	}
+	res, err := c.Call(ctx, "late-hello", map[string]any{})
+	if err != nil || res.IsError || len(res.Content) != 1 || res.Content[0].Text != "hello" {
+		t.Fatalf("late-hello: %+v %v", res, err)
 	}
 }
