@@ -23,10 +23,30 @@ import (
 	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
-	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
+
+// deployDir is the folder of the deploy configurations.
+func deployDir(t *testing.T) string {
+	t.Helper()
+	root, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "deploy", "nats")
+}
+
+// deployIdentities is the deploy configuration's identities file, which
+// the coordinator needs to serve the agents' users.
+func deployIdentities(t *testing.T) *coordinator.Identities {
+	t.Helper()
+	ids, err := coordinator.LoadIdentities(filepath.Join(deployDir(t), "identities.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
 
 // deployWithNamespace writes the deploy configuration into a fresh folder
 // with a worker user for namespace ns added the way users.inc says to:
@@ -34,11 +54,7 @@ import (
 // returns the path of the server configuration.
 func deployWithNamespace(t *testing.T, ns string) string {
 	t.Helper()
-	root, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	deploy := filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "deploy", "nats")
+	deploy := deployDir(t)
 	conf, err := os.ReadFile(filepath.Join(deploy, "users.conf"))
 	if err != nil {
 		t.Fatal(err)
@@ -57,9 +73,8 @@ func deployWithNamespace(t *testing.T, ns string) string {
 	}
 	rename := strings.NewReplacer("demo", ns, "DEMO", strings.ToUpper(ns))
 	block, user := rename.Replace(text[start:end]), rename.Replace(text[userStart:userEnd])
-	text = text[:userEnd] + "\n    " + user + text[userEnd:]
-	at := strings.Index(text, "authorization {")
-	text = text[:at] + block + "\n" + text[at:]
+	text = text[:userEnd] + "\n      " + user + text[userEnd:]
+	text = text[:end] + block + text[end:]
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "users.inc"), []byte(text), 0o600); err != nil {
 		t.Fatal(err)
@@ -71,15 +86,14 @@ func deployWithNamespace(t *testing.T, ns string) string {
 	return path
 }
 
+// deployPassword is the password the deploy configuration gives user.
+func deployPassword(user string) string { return strings.ReplaceAll(user, "_", "-") + "-secret" }
+
 // deployUser returns the options of a connection as a user of the deploy
-// configuration: the services' users receive replies under their own
-// inbox prefix, as their commands connect.
+// configuration: every user receives replies under its own inbox prefix,
+// as the commands and the agents' programs connect.
 func deployUser(user, password string) []nats.Option {
-	opts := []nats.Option{nats.UserInfo(user, password)}
-	if user != "client" && user != "operator" {
-		opts = append(opts, nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
-	}
-	return opts
+	return []nats.Option{nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user))}
 }
 
 // intruder is a connection of one role that tries what its role may not.
@@ -276,6 +290,7 @@ func TestRolesAreConfined(t *testing.T) {
 
 	testenv.Coordinator(t, url, func(cfg *coordinator.Config) {
 		cfg.Conn = as("coordinator", "coordinator-secret")
+		cfg.Identities = deployIdentities(t)
 		cfg.Policy = mustPolicy(t, testPolicy)
 	})
 	ix, err := indexer.New(indexer.Config{Conn: as("indexer", "indexer-secret"), WriteInterval: 20 * time.Millisecond, LeaseTTL: time.Second, Logger: testenv.Logger(t)})
@@ -286,10 +301,7 @@ func TestRolesAreConfined(t *testing.T) {
 		t.Fatalf("the indexer cannot start with its user: %v", err)
 	}
 	t.Cleanup(func() { _ = ix.Stop(context.Background()) })
-	agent, err := client.New(as("client", "client-secret"), client.Options{Agent: "agent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent := agentClient(t, as("agent_a", "agent-a-secret"), "support-bot")
 	demoWorker := newIntruder(t, url, "worker_demo", "worker-demo-secret")
 	paymentsWorker := newIntruder(t, url, "worker_payments", "worker-payments-secret")
 	indexerUser := newIntruder(t, url, "indexer", "indexer-secret")
@@ -347,9 +359,6 @@ func TestRolesAreConfined(t *testing.T) {
 	res, err := agent.Call(ctx, "demo-big", struct{}{})
 	if err != nil || res.Status != messages.StateCompleted || res.FullResult == nil {
 		t.Fatalf("large result: %+v %v", res, err)
-	}
-	if full, err := agent.FullResult(ctx, res.FullResult); err != nil || full.CallID != res.CallID {
-		t.Fatalf("whole result: %+v %v", full, err)
 	}
 
 	// The indexer stores the index of the demo tools under its user.

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"errors"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
-	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
@@ -22,17 +20,13 @@ import (
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
-// identityDeploy starts deploy/nats/accounts.conf with a coordinator that
+// identityDeploy starts deploy/nats/users.conf with a coordinator that
 // reads deploy/nats/identities.yaml, the demo worker, and a workspace in
 // which demo:sleep asks the agent's user in prompt mode.
 func identityDeploy(t *testing.T, configure ...func(*coordinator.Config)) (srv *natsserver.Server, as func(user string) *nats.Conn) {
 	t.Helper()
-	root, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	deploy := filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "deploy", "nats")
-	srv, err = natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "accounts.conf")})
+	deploy := deployDir(t)
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "users.conf")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,9 +36,8 @@ func identityDeploy(t *testing.T, configure ...func(*coordinator.Config)) (srv *
 		t.Fatal(err)
 	}
 	as = func(user string) *nats.Conn {
-		password := strings.ReplaceAll(user, "_", "-") + "-secret"
 		// Every user of the deployment receives replies on its own inbox prefix only.
-		return testenv.Connect(t, srv.URL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
+		return testenv.Connect(t, srv.URL(), deployUser(user, deployPassword(user))...)
 	}
 	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
 	writeFile(t, policyFile, "default: allow\nrules:\n  - {tool: \"demo:echo\", effect: ask, reason: echo needs a nod}\n")
@@ -70,7 +63,7 @@ match:
 }
 
 // deployRoutes are the routes deploy/nats gives each user of AGENTS, in
-// accounts.conf's permissions and identities.yaml alike.
+// users.inc's permissions and identities.yaml alike.
 var deployRoutes = map[string]string{"agent_a": "agentAroute00000000001", "agent_b": "agentBroute00000000001", "operator": "operatorroute000000001"}
 
 // agentClient is a client of a user of AGENTS, as an agent's program
@@ -84,7 +77,7 @@ func agentClient(t *testing.T, nc *nats.Conn, agent string) *client.Client {
 	return c
 }
 
-// TestAgentsActOnlyAsThemselves: with the accounts configuration and an
+// TestAgentsActOnlyAsThemselves: with the deploy configuration and an
 // identities file, a user naming an agent it does not serve is refused
 // with forbidden, audited, and changes nothing.
 func TestAgentsActOnlyAsThemselves(t *testing.T) {
