@@ -194,3 +194,42 @@ func countAudited(t *testing.T, nc *nats.Conn, decision string, want int) int {
 	})
 	return n
 }
+
+// TestCoordinatorWithoutIdentitiesFailsClosed: on the deploy
+// configuration, a coordinator started without an identities file
+// refuses every request from the agents' account, whose caller it could
+// not check, with forbidden saying so, and records nothing but the
+// refusal; it does not trust the agent a request names.
+func TestCoordinatorWithoutIdentitiesFailsClosed(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deployDir(t), "users.conf")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	as := func(user string) *nats.Conn {
+		return testenv.Connect(t, srv.URL(), deployUser(user, deployPassword(user))...)
+	}
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Conn = as("coordinator") })
+	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	ctx := testenv.Context(t)
+	streams := []string{"TOOLBUS_CALLS", "TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
+	before := snapshot(t, srv, streams...)
+	for _, user := range []string{"agent_a", "operator"} {
+		c := agentClient(t, as(user), "support-bot")
+		_, err := c.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Turn: "turn-1"})
+		if !errors.Is(err, &messages.Error{Code: messages.CodeForbidden}) || !strings.Contains(err.Error(), "no identities file") {
+			t.Errorf("%s submitting: err = %v, want forbidden naming the missing identities file", user, err)
+		}
+		_, err = c.ListTools(ctx, messages.ListToolsRequest{})
+		if !errors.Is(err, &messages.Error{Code: messages.CodeForbidden}) {
+			t.Errorf("%s listing tools: err = %v, want forbidden", user, err)
+		}
+	}
+	if after := snapshot(t, srv, streams...); !reflect.DeepEqual(before, after) {
+		t.Errorf("refused requests changed the streams:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if n := countAudited(t, as("auditor"), "forbidden", 4); n < 4 {
+		t.Errorf("%d refusals audited, want 4", n)
+	}
+}
