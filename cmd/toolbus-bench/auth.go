@@ -35,7 +35,7 @@ type authSetup struct {
 }
 
 // newAuthSetup reads a deployment's server configuration (accounts and
-// users, as deploy/nats/accounts.conf) and the coordinator's identities
+// users, as deploy/nats/users.conf) and the coordinator's identities
 // file, and writes to dir the configuration the bench's server runs.
 func newAuthSetup(configFile, identitiesFile, dir string) (*authSetup, error) {
 	opts, err := server.ProcessConfigFile(configFile)
@@ -70,11 +70,10 @@ func newAuthSetup(configFile, identitiesFile, dir string) (*authSetup, error) {
 	if a.worker == "" || a.agentUser == "" {
 		return nil, fmt.Errorf("auth config %s: needs a worker_<namespace> user and, in %s, a user of exactly one agent with a route", configFile, identitiesFile)
 	}
-	text, err := os.ReadFile(configFile)
+	conf, err := inlineIncludes(configFile, 0)
 	if err != nil {
 		return nil, err
 	}
-	conf := string(text)
 	i := strings.Index(conf, "\naccounts {")
 	if i < 0 {
 		return nil, fmt.Errorf("auth config %s: no accounts block", configFile)
@@ -88,6 +87,34 @@ func newAuthSetup(configFile, identitiesFile, dir string) (*authSetup, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// inlineIncludes returns a configuration file's text with each of its
+// include lines replaced by the text of the file it names (relative to the
+// including file's folder), so that the accounts block is in one text.
+func inlineIncludes(configFile string, depth int) (string, error) {
+	if depth > 8 {
+		return "", fmt.Errorf("auth config %s: includes nested too deep", configFile)
+	}
+	text, err := os.ReadFile(configFile)
+	if err != nil {
+		return "", err
+	}
+	lines := strings.Split(string(text), "\n")
+	for i, line := range lines {
+		name, ok := strings.CutPrefix(strings.TrimSpace(line), "include ")
+		if !ok {
+			continue
+		}
+		name = strings.Trim(strings.TrimSpace(name), `"'`)
+		if !filepath.IsAbs(name) {
+			name = filepath.Join(filepath.Dir(configFile), name)
+		}
+		if lines[i], err = inlineIncludes(name, depth+1); err != nil {
+			return "", err
+		}
+	}
+	return strings.Join(lines, "\n"), nil
 }
 
 func (a *authSetup) close() { _ = os.Remove(a.configFile) }

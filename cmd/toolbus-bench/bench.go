@@ -64,7 +64,7 @@ func runBench(ctx context.Context, args []string) error {
 	workers := fs.Int("workers", 2, "soak: worker processes")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the Toolbus throughput run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the Toolbus throughput run to this file")
-	authConfig := fs.String("auth", "", "run the server with this deployment configuration (accounts and users, e.g. deploy/nats/accounts.conf); the coordinator, the worker and the agent each connect as their role's user")
+	authConfig := fs.String("auth", "", "run the server with this deployment configuration (accounts and users, e.g. deploy/nats/users.conf); the coordinator, the worker and the agent each connect as their role's user")
 	identitiesFile := fs.String("identities", "", "with --auth: the coordinator's identities file (e.g. deploy/nats/identities.yaml)")
 	if err := parse(fs, args); err != nil {
 		return err

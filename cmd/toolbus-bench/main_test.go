@@ -51,7 +51,7 @@ func TestBenchRunsUnderTheDeployedUsers(t *testing.T) {
 	}
 	var r benchReport
 	runToJSON(t, &r, "--calls", "20", "--rounds", "1", "--concurrency", "4", "--slots", "4",
-		"--auth", filepath.Join(deploy, "accounts.conf"), "--identities", filepath.Join(deploy, "identities.yaml"))
+		"--auth", filepath.Join(deploy, "users.conf"), "--identities", filepath.Join(deploy, "identities.yaml"))
 	if !r.Auth || r.Calls != 20 || r.ToolbusSeqP50US <= 0 || r.BaselineSeqP50US <= 0 || r.ToolbusC64CallsPerS <= 0 {
 		t.Fatalf("report %+v", r)
 	}

@@ -1,24 +1,40 @@
 package nats
 
 import (
-	"os"
+	"encoding/json"
 	"path/filepath"
-	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
-// TestConfigsLoad parses every server configuration and checks the users
-// each role needs are there.
-func TestConfigsLoad(t *testing.T) {
+// deployAccounts is the account of every user the configurations that
+// include users.inc define: services in TOOLBUS, agents and operators in
+// AGENTS, and nobody in the default account.
+var deployAccounts = map[string]string{
+	"coordinator": "TOOLBUS", "indexer": "TOOLBUS", "auditor": "TOOLBUS", "worker_demo": "TOOLBUS",
+	"agent_a": "AGENTS", "agent_b": "AGENTS", "operator": "AGENTS",
+}
+
+func configFiles(t *testing.T) []string {
+	t.Helper()
 	files, _ := filepath.Glob("*.conf")
 	cluster, _ := filepath.Glob("cluster/*.conf")
 	files = append(files, cluster...)
-	if len(files) != 6 {
+	if len(files) != 5 {
 		t.Fatalf("found %v", files)
 	}
-	for _, f := range files {
+	return files
+}
+
+// TestConfigsLoad parses every server configuration and checks that each
+// but dev.conf puts every user in an account, the services in TOOLBUS and
+// the agents and operators in AGENTS: no user of the default account can
+// name any agent it likes.
+func TestConfigsLoad(t *testing.T) {
+	for _, f := range configFiles(t) {
 		opts, err := server.ProcessConfigFile(f)
 		if err != nil {
 			t.Errorf("%s: %v", f, err)
@@ -30,67 +46,112 @@ func TestConfigsLoad(t *testing.T) {
 		if f == "dev.conf" {
 			continue
 		}
-		if f == "accounts.conf" {
-			checkAccounts(t, opts)
-			continue
-		}
-		users := map[string]*server.User{}
-		for _, u := range opts.Users {
-			users[u.Username] = u
-		}
-		for _, name := range []string{"client", "operator", "coordinator", "indexer", "worker_demo"} {
-			if u := users[name]; u == nil || u.Permissions == nil {
-				t.Errorf("%s: user %s missing or without permissions", f, name)
-			}
-		}
+		checkAccounts(t, f, opts)
 		if filepath.Dir(f) == "cluster" && (opts.Cluster.Name != "toolbus" || len(opts.Routes) != 3) {
 			t.Errorf("%s: cluster %q with %d routes", f, opts.Cluster.Name, len(opts.Routes))
 		}
 	}
 }
 
-// checkAccounts checks that accounts.conf puts the services in TOOLBUS and
-// the agents and operators in AGENTS.
-func checkAccounts(t *testing.T, opts *server.Options) {
+func checkAccounts(t *testing.T, file string, opts *server.Options) {
 	t.Helper()
 	accounts := map[string]string{}
 	for _, u := range opts.Users {
 		if u.Permissions == nil || u.Account == nil {
-			t.Errorf("accounts.conf: user %s without permissions or account", u.Username)
+			t.Errorf("%s: user %s without permissions or account", file, u.Username)
 			continue
 		}
 		accounts[u.Username] = u.Account.Name
 	}
-	for user, account := range map[string]string{"coordinator": "TOOLBUS", "indexer": "TOOLBUS", "worker_demo": "TOOLBUS", "auditor": "TOOLBUS", "agent_a": "AGENTS", "agent_b": "AGENTS", "operator": "AGENTS"} {
+	if len(accounts) != len(deployAccounts) {
+		t.Errorf("%s: users %v, want those of %v", file, accounts, deployAccounts)
+	}
+	for user, account := range deployAccounts {
 		if accounts[user] != account {
-			t.Errorf("accounts.conf: user %s in account %q, want %s", user, accounts[user], account)
+			t.Errorf("%s: user %s in account %q, want %s", file, user, accounts[user], account)
 		}
 	}
 }
 
-// TestAccountsKeepTheServicesPermissions: accounts.conf copies the service
-// roles' permission blocks of users.inc, and the copies must not drift.
-func TestAccountsKeepTheServicesPermissions(t *testing.T) {
-	users, err := os.ReadFile("users.inc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accounts, err := os.ReadFile("accounts.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	block := func(text []byte, name string) string {
-		s := string(text)
-		start := strings.Index(s, name+" = {")
-		if start < 0 {
-			return ""
+// TestConfigsStartAndShareTheCaller starts a server with each
+// configuration that includes users.inc (a cluster node's alone, its
+// cluster and monitoring left out, on a free port) and checks that the
+// permission blocks users.inc defines apply inside its accounts block: the
+// coordinator's user has JetStream, an agent's user has none, and an
+// agent's API request reaches the coordinator's account with the
+// Nats-Request-Info the server wrote, naming the agent's user.
+func TestConfigsStartAndShareTheCaller(t *testing.T) {
+	for _, f := range configFiles(t) {
+		if f == "dev.conf" {
+			continue
 		}
-		return s[start : start+strings.Index(s[start:], "\n}\n")]
-	}
-	for _, name := range []string{"COORDINATOR_PERMISSIONS", "INDEXER_PERMISSIONS", "WORKER_DEMO_PERMISSIONS"} {
-		inUsers, inAccounts := block(users, name), block(accounts, name)
-		if inUsers == "" || inUsers != inAccounts {
-			t.Errorf("%s differs between users.inc and accounts.conf", name)
-		}
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			opts, err := server.ProcessConfigFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", server.RANDOM_PORT, 0
+			opts.Cluster = server.ClusterOpts{}
+			opts.Routes = nil
+			opts.StoreDir = t.TempDir()
+			opts.NoSigs, opts.NoLog = true, true
+			srv, err := server.NewServer(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv.Start()
+			t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+			if !srv.ReadyForConnections(30 * time.Second) {
+				t.Fatal("the server did not start")
+			}
+			connect := func(user, password string) *nats.Conn {
+				nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, password), nats.CustomInboxPrefix("_INBOX_"+user))
+				if err != nil {
+					t.Fatalf("connect as %s: %v", user, err)
+				}
+				t.Cleanup(nc.Close)
+				return nc
+			}
+			coordinator := connect("coordinator", "coordinator-secret")
+			if _, err := coordinator.Request("$JS.API.INFO", nil, 10*time.Second); err != nil {
+				t.Fatalf("the coordinator has no JetStream: %v", err)
+			}
+			sub, err := coordinator.Subscribe("toolbus.api.tools.list", func(m *nats.Msg) {
+				_ = m.Respond([]byte(m.Header.Get("Nats-Request-Info")))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := coordinator.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+			agent := connect("agent_a", "agent-a-secret")
+			forged := nats.NewMsg("toolbus.api.tools.list")
+			forged.Header.Set("Nats-Request-Info", `{"acc":"AGENTS","user":"agent_b"}`)
+			reply, err := agent.RequestMsg(forged, 10*time.Second)
+			if err != nil {
+				t.Fatalf("an agent's API request: %v", err)
+			}
+			var info struct {
+				Account string `json:"acc"`
+				User    string `json:"user"`
+			}
+			if err := json.Unmarshal(reply.Data, &info); err != nil || info.Account != "AGENTS" || info.User != "agent_a" {
+				t.Fatalf("the coordinator saw the caller %q (%v), want AGENTS/agent_a", reply.Data, err)
+			}
+			reply, err = agent.Request("$JS.API.INFO", nil, 10*time.Second)
+			if err != nil || !json.Valid(reply.Data) || string(reply.Data) == "" {
+				t.Fatalf("an agent's JetStream request: %v", err)
+			}
+			var answer struct {
+				Error *struct {
+					Description string `json:"description"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(reply.Data, &answer); err != nil || answer.Error == nil {
+				t.Fatalf("an agent's user has JetStream: %s", reply.Data)
+			}
+		})
 	}
 }

@@ -288,7 +288,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}
 	c.log.Info("coordinator started", "service", messages.ServiceName, "version", Version, "api", c.names.APIGroup())
 	if c.cfg.Identities == nil {
-		c.log.Warn("identity is not authenticated: every request acts as the agent it names; configure identities (--identities) to tie agents to NATS users")
+		c.log.Warn("identity is not authenticated: a request of this account acts as the agent it names, and one from another account is refused; configure identities (--identities) to tie agents to NATS users")
 	}
 	return nil
 }

@@ -329,15 +329,29 @@ type guard struct {
 	audit func(rec *messages.AuditRecord)
 }
 
+// errNoIdentities refuses a request that crossed an account import (it
+// carries Nats-Request-Info) when the coordinator has no identities file:
+// such a deployment authenticates its agents' users, and a coordinator
+// that forgot --identities must not trust the agent a request names.
+var errNoIdentities = forbidden("the coordinator has no identities file: a request from another account is refused, since the agent it names cannot be checked; start the coordinator with --identities (Config.Identities)")
+
 // admit identifies the caller of a request and checks the decoded request
 // req (nil before it is decoded); the returned context carries the
 // identity for checks further down. Without identities it admits
-// everything unchanged.
+// unchanged every request without Nats-Request-Info (one account, as
+// toolbus dev), and refuses the others.
 func (g *guard) admit(ctx context.Context, endpoint string, headers map[string][]string, req any) (context.Context, error) {
-	if g == nil || g.ids == nil {
+	if g == nil {
 		return ctx, nil
 	}
 	c := callerOf(headers)
+	if g.ids == nil {
+		if _, crossed := headers[RequestInfoHeader]; !crossed {
+			return ctx, nil
+		}
+		g.refused(endpoint, c, req, errNoIdentities)
+		return ctx, errNoIdentities
+	}
 	id, err := g.ids.identify(c)
 	if err == nil {
 		err = id.authorize(endpoint, req)

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -188,5 +189,28 @@ func TestParseIdentitiesRefusesMistakes(t *testing.T) {
 		if _, err := ParseIdentities([]byte(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestNoIdentitiesRefusesRequestsFromAnotherAccount: a coordinator without
+// an identities file admits requests from its own account as they are,
+// and refuses, audited, a request that crossed an account import, whose
+// caller it cannot check.
+func TestNoIdentitiesRefusesRequestsFromAnotherAccount(t *testing.T) {
+	var audited []*messages.AuditRecord
+	g := &guard{audit: func(rec *messages.AuditRecord) { audited = append(audited, rec) }}
+	req := &messages.SubmitRequest{Tool: "demo-echo", Agent: "support-bot"}
+	ctx, err := g.admit(context.Background(), messages.EndpointCallsSubmit, nil, req)
+	if err != nil || identityOf(ctx) != nil || req.Agent != "support-bot" {
+		t.Fatalf("a request of the coordinator's own account: %v", err)
+	}
+	for _, headers := range []map[string][]string{requestFrom("agent_a"), {RequestInfoHeader: {"not json"}}} {
+		_, err = g.admit(context.Background(), messages.EndpointCallsSubmit, headers, req)
+		if !isForbidden(err) || !strings.Contains(err.Error(), "no identities file") {
+			t.Errorf("a request from another account (%v): err = %v, want forbidden naming the missing identities file", headers, err)
+		}
+	}
+	if len(audited) != 2 || audited[0].Decision != auditForbidden || audited[0].By != "AGENTS/agent_a" || audited[0].Agent != "support-bot" {
+		t.Errorf("refusals audited: %+v", audited)
 	}
 }

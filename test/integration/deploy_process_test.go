@@ -1,14 +1,12 @@
 package integration
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
-	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -24,7 +22,7 @@ func TestCommandsRunWithTheDeployUsers(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 	url := srv.URL()
-	coordinator := testenv.Start(t, testenv.Binary(t, "./cmd/coordinator"), "--server", url, "--user", "coordinator", "--password", "coordinator-secret")
+	coordinator := testenv.Start(t, testenv.Binary(t, "./cmd/coordinator"), "--server", url, "--user", "coordinator", "--password", "coordinator-secret", "--identities", filepath.Join(deployDir(t), "identities.yaml"))
 	coordinator.WaitLine(t, "coordinator started")
 	worker := testenv.Start(t, testenv.Binary(t, "./cmd/worker"), "--server", url, "--user", "worker_demo", "--password", "worker-demo-secret", "--demo", "--id", "w1")
 	worker.WaitLine(t, "worker w1 ready")
@@ -32,10 +30,7 @@ func TestCommandsRunWithTheDeployUsers(t *testing.T) {
 	indexer.WaitLine(t, "indexer started")
 	indexer.WaitLine(t, "index lease taken")
 
-	c, err := client.New(testenv.Connect(t, url, nats.UserInfo("client", "client-secret")), client.Options{Agent: "agent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := agentClient(t, testenv.Connect(t, url, deployUser("agent_a", "agent-a-secret")...), "support-bot")
 	ctx := testenv.Context(t)
 	res, err := c.Call(ctx, "demo-word_count", map[string]string{"text": "three little words"})
 	if err != nil || res.Status != messages.StateCompleted || res.Worker != "w1" {

@@ -260,11 +260,11 @@ func TestWorkerIsConfinedToItsNamespacesEvents(t *testing.T) {
 		}))...)
 	}
 	ctx := testenv.Context(t)
-	testenv.Coordinator(t, url, func(cfg *coordinator.Config) { cfg.Conn = as("coordinator", "coordinator-secret") })
-	agent, err := client.New(as("client", "client-secret"), client.Options{Agent: "agent"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testenv.Coordinator(t, url, func(cfg *coordinator.Config) {
+		cfg.Conn = as("coordinator", "coordinator-secret")
+		cfg.Identities = deployIdentities(t)
+	})
+	agent := agentClient(t, as("agent_a", "agent-a-secret"), "support-bot")
 
 	// A demo call is delivered twice: its first worker stops while it
 	// runs and hands it back; the second reads the call's record (was it

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"errors"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
-	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
@@ -22,17 +20,13 @@ import (
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
-// identityDeploy starts deploy/nats/accounts.conf with a coordinator that
+// identityDeploy starts deploy/nats/users.conf with a coordinator that
 // reads deploy/nats/identities.yaml, the demo worker, and a workspace in
 // which demo:sleep asks the agent's user in prompt mode.
 func identityDeploy(t *testing.T, configure ...func(*coordinator.Config)) (srv *natsserver.Server, as func(user string) *nats.Conn) {
 	t.Helper()
-	root, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	deploy := filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "deploy", "nats")
-	srv, err = natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "accounts.conf")})
+	deploy := deployDir(t)
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "users.conf")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,9 +36,8 @@ func identityDeploy(t *testing.T, configure ...func(*coordinator.Config)) (srv *
 		t.Fatal(err)
 	}
 	as = func(user string) *nats.Conn {
-		password := strings.ReplaceAll(user, "_", "-") + "-secret"
 		// Every user of the deployment receives replies on its own inbox prefix only.
-		return testenv.Connect(t, srv.URL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
+		return testenv.Connect(t, srv.URL(), deployUser(user, deployPassword(user))...)
 	}
 	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
 	writeFile(t, policyFile, "default: allow\nrules:\n  - {tool: \"demo:echo\", effect: ask, reason: echo needs a nod}\n")
@@ -70,7 +63,7 @@ match:
 }
 
 // deployRoutes are the routes deploy/nats gives each user of AGENTS, in
-// accounts.conf's permissions and identities.yaml alike.
+// users.inc's permissions and identities.yaml alike.
 var deployRoutes = map[string]string{"agent_a": "agentAroute00000000001", "agent_b": "agentBroute00000000001", "operator": "operatorroute000000001"}
 
 // agentClient is a client of a user of AGENTS, as an agent's program
@@ -84,7 +77,7 @@ func agentClient(t *testing.T, nc *nats.Conn, agent string) *client.Client {
 	return c
 }
 
-// TestAgentsActOnlyAsThemselves: with the accounts configuration and an
+// TestAgentsActOnlyAsThemselves: with the deploy configuration and an
 // identities file, a user naming an agent it does not serve is refused
 // with forbidden, audited, and changes nothing.
 func TestAgentsActOnlyAsThemselves(t *testing.T) {
@@ -200,4 +193,43 @@ func countAudited(t *testing.T, nc *nats.Conn, decision string, want int) int {
 		return n >= want
 	})
 	return n
+}
+
+// TestCoordinatorWithoutIdentitiesFailsClosed: on the deploy
+// configuration, a coordinator started without an identities file
+// refuses every request from the agents' account, whose caller it could
+// not check, with forbidden saying so, and records nothing but the
+// refusal; it does not trust the agent a request names.
+func TestCoordinatorWithoutIdentitiesFailsClosed(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deployDir(t), "users.conf")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	as := func(user string) *nats.Conn {
+		return testenv.Connect(t, srv.URL(), deployUser(user, deployPassword(user))...)
+	}
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Conn = as("coordinator") })
+	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	ctx := testenv.Context(t)
+	streams := []string{"TOOLBUS_CALLS", "TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
+	before := snapshot(t, srv, streams...)
+	for _, user := range []string{"agent_a", "operator"} {
+		c := agentClient(t, as(user), "support-bot")
+		_, err := c.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Turn: "turn-1"})
+		if !errors.Is(err, &messages.Error{Code: messages.CodeForbidden}) || !strings.Contains(err.Error(), "no identities file") {
+			t.Errorf("%s submitting: err = %v, want forbidden naming the missing identities file", user, err)
+		}
+		_, err = c.ListTools(ctx, messages.ListToolsRequest{})
+		if !errors.Is(err, &messages.Error{Code: messages.CodeForbidden}) {
+			t.Errorf("%s listing tools: err = %v, want forbidden", user, err)
+		}
+	}
+	if after := snapshot(t, srv, streams...); !reflect.DeepEqual(before, after) {
+		t.Errorf("refused requests changed the streams:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if n := countAudited(t, as("auditor"), "forbidden", 4); n < 4 {
+		t.Errorf("%d refusals audited, want 4", n)
+	}
 }
