@@ -27,7 +27,7 @@ func deployedStack(t *testing.T) (string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "accounts.conf")})
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "users.conf")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func watchKinds(t *testing.T, ctx context.Context, c *client.Client, callID stri
 	return kinds
 }
 
-// TestAgentsReadOnlyTheirOwnCalls: with the accounts configuration and an
+// TestAgentsReadOnlyTheirOwnCalls: with the deploy configuration and an
 // identities file, an agent's user calls, waits for, watches and reads its
 // own calls and turns through the coordinator and its route, while another
 // agent's user can neither read them (calls.get, calls.events, turns.get,
