@@ -1,0 +1,412 @@
+package mcpfront_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/mcpfront"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"))
+}
+
+const token = "secret-token-of-analyst"
+
+// stack is the real Toolbus a front talks to: an embedded server, a
+// coordinator with exposure rules, and workers of the demo tools and of
+// weather tools that the analyst sees only once discovered.
+type stack struct {
+	url string
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func weatherTool(method, description string) worker.Tool {
+	return worker.Func(method, description, func(context.Context, struct {
+		City string `json:"city,omitempty"`
+	}) (string, error) {
+		return method + " is sunny", nil
+	})
+}
+
+func startStack(t *testing.T) stack {
+	t.Helper()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "bundles", "base.yaml"), `
+id: base
+match:
+  - name: "llm/tools:list"
+    tier: critical
+  - name: "demo/*"
+    exclude: ["demo:sha256"]
+  - name: "demo:sha256"
+    approval: {mode: queue, message: "Digests need an operator"}
+`)
+	writeFile(t, filepath.Join(dir, "agents", "analyst.yaml"), `
+id: analyst
+tool:
+  bundles: [base]
+  items:
+    - name: "weather"
+      tier: onDemand
+`)
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(c *coordinator.Config) { c.WorkspaceDir = dir })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "weather", Tools: []worker.Tool{
+		weatherTool("forecast", "Returns the weather forecast for a city for the next days."),
+	}})
+	return stack{url: srv.URL()}
+}
+
+// front starts a front process's worth: its own connection and client,
+// serving HTTP on a loopback port.
+func (s stack) front(t *testing.T) (*mcpfront.Front, string) {
+	t.Helper()
+	f, err := mcpfront.New(mcpfront.Config{
+		Client: testenv.Client(t, s.url, client.Options{}),
+		Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}},
+		Logger: testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	return f, hs.URL
+}
+
+// notifications collects what the server sent.
+type notifications struct {
+	mu   sync.Mutex
+	got  []mcp.JSONRPCNotification
+	seen chan struct{}
+}
+
+func (n *notifications) add(note mcp.JSONRPCNotification) {
+	n.mu.Lock()
+	n.got = append(n.got, note)
+	n.mu.Unlock()
+	select {
+	case n.seen <- struct{}{}:
+	default:
+	}
+}
+
+func (n *notifications) count(method string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, note := range n.got {
+		if note.Method == method {
+			c++
+		}
+	}
+	return c
+}
+
+// waitFor waits until a notification of method has come.
+func (n *notifications) waitFor(t *testing.T, method string) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for n.count(method) == 0 {
+		select {
+		case <-n.seen:
+		case <-deadline:
+			t.Fatalf("no %s", method)
+		}
+	}
+}
+
+func connect(t *testing.T, url string, headers map[string]string, opts ...mcpclient.ClientOption) (*mcpclient.Client, *notifications) {
+	t.Helper()
+	tr, err := transport.NewStreamableHTTP(url+"/mcp", transport.WithHTTPHeaders(headers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcpclient.NewClient(tr, opts...)
+	notes := &notifications{seen: make(chan struct{}, 1)}
+	c.OnNotification(notes.add)
+	ctx := testenv.Context(t)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "test", Version: "1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	return c, notes
+}
+
+func bearer(headers ...string) map[string]string {
+	h := map[string]string{"Authorization": "Bearer " + token}
+	for i := 0; i+1 < len(headers); i += 2 {
+		h[headers[i]] = headers[i+1]
+	}
+	return h
+}
+
+func names(t *testing.T, c *mcpclient.Client) []string {
+	t.Helper()
+	res, err := c.ListTools(testenv.Context(t), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, tool := range res.Tools {
+		out = append(out, tool.Name)
+	}
+	return out
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func callTool(ctx context.Context, c *mcpclient.Client, name string, args map[string]any, meta *mcp.Meta) (*mcp.CallToolResult, error) {
+	req := mcp.CallToolRequest{}
+	req.Params.Name = name
+	req.Params.Arguments = args
+	req.Params.Meta = meta
+	return c.CallTool(ctx, req)
+}
+
+// TestListAndCallOverHTTP: a session lists the agent's tools in the mcp
+// format, discovery tool included and on-demand tools not, and a call's
+// result comes back with its content and the call ID in _meta.
+func TestListAndCallOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	got := names(t, c)
+	for _, want := range []string{"llm_tools-list", "demo-echo", "demo-word_count", "demo-sleep"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("tools/list lacks %s: %v", want, got)
+		}
+	}
+	if slices.Contains(got, "weather-forecast") {
+		t.Errorf("an on-demand tool is listed before discovery: %v", got)
+	}
+	res, err := callTool(testenv.Context(t), c, "demo-word_count", map[string]any{"text": "hello tool bus"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError || !strings.Contains(text(res), `"words":3`) {
+		t.Fatalf("result: %+v", res)
+	}
+	if res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCallID] == "" {
+		t.Errorf("no call ID in _meta: %+v", res.Meta)
+	}
+}
+
+// TestErrorsMapped: an unknown tool is a JSON-RPC error; arguments that do
+// not match the schema are a tool result with isError and the Toolbus code.
+func TestErrorsMapped(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	ctx := testenv.Context(t)
+	if _, err := callTool(ctx, c, "nosuch-tool", map[string]any{}, nil); err == nil {
+		t.Error("a call of an unknown tool was not a JSON-RPC error")
+	}
+	res, err := callTool(ctx, c, "demo-word_count", map[string]any{"text": 7}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCode] != "invalid_arguments" {
+		t.Fatalf("invalid arguments: %+v", res)
+	}
+	// A call held for an approval says so, naming the approval.
+	res, err = callTool(ctx, c, "demo-sha256", map[string]any{"text": "x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := res.Meta.AdditionalFields[mcpfront.MetaApprovalID].(string)
+	if id == "" || !strings.Contains(text(res), id) || !strings.Contains(text(res), "awaits approval") {
+		t.Fatalf("approval: %q %+v", text(res), res.Meta)
+	}
+}
+
+// TestAuthentication: without a token, or with a wrong one, nothing is served.
+func TestAuthentication(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	for name, headers := range map[string]map[string]string{"no token": {}, "wrong token": {"Authorization": "Bearer wrong"}} {
+		req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s: status %d", name, resp.StatusCode)
+		}
+	}
+	resp, err := http.Get(url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("healthz: %d", resp.StatusCode)
+	}
+}
+
+// TestProgressAndCancel: a call with a progress token gets the call's
+// progress events as notifications; cancelling the request cancels the
+// Toolbus call.
+func TestProgressAndCancel(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, notes := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	ctx, cancel := context.WithCancel(testenv.Context(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := callTool(ctx, c, "demo-sleep", map[string]any{"seconds": 30}, &mcp.Meta{ProgressToken: "p1"})
+		done <- err
+	}()
+	notes.waitFor(t, string(mcp.MethodNotificationProgress))
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	// The Toolbus call, filed under the session's turn, ends cancelled.
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	turn := sessionTurn(t, c)
+	eventually(t, "the call to be cancelled", func() bool {
+		info, err := bus.Turn(testenv.Context(t), turn)
+		return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateCancelled
+	})
+}
+
+func sessionTurn(t *testing.T, c *mcpclient.Client) string {
+	t.Helper()
+	_, turn, ok := strings.Cut(c.GetSessionId(), ".")
+	if !ok {
+		t.Fatalf("session ID %q names no turn", c.GetSessionId())
+	}
+	return turn
+}
+
+func eventually(t *testing.T, what string, check func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !check() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDiscoveryChangesTheList: a call of the discovery tool in the
+// session's turn is followed by list_changed, and the next tools/list
+// shows the tool found. A second front, reached with the same session ID,
+// finds the same turn and the same tools.
+func TestDiscoveryChangesTheList(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, notes := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	ctx := testenv.Context(t)
+	eventually(t, "the forecast to be discoverable", func() bool {
+		res, err := callTool(ctx, c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
+		return err == nil && !res.IsError && strings.Contains(text(res), "weather-forecast")
+	})
+	notes.waitFor(t, string(mcp.MethodNotificationToolsListChanged))
+	if got := names(t, c); !slices.Contains(got, "weather-forecast") {
+		t.Fatalf("after discovery: %v", got)
+	}
+	res, err := callTool(ctx, c, "weather-forecast", map[string]any{"city": "Oslo"}, nil)
+	if err != nil || res.IsError || !strings.Contains(text(res), "sunny") {
+		t.Fatalf("discovered tool: %+v %v", res, err)
+	}
+
+	// Another front, as another replica behind a load balancer.
+	_, other := s.front(t)
+	body := `{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{}}`
+	req, _ := http.NewRequest(http.MethodPost, other+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", c.GetSessionId())
+	req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(listed), `"weather-forecast"`) {
+		t.Fatalf("the session on another front lost its turn: %d %s", resp.StatusCode, listed)
+	}
+}
+// TestNamedTurn: a session names its turn with the Toolbus-Turn header,
+// and a stateless request names it in _meta.
+func TestNamedTurn(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(mcpfront.TurnHeader, "t-named"), mcpclient.WithLegacyProtocolOnly())
+	if got := sessionTurn(t, c); got != "t-named" {
+		t.Fatalf("turn %q", got)
+	}
+	ctx := testenv.Context(t)
+	if _, err := callTool(ctx, c, "demo-echo", map[string]any{"text": "a"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	modern, _ := connect(t, url, bearer())
+	if _, err := callTool(ctx, modern, "demo-echo", map[string]any{"text": "b"}, &mcp.Meta{AdditionalFields: map[string]any{mcpfront.TurnMetaKey: "t-named"}}); err != nil {
+		t.Fatal(err)
+	}
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	info, err := bus.Turn(ctx, "t-named")
+	if err != nil || len(info.Calls) != 2 {
+		t.Fatalf("turn t-named: %+v %v", info, err)
+	}
+}
