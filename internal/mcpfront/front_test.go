@@ -38,7 +38,7 @@ const token = "secret-token-of-analyst"
 // coordinator with exposure rules, and workers of the demo tools and of
 // weather tools that the analyst sees only once discovered.
 type stack struct {
-	url string
+	url string // of the NATS server
 }
 
 func writeFile(t *testing.T, path, content string) {
@@ -386,6 +386,7 @@ func TestDiscoveryChangesTheList(t *testing.T) {
 		t.Fatalf("the session on another front lost its turn: %d %s", resp.StatusCode, listed)
 	}
 }
+
 // TestNamedTurn: a session names its turn with the Toolbus-Turn header,
 // and a stateless request names it in _meta.
 func TestNamedTurn(t *testing.T) {
@@ -408,5 +409,61 @@ func TestNamedTurn(t *testing.T) {
 	info, err := bus.Turn(ctx, "t-named")
 	if err != nil || len(info.Calls) != 2 {
 		t.Fatalf("turn t-named: %+v %v", info, err)
+	}
+}
+
+// TestStdio: a stdio session is the configured agent's, in the configured
+// turn: it lists, calls with progress, and discovery changes its list.
+func TestStdio(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, err := mcpfront.New(mcpfront.Config{
+		Client:    testenv.Client(t, s.url, client.Options{}),
+		Agent:     "analyst",
+		StdioTurn: "t-stdio",
+		Logger:    testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientIn, serverOut := io.Pipe()
+	serverIn, clientOut := io.Pipe()
+	ctx, stop := context.WithCancel(testenv.Context(t))
+	served := make(chan error, 1)
+	go func() { served <- f.ServeStdio(ctx, serverIn, serverOut) }()
+	t.Cleanup(func() {
+		stop()
+		clientOut.Close()
+		<-served
+		serverOut.Close()
+	})
+	c := mcpclient.NewClient(transport.NewIO(clientIn, clientOut, nil))
+	notes := &notifications{seen: make(chan struct{}, 1)}
+	c.OnNotification(notes.add)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "test", Version: "1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, c); !slices.Contains(got, "demo-sleep") || slices.Contains(got, "weather-forecast") {
+		t.Fatalf("tools/list: %v", got)
+	}
+	res, err := callTool(ctx, c, "demo-sleep", map[string]any{"seconds": 0.3}, &mcp.Meta{ProgressToken: 7})
+	if err != nil || res.IsError {
+		t.Fatalf("demo-sleep: %+v %v", res, err)
+	}
+	notes.waitFor(t, string(mcp.MethodNotificationProgress))
+	eventually(t, "the forecast to be discoverable", func() bool {
+		res, err := callTool(ctx, c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
+		return err == nil && !res.IsError && strings.Contains(text(res), "weather-forecast")
+	})
+	notes.waitFor(t, string(mcp.MethodNotificationToolsListChanged))
+	if got := names(t, c); !slices.Contains(got, "weather-forecast") {
+		t.Fatalf("after discovery: %v", got)
+	}
+	info, err := testenv.Client(t, s.url, client.Options{Agent: "analyst"}).Turn(ctx, "t-stdio")
+	if err != nil || len(info.Calls) == 0 {
+		t.Fatalf("turn t-stdio: %+v %v", info, err)
 	}
 }
