@@ -73,10 +73,13 @@ type Config struct {
 
 // Front is an MCP server in front of the bus.
 type Front struct {
-	cfg  Config
-	mcp  *server.MCPServer
-	http *server.StreamableHTTPServer
-	log  *slog.Logger
+	cfg Config
+	// mcp serves HTTP and declares tasks, which the front answers from
+	// the ledger over HTTP only (see serveTasks); stdio serves stdio.
+	mcp   *server.MCPServer
+	stdio *server.MCPServer
+	http  *server.StreamableHTTPServer
+	log   *slog.Logger
 
 	// registered holds the names of the tools mcp-go dispatches here. It
 	// is a dispatch table only: what a session sees comes from tools.list.
@@ -119,15 +122,8 @@ func New(cfg Config) (*Front, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	f := &Front{cfg: cfg, log: cfg.Logger}
-	hooks := &server.Hooks{}
-	hooks.AddAfterListTools(f.afterListTools)
-	hooks.AddBeforeCallTool(f.beforeCallTool)
-	f.mcp = server.NewMCPServer("toolbus", "2",
-		server.WithToolCapabilities(true),
-		server.WithHooks(hooks),
-		server.WithRecovery(),
-		server.WithInstructions("Toolbus tools. Call llm_tools-list to find more tools; those it finds are listed from your next step."),
-	)
+	f.mcp = f.newServer(server.WithTaskCapabilities(true, true, true))
+	f.stdio = f.newServer()
 	f.http = server.NewStreamableHTTPServer(f.mcp,
 		server.WithEndpointPath("/mcp"),
 		server.WithSessionIdManagerResolver(sessionResolver{}),
@@ -135,6 +131,18 @@ func New(cfg Config) (*Front, error) {
 		server.WithStreamableHTTPLogger(cfg.Logger),
 	)
 	return f, nil
+}
+
+func (f *Front) newServer(opts ...server.ServerOption) *server.MCPServer {
+	hooks := &server.Hooks{}
+	hooks.AddAfterListTools(f.afterListTools)
+	hooks.AddBeforeCallTool(f.beforeCallTool)
+	return server.NewMCPServer("toolbus", "2", append([]server.ServerOption{
+		server.WithToolCapabilities(true),
+		server.WithHooks(hooks),
+		server.WithRecovery(),
+		server.WithInstructions("Toolbus tools. Call llm_tools-list to find more tools; those it finds are listed from your next step."),
+	}, opts...)...)
 }
 
 // newTurn names the turn of a session that names none.
@@ -147,7 +155,7 @@ func (f *Front) Handler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.Handle("/mcp", f.guard(f.http))
+	mux.Handle("/mcp", f.guard(f.serveTasks(f.http)))
 	return mux
 }
 
@@ -206,7 +214,7 @@ func (f *Front) originAllowed(origin string) bool {
 
 // ServeStdio serves one session on in and out until ctx ends or in closes.
 func (f *Front) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
-	stdio := server.NewStdioServer(f.mcp)
+	stdio := server.NewStdioServer(f.stdio)
 	stdio.SetContextFunc(func(ctx context.Context) context.Context {
 		ctx = context.WithValue(ctx, agentKey{}, f.cfg.Agent)
 		ctx = context.WithValue(ctx, sessionTurnKey{}, f.cfg.StdioTurn)

@@ -1,7 +1,9 @@
 package mcpfront_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -93,6 +95,12 @@ tool:
 // serving HTTP on a loopback port.
 func (s stack) front(t *testing.T) (*mcpfront.Front, string) {
 	t.Helper()
+	f, hs := s.frontServer(t)
+	return f, hs.URL
+}
+
+func (s stack) frontServer(t *testing.T) (*mcpfront.Front, *httptest.Server) {
+	t.Helper()
 	f, err := mcpfront.New(mcpfront.Config{
 		Client: testenv.Client(t, s.url, client.Options{}),
 		Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}},
@@ -103,7 +111,7 @@ func (s stack) front(t *testing.T) (*mcpfront.Front, string) {
 	}
 	hs := httptest.NewServer(f.Handler())
 	t.Cleanup(hs.Close)
-	return f, hs.URL
+	return f, hs
 }
 
 // notifications collects what the server sent.
@@ -465,5 +473,123 @@ func TestStdio(t *testing.T) {
 	info, err := testenv.Client(t, s.url, client.Options{Agent: "analyst"}).Turn(ctx, "t-stdio")
 	if err != nil || len(info.Calls) == 0 {
 		t.Fatalf("turn t-stdio: %+v %v", info, err)
+	}
+}
+
+// rpc sends one JSON-RPC request in the session, as any front may receive
+// it, and decodes its result.
+func rpc(t *testing.T, url, sessionID, method string, params any, out any) *struct {
+	Code    int            `json:"code"`
+	Message string         `json:"message"`
+	Data    map[string]any `json:"data"`
+} {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", sessionID)
+	req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var reply struct {
+		Result json.RawMessage `json:"result"`
+		Error  *struct {
+			Code    int            `json:"code"`
+			Message string         `json:"message"`
+			Data    map[string]any `json:"data"`
+		} `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil {
+		t.Fatalf("%s: status %d: %v", method, resp.StatusCode, err)
+	}
+	if reply.Error == nil && out != nil {
+		if err := json.Unmarshal(reply.Result, out); err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+	}
+	return reply.Error
+}
+
+// TestTasksFromTheLedger: a task-augmented call answers at once with the
+// Toolbus call's ID as the task's; the task is polled to its result, listed
+// and cancelled through a front started after the first one stopped.
+func TestTasksFromTheLedger(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f1, first := s.frontServer(t)
+	url := first.URL
+	c, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	session := c.GetSessionId()
+	listed, err := c.ListTools(testenv.Context(t), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range listed.Tools {
+		if tool.Execution == nil || tool.Execution.TaskSupport != mcp.TaskSupportOptional {
+			t.Fatalf("%s does not offer tasks: %+v", tool.Name, tool.Execution)
+		}
+	}
+	var created mcp.CreateTaskResult
+	if e := rpc(t, url, session, "tools/call", map[string]any{"name": "demo-sleep", "arguments": map[string]any{"seconds": 0.5}, "task": map[string]any{}}, &created); e != nil {
+		t.Fatalf("task-augmented call: %+v", e)
+	}
+	var long mcp.CreateTaskResult
+	if e := rpc(t, url, session, "tools/call", map[string]any{"name": "demo-sleep", "arguments": map[string]any{"seconds": 60}, "task": map[string]any{}}, &long); e != nil {
+		t.Fatalf("task-augmented call: %+v", e)
+	}
+	id := created.Task.TaskId
+	if id == "" || created.Task.Status != mcp.TaskStatusWorking {
+		t.Fatalf("created: %+v", created.Task)
+	}
+	// The first front stops; its calls run on.
+	_ = c.Close()
+	f1.Shutdown(testenv.Context(t))
+	first.Close()
+
+	_, other := s.front(t)
+	eventually(t, "the task to complete", func() bool {
+		var got mcp.GetTaskResult
+		if e := rpc(t, other, session, "tasks/get", map[string]any{"taskId": id}, &got); e != nil {
+			t.Fatalf("tasks/get: %+v", e)
+		}
+		return got.Status == mcp.TaskStatusCompleted
+	})
+	var result struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		IsError bool           `json:"isError"`
+		Meta    map[string]any `json:"_meta"`
+	}
+	if e := rpc(t, other, session, "tasks/result", map[string]any{"taskId": id}, &result); e != nil {
+		t.Fatalf("tasks/result: %+v", e)
+	}
+	if result.IsError || len(result.Content) == 0 || result.Meta[mcpfront.MetaCallID] != id {
+		t.Fatalf("tasks/result: %+v", result)
+	}
+	var list mcp.ListTasksResult
+	if e := rpc(t, other, session, "tasks/list", map[string]any{}, &list); e != nil {
+		t.Fatalf("tasks/list: %+v", e)
+	}
+	if len(list.Tasks) != 2 {
+		t.Fatalf("tasks/list: %+v", list.Tasks)
+	}
+	var cancelled mcp.CancelTaskResult
+	if e := rpc(t, other, session, "tasks/cancel", map[string]any{"taskId": long.Task.TaskId}, &cancelled); e != nil || cancelled.Status != mcp.TaskStatusCancelled {
+		t.Fatalf("tasks/cancel: %+v %+v", cancelled, e)
+	}
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	res, err := bus.Wait(testenv.Context(t), long.Task.TaskId)
+	if err != nil || res.Status != messages.StateCancelled {
+		t.Fatalf("the cancelled task's call: %+v %v", res, err)
+	}
+	// An ID that names no call is no task.
+	if e := rpc(t, other, session, "tasks/get", map[string]any{"taskId": "nosuchcall"}, nil); e == nil {
+		t.Error("tasks/get of no such task answered")
 	}
 }

@@ -41,6 +41,12 @@ func (f *Front) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, erro
 		tools = append(tools, t)
 	}
 	f.register(tools)
+	if server.ServerFromContext(ctx) == f.mcp {
+		// Over HTTP a call may be made a task.
+		for i := range tools {
+			tools[i].Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
+		}
+	}
 	return tools, nil
 }
 
@@ -56,6 +62,7 @@ func (f *Front) register(tools []mcp.Tool) {
 	}
 	if len(fresh) > 0 {
 		f.mcp.AddTools(fresh...)
+		f.stdio.AddTools(fresh...)
 	}
 }
 
@@ -109,7 +116,7 @@ func (f *Front) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	}
 	if !res.IsError && toolNamespace(req.Params.Name) == discoveryNamespace && turn != "" {
 		// What the turn sees has changed: its discovery page is saved.
-		if err := f.mcp.SendNotificationToClient(ctx, string(mcp.MethodNotificationToolsListChanged), nil); err != nil {
+		if err := server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationToolsListChanged), nil); err != nil {
 			f.log.Debug("list_changed not sent", "error", err)
 		}
 	}
@@ -146,7 +153,7 @@ func (f *Front) follow(ctx context.Context, req mcp.CallToolRequest, callID stri
 			if ev.Progress.Message != "" {
 				params["message"] = ev.Progress.Message
 			}
-			if err := f.mcp.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), params); err != nil {
+			if err := server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), params); err != nil {
 				f.log.Debug("progress not sent", "call_id", callID, "error", err)
 			}
 		}
