@@ -110,7 +110,7 @@ func (f *Front) task(ctx context.Context, req *taskRequest) (any, *rpcError) {
 			return nil, busError(err)
 		}
 		for i := range info.Calls {
-			if info.Calls[i].Agent == "" || info.Calls[i].Agent == agent {
+			if info.Calls[i].Agent == agent {
 				tasks = append(tasks, taskOf(&info.Calls[i]))
 			}
 		}
