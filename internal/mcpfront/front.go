@@ -139,6 +139,7 @@ func (f *Front) newServer(opts ...server.ServerOption) *server.MCPServer {
 	hooks.AddBeforeCallTool(f.beforeCallTool)
 	return server.NewMCPServer("toolbus", "2", append([]server.ServerOption{
 		server.WithToolCapabilities(true),
+		server.WithElicitation(),
 		server.WithHooks(hooks),
 		server.WithRecovery(),
 		server.WithInstructions("Toolbus tools. Call llm_tools-list to find more tools; those it finds are listed from your next step."),

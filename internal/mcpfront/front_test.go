@@ -73,6 +73,8 @@ match:
     exclude: ["demo:sha256"]
   - name: "demo:sha256"
     approval: {mode: queue, message: "Digests need an operator"}
+  - name: "ops:restart"
+    approval: {mode: prompt, message: "Restarts interrupt users"}
 `)
 	writeFile(t, filepath.Join(dir, "agents", "analyst.yaml"), `
 id: analyst
@@ -87,6 +89,9 @@ tool:
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "weather", Tools: []worker.Tool{
 		weatherTool("forecast", "Returns the weather forecast for a city for the next days."),
+	}})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "ops", Tools: []worker.Tool{
+		weatherTool("restart", "Restarts a service."),
 	}})
 	return stack{url: srv.URL()}
 }
@@ -591,5 +596,38 @@ func TestTasksFromTheLedger(t *testing.T) {
 	// An ID that names no call is no task.
 	if e := rpc(t, other, session, "tasks/get", map[string]any{"taskId": "nosuchcall"}, nil); e == nil {
 		t.Error("tasks/get of no such task answered")
+	}
+}
+
+// elicitor answers every elicitation with approve.
+type elicitor struct{ approve bool }
+
+func (e elicitor) Elicit(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept, Content: map[string]any{"approve": e.approve}}}, nil
+}
+
+// TestPromptApprovalByElicitation: a call held for the user's approval is
+// asked of the user through elicitation; approved, it runs; refused, its
+// result says denied.
+func TestPromptApprovalByElicitation(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	ctx := testenv.Context(t)
+	yes, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly(), mcpclient.WithElicitationHandler(elicitor{approve: true}))
+	res, err := callTool(ctx, yes, "ops-restart", map[string]any{"city": "web"}, nil)
+	if err != nil || res.IsError || !strings.Contains(text(res), "restart is sunny") {
+		t.Fatalf("approved: %+v %v", res, err)
+	}
+	no, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly(), mcpclient.WithElicitationHandler(elicitor{approve: false}))
+	res, err = callTool(ctx, no, "ops-restart", map[string]any{"city": "web"}, nil)
+	if err != nil || !res.IsError || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateDenied) {
+		t.Fatalf("refused: %+v %v", res, err)
+	}
+	// A client without elicitation is told the call awaits approval.
+	plain, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	res, err = callTool(ctx, plain, "ops-restart", map[string]any{"city": "web"}, nil)
+	if err != nil || res.Meta.AdditionalFields[mcpfront.MetaApprovalID] == nil {
+		t.Fatalf("without elicitation: %+v %v", res, err)
 	}
 }

@@ -106,7 +106,9 @@ func (f *Front) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 		return nil, err
 	}
 	if reply.State == messages.StateAwaitingApproval && reply.Approval != nil {
-		return awaitingApproval(reply.CallID, reply.Approval), nil
+		if reply.Approval.Mode != "prompt" || !f.elicit(ctx, reply.Approval) {
+			return awaitingApproval(reply.CallID, reply.Approval), nil
+		}
 	}
 	res := reply.Result
 	if res == nil {
@@ -121,6 +123,54 @@ func (f *Front) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 		}
 	}
 	return toolResult(res), nil
+}
+
+// elicit asks the user, through MCP elicitation, to answer an approval in
+// prompt mode, and passes the answer on (approvals.answer). It reports
+// false when the client could not be asked (it does not support
+// elicitation, or the transport cannot carry the request), and the call
+// is then answered as awaiting approval.
+func (f *Front) elicit(ctx context.Context, a *messages.Approval) bool {
+	message := fmt.Sprintf("Allow the call of %s?", a.Tool)
+	if a.Reason != "" {
+		message += " " + a.Reason + "."
+	}
+	if len(a.Arguments) > 0 {
+		message += " Arguments: " + string(a.Arguments)
+	}
+	srv := server.ServerFromContext(ctx)
+	if srv == nil {
+		return false
+	}
+	answer, err := srv.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
+		Message: message,
+		RequestedSchema: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"approve": map[string]any{"type": "boolean", "title": "Approve", "description": "Run the call"},
+			},
+			"required": []string{"approve"},
+		},
+	}})
+	if err != nil {
+		f.log.Debug("elicitation not possible", "approval_id", a.ApprovalID, "error", err)
+		return false
+	}
+	decision, reason := messages.DecisionDeny, "the user declined"
+	if answer.Action == mcp.ElicitationResponseActionAccept {
+		if content, ok := answer.Content.(map[string]any); ok && content["approve"] == true {
+			decision, reason = messages.DecisionApprove, "the user approved"
+		}
+	}
+	if answer.Action == mcp.ElicitationResponseActionCancel {
+		// The user dismissed the question: the approval stays pending.
+		return false
+	}
+	if _, err := f.cfg.Client.Answer(ctx, messages.DecideRequest{ApprovalID: a.ApprovalID, Decision: decision, Reason: reason, By: agentOf(ctx)}); err != nil {
+		f.log.Warn("approval answer failed", "approval_id", a.ApprovalID, "error", err)
+		return false
+	}
+	return true
 }
 
 // follow waits for the call's result, sending its progress events as
