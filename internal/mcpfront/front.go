@@ -84,6 +84,9 @@ type Front struct {
 	// registered holds the names of the tools mcp-go dispatches here. It
 	// is a dispatch table only: what a session sees comes from tools.list.
 	registered sync.Map
+	// lists holds the tools of tools/list requests between listRequest
+	// and afterListTools.
+	lists sync.Map
 	// draining is set by Shutdown: calls whose requests end then are left
 	// running, not cancelled.
 	draining atomic.Bool
@@ -135,6 +138,7 @@ func New(cfg Config) (*Front, error) {
 
 func (f *Front) newServer(opts ...server.ServerOption) *server.MCPServer {
 	hooks := &server.Hooks{}
+	hooks.AddOnRequestInitialization(f.listRequest)
 	hooks.AddAfterListTools(f.afterListTools)
 	hooks.AddBeforeCallTool(f.beforeCallTool)
 	return server.NewMCPServer("toolbus", "2", append([]server.ServerOption{

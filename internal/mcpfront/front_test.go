@@ -483,17 +483,25 @@ func TestStdio(t *testing.T) {
 
 // rpc sends one JSON-RPC request in the session, as any front may receive
 // it, and decodes its result.
-func rpc(t *testing.T, url, sessionID, method string, params any, out any) *struct {
+func rpc(t *testing.T, url, sessionID, method string, params any, out any) *rpcError {
+	t.Helper()
+	return rpcAs(t, url, token, sessionID, method, params, out)
+}
+
+type rpcError struct {
 	Code    int            `json:"code"`
 	Message string         `json:"message"`
 	Data    map[string]any `json:"data"`
-} {
+}
+
+// rpcAs is rpc with the bearer token given.
+func rpcAs(t *testing.T, url, bearerToken, sessionID, method string, params any, out any) *rpcError {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Authorization", "Bearer "+bearerToken)
 	req.Header.Set("Mcp-Session-Id", sessionID)
 	req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
 	resp, err := http.DefaultClient.Do(req)
@@ -503,14 +511,15 @@ func rpc(t *testing.T, url, sessionID, method string, params any, out any) *stru
 	defer resp.Body.Close()
 	var reply struct {
 		Result json.RawMessage `json:"result"`
-		Error  *struct {
-			Code    int            `json:"code"`
-			Message string         `json:"message"`
-			Data    map[string]any `json:"data"`
-		} `json:"error"`
+		Error  *rpcError       `json:"error"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil {
-		t.Fatalf("%s: status %d: %v", method, resp.StatusCode, err)
+	raw, _ := io.ReadAll(resp.Body)
+	// A response streamed as server-sent events ends with the reply.
+	if i := bytes.LastIndex(raw, []byte("data: ")); i >= 0 {
+		raw = raw[i+len("data: "):]
+	}
+	if err := json.Unmarshal(raw, &reply); err != nil {
+		t.Fatalf("%s: status %d: %v: %s", method, resp.StatusCode, err, raw)
 	}
 	if reply.Error == nil && out != nil {
 		if err := json.Unmarshal(reply.Result, out); err != nil {
@@ -629,5 +638,42 @@ func TestPromptApprovalByElicitation(t *testing.T) {
 	res, err = callTool(ctx, plain, "ops-restart", map[string]any{"city": "web"}, nil)
 	if err != nil || res.Meta.AdditionalFields[mcpfront.MetaApprovalID] == nil {
 		t.Fatalf("without elicitation: %+v %v", res, err)
+	}
+}
+
+// TestAnotherAgentsSession: a session ID presented with another agent's
+// token gets nothing of the session's turn: its tools/list and its calls
+// are refused.
+func TestAnotherAgentsSession(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, err := mcpfront.New(mcpfront.Config{
+		Client: testenv.Client(t, s.url, client.Options{}),
+		Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}, "token-of-ops": {Agent: "ops"}},
+		Logger: testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	c, _ := connect(t, hs.URL, bearer(), mcpclient.WithLegacyProtocolOnly())
+	if _, err := callTool(testenv.Context(t), c, "demo-echo", map[string]any{"text": "mine"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	intruder, _ := connect(t, hs.URL, map[string]string{"Authorization": "Bearer token-of-ops"}, mcpclient.WithLegacyProtocolOnly())
+	if _, err := intruder.ListTools(testenv.Context(t), mcp.ListToolsRequest{}); err != nil {
+		t.Fatalf("ops in its own session: %v", err)
+	}
+	session := c.GetSessionId()
+	if e := rpcAs(t, hs.URL, "token-of-ops", session, "tools/list", map[string]any{}, nil); e == nil || !strings.Contains(e.Message, "conflict") {
+		t.Fatalf("another agent's session listed: %+v", e)
+	}
+	var res mcp.CallToolResult
+	if e := rpcAs(t, hs.URL, "token-of-ops", session, "tools/call", map[string]any{"name": "demo-echo", "arguments": map[string]any{"text": "theirs"}}, &res); e != nil {
+		t.Fatalf("tools/call: %+v", e)
+	}
+	if !res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCode] != "conflict" {
+		t.Fatalf("another agent's session called: %+v", res)
 	}
 }

@@ -66,13 +66,57 @@ func (f *Front) register(tools []mcp.Tool) {
 	}
 }
 
+// listRequest asks tools.list for a tools/list request before mcp-go
+// handles it, so that a refusal (another agent's turn, no coordinator) is
+// the request's JSON-RPC error (-32600, invalid request): mcp-go's hooks
+// after the list cannot fail it. The tools wait in f.lists for
+// afterListTools.
+func (f *Front) listRequest(ctx context.Context, id any, message any) error {
+	raw, ok := message.(json.RawMessage)
+	if !ok {
+		return nil
+	}
+	var req struct {
+		Method string `json:"method"`
+		Params struct {
+			Meta *mcp.Meta `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(raw, &req) != nil || req.Method != string(mcp.MethodToolsList) {
+		return nil
+	}
+	turn := turnOf(ctx, req.Params.Meta)
+	tools, err := f.visibleTools(ctx, turn)
+	if err != nil {
+		return fmt.Errorf("tools.list: %w", err)
+	}
+	f.lists.Store(listKey(ctx, turn, id), tools)
+	return nil
+}
+
+// listKey names a tools/list request. Two requests with one key are of the
+// same agent and turn, whose lists are the same.
+func listKey(ctx context.Context, turn string, id any) string {
+	session := ""
+	if s := server.ClientSessionFromContext(ctx); s != nil {
+		session = s.SessionID()
+	}
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%v", agentOf(ctx), turn, session, id)
+}
+
 // afterListTools answers tools/list with the turn's tools, whatever mcp-go
 // holds.
-func (f *Front) afterListTools(ctx context.Context, _ any, req *mcp.ListToolsRequest, result *mcp.ListToolsResult) {
-	tools, err := f.visibleTools(ctx, turnOf(ctx, req.Params.Meta))
-	if err != nil {
-		f.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
-		tools = []mcp.Tool{}
+func (f *Front) afterListTools(ctx context.Context, id any, req *mcp.ListToolsRequest, result *mcp.ListToolsResult) {
+	turn := turnOf(ctx, req.Params.Meta)
+	var tools []mcp.Tool
+	if listed, ok := f.lists.LoadAndDelete(listKey(ctx, turn, id)); ok {
+		tools = listed.([]mcp.Tool)
+	} else {
+		var err error
+		if tools, err = f.visibleTools(ctx, turn); err != nil {
+			f.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
+			tools = []mcp.Tool{}
+		}
 	}
 	result.Tools, result.NextCursor = tools, ""
 }
