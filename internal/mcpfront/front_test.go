@@ -677,3 +677,74 @@ func TestAnotherAgentsSession(t *testing.T) {
 		t.Fatalf("another agent's session called: %+v", res)
 	}
 }
+
+// TestGuards: a request from a foreign origin, one naming a foreign host on
+// a loopback listener, and a body over the limit are refused.
+func TestGuards(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, err := mcpfront.New(mcpfront.Config{
+		Client:          testenv.Client(t, s.url, client.Options{}),
+		Agent:           "analyst",
+		AllowedOrigins:  []string{"https://app.example"},
+		MaxRequestBytes: 1 << 10,
+		Logger:          testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	post := func(body string, headers map[string]string, host string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	if got := post(initialize, nil, ""); got != http.StatusOK {
+		t.Fatalf("a loopback client without a token: %d", got)
+	}
+	if got := post(initialize, map[string]string{"Origin": "https://app.example"}, ""); got != http.StatusOK {
+		t.Errorf("an allowed origin: %d", got)
+	}
+	if got := post(initialize, map[string]string{"Origin": "https://evil.example"}, ""); got != http.StatusForbidden {
+		t.Errorf("a foreign origin: %d", got)
+	}
+	if got := post(initialize, nil, "evil.example"); got != http.StatusForbidden {
+		t.Errorf("a foreign host on loopback: %d", got)
+	}
+	big := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"pad":"` + strings.Repeat("x", 2<<10) + `"}}}`
+	if got := post(big, nil, ""); got == http.StatusOK {
+		t.Errorf("a body over the limit: %d", got)
+	}
+}
+
+func TestParseTokens(t *testing.T) {
+	got, err := mcpfront.ParseTokens("a1=support, b2=analyst,")
+	if err != nil || len(got) != 2 || got["a1"].Agent != "support" || got["b2"].Agent != "analyst" {
+		t.Fatalf("%v %v", got, err)
+	}
+	for _, bad := range []string{"a1", "=support", "a1="} {
+		if _, err := mcpfront.ParseTokens(bad); !errors.Is(err, mcpfront.ErrConfig) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	writeFile(t, path, "tokens:\n  t0k3n: {agent: support}\n")
+	if got, err := mcpfront.LoadTokens(path); err != nil || got["t0k3n"].Agent != "support" {
+		t.Fatalf("%v %v", got, err)
+	}
+}
