@@ -140,6 +140,7 @@ func (f *Front) newServer(opts ...server.ServerOption) *server.MCPServer {
 	hooks := &server.Hooks{}
 	hooks.AddOnRequestInitialization(f.listRequest)
 	hooks.AddAfterListTools(f.afterListTools)
+	hooks.AddOnError(f.listFailed)
 	hooks.AddBeforeCallTool(f.beforeCallTool)
 	return server.NewMCPServer("toolbus", "2", append([]server.ServerOption{
 		server.WithToolCapabilities(true),

@@ -104,6 +104,15 @@ func listKey(ctx context.Context, turn string, id any) string {
 	return fmt.Sprintf("%s\x00%s\x00%s\x00%v", agentOf(ctx), turn, session, id)
 }
 
+// listFailed drops the tools kept for a tools/list request that mcp-go
+// failed after listRequest (an invalid cursor), which afterListTools does
+// not see.
+func (f *Front) listFailed(ctx context.Context, id any, method mcp.MCPMethod, message any, _ error) {
+	if req, ok := message.(*mcp.ListToolsRequest); ok && method == mcp.MethodToolsList {
+		f.lists.Delete(listKey(ctx, turnOf(ctx, req.Params.Meta), id))
+	}
+}
+
 // afterListTools answers tools/list with the turn's tools, whatever mcp-go
 // holds.
 func (f *Front) afterListTools(ctx context.Context, id any, req *mcp.ListToolsRequest, result *mcp.ListToolsResult) {
