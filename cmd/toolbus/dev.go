@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/toolbus/toolbus/internal/devstack"
@@ -18,22 +21,33 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	workspace := fs.String("workspace", "", "exposure workspace directory (bundles/*.yaml, agents/*.yaml)")
 	policyFile := fs.String("policy", "", "policy file (YAML)")
 	workerConfig := fs.String("worker-config", "", "worker configuration file (YAML, see docs/workers.md) whose namespaces the dev worker serves beside the demo tools")
+	mcpPort := fs.Int("mcp-port", 8080, "port of the MCP front on 127.0.0.1, serving --agent (default dev) without tokens; 0 picks a free one (as it does when --port is 0), -1 starts none")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return exitError(2)
+	}
+	mcpListen := ""
+	if !flagSet(fs, "mcp-port") && *port == 0 {
+		*mcpPort = 0
+	}
+	if *mcpPort >= 0 {
+		mcpListen = net.JoinHostPort("127.0.0.1", strconv.Itoa(*mcpPort))
 	}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, WorkerConfig: *workerConfig, Logger: log})
+	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, WorkerConfig: *workerConfig, MCPListen: mcpListen, MCPAgent: g.agent, Logger: log})
 	if err != nil {
 		return fmt.Errorf("start: %w (if the port is taken, try --port 0)", err)
 	}
 	url := stack.URL()
 	fmt.Printf("Toolbus is running.\n")
 	fmt.Printf("NATS URL: %s\n", url)
+	if stack.MCPURL != "" {
+		fmt.Printf("MCP endpoint: %s (no token needed on this machine; see docs/mcp.md)\n", stack.MCPURL)
+	}
 	fmt.Printf("Try, in another terminal:\n")
 	fmt.Printf("  go run ./cmd/toolbus --server %s tools\n", url)
 	fmt.Printf("  go run ./cmd/toolbus --server %s call demo-word_count '{\"text\":\"hello tool bus\"}'\n", url)
@@ -44,4 +58,11 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return stack.Stop(stopCtx)
+}
+
+// flagSet reports whether the command line set the flag.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

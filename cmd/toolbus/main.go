@@ -1,6 +1,7 @@
 // Command toolbus is Toolbus's command-line client and its all-in-one mode.
 //
 //	toolbus dev                        run NATS, a coordinator and a demo worker in one process
+//	toolbus mcp --listen ADDR | --stdio serve Toolbus to MCP clients
 //	toolbus tools                      list the catalog
 //	toolbus call TOOL [JSON] [--watch] call a tool and print its result
 //	toolbus calls get|watch|cancel ID  follow one call
@@ -38,6 +39,9 @@ Usage:
 Commands:
   dev                          run an embedded NATS server, a coordinator and a demo worker
                                (--worker-config FILE also serves a worker configuration, see docs/workers.md)
+  mcp                          serve Toolbus to MCP clients: streamable HTTP on --listen ADDR
+                               (/mcp; --tokens FILE or $TOOLBUS_MCP_TOKENS map bearer tokens to
+                               agents, else --agent on loopback only), or --stdio (docs/mcp.md)
   tools                        list the tools in the catalog
   tools disable|enable NAME    switch a tool or a namespace off (with --reason) or on
   tools remove NAME            remove a stale tool, or every tool of a namespace, from the catalog
@@ -205,6 +209,8 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 	switch cmd {
 	case "dev":
 		return runDev(ctx, g, cmdArgs)
+	case "mcp":
+		return runMCP(ctx, g, cmdArgs)
 	case "tools":
 		if len(cmdArgs) > 0 && (cmdArgs[0] == "enable" || cmdArgs[0] == "disable") {
 			return runToolSwitch(ctx, g, cmdArgs[0] == "enable", cmdArgs[1:])

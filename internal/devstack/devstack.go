@@ -1,7 +1,7 @@
 // Package devstack runs the whole of Toolbus in one process: an embedded
 // NATS server with JetStream, a coordinator, a worker serving the demo
-// tools (and the namespaces of a worker configuration file, when given) and
-// an indexer. It uses the same code paths as a distributed deployment.
+// tools (and the namespaces of a worker configuration file, when given), an
+// indexer and, when asked, the MCP front. It uses the same code paths as a distributed deployment.
 package devstack
 
 import (
@@ -9,15 +9,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/indexer"
+	"github.com/toolbus/toolbus/internal/mcpfront"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/workerconfig"
+	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -40,7 +45,13 @@ type Config struct {
 	// whose namespaces the stack's worker serves beside the demo tools. A
 	// file that names the demo namespace replaces the built-in one.
 	WorkerConfig string
-	Logger       *slog.Logger
+	// MCPListen is the address of the MCP front (docs/mcp.md), serving
+	// MCPAgent on loopback without tokens; "" starts no front. It must be
+	// a loopback address.
+	MCPListen string
+	// MCPAgent is the agent the MCP front serves. Defaults to "dev".
+	MCPAgent string
+	Logger   *slog.Logger
 }
 
 // Stack is a running all-in-one Toolbus.
@@ -49,7 +60,10 @@ type Stack struct {
 	Coordinator *coordinator.Coordinator
 	Worker      *worker.Worker
 	Indexer     *indexer.Indexer
-	conns       []*nats.Conn
+	// MCPURL is the MCP front's endpoint, when one was started.
+	MCPURL  string
+	mcpHTTP *http.Server
+	conns   []*nats.Conn
 }
 
 // URL is the NATS URL that clients connect to.
@@ -144,12 +158,53 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		s.Indexer = nil
 		return nil, err
 	}
+	if cfg.MCPListen != "" {
+		if err := s.startMCP(cfg, connect); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// startMCP starts the MCP front on cfg.MCPListen, a client of the stack
+// like any other.
+func (s *Stack) startMCP(cfg Config, connect func(string) (*nats.Conn, error)) error {
+	if !mcpfront.Loopback(cfg.MCPListen) {
+		return fmt.Errorf("the MCP front of the dev stack serves loopback only; %s is not", cfg.MCPListen)
+	}
+	if cfg.MCPAgent == "" {
+		cfg.MCPAgent = "dev"
+	}
+	nc, err := connect("toolbus-mcp")
+	if err != nil {
+		return err
+	}
+	c, err := client.New(nc, client.Options{Prefix: cfg.Prefix})
+	if err != nil {
+		return err
+	}
+	front, err := mcpfront.New(mcpfront.Config{Client: c, Agent: cfg.MCPAgent, Logger: cfg.Logger.With("component", "mcp")})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.MCPListen)
+	if err != nil {
+		return fmt.Errorf("MCP front: %w", err)
+	}
+	s.mcpHTTP = &http.Server{Handler: front.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.MCPURL = "http://" + ln.Addr().String() + "/mcp"
+	go func() { _ = s.mcpHTTP.Serve(ln) }()
+	return nil
 }
 
 // Stop stops everything, waiting for running calls until ctx ends.
 func (s *Stack) Stop(ctx context.Context) error {
 	var errs []error
+	if s.mcpHTTP != nil {
+		if err := s.mcpHTTP.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if s.Indexer != nil {
 		errs = append(errs, s.Indexer.Stop(ctx))
 	}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/mcpfront"
+)
+
+// runMCP serves Toolbus to MCP clients: over streamable HTTP on --listen,
+// or over standard input and output with --stdio.
+func runMCP(ctx context.Context, g globals, args []string) error {
+	fs := newFlags("mcp")
+	listen := fs.String("listen", "127.0.0.1:8080", "address of the HTTP listener; MCP is served on /mcp, health on /healthz")
+	stdio := fs.Bool("stdio", false, "serve one session on standard input and output instead of HTTP")
+	tokensFile := fs.String("tokens", "", "bearer tokens file (YAML: tokens: {TOKEN: {agent: NAME}}); default $"+mcpfront.TokensEnv+" (TOKEN=AGENT,...)")
+	turn := fs.String("turn", "", "the turn of the stdio session (default a new one)")
+	origins := fs.String("allow-origin", "", "Origin headers allowed besides loopback ones, comma-separated")
+	maxBytes := fs.Int64("max-request-bytes", 4<<20, "largest HTTP request body")
+	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long requests in flight may finish")
+	verbose := fs.Bool("v", false, "log at debug level")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return exitError(2)
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	var tokens map[string]mcpfront.Identity
+	var err error
+	switch {
+	case *stdio:
+	case *tokensFile != "":
+		tokens, err = mcpfront.LoadTokens(*tokensFile)
+	case os.Getenv(mcpfront.TokensEnv) != "":
+		tokens, err = mcpfront.ParseTokens(os.Getenv(mcpfront.TokensEnv))
+	}
+	if err != nil {
+		return err
+	}
+	if len(tokens) == 0 && g.agent == "" {
+		return usageError("toolbus mcp: --agent NAME is required without tokens (and for --stdio)")
+	}
+	nc, c, err := g.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	var allowed []string
+	for o := range strings.SplitSeq(*origins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			allowed = append(allowed, o)
+		}
+	}
+	front, err := mcpfront.New(mcpfront.Config{Client: c, Tokens: tokens, Agent: g.agent, StdioTurn: *turn, AllowedOrigins: allowed, MaxRequestBytes: *maxBytes, Logger: log})
+	if err != nil {
+		return err
+	}
+	if *stdio {
+		log.Info("serving MCP on standard input and output", "agent", g.agent)
+		return front.ServeStdio(ctx, os.Stdin, os.Stdout)
+	}
+	if len(tokens) == 0 && !mcpfront.Loopback(*listen) {
+		return usageError(fmt.Sprintf("toolbus mcp: without tokens the front serves loopback only; %s is not (give --tokens FILE or $%s)", *listen, mcpfront.TokensEnv))
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	if len(tokens) == 0 {
+		log.Warn("no tokens: every request is served as one agent, on loopback only", "agent", g.agent)
+	} else {
+		log.Info("bearer tokens loaded", "tokens", len(tokens))
+	}
+	srv := &http.Server{Handler: front.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Printf("MCP endpoint: http://%s/mcp\n", ln.Addr())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("draining", "for", *drain)
+	drainCtx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	front.Shutdown(drainCtx)
+	if err := srv.Shutdown(drainCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,294 @@
+package mcpfront
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// TurnHeader names the turn of a session (on initialize) or of one request.
+const TurnHeader = "Toolbus-Turn"
+
+// TurnMetaKey names the turn of one request in its params' _meta.
+const TurnMetaKey = "toolbus/turn"
+
+// Keys of the _meta of a tool result.
+const (
+	MetaCallID     = "toolbus/call_id"
+	MetaCode       = "toolbus/code"
+	MetaState      = "toolbus/state"
+	MetaApprovalID = "toolbus/approval_id"
+	MetaDetails    = "toolbus/details"
+)
+
+// discoveryNamespace is the namespace of the coordinator's built-in
+// discovery tool, llm_tools-list, whose calls change what a turn sees.
+const discoveryNamespace = "llm_tools"
+
+// ErrConfig is the error of a configuration that cannot serve.
+var ErrConfig = errors.New("mcpfront: invalid configuration")
+
+// Identity is what a bearer token stands for.
+type Identity struct {
+	Agent string `yaml:"agent" json:"agent"`
+}
+
+// Config configures a front.
+type Config struct {
+	// Client is the front's client of the bus. Required.
+	Client *client.Client
+	// Tokens maps bearer tokens to the agents they stand for. Without
+	// tokens, every request is Agent's, and Handler serves loopback
+	// connections only.
+	Tokens map[string]Identity
+	// Agent is the agent served when there are no tokens, and the agent of
+	// a stdio session.
+	Agent string
+	// StdioTurn is the turn of the stdio session. Defaults to a new turn.
+	StdioTurn string
+	// AllowedOrigins are the Origin headers a request may carry besides
+	// loopback ones ("http://localhost:3000"). A request with another
+	// Origin is refused with 403.
+	AllowedOrigins []string
+	// MaxRequestBytes bounds an HTTP request's body. Defaults to 4 MiB.
+	MaxRequestBytes int64
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Front is an MCP server in front of the bus.
+type Front struct {
+	cfg Config
+	// mcp serves HTTP and declares tasks, which the front answers from
+	// the ledger over HTTP only (see serveTasks); stdio serves stdio.
+	mcp   *server.MCPServer
+	stdio *server.MCPServer
+	http  *server.StreamableHTTPServer
+	log   *slog.Logger
+
+	// registered holds the names of the tools mcp-go dispatches here. It
+	// is a dispatch table only: what a session sees comes from tools.list.
+	registered sync.Map
+	// lists holds the tools of tools/list requests between listRequest
+	// and afterListTools.
+	lists sync.Map
+	// draining is set by Shutdown: calls whose requests end then are left
+	// running, not cancelled.
+	draining atomic.Bool
+}
+
+// New returns a front.
+func New(cfg Config) (*Front, error) {
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("%w: no client", ErrConfig)
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = 4 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	for token, id := range cfg.Tokens {
+		if token == "" {
+			return nil, fmt.Errorf("%w: an empty token", ErrConfig)
+		}
+		if err := messages.ValidateID("agent", id.Agent); err != nil {
+			return nil, fmt.Errorf("%w: token for %q: %w", ErrConfig, id.Agent, err)
+		}
+	}
+	if cfg.Agent != "" {
+		if err := messages.ValidateID("agent", cfg.Agent); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
+	if len(cfg.Tokens) == 0 && cfg.Agent == "" {
+		return nil, fmt.Errorf("%w: neither tokens nor an agent", ErrConfig)
+	}
+	if cfg.StdioTurn == "" {
+		cfg.StdioTurn = newTurn()
+	} else if err := messages.ValidateID("turn", cfg.StdioTurn); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	f := &Front{cfg: cfg, log: cfg.Logger}
+	f.mcp = f.newServer(server.WithTaskCapabilities(true, true, true))
+	f.stdio = f.newServer()
+	f.http = server.NewStreamableHTTPServer(f.mcp,
+		server.WithEndpointPath("/mcp"),
+		server.WithSessionIdManagerResolver(sessionResolver{}),
+		server.WithHTTPContextFunc(f.httpContext),
+		server.WithStreamableHTTPLogger(cfg.Logger),
+	)
+	return f, nil
+}
+
+func (f *Front) newServer(opts ...server.ServerOption) *server.MCPServer {
+	hooks := &server.Hooks{}
+	hooks.AddOnRequestInitialization(f.listRequest)
+	hooks.AddAfterListTools(f.afterListTools)
+	hooks.AddOnError(f.listFailed)
+	hooks.AddBeforeCallTool(f.beforeCallTool)
+	return server.NewMCPServer("toolbus", "2", append([]server.ServerOption{
+		server.WithToolCapabilities(true),
+		server.WithElicitation(),
+		server.WithHooks(hooks),
+		server.WithRecovery(),
+		server.WithInstructions("Toolbus tools. Call llm_tools-list to find more tools; those it finds are listed from your next step."),
+	}, opts...)...)
+}
+
+// newTurn names the turn of a session that names none.
+func newTurn() string { return "mcp-" + nuid.Next() }
+
+// Handler serves MCP on /mcp and a health check on /healthz.
+func (f *Front) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle("/mcp", f.guard(f.serveTasks(f.http)))
+	return mux
+}
+
+// Loopback reports whether addr, a host:port or a host, is a loopback address.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = strings.Trim(addr, "[]")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// guard authenticates, bounds the body and checks the origin before mcp-go
+// (which adds its own DNS-rebinding check of the Host header on loopback).
+func (f *Front) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if origin := r.Header.Get("Origin"); origin != "" && !f.originAllowed(origin) {
+			http.Error(w, "Forbidden: origin not allowed", http.StatusForbidden)
+			return
+		}
+		agent := f.cfg.Agent
+		if len(f.cfg.Tokens) > 0 {
+			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			id, known := f.cfg.Tokens[strings.TrimSpace(token)]
+			if !ok || !known {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="toolbus"`)
+				http.Error(w, "Unauthorized", http.StatusUnauthorized)
+				return
+			}
+			agent = id.Agent
+		} else if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); !ok || !Loopback(local.String()) || !Loopback(r.RemoteAddr) {
+			http.Error(w, "Forbidden: without tokens only loopback clients are served", http.StatusForbidden)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, f.cfg.MaxRequestBytes)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), agentKey{}, agent)))
+	})
+}
+
+func (f *Front) originAllowed(origin string) bool {
+	for _, o := range f.cfg.AllowedOrigins {
+		if o == origin {
+			return true
+		}
+	}
+	host := origin
+	if _, rest, ok := strings.Cut(origin, "://"); ok {
+		host = rest
+	}
+	return Loopback(host)
+}
+
+// ServeStdio serves one session on in and out until ctx ends or in closes.
+func (f *Front) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
+	stdio := server.NewStdioServer(f.stdio)
+	stdio.SetContextFunc(func(ctx context.Context) context.Context {
+		ctx = context.WithValue(ctx, agentKey{}, f.cfg.Agent)
+		ctx = context.WithValue(ctx, sessionTurnKey{}, f.cfg.StdioTurn)
+		return context.WithValue(ctx, transportKey{}, ctx)
+	})
+	return stdio.Listen(ctx, in, out)
+}
+
+// Shutdown closes the front's HTTP sessions.
+// Calls in flight whose requests end from now on are left running on the
+// bus rather than cancelled.
+func (f *Front) Shutdown(ctx context.Context) {
+	f.draining.Store(true)
+	f.http.CloseSessions(ctx)
+}
+
+type (
+	agentKey       struct{}
+	sessionTurnKey struct{}
+	headerKey      struct{}
+	// transportKey holds the context of the stdio connection: when a tool
+	// call's context ends and this one has not, the client cancelled the
+	// request.
+	transportKey struct{}
+)
+
+func (f *Front) httpContext(ctx context.Context, r *http.Request) context.Context {
+	ctx = context.WithValue(ctx, agentKey{}, r.Context().Value(agentKey{}))
+	ctx = context.WithValue(ctx, headerKey{}, r.Header)
+	if s := server.ClientSessionFromContext(ctx); s != nil {
+		if turn, ok := turnOfSession(s.SessionID()); ok {
+			ctx = context.WithValue(ctx, sessionTurnKey{}, turn)
+		}
+	}
+	return ctx
+}
+
+func agentOf(ctx context.Context) string {
+	agent, _ := ctx.Value(agentKey{}).(string)
+	return agent
+}
+
+// turnOf is the turn of a request: named in its _meta, else in its
+// Toolbus-Turn header, else the session's.
+func turnOf(ctx context.Context, meta *mcp.Meta) string {
+	if meta != nil {
+		if turn, ok := meta.AdditionalFields[TurnMetaKey].(string); ok && turn != "" {
+			return turn
+		}
+	}
+	if h, ok := ctx.Value(headerKey{}).(http.Header); ok {
+		if turn := h.Get(TurnHeader); turn != "" {
+			return turn
+		}
+	}
+	turn, _ := ctx.Value(sessionTurnKey{}).(string)
+	return turn
+}
+
+// cancels reports whether the end of a tool call's context cancels the
+// Toolbus call: it does when the client cancelled the request
+// (notifications/cancelled) or, over HTTP, dropped it, where the two
+// arrive together; it does not when the front drains or a stdio
+// connection ends.
+func (f *Front) cancels(ctx context.Context) bool {
+	if ctx.Err() == nil || f.draining.Load() {
+		return false
+	}
+	transport, stdio := ctx.Value(transportKey{}).(context.Context)
+	return !stdio || transport.Err() == nil
+}

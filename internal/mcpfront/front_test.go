@@ -1,0 +1,750 @@
+package mcpfront_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/mcpfront"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"))
+}
+
+const token = "secret-token-of-analyst"
+
+// stack is the real Toolbus a front talks to: an embedded server, a
+// coordinator with exposure rules, and workers of the demo tools and of
+// weather tools that the analyst sees only once discovered.
+type stack struct {
+	url string // of the NATS server
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func weatherTool(method, description string) worker.Tool {
+	return worker.Func(method, description, func(context.Context, struct {
+		City string `json:"city,omitempty"`
+	}) (string, error) {
+		return method + " is sunny", nil
+	})
+}
+
+func startStack(t *testing.T) stack {
+	t.Helper()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "bundles", "base.yaml"), `
+id: base
+match:
+  - name: "llm/tools:list"
+    tier: critical
+  - name: "demo/*"
+    exclude: ["demo:sha256"]
+  - name: "demo:sha256"
+    approval: {mode: queue, message: "Digests need an operator"}
+  - name: "ops:restart"
+    approval: {mode: prompt, message: "Restarts interrupt users"}
+`)
+	writeFile(t, filepath.Join(dir, "agents", "analyst.yaml"), `
+id: analyst
+tool:
+  bundles: [base]
+  items:
+    - name: "weather"
+      tier: onDemand
+`)
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(c *coordinator.Config) { c.WorkspaceDir = dir })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "weather", Tools: []worker.Tool{
+		weatherTool("forecast", "Returns the weather forecast for a city for the next days."),
+	}})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "ops", Tools: []worker.Tool{
+		weatherTool("restart", "Restarts a service."),
+	}})
+	return stack{url: srv.URL()}
+}
+
+// front starts a front process's worth: its own connection and client,
+// serving HTTP on a loopback port.
+func (s stack) front(t *testing.T) (*mcpfront.Front, string) {
+	t.Helper()
+	f, hs := s.frontServer(t)
+	return f, hs.URL
+}
+
+func (s stack) frontServer(t *testing.T) (*mcpfront.Front, *httptest.Server) {
+	t.Helper()
+	f, err := mcpfront.New(mcpfront.Config{
+		Client: testenv.Client(t, s.url, client.Options{}),
+		Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}},
+		Logger: testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	return f, hs
+}
+
+// notifications collects what the server sent.
+type notifications struct {
+	mu   sync.Mutex
+	got  []mcp.JSONRPCNotification
+	seen chan struct{}
+}
+
+func (n *notifications) add(note mcp.JSONRPCNotification) {
+	n.mu.Lock()
+	n.got = append(n.got, note)
+	n.mu.Unlock()
+	select {
+	case n.seen <- struct{}{}:
+	default:
+	}
+}
+
+func (n *notifications) count(method string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, note := range n.got {
+		if note.Method == method {
+			c++
+		}
+	}
+	return c
+}
+
+// waitFor waits until a notification of method has come.
+func (n *notifications) waitFor(t *testing.T, method string) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for n.count(method) == 0 {
+		select {
+		case <-n.seen:
+		case <-deadline:
+			t.Fatalf("no %s", method)
+		}
+	}
+}
+
+func connect(t *testing.T, url string, headers map[string]string, opts ...mcpclient.ClientOption) (*mcpclient.Client, *notifications) {
+	t.Helper()
+	tr, err := transport.NewStreamableHTTP(url+"/mcp", transport.WithHTTPHeaders(headers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcpclient.NewClient(tr, opts...)
+	notes := &notifications{seen: make(chan struct{}, 1)}
+	c.OnNotification(notes.add)
+	ctx := testenv.Context(t)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "test", Version: "1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	return c, notes
+}
+
+func bearer(headers ...string) map[string]string {
+	h := map[string]string{"Authorization": "Bearer " + token}
+	for i := 0; i+1 < len(headers); i += 2 {
+		h[headers[i]] = headers[i+1]
+	}
+	return h
+}
+
+func names(t *testing.T, c *mcpclient.Client) []string {
+	t.Helper()
+	res, err := c.ListTools(testenv.Context(t), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, tool := range res.Tools {
+		out = append(out, tool.Name)
+	}
+	return out
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func callTool(ctx context.Context, c *mcpclient.Client, name string, args map[string]any, meta *mcp.Meta) (*mcp.CallToolResult, error) {
+	req := mcp.CallToolRequest{}
+	req.Params.Name = name
+	req.Params.Arguments = args
+	req.Params.Meta = meta
+	return c.CallTool(ctx, req)
+}
+
+// TestListAndCallOverHTTP: a session lists the agent's tools in the mcp
+// format, discovery tool included and on-demand tools not, and a call's
+// result comes back with its content and the call ID in _meta.
+func TestListAndCallOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	got := names(t, c)
+	for _, want := range []string{"llm_tools-list", "demo-echo", "demo-word_count", "demo-sleep"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("tools/list lacks %s: %v", want, got)
+		}
+	}
+	if slices.Contains(got, "weather-forecast") {
+		t.Errorf("an on-demand tool is listed before discovery: %v", got)
+	}
+	res, err := callTool(testenv.Context(t), c, "demo-word_count", map[string]any{"text": "hello tool bus"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError || !strings.Contains(text(res), `"words":3`) {
+		t.Fatalf("result: %+v", res)
+	}
+	if res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCallID] == "" {
+		t.Errorf("no call ID in _meta: %+v", res.Meta)
+	}
+}
+
+// TestErrorsMapped: an unknown tool is a JSON-RPC error; arguments that do
+// not match the schema are a tool result with isError and the Toolbus code.
+func TestErrorsMapped(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	ctx := testenv.Context(t)
+	if _, err := callTool(ctx, c, "nosuch-tool", map[string]any{}, nil); err == nil {
+		t.Error("a call of an unknown tool was not a JSON-RPC error")
+	}
+	res, err := callTool(ctx, c, "demo-word_count", map[string]any{"text": 7}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCode] != "invalid_arguments" {
+		t.Fatalf("invalid arguments: %+v", res)
+	}
+	// A call held for an approval says so, naming the approval.
+	res, err = callTool(ctx, c, "demo-sha256", map[string]any{"text": "x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := res.Meta.AdditionalFields[mcpfront.MetaApprovalID].(string)
+	if id == "" || !strings.Contains(text(res), id) || !strings.Contains(text(res), "awaits approval") {
+		t.Fatalf("approval: %q %+v", text(res), res.Meta)
+	}
+}
+
+// TestAuthentication: without a token, or with a wrong one, nothing is served.
+func TestAuthentication(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	for name, headers := range map[string]map[string]string{"no token": {}, "wrong token": {"Authorization": "Bearer wrong"}} {
+		req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s: status %d", name, resp.StatusCode)
+		}
+	}
+	resp, err := http.Get(url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("healthz: %d", resp.StatusCode)
+	}
+}
+
+// TestProgressAndCancel: a call with a progress token gets the call's
+// progress events as notifications; cancelling the request cancels the
+// Toolbus call.
+func TestProgressAndCancel(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, notes := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	ctx, cancel := context.WithCancel(testenv.Context(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := callTool(ctx, c, "demo-sleep", map[string]any{"seconds": 30}, &mcp.Meta{ProgressToken: "p1"})
+		done <- err
+	}()
+	notes.waitFor(t, string(mcp.MethodNotificationProgress))
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	// The Toolbus call, filed under the session's turn, ends cancelled.
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	turn := sessionTurn(t, c)
+	eventually(t, "the call to be cancelled", func() bool {
+		info, err := bus.Turn(testenv.Context(t), turn)
+		return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateCancelled
+	})
+}
+
+func sessionTurn(t *testing.T, c *mcpclient.Client) string {
+	t.Helper()
+	_, turn, ok := strings.Cut(c.GetSessionId(), ".")
+	if !ok {
+		t.Fatalf("session ID %q names no turn", c.GetSessionId())
+	}
+	return turn
+}
+
+func eventually(t *testing.T, what string, check func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !check() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDiscoveryChangesTheList: a call of the discovery tool in the
+// session's turn is followed by list_changed, and the next tools/list
+// shows the tool found. A second front, reached with the same session ID,
+// finds the same turn and the same tools.
+func TestDiscoveryChangesTheList(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, notes := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	ctx := testenv.Context(t)
+	eventually(t, "the forecast to be discoverable", func() bool {
+		res, err := callTool(ctx, c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
+		return err == nil && !res.IsError && strings.Contains(text(res), "weather-forecast")
+	})
+	notes.waitFor(t, string(mcp.MethodNotificationToolsListChanged))
+	if got := names(t, c); !slices.Contains(got, "weather-forecast") {
+		t.Fatalf("after discovery: %v", got)
+	}
+	res, err := callTool(ctx, c, "weather-forecast", map[string]any{"city": "Oslo"}, nil)
+	if err != nil || res.IsError || !strings.Contains(text(res), "sunny") {
+		t.Fatalf("discovered tool: %+v %v", res, err)
+	}
+
+	// Another front, as another replica behind a load balancer.
+	_, other := s.front(t)
+	body := `{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{}}`
+	req, _ := http.NewRequest(http.MethodPost, other+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", c.GetSessionId())
+	req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(listed), `"weather-forecast"`) {
+		t.Fatalf("the session on another front lost its turn: %d %s", resp.StatusCode, listed)
+	}
+}
+
+// TestNamedTurn: a session names its turn with the Toolbus-Turn header,
+// and a stateless request names it in _meta.
+func TestNamedTurn(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(mcpfront.TurnHeader, "t-named"), mcpclient.WithLegacyProtocolOnly())
+	if got := sessionTurn(t, c); got != "t-named" {
+		t.Fatalf("turn %q", got)
+	}
+	ctx := testenv.Context(t)
+	if _, err := callTool(ctx, c, "demo-echo", map[string]any{"text": "a"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	modern, _ := connect(t, url, bearer())
+	if _, err := callTool(ctx, modern, "demo-echo", map[string]any{"text": "b"}, &mcp.Meta{AdditionalFields: map[string]any{mcpfront.TurnMetaKey: "t-named"}}); err != nil {
+		t.Fatal(err)
+	}
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	info, err := bus.Turn(ctx, "t-named")
+	if err != nil || len(info.Calls) != 2 {
+		t.Fatalf("turn t-named: %+v %v", info, err)
+	}
+}
+
+// TestStdio: a stdio session is the configured agent's, in the configured
+// turn: it lists, calls with progress, and discovery changes its list.
+func TestStdio(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, err := mcpfront.New(mcpfront.Config{
+		Client:    testenv.Client(t, s.url, client.Options{}),
+		Agent:     "analyst",
+		StdioTurn: "t-stdio",
+		Logger:    testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientIn, serverOut := io.Pipe()
+	serverIn, clientOut := io.Pipe()
+	ctx, stop := context.WithCancel(testenv.Context(t))
+	served := make(chan error, 1)
+	go func() { served <- f.ServeStdio(ctx, serverIn, serverOut) }()
+	t.Cleanup(func() {
+		stop()
+		clientOut.Close()
+		<-served
+		serverOut.Close()
+	})
+	c := mcpclient.NewClient(transport.NewIO(clientIn, clientOut, nil))
+	notes := &notifications{seen: make(chan struct{}, 1)}
+	c.OnNotification(notes.add)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "test", Version: "1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, c); !slices.Contains(got, "demo-sleep") || slices.Contains(got, "weather-forecast") {
+		t.Fatalf("tools/list: %v", got)
+	}
+	res, err := callTool(ctx, c, "demo-sleep", map[string]any{"seconds": 0.3}, &mcp.Meta{ProgressToken: 7})
+	if err != nil || res.IsError {
+		t.Fatalf("demo-sleep: %+v %v", res, err)
+	}
+	notes.waitFor(t, string(mcp.MethodNotificationProgress))
+	eventually(t, "the forecast to be discoverable", func() bool {
+		res, err := callTool(ctx, c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
+		return err == nil && !res.IsError && strings.Contains(text(res), "weather-forecast")
+	})
+	notes.waitFor(t, string(mcp.MethodNotificationToolsListChanged))
+	if got := names(t, c); !slices.Contains(got, "weather-forecast") {
+		t.Fatalf("after discovery: %v", got)
+	}
+	info, err := testenv.Client(t, s.url, client.Options{Agent: "analyst"}).Turn(ctx, "t-stdio")
+	if err != nil || len(info.Calls) == 0 {
+		t.Fatalf("turn t-stdio: %+v %v", info, err)
+	}
+}
+
+// rpc sends one JSON-RPC request in the session, as any front may receive
+// it, and decodes its result.
+func rpc(t *testing.T, url, sessionID, method string, params any, out any) *rpcError {
+	t.Helper()
+	return rpcAs(t, url, token, sessionID, method, params, out)
+}
+
+type rpcError struct {
+	Code    int            `json:"code"`
+	Message string         `json:"message"`
+	Data    map[string]any `json:"data"`
+}
+
+// rpcAs is rpc with the bearer token given.
+func rpcAs(t *testing.T, url, bearerToken, sessionID, method string, params any, out any) *rpcError {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+bearerToken)
+	req.Header.Set("Mcp-Session-Id", sessionID)
+	req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var reply struct {
+		Result json.RawMessage `json:"result"`
+		Error  *rpcError       `json:"error"`
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	// A response streamed as server-sent events ends with the reply.
+	if i := bytes.LastIndex(raw, []byte("data: ")); i >= 0 {
+		raw = raw[i+len("data: "):]
+	}
+	if err := json.Unmarshal(raw, &reply); err != nil {
+		t.Fatalf("%s: status %d: %v: %s", method, resp.StatusCode, err, raw)
+	}
+	if reply.Error == nil && out != nil {
+		if err := json.Unmarshal(reply.Result, out); err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+	}
+	return reply.Error
+}
+
+// TestTasksFromTheLedger: a task-augmented call answers at once with the
+// Toolbus call's ID as the task's; the task is polled to its result, listed
+// and cancelled through a front started after the first one stopped.
+func TestTasksFromTheLedger(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f1, first := s.frontServer(t)
+	url := first.URL
+	c, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	session := c.GetSessionId()
+	listed, err := c.ListTools(testenv.Context(t), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range listed.Tools {
+		if tool.Execution == nil || tool.Execution.TaskSupport != mcp.TaskSupportOptional {
+			t.Fatalf("%s does not offer tasks: %+v", tool.Name, tool.Execution)
+		}
+	}
+	var created mcp.CreateTaskResult
+	if e := rpc(t, url, session, "tools/call", map[string]any{"name": "demo-sleep", "arguments": map[string]any{"seconds": 0.5}, "task": map[string]any{}}, &created); e != nil {
+		t.Fatalf("task-augmented call: %+v", e)
+	}
+	var long mcp.CreateTaskResult
+	if e := rpc(t, url, session, "tools/call", map[string]any{"name": "demo-sleep", "arguments": map[string]any{"seconds": 60}, "task": map[string]any{}}, &long); e != nil {
+		t.Fatalf("task-augmented call: %+v", e)
+	}
+	id := created.Task.TaskId
+	if id == "" || created.Task.Status != mcp.TaskStatusWorking {
+		t.Fatalf("created: %+v", created.Task)
+	}
+	// The first front stops; its calls run on.
+	_ = c.Close()
+	f1.Shutdown(testenv.Context(t))
+	first.Close()
+
+	_, other := s.front(t)
+	eventually(t, "the task to complete", func() bool {
+		var got mcp.GetTaskResult
+		if e := rpc(t, other, session, "tasks/get", map[string]any{"taskId": id}, &got); e != nil {
+			t.Fatalf("tasks/get: %+v", e)
+		}
+		return got.Status == mcp.TaskStatusCompleted
+	})
+	var result struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		IsError bool           `json:"isError"`
+		Meta    map[string]any `json:"_meta"`
+	}
+	if e := rpc(t, other, session, "tasks/result", map[string]any{"taskId": id}, &result); e != nil {
+		t.Fatalf("tasks/result: %+v", e)
+	}
+	if result.IsError || len(result.Content) == 0 || result.Meta[mcpfront.MetaCallID] != id {
+		t.Fatalf("tasks/result: %+v", result)
+	}
+	var list mcp.ListTasksResult
+	if e := rpc(t, other, session, "tasks/list", map[string]any{}, &list); e != nil {
+		t.Fatalf("tasks/list: %+v", e)
+	}
+	if len(list.Tasks) != 2 {
+		t.Fatalf("tasks/list: %+v", list.Tasks)
+	}
+	var cancelled mcp.CancelTaskResult
+	if e := rpc(t, other, session, "tasks/cancel", map[string]any{"taskId": long.Task.TaskId}, &cancelled); e != nil || cancelled.Status != mcp.TaskStatusCancelled {
+		t.Fatalf("tasks/cancel: %+v %+v", cancelled, e)
+	}
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	res, err := bus.Wait(testenv.Context(t), long.Task.TaskId)
+	if err != nil || res.Status != messages.StateCancelled {
+		t.Fatalf("the cancelled task's call: %+v %v", res, err)
+	}
+	// An ID that names no call is no task.
+	if e := rpc(t, other, session, "tasks/get", map[string]any{"taskId": "nosuchcall"}, nil); e == nil {
+		t.Error("tasks/get of no such task answered")
+	}
+}
+
+// elicitor answers every elicitation with approve.
+type elicitor struct{ approve bool }
+
+func (e elicitor) Elicit(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept, Content: map[string]any{"approve": e.approve}}}, nil
+}
+
+// TestPromptApprovalByElicitation: a call held for the user's approval is
+// asked of the user through elicitation; approved, it runs; refused, its
+// result says denied.
+func TestPromptApprovalByElicitation(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	ctx := testenv.Context(t)
+	yes, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly(), mcpclient.WithElicitationHandler(elicitor{approve: true}))
+	res, err := callTool(ctx, yes, "ops-restart", map[string]any{"city": "web"}, nil)
+	if err != nil || res.IsError || !strings.Contains(text(res), "restart is sunny") {
+		t.Fatalf("approved: %+v %v", res, err)
+	}
+	no, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly(), mcpclient.WithElicitationHandler(elicitor{approve: false}))
+	res, err = callTool(ctx, no, "ops-restart", map[string]any{"city": "web"}, nil)
+	if err != nil || !res.IsError || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateDenied) {
+		t.Fatalf("refused: %+v %v", res, err)
+	}
+	// A client without elicitation is told the call awaits approval.
+	plain, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	res, err = callTool(ctx, plain, "ops-restart", map[string]any{"city": "web"}, nil)
+	if err != nil || res.Meta.AdditionalFields[mcpfront.MetaApprovalID] == nil {
+		t.Fatalf("without elicitation: %+v %v", res, err)
+	}
+}
+
+// TestAnotherAgentsSession: a session ID presented with another agent's
+// token gets nothing of the session's turn: its tools/list and its calls
+// are refused.
+func TestAnotherAgentsSession(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, err := mcpfront.New(mcpfront.Config{
+		Client: testenv.Client(t, s.url, client.Options{}),
+		Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}, "token-of-ops": {Agent: "ops"}},
+		Logger: testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	c, _ := connect(t, hs.URL, bearer(), mcpclient.WithLegacyProtocolOnly())
+	if _, err := callTool(testenv.Context(t), c, "demo-echo", map[string]any{"text": "mine"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	intruder, _ := connect(t, hs.URL, map[string]string{"Authorization": "Bearer token-of-ops"}, mcpclient.WithLegacyProtocolOnly())
+	if _, err := intruder.ListTools(testenv.Context(t), mcp.ListToolsRequest{}); err != nil {
+		t.Fatalf("ops in its own session: %v", err)
+	}
+	session := c.GetSessionId()
+	if e := rpcAs(t, hs.URL, "token-of-ops", session, "tools/list", map[string]any{}, nil); e == nil || !strings.Contains(e.Message, "conflict") {
+		t.Fatalf("another agent's session listed: %+v", e)
+	}
+	var res mcp.CallToolResult
+	if e := rpcAs(t, hs.URL, "token-of-ops", session, "tools/call", map[string]any{"name": "demo-echo", "arguments": map[string]any{"text": "theirs"}}, &res); e != nil {
+		t.Fatalf("tools/call: %+v", e)
+	}
+	if !res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCode] != "conflict" {
+		t.Fatalf("another agent's session called: %+v", res)
+	}
+}
+
+// TestGuards: a request from a foreign origin, one naming a foreign host on
+// a loopback listener, and a body over the limit are refused.
+func TestGuards(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, err := mcpfront.New(mcpfront.Config{
+		Client:          testenv.Client(t, s.url, client.Options{}),
+		Agent:           "analyst",
+		AllowedOrigins:  []string{"https://app.example"},
+		MaxRequestBytes: 1 << 10,
+		Logger:          testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	post := func(body string, headers map[string]string, host string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	if got := post(initialize, nil, ""); got != http.StatusOK {
+		t.Fatalf("a loopback client without a token: %d", got)
+	}
+	if got := post(initialize, map[string]string{"Origin": "https://app.example"}, ""); got != http.StatusOK {
+		t.Errorf("an allowed origin: %d", got)
+	}
+	if got := post(initialize, map[string]string{"Origin": "https://evil.example"}, ""); got != http.StatusForbidden {
+		t.Errorf("a foreign origin: %d", got)
+	}
+	if got := post(initialize, nil, "evil.example"); got != http.StatusForbidden {
+		t.Errorf("a foreign host on loopback: %d", got)
+	}
+	big := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"pad":"` + strings.Repeat("x", 2<<10) + `"}}}`
+	if got := post(big, nil, ""); got == http.StatusOK {
+		t.Errorf("a body over the limit: %d", got)
+	}
+}
+
+func TestParseTokens(t *testing.T) {
+	got, err := mcpfront.ParseTokens("a1=support, b2=analyst,")
+	if err != nil || len(got) != 2 || got["a1"].Agent != "support" || got["b2"].Agent != "analyst" {
+		t.Fatalf("%v %v", got, err)
+	}
+	for _, bad := range []string{"a1", "=support", "a1="} {
+		if _, err := mcpfront.ParseTokens(bad); !errors.Is(err, mcpfront.ErrConfig) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	writeFile(t, path, "tokens:\n  t0k3n: {agent: support}\n")
+	if got, err := mcpfront.LoadTokens(path); err != nil || got["t0k3n"].Agent != "support" {
+		t.Fatalf("%v %v", got, err)
+	}
+}

@@ -1,0 +1,63 @@
+package mcpfront
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// errSessionID is the error of a session ID that no front issued.
+var errSessionID = errors.New("not a Toolbus MCP session ID")
+
+// sessionResolver names HTTP sessions. A session's ID is "<random>.<turn>":
+// the turn is read back from the ID by whichever front the session's next
+// request reaches, and the turn's state lives with the coordinator, so no
+// front keeps anything about a session. The random part keeps two sessions
+// of one turn apart. A turn belongs to the first agent that names it, so an
+// ID presented with another agent's token gets that agent nothing of the
+// turn: the coordinator refuses it.
+type sessionResolver struct{}
+
+func (sessionResolver) ResolveSessionIdManager(r *http.Request) server.SessionIdManager {
+	m := sessionIDs{}
+	if r != nil {
+		m.turn = r.Header.Get(TurnHeader)
+	}
+	return m
+}
+
+// sessionIDs issues a session ID for the turn an initialize request named
+// in its Toolbus-Turn header, or for a new turn.
+type sessionIDs struct{ turn string }
+
+func (m sessionIDs) Generate() string {
+	turn := m.turn
+	if messages.ValidateID("turn", turn) != nil {
+		turn = newTurn()
+	}
+	return nuid.Next() + "." + turn
+}
+
+func (sessionIDs) Validate(sessionID string) (bool, error) {
+	if _, ok := turnOfSession(sessionID); !ok {
+		return false, errSessionID
+	}
+	return false, nil
+}
+
+// Terminate accepts a DELETE; the turn stays with the coordinator, and an
+// ID is valid for as long as its turn is kept.
+func (sessionIDs) Terminate(string) (bool, error) { return false, nil }
+
+func turnOfSession(sessionID string) (string, bool) {
+	random, turn, ok := strings.Cut(sessionID, ".")
+	if !ok || len(random) != 22 || messages.ValidateID("session", random) != nil || messages.ValidateID("turn", turn) != nil {
+		return "", false
+	}
+	return turn, true
+}

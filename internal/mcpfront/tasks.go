@@ -1,0 +1,227 @@
+package mcpfront
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// taskPollInterval is the poll interval a task suggests to its client.
+const taskPollInterval = int64(1000)
+
+// taskRequest is the part of a JSON-RPC request the front reads to tell a
+// task request from the others.
+type taskRequest struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  struct {
+		TaskID    string          `json:"taskId"`
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+		Task      json.RawMessage `json:"task"`
+		Meta      *mcp.Meta       `json:"_meta"`
+	} `json:"params"`
+}
+
+// isTaskRequest reports whether a request is one the front answers from the
+// call ledger rather than through mcp-go, which keeps tasks in memory: a
+// task-augmented tools/call, and tasks/get, tasks/result, tasks/list and
+// tasks/cancel. A task's ID is its Toolbus call's ID, so any front answers.
+func (r *taskRequest) isTaskRequest() bool {
+	switch mcp.MCPMethod(r.Method) {
+	case mcp.MethodTasksGet, mcp.MethodTasksResult, mcp.MethodTasksList, mcp.MethodTasksCancel:
+		return len(r.ID) > 0
+	case mcp.MethodToolsCall:
+		return len(r.ID) > 0 && len(r.Params.Task) > 0 && string(r.Params.Task) != "null"
+	}
+	return false
+}
+
+// serveTasks answers task requests over HTTP and passes the rest on.
+func (f *Front) serveTasks(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "request body: "+err.Error(), http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var req taskRequest
+		if json.Unmarshal(body, &req) != nil || !req.isTaskRequest() {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx := context.WithValue(r.Context(), headerKey{}, r.Header)
+		if turn, ok := turnOfSession(r.Header.Get(server.HeaderKeySessionID)); ok {
+			ctx = context.WithValue(ctx, sessionTurnKey{}, turn)
+		}
+		result, rpcErr := f.task(ctx, &req)
+		out := map[string]any{"jsonrpc": "2.0", "id": req.ID}
+		if rpcErr != nil {
+			out["error"] = rpcErr
+		} else {
+			out["result"] = result
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+}
+
+type rpcError struct {
+	Code    int            `json:"code"`
+	Message string         `json:"message"`
+	Data    map[string]any `json:"data,omitempty"`
+}
+
+func taskNotFound(id string) *rpcError {
+	return &rpcError{Code: mcp.INVALID_PARAMS, Message: "no task " + id}
+}
+
+func (f *Front) task(ctx context.Context, req *taskRequest) (any, *rpcError) {
+	agent := agentOf(ctx)
+	if mcp.MCPMethod(req.Method) == mcp.MethodToolsCall {
+		return f.createTask(ctx, req)
+	}
+	if mcp.MCPMethod(req.Method) == mcp.MethodTasksList {
+		turn := turnOf(ctx, req.Params.Meta)
+		tasks := []mcp.Task{}
+		if turn == "" {
+			return mcp.ListTasksResult{Tasks: tasks}, nil
+		}
+		info, err := f.cfg.Client.Turn(ctx, turn)
+		if err != nil {
+			if messages.CodeOf(err) == messages.CodeTurnNotFound {
+				return mcp.ListTasksResult{Tasks: tasks}, nil
+			}
+			return nil, busError(err)
+		}
+		for i := range info.Calls {
+			if info.Calls[i].Agent == agent {
+				tasks = append(tasks, taskOf(&info.Calls[i]))
+			}
+		}
+		return mcp.ListTasksResult{Tasks: tasks}, nil
+	}
+	id := req.Params.TaskID
+	if messages.ValidateID("task", id) != nil {
+		return nil, taskNotFound(id)
+	}
+	info, err := f.cfg.Client.Get(ctx, id)
+	if err != nil || info.Agent != agent {
+		if err == nil || messages.CodeOf(err) == messages.CodeCallNotFound || messages.CodeOf(err) == messages.CodeForbidden {
+			return nil, taskNotFound(id)
+		}
+		return nil, busError(err)
+	}
+	switch mcp.MCPMethod(req.Method) {
+	case mcp.MethodTasksGet:
+		return taskOf(info), nil
+	case mcp.MethodTasksCancel:
+		if info.Result != nil {
+			return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "task " + id + " has ended: " + string(info.State)}
+		}
+		if _, err := f.cfg.Client.Cancel(ctx, id, "cancelled by the MCP client"); err != nil {
+			return nil, busError(err)
+		}
+		if info, err = f.cfg.Client.Get(ctx, id); err != nil {
+			return nil, busError(err)
+		}
+		t := taskOf(info)
+		if !t.Status.IsTerminal() {
+			t.Status, t.StatusMessage = mcp.TaskStatusCancelled, "cancellation requested"
+		}
+		return t, nil
+	}
+	res := info.Result
+	if res == nil {
+		if res, err = f.cfg.Client.Wait(ctx, id); err != nil {
+			return nil, busError(err)
+		}
+	}
+	out := toolResult(res)
+	out.Meta.AdditionalFields[mcp.RelatedTaskMetaKey] = map[string]any{"taskId": id}
+	return out, nil
+}
+
+// createTask submits a task-augmented tools/call and answers at once with
+// the call's ID as the task's.
+func (f *Front) createTask(ctx context.Context, req *taskRequest) (any, *rpcError) {
+	args := req.Params.Arguments
+	if len(args) == 0 || string(args) == "null" {
+		args = []byte("{}")
+	}
+	reply, err := f.cfg.Client.Submit(ctx, messages.SubmitRequest{Tool: req.Params.Name, Arguments: messages.JSON(args), Agent: agentOf(ctx), Turn: turnOf(ctx, req.Params.Meta)})
+	if err != nil {
+		return nil, busError(err)
+	}
+	info := &messages.CallInfo{CallID: reply.CallID, State: reply.State, Approval: reply.Approval, Result: reply.Result, QueuedAt: time.Now()}
+	return mcp.CreateTaskResult{Task: taskOf(info)}, nil
+}
+
+// busError is a refusal as a JSON-RPC error: -32602 for a tool that does
+// not exist or arguments that do not fit, -32603 otherwise, with the
+// Toolbus code in data.
+func busError(err error) *rpcError {
+	code := messages.CodeOf(err)
+	e := &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error(), Data: map[string]any{MetaCode: string(code)}}
+	switch code {
+	case messages.CodeToolNotFound, messages.CodeInvalidArguments, messages.CodeInvalidName, messages.CodeNotAdmitted:
+		e.Code = mcp.INVALID_PARAMS
+	}
+	var refusal *messages.Error
+	if errors.As(err, &refusal) && len(refusal.Details) > 0 {
+		e.Data[MetaDetails] = refusal.Details
+	}
+	return e
+}
+
+// taskOf is a call as an MCP task.
+func taskOf(info *messages.CallInfo) mcp.Task {
+	created := info.QueuedAt
+	if created.IsZero() {
+		created = time.Now()
+	}
+	updated := created
+	poll := taskPollInterval
+	t := mcp.Task{TaskId: info.CallID, Status: mcp.TaskStatusWorking, PollInterval: &poll}
+	switch {
+	case info.Result != nil:
+		updated = info.Result.FinishedAt
+		switch info.Result.Status {
+		case messages.StateCompleted:
+			t.Status = mcp.TaskStatusCompleted
+		case messages.StateCancelled:
+			t.Status = mcp.TaskStatusCancelled
+		default:
+			t.Status = mcp.TaskStatusFailed
+		}
+		if info.Result.Error != nil {
+			t.StatusMessage = info.Result.Error.Message
+		}
+	case info.State == messages.StateAwaitingApproval && info.Approval != nil:
+		t.Status = mcp.TaskStatusInputRequired
+		t.StatusMessage = awaitingApproval(info.CallID, info.Approval).Content[0].(mcp.TextContent).Text
+	case info.Progress != nil && info.Progress.Message != "":
+		t.StatusMessage = info.Progress.Message
+	}
+	t.CreatedAt = created.UTC().Format(time.RFC3339Nano)
+	if updated.IsZero() {
+		updated = created
+	}
+	t.LastUpdatedAt = updated.UTC().Format(time.RFC3339Nano)
+	return t
+}

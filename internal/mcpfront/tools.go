@@ -1,0 +1,362 @@
+package mcpfront
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// cancelTimeout bounds the calls.cancel sent when a client cancels a call.
+const cancelTimeout = 10 * time.Second
+
+// visibleTools is tools.list for the request's agent and turn, as MCP tools.
+func (f *Front) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, error) {
+	reply, err := f.cfg.Client.ListTools(ctx, messages.ListToolsRequest{Agent: agentOf(ctx), Turn: turn, Format: "mcp"})
+	if err != nil {
+		return nil, err
+	}
+	tools := make([]mcp.Tool, 0, len(reply.Schemas))
+	for _, schema := range reply.Schemas {
+		var t mcp.Tool
+		if err := json.Unmarshal(schema, &t); err != nil {
+			return nil, fmt.Errorf("tool schema: %w", err)
+		}
+		// The schema is passed as tools.list wrote it.
+		var raw struct {
+			InputSchema json.RawMessage `json:"inputSchema"`
+		}
+		if json.Unmarshal(schema, &raw) == nil && len(raw.InputSchema) > 0 {
+			t.InputSchema = mcp.ToolInputSchema{}
+			t.RawInputSchema = raw.InputSchema
+		}
+		tools = append(tools, t)
+	}
+	f.register(tools)
+	if server.ServerFromContext(ctx) == f.mcp {
+		// Over HTTP a call may be made a task.
+		for i := range tools {
+			tools[i].Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
+		}
+	}
+	return tools, nil
+}
+
+// register makes mcp-go dispatch calls of the named tools to the bus.
+// mcp-go tells its sessions that the list changed when a name is
+// registered; that happens once per name in the life of a front.
+func (f *Front) register(tools []mcp.Tool) {
+	var fresh []server.ServerTool
+	for _, t := range tools {
+		if _, loaded := f.registered.LoadOrStore(t.Name, true); !loaded {
+			fresh = append(fresh, server.ServerTool{Tool: mcp.Tool{Name: t.Name, InputSchema: mcp.ToolInputSchema{Type: "object"}}, Handler: f.call})
+		}
+	}
+	if len(fresh) > 0 {
+		f.mcp.AddTools(fresh...)
+		f.stdio.AddTools(fresh...)
+	}
+}
+
+// listRequest asks tools.list for a tools/list request before mcp-go
+// handles it, so that a refusal (another agent's turn, no coordinator) is
+// the request's JSON-RPC error (-32600, invalid request): mcp-go's hooks
+// after the list cannot fail it. The tools wait in f.lists for
+// afterListTools.
+func (f *Front) listRequest(ctx context.Context, id any, message any) error {
+	raw, ok := message.(json.RawMessage)
+	if !ok {
+		return nil
+	}
+	var req struct {
+		Method string `json:"method"`
+		Params struct {
+			Meta *mcp.Meta `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(raw, &req) != nil || req.Method != string(mcp.MethodToolsList) {
+		return nil
+	}
+	turn := turnOf(ctx, req.Params.Meta)
+	tools, err := f.visibleTools(ctx, turn)
+	if err != nil {
+		return fmt.Errorf("tools.list: %w", err)
+	}
+	f.lists.Store(listKey(ctx, turn, id), tools)
+	return nil
+}
+
+// listKey names a tools/list request. Two requests with one key are of the
+// same agent and turn, whose lists are the same.
+func listKey(ctx context.Context, turn string, id any) string {
+	session := ""
+	if s := server.ClientSessionFromContext(ctx); s != nil {
+		session = s.SessionID()
+	}
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%v", agentOf(ctx), turn, session, id)
+}
+
+// listFailed drops the tools kept for a tools/list request that mcp-go
+// failed after listRequest (an invalid cursor), which afterListTools does
+// not see.
+func (f *Front) listFailed(ctx context.Context, id any, method mcp.MCPMethod, message any, _ error) {
+	if req, ok := message.(*mcp.ListToolsRequest); ok && method == mcp.MethodToolsList {
+		f.lists.Delete(listKey(ctx, turnOf(ctx, req.Params.Meta), id))
+	}
+}
+
+// afterListTools answers tools/list with the turn's tools, whatever mcp-go
+// holds.
+func (f *Front) afterListTools(ctx context.Context, id any, req *mcp.ListToolsRequest, result *mcp.ListToolsResult) {
+	turn := turnOf(ctx, req.Params.Meta)
+	var tools []mcp.Tool
+	if listed, ok := f.lists.LoadAndDelete(listKey(ctx, turn, id)); ok {
+		tools = listed.([]mcp.Tool)
+	} else {
+		var err error
+		if tools, err = f.visibleTools(ctx, turn); err != nil {
+			f.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
+			tools = []mcp.Tool{}
+		}
+	}
+	result.Tools, result.NextCursor = tools, ""
+}
+
+// beforeCallTool registers a tool that the session sees but this front has
+// not dispatched yet (a session that listed its tools on another front). A
+// tool the session does not see stays unregistered, and mcp-go answers the
+// call with the JSON-RPC error for an unknown tool.
+func (f *Front) beforeCallTool(ctx context.Context, _ any, req *mcp.CallToolRequest) {
+	if _, ok := f.registered.Load(req.Params.Name); ok {
+		return
+	}
+	if _, err := f.visibleTools(ctx, turnOf(ctx, req.Params.Meta)); err != nil {
+		f.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
+	}
+}
+
+// call runs a tools/call as a durable Toolbus call.
+func (f *Front) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	args, err := json.Marshal(req.Params.Arguments)
+	if err != nil || req.Params.Arguments == nil {
+		args = []byte("{}")
+	}
+	turn := turnOf(ctx, req.Params.Meta)
+	reply, err := f.cfg.Client.Submit(ctx, messages.SubmitRequest{Tool: req.Params.Name, Arguments: args, Agent: agentOf(ctx), Turn: turn})
+	if err != nil {
+		var refusal *messages.Error
+		if errors.As(err, &refusal) {
+			return refused(refusal), nil
+		}
+		return nil, err
+	}
+	if reply.State == messages.StateAwaitingApproval && reply.Approval != nil {
+		if reply.Approval.Mode != "prompt" || !f.elicit(ctx, reply.Approval) {
+			return awaitingApproval(reply.CallID, reply.Approval), nil
+		}
+	}
+	res := reply.Result
+	if res == nil {
+		if res, err = f.follow(ctx, req, reply.CallID); err != nil {
+			return nil, err
+		}
+	}
+	if !res.IsError && toolNamespace(req.Params.Name) == discoveryNamespace && turn != "" {
+		// What the turn sees has changed: its discovery page is saved.
+		if err := server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationToolsListChanged), nil); err != nil {
+			f.log.Debug("list_changed not sent", "error", err)
+		}
+	}
+	return toolResult(res), nil
+}
+
+// elicit asks the user, through MCP elicitation, to answer an approval in
+// prompt mode, and passes the answer on (approvals.answer). It reports
+// false when the client could not be asked (it does not support
+// elicitation, or the transport cannot carry the request), and the call
+// is then answered as awaiting approval.
+func (f *Front) elicit(ctx context.Context, a *messages.Approval) bool {
+	message := fmt.Sprintf("Allow the call of %s?", a.Tool)
+	if a.Reason != "" {
+		message += " " + a.Reason + "."
+	}
+	if len(a.Arguments) > 0 {
+		message += " Arguments: " + string(a.Arguments)
+	}
+	srv := server.ServerFromContext(ctx)
+	if srv == nil {
+		return false
+	}
+	answer, err := srv.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
+		Message: message,
+		RequestedSchema: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"approve": map[string]any{"type": "boolean", "title": "Approve", "description": "Run the call"},
+			},
+			"required": []string{"approve"},
+		},
+	}})
+	if err != nil {
+		f.log.Debug("elicitation not possible", "approval_id", a.ApprovalID, "error", err)
+		return false
+	}
+	decision, reason := messages.DecisionDeny, "the user declined"
+	if answer.Action == mcp.ElicitationResponseActionAccept {
+		if content, ok := answer.Content.(map[string]any); ok && content["approve"] == true {
+			decision, reason = messages.DecisionApprove, "the user approved"
+		}
+	}
+	if answer.Action == mcp.ElicitationResponseActionCancel {
+		// The user dismissed the question: the approval stays pending.
+		return false
+	}
+	if _, err := f.cfg.Client.Answer(ctx, messages.DecideRequest{ApprovalID: a.ApprovalID, Decision: decision, Reason: reason, By: agentOf(ctx)}); err != nil {
+		f.log.Warn("approval answer failed", "approval_id", a.ApprovalID, "error", err)
+		return false
+	}
+	return true
+}
+
+// follow waits for the call's result, sending its progress events as
+// progress notifications when the request has a progress token. A client
+// that cancels the request cancels the call (see cancels).
+func (f *Front) follow(ctx context.Context, req mcp.CallToolRequest, callID string) (*messages.CallResult, error) {
+	var token mcp.ProgressToken
+	if req.Params.Meta != nil {
+		token = req.Params.Meta.ProgressToken
+	}
+	for ev, err := range f.cfg.Client.Watch(ctx, callID) {
+		if err != nil {
+			if f.cancels(ctx) {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+				defer cancel()
+				if _, cerr := f.cfg.Client.Cancel(cctx, callID, "cancelled by the MCP client"); cerr != nil {
+					f.log.Warn("cancel failed", "call_id", callID, "error", cerr)
+				}
+			}
+			return nil, err
+		}
+		switch {
+		case ev.Result != nil:
+			return ev.Result, nil
+		case ev.Progress != nil && token != nil:
+			params := map[string]any{"progressToken": token, "progress": ev.Progress.Progress}
+			if ev.Progress.Total > 0 {
+				params["total"] = ev.Progress.Total
+			}
+			if ev.Progress.Message != "" {
+				params["message"] = ev.Progress.Message
+			}
+			if err := server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), params); err != nil {
+				f.log.Debug("progress not sent", "call_id", callID, "error", err)
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("the events of call %s ended without a result", callID)
+}
+
+func toolNamespace(tool string) string {
+	name, err := messages.ParseToolName(tool)
+	if err != nil {
+		return ""
+	}
+	return name.Namespace
+}
+
+// refused is the result of a call the coordinator refused: a tool result
+// with isError and the Toolbus code in _meta, so that the model reads why.
+func refused(e *messages.Error) *mcp.CallToolResult {
+	text := e.Error()
+	if len(e.Details) > 0 {
+		text += "\n- " + strings.Join(e.Details, "\n- ")
+	}
+	meta := map[string]any{MetaCode: string(e.Code)}
+	if len(e.Details) > 0 {
+		meta[MetaDetails] = e.Details
+	}
+	return &mcp.CallToolResult{
+		Result:  mcp.Result{Meta: &mcp.Meta{AdditionalFields: meta}},
+		Content: []mcp.Content{mcp.TextContent{Type: "text", Text: text}},
+		IsError: true,
+	}
+}
+
+// awaitingApproval is the result of a call held for an approval: it has
+// not run; the text names the approval to answer.
+func awaitingApproval(callID string, a *messages.Approval) *mcp.CallToolResult {
+	text := fmt.Sprintf("The call of %s awaits approval %s (%s mode) and has not run yet.", a.Tool, a.ApprovalID, a.Mode)
+	if a.Reason != "" {
+		text += " Reason: " + a.Reason + "."
+	}
+	if a.Mode == "prompt" {
+		text += " The user answers it (approvals.answer); the call runs once approved."
+	} else {
+		text += " An operator decides it; the call runs once approved."
+	}
+	return &mcp.CallToolResult{
+		Result: mcp.Result{Meta: &mcp.Meta{AdditionalFields: map[string]any{
+			MetaCallID: callID, MetaState: string(messages.StateAwaitingApproval), MetaApprovalID: a.ApprovalID,
+		}}},
+		Content: []mcp.Content{mcp.TextContent{Type: "text", Text: text}},
+	}
+}
+
+// toolResult carries a call's result as MCP has it: every block as it is
+// (a json block as text), structured content, isError; the call ID, and
+// the Toolbus code of an error, in _meta.
+func toolResult(res *messages.CallResult) *mcp.CallToolResult {
+	meta := map[string]any{MetaCallID: res.CallID, MetaState: string(res.Status)}
+	if res.IsError && res.Error != nil {
+		meta[MetaCode] = res.Error.Code
+	}
+	out := &mcp.CallToolResult{Result: mcp.Result{Meta: &mcp.Meta{AdditionalFields: meta}}, Content: []mcp.Content{}, IsError: res.IsError}
+	if len(res.StructuredContent) > 0 {
+		out.StructuredContent = json.RawMessage(res.StructuredContent)
+	}
+	for _, b := range res.Content {
+		out.Content = append(out.Content, content(b))
+	}
+	if len(out.Content) == 0 && res.IsError && res.Error != nil {
+		out.Content = append(out.Content, mcp.TextContent{Type: "text", Text: res.Error.Message})
+	}
+	return out
+}
+
+func content(b messages.ContentBlock) mcp.Content {
+	var annotated mcp.Annotated
+	if a := b.Annotations; a != nil {
+		raw, _ := json.Marshal(a)
+		var ann mcp.Annotations
+		if json.Unmarshal(raw, &ann) == nil {
+			annotated.Annotations = &ann
+		}
+	}
+	switch b.Type {
+	case messages.ContentImage:
+		return mcp.ImageContent{Annotated: annotated, Type: "image", Data: base64.StdEncoding.EncodeToString(b.Data), MIMEType: b.MIMEType}
+	case messages.ContentAudio:
+		return mcp.AudioContent{Annotated: annotated, Type: "audio", Data: base64.StdEncoding.EncodeToString(b.Data), MIMEType: b.MIMEType}
+	case messages.ContentResource:
+		if b.Text != "" || len(b.Data) == 0 {
+			return mcp.EmbeddedResource{Annotated: annotated, Type: "resource", Resource: mcp.TextResourceContents{URI: b.URI, MIMEType: b.MIMEType, Text: b.Text}}
+		}
+		return mcp.EmbeddedResource{Annotated: annotated, Type: "resource", Resource: mcp.BlobResourceContents{URI: b.URI, MIMEType: b.MIMEType, Blob: base64.StdEncoding.EncodeToString(b.Data)}}
+	case messages.ContentResourceLink:
+		return mcp.ResourceLink{Annotated: annotated, Type: "resource_link", URI: b.URI, Name: b.Name, Description: b.Description, MIMEType: b.MIMEType}
+	case messages.ContentJSON:
+		return mcp.TextContent{Annotated: annotated, Type: "text", Text: string(b.JSON)}
+	}
+	return mcp.TextContent{Annotated: annotated, Type: "text", Text: b.Text}
+}
