@@ -2,6 +2,7 @@ package workerconfig
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +60,16 @@ type MCP struct {
 	Dir        string            `yaml:"dir"`
 	URL        string            `yaml:"url"`
 	Headers    map[string]string `yaml:"headers"`
+	// Delivery and Tools set the delivery guarantee of the server's tools.
+	Delivery string                `yaml:"delivery"`
+	Tools    map[string]ToolConfig `yaml:"tools"`
+}
+
+// ToolConfig is what a source's configuration says of one of its tools,
+// named by the source's name for it or by its method.
+type ToolConfig struct {
+	// Delivery is at_least_once or at_most_once (see messages.Delivery).
+	Delivery string `yaml:"delivery"`
 }
 
 // OpenAPI is an HTTP API described by an OpenAPI 3 document.
@@ -68,6 +79,9 @@ type OpenAPI struct {
 	BaseURL string            `yaml:"base_url"`
 	Auth    *Auth             `yaml:"auth"`
 	Headers map[string]string `yaml:"headers"`
+	// Delivery and Tools set the delivery guarantee of the API's operations.
+	Delivery string                `yaml:"delivery"`
+	Tools    map[string]ToolConfig `yaml:"tools"`
 }
 
 // Auth names the environment variables holding an API's credentials.
@@ -351,6 +365,7 @@ func (c *Config) validateSource(v *validator, at []any, s *Source, names map[str
 				v.add(append(at, "inherit_env", i), "%q is not an environment variable name", k)
 			}
 		}
+		validateDelivery(v, at, m.Delivery, m.Tools)
 	case s.OpenAPI != nil:
 		o := s.OpenAPI
 		at := append(at, "openapi")
@@ -371,7 +386,91 @@ func (c *Config) validateSource(v *validator, at []any, s *Source, names map[str
 				v.add(append(at, "auth"), "%v", err)
 			}
 		}
+		validateDelivery(v, at, o.Delivery, o.Tools)
 	}
+}
+
+// validateDelivery checks a source's delivery and the deliveries of its tools.
+func validateDelivery(v *validator, at []any, delivery string, tools map[string]ToolConfig) {
+	if delivery != "" {
+		if _, err := messages.ParseDelivery(delivery); err != nil {
+			v.add(append(at, "delivery"), "%v", err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(tools)) {
+		switch d := tools[name].Delivery; {
+		case name == "":
+			v.add(append(at, "tools"), "a tool needs a name")
+		case d == "":
+			v.add(append(at, "tools", name, "delivery"), "required: at_least_once or at_most_once")
+		default:
+			if _, err := messages.ParseDelivery(d); err != nil {
+				v.add(append(at, "tools", name, "delivery"), "%v", err)
+			}
+		}
+	}
+}
+
+// deliveries is what a source's configuration says of its tools'
+// delivery guarantees: one for all of them, and one per tool.
+type deliveries struct {
+	all   messages.Delivery
+	tools map[string]messages.Delivery
+}
+
+func deliveriesOf(all string, tools map[string]ToolConfig) deliveries {
+	d := deliveries{all: messages.Delivery(all)}
+	if len(tools) > 0 {
+		d.tools = make(map[string]messages.Delivery, len(tools))
+		for name, tc := range tools {
+			d.tools[name] = messages.Delivery(tc.Delivery)
+		}
+	}
+	return d
+}
+
+// wrap returns src, or src with the configured deliveries when there are any.
+func (d deliveries) wrap(src worker.Source) worker.Source {
+	if d.all == "" && len(d.tools) == 0 {
+		return src
+	}
+	return &deliverySource{Source: src, deliveries: d}
+}
+
+// of is the configured delivery of a tool, or "" to keep the source's.
+func (d deliveries) of(def *messages.ToolDefinition) messages.Delivery {
+	if v, ok := d.tools[def.Method]; ok {
+		return v
+	}
+	if v, ok := d.tools[def.OriginalName]; ok && def.OriginalName != "" {
+		return v
+	}
+	return d.all
+}
+
+// deliverySource is a source whose tools get the configured deliveries,
+// in every list it reports.
+type deliverySource struct {
+	worker.Source
+	deliveries deliveries
+}
+
+func (s *deliverySource) Start(ctx context.Context, update func([]worker.Tool)) ([]worker.Tool, error) {
+	tools, err := s.Source.Start(ctx, func(tools []worker.Tool) { update(s.apply(tools)) })
+	return s.apply(tools), err
+}
+
+func (s *deliverySource) apply(tools []worker.Tool) []worker.Tool {
+	if tools == nil {
+		return nil
+	}
+	out := slices.Clone(tools)
+	for i := range out {
+		if d := s.deliveries.of(&out[i].Definition); d != "" {
+			out[i].Definition.Delivery = d
+		}
+	}
+	return out
 }
 
 func (a *Auth) options() openapi.Auth {
@@ -413,7 +512,7 @@ func (c *Config) WorkerNamespaces(log *slog.Logger) ([]worker.Namespace, error) 
 				if err != nil {
 					return nil, fmt.Errorf("%s: namespace %s: %w", c.file, ns.Name, err)
 				}
-				wns.Sources = append(wns.Sources, src)
+				wns.Sources = append(wns.Sources, deliveriesOf(s.MCP.Delivery, s.MCP.Tools).wrap(src))
 			case s.OpenAPI != nil:
 				headers, err := c.headers(ns.Name, "openapi", s.OpenAPI.Name, s.OpenAPI.Headers)
 				if err != nil {
@@ -431,7 +530,7 @@ func (c *Config) WorkerNamespaces(log *slog.Logger) ([]worker.Namespace, error) 
 				if err != nil {
 					return nil, fmt.Errorf("%s: namespace %s: %w", c.file, ns.Name, err)
 				}
-				wns.Sources = append(wns.Sources, src)
+				wns.Sources = append(wns.Sources, deliveriesOf(s.OpenAPI.Delivery, s.OpenAPI.Tools).wrap(src))
 			}
 		}
 		out = append(out, wns)
