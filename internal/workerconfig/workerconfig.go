@@ -429,12 +429,16 @@ func deliveriesOf(all string, tools map[string]ToolConfig) deliveries {
 	return d
 }
 
-// wrap returns src, or src with the configured deliveries when there are any.
-func (d deliveries) wrap(src worker.Source) worker.Source {
+// wrap returns src, or src with the configured deliveries when there are
+// any; log hears of tools named in the configuration that src lacks.
+func (d deliveries) wrap(src worker.Source, log *slog.Logger) worker.Source {
 	if d.all == "" && len(d.tools) == 0 {
 		return src
 	}
-	return &deliverySource{Source: src, deliveries: d}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &deliverySource{Source: src, deliveries: d, log: log}
 }
 
 // of is the configured delivery of a tool, or "" to keep the source's.
@@ -453,6 +457,7 @@ func (d deliveries) of(def *messages.ToolDefinition) messages.Delivery {
 type deliverySource struct {
 	worker.Source
 	deliveries deliveries
+	log        *slog.Logger
 }
 
 func (s *deliverySource) Start(ctx context.Context, update func([]worker.Tool)) ([]worker.Tool, error) {
@@ -465,9 +470,17 @@ func (s *deliverySource) apply(tools []worker.Tool) []worker.Tool {
 		return nil
 	}
 	out := slices.Clone(tools)
+	named := make(map[string]bool, len(s.deliveries.tools))
 	for i := range out {
-		if d := s.deliveries.of(&out[i].Definition); d != "" {
-			out[i].Definition.Delivery = d
+		def := &out[i].Definition
+		if d := s.deliveries.of(def); d != "" {
+			def.Delivery = d
+		}
+		named[def.Method], named[def.OriginalName] = true, true
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.deliveries.tools)) {
+		if !named[name] {
+			s.log.Warn("the configuration sets the delivery of a tool the source does not list", "source", s.Name(), "tool", name)
 		}
 	}
 	return out
@@ -512,7 +525,7 @@ func (c *Config) WorkerNamespaces(log *slog.Logger) ([]worker.Namespace, error) 
 				if err != nil {
 					return nil, fmt.Errorf("%s: namespace %s: %w", c.file, ns.Name, err)
 				}
-				wns.Sources = append(wns.Sources, deliveriesOf(s.MCP.Delivery, s.MCP.Tools).wrap(src))
+				wns.Sources = append(wns.Sources, deliveriesOf(s.MCP.Delivery, s.MCP.Tools).wrap(src, log))
 			case s.OpenAPI != nil:
 				headers, err := c.headers(ns.Name, "openapi", s.OpenAPI.Name, s.OpenAPI.Headers)
 				if err != nil {
@@ -530,7 +543,7 @@ func (c *Config) WorkerNamespaces(log *slog.Logger) ([]worker.Namespace, error) 
 				if err != nil {
 					return nil, fmt.Errorf("%s: namespace %s: %w", c.file, ns.Name, err)
 				}
-				wns.Sources = append(wns.Sources, deliveriesOf(s.OpenAPI.Delivery, s.OpenAPI.Tools).wrap(src))
+				wns.Sources = append(wns.Sources, deliveriesOf(s.OpenAPI.Delivery, s.OpenAPI.Tools).wrap(src, log))
 			}
 		}
 		out = append(out, wns)

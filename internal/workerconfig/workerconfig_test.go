@@ -249,7 +249,7 @@ namespaces:
 		{Definition: messages.ToolDefinition{Method: "list_files", Delivery: messages.DeliveryAtMostOnce}},
 		{Definition: messages.ToolDefinition{Method: "files_read_601e4e", OriginalName: "files.read"}},
 	}
-	src := deliveriesOf(m.Delivery, m.Tools).wrap(&toolsSource{tools: tools})
+	src := deliveriesOf(m.Delivery, m.Tools).wrap(&toolsSource{tools: tools}, nil)
 	got, err := src.Start(context.Background(), func([]worker.Tool) {})
 	if err != nil {
 		t.Fatal(err)
