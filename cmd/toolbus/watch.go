@@ -139,9 +139,13 @@ func eventLine(ev *messages.CallEvent) string {
 	case messages.EventApproval:
 		return "waiting for an approval"
 	case messages.EventResult:
-		if ev.Result != nil {
-			return string(ev.Result.Status)
+		if ev.Result == nil {
+			return ""
 		}
+		if ev.Result.Error != nil {
+			return fmt.Sprintf("%s (%s)", ev.Result.Status, ev.Result.Error.Code)
+		}
+		return string(ev.Result.Status)
 	}
 	return ""
 }

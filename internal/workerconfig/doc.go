@@ -30,6 +30,9 @@
 //	          base_url: https://petstore.example.com/v1
 //	          auth: {bearer_env: PETSTORE_TOKEN}
 //	          headers: {X-Tenant: "${TENANT}"}
+//	          delivery: at_least_once      # every operation's delivery guarantee
+//	          tools:                       # one tool's, by its source name or method
+//	            deletePet: {delivery: at_most_once}
 //	          # or: auth: {api_key_env: PETSTORE_KEY, header: X-API-Key}
 //	          # or: auth: {api_key_env: PETSTORE_KEY, query: api_key}
 //
@@ -47,6 +50,12 @@
 // without its trailing newline. They are read when the worker starts; an
 // unset variable or an unreadable file stops it with an error naming the
 // file, the namespace, the source and the header.
+//
+// An mcp or openapi source may set delivery, at_least_once or at_most_once,
+// for all its tools, and tools.<name>.delivery for one of them, named as
+// the source names it or by its method; the tool's own wins, and either
+// wins over what the source says (an MCP server's hints, a destructive
+// tag). See messages.Delivery.
 //
 // Decoding is strict: an unknown field is an error. Every problem is a
 // *Error naming the file, the line where known, and the field, as in

@@ -50,7 +50,11 @@ type Source struct {
 
 // MCP is an MCP server.
 type MCP struct {
-	Name       string            `yaml:"name"`
+	Name string `yaml:"name"`
+	// Delivery and Tools set the delivery guarantee of the server's tools.
+	Delivery string                `yaml:"delivery"`
+	Tools    map[string]ToolConfig `yaml:"tools"`
+
 	Transport  string            `yaml:"transport"`
 	Command    string            `yaml:"command"`
 	Args       []string          `yaml:"args"`
@@ -69,6 +73,9 @@ type OpenAPI struct {
 	BaseURL string            `yaml:"base_url"`
 	Auth    *Auth             `yaml:"auth"`
 	Headers map[string]string `yaml:"headers"`
+	// Delivery and Tools set the delivery guarantee of the API's operations.
+	Delivery string                `yaml:"delivery"`
+	Tools    map[string]ToolConfig `yaml:"tools"`
 }
 
 // Auth names the environment variables holding an API's credentials.
@@ -357,6 +364,7 @@ func (c *Config) validateSource(v *validator, at []any, s *Source, names map[str
 				v.add(append(at, "inherit_env", i), "%q is not an environment variable name", k)
 			}
 		}
+		validateDelivery(v, at, m.Delivery, m.Tools)
 	case s.OpenAPI != nil:
 		o := s.OpenAPI
 		at := append(at, "openapi")
@@ -377,6 +385,7 @@ func (c *Config) validateSource(v *validator, at []any, s *Source, names map[str
 				v.add(append(at, "auth"), "%v", err)
 			}
 		}
+		validateDelivery(v, at, o.Delivery, o.Tools)
 	}
 }
 
@@ -419,7 +428,7 @@ func (c *Config) WorkerNamespaces(log *slog.Logger) ([]worker.Namespace, error) 
 				if err != nil {
 					return nil, fmt.Errorf("%s: namespace %s: %w", c.file, ns.Name, err)
 				}
-				wns.Sources = append(wns.Sources, src)
+				wns.Sources = append(wns.Sources, deliveriesOf(s.MCP.Delivery, s.MCP.Tools).wrap(src, log))
 			case s.OpenAPI != nil:
 				headers, err := c.headers(ns.Name, "openapi", s.OpenAPI.Name, s.OpenAPI.Headers)
 				if err != nil {
@@ -437,7 +446,7 @@ func (c *Config) WorkerNamespaces(log *slog.Logger) ([]worker.Namespace, error) 
 				if err != nil {
 					return nil, fmt.Errorf("%s: namespace %s: %w", c.file, ns.Name, err)
 				}
-				wns.Sources = append(wns.Sources, src)
+				wns.Sources = append(wns.Sources, deliveriesOf(s.OpenAPI.Delivery, s.OpenAPI.Tools).wrap(src, log))
 			}
 		}
 		out = append(out, wns)

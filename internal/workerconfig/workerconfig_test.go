@@ -127,6 +127,27 @@ namespaces:
           spec: api.yaml
           auth: {api_key_env: KEY}
 `, []string{"w.yaml:8: namespaces[0].sources[0].openapi.auth: an API key goes in exactly one of a header and a query parameter"}},
+		{"unknown delivery", `
+namespaces:
+  - name: x
+    sources:
+      - mcp:
+          name: s
+          command: srv
+          delivery: exactly_once
+`, []string{`w.yaml:8: namespaces[0].sources[0].mcp.delivery: unknown delivery "exactly_once": use at_least_once or at_most_once`}},
+		{"unknown tool delivery", `
+namespaces:
+  - name: x
+    sources:
+      - openapi:
+          name: api
+          spec: api.yaml
+          tools:
+            deletePet: {delivery: twice}
+            getPet: {}
+`, []string{`w.yaml:9: namespaces[0].sources[0].openapi.tools.deletePet.delivery: unknown delivery "twice"`,
+			`w.yaml:10: namespaces[0].sources[0].openapi.tools.getPet.delivery: required`}},
 		{"negative slots", `
 namespaces:
   - name: x

@@ -198,7 +198,15 @@ const (
 	ResultWorkerError    = "worker_error"
 	ResultDenied         = "denied"
 	ResultInvalidRequest = "invalid_request"
+	// ResultOutcomeUnknown ends a call of an at-most-once tool (see
+	// DeliveryAtMostOnce) whose earlier attempt started the tool and
+	// stopped before reporting: the tool may or may not have run, and is
+	// not run again.
+	ResultOutcomeUnknown = "outcome_unknown"
 )
+
+// OutcomeUnknownMessage is the message of a ResultOutcomeUnknown failure.
+const OutcomeUnknownMessage = "the tool may or may not have run: its worker stopped before reporting"
 
 // LogRetry is the level of the log event a worker stores when a tool asks
 // for another attempt (an error that wraps the worker's ErrRetry): its

@@ -1,6 +1,9 @@
 package messages
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // ToolDefinition is what the catalog knows of one tool. The catalog stores
 // it as JSON under ToolKey; the coordinator serves it in either encoding.
@@ -19,6 +22,56 @@ type ToolDefinition struct {
 	OutputSchema JSON         `json:"output_schema,omitempty"`
 	Metadata     ToolMetadata `json:"metadata"`
 	Source       ToolSource   `json:"source"`
+	// Delivery is how often a call of the tool may run: DeliveryAtLeastOnce
+	// or DeliveryAtMostOnce. A worker always fills it in, with
+	// DefaultDelivery when the tool chose none; read it with
+	// EffectiveDelivery, which applies that default to a definition
+	// written without it.
+	Delivery Delivery `json:"delivery,omitempty"`
+}
+
+// Delivery is a tool's delivery guarantee: what a call may do when the
+// worker running it stops before reporting its result.
+type Delivery string
+
+const (
+	// DeliveryAtLeastOnce runs the call again on another delivery, within
+	// the namespace's attempts: the tool may run more than once.
+	DeliveryAtLeastOnce Delivery = "at_least_once"
+	// DeliveryAtMostOnce never runs the call twice: a delivery that finds
+	// an earlier attempt started and no result ends the call failed with
+	// ResultOutcomeUnknown.
+	DeliveryAtMostOnce Delivery = "at_most_once"
+)
+
+// Valid reports whether d is one of the two guarantees.
+func (d Delivery) Valid() bool { return d == DeliveryAtLeastOnce || d == DeliveryAtMostOnce }
+
+// ParseDelivery reads a delivery guarantee by its wire name.
+func ParseDelivery(s string) (Delivery, error) {
+	if d := Delivery(s); d.Valid() {
+		return d, nil
+	}
+	return "", fmt.Errorf("unknown delivery %q: use at_least_once or at_most_once", s)
+}
+
+// DefaultDelivery is the guarantee of a tool that does not choose one:
+// at most once for a tool tagged TagDestructive (a run repeated by a
+// redelivery could destroy twice), at least once otherwise.
+func DefaultDelivery(m *ToolMetadata) Delivery {
+	if m.HasTag(TagDestructive) {
+		return DeliveryAtMostOnce
+	}
+	return DeliveryAtLeastOnce
+}
+
+// EffectiveDelivery is the tool's guarantee: Delivery, or the default for
+// its tags when Delivery is empty.
+func (d *ToolDefinition) EffectiveDelivery() Delivery {
+	if d.Delivery != "" {
+		return d.Delivery
+	}
+	return DefaultDelivery(&d.Metadata)
 }
 
 // ToolName returns the tool's canonical identity.

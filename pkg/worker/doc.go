@@ -49,7 +49,8 @@
 //     with max_attempts only if one of its deliveries started its tool (the
 //     ledger has its started event, recorded once a tool has run for
 //     StartDelay or before a call whose tool ran is handed back, or its
-//     result); otherwise it runs. Deliveries that no
+//     result; an at-most-once call fails with outcome_unknown instead);
+//     otherwise it runs. Deliveries that no
 //     worker ran (a worker that stopped or died while holding it, one that
 //     does not serve the tool) thus do not fail a call that never ran.
 //
@@ -71,6 +72,21 @@
 // A tool's own failure — an error returned by its function, or a Result with
 // IsError — is the call's answer, not a fault: it is not retried. Wrap an
 // error with [Retry] when a later attempt could succeed.
+//
+// # Tools that must not run twice
+//
+// A tool's Definition.Delivery is its guarantee. At least once (the
+// default) runs a call again when its worker stopped before reporting.
+// At most once ([AtMostOnce], [WithDelivery]; the default of a tool tagged
+// destructive) never does: before the tool runs, the worker stores the
+// call's started event and waits for the stream to acknowledge it, written
+// only if no attempt started the call before; a start that cannot be
+// stored hands the call back with its tool not run. A later delivery (the
+// worker died, lost its lease) that finds the start and no result ends the
+// call failed with code outcome_unknown, as does a worker that Stop
+// interrupts while the tool runs, and a tool that asks for another attempt
+// with [Retry]: the effects of a run that did not report are unknown, and
+// the call's caller decides what to do about them.
 //
 // Each call runs under a context that ends at the call's deadline or when
 // the call is cancelled; [context.Cause] tells which. The worker writes the

@@ -76,18 +76,23 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		Worker:   w.cfg.ID,
 		QueuedAt: req.QueuedAt,
 	}
+	w.mu.Lock()
+	tool := ns.tools[req.Method]
+	w.mu.Unlock()
+	atMostOnce := tool != nil && tool.Definition.Delivery == messages.DeliveryAtMostOnce
 	if attempt > ns.MaxAttempts {
 		if started, lastLog := w.startedBefore(log, ns.Name, req.CallID); started {
 			// This extra delivery only records the failure: the attempts were the ones before it.
 			base.Attempt = attempt - 1
-			w.finish(msg, log, ns.Name, req.Notify, failure(base, messages.StateFailed, messages.ResultAttempts, messages.ExhaustedMessage(attempt-1, lastLog)))
+			res := failure(base, messages.StateFailed, messages.ResultAttempts, messages.ExhaustedMessage(attempt-1, lastLog))
+			if atMostOnce {
+				res = outcomeUnknown(base, nil)
+			}
+			w.finish(msg, log, ns.Name, req.Notify, res)
 			end = slotRefused
 			return
 		}
 	}
-	w.mu.Lock()
-	tool := ns.tools[req.Method]
-	w.mu.Unlock()
 	if tool == nil {
 		// Another worker of the namespace may serve the tool (a rolling
 		// deploy); after MaxAttempts the call fails with a clear reason.
@@ -117,6 +122,12 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 	}
 	call := &Call{ID: req.CallID, Tool: req.Tool, Agent: req.Agent, Turn: req.Turn, Arguments: req.Arguments, Attempt: attempt, Deadline: req.Deadline}
 	f := &inflight{call: call, ns: ns, msg: msg, cancel: cancel, started: now, log: log}
+	if atMostOnce {
+		// The start is written before the tool runs (see startOnce), never
+		// by the sweep of recordStart.
+		f.startRecorded.Store(true)
+		f.startOnce.Do(func() {})
+	}
 	// Registered before the started event is stored, so that a cancel
 	// signal sent as soon as the call shows as running finds it.
 	w.track(f)
@@ -124,7 +135,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 	recordStart := func() { w.recordStart(f) }
 	base.StartedAt = now
 	if attempt > 1 {
-		snap, err := w.readBeforeRerun(ctx, log, ns.Name, req.CallID)
+		snap, err := w.readBeforeRerun(ctx, log, ns.Name, req.CallID, atMostOnce)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			res, retry := w.interrupted(base, ctx)
@@ -156,10 +167,43 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 				end = slotRefused
 				return
 			}
+			if atMostOnce && snap.Started != nil {
+				log.Warn("an earlier attempt of this at-most-once call started its tool and did not report; it is not run again",
+					"started_attempt", snap.Started.Attempt, "started_worker", snap.Started.Worker)
+				w.finish(msg, log, ns.Name, req.Notify, outcomeUnknown(base, &snap.Started.CallEvent))
+				end = slotRefused
+				return
+			}
 			// A cancellation requested while an earlier attempt ran still holds.
 			if snap.Cancel != nil {
 				w.cancelCall(req.CallID, snap.Cancel.Cancel)
 			}
+		}
+	}
+	if atMostOnce {
+		other, err := w.startOnce(ctx, f)
+		switch {
+		case other != nil:
+			log.Warn("another attempt of this at-most-once call started its tool; it is not run again",
+				"started_attempt", other.Attempt, "started_worker", other.Worker)
+			w.finish(msg, log, ns.Name, req.Notify, outcomeUnknown(base, other))
+			end = slotRefused
+			return
+		case err != nil && ctx.Err() != nil:
+			// The tool has not run: a stopping worker hands the call back.
+			res, retry := w.interrupted(base, ctx)
+			if retry {
+				acked(log, "handed back", msg.Nak())
+			} else {
+				w.finish(msg, log, ns.Name, req.Notify, res)
+			}
+			end = slotRefused
+			return
+		case err != nil:
+			log.Warn("the start of this at-most-once call could not be recorded; handing it back without running the tool", "error", err)
+			acked(log, "handed back", msg.NakWithDelay(retryDelay))
+			end = slotRefused
+			return
 		}
 	}
 
@@ -189,10 +233,14 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		}
 		reporter.close()
 		res, retry := w.interrupted(base, ctx)
-		if retry {
+		switch {
+		case retry && atMostOnce:
+			// Another delivery could only find the start and fail the call.
+			w.finish(msg, log, ns.Name, req.Notify, outcomeUnknown(base, nil))
+		case retry:
 			recordStart() // the tool ran: this attempt counts (see startedBefore)
 			acked(log, "handed back", msg.Nak())
-		} else {
+		default:
 			w.finish(msg, log, ns.Name, req.Notify, res)
 		}
 		w.untrack(f)
@@ -228,15 +276,23 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		w.finishThen(msg, log, ns.Name, req.Notify, w.fit(ns.Name, base, &tool.Definition, log), s)
 	case ctx.Err() != nil:
 		res, retry := w.interrupted(base, ctx)
-		if retry {
+		switch {
+		case retry && atMostOnce:
+			w.finish(msg, log, ns.Name, req.Notify, outcomeUnknown(base, nil))
+		case retry:
 			recordStart() // the tool ran: this attempt counts (see startedBefore)
 			acked(log, "handed back", msg.Nak())
-		} else {
+		default:
 			w.finish(msg, log, ns.Name, req.Notify, res)
 		}
 	case errors.As(out.err, &perr):
 		log.Error("tool panicked", "panic", fmt.Sprint(perr.value), "stack", string(perr.stack))
 		w.finish(msg, log, ns.Name, req.Notify, failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value)))
+	case errors.Is(out.err, ErrRetry) && atMostOnce:
+		cause := strings.TrimPrefix(out.err.Error(), ErrRetry.Error()+": ")
+		log.Warn("an at-most-once tool asked for another attempt; refused, the call fails", "error", out.err)
+		w.finish(msg, log, ns.Name, req.Notify, failure(base, messages.StateFailed, messages.ResultOutcomeUnknown,
+			"the tool may or may not have run: it asked for another attempt, which an at-most-once tool does not get: "+cause))
 	case errors.Is(out.err, ErrRetry):
 		log.Info("tool asked for another attempt", "error", out.err)
 		// Stored, so that the call's final failure can say why, should its attempts run out.
@@ -284,20 +340,68 @@ const readGiveUp = time.Minute
 // worker stops taking calls.
 var errStopping = errors.New("the worker is stopping")
 
+// outcomeUnknown is the failure of an at-most-once call whose tool an
+// attempt started and did not report on: started is that attempt's start,
+// when this delivery read it, or nil when the attempt is this one or its
+// start was not read.
+func outcomeUnknown(base messages.CallResult, started *messages.CallEvent) messages.CallResult {
+	message := messages.OutcomeUnknownMessage
+	if started != nil {
+		base.Attempt = started.Attempt
+		base.StartedAt = started.Time
+		message += fmt.Sprintf(" (attempt %d, on worker %s)", started.Attempt, started.Worker)
+	}
+	return failure(base, messages.StateFailed, messages.ResultOutcomeUnknown, message+"; an at-most-once tool is not run again")
+}
+
+// startOnce records, before an at-most-once tool runs, that this attempt
+// starts it: a write the stream acknowledges, refused if an attempt
+// started the call before (ledger.StartOnce). It returns that attempt's
+// start if there is one, in which case the tool must not run, and an
+// error if the start could not be recorded, in which case it must not run
+// either. The write is retried as the ledger's writes are, within
+// writeTimeout, while the call's lease is renewed (the call is tracked).
+func (w *Worker) startOnce(ctx context.Context, f *inflight) (other *messages.CallEvent, err error) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	ev := &messages.CallEvent{CallID: f.call.ID, Time: f.started, Attempt: f.call.Attempt, Worker: w.cfg.ID}
+	err = w.ledger.StartOnce(ctx, f.ns.Name, ev)
+	if !errors.Is(err, ledger.ErrChanged) {
+		return nil, err
+	}
+	snap, err := w.ledger.ReadOwn(ctx, f.ns.Name, f.call.ID, messages.EventStarted)
+	if err != nil {
+		return nil, fmt.Errorf("read the start of call %s: %w", f.call.ID, err)
+	}
+	if snap.Started == nil {
+		return nil, fmt.Errorf("the start of call %s was refused but cannot be read", f.call.ID)
+	}
+	if s := snap.Started; s.Attempt == ev.Attempt && s.Worker == ev.Worker {
+		// This attempt's own write, stored by a try whose answer was lost.
+		return nil, nil
+	}
+	return &snap.Started.CallEvent, nil
+}
+
 // readBeforeRerun reads a redelivered call's record: whether an earlier
-// attempt stored its result, or a cancellation. It reads with direct gets
+// attempt stored its result, or a cancellation, and for an at-most-once
+// tool whether one started it. It reads with direct gets
 // of the call's own namespace's event subjects (see ledger.ReadOwn), the
 // only reads of the events stream a worker's user may make. Running the tool without
 // knowing could repeat its effects, so a failed read is retried, with the
 // backoff of commitAgain, while the call's lease is renewed (the call is
 // tracked), until the call's context ends, the worker stops, or readGiveUp
 // has passed.
-func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, ns, callID string) (*ledger.Snapshot, error) {
+func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, ns, callID string, atMostOnce bool) (*ledger.Snapshot, error) {
+	kinds := []messages.EventKind{messages.EventCancel, messages.EventResult}
+	if atMostOnce {
+		kinds = append(kinds, messages.EventStarted)
+	}
 	giveUp := time.Now().Add(readGiveUp)
 	var retry *time.Timer
 	for tries := 1; ; tries++ {
 		readCtx, cancel := context.WithTimeout(ctx, w.commitTimeout())
-		snap, err := w.ledger.ReadOwn(readCtx, ns, callID, messages.EventCancel, messages.EventResult)
+		snap, err := w.ledger.ReadOwn(readCtx, ns, callID, kinds...)
 		cancel()
 		if err == nil {
 			if tries > 1 {
@@ -335,7 +439,8 @@ func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, ns, callID s
 // request whose worker is gone), so that count alone would fail calls
 // that never ran. A call with no started event runs on this last delivery
 // instead. A start is recorded once a tool has run for StartDelay, and
-// before a call whose tool ran is handed back; a worker that died sooner
+// before a call whose tool ran is handed back (an at-most-once tool's
+// before it runs, see startOnce); a worker that died sooner
 // leaves none: its call may run once more, within
 // the consumer's MaxDeliver. A record that cannot be read counts as
 // started. It also returns the call's latest log event, whose cause (see

@@ -49,7 +49,9 @@ func (f HandlerFunc) Handle(ctx context.Context, call *Call) (*Result, error) { 
 
 // ErrRetry marks an error after which the call should be delivered again,
 // to this or another worker, after a short delay. The attempt counts
-// against the namespace's MaxAttempts. The worker stores the error (less
+// against the namespace's MaxAttempts. A tool that is at most once (see
+// AtMostOnce) cannot be retried: its call fails with
+// messages.ResultOutcomeUnknown, the error in the message. The worker stores the error (less
 // ErrRetry's own text) as a log event of level messages.LogRetry, and if
 // the attempts run out, the call's max_attempts failure quotes it as the
 // cause.
@@ -92,6 +94,19 @@ func WithTitle(title string) ToolOption {
 func WithMaxResultSize(n int) ToolOption {
 	return func(def *messages.ToolDefinition) { def.Metadata.MaxResultSize = n }
 }
+
+// WithDelivery sets the tool's delivery guarantee (see messages.Delivery).
+// Without it a tool tagged messages.TagDestructive is at most once and
+// any other at least once (messages.DefaultDelivery).
+func WithDelivery(d messages.Delivery) ToolOption {
+	return func(def *messages.ToolDefinition) { def.Delivery = d }
+}
+
+// AtMostOnce makes the tool at most once: a call whose worker stopped
+// while the tool ran is not run again but fails with
+// messages.ResultOutcomeUnknown, and an ErrRetry the tool returns is
+// refused. Short for WithDelivery(messages.DeliveryAtMostOnce).
+func AtMostOnce() ToolOption { return WithDelivery(messages.DeliveryAtMostOnce) }
 
 // ConcurrencySafe marks the tool as safe to run in parallel with other calls of a turn.
 func ConcurrencySafe() ToolOption {

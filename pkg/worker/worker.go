@@ -333,6 +333,11 @@ func prepareTool(ns string, t *Tool) error {
 	if t.Handler == nil {
 		return fmt.Errorf("tool %s has no handler", t.Definition.Name)
 	}
+	if t.Definition.Delivery == "" {
+		t.Definition.Delivery = messages.DefaultDelivery(&t.Definition.Metadata)
+	} else if !t.Definition.Delivery.Valid() {
+		return configError("Delivery", "of tool %s: %q is neither %s nor %s", t.Definition.Name, t.Definition.Delivery, messages.DeliveryAtLeastOnce, messages.DeliveryAtMostOnce)
+	}
 	if len(t.Definition.InputSchema) == 0 {
 		t.Definition.InputSchema = messages.JSON(`{"type":"object"}`)
 	}

@@ -47,3 +47,37 @@ func TestContentAnnotationsAreKept(t *testing.T) {
 		}
 	}
 }
+
+// TestDeliveryFromAnnotations checks the delivery guarantee an MCP tool's
+// hints give it: only hints the server set count, a read-only tool is at
+// least once, and idempotentHint decides over destructiveHint.
+func TestDeliveryFromAnnotations(t *testing.T) {
+	yes, no := true, false
+	for _, tc := range []struct {
+		name string
+		a    mcpgo.ToolAnnotation
+		want messages.Delivery
+	}{
+		{"no hints", mcpgo.ToolAnnotation{}, messages.DeliveryAtLeastOnce},
+		{"destructive", mcpgo.ToolAnnotation{DestructiveHint: &yes}, messages.DeliveryAtMostOnce},
+		{"not destructive", mcpgo.ToolAnnotation{DestructiveHint: &no}, messages.DeliveryAtLeastOnce},
+		{"not idempotent", mcpgo.ToolAnnotation{IdempotentHint: &no}, messages.DeliveryAtMostOnce},
+		{"idempotent", mcpgo.ToolAnnotation{IdempotentHint: &yes}, messages.DeliveryAtLeastOnce},
+		{"destructive and idempotent", mcpgo.ToolAnnotation{DestructiveHint: &yes, IdempotentHint: &yes}, messages.DeliveryAtLeastOnce},
+		{"not destructive, not idempotent", mcpgo.ToolAnnotation{DestructiveHint: &no, IdempotentHint: &no}, messages.DeliveryAtMostOnce},
+		{"read-only and destructive", mcpgo.ToolAnnotation{ReadOnlyHint: &yes, DestructiveHint: &yes}, messages.DeliveryAtLeastOnce},
+		{"read-only, not idempotent", mcpgo.ToolAnnotation{ReadOnlyHint: &yes, IdempotentHint: &no}, messages.DeliveryAtLeastOnce},
+		{"not read-only, destructive", mcpgo.ToolAnnotation{ReadOnlyHint: &no, DestructiveHint: &yes}, messages.DeliveryAtMostOnce},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Source{cfg: Config{Name: "srv", Namespace: "ns"}}
+			def, err := s.definition(mcpgo.Tool{Name: "rm", Annotations: tc.a}, "rm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if def.Delivery != tc.want {
+				t.Errorf("delivery %q, want %q", def.Delivery, tc.want)
+			}
+		})
+	}
+}

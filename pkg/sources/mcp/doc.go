@@ -61,6 +61,11 @@
 // differ. Annotations the server sets to true become tags: readOnlyHint is
 // read_only, destructiveHint destructive (unless the tool is also read-only),
 // openWorldHint network. Hints the server leaves out add no tag.
+// The hints also set ToolDefinition.Delivery: at most once for
+// idempotentHint false, or destructiveHint true without idempotentHint;
+// at least once for readOnlyHint true, idempotentHint true, and a tool
+// without hints (MCP's defaults, by which such a tool is destructive, are
+// not applied).
 //
 // # Calls
 //

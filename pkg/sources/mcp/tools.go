@@ -51,6 +51,7 @@ func (s *Source) definition(t mcpgo.Tool, method string) (messages.ToolDefinitio
 		Title:       t.Title,
 		Description: t.Description,
 		Metadata:    messages.ToolMetadata{Tags: tags(t.Annotations)},
+		Delivery:    delivery(t.Annotations),
 		Source:      messages.ToolSource{Kind: messages.SourceMCP, Name: s.cfg.Name},
 	}
 	if def.Title == "" {
@@ -106,4 +107,29 @@ func tags(a mcpgo.ToolAnnotation) []string {
 		out = append(out, messages.TagNetwork)
 	}
 	return out
+}
+
+// delivery is the guarantee the server's hints ask for. Only the hints the
+// server set count: MCP's own defaults for a tool that is not read-only
+// (destructiveHint true, idempotentHint false) would make every tool
+// without annotations at most once, so a tool without hints is at least
+// once, as before. A read-only tool is at least once whatever else it
+// says (MCP gives the other hints meaning only when readOnlyHint is
+// false). Otherwise idempotentHint, when set, decides, since it says
+// whether a repeated call has further effects, which is what a second
+// delivery would be: false is at most once, true at least once, even for
+// a destructive tool. Without it, destructiveHint true is at most once.
+func delivery(a mcpgo.ToolAnnotation) messages.Delivery {
+	switch {
+	case a.ReadOnlyHint != nil && *a.ReadOnlyHint:
+		return messages.DeliveryAtLeastOnce
+	case a.IdempotentHint != nil:
+		if *a.IdempotentHint {
+			return messages.DeliveryAtLeastOnce
+		}
+		return messages.DeliveryAtMostOnce
+	case a.DestructiveHint != nil && *a.DestructiveHint:
+		return messages.DeliveryAtMostOnce
+	}
+	return messages.DeliveryAtLeastOnce
 }

@@ -1,0 +1,85 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/workerconfig"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// TestConfiguredDeliveryReachesTheCatalog: an OpenAPI API's operations get
+// the delivery the worker's configuration gives them, the source's for all
+// and a tool's own over it (named by the source's name or by method), and
+// tools.list shows it; without configuration a DELETE is at most once.
+func TestConfiguredDeliveryReachesTheCatalog(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	spec, err := filepath.Abs(filepath.Join("testdata", "items.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "worker.yaml")
+	if err := os.WriteFile(file, []byte(`
+namespaces:
+  - name: plain
+    sources:
+      - openapi:
+          name: items
+          spec: `+spec+`
+          base_url: "http://127.0.0.1:1/api"
+          tools:
+            items.get/v2: {delivery: at_most_once}
+  - name: configured
+    sources:
+      - openapi:
+          name: items
+          spec: `+spec+`
+          base_url: "http://127.0.0.1:1/api"
+          delivery: at_most_once
+          tools:
+            deleteItem: {delivery: at_least_once}
+            search: {delivery: at_least_once}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := workerconfig.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nss, err := cfg.WorkerNamespaces(testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Worker(t, srv.URL(), worker.Config{}, nss...)
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	list, err := c.ListTools(testenv.Context(t), messages.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]messages.Delivery{}
+	for _, e := range list.Tools {
+		got[e.Name] = e.Delivery
+		if e.OriginalName != "" {
+			got[e.Namespace+"-"+e.OriginalName] = e.Delivery
+		}
+	}
+	for name, want := range map[string]messages.Delivery{
+		"plain-deleteItem":      messages.DeliveryAtMostOnce,
+		"plain-updateItem":      messages.DeliveryAtLeastOnce,
+		"plain-search":          messages.DeliveryAtLeastOnce,
+		"plain-items.get/v2":    messages.DeliveryAtMostOnce,
+		"configured-deleteItem": messages.DeliveryAtLeastOnce,
+		"configured-updateItem": messages.DeliveryAtMostOnce,
+		"configured-search":     messages.DeliveryAtLeastOnce,
+	} {
+		if got[name] != want {
+			t.Errorf("%s: delivery %q, want %q", name, got[name], want)
+		}
+	}
+}
