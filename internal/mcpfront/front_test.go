@@ -227,7 +227,7 @@ func TestListAndCallOverHTTP(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	_, url := s.front(t)
-	c, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	c, _ := connect(t, url, bearer(), legacySessions())
 	got := names(t, c)
 	for _, want := range []string{"llm_tools-list", "demo-echo", "demo-word_count", "demo-sleep"} {
 		if !slices.Contains(got, want) {
@@ -255,7 +255,7 @@ func TestErrorsMapped(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	_, url := s.front(t)
-	c, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	c, _ := connect(t, url, bearer(), legacySessions())
 	ctx := testenv.Context(t)
 	if _, err := callTool(ctx, c, "nosuch-tool", map[string]any{}, nil); err == nil {
 		t.Error("a call of an unknown tool was not a JSON-RPC error")
@@ -315,7 +315,7 @@ func TestProgressAndCancel(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	_, url := s.front(t)
-	c, notes := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	c, notes := connect(t, url, bearer(), legacySessions())
 	ctx, cancel := context.WithCancel(testenv.Context(t))
 	defer cancel()
 	done := make(chan error, 1)
@@ -365,7 +365,7 @@ func TestDiscoveryChangesTheList(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	_, url := s.front(t)
-	c, notes := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	c, notes := connect(t, url, bearer(), legacySessions())
 	ctx := testenv.Context(t)
 	eventually(t, "the forecast to be discoverable", func() bool {
 		res, err := callTool(ctx, c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
@@ -406,7 +406,7 @@ func TestNamedTurn(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	_, url := s.front(t)
-	c, _ := connect(t, url, bearer(mcpfront.TurnHeader, "t-named"), mcpclient.WithLegacyProtocolOnly())
+	c, _ := connect(t, url, bearer(mcpfront.TurnHeader, "t-named"), legacySessions())
 	if got := sessionTurn(t, c); got != "t-named" {
 		t.Fatalf("turn %q", got)
 	}
@@ -537,7 +537,7 @@ func TestTasksFromTheLedger(t *testing.T) {
 	s := startStack(t)
 	f1, first := s.frontServer(t)
 	url := first.URL
-	c, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	c, _ := connect(t, url, bearer(), legacySessions())
 	session := c.GetSessionId()
 	listed, err := c.ListTools(testenv.Context(t), mcp.ListToolsRequest{})
 	if err != nil {
@@ -623,18 +623,18 @@ func TestPromptApprovalByElicitation(t *testing.T) {
 	s := startStack(t)
 	_, url := s.front(t)
 	ctx := testenv.Context(t)
-	yes, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly(), mcpclient.WithElicitationHandler(elicitor{approve: true}))
+	yes, _ := connect(t, url, bearer(), legacySessions(), mcpclient.WithElicitationHandler(elicitor{approve: true}))
 	res, err := callTool(ctx, yes, "ops-restart", map[string]any{"city": "web"}, nil)
 	if err != nil || res.IsError || !strings.Contains(text(res), "restart is sunny") {
 		t.Fatalf("approved: %+v %v", res, err)
 	}
-	no, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly(), mcpclient.WithElicitationHandler(elicitor{approve: false}))
+	no, _ := connect(t, url, bearer(), legacySessions(), mcpclient.WithElicitationHandler(elicitor{approve: false}))
 	res, err = callTool(ctx, no, "ops-restart", map[string]any{"city": "web"}, nil)
 	if err != nil || !res.IsError || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateDenied) {
 		t.Fatalf("refused: %+v %v", res, err)
 	}
 	// A client without elicitation is told the call awaits approval.
-	plain, _ := connect(t, url, bearer(), mcpclient.WithLegacyProtocolOnly())
+	plain, _ := connect(t, url, bearer(), legacySessions())
 	res, err = callTool(ctx, plain, "ops-restart", map[string]any{"city": "web"}, nil)
 	if err != nil || res.Meta.AdditionalFields[mcpfront.MetaApprovalID] == nil {
 		t.Fatalf("without elicitation: %+v %v", res, err)
@@ -657,11 +657,11 @@ func TestAnotherAgentsSession(t *testing.T) {
 	}
 	hs := httptest.NewServer(f.Handler())
 	t.Cleanup(hs.Close)
-	c, _ := connect(t, hs.URL, bearer(), mcpclient.WithLegacyProtocolOnly())
+	c, _ := connect(t, hs.URL, bearer(), legacySessions())
 	if _, err := callTool(testenv.Context(t), c, "demo-echo", map[string]any{"text": "mine"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	intruder, _ := connect(t, hs.URL, map[string]string{"Authorization": "Bearer token-of-ops"}, mcpclient.WithLegacyProtocolOnly())
+	intruder, _ := connect(t, hs.URL, map[string]string{"Authorization": "Bearer token-of-ops"}, legacySessions())
 	if _, err := intruder.ListTools(testenv.Context(t), mcp.ListToolsRequest{}); err != nil {
 		t.Fatalf("ops in its own session: %v", err)
 	}
@@ -748,3 +748,11 @@ func TestParseTokens(t *testing.T) {
 		t.Fatalf("%v %v", got, err)
 	}
 }
+
+// legacySessions makes the client open a session with the initialize
+// handshake, on which the front's session-to-turn mapping rests; clients
+// of the stateless protocol name their turn on each request instead
+// (docs/mcp.md).
+//
+//lint:ignore SA1019 sessions are what these tests exercise
+var legacySessions = mcpclient.WithLegacyProtocolOnly
