@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/devstack"
+	"github.com/toolbus/toolbus/internal/telemetry"
 )
 
 func runDev(ctx context.Context, g globals, args []string) error {
@@ -18,6 +19,7 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	workspace := fs.String("workspace", "", "exposure workspace directory (bundles/*.yaml, agents/*.yaml)")
 	policyFile := fs.String("policy", "", "policy file (YAML)")
 	workerConfig := fs.String("worker-config", "", "worker configuration file (YAML, see docs/workers.md) whose namespaces the dev worker serves beside the demo tools")
+	metricsListen := fs.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return exitError(2)
@@ -27,13 +29,22 @@ func runDev(ctx context.Context, g globals, args []string) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	tel, err := telemetry.Start(ctx, telemetry.Config{Service: "toolbus-dev", Listen: *metricsListen, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer tel.Close()
 	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, WorkerConfig: *workerConfig, Logger: log})
 	if err != nil {
 		return fmt.Errorf("start: %w (if the port is taken, try --port 0)", err)
 	}
+	tel.SetReady(stack.Ready)
 	url := stack.URL()
 	fmt.Printf("Toolbus is running.\n")
 	fmt.Printf("NATS URL: %s\n", url)
+	if addr := tel.Addr(); addr != "" {
+		fmt.Printf("Metrics: http://%s/metrics (health: /healthz, /readyz)\n", addr)
+	}
 	fmt.Printf("Try, in another terminal:\n")
 	fmt.Printf("  go run ./cmd/toolbus --server %s tools\n", url)
 	fmt.Printf("  go run ./cmd/toolbus --server %s call demo-word_count '{\"text\":\"hello tool bus\"}'\n", url)

@@ -17,7 +17,9 @@ import (
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/indexer"
 	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/telemetry"
 	"github.com/toolbus/toolbus/internal/workerconfig"
+	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -50,6 +52,9 @@ type Stack struct {
 	Worker      *worker.Worker
 	Indexer     *indexer.Indexer
 	conns       []*nats.Conn
+	// ready is what Ready checks: the coordinator's streams and buckets,
+	// and the consumers of the worker's namespaces.
+	ready []telemetry.NATSReady
 }
 
 // URL is the NATS URL that clients connect to.
@@ -132,6 +137,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		s.Worker = nil
 		return nil, err
 	}
+	if err := s.readiness(cfg.Prefix, coordConn, workerConn, configured); err != nil {
+		return nil, err
+	}
 	indexerConn, err := connect("toolbus-indexer")
 	if err != nil {
 		return nil, err
@@ -145,6 +153,42 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+func (s *Stack) readiness(prefix string, coordConn, workerConn *nats.Conn, configured []worker.Namespace) error {
+	if prefix == "" {
+		prefix = messages.DefaultPrefix
+	}
+	names, err := messages.NewNames(prefix)
+	if err != nil {
+		return err
+	}
+	served := []string{demo.Name}
+	for _, ns := range configured {
+		if ns.Name != demo.Name {
+			served = append(served, ns.Name)
+		}
+	}
+	coordinatorReady := telemetry.CoordinatorResources(names)
+	coordinatorReady.Conn = coordConn
+	workerReady, err := telemetry.WorkerResources(names, served)
+	if err != nil {
+		return err
+	}
+	workerReady.Conn = workerConn
+	s.ready = []telemetry.NATSReady{coordinatorReady, workerReady}
+	return nil
+}
+
+// Ready reports whether the stack can serve calls: its connections are
+// up, and the streams, buckets and consumers it uses answer.
+func (s *Stack) Ready(ctx context.Context) error {
+	for _, r := range s.ready {
+		if err := r.Check(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Stop stops everything, waiting for running calls until ctx ends.
