@@ -207,7 +207,11 @@ func (l *Ledger) CommitIfUnchanged(ctx context.Context, ns string, res *messages
 	if err != nil {
 		return err
 	}
-	return l.commit(ctx, ns, res, filter, lastSeq, notify)
+	if err := l.commit(ctx, ns, res, filter, lastSeq, notify); err != nil {
+		return err
+	}
+	finished(ns, res)
+	return nil
 }
 
 func (l *Ledger) commit(ctx context.Context, ns string, res *messages.CallResult, filter string, lastSeq uint64, notify string) error {

@@ -421,3 +421,36 @@ func TestReadyzFollowsNATS(t *testing.T) {
 		}
 	}
 }
+
+// TestDevModeServesMetricsAndHealth: `toolbus dev --metrics-listen` prints
+// where its metrics are, is ready once its parts are, and counts a call.
+func TestDevModeServesMetricsAndHealth(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Binary(t, "./cmd/toolbus")
+	dev := testenv.Start(t, bin, "dev", "--port", "0", "--data", t.TempDir(), "--metrics-listen", "127.0.0.1:0")
+	url := strings.TrimSpace(strings.TrimPrefix(dev.WaitLine(t, "NATS URL:"), "NATS URL:"))
+	line := dev.WaitLine(t, "Metrics: ")
+	metricsURL := strings.Fields(strings.TrimPrefix(line, "Metrics: "))[0]
+	base := strings.TrimSuffix(metricsURL, "/metrics")
+	awaitStatus(t, base+"/readyz", http.StatusOK)
+
+	c := testenv.Client(t, url, client.Options{})
+	reply, err := c.Submit(testenv.Context(t), messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"dev"}`), Wait: true})
+	if err != nil || reply.Result == nil {
+		t.Fatalf("submit: %+v %v", reply, err)
+	}
+	addr := strings.TrimPrefix(base, "http://")
+	awaitFigures(t, addr, func(f map[string]*dto.MetricFamily) error {
+		echo := map[string]string{"toolbus_tool": "demo-echo", "toolbus_namespace": "demo"}
+		if got := figure(f, "toolbus_calls_submitted_total", echo); got != 1 {
+			return fmt.Errorf("%v calls submitted, want 1", got)
+		}
+		if got := figure(f, "toolbus_calls_finished_total", echo); got != 1 {
+			return fmt.Errorf("%v calls finished, want 1", got)
+		}
+		return nil
+	})
+	if err := dev.Interrupt(t); err != nil {
+		t.Fatalf("dev mode did not stop cleanly: %v", err)
+	}
+}
