@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 
@@ -24,11 +25,14 @@ func TestCommandsRunWithTheDeployUsers(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 	url := srv.URL()
-	coordinator := testenv.Start(t, testenv.Binary(t, "./cmd/coordinator"), "--server", url, "--user", "coordinator", "--password", "coordinator-secret")
+	coordinator := testenv.Start(t, testenv.Binary(t, "./cmd/coordinator"), "--server", url, "--user", "coordinator", "--password", "coordinator-secret", "--metrics-listen", "127.0.0.1:0")
+	probes := []string{metricsAddr(t, coordinator)}
 	coordinator.WaitLine(t, "coordinator started")
-	worker := testenv.Start(t, testenv.Binary(t, "./cmd/worker"), "--server", url, "--user", "worker_demo", "--password", "worker-demo-secret", "--demo", "--id", "w1")
+	worker := testenv.Start(t, testenv.Binary(t, "./cmd/worker"), "--server", url, "--user", "worker_demo", "--password", "worker-demo-secret", "--demo", "--id", "w1", "--metrics-listen", "127.0.0.1:0")
+	probes = append(probes, metricsAddr(t, worker))
 	worker.WaitLine(t, "worker w1 ready")
-	indexer := testenv.Start(t, testenv.Binary(t, "./cmd/indexer"), "--server", url, "--user", "indexer", "--password", "indexer-secret", "--write-interval", "20ms")
+	indexer := testenv.Start(t, testenv.Binary(t, "./cmd/indexer"), "--server", url, "--user", "indexer", "--password", "indexer-secret", "--write-interval", "20ms", "--metrics-listen", "127.0.0.1:0")
+	probes = append(probes, metricsAddr(t, indexer))
 	indexer.WaitLine(t, "indexer started")
 	indexer.WaitLine(t, "index lease taken")
 
@@ -44,6 +48,10 @@ func TestCommandsRunWithTheDeployUsers(t *testing.T) {
 	found, err := c.Discover(ctx, messages.DiscoverRequest{Query: "count words", Turn: "turn-1"})
 	if err != nil || len(found.Tools) == 0 {
 		t.Fatalf("discover: %+v %v", found, err)
+	}
+	// Each is ready with only its user's permissions.
+	for _, addr := range probes {
+		awaitStatus(t, "http://"+addr+"/readyz", http.StatusOK)
 	}
 	for _, p := range []*testenv.Process{coordinator, worker, indexer} {
 		if out := p.Output(); strings.Contains(strings.ToLower(out), "permissions violation") {
