@@ -33,8 +33,13 @@ func TestCommandsRunWithTheDeployUsers(t *testing.T) {
 	worker.WaitLine(t, "worker w1 ready")
 	indexer := testenv.Start(t, testenv.Binary(t, "./cmd/indexer"), "--server", url, "--user", "indexer", "--password", "indexer-secret", "--write-interval", "20ms", "--metrics-listen", "127.0.0.1:0")
 	probes = append(probes, metricsAddr(t, indexer))
-	indexer.WaitLine(t, "indexer started")
+	// The lease may be logged before or after "indexer started"; the
+	// indexer is ready once it has started.
 	indexer.WaitLine(t, "index lease taken")
+	// Each is ready with only its user's permissions.
+	for _, addr := range probes {
+		awaitStatus(t, "http://"+addr+"/readyz", http.StatusOK)
+	}
 
 	c, err := client.New(testenv.Connect(t, url, nats.UserInfo("client", "client-secret")), client.Options{Agent: "agent"})
 	if err != nil {
@@ -48,10 +53,6 @@ func TestCommandsRunWithTheDeployUsers(t *testing.T) {
 	found, err := c.Discover(ctx, messages.DiscoverRequest{Query: "count words", Turn: "turn-1"})
 	if err != nil || len(found.Tools) == 0 {
 		t.Fatalf("discover: %+v %v", found, err)
-	}
-	// Each is ready with only its user's permissions.
-	for _, addr := range probes {
-		awaitStatus(t, "http://"+addr+"/readyz", http.StatusOK)
 	}
 	for _, p := range []*testenv.Process{coordinator, worker, indexer} {
 		if out := p.Output(); strings.Contains(strings.ToLower(out), "permissions violation") {
