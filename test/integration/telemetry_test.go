@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -24,9 +25,11 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
 )
 
 // otlpReceiver is an OTLP/HTTP endpoint that keeps the spans exported to
@@ -453,4 +456,33 @@ func TestDevModeServesMetricsAndHealth(t *testing.T) {
 	if err := dev.Interrupt(t); err != nil {
 		t.Fatalf("dev mode did not stop cleanly: %v", err)
 	}
+}
+
+// TestApprovalsPendingIsMeasured: a call held for an approval counts as
+// submitted, and the coordinator's approval sweep reports it pending.
+func TestApprovalsPendingIsMeasured(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, policyFile, "default: allow\nrules:\n  - {tool: \"demo:echo\", effect: ask, reason: echo needs a nod}\n")
+	coord := testenv.Start(t, testenv.Binary(t, "./cmd/coordinator"), "--server", srv.URL(), "--policy", policyFile, "--metrics-listen", "127.0.0.1:0")
+	addr := metricsAddr(t, coord)
+	coord.WaitLine(t, "coordinator started")
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	for i := range 2 {
+		reply, err := c.Submit(testenv.Context(t), messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(fmt.Sprintf(`{"text":"nod %d"}`, i))})
+		if err != nil || reply.State != messages.StateAwaitingApproval {
+			t.Fatalf("submit: %+v %v", reply, err)
+		}
+	}
+	awaitFigures(t, addr, func(f map[string]*dto.MetricFamily) error {
+		if got := figure(f, "toolbus_approvals_pending", nil); got != 2 {
+			return fmt.Errorf("%v approvals pending, want 2", got)
+		}
+		if got := figure(f, "toolbus_calls_submitted_total", map[string]string{"toolbus_tool": "demo-echo"}); got != 2 {
+			return fmt.Errorf("%v calls submitted, want 2", got)
+		}
+		return nil
+	})
 }
