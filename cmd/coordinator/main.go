@@ -15,6 +15,8 @@ import (
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/telemetry"
+	"github.com/toolbus/toolbus/pkg/messages"
 )
 
 func main() {
@@ -36,15 +38,22 @@ func run() error {
 	identitiesFile := flag.String("identities", os.Getenv("TOOLBUS_IDENTITIES"), "identities file (YAML): which agents each NATS user may act as, and which users are operators; without it the agent a request names is trusted")
 	maxWaitsPerUser := flag.Int("max-waits-per-user", coordinator.DefaultMaxWaitsPerUser, "with --identities: the long waits (submits with wait, calls.get and calls.events with wait_ms) one user may hold in this coordinator at once; more are refused with too_many_requests")
 	staleToolTTL := flag.Duration("stale-tool-ttl", coordinator.DefaultStaleToolTTL, "remove the tools of a namespace that has had no live worker this long; 0 keeps them")
+	metricsListen := flag.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
 	flag.Parse()
 	if *staleToolTTL == 0 {
 		*staleToolTTL = -1 // the Config's way of saying off
 	}
 
 	log := conn.Logger()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	tel, err := telemetry.Start(ctx, telemetry.Config{Service: "toolbus-coordinator", Listen: *metricsListen, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer tel.Close()
 	var identities *coordinator.Identities
 	if *identitiesFile != "" {
-		var err error
 		if identities, err = coordinator.LoadIdentities(*identitiesFile); err != nil {
 			return err
 		}
@@ -54,8 +63,6 @@ func run() error {
 		return err
 	}
 	defer nc.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	c, err := coordinator.New(coordinator.Config{
 		Conn:                nc,
 		Prefix:              conn.Prefix,
@@ -79,6 +86,13 @@ func run() error {
 		}
 		return err
 	}
+	names, err := messages.NewNames(conn.Prefix)
+	if err != nil {
+		return err
+	}
+	ready := telemetry.CoordinatorResources(names)
+	ready.Conn = nc
+	tel.SetReady(ready.Check)
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

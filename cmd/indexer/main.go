@@ -16,6 +16,8 @@ import (
 	"github.com/toolbus/toolbus/internal/indexer"
 	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/telemetry"
+	"github.com/toolbus/toolbus/pkg/messages"
 )
 
 func main() {
@@ -32,16 +34,22 @@ func run() error {
 	leaseTTL := flag.Duration("lease-ttl", 10*time.Second, "how long standbys wait without seeing the writer renew its lease before one takes over")
 	writeInterval := flag.Duration("write-interval", 250*time.Millisecond, "shortest time between two writes of the index")
 	grace := flag.Duration("grace", time.Minute, "how long a superseded index version stays readable")
+	metricsListen := flag.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
 	flag.Parse()
 
 	log := conn.Logger()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	tel, err := telemetry.Start(ctx, telemetry.Config{Service: "toolbus-indexer", Listen: *metricsListen, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer tel.Close()
 	nc, err := conn.Connect("toolbus-indexer")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	ix, err := indexer.New(indexer.Config{
 		Conn:          nc,
 		Prefix:        conn.Prefix,
@@ -61,6 +69,11 @@ func run() error {
 		}
 		return err
 	}
+	names, err := messages.NewNames(conn.Prefix)
+	if err != nil {
+		return err
+	}
+	tel.SetReady(telemetry.NATSReady{Conn: nc, Streams: []string{names.EventsStream()}, Buckets: []string{names.CatalogBucket(), names.IndexBucket()}}.Check)
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/devstack"
+	"github.com/toolbus/toolbus/internal/telemetry"
 )
 
 func runDev(ctx context.Context, g globals, args []string) error {
@@ -22,6 +23,7 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	policyFile := fs.String("policy", "", "policy file (YAML)")
 	workerConfig := fs.String("worker-config", "", "worker configuration file (YAML, see docs/workers.md) whose namespaces the dev worker serves beside the demo tools")
 	mcpPort := fs.Int("mcp-port", 8080, "port of the MCP front on 127.0.0.1, serving --agent (default dev) without tokens; 0 picks a free one (as it does when --port is 0), -1 starts none")
+	metricsListen := fs.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return exitError(2)
@@ -38,15 +40,24 @@ func runDev(ctx context.Context, g globals, args []string) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	tel, err := telemetry.Start(ctx, telemetry.Config{Service: "toolbus-dev", Listen: *metricsListen, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer tel.Close()
 	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, WorkerConfig: *workerConfig, MCPListen: mcpListen, MCPAgent: g.agent, Logger: log})
 	if err != nil {
 		return fmt.Errorf("start: %w (if the port is taken, try --port 0)", err)
 	}
+	tel.SetReady(stack.Ready)
 	url := stack.URL()
 	fmt.Printf("Toolbus is running.\n")
 	fmt.Printf("NATS URL: %s\n", url)
 	if stack.MCPURL != "" {
 		fmt.Printf("MCP endpoint: %s (no token needed on this machine; see docs/mcp.md)\n", stack.MCPURL)
+	}
+	if addr := tel.Addr(); addr != "" {
+		fmt.Printf("Metrics: http://%s/metrics (health: /healthz, /readyz)\n", addr)
 	}
 	fmt.Printf("Try, in another terminal:\n")
 	fmt.Printf("  go run ./cmd/toolbus --server %s tools\n", url)

@@ -19,7 +19,9 @@ import (
 
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/natsflags"
+	"github.com/toolbus/toolbus/internal/telemetry"
 	"github.com/toolbus/toolbus/internal/workerconfig"
+	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -70,6 +72,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	maxAttempts := fs.Int("max-attempts", 3, "deliveries of a call before it fails, unless the config file says")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "how long a call may go without a heartbeat before another worker gets it")
 	heartbeat := fs.Duration("heartbeat", 5*time.Second, "liveness heartbeat interval")
+	metricsListen := fs.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
 	drain := fs.Duration("drain", 30*time.Second, "on shutdown, how long running calls may finish before they are handed back")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -93,6 +96,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if !*demoNS && len(configured) == 0 {
 		return errors.New("worker: nothing to serve: pass --config FILE or --demo")
 	}
+	names, err := messages.NewNames(conn.Prefix)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	tel, err := telemetry.Start(ctx, telemetry.Config{Service: "toolbus-worker", Listen: *metricsListen, Logger: log})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer tel.Close()
 	nc, err := conn.Connect("toolbus-worker")
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -102,7 +114,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var served []string
 	if *demoNS {
+		served = append(served, demo.Name)
 		if err := w.Serve(worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: *slots, MaxAttempts: *maxAttempts}); err != nil {
 			return err
 		}
@@ -117,10 +131,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err := w.Serve(ns); err != nil {
 			return fmt.Errorf("%w (in %s)", err, *configFile)
 		}
+		served = append(served, ns.Name)
 	}
+	ready, err := telemetry.WorkerResources(names, served)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	ready.Conn = nc
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
+	tel.SetReady(ready.Check)
 	fmt.Fprintf(stderr, "worker %s ready\n", w.ID())
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), *drain)

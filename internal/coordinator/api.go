@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/toolbus/toolbus/internal/telemetry/metrics"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -70,7 +71,7 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 		messages.EndpointToolsEnable:     decoding(c.switches.enable),
 		messages.EndpointToolsDisable:    decoding(c.switches.disable),
 		messages.EndpointToolsRemove:     decoding(c.switches.remove),
-		messages.EndpointToolsDiscover:   decoding(c.view.discover),
+		messages.EndpointToolsDiscover:   metered(decoding(c.view.discover)),
 
 		messages.EndpointCallsSubmitBatch: c.submitBatch,
 		messages.EndpointCallsResults:     decoding(c.results),
@@ -219,6 +220,7 @@ func (c *Coordinator) reply(req *request, msg *nats.Msg) {
 
 func (c *Coordinator) respondError(req *request, err error) {
 	e := messages.AsError(err)
+	metrics.RequestError(req.endpoint, string(e.Code))
 	if e.Code == messages.CodeInternal {
 		c.log.Error("request failed", "endpoint", req.endpoint, "error", err)
 	}

@@ -386,6 +386,7 @@ func (ap *approvals) sweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	countPending(all)
 	now := time.Now()
 	for i := range all {
 		a := &all[i]

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/tracing"
@@ -99,10 +97,7 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}
 	msg.Header.Set(messages.HeaderMsgID, call.CallID)
-	tracing.Inject(ctx, msg.Header)
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.String("toolbus.call_id", call.CallID))
-	}
+	tracing.Inject(sendSpan(ctx, subject, call), msg.Header)
 	queuedMsg, err := q.writes.EventMsg(call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
 	if err != nil {
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)

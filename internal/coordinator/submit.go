@@ -70,7 +70,7 @@ type grants interface {
 func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string, then func(*messages.SubmitReply, error)) (_ *messages.SubmitReply, pending bool, err error) {
 	ctx, span := p.tracer.Start(tracing.Extract(ctx, headers), "toolbus.submit", trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("toolbus.tool", sr.Tool), attribute.String("toolbus.agent", sr.Agent))
+		span.SetAttributes(attribute.String("toolbus.tool", sr.Tool), attribute.String("toolbus.agent", sr.Agent), attribute.String("gen_ai.tool.name", sr.Tool))
 	}
 	defer func() {
 		if err != nil {
@@ -307,6 +307,7 @@ func (p *submitPipeline) record(ctx context.Context, call *messages.CallRequest,
 			return nil, err
 		}
 		p.audit(ctx, v.audit, call, &tool.Definition, v.decision, "")
+		submitted(call)
 		return &messages.SubmitReply{CallID: call.CallID, State: messages.StateAwaitingApproval, Approval: v.approval}, nil
 	}
 	if v.audit != "" {
@@ -335,6 +336,7 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 				then(p.queue.duplicate(rctx, call, sr))
 				return
 			}
+			submitted(call)
 			then(&messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}, nil)
 		})
 		return nil, err == nil, err
@@ -348,6 +350,7 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 			reply, err := p.queue.duplicate(ctx, call, sr)
 			return reply, false, err
 		}
+		submitted(call)
 		return &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}, false, nil
 	}
 	// Subscribed before the call is published, so the result cannot slip past.
@@ -364,6 +367,7 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 		reply, err := p.queue.duplicate(ctx, call, sr)
 		return reply, false, err
 	}
+	submitted(call)
 	reply := &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}
 	reply, err = p.queue.awaitResult(ctx, call.Namespace, reply, writes, waitDuration(sr, call.Deadline, p.limits.maxWait))
 	return reply, false, err

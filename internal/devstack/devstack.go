@@ -21,8 +21,10 @@ import (
 	"github.com/toolbus/toolbus/internal/indexer"
 	"github.com/toolbus/toolbus/internal/mcpfront"
 	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/telemetry"
 	"github.com/toolbus/toolbus/internal/workerconfig"
 	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -64,6 +66,9 @@ type Stack struct {
 	MCPURL  string
 	mcpHTTP *http.Server
 	conns   []*nats.Conn
+	// ready is what Ready checks: the coordinator's streams and buckets,
+	// and the consumers of the worker's namespaces.
+	ready []telemetry.NATSReady
 }
 
 // URL is the NATS URL that clients connect to.
@@ -146,6 +151,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		s.Worker = nil
 		return nil, err
 	}
+	if err := s.readiness(cfg.Prefix, coordConn, workerConn, configured); err != nil {
+		return nil, err
+	}
 	indexerConn, err := connect("toolbus-indexer")
 	if err != nil {
 		return nil, err
@@ -194,6 +202,42 @@ func (s *Stack) startMCP(cfg Config, connect func(string) (*nats.Conn, error)) e
 	s.mcpHTTP = &http.Server{Handler: front.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	s.MCPURL = "http://" + ln.Addr().String() + "/mcp"
 	go func() { _ = s.mcpHTTP.Serve(ln) }()
+	return nil
+}
+
+func (s *Stack) readiness(prefix string, coordConn, workerConn *nats.Conn, configured []worker.Namespace) error {
+	if prefix == "" {
+		prefix = messages.DefaultPrefix
+	}
+	names, err := messages.NewNames(prefix)
+	if err != nil {
+		return err
+	}
+	served := []string{demo.Name}
+	for _, ns := range configured {
+		if ns.Name != demo.Name {
+			served = append(served, ns.Name)
+		}
+	}
+	coordinatorReady := telemetry.CoordinatorResources(names)
+	coordinatorReady.Conn = coordConn
+	workerReady, err := telemetry.WorkerResources(names, served)
+	if err != nil {
+		return err
+	}
+	workerReady.Conn = workerConn
+	s.ready = []telemetry.NATSReady{coordinatorReady, workerReady}
+	return nil
+}
+
+// Ready reports whether the stack can serve calls: its connections are
+// up, and the streams, buckets and consumers it uses answer.
+func (s *Stack) Ready(ctx context.Context) error {
+	for _, r := range s.ready {
+		if err := r.Check(ctx); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/telemetry/metrics"
 	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -191,6 +192,9 @@ func (l *Ledger) Commit(ctx context.Context, ns string, res *messages.CallResult
 	if errors.Is(err, ErrChanged) {
 		return false, nil
 	}
+	if err == nil {
+		finished(ns, res)
+	}
 	return err == nil, err
 }
 
@@ -203,7 +207,11 @@ func (l *Ledger) CommitIfUnchanged(ctx context.Context, ns string, res *messages
 	if err != nil {
 		return err
 	}
-	return l.commit(ctx, ns, res, filter, lastSeq, notify)
+	if err := l.commit(ctx, ns, res, filter, lastSeq, notify); err != nil {
+		return err
+	}
+	finished(ns, res)
+	return nil
 }
 
 func (l *Ledger) commit(ctx context.Context, ns string, res *messages.CallResult, filter string, lastSeq uint64, notify string) error {
@@ -213,6 +221,11 @@ func (l *Ledger) commit(ctx context.Context, ns string, res *messages.CallResult
 	}
 	l.sendCopy(ns, ev, notify)
 	return nil
+}
+
+// finished counts a call whose result was stored.
+func finished(ns string, res *messages.CallResult) {
+	metrics.CallFinished(res.Tool, ns, string(res.Status), res.QueuedAt, res.StartedAt, res.FinishedAt)
 }
 
 func resultEvent(res *messages.CallResult) *messages.CallEvent {
@@ -247,6 +260,7 @@ func (l *Ledger) CommitThen(ns string, res *messages.CallResult, notify string, 
 		switch {
 		case err == nil:
 			l.sendCopy(ns, ev, notify)
+			finished(ns, res)
 			then(true, nil)
 		case errors.Is(err, transport.ErrWrongLastSequence):
 			then(false, nil)

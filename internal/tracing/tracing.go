@@ -1,7 +1,7 @@
 // Package tracing carries W3C trace context across Toolbus's messages and
 // opens the spans of the call path with OpenTelemetry. Spans go to the
-// global TracerProvider: nowhere until the program that embeds Toolbus
-// installs one.
+// global TracerProvider: nowhere until the program installs one, as the
+// commands do with internal/telemetry when an exporter is configured.
 package tracing
 
 import (

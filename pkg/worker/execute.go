@@ -11,11 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/ledger"
-	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -107,11 +104,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		return
 	}
 
-	spanCtx, span := w.tracer.Start(tracing.Extract(context.Background(), msg.Headers()), "toolbus.execute "+req.Tool,
-		trace.WithSpanKind(trace.SpanKindConsumer))
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String("toolbus.call_id", req.CallID), attribute.Int("toolbus.attempt", attempt), attribute.String("toolbus.worker", w.cfg.ID))
-	}
+	spanCtx, span := w.startSpans(msg, ns.Name, &req, attempt)
 	defer span.End()
 	ctx, cancel := context.WithCancelCause(spanCtx)
 	defer cancel(nil)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/telemetry/metrics"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -32,6 +33,10 @@ func (w *Worker) track(f *inflight) {
 	defer w.mu.Unlock()
 	w.inflight[f.call.ID] = f
 	f.ns.busy++
+	metrics.CallRunning(f.call.Tool, f.ns.Name, 1)
+	if f.call.Attempt > 1 {
+		metrics.Redelivered(f.call.Tool, f.ns.Name)
+	}
 	if !w.startSweepArmed {
 		w.startSweepArmed = true
 		if w.startSweep == nil {
@@ -94,6 +99,7 @@ func (w *Worker) untrack(f *inflight) {
 	if w.inflight[f.call.ID] == f {
 		delete(w.inflight, f.call.ID)
 		f.ns.busy--
+		metrics.CallRunning(f.call.Tool, f.ns.Name, -1)
 	}
 	w.mu.Unlock()
 }

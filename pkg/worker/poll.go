@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/reuse"
+	"github.com/toolbus/toolbus/internal/telemetry/metrics"
 	"github.com/toolbus/toolbus/internal/transport"
 )
 
@@ -122,6 +123,7 @@ func (p *poller) stop() {
 		}
 	}
 	p.slots.wait()
+	metrics.SlotsTotal(p.slots.namespace, -int64(p.slots.size))
 }
 
 // requestsLost forgets the outstanding requests, which a reconnect may have lost.

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/telemetry/metrics"
 )
 
 // slotReason says why a slot was released.
@@ -39,6 +41,8 @@ type slots struct {
 	size int
 	// freed tells the poller that it may ask for more.
 	freed func()
+	// namespace names the slots in metrics.
+	namespace string
 
 	mu   sync.Mutex
 	free int
@@ -65,6 +69,7 @@ func (s *slots) take() *slot {
 	s.free--
 	s.inUse.Add(1)
 	s.taken.Add(1)
+	metrics.SlotsBusy(s.namespace, 1)
 	return &slot{owner: s}
 }
 
@@ -96,6 +101,7 @@ func (s *slot) Release(reason slotReason) bool {
 	o.free++
 	o.mu.Unlock()
 	o.released[reason].Add(1)
+	metrics.SlotsBusy(o.namespace, -1)
 	o.inUse.Done()
 	o.freed()
 	return true

@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/reuse"
 	"github.com/toolbus/toolbus/internal/schemacost"
+	"github.com/toolbus/toolbus/internal/telemetry/metrics"
 	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/catalog"
@@ -464,6 +465,8 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("worker: %w", err)
 		}
 		ns.poller = p
+		p.slots.namespace = ns.Name
+		metrics.SlotsTotal(ns.Name, int64(ns.Slots))
 		p.start(w.fetchCtx)
 	}
 	// Nothing below fails.

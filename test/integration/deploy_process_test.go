@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,13 +23,21 @@ func TestCommandsRunWithTheDeployUsers(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 	url := srv.URL()
-	coordinator := testenv.Start(t, testenv.Binary(t, "./cmd/coordinator"), "--server", url, "--user", "coordinator", "--password", "coordinator-secret", "--identities", filepath.Join(deployDir(t), "identities.yaml"))
+	coordinator := testenv.Start(t, testenv.Binary(t, "./cmd/coordinator"), "--server", url, "--user", "coordinator", "--password", "coordinator-secret", "--identities", filepath.Join(deployDir(t), "identities.yaml"), "--metrics-listen", "127.0.0.1:0")
+	probes := []string{metricsAddr(t, coordinator)}
 	coordinator.WaitLine(t, "coordinator started")
-	worker := testenv.Start(t, testenv.Binary(t, "./cmd/worker"), "--server", url, "--user", "worker_demo", "--password", "worker-demo-secret", "--demo", "--id", "w1")
+	worker := testenv.Start(t, testenv.Binary(t, "./cmd/worker"), "--server", url, "--user", "worker_demo", "--password", "worker-demo-secret", "--demo", "--id", "w1", "--metrics-listen", "127.0.0.1:0")
+	probes = append(probes, metricsAddr(t, worker))
 	worker.WaitLine(t, "worker w1 ready")
-	indexer := testenv.Start(t, testenv.Binary(t, "./cmd/indexer"), "--server", url, "--user", "indexer", "--password", "indexer-secret", "--write-interval", "20ms")
-	indexer.WaitLine(t, "indexer started")
+	indexer := testenv.Start(t, testenv.Binary(t, "./cmd/indexer"), "--server", url, "--user", "indexer", "--password", "indexer-secret", "--write-interval", "20ms", "--metrics-listen", "127.0.0.1:0")
+	probes = append(probes, metricsAddr(t, indexer))
+	// The lease may be logged before or after "indexer started"; the
+	// indexer is ready once it has started.
 	indexer.WaitLine(t, "index lease taken")
+	// Each is ready with only its user's permissions.
+	for _, addr := range probes {
+		awaitStatus(t, "http://"+addr+"/readyz", http.StatusOK)
+	}
 
 	c := agentClient(t, testenv.Connect(t, url, deployUser("agent_a", "agent-a-secret")...), "support-bot")
 	ctx := testenv.Context(t)

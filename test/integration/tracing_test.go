@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"strings"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -14,7 +15,8 @@ import (
 )
 
 // TestTraceContextFollowsTheCall: the agent's span is the parent of the
-// coordinator's submit span, which is the parent of the worker's span.
+// coordinator's submit span, whose "send" span is the parent of the
+// worker's "process" span, the parent of its "execute_tool" span.
 func TestTraceContextFollowsTheCall(t *testing.T) {
 	t.Parallel()
 	rec := tracetest.NewSpanRecorder()
@@ -36,19 +38,26 @@ func TestTraceContextFollowsTheCall(t *testing.T) {
 	// still finishes the submit.
 	eventually(t, "the coordinator's and the worker's spans to end", func() bool {
 		for _, s := range rec.Ended() {
-			spans[s.Name()] = s
+			name := s.Name()
+			if strings.HasPrefix(name, "send ") || strings.HasPrefix(name, "process ") {
+				name, _, _ = strings.Cut(name, " ")
+			}
+			spans[name] = s
 		}
-		return spans["toolbus.execute demo-echo"] != nil && spans["toolbus.submit"] != nil
+		return spans["execute_tool demo-echo"] != nil && spans["process"] != nil && spans["send"] != nil && spans["toolbus.submit"] != nil
 	})
-	submit, execute := spans["toolbus.submit"], spans["toolbus.execute demo-echo"]
-	if submit == nil {
-		t.Fatalf("spans %v", spans)
-	}
+	submit, send, process, execute := spans["toolbus.submit"], spans["send"], spans["process"], spans["execute_tool demo-echo"]
 	agentID := agentSpan.SpanContext()
 	if submit.SpanContext().TraceID() != agentID.TraceID() || submit.Parent().SpanID() != agentID.SpanID() {
 		t.Fatalf("submit span is not the agent span's child")
 	}
-	if execute.SpanContext().TraceID() != agentID.TraceID() || execute.Parent().SpanID() != submit.SpanContext().SpanID() {
-		t.Fatalf("worker span is not the submit span's child")
+	if send.SpanContext().TraceID() != agentID.TraceID() || send.Parent().SpanID() != submit.SpanContext().SpanID() {
+		t.Fatalf("send span is not the submit span's child")
+	}
+	if process.SpanContext().TraceID() != agentID.TraceID() || process.Parent().SpanID() != send.SpanContext().SpanID() {
+		t.Fatalf("worker's process span is not the send span's child")
+	}
+	if execute.Parent().SpanID() != process.SpanContext().SpanID() {
+		t.Fatalf("execute_tool span is not the process span's child")
 	}
 }

@@ -1,0 +1,81 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// ErrNotConnected is /readyz's answer while the process's NATS connection
+// is down (reconnecting, or closed).
+var ErrNotConnected = errors.New("not connected to NATS")
+
+// NATSReady is the readiness of a process that works on NATS: its
+// connection is up and the JetStream resources it uses answer.
+type NATSReady struct {
+	Conn *nats.Conn
+	// Streams and Buckets (key-value buckets) must exist.
+	Streams []string
+	Buckets []string
+	// Consumers must exist on the stream ConsumersStream.
+	ConsumersStream string
+	Consumers       []string
+}
+
+// CoordinatorResources are the streams and buckets a coordinator uses.
+func CoordinatorResources(names messages.Names) NATSReady {
+	return NATSReady{
+		Streams: []string{names.CallsStream(), names.EventsStream(), names.AuditStream()},
+		Buckets: []string{names.CatalogBucket(), names.TurnsBucket(), names.ApprovalsBucket()},
+	}
+}
+
+// WorkerResources are the streams, bucket and consumers of a worker
+// serving namespaces.
+func WorkerResources(names messages.Names, namespaces []string) (NATSReady, error) {
+	r := NATSReady{
+		Streams:         []string{names.CallsStream(), names.EventsStream()},
+		Buckets:         []string{names.CatalogBucket()},
+		ConsumersStream: names.CallsStream(),
+	}
+	for _, ns := range namespaces {
+		consumer, err := names.NamespaceConsumer(ns)
+		if err != nil {
+			return NATSReady{}, err
+		}
+		r.Consumers = append(r.Consumers, consumer)
+	}
+	return r, nil
+}
+
+// Check is the readiness check, for Telemetry.SetReady.
+func (r NATSReady) Check(ctx context.Context) error {
+	if r.Conn == nil || !r.Conn.IsConnected() {
+		return ErrNotConnected
+	}
+	js, err := jetstream.New(r.Conn)
+	if err != nil {
+		return err
+	}
+	for _, name := range r.Streams {
+		if _, err := js.Stream(ctx, name); err != nil {
+			return fmt.Errorf("stream %s: %w", name, err)
+		}
+	}
+	for _, name := range r.Buckets {
+		if _, err := js.KeyValue(ctx, name); err != nil {
+			return fmt.Errorf("bucket %s: %w", name, err)
+		}
+	}
+	for _, name := range r.Consumers {
+		if _, err := js.Consumer(ctx, r.ConsumersStream, name); err != nil {
+			return fmt.Errorf("consumer %s: %w", name, err)
+		}
+	}
+	return nil
+}
