@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/transport"
+	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -31,6 +32,10 @@ type sweeper struct {
 	// unavailableWait bounds the retries of a read or write (Config.UnavailableWait).
 	unavailableWait time.Duration
 	log             *slog.Logger
+
+	// catalog, when set, gives the namespaces whose workers and queue the
+	// sweep measures (with metrics on).
+	catalog *catalog.View
 
 	sub    *nats.Subscription
 	cancel context.CancelFunc
@@ -255,6 +260,7 @@ func (s *sweeper) loop(ctx context.Context) {
 			if err := s.approvals.sweep(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("sweep of approvals failed", "error", err)
 			}
+			s.measureNamespaces(ctx)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -41,6 +42,31 @@ func countPending(all []storedApproval) {
 		}
 	}
 	metrics.ApprovalsPending(pending)
+}
+
+// measureNamespaces records, for every namespace the catalog knows, its
+// live workers and the calls waiting in its consumer: one consumer info
+// request per namespace per sweep, made only with metrics on.
+func (s *sweeper) measureNamespaces(ctx context.Context) {
+	if !metrics.Enabled() || s.catalog == nil {
+		return
+	}
+	for ns, alive := range s.catalog.LiveWorkers() {
+		metrics.WorkersAlive(ns, alive)
+		name, err := s.stream.names.NamespaceConsumer(ns)
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		cons, err := s.stream.stream.Consumer(cctx, name)
+		if err == nil {
+			var info *jetstream.ConsumerInfo
+			if info, err = cons.Info(cctx); err == nil {
+				metrics.QueueDepth(ns, info.NumPending)
+			}
+		}
+		cancel()
+	}
 }
 
 // sendSpan records the publish of a call to the calls stream as a

@@ -255,6 +255,28 @@ func (v *View) Available(ns string) bool {
 	return false
 }
 
+// LiveWorkers counts the live workers of every namespace the catalog
+// knows, by its tools or its workers' heartbeats (0 for a namespace
+// without one).
+func (v *View) LiveWorkers() map[string]int {
+	now := v.now()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make(map[string]int, len(v.workers))
+	for _, t := range v.tools {
+		out[t.Definition.Namespace] = 0
+	}
+	for ns, hbs := range v.workers {
+		out[ns] = 0
+		for _, hb := range hbs {
+			if now.Sub(hb.at) < 3*hb.interval {
+				out[ns]++
+			}
+		}
+	}
+	return out
+}
+
 // Disabled reports whether an operator disabled the tool or its namespace, and why.
 func (v *View) Disabled(name messages.ToolName) (bool, string) {
 	v.mu.RLock()

@@ -486,3 +486,39 @@ func TestApprovalsPendingIsMeasured(t *testing.T) {
 		return nil
 	})
 }
+
+// TestQueueDepthAndWorkersAliveAreMeasured: with one busy slot, the calls
+// behind it are the namespace's queue depth, and its one worker is alive.
+func TestQueueDepthAndWorkersAliveAreMeasured(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	coord := testenv.Start(t, testenv.Binary(t, "./cmd/coordinator"), "--server", srv.URL(), "--metrics-listen", "127.0.0.1:0")
+	addr := metricsAddr(t, coord)
+	coord.WaitLine(t, "coordinator started")
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	hold := worker.Func("hold", "Holds its slot until the test ends.", func(ctx context.Context, _ struct{}) (string, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return "released", nil
+	})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "held", Tools: []worker.Tool{hold}, Slots: 1})
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	for range 3 {
+		if _, err := c.Submit(testenv.Context(t), messages.SubmitRequest{Tool: "held-hold", Arguments: messages.JSON(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitFigures(t, addr, func(f map[string]*dto.MetricFamily) error {
+		held := map[string]string{"toolbus_namespace": "held"}
+		if got := figure(f, "toolbus_workers_alive", held); got != 1 {
+			return fmt.Errorf("%v workers alive, want 1", got)
+		}
+		if got := figure(f, "toolbus_queue_depth", held); got != 2 {
+			return fmt.Errorf("queue depth %v, want 2 (one call runs, two wait)", got)
+		}
+		return nil
+	})
+}

@@ -59,6 +59,10 @@ var (
 		metric.WithUnit("{delivery}"), metric.WithDescription("Deliveries of a call to a worker after the first.")))
 	approvalsPending = must(meter.Int64Gauge("toolbus.approvals.pending",
 		metric.WithUnit("{approval}"), metric.WithDescription("Approvals waiting for a decision, as of the coordinator's last approval sweep.")))
+	workersAlive = must(meter.Int64Gauge("toolbus.workers.alive",
+		metric.WithUnit("{worker}"), metric.WithDescription("Workers of a namespace whose heartbeat is current, as of the coordinator's last sweep.")))
+	queueDepth = must(meter.Int64Gauge("toolbus.queue.depth",
+		metric.WithUnit("{call}"), metric.WithDescription("Calls of a namespace waiting for a worker (its consumer's pending messages), as of the coordinator's last sweep.")))
 	discoveryQueries = must(meter.Int64Counter("toolbus.discovery.queries",
 		metric.WithUnit("{query}"), metric.WithDescription("tools.discover requests answered, with an error or not.")))
 	discoveryDuration = must(meter.Float64Histogram("toolbus.discovery.duration",
@@ -150,6 +154,22 @@ func ApprovalsPending(n int) {
 		return
 	}
 	approvalsPending.Record(context.Background(), int64(n))
+}
+
+// WorkersAlive records how many workers of a namespace are alive.
+func WorkersAlive(namespace string, n int) {
+	if !on.Load() {
+		return
+	}
+	workersAlive.Record(context.Background(), int64(n), metric.WithAttributes(keyNamespace.String(namespace)))
+}
+
+// QueueDepth records how many calls of a namespace wait for a worker.
+func QueueDepth(namespace string, n uint64) {
+	if !on.Load() {
+		return
+	}
+	queueDepth.Record(context.Background(), int64(min(n, 1<<62)), metric.WithAttributes(keyNamespace.String(namespace)))
 }
 
 // DiscoveryQuery counts a tools.discover request and its time; failed
