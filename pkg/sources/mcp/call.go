@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
@@ -28,7 +29,7 @@ func (s *Source) call(ctx context.Context, original string, call *worker.Call) (
 	if len(call.Arguments) > 0 {
 		req.Params.Arguments = json.RawMessage(call.Arguments)
 	}
-	req.Params.Meta = &mcpgo.Meta{ProgressToken: token}
+	req.Params.Meta = &mcpgo.Meta{ProgressToken: token, AdditionalFields: traceContext(ctx)}
 	id := &requestID{}
 	res, err := sess.client.CallTool(context.WithValue(ctx, requestIDKey{}, id), req)
 	if ctx.Err() != nil {
@@ -166,4 +167,21 @@ func blobBlock(r mcpgo.BlobResourceContents) (messages.ContentBlock, error) {
 		return messages.ContentBlock{}, fmt.Errorf("resource %s: blob is not base64: %w", r.URI, err)
 	}
 	return messages.ContentBlock{Type: messages.ContentResource, URI: r.URI, MIMEType: r.MIMEType, Data: data}, nil
+}
+
+// traceContext is the W3C trace context of the call's span, for the
+// request's _meta (traceparent, tracestate), as MCP's OpenTelemetry
+// convention carries it, so that the server's spans join the call's
+// trace; nil when the call is not traced.
+func traceContext(ctx context.Context) map[string]any {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	if len(carrier) == 0 {
+		return nil
+	}
+	out := make(map[string]any, len(carrier))
+	for k, v := range carrier {
+		out[k] = v
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/pkg/worker"
 )
@@ -23,6 +24,15 @@ func TestMain(m *testing.M) {
 		s := server.NewMCPServer("env", "1.0.0", server.WithRoots())
 		s.AddTool(mcpgo.NewTool("env"), func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 			return mcpgo.NewToolResultText(strings.Join(os.Environ(), "\n")), nil
+		})
+		// traceparent answers with the trace context the request's _meta carries.
+		s.AddTool(mcpgo.NewTool("traceparent"), func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			if req.Params.Meta != nil {
+				if tp, ok := req.Params.Meta.AdditionalFields["traceparent"].(string); ok {
+					return mcpgo.NewToolResultText(tp), nil
+				}
+			}
+			return mcpgo.NewToolResultText("none"), nil
 		})
 		// roots answers with the URIs of the client's roots, one a line.
 		s.AddTool(mcpgo.NewTool("roots"), func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
@@ -134,6 +144,48 @@ func TestRoots(t *testing.T) {
 		}
 		if res.IsError || res.Content[0].Text != tc.want {
 			t.Errorf("roots %+v, want %q", res.Content, tc.want)
+		}
+	}
+}
+
+// TestTraceContextReachesTheServer: a traced call's W3C trace context is
+// in the request's _meta, so the MCP server's spans join the call's trace;
+// an untraced call carries none.
+func TestTraceContextReachesTheServer(t *testing.T) {
+	src, err := New(Config{Name: "trace", Namespace: "trace", Command: os.Args[0], Args: []string{serveEnvArg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tools, err := src.Start(ctx, func([]worker.Tool) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Stop(ctx)
+	var tool worker.Tool
+	for _, tl := range tools {
+		if tl.Definition.Method == "traceparent" {
+			tool = tl
+		}
+	}
+	traced := trace.ContextWithSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:     trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7},
+		TraceFlags: trace.FlagsSampled,
+	}))
+	for _, tc := range []struct {
+		ctx  context.Context
+		want string
+	}{
+		{traced, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{ctx, "none"},
+	} {
+		res, err := tool.Handler.Handle(tc.ctx, &worker.Call{ID: "c1", Arguments: []byte(`{}`), Attempt: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError || res.Content[0].Text != tc.want {
+			t.Errorf("the server saw traceparent %+v, want %q", res.Content, tc.want)
 		}
 	}
 }
