@@ -45,6 +45,7 @@ func TestProtocolExamples(t *testing.T) {
 		"Error":                func() any { return &messages.Error{} },
 		"ToolDefinition":       func() any { return &messages.ToolDefinition{} },
 		"WorkerHeartbeat":      func() any { return &messages.WorkerHeartbeat{} },
+		"CatalogChange":        func() any { return &messages.CatalogChange{} },
 		"TurnState":            func() any { return &messages.TurnState{} },
 		"ActivateRequest":      func() any { return &messages.ActivateRequest{} },
 		"ActivateReply":        func() any { return &messages.ActivateReply{} },
