@@ -43,6 +43,9 @@ type benchReport struct {
 	// Auth says whether the run used a deployment's users and identities
 	// (--auth): each process connected as its role.
 	Auth bool `json:"auth,omitempty"`
+	// Path is the call path measured: "realistic" (an agent in a turn,
+	// under exposure rules and a policy) or "bare" (--bare).
+	Path string `json:"path"`
 }
 
 // runBench measures the call path against the baseline or, with --soak,
@@ -65,6 +68,7 @@ func runBench(ctx context.Context, args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the Toolbus throughput run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the Toolbus throughput run to this file")
 	authConfig := fs.String("auth", "", "run the server with this deployment configuration (accounts and users, e.g. deploy/nats/users.conf); the coordinator, the worker and the agent each connect as their role's user")
+	bare := fs.Bool("bare", false, "measure the bare call path: no agent, turn, workspace or policy (by default every call is an agent's, in a turn, under exposure rules and a 20-rule policy)")
 	identitiesFile := fs.String("identities", "", "with --auth: the coordinator's identities file (e.g. deploy/nats/identities.yaml)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -113,7 +117,11 @@ func runBench(ctx context.Context, args []string) error {
 		return fmt.Errorf("baseline: %w", err)
 	}
 	defer base.close()
-	tb, err := newToolbusBench(ctx, connectAs, names, auth, *slots)
+	var realistic *realisticSetup
+	if !*bare {
+		realistic = &realisticSetup{dir: dir}
+	}
+	tb, err := newToolbusBench(ctx, connectAs, names, auth, realistic, *slots)
 	if err != nil {
 		return fmt.Errorf("toolbus: %w", err)
 	}
@@ -126,7 +134,11 @@ func runBench(ctx context.Context, args []string) error {
 	if _, err := sequential(ctx, 200, tb.call); err != nil {
 		return err
 	}
-	r := benchReport{Calls: *calls, Concurrency: *concurrency, Rounds: max(*rounds, 1), ToolbusJetStreamWrite: 3, BaselineJetStreamWrite: 2, Auth: auth != nil}
+	r := benchReport{Calls: *calls, Concurrency: *concurrency, Rounds: max(*rounds, 1), ToolbusJetStreamWrite: 3, BaselineJetStreamWrite: 2, Auth: auth != nil, Path: "bare"}
+	if !*bare {
+		// The call, its queued event, its result, and its filing under the turn.
+		r.ToolbusJetStreamWrite, r.Path = 4, "realistic"
+	}
 	// The machine's background load drifts; measuring the two in turns,
 	// in alternating order, spreads the drift over both.
 	var bl, tl []time.Duration
@@ -372,19 +384,25 @@ func (b *baseline) close() {
 
 // toolbusBench is the full Toolbus call path with a no-op tool.
 type toolbusBench struct {
-	conns  []*nats.Conn
-	tool   string
-	agent  string
-	coord  *coordinator.Coordinator
-	worker *worker.Worker
-	client *client.Client
+	conns    []*nats.Conn
+	tool     string
+	agent    string
+	turn     string
+	turnOpts [][]client.CallOption // one per turn, used round robin
+	next     atomic.Uint64
+	coord    *coordinator.Coordinator
+	worker   *worker.Worker
+	client   *client.Client
 }
 
 type noopArgs struct {
 	Text string `json:"text"`
 }
 
-func newToolbusBench(ctx context.Context, connectAs func(role string) func() (*nats.Conn, error), names messages.Names, auth *authSetup, slots int) (*toolbusBench, error) {
+// realisticSetup says where the realistic path's workspace and policy go.
+type realisticSetup struct{ dir string }
+
+func newToolbusBench(ctx context.Context, connectAs func(role string) func() (*nats.Conn, error), names messages.Names, auth *authSetup, realistic *realisticSetup, slots int) (*toolbusBench, error) {
 	tb := &toolbusBench{tool: "bench-noop", agent: "bench"}
 	var connErr error
 	conn := func(role string) *nats.Conn {
@@ -407,6 +425,17 @@ func newToolbusBench(ctx context.Context, connectAs func(role string) func() (*n
 	if connErr != nil {
 		return nil, connErr
 	}
+	if realistic != nil {
+		if auth == nil {
+			tb.agent = realisticAgent
+		}
+		workspace, policyFile, err := writeRealisticWorkspace(realistic.dir, namespace, tb.agent)
+		if err != nil {
+			return nil, err
+		}
+		coordCfg.WorkspaceDir, coordCfg.PolicyFile = workspace, policyFile
+		tb.turn = realisticTurn
+	}
 	var err error
 	if tb.coord, err = coordinator.New(coordCfg); err != nil {
 		return nil, err
@@ -417,8 +446,13 @@ func newToolbusBench(ctx context.Context, connectAs func(role string) func() (*n
 	if tb.worker, err = worker.New(worker.Config{Conn: conn("worker"), Prefix: names.Prefix(), Logger: quiet}); err != nil {
 		return nil, err
 	}
-	noop := worker.Func("noop", "Does nothing.", func(ctx context.Context, in noopArgs) (string, error) { return in.Text, nil })
-	if err := tb.worker.Serve(worker.Namespace{Name: namespace, Tools: []worker.Tool{noop}, Slots: slots}); err != nil {
+	tools := []worker.Tool{worker.Func("noop", "Does nothing.", func(ctx context.Context, in noopArgs) (string, error) { return in.Text, nil })}
+	if realistic != nil {
+		for _, name := range []string{"lookup", "details", "help", "archive"} {
+			tools = append(tools, worker.Func(name, "Does nothing, as "+name+".", func(ctx context.Context, in noopArgs) (string, error) { return in.Text, nil }))
+		}
+	}
+	if err := tb.worker.Serve(worker.Namespace{Name: namespace, Tools: tools, Slots: slots}); err != nil {
 		return nil, err
 	}
 	if err := tb.worker.Start(ctx); err != nil {
@@ -437,13 +471,58 @@ func newToolbusBench(ctx context.Context, connectAs func(role string) func() (*n
 	if tb.client, err = client.New(agentConn, clientOpts); err != nil {
 		return nil, err
 	}
+	if tb.turn != "" {
+		if err := tb.selectInTurn(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return tb, nil
+}
+
+// selectInTurn has the turn select the onDemand tool measured, as a model
+// that discovered it would, once the coordinator's catalog has the
+// worker's tools, and makes every call in that turn.
+func (tb *toolbusBench) selectInTurn(ctx context.Context) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range realisticTurns {
+		turn := fmt.Sprintf("%s-%d", tb.turn, i)
+		tb.turnOpts = append(tb.turnOpts, []client.CallOption{client.WithTurn(turn)})
+		if err := tb.selectUntil(ctx, turn, i, deadline); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// realisticTurns is how many turns the calls are spread over, round
+// robin: as many as the callers, as if each were a conversation of its own.
+const realisticTurns = 64
+
+func (tb *toolbusBench) selectUntil(ctx context.Context, turn string, i int, deadline time.Time) error {
+	for {
+		_, err := tb.client.Activate(ctx, turn, tb.tool)
+		if err == nil {
+			if _, err = tb.client.Call(ctx, tb.tool, benchArgs, tb.turnOpts[i]...); err == nil {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the turn could not select and call %s: %w", tb.tool, err)
+		}
+		// The catalog the coordinator follows lags the worker's
+		// registration by a moment; there is no event to wait on here.
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 var benchArgs = messages.JSON(`{"text":"x"}`)
 
 func (tb *toolbusBench) call(ctx context.Context) error {
-	res, err := tb.client.Call(ctx, tb.tool, benchArgs)
+	var opts []client.CallOption
+	if len(tb.turnOpts) > 0 {
+		opts = tb.turnOpts[tb.next.Add(1)%uint64(len(tb.turnOpts))]
+	}
+	res, err := tb.client.Call(ctx, tb.tool, benchArgs, opts...)
 	if err != nil {
 		return err
 	}
