@@ -179,6 +179,9 @@ type Source struct {
 
 	mu      sync.Mutex
 	current *session
+	// downReason says why current is nil or lost: the last failure to
+	// connect, or the cause of the lost session.
+	downReason string
 	// changed is closed, and replaced, whenever current changes.
 	changed chan struct{}
 	started bool
@@ -242,6 +245,7 @@ func (s *Source) Start(ctx context.Context, update func([]worker.Tool)) ([]worke
 		// A network server may come later: the worker serves its other
 		// sources meanwhile, and this one's tools once it answers.
 		s.log.Warn("MCP server not reachable at start; retrying in the background", "error", err, "retry_after", s.cfg.MinBackoff)
+		s.setDown(err)
 		s.reported = fingerprint(nil)
 		if err := s.run(cancel, func() { s.supervise(runCtx, nil, update) }); err != nil {
 			return nil, err
@@ -319,6 +323,38 @@ func (s *Source) setCurrent(sess *session) {
 	s.mu.Unlock()
 }
 
+// setDown records why the source cannot serve now.
+func (s *Source) setDown(err error) {
+	s.mu.Lock()
+	if err != nil {
+		s.downReason = err.Error()
+	}
+	s.mu.Unlock()
+}
+
+// Unavailable returns why the server cannot serve its tools now — not
+// reachable, or its session lost and not yet replaced — or "" when it can.
+// It implements worker.SourceHealth.
+func (s *Source) Unavailable() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started || s.stopped || s.current != nil && !s.current.isLost() {
+		return ""
+	}
+	if s.current != nil || s.downReason == "" {
+		return "the connection to MCP server " + s.cfg.Name + " is lost"
+	}
+	return s.downReason
+}
+
+// HealthChanged returns a channel that is closed when the server connects
+// or its session is lost. It implements worker.SourceHealth.
+func (s *Source) HealthChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
 // supervise keeps the source connected until ctx ends: it re-lists tools
 // when the server says they changed, pings network servers, and replaces a
 // lost session with a new one after a backoff.
@@ -339,6 +375,7 @@ func (s *Source) supervise(ctx context.Context, sess *session, update func([]wor
 				backoff = s.cfg.MinBackoff
 			}
 			s.log.Warn("MCP server connection lost; reconnecting", "error", sess.cause(), "after", backoff)
+			s.setDown(sess.cause())
 		}
 		for {
 			select {
@@ -353,6 +390,7 @@ func (s *Source) supervise(ctx context.Context, sess *session, update func([]wor
 					return
 				}
 				s.log.Warn("MCP server reconnection failed", "error", err, "retry_after", backoff)
+				s.setDown(err)
 				continue
 			}
 			sess = next
