@@ -179,8 +179,8 @@ type Source struct {
 
 	mu      sync.Mutex
 	current *session
-	// downReason says why current is nil or lost: the last failure to
-	// connect, or the cause of the lost session.
+	// downReason is the last failure to connect since current was last
+	// set; "" while connected or before the first failure.
 	downReason string
 	// changed is closed, and replaced, whenever current changes.
 	changed chan struct{}
@@ -318,37 +318,50 @@ func (s *Source) Stop(ctx context.Context) error {
 func (s *Source) setCurrent(sess *session) {
 	s.mu.Lock()
 	s.current = sess
+	if sess != nil {
+		s.downReason = ""
+	}
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
 }
 
-// setDown records why the source cannot serve now.
+// setDown records that connecting failed: the source is down until a
+// session is set. A stdio server is never reported down: it is restarted
+// at once, and calls wait for it.
 func (s *Source) setDown(err error) {
-	s.mu.Lock()
-	if err != nil {
-		s.downReason = err.Error()
+	if s.cfg.Transport == TransportStdio || err == nil {
+		return
 	}
-	s.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.current != nil && !s.current.isLost() {
+		return
+	}
+	wasUp := s.downReason == ""
+	s.downReason = err.Error()
+	if wasUp {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
 }
 
-// Unavailable returns why the server cannot serve its tools now — not
-// reachable, or its session lost and not yet replaced — or "" when it can.
-// It implements worker.SourceHealth.
+// Unavailable returns why a network server cannot serve its tools now —
+// not reachable at start, or its session lost and the first try to
+// connect again failed — or "" when it can. A session lost and replaced
+// at the first try is not reported. It implements worker.SourceHealth.
 func (s *Source) Unavailable() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.started || s.stopped || s.current != nil && !s.current.isLost() {
 		return ""
 	}
-	if s.current != nil || s.downReason == "" {
-		return "the connection to MCP server " + s.cfg.Name + " is lost"
-	}
 	return s.downReason
 }
 
-// HealthChanged returns a channel that is closed when the server connects
-// or its session is lost. It implements worker.SourceHealth.
+// HealthChanged returns a channel that is closed when the server connects,
+// its session is lost or a try to connect fails. It implements
+// worker.SourceHealth.
 func (s *Source) HealthChanged() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -375,7 +388,6 @@ func (s *Source) supervise(ctx context.Context, sess *session, update func([]wor
 				backoff = s.cfg.MinBackoff
 			}
 			s.log.Warn("MCP server connection lost; reconnecting", "error", sess.cause(), "after", backoff)
-			s.setDown(sess.cause())
 		}
 		for {
 			select {
