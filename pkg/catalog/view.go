@@ -260,19 +260,6 @@ func (v *View) Tools() []*Tool {
 	return out
 }
 
-// Available reports whether a live worker serves the namespace.
-func (v *View) Available(ns string) bool {
-	now := v.now()
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	for _, hb := range v.workers[ns] {
-		if now.Sub(hb.at) < 3*hb.interval {
-			return true
-		}
-	}
-	return false
-}
-
 // Serving reports whether a live worker can run the tool now: one serves
 // its namespace and, for a tool of a source, has not reported that source
 // down. When none can, it says why.
@@ -312,6 +299,19 @@ func (v *View) ToolAvailable(name messages.ToolName) (bool, string) {
 		def = &t.Definition
 	}
 	return v.serving(now, def)
+}
+
+// Available reports whether a live worker serves the namespace.
+func (v *View) Available(ns string) bool {
+	now := v.now()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	for _, hb := range v.workers[ns] {
+		if now.Sub(hb.at) < 3*hb.interval {
+			return true
+		}
+	}
+	return false
 }
 
 // Disabled reports whether an operator disabled the tool or its namespace, and why.
