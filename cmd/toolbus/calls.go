@@ -37,7 +37,7 @@ func runTools(ctx context.Context, g globals, args []string) error {
 	for _, t := range reply.Tools {
 		state := ""
 		if !t.Available {
-			state = "  [unavailable: no live worker]"
+			state = "  [unavailable: " + t.Unavailable + "]"
 		}
 		if t.Disabled {
 			state = "  [disabled: " + t.Reason + "]"

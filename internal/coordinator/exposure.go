@@ -64,7 +64,11 @@ func (v *toolView) admission(agent string) *exposure.Admission {
 // the agent may call and that can run now.
 func (v *toolView) discoverable(agent string) func(*messages.ToolDefinition) bool {
 	return func(def *messages.ToolDefinition) bool {
-		return v.permitted(agent, def) && v.catalog.Available(def.Namespace)
+		if !v.permitted(agent, def) {
+			return false
+		}
+		ok, _ := v.catalog.Serving(def)
+		return ok
 	}
 }
 
@@ -156,7 +160,7 @@ func (v *toolView) resolveIteration(ctx context.Context, lr *messages.ListToolsR
 			continue
 		}
 		// Tools that nothing can run now, or that policy denies, are not shown to a model.
-		if !v.catalog.Available(def.Namespace) || !v.permitted(agent, def) {
+		if ok, _ := v.catalog.Serving(def); !ok || !v.permitted(agent, def) {
 			continue
 		}
 		entry := messages.ToolEntry{ToolDefinition: *def, Available: true, Exposure: &messages.ToolExposure{

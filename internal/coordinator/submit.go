@@ -56,6 +56,7 @@ type toolCatalog interface {
 	Get(ctx context.Context, name messages.ToolName) (*catalog.Tool, bool, error)
 	Disabled(name messages.ToolName) (bool, string)
 	Available(namespace string) bool
+	Serving(def *messages.ToolDefinition) (bool, string)
 }
 
 // grants tells whether an approval remembered for the call's agent and
@@ -155,8 +156,10 @@ func (p *submitPipeline) admit(ctx context.Context, agent string, name messages.
 	if off, reason := p.tools.Disabled(name); off {
 		return nil, nil, messages.Errorf(messages.CodeToolDisabled, "tool %s is disabled: %s", name, reason)
 	}
-	if p.limits.failWhenUnavailable && !p.tools.Available(name.Namespace) {
-		return nil, nil, messages.Errorf(messages.CodeToolUnavailable, "no live worker serves namespace %s", name.Namespace)
+	// A tool whose source its live workers report down is refused even when
+	// calls may wait for a worker: the workers that would take it cannot run it.
+	if ok, reason := p.tools.Serving(&tool.Definition); !ok && (p.limits.failWhenUnavailable || p.tools.Available(name.Namespace)) {
+		return nil, nil, messages.Errorf(messages.CodeToolUnavailable, "tool %s is unavailable: %s", name, reason)
 	}
 	admission := p.admission(agent)
 	if agent != "" && admission.Excluded(name.String()) {

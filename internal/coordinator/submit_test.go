@@ -108,6 +108,13 @@ func (f *fakeCatalog) Disabled(name messages.ToolName) (bool, string) {
 
 func (f *fakeCatalog) Available(ns string) bool { return f.available[ns] }
 
+func (f *fakeCatalog) Serving(def *messages.ToolDefinition) (bool, string) {
+	if f.available[def.Namespace] {
+		return true, ""
+	}
+	return false, "no live worker serves namespace " + def.Namespace
+}
+
 func tool(name, schema string) *catalog.Tool {
 	n, err := messages.ParseToolName(name)
 	if err != nil {

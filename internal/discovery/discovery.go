@@ -180,8 +180,10 @@ func (x *Index) Search(q search.Query) (search.Result, error) {
 		if off, _ := x.view.Disabled(n); off {
 			return false
 		}
-		if !x.cfg.IncludeUnavailable && !x.view.Available(n.Namespace) {
-			return false
+		if !x.cfg.IncludeUnavailable {
+			if ok, _ := x.view.ToolAvailable(n); !ok {
+				return false
+			}
 		}
 		return allow == nil || allow(n)
 	}

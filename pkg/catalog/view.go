@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +26,8 @@ type Tool struct {
 type heartbeat struct {
 	at       time.Time
 	interval time.Duration
+	// down maps the sources the worker cannot serve now to why.
+	down map[string]string
 }
 
 // View is an in-memory copy of the catalog, kept current by a watch on the
@@ -154,6 +157,9 @@ func (v *View) apply(e jetstream.KeyValueEntry) {
 			return
 		}
 		if deleted {
+			if v.workers[ns][id].down != nil {
+				v.toolsVersion++
+			}
 			delete(v.workers[ns], id)
 			return
 		}
@@ -165,7 +171,19 @@ func (v *View) apply(e jetstream.KeyValueEntry) {
 		if v.workers[ns] == nil {
 			v.workers[ns] = map[string]heartbeat{}
 		}
-		v.workers[ns][id] = heartbeat{at: e.Created(), interval: time.Duration(hb.IntervalMS) * time.Millisecond}
+		var down map[string]string
+		if len(hb.Down) > 0 {
+			down = make(map[string]string, len(hb.Down))
+			for _, d := range hb.Down {
+				down[d.Source] = d.Reason
+			}
+		}
+		// A source going down or coming back hides or shows its tools in
+		// model views: caches keyed by ToolsVersion must see the change.
+		if old, ok := v.workers[ns][id]; ok && !maps.Equal(old.down, down) || !ok && down != nil {
+			v.toolsVersion++
+		}
+		v.workers[ns][id] = heartbeat{at: e.Created(), interval: time.Duration(hb.IntervalMS) * time.Millisecond, down: down}
 	}
 }
 
@@ -242,6 +260,47 @@ func (v *View) Tools() []*Tool {
 	return out
 }
 
+// Serving reports whether a live worker can run the tool now: one serves
+// its namespace and, for a tool of a source, has not reported that source
+// down. When none can, it says why.
+func (v *View) Serving(def *messages.ToolDefinition) (bool, string) {
+	now := v.now()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.serving(now, def)
+}
+
+func (v *View) serving(now time.Time, def *messages.ToolDefinition) (bool, string) {
+	reason := ""
+	for _, hb := range v.workers[def.Namespace] {
+		if now.Sub(hb.at) >= 3*hb.interval {
+			continue
+		}
+		why, down := hb.down[def.Source.Name]
+		if def.Source.Name == "" || !down {
+			return true, ""
+		}
+		reason = why
+	}
+	if reason == "" {
+		return false, "no live worker serves namespace " + def.Namespace
+	}
+	return false, "source " + def.Source.Name + " is down: " + reason
+}
+
+// ToolAvailable is Serving for a tool named; a tool the view does not
+// hold is available when its namespace is.
+func (v *View) ToolAvailable(name messages.ToolName) (bool, string) {
+	now := v.now()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	def := &messages.ToolDefinition{Namespace: name.Namespace}
+	if t, ok := v.tools[name.String()]; ok {
+		def = &t.Definition
+	}
+	return v.serving(now, def)
+}
+
 // Available reports whether a live worker serves the namespace.
 func (v *View) Available(ns string) bool {
 	now := v.now()
@@ -292,7 +351,8 @@ func (v *View) Disabled(name messages.ToolName) (bool, string) {
 
 // Entry returns the tool as the API lists it.
 func (v *View) Entry(t *Tool) messages.ToolEntry {
-	e := messages.ToolEntry{ToolDefinition: t.Definition, Available: v.Available(t.Definition.Namespace)}
+	e := messages.ToolEntry{ToolDefinition: t.Definition}
+	e.Available, e.Unavailable = v.Serving(&t.Definition)
 	e.Disabled, e.Reason = v.Disabled(t.Definition.ToolName())
 	return e
 }

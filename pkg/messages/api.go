@@ -169,6 +169,16 @@ type WorkerHeartbeat struct {
 	// after three intervals without one.
 	IntervalMS int64  `json:"interval_ms"`
 	Version    string `json:"version,omitempty"`
+	// Down lists the sources of the namespace that the worker cannot serve
+	// now (an MCP server it cannot reach); their tools are unavailable
+	// unless another live worker serves them.
+	Down []SourceDown `json:"down,omitempty"`
+}
+
+// SourceDown is a source a worker cannot serve now, and why.
+type SourceDown struct {
+	Source string `json:"source"`
+	Reason string `json:"reason"`
 }
 
 // TurnCallRecord is the turns-bucket value under TurnCallKey.

@@ -136,8 +136,11 @@ type ToolSource struct {
 // ToolEntry is a tool as the catalog lists it: its definition and whether it can be called now.
 type ToolEntry struct {
 	ToolDefinition
-	// Available is true when at least one live worker serves the tool's namespace.
+	// Available is true when a live worker serves the tool's namespace and,
+	// for a tool of a source (an MCP server), can reach that source now.
 	Available bool `json:"available"`
+	// Unavailable says why a tool that is not Available cannot run now.
+	Unavailable string `json:"unavailable,omitempty"`
 	// Disabled is true when an operator disabled the tool or its namespace; Reason says why.
 	Disabled bool   `json:"disabled,omitempty"`
 	Reason   string `json:"reason,omitempty"`

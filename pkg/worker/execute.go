@@ -171,6 +171,14 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 			if snap.Cancel != nil {
 				w.cancelCall(req.CallID, snap.Cancel.Cancel)
 			}
+			if !atMostOnce {
+				// A rerun's start is recorded before its tool runs, not after
+				// StartDelay, so that calls.get stops showing the earlier
+				// attempt (its number and its progress) as the current one at
+				// once. The write is not waited for, and reruns are rare: the
+				// first attempt keeps its hot path without the write.
+				w.recordStart(f)
+			}
 		}
 	}
 	if atMostOnce {

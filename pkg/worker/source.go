@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/toolbus/toolbus/pkg/messages"
 )
 
 // Source provides tools that live elsewhere — an MCP server, an HTTP API —
@@ -18,6 +20,59 @@ type Source interface {
 	Start(ctx context.Context, update func([]Tool)) ([]Tool, error)
 	// Stop disconnects and releases everything the source started.
 	Stop(ctx context.Context) error
+}
+
+// SourceHealth is implemented by a Source that can tell when it cannot
+// serve its tools, such as an MCP server it cannot reach. The worker asks
+// at every heartbeat and names such sources in it; the catalog then lists
+// their tools unavailable and the coordinator refuses their calls with
+// tool_unavailable, until the source answers again.
+type SourceHealth interface {
+	// Unavailable returns why the source cannot serve its tools now, or
+	// "" when it can.
+	Unavailable() string
+	// HealthChanged returns a channel that is closed when the answer of
+	// Unavailable may have changed; the worker then refreshes its
+	// heartbeat at once rather than at the next interval.
+	HealthChanged() <-chan struct{}
+}
+
+// followHealth refreshes the namespace's heartbeat whenever the source
+// goes down or comes back, until ctx ends.
+func (w *Worker) followHealth(ctx context.Context, store heartbeatStore, ns *namespace, h SourceHealth) {
+	defer w.bg.Done()
+	down := ""
+	for {
+		changed := h.HealthChanged()
+		if now := h.Unavailable(); (now == "") != (down == "") {
+			down = now
+			hctx, cancel := context.WithTimeout(ctx, writeTimeout)
+			if err := w.sendHeartbeat(hctx, store, ns); err != nil && ctx.Err() == nil {
+				w.log.Warn("heartbeat failed", "namespace", ns.Name, "error", err)
+			}
+			cancel()
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// downSources lists the namespace's sources that cannot serve now.
+func downSources(ns *namespace) []messages.SourceDown {
+	var down []messages.SourceDown
+	for _, src := range ns.Sources {
+		h, ok := src.(SourceHealth)
+		if !ok {
+			continue
+		}
+		if reason := h.Unavailable(); reason != "" {
+			down = append(down, messages.SourceDown{Source: src.Name(), Reason: reason})
+		}
+	}
+	return down
 }
 
 // setSourceTools replaces one source's tools in a namespace and brings

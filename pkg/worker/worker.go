@@ -239,6 +239,20 @@ type namespace struct {
 	owner  map[string]string
 	poller *poller
 	busy   int
+	// heartbeats serialises the namespace's heartbeat writes, so that an
+	// older view of its sources never lands after a newer one.
+	heartbeats sync.Mutex
+}
+
+type heartbeatStore interface {
+	Heartbeat(ctx context.Context, hb *messages.WorkerHeartbeat) error
+}
+
+// sendHeartbeat writes the namespace's heartbeat as it stands now.
+func (w *Worker) sendHeartbeat(ctx context.Context, store heartbeatStore, ns *namespace) error {
+	ns.heartbeats.Lock()
+	defer ns.heartbeats.Unlock()
+	return store.Heartbeat(ctx, w.heartbeat(ns))
 }
 
 // New returns a worker.
@@ -453,7 +467,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("worker: subscribe to cancellations: %w", err)
 		}
 		w.subs = append(w.subs, sub)
-		if err := store.Heartbeat(ctx, w.heartbeat(ns)); err != nil {
+		if err := w.sendHeartbeat(ctx, store, ns); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
 	}
@@ -475,6 +489,14 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	go w.heartbeatLoop(runCtx, store)
 	go w.leaseLoop(runCtx)
 	go w.reconnectLoop(runCtx)
+	for _, ns := range nss {
+		for _, src := range ns.Sources {
+			if h, ok := src.(SourceHealth); ok {
+				w.bg.Add(1)
+				go w.followHealth(runCtx, store, ns, h)
+			}
+		}
+	}
 	w.log.Info("worker started", "namespaces", len(nss))
 	return nil
 }
@@ -546,6 +568,17 @@ func (w *Worker) sourceUpdater(ctx context.Context, ns *namespace, src Source) f
 	return func(tools []Tool) {
 		uctx, cancel := context.WithTimeout(ctx, writeTimeout)
 		defer cancel()
+		// A source that comes back reports its tools: the heartbeat that
+		// no longer names it down goes first, so that a reader who sees
+		// the tools sees them available.
+		w.mu.Lock()
+		store := w.store
+		w.mu.Unlock()
+		if h, ok := src.(SourceHealth); ok && store != nil && h.Unavailable() == "" {
+			if err := w.sendHeartbeat(uctx, store, ns); err != nil && ctx.Err() == nil {
+				w.log.Warn("heartbeat failed", "namespace", ns.Name, "error", err)
+			}
+		}
 		if err := w.setSourceTools(uctx, ns, src.Name(), tools); err != nil && ctx.Err() == nil {
 			w.log.Error("tools of a source not updated", "namespace", ns.Name, "source", src.Name(), "error", err)
 		}
@@ -583,6 +616,7 @@ func (w *Worker) heartbeat(ns *namespace) *messages.WorkerHeartbeat {
 		Busy:       busy,
 		Time:       time.Now().UTC(),
 		IntervalMS: w.cfg.HeartbeatInterval.Milliseconds(),
+		Down:       downSources(ns),
 	}
 }
 
@@ -597,7 +631,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context, store *catalog.Store) {
 		case <-t.C:
 			for _, ns := range w.namespaces {
 				hctx, cancel := context.WithTimeout(ctx, w.cfg.HeartbeatInterval)
-				if err := store.Heartbeat(hctx, w.heartbeat(ns)); err != nil && ctx.Err() == nil {
+				if err := w.sendHeartbeat(hctx, store, ns); err != nil && ctx.Err() == nil {
 					w.log.Warn("heartbeat failed", "namespace", ns.Name, "error", err)
 				}
 				cancel()

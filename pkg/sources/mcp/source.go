@@ -179,6 +179,9 @@ type Source struct {
 
 	mu      sync.Mutex
 	current *session
+	// downReason is the last failure to connect since current was last
+	// set; "" while connected or before the first failure.
+	downReason string
 	// changed is closed, and replaced, whenever current changes.
 	changed chan struct{}
 	started bool
@@ -242,6 +245,7 @@ func (s *Source) Start(ctx context.Context, update func([]worker.Tool)) ([]worke
 		// A network server may come later: the worker serves its other
 		// sources meanwhile, and this one's tools once it answers.
 		s.log.Warn("MCP server not reachable at start; retrying in the background", "error", err, "retry_after", s.cfg.MinBackoff)
+		s.setDown(err)
 		s.reported = fingerprint(nil)
 		if err := s.run(cancel, func() { s.supervise(runCtx, nil, update) }); err != nil {
 			return nil, err
@@ -314,9 +318,54 @@ func (s *Source) Stop(ctx context.Context) error {
 func (s *Source) setCurrent(sess *session) {
 	s.mu.Lock()
 	s.current = sess
+	if sess != nil {
+		s.downReason = ""
+	}
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
+}
+
+// setDown records that connecting failed: the source is down until a
+// session is set. A stdio server is never reported down: it is restarted
+// at once, and calls wait for it.
+func (s *Source) setDown(err error) {
+	if s.cfg.Transport == TransportStdio || err == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.current != nil && !s.current.isLost() {
+		return
+	}
+	wasUp := s.downReason == ""
+	s.downReason = err.Error()
+	if wasUp {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+}
+
+// Unavailable returns why a network server cannot serve its tools now —
+// not reachable at start, or its session lost and the first try to
+// connect again failed — or "" when it can. A session lost and replaced
+// at the first try is not reported. It implements worker.SourceHealth.
+func (s *Source) Unavailable() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started || s.stopped || s.current != nil && !s.current.isLost() {
+		return ""
+	}
+	return s.downReason
+}
+
+// HealthChanged returns a channel that is closed when the server connects,
+// its session is lost or a try to connect fails. It implements
+// worker.SourceHealth.
+func (s *Source) HealthChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
 }
 
 // supervise keeps the source connected until ctx ends: it re-lists tools
@@ -353,6 +402,7 @@ func (s *Source) supervise(ctx context.Context, sess *session, update func([]wor
 					return
 				}
 				s.log.Warn("MCP server reconnection failed", "error", err, "retry_after", backoff)
+				s.setDown(err)
 				continue
 			}
 			sess = next
