@@ -301,6 +301,17 @@ func TestAToolThatIgnoresItsContextKeepsItsSlot(t *testing.T) {
 	w := b.worker(t, worker.Config{}, 1)
 	id := b.submit(t, "t-stubborn")
 	receive(t, b.tools.started, "the call to start")
+	// Cancelled once its start is stored: before that, the coordinator
+	// would end it as a call cancelled in the queue, and the worker's slot
+	// would be released as having committed, not as straggling.
+	for ev, err := range b.client.Watch(b.ctx, id) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == messages.EventStarted {
+			break
+		}
+	}
 	if _, err := b.client.Cancel(b.ctx, id, "enough"); err != nil {
 		t.Fatal(err)
 	}
