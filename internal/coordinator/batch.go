@@ -8,11 +8,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 
@@ -436,6 +439,12 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 	if br.ResponseID != "" {
 		responseID = br.ResponseID
 	}
+	if ts := c.submitter.turns; ts != nil {
+		// Claimed once for the batch, the turn's owner is remembered, and
+		// each call's own claim reads nothing: the calls do not race to
+		// create the turn. A claim that fails is each call's to report.
+		_ = ts.claimForCall(ctx, br.Turn, br.Agent)
+	}
 	out := &messages.SubmitBatchReply{Calls: make([]messages.BatchCall, len(calls))}
 	errs := make([]error, len(calls))
 	var wg sync.WaitGroup
@@ -510,6 +519,17 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 			ids = append(ids, bc.CallID)
 		}
 	}
+	wait := min(time.Duration(rr.WaitMS)*time.Millisecond, c.cfg.MaxWait)
+	var watch *resultWatch
+	if wait > 0 && len(ids) > 0 {
+		// Subscribed before the calls are read, so that a result written
+		// after the read cannot slip past the wait.
+		var err error
+		if watch, err = c.watchResults(ids); err != nil {
+			return nil, err
+		}
+		defer watch.stop()
+	}
 	snaps := map[string]*ledger.Snapshot{}
 	if len(ids) > 0 {
 		var err error
@@ -530,14 +550,14 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 			unfinished = append(unfinished, id)
 		}
 	}
-	if wait := min(time.Duration(rr.WaitMS)*time.Millisecond, c.cfg.MaxWait); wait > 0 && len(unfinished) > 0 {
+	if wait > 0 && len(unfinished) > 0 {
 		// A held wait, counted against the user's as calls.get's is.
 		release, err := c.waits.hold(ctx)
 		if err != nil {
 			return nil, err
 		}
 		defer release()
-		got := c.awaitResults(ctx, snaps, unfinished, wait)
+		got := c.awaitResults(ctx, snaps, unfinished, wait, watch)
 		var still []string
 		for _, id := range unfinished {
 			if res := got[id]; res != nil {
@@ -570,33 +590,117 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 	return out, nil
 }
 
-// awaitResults waits up to wait for the results of calls, each on a
-// subscription to its result's writes, and returns those that came.
-func (c *Coordinator) awaitResults(ctx context.Context, snaps map[string]*ledger.Snapshot, callIDs []string, wait time.Duration) map[string]*messages.CallResult {
+// resultWatch holds a subscription per call to the writes of its result
+// under any namespace: a call's namespace is known only once it is read,
+// and the wait counts a write under another one as no result (see
+// Ledger.WaitForWrite, which reads the committed result under the call's).
+type resultWatch struct {
+	writes map[string]chan *nats.Msg
+	subs   []*nats.Subscription
+	log    *slog.Logger
+}
+
+// watchResults subscribes to the result writes of calls.
+func (c *Coordinator) watchResults(callIDs []string) (*resultWatch, error) {
+	w := &resultWatch{writes: make(map[string]chan *nats.Msg, len(callIDs)), log: c.log}
+	for _, id := range callIDs {
+		subject, err := c.names.CallKindFilter(id, messages.EventResult)
+		if err != nil {
+			w.stop()
+			return nil, err
+		}
+		writes := make(chan *nats.Msg, 4)
+		sub, err := c.nc.ChanSubscribe(subject, writes)
+		if err != nil {
+			w.stop()
+			return nil, unavailable(err, "subscribe to results")
+		}
+		w.writes[id], w.subs = writes, append(w.subs, sub)
+	}
+	return w, nil
+}
+
+func (w *resultWatch) stop() {
+	for _, sub := range w.subs {
+		if err := sub.Unsubscribe(); err != nil {
+			w.log.Debug("unsubscribe from result", "subject", sub.Subject, "error", err)
+		}
+	}
+}
+
+// Rereads of a results wait: a result written before the wait's
+// subscriptions were made reaches none of them, and the stream may store
+// it only after the calls were read, so the calls still unfinished are
+// read again, in one batched read, after pauses of 1, 2, 4 … up to
+// maxRecheckPause; the wait of each (Ledger.WaitForWrite) looks again
+// only every ledger.ResultCheckInterval.
+const maxRecheckPause = 128 * time.Millisecond
+
+// awaitResults waits up to wait for the results of calls, on watch's
+// subscriptions to their writes and reading them again soon (see
+// maxRecheckPause), and returns those that came.
+func (c *Coordinator) awaitResults(ctx context.Context, snaps map[string]*ledger.Snapshot, callIDs []string, wait time.Duration, watch *resultWatch) map[string]*messages.CallResult {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	q := c.submitter.queue
 	var mu sync.Mutex
 	got := make(map[string]*messages.CallResult, len(callIDs))
+	stops := make(map[string]context.CancelFunc, len(callIDs))
 	var wg sync.WaitGroup
 	for _, id := range callIDs {
 		ns := snaps[id].Namespace // the call's: only a result under it counts
-		writes, stop, err := q.resultWrites(ns, id)
-		if err != nil {
-			continue // rendered as it stands
-		}
+		writes := watch.writes[id]
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		stops[id] = stop
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer stop()
-			if res, err := q.reads.WaitForWrite(ctx, ns, id, writes); err == nil {
+			if res, err := q.reads.WaitForWrite(wctx, ns, id, writes); err == nil {
 				mu.Lock()
 				got[id] = res
 				mu.Unlock()
 			}
 		}()
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	for pause := time.Millisecond; pause <= maxRecheckPause; pause *= 2 {
+		t := time.NewTimer(pause)
+		select {
+		case <-done:
+			t.Stop()
+			return got
+		case <-t.C:
+		}
+		mu.Lock()
+		var pending []string
+		for _, id := range callIDs {
+			if got[id] == nil {
+				pending = append(pending, id)
+			}
+		}
+		mu.Unlock()
+		later, err := c.ledger.Snapshots(ctx, pending...)
+		if err != nil {
+			continue
+		}
+		for id, s := range later {
+			if s.Namespace != snaps[id].Namespace || s.Result == nil || s.Result.Result == nil {
+				continue
+			}
+			mu.Lock()
+			if got[id] == nil {
+				got[id] = s.Result.Result
+			}
+			mu.Unlock()
+			stops[id]()
+		}
+	}
+	<-done
 	return got
 }
 
