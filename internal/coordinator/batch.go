@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 
@@ -439,15 +440,16 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 	if br.ResponseID != "" {
 		responseID = br.ResponseID
 	}
-	if ts := c.submitter.turns; ts != nil {
-		// Claimed once for the batch, the turn's owner is remembered, and
-		// each call's own claim reads nothing: the calls do not race to
-		// create the turn. A claim that fails is each call's to report.
-		_ = ts.claimForCall(ctx, br.Turn, br.Agent)
-	}
+	// Claimed once for the batch, the turn's owner is remembered, and each
+	// call's own claim reads nothing: the calls do not race to create the
+	// turn. The claim and the read of the calls go on at once.
+	claimed := make(chan struct{})
+	go func() {
+		defer close(claimed)
+		c.claimBatchTurn(ctx, br.Turn, br.Agent)
+	}()
 	out := &messages.SubmitBatchReply{Calls: make([]messages.BatchCall, len(calls))}
-	errs := make([]error, len(calls))
-	var wg sync.WaitGroup
+	submits := make([]*messages.SubmitRequest, len(calls))
 	for i := range calls {
 		tc := &calls[i]
 		out.Calls[i] = messages.BatchCall{ToolCallID: tc.id, Name: tc.name}
@@ -455,7 +457,7 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 			out.Calls[i].Error = tc.refused
 			continue
 		}
-		sr := &messages.SubmitRequest{
+		submits[i] = &messages.SubmitRequest{
 			Tool:           tc.name,
 			Arguments:      tc.args,
 			Agent:          br.Agent,
@@ -464,13 +466,22 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 			TimeoutMS:      br.TimeoutMS,
 			Notify:         br.Notify,
 		}
+	}
+	unseen := c.unseenCalls(ctx, submits)
+	<-claimed
+	errs := make([]error, len(calls))
+	var wg sync.WaitGroup
+	for i, sr := range submits {
+		if sr == nil {
+			continue
+		}
 		answer := func(reply *messages.SubmitReply, err error) {
 			errs[i] = settleBatchCall(&out.Calls[i], reply, err)
 			wg.Done()
 		}
 		wg.Add(1)
 		go func() {
-			reply, pending, err := c.submitter.run(ctx, sr, headers, answer)
+			reply, pending, err := c.submitter.runKnowing(ctx, sr, headers, answer, unseen[i])
 			if !pending {
 				answer(reply, err)
 			}
@@ -483,6 +494,93 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 		}
 	}
 	return out, nil
+}
+
+// claimBatchTurn claims a batch's turn for its agent before its calls
+// do. A turn the coordinator has not seen is most often new: it is
+// created with its agent at once, and read only if it exists. A claim
+// that fails is left to each call's own claim to report.
+func (c *Coordinator) claimBatchTurn(ctx context.Context, turn, agent string) {
+	ts := c.submitter.turns
+	if ts == nil || turn == "" || agent == "" {
+		return
+	}
+	if _, known := ts.owner(turn); known {
+		return
+	}
+	if err := ts.save(ctx, &turnRecord{state: messages.TurnState{Turn: turn, Agent: agent}}); err == nil {
+		ts.remember(turn, agent)
+		return
+	}
+	_ = ts.claimForCall(ctx, turn, agent)
+}
+
+// unseenCalls reads the call IDs of a batch's submits (those of their
+// idempotency keys) in one batched read and tells, by position, which
+// have no call yet: their submits need not read them again one by one. A
+// read of a replica that finds no call proves nothing in a cluster (see
+// Ledger.Last), so unless the events stream has a single replica, whose
+// answer is its leader's, none is told unseen and each submit reads its
+// call ID as a submit of its own does. A read that fails tells none.
+func (c *Coordinator) unseenCalls(ctx context.Context, submits []*messages.SubmitRequest) []bool {
+	unseen := make([]bool, len(submits))
+	if !c.submitter.eventsReplicas.single(ctx, c.js, c.names.EventsStream()) {
+		return unseen
+	}
+	var ids []string
+	for _, sr := range submits {
+		if sr != nil && sr.IdempotencyKey != "" {
+			ids = append(ids, messages.IdempotentCallID(sr.Agent, sr.IdempotencyKey))
+		}
+	}
+	if len(ids) == 0 {
+		return unseen
+	}
+	snaps, err := c.calls.snapshots(ctx, ids...)
+	if err != nil {
+		return unseen
+	}
+	for i, sr := range submits {
+		if sr != nil && sr.IdempotencyKey != "" {
+			s := snaps[messages.IdempotentCallID(sr.Agent, sr.IdempotencyKey)]
+			unseen[i] = s != nil && s.Queued == nil
+		}
+	}
+	return unseen
+}
+
+// streamReplicas remembers whether a stream has a single replica, read
+// from its configuration at most every replicasRecheck.
+type streamReplicas struct {
+	mu       sync.Mutex
+	isSingle bool
+	readAt   time.Time
+}
+
+// replicasRecheck is how long what a stream's configuration said of its
+// replicas is taken as still true.
+const replicasRecheck = 30 * time.Second
+
+// single tells whether the stream has one replica; a stream whose
+// configuration cannot be read is taken as replicated.
+func (r *streamReplicas) single(ctx context.Context, js jetstream.JetStream, stream string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.readAt.IsZero() && time.Since(r.readAt) < replicasRecheck {
+		return r.isSingle
+	}
+	if js == nil {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	s, err := js.Stream(rctx, stream)
+	if err != nil {
+		return false
+	}
+	info := s.CachedInfo()
+	r.isSingle, r.readAt = info != nil && info.Config.Replicas <= 1, time.Now()
+	return r.isSingle
 }
 
 // settleBatchCall fills in one call of a batch's reply from its submit's
