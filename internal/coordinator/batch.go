@@ -561,8 +561,10 @@ type streamReplicas struct {
 // replicas is taken as still true.
 const replicasRecheck = 30 * time.Second
 
-// single tells whether the stream has one replica; a stream whose
-// configuration cannot be read is taken as replicated.
+// single tells whether the stream has one replica. A stream whose
+// configuration cannot be read (within a second) is taken as replicated
+// until the next read, replicasRecheck later, so that batches do not
+// queue behind reads of a JetStream that does not answer.
 func (r *streamReplicas) single(ctx context.Context, js jetstream.JetStream, stream string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -574,12 +576,11 @@ func (r *streamReplicas) single(ctx context.Context, js jetstream.JetStream, str
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	s, err := js.Stream(rctx, stream)
-	if err != nil {
-		return false
+	r.isSingle, r.readAt = false, time.Now()
+	if s, err := js.Stream(rctx, stream); err == nil {
+		info := s.CachedInfo()
+		r.isSingle = info != nil && info.Config.Replicas <= 1
 	}
-	info := s.CachedInfo()
-	r.isSingle, r.readAt = info != nil && info.Config.Replicas <= 1, time.Now()
 	return r.isSingle
 }
 

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -49,5 +50,48 @@ func TestBatchTurnOfAnotherAgent(t *testing.T) {
 	}
 	if runs.Load() != 3 {
 		t.Errorf("%d runs, want 3", runs.Load())
+	}
+}
+
+// TestBatchInACluster: on streams of three replicas, where a read of a
+// replica that finds no call is confirmed with the stream's leader call
+// by call, a batch runs its calls once and, sent again, names the same
+// calls and queues nothing.
+func TestBatchInACluster(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	_, urls := testenv.Cluster(t, 3)
+	testenv.Coordinator(t, urls, func(cfg *coordinator.Config) { cfg.Resources.Replicas = 3 })
+	var runs atomic.Int64
+	testenv.Worker(t, urls, worker.Config{}, worker.Namespace{Name: "t", Tools: batchTools(&runs)})
+	c := testenv.Client(t, urls, client.Options{Agent: "bot"})
+	nc := testenv.Connect(t, urls)
+	ctx := testenv.Context(t)
+	req := messages.SubmitBatchRequest{Format: "anthropic", Turn: "turn-cluster", ToolCalls: messages.JSON(`[{"type":"tool_use","id":"toolu_1","name":"t-add","input":{"a":1,"b":1}},{"type":"tool_use","id":"toolu_2","name":"t-add","input":{"a":2,"b":2}}]`)}
+	first, err := c.SubmitBatch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.AwaitResults(ctx, "anthropic", first.Calls)
+	if err != nil || !res.Complete {
+		t.Fatalf("results: %+v %v", res, err)
+	}
+	queued := streamLastSeqOn(t, nc, names.CallsStream())
+	again, err := c.SubmitBatch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, bc := range again.Calls {
+		if bc.CallID == "" || bc.CallID != first.Calls[i].CallID || !bc.Duplicate {
+			t.Errorf("call %d sent again: %+v, first %+v", i, bc, first.Calls[i])
+		}
+	}
+	if got := streamLastSeqOn(t, nc, names.CallsStream()); got != queued {
+		t.Errorf("the batch sent again queued %d calls", got-queued)
+	}
+	if runs.Load() != 2 {
+		t.Errorf("%d runs, want 2", runs.Load())
 	}
 }
