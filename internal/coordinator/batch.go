@@ -8,11 +8,15 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 
@@ -436,9 +440,16 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 	if br.ResponseID != "" {
 		responseID = br.ResponseID
 	}
+	// Claimed once for the batch, the turn's owner is remembered, and each
+	// call's own claim reads nothing: the calls do not race to create the
+	// turn. The claim and the read of the calls go on at once.
+	claimed := make(chan struct{})
+	go func() {
+		defer close(claimed)
+		c.claimBatchTurn(ctx, br.Turn, br.Agent)
+	}()
 	out := &messages.SubmitBatchReply{Calls: make([]messages.BatchCall, len(calls))}
-	errs := make([]error, len(calls))
-	var wg sync.WaitGroup
+	submits := make([]*messages.SubmitRequest, len(calls))
 	for i := range calls {
 		tc := &calls[i]
 		out.Calls[i] = messages.BatchCall{ToolCallID: tc.id, Name: tc.name}
@@ -446,7 +457,7 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 			out.Calls[i].Error = tc.refused
 			continue
 		}
-		sr := &messages.SubmitRequest{
+		submits[i] = &messages.SubmitRequest{
 			Tool:           tc.name,
 			Arguments:      tc.args,
 			Agent:          br.Agent,
@@ -455,13 +466,22 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 			TimeoutMS:      br.TimeoutMS,
 			Notify:         br.Notify,
 		}
+	}
+	unseen := c.unseenCalls(ctx, submits)
+	<-claimed
+	errs := make([]error, len(calls))
+	var wg sync.WaitGroup
+	for i, sr := range submits {
+		if sr == nil {
+			continue
+		}
 		answer := func(reply *messages.SubmitReply, err error) {
 			errs[i] = settleBatchCall(&out.Calls[i], reply, err)
 			wg.Done()
 		}
 		wg.Add(1)
 		go func() {
-			reply, pending, err := c.submitter.run(ctx, sr, headers, answer)
+			reply, pending, err := c.submitter.runKnowing(ctx, sr, headers, answer, unseen[i])
 			if !pending {
 				answer(reply, err)
 			}
@@ -474,6 +494,94 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 		}
 	}
 	return out, nil
+}
+
+// claimBatchTurn claims a batch's turn for its agent before its calls
+// do. A turn the coordinator has not seen is most often new: it is
+// created with its agent at once, and read only if it exists. A claim
+// that fails is left to each call's own claim to report.
+func (c *Coordinator) claimBatchTurn(ctx context.Context, turn, agent string) {
+	ts := c.submitter.turns
+	if ts == nil || turn == "" || agent == "" {
+		return
+	}
+	if _, known := ts.owner(turn); known {
+		return
+	}
+	if err := ts.save(ctx, &turnRecord{state: messages.TurnState{Turn: turn, Agent: agent}}); err == nil {
+		ts.remember(turn, agent)
+		return
+	}
+	_ = ts.claimForCall(ctx, turn, agent)
+}
+
+// unseenCalls reads the call IDs of a batch's submits (those of their
+// idempotency keys) in one batched read and tells, by position, which
+// have no call yet: their submits need not read them again one by one. A
+// read of a replica that finds no call proves nothing in a cluster (see
+// Ledger.Last), so unless the events stream has a single replica, whose
+// answer is its leader's, none is told unseen and each submit reads its
+// call ID as a submit of its own does. A read that fails tells none.
+func (c *Coordinator) unseenCalls(ctx context.Context, submits []*messages.SubmitRequest) []bool {
+	unseen := make([]bool, len(submits))
+	if !c.submitter.eventsReplicas.single(ctx, c.js, c.names.EventsStream()) {
+		return unseen
+	}
+	var ids []string
+	for _, sr := range submits {
+		if sr != nil && sr.IdempotencyKey != "" {
+			ids = append(ids, messages.IdempotentCallID(sr.Agent, sr.IdempotencyKey))
+		}
+	}
+	if len(ids) == 0 {
+		return unseen
+	}
+	snaps, err := c.calls.snapshots(ctx, ids...)
+	if err != nil {
+		return unseen
+	}
+	for i, sr := range submits {
+		if sr != nil && sr.IdempotencyKey != "" {
+			s := snaps[messages.IdempotentCallID(sr.Agent, sr.IdempotencyKey)]
+			unseen[i] = s != nil && s.Queued == nil
+		}
+	}
+	return unseen
+}
+
+// streamReplicas remembers whether a stream has a single replica, read
+// from its configuration at most every replicasRecheck.
+type streamReplicas struct {
+	mu       sync.Mutex
+	isSingle bool
+	readAt   time.Time
+}
+
+// replicasRecheck is how long what a stream's configuration said of its
+// replicas is taken as still true.
+const replicasRecheck = 30 * time.Second
+
+// single tells whether the stream has one replica. A stream whose
+// configuration cannot be read (within a second) is taken as replicated
+// until the next read, replicasRecheck later, so that batches do not
+// queue behind reads of a JetStream that does not answer.
+func (r *streamReplicas) single(ctx context.Context, js jetstream.JetStream, stream string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.readAt.IsZero() && time.Since(r.readAt) < replicasRecheck {
+		return r.isSingle
+	}
+	if js == nil {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	r.isSingle, r.readAt = false, time.Now()
+	if s, err := js.Stream(rctx, stream); err == nil {
+		info := s.CachedInfo()
+		r.isSingle = info != nil && info.Config.Replicas <= 1
+	}
+	return r.isSingle
 }
 
 // settleBatchCall fills in one call of a batch's reply from its submit's
@@ -510,6 +618,17 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 			ids = append(ids, bc.CallID)
 		}
 	}
+	wait := min(time.Duration(rr.WaitMS)*time.Millisecond, c.cfg.MaxWait)
+	var watch *resultWatch
+	if wait > 0 && len(ids) > 0 {
+		// Subscribed before the calls are read, so that a result written
+		// after the read cannot slip past the wait.
+		var err error
+		if watch, err = c.watchResults(ids); err != nil {
+			return nil, err
+		}
+		defer watch.stop()
+	}
 	snaps := map[string]*ledger.Snapshot{}
 	if len(ids) > 0 {
 		var err error
@@ -530,14 +649,14 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 			unfinished = append(unfinished, id)
 		}
 	}
-	if wait := min(time.Duration(rr.WaitMS)*time.Millisecond, c.cfg.MaxWait); wait > 0 && len(unfinished) > 0 {
+	if wait > 0 && len(unfinished) > 0 {
 		// A held wait, counted against the user's as calls.get's is.
 		release, err := c.waits.hold(ctx)
 		if err != nil {
 			return nil, err
 		}
 		defer release()
-		got := c.awaitResults(ctx, snaps, unfinished, wait)
+		got := c.awaitResults(ctx, snaps, unfinished, wait, watch)
 		var still []string
 		for _, id := range unfinished {
 			if res := got[id]; res != nil {
@@ -570,33 +689,117 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 	return out, nil
 }
 
-// awaitResults waits up to wait for the results of calls, each on a
-// subscription to its result's writes, and returns those that came.
-func (c *Coordinator) awaitResults(ctx context.Context, snaps map[string]*ledger.Snapshot, callIDs []string, wait time.Duration) map[string]*messages.CallResult {
+// resultWatch holds a subscription per call to the writes of its result
+// under any namespace: a call's namespace is known only once it is read,
+// and the wait counts a write under another one as no result (see
+// Ledger.WaitForWrite, which reads the committed result under the call's).
+type resultWatch struct {
+	writes map[string]chan *nats.Msg
+	subs   []*nats.Subscription
+	log    *slog.Logger
+}
+
+// watchResults subscribes to the result writes of calls.
+func (c *Coordinator) watchResults(callIDs []string) (*resultWatch, error) {
+	w := &resultWatch{writes: make(map[string]chan *nats.Msg, len(callIDs)), log: c.log}
+	for _, id := range callIDs {
+		subject, err := c.names.CallKindFilter(id, messages.EventResult)
+		if err != nil {
+			w.stop()
+			return nil, err
+		}
+		writes := make(chan *nats.Msg, 4)
+		sub, err := c.nc.ChanSubscribe(subject, writes)
+		if err != nil {
+			w.stop()
+			return nil, unavailable(err, "subscribe to results")
+		}
+		w.writes[id], w.subs = writes, append(w.subs, sub)
+	}
+	return w, nil
+}
+
+func (w *resultWatch) stop() {
+	for _, sub := range w.subs {
+		if err := sub.Unsubscribe(); err != nil {
+			w.log.Debug("unsubscribe from result", "subject", sub.Subject, "error", err)
+		}
+	}
+}
+
+// Rereads of a results wait: a result written before the wait's
+// subscriptions were made reaches none of them, and the stream may store
+// it only after the calls were read, so the calls still unfinished are
+// read again, in one batched read, after pauses of 1, 2, 4 … up to
+// maxRecheckPause; the wait of each (Ledger.WaitForWrite) looks again
+// only every ledger.ResultCheckInterval.
+const maxRecheckPause = 128 * time.Millisecond
+
+// awaitResults waits up to wait for the results of calls, on watch's
+// subscriptions to their writes and reading them again soon (see
+// maxRecheckPause), and returns those that came.
+func (c *Coordinator) awaitResults(ctx context.Context, snaps map[string]*ledger.Snapshot, callIDs []string, wait time.Duration, watch *resultWatch) map[string]*messages.CallResult {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	q := c.submitter.queue
 	var mu sync.Mutex
 	got := make(map[string]*messages.CallResult, len(callIDs))
+	stops := make(map[string]context.CancelFunc, len(callIDs))
 	var wg sync.WaitGroup
 	for _, id := range callIDs {
 		ns := snaps[id].Namespace // the call's: only a result under it counts
-		writes, stop, err := q.resultWrites(ns, id)
-		if err != nil {
-			continue // rendered as it stands
-		}
+		writes := watch.writes[id]
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		stops[id] = stop
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer stop()
-			if res, err := q.reads.WaitForWrite(ctx, ns, id, writes); err == nil {
+			if res, err := q.reads.WaitForWrite(wctx, ns, id, writes); err == nil {
 				mu.Lock()
 				got[id] = res
 				mu.Unlock()
 			}
 		}()
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	for pause := time.Millisecond; pause <= maxRecheckPause; pause *= 2 {
+		t := time.NewTimer(pause)
+		select {
+		case <-done:
+			t.Stop()
+			return got
+		case <-t.C:
+		}
+		mu.Lock()
+		var pending []string
+		for _, id := range callIDs {
+			if got[id] == nil {
+				pending = append(pending, id)
+			}
+		}
+		mu.Unlock()
+		later, err := c.ledger.Snapshots(ctx, pending...)
+		if err != nil {
+			continue
+		}
+		for id, s := range later {
+			if s.Namespace != snaps[id].Namespace || s.Result == nil || s.Result.Result == nil {
+				continue
+			}
+			mu.Lock()
+			if got[id] == nil {
+				got[id] = s.Result.Result
+			}
+			mu.Unlock()
+			stops[id]()
+		}
+	}
+	<-done
 	return got
 }
 

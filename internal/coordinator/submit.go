@@ -37,6 +37,9 @@ type submitPipeline struct {
 	audit     auditFunc
 	queue     *callQueue
 	tracer    trace.Tracer
+	// eventsReplicas tells a batch whether the events stream's replica
+	// that answers a read is its leader (see Coordinator.unseenCalls).
+	eventsReplicas streamReplicas
 }
 
 // submitLimits are the bounds and defaults a submit is held to.
@@ -68,7 +71,14 @@ type grants interface {
 // run is a submit. With then set and a call to queue without waiting for
 // its result, it does not wait for the writes either: it reports pending,
 // and then gets the outcome. Otherwise then is not called.
-func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string, then func(*messages.SubmitReply, error)) (_ *messages.SubmitReply, pending bool, err error) {
+func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string, then func(*messages.SubmitReply, error)) (*messages.SubmitReply, bool, error) {
+	return p.runKnowing(ctx, sr, headers, then, false)
+}
+
+// runKnowing is run. With unseen, the caller has read, from the stream's
+// leader, that the call's ID has no call yet (a batch reads its calls'
+// IDs at once), so a submit with an idempotency key does not read it again.
+func (p *submitPipeline) runKnowing(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string, then func(*messages.SubmitReply, error), unseen bool) (_ *messages.SubmitReply, pending bool, err error) {
 	ctx, span := p.tracer.Start(tracing.Extract(ctx, headers), "toolbus.submit", trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("toolbus.tool", sr.Tool), attribute.String("toolbus.agent", sr.Agent), attribute.String("gen_ai.tool.name", sr.Tool))
@@ -98,7 +108,7 @@ func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, he
 		return nil, false, err
 	}
 	call := newCall(sr, name, tool, args, digest, time.Now().UTC(), p.limits.defaultTimeout)
-	if sr.IdempotencyKey != "" {
+	if sr.IdempotencyKey != "" && !unseen {
 		if reply, err := p.queue.existing(ctx, call, sr, false); reply != nil || err != nil {
 			return reply, false, err
 		}
