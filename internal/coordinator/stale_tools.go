@@ -26,7 +26,9 @@ func (s *toolSwitches) remove(ctx context.Context, sr *messages.ToolSwitchReques
 		if err != nil {
 			return nil, err
 		}
-		if _, ok, err := s.catalog.Get(ctx, name); err != nil {
+		// The bucket, not the view, which may not have seen a removal made
+		// a moment ago.
+		if ok, err := s.store.HasTool(ctx, name); err != nil {
 			return nil, unavailable(err, "read tool %s", name)
 		} else if !ok {
 			return nil, messages.Errorf(messages.CodeToolNotFound, "no tool %s in the catalog", name)

@@ -63,6 +63,22 @@ func (s *Store) DeleteTool(ctx context.Context, name messages.ToolName) error {
 	return nil
 }
 
+// HasTool reports whether the bucket holds the tool now, read from the
+// bucket itself rather than a view that may lag it.
+func (s *Store) HasTool(ctx context.Context, name messages.ToolName) (bool, error) {
+	key, err := messages.ToolKey(name)
+	if err != nil {
+		return false, err
+	}
+	if _, err := s.bucket.Get(ctx, key); err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, nil
+		}
+		return false, fmt.Errorf("read tool %s: %w", name, err)
+	}
+	return true, nil
+}
+
 // SetDisabled switches a tool (method non-empty) or a whole namespace off
 // with a reason, or back on when disabled is false.
 func (s *Store) SetDisabled(ctx context.Context, ns, method string, disabled bool, state messages.DisabledState) error {
