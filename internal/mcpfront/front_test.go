@@ -43,7 +43,7 @@ type stack struct {
 	url string // of the NATS server
 }
 
-func writeFile(t *testing.T, path, content string) {
+func writeFile(t testing.TB, path, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func weatherTool(method, description string) worker.Tool {
 	})
 }
 
-func startStack(t *testing.T) stack {
+func startStack(t testing.TB) stack {
 	t.Helper()
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "bundles", "base.yaml"), `
@@ -98,13 +98,13 @@ tool:
 
 // front starts a front process's worth: its own connection and client,
 // serving HTTP on a loopback port.
-func (s stack) front(t *testing.T) (*mcpfront.Front, string) {
+func (s stack) front(t testing.TB) (*mcpfront.Front, string) {
 	t.Helper()
 	f, hs := s.frontServer(t)
 	return f, hs.URL
 }
 
-func (s stack) frontServer(t *testing.T) (*mcpfront.Front, *httptest.Server) {
+func (s stack) frontServer(t testing.TB) (*mcpfront.Front, *httptest.Server) {
 	t.Helper()
 	f, err := mcpfront.New(mcpfront.Config{
 		Client: testenv.Client(t, s.url, client.Options{}),
@@ -161,7 +161,7 @@ func (n *notifications) waitFor(t *testing.T, method string) {
 	}
 }
 
-func connect(t *testing.T, url string, headers map[string]string, opts ...mcpclient.ClientOption) (*mcpclient.Client, *notifications) {
+func connect(t testing.TB, url string, headers map[string]string, opts ...mcpclient.ClientOption) (*mcpclient.Client, *notifications) {
 	t.Helper()
 	tr, err := transport.NewStreamableHTTP(url+"/mcp", transport.WithHTTPHeaders(headers))
 	if err != nil {
