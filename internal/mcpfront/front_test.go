@@ -337,6 +337,37 @@ func TestProgressAndCancel(t *testing.T) {
 	})
 }
 
+// TestCancelWithoutProgress: a call made without a progress token, which
+// the front follows by its result alone, is cancelled too when its
+// request is.
+func TestCancelWithoutProgress(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(), legacySessions())
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	turn := sessionTurn(t, c)
+	ctx, cancel := context.WithCancel(testenv.Context(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := callTool(ctx, c, "demo-sleep", map[string]any{"seconds": 30}, nil)
+		done <- err
+	}()
+	eventually(t, "the call to run", func() bool {
+		info, err := bus.Turn(testenv.Context(t), turn)
+		return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateRunning
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	eventually(t, "the call to be cancelled", func() bool {
+		info, err := bus.Turn(testenv.Context(t), turn)
+		return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateCancelled
+	})
+}
+
 func sessionTurn(t *testing.T, c *mcpclient.Client) string {
 	t.Helper()
 	_, turn, ok := strings.Cut(c.GetSessionId(), ".")

@@ -234,16 +234,28 @@ func (f *Front) follow(ctx context.Context, req mcp.CallToolRequest, callID stri
 	if req.Params.Meta != nil {
 		token = req.Params.Meta.ProgressToken
 	}
+	failed := func(err error) (*messages.CallResult, error) {
+		if f.cancels(ctx) {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+			defer cancel()
+			if _, cerr := f.cfg.Client.Cancel(cctx, callID, "cancelled by the MCP client"); cerr != nil {
+				f.log.Warn("cancel failed", "call_id", callID, "error", cerr)
+			}
+		}
+		return nil, err
+	}
+	if token == nil {
+		// Nobody asked for progress: wait for the result alone, which
+		// costs no consumer on the server, unlike following every event.
+		res, err := f.cfg.Client.Wait(ctx, callID)
+		if err != nil {
+			return failed(err)
+		}
+		return res, nil
+	}
 	for ev, err := range f.cfg.Client.Watch(ctx, callID) {
 		if err != nil {
-			if f.cancels(ctx) {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-				defer cancel()
-				if _, cerr := f.cfg.Client.Cancel(cctx, callID, "cancelled by the MCP client"); cerr != nil {
-					f.log.Warn("cancel failed", "call_id", callID, "error", cerr)
-				}
-			}
-			return nil, err
+			return failed(err)
 		}
 		switch {
 		case ev.Result != nil:
