@@ -238,23 +238,10 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 
 // connect opens a connection and a client.
 func (g globals) connect() (*nats.Conn, *client.Client, error) {
-	opts := []nats.Option{nats.Name("toolbus-cli")}
-	inbox := g.inbox
-	if g.user != "" {
-		opts = append(opts, nats.UserInfo(g.user, g.password))
-		if inbox == "" {
-			inbox = natsflags.InboxPrefix(g.user)
-		}
-	}
-	if g.creds != "" {
-		opts = append(opts, nats.UserCredentials(g.creds))
-	}
-	if inbox != "" {
-		opts = append(opts, nats.CustomInboxPrefix(inbox))
-	}
-	nc, err := nats.Connect(g.server, opts...)
+	conn := natsflags.Flags{Server: g.server, Creds: g.creds, User: g.user, Password: g.password, Inbox: g.inbox}
+	nc, err := conn.Connect("toolbus-cli")
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to %s: %w (is Toolbus running? start it with: go run ./cmd/toolbus dev)", g.server, err)
+		return nil, nil, fmt.Errorf("%w (is Toolbus running? start it with: go run ./cmd/toolbus dev)", err)
 	}
 	// A user of a deployment is an agent's or an operator's, whose account
 	// reads calls through the coordinator only.

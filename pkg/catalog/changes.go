@@ -31,7 +31,7 @@ func Follow(ctx context.Context, bucket Bucket) (iter.Seq2[messages.CatalogChang
 		cancel()
 		return nil, fmt.Errorf("watch catalog: %w", err)
 	}
-	f := &follower{tools: map[string]bool{}, workers: map[string]workerSeen{}, now: time.Now}
+	f := &follower{tools: map[string]bool{}, workers: map[string]heartbeat{}, now: time.Now}
 	for !f.live {
 		select {
 		case <-ctx.Done():
@@ -82,17 +82,12 @@ func Follow(ctx context.Context, bucket Bucket) (iter.Seq2[messages.CatalogChang
 	}, nil
 }
 
-type workerSeen struct {
-	last     time.Time
-	interval time.Duration
-}
-
 // follower holds what the catalog holds, to tell an added tool from a
 // changed one and a worker joining from one still there.
 type follower struct {
 	live    bool
 	tools   map[string]bool
-	workers map[string]workerSeen
+	workers map[string]heartbeat
 	now     func() time.Time
 }
 
@@ -145,7 +140,7 @@ func (f *follower) apply(e jetstream.KeyValueEntry) (messages.CatalogChange, boo
 		}
 		c.WorkerID = parts[2]
 		seen, known := f.workers[e.Key()]
-		alive := known && f.now().Sub(seen.last) < 3*seen.interval
+		alive := known && seen.aliveAt(f.now())
 		if !put {
 			delete(f.workers, e.Key())
 			c.Kind = messages.CatalogWorkerLeft
@@ -155,9 +150,10 @@ func (f *follower) apply(e jetstream.KeyValueEntry) (messages.CatalogChange, boo
 		if err := json.Unmarshal(e.Value(), &hb); err != nil || hb.IntervalMS <= 0 {
 			return c, false
 		}
-		f.workers[e.Key()] = workerSeen{last: e.Created(), interval: time.Duration(hb.IntervalMS) * time.Millisecond}
+		latest := heartbeat{at: e.Created(), interval: time.Duration(hb.IntervalMS) * time.Millisecond}
+		f.workers[e.Key()] = latest
 		c.Kind = messages.CatalogWorkerJoined
-		return c, !alive && f.now().Sub(e.Created()) < 3*time.Duration(hb.IntervalMS)*time.Millisecond
+		return c, !alive && latest.aliveAt(f.now())
 	}
 	return c, false
 }
@@ -168,7 +164,7 @@ func (f *follower) silentWorkers() []messages.CatalogChange {
 	var out []messages.CatalogChange
 	now := f.now()
 	for key, w := range f.workers {
-		if now.Sub(w.last) < 3*w.interval {
+		if w.aliveAt(now) {
 			continue
 		}
 		delete(f.workers, key)

@@ -30,6 +30,10 @@ type heartbeat struct {
 	down map[string]string
 }
 
+// aliveAt reports whether a worker whose last heartbeat is hb is alive at
+// now: three of its intervals have not passed since.
+func (hb heartbeat) aliveAt(now time.Time) bool { return now.Sub(hb.at) < 3*hb.interval }
+
 // View is an in-memory copy of the catalog, kept current by a watch on the
 // bucket. It is safe for concurrent use.
 type View struct {
@@ -273,7 +277,7 @@ func (v *View) Serving(def *messages.ToolDefinition) (bool, string) {
 func (v *View) serving(now time.Time, def *messages.ToolDefinition) (bool, string) {
 	reason := ""
 	for _, hb := range v.workers[def.Namespace] {
-		if now.Sub(hb.at) >= 3*hb.interval {
+		if !hb.aliveAt(now) {
 			continue
 		}
 		why, down := hb.down[def.Source.Name]
@@ -307,7 +311,7 @@ func (v *View) Available(ns string) bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	for _, hb := range v.workers[ns] {
-		if now.Sub(hb.at) < 3*hb.interval {
+		if hb.aliveAt(now) {
 			return true
 		}
 	}
@@ -328,7 +332,7 @@ func (v *View) LiveWorkers() map[string]int {
 	for ns, hbs := range v.workers {
 		out[ns] = 0
 		for _, hb := range hbs {
-			if now.Sub(hb.at) < 3*hb.interval {
+			if hb.aliveAt(now) {
 				out[ns]++
 			}
 		}
