@@ -58,18 +58,7 @@ namespaces:
 	}
 	testenv.Worker(t, srv.URL(), worker.Config{}, nss...)
 	c := testenv.Client(t, srv.URL(), client.Options{})
-	list, err := c.ListTools(testenv.Context(t), messages.ListToolsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]messages.Delivery{}
-	for _, e := range list.Tools {
-		got[e.Name] = e.Delivery
-		if e.OriginalName != "" {
-			got[e.Namespace+"-"+e.OriginalName] = e.Delivery
-		}
-	}
-	for name, want := range map[string]messages.Delivery{
+	wants := map[string]messages.Delivery{
 		"plain-deleteItem":      messages.DeliveryAtMostOnce,
 		"plain-updateItem":      messages.DeliveryAtLeastOnce,
 		"plain-search":          messages.DeliveryAtLeastOnce,
@@ -77,7 +66,29 @@ namespaces:
 		"configured-deleteItem": messages.DeliveryAtLeastOnce,
 		"configured-updateItem": messages.DeliveryAtMostOnce,
 		"configured-search":     messages.DeliveryAtLeastOnce,
-	} {
+	}
+	got := map[string]messages.Delivery{}
+	// The coordinator's catalog follows the worker's registration a moment later.
+	eventually(t, "the coordinator to list the worker's tools", func() bool {
+		list, err := c.ListTools(testenv.Context(t), messages.ListToolsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(got)
+		for _, e := range list.Tools {
+			got[e.Name] = e.Delivery
+			if e.OriginalName != "" {
+				got[e.Namespace+"-"+e.OriginalName] = e.Delivery
+			}
+		}
+		for name := range wants {
+			if _, ok := got[name]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	for name, want := range wants {
 		if got[name] != want {
 			t.Errorf("%s: delivery %q, want %q", name, got[name], want)
 		}
