@@ -58,6 +58,17 @@ func (r NATSReady) Check(ctx context.Context) error {
 	if r.Conn == nil || !r.Conn.IsConnected() {
 		return ErrNotConnected
 	}
+	if err := r.checkResources(ctx); err != nil {
+		if !r.Conn.IsConnected() {
+			// Lost while the resources were read: that is the cause.
+			return ErrNotConnected
+		}
+		return err
+	}
+	return nil
+}
+
+func (r NATSReady) checkResources(ctx context.Context) error {
 	js, err := jetstream.New(r.Conn)
 	if err != nil {
 		return err
