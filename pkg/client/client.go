@@ -784,6 +784,13 @@ func (c *Client) Turn(ctx context.Context, turn string) (*messages.TurnInfo, err
 	return &out, c.request(ctx, messages.EndpointTurnsGet, &messages.GetTurnRequest{Turn: turn}, &out, read, 0)
 }
 
+// ListCalls reads a page of the execution log (calls.list), newest call
+// first; pass the reply's NextCursor in the request for the next page.
+func (c *Client) ListCalls(ctx context.Context, req messages.CallsListRequest) (*messages.CallsListReply, error) {
+	var out messages.CallsListReply
+	return &out, c.request(ctx, messages.EndpointCallsList, &req, &out, read, 0)
+}
+
 // Watch yields a call's events from the first, then live ones, and ends
 // after the result. It reads JetStream directly and survives coordinator
 // restarts; after an error it can simply be started again. With
