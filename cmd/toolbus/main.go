@@ -2,6 +2,7 @@
 //
 //	toolbus dev                        run NATS, a coordinator and a demo worker in one process
 //	toolbus mcp --listen ADDR | --stdio serve Toolbus to MCP clients
+//	toolbus console --tokens FILE      serve the operators' admin console
 //	toolbus tools                      list the catalog
 //	toolbus call TOOL [JSON] [--watch] call a tool and print its result
 //	toolbus calls get|watch|cancel ID  follow one call
@@ -42,6 +43,9 @@ Commands:
   mcp                          serve Toolbus to MCP clients: streamable HTTP on --listen ADDR
                                (/mcp; --tokens FILE or $TOOLBUS_MCP_TOKENS map bearer tokens to
                                agents, else --agent on loopback only), or --stdio (docs/mcp.md)
+  console                      serve the admin console on --listen ADDR (default 127.0.0.1:8090) to
+                               operators who log in with a token of --tokens FILE or
+                               $TOOLBUS_CONSOLE_TOKENS (docs/operations.md)
   tools                        list the tools in the catalog
   tools disable|enable NAME    switch a tool or a namespace off (with --reason) or on
   tools remove NAME            remove a stale tool, or every tool of a namespace, from the catalog
@@ -211,6 +215,8 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 		return runDev(ctx, g, cmdArgs)
 	case "mcp":
 		return runMCP(ctx, g, cmdArgs)
+	case "console":
+		return runConsole(ctx, g, cmdArgs)
 	case "tools":
 		if len(cmdArgs) > 0 && (cmdArgs[0] == "enable" || cmdArgs[0] == "disable") {
 			return runToolSwitch(ctx, g, cmdArgs[0] == "enable", cmdArgs[1:])

@@ -1,0 +1,349 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/admin"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+const testToken = "operator-token-0123456789"
+
+// hostileDescription is a tool description that would run script if a
+// page wrote it unescaped.
+const hostileDescription = `<script>document.title="owned"</script><img src=x onerror=alert(1)>`
+
+// testBundle is a console on a real bus: a NATS server, a coordinator, a
+// worker of the demo tools and of a namespace whose tool says hostile
+// things, and the console behind an httptest server.
+type testBundle struct {
+	url    string
+	client *client.Client
+	server *httptest.Server
+}
+
+func setup(t *testing.T, mutate ...func(*admin.Config)) *testBundle {
+	t.Helper()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	hostile := worker.Func("say", hostileDescription, func(ctx context.Context, in struct{}) (string, error) {
+		return `<img src=x onerror=alert(2)>`, nil
+	})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()}, worker.Namespace{Name: "hostile", Tools: []worker.Tool{hostile}})
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	js, err := jetstream.New(testenv.Connect(t, srv.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := admin.Config{Client: c, JetStream: js, Tokens: map[string]admin.Operator{testToken: {Name: "alice"}}, Logger: testenv.Logger(t)}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	console, err := admin.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(console.Handler())
+	t.Cleanup(hs.Close)
+	return &testBundle{url: hs.URL, client: c, server: hs}
+}
+
+// browser is an HTTP client with a cookie jar that does not follow redirects.
+func browser(t *testing.T) *http.Client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	t.Cleanup(hc.CloseIdleConnections)
+	return hc
+}
+
+func do(t *testing.T, hc *http.Client, method, target string, form url.Values, header map[string]string) (*http.Response, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, target, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(data)
+}
+
+// login logs the client in and returns the session's CSRF token.
+func (b *testBundle) login(t *testing.T, hc *http.Client) string {
+	t.Helper()
+	resp, _ := do(t, hc, "POST", b.url+"/login", url.Values{"token": {testToken}, "next": {"/catalog"}}, nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/catalog" {
+		t.Fatalf("login: %s, to %q", resp.Status, resp.Header.Get("Location"))
+	}
+	resp, page := do(t, hc, "GET", b.url+"/catalog", nil, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("catalog after login: %s\n%s", resp.Status, page)
+	}
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no CSRF token in the catalog page:\n%s", page)
+	}
+	return m[1]
+}
+
+// toolDisabled reports whether the catalog says an operator disabled the tool.
+func (b *testBundle) toolDisabled(t *testing.T, name string) bool {
+	t.Helper()
+	reply, err := b.client.ListTools(testenv.Context(t), messages.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range reply.Tools {
+		if tool.Name == name {
+			return tool.Disabled
+		}
+	}
+	t.Fatalf("tool %s not in the catalog", name)
+	return false
+}
+
+// TestNothingIsServedWithoutALogin: pages send a browser to the login
+// page, event streams and forms get 401, and the login page and assets
+// are open.
+func TestNothingIsServedWithoutALogin(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hc := browser(t)
+	for _, path := range []string{"/", "/catalog", "/calls", "/approvals", "/audit", "/turns/t1", "/calls/abc"} {
+		resp, _ := do(t, hc, "GET", b.url+path, nil, nil)
+		if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/login?next=") {
+			t.Errorf("GET %s without a session: %s to %q, want a redirect to the login page", path, resp.Status, resp.Header.Get("Location"))
+		}
+	}
+	resp, _ := do(t, hc, "GET", b.url+"/calls/abc/events", nil, map[string]string{"Accept": "text/event-stream"})
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("event stream without a session: %s, want 401", resp.Status)
+	}
+	resp, _ = do(t, hc, "POST", b.url+"/tools/switch", url.Values{"name": {"demo-echo"}, "enable": {"false"}, "reason": {"x"}}, nil)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("form without a session: %s, want 401", resp.Status)
+	}
+	if b.toolDisabled(t, "demo-echo") {
+		t.Error("a form without a session disabled the tool")
+	}
+	resp, page := do(t, hc, "GET", b.url+"/login", nil, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, `name="token"`) {
+		t.Errorf("login page: %s\n%s", resp.Status, page)
+	}
+	resp, _ = do(t, hc, "GET", b.url+"/static/console.js", nil, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("script: %s", resp.Status)
+	}
+}
+
+// TestWrongTokenIsRefused: an unknown token gets 401 and no session; the
+// right one a session cookie that is HttpOnly and SameSite=Strict.
+func TestWrongTokenIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hc := browser(t)
+	resp, page := do(t, hc, "POST", b.url+"/login", url.Values{"token": {"operator-token-0123456788"}}, nil)
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(page, "Unknown token") {
+		t.Fatalf("wrong token: %s\n%s", resp.Status, page)
+	}
+	if len(resp.Cookies()) != 0 {
+		t.Fatalf("wrong token got cookies: %v", resp.Cookies())
+	}
+	resp, _ = do(t, hc, "GET", b.url+"/catalog", nil, nil)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("catalog after a wrong token: %s, want a redirect to the login page", resp.Status)
+	}
+	resp, _ = do(t, hc, "POST", b.url+"/login", url.Values{"token": {testToken}}, nil)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("right token: %s", resp.Status)
+	}
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "toolbus_console" {
+			cookie = c
+		}
+	}
+	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("session cookie: %+v, want HttpOnly and SameSite=Strict", cookie)
+	}
+	resp, page = do(t, hc, "GET", b.url+"/catalog", nil, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "demo-echo") || !strings.Contains(page, "alice") {
+		t.Fatalf("catalog after login: %s\n%s", resp.Status, page)
+	}
+}
+
+// TestPostWithoutCSRFTokenIsRefused: a logged-in session's form without
+// its CSRF token, or with another, changes nothing; with it, the tool is
+// disabled.
+func TestPostWithoutCSRFTokenIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hc := browser(t)
+	csrf := b.login(t, hc)
+	form := url.Values{"name": {"demo-echo"}, "enable": {"false"}, "reason": {"maintenance"}}
+	for _, token := range []string{"", "not-the-token"} {
+		f := url.Values{}
+		for k, v := range form {
+			f[k] = v
+		}
+		if token != "" {
+			f.Set("csrf", token)
+		}
+		resp, page := do(t, hc, "POST", b.url+"/tools/switch", f, nil)
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(page, "CSRF") {
+			t.Errorf("POST with CSRF token %q: %s %s, want 403", token, resp.Status, page)
+		}
+	}
+	if b.toolDisabled(t, "demo-echo") {
+		t.Fatal("a POST without the CSRF token disabled the tool")
+	}
+	form.Set("csrf", csrf)
+	resp, _ := do(t, hc, "POST", b.url+"/tools/switch", form, nil)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("POST with the CSRF token: %s", resp.Status)
+	}
+	if !b.toolDisabled(t, "demo-echo") {
+		t.Fatal("the POST with the CSRF token did not disable the tool")
+	}
+}
+
+// TestCrossOriginPostIsRefused: a form posted from another site is
+// refused even with the session's cookie and CSRF token; from the
+// console's own origin it goes through.
+func TestCrossOriginPostIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hc := browser(t)
+	csrf := b.login(t, hc)
+	form := url.Values{"name": {"demo-echo"}, "enable": {"false"}, "reason": {"maintenance"}, "csrf": {csrf}}
+	for _, h := range []map[string]string{
+		{"Origin": "http://evil.example"},
+		{"Origin": "null"},
+		{"Referer": "http://evil.example/page"},
+		{"Sec-Fetch-Site": "cross-site", "Origin": b.url},
+	} {
+		resp, page := do(t, hc, "POST", b.url+"/tools/switch", form, h)
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(page, "cross-origin") {
+			t.Errorf("POST with %v: %s %s, want 403", h, resp.Status, page)
+		}
+	}
+	if b.toolDisabled(t, "demo-echo") {
+		t.Fatal("a cross-origin POST disabled the tool")
+	}
+	resp, _ := do(t, hc, "POST", b.url+"/tools/switch", form, map[string]string{"Origin": b.url, "Sec-Fetch-Site": "same-origin"})
+	if resp.StatusCode != http.StatusSeeOther || !b.toolDisabled(t, "demo-echo") {
+		t.Fatalf("same-origin POST: %s; the tool is disabled: %v", resp.Status, b.toolDisabled(t, "demo-echo"))
+	}
+}
+
+// TestHostileToolTextIsEscaped: what a tool says of itself and returns
+// reaches the pages as text, never as markup.
+func TestHostileToolTextIsEscaped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hc := browser(t)
+	b.login(t, hc)
+	_, page := do(t, hc, "GET", b.url+"/catalog", nil, nil)
+	if !strings.Contains(page, "hostile-say") {
+		t.Fatalf("the hostile tool is not listed:\n%s", page)
+	}
+	if strings.Contains(page, "<script>document.title") || strings.Contains(page, "<img src=x") {
+		t.Fatalf("the catalog page holds the tool's markup unescaped:\n%s", page)
+	}
+	if !strings.Contains(page, "&lt;script&gt;document.title") {
+		t.Fatalf("the catalog page does not show the description escaped:\n%s", page)
+	}
+	ctx := testenv.Context(t)
+	res, err := b.client.Call(ctx, "hostile-say", map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, page := do(t, hc, "GET", b.url+"/calls/"+res.CallID, nil, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "&lt;img src=x onerror=alert(2)&gt;") || strings.Contains(page, "<img src=x") {
+		t.Fatalf("call page: %s\n%s", resp.Status, page)
+	}
+}
+
+// TestWithoutTokensOnlyLoopbackIsServed: a console without tokens serves
+// loopback clients, and refuses a client from elsewhere and a page that
+// reached it under another host name (DNS rebinding).
+func TestWithoutTokensOnlyLoopbackIsServed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *admin.Config) { c.Tokens = nil; c.LoopbackWithoutTokens = true })
+	hc := browser(t)
+	resp, page := do(t, hc, "GET", b.url+"/catalog", nil, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "demo-echo") {
+		t.Fatalf("loopback client: %s", resp.Status)
+	}
+	resp, _ = do(t, hc, "GET", b.url+"/catalog", nil, map[string]string{"Host": "evil.example"})
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("request for host evil.example: %s, want 403", resp.Status)
+	}
+	// A client from another address, as the server's connection says.
+	req := httptest.NewRequest("GET", "/catalog", nil)
+	req.RemoteAddr = "192.0.2.7:40000"
+	req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 8090}))
+	rec := httptest.NewRecorder()
+	b.server.Config.Handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden {
+		t.Fatalf("client from 192.0.2.7: %d, want 403", rec.Code)
+	}
+}
+
+// TestConfigIsValidated: a console refuses to start without tokens (unless
+// told to serve loopback without them) and with short tokens.
+func TestConfigIsValidated(t *testing.T) {
+	t.Parallel()
+	c := &client.Client{}
+	for _, cfg := range []admin.Config{
+		{},
+		{Client: c},
+		{Client: c, Tokens: map[string]admin.Operator{"short": {Name: "a"}}},
+		{Client: c, Tokens: map[string]admin.Operator{testToken: {}}},
+		{Client: c, LoopbackWithoutTokens: true, TraceURL: "http://jaeger/trace"},
+	} {
+		if _, err := admin.New(cfg); !errors.Is(err, admin.ErrInvalidConfig) {
+			t.Errorf("New(%+v): %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+}
