@@ -46,6 +46,10 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	if g.agent != "" {
+		// The console lists the whole catalog, not one agent's view of it.
+		return usageError("toolbus console acts as no agent: drop --agent")
+	}
 	if len(tokens) == 0 {
 		return usageError("toolbus console: give operators' tokens with --tokens FILE or $" + admin.TokensEnv + " (toolbus dev serves a console on loopback without them)")
 	}
@@ -66,7 +70,8 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 		}
 	}
 	console, err := admin.New(admin.Config{
-		Client: c, JetStream: js, Prefix: g.prefix, Tokens: tokens, TraceURL: *traceURL,
+		// With identities an approval's decider must be the NATS user.
+		Client: c, JetStream: js, Prefix: g.prefix, Tokens: tokens, TraceURL: *traceURL, By: g.user,
 		AllowedOrigins: allowed, SecureCookies: *secure, MaxRequestBytes: *maxBytes, Logger: log,
 	})
 	if err != nil {

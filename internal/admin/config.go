@@ -35,7 +35,9 @@ type Operator struct {
 // Config configures a console.
 type Config struct {
 	// Client is the console's client of the bus; its NATS user needs an
-	// operator's rights (docs/security.md). Required.
+	// operator's rights (docs/security.md). Required. It must name no
+	// Agent: tools.list would then answer with that agent's view of the
+	// catalog, without the disabled tools.
 	Client *client.Client
 	// JetStream, when set, is used to read what the API does not serve:
 	// the workers' heartbeats (busy and total slots) from the catalog
@@ -43,6 +45,11 @@ type Config struct {
 	// as an operator of a deployment is) leaves those parts of the pages
 	// saying so.
 	JetStream jetstream.JetStream
+	// By is who the console says decided an approval (approvals.decide's
+	// by): with identities (docs/security.md) it must be the console's
+	// NATS user's name, and the operator logged in is then named in the
+	// reason. Empty names the operator logged in.
+	By string
 	// Prefix of subjects and resources. Defaults to "toolbus".
 	Prefix string
 	// Tokens maps login tokens to operators. Without tokens the console

@@ -142,8 +142,8 @@ func reason(r *http.Request) string {
 	return s
 }
 
-// byOperator notes which console operator acted: the bus knows the
-// console's NATS user, not the person logged in.
+// byOperator notes in a reason which console operator acted: the bus
+// knows the console's NATS user, not the person logged in.
 func byOperator(ses *session, why string) string {
 	if why == "" {
 		return "by " + ses.operator + " in the console"
@@ -170,11 +170,52 @@ func (c *Console) switchTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.cfg.Logger.Info("console switched a tool", "operator", ses.operator, "name", name, "enabled", enable, "reason", why)
+	c.awaitSwitch(ctx, name, enable)
 	verb := "disabled"
 	if enable {
 		verb = "enabled"
 	}
 	redirect(w, r, "/catalog", name+" "+verb+".")
+}
+
+// switchShownWithin bounds how long a switch waits for the catalog the
+// coordinators list to show it, so that the page it leads to does.
+const switchShownWithin = 2 * time.Second
+
+// awaitSwitch waits, at most switchShownWithin, until tools.list shows the
+// tool or namespace switched: coordinators learn of a switch through their
+// watch of the catalog, a moment after it is written.
+func (c *Console) awaitSwitch(ctx context.Context, name string, enabled bool) {
+	ctx, cancel := context.WithTimeout(ctx, switchShownWithin)
+	defer cancel()
+	req := messages.ListToolsRequest{}
+	if messages.ValidateNamespace(name) == nil {
+		req.Namespace = name
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		reply, err := c.cfg.Client.ListTools(ctx, req)
+		if err == nil && switched(reply.Tools, name, enabled) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// switched reports whether every tool of the list that name names (the
+// tool, or each tool of the namespace) is enabled or disabled as asked.
+func switched(tools []messages.ToolEntry, name string, enabled bool) bool {
+	for _, t := range tools {
+		if (t.Name == name || t.Namespace == name) && t.Disabled == enabled {
+			return false
+		}
+	}
+	return true
 }
 
 type callsView struct {
@@ -348,7 +389,11 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := c.busContext(r.Context())
 	defer cancel()
-	reply, err := c.cfg.Client.Decide(ctx, messages.DecideRequest{ApprovalID: id, Decision: decision, Remember: remember, Reason: byOperator(ses, reason(r))})
+	req := messages.DecideRequest{ApprovalID: id, Decision: decision, Remember: remember, By: c.cfg.By, Reason: byOperator(ses, reason(r))}
+	if req.By == "" {
+		req.By, req.Reason = ses.operator, reason(r)
+	}
+	reply, err := c.cfg.Client.Decide(ctx, req)
 	if err != nil {
 		redirect(w, r, "/approvals", "Deciding failed: "+describe(err))
 		return

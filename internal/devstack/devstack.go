@@ -234,7 +234,8 @@ func (s *Stack) startConsole(cfg Config, connect func(string) (*nats.Conn, error
 	if err != nil {
 		return err
 	}
-	c, err := client.New(nc, client.Options{Prefix: cfg.Prefix, Agent: "console"})
+	// No agent: the console lists the whole catalog, not an agent's view.
+	c, err := client.New(nc, client.Options{Prefix: cfg.Prefix})
 	if err != nil {
 		return err
 	}
