@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/admin"
 	"github.com/toolbus/toolbus/internal/demo"
@@ -345,5 +346,34 @@ func TestConfigIsValidated(t *testing.T) {
 		if _, err := admin.New(cfg); !errors.Is(err, admin.ErrInvalidConfig) {
 			t.Errorf("New(%+v): %v, want ErrInvalidConfig", cfg, err)
 		}
+	}
+}
+
+// TestCallPageLinksItsTrace: a call submitted in a trace shows that
+// trace's ID, linked with the configured tracing UI's URL template.
+func TestCallPageLinksItsTrace(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *admin.Config) { c.TraceURL = "https://traces.example/trace/{trace_id}?view=full" })
+	hc := browser(t)
+	b.login(t, hc)
+	traceID, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	spanID, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithSpanContext(testenv.Context(t), trace.NewSpanContext(trace.SpanContextConfig{TraceID: traceID, SpanID: spanID, TraceFlags: trace.FlagsSampled, Remote: true}))
+	res, err := b.client.Call(ctx, "demo-echo", map[string]any{"text": "traced"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, page := do(t, hc, "GET", b.url+"/calls/"+res.CallID, nil, nil)
+	if !strings.Contains(page, `href="https://traces.example/trace/4bf92f3577b34da6a3ce929d0e0e4736?view=full"`) {
+		t.Fatalf("the call page does not link the call's trace:\n%s", page)
+	}
+	// A call outside any trace has no trace to link.
+	res, err = b.client.Call(testenv.Context(t), "demo-echo", map[string]any{"text": "untraced"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, page = do(t, hc, "GET", b.url+"/calls/"+res.CallID, nil, nil)
+	if strings.Contains(page, "trace-link") {
+		t.Fatalf("a call without a trace links one:\n%s", page)
 	}
 }

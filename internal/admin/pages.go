@@ -299,8 +299,10 @@ func (c *Console) callsPage(w http.ResponseWriter, r *http.Request) {
 }
 
 type callView struct {
-	Info     *messages.CallInfo
-	Events   string
+	Info   *messages.CallInfo
+	Events string
+	// TraceID is the call's trace; TraceURL links it in the tracing UI.
+	TraceID  string
 	TraceURL string
 	Ended    bool
 }
@@ -325,8 +327,51 @@ func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, status, "call", data)
 		return
 	}
-	data.Page = callView{Info: info, Events: "/calls/" + url.PathEscape(id) + "/events", Ended: info.State.Terminal()}
+	view := callView{Info: info, Events: "/calls/" + url.PathEscape(id) + "/events", Ended: info.State.Terminal()}
+	view.TraceID = c.traceID(ctx, id)
+	if view.TraceID != "" && c.cfg.TraceURL != "" {
+		view.TraceURL = strings.ReplaceAll(c.cfg.TraceURL, "{trace_id}", view.TraceID)
+	}
+	data.Page = view
 	c.render(w, r, http.StatusOK, "call", data)
+}
+
+// traceID returns the ID of the call's trace, from the traceparent header
+// of its queued event, or "" when the call has none or the console
+// cannot read the events stream.
+func (c *Console) traceID(ctx context.Context, callID string) string {
+	if c.cfg.JetStream == nil {
+		return ""
+	}
+	filter, err := c.names.CallKindFilter(callID, messages.EventQueued)
+	if err != nil {
+		return ""
+	}
+	stream, err := c.cfg.JetStream.Stream(ctx, c.names.EventsStream())
+	if err != nil {
+		return ""
+	}
+	msg, err := stream.GetLastMsgForSubject(ctx, filter)
+	if err != nil {
+		return ""
+	}
+	return parseTraceID(msg.Header.Get(messages.HeaderTraceParent))
+}
+
+// parseTraceID reads the trace ID of a W3C traceparent header
+// ("00-<32 hex>-<16 hex>-<2 hex>"); "" when it is not one, or the ID is
+// all zeros (invalid).
+func parseTraceID(traceparent string) string {
+	parts := strings.Split(traceparent, "-")
+	if len(parts) != 4 || len(parts[1]) != 32 || parts[1] == strings.Repeat("0", 32) {
+		return ""
+	}
+	for _, r := range parts[1] {
+		if !strings.ContainsRune("0123456789abcdef", r) {
+			return ""
+		}
+	}
+	return parts[1]
 }
 
 func (c *Console) cancelCall(w http.ResponseWriter, r *http.Request) {

@@ -97,12 +97,16 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}
 	msg.Header.Set(messages.HeaderMsgID, call.CallID)
-	tracing.Inject(sendSpan(ctx, subject, call), msg.Header)
+	sent := sendSpan(ctx, subject, call)
+	tracing.Inject(sent, msg.Header)
 	queuedMsg, err := q.writes.EventMsg(call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
 	if err != nil {
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}
 	queuedMsg.Header.Set(messages.HeaderMsgID, queuedMsgID(call.CallID))
+	// The queued event carries the call's trace context too: the call's
+	// message leaves the queue, the record stays (the console links it).
+	tracing.Inject(sent, queuedMsg.Header)
 	// The quiet submit's context ends when its handler returns; the
 	// writes go on until their own deadline.
 	now := time.Now()
