@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,20 @@ func startBrowserStack(t *testing.T, policy string) *browserStack {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
+	// Pages are rendered once: the coordinator must list the demo tools,
+	// which it does once its watch of the catalog brought them.
+	var listed []string
+	pollUntil(t, 30*time.Second, func() bool {
+		listed = listed[:0]
+		reply, err := c.ListTools(testenv.Context(t), messages.ListToolsRequest{})
+		if err != nil {
+			return false
+		}
+		for _, tool := range reply.Tools {
+			listed = append(listed, tool.Name)
+		}
+		return slices.Contains(listed, "demo-echo") && slices.Contains(listed, "demo-sleep")
+	}, func() string { return fmt.Sprintf("the demo tools are not listed: %v", listed) })
 	return &browserStack{stack: stack, client: c, tab: tab}
 }
 

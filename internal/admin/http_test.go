@@ -9,6 +9,8 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/admin"
+	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
@@ -42,7 +45,12 @@ type testBundle struct {
 func setup(t *testing.T, mutate ...func(*admin.Config)) *testBundle {
 	t.Helper()
 	srv := testenv.Server(t)
-	testenv.Coordinator(t, srv.URL())
+	// A policy, so that the coordinator audits its decisions.
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("default: allow\nrules:\n  - {tool: \"demo:sha256\", effect: deny, reason: not today}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Coordinator(t, srv.URL(), func(c *coordinator.Config) { c.PolicyFile = policy })
 	hostile := worker.Func("say", hostileDescription, func(ctx context.Context, in struct{}) (string, error) {
 		return `<img src=x onerror=alert(2)>`, nil
 	})
@@ -375,5 +383,43 @@ func TestCallPageLinksItsTrace(t *testing.T) {
 	_, page = do(t, hc, "GET", b.url+"/calls/"+res.CallID, nil, nil)
 	if strings.Contains(page, "trace-link") {
 		t.Fatalf("a call without a trace links one:\n%s", page)
+	}
+}
+
+// TestAuditAndTurnPages: the audit page shows the policy's decisions on
+// calls, newest first, filtered by decision; the turn page its calls.
+func TestAuditAndTurnPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hc := browser(t)
+	b.login(t, hc)
+	ctx := testenv.Context(t)
+	first, err := b.client.Call(ctx, "demo-echo", map[string]any{"text": "one"}, client.WithTurn("turn-audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.client.Call(ctx, "demo-echo", map[string]any{"text": "two"}, client.WithTurn("turn-audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, page := do(t, hc, "GET", b.url+"/audit?decision=allowed", nil, nil)
+	i, j := strings.Index(page, second.CallID), strings.Index(page, first.CallID)
+	if i < 0 || j < 0 || i > j {
+		t.Fatalf("the audit page does not list both calls' records, newest first (at %d and %d):\n%s", i, j, page)
+	}
+	if _, err := b.client.Submit(ctx, messages.SubmitRequest{Tool: "demo-sha256", Arguments: messages.JSON(`{"text":"x"}`)}); !errors.Is(err, messages.ErrDenied) {
+		t.Fatalf("submit of demo-sha256: %v, want denied", err)
+	}
+	_, page = do(t, hc, "GET", b.url+"/audit?decision=denied", nil, nil)
+	if strings.Contains(page, first.CallID) || !strings.Contains(page, "not today") {
+		t.Fatalf("the audit page filtered on denied does not list just the denied call:\n%s", page)
+	}
+	resp, page := do(t, hc, "GET", b.url+"/turns/turn-audit", nil, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, first.CallID) || !strings.Contains(page, second.CallID) {
+		t.Fatalf("turn page: %s\n%s", resp.Status, page)
+	}
+	resp, _ = do(t, hc, "GET", b.url+"/turns/no-such-turn", nil, nil)
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown turn: %s, want 404", resp.Status)
 	}
 }
