@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"net"
@@ -33,6 +34,9 @@ const testToken = "operator-token-0123456789"
 // page wrote it unescaped.
 const hostileDescription = `<script>document.title="owned"</script><img src=x onerror=alert(1)>`
 
+// pngPixel is a PNG image of one pixel.
+var pngPixel = []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82")
+
 // testBundle is a console on a real bus: a NATS server, a coordinator, a
 // worker of the demo tools and of a namespace whose tool says hostile
 // things, and the console behind an httptest server.
@@ -54,7 +58,14 @@ func setup(t *testing.T, mutate ...func(*admin.Config)) *testBundle {
 	hostile := worker.Func("say", hostileDescription, func(ctx context.Context, in struct{}) (string, error) {
 		return `<img src=x onerror=alert(2)>`, nil
 	})
-	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()}, worker.Namespace{Name: "hostile", Tools: []worker.Tool{hostile}})
+	picture := worker.Func("picture", "Returns a PNG and an SVG that holds a script.", func(ctx context.Context, in struct{}) (string, error) { return "", nil })
+	picture.Handler = worker.HandlerFunc(func(ctx context.Context, call *worker.Call) (*worker.Result, error) {
+		return &worker.Result{Content: []messages.ContentBlock{
+			messages.ImageBlock(pngPixel, "image/png"),
+			messages.ImageBlock([]byte(`<svg xmlns="http://www.w3.org/2000/svg"><script>alert(3)</script></svg>`), "image/svg+xml"),
+		}}, nil
+	})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()}, worker.Namespace{Name: "hostile", Tools: []worker.Tool{hostile, picture}})
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	js, err := jetstream.New(testenv.Connect(t, srv.URL()))
 	if err != nil {
@@ -310,6 +321,26 @@ func TestHostileToolTextIsEscaped(t *testing.T) {
 	resp, page := do(t, hc, "GET", b.url+"/calls/"+res.CallID, nil, nil)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "&lt;img src=x onerror=alert(2)&gt;") || strings.Contains(page, "<img src=x") {
 		t.Fatalf("call page: %s\n%s", resp.Status, page)
+	}
+}
+
+// TestResultImages: a PNG of a result is shown inline, an SVG (a document
+// that may hold script) is only named.
+func TestResultImages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hc := browser(t)
+	b.login(t, hc)
+	res, err := b.client.Call(testenv.Context(t), "hostile-picture", map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, page := do(t, hc, "GET", b.url+"/calls/"+res.CallID, nil, nil)
+	if !strings.Contains(page, `<img src="data:image/png;base64,`+base64.StdEncoding.EncodeToString(pngPixel)+`"`) {
+		t.Fatalf("the PNG is not shown inline:\n%s", page)
+	}
+	if strings.Contains(page, "data:image/svg") || !strings.Contains(page, "image of type image/svg&#43;xml") {
+		t.Fatalf("the SVG is shown inline, or not named:\n%s", page)
 	}
 }
 

@@ -46,6 +46,11 @@ function refreshRows(body) {
   setInterval(async () => {
     try {
       const reply = await fetch(body.dataset.refresh, { credentials: "same-origin" });
+      if (reply.redirected) {
+        // The session ended: the page reload shows the login page.
+        location.reload();
+        return;
+      }
       if (reply.ok) {
         body.innerHTML = await reply.text();
       }
