@@ -30,6 +30,7 @@ type Console struct {
 	pages    map[string]*template.Template
 	// streams counts the event streams open now (Config.MaxStreams).
 	streams atomic.Int64
+	jsProbe jetStreamProbe
 }
 
 // New returns a console; it validates the configuration.

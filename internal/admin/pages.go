@@ -94,9 +94,11 @@ func (c *Console) catalogPage(w http.ResponseWriter, r *http.Request) {
 // liveWorkers reads the heartbeats of the workers alive now from the
 // catalog bucket, which the API does not serve.
 func (c *Console) liveWorkers(ctx context.Context) ([]messages.WorkerHeartbeat, error) {
-	if c.cfg.JetStream == nil {
-		return nil, fmt.Errorf("this console reads no JetStream, so the workers' slots are not shown")
+	if err := c.jetStreamReads(ctx); err != nil {
+		return nil, fmt.Errorf("%v, so the workers' slots are not shown", err)
 	}
+	ctx, cancel := context.WithTimeout(ctx, jetStreamReadTimeout)
+	defer cancel()
 	kv, err := c.cfg.JetStream.KeyValue(ctx, c.names.CatalogBucket())
 	if err != nil {
 		return nil, fmt.Errorf("the console's NATS user cannot read the catalog bucket (%v), so the workers' slots are not shown", err)
@@ -340,9 +342,11 @@ func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
 // of its queued event, or "" when the call has none or the console
 // cannot read the events stream.
 func (c *Console) traceID(ctx context.Context, callID string) string {
-	if c.cfg.JetStream == nil {
+	if c.jetStreamReads(ctx) != nil {
 		return ""
 	}
+	ctx, cancel := context.WithTimeout(ctx, jetStreamReadTimeout)
+	defer cancel()
 	filter, err := c.names.CallKindFilter(callID, messages.EventQueued)
 	if err != nil {
 		return ""
@@ -493,8 +497,8 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) {
 // limit of them, or, for one decision, those of it among the latest
 // maxAuditScan records.
 func (c *Console) recentAudit(ctx context.Context, decision string, limit int) ([]messages.AuditRecord, error) {
-	if c.cfg.JetStream == nil {
-		return nil, fmt.Errorf("this console reads no JetStream, so it cannot show the audit stream")
+	if err := c.jetStreamReads(ctx); err != nil {
+		return nil, fmt.Errorf("%v, so it cannot show the audit stream", err)
 	}
 	stream, err := c.cfg.JetStream.Stream(ctx, c.names.AuditStream())
 	if err != nil {
