@@ -27,6 +27,9 @@ type session struct {
 	// csrf is the token every POST of the session must carry.
 	csrf    string
 	expires time.Time
+	// notice is the outcome of the session's last form, shown by its
+	// next page; guarded by sessions.mu.
+	notice string
 }
 
 // sessions holds the logins in memory, at most max of them.
@@ -87,6 +90,21 @@ func (s *sessions) get(id string) (*session, bool) {
 		return nil, false
 	}
 	return ses, true
+}
+
+func (s *sessions) setNotice(ses *session, notice string) {
+	s.mu.Lock()
+	ses.notice = notice
+	s.mu.Unlock()
+}
+
+// takeNotice returns the session's notice, once.
+func (s *sessions) takeNotice(ses *session) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	notice := ses.notice
+	ses.notice = ""
+	return notice
 }
 
 func (s *sessions) end(id string) {

@@ -9,7 +9,6 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync/atomic"
 
@@ -131,9 +130,9 @@ type pageData struct {
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page string, data pageData) {
 	if ses := sessionOf(r.Context()); ses != nil {
 		data.Operator, data.CSRF = ses.operator, ses.csrf
-	}
-	if data.Notice == "" {
-		data.Notice = r.URL.Query().Get("notice")
+		if data.Notice == "" {
+			data.Notice = c.sessions.takeNotice(ses)
+		}
 	}
 	var buf bytes.Buffer
 	if err := c.pages[page].ExecuteTemplate(&buf, "layout", data); err != nil {
@@ -171,15 +170,12 @@ func describe(err error) string {
 	return err.Error()
 }
 
-// redirect answers a form with a redirect to a page of the console,
-// carrying a notice.
-func redirect(w http.ResponseWriter, r *http.Request, path, notice string) {
-	if notice != "" {
-		sep := "?"
-		if strings.Contains(path, "?") {
-			sep = "&"
-		}
-		path += sep + "notice=" + url.QueryEscape(notice)
+// redirect answers a form with a redirect to a page of the console; the
+// notice is shown by the session's next page. It travels in the session,
+// not in the URL, so that no link can make the console say something.
+func (c *Console) redirect(w http.ResponseWriter, r *http.Request, path, notice string) {
+	if ses := sessionOf(r.Context()); ses != nil && notice != "" {
+		c.sessions.setNotice(ses, notice)
 	}
 	http.Redirect(w, r, path, http.StatusSeeOther)
 }

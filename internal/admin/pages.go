@@ -162,13 +162,13 @@ func (c *Console) switchTool(w http.ResponseWriter, r *http.Request) {
 	enable := r.PostFormValue("enable") == "true"
 	why := reason(r)
 	if !enable && why == "" {
-		redirect(w, r, "/catalog", "Give a reason to disable "+name+".")
+		c.redirect(w, r, "/catalog", "Give a reason to disable "+name+".")
 		return
 	}
 	ctx, cancel := c.busContext(r.Context())
 	defer cancel()
 	if err := c.cfg.Client.SetToolEnabled(ctx, name, enable, byOperator(ses, why)); err != nil {
-		redirect(w, r, "/catalog", "Switching "+name+" failed: "+describe(err))
+		c.redirect(w, r, "/catalog", "Switching "+name+" failed: "+describe(err))
 		return
 	}
 	c.cfg.Logger.Info("console switched a tool", "operator", ses.operator, "name", name, "enabled", enable, "reason", why)
@@ -177,7 +177,7 @@ func (c *Console) switchTool(w http.ResponseWriter, r *http.Request) {
 	if enable {
 		verb = "enabled"
 	}
-	redirect(w, r, "/catalog", name+" "+verb+".")
+	c.redirect(w, r, "/catalog", name+" "+verb+".")
 }
 
 // switchShownWithin bounds how long a switch waits for the catalog the
@@ -389,7 +389,7 @@ func (c *Console) cancelCall(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	reply, err := c.cfg.Client.Cancel(ctx, id, byOperator(ses, reason(r)))
 	if err != nil {
-		redirect(w, r, page, "Cancelling failed: "+describe(err))
+		c.redirect(w, r, page, "Cancelling failed: "+describe(err))
 		return
 	}
 	c.cfg.Logger.Info("console cancelled a call", "operator", ses.operator, "call_id", id, "outcome", reply.Outcome)
@@ -397,7 +397,7 @@ func (c *Console) cancelCall(w http.ResponseWriter, r *http.Request) {
 	if reply.Outcome == messages.CancelTooLate {
 		notice = "The call had already ended."
 	}
-	redirect(w, r, page, notice)
+	c.redirect(w, r, page, notice)
 }
 
 type approvalsView struct {
@@ -427,13 +427,13 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request) {
 	decision := r.PostFormValue("decision")
 	remember := r.PostFormValue("remember")
 	if decision != messages.DecisionApprove && decision != messages.DecisionDeny {
-		redirect(w, r, "/approvals", "Choose approve or deny.")
+		c.redirect(w, r, "/approvals", "Choose approve or deny.")
 		return
 	}
 	switch remember {
 	case "", messages.RememberCall, messages.RememberTurn, messages.RememberAgentTool:
 	default:
-		redirect(w, r, "/approvals", "Remember must be call, turn or agent_tool.")
+		c.redirect(w, r, "/approvals", "Remember must be call, turn or agent_tool.")
 		return
 	}
 	ctx, cancel := c.busContext(r.Context())
@@ -444,11 +444,11 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	reply, err := c.cfg.Client.Decide(ctx, req)
 	if err != nil {
-		redirect(w, r, "/approvals", "Deciding failed: "+describe(err))
+		c.redirect(w, r, "/approvals", "Deciding failed: "+describe(err))
 		return
 	}
 	c.cfg.Logger.Info("console decided an approval", "operator", ses.operator, "approval_id", id, "decision", decision, "remember", remember)
-	redirect(w, r, "/calls/"+url.PathEscape(reply.Approval.CallID), "Approval "+reply.Approval.State+".")
+	c.redirect(w, r, "/calls/"+url.PathEscape(reply.Approval.CallID), "Approval "+reply.Approval.State+".")
 }
 
 // Bounds of the audit page.
