@@ -63,6 +63,12 @@ func (c *Console) callEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		n++
 		if n <= after {
+			if ev.Kind == messages.EventResult {
+				// The browser has the whole timeline: it only missed the end.
+				c.send(w, "end", n, "")
+				flusher.Flush()
+				return
+			}
 			continue
 		}
 		view := eventView{Event: ev, State: stateAfter(ev)}

@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -452,5 +454,57 @@ func TestAuditAndTurnPages(t *testing.T) {
 	resp, _ = do(t, hc, "GET", b.url+"/turns/no-such-turn", nil, nil)
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("unknown turn: %s, want 404", resp.Status)
+	}
+}
+
+// TestEventStreamResumes: a call's event stream sends each event of its
+// timeline with its place as the id, then the result and end; a browser
+// that reconnects with Last-Event-ID gets only the events after it.
+func TestEventStreamResumes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hc := browser(t)
+	b.login(t, hc)
+	res, err := b.client.Call(testenv.Context(t), "demo-echo", map[string]any{"text": "streamed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := func(lastID string) (ids []string, events []string, body string) {
+		h := map[string]string{"Accept": "text/event-stream"}
+		if lastID != "" {
+			h["Last-Event-ID"] = lastID
+		}
+		resp, body := do(t, hc, "GET", b.url+"/calls/"+res.CallID+"/events", nil, h)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("event stream: %s %s", resp.Status, resp.Header.Get("Content-Type"))
+		}
+		for line := range strings.SplitSeq(body, "\n") {
+			if id, ok := strings.CutPrefix(line, "id: "); ok {
+				ids = append(ids, id)
+			}
+			if ev, ok := strings.CutPrefix(line, "event: "); ok {
+				events = append(events, ev)
+			}
+		}
+		return ids, events, body
+	}
+	ids, events, body := stream("")
+	if len(events) < 4 || events[0] != "ev" || events[len(events)-2] != "result" || events[len(events)-1] != "end" || ids[0] != "1" {
+		t.Fatalf("event stream of a finished call: events %v ids %v\n%s", events, ids, body)
+	}
+	if !strings.Contains(body, "event-queued") || !strings.Contains(body, "event-result") || !strings.Contains(body, "streamed") {
+		t.Fatalf("the stream lacks the timeline or the result:\n%s", body)
+	}
+	// ids: one per event, the result's and end's repeating the last ev's.
+	last := ids[len(ids)-1]
+	lastN, _ := strconv.Atoi(last)
+	before := strconv.Itoa(lastN - 1)
+	ids, events, body = stream(before)
+	if !slices.Equal(events, []string{"ev", "result", "end"}) || ids[0] != last {
+		t.Fatalf("resumed after event %s: events %v ids %v, want the result's ev, result and end\n%s", before, events, ids, body)
+	}
+	ids, events, body = stream(last)
+	if !slices.Equal(events, []string{"end"}) {
+		t.Fatalf("resumed after the last event: events %v ids %v, want end alone\n%s", events, ids, body)
 	}
 }
