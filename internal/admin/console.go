@@ -30,6 +30,7 @@ type Console struct {
 	// streams counts the event streams open now (Config.MaxStreams).
 	streams atomic.Int64
 	jsProbe jetStreamProbe
+	logins  *loginLimiter
 }
 
 // New returns a console; it validates the configuration.
@@ -46,7 +47,7 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Console{cfg: cfg, names: names, sessions: newSessions(cfg.SessionTTL, cfg.MaxSessions), pages: pages}, nil
+	return &Console{cfg: cfg, names: names, sessions: newSessions(cfg.SessionTTL, cfg.MaxSessions), pages: pages, logins: newLoginLimiter()}, nil
 }
 
 // parsePages parses each page with the layout and the shared fragments.
@@ -214,8 +215,14 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostFormValue("next"))
+	if !c.logins.allowed(r.RemoteAddr) {
+		w.Header().Set("Retry-After", "60")
+		http.Error(w, "Too many failed logins from this address; try again in a minute", http.StatusTooManyRequests)
+		return
+	}
 	op, ok := c.operatorFor(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
+		c.logins.failed(r.RemoteAddr)
 		c.cfg.Logger.Warn("console login refused", "remote", r.RemoteAddr)
 		c.render(w, r, http.StatusUnauthorized, "login", pageData{Title: "Log in", Error: "Unknown token.", Page: loginView{Next: next}})
 		return

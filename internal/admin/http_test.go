@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -231,6 +232,24 @@ func TestWrongTokenIsRefused(t *testing.T) {
 	resp, page = do(t, hc, "GET", b.url+"/catalog", nil, nil)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "demo-echo") || !strings.Contains(page, "alice") {
 		t.Fatalf("catalog after login: %s\n%s", resp.Status, page)
+	}
+}
+
+// TestFailedLoginsAreLimited: after ten wrong tokens in a minute, an
+// address is answered 429, even with the right token.
+func TestFailedLoginsAreLimited(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hc := browser(t)
+	for i := range 10 {
+		resp, _ := do(t, hc, "POST", b.url+"/login", url.Values{"token": {fmt.Sprintf("wrong-token-%020d", i)}}, nil)
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %s, want 401", i, resp.Status)
+		}
+	}
+	resp, _ := do(t, hc, "POST", b.url+"/login", url.Values{"token": {testToken}}, nil)
+	if resp.StatusCode != http.StatusTooManyRequests || len(resp.Cookies()) != 0 {
+		t.Fatalf("login after ten failures: %s, cookies %v; want 429 and no session", resp.Status, resp.Cookies())
 	}
 }
 
