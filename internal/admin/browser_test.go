@@ -95,7 +95,7 @@ func startBrowserStack(t *testing.T, policy string) *browserStack {
 	t.Cleanup(func() {
 		if t.Failed() {
 			ctx, cancel := context.WithTimeout(tab, 10*time.Second)
-			shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+			shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 			cancel()
 			path := filepath.Join(shots, "failure.png")
 			if err == nil {
