@@ -87,6 +87,12 @@ type Front struct {
 	// lists holds the tools of tools/list requests between listRequest
 	// and afterListTools.
 	lists sync.Map
+	// inflight holds the cancel functions of the tools/call requests the
+	// front serves itself over HTTP, by session and request ID (see
+	// serveCall); requests, the channels of the calls that wait for the
+	// client's answer to a request of the front's.
+	inflight sync.Map
+	requests sync.Map
 	// draining is set by Shutdown: calls whose requests end then are left
 	// running, not cancelled.
 	draining atomic.Bool
@@ -161,7 +167,7 @@ func (f *Front) Handler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.Handle("/mcp", f.guard(f.serveTasks(f.http)))
+	mux.Handle("/mcp", f.guard(f.serveRequests(f.http)))
 	return mux
 }
 

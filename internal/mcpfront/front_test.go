@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -75,6 +76,8 @@ match:
     approval: {mode: queue, message: "Digests need an operator"}
   - name: "ops:restart"
     approval: {mode: prompt, message: "Restarts interrupt users"}
+  - name: "batch:reindex"
+    approval: {mode: queue, message: "Reindexing loads the database"}
 `)
 	writeFile(t, filepath.Join(dir, "agents", "analyst.yaml"), `
 id: analyst
@@ -92,6 +95,14 @@ tool:
 	}})
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "ops", Tools: []worker.Tool{
 		weatherTool("restart", "Restarts a service."),
+	}})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "batch", Tools: []worker.Tool{
+		worker.Func("reindex", "Rebuilds the search index, reporting progress.", func(ctx context.Context, _ struct{}) (string, error) {
+			for i := 1; i <= 3; i++ {
+				worker.ReportProgress(ctx, float64(i), 3, fmt.Sprintf("reindexed %d of 3", i))
+			}
+			return "reindexed", nil
+		}),
 	}})
 	return stack{url: srv.URL()}
 }
@@ -134,6 +145,19 @@ func (n *notifications) add(note mcp.JSONRPCNotification) {
 	case n.seen <- struct{}{}:
 	default:
 	}
+}
+
+// all returns the notifications of method that came, in order.
+func (n *notifications) all(method string) []mcp.JSONRPCNotification {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []mcp.JSONRPCNotification
+	for _, note := range n.got {
+		if note.Method == method {
+			out = append(out, note)
+		}
+	}
+	return out
 }
 
 func (n *notifications) count(method string) int {
@@ -787,3 +811,65 @@ func TestParseTokens(t *testing.T) {
 //
 //lint:ignore SA1019 sessions are what these tests exercise
 var legacySessions = mcpclient.WithLegacyProtocolOnly
+
+// TestQueueApprovalWithProgress: a call held for an operator's approval,
+// made with a progress token, is told so in a progress notification that
+// names the approval and who decides it, stays open while the operator
+// decides, and then gets the call's own progress and its result.
+func TestQueueApprovalWithProgress(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, notes := connect(t, url, bearer(), legacySessions())
+	ctx := testenv.Context(t)
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := callTool(ctx, c, "batch-reindex", map[string]any{}, &mcp.Meta{ProgressToken: "q1"})
+		done <- answer{res, err}
+	}()
+	notes.waitFor(t, string(mcp.MethodNotificationProgress))
+	operator := testenv.Client(t, s.url, client.Options{})
+	pending, err := operator.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "analyst", Turn: sessionTurn(t, c)})
+	if err != nil || len(pending.Approvals) != 1 {
+		t.Fatalf("pending approvals: %+v %v", pending, err)
+	}
+	approval := pending.Approvals[0]
+	first := notes.all(string(mcp.MethodNotificationProgress))[0]
+	waiting, _ := first.Params.AdditionalFields["message"].(string)
+	for _, want := range []string{approval.ApprovalID, "queue mode", "An operator decides it"} {
+		if !strings.Contains(waiting, want) {
+			t.Errorf("the waiting notification %q does not say %q", waiting, want)
+		}
+	}
+	select {
+	case a := <-done:
+		t.Fatalf("answered before the operator decided: %+v %v", a.res, a.err)
+	default:
+	}
+	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: approval.ApprovalID, Decision: messages.DecisionApprove, Reason: "off-peak", By: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || a.res.IsError || text(a.res) != "reindexed" || a.res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateCompleted) {
+		t.Fatalf("after approval: %+v %v", a.res, a.err)
+	}
+	progress := notes.all(string(mcp.MethodNotificationProgress))
+	if len(progress) < 2 {
+		t.Fatalf("no progress of the call after the approval: %+v", progress)
+	}
+	last := -1.0
+	for i, note := range progress {
+		value, _ := note.Params.AdditionalFields["progress"].(float64)
+		if value <= last && i > 0 {
+			t.Errorf("progress %v after %v", value, last)
+		}
+		last = value
+		if message, _ := note.Params.AdditionalFields["message"].(string); i > 0 && !strings.HasPrefix(message, "reindexed") {
+			t.Errorf("notification %d after the approval: %q", i, message)
+		}
+	}
+}

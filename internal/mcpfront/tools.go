@@ -143,14 +143,69 @@ func (f *Front) beforeCallTool(ctx context.Context, _ any, req *mcp.CallToolRequ
 	}
 }
 
-// call runs a tools/call as a durable Toolbus call.
+// callRequest is a tools/call as the front runs it, whichever transport
+// carried it.
+type callRequest struct {
+	name string
+	args json.RawMessage
+	meta *mcp.Meta
+}
+
+// progressToken is the request's progress token, nil without one.
+func (c *callRequest) progressToken() mcp.ProgressToken {
+	if c.meta == nil {
+		return nil
+	}
+	return c.meta.ProgressToken
+}
+
+// callOut carries what a tools/call sends its client before the result:
+// notifications, and an elicitation request.
+type callOut interface {
+	notify(ctx context.Context, method string, params map[string]any) error
+	elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error)
+}
+
+// sessionOut sends through mcp-go's session of the request: stdio, and
+// the stateless HTTP requests that mcp-go serves.
+type sessionOut struct{}
+
+var errNoSession = errors.New("no MCP session in the request's context")
+
+func (sessionOut) notify(ctx context.Context, method string, params map[string]any) error {
+	srv := server.ServerFromContext(ctx)
+	if srv == nil {
+		return errNoSession
+	}
+	return srv.SendNotificationToClient(ctx, method, params)
+}
+
+func (sessionOut) elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	srv := server.ServerFromContext(ctx)
+	if srv == nil {
+		return nil, errNoSession
+	}
+	return srv.RequestElicitation(ctx, req)
+}
+
+// call is mcp-go's handler of tools/call.
 func (f *Front) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	args, err := json.Marshal(req.Params.Arguments)
 	if err != nil || req.Params.Arguments == nil {
 		args = []byte("{}")
 	}
-	turn := turnOf(ctx, req.Params.Meta)
-	reply, err := f.cfg.Client.Submit(ctx, messages.SubmitRequest{Tool: req.Params.Name, Arguments: args, Agent: agentOf(ctx), Turn: turn})
+	return f.runCall(ctx, sessionOut{}, &callRequest{name: req.Params.Name, args: args, meta: req.Params.Meta})
+}
+
+// runCall runs a tools/call as a durable Toolbus call.
+func (f *Front) runCall(ctx context.Context, out callOut, req *callRequest) (*mcp.CallToolResult, error) {
+	args := req.args
+	if len(args) == 0 || string(args) == "null" {
+		args = []byte("{}")
+	}
+	turn := turnOf(ctx, req.meta)
+	token := req.progressToken()
+	reply, err := f.cfg.Client.Submit(ctx, messages.SubmitRequest{Tool: req.name, Arguments: messages.JSON(args), Agent: agentOf(ctx), Turn: turn})
 	if err != nil {
 		var refusal *messages.Error
 		if errors.As(err, &refusal) {
@@ -158,20 +213,27 @@ func (f *Front) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 		}
 		return nil, err
 	}
-	if reply.State == messages.StateAwaitingApproval && reply.Approval != nil {
-		if reply.Approval.Mode != "prompt" || !f.elicit(ctx, reply.Approval) {
-			return awaitingApproval(reply.CallID, reply.Approval), nil
+	progress := &progressOut{f: f, out: out, token: token, callID: reply.CallID}
+	if a := reply.Approval; reply.State == messages.StateAwaitingApproval && a != nil {
+		switch {
+		case a.Mode == messages.ApprovalPrompt && f.elicit(ctx, out, a):
+			// Answered: the call runs, or its result says denied.
+		case a.Mode == messages.ApprovalQueue && token != nil:
+			// The request stays open while an operator decides, saying so.
+			progress.send(ctx, messages.Progress{Message: awaitingText(a)})
+		default:
+			return awaitingApproval(reply.CallID, a), nil
 		}
 	}
 	res := reply.Result
 	if res == nil {
-		if res, err = f.follow(ctx, req, reply.CallID); err != nil {
+		if res, err = f.follow(ctx, progress, reply.CallID); err != nil {
 			return nil, err
 		}
 	}
-	if !res.IsError && toolNamespace(req.Params.Name) == discoveryNamespace && turn != "" {
+	if !res.IsError && toolNamespace(req.name) == discoveryNamespace && turn != "" {
 		// What the turn sees has changed: its discovery page is saved.
-		if err := server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationToolsListChanged), nil); err != nil {
+		if err := out.notify(ctx, string(mcp.MethodNotificationToolsListChanged), nil); err != nil {
 			f.log.Debug("list_changed not sent", "error", err)
 		}
 	}
@@ -183,7 +245,7 @@ func (f *Front) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 // false when the client could not be asked (it does not support
 // elicitation, or the transport cannot carry the request), and the call
 // is then answered as awaiting approval.
-func (f *Front) elicit(ctx context.Context, a *messages.Approval) bool {
+func (f *Front) elicit(ctx context.Context, out callOut, a *messages.Approval) bool {
 	message := fmt.Sprintf("Allow the call of %s?", a.Tool)
 	if a.Reason != "" {
 		message += " " + a.Reason + "."
@@ -191,11 +253,7 @@ func (f *Front) elicit(ctx context.Context, a *messages.Approval) bool {
 	if len(a.Arguments) > 0 {
 		message += " Arguments: " + string(a.Arguments)
 	}
-	srv := server.ServerFromContext(ctx)
-	if srv == nil {
-		return false
-	}
-	answer, err := srv.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
+	answer, err := out.elicit(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
 		Message: message,
 		RequestedSchema: map[string]any{
 			"type": "object",
@@ -226,14 +284,41 @@ func (f *Front) elicit(ctx context.Context, a *messages.Approval) bool {
 	return true
 }
 
+// progressOut sends a request's progress notifications. MCP wants each
+// progress value above the one before: an event whose value is not is
+// not sent (the worker coalesces reports, so a late copy of an older one
+// may follow a newer one).
+type progressOut struct {
+	f      *Front
+	out    callOut
+	token  mcp.ProgressToken
+	callID string
+	sent   bool
+	last   float64
+}
+
+func (p *progressOut) send(ctx context.Context, pr messages.Progress) {
+	if p.token == nil || (p.sent && pr.Progress <= p.last) {
+		return
+	}
+	params := map[string]any{"progressToken": p.token, "progress": pr.Progress}
+	if pr.Total > 0 {
+		params["total"] = pr.Total
+	}
+	if pr.Message != "" {
+		params["message"] = pr.Message
+	}
+	if err := p.out.notify(ctx, string(mcp.MethodNotificationProgress), params); err != nil {
+		p.f.log.Debug("progress not sent", "call_id", p.callID, "error", err)
+		return
+	}
+	p.sent, p.last = true, pr.Progress
+}
+
 // follow waits for the call's result, sending its progress events as
 // progress notifications when the request has a progress token. A client
 // that cancels the request cancels the call (see cancels).
-func (f *Front) follow(ctx context.Context, req mcp.CallToolRequest, callID string) (*messages.CallResult, error) {
-	var token mcp.ProgressToken
-	if req.Params.Meta != nil {
-		token = req.Params.Meta.ProgressToken
-	}
+func (f *Front) follow(ctx context.Context, progress *progressOut, callID string) (*messages.CallResult, error) {
 	failed := func(err error) (*messages.CallResult, error) {
 		if f.cancels(ctx) {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
@@ -244,7 +329,7 @@ func (f *Front) follow(ctx context.Context, req mcp.CallToolRequest, callID stri
 		}
 		return nil, err
 	}
-	if token == nil {
+	if progress.token == nil {
 		// Nobody asked for progress: wait for the result alone, which
 		// costs no consumer on the server, unlike following every event.
 		res, err := f.cfg.Client.Wait(ctx, callID)
@@ -260,21 +345,12 @@ func (f *Front) follow(ctx context.Context, req mcp.CallToolRequest, callID stri
 		switch {
 		case ev.Result != nil:
 			return ev.Result, nil
-		case ev.Progress != nil && token != nil:
-			params := map[string]any{"progressToken": token, "progress": ev.Progress.Progress}
-			if ev.Progress.Total > 0 {
-				params["total"] = ev.Progress.Total
-			}
-			if ev.Progress.Message != "" {
-				params["message"] = ev.Progress.Message
-			}
-			if err := server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), params); err != nil {
-				f.log.Debug("progress not sent", "call_id", callID, "error", err)
-			}
+		case ev.Progress != nil:
+			progress.send(ctx, *ev.Progress)
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return failed(err)
 	}
 	return nil, fmt.Errorf("the events of call %s ended without a result", callID)
 }
@@ -305,23 +381,29 @@ func refused(e *messages.Error) *mcp.CallToolResult {
 	}
 }
 
-// awaitingApproval is the result of a call held for an approval: it has
-// not run; the text names the approval to answer.
-func awaitingApproval(callID string, a *messages.Approval) *mcp.CallToolResult {
+// awaitingText says that a call waits for an approval: which, in which
+// mode, who decides it.
+func awaitingText(a *messages.Approval) string {
 	text := fmt.Sprintf("The call of %s awaits approval %s (%s mode) and has not run yet.", a.Tool, a.ApprovalID, a.Mode)
 	if a.Reason != "" {
 		text += " Reason: " + a.Reason + "."
 	}
-	if a.Mode == "prompt" {
+	if a.Mode == messages.ApprovalPrompt {
 		text += " The user answers it (approvals.answer); the call runs once approved."
 	} else {
-		text += " An operator decides it; the call runs once approved."
+		text += " An operator decides it (approvals.decide); the call runs once approved."
 	}
+	return text
+}
+
+// awaitingApproval is the result of a call held for an approval: it has
+// not run; the text names the approval to answer.
+func awaitingApproval(callID string, a *messages.Approval) *mcp.CallToolResult {
 	return &mcp.CallToolResult{
 		Result: mcp.Result{Meta: &mcp.Meta{AdditionalFields: map[string]any{
 			MetaCallID: callID, MetaState: string(messages.StateAwaitingApproval), MetaApprovalID: a.ApprovalID,
 		}}},
-		Content: []mcp.Content{mcp.TextContent{Type: "text", Text: text}},
+		Content: []mcp.Content{mcp.TextContent{Type: "text", Text: awaitingText(a)}},
 	}
 }
 
