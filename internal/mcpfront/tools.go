@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -204,32 +205,25 @@ func (f *Front) runCall(ctx context.Context, out callOut, req *callRequest) (*mc
 		args = []byte("{}")
 	}
 	turn := turnOf(ctx, req.meta)
-	token := req.progressToken()
-	reply, err := f.cfg.Client.Submit(ctx, messages.SubmitRequest{Tool: req.name, Arguments: messages.JSON(args), Agent: agentOf(ctx), Turn: turn})
-	if err != nil {
-		var refusal *messages.Error
-		if errors.As(err, &refusal) {
-			return refused(refusal), nil
-		}
+	submit := messages.SubmitRequest{Tool: req.name, Arguments: messages.JSON(args), Agent: agentOf(ctx), Turn: turn}
+	progress := &progressOut{f: f, out: out, token: req.progressToken()}
+	var res *messages.CallResult
+	var err error
+	if progress.token == nil {
+		res, err = f.callAlone(ctx, out, progress, submit)
+	} else {
+		res, err = f.callWithProgress(ctx, out, progress, submit)
+	}
+	var refusal *messages.Error
+	var held *heldCall
+	switch {
+	case errors.As(err, &held):
+		return awaitingApproval(held.callID, held.approval), nil
+	case errors.As(err, &refusal) && ctx.Err() == nil:
+		// The coordinator refused the call, or could not be reached.
+		return refused(refusal), nil
+	case err != nil:
 		return nil, err
-	}
-	progress := &progressOut{f: f, out: out, token: token, callID: reply.CallID}
-	if a := reply.Approval; reply.State == messages.StateAwaitingApproval && a != nil {
-		switch {
-		case a.Mode == messages.ApprovalPrompt && f.elicit(ctx, out, a):
-			// Answered: the call runs, or its result says denied.
-		case a.Mode == messages.ApprovalQueue && token != nil:
-			// The request stays open while an operator decides, saying so.
-			progress.send(ctx, messages.Progress{Message: awaitingText(a)})
-		default:
-			return awaitingApproval(reply.CallID, a), nil
-		}
-	}
-	res := reply.Result
-	if res == nil {
-		if res, err = f.follow(ctx, progress, reply.CallID); err != nil {
-			return nil, err
-		}
 	}
 	if !res.IsError && toolNamespace(req.name) == discoveryNamespace && turn != "" {
 		// What the turn sees has changed: its discovery page is saved.
@@ -238,6 +232,80 @@ func (f *Front) runCall(ctx context.Context, out callOut, req *callRequest) (*mc
 		}
 	}
 	return toolResult(res), nil
+}
+
+// heldCall is the end of a tools/call whose call waits for an approval
+// that the request does not wait for: it is answered with a result that
+// says so.
+type heldCall struct {
+	callID   string
+	approval *messages.Approval
+}
+
+func (h *heldCall) Error() string {
+	return "call " + h.callID + " awaits approval " + h.approval.ApprovalID
+}
+
+// callAlone makes a call whose request wants its result alone: as
+// pkg/client's Call does, on the front client's route, with no consumer
+// and no subscription per call on the server. A call held for an approval
+// is asked of the user (prompt mode) or answered at once (queue mode).
+func (f *Front) callAlone(ctx context.Context, out callOut, progress *progressOut, submit messages.SubmitRequest) (*messages.CallResult, error) {
+	res, err := f.cfg.Client.CallObserved(ctx, submit, &client.CallObserver{
+		Named: func(callID string) { progress.callID = callID },
+		Held:  func(*messages.SubmitReply) bool { return true },
+	})
+	var approval *client.ApprovalRequiredError
+	switch {
+	case errors.As(err, &approval):
+		if approval.Approval.Mode == messages.ApprovalPrompt && f.elicit(ctx, out, approval.Approval) {
+			return f.follow(ctx, progress)
+		}
+		return nil, &heldCall{callID: approval.CallID, approval: approval.Approval}
+	case err != nil:
+		f.cancelOnEnd(ctx, progress.callID)
+		return nil, err
+	}
+	return res, nil
+}
+
+// callWithProgress submits a call and follows its events, for a request
+// with a progress token. A call held for an operator's approval keeps the
+// request open, which is told so.
+func (f *Front) callWithProgress(ctx context.Context, out callOut, progress *progressOut, submit messages.SubmitRequest) (*messages.CallResult, error) {
+	reply, err := f.cfg.Client.Submit(ctx, submit)
+	if err != nil {
+		return nil, err
+	}
+	progress.callID = reply.CallID
+	if a := reply.Approval; reply.State == messages.StateAwaitingApproval && a != nil {
+		switch {
+		case a.Mode == messages.ApprovalPrompt && f.elicit(ctx, out, a):
+			// Answered: the call runs, or its result says denied.
+		case a.Mode == messages.ApprovalQueue:
+			// The request stays open while an operator decides, saying so.
+			progress.send(ctx, messages.Progress{Message: awaitingText(a)})
+		default:
+			return nil, &heldCall{callID: reply.CallID, approval: a}
+		}
+	}
+	if reply.Result != nil {
+		return reply.Result, nil
+	}
+	return f.follow(ctx, progress)
+}
+
+// cancelOnEnd cancels the call of a request that ended before its result
+// because the client cancelled it (see cancels).
+func (f *Front) cancelOnEnd(ctx context.Context, callID string) {
+	if callID == "" || !f.cancels(ctx) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+	defer cancel()
+	if _, err := f.cfg.Client.Cancel(cctx, callID, "cancelled by the MCP client"); err != nil {
+		f.log.Warn("cancel failed", "call_id", callID, "error", err)
+	}
 }
 
 // elicit asks the user, through MCP elicitation, to answer an approval in
@@ -318,29 +386,22 @@ func (p *progressOut) send(ctx context.Context, pr messages.Progress) {
 // follow waits for the call's result, sending its progress events as
 // progress notifications when the request has a progress token. A client
 // that cancels the request cancels the call (see cancels).
-func (f *Front) follow(ctx context.Context, progress *progressOut, callID string) (*messages.CallResult, error) {
-	failed := func(err error) (*messages.CallResult, error) {
-		if f.cancels(ctx) {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-			defer cancel()
-			if _, cerr := f.cfg.Client.Cancel(cctx, callID, "cancelled by the MCP client"); cerr != nil {
-				f.log.Warn("cancel failed", "call_id", callID, "error", cerr)
-			}
-		}
-		return nil, err
-	}
+func (f *Front) follow(ctx context.Context, progress *progressOut) (*messages.CallResult, error) {
+	callID := progress.callID
 	if progress.token == nil {
 		// Nobody asked for progress: wait for the result alone, which
 		// costs no consumer on the server, unlike following every event.
 		res, err := f.cfg.Client.Wait(ctx, callID)
 		if err != nil {
-			return failed(err)
+			f.cancelOnEnd(ctx, callID)
+			return nil, err
 		}
 		return res, nil
 	}
 	for ev, err := range f.cfg.Client.Watch(ctx, callID) {
 		if err != nil {
-			return failed(err)
+			f.cancelOnEnd(ctx, callID)
+			return nil, err
 		}
 		switch {
 		case ev.Result != nil:
@@ -350,7 +411,8 @@ func (f *Front) follow(ctx context.Context, progress *progressOut, callID string
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return failed(err)
+		f.cancelOnEnd(ctx, callID)
+		return nil, err
 	}
 	return nil, fmt.Errorf("the events of call %s ended without a result", callID)
 }
