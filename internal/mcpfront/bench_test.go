@@ -2,6 +2,7 @@ package mcpfront_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -40,9 +41,10 @@ func BenchmarkCallThroughTheFront(b *testing.B) {
 }
 
 // BenchmarkThroughputOf64Sessions measures calls per second with 64
-// callers at once: 64 MCP sessions on one front against 64 goroutines
-// sharing one pkg/client, as the front shares its own. Each iteration is
-// 64 calls of each; the metrics are both rates and their ratio.
+// callers at once: 64 MCP sessions on one front, each in its own turn,
+// against 64 goroutines sharing one pkg/client, as the front shares its
+// own, each calling in a turn of its own. Each iteration is 64 calls of
+// each; the metrics are both rates and their ratio.
 //
 //	go test -run x -bench ThroughputOf64Sessions -count 5 ./internal/mcpfront
 func BenchmarkThroughputOf64Sessions(b *testing.B) {
@@ -54,12 +56,16 @@ func BenchmarkThroughputOf64Sessions(b *testing.B) {
 	for i := range sessions {
 		sessions[i] = mcpCaller(b, url)
 	}
-	sdkCall := sdkCaller(b, s.url)
+	sdkClient := testenv.Client(b, s.url, client.Options{Agent: "analyst"})
+	direct := make([]func(context.Context) error, callers)
+	for i := range direct {
+		direct[i] = sdkCallerIn(b, sdkClient, fmt.Sprintf("bench-sdk-%d", i))
+	}
 	var front, sdk time.Duration
 	calls := 0
 	for b.Loop() {
 		front += concurrently(b, ctx, sessions)
-		sdk += concurrently(b, ctx, slices.Repeat([]func(context.Context) error{sdkCall}, callers))
+		sdk += concurrently(b, ctx, direct)
 		calls += callers
 	}
 	frontRate, sdkRate := float64(calls)/front.Seconds(), float64(calls)/sdk.Seconds()
@@ -82,10 +88,13 @@ func checkMCP(b *testing.B, c *mcpclient.Client, ctx context.Context) error {
 }
 
 func sdkCaller(b *testing.B, url string) func(context.Context) error {
-	c := testenv.Client(b, url, client.Options{Agent: "analyst"})
+	return sdkCallerIn(b, testenv.Client(b, url, client.Options{Agent: "analyst"}), "bench-sdk")
+}
+
+func sdkCallerIn(b *testing.B, c *client.Client, turn string) func(context.Context) error {
 	args := messages.JSON(`{"text":"x"}`)
 	return func(ctx context.Context) error {
-		res, err := c.Call(ctx, "demo-echo", args, client.WithTurn("bench-sdk"))
+		res, err := c.Call(ctx, "demo-echo", args, client.WithTurn(turn))
 		if err == nil && res.IsError {
 			b.Errorf("call: %+v", res)
 		}

@@ -873,3 +873,131 @@ func TestQueueApprovalWithProgress(t *testing.T) {
 		}
 	}
 }
+
+// stdioSession is a raw stdio session with a front: JSON-RPC messages, one
+// a line.
+type stdioSession struct {
+	t       *testing.T
+	in      *io.PipeWriter
+	replies chan map[string]json.RawMessage
+	next    int
+}
+
+func startStdio(t *testing.T, f *mcpfront.Front) *stdioSession {
+	t.Helper()
+	clientIn, serverOut := io.Pipe()
+	serverIn, clientOut := io.Pipe()
+	ctx, stop := context.WithCancel(testenv.Context(t))
+	served := make(chan error, 1)
+	go func() { served <- f.ServeStdio(ctx, serverIn, serverOut) }()
+	s := &stdioSession{t: t, in: clientOut, replies: make(chan map[string]json.RawMessage, 16)}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		dec := json.NewDecoder(clientIn)
+		for {
+			var msg map[string]json.RawMessage
+			if dec.Decode(&msg) != nil {
+				return
+			}
+			if _, isReply := msg["id"]; isReply && msg["method"] == nil {
+				s.replies <- msg
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		stop()
+		clientOut.Close()
+		<-served
+		serverOut.Close()
+		<-read
+	})
+	return s
+}
+
+// call sends a request and returns its result, or fails the test with its error.
+func (s *stdioSession) call(method string, params any, out any) {
+	s.t.Helper()
+	s.next++
+	line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": s.next, "method": method, "params": params})
+	if _, err := s.in.Write(append(line, '\n')); err != nil {
+		s.t.Fatal(err)
+	}
+	select {
+	case reply := <-s.replies:
+		if string(reply["id"]) != fmt.Sprint(s.next) || reply["error"] != nil {
+			s.t.Fatalf("%s: %s %s", method, reply["id"], reply["error"])
+		}
+		if out != nil {
+			if err := json.Unmarshal(reply["result"], out); err != nil {
+				s.t.Fatalf("%s: %v", method, err)
+			}
+		}
+	case <-time.After(30 * time.Second):
+		s.t.Fatalf("%s: no reply", method)
+	}
+}
+
+// TestStdioTasks: over stdio too, tools are offered as tasks, a
+// task-augmented call answers at once with the call's ID as the task's,
+// and the task is read from the ledger to its result; a second stdio
+// session, as after the desktop app restarted the command, reads it too.
+func TestStdioTasks(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	newFront := func() *mcpfront.Front {
+		f, err := mcpfront.New(mcpfront.Config{
+			Client:    testenv.Client(t, s.url, client.Options{}),
+			Agent:     "analyst",
+			StdioTurn: "t-stdio-tasks",
+			Logger:    testenv.Logger(t),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	first := startStdio(t, newFront())
+	var init struct {
+		Capabilities struct {
+			Tasks json.RawMessage `json:"tasks"`
+		} `json:"capabilities"`
+	}
+	first.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}, &init)
+	if len(init.Capabilities.Tasks) == 0 {
+		t.Fatal("no tasks capability over stdio")
+	}
+	var listed mcp.ListToolsResult
+	first.call("tools/list", map[string]any{}, &listed)
+	if len(listed.Tools) == 0 || listed.Tools[0].Execution == nil || listed.Tools[0].Execution.TaskSupport != mcp.TaskSupportOptional {
+		t.Fatalf("tools over stdio are not offered as tasks: %+v", listed.Tools)
+	}
+	var created mcp.CreateTaskResult
+	first.call("tools/call", map[string]any{"name": "demo-sleep", "arguments": map[string]any{"seconds": 0.3}, "task": map[string]any{}}, &created)
+	if created.Task.TaskId == "" || created.Task.Status != mcp.TaskStatusWorking {
+		t.Fatalf("created: %+v", created.Task)
+	}
+	var result struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		Meta map[string]any `json:"_meta"`
+	}
+	first.call("tasks/result", map[string]any{"taskId": created.Task.TaskId}, &result)
+	if len(result.Content) == 0 || !strings.HasPrefix(result.Content[0].Text, "slept") || result.Meta[mcpfront.MetaCallID] != created.Task.TaskId {
+		t.Fatalf("tasks/result: %+v", result)
+	}
+
+	second := startStdio(t, newFront())
+	second.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}, nil)
+	var got mcp.GetTaskResult
+	second.call("tasks/get", map[string]any{"taskId": created.Task.TaskId}, &got)
+	if got.Status != mcp.TaskStatusCompleted {
+		t.Fatalf("tasks/get in a new session: %+v", got)
+	}
+	var list mcp.ListTasksResult
+	second.call("tasks/list", map[string]any{}, &list)
+	if len(list.Tasks) != 1 || list.Tasks[0].TaskId != created.Task.TaskId {
+		t.Fatalf("tasks/list: %+v", list.Tasks)
+	}
+}

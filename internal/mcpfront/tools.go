@@ -42,11 +42,9 @@ func (f *Front) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, erro
 		tools = append(tools, t)
 	}
 	f.register(tools)
-	if server.ServerFromContext(ctx) == f.mcp {
-		// Over HTTP a call may be made a task.
-		for i := range tools {
-			tools[i].Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
-		}
+	for i := range tools {
+		// Any call may be made a task.
+		tools[i].Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 	}
 	return tools, nil
 }
