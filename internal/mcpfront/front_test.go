@@ -731,6 +731,44 @@ func TestAnotherAgentsSession(t *testing.T) {
 	if !res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCode] != "conflict" {
 		t.Fatalf("another agent's session called: %+v", res)
 	}
+
+	// Nor can it cancel a call of the session: a notifications/cancelled
+	// for the session's request, with another agent's token, is ignored.
+	var slept mcp.CallToolResult
+	called := make(chan *rpcError, 1)
+	go func() {
+		called <- rpcAs(t, hs.URL, token, session, "tools/call", map[string]any{"name": "demo-sleep", "arguments": map[string]any{"seconds": 1}}, &slept)
+	}()
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	eventually(t, "the sleep to run", func() bool {
+		info, err := bus.Turn(testenv.Context(t), sessionTurn(t, c))
+		return err == nil && slices.ContainsFunc(info.Calls, func(c messages.CallInfo) bool {
+			return c.Tool == "demo-sleep" && c.State == messages.StateRunning
+		})
+	})
+	notify(t, hs.URL, "token-of-ops", session, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"not mine"}}`)
+	if e := <-called; e != nil || slept.IsError || !strings.HasPrefix(text(&slept), "slept") {
+		t.Fatalf("the session's call, after another agent cancelled it: %+v %+v", slept, e)
+	}
+}
+
+// notify posts a JSON-RPC notification in a session.
+func notify(t *testing.T, url, bearerToken, sessionID, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+bearerToken)
+	req.Header.Set("Mcp-Session-Id", sessionID)
+	req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("notification: status %d", resp.StatusCode)
+	}
 }
 
 // TestGuards: a request from a foreign origin, one naming a foreign host on

@@ -23,17 +23,20 @@ import (
 // to the session as separate requests, are matched here by session and
 // request ID.
 
-// inflightKey names a request of a session: the session ID and the
-// request's JSON-RPC ID as the client wrote it.
-func inflightKey(session string, id json.RawMessage) string {
-	return session + "\x00" + string(bytes.TrimSpace(id))
+// inflightKey names a request of a session: the agent whose token came
+// with it, the session ID, and the request's JSON-RPC ID as the client
+// wrote it. A message about a request (its cancellation, the answer to an
+// elicitation) is matched only if it comes with the same agent's token:
+// knowing a session's ID is not enough to approve or cancel its calls.
+func inflightKey(agent, session string, id json.RawMessage) string {
+	return agent + "\x00" + session + "\x00" + string(bytes.TrimSpace(id))
 }
 
 // serveCall answers a tools/call of a session.
 func (f *Front) serveCall(ctx context.Context, w http.ResponseWriter, session string, req *rpcMessage) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	key, entry := inflightKey(session, req.ID), &inflightCall{cancel: cancel}
+	key, entry := inflightKey(agentOf(ctx), session, req.ID), &inflightCall{cancel: cancel}
 	f.inflight.Store(key, entry)
 	defer f.inflight.CompareAndDelete(key, entry)
 
@@ -67,8 +70,8 @@ func (f *Front) dispatches(ctx context.Context, call *callRequest) bool {
 
 // cancelRequest cancels the request a notifications/cancelled names, if it
 // is one the front serves; it reports whether it was.
-func (f *Front) cancelRequest(session string, requestID json.RawMessage) bool {
-	entry, ok := f.inflight.LoadAndDelete(inflightKey(session, requestID))
+func (f *Front) cancelRequest(agent, session string, requestID json.RawMessage) bool {
+	entry, ok := f.inflight.LoadAndDelete(inflightKey(agent, session, requestID))
 	if ok {
 		entry.(*inflightCall).cancel()
 	}
@@ -80,8 +83,8 @@ type inflightCall struct{ cancel context.CancelFunc }
 
 // answerRequest passes the client's answer to a request the front sent it
 // (an elicitation) to the call waiting for it; it reports whether one was.
-func (f *Front) answerRequest(session string, answer *rpcMessage) bool {
-	waiting, ok := f.requests.LoadAndDelete(inflightKey(session, answer.ID))
+func (f *Front) answerRequest(agent, session string, answer *rpcMessage) bool {
+	waiting, ok := f.requests.LoadAndDelete(inflightKey(agent, session, answer.ID))
 	if ok {
 		waiting.(chan *rpcMessage) <- answer
 	}
@@ -146,7 +149,7 @@ func (o *streamOut) elicit(ctx context.Context, req mcp.ElicitationRequest) (*mc
 	}
 	id, _ := json.Marshal("toolbus-" + nuid.Next())
 	answers := make(chan *rpcMessage, 1)
-	key := inflightKey(o.session, id)
+	key := inflightKey(agentOf(ctx), o.session, id)
 	o.f.requests.Store(key, answers)
 	defer o.f.requests.Delete(key)
 	msg := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": json.RawMessage(id), "method": string(mcp.MethodElicitationCreate), "params": req.Params}

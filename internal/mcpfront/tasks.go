@@ -96,9 +96,9 @@ func (f *Front) serveRequests(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		case req.Method == string(mcp.MethodToolsCall) && len(req.ID) > 0:
 			f.serveCall(ctx, w, session, &req)
-		case req.Method == string(mcp.MethodNotificationCancelled) && f.cancelRequest(session, req.Params.RequestID):
+		case req.Method == string(mcp.MethodNotificationCancelled) && f.cancelRequest(agentOf(ctx), session, req.Params.RequestID):
 			w.WriteHeader(http.StatusAccepted)
-		case req.Method == "" && len(req.ID) > 0 && f.answerRequest(session, &req):
+		case req.Method == "" && len(req.ID) > 0 && f.answerRequest(agentOf(ctx), session, &req):
 			w.WriteHeader(http.StatusAccepted)
 		default:
 			next.ServeHTTP(w, r)
