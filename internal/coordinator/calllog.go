@@ -89,8 +89,8 @@ type logFilter struct {
 	// tool is the request's tool in its canonical spelling.
 	tool string
 	// decode tells that a queued event's payload is needed to decide:
-	// a filter on agent, turn, tool or time, or a caller who sees only
-	// its own agents' calls.
+	// a filter on agent, turn or tool, or a caller who sees only its own
+	// agents' calls.
 	decode bool
 	// ownAgents limits the calls to those of agents the caller may act as.
 	ownAgents bool
@@ -113,7 +113,7 @@ func (l *callLog) list(ctx context.Context, r *messages.CallsListRequest) (*mess
 	if id := identityOf(ctx); id != nil && !id.user.Operator {
 		f.ownAgents = true
 	}
-	f.decode = f.ownAgents || r.Agent != "" || r.Turn != "" || f.tool != "" || !r.Since.IsZero() || !r.Until.IsZero()
+	f.decode = f.ownAgents || r.Agent != "" || r.Turn != "" || f.tool != ""
 	limit := r.Limit
 	if limit == 0 {
 		limit = messages.DefaultCallsListLimit
@@ -139,17 +139,17 @@ func (l *callLog) list(ctx context.Context, r *messages.CallsListRequest) (*mess
 		}
 		top = seq
 	}
-	// Stored times and queued times come from different clocks: the
-	// bounds are widened by clockSlack, and the queued time decides.
+	// The queued records are stored in time order: since and until are
+	// sequences of the stream.
 	if !r.Until.IsZero() {
-		seq, err := l.seqAt(ctx, r.Until.Add(clockSlack), last)
+		seq, err := l.seqAt(ctx, r.Until, last)
 		if err != nil {
 			return nil, err
 		}
 		top = min(top, seq)
 	}
 	if !r.Since.IsZero() {
-		seq, err := l.seqAt(ctx, r.Since.Add(-clockSlack), last)
+		seq, err := l.seqAt(ctx, r.Since, last)
 		if err != nil {
 			return nil, err
 		}
@@ -270,9 +270,7 @@ func (l *callLog) admits(ctx context.Context, f *logFilter, msg *nats.Msg) bool 
 	switch {
 	case f.Agent != "" && call.Agent != f.Agent,
 		f.Turn != "" && call.Turn != f.Turn,
-		f.tool != "" && call.ToolName().String() != f.tool,
-		!f.Since.IsZero() && call.QueuedAt.Before(f.Since),
-		!f.Until.IsZero() && !call.QueuedAt.Before(f.Until):
+		f.tool != "" && call.ToolName().String() != f.tool:
 		return false
 	}
 	return !f.ownAgents || mayReadQuietly(ctx, call.Agent)

@@ -28,8 +28,10 @@ type CallsListRequest struct {
 	Namespace string `json:"namespace,omitempty"`
 	// States keeps the calls in any of these states.
 	States []CallState `json:"states,omitempty"`
-	// Since and Until bound the time the calls were queued: Since <=
-	// queued_at < Until.
+	// Since and Until bound the time the calls were queued, as the events
+	// stream recorded it: a call is listed when its queued record was
+	// stored at or after Since and before Until. (queued_at is the
+	// coordinator's clock as it queued the call, a moment earlier.)
 	Since time.Time `json:"since,omitempty,omitzero"`
 	Until time.Time `json:"until,omitempty,omitzero"`
 	// Limit is the page size: DefaultCallsListLimit when 0, at most
