@@ -32,6 +32,9 @@ type callsListReport struct {
 	// Each filter's pages: from the newest call down, following the
 	// cursor, and from a random point of the log's history (until).
 	Filters []callsListFigure `json:"filters"`
+	// CallsGet is calls.get of a random stored call, measured in the same
+	// run: the reference for how loaded the machine was.
+	CallsGet callsListFigure `json:"calls_get"`
 }
 
 type callsListFigure struct {
@@ -160,6 +163,17 @@ func runCallsList(ctx context.Context, args []string) error {
 			r.Filters = append(r.Filters, fig)
 		}
 	}
+	lat := make([]time.Duration, 0, *pages)
+	for range *pages {
+		id := fmt.Sprintf("bench%010d", rand.IntN(*calls))
+		t0 := time.Now()
+		if _, err := c.Get(ctx, id); err != nil {
+			return fmt.Errorf("calls.get %s: %w", id, err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	r.CallsGet = callsListFigure{Filter: "calls.get", From: "history", P50MS: percentileUS(lat, 50) / 1000, P99MS: percentileUS(lat, 99) / 1000, Calls: 1}
+	fmt.Fprintf(os.Stderr, "calls.get of a random call  p50 %6.2f ms  p99 %6.2f ms\n", r.CallsGet.P50MS, r.CallsGet.P99MS)
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	return nil

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"strings"
@@ -69,18 +70,27 @@ func (c *Coordinator) listCalls(ctx context.Context, r *messages.CallsListReques
 	return l.list(ctx, r)
 }
 
-// logCandidate is a queued event that passed the request's filters.
+// logCandidate is a call whose queued event passed the request's
+// filters, with the events the scan read of it.
 type logCandidate struct {
 	seq    uint64
 	callID string
 	ns     string
+	queued *messages.CallEvent
+	// started is the call's latest started event the scan read, result
+	// its first result, each written under the call's namespace.
+	started *messages.CallEvent
+	result  *messages.CallResult
+	// state is known once the call has a result, or was read whole.
+	state messages.CallState
 }
 
-// seenResult is a result event the scan read: the state it gives its
-// call, if it was written under the call's namespace.
-type seenResult struct {
-	ns     string
-	status messages.CallState
+// rawEvent is a started or result event the scan read before it reached
+// its call's queued event, decoded only if the call is listed.
+type rawEvent struct {
+	ns   string
+	kind messages.EventKind
+	msg  *nats.Msg
 }
 
 // logFilter is a calls.list request as the scan applies it.
@@ -88,10 +98,8 @@ type logFilter struct {
 	*messages.CallsListRequest
 	// tool is the request's tool in its canonical spelling.
 	tool string
-	// decode tells that a queued event's payload is needed to decide:
-	// a filter on agent, turn or tool, or a caller who sees only its own
-	// agents' calls.
-	decode bool
+	// method is the tool's method, which the encoded event holds as is.
+	method string
 	// ownAgents limits the calls to those of agents the caller may act as.
 	ownAgents bool
 }
@@ -108,12 +116,11 @@ func (l *callLog) list(ctx context.Context, r *messages.CallsListRequest) (*mess
 		if err != nil {
 			return nil, messages.Errorf(messages.CodeBadRequest, "tool: %v", err)
 		}
-		f.tool = name.String()
+		f.tool, f.method = name.String(), name.Method
 	}
 	if id := identityOf(ctx); id != nil && !id.user.Operator {
 		f.ownAgents = true
 	}
-	f.decode = f.ownAgents || r.Agent != "" || r.Turn != "" || f.tool != ""
 	limit := r.Limit
 	if limit == 0 {
 		limit = messages.DefaultCallsListLimit
@@ -158,22 +165,19 @@ func (l *callLog) list(ctx context.Context, r *messages.CallsListRequest) (*mess
 
 	// One match more than the page tells whether an older one exists.
 	want := limit + 1
-	var found []logCandidate
-	var results map[string][]seenResult
-	if len(r.States) > 0 {
-		results = make(map[string][]seenResult)
-	}
+	var found []*logCandidate
+	sc := &logScan{l: l, f: &f, pending: make(map[string][]rawEvent)}
 	hi, window, scanned := top, uint64(4*want+64), 0
 	for hi > floor && len(found) < want && scanned < l.budget {
 		span := min(window, hi-floor, uint64(l.budget-scanned))
 		lo := hi - span
-		cands, err := l.scanWindow(ctx, lo, hi, &f, results)
+		cands, err := sc.window(ctx, lo, hi)
 		if err != nil {
 			return nil, err
 		}
 		scanned += int(span)
 		if len(r.States) > 0 {
-			if cands, err = l.keepByState(ctx, r, cands, results); err != nil {
+			if cands, err = l.keepByState(ctx, r, cands); err != nil {
 				return nil, err
 			}
 		}
@@ -190,37 +194,38 @@ func (l *callLog) list(ctx context.Context, r *messages.CallsListRequest) (*mess
 		// The budget ran out before the page was full.
 		reply.NextCursor = callsListCursor(hi)
 	}
-	if len(found) == 0 {
-		return reply, nil
-	}
-	ids := make([]string, len(found))
-	for i, c := range found {
-		ids[i] = c.callID
-	}
-	snaps, err := l.snapshots(ctx, ids)
-	if err != nil {
+	// A call whose result the scan did not read (it has none yet, or it
+	// was stored above where the scan began) is read whole.
+	if err := l.complete(ctx, found); err != nil {
 		return nil, err
 	}
 	for _, c := range found {
-		if e, ok := l.entry(snaps[c.callID]); ok {
-			reply.Calls = append(reply.Calls, e)
-		}
+		reply.Calls = append(reply.Calls, l.entry(c))
 	}
 	return reply, nil
 }
 
-// scanWindow reads the events of sequences [lo, hi) and returns the
-// queued events among them that pass f's filters other than state,
-// newest first. With a state filter it records the results it reads.
-func (l *callLog) scanWindow(ctx context.Context, lo, hi uint64, f *logFilter, results map[string][]seenResult) ([]logCandidate, error) {
+// logScan reads the events stream backwards for one request.
+type logScan struct {
+	l *callLog
+	f *logFilter
+	// pending holds the started and result events read of calls whose
+	// queued event is further down, newest first.
+	pending map[string][]rawEvent
+}
+
+// window reads the events of sequences [lo, hi) and returns the calls
+// whose queued events among them pass the filters other than state,
+// newest first.
+func (sc *logScan) window(ctx context.Context, lo, hi uint64) ([]*logCandidate, error) {
 	type stored struct {
 		seq uint64
 		msg *nats.Msg
 	}
 	var window []stored
-	err := l.retry(ctx, func(ctx context.Context) error {
+	err := sc.l.retry(ctx, func(ctx context.Context) error {
 		window = window[:0]
-		return l.events.GetBatch(ctx, transport.BatchRequest{Seq: lo, Batch: int(hi - lo)}, func(seq uint64, msg *nats.Msg) bool {
+		return sc.l.events.GetBatch(ctx, transport.BatchRequest{Seq: lo, Batch: int(hi - lo)}, func(seq uint64, msg *nats.Msg) bool {
 			if seq >= hi {
 				return false // past a gap of deleted messages, into what was read before
 			}
@@ -231,116 +236,150 @@ func (l *callLog) scanWindow(ctx context.Context, lo, hi uint64, f *logFilter, r
 	if err != nil {
 		return nil, unavailable(err, "read the execution log")
 	}
-	var out []logCandidate
+	var out []*logCandidate
 	for i := len(window) - 1; i >= 0; i-- {
 		seq, msg := window[i].seq, window[i].msg
-		callID, kind, ns, ok := l.names.ParseEventSubject(msg.Subject)
+		callID, kind, ns, ok := sc.l.names.ParseEventSubject(msg.Subject)
 		if !ok {
 			continue
 		}
 		switch kind {
-		case messages.EventResult:
-			if results != nil {
-				var ev messages.CallEvent
-				if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err == nil && ev.Result != nil {
-					results[callID] = append(results[callID], seenResult{ns: ns, status: ev.Result.Status})
-				}
-			}
+		case messages.EventStarted, messages.EventResult:
+			sc.pending[callID] = append(sc.pending[callID], rawEvent{ns: ns, kind: kind, msg: msg})
 		case messages.EventQueued:
-			if f.Namespace != "" && ns != f.Namespace {
-				continue
+			seen := sc.pending[callID]
+			delete(sc.pending, callID)
+			if c := sc.candidate(ctx, seq, callID, ns, msg, seen); c != nil {
+				out = append(out, c)
 			}
-			if f.decode && !l.admits(ctx, f, msg) {
-				continue
-			}
-			out = append(out, logCandidate{seq: seq, callID: callID, ns: ns})
 		}
 	}
 	return out, nil
 }
 
-// admits reports whether a queued event passes f's filters on its
-// payload, and is of an agent the caller may see.
-func (l *callLog) admits(ctx context.Context, f *logFilter, msg *nats.Msg) bool {
-	var ev messages.CallEvent
-	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err != nil || ev.Request == nil {
-		return false
+// candidate returns the call of a queued event if it passes the filters
+// other than state, with what the scan read of its later events.
+func (sc *logScan) candidate(ctx context.Context, seq uint64, callID, ns string, msg *nats.Msg, seen []rawEvent) *logCandidate {
+	f := sc.f
+	if f.Namespace != "" && ns != f.Namespace {
+		return nil
 	}
-	call := ev.Request
+	// A name the filter gives appears as is in the encoded event (names
+	// need no escaping in JSON): an event without it is passed over
+	// undecoded.
+	for _, v := range [...]string{f.Agent, f.Turn, f.method} {
+		if v != "" && !bytes.Contains(msg.Data, []byte(v)) {
+			return nil
+		}
+	}
+	var queued messages.CallEvent
+	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &queued); err != nil || queued.Request == nil {
+		return nil
+	}
+	call := queued.Request
 	switch {
 	case f.Agent != "" && call.Agent != f.Agent,
 		f.Turn != "" && call.Turn != f.Turn,
-		f.tool != "" && call.ToolName().String() != f.tool:
-		return false
+		f.tool != "" && call.ToolName().String() != f.tool,
+		f.ownAgents && !mayReadQuietly(ctx, call.Agent):
+		return nil
 	}
-	return !f.ownAgents || mayReadQuietly(ctx, call.Agent)
-}
-
-// keepByState keeps the candidates in one of the request's states. A
-// result the scan read tells a call's final state; the others are read.
-func (l *callLog) keepByState(ctx context.Context, r *messages.CallsListRequest, cands []logCandidate, results map[string][]seenResult) ([]logCandidate, error) {
-	states := make(map[string]messages.CallState, len(cands))
-	var unknown []string
-	for _, c := range cands {
-		st, ok := finalState(results[c.callID], c.ns)
-		if ok {
-			states[c.callID] = st
-		} else {
-			unknown = append(unknown, c.callID)
-		}
-	}
-	if len(unknown) > 0 {
-		snaps, err := l.snapshots(ctx, unknown)
-		if err != nil {
-			return nil, err
-		}
-		for _, id := range unknown {
-			if s := snaps[id]; s != nil && s.Exists() {
-				states[id] = s.State()
+	c := &logCandidate{seq: seq, callID: callID, ns: ns, queued: &queued}
+	// seen is newest first: the first result written is the last one.
+	for i := len(seen) - 1; i >= 0 && c.result == nil; i-- {
+		if e := seen[i]; e.ns == ns && e.kind == messages.EventResult {
+			if ev := decodeEvent(e.msg); ev != nil && ev.Result != nil {
+				c.result, c.state = ev.Result, ev.Result.Status
 			}
 		}
 	}
+	for _, e := range seen {
+		if e.ns == ns && e.kind == messages.EventStarted {
+			if c.started = decodeEvent(e.msg); c.started != nil {
+				break
+			}
+		}
+	}
+	return c
+}
+
+func decodeEvent(msg *nats.Msg) *messages.CallEvent {
+	var ev messages.CallEvent
+	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err != nil {
+		return nil
+	}
+	return &ev
+}
+
+// keepByState keeps the candidates in one of the request's states; those
+// without a result the scan read are read whole first.
+func (l *callLog) keepByState(ctx context.Context, r *messages.CallsListRequest, cands []*logCandidate) ([]*logCandidate, error) {
+	if err := l.complete(ctx, cands); err != nil {
+		return nil, err
+	}
 	kept := cands[:0]
 	for _, c := range cands {
-		if st, ok := states[c.callID]; ok && r.Matches(st) {
+		if c.state != "" && r.Matches(c.state) {
 			kept = append(kept, c)
 		}
 	}
 	return kept, nil
 }
 
-// finalState is the state the first result written under the call's
-// namespace gives it; results under other namespaces are not the call's.
-func finalState(seen []seenResult, ns string) (messages.CallState, bool) {
-	// seen is newest first; the first result written is the one that counts.
-	for i := len(seen) - 1; i >= 0; i-- {
-		if seen[i].ns == ns {
-			return seen[i].status, true
+// complete reads the latest events of the candidates whose state the
+// scan did not tell, in one batched read per 140 calls.
+func (l *callLog) complete(ctx context.Context, cands []*logCandidate) error {
+	var ids []string
+	for _, c := range cands {
+		if c.state == "" {
+			ids = append(ids, c.callID)
 		}
 	}
-	return "", false
+	if len(ids) == 0 {
+		return nil
+	}
+	snaps, err := l.snapshots(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, c := range cands {
+		s := snaps[c.callID]
+		if c.state != "" || s == nil || !s.Exists() || s.Namespace != c.ns {
+			continue
+		}
+		c.state = s.State()
+		if s.Started != nil {
+			c.started = &s.Started.CallEvent
+		}
+		if s.Result != nil && s.Result.Result != nil {
+			c.result = s.Result.Result
+		}
+	}
+	return nil
 }
 
-// entry is a call's line of the log, from its latest events.
-func (l *callLog) entry(s *ledger.Snapshot) (messages.CallLogEntry, bool) {
-	if s == nil || !s.Exists() || s.Queued == nil || s.Queued.Request == nil {
-		return messages.CallLogEntry{}, false
-	}
-	call := s.Queued.Request
-	info := s.Info()
+// entry is a call's line of the log.
+func (l *callLog) entry(c *logCandidate) messages.CallLogEntry {
+	call := c.queued.Request
 	e := messages.CallLogEntry{
-		CallID:    s.CallID,
+		CallID:    c.callID,
 		Tool:      call.ToolName().String(),
-		Namespace: s.Namespace,
+		Namespace: c.ns,
 		Agent:     call.Agent,
 		Turn:      call.Turn,
-		State:     info.State,
-		QueuedAt:  info.QueuedAt,
-		StartedAt: info.StartedAt,
-		Attempts:  info.Attempt,
-		Worker:    info.Worker,
+		State:     c.state,
+		QueuedAt:  call.QueuedAt,
 	}
-	if res := info.Result; res != nil {
+	if e.State == "" {
+		e.State = messages.StateQueued // not read whole: its events expired meanwhile
+	}
+	if st := c.started; st != nil {
+		e.StartedAt, e.Attempts, e.Worker = st.Time, st.Attempt, st.Worker
+	}
+	if res := c.result; res != nil {
+		if res.Attempt > 0 {
+			e.Attempts, e.Worker = res.Attempt, res.Worker
+		}
 		if !res.StartedAt.IsZero() {
 			e.StartedAt = res.StartedAt // the attempt that wrote the result
 		}
@@ -362,7 +401,7 @@ func (l *callLog) entry(s *ledger.Snapshot) (messages.CallLogEntry, bool) {
 			e.Arguments = policy.Redact(t.Definition.InputSchema, call.Arguments)
 		}
 	}
-	return e, true
+	return e
 }
 
 // bounds returns the first and last sequences of the events stream.
