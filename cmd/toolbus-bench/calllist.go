@@ -42,6 +42,10 @@ type callsListFigure struct {
 	From   string  `json:"from"`
 	P50MS  float64 `json:"p50_ms"`
 	P99MS  float64 `json:"p99_ms"`
+	// CPUMS is the process's CPU time per page, user and system: the
+	// server's, the coordinator's and the client's work, all in this
+	// process.
+	CPUMS float64 `json:"cpu_ms"`
 	// Calls is the mean number of calls per page (a page may be cut short
 	// by the scan budget).
 	Calls float64 `json:"calls_per_page"`
@@ -62,6 +66,7 @@ func runCallsList(ctx context.Context, args []string) error {
 	calls := fs.Int("calls", 1_000_000, "finished calls to store")
 	pages := fs.Int("pages", 200, "pages measured per filter and starting point")
 	limit := fs.Int("limit", messages.DefaultCallsListLimit, "calls per page")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the page measurements to this file")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -143,6 +148,9 @@ func runCallsList(ctx context.Context, args []string) error {
 		return err
 	}
 	oldest, newest := start, time.Now()
+	if err := startProfiles(*cpuProfile, ""); err != nil {
+		return err
+	}
 	filters := []struct {
 		name string
 		req  messages.CallsListRequest
@@ -159,11 +167,15 @@ func runCallsList(ctx context.Context, args []string) error {
 				return fmt.Errorf("%s from %s: %w", f.name, from, err)
 			}
 			fig.Filter, fig.From = f.name, from
-			fmt.Fprintf(os.Stderr, "%-9s from %-7s p50 %6.2f ms  p99 %6.2f ms  %.0f calls a page\n", f.name, from, fig.P50MS, fig.P99MS, fig.Calls)
+			fmt.Fprintf(os.Stderr, "%-9s from %-7s p50 %6.2f ms  p99 %6.2f ms  cpu %5.2f ms  %.0f calls a page\n", f.name, from, fig.P50MS, fig.P99MS, fig.CPUMS, fig.Calls)
 			r.Filters = append(r.Filters, fig)
 		}
 	}
+	if err := stopProfiles(*cpuProfile, ""); err != nil {
+		return err
+	}
 	lat := make([]time.Duration, 0, *pages)
+	cpu := processCPU()
 	for range *pages {
 		id := fmt.Sprintf("bench%010d", rand.IntN(*calls))
 		t0 := time.Now()
@@ -172,8 +184,9 @@ func runCallsList(ctx context.Context, args []string) error {
 		}
 		lat = append(lat, time.Since(t0))
 	}
-	r.CallsGet = callsListFigure{Filter: "calls.get", From: "history", P50MS: percentileUS(lat, 50) / 1000, P99MS: percentileUS(lat, 99) / 1000, Calls: 1}
-	fmt.Fprintf(os.Stderr, "calls.get of a random call  p50 %6.2f ms  p99 %6.2f ms\n", r.CallsGet.P50MS, r.CallsGet.P99MS)
+	r.CallsGet = callsListFigure{Filter: "calls.get", From: "history", P50MS: percentileUS(lat, 50) / 1000, P99MS: percentileUS(lat, 99) / 1000,
+		CPUMS: float64((processCPU() - cpu).Microseconds()) / 1000 / float64(*pages), Calls: 1}
+	fmt.Fprintf(os.Stderr, "calls.get of a random call  p50 %6.2f ms  p99 %6.2f ms  cpu %5.2f ms\n", r.CallsGet.P50MS, r.CallsGet.P99MS, r.CallsGet.CPUMS)
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	return nil
@@ -185,6 +198,7 @@ func measurePages(ctx context.Context, c *client.Client, req messages.CallsListR
 	req.Limit = limit
 	lat := make([]time.Duration, 0, pages)
 	calls := 0
+	cpu := processCPU()
 	for range pages {
 		if history {
 			req.Cursor = ""
@@ -204,6 +218,7 @@ func measurePages(ctx context.Context, c *client.Client, req messages.CallsListR
 	return callsListFigure{
 		P50MS: percentileUS(lat, 50) / 1000,
 		P99MS: percentileUS(lat, 99) / 1000,
+		CPUMS: float64((processCPU() - cpu).Microseconds()) / 1000 / float64(pages),
 		Calls: float64(calls) / float64(pages),
 	}, nil
 }

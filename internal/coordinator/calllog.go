@@ -25,8 +25,11 @@ import (
 // cheapest reads are used: a batched get filtered by a wildcard subject
 // makes the server count the matching messages from its start to the
 // stream's end, which in a stream of millions of calls costs more than
-// reading the window itself. The page's calls are then read with one
-// batched multi-last get (ledger.Snapshots), as calls.get reads one.
+// reading the window itself. A listed call's started and result events
+// come after its queued event, so the scan has read them, unless they
+// were stored above where it began; the calls without a result read so
+// are read whole with batched multi-last gets (ledger.Snapshots), as
+// calls.get reads one.
 
 const (
 	// CallsListScanBudget bounds the events one calls.list request reads
@@ -37,6 +40,9 @@ const (
 	// for; the first read asks for a few per call of the page, and each
 	// next one for twice as many.
 	callsListMaxWindow = 4096
+	// callsListWindowBytes bounds the bytes of one read: a window of large
+	// results is read in several.
+	callsListWindowBytes = 8 << 20
 	// callsListCursorPrefix starts every cursor: the version of its form.
 	callsListCursorPrefix = "v1."
 )
@@ -50,8 +56,9 @@ type callLog struct {
 	catalog *catalog.View
 	// wait bounds the retries of a read while JetStream does not answer.
 	wait time.Duration
-	// budget is CallsListScanBudget; tests make it smaller.
-	budget int
+	// budget is CallsListScanBudget, windowBytes callsListWindowBytes;
+	// tests make them smaller.
+	budget, windowBytes int
 }
 
 // listCalls is calls.list: a page of the execution log, newest call first.
@@ -63,6 +70,8 @@ func (c *Coordinator) listCalls(ctx context.Context, r *messages.CallsListReques
 		ledger: c.ledger,
 		wait:   c.cfg.UnavailableWait,
 		budget: CallsListScanBudget,
+
+		windowBytes: callsListWindowBytes,
 	}
 	if c.view != nil {
 		l.catalog = c.view.catalog
@@ -223,18 +232,30 @@ func (sc *logScan) window(ctx context.Context, lo, hi uint64) ([]*logCandidate, 
 		msg *nats.Msg
 	}
 	var window []stored
-	err := sc.l.retry(ctx, func(ctx context.Context) error {
-		window = window[:0]
-		return sc.l.events.GetBatch(ctx, transport.BatchRequest{Seq: lo, Batch: int(hi - lo)}, func(seq uint64, msg *nats.Msg) bool {
-			if seq >= hi {
-				return false // past a gap of deleted messages, into what was read before
-			}
-			window = append(window, stored{seq, msg})
-			return true
+	// A read ends early once its messages reach windowBytes:
+	// the next read goes on from there.
+	for next, past := lo, false; next < hi && !past; {
+		var read []stored
+		err := sc.l.retry(ctx, func(ctx context.Context) error {
+			read, past = read[:0], false
+			req := transport.BatchRequest{Seq: next, Batch: int(hi - next), MaxBytes: sc.l.windowBytes}
+			return sc.l.events.GetBatch(ctx, req, func(seq uint64, msg *nats.Msg) bool {
+				if seq >= hi {
+					past = true // over a gap of deleted messages, into what was read before
+					return false
+				}
+				read = append(read, stored{seq, msg})
+				return true
+			})
 		})
-	})
-	if err != nil {
-		return nil, unavailable(err, "read the execution log")
+		if err != nil {
+			return nil, unavailable(err, "read the execution log")
+		}
+		if len(read) == 0 {
+			break
+		}
+		window = append(window, read...)
+		next = read[len(read)-1].seq + 1
 	}
 	var out []*logCandidate
 	for i := len(window) - 1; i >= 0; i-- {

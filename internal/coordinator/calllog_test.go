@@ -41,7 +41,7 @@ func callLogOn(t *testing.T, budget int) (*callLog, *ledger.Ledger) {
 	}
 	l := ledger.New(nc, js, names)
 	t.Cleanup(l.Close)
-	return &callLog{names: names, js: js, events: transport.NewStream(nc, nil, names.EventsStream()), ledger: l, budget: budget}, l
+	return &callLog{names: names, js: js, events: transport.NewStream(nc, nil, names.EventsStream()), ledger: l, budget: budget, windowBytes: callsListWindowBytes}, l
 }
 
 // storeCall writes a finished call's events as the coordinator and a
@@ -98,6 +98,34 @@ func TestCallsListScanBudget(t *testing.T) {
 	}
 	if short == 0 {
 		t.Error("no page was cut short by the budget of 7 events (3 per call)")
+	}
+}
+
+// TestCallsListReadsWindowsCutByBytes: a window whose read the server
+// ends early, at its byte bound, is read on from where it ended.
+func TestCallsListReadsWindowsCutByBytes(t *testing.T) {
+	log, l := callLogOn(t, CallsListScanBudget)
+	log.windowBytes = 1 // one message a read
+	ctx := context.Background()
+	var ids []string
+	for i := range 5 {
+		id := fmt.Sprintf("call%02d", i)
+		storeCall(ctx, t, l, id, "alpha", messages.StateCompleted)
+		ids = append([]string{id}, ids...)
+	}
+	reply, err := log.list(ctx, &messages.CallsListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range reply.Calls {
+		got = append(got, e.CallID)
+		if e.State != messages.StateCompleted || e.Worker != "w1" || e.Attempts != 1 {
+			t.Errorf("entry %+v", e)
+		}
+	}
+	if !slices.Equal(got, ids) || reply.NextCursor != "" {
+		t.Fatalf("read a message at a time: got %v (cursor %q), want %v", got, reply.NextCursor, ids)
 	}
 }
 
