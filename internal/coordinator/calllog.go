@@ -307,11 +307,17 @@ func (sc *logScan) candidate(ctx context.Context, seq uint64, callID, ns string,
 	}
 	c := &logCandidate{seq: seq, callID: callID, ns: ns, queued: &queued}
 	// seen is newest first: the first result written is the last one.
-	for i := len(seen) - 1; i >= 0 && c.result == nil; i-- {
-		if e := seen[i]; e.ns == ns && e.kind == messages.EventResult {
-			if ev := decodeEvent(e.msg); ev != nil && ev.Result != nil {
-				c.result, c.state = ev.Result, ev.Result.Status
-			}
+	for i := len(seen) - 1; i >= 0 && c.state == ""; i-- {
+		e := seen[i]
+		if e.ns != ns || e.kind != messages.EventResult {
+			continue
+		}
+		if !f.mayHaveState(e.msg.Data) {
+			c.state = stateNotAsked
+			break
+		}
+		if ev := decodeEvent(e.msg); ev != nil && ev.Result != nil {
+			c.result, c.state = ev.Result, ev.Result.Status
 		}
 	}
 	for _, e := range seen {
@@ -322,6 +328,24 @@ func (sc *logScan) candidate(ctx context.Context, seq uint64, callID, ns string,
 		}
 	}
 	return c
+}
+
+// stateNotAsked is the state of a call whose result holds none of the
+// states a request asks for: it is not listed, and not decoded.
+const stateNotAsked messages.CallState = "-"
+
+// mayHaveState reports whether an encoded result may be in one of the
+// states the filter asks for: each is written as is in it.
+func (f *logFilter) mayHaveState(data []byte) bool {
+	if len(f.States) == 0 {
+		return true
+	}
+	for _, st := range f.States {
+		if bytes.Contains(data, []byte(st)) {
+			return true
+		}
+	}
+	return false
 }
 
 func decodeEvent(msg *nats.Msg) *messages.CallEvent {
