@@ -135,41 +135,10 @@ func (l *callLog) list(ctx context.Context, r *messages.CallsListRequest) (*mess
 		limit = messages.DefaultCallsListLimit
 	}
 
-	first, last, err := l.bounds(ctx)
+	reply := &messages.CallsListReply{Calls: []messages.CallLogEntry{}}
+	top, floor, err := l.scanRange(ctx, r)
 	if err != nil {
 		return nil, err
-	}
-	reply := &messages.CallsListReply{Calls: []messages.CallLogEntry{}}
-	if last == 0 {
-		return reply, nil // nothing was ever stored
-	}
-	// The scan reads [floor, top), from top down.
-	top, floor := last+1, max(first, 1)
-	if r.Cursor != "" {
-		seq, err := parseCallsListCursor(r.Cursor)
-		if err != nil {
-			return nil, err
-		}
-		if seq > top {
-			return nil, messages.Errorf(messages.CodeBadRequest, "cursor %q is past the end of the execution log: pass the next_cursor of a reply unchanged", r.Cursor)
-		}
-		top = seq
-	}
-	// The queued records are stored in time order: since and until are
-	// sequences of the stream.
-	if !r.Until.IsZero() {
-		seq, err := l.seqAt(ctx, r.Until, last)
-		if err != nil {
-			return nil, err
-		}
-		top = min(top, seq)
-	}
-	if !r.Since.IsZero() {
-		seq, err := l.seqAt(ctx, r.Since, last)
-		if err != nil {
-			return nil, err
-		}
-		floor = max(floor, seq)
 	}
 
 	// One match more than the page tells whether an older one exists.
@@ -212,6 +181,46 @@ func (l *callLog) list(ctx context.Context, r *messages.CallsListRequest) (*mess
 		reply.Calls = append(reply.Calls, l.entry(c))
 	}
 	return reply, nil
+}
+
+// scanRange returns the sequences the request's scan reads, [floor, top):
+// from the stream's newest event, or the cursor, or until, down to its
+// first, or since. An empty stream gives an empty range.
+func (l *callLog) scanRange(ctx context.Context, r *messages.CallsListRequest) (top, floor uint64, err error) {
+	var cursor uint64
+	if r.Cursor != "" {
+		if cursor, err = parseCallsListCursor(r.Cursor); err != nil {
+			return 0, 0, err
+		}
+	}
+	first, last, err := l.bounds(ctx)
+	if err != nil || last == 0 {
+		return 0, 0, err // nothing was ever stored
+	}
+	top, floor = last+1, max(first, 1)
+	if cursor > top {
+		return 0, 0, messages.Errorf(messages.CodeBadRequest, "cursor %q is past the end of the execution log: pass the next_cursor of a reply unchanged", r.Cursor)
+	}
+	if cursor != 0 {
+		top = cursor
+	}
+	// The queued records are stored in time order: since and until are
+	// sequences of the stream.
+	if !r.Until.IsZero() {
+		seq, err := l.seqAt(ctx, r.Until, last)
+		if err != nil {
+			return 0, 0, err
+		}
+		top = min(top, seq)
+	}
+	if !r.Since.IsZero() {
+		seq, err := l.seqAt(ctx, r.Since, last)
+		if err != nil {
+			return 0, 0, err
+		}
+		floor = max(floor, seq)
+	}
+	return top, floor, nil
 }
 
 // logScan reads the events stream backwards for one request.
