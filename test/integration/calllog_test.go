@@ -245,13 +245,24 @@ func TestCallsListIdentity(t *testing.T) {
 		}
 	}
 
+	// A call held for its user's answer is listed as awaiting approval.
+	pending, err := b.Submit(ctx, messages.SubmitRequest{Tool: "demo-sleep", Arguments: messages.JSON(`{"seconds":0.01}`), Turn: "turn-log-b"})
+	if err != nil || pending.State != messages.StateAwaitingApproval {
+		t.Fatalf("B's prompt approval: %+v %v", pending, err)
+	}
+	held := listAll(t, b, messages.CallsListRequest{States: []messages.CallState{messages.StateAwaitingApproval}})
+	if len(held) != 1 || held[0].CallID != pending.CallID || held[0].State != messages.StateAwaitingApproval {
+		t.Errorf("B's calls awaiting approval: %+v, want %s", held, pending.CallID)
+	}
+	bCalls = append(bCalls, pending.CallID)
+
 	if got := idsOf(listAll(t, a, messages.CallsListRequest{Limit: 2})); !slices.Equal(got, reversed(aCalls)) {
 		t.Errorf("agent A's log: got %v, want only its own %v", got, reversed(aCalls))
 	}
 	if got := idsOf(listAll(t, b, messages.CallsListRequest{Agent: "billing-bot"})); !slices.Equal(got, reversed(bCalls)) {
 		t.Errorf("agent B's log of billing-bot: got %v, want %v", got, reversed(bCalls))
 	}
-	_, err := a.ListCalls(ctx, messages.CallsListRequest{Agent: "billing-bot"})
+	_, err = a.ListCalls(ctx, messages.CallsListRequest{Agent: "billing-bot"})
 	if !errors.Is(err, &messages.Error{Code: messages.CodeForbidden}) {
 		t.Errorf("A listing B's calls: err = %v, want forbidden", err)
 	}
@@ -259,6 +270,7 @@ func TestCallsListIdentity(t *testing.T) {
 	for i := range aCalls {
 		both = append(both, aCalls[i], bCalls[i])
 	}
+	both = append(both, pending.CallID)
 	got := idsOf(listAll(t, operator, messages.CallsListRequest{Limit: 4}))
 	if !slices.Equal(got, reversed(both)) {
 		t.Errorf("the operator's log: got %v, want %v", got, reversed(both))
