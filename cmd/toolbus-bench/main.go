@@ -26,6 +26,7 @@ Usage:
                                           count lost and duplicated results
   toolbus-bench search-eval --corpus DIR  measure discovery on a tool-retrieval corpus
                                           (tools.jsonl and queries.jsonl)
+  toolbus-bench calls-list [--calls N]    measure calls.list pages with N finished calls stored
 
 Each prints a JSON line last.
 
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string) error {
 		switch args[0] {
 		case "search-eval":
 			return runSearchEval(args[1:])
+		case "calls-list":
+			return runCallsList(ctx, args[1:])
 		case soakWorkerCommand:
 			return runSoakWorker(ctx, args[1:])
 		}

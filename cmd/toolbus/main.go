@@ -6,6 +6,7 @@
 //	toolbus tools                      list the catalog
 //	toolbus call TOOL [JSON] [--watch] call a tool and print its result
 //	toolbus calls get|watch|cancel ID  follow one call
+//	toolbus calls list [filters]       the execution log, newest call first
 //	toolbus turns get ID               show an agent turn's calls
 //	toolbus approvals list|approve|deny
 //	toolbus tools disable|enable NAME
@@ -55,6 +56,9 @@ Commands:
   call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress);
                                waits as long as the call runs, --timeout D bounds the call
   calls get|watch|cancel ID    show, follow or cancel a call
+  calls list                   the execution log, newest call first (--agent, --turn, --tool,
+                               --namespace, --state S..., --since/--until 1h|RFC3339, --limit N,
+                               --cursor C from the previous page)
   turns get TURN               show the calls of an agent turn
 
 Global flags:

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -234,6 +236,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		}
 		reporter.close()
 		res, retry := w.interrupted(base, ctx)
+		spanOutcome(span, &res)
 		switch {
 		case retry && atMostOnce:
 			// Another delivery could only find the start and fail the call.
@@ -273,10 +276,12 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		if res.IsError {
 			base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: firstText(res.Content)}
 		}
+		spanOutcome(span, &base)
 		handedOn = true
 		w.finishThen(msg, log, ns.Name, req.Notify, w.fit(ns.Name, base, &tool.Definition, log), s)
 	case ctx.Err() != nil:
 		res, retry := w.interrupted(base, ctx)
+		spanOutcome(span, &res)
 		switch {
 		case retry && atMostOnce:
 			w.finish(msg, log, ns.Name, req.Notify, outcomeUnknown(base, nil))
@@ -288,14 +293,19 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		}
 	case errors.As(out.err, &perr):
 		log.Error("tool panicked", "panic", fmt.Sprint(perr.value), "stack", string(perr.stack))
-		w.finish(msg, log, ns.Name, req.Notify, failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value)))
+		res := failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value))
+		spanOutcome(span, &res)
+		w.finish(msg, log, ns.Name, req.Notify, res)
 	case errors.Is(out.err, ErrRetry) && atMostOnce:
 		cause := strings.TrimPrefix(out.err.Error(), ErrRetry.Error()+": ")
 		log.Warn("an at-most-once tool asked for another attempt; refused, the call fails", "error", out.err)
-		w.finish(msg, log, ns.Name, req.Notify, failure(base, messages.StateFailed, messages.ResultOutcomeUnknown,
-			"the tool may or may not have run: it asked for another attempt, which an at-most-once tool does not get: "+cause))
+		res := failure(base, messages.StateFailed, messages.ResultOutcomeUnknown,
+			"the tool may or may not have run: it asked for another attempt, which an at-most-once tool does not get: "+cause)
+		spanOutcome(span, &res)
+		w.finish(msg, log, ns.Name, req.Notify, res)
 	case errors.Is(out.err, ErrRetry):
 		log.Info("tool asked for another attempt", "error", out.err)
+		spanFailed(span, messages.LogRetry, out.err.Error())
 		// Stored, so that the call's final failure can say why, should its attempts run out.
 		scope.log(messages.LogRetry, strings.TrimPrefix(out.err.Error(), ErrRetry.Error()+": "))
 		recordStart() // the tool ran: this attempt counts (see startedBefore)
@@ -305,9 +315,27 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		base.IsError = true
 		base.Content = []messages.ContentBlock{messages.TextBlock(out.err.Error())}
 		base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: out.err.Error()}
+		spanOutcome(span, &base)
 		handedOn = true
 		w.finishThen(msg, log, ns.Name, req.Notify, base, s)
 	}
+}
+
+// spanOutcome marks the delivery's spans, the tool's and the message's,
+// with the attempt's result (tracing.Outcome).
+func spanOutcome(span trace.Span, res *messages.CallResult) {
+	if p, ok := span.(spanPair); ok {
+		tracing.Outcome(p.outer, res)
+	}
+	tracing.Outcome(span, res)
+}
+
+// spanFailed marks the delivery's spans as ended in error (tracing.Failed).
+func spanFailed(span trace.Span, errorType, description string) {
+	if p, ok := span.(spanPair); ok {
+		tracing.Failed(p.outer, errorType, description)
+	}
+	tracing.Failed(span, errorType, description)
 }
 
 type outcome struct {
