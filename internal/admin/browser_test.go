@@ -293,11 +293,6 @@ func pollUntil(t *testing.T, d time.Duration, cond func() bool, what func() stri
 func TestBrowserExecutionLogShowsCalls(t *testing.T) {
 	b := startBrowserStack(t, "")
 	ctx := testenv.Context(t)
-	if _, err := b.client.ListCalls(ctx, messages.CallsListRequest{Limit: 1}); errors.Is(err, messages.ErrNoResponders) {
-		// Only until the coordinator serves calls.list: other requests
-		// reach it, so no_responders here means the endpoint is missing.
-		t.Skip("the coordinator does not serve calls.list yet")
-	}
 	b.login(t)
 	first, err := b.client.Call(ctx, "demo-echo", map[string]any{"text": "first"})
 	if err != nil {
