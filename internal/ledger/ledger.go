@@ -101,6 +101,24 @@ func (l *Ledger) Append(ctx context.Context, ns string, ev *messages.CallEvent) 
 	return seq, nil
 }
 
+// Hold stores the queued event of a call that waits for an approval,
+// marked so that its namespace's workers, to whom the events stream's
+// consumer delivers it, acknowledge it without running the call
+// (messages.HeaderAwaiting). Only an unmarked queued event is work.
+func (l *Ledger) Hold(ctx context.Context, call *messages.CallRequest) (uint64, error) {
+	h := make(nats.Header, 3)
+	h.Set(messages.HeaderAwaiting, messages.AwaitingApproval)
+	msg, err := l.eventMsg(call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call}, h)
+	if err != nil {
+		return 0, err
+	}
+	seq, err := l.store(ctx, msg)
+	if err != nil {
+		return 0, fmt.Errorf("store queued event of call %s: %w", call.CallID, err)
+	}
+	return seq, nil
+}
+
 // store publishes msg and waits until the stream has it, sending it again
 // after a failure that stored nothing (see transport.WritePolicy).
 func (l *Ledger) store(ctx context.Context, msg *nats.Msg) (uint64, error) {
@@ -281,7 +299,7 @@ type Event struct {
 // decodeEvent reads a stored event and the namespace of its subject.
 func (l *Ledger) decodeEvent(seq uint64, msg *nats.Msg) (*Event, error) {
 	ev := &Event{Seq: seq, Namespace: l.names.EventNamespace(msg.Subject)}
-	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
+	if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
 		return nil, fmt.Errorf("event %d: %w", seq, err)
 	}
 	return ev, nil
@@ -680,7 +698,7 @@ func (l *Ledger) awaitResult(ctx context.Context, ns, callID string, results <-c
 			return nil
 		}
 		var ev messages.CallEvent
-		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err == nil {
+		if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev); err == nil {
 			return ev.Result
 		}
 		return nil

@@ -205,19 +205,23 @@ func MustNames(prefix string) Names {
 // Prefix returns the subject prefix.
 func (n Names) Prefix() string { return n.prefix }
 
-// CallsStream is the work-queue stream that holds call requests until a worker acknowledges them.
+// CallsStream is the work-queue stream that held call requests until a
+// worker acknowledged them, up to protocol version 2. Since version 3 a
+// call's queued event is its work item and nothing writes this stream; the
+// name stays so that an operator's tools can find an old installation's.
 func (n Names) CallsStream() string { return n.upper + "_CALLS" }
 
 // EventsStream is the stream that keeps every call's events for the retention period.
 func (n Names) EventsStream() string { return n.upper + "_EVENTS" }
 
-// CallsSubjects is the subject space of CallsStream.
+// CallsSubjects is the subject space of CallsStream (version 2).
 func (n Names) CallsSubjects() string { return n.prefix + ".call.>" }
 
 // EventsSubjects is the subject space of EventsStream.
 func (n Names) EventsSubjects() string { return n.prefix + ".events.>" }
 
-// CallSubject is where a call of the tool is published for its namespace's workers.
+// CallSubject is where a call of the tool was published for its
+// namespace's workers up to version 2 (see CallsStream).
 func (n Names) CallSubject(tool ToolName) (string, error) {
 	if err := tool.Validate(); err != nil {
 		return "", err
@@ -225,7 +229,9 @@ func (n Names) CallSubject(tool ToolName) (string, error) {
 	return n.prefix + ".call." + tool.Namespace + "." + tool.Method, nil
 }
 
-// NamespaceCallsFilter matches every call of one namespace.
+// NamespaceCallsFilter matched every call of one namespace in the calls
+// stream of version 2. Since version 3 the namespace's consumer filters
+// NamespaceQueueFilter.
 func (n Names) NamespaceCallsFilter(ns string) (string, error) {
 	if err := ValidateNamespace(ns); err != nil {
 		return "", err
@@ -247,7 +253,18 @@ func (n Names) CallSubjectNamespace(subject string) string {
 	return ns
 }
 
-// NamespaceConsumer is the durable pull consumer that a namespace's workers share.
+// NamespaceQueueFilter matches the queued events of one namespace's calls:
+// the filter of the namespace's consumer on the events stream, whose
+// messages are the namespace's work items.
+func (n Names) NamespaceQueueFilter(ns string) (string, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return n.prefix + ".events.*." + string(EventQueued) + "." + ns, nil
+}
+
+// NamespaceConsumer is the durable pull consumer on the events stream
+// that a namespace's workers share (filter NamespaceQueueFilter).
 func (n Names) NamespaceConsumer(ns string) (string, error) {
 	if err := ValidateNamespace(ns); err != nil {
 		return "", err

@@ -473,7 +473,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	for _, ns := range nss {
 		durable, _ := w.names.NamespaceConsumer(ns.Name)
-		p, err := newPoller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, holdAckWaits*w.cfg.AckWait, w.goroutines,
+		p, err := newPoller(w.cfg.Conn, w.names.EventsStream(), durable, ns.Slots, w.cfg.FetchWait, holdAckWaits*w.cfg.AckWait, w.goroutines,
 			func(m *transport.PullMsg, s *slot) { w.execute(ns, m, s) }, w.log.With("namespace", ns.Name))
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
