@@ -122,7 +122,7 @@ func (ap *approvals) granted(ctx context.Context, call *messages.CallRequest, ve
 }
 
 // hold records a call that waits for an approval: the call is in the
-// ledger and its turn, the approval in the approvals bucket, and nothing
+// ledger, and so in its turn (its queued event names it), the approval in the approvals bucket, and nothing
 // is queued for a worker until someone approves.
 func (ap *approvals) hold(ctx context.Context, call *messages.CallRequest, a *messages.Approval) error {
 	if _, err := ap.ledger.Hold(ctx, call); err != nil {
@@ -145,7 +145,7 @@ func (ap *approvals) hold(ctx context.Context, call *messages.CallRequest, a *me
 	if _, err := ap.ledger.Append(ctx, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventApproval, Time: a.CreatedAt, Approval: a}); err != nil {
 		return unavailable(err, "record approval of call %s", call.CallID)
 	}
-	return ap.turns.fileCall(ctx, call)
+	return nil
 }
 
 // list answers approvals.list: the approvals in a state (pending unless

@@ -115,7 +115,7 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 			// A retried commit whose first attempt was stored unanswered
 			// finds the call changed, and the next round finds its result.
 			err := cs.retry(ctx, func(ctx context.Context) error {
-				return cs.ledger.CommitIfUnchanged(ctx, snap.Namespace, &res, snap.LastSeq, notify)
+				return cs.ledger.CommitIfUnchanged(ctx, snap.Namespace, &res, snap.ChangeSeq(), notify)
 			})
 			if errors.Is(err, ledger.ErrChanged) {
 				continue // a worker started it meanwhile

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -81,8 +80,9 @@ func (q *callQueue) sendWait(ctx context.Context, call *messages.CallRequest) (b
 	}
 }
 
-// send queues the call, writing its queued event, and files it under its
-// turn. Nothing waits here: then gets the outcome (whether another submit
+// send queues the call, writing its queued event: the call's record, its
+// work item and, as its subject names the call's turn, its entry in the
+// turn's index. Nothing waits here: then gets the outcome (whether another submit
 // queued the call first) once JetStream has stored the event, from the
 // ledger's goroutine or one of its own. If send returns an error, then is
 // not called.
@@ -110,10 +110,6 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 		deadline = d
 	}
 	s := &sending{q: q, parent: ctx, deadline: deadline, call: call, then: then}
-	s.parts.Store(1)
-	if call.Turn != "" {
-		s.parts.Add(1)
-	}
 	s.record = retryingPublish{q: q, msg: queuedMsg, deadline: deadline, then: s.recorded}
 	s.record.start = now
 	record := &s.record
@@ -121,14 +117,6 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 		return messages.Errorf(messages.CodeUnavailable, "queue call: %v", err)
 	} else if err != nil {
 		record.acked(0, false, err)
-	}
-	if call.Turn != "" {
-		go func() {
-			ctx, cancel := s.context()
-			defer cancel()
-			s.turnErr = q.turns.fileCall(ctx, call)
-			s.partDone()
-		}()
 	}
 	return nil
 }
@@ -221,29 +209,18 @@ type sending struct {
 	deadline time.Time
 	call     *messages.CallRequest
 	then     func(duplicate bool, err error)
-	parts    atomic.Int32
 
 	// record writes the queued event.
 	record retryingPublish
 
-	recordErr, turnErr error
-	recordDuplicate    bool
+	recordErr       error
+	recordDuplicate bool
 }
 
+// recorded reports the outcome of the queued event's write.
 func (s *sending) recorded(duplicate bool, err error) {
 	s.recordDuplicate, s.recordErr = duplicate, err
-	s.partDone()
-}
-
-// partDone ends one part; the last one reports.
-func (s *sending) partDone() {
-	if s.parts.Add(-1) != 0 {
-		return
-	}
-	q, call := s.q, s.call
-	if s.turnErr != nil {
-		q.log.Warn("call not filed under its turn", "call", call.CallID, "turn", call.Turn, "error", s.turnErr)
-	}
+	q := s.q
 	if s.recordErr == nil && !s.recordDuplicate {
 		s.then(false, nil)
 		return
@@ -254,11 +231,6 @@ func (s *sending) partDone() {
 		defer cancel()
 		s.then(s.settle(ctx))
 	}()
-}
-
-// context is the submit's context without its end, ending at the deadline.
-func (s *sending) context() (context.Context, context.CancelFunc) {
-	return context.WithDeadline(context.WithoutCancel(s.parent), s.deadline)
 }
 
 // settle decides the outcome of a send that did not simply store its

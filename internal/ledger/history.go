@@ -18,8 +18,10 @@ import (
 // coordinator can serve it for any number of followers.
 func (l *Ledger) EventsAfter(ctx context.Context, ns, callID string, after uint64, max, maxBytes int) ([]*Event, error) {
 	// Only the call's own namespace's events: another namespace's worker
-	// may have written under the call's ID (see Snapshot.Namespace).
-	filter, err := l.names.CallNamespaceEventsFilter(callID, ns)
+	// may have written under the call's ID (see Snapshot.Namespace). One
+	// filter cannot name them (the queued event's subject has a token
+	// more), so the others are skipped here.
+	filter, err := l.names.CallEventsFilter(callID)
 	if err != nil {
 		return nil, err
 	}
@@ -29,8 +31,11 @@ func (l *Ledger) EventsAfter(ctx context.Context, ns, callID string, after uint6
 		decodeErr error
 	)
 	err = l.events.GetBatch(ctx, transport.BatchRequest{Seq: after + 1, NextBySubject: filter, Batch: max}, func(seq uint64, msg *nats.Msg) bool {
+		if l.names.EventNamespace(msg.Subject) != ns {
+			return true
+		}
 		ev := &Event{Seq: seq, Namespace: ns}
-		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
+		if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
 			decodeErr = fmt.Errorf("event %d of call %s: %w", seq, callID, err)
 			return false
 		}
@@ -53,4 +58,51 @@ func NewRoutesOn(nc *nats.Conn, names messages.Names, route string) (*Routes, er
 	r := NewRoutes(nc, names)
 	r.route = route
 	return r, nil
+}
+
+// TurnCalls returns the IDs of the calls queued in a turn, in the order
+// they were queued, reading the queued events after the sequence from
+// with batched direct gets (TurnQueueFilter), at most max of them. Its
+// cost grows with the events stored since from, not with the stream: a
+// turn's record keeps the sequence at which the turn began. A call held
+// for an approval, queued again once approved, is listed once.
+func (l *Ledger) TurnCalls(ctx context.Context, turn string, from uint64, max int) ([]string, error) {
+	filter, err := l.names.TurnQueueFilter(turn)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	seen := make(map[string]bool)
+	next := from + 1
+	for len(seen) < max {
+		read, last := 0, uint64(0)
+		err := l.events.GetBatch(ctx, transport.BatchRequest{Seq: next, NextBySubject: filter, Batch: turnCallsBatch}, func(seq uint64, msg *nats.Msg) bool {
+			read, last = read+1, seq
+			if id, _, _, ok := l.names.ParseEventSubject(msg.Subject); ok && !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+			return len(seen) < max
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read the calls of turn %s: %w", turn, err)
+		}
+		if read < turnCallsBatch {
+			break
+		}
+		next = last + 1
+	}
+	return ids, nil
+}
+
+// turnCallsBatch is how many queued events one read of a turn's calls asks for.
+const turnCallsBatch = 1000
+
+// LastSeq returns the events stream's last sequence, as its leader knows it.
+func (l *Ledger) LastSeq(ctx context.Context) (uint64, error) {
+	s, err := l.js.Stream(ctx, l.names.EventsStream())
+	if err != nil {
+		return 0, fmt.Errorf("read the events stream's state: %w", err)
+	}
+	return s.CachedInfo().State.LastSeq, nil
 }

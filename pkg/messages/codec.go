@@ -41,9 +41,10 @@ const (
 	// another major version is refused with CodeUnsupportedVersion.
 	// Version 2 put the called tool's namespace at the end of every call
 	// event's subject (and of routed results' subjects). Version 3 made a
-	// call's queued event its work item: workers take calls from their
-	// namespace's consumer on the events stream, and the calls stream is
-	// no longer written.
+	// call's queued event, whose subject names the call's turn too, its
+	// work item and its turn's index: workers take calls from their
+	// namespace's consumer on the events stream, and neither the calls
+	// stream nor the turns bucket is written per call.
 	ProtocolVersion = "3"
 )
 
@@ -102,7 +103,7 @@ func CodecOf(h Header) (Codec, error) {
 // versionChanges says what changed since an older major version, for a
 // peer that still speaks it.
 func versionChanges(major string) string {
-	const v3 = "since version 3, a call's queued event is its work item: workers pull it from their namespace's consumer ns_<namespace> on the events stream (filter <prefix>.events.*.queued.<namespace>), and the calls stream and <prefix>.call.<namespace>.<tool> are no longer used"
+	const v3 = "since version 3, a call's queued event, on <prefix>.events.<call_id>.queued.<turn or ~>.<namespace>, is its work item and its turn's index: workers pull it from their namespace's consumer ns_<namespace> on the events stream (filter <prefix>.events.*.queued.*.<namespace>), and the calls stream, <prefix>.call.<namespace>.<tool> and the turns bucket's calls.<turn>.<call_id> keys are no longer used"
 	switch major {
 	case "1":
 		return " (since version 2, call event subjects end with the tool's namespace: <prefix>.events.<call_id>.<kind>.<namespace>, and routed results arrive on <prefix>.results.<route>.<rest of the call ID>.<namespace>; " + v3 + ")"

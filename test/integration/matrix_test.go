@@ -264,7 +264,11 @@ match:
 	auditedBefore := countAudited(t, as("auditor"), "forbidden", 0)
 
 	event := func(callID string, kind messages.EventKind, ns string) string {
-		return names.Prefix() + ".events." + callID + "." + string(kind) + "." + ns
+		subject, err := names.EventSubject(callID, kind, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return subject
 	}
 	forgedResult, err := messages.Msgpack.Marshal(&messages.CallEvent{CallID: held.CallID, Kind: messages.EventResult,
 		Result: &messages.CallResult{CallID: held.CallID, Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.TextBlock("forged")}}})
@@ -364,10 +368,11 @@ match:
 		}
 		// A namespace's calls are its queued events, delivered by its
 		// consumer on the events stream.
-		queue := func(ns string) string { return names.Prefix() + ".events.*.queued." + ns }
+		queue := func(ns string) string { return names.Prefix() + ".events.*.queued.*." + ns }
 		create := "$JS.API.CONSUMER.CREATE." + events + ".ns_" + self
 		publish(role, "create its consumer over the other namespace", create+"."+queue(other), consumer(events, "ns_"+self, queue(other)))
 		publish(role, "create its consumer over every namespace", create+"."+queue("*"), consumer(events, "ns_"+self, queue("*")))
+		publish(role, "create its consumer over a turn's calls", create+"."+names.Prefix()+".events.*.queued.turn-x.*", consumer(events, "ns_"+self, names.Prefix()+".events.*.queued.turn-x.*"))
 		publish(role, "create its consumer over every event", create+"."+names.Prefix()+".events.>", consumer(events, "ns_"+self, names.Prefix()+".events.>"))
 		publish(role, "create its consumer over its namespace's every event", create+"."+names.Prefix()+".events.*.*."+self, consumer(events, "ns_"+self, names.Prefix()+".events.*.*."+self))
 		serverRefuses(role, "create its consumer with the other namespace's filter in the body", create+"."+queue(self),
@@ -391,6 +396,8 @@ match:
 		publish(role, "record a start for the other namespace's call", event(otherCall, messages.EventStarted, other), forgedResult)
 		publish(role, "report progress for the other namespace's call", event(otherCall, messages.EventProgress, other), forgedResult)
 		publish(role, "record a call as queued", event(otherCall, messages.EventQueued, self), forgedResult)
+		publish(role, "record a call as queued in a turn", names.Prefix()+".events."+otherCall+".queued.turn-x."+self, forgedResult)
+		publish(role, "record a call as queued the version 2 way", names.Prefix()+".events."+otherCall+".queued."+self, forgedResult)
 		publish(role, "read the other namespace's call's events directly", "$JS.API.DIRECT.GET."+events+"."+event(otherCall, messages.EventQueued, other), nil)
 		publish(role, "read events in a batch", "$JS.API.DIRECT.GET."+events, []byte(`{"multi_last":["`+names.Prefix()+`.events.>"]}`))
 		publish(role, "follow the events stream", "$JS.API.CONSUMER.CREATE."+events+".spy."+names.Prefix()+".events.>", consumer(events, "spy", names.Prefix()+".events.>"))
@@ -420,7 +427,7 @@ match:
 	publish("indexer", "read queued calls", "$JS.API.DIRECT.GET."+events, []byte(`{"seq":1}`))
 	publish("indexer", "read a queued call from the leader", "$JS.API.STREAM.MSG.GET."+events, []byte(`{"seq":1}`))
 	publish("indexer", "delete a namespace's consumer", "$JS.API.CONSUMER.DELETE."+events+".ns_payments", nil)
-	publish("indexer", "create a consumer on the queued calls", "$JS.API.CONSUMER.CREATE."+events+".spy.toolbus.events.*.queued.payments", consumer(events, "spy", "toolbus.events.*.queued.payments"))
+	publish("indexer", "create a consumer on the queued calls", "$JS.API.CONSUMER.CREATE."+events+".spy.toolbus.events.*.queued.*.payments", consumer(events, "spy", "toolbus.events.*.queued.*.payments"))
 	publish("indexer", "delete the events stream", "$JS.API.STREAM.DELETE."+events, []byte(`{}`))
 	publish("indexer", "delete an audit record", "$JS.API.STREAM.MSG.DELETE."+audit, []byte(`{"seq":1}`))
 	publish("indexer", "shorten the audit retention", "$JS.API.STREAM.UPDATE."+audit, []byte(`{}`))
