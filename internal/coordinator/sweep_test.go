@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/transport"
@@ -113,7 +114,8 @@ func TestExhaustedCallIsFailedOnceTheLedgerAnswersAgain(t *testing.T) {
 // TestSweepEndsQueuedCallsPastTheirDeadline: a namespace's queued calls
 // that no worker took are its consumer's pending queued events; the sweep
 // ends those whose deadline passed more than the grace ago, leaves the
-// others, and does not read the ended ones again.
+// others (and calls awaiting approval), and does not read the ended ones
+// again.
 func TestSweepEndsQueuedCallsPastTheirDeadline(t *testing.T) {
 	_, nc, js, names := jetStreamEnv(t)
 	ctx := context.Background()
@@ -135,6 +137,12 @@ func TestSweepEndsQueuedCallsPastTheirDeadline(t *testing.T) {
 		if _, err := js.PublishMsg(ctx, queuedEventMsg(t, names, call)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A call awaiting approval past its deadline: the approvals' sweep's.
+	l := ledger.New(nc, js, names)
+	defer l.Close()
+	if _, err := l.Hold(ctx, &messages.CallRequest{CallID: "held1", Tool: "t-echo", Namespace: "t", Method: "echo", QueuedAt: now.Add(-time.Hour), Deadline: now.Add(-time.Minute)}); err != nil {
+		t.Fatal(err)
 	}
 	// Another namespace's queued call, without a consumer: nobody's work.
 	other := &messages.CallRequest{CallID: "other1", Tool: "u-echo", Namespace: "u", Method: "echo", QueuedAt: now.Add(-time.Hour), Deadline: now.Add(-time.Minute)}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/testenv"
@@ -608,5 +609,50 @@ func TestLargeResultIsCutAndKeptWhole(t *testing.T) {
 	}
 	if whole.Content[0].Text != big {
 		t.Fatalf("the whole result has %d bytes, want %d", len(whole.Content[0].Text), len(big))
+	}
+}
+
+// A call queued for a namespace whose workers are all gone waits in the
+// namespace's consumer; once its deadline has passed by the grace, the
+// sweep ends it as timed out, and a worker that comes back later
+// acknowledges it without running it.
+func TestSweepEndsACallNoWorkerTook(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.SweepInterval = 100 * time.Millisecond
+		cfg.SweepGrace = time.Millisecond
+	})
+	cnt := newCounter()
+	ns := worker.Namespace{Name: "t", Tools: []worker.Tool{cnt.tool()}}
+	first := testenv.Worker(t, srv.URL(), worker.Config{}, ns)
+	if err := first.Stop(testenv.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	ctx := testenv.Context(t)
+	r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(`{"label":"late"}`), TimeoutMS: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Wait(ctx, r.CallID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != messages.StateTimedOut || res.Error == nil || res.Error.Code != messages.ResultTimedOut {
+		t.Fatalf("result %+v, want timed out by the sweep", res)
+	}
+	testenv.Worker(t, srv.URL(), worker.Config{}, ns)
+	js, _ := jetstream.New(testenv.Connect(t, srv.URL()))
+	cons, err := js.Consumer(ctx, names.EventsStream(), "ns_t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the swept call to be acknowledged unrun", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Consumer >= 1
+	})
+	if n := cnt.runs(r.CallID); n != 0 {
+		t.Fatalf("the swept call ran %d times", n)
 	}
 }
