@@ -230,7 +230,7 @@ func (ts *turns) callIDs(ctx context.Context, rec *turnRecord) ([]string, error)
 		return nil, nil
 	}
 	// The record's sequence is the first its calls may have.
-	ids, err := ts.calls.TurnCalls(ctx, turn, rec.state.EventsSeq-1, maxTurnCalls)
+	ids, err := ts.calls.TurnCalls(ctx, turn, rec.state.EventsSeq, maxTurnCalls)
 	if err != nil {
 		return nil, unavailable(err, "list calls of turn %s", turn)
 	}

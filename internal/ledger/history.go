@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 
@@ -60,20 +62,68 @@ func NewRoutesOn(nc *nats.Conn, names messages.Names, route string) (*Routes, er
 	return r, nil
 }
 
-// TurnCalls returns the IDs of the calls queued in a turn, in the order
-// they were queued, reading the queued events after the sequence from
-// with batched direct gets (TurnQueueFilter), at most max of them. Its
-// cost grows with the events stored since from, not with the stream: a
-// turn's record keeps the sequence at which the turn began. A call held
-// for an approval, queued again once approved, is listed once.
+// TurnCalls returns the IDs of the calls queued in a turn, in no order
+// its callers rely on (turns.get sorts them), at most max of them: those whose queued events name
+// the turn (TurnQueueFilter), stored at the sequence from or later. A
+// turn's record keeps the first sequence its calls may have. A call held for an
+// approval, queued again once approved, is listed once.
+//
+// Two reads serve: batched direct gets from from on, whose cost grows with
+// the events stored since (the server scans them), and, when more than
+// turnScanLimit events were stored since, one batched read of the last
+// message of each subject matching the turn's filter, whose cost grows
+// with the subjects in the stream but not with the turn's age; it holds
+// at most 1,024 messages, and a turn with more is scanned.
 func (l *Ledger) TurnCalls(ctx context.Context, turn string, from uint64, max int) ([]string, error) {
 	filter, err := l.names.TurnQueueFilter(turn)
 	if err != nil {
 		return nil, err
 	}
+	if last, err := l.LastSeq(ctx); err == nil && last >= from && last-from >= turnScanLimit {
+		if ids, ok := l.turnCallsByLast(ctx, filter, from, max); ok {
+			return ids, nil
+		}
+	}
+	return l.turnCallsScan(ctx, turn, filter, from, max)
+}
+
+// turnScanLimit is how many events since a turn began TurnCalls scans
+// before it reads the turn's subjects' last messages instead.
+var turnScanLimit uint64 = 100_000
+
+// turnCallsByLast reads the last queued event of each of the turn's calls
+// in one request; ok is false when the read failed (among others, when
+// the turn has more than 1,024 queued events).
+func (l *Ledger) turnCallsByLast(ctx context.Context, filter string, from uint64, max int) ([]string, bool) {
+	type queued struct {
+		id  string
+		seq uint64
+	}
+	var found []queued
+	seen := make(map[string]bool)
+	err := l.events.GetBatch(ctx, transport.BatchRequest{MultiLast: []string{filter}}, func(seq uint64, msg *nats.Msg) bool {
+		if id, _, _, ok := l.names.ParseEventSubject(msg.Subject); ok && seq >= from && !seen[id] {
+			seen[id] = true
+			found = append(found, queued{id, seq})
+		}
+		return true
+	})
+	if err != nil {
+		return nil, false
+	}
+	slices.SortFunc(found, func(a, b queued) int { return cmp.Compare(a.seq, b.seq) })
+	ids := make([]string, 0, min(len(found), max))
+	for _, q := range found[:min(len(found), max)] {
+		ids = append(ids, q.id)
+	}
+	return ids, true
+}
+
+// turnCallsScan reads the turn's queued events from from on.
+func (l *Ledger) turnCallsScan(ctx context.Context, turn, filter string, from uint64, max int) ([]string, error) {
 	var ids []string
 	seen := make(map[string]bool)
-	next := from + 1
+	next := from
 	for len(seen) < max {
 		read, last := 0, uint64(0)
 		err := l.events.GetBatch(ctx, transport.BatchRequest{Seq: next, NextBySubject: filter, Batch: turnCallsBatch}, func(seq uint64, msg *nats.Msg) bool {

@@ -55,10 +55,12 @@ func BenchmarkTurnCalls(b *testing.B) {
 	}
 	l := New(nc, js, names)
 	b.Cleanup(l.Close)
+	// Each turn's first sequence, as its record keeps it.
 	old, err := l.LastSeq(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
+	old++
 	publish := func(id, turn string) {
 		req := &messages.CallRequest{CallID: id, Tool: "t-echo", Namespace: "t", Method: "echo", Turn: turn, Arguments: messages.JSON(`{"text":"hello"}`)}
 		for _, ev := range []*messages.CallEvent{
@@ -90,6 +92,7 @@ func BenchmarkTurnCalls(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	young++
 	for i := range 8 {
 		publish(fmt.Sprintf("y%d", i), "young")
 	}
