@@ -578,7 +578,7 @@ func writesPerCall(ctx context.Context, nc *nats.Conn, names messages.Names, cal
 		}
 		return total, nil
 	}
-	pathStreams := []string{names.EventsStream(), "KV_" + names.TurnsBucket(), "KV_" + names.ApprovalsBucket(), names.CallsStream()}
+	pathStreams := []string{names.EventsStream(), "KV_" + names.TurnsBucket(), "KV_" + names.ApprovalsBucket()}
 	pathBefore, err := stored(pathStreams...)
 	if err != nil {
 		return 0, 0, err
