@@ -500,8 +500,8 @@ func toolNamespace(tool string) string {
 // the events stream is asked whether the call exists; if it does not (the
 // submit was lost, or went to a coordinator that does not answer), the
 // submit is sent again as a request with a reply, which queues the call
-// once whatever became of the first (the calls stream drops a second
-// message with the same ID). After that the stream is asked for the result
+// once whatever became of the first (the events stream drops a second
+// queued event with the same ID). After that the stream is asked for the result
 // at each ResultCheckInterval, in case its copy was missed.
 func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o *CallObserver) (*messages.CallResult, error) {
 	route, err := c.routes.Route()

@@ -60,12 +60,24 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		return
 	}
 	attempt := int(meta.NumDelivered)
-	var req messages.CallRequest
-	if _, err := messages.Decode(msg.Headers(), msg.Data(), &req); err != nil || req.CallID == "" {
+	if msg.Headers().Get(messages.HeaderAwaiting) != "" {
+		// The record of a call that waits for an approval: once approved,
+		// it is queued again.
+		acked(w.log, "acknowledged", msg.Ack())
+		end = slotRefused
+		return
+	}
+	// The message is the call's queued event, which carries its request.
+	var queued messages.CallEvent
+	if _, err := messages.Decode(msg.Headers(), msg.Data(), &queued); err != nil || queued.Request == nil || queued.Request.CallID == "" {
+		if err == nil {
+			err = errors.New("the queued event carries no call request")
+		}
 		w.rejectUnreadable(msg, ns.Name, attempt, err)
 		end = slotRefused
 		return
 	}
+	req := *queued.Request
 	log := &callLog{log: w.log, call: req.CallID, tool: req.Tool, attempt: attempt}
 	now := time.Now().UTC()
 	base := messages.CallResult{
@@ -129,6 +141,37 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 	defer w.untrack(f)
 	recordStart := func() { w.recordStart(f) }
 	base.StartedAt = now
+	if attempt == 1 {
+		// A call cancelled while it was queued has its cancelled result
+		// (the coordinator's first write wins) and stays in the
+		// namespace's queue: one read tells, before the tool runs.
+		snap, err := w.readBeforeRun(ctx, log, ns.Name, req.CallID)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			res, retry := w.interrupted(base, ctx)
+			if retry {
+				acked(log, "handed back", msg.Nak())
+			} else {
+				w.finish(msg, log, ns.Name, req.Notify, res)
+			}
+			end = slotRefused
+			return
+		case errors.Is(err, errStopping):
+			acked(log, "handed back", msg.Nak())
+			end = slotRefused
+			return
+		case err != nil:
+			log.Warn("whether the call already has a result could not be read; handing it back rather than running the tool", "error", err)
+			acked(log, "handed back", msg.NakWithDelay(retryDelay))
+			end = slotRefused
+			return
+		case snap.Result != nil:
+			log.Info("the call has its result already (cancelled or ended while queued); acknowledged without running the tool")
+			acked(log, "acknowledged", msg.Ack())
+			end = slotRefused
+			return
+		}
+	}
 	if attempt > 1 {
 		snap, err := w.readBeforeRerun(ctx, log, ns.Name, req.CallID, atMostOnce)
 		switch {
@@ -426,6 +469,18 @@ func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, ns, callID s
 	if atMostOnce {
 		kinds = append(kinds, messages.EventStarted)
 	}
+	return w.readRecord(ctx, log, ns, callID, kinds)
+}
+
+// readBeforeRun reads whether a call delivered for the first time already
+// has a result, as readBeforeRerun reads a redelivered call's record.
+func (w *Worker) readBeforeRun(ctx context.Context, log *callLog, ns, callID string) (*ledger.Snapshot, error) {
+	return w.readRecord(ctx, log, ns, callID, []messages.EventKind{messages.EventResult})
+}
+
+// readRecord reads the latest events of kinds of a call of namespace ns,
+// retrying as readBeforeRerun says.
+func (w *Worker) readRecord(ctx context.Context, log *callLog, ns, callID string, kinds []messages.EventKind) (*ledger.Snapshot, error) {
 	giveUp := time.Now().Add(readGiveUp)
 	var retry *time.Timer
 	for tries := 1; ; tries++ {
