@@ -12,7 +12,7 @@ import (
 // the audit stream, a call's trace context).
 const (
 	// jetStreamProbeTimeout bounds the check that the console's NATS user
-	// has JetStream at all ($JS.API.INFO, which every user of deploy/nats
+	// has JetStream at all (JetStream's account info, which every user of deploy/nats
 	// may ask); jetStreamProbeTTL is how long its answer is kept.
 	jetStreamProbeTimeout = 2 * time.Second
 	jetStreamProbeTTL     = time.Minute
@@ -34,7 +34,7 @@ type jetStreamProbe struct {
 // jetStreamReads reports whether the console can read JetStream itself,
 // checking at most once a jetStreamProbeTTL. An operator of an
 // installation with identities has no JetStream: the server answers
-// $JS.API.INFO so, at once, where any other request would go unanswered.
+// the account-info request so, at once, where any other request would go unanswered.
 func (c *Console) jetStreamReads(ctx context.Context) error {
 	if c.cfg.JetStream == nil {
 		return errNoJetStream
