@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 
@@ -427,7 +426,24 @@ func (c *Coordinator) submitBatch(ctx context.Context, req *request) (any, error
 	if err := br.Validate(); err != nil {
 		return nil, err
 	}
-	return c.SubmitBatch(ctx, &br, req.Headers())
+	format := br.ResultsFormat
+	if format == "" {
+		format = br.Format
+	}
+	if _, ok := resultRenderers[format]; !ok {
+		return nil, messages.Errorf(messages.CodeBadRequest, "unknown results_format %q; use one of %v", format, toolschema.Formats())
+	}
+	out, err := c.SubmitBatch(ctx, &br, req.Headers())
+	if err != nil || br.WaitMS <= 0 {
+		return out, err
+	}
+	// The results in the same reply: calls.results for the batch's calls,
+	// its wait bounded as that one's is (MaxWait, the user's waits).
+	out.Results, err = c.results(ctx, &messages.ResultsRequest{Format: format, Calls: out.Calls, WaitMS: br.WaitMS})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // SubmitBatch checks and queues the tool calls of one model iteration, as
@@ -442,7 +458,7 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 	}
 	// Claimed once for the batch, the turn's owner is remembered, and each
 	// call's own claim reads nothing: the calls do not race to create the
-	// turn. The claim and the read of the calls go on at once.
+	// turn. The claim goes on while the calls are read.
 	claimed := make(chan struct{})
 	go func() {
 		defer close(claimed)
@@ -467,7 +483,6 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 			Notify:         br.Notify,
 		}
 	}
-	unseen := c.unseenCalls(ctx, submits)
 	<-claimed
 	errs := make([]error, len(calls))
 	var wg sync.WaitGroup
@@ -481,7 +496,7 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 		}
 		wg.Add(1)
 		go func() {
-			reply, pending, err := c.submitter.runKnowing(ctx, sr, headers, answer, unseen[i])
+			reply, pending, err := c.submitter.run(ctx, sr, headers, answer)
 			if !pending {
 				answer(reply, err)
 			}
@@ -513,77 +528,6 @@ func (c *Coordinator) claimBatchTurn(ctx context.Context, turn, agent string) {
 		return
 	}
 	_ = ts.claimForCall(ctx, turn, agent)
-}
-
-// unseenCalls reads the call IDs of a batch's submits (those of their
-// idempotency keys) in one batched read and tells, by position, which
-// have no call yet: their submits need not read them again one by one. A
-// read of a replica that finds no call proves nothing in a cluster (see
-// Ledger.Last), so unless the events stream has a single replica, whose
-// answer is its leader's, none is told unseen and each submit reads its
-// call ID as a submit of its own does. A read that fails tells none.
-func (c *Coordinator) unseenCalls(ctx context.Context, submits []*messages.SubmitRequest) []bool {
-	unseen := make([]bool, len(submits))
-	if !c.submitter.eventsReplicas.single(ctx, c.js, c.names.EventsStream()) {
-		return unseen
-	}
-	var ids []string
-	for _, sr := range submits {
-		if sr != nil && sr.IdempotencyKey != "" {
-			ids = append(ids, messages.IdempotentCallID(sr.Agent, sr.IdempotencyKey))
-		}
-	}
-	if len(ids) == 0 {
-		return unseen
-	}
-	// One batched read: the single replica's answer is its leader's, so a
-	// call it does not know is not looked up again, one by one.
-	snaps, err := c.ledger.SnapshotsSeen(ctx, ids...)
-	if err != nil {
-		return unseen
-	}
-	for i, sr := range submits {
-		if sr != nil && sr.IdempotencyKey != "" {
-			s := snaps[messages.IdempotentCallID(sr.Agent, sr.IdempotencyKey)]
-			unseen[i] = s != nil && s.Queued == nil
-		}
-	}
-	return unseen
-}
-
-// streamReplicas remembers whether a stream has a single replica, read
-// from its configuration at most every replicasRecheck.
-type streamReplicas struct {
-	mu       sync.Mutex
-	isSingle bool
-	readAt   time.Time
-}
-
-// replicasRecheck is how long what a stream's configuration said of its
-// replicas is taken as still true.
-const replicasRecheck = 30 * time.Second
-
-// single tells whether the stream has one replica. A stream whose
-// configuration cannot be read (within a second) is taken as replicated
-// until the next read, replicasRecheck later, so that batches do not
-// queue behind reads of a JetStream that does not answer.
-func (r *streamReplicas) single(ctx context.Context, js jetstream.JetStream, stream string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.readAt.IsZero() && time.Since(r.readAt) < replicasRecheck {
-		return r.isSingle
-	}
-	if js == nil {
-		return false
-	}
-	rctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	r.isSingle, r.readAt = false, time.Now()
-	if s, err := js.Stream(rctx, stream); err == nil {
-		info := s.CachedInfo()
-		r.isSingle = info != nil && info.Config.Replicas <= 1
-	}
-	return r.isSingle
 }
 
 // settleBatchCall fills in one call of a batch's reply from its submit's

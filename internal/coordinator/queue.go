@@ -2,15 +2,18 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/tracing"
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -64,12 +67,21 @@ func queuedMsgID(callID string) string { return callID + ".queued" }
 // sendWait is send, waiting for the outcome: whether another submit
 // queued the call first.
 func (q *callQueue) sendWait(ctx context.Context, call *messages.CallRequest) (bool, error) {
+	return q.sendWaitAs(ctx, call, false)
+}
+
+// sendFirstWait is sendFirst, waiting for the outcome.
+func (q *callQueue) sendFirstWait(ctx context.Context, call *messages.CallRequest) (bool, error) {
+	return q.sendWaitAs(ctx, call, true)
+}
+
+func (q *callQueue) sendWaitAs(ctx context.Context, call *messages.CallRequest, first bool) (bool, error) {
 	type outcome struct {
 		duplicate bool
 		err       error
 	}
 	done := make(chan outcome, 1)
-	if err := q.send(ctx, call, func(duplicate bool, err error) { done <- outcome{duplicate, err} }); err != nil {
+	if err := q.sendAs(ctx, call, first, func(duplicate bool, err error) { done <- outcome{duplicate, err} }); err != nil {
 		return false, err
 	}
 	select {
@@ -93,6 +105,24 @@ func (q *callQueue) sendWait(ctx context.Context, call *messages.CallRequest) (b
 // twice is stored once. A publish refused because another publish of the
 // same ID is being stored (err_code 10158) is a duplicate.
 func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then func(duplicate bool, err error)) error {
+	return q.sendAs(ctx, call, false, then)
+}
+
+// sendFirst is send for a call that has no queued event yet: the event
+// is stored only if no queued event of the call ID is in the stream,
+// under any turn or namespace (Nats-Expected-Last-Subject-Sequence 0 on
+// the call's queued-event filter). JetStream refuses a second one with
+// wrong last sequence (err_code 10071), which is a duplicate as a
+// repeated Nats-Msg-Id is: so a submit of a call ID that has a call
+// needs no read before it, and the call runs once also when it is
+// submitted again after the events stream's duplicate window. A call
+// released by its approval has its held queued event already, and is
+// sent by send.
+func (q *callQueue) sendFirst(ctx context.Context, call *messages.CallRequest, then func(duplicate bool, err error)) error {
+	return q.sendAs(ctx, call, true, then)
+}
+
+func (q *callQueue) sendAs(ctx context.Context, call *messages.CallRequest, first bool, then func(duplicate bool, err error)) error {
 	if err := q.haveConsumer(ctx, call.Namespace); err != nil {
 		return err
 	}
@@ -101,6 +131,14 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}
 	queuedMsg.Header.Set(messages.HeaderMsgID, queuedMsgID(call.CallID))
+	if first {
+		filter, err := q.names.CallKindFilter(call.CallID, messages.EventQueued)
+		if err != nil {
+			return err
+		}
+		queuedMsg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		queuedMsg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
+	}
 	tracing.Inject(sendSpan(ctx, queuedMsg.Subject, call), queuedMsg.Header)
 	// The quiet submit's context ends when its handler returns; the
 	// writes go on until their own deadline.
@@ -110,7 +148,7 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 		deadline = d
 	}
 	s := &sending{q: q, parent: ctx, deadline: deadline, call: call, then: then}
-	s.record = retryingPublish{q: q, msg: queuedMsg, deadline: deadline, then: s.recorded}
+	s.record = retryingPublish{q: q, msg: queuedMsg, deadline: deadline, then: s.recorded, conditional: first}
 	s.record.start = now
 	record := &s.record
 	if err := q.writes.PublishThen(queuedMsg, record.timeout(), record.acked); err != nil && !transient(err) {
@@ -157,6 +195,9 @@ type retryingPublish struct {
 	msg             *nats.Msg
 	start, deadline time.Time
 	then            func(duplicate bool, err error)
+	// conditional tells that msg is stored only if its call has no queued
+	// event: a refusal for a wrong last sequence is a duplicate.
+	conditional bool
 
 	b        backoff
 	attempts int
@@ -182,7 +223,7 @@ func (r *retryingPublish) acked(seq uint64, duplicate bool, err error) {
 		r.seq = seq
 		r.then(duplicate, nil)
 		return
-	case duplicateInProcess(err):
+	case duplicateInProcess(err), r.conditional && errors.Is(err, transport.ErrWrongLastSequence):
 		r.then(true, nil)
 		return
 	case !transient(err):

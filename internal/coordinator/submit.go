@@ -37,9 +37,6 @@ type submitPipeline struct {
 	audit     auditFunc
 	queue     *callQueue
 	tracer    trace.Tracer
-	// eventsReplicas tells a batch whether the events stream's replica
-	// that answers a read is its leader (see Coordinator.unseenCalls).
-	eventsReplicas streamReplicas
 }
 
 // submitLimits are the bounds and defaults a submit is held to.
@@ -71,14 +68,14 @@ type grants interface {
 // run is a submit. With then set and a call to queue without waiting for
 // its result, it does not wait for the writes either: it reports pending,
 // and then gets the outcome. Otherwise then is not called.
-func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string, then func(*messages.SubmitReply, error)) (*messages.SubmitReply, bool, error) {
-	return p.runKnowing(ctx, sr, headers, then, false)
-}
-
-// runKnowing is run. With unseen, the caller has read, from the stream's
-// leader, that the call's ID has no call yet (a batch reads its calls'
-// IDs at once), so a submit with an idempotency key does not read it again.
-func (p *submitPipeline) runKnowing(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string, then func(*messages.SubmitReply, error), unseen bool) (_ *messages.SubmitReply, pending bool, err error) {
+//
+// A call ID that has a call already (an idempotency key or a call ID
+// submitted again) is not read before the call is queued: the queued
+// event is written only if the call ID has none (callQueue.sendFirst),
+// and only a refused write reads the call, to answer as that call. A call
+// that must wait for an approval is held without a queued write of its
+// own, so for it the call ID is read first.
+func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string, then func(*messages.SubmitReply, error)) (_ *messages.SubmitReply, pending bool, err error) {
 	ctx, span := p.tracer.Start(tracing.Extract(ctx, headers), "toolbus.submit", trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("toolbus.tool", sr.Tool), attribute.String("toolbus.agent", sr.Agent), attribute.String("gen_ai.tool.name", sr.Tool))
@@ -108,14 +105,14 @@ func (p *submitPipeline) runKnowing(ctx context.Context, sr *messages.SubmitRequ
 		return nil, false, err
 	}
 	call := newCall(sr, name, tool, args, digest, time.Now().UTC(), p.limits.defaultTimeout)
-	if sr.IdempotencyKey != "" && !unseen {
-		if reply, err := p.queue.existing(ctx, call, sr, false); reply != nil || err != nil {
-			return reply, false, err
-		}
-	}
 	v, err := p.authorize(ctx, call, tool, admission)
 	if err != nil {
 		return nil, false, err
+	}
+	if v.approval != nil && sr.IdempotencyKey != "" {
+		if reply, err := p.queue.existing(ctx, call, sr, false); reply != nil || err != nil {
+			return reply, false, err
+		}
 	}
 	if reply, err := p.record(ctx, call, tool, v); reply != nil || err != nil {
 		return reply, false, err
@@ -337,7 +334,7 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 	if then != nil && !sr.Wait {
 		// The handler returns before then is called, ending ctx.
 		bg := context.WithoutCancel(ctx)
-		err := p.queue.send(ctx, call, func(duplicate bool, err error) {
+		err := p.queue.sendFirst(ctx, call, func(duplicate bool, err error) {
 			if err != nil {
 				then(nil, err)
 				return
@@ -355,7 +352,7 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 		return nil, err == nil, err
 	}
 	if !sr.Wait {
-		duplicate, err := p.queue.sendWait(ctx, call)
+		duplicate, err := p.queue.sendFirstWait(ctx, call)
 		if err != nil {
 			return nil, false, err
 		}
@@ -372,7 +369,7 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 		return nil, false, err
 	}
 	defer stop()
-	duplicate, err := p.queue.sendWait(ctx, call)
+	duplicate, err := p.queue.sendFirstWait(ctx, call)
 	if err != nil {
 		return nil, false, err
 	}

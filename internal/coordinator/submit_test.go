@@ -506,6 +506,7 @@ func TestEnqueue(t *testing.T) {
 	noLeader := fmt.Errorf("publish: %w", transport.ErrNoResponders)
 	inProcess := &jetstream.APIError{Code: 409, ErrorCode: 10158, Description: "duplicate message id is in process"}
 	refused := &jetstream.APIError{Code: 400, ErrorCode: 10054, Description: "message size exceeds maximum allowed"}
+	wrongLast := fmt.Errorf("publish: %w", transport.ErrWrongLastSequence)
 	queuedAt := time.Now().UTC()
 	call := func(turn string) *messages.CallRequest {
 		return &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", Turn: turn, ArgumentsDigest: "d1", QueuedAt: queuedAt}
@@ -533,6 +534,7 @@ func TestEnqueue(t *testing.T) {
 		{name: "queued in its turn: the queued event is the turn's index", turn: "turn-1", wantWrites: 1},
 		{name: "queued before by another submit", duplicate: map[string]bool{"events.": true}, inLedger: another, wantDuplicate: true, wantWrites: 1},
 		{name: "queued before with other arguments", duplicate: map[string]bool{"events.": true}, inLedger: otherArgs, want: messages.CodeIdempotencyConflict, wantWrites: 1},
+		{name: "queued before, its message ID forgotten: the conditional write is refused", fail: map[string]error{"events.": wrongLast}, inLedger: another, wantDuplicate: true, wantWrites: 1},
 		{name: "another submit's call in process", fail: map[string]error{"events.": inProcess}, inLedger: another, hiddenReads: 3, wantDuplicate: true, wantWrites: 1},
 		{name: "queued after the stream had no leader", failFirst: map[string][]error{"events.": {noLeader, noLeader, noLeader}}, wantWrites: 4},
 		{name: "retried write stored twice", failFirst: map[string][]error{"events.": {noLeader}}, duplicate: map[string]bool{"events.": true}, wantWrites: 2},

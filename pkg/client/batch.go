@@ -16,12 +16,16 @@ import (
 // idempotency key is its provider's tool-call ID within the turn, so the
 // batch is sent again after an attempt that went unanswered, and a batch
 // sent twice runs nothing twice.
+//
+// With req.WaitMS, the reply also carries the calls' results as the
+// provider's next input (SubmitBatchReply.Results), as Results would
+// render them after waiting up to WaitMS: one request for the iteration.
 func (c *Client) SubmitBatch(ctx context.Context, req messages.SubmitBatchRequest) (*messages.SubmitBatchReply, error) {
 	if req.Agent == "" {
 		req.Agent = c.opts.Agent
 	}
 	var out messages.SubmitBatchReply
-	return &out, c.request(ctx, messages.EndpointCallsSubmitBatch, &req, &out, repeatable, 0)
+	return &out, c.request(ctx, messages.EndpointCallsSubmitBatch, &req, &out, repeatable, time.Duration(req.WaitMS)*time.Millisecond)
 }
 
 // Results renders calls, usually a batch's reply, as the provider's next
@@ -46,7 +50,10 @@ func (c *Client) Results(ctx context.Context, req messages.ResultsRequest) (*mes
 // WithTurn, the calls go under a turn of their own, and are idempotent
 // only within this RunToolCalls.
 //
-// RunToolCalls waits until every call has ended, was refused or waits
+// RunToolCalls submits the calls and waits for their results in one
+// request (calls.submit_batch with wait_ms), and asks again (calls.results)
+// only for calls that outlast the coordinator's maximum wait. It waits
+// until every call has ended, was refused or waits
 // for an approval, or until ctx ends, whichever is first; calls still
 // queued or running then are rendered as such (Complete is false). Calls
 // awaiting an approval are rendered as such, with their approval IDs in
@@ -63,11 +70,32 @@ func (c *Client) RunToolCalls(ctx context.Context, format string, toolCalls any,
 	if scratch.Turn == "" {
 		scratch.Turn = nuid.Next()
 	}
-	batch, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: format, ToolCalls: raw, Agent: scratch.Agent, Turn: scratch.Turn, TimeoutMS: scratch.TimeoutMS})
+	wait := c.resultsWait(ctx)
+	batch, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: format, ToolCalls: raw, Agent: scratch.Agent, Turn: scratch.Turn, TimeoutMS: scratch.TimeoutMS, WaitMS: max(wait.Milliseconds(), 1)})
 	if err != nil {
 		return nil, err
 	}
-	return c.AwaitResults(ctx, format, batch.Calls)
+	out := batch.Results
+	if out == nil {
+		// A coordinator of before wait_ms answers with the calls alone.
+		return c.AwaitResults(ctx, format, batch.Calls)
+	}
+	if settled(out.Calls) || wait < 10*time.Millisecond || ctx.Err() != nil {
+		return out, nil
+	}
+	return c.AwaitResults(ctx, format, out.Calls)
+}
+
+// resultsWait is how long one request may wait for results: the client's
+// maximum wait, within three quarters of what is left of ctx (a quarter
+// is for the reply to come back in), or, without a deadline, half of
+// DefaultTimeout, which bounds the request.
+func (c *Client) resultsWait(ctx context.Context) time.Duration {
+	wait := c.opts.MaxWait
+	if d, ok := ctx.Deadline(); ok {
+		return min(wait, time.Until(d)*3/4)
+	}
+	return min(wait, c.opts.DefaultTimeout/2)
 }
 
 // AwaitResults is Results, asked again until every call has ended, was
@@ -75,14 +103,7 @@ func (c *Client) RunToolCalls(ctx context.Context, format string, toolCalls any,
 // holds one request for at most its maximum wait.
 func (c *Client) AwaitResults(ctx context.Context, format string, calls []messages.BatchCall) (*messages.ResultsReply, error) {
 	for {
-		wait := c.opts.MaxWait
-		if d, ok := ctx.Deadline(); ok {
-			// A quarter of what is left is for the reply to come back in.
-			wait = min(wait, time.Until(d)*3/4)
-		} else {
-			// A request without a deadline is bounded by DefaultTimeout.
-			wait = min(wait, c.opts.DefaultTimeout/2)
-		}
+		wait := c.resultsWait(ctx)
 		out, err := c.Results(ctx, messages.ResultsRequest{Format: format, Calls: calls, WaitMS: max(wait.Milliseconds(), 0)})
 		if err != nil {
 			return nil, err

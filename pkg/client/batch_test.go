@@ -84,7 +84,7 @@ func TestRunToolCallsReturnsTheNextInput(t *testing.T) {
 }
 
 // BenchmarkEightCalls compares one model iteration of eight no-op calls
-// made with RunToolCalls (calls.submit_batch, then calls.results) with
+// made with RunToolCalls (one calls.submit_batch with wait_ms) with
 // the same eight calls made at once with Call, plain and, as a batch's
 // calls are, in a turn with idempotency keys: the time until all eight
 // results are in, with its median and 99th percentile.

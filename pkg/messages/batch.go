@@ -53,6 +53,16 @@ type SubmitBatchRequest struct {
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 	// Notify receives a copy of each call's result event, as in SubmitRequest.
 	Notify string `json:"notify,omitempty"`
+	// WaitMS, when above 0, makes the reply carry the calls' results
+	// (SubmitBatchReply.Results), rendered as calls.results renders them,
+	// once every call has ended, was refused or waits for an approval, or
+	// once WaitMS has passed: one request for the whole iteration. The
+	// coordinator waits at most its maximum wait, and the wait counts
+	// against the user's concurrent waits as calls.results' does.
+	WaitMS int64 `json:"wait_ms,omitempty"`
+	// ResultsFormat is the format the results are rendered in; empty is
+	// Format. Only with WaitMS.
+	ResultsFormat string `json:"results_format,omitempty"`
 }
 
 // BatchCall is one tool call of a batch: the provider's side of it (its
@@ -79,6 +89,11 @@ type BatchCall struct {
 // SubmitBatchReply lists the batch's calls in the order of the request.
 type SubmitBatchReply struct {
 	Calls []BatchCall `json:"calls"`
+	// Results are the calls' results as the provider's next input, when
+	// the request asked for them (SubmitBatchRequest.WaitMS): what
+	// calls.results would answer for Calls. Calls still queued or running
+	// when the wait ended are rendered as such (Complete is false).
+	Results *ResultsReply `json:"results,omitempty"`
 }
 
 // ResultsRequest asks for the results of calls rendered as the provider's
@@ -109,7 +124,8 @@ type ResultsReply struct {
 
 // Validate checks the format, tool calls and turn are given, the names
 // and IDs, the response ID's length (at most MaxResponseIDLength bytes),
-// timeout_ms (0 to MaxTimeoutMS) and the notify subject. The format and
+// timeout_ms and wait_ms (0 to MaxTimeoutMS), results_format only with
+// wait_ms, and the notify subject. The format and
 // the tool calls' shape are checked by the coordinator.
 func (r *SubmitBatchRequest) Validate() error {
 	if r.Format == "" {
@@ -123,8 +139,12 @@ func (r *SubmitBatchRequest) Validate() error {
 		requiredID("turn", "turn", r.Turn),
 		validateText("response_id", r.ResponseID, MaxResponseIDLength),
 		validateRange("timeout_ms", r.TimeoutMS, 0, MaxTimeoutMS),
+		validateRange("wait_ms", r.WaitMS, 0, MaxTimeoutMS),
 	); err != nil {
 		return err
+	}
+	if r.ResultsFormat != "" && r.WaitMS == 0 {
+		return Errorf(CodeBadRequest, "results_format is given without wait_ms: the reply carries no results")
 	}
 	if r.Notify != "" {
 		return ValidateNotify(r.Notify)

@@ -4,11 +4,16 @@ import (
 	"encoding/json"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/policy"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -53,10 +58,9 @@ func TestBatchTurnOfAnotherAgent(t *testing.T) {
 	}
 }
 
-// TestBatchInACluster: on streams of three replicas, where a read of a
-// replica that finds no call is confirmed with the stream's leader call
-// by call, a batch runs its calls once and, sent again, names the same
-// calls and queues nothing.
+// TestBatchInACluster: on streams of three replicas, where each call's
+// queued event is written only if its call ID has none, a batch runs its
+// calls once and, sent again, names the same calls and queues nothing.
 func TestBatchInACluster(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -93,5 +97,118 @@ func TestBatchInACluster(t *testing.T) {
 	}
 	if runs.Load() != 2 {
 		t.Errorf("%d runs, want 2", runs.Load())
+	}
+}
+
+// TestBatchAfterTheDuplicateWindow: a call whose queued event the events
+// stream holds under another message ID, as when a batch is sent again
+// after the stream's duplicate window forgot the first, is not queued
+// again: the queued event is written only if its call ID has none, and
+// the batch answers that call as a duplicate.
+func TestBatchAfterTheDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: batchTools(new(atomic.Int64))})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	nc := testenv.Connect(t, srv.URL())
+	ctx := testenv.Context(t)
+
+	// The earlier submit's call: toolu_1 of the turn, stored with a
+	// message ID the stream no longer knows as the call's.
+	const turn = "turn-window"
+	callID := messages.IdempotentCallID("bot", turn+"/toolu_1")
+	args := messages.JSON(`{"a":1,"b":1}`)
+	decoded, err := policy.DecodeArguments(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	earlier := &messages.CallRequest{CallID: callID, Tool: "t-add", Namespace: "t", Method: "add", Arguments: args, Agent: "bot", Turn: turn, ArgumentsDigest: policy.DigestOf(decoded), QueuedAt: now, Deadline: now.Add(time.Minute)}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := ledger.New(nc, js, messages.MustNames("")).EventMsg("t", &messages.CallEvent{CallID: callID, Kind: messages.EventQueued, Time: now, Request: earlier})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.Header.Set(messages.HeaderMsgID, "an-earlier-message-id")
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	queued := queuedCallsOn(t, nc)
+
+	req := messages.SubmitBatchRequest{Format: "anthropic", Turn: turn, ToolCalls: messages.JSON(`[{"type":"tool_use","id":"toolu_1","name":"t-add","input":{"a":1,"b":1}},{"type":"tool_use","id":"toolu_2","name":"t-add","input":{"a":2,"b":2}}]`)}
+	batch, err := c.SubmitBatch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bc := batch.Calls[0]; bc.CallID != callID || !bc.Duplicate || bc.Error != nil {
+		t.Errorf("the earlier call: %+v %v, want call %s as a duplicate", bc, bc.Error, callID)
+	}
+	if bc := batch.Calls[1]; bc.CallID == "" || bc.Duplicate || bc.Error != nil {
+		t.Errorf("the new call: %+v %v", bc, bc.Error)
+	}
+	if got := queuedCallsOn(t, nc); got != queued+1 {
+		t.Errorf("the batch queued %d calls, want 1 (the new one)", got-queued)
+	}
+}
+
+// TestSubmitBatchWithWait: with wait_ms, calls.submit_batch answers with
+// the calls' results rendered, in results_format, as calls.results
+// renders them, in one request; without, with none.
+func TestSubmitBatchWithWait(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	var runs atomic.Int64
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: batchTools(&runs)})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+	toolCalls := messages.JSON(`[{"type":"tool_use","id":"toolu_1","name":"t-add","input":{"a":1,"b":1}},{"type":"tool_use","id":"toolu_2","name":"t-add","input":{"a":2,"b":2}}]`)
+
+	batch, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", Turn: "turn-wait", ToolCalls: toolCalls, WaitMS: 30_000, ResultsFormat: "openai-chat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := batch.Results
+	if res == nil || !res.Complete || len(res.Calls) != 2 {
+		t.Fatalf("results %+v", res)
+	}
+	msgs := decodeMessages(t, res.Messages)
+	expectLen(t, msgs, 2)
+	expect(t, msgs[0], "toolu_1", "tool_call_id")
+	expect(t, msgs[0], `{"sum":2}`, "content")
+	expect(t, msgs[1], "toolu_2", "tool_call_id")
+	expect(t, msgs[1], `{"sum":4}`, "content")
+	for i, bc := range res.Calls {
+		if bc.CallID != batch.Calls[i].CallID || bc.State != messages.StateCompleted {
+			t.Errorf("call %d: %+v", i, bc)
+		}
+	}
+	rendered, err := c.Results(ctx, messages.ResultsRequest{Format: "openai-chat", Calls: batch.Calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rendered.Messages {
+		if string(rendered.Messages[i]) != string(res.Messages[i]) {
+			t.Errorf("calls.results renders message %d as %s, the batch's reply as %s", i, rendered.Messages[i], res.Messages[i])
+		}
+	}
+	if runs.Load() != 2 {
+		t.Errorf("%d runs, want 2", runs.Load())
+	}
+
+	again, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", Turn: "turn-wait", ToolCalls: toolCalls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Results != nil {
+		t.Errorf("a batch without wait_ms carries results: %+v", again.Results)
+	}
+	_, err = c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", Turn: "turn-wait", ToolCalls: toolCalls, WaitMS: 10, ResultsFormat: "smoke-signals"})
+	if messages.CodeOf(err) != messages.CodeBadRequest {
+		t.Errorf("an unknown results_format: %v, want bad_request", err)
 	}
 }
