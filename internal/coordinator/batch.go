@@ -433,22 +433,184 @@ func (c *Coordinator) submitBatch(ctx context.Context, req *request) (any, error
 	if _, ok := resultRenderers[format]; !ok {
 		return nil, messages.Errorf(messages.CodeBadRequest, "unknown results_format %q; use one of %v", format, toolschema.Formats())
 	}
-	out, err := c.SubmitBatch(ctx, &br, req.Headers())
-	if err != nil || br.WaitMS <= 0 {
-		return out, err
+	if br.WaitMS <= 0 {
+		return c.SubmitBatch(ctx, &br, req.Headers())
 	}
-	// The results in the same reply: calls.results for the batch's calls,
-	// its wait bounded as that one's is (MaxWait, the user's waits).
-	out.Results, err = c.results(ctx, &messages.ResultsRequest{Format: format, Calls: out.Calls, WaitMS: br.WaitMS})
+	var watch *copyWatch
+	defer func() {
+		if watch != nil {
+			watch.stop()
+		}
+	}()
+	out, err := c.submitBatchCalls(ctx, &br, req.Headers(), func(submits []*messages.SubmitRequest) error {
+		watch, err = c.watchCopies(submits)
+		return err
+	})
 	if err != nil {
+		return nil, err
+	}
+	// The results in the same reply, rendered as calls.results renders
+	// them, the wait bounded as that one's is (MaxWait, the user's waits).
+	if out.Results, err = c.batchResults(ctx, out, format, time.Duration(br.WaitMS)*time.Millisecond, watch); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
+// copyWatch holds, for each call a batch queues, a subscription to the
+// copy of its committed result that the events stream republishes
+// (RepublishSource): made before the calls are queued, so that no result
+// slips past it, and read without reading the stream.
+type copyWatch struct {
+	// copies and ns are by call ID: the copies of the call's result
+	// written under ns, the namespace of its tool.
+	copies map[string]chan *nats.Msg
+	ns     map[string]string
+	subs   []*nats.Subscription
+	log    *slog.Logger
+}
+
+// copySubject is the subject the events stream republishes the result of
+// a call without a route to: its ID split after RouteLength characters,
+// as RepublishDestination splits every result's (see messages.Names).
+func copySubject(names messages.Names, callID, ns string) (string, bool) {
+	if len(callID) <= messages.RouteLength {
+		return "", false
+	}
+	return names.Prefix() + ".results." + callID[:messages.RouteLength] + "." + callID[messages.RouteLength:] + "." + ns, true
+}
+
+// watchCopies subscribes to the committed-result copies of the calls of
+// submits (nil entries are calls refused already).
+func (c *Coordinator) watchCopies(submits []*messages.SubmitRequest) (*copyWatch, error) {
+	w := &copyWatch{copies: map[string]chan *nats.Msg{}, ns: map[string]string{}, log: c.log}
+	for _, sr := range submits {
+		if sr == nil || sr.IdempotencyKey == "" {
+			continue
+		}
+		name, err := messages.ParseToolName(sr.Tool)
+		if err != nil {
+			continue // refused by its submit
+		}
+		id := messages.IdempotentCallID(sr.Agent, sr.IdempotencyKey)
+		subject, ok := copySubject(c.names, id, name.Namespace)
+		if !ok {
+			continue
+		}
+		copies := make(chan *nats.Msg, 4)
+		sub, err := c.nc.ChanSubscribe(subject, copies)
+		if err != nil {
+			w.stop()
+			return nil, unavailable(err, "subscribe to results")
+		}
+		w.copies[id], w.ns[id], w.subs = copies, name.Namespace, append(w.subs, sub)
+	}
+	return w, nil
+}
+
+func (w *copyWatch) stop() {
+	for _, sub := range w.subs {
+		if err := sub.Unsubscribe(); err != nil {
+			w.log.Debug("unsubscribe from result copies", "subject", sub.Subject, "error", err)
+		}
+	}
+	w.subs = nil
+}
+
+// batchResults renders a batch's calls as calls.results does, after
+// waiting up to wait (at most MaxWait, held against the user's waits) for
+// those it queued. When every call the batch accepted was queued by it
+// (none a duplicate), their results come on watch's subscriptions and
+// nothing is read but the calls still unfinished when the wait ends;
+// otherwise (a batch sent again) this is calls.results.
+func (c *Coordinator) batchResults(ctx context.Context, out *messages.SubmitBatchReply, format string, wait time.Duration, watch *copyWatch) (*messages.ResultsReply, error) {
+	var fresh []string
+	for _, bc := range out.Calls {
+		switch {
+		case bc.Error != nil || bc.State == messages.StateAwaitingApproval && !bc.Duplicate:
+		case bc.State == messages.StateQueued && !bc.Duplicate && watch.copies[bc.CallID] != nil:
+			fresh = append(fresh, bc.CallID)
+		default:
+			return c.results(ctx, &messages.ResultsRequest{Format: format, Calls: out.Calls, WaitMS: wait.Milliseconds()})
+		}
+	}
+	wait = min(wait, c.cfg.MaxWait)
+	got := map[string]*messages.CallResult{}
+	if len(fresh) > 0 && wait > 0 {
+		release, err := c.waits.hold(ctx)
+		if err != nil {
+			return nil, err
+		}
+		got = c.awaitCopies(ctx, fresh, wait, watch)
+		release()
+	}
+	var still []string
+	for _, id := range fresh {
+		if got[id] == nil {
+			still = append(still, id)
+		}
+	}
+	snaps := map[string]*ledger.Snapshot{}
+	if len(still) > 0 {
+		// Rendered as calls.results renders calls not ended: as they are now.
+		var err error
+		if snaps, err = c.calls.snapshots(ctx, still...); err != nil {
+			return nil, unavailable(err, "read calls")
+		}
+	}
+	res := &messages.ResultsReply{Calls: make([]messages.BatchCall, len(out.Calls)), Complete: true}
+	outcomes := make([]callOutcome, len(out.Calls))
+	for i, bc := range out.Calls {
+		o := callOutcome{call: bc}
+		switch r := got[bc.CallID]; {
+		case bc.CallID == "":
+		case r != nil:
+			o.call.State, o.result, o.tool = r.Status, r, r.Tool
+		case snaps[bc.CallID] != nil:
+			o.observe(snaps[bc.CallID])
+		}
+		if o.result == nil && o.call.Error == nil {
+			res.Complete = false
+		}
+		outcomes[i], res.Calls[i] = o, o.call
+	}
+	res.Messages = resultRenderers[format](outcomes)
+	return res, nil
+}
+
+// awaitCopies waits up to wait for the results of calls on watch's
+// subscriptions, each wait also asking the stream now and then
+// (Ledger.WaitOn), and returns those that came.
+func (c *Coordinator) awaitCopies(ctx context.Context, callIDs []string, wait time.Duration, watch *copyWatch) map[string]*messages.CallResult {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var mu sync.Mutex
+	got := make(map[string]*messages.CallResult, len(callIDs))
+	var wg sync.WaitGroup
+	for _, id := range callIDs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if res, err := c.ledger.WaitOn(ctx, watch.ns[id], id, watch.copies[id]); err == nil {
+				mu.Lock()
+				got[id] = res
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return got
+}
+
 // SubmitBatch checks and queues the tool calls of one model iteration, as
 // calls.submit_batch does; headers carry the caller's trace context.
 func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchRequest, headers map[string][]string) (*messages.SubmitBatchReply, error) {
+	return c.submitBatchCalls(ctx, br, headers, nil)
+}
+
+// submitBatchCalls is SubmitBatch; before, when set, is given the submits
+// before any is run (nil for a call refused already).
+func (c *Coordinator) submitBatchCalls(ctx context.Context, br *messages.SubmitBatchRequest, headers map[string][]string, before func(submits []*messages.SubmitRequest) error) (*messages.SubmitBatchReply, error) {
 	calls, responseID, err := readToolCalls(br.Format, br.ToolCalls)
 	if err != nil {
 		return nil, err
@@ -481,6 +643,12 @@ func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchR
 			IdempotencyKey: idempotencyKey(br.Turn, responseID, i, tc),
 			TimeoutMS:      br.TimeoutMS,
 			Notify:         br.Notify,
+		}
+	}
+	if before != nil {
+		if err := before(submits); err != nil {
+			<-claimed
+			return nil, err
 		}
 	}
 	<-claimed
