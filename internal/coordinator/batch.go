@@ -436,43 +436,73 @@ func (c *Coordinator) submitBatch(ctx context.Context, req *request) (any, error
 	if br.WaitMS <= 0 {
 		return c.SubmitBatch(ctx, &br, req.Headers())
 	}
-	var watch *copyWatch
+	// The wait is held from the start, against the user's waits, and
+	// bounded by MaxWait: the results may come before the batch's writes
+	// are acknowledged, and are taken as they come.
+	release, err := c.waits.hold(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { release() }()
+	wctx, cancel := context.WithTimeout(ctx, min(time.Duration(br.WaitMS)*time.Millisecond, c.cfg.MaxWait))
+	defer cancel()
+	var waits *copyWaits
 	defer func() {
-		if watch != nil {
-			watch.stop()
+		if waits != nil {
+			waits.stop()
 		}
 	}()
 	out, err := c.submitBatchCalls(ctx, &br, req.Headers(), func(submits []*messages.SubmitRequest) error {
-		watch, err = c.watchCopies(submits)
+		waits, err = c.awaitCopies(wctx, submits)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	// The results in the same reply, rendered as calls.results renders
-	// them, the wait bounded as that one's is (MaxWait, the user's waits).
-	if out.Results, err = c.batchResults(ctx, out, format, time.Duration(br.WaitMS)*time.Millisecond, watch); err != nil {
+	if out.Results = c.renderFresh(ctx, out, format, waits); out.Results != nil {
+		return out, nil
+	}
+	// A call the batch did not queue itself (a batch sent again): as
+	// calls.results answers, for what is left of the wait.
+	waits.stop()
+	release()
+	release = func() {}
+	left := time.Until(deadlineOf(wctx))
+	if wctx.Err() != nil || left < time.Millisecond {
+		left = 0
+	}
+	if out.Results, err = c.results(ctx, &messages.ResultsRequest{Format: format, Calls: out.Calls, WaitMS: left.Milliseconds()}); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// copyWatch holds, for each call a batch queues, a subscription to the
-// copy of its committed result that the events stream republishes
-// (RepublishSource): made before the calls are queued, so that no result
-// slips past it, and read without reading the stream.
-type copyWatch struct {
-	// copies and ns are by call ID: the copies of the call's result
-	// written under ns, the namespace of its tool.
-	copies map[string]chan *nats.Msg
-	ns     map[string]string
-	subs   []*nats.Subscription
-	log    *slog.Logger
+// deadlineOf is ctx's deadline; ctx has one.
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// copyWaits waits, for each call a batch queues, for the copy of its
+// committed result that the events stream republishes (RepublishSource),
+// on a subscription made before the call is queued, so that no result
+// slips past it: a result is taken without reading the stream (each wait
+// also asks the stream now and then, Ledger.WaitOn). The waits go on
+// while the batch's writes are acknowledged.
+type copyWaits struct {
+	subs []*nats.Subscription
+	log  *slog.Logger
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	// got holds the results that came, and stops each wait, by call ID.
+	got   map[string]*messages.CallResult
+	stops map[string]context.CancelFunc
 }
 
 // copySubject is the subject the events stream republishes the result of
 // a call without a route to: its ID split after RouteLength characters,
-// as RepublishDestination splits every result's (see messages.Names).
+// as RepublishDestination splits every result's (see messages.Names),
+// and the namespace that wrote it.
 func copySubject(names messages.Names, callID, ns string) (string, bool) {
 	if len(callID) <= messages.RouteLength {
 		return "", false
@@ -480,10 +510,11 @@ func copySubject(names messages.Names, callID, ns string) (string, bool) {
 	return names.Prefix() + ".results." + callID[:messages.RouteLength] + "." + callID[messages.RouteLength:] + "." + ns, true
 }
 
-// watchCopies subscribes to the committed-result copies of the calls of
-// submits (nil entries are calls refused already).
-func (c *Coordinator) watchCopies(submits []*messages.SubmitRequest) (*copyWatch, error) {
-	w := &copyWatch{copies: map[string]chan *nats.Msg{}, ns: map[string]string{}, log: c.log}
+// awaitCopies subscribes to the result copies of the calls of submits
+// (nil entries are calls refused already) and waits for them until ctx
+// ends or stop.
+func (c *Coordinator) awaitCopies(ctx context.Context, submits []*messages.SubmitRequest) (*copyWaits, error) {
+	w := &copyWaits{log: c.log, got: map[string]*messages.CallResult{}, stops: map[string]context.CancelFunc{}}
 	for _, sr := range submits {
 		if sr == nil || sr.IdempotencyKey == "" {
 			continue
@@ -503,12 +534,42 @@ func (c *Coordinator) watchCopies(submits []*messages.SubmitRequest) (*copyWatch
 			w.stop()
 			return nil, unavailable(err, "subscribe to results")
 		}
-		w.copies[id], w.ns[id], w.subs = copies, name.Namespace, append(w.subs, sub)
+		w.subs = append(w.subs, sub)
+		cctx, stop := context.WithCancel(ctx)
+		w.stops[id] = stop
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			if res, err := c.ledger.WaitOn(cctx, name.Namespace, id, copies); err == nil {
+				w.mu.Lock()
+				w.got[id] = res
+				w.mu.Unlock()
+			}
+		}()
 	}
 	return w, nil
 }
 
-func (w *copyWatch) stop() {
+// results ends the waits of all calls but keep, waits for those, and
+// returns the results that came.
+func (w *copyWaits) results(keep map[string]bool) map[string]*messages.CallResult {
+	for id, stop := range w.stops {
+		if !keep[id] {
+			stop()
+		}
+	}
+	w.wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.got
+}
+
+// stop ends every wait and subscription.
+func (w *copyWaits) stop() {
+	for _, stop := range w.stops {
+		stop()
+	}
+	w.wg.Wait()
 	for _, sub := range w.subs {
 		if err := sub.Unsubscribe(); err != nil {
 			w.log.Debug("unsubscribe from result copies", "subject", sub.Subject, "error", err)
@@ -517,57 +578,43 @@ func (w *copyWatch) stop() {
 	w.subs = nil
 }
 
-// batchResults renders a batch's calls as calls.results does, after
-// waiting up to wait (at most MaxWait, held against the user's waits) for
-// those it queued. When every call the batch accepted was queued by it
-// (none a duplicate), their results come on watch's subscriptions and
-// nothing is read but the calls still unfinished when the wait ends;
-// otherwise (a batch sent again) this is calls.results.
-func (c *Coordinator) batchResults(ctx context.Context, out *messages.SubmitBatchReply, format string, wait time.Duration, watch *copyWatch) (*messages.ResultsReply, error) {
-	var fresh []string
+// renderFresh renders a batch's calls as calls.results does once the
+// calls it queued have ended or the wait has: the calls still unfinished
+// then are read, as they are. It returns nil, waiting for nothing, when
+// a call the batch accepted was not queued by it (a duplicate): that is
+// calls.results' to answer.
+func (c *Coordinator) renderFresh(ctx context.Context, out *messages.SubmitBatchReply, format string, waits *copyWaits) *messages.ResultsReply {
+	fresh := map[string]bool{}
 	for _, bc := range out.Calls {
 		switch {
-		case bc.Error != nil || bc.State == messages.StateAwaitingApproval && !bc.Duplicate:
-		case bc.State == messages.StateQueued && !bc.Duplicate && watch.copies[bc.CallID] != nil:
-			fresh = append(fresh, bc.CallID)
+		case bc.Error != nil, bc.State == messages.StateAwaitingApproval && !bc.Duplicate:
+		case bc.State == messages.StateQueued && !bc.Duplicate && waits.stops[bc.CallID] != nil:
+			fresh[bc.CallID] = true
 		default:
-			return c.results(ctx, &messages.ResultsRequest{Format: format, Calls: out.Calls, WaitMS: wait.Milliseconds()})
+			return nil
 		}
 	}
-	wait = min(wait, c.cfg.MaxWait)
-	got := map[string]*messages.CallResult{}
-	if len(fresh) > 0 && wait > 0 {
-		release, err := c.waits.hold(ctx)
-		if err != nil {
-			return nil, err
-		}
-		got = c.awaitCopies(ctx, fresh, wait, watch)
-		release()
-	}
+	got := waits.results(fresh)
 	var still []string
-	for _, id := range fresh {
+	for id := range fresh {
 		if got[id] == nil {
 			still = append(still, id)
 		}
 	}
 	snaps := map[string]*ledger.Snapshot{}
 	if len(still) > 0 {
-		// Rendered as calls.results renders calls not ended: as they are now.
-		var err error
-		if snaps, err = c.calls.snapshots(ctx, still...); err != nil {
-			return nil, unavailable(err, "read calls")
+		if read, err := c.calls.snapshots(ctx, still...); err == nil {
+			snaps = read
 		}
 	}
 	res := &messages.ResultsReply{Calls: make([]messages.BatchCall, len(out.Calls)), Complete: true}
 	outcomes := make([]callOutcome, len(out.Calls))
 	for i, bc := range out.Calls {
 		o := callOutcome{call: bc}
-		switch r := got[bc.CallID]; {
-		case bc.CallID == "":
-		case r != nil:
+		if r := got[bc.CallID]; r != nil && bc.CallID != "" {
 			o.call.State, o.result, o.tool = r.Status, r, r.Tool
-		case snaps[bc.CallID] != nil:
-			o.observe(snaps[bc.CallID])
+		} else if s := snaps[bc.CallID]; s != nil && bc.CallID != "" {
+			o.observe(s)
 		}
 		if o.result == nil && o.call.Error == nil {
 			res.Complete = false
@@ -575,31 +622,7 @@ func (c *Coordinator) batchResults(ctx context.Context, out *messages.SubmitBatc
 		outcomes[i], res.Calls[i] = o, o.call
 	}
 	res.Messages = resultRenderers[format](outcomes)
-	return res, nil
-}
-
-// awaitCopies waits up to wait for the results of calls on watch's
-// subscriptions, each wait also asking the stream now and then
-// (Ledger.WaitOn), and returns those that came.
-func (c *Coordinator) awaitCopies(ctx context.Context, callIDs []string, wait time.Duration, watch *copyWatch) map[string]*messages.CallResult {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	var mu sync.Mutex
-	got := make(map[string]*messages.CallResult, len(callIDs))
-	var wg sync.WaitGroup
-	for _, id := range callIDs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if res, err := c.ledger.WaitOn(ctx, watch.ns[id], id, watch.copies[id]); err == nil {
-				mu.Lock()
-				got[id] = res
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return got
+	return res
 }
 
 // SubmitBatch checks and queues the tool calls of one model iteration, as
