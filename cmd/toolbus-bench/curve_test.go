@@ -12,9 +12,12 @@ import (
 func TestScaleReports(t *testing.T) {
 	t.Parallel()
 	var r scaleReport
-	runToJSON(t, &r, "scale", "--workers", "1,2", "--coordinators", "1", "--calls", "50", "--callers", "8", "--prefix", "tbscale")
-	if r.Calls != 50 || r.Callers != 8 || r.Path != "realistic" || len(r.Runs) != 2 {
-		t.Fatalf("report %+v, want two runs of 50 calls from 8 callers on the realistic path", r)
+	runToJSON(t, &r, "scale", "--workers", "1,2", "--coordinators", "1", "--calls", "50", "--callers", "8", "--rounds", "1", "--prefix", "tbscale")
+	if r.Calls != 50 || r.Callers != 8 || r.Rounds != 1 || r.Path != "realistic" || len(r.Runs) != 2 {
+		t.Fatalf("report %+v, want two runs of 50 calls from 8 callers on the realistic path, one round", r)
+	}
+	if r.Runs[0].VsFirst != 1 {
+		t.Errorf("the first combination against itself: %v", r.Runs[0].VsFirst)
 	}
 	for i, workers := range []int{1, 2} {
 		p := r.Runs[i]
@@ -60,7 +63,7 @@ func TestHistoryReports(t *testing.T) {
 	if r.Calls != 100 || r.Turns != 5 || r.TurnCalls != 20 || r.Samples != 20 || r.StoredPerS <= 0 {
 		t.Fatalf("report %+v", r)
 	}
-	for name, p50 := range map[string]float64{"calls.get": r.CallsGetP50US, "old turns.get": r.TurnsGetOldP50US, "young turns.get": r.TurnsGetYoungP50US, "resume": r.ResumeP50US} {
+	for name, p50 := range map[string]float64{"calls.get": r.CallsGetP50US, "old turns.get": r.TurnsGetOldP50US, "young turns.get": r.TurnsGetYoungP50US, "tools.list": r.ToolsListP50US, "resume": r.ResumeP50US} {
 		if p50 <= 0 {
 			t.Errorf("%s not measured: %+v", name, r)
 		}

@@ -32,8 +32,12 @@ type historyReport struct {
 	TurnsGetOldP99US   float64 `json:"turns_get_old_p99_us"`
 	TurnsGetYoungP50US float64 `json:"turns_get_young_p50_us"`
 	TurnsGetYoungP99US float64 `json:"turns_get_young_p99_us"`
+	// tools.list of a random turn, in Anthropic's format: the turn's
+	// saved selections (the tool it activated) count.
+	ToolsListP50US float64 `json:"tools_list_p50_us"`
+	ToolsListP99US float64 `json:"tools_list_p99_us"`
 	// A resume is what an agent resuming a turn asks: tools.list with the
-	// turn (its saved selections count) and turns.get.
+	// turn, then turns.get.
 	ResumeP50US float64 `json:"resume_p50_us"`
 	ResumeP99US float64 `json:"resume_p99_us"`
 	// A page of 50 of calls.list, newest first; CallsListError says why
@@ -120,7 +124,9 @@ func runHistory(ctx context.Context, args []string) error {
 		if err != nil {
 			return 0, 0, fmt.Errorf("%s: %w", what, err)
 		}
-		return percentileUS(lat, 50), percentileUS(lat, 99), nil
+		p50, p99 = percentileUS(lat, 50), percentileUS(lat, 99)
+		fmt.Fprintf(os.Stderr, "%s: p50 %.0fµs p99 %.0fµs\n", what, p50, p99)
+		return p50, p99, nil
 	}
 	if r.CallsGetP50US, r.CallsGetP99US, err = measure("calls.get", func(ctx context.Context) error {
 		id := ids[rng.IntN(len(ids))]
@@ -139,24 +145,32 @@ func runHistory(ctx context.Context, args []string) error {
 		}
 		return err
 	}
-	if r.TurnsGetOldP50US, r.TurnsGetOldP99US, err = measure("turns.get", func(ctx context.Context) error {
+	if r.TurnsGetOldP50US, r.TurnsGetOldP99US, err = measure("turns.get (oldest tenth)", func(ctx context.Context) error {
 		return readTurn(ctx, turnName(rng.IntN(tenth)))
 	}); err != nil {
 		return err
 	}
-	if r.TurnsGetYoungP50US, r.TurnsGetYoungP99US, err = measure("turns.get", func(ctx context.Context) error {
+	if r.TurnsGetYoungP50US, r.TurnsGetYoungP99US, err = measure("turns.get (youngest tenth)", func(ctx context.Context) error {
 		return readTurn(ctx, turnName(turns-1-rng.IntN(tenth)))
+	}); err != nil {
+		return err
+	}
+	listTools := func(ctx context.Context, turn string) error {
+		tools, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: turn, Format: "anthropic"})
+		if err == nil && !listsTool(tools, tb.tool) {
+			err = fmt.Errorf("tools.list of turn %s does not list %s, which the turn selected", turn, tb.tool)
+		}
+		return err
+	}
+	if r.ToolsListP50US, r.ToolsListP99US, err = measure("tools.list (a turn's selections)", func(ctx context.Context) error {
+		return listTools(ctx, turnName(rng.IntN(turns)))
 	}); err != nil {
 		return err
 	}
 	if r.ResumeP50US, r.ResumeP99US, err = measure("resume", func(ctx context.Context) error {
 		turn := turnName(rng.IntN(turns))
-		tools, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: turn, Format: "anthropic"})
-		if err != nil {
+		if err := listTools(ctx, turn); err != nil {
 			return err
-		}
-		if !listsTool(tools, tb.tool) {
-			return fmt.Errorf("tools.list of turn %s does not list %s, which the turn selected", turn, tb.tool)
 		}
 		return readTurn(ctx, turn)
 	}); err != nil {
@@ -185,6 +199,7 @@ func runHistory(ctx context.Context, args []string) error {
 	row("calls.get (random call)", r.CallsGetP50US, r.CallsGetP99US)
 	row("turns.get (oldest tenth)", r.TurnsGetOldP50US, r.TurnsGetOldP99US)
 	row("turns.get (youngest tenth)", r.TurnsGetYoungP50US, r.TurnsGetYoungP99US)
+	row("tools.list (a turn's selections)", r.ToolsListP50US, r.ToolsListP99US)
 	row("resume (tools.list + turns.get)", r.ResumeP50US, r.ResumeP99US)
 	if r.CallsListError == "" {
 		row("calls.list (page of 50)", r.CallsListP50US, r.CallsListP99US)

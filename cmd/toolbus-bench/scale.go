@@ -19,11 +19,13 @@ import (
 type scaleReport struct {
 	Calls   int          `json:"calls"`
 	Callers int          `json:"callers"`
+	Rounds  int          `json:"rounds"`
 	Path    string       `json:"path"`
 	Runs    []scalePoint `json:"runs"`
 }
 
-// scalePoint is one measurement: throughput and latency with so many
+// scalePoint is one combination's figures: throughput (the median of the
+// rounds) and latency (percentiles of every round's calls) with so many
 // worker and coordinator processes.
 type scalePoint struct {
 	Workers      int     `json:"workers"`
@@ -31,6 +33,8 @@ type scalePoint struct {
 	CallsPerS    float64 `json:"calls_per_s"`
 	P50US        float64 `json:"p50_us"`
 	P99US        float64 `json:"p99_us"`
+	// VsFirst is CallsPerS against the first combination's.
+	VsFirst float64 `json:"vs_first"`
 }
 
 // runScale measures throughput against the number of worker processes and
@@ -40,6 +44,7 @@ func runScale(ctx context.Context, args []string) error {
 	workersList := fs.String("workers", "1,2,4", "worker process counts to measure, comma-separated")
 	coordinatorsList := fs.String("coordinators", "1,2", "coordinator process counts to measure, comma-separated")
 	calls := fs.Int("calls", 5000, "calls per measurement")
+	rounds := fs.Int("rounds", 3, "rounds; each measures every combination, in alternating order, on fresh processes")
 	callers := fs.Int("callers", 64, "concurrent callers")
 	slots := fs.Int("slots", 64, "slots of each worker process")
 	prefix := fs.String("prefix", messages.DefaultPrefix, "subject prefix and resource-name stem of the Toolbus measured")
@@ -58,50 +63,72 @@ func runScale(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	r := scaleReport{Calls: *calls, Callers: *callers, Path: "realistic"}
+	if *calls < 1 || *callers < 1 || *rounds < 1 || *slots < 1 {
+		return exitErrorf("scale: --calls, --callers, --rounds and --slots must be positive")
+	}
+	r := scaleReport{Calls: *calls, Callers: *callers, Rounds: *rounds, Path: "realistic"}
+	var combos []stackConfig
 	for _, w := range workerCounts {
 		for _, c := range coordinatorCounts {
-			fmt.Fprintf(os.Stderr, "%d worker and %d coordinator processes: %d calls from %d callers\n", w, c, *calls, *callers)
-			point, err := measureScale(ctx, stackConfig{names: names, coordinators: c, workers: w, slots: *slots}, *calls, *callers)
-			if err != nil {
-				return fmt.Errorf("%d workers, %d coordinators: %w", w, c, err)
-			}
-			r.Runs = append(r.Runs, point)
+			combos = append(combos, stackConfig{names: names, coordinators: c, workers: w, slots: *slots})
 		}
 	}
-	fmt.Fprintf(os.Stderr, "\n%-8s %-13s %10s %9s %9s\n", "workers", "coordinators", "calls/s", "p50 µs", "p99 µs")
+	// The machine's background load drifts; measuring the combinations in
+	// turns, in alternating order, spreads the drift over all of them.
+	rates := make([][]float64, len(combos))
+	lats := make([][]time.Duration, len(combos))
+	for round := range *rounds {
+		for k := range combos {
+			i := k
+			if round%2 == 1 {
+				i = len(combos) - 1 - k
+			}
+			cfg := combos[i]
+			fmt.Fprintf(os.Stderr, "round %d: %d worker and %d coordinator processes, %d calls from %d callers\n", round+1, cfg.workers, cfg.coordinators, *calls, *callers)
+			rate, lat, err := measureScale(ctx, cfg, *calls, *callers)
+			if err != nil {
+				return fmt.Errorf("%d workers, %d coordinators: %w", cfg.workers, cfg.coordinators, err)
+			}
+			rates[i], lats[i] = append(rates[i], rate), append(lats[i], lat...)
+		}
+	}
+	for i, cfg := range combos {
+		r.Runs = append(r.Runs, scalePoint{Workers: cfg.workers, Coordinators: cfg.coordinators, CallsPerS: median(rates[i]), P50US: percentileUS(lats[i], 50), P99US: percentileUS(lats[i], 99)})
+		r.Runs[i].VsFirst = r.Runs[i].CallsPerS / r.Runs[0].CallsPerS
+	}
+	fmt.Fprintf(os.Stderr, "\n%d calls from %d callers per measurement; calls/s the median of %d rounds\n", r.Calls, r.Callers, r.Rounds)
+	fmt.Fprintf(os.Stderr, "%-8s %-13s %10s %9s %9s %9s\n", "workers", "coordinators", "calls/s", "vs first", "p50 µs", "p99 µs")
 	for _, p := range r.Runs {
-		fmt.Fprintf(os.Stderr, "%-8d %-13d %10.0f %9.0f %9.0f\n", p.Workers, p.Coordinators, p.CallsPerS, p.P50US, p.P99US)
+		fmt.Fprintf(os.Stderr, "%-8d %-13d %10.0f %9.2f %9.0f %9.0f\n", p.Workers, p.Coordinators, p.CallsPerS, p.VsFirst, p.P50US, p.P99US)
 	}
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	return nil
 }
 
-func measureScale(ctx context.Context, cfg stackConfig, calls, callers int) (scalePoint, error) {
-	point := scalePoint{Workers: cfg.workers, Coordinators: cfg.coordinators}
+// measureScale starts the processes of one combination and returns its
+// calls per second and each call's latency.
+func measureScale(ctx context.Context, cfg stackConfig, calls, callers int) (float64, []time.Duration, error) {
 	s, err := startStack(cfg)
 	if err != nil {
-		return point, err
+		return 0, nil, err
 	}
 	defer s.stop()
 	tb, err := s.agent(ctx)
 	if err != nil {
-		return point, err
+		return 0, nil, err
 	}
-	// Warm every process before measuring: the calls go round robin over
-	// the coordinators' queue group and the workers' pulls.
-	if _, err := concurrentLatencies(ctx, 50*(cfg.workers+cfg.coordinators), callers, tb.call); err != nil {
-		return point, err
+	// Warm every process before measuring: the calls spread over the
+	// coordinators' queue group and the workers' pulls.
+	if _, err := concurrentLatencies(ctx, 100*(cfg.workers+cfg.coordinators), callers, tb.call); err != nil {
+		return 0, nil, err
 	}
 	start := time.Now()
 	lat, err := concurrentLatencies(ctx, calls, callers, tb.call)
 	if err != nil {
-		return point, err
+		return 0, nil, err
 	}
-	point.CallsPerS = float64(calls) / time.Since(start).Seconds()
-	point.P50US, point.P99US = percentileUS(lat, 50), percentileUS(lat, 99)
-	return point, nil
+	return float64(calls) / time.Since(start).Seconds(), lat, nil
 }
 
 // concurrentLatencies makes n calls from so many concurrent callers and
