@@ -244,6 +244,31 @@ func (p *process) rssKB() int64 {
 	return 0
 }
 
+// cpuTime is the CPU time (user and system) the process has used, 0
+// where /proc has none.
+func (p *process) cpuTime() time.Duration { return cpuTimeOf(strconv.Itoa(p.cmd.Process.Pid)) }
+
+// cpuTimeOf reads /proc/<pid>/stat's utime and stime, which count in
+// clock ticks of 1/100 s on Linux.
+func cpuTimeOf(pid string) time.Duration {
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command's name, in parentheses, may hold spaces: count fields after it.
+	_, rest, ok := strings.Cut(string(data), ") ")
+	if !ok {
+		return 0
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
 // stack is one server, coordinators and workers, each in its own process.
 type stack struct {
 	dir          string
@@ -334,6 +359,18 @@ func (s *stack) agent(ctx context.Context) (*toolbusBench, error) {
 		return nil, err
 	}
 	return tb, nil
+}
+
+// cpu is the CPU time used so far by the server, the coordinators, the
+// workers and this process (the callers).
+func (s *stack) cpu() (server, coordinators, workers, callers time.Duration) {
+	for _, p := range s.coordinators {
+		coordinators += p.cpuTime()
+	}
+	for _, p := range s.workers {
+		workers += p.cpuTime()
+	}
+	return s.server.cpuTime(), coordinators, workers, cpuTimeOf("self")
 }
 
 // varz is what the modes read of the server's /varz.

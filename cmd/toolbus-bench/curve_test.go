@@ -12,9 +12,9 @@ import (
 func TestScaleReports(t *testing.T) {
 	t.Parallel()
 	var r scaleReport
-	runToJSON(t, &r, "scale", "--workers", "1,2", "--coordinators", "1", "--calls", "50", "--callers", "8", "--rounds", "1", "--prefix", "tbscale")
-	if r.Calls != 50 || r.Callers != 8 || r.Rounds != 1 || r.Path != "realistic" || len(r.Runs) != 2 {
-		t.Fatalf("report %+v, want two runs of 50 calls from 8 callers on the realistic path, one round", r)
+	runToJSON(t, &r, "scale", "--workers", "1,2", "--coordinators", "1", "--calls", "300", "--callers", "8", "--rounds", "1", "--prefix", "tbscale")
+	if r.Calls != 300 || r.Callers != 8 || r.Rounds != 1 || r.Path != "realistic" || len(r.Runs) != 2 {
+		t.Fatalf("report %+v, want two runs of 300 calls from 8 callers on the realistic path, one round", r)
 	}
 	if r.Runs[0].VsFirst != 1 {
 		t.Errorf("the first combination against itself: %v", r.Runs[0].VsFirst)
@@ -23,6 +23,12 @@ func TestScaleReports(t *testing.T) {
 		p := r.Runs[i]
 		if p.Workers != workers || p.Coordinators != 1 || p.CallsPerS <= 0 || p.P50US <= 0 || p.P99US < p.P50US {
 			t.Errorf("run %d: %+v, want %d workers, 1 coordinator and measured figures", i, p, workers)
+		}
+		// Every call crosses the server, a coordinator and a worker; 300
+		// calls take far more CPU than the four clock ticks (10 ms each) that
+		// reading four processes' times can lose.
+		if p.ServerCPUPerCallUS+p.CoordinatorCPUPerCallUS+p.WorkerCPUPerCallUS+p.CallerCPUPerCallUS <= 0 {
+			t.Errorf("run %d: no CPU time measured: %+v", i, p)
 		}
 	}
 }
@@ -63,7 +69,7 @@ func TestHistoryReports(t *testing.T) {
 	if r.Calls != 100 || r.Turns != 5 || r.TurnCalls != 20 || r.Samples != 20 || r.StoredPerS <= 0 {
 		t.Fatalf("report %+v", r)
 	}
-	for name, p50 := range map[string]float64{"calls.get": r.CallsGetP50US, "old turns.get": r.TurnsGetOldP50US, "young turns.get": r.TurnsGetYoungP50US, "tools.list": r.ToolsListP50US, "resume": r.ResumeP50US} {
+	for name, p50 := range map[string]float64{"calls.get": r.CallsGetP50US, "old turns.get": r.TurnsGetOldP50US, "young turns.get": r.TurnsGetYoungP50US, "turns.get": r.TurnsGetP50US, "tools.list": r.ToolsListP50US, "resume": r.ResumeP50US} {
 		if p50 <= 0 {
 			t.Errorf("%s not measured: %+v", name, r)
 		}

@@ -32,6 +32,9 @@ type historyReport struct {
 	TurnsGetOldP99US   float64 `json:"turns_get_old_p99_us"`
 	TurnsGetYoungP50US float64 `json:"turns_get_young_p50_us"`
 	TurnsGetYoungP99US float64 `json:"turns_get_young_p99_us"`
+	// Any turn: drawn from all of them.
+	TurnsGetP50US float64 `json:"turns_get_p50_us"`
+	TurnsGetP99US float64 `json:"turns_get_p99_us"`
 	// tools.list of a random turn, in Anthropic's format: the turn's
 	// saved selections (the tool it activated) count.
 	ToolsListP50US float64 `json:"tools_list_p50_us"`
@@ -155,6 +158,11 @@ func runHistory(ctx context.Context, args []string) error {
 	}); err != nil {
 		return err
 	}
+	if r.TurnsGetP50US, r.TurnsGetP99US, err = measure("turns.get (any turn)", func(ctx context.Context) error {
+		return readTurn(ctx, turnName(rng.IntN(turns)))
+	}); err != nil {
+		return err
+	}
 	listTools := func(ctx context.Context, turn string) error {
 		tools, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: turn, Format: "anthropic"})
 		if err == nil && !listsTool(tools, tb.tool) {
@@ -199,6 +207,7 @@ func runHistory(ctx context.Context, args []string) error {
 	row("calls.get (random call)", r.CallsGetP50US, r.CallsGetP99US)
 	row("turns.get (oldest tenth)", r.TurnsGetOldP50US, r.TurnsGetOldP99US)
 	row("turns.get (youngest tenth)", r.TurnsGetYoungP50US, r.TurnsGetYoungP99US)
+	row("turns.get (any turn)", r.TurnsGetP50US, r.TurnsGetP99US)
 	row("tools.list (a turn's selections)", r.ToolsListP50US, r.ToolsListP99US)
 	row("resume (tools.list + turns.get)", r.ResumeP50US, r.ResumeP99US)
 	if r.CallsListError == "" {

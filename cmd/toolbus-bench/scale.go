@@ -35,6 +35,19 @@ type scalePoint struct {
 	P99US        float64 `json:"p99_us"`
 	// VsFirst is CallsPerS against the first combination's.
 	VsFirst float64 `json:"vs_first"`
+	// CPU time per call, in µs, of each kind of process (summed over its
+	// processes; the callers are the bench's own process), over all rounds.
+	ServerCPUPerCallUS      float64 `json:"server_cpu_per_call_us"`
+	CoordinatorCPUPerCallUS float64 `json:"coordinator_cpu_per_call_us"`
+	WorkerCPUPerCallUS      float64 `json:"worker_cpu_per_call_us"`
+	CallerCPUPerCallUS      float64 `json:"caller_cpu_per_call_us"`
+}
+
+// scaleRun is one round's measurement of a combination.
+type scaleRun struct {
+	callsPerS                              float64
+	lat                                    []time.Duration
+	server, coordinators, workers, callers time.Duration // CPU time
 }
 
 // runScale measures throughput against the number of worker processes and
@@ -75,8 +88,7 @@ func runScale(ctx context.Context, args []string) error {
 	}
 	// The machine's background load drifts; measuring the combinations in
 	// turns, in alternating order, spreads the drift over all of them.
-	rates := make([][]float64, len(combos))
-	lats := make([][]time.Duration, len(combos))
+	runs := make([][]scaleRun, len(combos))
 	for round := range *rounds {
 		for k := range combos {
 			i := k
@@ -85,50 +97,63 @@ func runScale(ctx context.Context, args []string) error {
 			}
 			cfg := combos[i]
 			fmt.Fprintf(os.Stderr, "round %d: %d worker and %d coordinator processes, %d calls from %d callers\n", round+1, cfg.workers, cfg.coordinators, *calls, *callers)
-			rate, lat, err := measureScale(ctx, cfg, *calls, *callers)
+			run, err := measureScale(ctx, cfg, *calls, *callers)
 			if err != nil {
 				return fmt.Errorf("%d workers, %d coordinators: %w", cfg.workers, cfg.coordinators, err)
 			}
-			rates[i], lats[i] = append(rates[i], rate), append(lats[i], lat...)
+			runs[i] = append(runs[i], run)
 		}
 	}
 	for i, cfg := range combos {
-		r.Runs = append(r.Runs, scalePoint{Workers: cfg.workers, Coordinators: cfg.coordinators, CallsPerS: median(rates[i]), P50US: percentileUS(lats[i], 50), P99US: percentileUS(lats[i], 99)})
+		var rates []float64
+		var lat []time.Duration
+		var server, coordinators, workers, callers time.Duration
+		for _, run := range runs[i] {
+			rates, lat = append(rates, run.callsPerS), append(lat, run.lat...)
+			server, coordinators, workers, callers = server+run.server, coordinators+run.coordinators, workers+run.workers, callers+run.callers
+		}
+		perCall := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(len(lat)) }
+		r.Runs = append(r.Runs, scalePoint{Workers: cfg.workers, Coordinators: cfg.coordinators, CallsPerS: median(rates), P50US: percentileUS(lat, 50), P99US: percentileUS(lat, 99),
+			ServerCPUPerCallUS: perCall(server), CoordinatorCPUPerCallUS: perCall(coordinators), WorkerCPUPerCallUS: perCall(workers), CallerCPUPerCallUS: perCall(callers)})
 		r.Runs[i].VsFirst = r.Runs[i].CallsPerS / r.Runs[0].CallsPerS
 	}
 	fmt.Fprintf(os.Stderr, "\n%d calls from %d callers per measurement; calls/s the median of %d rounds\n", r.Calls, r.Callers, r.Rounds)
-	fmt.Fprintf(os.Stderr, "%-8s %-13s %10s %9s %9s %9s\n", "workers", "coordinators", "calls/s", "vs first", "p50 µs", "p99 µs")
+	fmt.Fprintf(os.Stderr, "%-8s %-13s %10s %9s %9s %9s   %s\n", "workers", "coordinators", "calls/s", "vs first", "p50 µs", "p99 µs", "CPU µs per call: server, coordinators, workers, callers")
 	for _, p := range r.Runs {
-		fmt.Fprintf(os.Stderr, "%-8d %-13d %10.0f %9.2f %9.0f %9.0f\n", p.Workers, p.Coordinators, p.CallsPerS, p.VsFirst, p.P50US, p.P99US)
+		fmt.Fprintf(os.Stderr, "%-8d %-13d %10.0f %9.2f %9.0f %9.0f   %.0f, %.0f, %.0f, %.0f\n", p.Workers, p.Coordinators, p.CallsPerS, p.VsFirst, p.P50US, p.P99US,
+			p.ServerCPUPerCallUS, p.CoordinatorCPUPerCallUS, p.WorkerCPUPerCallUS, p.CallerCPUPerCallUS)
 	}
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	return nil
 }
 
-// measureScale starts the processes of one combination and returns its
-// calls per second and each call's latency.
-func measureScale(ctx context.Context, cfg stackConfig, calls, callers int) (float64, []time.Duration, error) {
+// measureScale starts the processes of one combination and measures it.
+func measureScale(ctx context.Context, cfg stackConfig, calls, callers int) (scaleRun, error) {
 	s, err := startStack(cfg)
 	if err != nil {
-		return 0, nil, err
+		return scaleRun{}, err
 	}
 	defer s.stop()
 	tb, err := s.agent(ctx)
 	if err != nil {
-		return 0, nil, err
+		return scaleRun{}, err
 	}
 	// Warm every process before measuring: the calls spread over the
 	// coordinators' queue group and the workers' pulls.
 	if _, err := concurrentLatencies(ctx, 100*(cfg.workers+cfg.coordinators), callers, tb.call); err != nil {
-		return 0, nil, err
+		return scaleRun{}, err
 	}
+	server0, coordinators0, workers0, callers0 := s.cpu()
 	start := time.Now()
 	lat, err := concurrentLatencies(ctx, calls, callers, tb.call)
 	if err != nil {
-		return 0, nil, err
+		return scaleRun{}, err
 	}
-	return float64(calls) / time.Since(start).Seconds(), lat, nil
+	run := scaleRun{callsPerS: float64(calls) / time.Since(start).Seconds(), lat: lat}
+	server, coordinators, workers, self := s.cpu()
+	run.server, run.coordinators, run.workers, run.callers = server-server0, coordinators-coordinators0, workers-workers0, self-callers0
+	return run, nil
 }
 
 // concurrentLatencies makes n calls from so many concurrent callers and
