@@ -74,6 +74,9 @@ func TestHistoryReports(t *testing.T) {
 			t.Errorf("%s not measured: %+v", name, r)
 		}
 	}
+	if r.ServerRSSMB <= 0 || r.ServerRSSAfterReadsMB <= 0 || r.StoreMB <= 0 {
+		t.Errorf("the server's memory and store not measured: %+v", r)
+	}
 	if (r.CallsListError == "") == (r.CallsListP50US == 0) {
 		t.Errorf("calls.list neither measured nor explained: %+v", r)
 	}

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -23,7 +25,13 @@ type historyReport struct {
 	StoreS    float64 `json:"store_s"`
 	// StoredPerS is the rate the calls were stored and finished at.
 	StoredPerS float64 `json:"stored_per_s"`
-	Samples    int     `json:"samples"`
+	// ServerRSSMB is the server process's resident set once every call
+	// is stored, ServerRSSAfterReadsMB once the reads are measured, and
+	// StoreMB the size of its store on disk.
+	ServerRSSMB           float64 `json:"server_rss_mb"`
+	ServerRSSAfterReadsMB float64 `json:"server_rss_after_reads_mb"`
+	StoreMB               float64 `json:"store_mb"`
+	Samples               int     `json:"samples"`
 
 	CallsGetP50US float64 `json:"calls_get_p50_us"`
 	CallsGetP99US float64 `json:"calls_get_p99_us"`
@@ -68,8 +76,8 @@ func runHistory(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *calls < 1 || *turnCalls < 1 || *turnCalls > messages.MaxBatchCalls || *samples < 1 {
-		return exitErrorf("history: --calls, --turn-calls (at most %d) and --samples must be positive", messages.MaxBatchCalls)
+	if *calls < 1 || *turnCalls < 1 || *turnCalls > messages.MaxBatchCalls || *samples < 1 || *callers < 1 || *workers < 1 || *coordinators < 1 {
+		return exitErrorf("history: --calls, --turn-calls (at most %d), --samples, --callers, --workers and --coordinators must be positive", messages.MaxBatchCalls)
 	}
 	turns := (*calls + *turnCalls - 1) / *turnCalls
 	r := historyReport{Calls: turns * *turnCalls, Turns: turns, TurnCalls: *turnCalls, Samples: *samples}
@@ -88,10 +96,10 @@ func runHistory(ctx context.Context, args []string) error {
 	// iteration of turnCalls calls of it as a batch, and waits for them.
 	ids := make([]string, r.Calls)
 	turnName := func(i int) string { return fmt.Sprintf("history-%d", i) }
-	var done atomic.Int64
+	var next atomic.Int64
 	begin := time.Now()
 	if _, err := concurrentLatencies(ctx, turns, *callers, func(ctx context.Context) error {
-		i := int(done.Add(1) - 1) // turns are numbered in the order they start
+		i := int(next.Add(1) - 1) // turns are numbered in the order they start
 		turn := turnName(i)
 		if _, err := c.Activate(ctx, turn, tb.tool); err != nil {
 			return fmt.Errorf("turn %s: activate: %w", turn, err)
@@ -103,6 +111,9 @@ func runHistory(ctx context.Context, args []string) error {
 		res, err := c.AwaitResults(ctx, "anthropic", batch.Calls)
 		if err != nil {
 			return fmt.Errorf("turn %s: results: %w", turn, err)
+		}
+		if len(res.Calls) != *turnCalls {
+			return fmt.Errorf("turn %s: %d results for %d calls", turn, len(res.Calls), *turnCalls)
 		}
 		for j, bc := range res.Calls {
 			if bc.Error != nil || bc.State != messages.StateCompleted {
@@ -119,6 +130,8 @@ func runHistory(ctx context.Context, args []string) error {
 	}
 	r.StoreS = time.Since(begin).Seconds()
 	r.StoredPerS = float64(r.Calls) / r.StoreS
+	r.ServerRSSMB = float64(s.server.rssKB()) / 1024
+	r.StoreMB = float64(diskUsage(s.dir)) / (1 << 20)
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 14))
 	tenth := max(turns/10, 1)
@@ -202,6 +215,8 @@ func runHistory(ctx context.Context, args []string) error {
 
 	fmt.Fprintf(os.Stderr, "\n%d calls in %d turns of %d stored in %.0fs (%.0f calls/s); %d reads of each kind, one at a time\n",
 		r.Calls, r.Turns, r.TurnCalls, r.StoreS, r.StoredPerS, r.Samples)
+	r.ServerRSSAfterReadsMB = float64(s.server.rssKB()) / 1024
+	fmt.Fprintf(os.Stderr, "the server's resident set %.0f MB once the calls were stored, %.0f MB after the reads; its store %.0f MB\n", r.ServerRSSMB, r.ServerRSSAfterReadsMB, r.StoreMB)
 	fmt.Fprintf(os.Stderr, "%-32s %9s %9s\n", "read", "p50 µs", "p99 µs")
 	row := func(name string, p50, p99 float64) { fmt.Fprintf(os.Stderr, "%-32s %9.0f %9.0f\n", name, p50, p99) }
 	row("calls.get (random call)", r.CallsGetP50US, r.CallsGetP99US)
@@ -218,6 +233,20 @@ func runHistory(ctx context.Context, args []string) error {
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	return nil
+}
+
+// diskUsage is the size of the files under dir, in bytes.
+func diskUsage(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // noopToolUses is the content of a model message calling tool n times,

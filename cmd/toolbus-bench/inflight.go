@@ -78,8 +78,8 @@ func runInflight(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *calls < 1 || *workers < 1 || *shortCalls < 1 || *ackWait <= 0 {
-		return exitErrorf("inflight: --calls, --workers, --short-calls and --ack-wait must be positive")
+	if *calls < 1 || *workers < 1 || *shortCalls < 1 || *submitters < 1 || *ackWait <= 0 || *plateau <= 0 || *slots < 0 {
+		return exitErrorf("inflight: --calls, --workers, --short-calls, --submitters, --ack-wait and --plateau must be positive, --slots not negative")
 	}
 	if *slots == 0 {
 		*slots = (*calls + *workers - 1) / *workers
