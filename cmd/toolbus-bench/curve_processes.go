@@ -63,6 +63,10 @@ func runServerRole(ctx context.Context, args []string) error {
 		return err
 	}
 	defer srv.Stop()
+	exitWithParent(func() {
+		srv.Stop()
+		os.RemoveAll(*dir)
+	})
 	mon := srv.MonitorAddr()
 	if mon == nil {
 		return fmt.Errorf("%s: the server has no monitoring port", serverRole)
@@ -88,6 +92,7 @@ func runCoordinatorRole(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	exitWithParent(nil)
 	c, err := coordinator.New(coordinator.Config{Conn: nc, Prefix: *prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, Logger: quietLogger()})
 	if err != nil {
 		return err
@@ -126,6 +131,7 @@ func runWorkerRole(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	exitWithParent(nil)
 	w, err := worker.New(worker.Config{Conn: nc, Prefix: *prefix, ID: *id, AckWait: *ackWait, Logger: quietLogger()})
 	if err != nil {
 		return err
@@ -165,6 +171,21 @@ func runWorkerRole(ctx context.Context, args []string) error {
 	return w.Stop(stop)
 }
 
+// exitWithParent ends this process, after cleanup, as soon as the process
+// that started it has exited, however it exited: startProcess holds this
+// process's standard input open, and the pipe ends with it. Nobody
+// measures any more then, so nothing is drained: a bench killed mid-run
+// leaves no server, worker or store behind.
+func exitWithParent(cleanup func()) {
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		if cleanup != nil {
+			cleanup()
+		}
+		os.Exit(1)
+	}()
+}
+
 func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }
@@ -186,6 +207,11 @@ func startProcess(name string, args ...string) (*process, error) {
 	cmd := exec.Command(self, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
+		return nil, err
+	}
+	// Held open, never written: the child exits when it closes (see
+	// exitWithParent), which is when this process exits.
+	if _, err := cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
 	cmd.Stderr = os.Stderr
