@@ -175,7 +175,8 @@ func runWorkerRole(ctx context.Context, args []string) error {
 // that started it has exited, however it exited: startProcess holds this
 // process's standard input open, and the pipe ends with it. Nobody
 // measures any more then, so nothing is drained: a bench killed mid-run
-// leaves no server, worker or store behind.
+// leaves no server, worker or store behind. (A role started by hand with
+// its standard input at its end, as from /dev/null, exits at once.)
 func exitWithParent(cleanup func()) {
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
