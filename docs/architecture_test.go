@@ -83,7 +83,7 @@ func reaches(imports map[string][]string, pkg string) map[string]string {
 // TestImportRules holds the package graph to what docs/architecture.md says.
 func TestImportRules(t *testing.T) {
 	imports := packageImports(t)
-	services := []string{"internal/coordinator", "internal/indexer", "internal/devstack", "internal/testenv", "internal/workerconfig", "internal/demo", "cmd/"}
+	services := []string{"internal/coordinator", "internal/indexer", "internal/devstack", "internal/testenv", "internal/workerconfig", "internal/demo", "internal/admin", "cmd/"}
 	for _, pkg := range []string{"pkg/client", "pkg/worker"} {
 		for dep, chain := range reaches(imports, pkg) {
 			for _, s := range services {

@@ -37,6 +37,8 @@ func TestProtocolExamples(t *testing.T) {
 		"GetCallRequest":       func() any { return &messages.GetCallRequest{} },
 		"CallEventsRequest":    func() any { return &messages.CallEventsRequest{} },
 		"CallEventsReply":      func() any { return &messages.CallEventsReply{} },
+		"CallsListRequest":     func() any { return &messages.CallsListRequest{} },
+		"CallsListReply":       func() any { return &messages.CallsListReply{} },
 		"CallInfo":             func() any { return &messages.CallInfo{} },
 		"CancelRequest":        func() any { return &messages.CancelRequest{} },
 		"CancelReply":          func() any { return &messages.CancelReply{} },

@@ -81,8 +81,9 @@ func newAuthSetup(configFile, identitiesFile, dir string) (*authSetup, error) {
 	i += len("\naccounts {")
 	baseline := fmt.Sprintf("\n  %s { jetstream: enabled, users: [ { user: bench_baseline, password: bench_baseline } ] }\n", benchAccount)
 	conf = conf[:i] + baseline + conf[i:]
-	// Relative includes resolve against the configuration's own folder.
-	a.configFile = filepath.Join(filepath.Dir(configFile), ".toolbus-bench-"+filepath.Base(dir)+".conf")
+	// The includes are inlined, so the text stands on its own in dir and
+	// nothing is written beside the deployment's files.
+	a.configFile = filepath.Join(dir, "bench-server.conf")
 	if err := os.WriteFile(a.configFile, []byte(conf), 0o600); err != nil {
 		return nil, err
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -27,19 +29,23 @@ import (
 
 // benchReport is the last line the bench prints.
 type benchReport struct {
-	Calls                  int     `json:"calls"`
-	Concurrency            int     `json:"concurrency"`
-	Rounds                 int     `json:"rounds"`
-	BaselineSeqP50US       float64 `json:"baseline_seq_p50_us"`
-	ToolbusSeqP50US        float64 `json:"toolbus_seq_p50_us"`
-	BaselineSeqP99US       float64 `json:"baseline_seq_p99_us"`
-	ToolbusSeqP99US        float64 `json:"toolbus_seq_p99_us"`
-	BaselineC64CallsPerS   float64 `json:"baseline_c64_calls_per_s"`
-	ToolbusC64CallsPerS    float64 `json:"toolbus_c64_calls_per_s"`
-	SeqP50Ratio            float64 `json:"seq_p50_ratio"`
-	ThroughputRatio        float64 `json:"throughput_ratio"`
-	ToolbusJetStreamWrite  int     `json:"toolbus_jetstream_writes_per_call"`
-	BaselineJetStreamWrite int     `json:"baseline_jetstream_writes_per_call"`
+	Calls                 int     `json:"calls"`
+	Concurrency           int     `json:"concurrency"`
+	Rounds                int     `json:"rounds"`
+	BaselineSeqP50US      float64 `json:"baseline_seq_p50_us"`
+	ToolbusSeqP50US       float64 `json:"toolbus_seq_p50_us"`
+	BaselineSeqP99US      float64 `json:"baseline_seq_p99_us"`
+	ToolbusSeqP99US       float64 `json:"toolbus_seq_p99_us"`
+	BaselineC64CallsPerS  float64 `json:"baseline_c64_calls_per_s"`
+	ToolbusC64CallsPerS   float64 `json:"toolbus_c64_calls_per_s"`
+	SeqP50Ratio           float64 `json:"seq_p50_ratio"`
+	ThroughputRatio       float64 `json:"throughput_ratio"`
+	ToolbusJetStreamWrite int     `json:"toolbus_jetstream_writes_per_call"`
+	// ToolbusAuditWrites is the policy decision's audit record per call,
+	// counted apart: an asynchronous write to the audit stream, kept where
+	// no one can delete it.
+	ToolbusAuditWrites     int `json:"toolbus_audit_writes_per_call"`
+	BaselineJetStreamWrite int `json:"baseline_jetstream_writes_per_call"`
 	// Auth says whether the run used a deployment's users and identities
 	// (--auth): each process connected as its role.
 	Auth bool `json:"auth,omitempty"`
@@ -134,10 +140,19 @@ func runBench(ctx context.Context, args []string) error {
 	if _, err := sequential(ctx, 200, tb.call); err != nil {
 		return err
 	}
-	r := benchReport{Calls: *calls, Concurrency: *concurrency, Rounds: max(*rounds, 1), ToolbusJetStreamWrite: 3, BaselineJetStreamWrite: 2, Auth: auth != nil, Path: "bare"}
+	r := benchReport{Calls: *calls, Concurrency: *concurrency, Rounds: max(*rounds, 1), BaselineJetStreamWrite: 2, Auth: auth != nil, Path: "bare"}
 	if !*bare {
-		// The call, its queued event, its result, and its filing under the turn.
-		r.ToolbusJetStreamWrite, r.Path = 4, "realistic"
+		r.Path = "realistic"
+	}
+	// The writes of a call are counted, not assumed: the messages the
+	// Toolbus streams stored during warm-up calls, per call.
+	counter, err := connectAs("coordinator")()
+	if err != nil {
+		return err
+	}
+	defer counter.Close()
+	if r.ToolbusJetStreamWrite, r.ToolbusAuditWrites, err = writesPerCall(ctx, counter, names, 100, tb.call); err != nil {
+		return fmt.Errorf("count writes per call: %w", err)
 	}
 	// The machine's background load drifts; measuring the two in turns,
 	// in alternating order, spreads the drift over both.
@@ -538,4 +553,58 @@ func (tb *toolbusBench) close() {
 	for _, nc := range tb.conns {
 		nc.Close()
 	}
+}
+
+// writesPerCall runs calls sequential calls and returns the messages
+// stored meanwhile, per call and rounded, in the streams a call's path
+// writes to (its durable writes), and apart, in the audit stream. (The
+// catalog's heartbeats and the index are not a call's.)
+func writesPerCall(ctx context.Context, nc *nats.Conn, names messages.Names, calls int, call func(context.Context) error) (path, audit int, err error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, 0, err
+	}
+	stored := func(streams ...string) (uint64, error) {
+		var total uint64
+		for _, name := range streams {
+			s, err := js.Stream(ctx, name)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				continue
+			}
+			if err != nil {
+				return 0, err
+			}
+			total += s.CachedInfo().State.Msgs
+		}
+		return total, nil
+	}
+	pathStreams := []string{names.EventsStream(), "KV_" + names.TurnsBucket(), "KV_" + names.ApprovalsBucket()}
+	pathBefore, err := stored(pathStreams...)
+	if err != nil {
+		return 0, 0, err
+	}
+	auditBefore, err := stored(names.AuditStream())
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := sequential(ctx, calls, call); err != nil {
+		return 0, 0, err
+	}
+	pathAfter, err := stored(pathStreams...)
+	if err != nil {
+		return 0, 0, err
+	}
+	// Audit records are published without waiting: wait for them.
+	var auditAfter uint64
+	for range 100 {
+		if auditAfter, err = stored(names.AuditStream()); err != nil || auditAfter-auditBefore >= uint64(calls) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	perCall := func(n uint64) int { return int(math.Round(float64(n) / float64(calls))) }
+	return perCall(pathAfter - pathBefore), perCall(auditAfter - auditBefore), nil
 }

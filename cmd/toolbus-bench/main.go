@@ -35,6 +35,7 @@ Usage:
                                           the server's messages, a short call's latency
   toolbus-bench history [flags]           calls.get, turns.get and a turn's resume among
                                           many stored calls
+  toolbus-bench calls-list [--calls N]    measure calls.list pages with N finished calls stored
 
 Each prints a JSON line last; "toolbus-bench MODE --help" lists a mode's flags.
 
@@ -65,6 +66,8 @@ func run(ctx context.Context, args []string) error {
 		switch args[0] {
 		case "search-eval":
 			return runSearchEval(args[1:])
+		case "calls-list":
+			return runCallsList(ctx, args[1:])
 		case soakWorkerCommand:
 			return runSoakWorker(ctx, args[1:])
 		case "scale":

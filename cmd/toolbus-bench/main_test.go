@@ -39,12 +39,14 @@ func TestBenchReports(t *testing.T) {
 	if r.Calls != 20 || r.ToolbusSeqP50US <= 0 || r.BaselineSeqP50US <= 0 || r.ToolbusC64CallsPerS <= 0 {
 		t.Fatalf("report %+v", r)
 	}
-	if r.Path != "realistic" || r.ToolbusJetStreamWrite != 4 {
-		t.Fatalf("by default the realistic path, with its four writes per call: %+v", r)
+	// Counted: the queued event and the result on the path, and apart the
+	// policy decision's audit record.
+	if r.Path != "realistic" || r.ToolbusJetStreamWrite != 2 || r.ToolbusAuditWrites != 1 {
+		t.Fatalf("by default the realistic path, with its two writes per call and an audit record: %+v", r)
 	}
 	var bare benchReport
 	runToJSON(t, &bare, "--bare", "--calls", "20", "--rounds", "1", "--concurrency", "4", "--slots", "4", "--prefix", "tbbare")
-	if bare.Path != "bare" || bare.ToolbusJetStreamWrite != 3 || bare.ToolbusC64CallsPerS <= 0 {
+	if bare.Path != "bare" || bare.ToolbusJetStreamWrite != 2 || bare.ToolbusAuditWrites != 0 || bare.ToolbusC64CallsPerS <= 0 {
 		t.Fatalf("--bare: %+v", bare)
 	}
 }

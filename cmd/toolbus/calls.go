@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -250,6 +251,9 @@ func printJSON(v any) error {
 }
 
 func runCalls(ctx context.Context, g globals, args []string) error {
+	if len(args) > 0 && args[0] == "list" {
+		return runCallsList(ctx, g, args[1:])
+	}
 	fs := newFlags("calls")
 	reason := fs.String("reason", "", "reason given for a cancel")
 	pos, err := parseInterleaved(fs, args)
@@ -257,7 +261,7 @@ func runCalls(ctx context.Context, g globals, args []string) error {
 		return exitError(2)
 	}
 	if len(pos) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: toolbus calls get|watch|cancel CALL-ID")
+		fmt.Fprintln(os.Stderr, "usage: toolbus calls get|watch|cancel CALL-ID, or toolbus calls list [flags]")
 		return exitError(2)
 	}
 	nc, c, err := g.connect()
@@ -297,8 +301,121 @@ func runCalls(ctx context.Context, g globals, args []string) error {
 		fmt.Printf("%s: %s\n", id, reply.Outcome)
 		return nil
 	}
-	fmt.Fprintf(os.Stderr, "toolbus calls: unknown action %q (get, watch or cancel)\n", pos[0])
+	fmt.Fprintf(os.Stderr, "toolbus calls: unknown action %q (list, get, watch or cancel)\n", pos[0])
 	return exitError(2)
+}
+
+// stateFlags collects the repeated --state flag.
+type stateFlags []messages.CallState
+
+func (s *stateFlags) String() string { return fmt.Sprint(*s) }
+
+func (s *stateFlags) Set(v string) error {
+	for _, one := range strings.Split(v, ",") {
+		*s = append(*s, messages.CallState(strings.TrimSpace(one)))
+	}
+	return nil
+}
+
+// timeFlag is a time given as RFC 3339 or as a duration before now ("1h").
+type timeFlag struct{ t time.Time }
+
+func (f *timeFlag) String() string {
+	if f.t.IsZero() {
+		return ""
+	}
+	return f.t.Format(time.RFC3339)
+}
+
+func (f *timeFlag) Set(v string) error {
+	if d, err := time.ParseDuration(v); err == nil {
+		f.t = time.Now().Add(-d)
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return fmt.Errorf("%q is neither a duration before now (90m) nor an RFC 3339 time", v)
+	}
+	f.t = t
+	return nil
+}
+
+// runCallsList is toolbus calls list: a page of the execution log.
+func runCallsList(ctx context.Context, g globals, args []string) error {
+	fs := newFlags("calls list")
+	var req messages.CallsListRequest
+	var states stateFlags
+	var since, until timeFlag
+	fs.StringVar(&req.Agent, "agent", "", "only the calls of this agent")
+	fs.StringVar(&req.Turn, "turn", "", "only the calls of this agent turn")
+	fs.StringVar(&req.Tool, "tool", "", "only the calls of this tool")
+	fs.StringVar(&req.Namespace, "namespace", "", "only the calls of this namespace's tools")
+	fs.Var(&states, "state", "only the calls in this state (repeat, or separate with commas)")
+	fs.Var(&since, "since", "only the calls queued since this time: RFC 3339, or a duration before now (1h)")
+	fs.Var(&until, "until", "only the calls queued before this time: RFC 3339, or a duration before now")
+	fs.IntVar(&req.Limit, "limit", 0, fmt.Sprintf("calls in the page (default %d, at most %d)", messages.DefaultCallsListLimit, messages.MaxCallsListLimit))
+	fs.StringVar(&req.Cursor, "cursor", "", "continue where the previous page ended (the cursor it printed)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return exitError(2)
+	}
+	if len(pos) > 0 {
+		fmt.Fprintln(os.Stderr, "usage: toolbus calls list [--agent A] [--turn T] [--tool X] [--namespace N] [--state S]... [--since T] [--until T] [--limit N] [--cursor C]")
+		return exitError(2)
+	}
+	req.States, req.Since, req.Until = states, since.t, until.t
+	nc, c, err := g.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	reply, err := c.ListCalls(ctx, req)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return printJSON(reply)
+	}
+	writeCallsList(os.Stdout, reply)
+	return nil
+}
+
+// writeCallsList prints a page of the execution log as a table, and the
+// cursor of the next page.
+func writeCallsList(w io.Writer, reply *messages.CallsListReply) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUED\tCALL\tTOOL\tAGENT\tTURN\tSTATE\tWAIT\tRUN\tATTEMPTS\tWORKER")
+	for _, e := range reply.Calls {
+		state := string(e.State)
+		if e.Error != nil {
+			state += " (" + string(e.Error.Code) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n",
+			e.QueuedAt.Local().Format("2006-01-02 15:04:05.000"), e.CallID, e.Tool, dash(e.Agent), dash(e.Turn), state,
+			millis(e.QueueWaitMS, !e.StartedAt.IsZero()), millis(e.RunMS, !e.FinishedAt.IsZero() && !e.StartedAt.IsZero()), e.Attempts, dash(e.Worker))
+	}
+	_ = tw.Flush()
+	if len(reply.Calls) == 0 {
+		fmt.Fprintln(w, "no calls")
+	}
+	if reply.NextCursor != "" {
+		fmt.Fprintf(w, "next page: --cursor %s\n", reply.NextCursor)
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// millis prints a duration in milliseconds, or "-" when it is not known.
+func millis(ms int64, known bool) string {
+	if !known {
+		return "-"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
 }
 
 func printCallInfo(info *messages.CallInfo) {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/admin"
 	"github.com/toolbus/toolbus/internal/devstack"
 	"github.com/toolbus/toolbus/internal/telemetry"
 )
@@ -23,6 +24,8 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	policyFile := fs.String("policy", "", "policy file (YAML)")
 	workerConfig := fs.String("worker-config", "", "worker configuration file (YAML, see docs/workers.md) whose namespaces the dev worker serves beside the demo tools")
 	mcpPort := fs.Int("mcp-port", 8080, "port of the MCP front on 127.0.0.1, serving --agent (default dev) without tokens; 0 picks a free one (as it does when --port is 0), -1 starts none")
+	consolePort := fs.Int("console-port", 8090, "port of the admin console on 127.0.0.1, served without a login to this machine's browsers unless $"+admin.TokensEnv+" holds tokens; 0 picks a free one (as it does when --port is 0), -1 starts none")
+	traceURL := fs.String("trace-url", "", "the tracing UI's URL for a trace, with {trace_id} in it, linked from the console's call pages")
 	metricsListen := fs.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if _, err := parseInterleaved(fs, args); err != nil {
@@ -35,6 +38,20 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	if *mcpPort >= 0 {
 		mcpListen = net.JoinHostPort("127.0.0.1", strconv.Itoa(*mcpPort))
 	}
+	consoleListen := ""
+	if !flagSet(fs, "console-port") && *port == 0 {
+		*consolePort = 0
+	}
+	if *consolePort >= 0 {
+		consoleListen = net.JoinHostPort("127.0.0.1", strconv.Itoa(*consolePort))
+	}
+	var consoleTokens map[string]admin.Operator
+	if env := os.Getenv(admin.TokensEnv); env != "" && consoleListen != "" {
+		var err error
+		if consoleTokens, err = admin.ParseTokens(env); err != nil {
+			return err
+		}
+	}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
@@ -45,7 +62,7 @@ func runDev(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	defer tel.Close()
-	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, WorkerConfig: *workerConfig, MCPListen: mcpListen, MCPAgent: g.agent, Logger: log})
+	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, WorkerConfig: *workerConfig, MCPListen: mcpListen, MCPAgent: g.agent, ConsoleListen: consoleListen, ConsoleTokens: consoleTokens, ConsoleTraceURL: *traceURL, Logger: log})
 	if err != nil {
 		return fmt.Errorf("start: %w (if the port is taken, try --port 0)", err)
 	}
@@ -55,6 +72,13 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	fmt.Printf("NATS URL: %s\n", url)
 	if stack.MCPURL != "" {
 		fmt.Printf("MCP endpoint: %s (no token needed on this machine; see docs/mcp.md)\n", stack.MCPURL)
+	}
+	if stack.ConsoleURL != "" {
+		if len(consoleTokens) == 0 {
+			fmt.Printf("Admin console: %s (no login on this machine: it serves loopback clients only; see docs/operations.md)\n", stack.ConsoleURL)
+		} else {
+			fmt.Printf("Admin console: %s (log in with a token of $%s)\n", stack.ConsoleURL, admin.TokensEnv)
+		}
 	}
 	if addr := tel.Addr(); addr != "" {
 		fmt.Printf("Metrics: http://%s/metrics (health: /healthz, /readyz)\n", addr)

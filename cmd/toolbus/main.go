@@ -2,9 +2,11 @@
 //
 //	toolbus dev                        run NATS, a coordinator and a demo worker in one process
 //	toolbus mcp --listen ADDR | --stdio serve Toolbus to MCP clients
+//	toolbus console --tokens FILE      serve the operators' admin console
 //	toolbus tools                      list the catalog
 //	toolbus call TOOL [JSON] [--watch] call a tool and print its result
 //	toolbus calls get|watch|cancel ID  follow one call
+//	toolbus calls list [filters]       the execution log, newest call first
 //	toolbus turns get ID               show an agent turn's calls
 //	toolbus approvals list|approve|deny
 //	toolbus tools disable|enable NAME
@@ -38,10 +40,14 @@ Usage:
 
 Commands:
   dev                          run an embedded NATS server, a coordinator and a demo worker
+                               (prints the MCP endpoint and the admin console's URL, --console-port)
                                (--worker-config FILE also serves a worker configuration, see docs/workers.md)
   mcp                          serve Toolbus to MCP clients: streamable HTTP on --listen ADDR
                                (/mcp; --tokens FILE or $TOOLBUS_MCP_TOKENS map bearer tokens to
                                agents, else --agent on loopback only), or --stdio (docs/mcp.md)
+  console                      serve the admin console on --listen ADDR (default 127.0.0.1:8090) to
+                               operators who log in with a token of --tokens FILE or
+                               $TOOLBUS_CONSOLE_TOKENS (docs/operations.md)
   tools                        list the tools in the catalog
   tools disable|enable NAME    switch a tool or a namespace off (with --reason) or on
   tools remove NAME            remove a stale tool, or every tool of a namespace, from the catalog
@@ -50,6 +56,9 @@ Commands:
   call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress);
                                waits as long as the call runs, --timeout D bounds the call
   calls get|watch|cancel ID    show, follow or cancel a call
+  calls list                   the execution log, newest call first (--agent, --turn, --tool,
+                               --namespace, --state S..., --since/--until 1h|RFC3339, --limit N,
+                               --cursor C from the previous page)
   turns get TURN               show the calls of an agent turn
 
 Global flags:
@@ -211,6 +220,8 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 		return runDev(ctx, g, cmdArgs)
 	case "mcp":
 		return runMCP(ctx, g, cmdArgs)
+	case "console":
+		return runConsole(ctx, g, cmdArgs)
 	case "tools":
 		if len(cmdArgs) > 0 && (cmdArgs[0] == "enable" || cmdArgs[0] == "disable") {
 			return runToolSwitch(ctx, g, cmdArgs[0] == "enable", cmdArgs[1:])

@@ -23,7 +23,7 @@ func runMCP(ctx context.Context, g globals, args []string) error {
 	tokensFile := fs.String("tokens", "", "bearer tokens file (YAML: tokens: {TOKEN: {agent: NAME}}); default $"+mcpfront.TokensEnv+" (TOKEN=AGENT,...)")
 	turn := fs.String("turn", "", "the turn of the stdio session (default a new one)")
 	origins := fs.String("allow-origin", "", "Origin headers allowed besides loopback ones, comma-separated")
-	maxBytes := fs.Int64("max-request-bytes", 4<<20, "largest HTTP request body")
+	maxBytes := fs.Int64("max-request-bytes", 4<<20, "largest HTTP request body, or stdio message")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long requests in flight may finish")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if _, err := parseInterleaved(fs, args); err != nil {

@@ -40,6 +40,7 @@ type approvals struct {
 type callLedger interface {
 	Snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error)
 	Append(ctx context.Context, ns string, ev *messages.CallEvent) (uint64, error)
+	Hold(ctx context.Context, call *messages.CallRequest) (uint64, error)
 	Commit(ctx context.Context, ns string, res *messages.CallResult, notify string) (bool, error)
 }
 
@@ -64,6 +65,14 @@ func (l retryingLedger) Snapshot(ctx context.Context, callID string) (snap *ledg
 func (l retryingLedger) Append(ctx context.Context, ns string, ev *messages.CallEvent) (seq uint64, err error) {
 	err = retryTransient(ctx, l.wait, func(ctx context.Context) (err error) {
 		seq, err = l.callLedger.Append(ctx, ns, ev)
+		return err
+	})
+	return seq, err
+}
+
+func (l retryingLedger) Hold(ctx context.Context, call *messages.CallRequest) (seq uint64, err error) {
+	err = retryTransient(ctx, l.wait, func(ctx context.Context) (err error) {
+		seq, err = l.callLedger.Hold(ctx, call)
 		return err
 	})
 	return seq, err
@@ -113,10 +122,10 @@ func (ap *approvals) granted(ctx context.Context, call *messages.CallRequest, ve
 }
 
 // hold records a call that waits for an approval: the call is in the
-// ledger and its turn, the approval in the approvals bucket, and nothing
+// ledger, and so in its turn (its queued event names it), the approval in the approvals bucket, and nothing
 // is queued for a worker until someone approves.
 func (ap *approvals) hold(ctx context.Context, call *messages.CallRequest, a *messages.Approval) error {
-	if _, err := ap.ledger.Append(ctx, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call}); err != nil {
+	if _, err := ap.ledger.Hold(ctx, call); err != nil {
 		return unavailable(err, "record call %s", call.CallID)
 	}
 	key, err := messages.ApprovalKey(call.CallID)
@@ -136,7 +145,7 @@ func (ap *approvals) hold(ctx context.Context, call *messages.CallRequest, a *me
 	if _, err := ap.ledger.Append(ctx, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventApproval, Time: a.CreatedAt, Approval: a}); err != nil {
 		return unavailable(err, "record approval of call %s", call.CallID)
 	}
-	return ap.turns.fileCall(ctx, call)
+	return nil
 }
 
 // list answers approvals.list: the approvals in a state (pending unless

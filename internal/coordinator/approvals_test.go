@@ -145,6 +145,10 @@ func (l *memLedger) Append(_ context.Context, ns string, ev *messages.CallEvent)
 	return l.seq, nil
 }
 
+func (l *memLedger) Hold(ctx context.Context, call *messages.CallRequest) (uint64, error) {
+	return l.Append(ctx, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
+}
+
 func (l *memLedger) Commit(ctx context.Context, ns string, res *messages.CallResult, _ string) (bool, error) {
 	l.mu.Lock()
 	if s := l.snaps[res.CallID]; s != nil && s.Result != nil {

@@ -536,7 +536,9 @@ func (c *Coordinator) unseenCalls(ctx context.Context, submits []*messages.Submi
 	if len(ids) == 0 {
 		return unseen
 	}
-	snaps, err := c.calls.snapshots(ctx, ids...)
+	// One batched read: the single replica's answer is its leader's, so a
+	// call it does not know is not looked up again, one by one.
+	snaps, err := c.ledger.SnapshotsSeen(ctx, ids...)
 	if err != nil {
 		return unseen
 	}

@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/ledger"
-	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -20,7 +18,6 @@ import (
 // cancellation, and the calls of a turn.
 type calls struct {
 	ledger *ledger.Ledger
-	stream *callStream
 	turns  *turns
 	nc     *nats.Conn
 	names  messages.Names
@@ -80,8 +77,9 @@ func (cs *calls) get(ctx context.Context, gr *messages.GetCallRequest) (*message
 	return &info, nil
 }
 
-// cancel cancels a call (the calls.cancel endpoint). A queued call is
-// removed from the queue and gets its cancelled result here; a running call
+// cancel cancels a call (the calls.cancel endpoint). A queued call gets
+// its cancelled result here, and the worker its queued event is delivered
+// to finds that result and does not run it; a running call
 // gets a durable cancel record and a signal to its worker, which writes the
 // result; a finished call keeps its result.
 func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messages.CancelReply, error) {
@@ -117,7 +115,7 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 			// A retried commit whose first attempt was stored unanswered
 			// finds the call changed, and the next round finds its result.
 			err := cs.retry(ctx, func(ctx context.Context) error {
-				return cs.ledger.CommitIfUnchanged(ctx, snap.Namespace, &res, snap.LastSeq, notify)
+				return cs.ledger.CommitIfUnchanged(ctx, snap.Namespace, &res, snap.ChangeSeq(), notify)
 			})
 			if errors.Is(err, ledger.ErrChanged) {
 				continue // a worker started it meanwhile
@@ -125,7 +123,6 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 			if err != nil {
 				return nil, unavailable(err, "cancel call %s", cr.CallID)
 			}
-			cs.removeQueued(ctx, snap)
 			// A worker may have just taken the call without having recorded
 			// its start yet: it stops the tool on the signal.
 			cs.signalCancel(snap, info)
@@ -181,47 +178,6 @@ func cancelledResult(snap *ledger.Snapshot, info *messages.CancelInfo) messages.
 		res.Tool, res.QueuedAt = q.Request.Tool, q.Request.QueuedAt
 	}
 	return res
-}
-
-// removeQueued deletes a call that no worker will run from the calls
-// stream. A worker that fetched it meanwhile finds its result and drops it.
-func (cs *calls) removeQueued(ctx context.Context, snap *ledger.Snapshot) {
-	if snap.Queued == nil || snap.Queued.Request == nil {
-		return
-	}
-	seq, err := cs.findQueued(ctx, snap.Queued.Request)
-	if err != nil {
-		cs.log.Warn("could not find a cancelled call in the queue", "call", snap.CallID, "error", err)
-		return
-	}
-	if seq == 0 {
-		return // a worker took it meanwhile
-	}
-	cs.stream.remove(ctx, seq, snap.CallID, "a cancelled")
-}
-
-// clockSlack allows for clocks of coordinators and servers that differ.
-const clockSlack = 5 * time.Second
-
-// findQueued returns the sequence of a call in the calls stream, or 0 if
-// it is not there. It reads the tool's queue from shortly before the call
-// was queued, so it touches few messages however long the queue is.
-func (cs *calls) findQueued(ctx context.Context, call *messages.CallRequest) (uint64, error) {
-	subject, err := cs.names.CallSubject(call.ToolName())
-	if err != nil {
-		return 0, err
-	}
-	from := call.QueuedAt.Add(-clockSlack)
-	var found uint64
-	err = cs.stream.scanQueue(ctx, transport.BatchRequest{StartTime: &from, NextBySubject: subject, Batch: 1024}, func(seq uint64, msg *nats.Msg) bool {
-		if msg.Header.Get(messages.HeaderMsgID) == call.CallID {
-			found = seq
-			return false
-		}
-		ts, err := time.Parse(time.RFC3339Nano, msg.Header.Get(jetstream.TimeStampHeaer))
-		return err != nil || ts.Before(call.QueuedAt.Add(clockSlack))
-	})
-	return found, err
 }
 
 // turn returns a turn's calls with their states and results, oldest first

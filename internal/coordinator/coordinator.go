@@ -206,9 +206,8 @@ func (c Config) validate() error {
 			return fmt.Errorf("%w: %s is %v; it must be positive", ErrInvalidConfig, f.name, f.value)
 		}
 	}
-	// A write retried after the streams forgot its message ID would be
-	// stored twice. (The events stream keeps JetStream's default window of
-	// two minutes, no shorter than the calls stream's default.)
+	// A write retried after the events stream forgot its message ID would
+	// be stored twice.
 	if window := min(c.Resources.WithDefaults().DuplicateWindow, 2*time.Minute); c.UnavailableWait >= window {
 		return fmt.Errorf("%w: UnavailableWait is %v; it must be shorter than the duplicate window of %v", ErrInvalidConfig, c.UnavailableWait, window)
 	}

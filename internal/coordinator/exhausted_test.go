@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -34,11 +36,10 @@ func (l *causeLedger) SnapshotIn(_ context.Context, _, callID string) (*ledger.S
 func TestExhaustedCallCountsItsAttemptsAndGivesTheCause(t *testing.T) {
 	_, nc, js, names := jetStreamEnv(t)
 	ctx := context.Background()
-	stream, err := js.Stream(ctx, names.CallsStream())
+	stream, err := js.Stream(ctx, names.EventsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject, _ := names.CallSubject(messages.ToolName{Namespace: "t", Method: "echo"})
 	for i, tc := range []struct {
 		name    string
 		lastLog *messages.CallEvent
@@ -51,19 +52,14 @@ func TestExhaustedCallCountsItsAttemptsAndGivesTheCause(t *testing.T) {
 		{"without a log", nil, "the call was delivered 3 times and no attempt finished: the workers that took it stopped"},
 	} {
 		call := &messages.CallRequest{CallID: "exhausted" + strconv.Itoa(i), Tool: "t-echo", Namespace: "t", Method: "echo", QueuedAt: time.Now().UTC()}
-		msg, err := newMsg(subject, call)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg.Header.Set(messages.HeaderMsgID, call.CallID)
-		ack, err := js.PublishMsg(ctx, msg)
+		ack, err := js.PublishMsg(ctx, queuedEventMsg(t, names, call))
 		if err != nil {
 			t.Fatal(err)
 		}
 		l := &causeLedger{lastLog: tc.lastLog}
 		s := &sweeper{stream: &callStream{nc: nc, names: names, stream: stream, log: discardLogger()}, ledger: l, unavailableWait: 20 * time.Millisecond, log: discardLogger()}
 		// MaxAttempts 3: the consumer's MaxDeliver is 4.
-		s.endExhausted(ctx, maxDeliveriesAdvisory{Stream: names.CallsStream(), StreamSeq: ack.Sequence, Deliveries: 4})
+		s.endExhausted(ctx, maxDeliveriesAdvisory{Stream: names.EventsStream(), StreamSeq: ack.Sequence, Deliveries: 4})
 		if len(l.committed) != 1 {
 			t.Fatalf("%s: committed %d results", tc.name, len(l.committed))
 		}
@@ -72,4 +68,19 @@ func TestExhaustedCallCountsItsAttemptsAndGivesTheCause(t *testing.T) {
 			t.Errorf("%s: attempt %d, error %+v; want attempt 3 and %q", tc.name, res.Attempt, res.Error, tc.want)
 		}
 	}
+}
+
+// queuedEventMsg is the queued event of call, as the coordinator queues it.
+func queuedEventMsg(t *testing.T, names messages.Names, call *messages.CallRequest) *nats.Msg {
+	t.Helper()
+	subject, err := names.EventSubject(call.CallID, messages.EventQueued, call.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := newMsg(subject, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.Header.Set(messages.HeaderMsgID, queuedMsgID(call.CallID))
+	return msg
 }

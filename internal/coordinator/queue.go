@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,9 +14,10 @@ import (
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
-// callQueue puts calls in the calls stream for workers, with their queued
-// event in the ledger and their place in their turn, and waits for their
-// results.
+// callQueue queues calls for workers: a call's queued event, in the
+// ledger, is also its work item, which its namespace's consumer on the
+// events stream delivers. It files calls under their turns and waits for
+// their results.
 type callQueue struct {
 	names  messages.Names
 	writes callWriter
@@ -30,9 +31,13 @@ type callQueue struct {
 	// unavailableWait bounds how long a write or read is retried while
 	// JetStream does not answer (Config.UnavailableWait).
 	unavailableWait time.Duration
-	// unqueue removes a call from the calls stream; nil in tests.
-	unqueue func(ctx context.Context, seq uint64, callID string)
-	log     *slog.Logger
+	// ensureConsumer creates a namespace's consumer if it has none, so
+	// that the consumer exists before the namespace's first call is
+	// queued (it delivers what is queued after its creation); nil in
+	// tests. consumers holds the namespaces it was done for.
+	ensureConsumer func(ctx context.Context, ns string) error
+	consumers      sync.Map
+	log            *slog.Logger
 }
 
 // callWriter is what sending a call writes with: the ledger's events and
@@ -75,34 +80,28 @@ func (q *callQueue) sendWait(ctx context.Context, call *messages.CallRequest) (b
 	}
 }
 
-// send records the call in the ledger and queues it, both writes in
-// flight at once, and files it under its turn. Nothing waits here: then
-// gets the outcome (whether another submit queued the call first) once
-// JetStream has stored both writes, from the ledger's goroutine or one of
-// its own. If send returns an error, then is not called.
+// send queues the call, writing its queued event: the call's record, its
+// work item and, as its subject names the call's turn, its entry in the
+// turn's index. Nothing waits here: then gets the outcome (whether another submit
+// queued the call first) once JetStream has stored the event, from the
+// ledger's goroutine or one of its own. If send returns an error, then is
+// not called.
 //
 // A write that JetStream does not answer (a stream without a leader) is
 // sent again with backoff until ctx's deadline or unavailableWait, as the
-// same message: both carry a Nats-Msg-Id (the call ID; queuedMsgID), so a
-// write stored twice is stored once. A publish refused because another
-// publish of the same ID is being stored (err_code 10158) is a duplicate.
-// The outcome is queued only when both writes are stored.
+// same message: it carries a Nats-Msg-Id (queuedMsgID), so an event stored
+// twice is stored once. A publish refused because another publish of the
+// same ID is being stored (err_code 10158) is a duplicate.
 func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then func(duplicate bool, err error)) error {
-	subject, err := q.names.CallSubject(call.ToolName())
-	if err != nil {
+	if err := q.haveConsumer(ctx, call.Namespace); err != nil {
 		return err
 	}
-	msg, err := newMsg(subject, call)
-	if err != nil {
-		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
-	}
-	msg.Header.Set(messages.HeaderMsgID, call.CallID)
-	tracing.Inject(sendSpan(ctx, subject, call), msg.Header)
 	queuedMsg, err := q.writes.EventMsg(call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
 	if err != nil {
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}
 	queuedMsg.Header.Set(messages.HeaderMsgID, queuedMsgID(call.CallID))
+	tracing.Inject(sendSpan(ctx, queuedMsg.Subject, call), queuedMsg.Header)
 	// The quiet submit's context ends when its handler returns; the
 	// writes go on until their own deadline.
 	now := time.Now()
@@ -111,31 +110,32 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 		deadline = d
 	}
 	s := &sending{q: q, parent: ctx, deadline: deadline, call: call, then: then}
-	s.parts.Store(2)
-	if call.Turn != "" {
-		s.parts.Add(1)
-	}
-	// Sent in this order on one connection, the queued event reaches the
-	// events stream before a worker can see the call, so it comes before
-	// the call's other events.
 	s.record = retryingPublish{q: q, msg: queuedMsg, deadline: deadline, then: s.recorded}
-	s.queue = retryingPublish{q: q, msg: msg, deadline: deadline, then: s.queued}
-	s.record.start, s.queue.start = now, now
+	s.record.start = now
 	record := &s.record
 	if err := q.writes.PublishThen(queuedMsg, record.timeout(), record.acked); err != nil && !transient(err) {
-		return messages.Errorf(messages.CodeUnavailable, "record call: %v", err)
+		return messages.Errorf(messages.CodeUnavailable, "queue call: %v", err)
 	} else if err != nil {
 		record.acked(0, false, err)
 	}
-	s.queue.publish()
-	if call.Turn != "" {
-		go func() {
-			ctx, cancel := s.context()
-			defer cancel()
-			s.turnErr = q.turns.fileCall(ctx, call)
-			s.partDone()
-		}()
+	return nil
+}
+
+// haveConsumer makes sure the namespace's consumer exists before a call
+// of it is queued: once per namespace and process, a read (and a create
+// when it is missing).
+func (q *callQueue) haveConsumer(ctx context.Context, ns string) error {
+	if q.ensureConsumer == nil {
+		return nil
 	}
+	if _, ok := q.consumers.Load(ns); ok {
+		return nil
+	}
+	err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) error { return q.ensureConsumer(ctx, ns) })
+	if err != nil {
+		return unavailable(err, "the consumer of namespace %s", ns)
+	}
+	q.consumers.Store(ns, struct{}{})
 	return nil
 }
 
@@ -209,41 +209,23 @@ type sending struct {
 	deadline time.Time
 	call     *messages.CallRequest
 	then     func(duplicate bool, err error)
-	parts    atomic.Int32
 
-	// record writes the queued event, queue the call.
-	record, queue retryingPublish
+	// record writes the queued event.
+	record retryingPublish
 
-	recordErr, queueErr, turnErr    error
-	recordDuplicate, queueDuplicate bool
+	recordErr       error
+	recordDuplicate bool
 }
 
+// recorded reports the outcome of the queued event's write.
 func (s *sending) recorded(duplicate bool, err error) {
 	s.recordDuplicate, s.recordErr = duplicate, err
-	s.partDone()
-}
-
-func (s *sending) queued(duplicate bool, err error) {
-	s.queueDuplicate, s.queueErr = duplicate, err
-	s.partDone()
-}
-
-// partDone ends one part; the last one reports.
-func (s *sending) partDone() {
-	if s.parts.Add(-1) != 0 {
-		return
-	}
-	q, call := s.q, s.call
-	if s.turnErr != nil {
-		q.log.Warn("call not filed under its turn", "call", call.CallID, "turn", call.Turn, "error", s.turnErr)
-	}
-	if s.queueErr == nil && s.recordErr == nil && !s.queueDuplicate && !s.recordDuplicate {
+	q := s.q
+	if s.recordErr == nil && !s.recordDuplicate {
 		s.then(false, nil)
 		return
 	}
-	// Off the ledger's goroutine: what is left reads and writes. A write
-	// that gave up did so at the deadline; what it leaves to clean up
-	// (a failed result, a call to unqueue) has a bound of its own.
+	// Off the ledger's goroutine: what is left reads.
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.parent), q.retryBound())
 		defer cancel()
@@ -251,44 +233,18 @@ func (s *sending) partDone() {
 	}()
 }
 
-// context is the submit's context without its end, ending at the deadline.
-func (s *sending) context() (context.Context, context.CancelFunc) {
-	return context.WithDeadline(context.WithoutCancel(s.parent), s.deadline)
-}
-
-// settle decides the outcome of a send that did not simply store both
-// writes: a duplicate (another submit's call, or a retried write of this
-// one) or a failure.
+// settle decides the outcome of a send that did not simply store its
+// queued event: a duplicate (another submit's call, or a retried write of
+// this one) or a failure.
 func (s *sending) settle(ctx context.Context) (duplicate bool, err error) {
 	q, call := s.q, s.call
 	if s.recordErr != nil {
-		if s.queueErr == nil && !s.queueDuplicate {
-			// The call is queued without its record: it leaves the queue,
-			// as the caller is told it was not queued.
-			q.log.Warn("call queued without its queued event; removing it", "call", call.CallID, "error", s.recordErr)
-			if q.unqueue != nil {
-				q.unqueue(ctx, s.queue.seq, call.CallID)
-			}
-		}
-		return false, messages.Errorf(messages.CodeUnavailable, "record call %s: %v", call.CallID, s.recordErr)
+		return false, messages.Errorf(messages.CodeUnavailable, "queue call %s: %v", call.CallID, s.recordErr)
 	}
 	// The ledger has a queued event of this call ID; whose?
 	ours, err := q.ownsCall(ctx, call, s.recordDuplicate)
 	if err != nil {
 		return false, unavailable(err, "read call %s", call.CallID)
-	}
-	if s.queueErr != nil {
-		if ours {
-			// The ledger shows the call; it must not wait forever for a worker.
-			res := endResult(call, messages.StateFailed, messages.ResultWorkerError, "the call could not be queued: "+s.queueErr.Error())
-			if err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) error {
-				_, err := q.writes.Commit(ctx, call.Namespace, &res, call.Notify)
-				return err
-			}); err != nil {
-				q.log.Error("call recorded but neither queued nor failed", "call", call.CallID, "error", err)
-			}
-		}
-		return false, unavailable(s.queueErr, "queue call %s", call.CallID)
 	}
 	return !ours, nil
 }

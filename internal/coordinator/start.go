@@ -22,7 +22,7 @@ import (
 func (c *Coordinator) startSteps() []startStep {
 	var (
 		catalogKV, turnsKV, approvalsKV jetstream.KeyValue
-		callsStream                     jetstream.Stream
+		eventsStream                    jetstream.Stream
 		workspace                       *exposure.Workspace
 		workspaceFP, policyFP           string
 		view                            *catalog.View
@@ -43,8 +43,8 @@ func (c *Coordinator) startSteps() []startStep {
 			if approvalsKV, err = c.js.KeyValue(ctx, c.names.ApprovalsBucket()); err != nil {
 				return nil, fmt.Errorf("approvals: %w", err)
 			}
-			if callsStream, err = c.js.Stream(ctx, c.names.CallsStream()); err != nil {
-				return nil, fmt.Errorf("calls stream: %w", err)
+			if eventsStream, err = c.js.Stream(ctx, c.names.EventsStream()); err != nil {
+				return nil, fmt.Errorf("events stream: %w", err)
 			}
 			return nil, nil
 		}},
@@ -85,7 +85,7 @@ func (c *Coordinator) startSteps() []startStep {
 			return index.Stop, nil
 		}},
 		{"", func(context.Context) (func(context.Context) error, error) {
-			stream := &callStream{nc: c.nc, names: c.names, stream: callsStream, log: c.log}
+			stream := &callStream{nc: c.nc, names: c.names, stream: eventsStream, log: c.log}
 			sweep = c.buildRooms(view, index, exposure.NewResolver(workspace), catalogKV, turnsKV, approvalsKV, stream)
 			return nil, nil
 		}},
@@ -126,14 +126,10 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 	auditLog := &auditor{names: c.names, js: c.js, log: c.log}
 	audit := auditLog.record
 	c.guard = &guard{ids: c.cfg.Identities, audit: auditLog.recordForbidden}
-	turns := &turns{store: bucket{turnsKV, c.cfg.UnavailableWait}}
+	turns := &turns{store: bucket{turnsKV, c.cfg.UnavailableWait}, calls: retryingTurnCalls{c.ledger, c.cfg.UnavailableWait}}
 	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, maxWait: c.cfg.MaxWait, unavailableWait: c.cfg.UnavailableWait, log: c.log}
-	queue.unqueue = func(ctx context.Context, seq uint64, callID string) {
-		if err := retryTransient(ctx, c.cfg.UnavailableWait, func(ctx context.Context) error {
-			return stream.delete(ctx, seq)
-		}); err != nil {
-			c.log.Error("a call queued without its record stays queued", "call", callID, "seq", seq, "error", err)
-		}
+	queue.ensureConsumer = func(ctx context.Context, ns string) error {
+		return resources.CreateNamespaceConsumer(ctx, c.js, c.names, resources.DefaultNamespaceConsumer(ns))
 	}
 	c.view = &toolView{catalog: view, resolver: resolver, policy: &c.policy, turns: turns, index: index}
 	c.approvals = &approvals{
@@ -177,7 +173,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 		tracer:    c.tracer,
 	}
 	c.switches = &toolSwitches{catalog: view, store: catalog.NewStore(catalogKV)}
-	c.calls = &calls{ledger: c.ledger, wait: c.cfg.UnavailableWait, stream: stream, turns: turns, nc: c.nc, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
+	c.calls = &calls{ledger: c.ledger, wait: c.cfg.UnavailableWait, turns: turns, nc: c.nc, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
 	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, catalog: view, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, unavailableWait: c.cfg.UnavailableWait, log: c.log}
 }
 

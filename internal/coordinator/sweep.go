@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 )
 
 // sweeper ends what would otherwise wait forever: queued calls whose
-// deadline passed long ago (of a namespace no worker serves), calls whose
+// deadline passed long ago (of a namespace no worker serves, or whose
+// workers cannot keep up), calls whose
 // every delivery was lost, and approvals whose time ran out or whose
 // decision a stopped coordinator left half done.
 type sweeper struct {
@@ -46,6 +48,9 @@ type sweeper struct {
 	// each sweep tries them until they are recorded.
 	mu        sync.Mutex
 	exhausted map[uint64]maxDeliveriesAdvisory
+	// swept is, by namespace, the sequence up to which the calls a sweep
+	// read have all ended (see sweepNamespace).
+	swept map[string]uint64
 }
 
 // resultCommitter writes a call's result unless it has one.
@@ -88,7 +93,7 @@ type maxDeliveriesAdvisory struct {
 // this covers the case where that delivery was lost too.
 func (s *sweeper) watchMaxDeliveries(ctx context.Context) error {
 	names := s.stream.names
-	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + names.CallsStream() + ".*"
+	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + names.EventsStream() + ".*"
 	sub, err := s.stream.nc.QueueSubscribe(subject, names.Prefix()+"_coordinators", func(msg *nats.Msg) {
 		var adv maxDeliveriesAdvisory
 		if err := json.Unmarshal(msg.Data, &adv); err != nil {
@@ -153,9 +158,11 @@ func (s *sweeper) pendingExhausted() int {
 	return len(s.exhausted)
 }
 
-// failExhausted records the failure of a call whose deliveries ran out and
-// removes it from the queue. It returns an error if it should be tried
-// again: the call could not be read or its failure not recorded.
+// failExhausted records the failure of a call whose deliveries ran out.
+// Its queued event, the message the advisory names, stays in the events
+// stream: it is the call's record, and the consumer delivers it no more.
+// It returns an error if it should be tried again: the call could not be
+// read or its failure not recorded.
 func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) error {
 	var raw *jetstream.RawStreamMsg
 	err := retryTransient(ctx, s.wait(), func(ctx context.Context) (err error) {
@@ -163,24 +170,22 @@ func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) 
 		return err
 	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil // settled or removed meanwhile
+		return nil // gone with its age
 	}
 	if err != nil {
 		return fmt.Errorf("read exhausted call %d: %w", adv.StreamSeq, err)
 	}
-	var call messages.CallRequest
-	if _, err := messages.Decode(messages.Header(raw.Header), raw.Data, &call); err != nil || call.CallID == "" {
-		call.CallID = raw.Header.Get(messages.HeaderMsgID)
+	callID, kind, ns, ok := s.stream.names.ParseEventSubject(raw.Subject)
+	if !ok || kind != messages.EventQueued || messages.ValidateID("call ID", callID) != nil || messages.ValidateNamespace(ns) != nil {
+		return nil // not a queued event: no call of a namespace's consumer
 	}
-	if messages.ValidateID("call ID", call.CallID) != nil {
-		return nil
-	}
-	if call.Namespace == "" {
-		// An unreadable call: its subject names its namespace.
-		call.Namespace = s.stream.names.CallSubjectNamespace(raw.Subject)
-	}
-	if messages.ValidateNamespace(call.Namespace) != nil {
-		return nil
+	call := messages.CallRequest{CallID: callID, Namespace: ns}
+	var ev messages.CallEvent
+	if _, err := messages.Decode(messages.Header(raw.Header), raw.Data, &ev); err == nil && ev.Request != nil && ev.Request.CallID == callID {
+		call = *ev.Request
+		// The subject's namespace is the one the server confines the
+		// result to.
+		call.Namespace = ns
 	}
 	// The last delivery, the one past MaxAttempts, is the consumer's extra
 	// one for recording the failure; the attempts are those before it.
@@ -195,7 +200,6 @@ func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) 
 	}); err != nil {
 		return fmt.Errorf("fail exhausted call %s: %w", call.CallID, err)
 	}
-	s.stream.remove(ctx, adv.StreamSeq, call.CallID, "exhausted")
 	return nil
 }
 
@@ -265,36 +269,98 @@ func (s *sweeper) loop(ctx context.Context) {
 	}
 }
 
-// sweepCalls ends queued calls whose deadline passed more than grace ago.
+// sweepCalls ends queued calls whose deadline passed more than grace
+// ago, of every namespace that has a consumer: the calls past its
+// consumer's acknowledgement floor that have no result.
 func (s *sweeper) sweepCalls(ctx context.Context) error {
-	info, err := s.stream.stream.Info(ctx)
+	consumers, err := s.stream.namespaceConsumers(ctx)
 	if err != nil {
 		return err
 	}
-	if info.State.Msgs == 0 {
-		return nil
-	}
 	cutoff := time.Now().Add(-s.grace)
-	return s.stream.scanQueue(ctx, transport.BatchRequest{Seq: info.State.FirstSeq, NextBySubject: s.stream.names.CallsSubjects(), Batch: sweepBatch}, func(seq uint64, msg *nats.Msg) bool {
-		var call messages.CallRequest
-		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &call); err != nil || call.CallID == "" {
-			return true
+	for ns, consumer := range consumers {
+		if err := s.sweepNamespace(ctx, ns, consumer, cutoff); err != nil {
+			return fmt.Errorf("namespace %s: %w", ns, err)
 		}
-		if call.Deadline.IsZero() || call.Deadline.After(cutoff) {
-			return true
-		}
-		res := endResult(&call, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed and no worker finished it")
-		if _, err := s.ledger.Commit(ctx, call.Namespace, &res, call.Notify); err != nil {
-			s.log.Warn("could not end expired call", "call", call.CallID, "error", err)
-			return true
-		}
-		s.stream.remove(ctx, seq, call.CallID, "expired")
-		return true
-	})
+	}
+	return nil
 }
 
-// callStream reads and removes queued calls in the calls stream without
-// consuming them.
+// sweepNamespace ends the expired calls among those a namespace's
+// consumer has not seen acknowledged, reading from where the last sweep
+// left off: past the calls it has seen ended, up to the first it has not.
+// It reads sweepBatch queued events at most.
+func (s *sweeper) sweepNamespace(ctx context.Context, ns, consumer string, cutoff time.Time) error {
+	cctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	info, err := s.stream.consumerInfo(cctx, consumer)
+	cancel()
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if info.NumPending == 0 && info.NumAckPending == 0 {
+		return nil
+	}
+	filter, err := s.stream.names.NamespaceQueueFilter(ns)
+	if err != nil {
+		return err
+	}
+	// Past the consumer's floor, every call not acknowledged yet: those
+	// not delivered, and those a worker holds or will be handed again.
+	from := max(info.AckFloor.Stream+1, s.sweptUpTo(ns)+1)
+	upTo, settled := uint64(0), true
+	err = s.stream.scanQueue(ctx, transport.BatchRequest{Seq: from, NextBySubject: filter, Batch: sweepBatch}, func(seq uint64, msg *nats.Msg) bool {
+		var ev messages.CallEvent
+		_, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev)
+		ended := false
+		switch call := ev.Request; {
+		case msg.Header.Get(messages.HeaderAwaiting) != "":
+			// A call awaiting approval: the approvals' sweep ends it when
+			// its approval expires; once approved, it is queued again.
+			ended = true
+		case err != nil || call == nil || call.CallID == "":
+			ended = true // nothing to end: the worker it reaches fails it
+		case call.Deadline.IsZero() || call.Deadline.After(cutoff):
+		default:
+			call.Namespace = ns
+			res := endResult(call, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed and no worker finished it")
+			if _, err := s.ledger.Commit(ctx, ns, &res, call.Notify); err != nil {
+				s.log.Warn("could not end expired call", "call", call.CallID, "error", err)
+			} else {
+				// Ended now or before (cancelled): the worker it reaches
+				// finds its result and does not run it.
+				ended = true
+			}
+		}
+		settled = settled && ended
+		if settled {
+			upTo = seq
+		}
+		return true
+	})
+	if upTo > 0 {
+		s.mu.Lock()
+		if s.swept == nil {
+			s.swept = make(map[string]uint64)
+		}
+		s.swept[ns] = upTo
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// sweptUpTo is the sequence up to which every queued call of ns that a
+// sweep read has ended.
+func (s *sweeper) sweptUpTo(ns string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.swept[ns]
+}
+
+// callStream reads queued calls, the queued events in the events stream,
+// without consuming them.
 type callStream struct {
 	nc     *nats.Conn
 	names  messages.Names
@@ -302,26 +368,40 @@ type callStream struct {
 	log    *slog.Logger
 }
 
-// remove deletes a queued call that no worker is to run; why says what
-// call it was in the log if it cannot.
-func (c *callStream) remove(ctx context.Context, seq uint64, callID, why string) {
-	if err := c.stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		c.log.Warn("could not remove "+why+" call", "call", callID, "seq", seq, "error", err)
+// namespaceConsumers lists the namespaces' consumers on the events
+// stream, by namespace (other consumers there are watches).
+func (c *callStream) namespaceConsumers(ctx context.Context) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	lister := c.stream.ConsumerNames(ctx)
+	out := make(map[string]string)
+	for name := range lister.Name() {
+		ns, ok := strings.CutPrefix(name, "ns_")
+		if ok && messages.ValidateNamespace(ns) == nil {
+			if want, _ := c.names.NamespaceConsumer(ns); want == name {
+				out[ns] = name
+			}
+		}
 	}
+	if err := lister.Err(); err != nil {
+		return nil, fmt.Errorf("list the namespaces' consumers: %w", err)
+	}
+	return out, nil
 }
 
-// delete removes a queued call; one already gone is not an error.
-func (c *callStream) delete(ctx context.Context, seq uint64) error {
-	if err := c.stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return err
+// consumerInfo reads a namespace consumer's state.
+func (c *callStream) consumerInfo(ctx context.Context, name string) (*jetstream.ConsumerInfo, error) {
+	cons, err := c.stream.Consumer(ctx, name)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	return cons.Info(ctx)
 }
 
-// scanQueue reads queued calls without consuming them, until each returns
-// false or the batch ends.
+// scanQueue reads queued events without consuming them, until each
+// returns false or the batch ends.
 func (c *callStream) scanQueue(ctx context.Context, req transport.BatchRequest, each func(uint64, *nats.Msg) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	return transport.NewStream(c.nc, nil, c.names.CallsStream()).GetBatch(ctx, req, each)
+	return transport.NewStream(c.nc, nil, c.names.EventsStream()).GetBatch(ctx, req, each)
 }

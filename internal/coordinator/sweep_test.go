@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/transport"
@@ -69,18 +70,12 @@ func (f *flakyCommitter) setDown(down bool) {
 func TestExhaustedCallIsFailedOnceTheLedgerAnswersAgain(t *testing.T) {
 	_, nc, js, names := jetStreamEnv(t)
 	ctx := context.Background()
-	stream, err := js.Stream(ctx, names.CallsStream())
+	stream, err := js.Stream(ctx, names.EventsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject, _ := names.CallSubject(messages.ToolName{Namespace: "t", Method: "echo"})
 	call := &messages.CallRequest{CallID: "exhausted1", Tool: "t-echo", Namespace: "t", Method: "echo", QueuedAt: time.Now().UTC()}
-	msg, err := newMsg(subject, call)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg.Header.Set(messages.HeaderMsgID, call.CallID)
-	ack, err := js.PublishMsg(ctx, msg)
+	ack, err := js.PublishMsg(ctx, queuedEventMsg(t, names, call))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,14 +86,11 @@ func TestExhaustedCallIsFailedOnceTheLedgerAnswersAgain(t *testing.T) {
 		unavailableWait: 20 * time.Millisecond,
 		log:             discardLogger(),
 	}
-	adv := maxDeliveriesAdvisory{Stream: names.CallsStream(), StreamSeq: ack.Sequence, Deliveries: 4}
+	adv := maxDeliveriesAdvisory{Stream: names.EventsStream(), StreamSeq: ack.Sequence, Deliveries: 4}
 
 	s.endExhausted(ctx, adv)
 	if len(ledger.committed) != 0 || s.pendingExhausted() != 1 {
 		t.Fatalf("committed %d, pending %d; want the call kept for the next sweep", len(ledger.committed), s.pendingExhausted())
-	}
-	if _, err := stream.GetMsg(ctx, ack.Sequence); err != nil {
-		t.Fatalf("the call left the queue without its failure recorded: %v", err)
 	}
 
 	s.retryExhausted(ctx) // a sweep while the ledger still has no leader
@@ -114,7 +106,73 @@ func TestExhaustedCallIsFailedOnceTheLedgerAnswersAgain(t *testing.T) {
 	if len(ledger.committed) != 1 || ledger.committed[0].Status != messages.StateFailed || ledger.committed[0].Error.Code != messages.ResultAttempts || ledger.committed[0].CallID != call.CallID {
 		t.Errorf("committed %+v, want the call failed for its attempts", ledger.committed)
 	}
-	if _, err := stream.GetMsg(ctx, ack.Sequence); err == nil {
-		t.Error("the failed call is still in the queue")
+	if _, err := stream.GetMsg(ctx, ack.Sequence); err != nil {
+		t.Errorf("the failed call's queued event, its record, is gone: %v", err)
+	}
+}
+
+// TestSweepEndsQueuedCallsPastTheirDeadline: a namespace's queued calls
+// that no worker took are its consumer's pending queued events; the sweep
+// ends those whose deadline passed more than the grace ago, leaves the
+// others (and calls awaiting approval), and does not read the ended ones
+// again.
+func TestSweepEndsQueuedCallsPastTheirDeadline(t *testing.T) {
+	_, nc, js, names := jetStreamEnv(t)
+	ctx := context.Background()
+	if err := resources.CreateNamespaceConsumer(ctx, js, names, resources.DefaultNamespaceConsumer("t")); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, names.EventsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for _, call := range []*messages.CallRequest{
+		{CallID: "expired1", Tool: "t-echo", Namespace: "t", Method: "echo", QueuedAt: now.Add(-time.Hour), Deadline: now.Add(-time.Minute)},
+		{CallID: "current1", Tool: "t-echo", Namespace: "t", Method: "echo", QueuedAt: now, Deadline: now.Add(time.Hour)},
+		{CallID: "expired2", Tool: "t-echo", Namespace: "t", Method: "echo", QueuedAt: now.Add(-time.Hour), Deadline: now.Add(-time.Minute)},
+		// Past its deadline, but not by the grace yet.
+		{CallID: "recent1", Tool: "t-echo", Namespace: "t", Method: "echo", QueuedAt: now, Deadline: now.Add(-time.Second)},
+	} {
+		if _, err := js.PublishMsg(ctx, queuedEventMsg(t, names, call)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A call awaiting approval past its deadline: the approvals' sweep's.
+	l := ledger.New(nc, js, names)
+	defer l.Close()
+	if _, err := l.Hold(ctx, &messages.CallRequest{CallID: "held1", Tool: "t-echo", Namespace: "t", Method: "echo", QueuedAt: now.Add(-time.Hour), Deadline: now.Add(-time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	// Another namespace's queued call, without a consumer: nobody's work.
+	other := &messages.CallRequest{CallID: "other1", Tool: "u-echo", Namespace: "u", Method: "echo", QueuedAt: now.Add(-time.Hour), Deadline: now.Add(-time.Minute)}
+	if _, err := js.PublishMsg(ctx, queuedEventMsg(t, names, other)); err != nil {
+		t.Fatal(err)
+	}
+	committer := &flakyCommitter{}
+	s := &sweeper{stream: &callStream{nc: nc, names: names, stream: stream, log: discardLogger()}, ledger: committer, grace: 10 * time.Second, unavailableWait: 20 * time.Millisecond, log: discardLogger()}
+	if err := s.sweepCalls(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ended []string
+	for _, res := range committer.committed {
+		if res.Status != messages.StateTimedOut || res.Error.Code != messages.ResultTimedOut {
+			t.Errorf("call %s ended %s (%+v), want timed out", res.CallID, res.Status, res.Error)
+		}
+		ended = append(ended, res.CallID)
+	}
+	if fmt.Sprint(ended) != "[expired1 expired2]" {
+		t.Fatalf("the sweep ended %v, want [expired1 expired2]", ended)
+	}
+	if got := s.sweptUpTo("t"); got != 1 {
+		t.Errorf("swept up to %d, want 1: the first call not ended stops the cursor", got)
+	}
+	// The next sweep reads from past the first, which it does not end again.
+	committer.committed = nil
+	if err := s.sweepCalls(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(committer.committed) != 1 || committer.committed[0].CallID != "expired2" {
+		t.Errorf("the second sweep committed %v, want expired2 again only (its commit finds the result)", committer.committed)
 	}
 }

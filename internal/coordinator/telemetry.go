@@ -69,7 +69,7 @@ func (s *sweeper) measureNamespaces(ctx context.Context) {
 	}
 }
 
-// sendSpan records the publish of a call to the calls stream as a
+// sendSpan records the publish of a call's queued event, its work item, as a
 // messaging "send" span, a child of the submit's, and returns the context
 // whose trace context the message carries to the worker. Without a
 // recording span in ctx it opens none.

@@ -14,17 +14,55 @@ import (
 )
 
 // turns keeps each turn's state (the agent it belongs to, the tools it
-// discovered and activated, its intake) and the calls filed under it, in
-// the turns bucket.
+// discovered and activated, its intake) in the turns bucket, and finds
+// its calls by their queued events, whose subjects name the turn.
 type turns struct {
 	store kvStore
+	// calls reads the events stream; nil in tests of the state alone.
+	calls turnCalls
 
 	// owners remembers the agent each recently used turn belongs to, so
 	// that checking a submit's turn costs a read only the first time. A
 	// turn's agent never changes while the turn is kept.
 	mu     sync.Mutex
 	owners map[string]turnOwner
+	// recorded holds turns known to have a record, of calls without an
+	// agent (see record); bounded as owners are.
+	recorded map[string]struct{}
 }
+
+// turnCalls is what turns read of the events stream: its last sequence,
+// which a new turn records, and the calls queued in a turn since then.
+type turnCalls interface {
+	LastSeq(ctx context.Context) (uint64, error)
+	TurnCalls(ctx context.Context, turn string, from uint64, max int) ([]string, error)
+}
+
+// retryingTurnCalls is turnCalls whose reads are retried while the events
+// stream does not answer, at most wait each (see retryTransient).
+type retryingTurnCalls struct {
+	turnCalls
+	wait time.Duration
+}
+
+func (r retryingTurnCalls) LastSeq(ctx context.Context) (seq uint64, err error) {
+	err = retryTransient(ctx, r.wait, func(ctx context.Context) (err error) {
+		seq, err = r.turnCalls.LastSeq(ctx)
+		return err
+	})
+	return seq, err
+}
+
+func (r retryingTurnCalls) TurnCalls(ctx context.Context, turn string, from uint64, max int) (ids []string, err error) {
+	err = retryTransient(ctx, r.wait, func(ctx context.Context) (err error) {
+		ids, err = r.turnCalls.TurnCalls(ctx, turn, from, max)
+		return err
+	})
+	return ids, err
+}
+
+// maxTurnCalls bounds the calls turns.get lists of one turn.
+const maxTurnCalls = 10_000
 
 // turnOwner is a remembered owner of a turn, with when it was read.
 type turnOwner struct {
@@ -117,6 +155,15 @@ func (ts *turns) save(ctx context.Context, t *turnRecord) error {
 		return err
 	}
 	t.state.UpdatedAt = time.Now().UTC()
+	if t.revision == 0 && t.state.EventsSeq == 0 && ts.calls != nil {
+		// Before the turn's first call is queued: its calls' queued
+		// events come after this sequence.
+		seq, err := ts.calls.LastSeq(ctx)
+		if err != nil {
+			return unavailable(err, "save turn %s", t.state.Turn)
+		}
+		t.state.EventsSeq = seq + 1
+	}
 	data, err := json.Marshal(&t.state)
 	if err != nil {
 		return err
@@ -171,26 +218,28 @@ func (ts *turns) addDiscovered(ctx context.Context, turn, agent string, names []
 	return err
 }
 
-// fileCall records that the call belongs to its turn. The write is the
-// same however often it is retried.
-func (ts *turns) fileCall(ctx context.Context, call *messages.CallRequest) error {
-	if call.Turn == "" {
-		return nil
+// callIDs lists the IDs of the calls queued in a turn: those whose queued
+// events name it, after the sequence its record holds; for a turn saved
+// before version 3, those filed under it in the turns bucket.
+func (ts *turns) callIDs(ctx context.Context, rec *turnRecord) ([]string, error) {
+	turn := rec.state.Turn
+	if rec.revision != 0 && rec.state.EventsSeq == 0 {
+		return ts.filedCallIDs(ctx, turn)
 	}
-	key, err := messages.TurnCallKey(call.Turn, call.CallID)
+	if rec.revision == 0 || ts.calls == nil {
+		return nil, nil
+	}
+	// The record's sequence is the first its calls may have.
+	ids, err := ts.calls.TurnCalls(ctx, turn, rec.state.EventsSeq, maxTurnCalls)
 	if err != nil {
-		return err
+		return nil, unavailable(err, "list calls of turn %s", turn)
 	}
-	rec, err := json.Marshal(messages.TurnCallRecord{CallID: call.CallID, Tool: call.Tool, QueuedAt: call.QueuedAt})
-	if err != nil {
-		return err
-	}
-	_, err = ts.store.Put(ctx, key, rec)
-	return unavailable(err, "file call %s under turn %s", call.CallID, call.Turn)
+	return ids, nil
 }
 
-// callIDs lists the IDs of the calls filed under a turn.
-func (ts *turns) callIDs(ctx context.Context, turn string) ([]string, error) {
+// filedCallIDs lists the IDs of the calls filed under a turn in the
+// turns bucket, as versions before 3 filed them.
+func (ts *turns) filedCallIDs(ctx context.Context, turn string) ([]string, error) {
 	filter, err := messages.TurnCallsFilter(turn)
 	if err != nil {
 		return nil, err
@@ -214,7 +263,7 @@ func (ts *turns) info(ctx context.Context, turn string) (*messages.TurnInfo, []s
 	if err != nil {
 		return nil, nil, err
 	}
-	ids, err := ts.callIDs(ctx, turn)
+	ids, err := ts.callIDs(ctx, rec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -247,11 +296,16 @@ func callInfo(snap *ledger.Snapshot) messages.CallInfo {
 
 // claimForCall checks that a call's agent may file it under its turn (a
 // turn belongs to the first agent that names it, as in tools.list), and
-// binds a turn that nobody named yet to the agent. A call without an agent
-// or a turn is not checked.
+// binds a turn that nobody named yet to the agent. A turn is saved before
+// its first call is queued, with the sequence its calls' queued events
+// come after. A call without an agent is not checked; a call without a
+// turn has nothing to claim.
 func (ts *turns) claimForCall(ctx context.Context, turn, agent string) error {
-	if turn == "" || agent == "" {
+	if turn == "" {
 		return nil
+	}
+	if agent == "" {
+		return ts.record(ctx, turn)
 	}
 	if owner, ok := ts.owner(turn); ok {
 		return (&turnRecord{state: messages.TurnState{Turn: turn, Agent: owner}}).claim(agent)
@@ -277,6 +331,36 @@ func (ts *turns) claimForCall(ctx context.Context, turn, agent string) error {
 		return nil
 	}
 	return turnKeptChanging(turn)
+}
+
+// record saves a turn that has no record yet, without an agent, so that
+// its calls can be found (see claimForCall); once per turn and process.
+func (ts *turns) record(ctx context.Context, turn string) error {
+	ts.mu.Lock()
+	_, known := ts.recorded[turn]
+	ts.mu.Unlock()
+	if known {
+		return nil
+	}
+	if _, ok := ts.owner(turn); !ok {
+		t, err := ts.load(ctx, turn)
+		if err != nil {
+			return err
+		}
+		if t.revision == 0 {
+			// Another request may create it first: either way it exists.
+			if err := ts.save(ctx, t); err != nil && !errors.Is(err, errTurnChanged) {
+				return err
+			}
+		}
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.recorded == nil || len(ts.recorded) >= maxTurnOwners {
+		ts.recorded = make(map[string]struct{})
+	}
+	ts.recorded[turn] = struct{}{}
+	return nil
 }
 
 func (ts *turns) owner(turn string) (string, bool) {

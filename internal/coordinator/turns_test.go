@@ -2,10 +2,12 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
 
+	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -74,23 +76,84 @@ func TestTurnPrune(t *testing.T) {
 	}
 }
 
-func TestCallsFiledUnderTheirTurn(t *testing.T) {
-	ts := &turns{store: newMemStore()}
+// TestATurnsCallsAreFoundByTheirQueuedEvents: a turn's calls are the
+// queued events that name it after the sequence its record holds, each
+// once (a call held for an approval is
+// queued again once approved); calls of other turns, of no turn and of
+// the turn's name before it was saved are not its. A turn saved before
+// version 3 lists the calls filed under it in the turns bucket.
+func TestATurnsCallsAreFoundByTheirQueuedEvents(t *testing.T) {
+	_, nc, js, names := jetStreamEnv(t)
 	ctx := context.Background()
-	for _, id := range []string{"c1", "c2"} {
-		if err := ts.fileCall(ctx, &messages.CallRequest{CallID: id, Tool: "t-echo", Turn: "turn-1"}); err != nil {
+	l := ledger.New(nc, js, names)
+	t.Cleanup(l.Close)
+	queue := func(id, turn string) {
+		t.Helper()
+		msg, err := l.EventMsg("t", &messages.CallEvent{CallID: id, Kind: messages.EventQueued, Request: &messages.CallRequest{CallID: id, Tool: "t-echo", Namespace: "t", Method: "echo", Turn: turn}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := ts.fileCall(ctx, &messages.CallRequest{CallID: "c3", Tool: "t-echo", Turn: "turn-2"}); err != nil {
+	queue("before", "turn-1") // under the turn's name, before the turn was saved
+	ts := &turns{store: newMemStore(), calls: l}
+	if err := ts.claimForCall(ctx, "turn-1", "agent-a"); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := ts.callIDs(ctx, "turn-1")
+	queue("c1", "turn-1")
+	queue("other", "turn-2")
+	queue("none", "")
+	if _, err := l.Hold(ctx, &messages.CallRequest{CallID: "held", Tool: "t-echo", Namespace: "t", Method: "echo", Turn: "turn-1"}); err != nil {
+		t.Fatal(err)
+	}
+	queue("c2", "turn-1")
+	queue("held", "turn-1") // approved
+	info, ids, err := ts.info(ctx, "turn-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Sort(ids); !slices.Equal(ids, []string{"c1", "c2"}) {
-		t.Errorf("calls of turn-1: %v", ids)
+	if slices.Sort(ids); info.State == nil || info.State.Agent != "agent-a" || !slices.Equal(ids, []string{"c1", "c2", "held"}) {
+		t.Errorf("turn-1: state %+v, calls %v; want agent-a's, calls [c1 c2 held]", info.State, ids)
+	}
+	// A call without an agent saves its turn too, so its calls are found.
+	if err := ts.claimForCall(ctx, "turn-3", ""); err != nil {
+		t.Fatal(err)
+	}
+	queue("c3", "turn-3")
+	if _, ids, err := ts.info(ctx, "turn-3"); err != nil || !slices.Equal(ids, []string{"c3"}) {
+		t.Errorf("turn-3: calls %v (%v); want [c3]", ids, err)
+	}
+	if _, _, err := ts.info(ctx, "turn-4"); messages.CodeOf(err) != messages.CodeTurnNotFound {
+		t.Errorf("a turn never saved: %v, want turn_not_found", err)
+	}
+
+	legacy := &turns{store: newMemStore(), calls: l}
+	if err := legacy.save(ctx, &turnRecord{state: messages.TurnState{Turn: "old", EventsSeq: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	// Saved with a sequence, as every turn is now: clear it, as a turn
+	// saved before version 3 has none.
+	rec, err := legacy.load(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.state.EventsSeq = 0
+	data, _ := json.Marshal(&rec.state)
+	key, _ := messages.TurnStateKey("old")
+	if _, err := legacy.store.Put(ctx, key, data); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"f1", "f2"} {
+		key, _ := messages.TurnCallKey("old", id)
+		if _, err := legacy.store.Put(ctx, key, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, ids, err = legacy.info(ctx, "old")
+	if slices.Sort(ids); err != nil || !slices.Equal(ids, []string{"f1", "f2"}) {
+		t.Errorf("a turn of version 2: calls %v (%v); want those filed [f1 f2]", ids, err)
 	}
 }
 

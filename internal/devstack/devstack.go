@@ -1,7 +1,7 @@
 // Package devstack runs the whole of Toolbus in one process: an embedded
 // NATS server with JetStream, a coordinator, a worker serving the demo
 // tools (and the namespaces of a worker configuration file, when given), an
-// indexer and, when asked, the MCP front. It uses the same code paths as a distributed deployment.
+// indexer and, when asked, the MCP front and the admin console. It uses the same code paths as a distributed deployment.
 package devstack
 
 import (
@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/admin"
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/indexer"
@@ -53,7 +55,15 @@ type Config struct {
 	MCPListen string
 	// MCPAgent is the agent the MCP front serves. Defaults to "dev".
 	MCPAgent string
-	Logger   *slog.Logger
+	// ConsoleListen is the address of the admin console (docs/operations.md);
+	// "" starts none. Without ConsoleTokens it must be a loopback address,
+	// and the console serves loopback clients without a login.
+	ConsoleListen string
+	// ConsoleTokens are the console's login tokens; see admin.Config.Tokens.
+	ConsoleTokens map[string]admin.Operator
+	// ConsoleTraceURL is the tracing UI's URL template; see admin.Config.TraceURL.
+	ConsoleTraceURL string
+	Logger          *slog.Logger
 }
 
 // Stack is a running all-in-one Toolbus.
@@ -65,7 +75,10 @@ type Stack struct {
 	// MCPURL is the MCP front's endpoint, when one was started.
 	MCPURL  string
 	mcpHTTP *http.Server
-	conns   []*nats.Conn
+	// ConsoleURL is the admin console's address, when one was started.
+	ConsoleURL  string
+	consoleHTTP *http.Server
+	conns       []*nats.Conn
 	// ready is what Ready checks: the coordinator's streams and buckets,
 	// and the consumers of the worker's namespaces.
 	ready []telemetry.NATSReady
@@ -171,6 +184,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
+	if cfg.ConsoleListen != "" {
+		if err := s.startConsole(cfg, connect); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -202,6 +220,48 @@ func (s *Stack) startMCP(cfg Config, connect func(string) (*nats.Conn, error)) e
 	s.mcpHTTP = &http.Server{Handler: front.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	s.MCPURL = "http://" + ln.Addr().String() + "/mcp"
 	go func() { _ = s.mcpHTTP.Serve(ln) }()
+	return nil
+}
+
+// startConsole starts the admin console on cfg.ConsoleListen, a client of
+// the stack with the operator's rights that the stack's single account
+// gives every connection.
+func (s *Stack) startConsole(cfg Config, connect func(string) (*nats.Conn, error)) error {
+	if len(cfg.ConsoleTokens) == 0 && !mcpfront.Loopback(cfg.ConsoleListen) {
+		return fmt.Errorf("the admin console of the dev stack serves loopback only without tokens; %s is not", cfg.ConsoleListen)
+	}
+	nc, err := connect("toolbus-console")
+	if err != nil {
+		return err
+	}
+	// No agent: the console lists the whole catalog, not an agent's view.
+	c, err := client.New(nc, client.Options{Prefix: cfg.Prefix})
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	console, err := admin.New(admin.Config{
+		Client:                c,
+		JetStream:             js,
+		Prefix:                cfg.Prefix,
+		Tokens:                cfg.ConsoleTokens,
+		LoopbackWithoutTokens: len(cfg.ConsoleTokens) == 0,
+		TraceURL:              cfg.ConsoleTraceURL,
+		Logger:                cfg.Logger.With("component", "console"),
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.ConsoleListen)
+	if err != nil {
+		return fmt.Errorf("admin console: %w", err)
+	}
+	s.consoleHTTP = &http.Server{Handler: console.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.ConsoleURL = "http://" + ln.Addr().String() + "/"
+	go func() { _ = s.consoleHTTP.Serve(ln) }()
 	return nil
 }
 
@@ -244,6 +304,10 @@ func (s *Stack) Ready(ctx context.Context) error {
 // Stop stops everything, waiting for running calls until ctx ends.
 func (s *Stack) Stop(ctx context.Context) error {
 	var errs []error
+	if s.consoleHTTP != nil {
+		// Its event streams last as long as their calls; they are cut.
+		errs = append(errs, s.consoleHTTP.Close())
+	}
 	if s.mcpHTTP != nil {
 		if err := s.mcpHTTP.Shutdown(ctx); err != nil {
 			errs = append(errs, err)

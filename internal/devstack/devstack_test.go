@@ -2,7 +2,10 @@ package devstack_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,4 +61,61 @@ func TestMCPFront(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestConsole: the dev stack serves the admin console on loopback without
+// a login, and the catalog page lists the demo tools; it refuses to serve
+// one without tokens on an address that is not loopback.
+func TestConsole(t *testing.T) {
+	ctx := testenv.Context(t)
+	stack, err := devstack.Start(ctx, devstack.Config{DataDir: t.TempDir(), Port: 0, ConsoleListen: "127.0.0.1:0", Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = stack.Stop(stopCtx)
+	})
+	if !strings.HasPrefix(stack.ConsoleURL, "http://127.0.0.1:") {
+		t.Fatalf("console URL %q", stack.ConsoleURL)
+	}
+	// The coordinator lists the demo tools once its watch of the catalog
+	// brought their registration, a moment after the worker wrote it.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		status, page := get(t, ctx, stack.ConsoleURL+"catalog")
+		if status == http.StatusOK && strings.Contains(page, "demo-echo") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("catalog page: %d\n%s", status, page)
+		case <-tick.C:
+		}
+	}
+
+	_, err = devstack.Start(ctx, devstack.Config{DataDir: t.TempDir(), Port: 0, ConsoleListen: "0.0.0.0:0", Logger: testenv.Logger(t)})
+	if err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("a console without tokens on 0.0.0.0: %v, want refused", err)
+	}
+}
+
+func get(t *testing.T, ctx context.Context, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	page, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(page)
 }

@@ -72,7 +72,18 @@ func (l *Ledger) EventMsg(ns string, ev *messages.CallEvent) (*nats.Msg, error) 
 }
 
 func (l *Ledger) eventMsg(ns string, ev *messages.CallEvent, h nats.Header) (*nats.Msg, error) {
-	subject, err := l.names.EventSubject(ev.CallID, ev.Kind, ns)
+	var subject string
+	var err error
+	if ev.Kind == messages.EventQueued {
+		// The queued event's subject names the call's turn too: the
+		// turn's index.
+		if ev.Request == nil {
+			return nil, fmt.Errorf("queued event of call %s without its request", ev.CallID)
+		}
+		subject, err = l.names.QueuedSubject(ev.CallID, ev.Request.Turn, ns)
+	} else {
+		subject, err = l.names.EventSubject(ev.CallID, ev.Kind, ns)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -97,6 +108,24 @@ func (l *Ledger) Append(ctx context.Context, ns string, ev *messages.CallEvent) 
 	seq, err := l.store(ctx, msg)
 	if err != nil {
 		return 0, fmt.Errorf("store %s event of call %s: %w", ev.Kind, ev.CallID, err)
+	}
+	return seq, nil
+}
+
+// Hold stores the queued event of a call that waits for an approval,
+// marked so that its namespace's workers, to whom the events stream's
+// consumer delivers it, acknowledge it without running the call
+// (messages.HeaderAwaiting). Only an unmarked queued event is work.
+func (l *Ledger) Hold(ctx context.Context, call *messages.CallRequest) (uint64, error) {
+	h := make(nats.Header, 3)
+	h.Set(messages.HeaderAwaiting, messages.AwaitingApproval)
+	msg, err := l.eventMsg(call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call}, h)
+	if err != nil {
+		return 0, err
+	}
+	seq, err := l.store(ctx, msg)
+	if err != nil {
+		return 0, fmt.Errorf("store queued event of call %s: %w", call.CallID, err)
 	}
 	return seq, nil
 }
@@ -199,9 +228,9 @@ func (l *Ledger) Commit(ctx context.Context, ns string, res *messages.CallResult
 }
 
 // CommitIfUnchanged writes the result of a call of namespace ns only if
-// no event of the call was stored under ns after lastSeq (a snapshot's
-// LastSeq); otherwise it returns ErrChanged. Events written under another
-// namespace do not count.
+// no event of the call but its queued event was stored under ns after
+// lastSeq (a snapshot's ChangeSeq); otherwise it returns ErrChanged.
+// Events written under another namespace do not count.
 func (l *Ledger) CommitIfUnchanged(ctx context.Context, ns string, res *messages.CallResult, lastSeq uint64, notify string) error {
 	filter, err := l.names.CallNamespaceEventsFilter(res.CallID, ns)
 	if err != nil {
@@ -281,7 +310,7 @@ type Event struct {
 // decodeEvent reads a stored event and the namespace of its subject.
 func (l *Ledger) decodeEvent(seq uint64, msg *nats.Msg) (*Event, error) {
 	ev := &Event{Seq: seq, Namespace: l.names.EventNamespace(msg.Subject)}
-	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
+	if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
 		return nil, fmt.Errorf("event %d: %w", seq, err)
 	}
 	return ev, nil
@@ -309,6 +338,20 @@ type Snapshot struct {
 	Result    *Event
 	// LastSeq is the sequence of the call's latest event under its namespace.
 	LastSeq uint64
+}
+
+// ChangeSeq is the sequence of the call's latest event under its
+// namespace other than its queued event, 0 if it has none: the condition
+// of CommitIfUnchanged, whose filter leaves the queued event out (its
+// subject names the turn too).
+func (s *Snapshot) ChangeSeq() uint64 {
+	var seq uint64
+	for _, ev := range [...]*Event{s.Started, s.Progress, s.Log, s.Cancel, s.Approval, s.Result} {
+		if ev != nil && ev.Seq > seq {
+			seq = ev.Seq
+		}
+	}
+	return seq
 }
 
 // addAll adds the events of the call that count: those written under
@@ -422,6 +465,13 @@ func (l *Ledger) Snapshots(ctx context.Context, callIDs ...string) (map[string]*
 	return l.snapshots(ctx, "", callIDs)
 }
 
+// SnapshotsSeen is Snapshots as the replica that answers has them: a call
+// it does not know is not looked up at the stream's leader. For a reader
+// whose stream has a single replica, whose answer is its leader's.
+func (l *Ledger) SnapshotsSeen(ctx context.Context, callIDs ...string) (map[string]*Snapshot, error) {
+	return l.snapshotsRead(ctx, l.events, "", callIDs, false)
+}
+
 // snapshots is Snapshots of calls of namespace ns, or of the namespace
 // each call's events tell when ns is empty.
 func (l *Ledger) snapshots(ctx context.Context, ns string, callIDs []string) (map[string]*Snapshot, error) {
@@ -430,6 +480,12 @@ func (l *Ledger) snapshots(ctx context.Context, ns string, callIDs []string) (ma
 
 // snapshotsFrom is snapshots read by events.
 func (l *Ledger) snapshotsFrom(ctx context.Context, events *transport.Stream, ns string, callIDs []string) (map[string]*Snapshot, error) {
+	return l.snapshotsRead(ctx, events, ns, callIDs, true)
+}
+
+// snapshotsRead is snapshotsFrom, which with confirm looks up at the
+// stream's leader each call the batched read did not find.
+func (l *Ledger) snapshotsRead(ctx context.Context, events *transport.Stream, ns string, callIDs []string, confirm bool) (map[string]*Snapshot, error) {
 	out := make(map[string]*Snapshot, len(callIDs))
 	for start := 0; start < len(callIDs); start += maxSubjectsPerRequest {
 		end := min(start+maxSubjectsPerRequest, len(callIDs))
@@ -466,7 +522,7 @@ func (l *Ledger) snapshotsFrom(ctx context.Context, events *transport.Stream, ns
 		}
 	}
 	for _, s := range out {
-		if !s.Exists() {
+		if confirm && !s.Exists() {
 			if err := l.snapshotFromLeader(ctx, s); err != nil {
 				return nil, err
 			}
@@ -507,7 +563,7 @@ func (l *Ledger) addFromLeader(ctx context.Context, s *Snapshot, kind messages.E
 	if s.Namespace == "" && kind == messages.EventQueued {
 		subject, err = l.names.CallKindFilter(s.CallID, kind)
 	} else if s.Namespace != "" {
-		subject, err = l.names.EventSubject(s.CallID, kind, s.Namespace)
+		subject, err = l.names.EventFilter(s.CallID, kind, s.Namespace)
 	} else {
 		return false, nil
 	}
@@ -680,7 +736,7 @@ func (l *Ledger) awaitResult(ctx context.Context, ns, callID string, results <-c
 			return nil
 		}
 		var ev messages.CallEvent
-		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err == nil {
+		if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev); err == nil {
 			return ev.Result
 		}
 		return nil
@@ -749,7 +805,7 @@ func (l *Ledger) last(ctx context.Context, ns, callID string, kind messages.Even
 	if ns == "" {
 		subject, err = l.names.CallKindFilter(callID, kind)
 	} else {
-		subject, err = l.names.EventSubject(callID, kind, ns)
+		subject, err = l.names.EventFilter(callID, kind, ns)
 	}
 	if err != nil {
 		return nil, err

@@ -1,7 +1,9 @@
 package mcpfront
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,8 +77,9 @@ type Config struct {
 // Front is an MCP server in front of the bus.
 type Front struct {
 	cfg Config
-	// mcp serves HTTP and declares tasks, which the front answers from
-	// the ledger over HTTP only (see serveTasks); stdio serves stdio.
+	// mcp serves HTTP, stdio serves stdio; both declare tasks, which the
+	// front answers from the ledger itself (see serveRequests and
+	// stdioTasks).
 	mcp   *server.MCPServer
 	stdio *server.MCPServer
 	http  *server.StreamableHTTPServer
@@ -87,6 +91,12 @@ type Front struct {
 	// lists holds the tools of tools/list requests between listRequest
 	// and afterListTools.
 	lists sync.Map
+	// inflight holds the cancel functions of the tools/call requests the
+	// front serves itself over HTTP, by session and request ID (see
+	// serveCall); requests, the channels of the calls that wait for the
+	// client's answer to a request of the front's.
+	inflight sync.Map
+	requests sync.Map
 	// draining is set by Shutdown: calls whose requests end then are left
 	// running, not cancelled.
 	draining atomic.Bool
@@ -126,7 +136,7 @@ func New(cfg Config) (*Front, error) {
 	}
 	f := &Front{cfg: cfg, log: cfg.Logger}
 	f.mcp = f.newServer(server.WithTaskCapabilities(true, true, true))
-	f.stdio = f.newServer()
+	f.stdio = f.newServer(server.WithTaskCapabilities(true, true, true))
 	f.http = server.NewStreamableHTTPServer(f.mcp,
 		server.WithEndpointPath("/mcp"),
 		server.WithSessionIdManagerResolver(sessionResolver{}),
@@ -161,7 +171,7 @@ func (f *Front) Handler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.Handle("/mcp", f.guard(f.serveTasks(f.http)))
+	mux.Handle("/mcp", f.guard(f.serveRequests(f.http)))
 	return mux
 }
 
@@ -219,14 +229,79 @@ func (f *Front) originAllowed(origin string) bool {
 }
 
 // ServeStdio serves one session on in and out until ctx ends or in closes.
+// Task requests are answered by the front from the ledger, as over HTTP;
+// the rest go to mcp-go. The goroutine that reads in ends when in closes.
 func (f *Front) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	stdio := server.NewStdioServer(f.stdio)
 	stdio.SetContextFunc(func(ctx context.Context) context.Context {
-		ctx = context.WithValue(ctx, agentKey{}, f.cfg.Agent)
-		ctx = context.WithValue(ctx, sessionTurnKey{}, f.cfg.StdioTurn)
-		return context.WithValue(ctx, transportKey{}, ctx)
+		return context.WithValue(f.stdioContext(ctx), transportKey{}, ctx)
 	})
-	return stdio.Listen(ctx, in, out)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lines := &lineWriter{w: out}
+	toServer, fromFront := io.Pipe()
+	go f.stdioTasks(f.stdioContext(ctx), in, fromFront, lines)
+	defer toServer.Close()
+	return stdio.Listen(ctx, toServer, lines)
+}
+
+func (f *Front) stdioContext(ctx context.Context) context.Context {
+	ctx = context.WithValue(ctx, agentKey{}, f.cfg.Agent)
+	return context.WithValue(ctx, sessionTurnKey{}, f.cfg.StdioTurn)
+}
+
+// stdioTasks reads the stdio session's messages, one a line: it answers
+// task requests, each in a goroutine of its own (tasks/result waits for
+// the result), and passes the rest on to mcp-go. A line longer than
+// MaxRequestBytes ends the session.
+func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWriter, out *lineWriter) {
+	scanner := bufio.NewScanner(in)
+	scanner.Buffer(make([]byte, 0, 64<<10), int(f.cfg.MaxRequestBytes))
+	for scanner.Scan() {
+		line := scanner.Bytes()
+		var req rpcMessage
+		if json.Unmarshal(line, &req) == nil && req.isTaskRequest() {
+			go func() {
+				result, rpcErr := f.task(ctx, &req)
+				msg := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": req.ID}
+				if rpcErr != nil {
+					msg["error"] = rpcErr
+				} else {
+					msg["result"] = result
+				}
+				if err := out.writeMessage(msg); err != nil {
+					f.log.Debug("task answer not sent", "error", err)
+				}
+			}()
+			continue
+		}
+		if _, err := next.Write(append(slices.Clip(line), '\n')); err != nil {
+			return
+		}
+	}
+	next.CloseWithError(scanner.Err())
+}
+
+// lineWriter writes whole messages, one a line, for mcp-go and for the
+// front's own answers alike: mcp-go writes each message in one Write.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lineWriter) writeMessage(msg any) error {
+	data, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	_, err = l.Write(append(data, '\n'))
+	return err
 }
 
 // Shutdown closes the front's HTTP sessions.

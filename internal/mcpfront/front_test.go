@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -75,6 +76,8 @@ match:
     approval: {mode: queue, message: "Digests need an operator"}
   - name: "ops:restart"
     approval: {mode: prompt, message: "Restarts interrupt users"}
+  - name: "batch:reindex"
+    approval: {mode: queue, message: "Reindexing loads the database"}
 `)
 	writeFile(t, filepath.Join(dir, "agents", "analyst.yaml"), `
 id: analyst
@@ -92,6 +95,14 @@ tool:
 	}})
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "ops", Tools: []worker.Tool{
 		weatherTool("restart", "Restarts a service."),
+	}})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "batch", Tools: []worker.Tool{
+		worker.Func("reindex", "Rebuilds the search index, reporting progress.", func(ctx context.Context, _ struct{}) (string, error) {
+			for i := 1; i <= 3; i++ {
+				worker.ReportProgress(ctx, float64(i), 3, fmt.Sprintf("reindexed %d of 3", i))
+			}
+			return "reindexed", nil
+		}),
 	}})
 	return stack{url: srv.URL()}
 }
@@ -134,6 +145,19 @@ func (n *notifications) add(note mcp.JSONRPCNotification) {
 	case n.seen <- struct{}{}:
 	default:
 	}
+}
+
+// all returns the notifications of method that came, in order.
+func (n *notifications) all(method string) []mcp.JSONRPCNotification {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []mcp.JSONRPCNotification
+	for _, note := range n.got {
+		if note.Method == method {
+			out = append(out, note)
+		}
+	}
+	return out
 }
 
 func (n *notifications) count(method string) int {
@@ -707,6 +731,44 @@ func TestAnotherAgentsSession(t *testing.T) {
 	if !res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCode] != "conflict" {
 		t.Fatalf("another agent's session called: %+v", res)
 	}
+
+	// Nor can it cancel a call of the session: a notifications/cancelled
+	// for the session's request, with another agent's token, is ignored.
+	var slept mcp.CallToolResult
+	called := make(chan *rpcError, 1)
+	go func() {
+		called <- rpcAs(t, hs.URL, token, session, "tools/call", map[string]any{"name": "demo-sleep", "arguments": map[string]any{"seconds": 1}}, &slept)
+	}()
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	eventually(t, "the sleep to run", func() bool {
+		info, err := bus.Turn(testenv.Context(t), sessionTurn(t, c))
+		return err == nil && slices.ContainsFunc(info.Calls, func(c messages.CallInfo) bool {
+			return c.Tool == "demo-sleep" && c.State == messages.StateRunning
+		})
+	})
+	notify(t, hs.URL, "token-of-ops", session, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"not mine"}}`)
+	if e := <-called; e != nil || slept.IsError || !strings.HasPrefix(text(&slept), "slept") {
+		t.Fatalf("the session's call, after another agent cancelled it: %+v %+v", slept, e)
+	}
+}
+
+// notify posts a JSON-RPC notification in a session.
+func notify(t *testing.T, url, bearerToken, sessionID, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+bearerToken)
+	req.Header.Set("Mcp-Session-Id", sessionID)
+	req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("notification: status %d", resp.StatusCode)
+	}
 }
 
 // TestGuards: a request from a foreign origin, one naming a foreign host on
@@ -787,3 +849,193 @@ func TestParseTokens(t *testing.T) {
 //
 //lint:ignore SA1019 sessions are what these tests exercise
 var legacySessions = mcpclient.WithLegacyProtocolOnly
+
+// TestQueueApprovalWithProgress: a call held for an operator's approval,
+// made with a progress token, is told so in a progress notification that
+// names the approval and who decides it, stays open while the operator
+// decides, and then gets the call's own progress and its result.
+func TestQueueApprovalWithProgress(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, notes := connect(t, url, bearer(), legacySessions())
+	ctx := testenv.Context(t)
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := callTool(ctx, c, "batch-reindex", map[string]any{}, &mcp.Meta{ProgressToken: "q1"})
+		done <- answer{res, err}
+	}()
+	notes.waitFor(t, string(mcp.MethodNotificationProgress))
+	operator := testenv.Client(t, s.url, client.Options{})
+	pending, err := operator.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "analyst", Turn: sessionTurn(t, c)})
+	if err != nil || len(pending.Approvals) != 1 {
+		t.Fatalf("pending approvals: %+v %v", pending, err)
+	}
+	approval := pending.Approvals[0]
+	first := notes.all(string(mcp.MethodNotificationProgress))[0]
+	waiting, _ := first.Params.AdditionalFields["message"].(string)
+	for _, want := range []string{approval.ApprovalID, "queue mode", "An operator decides it"} {
+		if !strings.Contains(waiting, want) {
+			t.Errorf("the waiting notification %q does not say %q", waiting, want)
+		}
+	}
+	select {
+	case a := <-done:
+		t.Fatalf("answered before the operator decided: %+v %v", a.res, a.err)
+	default:
+	}
+	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: approval.ApprovalID, Decision: messages.DecisionApprove, Reason: "off-peak", By: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || a.res.IsError || text(a.res) != "reindexed" || a.res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateCompleted) {
+		t.Fatalf("after approval: %+v %v", a.res, a.err)
+	}
+	progress := notes.all(string(mcp.MethodNotificationProgress))
+	if len(progress) < 2 {
+		t.Fatalf("no progress of the call after the approval: %+v", progress)
+	}
+	last := -1.0
+	for i, note := range progress {
+		value, _ := note.Params.AdditionalFields["progress"].(float64)
+		if value <= last && i > 0 {
+			t.Errorf("progress %v after %v", value, last)
+		}
+		last = value
+		if message, _ := note.Params.AdditionalFields["message"].(string); i > 0 && !strings.HasPrefix(message, "reindexed") {
+			t.Errorf("notification %d after the approval: %q", i, message)
+		}
+	}
+}
+
+// stdioSession is a raw stdio session with a front: JSON-RPC messages, one
+// a line.
+type stdioSession struct {
+	t       *testing.T
+	in      *io.PipeWriter
+	replies chan map[string]json.RawMessage
+	next    int
+}
+
+func startStdio(t *testing.T, f *mcpfront.Front) *stdioSession {
+	t.Helper()
+	clientIn, serverOut := io.Pipe()
+	serverIn, clientOut := io.Pipe()
+	ctx, stop := context.WithCancel(testenv.Context(t))
+	served := make(chan error, 1)
+	go func() { served <- f.ServeStdio(ctx, serverIn, serverOut) }()
+	s := &stdioSession{t: t, in: clientOut, replies: make(chan map[string]json.RawMessage, 16)}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		dec := json.NewDecoder(clientIn)
+		for {
+			var msg map[string]json.RawMessage
+			if dec.Decode(&msg) != nil {
+				return
+			}
+			if _, isReply := msg["id"]; isReply && msg["method"] == nil {
+				s.replies <- msg
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		stop()
+		clientOut.Close()
+		<-served
+		serverOut.Close()
+		<-read
+	})
+	return s
+}
+
+// call sends a request and returns its result, or fails the test with its error.
+func (s *stdioSession) call(method string, params any, out any) {
+	s.t.Helper()
+	s.next++
+	line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": s.next, "method": method, "params": params})
+	if _, err := s.in.Write(append(line, '\n')); err != nil {
+		s.t.Fatal(err)
+	}
+	select {
+	case reply := <-s.replies:
+		if string(reply["id"]) != fmt.Sprint(s.next) || reply["error"] != nil {
+			s.t.Fatalf("%s: %s %s", method, reply["id"], reply["error"])
+		}
+		if out != nil {
+			if err := json.Unmarshal(reply["result"], out); err != nil {
+				s.t.Fatalf("%s: %v", method, err)
+			}
+		}
+	case <-time.After(30 * time.Second):
+		s.t.Fatalf("%s: no reply", method)
+	}
+}
+
+// TestStdioTasks: over stdio too, tools are offered as tasks, a
+// task-augmented call answers at once with the call's ID as the task's,
+// and the task is read from the ledger to its result; a second stdio
+// session, as after the desktop app restarted the command, reads it too.
+func TestStdioTasks(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	newFront := func() *mcpfront.Front {
+		f, err := mcpfront.New(mcpfront.Config{
+			Client:    testenv.Client(t, s.url, client.Options{}),
+			Agent:     "analyst",
+			StdioTurn: "t-stdio-tasks",
+			Logger:    testenv.Logger(t),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	first := startStdio(t, newFront())
+	var init struct {
+		Capabilities struct {
+			Tasks json.RawMessage `json:"tasks"`
+		} `json:"capabilities"`
+	}
+	first.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}, &init)
+	if len(init.Capabilities.Tasks) == 0 {
+		t.Fatal("no tasks capability over stdio")
+	}
+	var listed mcp.ListToolsResult
+	first.call("tools/list", map[string]any{}, &listed)
+	if len(listed.Tools) == 0 || listed.Tools[0].Execution == nil || listed.Tools[0].Execution.TaskSupport != mcp.TaskSupportOptional {
+		t.Fatalf("tools over stdio are not offered as tasks: %+v", listed.Tools)
+	}
+	var created mcp.CreateTaskResult
+	first.call("tools/call", map[string]any{"name": "demo-sleep", "arguments": map[string]any{"seconds": 0.3}, "task": map[string]any{}}, &created)
+	if created.Task.TaskId == "" || created.Task.Status != mcp.TaskStatusWorking {
+		t.Fatalf("created: %+v", created.Task)
+	}
+	var result struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		Meta map[string]any `json:"_meta"`
+	}
+	first.call("tasks/result", map[string]any{"taskId": created.Task.TaskId}, &result)
+	if len(result.Content) == 0 || !strings.HasPrefix(result.Content[0].Text, "slept") || result.Meta[mcpfront.MetaCallID] != created.Task.TaskId {
+		t.Fatalf("tasks/result: %+v", result)
+	}
+
+	second := startStdio(t, newFront())
+	second.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}, nil)
+	var got mcp.GetTaskResult
+	second.call("tasks/get", map[string]any{"taskId": created.Task.TaskId}, &got)
+	if got.Status != mcp.TaskStatusCompleted {
+		t.Fatalf("tasks/get in a new session: %+v", got)
+	}
+	var list mcp.ListTasksResult
+	second.call("tasks/list", map[string]any{}, &list)
+	if len(list.Tasks) != 1 || list.Tasks[0].TaskId != created.Task.TaskId {
+		t.Fatalf("tasks/list: %+v", list.Tasks)
+	}
+}

@@ -18,9 +18,9 @@ import (
 // taskPollInterval is the poll interval a task suggests to its client.
 const taskPollInterval = int64(1000)
 
-// taskRequest is the part of a JSON-RPC request the front reads to tell a
-// task request from the others.
-type taskRequest struct {
+// rpcMessage is the part of a JSON-RPC message the front reads to tell
+// the requests it answers itself from those mcp-go answers.
+type rpcMessage struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id"`
 	Method  string          `json:"method"`
@@ -30,14 +30,20 @@ type taskRequest struct {
 		Arguments json.RawMessage `json:"arguments"`
 		Task      json.RawMessage `json:"task"`
 		Meta      *mcp.Meta       `json:"_meta"`
+		// RequestID is the request a notifications/cancelled cancels.
+		RequestID json.RawMessage `json:"requestId"`
 	} `json:"params"`
+	// Result and Error are those of a client's answer to a request of
+	// the front's.
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
 }
 
 // isTaskRequest reports whether a request is one the front answers from the
 // call ledger rather than through mcp-go, which keeps tasks in memory: a
 // task-augmented tools/call, and tasks/get, tasks/result, tasks/list and
 // tasks/cancel. A task's ID is its Toolbus call's ID, so any front answers.
-func (r *taskRequest) isTaskRequest() bool {
+func (r *rpcMessage) isTaskRequest() bool {
 	switch mcp.MCPMethod(r.Method) {
 	case mcp.MethodTasksGet, mcp.MethodTasksResult, mcp.MethodTasksList, mcp.MethodTasksCancel:
 		return len(r.ID) > 0
@@ -47,8 +53,11 @@ func (r *taskRequest) isTaskRequest() bool {
 	return false
 }
 
-// serveTasks answers task requests over HTTP and passes the rest on.
-func (f *Front) serveTasks(next http.Handler) http.Handler {
+// serveRequests answers over HTTP the requests the front serves itself:
+// task requests, from the ledger, and a session's tools/call with what the
+// client posts about it (its cancellation, its answer to an elicitation).
+// The rest go to mcp-go.
+func (f *Front) serveRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
@@ -60,24 +69,40 @@ func (f *Front) serveTasks(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		var req taskRequest
-		if json.Unmarshal(body, &req) != nil || !req.isTaskRequest() {
+		var req rpcMessage
+		if json.Unmarshal(body, &req) != nil {
 			next.ServeHTTP(w, r)
 			return
 		}
+		session := r.Header.Get(server.HeaderKeySessionID)
+		turn, inSession := turnOfSession(session)
+		inSession = inSession && !mcp.IsModernProtocol(r.Header.Get(server.HeaderKeyProtocolVersion))
 		ctx := context.WithValue(r.Context(), headerKey{}, r.Header)
-		if turn, ok := turnOfSession(r.Header.Get(server.HeaderKeySessionID)); ok {
+		if inSession {
 			ctx = context.WithValue(ctx, sessionTurnKey{}, turn)
 		}
-		result, rpcErr := f.task(ctx, &req)
-		out := map[string]any{"jsonrpc": "2.0", "id": req.ID}
-		if rpcErr != nil {
-			out["error"] = rpcErr
-		} else {
-			out["result"] = result
+		switch {
+		case req.isTaskRequest():
+			result, rpcErr := f.task(ctx, &req)
+			out := map[string]any{"jsonrpc": "2.0", "id": req.ID}
+			if rpcErr != nil {
+				out["error"] = rpcErr
+			} else {
+				out["result"] = result
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(out)
+		case !inSession:
+			next.ServeHTTP(w, r)
+		case req.Method == string(mcp.MethodToolsCall) && len(req.ID) > 0:
+			f.serveCall(ctx, w, session, &req)
+		case req.Method == string(mcp.MethodNotificationCancelled) && f.cancelRequest(agentOf(ctx), session, req.Params.RequestID):
+			w.WriteHeader(http.StatusAccepted)
+		case req.Method == "" && len(req.ID) > 0 && f.answerRequest(agentOf(ctx), session, &req):
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			next.ServeHTTP(w, r)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(out)
 	})
 }
 
@@ -91,7 +116,7 @@ func taskNotFound(id string) *rpcError {
 	return &rpcError{Code: mcp.INVALID_PARAMS, Message: "no task " + id}
 }
 
-func (f *Front) task(ctx context.Context, req *taskRequest) (any, *rpcError) {
+func (f *Front) task(ctx context.Context, req *rpcMessage) (any, *rpcError) {
 	agent := agentOf(ctx)
 	if mcp.MCPMethod(req.Method) == mcp.MethodToolsCall {
 		return f.createTask(ctx, req)
@@ -159,7 +184,7 @@ func (f *Front) task(ctx context.Context, req *taskRequest) (any, *rpcError) {
 
 // createTask submits a task-augmented tools/call and answers at once with
 // the call's ID as the task's.
-func (f *Front) createTask(ctx context.Context, req *taskRequest) (any, *rpcError) {
+func (f *Front) createTask(ctx context.Context, req *rpcMessage) (any, *rpcError) {
 	args := req.Params.Arguments
 	if len(args) == 0 || string(args) == "null" {
 		args = []byte("{}")
@@ -214,7 +239,7 @@ func taskOf(info *messages.CallInfo) mcp.Task {
 		}
 	case info.State == messages.StateAwaitingApproval && info.Approval != nil:
 		t.Status = mcp.TaskStatusInputRequired
-		t.StatusMessage = awaitingApproval(info.CallID, info.Approval).Content[0].(mcp.TextContent).Text
+		t.StatusMessage = awaitingText(info.Approval)
 	case info.Progress != nil && info.Progress.Message != "":
 		t.StatusMessage = info.Progress.Message
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -41,11 +42,9 @@ func (f *Front) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, erro
 		tools = append(tools, t)
 	}
 	f.register(tools)
-	if server.ServerFromContext(ctx) == f.mcp {
-		// Over HTTP a call may be made a task.
-		for i := range tools {
-			tools[i].Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
-		}
+	for i := range tools {
+		// Any call may be made a task.
+		tools[i].Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
 	}
 	return tools, nil
 }
@@ -143,39 +142,168 @@ func (f *Front) beforeCallTool(ctx context.Context, _ any, req *mcp.CallToolRequ
 	}
 }
 
-// call runs a tools/call as a durable Toolbus call.
+// callRequest is a tools/call as the front runs it, whichever transport
+// carried it.
+type callRequest struct {
+	name string
+	args json.RawMessage
+	meta *mcp.Meta
+}
+
+// progressToken is the request's progress token, nil without one.
+func (c *callRequest) progressToken() mcp.ProgressToken {
+	if c.meta == nil {
+		return nil
+	}
+	return c.meta.ProgressToken
+}
+
+// callOut carries what a tools/call sends its client before the result:
+// notifications, and an elicitation request.
+type callOut interface {
+	notify(ctx context.Context, method string, params map[string]any) error
+	elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error)
+}
+
+// sessionOut sends through mcp-go's session of the request: stdio, and
+// the stateless HTTP requests that mcp-go serves.
+type sessionOut struct{}
+
+var errNoSession = errors.New("no MCP session in the request's context")
+
+func (sessionOut) notify(ctx context.Context, method string, params map[string]any) error {
+	srv := server.ServerFromContext(ctx)
+	if srv == nil {
+		return errNoSession
+	}
+	return srv.SendNotificationToClient(ctx, method, params)
+}
+
+func (sessionOut) elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	srv := server.ServerFromContext(ctx)
+	if srv == nil {
+		return nil, errNoSession
+	}
+	return srv.RequestElicitation(ctx, req)
+}
+
+// call is mcp-go's handler of tools/call.
 func (f *Front) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	args, err := json.Marshal(req.Params.Arguments)
 	if err != nil || req.Params.Arguments == nil {
 		args = []byte("{}")
 	}
-	turn := turnOf(ctx, req.Params.Meta)
-	reply, err := f.cfg.Client.Submit(ctx, messages.SubmitRequest{Tool: req.Params.Name, Arguments: args, Agent: agentOf(ctx), Turn: turn})
-	if err != nil {
-		var refusal *messages.Error
-		if errors.As(err, &refusal) {
-			return refused(refusal), nil
-		}
+	return f.runCall(ctx, sessionOut{}, &callRequest{name: req.Params.Name, args: args, meta: req.Params.Meta})
+}
+
+// runCall runs a tools/call as a durable Toolbus call.
+func (f *Front) runCall(ctx context.Context, out callOut, req *callRequest) (*mcp.CallToolResult, error) {
+	args := req.args
+	if len(args) == 0 || string(args) == "null" {
+		args = []byte("{}")
+	}
+	turn := turnOf(ctx, req.meta)
+	submit := messages.SubmitRequest{Tool: req.name, Arguments: messages.JSON(args), Agent: agentOf(ctx), Turn: turn}
+	progress := &progressOut{f: f, out: out, token: req.progressToken()}
+	var res *messages.CallResult
+	var err error
+	if progress.token == nil {
+		res, err = f.callAlone(ctx, out, progress, submit)
+	} else {
+		res, err = f.callWithProgress(ctx, out, progress, submit)
+	}
+	var refusal *messages.Error
+	var held *heldCall
+	switch {
+	case errors.As(err, &held):
+		return awaitingApproval(held.callID, held.approval), nil
+	case errors.As(err, &refusal) && ctx.Err() == nil:
+		// The coordinator refused the call, or could not be reached.
+		return refused(refusal), nil
+	case err != nil:
 		return nil, err
 	}
-	if reply.State == messages.StateAwaitingApproval && reply.Approval != nil {
-		if reply.Approval.Mode != "prompt" || !f.elicit(ctx, reply.Approval) {
-			return awaitingApproval(reply.CallID, reply.Approval), nil
-		}
-	}
-	res := reply.Result
-	if res == nil {
-		if res, err = f.follow(ctx, req, reply.CallID); err != nil {
-			return nil, err
-		}
-	}
-	if !res.IsError && toolNamespace(req.Params.Name) == discoveryNamespace && turn != "" {
+	if !res.IsError && toolNamespace(req.name) == discoveryNamespace && turn != "" {
 		// What the turn sees has changed: its discovery page is saved.
-		if err := server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationToolsListChanged), nil); err != nil {
+		if err := out.notify(ctx, string(mcp.MethodNotificationToolsListChanged), nil); err != nil {
 			f.log.Debug("list_changed not sent", "error", err)
 		}
 	}
 	return toolResult(res), nil
+}
+
+// heldCall is the end of a tools/call whose call waits for an approval
+// that the request does not wait for: it is answered with a result that
+// says so.
+type heldCall struct {
+	callID   string
+	approval *messages.Approval
+}
+
+func (h *heldCall) Error() string {
+	return "call " + h.callID + " awaits approval " + h.approval.ApprovalID
+}
+
+// callAlone makes a call whose request wants its result alone: as
+// pkg/client's Call does, on the front client's route, with no consumer
+// and no subscription per call on the server. A call held for an approval
+// is asked of the user (prompt mode) or answered at once (queue mode).
+func (f *Front) callAlone(ctx context.Context, out callOut, progress *progressOut, submit messages.SubmitRequest) (*messages.CallResult, error) {
+	res, err := f.cfg.Client.CallObserved(ctx, submit, &client.CallObserver{
+		Named: func(callID string) { progress.callID = callID },
+		Held:  func(*messages.SubmitReply) bool { return true },
+	})
+	var approval *client.ApprovalRequiredError
+	switch {
+	case errors.As(err, &approval):
+		if approval.Approval.Mode == messages.ApprovalPrompt && f.elicit(ctx, out, approval.Approval) {
+			return f.follow(ctx, progress)
+		}
+		return nil, &heldCall{callID: approval.CallID, approval: approval.Approval}
+	case err != nil:
+		f.cancelOnEnd(ctx, progress.callID)
+		return nil, err
+	}
+	return res, nil
+}
+
+// callWithProgress submits a call and follows its events, for a request
+// with a progress token. A call held for an operator's approval keeps the
+// request open, which is told so.
+func (f *Front) callWithProgress(ctx context.Context, out callOut, progress *progressOut, submit messages.SubmitRequest) (*messages.CallResult, error) {
+	reply, err := f.cfg.Client.Submit(ctx, submit)
+	if err != nil {
+		return nil, err
+	}
+	progress.callID = reply.CallID
+	if a := reply.Approval; reply.State == messages.StateAwaitingApproval && a != nil {
+		switch {
+		case a.Mode == messages.ApprovalPrompt && f.elicit(ctx, out, a):
+			// Answered: the call runs, or its result says denied.
+		case a.Mode == messages.ApprovalQueue:
+			// The request stays open while an operator decides, saying so.
+			progress.send(ctx, messages.Progress{Message: awaitingText(a)})
+		default:
+			return nil, &heldCall{callID: reply.CallID, approval: a}
+		}
+	}
+	if reply.Result != nil {
+		return reply.Result, nil
+	}
+	return f.follow(ctx, progress)
+}
+
+// cancelOnEnd cancels the call of a request that ended before its result
+// because the client cancelled it (see cancels).
+func (f *Front) cancelOnEnd(ctx context.Context, callID string) {
+	if callID == "" || !f.cancels(ctx) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+	defer cancel()
+	if _, err := f.cfg.Client.Cancel(cctx, callID, "cancelled by the MCP client"); err != nil {
+		f.log.Warn("cancel failed", "call_id", callID, "error", err)
+	}
 }
 
 // elicit asks the user, through MCP elicitation, to answer an approval in
@@ -183,7 +311,7 @@ func (f *Front) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 // false when the client could not be asked (it does not support
 // elicitation, or the transport cannot carry the request), and the call
 // is then answered as awaiting approval.
-func (f *Front) elicit(ctx context.Context, a *messages.Approval) bool {
+func (f *Front) elicit(ctx context.Context, out callOut, a *messages.Approval) bool {
 	message := fmt.Sprintf("Allow the call of %s?", a.Tool)
 	if a.Reason != "" {
 		message += " " + a.Reason + "."
@@ -191,11 +319,7 @@ func (f *Front) elicit(ctx context.Context, a *messages.Approval) bool {
 	if len(a.Arguments) > 0 {
 		message += " Arguments: " + string(a.Arguments)
 	}
-	srv := server.ServerFromContext(ctx)
-	if srv == nil {
-		return false
-	}
-	answer, err := srv.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
+	answer, err := out.elicit(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
 		Message: message,
 		RequestedSchema: map[string]any{
 			"type": "object",
@@ -226,54 +350,66 @@ func (f *Front) elicit(ctx context.Context, a *messages.Approval) bool {
 	return true
 }
 
+// progressOut sends a request's progress notifications. MCP wants each
+// progress value above the one before: an event whose value is not is
+// not sent (the worker coalesces reports, so a late copy of an older one
+// may follow a newer one).
+type progressOut struct {
+	f      *Front
+	out    callOut
+	token  mcp.ProgressToken
+	callID string
+	sent   bool
+	last   float64
+}
+
+func (p *progressOut) send(ctx context.Context, pr messages.Progress) {
+	if p.token == nil || (p.sent && pr.Progress <= p.last) {
+		return
+	}
+	params := map[string]any{"progressToken": p.token, "progress": pr.Progress}
+	if pr.Total > 0 {
+		params["total"] = pr.Total
+	}
+	if pr.Message != "" {
+		params["message"] = pr.Message
+	}
+	if err := p.out.notify(ctx, string(mcp.MethodNotificationProgress), params); err != nil {
+		p.f.log.Debug("progress not sent", "call_id", p.callID, "error", err)
+		return
+	}
+	p.sent, p.last = true, pr.Progress
+}
+
 // follow waits for the call's result, sending its progress events as
 // progress notifications when the request has a progress token. A client
 // that cancels the request cancels the call (see cancels).
-func (f *Front) follow(ctx context.Context, req mcp.CallToolRequest, callID string) (*messages.CallResult, error) {
-	var token mcp.ProgressToken
-	if req.Params.Meta != nil {
-		token = req.Params.Meta.ProgressToken
-	}
-	failed := func(err error) (*messages.CallResult, error) {
-		if f.cancels(ctx) {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-			defer cancel()
-			if _, cerr := f.cfg.Client.Cancel(cctx, callID, "cancelled by the MCP client"); cerr != nil {
-				f.log.Warn("cancel failed", "call_id", callID, "error", cerr)
-			}
-		}
-		return nil, err
-	}
-	if token == nil {
+func (f *Front) follow(ctx context.Context, progress *progressOut) (*messages.CallResult, error) {
+	callID := progress.callID
+	if progress.token == nil {
 		// Nobody asked for progress: wait for the result alone, which
 		// costs no consumer on the server, unlike following every event.
 		res, err := f.cfg.Client.Wait(ctx, callID)
 		if err != nil {
-			return failed(err)
+			f.cancelOnEnd(ctx, callID)
+			return nil, err
 		}
 		return res, nil
 	}
 	for ev, err := range f.cfg.Client.Watch(ctx, callID) {
 		if err != nil {
-			return failed(err)
+			f.cancelOnEnd(ctx, callID)
+			return nil, err
 		}
 		switch {
 		case ev.Result != nil:
 			return ev.Result, nil
-		case ev.Progress != nil && token != nil:
-			params := map[string]any{"progressToken": token, "progress": ev.Progress.Progress}
-			if ev.Progress.Total > 0 {
-				params["total"] = ev.Progress.Total
-			}
-			if ev.Progress.Message != "" {
-				params["message"] = ev.Progress.Message
-			}
-			if err := server.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), params); err != nil {
-				f.log.Debug("progress not sent", "call_id", callID, "error", err)
-			}
+		case ev.Progress != nil:
+			progress.send(ctx, *ev.Progress)
 		}
 	}
 	if err := ctx.Err(); err != nil {
+		f.cancelOnEnd(ctx, callID)
 		return nil, err
 	}
 	return nil, fmt.Errorf("the events of call %s ended without a result", callID)
@@ -305,23 +441,29 @@ func refused(e *messages.Error) *mcp.CallToolResult {
 	}
 }
 
-// awaitingApproval is the result of a call held for an approval: it has
-// not run; the text names the approval to answer.
-func awaitingApproval(callID string, a *messages.Approval) *mcp.CallToolResult {
+// awaitingText says that a call waits for an approval: which, in which
+// mode, who decides it.
+func awaitingText(a *messages.Approval) string {
 	text := fmt.Sprintf("The call of %s awaits approval %s (%s mode) and has not run yet.", a.Tool, a.ApprovalID, a.Mode)
 	if a.Reason != "" {
 		text += " Reason: " + a.Reason + "."
 	}
-	if a.Mode == "prompt" {
+	if a.Mode == messages.ApprovalPrompt {
 		text += " The user answers it (approvals.answer); the call runs once approved."
 	} else {
-		text += " An operator decides it; the call runs once approved."
+		text += " An operator decides it (approvals.decide); the call runs once approved."
 	}
+	return text
+}
+
+// awaitingApproval is the result of a call held for an approval: it has
+// not run; the text names the approval to answer.
+func awaitingApproval(callID string, a *messages.Approval) *mcp.CallToolResult {
 	return &mcp.CallToolResult{
 		Result: mcp.Result{Meta: &mcp.Meta{AdditionalFields: map[string]any{
 			MetaCallID: callID, MetaState: string(messages.StateAwaitingApproval), MetaApprovalID: a.ApprovalID,
 		}}},
-		Content: []mcp.Content{mcp.TextContent{Type: "text", Text: text}},
+		Content: []mcp.Content{mcp.TextContent{Type: "text", Text: awaitingText(a)}},
 	}
 }
 

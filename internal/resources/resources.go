@@ -4,7 +4,7 @@
 // configuration it should have.
 //
 // The replication of an installation is chosen once, by the first process
-// that creates the calls stream, and is read back from that stream's
+// that creates the events stream, and is read back from that stream's
 // configuration from then on (see InstalledReplicas): a process that asks
 // for no particular replication adopts it, one that asks for another is
 // refused with ErrReplicasMismatch, and only Config.Reconfigure changes it.
@@ -24,8 +24,8 @@ import (
 // Config sizes the resources.
 type Config struct {
 	// Replicas of every stream and bucket: 1 for one server, 3 or 5 in a
-	// cluster. Zero adopts the installation's replication (the calls
-	// stream's replicas), or 1 when the installation has no calls stream
+	// cluster. Zero adopts the installation's replication (the events
+	// stream's replicas), or 1 when the installation has no events stream
 	// yet. A value that differs from the installation's is refused with
 	// ErrReplicasMismatch unless Reconfigure is set.
 	Replicas int
@@ -37,13 +37,17 @@ type Config struct {
 	// EventsMaxAge is how long call events, and so results and idempotency
 	// keys, are kept. Defaults to 72h.
 	EventsMaxAge time.Duration
-	// DuplicateWindow is how long the calls stream remembers call IDs to
-	// drop duplicate publishes. Defaults to 2m.
+	// DuplicateWindow is how long the events stream remembers message IDs
+	// (a call's queued event carries one) to drop duplicate publishes.
+	// Defaults to 2m.
 	DuplicateWindow time.Duration
-	// MaxQueuedCalls bounds the calls waiting in the calls stream; beyond it
-	// submits fail instead of old calls being dropped. Defaults to 1,000,000.
+	// MaxQueuedCalls bounded the calls waiting in the calls stream of
+	// protocol version 2. Since version 3 a queued call is its queued
+	// event in the events stream, which EventsMaxAge bounds; the field is
+	// kept for configurations that set it, and ignored.
 	MaxQueuedCalls int64
-	// MaxCallBytes bounds one call message. Defaults to 1 MiB.
+	// MaxCallBytes bounded one call message of version 2; ignored since
+	// version 3 (the coordinator's MaxArgumentsBytes bounds a call).
 	MaxCallBytes int32
 	// AuditMaxAge is how long policy decisions are kept. Defaults to 30 days.
 	AuditMaxAge time.Duration
@@ -82,14 +86,14 @@ func (e *ReplicasMismatchError) Error() string {
 func (e *ReplicasMismatchError) Is(target error) bool { return target == ErrReplicasMismatch }
 
 // InstalledReplicas returns the installation's replication: the replicas
-// of its calls stream, or 0 when there is no calls stream yet.
+// of its events stream, or 0 when there is no events stream yet.
 func InstalledReplicas(ctx context.Context, js jetstream.JetStream, names messages.Names) (int, error) {
-	s, err := js.Stream(ctx, names.CallsStream())
+	s, err := js.Stream(ctx, names.EventsStream())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("stream %s: %w", names.CallsStream(), err)
+		return 0, fmt.Errorf("stream %s: %w", names.EventsStream(), err)
 	}
 	return s.CachedInfo().Config.Replicas, nil
 }
@@ -115,7 +119,7 @@ func Resolve(ctx context.Context, js jetstream.JetStream, names messages.Names, 
 	case cfg.Replicas == 0:
 		cfg.Replicas = installed
 	case cfg.Replicas != installed:
-		return cfg, &ReplicasMismatchError{Stream: names.CallsStream(), Installed: installed, Requested: cfg.Replicas}
+		return cfg, &ReplicasMismatchError{Stream: names.EventsStream(), Installed: installed, Requested: cfg.Replicas}
 	}
 	return cfg.WithDefaults(), nil
 }
@@ -151,8 +155,10 @@ func (c Config) WithDefaults() Config {
 }
 
 // Ensure creates or updates the streams and buckets that coordinators
-// and workers use: calls, events and audit streams, and the catalog,
-// turns and approvals buckets. Each namespace's results object store is
+// and workers use: the events and audit streams, and the catalog, turns
+// and approvals buckets. The calls stream of protocol version 2 is
+// neither created nor touched: an operator removes an old
+// installation's once it is drained (docs/operations.md). Each namespace's results object store is
 // created by its workers when they first need it (EnsureResultsBucket). Coordinators own
 // their configuration and update them; workers, whose NATS users may not
 // manage streams, only create what is missing (see EnsureExisting).
@@ -186,7 +192,7 @@ func EnsureExisting(ctx context.Context, js jetstream.JetStream, names messages.
 }
 
 func ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, cfg Config, update bool) error {
-	for _, sc := range []jetstream.StreamConfig{CallsStreamConfig(names, cfg), EventsStreamConfig(names, cfg), AuditStreamConfig(names, cfg)} {
+	for _, sc := range []jetstream.StreamConfig{EventsStreamConfig(names, cfg), AuditStreamConfig(names, cfg)} {
 		if !update {
 			if _, err := js.Stream(ctx, sc.Name); err == nil {
 				continue
@@ -213,36 +219,23 @@ func ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, c
 	return nil
 }
 
-// CallsStreamConfig is the work-queue stream of call requests.
-func CallsStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig {
-	cfg = cfg.WithDefaults()
-	return jetstream.StreamConfig{
-		Name:        names.CallsStream(),
-		Description: "Toolbus calls waiting for a worker",
-		Subjects:    []string{names.CallsSubjects()},
-		Retention:   jetstream.WorkQueuePolicy,
-		// A full queue refuses new calls rather than dropping queued ones.
-		Discard:     jetstream.DiscardNew,
-		MaxMsgs:     cfg.MaxQueuedCalls,
-		MaxMsgSize:  cfg.MaxCallBytes,
-		Duplicates:  cfg.DuplicateWindow,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		AllowDirect: true,
-	}
-}
-
-// EventsStreamConfig is the stream of call events, results included.
+// EventsStreamConfig is the stream of call events, results included. A
+// call's queued event is also its work item: each namespace's workers
+// take their calls from it through the namespace's consumer
+// (EnsureNamespaceConsumer), whose acknowledgements move the consumer's
+// floor and leave the record in place.
 func EventsStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig {
 	cfg = cfg.WithDefaults()
 	return jetstream.StreamConfig{
-		Name:         names.EventsStream(),
-		Description:  "Toolbus call events and results",
-		Subjects:     []string{names.EventsSubjects()},
-		Retention:    jetstream.LimitsPolicy,
-		Discard:      jetstream.DiscardOld,
-		MaxAge:       cfg.EventsMaxAge,
-		MaxConsumers: cfg.MaxWatchers,
+		Name:        names.EventsStream(),
+		Description: "Toolbus call events and results",
+		Subjects:    []string{names.EventsSubjects()},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      cfg.EventsMaxAge,
+		Duplicates:  cfg.DuplicateWindow,
+		// Watches and the namespaces' consumers.
+		MaxConsumers: cfg.MaxWatchers + MaxNamespaceConsumers,
 		Storage:      jetstream.FileStorage,
 		Replicas:     cfg.Replicas,
 		AllowDirect:  true,
@@ -286,20 +279,68 @@ type NamespaceConsumer struct {
 	MaxAttempts int
 }
 
-// EnsureNamespaceConsumer creates or updates the namespace's durable pull consumer.
+// MaxNamespaceConsumers is how many namespaces' consumers the events
+// stream makes room for beside MaxWatchers watches.
+const MaxNamespaceConsumers = 1024
+
+// DefaultNamespaceConsumer is the consumer a coordinator creates for a
+// namespace that has none when it queues the namespace's first call: the
+// worker defaults (pkg/worker), which the namespace's first worker
+// replaces with its own.
+func DefaultNamespaceConsumer(ns string) NamespaceConsumer {
+	return NamespaceConsumer{Namespace: ns, MaxConcurrency: 1024, AckWait: 30 * time.Second, MaxAttempts: 3}
+}
+
+// EnsureNamespaceConsumer creates or updates the namespace's durable pull
+// consumer on the events stream. It delivers the namespace's queued
+// events from its creation on (DeliverNew): a coordinator creates it
+// before it queues the namespace's first call (CreateNamespaceConsumer),
+// so no call is queued before it, and the events of older calls are
+// records, not work.
 func EnsureNamespaceConsumer(ctx context.Context, js jetstream.JetStream, names messages.Names, nc NamespaceConsumer) (jetstream.Consumer, error) {
+	cfg, err := namespaceConsumerConfig(names, nc)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, names.EventsStream(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", cfg.Durable, err)
+	}
+	return cons, nil
+}
+
+// CreateNamespaceConsumer creates the namespace's consumer if it has none,
+// and leaves an existing one as it is (its workers' configuration).
+func CreateNamespaceConsumer(ctx context.Context, js jetstream.JetStream, names messages.Names, nc NamespaceConsumer) error {
+	cfg, err := namespaceConsumerConfig(names, nc)
+	if err != nil {
+		return err
+	}
+	if _, err := js.Consumer(ctx, names.EventsStream(), cfg.Durable); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("consumer %s: %w", cfg.Durable, err)
+	}
+	_, err = js.CreateConsumer(ctx, names.EventsStream(), cfg)
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+		return fmt.Errorf("consumer %s: %w", cfg.Durable, err)
+	}
+	return nil
+}
+
+func namespaceConsumerConfig(names messages.Names, nc NamespaceConsumer) (jetstream.ConsumerConfig, error) {
 	durable, err := names.NamespaceConsumer(nc.Namespace)
 	if err != nil {
-		return nil, err
+		return jetstream.ConsumerConfig{}, err
 	}
-	filter, err := names.NamespaceCallsFilter(nc.Namespace)
+	filter, err := names.NamespaceQueueFilter(nc.Namespace)
 	if err != nil {
-		return nil, err
+		return jetstream.ConsumerConfig{}, err
 	}
 	if nc.MaxAttempts < 1 || nc.MaxConcurrency < 1 || nc.AckWait <= 0 {
-		return nil, errors.New("namespace consumer needs MaxAttempts, MaxConcurrency and AckWait")
+		return jetstream.ConsumerConfig{}, errors.New("namespace consumer needs MaxAttempts, MaxConcurrency and AckWait")
 	}
-	cfg := jetstream.ConsumerConfig{
+	return jetstream.ConsumerConfig{
 		Durable:       durable,
 		Description:   "Toolbus workers of namespace " + nc.Namespace,
 		FilterSubject: filter,
@@ -307,13 +348,8 @@ func EnsureNamespaceConsumer(ctx context.Context, js jetstream.JetStream, names 
 		AckWait:       nc.AckWait,
 		MaxDeliver:    nc.MaxAttempts + 1,
 		MaxAckPending: nc.MaxConcurrency,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
 		// Every free worker slot keeps one pull request waiting.
 		MaxWaiting: 4096,
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, names.CallsStream(), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("consumer %s: %w", durable, err)
-	}
-	return cons, nil
+	}, nil
 }

@@ -79,7 +79,7 @@ func TestEnsureRefusesAnotherReplication(t *testing.T) {
 	if !errors.Is(err, resources.ErrReplicasMismatch) || !errors.As(err, &mismatch) {
 		t.Fatalf("Ensure with 3 replicas on an R1 installation: %v, want ErrReplicasMismatch", err)
 	}
-	if mismatch.Installed != 1 || mismatch.Requested != 3 || mismatch.Stream != names.CallsStream() {
+	if mismatch.Installed != 1 || mismatch.Requested != 3 || mismatch.Stream != names.EventsStream() {
 		t.Errorf("mismatch = %+v", *mismatch)
 	}
 	if _, err := resources.EnsureIndexBucket(ctx, js, names, resources.Config{Replicas: 3}); !errors.Is(err, resources.ErrReplicasMismatch) {

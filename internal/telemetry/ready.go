@@ -30,7 +30,7 @@ type NATSReady struct {
 // CoordinatorResources are the streams and buckets a coordinator uses.
 func CoordinatorResources(names messages.Names) NATSReady {
 	return NATSReady{
-		Streams: []string{names.CallsStream(), names.EventsStream(), names.AuditStream()},
+		Streams: []string{names.EventsStream(), names.AuditStream()},
 		Buckets: []string{names.CatalogBucket(), names.TurnsBucket(), names.ApprovalsBucket()},
 	}
 }
@@ -39,9 +39,9 @@ func CoordinatorResources(names messages.Names) NATSReady {
 // serving namespaces.
 func WorkerResources(names messages.Names, namespaces []string) (NATSReady, error) {
 	r := NATSReady{
-		Streams:         []string{names.CallsStream(), names.EventsStream()},
+		Streams:         []string{names.EventsStream()},
 		Buckets:         []string{names.CatalogBucket()},
-		ConsumersStream: names.CallsStream(),
+		ConsumersStream: names.EventsStream(),
 	}
 	for _, ns := range namespaces {
 		consumer, err := names.NamespaceConsumer(ns)

@@ -8,8 +8,12 @@ import (
 	"context"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolbus/toolbus/pkg/messages"
 )
 
 // Name is the instrumentation scope of Toolbus's spans.
@@ -76,3 +80,28 @@ func (g globalTracer) Start(ctx context.Context, name string, opts ...trace.Span
 
 // noSpan is OpenTelemetry's span that does nothing.
 var noSpan = trace.SpanFromContext(context.Background())
+
+// ErrorTypeKey is OpenTelemetry's attribute of the class of error an
+// operation ended with (error.type).
+const ErrorTypeKey = attribute.Key("error.type")
+
+// Failed marks span as ended in error, after OpenTelemetry's conventions:
+// status Error with the description, and errorType as error.type.
+func Failed(span trace.Span, errorType, description string) {
+	span.SetAttributes(ErrorTypeKey.String(errorType))
+	span.SetStatus(codes.Error, description)
+}
+
+// Outcome marks span with a call's result: Error, with the result's error
+// code as error.type, when the call did not end with a successful answer
+// (the tool reported an error or failed, the call timed out, was cancelled
+// or denied). A successful result leaves the status unset, as the
+// conventions ask of instrumentation.
+func Outcome(span trace.Span, res *messages.CallResult) {
+	switch {
+	case res.Error != nil:
+		Failed(span, res.Error.Code, res.Error.Message)
+	case res.IsError:
+		Failed(span, messages.ResultToolError, "the tool reported an error")
+	}
+}

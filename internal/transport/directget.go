@@ -120,6 +120,10 @@ type BatchRequest struct {
 	NextBySubject string `json:"next_by_subj,omitempty"`
 	// Batch is the most messages to read from Seq on.
 	Batch int `json:"batch,omitempty"`
+	// MaxBytes, when set, ends the batch once the messages sent reach
+	// it (the server's own bound, its max pending of 64 MiB by default,
+	// otherwise): the batch may end before Batch messages.
+	MaxBytes int `json:"max_bytes,omitempty"`
 }
 
 // GetBatch sends a batched direct get and hands each message of the reply

@@ -448,7 +448,7 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 		opt(&req)
 	}
 	if req.IdempotencyKey == "" && (c.opts.Route != "" || !c.readsViaCoordinator()) {
-		return c.callOnRoute(ctx, req)
+		return c.callOnRoute(ctx, req, nil)
 	}
 	if c.readsViaCoordinator() {
 		// Without a route of its own, the call is made idempotent and
@@ -500,16 +500,17 @@ func toolNamespace(tool string) string {
 // the events stream is asked whether the call exists; if it does not (the
 // submit was lost, or went to a coordinator that does not answer), the
 // submit is sent again as a request with a reply, which queues the call
-// once whatever became of the first (the calls stream drops a second
-// message with the same ID). After that the stream is asked for the result
+// once whatever became of the first (the events stream drops a second
+// queued event with the same ID). After that the stream is asked for the result
 // at each ResultCheckInterval, in case its copy was missed.
-func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*messages.CallResult, error) {
+func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o *CallObserver) (*messages.CallResult, error) {
 	route, err := c.routes.Route()
 	if err != nil {
 		return nil, err
 	}
 	req.Route, req.CallID, req.Quiet = route, messages.RoutedCallID(route, nuid.Next()), true
 	callID := req.CallID
+	o.named(callID)
 	ns := toolNamespace(req.Tool)
 	answers, done := c.routes.Await(callID, ns)
 	defer func() { done() }()
@@ -519,6 +520,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 		if reply.CallID != "" && reply.CallID != callID {
 			done()
 			callID = reply.CallID
+			o.named(callID)
 			answers, done = c.routes.Await(callID, ns)
 		}
 	}
@@ -559,6 +561,9 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 			if res, settled, err := settle(&reply); settled {
 				return res, err
 			}
+			if o.holds(&reply) {
+				return nil, &ApprovalRequiredError{CallID: reply.CallID, Approval: reply.Approval}
+			}
 			adopt(&reply)
 			confirmed = true
 		case <-unconfirmed.C:
@@ -571,6 +576,9 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest) (*
 			}
 			if res, settled, err := settle(reply); settled {
 				return res, err
+			}
+			if o.holds(reply) {
+				return nil, &ApprovalRequiredError{CallID: reply.CallID, Approval: reply.Approval}
 			}
 			adopt(reply)
 			confirmed = true
@@ -675,7 +683,9 @@ func settle(reply *messages.SubmitReply) (*messages.CallResult, bool, error) {
 
 // ApprovalRequiredError is returned by Call when the call waits for an
 // approval that the agent is to obtain from its user (mode prompt): ask the
-// user, send the answer with Decide, then Wait for the call's result.
+// user, send the answer with Decide, then Wait for the call's result. A
+// CallObserved call whose observer's Held says so returns it for an
+// approval an operator decides (mode queue) too.
 type ApprovalRequiredError struct {
 	CallID   string
 	Approval *messages.Approval

@@ -86,6 +86,12 @@ type TurnState struct {
 	// Activated holds the tools activated explicitly.
 	Activated []string  `json:"activated,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// EventsSeq is the first sequence of the events stream that the
+	// turn's calls' queued events may have: the stream's last sequence,
+	// plus one, when the turn was first saved. turns.get reads them from
+	// there (see Names.TurnQueueFilter). 0 in a turn saved before protocol
+	// version 3, whose calls were filed in the turns bucket.
+	EventsSeq uint64 `json:"events_seq,omitempty"`
 }
 
 // GetCallRequest asks for one call (endpoint calls.get).
@@ -181,7 +187,9 @@ type SourceDown struct {
 	Reason string `json:"reason"`
 }
 
-// TurnCallRecord is the turns-bucket value under TurnCallKey.
+// TurnCallRecord is the turns-bucket value under TurnCallKey, where
+// versions before 3 filed a turn's calls; since version 3 a call's queued
+// event is its turn's index, and nothing writes it.
 type TurnCallRecord struct {
 	CallID   string    `json:"call_id"`
 	Tool     string    `json:"tool"`

@@ -65,7 +65,7 @@ type SubmitRequest struct {
 	// RouteLength letters and digits of its choosing (see RoutedCallID).
 	// Only with Route. Knowing the ID, the caller can wait on its route
 	// before submitting, and can send the same submit again without the
-	// call running twice (within the calls stream's duplicate window).
+	// call running twice (within the events stream's duplicate window).
 	CallID string `json:"call_id,omitempty"`
 	// Quiet asks for no reply when the call is queued: refusals and a call
 	// held for approval are still answered, on the request's reply

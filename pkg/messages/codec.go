@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"reflect"
 	"strings"
@@ -19,8 +20,15 @@ import (
 const (
 	HeaderContentType = "Content-Type"
 	HeaderVersion     = "Toolbus-Version"
-	// HeaderMsgID is JetStream's de-duplication header; calls carry their call ID in it.
+	// HeaderMsgID is JetStream's de-duplication header; a call's queued
+	// event carries "<call ID>.queued" in it.
 	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderAwaiting marks the queued event of a call that waits for a
+	// decision (value AwaitingApproval): the record of the call, not yet
+	// work. Its namespace's workers acknowledge it without running the
+	// call; the approval writes the call's queued event again, unmarked.
+	HeaderAwaiting   = "Toolbus-Awaiting"
+	AwaitingApproval = "approval"
 	// HeaderTraceParent and HeaderTraceState carry W3C trace context. NATS
 	// headers are case-sensitive, so they are always written in lowercase.
 	HeaderTraceParent = "traceparent"
@@ -32,8 +40,12 @@ const (
 	// ProtocolVersion is the major version of this contract. A message with
 	// another major version is refused with CodeUnsupportedVersion.
 	// Version 2 put the called tool's namespace at the end of every call
-	// event's subject (and of routed results' subjects).
-	ProtocolVersion = "2"
+	// event's subject (and of routed results' subjects). Version 3 made a
+	// call's queued event, whose subject names the call's turn too, its
+	// work item and its turn's index: workers take calls from their
+	// namespace's consumer on the events stream, and neither the calls
+	// stream nor the turns bucket is written per call.
+	ProtocolVersion = "3"
 )
 
 // Header is a message's header map; nats.Header converts to it directly.
@@ -91,8 +103,12 @@ func CodecOf(h Header) (Codec, error) {
 // versionChanges says what changed since an older major version, for a
 // peer that still speaks it.
 func versionChanges(major string) string {
-	if major == "1" {
-		return " (since version 2, call event subjects end with the tool's namespace: <prefix>.events.<call_id>.<kind>.<namespace>, and routed results arrive on <prefix>.results.<route>.<rest of the call ID>.<namespace>)"
+	const v3 = "since version 3, a call's queued event, on <prefix>.events.<call_id>.queued.<turn or ~>.<namespace>, is its work item and its turn's index: workers pull it from their namespace's consumer ns_<namespace> on the events stream (filter <prefix>.events.*.queued.*.<namespace>), and the calls stream, <prefix>.call.<namespace>.<tool> and the turns bucket's calls.<turn>.<call_id> keys are no longer used"
+	switch major {
+	case "1":
+		return " (since version 2, call event subjects end with the tool's namespace: <prefix>.events.<call_id>.<kind>.<namespace>, and routed results arrive on <prefix>.results.<route>.<rest of the call ID>.<namespace>; " + v3 + ")"
+	case "2":
+		return " (" + v3 + ")"
 	}
 	return ""
 }
@@ -277,6 +293,17 @@ func malformed(c Codec, err error) error {
 		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s message refused: %s", c.ContentType(), errTooDeep.Message)}
 	}
 	return &Error{Code: CodeMalformed, Message: fmt.Sprintf("malformed %s message: %v", c.ContentType(), err)}
+}
+
+// DecodeStored is Decode for a call event read from the events stream:
+// events stored by version 2 peers, whose layout version 3 kept, are read
+// too, so that calls recorded before an upgrade stay readable.
+func DecodeStored(h Header, data []byte, v any) (Codec, error) {
+	if headerValue(h, HeaderVersion) == "2" {
+		h = maps.Clone(h)
+		h[HeaderVersion] = versionValue
+	}
+	return Decode(h, data, v)
 }
 
 // Decode reads a message: the codec from its headers, then the value.

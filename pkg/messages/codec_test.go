@@ -106,7 +106,7 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		{"json trailing", JSONCodec.NewHeader(), []byte(`{"tool":"a-b"} {}`), CodeMalformed},
 		{"json wrong type", JSONCodec.NewHeader(), []byte(`{"tool":5}`), CodeMalformed},
 		{"unknown content type", Header{HeaderContentType: {"text/plain"}}, []byte(`x`), CodeBadRequest},
-		{"future version", Header{HeaderVersion: {"3"}}, []byte{0x80}, CodeUnsupportedVersion},
+		{"future version", Header{HeaderVersion: {"4"}}, []byte{0x80}, CodeUnsupportedVersion},
 		{"version 1", Header{HeaderVersion: {"1.4"}}, []byte{0x80}, CodeUnsupportedVersion},
 	}
 	for _, tc := range cases {
@@ -194,7 +194,26 @@ func TestVersionOneIsRefusedWithWhatChanged(t *testing.T) {
 	if _, err := Decode(Header{}, []byte{0x80}, &req); err != nil {
 		t.Fatalf("no version header: %v", err)
 	}
-	if _, err := Decode(Header{HeaderVersion: {"2.1"}}, []byte{0x80}, &req); err != nil {
-		t.Fatalf("version 2.1: %v", err)
+	if _, err := Decode(Header{HeaderVersion: {"3.1"}}, []byte{0x80}, &req); err != nil {
+		t.Fatalf("version 3.1: %v", err)
+	}
+}
+
+// A peer still speaking version 2 is told that workers now take calls
+// from the events stream.
+func TestVersionTwoIsRefusedWithWhatChanged(t *testing.T) {
+	t.Parallel()
+	var req SubmitRequest
+	_, err := Decode(Header{HeaderVersion: {"2"}}, []byte{0x80}, &req)
+	if CodeOf(err) != CodeUnsupportedVersion || !strings.Contains(err.Error(), "events.*.queued.*.<namespace>") || !strings.Contains(err.Error(), "calls stream") {
+		t.Fatalf("version 2: %v", err)
+	}
+	// A call event stored by a version 2 peer is still read.
+	var ev CallEvent
+	if _, err := DecodeStored(Header{HeaderVersion: {"2"}}, []byte{0x80}, &ev); err != nil {
+		t.Fatalf("stored version 2 event: %v", err)
+	}
+	if _, err := DecodeStored(Header{HeaderVersion: {"1"}}, []byte{0x80}, &ev); CodeOf(err) != CodeUnsupportedVersion {
+		t.Fatalf("stored version 1 event: %v", err)
 	}
 }

@@ -205,19 +205,23 @@ func MustNames(prefix string) Names {
 // Prefix returns the subject prefix.
 func (n Names) Prefix() string { return n.prefix }
 
-// CallsStream is the work-queue stream that holds call requests until a worker acknowledges them.
+// CallsStream is the work-queue stream that held call requests until a
+// worker acknowledged them, up to protocol version 2. Since version 3 a
+// call's queued event is its work item and nothing writes this stream; the
+// name stays so that an operator's tools can find an old installation's.
 func (n Names) CallsStream() string { return n.upper + "_CALLS" }
 
 // EventsStream is the stream that keeps every call's events for the retention period.
 func (n Names) EventsStream() string { return n.upper + "_EVENTS" }
 
-// CallsSubjects is the subject space of CallsStream.
+// CallsSubjects is the subject space of CallsStream (version 2).
 func (n Names) CallsSubjects() string { return n.prefix + ".call.>" }
 
 // EventsSubjects is the subject space of EventsStream.
 func (n Names) EventsSubjects() string { return n.prefix + ".events.>" }
 
-// CallSubject is where a call of the tool is published for its namespace's workers.
+// CallSubject is where a call of the tool was published for its
+// namespace's workers up to version 2 (see CallsStream).
 func (n Names) CallSubject(tool ToolName) (string, error) {
 	if err := tool.Validate(); err != nil {
 		return "", err
@@ -225,7 +229,9 @@ func (n Names) CallSubject(tool ToolName) (string, error) {
 	return n.prefix + ".call." + tool.Namespace + "." + tool.Method, nil
 }
 
-// NamespaceCallsFilter matches every call of one namespace.
+// NamespaceCallsFilter matched every call of one namespace in the calls
+// stream of version 2. Since version 3 the namespace's consumer filters
+// NamespaceQueueFilter.
 func (n Names) NamespaceCallsFilter(ns string) (string, error) {
 	if err := ValidateNamespace(ns); err != nil {
 		return "", err
@@ -247,7 +253,52 @@ func (n Names) CallSubjectNamespace(subject string) string {
 	return ns
 }
 
-// NamespaceConsumer is the durable pull consumer that a namespace's workers share.
+// NoTurn is the turn token of the queued event of a call made outside
+// any turn: a character no turn ID may hold, so no turn's calls are
+// mistaken for turnless ones.
+const NoTurn = "~"
+
+// QueuedSubject is where a call's queued event is stored:
+// <prefix>.events.<call ID>.queued.<turn>.<namespace>, the turn being NoTurn
+// for a call made outside any turn. The event is the call's record, its
+// work item (its namespace's consumer filters NamespaceQueueFilter) and
+// its entry in its turn's index (TurnQueueFilter).
+func (n Names) QueuedSubject(callID, turn, ns string) (string, error) {
+	if err := ValidateID("call ID", callID); err != nil {
+		return "", err
+	}
+	if turn == "" {
+		turn = NoTurn
+	} else if err := ValidateID("turn", turn); err != nil {
+		return "", err
+	}
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return n.prefix + ".events." + callID + "." + string(EventQueued) + "." + turn + "." + ns, nil
+}
+
+// NamespaceQueueFilter matches the queued events of one namespace's calls:
+// the filter of the namespace's consumer on the events stream, whose
+// messages are the namespace's work items.
+func (n Names) NamespaceQueueFilter(ns string) (string, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return n.prefix + ".events.*." + string(EventQueued) + ".*." + ns, nil
+}
+
+// TurnQueueFilter matches the queued events of one turn's calls, of every
+// namespace: the turn's index.
+func (n Names) TurnQueueFilter(turn string) (string, error) {
+	if err := ValidateID("turn", turn); err != nil {
+		return "", err
+	}
+	return n.prefix + ".events.*." + string(EventQueued) + "." + turn + ".*", nil
+}
+
+// NamespaceConsumer is the durable pull consumer on the events stream
+// that a namespace's workers share (filter NamespaceQueueFilter).
 func (n Names) NamespaceConsumer(ns string) (string, error) {
 	if err := ValidateNamespace(ns); err != nil {
 		return "", err
@@ -260,7 +311,13 @@ func (n Names) NamespaceConsumer(ns string) (string, error) {
 // of the called tool. The last token lets the server confine a worker's
 // writes and reads to its own namespace's calls, and lets every reader
 // tell a call's events from events another namespace wrote under its ID.
+// A queued event's subject also names the call's turn (QueuedSubject);
+// for kind queued EventSubject gives that of a call outside any turn,
+// and EventFilter matches the queued event of any turn.
 func (n Names) EventSubject(callID string, kind EventKind, ns string) (string, error) {
+	if kind == EventQueued {
+		return n.QueuedSubject(callID, "", ns)
+	}
 	if err := ValidateID("call ID", callID); err != nil {
 		return "", err
 	}
@@ -273,18 +330,55 @@ func (n Names) EventSubject(callID string, kind EventKind, ns string) (string, e
 	return n.prefix + ".events." + callID + "." + string(kind) + "." + ns, nil
 }
 
+// EventFilter matches the events of one kind of one call written under
+// namespace ns: EventSubject, and for kind queued the queued event of any
+// turn.
+func (n Names) EventFilter(callID string, kind EventKind, ns string) (string, error) {
+	if kind != EventQueued {
+		return n.EventSubject(callID, kind, ns)
+	}
+	if err := ValidateID("call ID", callID); err != nil {
+		return "", err
+	}
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return n.prefix + ".events." + callID + "." + string(EventQueued) + ".*." + ns, nil
+}
+
 // ParseEventSubject reads the call ID, kind and namespace of an event
-// subject made by EventSubject. ok is false for any other subject.
+// subject made by EventSubject or QueuedSubject. ok is false for any other
+// subject.
 func (n Names) ParseEventSubject(subject string) (callID string, kind EventKind, ns string, ok bool) {
 	rest, found := strings.CutPrefix(subject, n.prefix+".events.")
 	if !found {
 		return "", "", "", false
 	}
 	tokens := strings.Split(rest, ".")
-	if len(tokens) != 3 {
-		return "", "", "", false
+	switch {
+	case len(tokens) == 3 && tokens[1] != string(EventQueued):
+		return tokens[0], EventKind(tokens[1]), tokens[2], true
+	case len(tokens) == 4 && tokens[1] == string(EventQueued):
+		return tokens[0], EventQueued, tokens[3], true
 	}
-	return tokens[0], EventKind(tokens[1]), tokens[2], true
+	return "", "", "", false
+}
+
+// QueuedTurn returns the turn a queued event's subject names, "" for a
+// call outside any turn; ok is false when subject is no queued event's.
+func (n Names) QueuedTurn(subject string) (turn string, ok bool) {
+	rest, found := strings.CutPrefix(subject, n.prefix+".events.")
+	if !found {
+		return "", false
+	}
+	tokens := strings.Split(rest, ".")
+	if len(tokens) != 4 || tokens[1] != string(EventQueued) {
+		return "", false
+	}
+	if tokens[2] == NoTurn {
+		return "", true
+	}
+	return tokens[2], true
 }
 
 // EventNamespace returns the namespace token of an event subject, or ""
@@ -303,7 +397,8 @@ func (n Names) CallEventsFilter(callID string) (string, error) {
 }
 
 // CallNamespaceEventsFilter matches every event of one call written
-// under namespace ns.
+// under namespace ns but its queued event, whose subject names the turn
+// too (QueuedSubject).
 func (n Names) CallNamespaceEventsFilter(callID, ns string) (string, error) {
 	if err := ValidateID("call ID", callID); err != nil {
 		return "", err
@@ -315,7 +410,7 @@ func (n Names) CallNamespaceEventsFilter(callID, ns string) (string, error) {
 }
 
 // CallKindFilter matches the events of one kind of one call, of any
-// namespace.
+// namespace (and for kind queued, of any turn).
 func (n Names) CallKindFilter(callID string, kind EventKind) (string, error) {
 	if err := ValidateID("call ID", callID); err != nil {
 		return "", err
@@ -323,15 +418,25 @@ func (n Names) CallKindFilter(callID string, kind EventKind) (string, error) {
 	if !kind.Valid() {
 		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "is not a known event kind"}
 	}
-	return n.prefix + ".events." + callID + "." + string(kind) + ".*", nil
+	return n.prefix + ".events." + callID + "." + string(kind) + kindTail(kind), nil
 }
 
-// EventKindFilter matches the events of one kind of every call, e.g. every result.
+// EventKindFilter matches the events of one kind of every call, e.g. every
+// result (and for kind queued, of every turn).
 func (n Names) EventKindFilter(kind EventKind) (string, error) {
 	if !kind.Valid() {
 		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "is not a known event kind"}
 	}
-	return n.prefix + ".events.*." + string(kind) + ".*", nil
+	return n.prefix + ".events.*." + string(kind) + kindTail(kind), nil
+}
+
+// kindTail is what follows the kind in an event subject: the namespace,
+// after the turn for a queued event.
+func kindTail(kind EventKind) string {
+	if kind == EventQueued {
+		return ".*.*"
+	}
+	return ".*"
 }
 
 // CancelSubject carries the signal that asks the worker holding a call to

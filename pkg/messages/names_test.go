@@ -150,3 +150,54 @@ func TestRoutedResultSubjects(t *testing.T) {
 		t.Errorf("NamespaceResultsBucket = %q", b)
 	}
 }
+
+// A queued event's subject names its call, its turn and its namespace,
+// last; the filters of the namespace's consumer and of the turn's index
+// match it, and every reader takes the same call and namespace from it.
+func TestQueuedSubjectNamesTheTurn(t *testing.T) {
+	n := MustNames("")
+	inTurn, err := n.QueuedSubject("c1", "turn-1", "demo")
+	if err != nil || inTurn != "toolbus.events.c1.queued.turn-1.demo" {
+		t.Fatalf("QueuedSubject = %q, %v", inTurn, err)
+	}
+	noTurn, _ := n.QueuedSubject("c2", "", "demo")
+	if plain, _ := n.EventSubject("c2", EventQueued, "demo"); noTurn != "toolbus.events.c2.queued.~.demo" || plain != noTurn {
+		t.Fatalf("a call outside any turn: %q, EventSubject %q", noTurn, plain)
+	}
+	if _, err := n.QueuedSubject("c1", "t.1", "demo"); err == nil {
+		t.Error("a turn with a dot was accepted")
+	}
+	for _, tc := range []struct {
+		subject  string
+		id, ns   string
+		kind     EventKind
+		turn     string
+		ok, isQd bool
+	}{
+		{"toolbus.events.c1.queued.turn-1.demo", "c1", "demo", EventQueued, "turn-1", true, true},
+		{"toolbus.events.c2.queued.~.demo", "c2", "demo", EventQueued, "", true, true},
+		{"toolbus.events.c1.result.demo", "c1", "demo", EventResult, "", true, false},
+		{"toolbus.events.c1.queued.demo", "", "", "", "", false, false}, // version 2's
+		{"toolbus.events.c1.result.turn-1.demo", "", "", "", "", false, false},
+	} {
+		id, kind, ns, ok := n.ParseEventSubject(tc.subject)
+		if ok != tc.ok || id != tc.id || kind != tc.kind || ns != tc.ns {
+			t.Errorf("ParseEventSubject(%s) = %s %s %s %v", tc.subject, id, kind, ns, ok)
+		}
+		if turn, ok := n.QueuedTurn(tc.subject); ok != tc.isQd || turn != tc.turn {
+			t.Errorf("QueuedTurn(%s) = %q %v", tc.subject, turn, ok)
+		}
+	}
+	ns, _ := n.NamespaceQueueFilter("demo")
+	turn, _ := n.TurnQueueFilter("turn-1")
+	kind, _ := n.EventKindFilter(EventQueued)
+	call, _ := n.CallKindFilter("c1", EventQueued)
+	own, _ := n.EventFilter("c1", EventQueued, "demo")
+	if ns != "toolbus.events.*.queued.*.demo" || turn != "toolbus.events.*.queued.turn-1.*" || kind != "toolbus.events.*.queued.*.*" ||
+		call != "toolbus.events.c1.queued.*.*" || own != "toolbus.events.c1.queued.*.demo" {
+		t.Errorf("filters: %s %s %s %s %s", ns, turn, kind, call, own)
+	}
+	if result, _ := n.EventKindFilter(EventResult); result != "toolbus.events.*.result.*" {
+		t.Errorf("results filter %s", result)
+	}
+}

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -58,12 +60,24 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		return
 	}
 	attempt := int(meta.NumDelivered)
-	var req messages.CallRequest
-	if _, err := messages.Decode(msg.Headers(), msg.Data(), &req); err != nil || req.CallID == "" {
+	if msg.Headers().Get(messages.HeaderAwaiting) != "" {
+		// The record of a call that waits for an approval: once approved,
+		// it is queued again.
+		acked(w.log, "acknowledged", msg.Ack())
+		end = slotRefused
+		return
+	}
+	// The message is the call's queued event, which carries its request.
+	var queued messages.CallEvent
+	if _, err := messages.Decode(msg.Headers(), msg.Data(), &queued); err != nil || queued.Request == nil || queued.Request.CallID == "" {
+		if err == nil {
+			err = errors.New("the queued event carries no call request")
+		}
 		w.rejectUnreadable(msg, ns.Name, attempt, err)
 		end = slotRefused
 		return
 	}
+	req := *queued.Request
 	log := &callLog{log: w.log, call: req.CallID, tool: req.Tool, attempt: attempt}
 	now := time.Now().UTC()
 	base := messages.CallResult{
@@ -127,6 +141,37 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 	defer w.untrack(f)
 	recordStart := func() { w.recordStart(f) }
 	base.StartedAt = now
+	if attempt == 1 {
+		// A call cancelled while it was queued has its cancelled result
+		// (the coordinator's first write wins) and stays in the
+		// namespace's queue: one read tells, before the tool runs.
+		snap, err := w.readBeforeRun(ctx, log, ns.Name, req.CallID)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			res, retry := w.interrupted(base, ctx)
+			if retry {
+				acked(log, "handed back", msg.Nak())
+			} else {
+				w.finish(msg, log, ns.Name, req.Notify, res)
+			}
+			end = slotRefused
+			return
+		case errors.Is(err, errStopping):
+			acked(log, "handed back", msg.Nak())
+			end = slotRefused
+			return
+		case err != nil:
+			log.Warn("whether the call already has a result could not be read; handing it back rather than running the tool", "error", err)
+			acked(log, "handed back", msg.NakWithDelay(retryDelay))
+			end = slotRefused
+			return
+		case snap.Result != nil:
+			log.Info("the call has its result already (cancelled or ended while queued); acknowledged without running the tool")
+			acked(log, "acknowledged", msg.Ack())
+			end = slotRefused
+			return
+		}
+	}
 	if attempt > 1 {
 		snap, err := w.readBeforeRerun(ctx, log, ns.Name, req.CallID, atMostOnce)
 		switch {
@@ -234,6 +279,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		}
 		reporter.close()
 		res, retry := w.interrupted(base, ctx)
+		spanOutcome(span, &res)
 		switch {
 		case retry && atMostOnce:
 			// Another delivery could only find the start and fail the call.
@@ -273,10 +319,12 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		if res.IsError {
 			base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: firstText(res.Content)}
 		}
+		spanOutcome(span, &base)
 		handedOn = true
 		w.finishThen(msg, log, ns.Name, req.Notify, w.fit(ns.Name, base, &tool.Definition, log), s)
 	case ctx.Err() != nil:
 		res, retry := w.interrupted(base, ctx)
+		spanOutcome(span, &res)
 		switch {
 		case retry && atMostOnce:
 			w.finish(msg, log, ns.Name, req.Notify, outcomeUnknown(base, nil))
@@ -288,14 +336,19 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		}
 	case errors.As(out.err, &perr):
 		log.Error("tool panicked", "panic", fmt.Sprint(perr.value), "stack", string(perr.stack))
-		w.finish(msg, log, ns.Name, req.Notify, failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value)))
+		res := failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value))
+		spanOutcome(span, &res)
+		w.finish(msg, log, ns.Name, req.Notify, res)
 	case errors.Is(out.err, ErrRetry) && atMostOnce:
 		cause := strings.TrimPrefix(out.err.Error(), ErrRetry.Error()+": ")
 		log.Warn("an at-most-once tool asked for another attempt; refused, the call fails", "error", out.err)
-		w.finish(msg, log, ns.Name, req.Notify, failure(base, messages.StateFailed, messages.ResultOutcomeUnknown,
-			"the tool may or may not have run: it asked for another attempt, which an at-most-once tool does not get: "+cause))
+		res := failure(base, messages.StateFailed, messages.ResultOutcomeUnknown,
+			"the tool may or may not have run: it asked for another attempt, which an at-most-once tool does not get: "+cause)
+		spanOutcome(span, &res)
+		w.finish(msg, log, ns.Name, req.Notify, res)
 	case errors.Is(out.err, ErrRetry):
 		log.Info("tool asked for another attempt", "error", out.err)
+		spanFailed(span, messages.LogRetry, out.err.Error())
 		// Stored, so that the call's final failure can say why, should its attempts run out.
 		scope.log(messages.LogRetry, strings.TrimPrefix(out.err.Error(), ErrRetry.Error()+": "))
 		recordStart() // the tool ran: this attempt counts (see startedBefore)
@@ -305,9 +358,27 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		base.IsError = true
 		base.Content = []messages.ContentBlock{messages.TextBlock(out.err.Error())}
 		base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: out.err.Error()}
+		spanOutcome(span, &base)
 		handedOn = true
 		w.finishThen(msg, log, ns.Name, req.Notify, base, s)
 	}
+}
+
+// spanOutcome marks the delivery's spans, the tool's and the message's,
+// with the attempt's result (tracing.Outcome).
+func spanOutcome(span trace.Span, res *messages.CallResult) {
+	if p, ok := span.(spanPair); ok {
+		tracing.Outcome(p.outer, res)
+	}
+	tracing.Outcome(span, res)
+}
+
+// spanFailed marks the delivery's spans as ended in error (tracing.Failed).
+func spanFailed(span trace.Span, errorType, description string) {
+	if p, ok := span.(spanPair); ok {
+		tracing.Failed(p.outer, errorType, description)
+	}
+	tracing.Failed(span, errorType, description)
 }
 
 type outcome struct {
@@ -398,6 +469,18 @@ func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, ns, callID s
 	if atMostOnce {
 		kinds = append(kinds, messages.EventStarted)
 	}
+	return w.readRecord(ctx, log, ns, callID, kinds)
+}
+
+// readBeforeRun reads whether a call delivered for the first time already
+// has a result, as readBeforeRerun reads a redelivered call's record.
+func (w *Worker) readBeforeRun(ctx context.Context, log *callLog, ns, callID string) (*ledger.Snapshot, error) {
+	return w.readRecord(ctx, log, ns, callID, []messages.EventKind{messages.EventResult})
+}
+
+// readRecord reads the latest events of kinds of a call of namespace ns,
+// retrying as readBeforeRerun says.
+func (w *Worker) readRecord(ctx context.Context, log *callLog, ns, callID string, kinds []messages.EventKind) (*ledger.Snapshot, error) {
 	giveUp := time.Now().Add(readGiveUp)
 	var retry *time.Timer
 	for tries := 1; ; tries++ {

@@ -32,7 +32,7 @@ func TestACallDeliveredWithoutAFreeSlotWaitsForOneWithoutSpendingAnAttempt(t *te
 	durable, _ := names.NamespaceConsumer("t")
 	nc := testenv.Connect(t, b.url)
 	body := transport.AppendPullRequest(nil, 1, 5*time.Second, 0)
-	if err := nc.PublishRequest(transport.PullSubject(names.CallsStream(), durable), worker.PullInbox(w, "t")+".1", body); err != nil {
+	if err := nc.PublishRequest(transport.PullSubject(names.EventsStream(), durable), worker.PullInbox(w, "t")+".1", body); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the call to be held for a slot", func() bool {
@@ -82,7 +82,7 @@ func TestACallWhoseDeliveriesNeverStartedRunsOnItsLastDelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	consumer, err := js.Consumer(b.ctx, names.CallsStream(), durable)
+	consumer, err := js.Consumer(b.ctx, names.EventsStream(), durable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestACallWhoseDeliveriesNeverStartedRunsOnItsLastDelivery(t *testing.T) {
 	}
 
 	body := transport.AppendPullRequest(nil, 1, 5*time.Second, 0)
-	if err := nc.PublishRequest(transport.PullSubject(names.CallsStream(), durable), worker.PullInbox(w, "t")+".1", body); err != nil {
+	if err := nc.PublishRequest(transport.PullSubject(names.EventsStream(), durable), worker.PullInbox(w, "t")+".1", body); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the call's second delivery to be held for a slot", func() bool {

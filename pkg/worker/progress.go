@@ -35,6 +35,9 @@ func (r *progressReporter) report(p messages.Progress) {
 		}
 		return
 	}
+	// A report sent at once supersedes one still waiting for a timer that
+	// fired late: sending that one afterwards would put progress backwards.
+	r.pending = nil
 	r.last = now
 	r.publish(p)
 }

@@ -247,7 +247,8 @@ func acked(log interface{ Warn(string, ...any) }, what string, err error) {
 // rejectUnreadable fails a call whose message cannot be decoded: no
 // attempt could run it.
 func (w *Worker) rejectUnreadable(msg jetstream.Msg, ns string, attempt int, decodeErr error) {
-	callID := msg.Headers().Get(messages.HeaderMsgID)
+	// The message is a queued event: its subject names the call.
+	callID, _, _, _ := w.names.ParseEventSubject(msg.Subject())
 	w.log.Error("unreadable call message", "call", callID, "error", decodeErr)
 	if messages.ValidateID("call ID", callID) == nil {
 		res := failure(messages.CallResult{CallID: callID, Attempt: attempt, Worker: w.cfg.ID}, messages.StateFailed, messages.ResultInvalidRequest,

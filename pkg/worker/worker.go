@@ -70,13 +70,13 @@ type Resources struct {
 	Replicas int
 	// EventsMaxAge is how long call events, and so results, are kept. Defaults to 72h.
 	EventsMaxAge time.Duration
-	// DuplicateWindow is how long the calls stream remembers call IDs to
-	// drop duplicate submits. Defaults to 2m.
+	// DuplicateWindow is how long the events stream remembers message IDs
+	// to drop duplicate submits. Defaults to 2m.
 	DuplicateWindow time.Duration
-	// MaxQueuedCalls bounds the calls waiting in the calls stream. Defaults to 1,000,000.
+	// MaxQueuedCalls and MaxCallBytes bounded the calls stream of protocol
+	// version 2; ignored since version 3 (see resources.Config).
 	MaxQueuedCalls int64
-	// MaxCallBytes bounds one call message. Defaults to 1 MiB.
-	MaxCallBytes int32
+	MaxCallBytes   int32
 }
 
 func (r Resources) config() resources.Config {
@@ -473,7 +473,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	for _, ns := range nss {
 		durable, _ := w.names.NamespaceConsumer(ns.Name)
-		p, err := newPoller(w.cfg.Conn, w.names.CallsStream(), durable, ns.Slots, w.cfg.FetchWait, holdAckWaits*w.cfg.AckWait, w.goroutines,
+		p, err := newPoller(w.cfg.Conn, w.names.EventsStream(), durable, ns.Slots, w.cfg.FetchWait, holdAckWaits*w.cfg.AckWait, w.goroutines,
 			func(m *transport.PullMsg, s *slot) { w.execute(ns, m, s) }, w.log.With("namespace", ns.Name))
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)

@@ -410,7 +410,7 @@ func TestRefusedPullRequestsBackOffAndRecover(t *testing.T) {
 	}
 	names := messages.MustNames("")
 	durable, _ := names.NamespaceConsumer("t")
-	if err := js.DeleteConsumer(b.ctx, names.CallsStream(), durable); err != nil {
+	if err := js.DeleteConsumer(b.ctx, names.EventsStream(), durable); err != nil {
 		t.Fatal(err)
 	}
 	// Without its consumer every request is refused at once; asked again

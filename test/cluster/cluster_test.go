@@ -97,12 +97,12 @@ func TestClusterSurvivesLeaderKills(t *testing.T) {
 	nodes := startCluster(t, 3)
 	urls := nodes.urls()
 	names := messages.MustNames("")
-	streams := []string{names.CallsStream(), names.EventsStream()}
+	streams := []string{names.EventsStream()}
 	consumerName, err := names.NamespaceConsumer(demo.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	consumers := [][2]string{{names.CallsStream(), consumerName}}
+	consumers := [][2]string{{names.EventsStream(), consumerName}}
 	poll(t, 60*time.Second, "the cluster to elect a meta leader", func(ctx context.Context) error {
 		for _, n := range nodes.nodes {
 			if err := n.healthy(ctx); err != nil {
@@ -300,7 +300,7 @@ func TestClusterSurvivesLeaderKills(t *testing.T) {
 			return "", errors.New("events stream has no leader")
 		}},
 		{"namespace consumer leader", func(ctx context.Context) (string, error) {
-			cons, err := js.Consumer(ctx, names.CallsStream(), consumerName)
+			cons, err := js.Consumer(ctx, names.EventsStream(), consumerName)
 			if err != nil {
 				return "", err
 			}

@@ -291,7 +291,7 @@ func TestBatchRoundTrips(t *testing.T) {
 			}
 
 			// Sent again, the batch names the same calls and queues nothing.
-			queued := streamLastSeqOn(t, nc, names.CallsStream())
+			queued := queuedCallsOn(t, nc)
 			again, err := c.SubmitBatch(ctx, req)
 			if err != nil {
 				t.Fatal(err)
@@ -312,7 +312,7 @@ func TestBatchRoundTrips(t *testing.T) {
 			if got := runs.Load() - before; got != 3 {
 				t.Errorf("after the batch was sent again, %d runs, want 3", got)
 			}
-			if got := streamLastSeqOn(t, nc, names.CallsStream()); got != queued {
+			if got := queuedCallsOn(t, nc); got != queued {
 				t.Errorf("the batch sent again queued %d messages", got-queued)
 			}
 		})
@@ -370,7 +370,7 @@ func TestBatchActsOnlyAsItsAgent(t *testing.T) {
 		t.Fatalf("B's own results: %+v %v", res, err)
 	}
 
-	streams := []string{"TOOLBUS_CALLS", "TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
+	streams := []string{"TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
 	before := snapshot(t, srv, streams...)
 	forbidden := func(what string, err error) {
 		t.Helper()

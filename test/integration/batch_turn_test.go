@@ -31,7 +31,7 @@ func TestBatchTurnOfAnotherAgent(t *testing.T) {
 	if err != nil || !first.Complete {
 		t.Fatalf("the owner's batch: %+v %v", first, err)
 	}
-	queued := streamLastSeqOn(t, nc, names.CallsStream())
+	queued := queuedCallsOn(t, nc)
 	refused, err := other.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", ToolCalls: messages.JSON(`[{"type":"tool_use","id":"toolu_3","name":"t-add","input":{"a":3,"b":3}},{"type":"tool_use","id":"toolu_4","name":"t-add","input":{"a":4,"b":4}}]`), Turn: "turn-owned"})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func TestBatchTurnOfAnotherAgent(t *testing.T) {
 			t.Errorf("call %d of another agent's batch in the turn: %+v %v", i, bc, bc.Error)
 		}
 	}
-	if got := streamLastSeqOn(t, nc, names.CallsStream()); got != queued {
+	if got := queuedCallsOn(t, nc); got != queued {
 		t.Errorf("the refused batch queued %d calls", got-queued)
 	}
 	again, err := owner.RunToolCalls(ctx, "anthropic", json.RawMessage(`[{"type":"tool_use","id":"toolu_5","name":"t-add","input":{"a":5,"b":5}}]`), client.WithTurn("turn-owned"))
@@ -78,7 +78,7 @@ func TestBatchInACluster(t *testing.T) {
 	if err != nil || !res.Complete {
 		t.Fatalf("results: %+v %v", res, err)
 	}
-	queued := streamLastSeqOn(t, nc, names.CallsStream())
+	queued := queuedCallsOn(t, nc)
 	again, err := c.SubmitBatch(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestBatchInACluster(t *testing.T) {
 			t.Errorf("call %d sent again: %+v, first %+v", i, bc, first.Calls[i])
 		}
 	}
-	if got := streamLastSeqOn(t, nc, names.CallsStream()); got != queued {
+	if got := queuedCallsOn(t, nc); got != queued {
 		t.Errorf("the batch sent again queued %d calls", got-queued)
 	}
 	if runs.Load() != 2 {

@@ -271,38 +271,39 @@ func TestWorkerCannotWidenItsConsumer(t *testing.T) {
 		cfg.Identities = deployIdentities(t)
 	})
 	demoWorker := newIntruder(t, url, "worker_demo", deployPassword("worker_demo"))
-	calls, audit := names.CallsStream(), names.AuditStream()
-	watched := []string{calls, audit}
+	events, audit := names.EventsStream(), names.AuditStream()
+	watched := []string{events, audit}
 	before := snapshot(t, srv, watched...)
 
-	create := "$JS.API.CONSUMER.CREATE." + calls + ".ns_demo"
+	const own = "toolbus.events.*.queued.*.demo"
+	create := "$JS.API.CONSUMER.CREATE." + events + ".ns_demo"
 	wide := jetstream.ConsumerConfig{Durable: "ns_demo", AckPolicy: jetstream.AckExplicitPolicy,
-		FilterSubjects: []string{"toolbus.call.demo.>", "toolbus.call.payments.>"}}
-	demoWorker.denied("create its consumer with two filters", create, consumerRequest(t, calls, wide))
-	for _, filter := range []string{"toolbus.call.>", "toolbus.call.*.>", "toolbus.call.payments.>", ">"} {
+		FilterSubjects: []string{own, "toolbus.events.*.queued.*.payments"}}
+	demoWorker.denied("create its consumer with two filters", create, consumerRequest(t, events, wide))
+	for _, filter := range []string{"toolbus.events.>", "toolbus.events.*.queued.*.*", "toolbus.events.*.queued.*.payments", "toolbus.events.*.queued.turn-1.*", "toolbus.events.*.*.demo", ">"} {
 		cfg := jetstream.ConsumerConfig{Durable: "ns_demo", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: filter}
-		demoWorker.denied("create its consumer with filter "+filter, create+"."+filter, consumerRequest(t, calls, cfg))
+		demoWorker.denied("create its consumer with filter "+filter, create+"."+filter, consumerRequest(t, events, cfg))
 	}
 	// The subject names its own namespace's filter, the request another
 	// one, or several: the server refuses both.
-	mismatch := jetstream.ConsumerConfig{Durable: "ns_demo", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "toolbus.call.payments.>"}
-	demoWorker.refusedByServer("create its consumer with a filter other than the subject's", create+".toolbus.call.demo.>", consumerRequest(t, calls, mismatch))
-	demoWorker.refusedByServer("create its consumer with several filters under its own subject", create+".toolbus.call.demo.>", consumerRequest(t, calls, wide))
+	mismatch := jetstream.ConsumerConfig{Durable: "ns_demo", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "toolbus.events.*.queued.*.payments"}
+	demoWorker.refusedByServer("create its consumer with a filter other than the subject's", create+"."+own, consumerRequest(t, events, mismatch))
+	demoWorker.refusedByServer("create its consumer with several filters under its own subject", create+"."+own, consumerRequest(t, events, wide))
 	// The Go client sends several filters on the short subject; refused too.
 	js, err := jetstream.New(demoWorker.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	if _, err := js.CreateOrUpdateConsumer(short, calls, wide); err == nil {
+	if _, err := js.CreateOrUpdateConsumer(short, events, wide); err == nil {
 		t.Fatal("the demo worker's client created a consumer with several filters")
 	}
 	cancel()
 	demoWorker.awaitViolation(create, "create its consumer with two filters through the client", nil)
-	demoWorker.denied("create the payments consumer", "$JS.API.CONSUMER.CREATE."+calls+".ns_payments.toolbus.call.payments.>",
-		consumerRequest(t, calls, jetstream.ConsumerConfig{Durable: "ns_payments", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "toolbus.call.payments.>"}))
-	demoWorker.denied("create a durable consumer the old way", "$JS.API.CONSUMER.DURABLE.CREATE."+calls+".ns_demo", consumerRequest(t, calls, wide))
-	demoWorker.denied("create an ephemeral consumer", "$JS.API.CONSUMER.CREATE."+calls, consumerRequest(t, calls, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy}))
+	demoWorker.denied("create the payments consumer", "$JS.API.CONSUMER.CREATE."+events+".ns_payments.toolbus.events.*.queued.*.payments",
+		consumerRequest(t, events, jetstream.ConsumerConfig{Durable: "ns_payments", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "toolbus.events.*.queued.*.payments"}))
+	demoWorker.denied("create a durable consumer the old way", "$JS.API.CONSUMER.DURABLE.CREATE."+events+".ns_demo", consumerRequest(t, events, wide))
+	demoWorker.denied("create an ephemeral consumer", "$JS.API.CONSUMER.CREATE."+events, consumerRequest(t, events, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy}))
 	if after := snapshot(t, srv, watched...); !reflect.DeepEqual(after, before) {
 		t.Fatalf("the streams changed:\nbefore %+v\nafter  %+v", before, after)
 	}

@@ -161,7 +161,7 @@ func TestForgedRoutedResultIsIgnoredByCall(t *testing.T) {
 	// forges each one's result at once, before the tool can end.
 	watcher := testenv.Connect(t, b.url)
 	forged := make(chan string, 1)
-	queuedFilter := names.Prefix() + ".events.*." + string(messages.EventQueued) + ".*"
+	queuedFilter, _ := names.EventKindFilter(messages.EventQueued)
 	if _, err := watcher.Subscribe(queuedFilter, func(m *nats.Msg) {
 		var ev messages.CallEvent
 		if _, err := messages.Decode(messages.Header(m.Header), m.Data, &ev); err == nil {
@@ -337,13 +337,14 @@ func TestWorkerIsConfinedToItsNamespacesEvents(t *testing.T) {
 		subject string
 		body    string
 	}{
-		"read a payments call's events in a batch":  {"$JS.API.DIRECT.GET." + events, `{"multi_last":["` + names.Prefix() + `.events.` + held.CallID + `.>"]}`},
-		"read a payments call's queued event":       {"$JS.API.DIRECT.GET." + events + "." + event(messages.EventQueued, "payments"), ""},
-		"read a payments call's start":              {"$JS.API.DIRECT.GET." + events + "." + event(messages.EventStarted, "payments"), ""},
-		"read any namespace's events by a wildcard": {"$JS.API.DIRECT.GET." + events + "." + names.Prefix() + ".events." + held.CallID + ".queued.*", ""},
-		"read an event from the leader":             {"$JS.API.STREAM.MSG.GET." + events, `{"last_by_subj":"` + event(messages.EventQueued, "payments") + `"}`},
-		"follow the events stream":                  {"$JS.API.CONSUMER.CREATE." + events + ".spy." + names.Prefix() + ".events.>", `{}`},
-		"follow the payments call's events":         {"$JS.API.CONSUMER.CREATE." + events + ".spy." + names.Prefix() + ".events." + held.CallID + ".>", `{}`},
+		"read a payments call's events in a batch":        {"$JS.API.DIRECT.GET." + events, `{"multi_last":["` + names.Prefix() + `.events.` + held.CallID + `.>"]}`},
+		"read a payments call's queued event":             {"$JS.API.DIRECT.GET." + events + "." + event(messages.EventQueued, "payments"), ""},
+		"read a payments call's start":                    {"$JS.API.DIRECT.GET." + events + "." + event(messages.EventStarted, "payments"), ""},
+		"read any namespace's events by a wildcard":       {"$JS.API.DIRECT.GET." + events + "." + names.Prefix() + ".events." + held.CallID + ".queued.*", ""},
+		"read a payments call's queued event in any turn": {"$JS.API.DIRECT.GET." + events + "." + names.Prefix() + ".events." + held.CallID + ".queued.*.payments", ""},
+		"read an event from the leader":                   {"$JS.API.STREAM.MSG.GET." + events, `{"last_by_subj":"` + event(messages.EventQueued, "payments") + `"}`},
+		"follow the events stream":                        {"$JS.API.CONSUMER.CREATE." + events + ".spy." + names.Prefix() + ".events.>", `{}`},
+		"follow the payments call's events":               {"$JS.API.CONSUMER.CREATE." + events + ".spy." + names.Prefix() + ".events." + held.CallID + ".>", `{}`},
 	} {
 		demoWorker.denied(what, req.subject, []byte(req.body))
 	}

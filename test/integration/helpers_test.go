@@ -71,6 +71,31 @@ func streamLastSeq(t *testing.T, url, stream string) uint64 {
 	return streamLastSeqOn(t, testenv.Connect(t, url), stream)
 }
 
+// queuedCallsOn counts the calls ever queued that the events stream
+// holds: their queued events.
+func queuedCallsOn(t *testing.T, nc *nats.Conn) uint64 {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := messages.MustNames("")
+	s, err := js.Stream(testenv.Context(t), names.EventsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	filter, _ := names.EventKindFilter(messages.EventQueued)
+	info, err := s.Info(testenv.Context(t), jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, count := range info.State.Subjects {
+		n += count
+	}
+	return n
+}
+
 func streamLastSeqOn(t *testing.T, nc *nats.Conn, stream string) uint64 {
 	t.Helper()
 	js, err := jetstream.New(nc)

@@ -100,7 +100,7 @@ func TestAgentsActOnlyAsThemselves(t *testing.T) {
 		t.Fatalf("B's prompt approval: %+v %v", pending, err)
 	}
 
-	streams := []string{"TOOLBUS_CALLS", "TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
+	streams := []string{"TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
 	before := snapshot(t, srv, streams...)
 	forbidden := func(what string, err error) {
 		t.Helper()
@@ -213,7 +213,7 @@ func TestCoordinatorWithoutIdentitiesFailsClosed(t *testing.T) {
 	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Conn = as("coordinator") })
 	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
 	ctx := testenv.Context(t)
-	streams := []string{"TOOLBUS_CALLS", "TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
+	streams := []string{"TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
 	before := snapshot(t, srv, streams...)
 	for _, user := range []string{"agent_a", "operator"} {
 		c := agentClient(t, as(user), "support-bot")

@@ -108,7 +108,7 @@ func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
 		t.Fatalf("A's prompt approval: %+v %v", prompt, err)
 	}
 
-	streams := []string{"TOOLBUS_CALLS", "TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
+	streams := []string{"TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
 	before := snapshot(t, srv, streams...)
 	forbidden := func(what string, err error) {
 		t.Helper()

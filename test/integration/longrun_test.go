@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/testenv"
@@ -114,16 +115,25 @@ func TestCancelBeforeAWorkerTakesIt(t *testing.T) {
 	if err != nil || info.State != messages.StateCancelled || info.Result.Error.Code != messages.ResultCancelled {
 		t.Fatalf("after cancel: %+v %v", info, err)
 	}
+	// The cancelled call stays in its namespace's queue, with its result.
 	js, _ := jetstream.New(testenv.Connect(t, srv.URL()))
-	s, _ := js.Stream(ctx, names.CallsStream())
-	if st, err := s.Info(ctx); err != nil || st.State.Msgs != 0 {
-		t.Fatalf("calls stream still holds %d messages (%v)", st.State.Msgs, err)
+	cons, err := js.Consumer(ctx, names.EventsStream(), "ns_t")
+	if err != nil {
+		t.Fatal(err)
 	}
-	// A worker that starts now runs the next call, never the cancelled one.
+	if info, err := cons.Info(ctx); err != nil || info.NumPending != 1 {
+		t.Fatalf("the namespace's queue: %+v (%v), want the cancelled call in it", info, err)
+	}
+	// A worker that starts now runs the next call, never the cancelled
+	// one: it finds its result, and acknowledges it.
 	testenv.Worker(t, srv.URL(), worker.Config{}, ns)
 	if _, err := c.Call(ctx, "t-count", map[string]string{"label": "next"}); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, "the cancelled call to be acknowledged unrun", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Consumer == 2
+	})
 	if n := cnt.runs(r.CallID); n != 0 {
 		t.Fatalf("cancelled call ran %d times", n)
 	}
@@ -359,7 +369,7 @@ func TestLostDeliveriesEndInAFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(testenv.Connect(t, srv.URL()))
-	cons, err := js.Consumer(ctx, names.CallsStream(), "ns_t")
+	cons, err := js.Consumer(ctx, names.EventsStream(), "ns_t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +473,7 @@ func TestCommittedCallIsNotRunAgain(t *testing.T) {
 	close(second.release)
 	testenv.Worker(t, srv.URL(), worker.Config{AckWait: 500 * time.Millisecond}, worker.Namespace{Name: "t", Tools: []worker.Tool{second.tool()}, Slots: 1})
 	// The second worker acknowledges the message once it has decided not to run it.
-	consumer, err := js.Consumer(ctx, "TOOLBUS_CALLS", "ns_t")
+	consumer, err := js.Consumer(ctx, "TOOLBUS_EVENTS", "ns_t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -599,5 +609,50 @@ func TestLargeResultIsCutAndKeptWhole(t *testing.T) {
 	}
 	if whole.Content[0].Text != big {
 		t.Fatalf("the whole result has %d bytes, want %d", len(whole.Content[0].Text), len(big))
+	}
+}
+
+// A call queued for a namespace whose workers are all gone waits in the
+// namespace's consumer; once its deadline has passed by the grace, the
+// sweep ends it as timed out, and a worker that comes back later
+// acknowledges it without running it.
+func TestSweepEndsACallNoWorkerTook(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.SweepInterval = 100 * time.Millisecond
+		cfg.SweepGrace = time.Millisecond
+	})
+	cnt := newCounter()
+	ns := worker.Namespace{Name: "t", Tools: []worker.Tool{cnt.tool()}}
+	first := testenv.Worker(t, srv.URL(), worker.Config{}, ns)
+	if err := first.Stop(testenv.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	ctx := testenv.Context(t)
+	r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(`{"label":"late"}`), TimeoutMS: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Wait(ctx, r.CallID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != messages.StateTimedOut || res.Error == nil || res.Error.Code != messages.ResultTimedOut {
+		t.Fatalf("result %+v, want timed out by the sweep", res)
+	}
+	testenv.Worker(t, srv.URL(), worker.Config{}, ns)
+	js, _ := jetstream.New(testenv.Connect(t, srv.URL()))
+	cons, err := js.Consumer(ctx, names.EventsStream(), "ns_t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the swept call to be acknowledged unrun", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Consumer >= 1
+	})
+	if n := cnt.runs(r.CallID); n != 0 {
+		t.Fatalf("the swept call ran %d times", n)
 	}
 }

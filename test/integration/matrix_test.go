@@ -256,15 +256,19 @@ match:
 		t.Fatal(err)
 	}
 	calls, events, audit := names.CallsStream(), names.EventsStream(), names.AuditStream()
-	watched := []string{calls, events, "KV_" + names.TurnsBucket(), "KV_" + names.ApprovalsBucket(), "OBJ_" + demoStore, "OBJ_" + paymentsStore}
+	watched := []string{events, "KV_" + names.TurnsBucket(), "KV_" + names.ApprovalsBucket(), "OBJ_" + demoStore, "OBJ_" + paymentsStore}
 	before := readMatrixState(t, srv, js, watched)
-	if before.Streams[calls].Msgs == 0 || len(before.Catalog) == 0 || len(before.Index) == 0 || len(before.AuditRecords) == 0 {
+	if before.Streams[events].Msgs == 0 || len(before.Catalog) == 0 || len(before.Index) == 0 || len(before.AuditRecords) == 0 {
 		t.Fatalf("nothing to protect: %+v", before)
 	}
 	auditedBefore := countAudited(t, as("auditor"), "forbidden", 0)
 
 	event := func(callID string, kind messages.EventKind, ns string) string {
-		return names.Prefix() + ".events." + callID + "." + string(kind) + "." + ns
+		subject, err := names.EventSubject(callID, kind, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return subject
 	}
 	forgedResult, err := messages.Msgpack.Marshal(&messages.CallEvent{CallID: held.CallID, Kind: messages.EventResult,
 		Result: &messages.CallResult{CallID: held.CallID, Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.TextBlock("forged")}}})
@@ -362,27 +366,38 @@ match:
 		if other == demo.Name {
 			otherCall = agents["agent_a"].call
 		}
-		create := "$JS.API.CONSUMER.CREATE." + calls + ".ns_" + self
-		publish(role, "create its consumer over the other namespace", create+".toolbus.call."+other+".>", consumer(calls, "ns_"+self, "toolbus.call."+other+".>"))
-		publish(role, "create its consumer over every namespace", create+".toolbus.call.>", consumer(calls, "ns_"+self, "toolbus.call.>"))
-		serverRefuses(role, "create its consumer with the other namespace's filter in the body", create+".toolbus.call."+self+".>",
-			consumer(calls, "ns_"+self, "toolbus.call."+other+".>"), "filter")
-		publish(role, "create the other namespace's consumer", "$JS.API.CONSUMER.CREATE."+calls+".ns_"+other+".toolbus.call."+other+".>", consumer(calls, "ns_"+other, "toolbus.call."+other+".>"))
-		publish(role, "pull the other namespace's calls", "$JS.API.CONSUMER.MSG.NEXT."+calls+".ns_"+other, []byte(`{"batch":1}`))
-		publish(role, "delete the other namespace's consumer", "$JS.API.CONSUMER.DELETE."+calls+".ns_"+other, nil)
-		publish(role, "read the other namespace's consumer", "$JS.API.CONSUMER.INFO."+calls+".ns_"+other, nil)
-		publish(role, "acknowledge the other namespace's call", "$JS.ACK."+calls+".ns_"+other+".1.1.1.1.0", nil)
-		publish(role, "create a consumer of its own over the other namespace", "$JS.API.CONSUMER.CREATE."+calls+".spy.toolbus.call."+other+".>", consumer(calls, "spy", "toolbus.call."+other+".>"))
-		publish(role, "create an ephemeral consumer on the calls", "$JS.API.CONSUMER.CREATE."+calls, consumerRequest(t, calls, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy}))
-		publish(role, "create a durable consumer the old way", "$JS.API.CONSUMER.DURABLE.CREATE."+calls+".ns_"+self, consumer(calls, "ns_"+self, "toolbus.call."+other+".>"))
-		publish(role, "read queued calls directly", "$JS.API.DIRECT.GET."+calls, []byte(`{"seq":1}`))
-		publish(role, "read a queued call from the leader", "$JS.API.STREAM.MSG.GET."+calls, []byte(`{"seq":1}`))
-		publish(role, "purge the calls stream", "$JS.API.STREAM.PURGE."+calls, []byte(`{}`))
-		publish(role, "delete the calls stream", "$JS.API.STREAM.DELETE."+calls, []byte(`{}`))
+		// A namespace's calls are its queued events, delivered by its
+		// consumer on the events stream.
+		queue := func(ns string) string { return names.Prefix() + ".events.*.queued.*." + ns }
+		create := "$JS.API.CONSUMER.CREATE." + events + ".ns_" + self
+		publish(role, "create its consumer over the other namespace", create+"."+queue(other), consumer(events, "ns_"+self, queue(other)))
+		publish(role, "create its consumer over every namespace", create+"."+queue("*"), consumer(events, "ns_"+self, queue("*")))
+		publish(role, "create its consumer over a turn's calls", create+"."+names.Prefix()+".events.*.queued.turn-x.*", consumer(events, "ns_"+self, names.Prefix()+".events.*.queued.turn-x.*"))
+		publish(role, "create its consumer over every event", create+"."+names.Prefix()+".events.>", consumer(events, "ns_"+self, names.Prefix()+".events.>"))
+		publish(role, "create its consumer over its namespace's every event", create+"."+names.Prefix()+".events.*.*."+self, consumer(events, "ns_"+self, names.Prefix()+".events.*.*."+self))
+		serverRefuses(role, "create its consumer with the other namespace's filter in the body", create+"."+queue(self),
+			consumer(events, "ns_"+self, queue(other)), "filter")
+		publish(role, "create the other namespace's consumer", "$JS.API.CONSUMER.CREATE."+events+".ns_"+other+"."+queue(other), consumer(events, "ns_"+other, queue(other)))
+		publish(role, "pull the other namespace's calls", "$JS.API.CONSUMER.MSG.NEXT."+events+".ns_"+other, []byte(`{"batch":1}`))
+		publish(role, "delete the other namespace's consumer", "$JS.API.CONSUMER.DELETE."+events+".ns_"+other, nil)
+		publish(role, "delete its own consumer", "$JS.API.CONSUMER.DELETE."+events+".ns_"+self, nil)
+		publish(role, "read the other namespace's consumer", "$JS.API.CONSUMER.INFO."+events+".ns_"+other, nil)
+		publish(role, "acknowledge the other namespace's call", "$JS.ACK."+events+".ns_"+other+".1.1.1.1.0", nil)
+		publish(role, "create a consumer of its own over the other namespace", "$JS.API.CONSUMER.CREATE."+events+".spy."+queue(other), consumer(events, "spy", queue(other)))
+		publish(role, "create an ephemeral consumer on the events", "$JS.API.CONSUMER.CREATE."+events, consumerRequest(t, events, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy}))
+		publish(role, "create a durable consumer the old way", "$JS.API.CONSUMER.DURABLE.CREATE."+events+".ns_"+self, consumer(events, "ns_"+self, queue(other)))
+		publish(role, "read queued calls by sequence", "$JS.API.DIRECT.GET."+events, []byte(`{"seq":1}`))
+		publish(role, "read a queued call from the leader", "$JS.API.STREAM.MSG.GET."+events, []byte(`{"seq":1}`))
+		publish(role, "delete a queued call", "$JS.API.STREAM.MSG.DELETE."+events, []byte(`{"seq":1}`))
+		publish(role, "purge the events stream", "$JS.API.STREAM.PURGE."+events, []byte(`{}`))
+		publish(role, "delete the events stream", "$JS.API.STREAM.DELETE."+events, []byte(`{}`))
+		publish(role, "use the old calls stream's consumer", "$JS.API.CONSUMER.MSG.NEXT."+calls+".ns_"+self, []byte(`{"batch":1}`))
 		publish(role, "commit a result for the other namespace's call", event(otherCall, messages.EventResult, other), forgedResult)
 		publish(role, "record a start for the other namespace's call", event(otherCall, messages.EventStarted, other), forgedResult)
 		publish(role, "report progress for the other namespace's call", event(otherCall, messages.EventProgress, other), forgedResult)
 		publish(role, "record a call as queued", event(otherCall, messages.EventQueued, self), forgedResult)
+		publish(role, "record a call as queued in a turn", names.Prefix()+".events."+otherCall+".queued.turn-x."+self, forgedResult)
+		publish(role, "record a call as queued the version 2 way", names.Prefix()+".events."+otherCall+".queued."+self, forgedResult)
 		publish(role, "read the other namespace's call's events directly", "$JS.API.DIRECT.GET."+events+"."+event(otherCall, messages.EventQueued, other), nil)
 		publish(role, "read events in a batch", "$JS.API.DIRECT.GET."+events, []byte(`{"multi_last":["`+names.Prefix()+`.events.>"]}`))
 		publish(role, "follow the events stream", "$JS.API.CONSUMER.CREATE."+events+".spy."+names.Prefix()+".events.>", consumer(events, "spy", names.Prefix()+".events.>"))
@@ -408,12 +423,12 @@ match:
 	}
 
 	// The indexer reads the catalog and writes the index, nothing else.
-	publish("indexer", "pull calls", "$JS.API.CONSUMER.MSG.NEXT."+calls+".ns_demo", []byte(`{"batch":1}`))
-	publish("indexer", "read queued calls", "$JS.API.DIRECT.GET."+calls, []byte(`{"seq":1}`))
-	publish("indexer", "read a queued call from the leader", "$JS.API.STREAM.MSG.GET."+calls, []byte(`{"seq":1}`))
-	publish("indexer", "delete a namespace's consumer", "$JS.API.CONSUMER.DELETE."+calls+".ns_payments", nil)
-	publish("indexer", "create a consumer on the calls", "$JS.API.CONSUMER.CREATE."+calls+".spy.toolbus.call.payments.>", consumer(calls, "spy", "toolbus.call.payments.>"))
-	publish("indexer", "delete the calls stream", "$JS.API.STREAM.DELETE."+calls, []byte(`{}`))
+	publish("indexer", "pull calls", "$JS.API.CONSUMER.MSG.NEXT."+events+".ns_demo", []byte(`{"batch":1}`))
+	publish("indexer", "read queued calls", "$JS.API.DIRECT.GET."+events, []byte(`{"seq":1}`))
+	publish("indexer", "read a queued call from the leader", "$JS.API.STREAM.MSG.GET."+events, []byte(`{"seq":1}`))
+	publish("indexer", "delete a namespace's consumer", "$JS.API.CONSUMER.DELETE."+events+".ns_payments", nil)
+	publish("indexer", "create a consumer on the queued calls", "$JS.API.CONSUMER.CREATE."+events+".spy.toolbus.events.*.queued.*.payments", consumer(events, "spy", "toolbus.events.*.queued.*.payments"))
+	publish("indexer", "delete the events stream", "$JS.API.STREAM.DELETE."+events, []byte(`{}`))
 	publish("indexer", "delete an audit record", "$JS.API.STREAM.MSG.DELETE."+audit, []byte(`{"seq":1}`))
 	publish("indexer", "shorten the audit retention", "$JS.API.STREAM.UPDATE."+audit, []byte(`{}`))
 	publish("indexer", "read a call's events", "$JS.API.DIRECT.GET."+events+"."+event(held.CallID, messages.EventQueued, "payments"), nil)
@@ -428,11 +443,12 @@ match:
 	subscribe("indexer", "listen to the coordinator's replies", "_INBOX_coordinator.>")
 
 	// The coordinator may not purge or delete a stream either.
-	for _, stream := range []string{audit, calls, events, "OBJ_" + demoStore} {
+	for _, stream := range []string{audit, events, "OBJ_" + demoStore} {
 		publish("coordinator", "purge "+stream, "$JS.API.STREAM.PURGE."+stream, []byte(`{}`))
 		publish("coordinator", "delete "+stream, "$JS.API.STREAM.DELETE."+stream, []byte(`{}`))
 	}
 	publish("coordinator", "delete an audit record", "$JS.API.STREAM.MSG.DELETE."+audit, []byte(`{"seq":1}`))
+	publish("coordinator", "delete a call's event", "$JS.API.STREAM.MSG.DELETE."+events, []byte(`{"seq":1}`))
 
 	// The auditor reads the audit log, and only reads it.
 	publish("auditor", "purge the audit log", "$JS.API.STREAM.PURGE."+audit, []byte(`{}`))

@@ -110,7 +110,7 @@ func TestDeployedUsersEnforceTheirRoles(t *testing.T) {
 	}
 
 	// An agent cannot skip the coordinator.
-	before := snapshot(t, srv, names.CallsStream())[names.CallsStream()].LastSeq
+	before := snapshot(t, srv, names.EventsStream())[names.EventsStream()].LastSeq
 	if err := agentConn.Publish("toolbus.call.demo.echo", []byte(`{"call_id":"x"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestDeployedUsersEnforceTheirRoles(t *testing.T) {
 	if err := c.SetToolEnabled(ctx, "demo-echo", false, ""); !errors.Is(err, &messages.Error{Code: messages.CodeForbidden}) {
 		t.Fatalf("an agent disabling a tool: %v", err)
 	}
-	if after := snapshot(t, srv, names.CallsStream())[names.CallsStream()].LastSeq; after != before {
-		t.Fatalf("the calls stream moved from %d to %d", before, after)
+	if after := snapshot(t, srv, names.EventsStream())[names.EventsStream()].LastSeq; after != before {
+		t.Fatalf("the events stream moved from %d to %d", before, after)
 	}
 }

@@ -407,7 +407,7 @@ func TestReadyzFollowsNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	names, _ := messages.NewNames(messages.DefaultPrefix)
-	if err := js.DeleteConsumer(testenv.Context(t), names.CallsStream(), "ns_demo"); err != nil {
+	if err := js.DeleteConsumer(testenv.Context(t), names.EventsStream(), "ns_demo"); err != nil {
 		t.Fatal(err)
 	}
 	if body := awaitStatus(t, workerURL+"/readyz", http.StatusServiceUnavailable); !strings.Contains(body, "ns_demo") {

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/admin"
+)
+
+// runConsole serves the admin console (docs/operations.md, "Admin console")
+// to operators who log in with a token.
+func runConsole(ctx context.Context, g globals, args []string) error {
+	fs := newFlags("console")
+	listen := fs.String("listen", "127.0.0.1:8090", "address of the console's HTTP listener")
+	tokensFile := fs.String("tokens", "", "operators' tokens file (YAML: tokens: {TOKEN: {operator: NAME}}); default $"+admin.TokensEnv+" (TOKEN=NAME,...)")
+	traceURL := fs.String("trace-url", "", "the tracing UI's URL for a trace, with {trace_id} in it (e.g. http://jaeger:16686/trace/{trace_id})")
+	origins := fs.String("allow-origin", "", "Origin headers allowed on forms besides the console's own, comma-separated")
+	secure := fs.Bool("secure-cookies", false, "mark the session cookie Secure (the console is reached over HTTPS)")
+	maxBytes := fs.Int64("max-request-bytes", 64<<10, "largest HTTP request body")
+	verbose := fs.Bool("v", false, "log at debug level")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return exitError(2)
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	var tokens map[string]admin.Operator
+	var err error
+	switch {
+	case *tokensFile != "":
+		tokens, err = admin.LoadTokens(*tokensFile)
+	case os.Getenv(admin.TokensEnv) != "":
+		tokens, err = admin.ParseTokens(os.Getenv(admin.TokensEnv))
+	}
+	if err != nil {
+		return err
+	}
+	if g.agent != "" {
+		// The console lists the whole catalog, not one agent's view of it.
+		return usageError("toolbus console acts as no agent: drop --agent")
+	}
+	if len(tokens) == 0 {
+		return usageError("toolbus console: give operators' tokens with --tokens FILE or $" + admin.TokensEnv + " (toolbus dev serves a console on loopback without them)")
+	}
+	nc, c, err := g.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	defer c.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	var allowed []string
+	for o := range strings.SplitSeq(*origins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			allowed = append(allowed, o)
+		}
+	}
+	console, err := admin.New(admin.Config{
+		// With identities an approval's decider must be the NATS user.
+		Client: c, JetStream: js, Prefix: g.prefix, Tokens: tokens, TraceURL: *traceURL, By: g.user,
+		AllowedOrigins: allowed, SecureCookies: *secure, MaxRequestBytes: *maxBytes, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: console.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	log.Info("operators' tokens loaded", "tokens", len(tokens))
+	fmt.Printf("Admin console: http://%s/\n", ln.Addr())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// A call page's event stream lasts as long as its call: the pages
+	// reconnect to the next console.
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,251 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed static
+var staticFiles embed.FS
+
+// Console is the operators' web console; Handler serves it.
+type Console struct {
+	cfg      Config
+	names    messages.Names
+	sessions *sessions
+	pages    map[string]*template.Template
+	// streams counts the event streams open now (Config.MaxStreams).
+	streams atomic.Int64
+	jsProbe jetStreamProbe
+	logins  *loginLimiter
+}
+
+// New returns a console; it validates the configuration.
+func New(cfg Config) (*Console, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	names, err := messages.NewNames(cfg.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Prefix: %v", ErrInvalidConfig, err)
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	return &Console{cfg: cfg, names: names, sessions: newSessions(cfg.SessionTTL, cfg.MaxSessions), pages: pages, logins: newLoginLimiter()}, nil
+}
+
+// parsePages parses each page with the layout and the shared fragments.
+func parsePages() (map[string]*template.Template, error) {
+	entries, err := fs.Glob(templateFiles, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	pages := map[string]*template.Template{}
+	for _, path := range entries {
+		name := strings.TrimSuffix(strings.TrimPrefix(path, "templates/"), ".html")
+		if name == "layout" || name == "fragments" {
+			continue
+		}
+		t, err := template.New(name).Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/fragments.html", path)
+		if err != nil {
+			return nil, fmt.Errorf("admin: template %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+// Handler serves the console: the login page and the static assets to
+// anyone, every other page to a session.
+func (c *Console) Handler() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(staticFiles, "static")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /login", c.loginPage)
+	mux.HandleFunc("POST /login", c.login)
+
+	private := http.NewServeMux()
+	private.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/catalog", http.StatusSeeOther) })
+	private.HandleFunc("POST /logout", c.logout)
+	private.HandleFunc("GET /catalog", c.catalogPage)
+	private.HandleFunc("POST /tools/switch", c.switchTool)
+	private.HandleFunc("GET /calls", c.callsPage)
+	private.HandleFunc("GET /calls/{id}", c.callPage)
+	private.HandleFunc("GET /calls/{id}/events", c.callEvents)
+	private.HandleFunc("POST /calls/{id}/cancel", c.cancelCall)
+	private.HandleFunc("GET /approvals", c.approvalsPage)
+	private.HandleFunc("POST /approvals/{id}/decide", c.decide)
+	private.HandleFunc("GET /audit", c.auditPage)
+	private.HandleFunc("GET /turns", c.turnPage)
+	private.HandleFunc("GET /turns/{id}", c.turnPage)
+	mux.Handle("/", c.authenticate(private))
+	return securityHeaders(mux)
+}
+
+// securityHeaders forbids what no page of the console does: scripts and
+// styles from anywhere but itself, framing, sniffing content types.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; script-src 'self'; style-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// pageData is what every page's layout reads.
+type pageData struct {
+	Title    string
+	Operator string
+	CSRF     string
+	// Section marks the navigation entry of the page.
+	Section string
+	// Error is shown above the page's content.
+	Error string
+	// Notice is a message of the action that led to the page.
+	Notice string
+	Page   any
+}
+
+// render writes a page, buffered so that a template error does not leave
+// half a page.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page string, data pageData) {
+	if ses := sessionOf(r.Context()); ses != nil {
+		data.Operator, data.CSRF = ses.operator, ses.csrf
+		if data.Notice == "" {
+			data.Notice = c.sessions.takeNotice(ses)
+		}
+	}
+	var buf bytes.Buffer
+	if err := c.pages[page].ExecuteTemplate(&buf, "layout", data); err != nil {
+		c.cfg.Logger.Error("render", "page", page, "err", err)
+		http.Error(w, "Internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fragment writes one named template without the layout.
+func (c *Console) fragment(w http.ResponseWriter, page, name string, data any) {
+	var buf bytes.Buffer
+	if err := c.pages[page].ExecuteTemplate(&buf, name, data); err != nil {
+		c.cfg.Logger.Error("render", "fragment", name, "err", err)
+		http.Error(w, "Internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (c *Console) busContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.RequestTimeout)
+}
+
+// describe turns an error of the bus into a line for the page.
+func describe(err error) string {
+	var e *messages.Error
+	if errors.As(err, &e) {
+		return fmt.Sprintf("%s (%s)", e.Message, e.Code)
+	}
+	return err.Error()
+}
+
+// redirect answers a form with a redirect to a page of the console; the
+// notice is shown by the session's next page. It travels in the session,
+// not in the URL, so that no link can make the console say something.
+func (c *Console) redirect(w http.ResponseWriter, r *http.Request, path, notice string) {
+	if ses := sessionOf(r.Context()); ses != nil && notice != "" {
+		c.sessions.setNotice(ses, notice)
+	}
+	http.Redirect(w, r, path, http.StatusSeeOther)
+}
+
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
+	if len(c.cfg.Tokens) == 0 {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	c.render(w, r, http.StatusOK, "login", pageData{Title: "Log in", Page: loginView{Next: safeNext(r.URL.Query().Get("next"))}})
+}
+
+type loginView struct{ Next string }
+
+// safeNext keeps a redirect after login on the console: a path, never
+// another site ("//evil.example", "https://…").
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || strings.ContainsAny(next, "\r\n") {
+		return "/"
+	}
+	return next
+}
+
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, c.cfg.MaxRequestBytes)
+	if !c.sameOrigin(r) {
+		http.Error(w, "Forbidden: cross-origin request", http.StatusForbidden)
+		return
+	}
+	if len(c.cfg.Tokens) == 0 {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "Bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	next := safeNext(r.PostFormValue("next"))
+	if !c.logins.allowed(r.RemoteAddr) {
+		w.Header().Set("Retry-After", "60")
+		http.Error(w, "Too many failed logins from this address; try again in a minute", http.StatusTooManyRequests)
+		return
+	}
+	op, ok := c.operatorFor(strings.TrimSpace(r.PostFormValue("token")))
+	if !ok {
+		c.logins.failed(r.RemoteAddr)
+		c.cfg.Logger.Warn("console login refused", "remote", r.RemoteAddr)
+		c.render(w, r, http.StatusUnauthorized, "login", pageData{Title: "Log in", Error: "Unknown token.", Page: loginView{Next: next}})
+		return
+	}
+	if old, err := r.Cookie(sessionCookie); err == nil {
+		c.sessions.end(old.Value)
+	}
+	ses := c.sessions.create(op.Name)
+	c.setSessionCookie(w, ses)
+	c.cfg.Logger.Info("console login", "operator", op.Name, "remote", r.RemoteAddr)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	ses := sessionOf(r.Context())
+	if !c.checkPost(w, r, ses) {
+		return
+	}
+	c.sessions.end(ses.id)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: c.cfg.SecureCookies, SameSite: http.SameSiteStrictMode})
+	if len(c.cfg.Tokens) == 0 {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}

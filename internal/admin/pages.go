@@ -1,0 +1,586 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// maxWorkersShown bounds the worker heartbeats the catalog page reads.
+const maxWorkersShown = 1000
+
+type catalogView struct {
+	Namespaces []namespaceView
+	// WorkersUnknown says why the workers' slots could not be read.
+	WorkersUnknown string
+}
+
+type namespaceView struct {
+	Name    string
+	Tools   []toolView
+	Workers []workerView
+	// Busy and Slots add up the live workers' slots.
+	Busy, Slots int
+}
+
+type toolView struct {
+	messages.ToolEntry
+	// ID is the tool's name made safe for an HTML id.
+	ID string
+}
+
+type workerView struct {
+	messages.WorkerHeartbeat
+	Down string
+}
+
+func (c *Console) catalogPage(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := c.busContext(r.Context())
+	defer cancel()
+	data := pageData{Title: "Catalog", Section: "catalog"}
+	reply, err := c.cfg.Client.ListTools(ctx, messages.ListToolsRequest{})
+	if err != nil {
+		data.Error = "Listing the tools failed: " + describe(err)
+		c.render(w, r, http.StatusBadGateway, "catalog", data)
+		return
+	}
+	byNS := map[string]*namespaceView{}
+	ns := func(name string) *namespaceView {
+		if v, ok := byNS[name]; ok {
+			return v
+		}
+		v := &namespaceView{Name: name}
+		byNS[name] = v
+		return v
+	}
+	for _, t := range reply.Tools {
+		v := ns(t.Namespace)
+		v.Tools = append(v.Tools, toolView{ToolEntry: t, ID: "tool-" + t.Name})
+	}
+	view := catalogView{}
+	workers, err := c.liveWorkers(ctx)
+	if err != nil {
+		view.WorkersUnknown = err.Error()
+	}
+	for _, hb := range workers {
+		v := ns(hb.Namespace)
+		wv := workerView{WorkerHeartbeat: hb}
+		for _, d := range hb.Down {
+			wv.Down += d.Source + ": " + d.Reason + "; "
+		}
+		v.Workers = append(v.Workers, wv)
+		v.Busy += hb.Busy
+		v.Slots += hb.Slots
+	}
+	for _, v := range byNS {
+		view.Namespaces = append(view.Namespaces, *v)
+	}
+	slices.SortFunc(view.Namespaces, func(a, b namespaceView) int { return cmp.Compare(a.Name, b.Name) })
+	data.Page = view
+	c.render(w, r, http.StatusOK, "catalog", data)
+}
+
+// liveWorkers reads the heartbeats of the workers alive now from the
+// catalog bucket, which the API does not serve.
+func (c *Console) liveWorkers(ctx context.Context) ([]messages.WorkerHeartbeat, error) {
+	if err := c.jetStreamReads(ctx); err != nil {
+		return nil, fmt.Errorf("%v, so the workers' slots are not shown", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, jetStreamReadTimeout)
+	defer cancel()
+	kv, err := c.cfg.JetStream.KeyValue(ctx, c.names.CatalogBucket())
+	if err != nil {
+		return nil, fmt.Errorf("the console's NATS user cannot read the catalog bucket (%v), so the workers' slots are not shown", err)
+	}
+	keys, err := kv.ListKeysFiltered(ctx, "workers.>")
+	if err != nil {
+		return nil, fmt.Errorf("reading the workers: %v", err)
+	}
+	var out []messages.WorkerHeartbeat
+	now := time.Now()
+	for key := range keys.Keys() {
+		if len(out) == maxWorkersShown {
+			_ = keys.Stop()
+			break
+		}
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			continue // gone since it was listed
+		}
+		var hb messages.WorkerHeartbeat
+		if json.Unmarshal(e.Value(), &hb) != nil {
+			continue
+		}
+		if now.Sub(hb.Time) >= 3*time.Duration(hb.IntervalMS)*time.Millisecond {
+			continue
+		}
+		out = append(out, hb)
+	}
+	slices.SortFunc(out, func(a, b messages.WorkerHeartbeat) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.WorkerID, b.WorkerID))
+	})
+	return out, nil
+}
+
+// maxReasonLength bounds the reasons an operator types.
+const maxReasonLength = 500
+
+func reason(r *http.Request) string {
+	s := strings.TrimSpace(r.PostFormValue("reason"))
+	if len(s) > maxReasonLength {
+		s = s[:maxReasonLength]
+	}
+	return s
+}
+
+// byOperator notes in a reason which console operator acted: the bus
+// knows the console's NATS user, not the person logged in.
+func byOperator(ses *session, why string) string {
+	if why == "" {
+		return "by " + ses.operator + " in the console"
+	}
+	return why + " (by " + ses.operator + " in the console)"
+}
+
+func (c *Console) switchTool(w http.ResponseWriter, r *http.Request) {
+	ses := sessionOf(r.Context())
+	if !c.checkPost(w, r, ses) {
+		return
+	}
+	name := r.PostFormValue("name")
+	enable := r.PostFormValue("enable") == "true"
+	why := reason(r)
+	if !enable && why == "" {
+		c.redirect(w, r, "/catalog", "Give a reason to disable "+name+".")
+		return
+	}
+	ctx, cancel := c.busContext(r.Context())
+	defer cancel()
+	if err := c.cfg.Client.SetToolEnabled(ctx, name, enable, byOperator(ses, why)); err != nil {
+		c.redirect(w, r, "/catalog", "Switching "+name+" failed: "+describe(err))
+		return
+	}
+	c.cfg.Logger.Info("console switched a tool", "operator", ses.operator, "name", name, "enabled", enable, "reason", why)
+	c.awaitSwitch(ctx, name, enable)
+	verb := "disabled"
+	if enable {
+		verb = "enabled"
+	}
+	c.redirect(w, r, "/catalog", name+" "+verb+".")
+}
+
+// switchShownWithin bounds how long a switch waits for the catalog the
+// coordinators list to show it, so that the page it leads to does.
+const switchShownWithin = 2 * time.Second
+
+// awaitSwitch waits, at most switchShownWithin, until tools.list shows the
+// tool or namespace switched: coordinators learn of a switch through their
+// watch of the catalog, a moment after it is written.
+func (c *Console) awaitSwitch(ctx context.Context, name string, enabled bool) {
+	ctx, cancel := context.WithTimeout(ctx, switchShownWithin)
+	defer cancel()
+	req := messages.ListToolsRequest{}
+	if messages.ValidateNamespace(name) == nil {
+		req.Namespace = name
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		reply, err := c.cfg.Client.ListTools(ctx, req)
+		if err == nil && switched(reply.Tools, name, enabled) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// switched reports whether every tool of the list that name names (the
+// tool, or each tool of the namespace) is enabled or disabled as asked.
+func switched(tools []messages.ToolEntry, name string, enabled bool) bool {
+	for _, t := range tools {
+		if (t.Name == name || t.Namespace == name) && t.Disabled == enabled {
+			return false
+		}
+	}
+	return true
+}
+
+type callsView struct {
+	Filter  messages.CallsListRequest
+	States  []string
+	Since   string
+	Until   string
+	Calls   []messages.CallLogEntry
+	Next    string
+	Refresh string
+	Error   string
+}
+
+// allStates lists the states the log's filter offers.
+var allStates = []messages.CallState{
+	messages.StateQueued, messages.StateAwaitingApproval, messages.StateRunning, messages.StateCompleted,
+	messages.StateFailed, messages.StateCancelled, messages.StateTimedOut, messages.StateDenied,
+}
+
+// timeLayout is how the log's time filters are written (a datetime-local input).
+const timeLayout = "2006-01-02T15:04"
+
+func (c *Console) callsPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	view := callsView{Filter: messages.CallsListRequest{
+		Agent: q.Get("agent"), Turn: q.Get("turn"), Tool: q.Get("tool"), Namespace: q.Get("namespace"), Cursor: q.Get("cursor"),
+	}}
+	for _, s := range q["state"] {
+		if slices.Contains(allStates, messages.CallState(s)) {
+			view.Filter.States = append(view.Filter.States, messages.CallState(s))
+			view.States = append(view.States, s)
+		}
+	}
+	for _, f := range []struct {
+		param string
+		into  *time.Time
+		shown *string
+	}{{"since", &view.Filter.Since, &view.Since}, {"until", &view.Filter.Until, &view.Until}} {
+		if s := q.Get(f.param); s != "" {
+			t, err := time.ParseInLocation(timeLayout, s, time.UTC)
+			if err != nil {
+				view.Error = fmt.Sprintf("%s: want a time like 2006-01-02T15:04 (UTC)", f.param)
+				continue
+			}
+			*f.into, *f.shown = t, s
+		}
+	}
+	if n, err := strconv.Atoi(q.Get("limit")); err == nil {
+		view.Filter.Limit = min(max(n, 1), messages.MaxCallsListLimit)
+	}
+	if view.Error == "" {
+		ctx, cancel := c.busContext(r.Context())
+		defer cancel()
+		reply, err := c.cfg.Client.ListCalls(ctx, view.Filter)
+		if err != nil {
+			view.Error = "Listing the calls failed: " + describe(err)
+		} else {
+			view.Calls = reply.Calls
+			if reply.NextCursor != "" {
+				next := r.URL.Query()
+				next.Set("cursor", reply.NextCursor)
+				next.Del("partial")
+				view.Next = "/calls?" + next.Encode()
+			}
+		}
+	}
+	if view.Filter.Cursor == "" {
+		// The first page follows new calls: the script reloads its rows.
+		refresh := r.URL.Query()
+		refresh.Set("partial", "1")
+		view.Refresh = "/calls?" + refresh.Encode()
+	}
+	if q.Get("partial") == "1" {
+		c.fragment(w, "calls", "calls-rows", view)
+		return
+	}
+	c.render(w, r, http.StatusOK, "calls", pageData{Title: "Execution log", Section: "calls", Page: struct {
+		callsView
+		AllStates []messages.CallState
+	}{view, allStates}})
+}
+
+type callView struct {
+	Info   *messages.CallInfo
+	Events string
+	// TraceID is the call's trace; TraceURL links it in the tracing UI.
+	TraceID  string
+	TraceURL string
+	Ended    bool
+}
+
+func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	data := pageData{Title: "Call " + id, Section: "calls"}
+	if err := messages.ValidateID("call ID", id); err != nil {
+		data.Error = describe(err)
+		c.render(w, r, http.StatusBadRequest, "call", data)
+		return
+	}
+	ctx, cancel := c.busContext(r.Context())
+	defer cancel()
+	info, err := c.cfg.Client.Get(ctx, id)
+	if err != nil {
+		data.Error = "Reading the call failed: " + describe(err)
+		status := http.StatusBadGateway
+		if messages.CodeOf(err) == messages.CodeCallNotFound {
+			status = http.StatusNotFound
+		}
+		c.render(w, r, status, "call", data)
+		return
+	}
+	view := callView{Info: info, Events: "/calls/" + url.PathEscape(id) + "/events", Ended: info.State.Terminal()}
+	view.TraceID = c.traceID(ctx, id)
+	if view.TraceID != "" && c.cfg.TraceURL != "" {
+		view.TraceURL = strings.ReplaceAll(c.cfg.TraceURL, "{trace_id}", view.TraceID)
+	}
+	data.Page = view
+	c.render(w, r, http.StatusOK, "call", data)
+}
+
+// traceID returns the ID of the call's trace, from the traceparent header
+// of its queued event, or "" when the call has none or the console
+// cannot read the events stream.
+func (c *Console) traceID(ctx context.Context, callID string) string {
+	if c.jetStreamReads(ctx) != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, jetStreamReadTimeout)
+	defer cancel()
+	filter, err := c.names.CallKindFilter(callID, messages.EventQueued)
+	if err != nil {
+		return ""
+	}
+	stream, err := c.cfg.JetStream.Stream(ctx, c.names.EventsStream())
+	if err != nil {
+		return ""
+	}
+	msg, err := stream.GetLastMsgForSubject(ctx, filter)
+	if err != nil {
+		return ""
+	}
+	return parseTraceID(msg.Header.Get(messages.HeaderTraceParent))
+}
+
+// parseTraceID reads the trace ID of a W3C traceparent header
+// ("00-<32 hex>-<16 hex>-<2 hex>"); "" when it is not one, or the ID is
+// all zeros (invalid).
+func parseTraceID(traceparent string) string {
+	parts := strings.Split(traceparent, "-")
+	if len(parts) != 4 || len(parts[1]) != 32 || parts[1] == strings.Repeat("0", 32) {
+		return ""
+	}
+	for _, r := range parts[1] {
+		if !strings.ContainsRune("0123456789abcdef", r) {
+			return ""
+		}
+	}
+	return parts[1]
+}
+
+func (c *Console) cancelCall(w http.ResponseWriter, r *http.Request) {
+	ses := sessionOf(r.Context())
+	if !c.checkPost(w, r, ses) {
+		return
+	}
+	id := r.PathValue("id")
+	page := "/calls/" + url.PathEscape(id)
+	ctx, cancel := c.busContext(r.Context())
+	defer cancel()
+	reply, err := c.cfg.Client.Cancel(ctx, id, byOperator(ses, reason(r)))
+	if err != nil {
+		c.redirect(w, r, page, "Cancelling failed: "+describe(err))
+		return
+	}
+	c.cfg.Logger.Info("console cancelled a call", "operator", ses.operator, "call_id", id, "outcome", reply.Outcome)
+	notice := "Cancel requested."
+	if reply.Outcome == messages.CancelTooLate {
+		notice = "The call had already ended."
+	}
+	c.redirect(w, r, page, notice)
+}
+
+type approvalsView struct {
+	Approvals []messages.Approval
+}
+
+func (c *Console) approvalsPage(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := c.busContext(r.Context())
+	defer cancel()
+	data := pageData{Title: "Approvals", Section: "approvals"}
+	reply, err := c.cfg.Client.ListApprovals(ctx, messages.ListApprovalsRequest{State: messages.ApprovalPending})
+	if err != nil {
+		data.Error = "Listing the approvals failed: " + describe(err)
+		c.render(w, r, http.StatusBadGateway, "approvals", data)
+		return
+	}
+	data.Page = approvalsView{Approvals: reply.Approvals}
+	c.render(w, r, http.StatusOK, "approvals", data)
+}
+
+func (c *Console) decide(w http.ResponseWriter, r *http.Request) {
+	ses := sessionOf(r.Context())
+	if !c.checkPost(w, r, ses) {
+		return
+	}
+	id := r.PathValue("id")
+	decision := r.PostFormValue("decision")
+	remember := r.PostFormValue("remember")
+	if decision != messages.DecisionApprove && decision != messages.DecisionDeny {
+		c.redirect(w, r, "/approvals", "Choose approve or deny.")
+		return
+	}
+	switch remember {
+	case "", messages.RememberCall, messages.RememberTurn, messages.RememberAgentTool:
+	default:
+		c.redirect(w, r, "/approvals", "Remember must be call, turn or agent_tool.")
+		return
+	}
+	ctx, cancel := c.busContext(r.Context())
+	defer cancel()
+	req := messages.DecideRequest{ApprovalID: id, Decision: decision, Remember: remember, By: c.cfg.By, Reason: byOperator(ses, reason(r))}
+	if req.By == "" {
+		req.By, req.Reason = ses.operator, reason(r)
+	}
+	reply, err := c.cfg.Client.Decide(ctx, req)
+	if err != nil {
+		c.redirect(w, r, "/approvals", "Deciding failed: "+describe(err))
+		return
+	}
+	c.cfg.Logger.Info("console decided an approval", "operator", ses.operator, "approval_id", id, "decision", decision, "remember", remember)
+	c.redirect(w, r, "/calls/"+url.PathEscape(reply.Approval.CallID), "Approval "+reply.Approval.State+".")
+}
+
+// Bounds of the audit page.
+const (
+	defaultAuditRecords = 100
+	maxAuditRecords     = 500
+	// maxAuditScan bounds the records read to find those of one decision.
+	maxAuditScan = 5000
+)
+
+type auditView struct {
+	Records  []messages.AuditRecord
+	Decision string
+	Limit    int
+	Error    string
+}
+
+var auditDecisions = []string{
+	messages.AuditAllowed, messages.AuditDenied, messages.AuditAsked, messages.AuditApproved, messages.AuditRejected,
+	messages.AuditExpired, messages.AuditRemembered, "forbidden",
+}
+
+func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) {
+	view := auditView{Decision: r.URL.Query().Get("decision"), Limit: defaultAuditRecords}
+	if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil {
+		view.Limit = min(max(n, 1), maxAuditRecords)
+	}
+	if view.Decision != "" && !slices.Contains(auditDecisions, view.Decision) {
+		view.Error = "Unknown decision " + strconv.Quote(view.Decision)
+	} else {
+		ctx, cancel := c.busContext(r.Context())
+		defer cancel()
+		records, err := c.recentAudit(ctx, view.Decision, view.Limit)
+		if err != nil {
+			view.Error = err.Error()
+		}
+		view.Records = records
+	}
+	c.render(w, r, http.StatusOK, "audit", pageData{Title: "Audit log", Section: "audit", Page: struct {
+		auditView
+		Decisions []string
+	}{view, auditDecisions}})
+}
+
+// recentAudit reads the latest records of the audit stream, newest first:
+// limit of them, or, for one decision, those of it among the latest
+// maxAuditScan records.
+func (c *Console) recentAudit(ctx context.Context, decision string, limit int) ([]messages.AuditRecord, error) {
+	if err := c.jetStreamReads(ctx); err != nil {
+		return nil, fmt.Errorf("%v, so it cannot show the audit stream", err)
+	}
+	stream, err := c.cfg.JetStream.Stream(ctx, c.names.AuditStream())
+	if err != nil {
+		return nil, fmt.Errorf("the console's NATS user cannot read the audit stream %s: %v", c.names.AuditStream(), err)
+	}
+	state := stream.CachedInfo().State
+	if state.Msgs == 0 {
+		return nil, nil
+	}
+	window := uint64(limit)
+	if decision != "" {
+		window = maxAuditScan
+	}
+	start := state.FirstSeq
+	if state.LastSeq >= window && state.LastSeq-window+1 > start {
+		start = state.LastSeq - window + 1
+	}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start}
+	if decision != "" {
+		subject, err := c.names.AuditSubject(decision)
+		if err != nil {
+			return nil, err
+		}
+		cfg.FilterSubjects = []string{subject}
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("reading the audit stream: %v", err)
+	}
+	var out []messages.AuditRecord
+	for {
+		batch, err := cons.FetchNoWait(int(min(window, 1000)))
+		if err != nil {
+			return nil, fmt.Errorf("reading the audit stream: %v", err)
+		}
+		got, last := 0, uint64(0)
+		for msg := range batch.Messages() {
+			got++
+			if meta, err := msg.Metadata(); err == nil {
+				last = meta.Sequence.Stream
+			}
+			var rec messages.AuditRecord
+			if _, err := messages.Decode(messages.Header(msg.Headers()), msg.Data(), &rec); err == nil {
+				out = append(out, rec)
+			}
+		}
+		if got == 0 || last >= state.LastSeq {
+			break
+		}
+	}
+	slices.Reverse(out)
+	return out[:min(len(out), limit)], nil
+}
+
+type turnView struct {
+	Turn string
+	Info *messages.TurnInfo
+}
+
+func (c *Console) turnPage(w http.ResponseWriter, r *http.Request) {
+	turn := r.PathValue("id")
+	if turn == "" {
+		turn = strings.TrimSpace(r.URL.Query().Get("turn"))
+	}
+	data := pageData{Title: "Turn", Section: "turns"}
+	view := turnView{Turn: turn}
+	status := http.StatusOK
+	if turn != "" {
+		data.Title = "Turn " + turn
+		ctx, cancel := c.busContext(r.Context())
+		defer cancel()
+		info, err := c.cfg.Client.Turn(ctx, turn)
+		if err != nil {
+			data.Error = "Reading the turn failed: " + describe(err)
+			status = http.StatusBadGateway
+			if messages.CodeOf(err) == messages.CodeTurnNotFound {
+				status = http.StatusNotFound
+			}
+		} else {
+			view.Info = info
+		}
+	}
+	data.Page = view
+	c.render(w, r, status, "turn", data)
+}

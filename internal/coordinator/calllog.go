@@ -1,0 +1,531 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/transport"
+	"github.com/toolbus/toolbus/pkg/catalog"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/policy"
+)
+
+// The execution log (calls.list) is read from the events stream itself:
+// no write per call serves it. A page is found by reading the stream
+// backwards from the newest event (or the cursor) in windows of
+// consecutive sequences, each one batched direct get without a subject
+// filter, and keeping the queued events that match. Only the server's
+// cheapest reads are used: a batched get filtered by a wildcard subject
+// makes the server count the matching messages from its start to the
+// stream's end, which in a stream of millions of calls costs more than
+// reading the window itself. A listed call's started and result events
+// come after its queued event, so the scan has read them, unless they
+// were stored above where it began; the calls without a result read so
+// are read whole with batched multi-last gets (ledger.Snapshots), as
+// calls.get reads one.
+
+const (
+	// CallsListScanBudget bounds the events one calls.list request reads
+	// while it looks for its page. When it runs out first, the reply holds
+	// the matches found so far and a cursor that continues the scan.
+	CallsListScanBudget = 50_000
+	// callsListMaxWindow is the most events one read of the scan asks
+	// for; the first read asks for a few per call of the page, and each
+	// next one for twice as many.
+	callsListMaxWindow = 4096
+	// callsListWindowBytes bounds the bytes of one read: a window of large
+	// results is read in several.
+	callsListWindowBytes = 8 << 20
+	// callsListCursorPrefix starts every cursor: the version of its form.
+	callsListCursorPrefix = "v1."
+)
+
+// callLog answers calls.list for one request.
+type callLog struct {
+	names   messages.Names
+	js      jetstream.JetStream
+	events  *transport.Stream
+	ledger  *ledger.Ledger
+	catalog *catalog.View
+	// wait bounds the retries of a read while JetStream does not answer.
+	wait time.Duration
+	// budget is CallsListScanBudget, windowBytes callsListWindowBytes;
+	// tests make them smaller.
+	budget, windowBytes int
+}
+
+// listCalls is calls.list: a page of the execution log, newest call first.
+func (c *Coordinator) listCalls(ctx context.Context, r *messages.CallsListRequest) (*messages.CallsListReply, error) {
+	l := &callLog{
+		names:  c.names,
+		js:     c.js,
+		events: transport.NewStream(c.nc, nil, c.names.EventsStream()),
+		ledger: c.ledger,
+		wait:   c.cfg.UnavailableWait,
+		budget: CallsListScanBudget,
+
+		windowBytes: callsListWindowBytes,
+	}
+	if c.view != nil {
+		l.catalog = c.view.catalog
+	}
+	return l.list(ctx, r)
+}
+
+// logCandidate is a call whose queued event passed the request's
+// filters, with the events the scan read of it.
+type logCandidate struct {
+	seq    uint64
+	callID string
+	ns     string
+	queued *messages.CallEvent
+	// started is the call's latest started event the scan read, result
+	// its first result, each written under the call's namespace.
+	started *messages.CallEvent
+	result  *messages.CallResult
+	// state is known once the call has a result, or was read whole.
+	state messages.CallState
+}
+
+// rawEvent is a started or result event the scan read before it reached
+// its call's queued event, decoded only if the call is listed.
+type rawEvent struct {
+	ns   string
+	kind messages.EventKind
+	msg  *nats.Msg
+}
+
+// logFilter is a calls.list request as the scan applies it.
+type logFilter struct {
+	*messages.CallsListRequest
+	// tool is the request's tool in its canonical spelling.
+	tool string
+	// method is the tool's method, which the encoded event holds as is.
+	method string
+	// ownAgents limits the calls to those of agents the caller may act as.
+	ownAgents bool
+}
+
+func (l *callLog) list(ctx context.Context, r *messages.CallsListRequest) (*messages.CallsListReply, error) {
+	if r.Agent != "" {
+		if err := mayActFor(ctx, r.Agent); err != nil {
+			return nil, err
+		}
+	}
+	f := logFilter{CallsListRequest: r}
+	if r.Tool != "" {
+		name, err := messages.ParseToolName(r.Tool)
+		if err != nil {
+			return nil, messages.Errorf(messages.CodeBadRequest, "tool: %v", err)
+		}
+		f.tool, f.method = name.String(), name.Method
+	}
+	if id := identityOf(ctx); id != nil && !id.user.Operator {
+		f.ownAgents = true
+	}
+	limit := r.Limit
+	if limit == 0 {
+		limit = messages.DefaultCallsListLimit
+	}
+
+	reply := &messages.CallsListReply{Calls: []messages.CallLogEntry{}}
+	top, floor, err := l.scanRange(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+
+	// One match more than the page tells whether an older one exists.
+	want := limit + 1
+	var found []*logCandidate
+	sc := &logScan{l: l, f: &f, pending: make(map[string][]rawEvent)}
+	hi, window, scanned := top, uint64(4*want+64), 0
+	for hi > floor && len(found) < want && scanned < l.budget {
+		span := min(window, hi-floor, uint64(l.budget-scanned))
+		lo := hi - span
+		cands, err := sc.window(ctx, lo, hi)
+		if err != nil {
+			return nil, err
+		}
+		scanned += int(span)
+		if len(r.States) > 0 {
+			if cands, err = l.keepByState(ctx, r, cands); err != nil {
+				return nil, err
+			}
+		}
+		found = append(found, cands...)
+		hi = lo
+		window = min(2*window, callsListMaxWindow)
+	}
+
+	switch {
+	case len(found) > limit:
+		found = found[:limit]
+		reply.NextCursor = callsListCursor(found[limit-1].seq)
+	case hi > floor:
+		// The budget ran out before the page was full.
+		reply.NextCursor = callsListCursor(hi)
+	}
+	// A call whose result the scan did not read (it has none yet, or it
+	// was stored above where the scan began) is read whole.
+	if err := l.complete(ctx, found); err != nil {
+		return nil, err
+	}
+	for _, c := range found {
+		reply.Calls = append(reply.Calls, l.entry(c))
+	}
+	return reply, nil
+}
+
+// scanRange returns the sequences the request's scan reads, [floor, top):
+// from the stream's newest event, or the cursor, or until, down to its
+// first, or since. An empty stream gives an empty range.
+func (l *callLog) scanRange(ctx context.Context, r *messages.CallsListRequest) (top, floor uint64, err error) {
+	var cursor uint64
+	if r.Cursor != "" {
+		if cursor, err = parseCallsListCursor(r.Cursor); err != nil {
+			return 0, 0, err
+		}
+	}
+	first, last, err := l.bounds(ctx)
+	if err != nil || last == 0 {
+		return 0, 0, err // nothing was ever stored
+	}
+	top, floor = last+1, max(first, 1)
+	if cursor > top {
+		return 0, 0, messages.Errorf(messages.CodeBadRequest, "cursor %q is past the end of the execution log: pass the next_cursor of a reply unchanged", r.Cursor)
+	}
+	if cursor != 0 {
+		top = cursor
+	}
+	// The queued records are stored in time order: since and until are
+	// sequences of the stream.
+	if !r.Until.IsZero() {
+		seq, err := l.seqAt(ctx, r.Until, last)
+		if err != nil {
+			return 0, 0, err
+		}
+		top = min(top, seq)
+	}
+	if !r.Since.IsZero() {
+		seq, err := l.seqAt(ctx, r.Since, last)
+		if err != nil {
+			return 0, 0, err
+		}
+		floor = max(floor, seq)
+	}
+	return top, floor, nil
+}
+
+// logScan reads the events stream backwards for one request.
+type logScan struct {
+	l *callLog
+	f *logFilter
+	// pending holds the started and result events read of calls whose
+	// queued event is further down, newest first.
+	pending map[string][]rawEvent
+}
+
+// window reads the events of sequences [lo, hi) and returns the calls
+// whose queued events among them pass the filters other than state,
+// newest first.
+func (sc *logScan) window(ctx context.Context, lo, hi uint64) ([]*logCandidate, error) {
+	type stored struct {
+		seq uint64
+		msg *nats.Msg
+	}
+	var window []stored
+	// A read ends early once its messages reach windowBytes:
+	// the next read goes on from there.
+	for next, past := lo, false; next < hi && !past; {
+		var read []stored
+		err := sc.l.retry(ctx, func(ctx context.Context) error {
+			read, past = read[:0], false
+			req := transport.BatchRequest{Seq: next, Batch: int(hi - next), MaxBytes: sc.l.windowBytes}
+			return sc.l.events.GetBatch(ctx, req, func(seq uint64, msg *nats.Msg) bool {
+				if seq >= hi {
+					past = true // over a gap of deleted messages, into what was read before
+					return false
+				}
+				read = append(read, stored{seq, msg})
+				return true
+			})
+		})
+		if err != nil {
+			return nil, unavailable(err, "read the execution log")
+		}
+		if len(read) == 0 {
+			break
+		}
+		window = append(window, read...)
+		next = read[len(read)-1].seq + 1
+	}
+	var out []*logCandidate
+	for i := len(window) - 1; i >= 0; i-- {
+		seq, msg := window[i].seq, window[i].msg
+		callID, kind, ns, ok := sc.l.names.ParseEventSubject(msg.Subject)
+		if !ok {
+			continue
+		}
+		switch kind {
+		case messages.EventStarted, messages.EventResult:
+			sc.pending[callID] = append(sc.pending[callID], rawEvent{ns: ns, kind: kind, msg: msg})
+		case messages.EventQueued:
+			seen := sc.pending[callID]
+			delete(sc.pending, callID)
+			if c := sc.candidate(ctx, seq, callID, ns, msg, seen); c != nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// candidate returns the call of a queued event if it passes the filters
+// other than state, with what the scan read of its later events.
+func (sc *logScan) candidate(ctx context.Context, seq uint64, callID, ns string, msg *nats.Msg, seen []rawEvent) *logCandidate {
+	f := sc.f
+	if f.Namespace != "" && ns != f.Namespace {
+		return nil
+	}
+	// A name the filter gives appears as is in the encoded event (names
+	// need no escaping in JSON): an event without it is passed over
+	// undecoded.
+	for _, v := range [...]string{f.Agent, f.Turn, f.method} {
+		if v != "" && !bytes.Contains(msg.Data, []byte(v)) {
+			return nil
+		}
+	}
+	var queued messages.CallEvent
+	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &queued); err != nil || queued.Request == nil {
+		return nil
+	}
+	call := queued.Request
+	switch {
+	case f.Agent != "" && call.Agent != f.Agent,
+		f.Turn != "" && call.Turn != f.Turn,
+		f.tool != "" && call.ToolName().String() != f.tool,
+		f.ownAgents && !mayReadQuietly(ctx, call.Agent):
+		return nil
+	}
+	c := &logCandidate{seq: seq, callID: callID, ns: ns, queued: &queued}
+	// seen is newest first: the first result written is the last one.
+	for i := len(seen) - 1; i >= 0 && c.state == ""; i-- {
+		e := seen[i]
+		if e.ns != ns || e.kind != messages.EventResult {
+			continue
+		}
+		if !f.mayHaveState(e.msg.Data) {
+			c.state = stateNotAsked
+			break
+		}
+		if ev := decodeEvent(e.msg); ev != nil && ev.Result != nil {
+			c.result, c.state = ev.Result, ev.Result.Status
+		}
+	}
+	for _, e := range seen {
+		if e.ns == ns && e.kind == messages.EventStarted {
+			if c.started = decodeEvent(e.msg); c.started != nil {
+				break
+			}
+		}
+	}
+	return c
+}
+
+// stateNotAsked is the state of a call whose result holds none of the
+// states a request asks for: it is not listed, and not decoded.
+const stateNotAsked messages.CallState = "-"
+
+// mayHaveState reports whether an encoded result may be in one of the
+// states the filter asks for: each is written as is in it.
+func (f *logFilter) mayHaveState(data []byte) bool {
+	if len(f.States) == 0 {
+		return true
+	}
+	for _, st := range f.States {
+		if bytes.Contains(data, []byte(st)) {
+			return true
+		}
+	}
+	return false
+}
+
+func decodeEvent(msg *nats.Msg) *messages.CallEvent {
+	var ev messages.CallEvent
+	if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err != nil {
+		return nil
+	}
+	return &ev
+}
+
+// keepByState keeps the candidates in one of the request's states; those
+// without a result the scan read are read whole first.
+func (l *callLog) keepByState(ctx context.Context, r *messages.CallsListRequest, cands []*logCandidate) ([]*logCandidate, error) {
+	if err := l.complete(ctx, cands); err != nil {
+		return nil, err
+	}
+	kept := cands[:0]
+	for _, c := range cands {
+		if c.state != "" && r.Matches(c.state) {
+			kept = append(kept, c)
+		}
+	}
+	return kept, nil
+}
+
+// complete reads the latest events of the candidates whose state the
+// scan did not tell, in one batched read per 140 calls.
+func (l *callLog) complete(ctx context.Context, cands []*logCandidate) error {
+	var ids []string
+	for _, c := range cands {
+		if c.state == "" {
+			ids = append(ids, c.callID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	snaps, err := l.snapshots(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, c := range cands {
+		s := snaps[c.callID]
+		if c.state != "" || s == nil || !s.Exists() || s.Namespace != c.ns {
+			continue
+		}
+		c.state = s.State()
+		if s.Started != nil {
+			c.started = &s.Started.CallEvent
+		}
+		if s.Result != nil && s.Result.Result != nil {
+			c.result = s.Result.Result
+		}
+	}
+	return nil
+}
+
+// entry is a call's line of the log.
+func (l *callLog) entry(c *logCandidate) messages.CallLogEntry {
+	call := c.queued.Request
+	e := messages.CallLogEntry{
+		CallID:    c.callID,
+		Tool:      call.ToolName().String(),
+		Namespace: c.ns,
+		Agent:     call.Agent,
+		Turn:      call.Turn,
+		State:     c.state,
+		QueuedAt:  call.QueuedAt,
+	}
+	if e.State == "" {
+		e.State = messages.StateQueued // not read whole: its events expired meanwhile
+	}
+	if st := c.started; st != nil {
+		e.StartedAt, e.Attempts, e.Worker = st.Time, st.Attempt, st.Worker
+	}
+	if res := c.result; res != nil {
+		if res.Attempt > 0 {
+			e.Attempts, e.Worker = res.Attempt, res.Worker
+		}
+		if !res.StartedAt.IsZero() {
+			e.StartedAt = res.StartedAt // the attempt that wrote the result
+		}
+		e.FinishedAt, e.IsError = res.FinishedAt, res.IsError
+		if res.Error != nil {
+			e.Error = &messages.Error{Code: messages.ErrorCode(res.Error.Code), Message: res.Error.Message}
+		}
+	}
+	if !e.StartedAt.IsZero() && !e.QueuedAt.IsZero() {
+		e.QueueWaitMS = max(0, e.StartedAt.Sub(e.QueuedAt).Milliseconds())
+	}
+	if !e.FinishedAt.IsZero() && !e.StartedAt.IsZero() {
+		e.RunMS = max(0, e.FinishedAt.Sub(e.StartedAt).Milliseconds())
+	}
+	// Redacted as the audit log redacts them; without the tool's schema,
+	// which tells what is secret, they are left out.
+	if l.catalog != nil && len(call.Arguments) > 0 {
+		if t, ok := l.catalog.Lookup(e.Tool); ok {
+			e.Arguments = policy.Redact(t.Definition.InputSchema, call.Arguments)
+		}
+	}
+	return e
+}
+
+// bounds returns the first and last sequences of the events stream.
+func (l *callLog) bounds(ctx context.Context) (first, last uint64, err error) {
+	err = l.retry(ctx, func(ctx context.Context) error {
+		s, err := l.js.Stream(ctx, l.names.EventsStream())
+		if err != nil {
+			return err
+		}
+		st := s.CachedInfo().State
+		first, last = st.FirstSeq, st.LastSeq
+		return nil
+	})
+	if err != nil {
+		return 0, 0, unavailable(err, "read the events stream's state")
+	}
+	return first, last, nil
+}
+
+// seqAt returns the sequence of the first event stored at or after t,
+// or last+1 when there is none.
+func (l *callLog) seqAt(ctx context.Context, t time.Time, last uint64) (uint64, error) {
+	seq := last + 1
+	err := l.retry(ctx, func(ctx context.Context) error {
+		return l.events.GetBatch(ctx, transport.BatchRequest{StartTime: &t, Batch: 1}, func(s uint64, _ *nats.Msg) bool {
+			seq = s
+			return false
+		})
+	})
+	if err != nil {
+		return 0, unavailable(err, "find the events stored at %s", t.Format(time.RFC3339Nano))
+	}
+	return seq, nil
+}
+
+// snapshots reads the latest events of calls, retrying while the events
+// stream does not answer.
+func (l *callLog) snapshots(ctx context.Context, ids []string) (map[string]*ledger.Snapshot, error) {
+	var snaps map[string]*ledger.Snapshot
+	err := l.retry(ctx, func(ctx context.Context) (err error) {
+		snaps, err = l.ledger.Snapshots(ctx, ids...)
+		return err
+	})
+	if err != nil {
+		return nil, unavailable(err, "read the calls of the execution log")
+	}
+	return snaps, nil
+}
+
+func (l *callLog) retry(ctx context.Context, op func(ctx context.Context) error) error {
+	wait := l.wait
+	if wait <= 0 {
+		wait = DefaultUnavailableWait
+	}
+	return retryTransient(ctx, wait, op)
+}
+
+// callsListCursor is the cursor that continues a scan below seq.
+func callsListCursor(seq uint64) string {
+	return callsListCursorPrefix + strconv.FormatUint(seq, 36)
+}
+
+// parseCallsListCursor reads a cursor made by callsListCursor. It only
+// says where a scan starts: whatever it holds, the scan keeps to the
+// calls the caller may see.
+func parseCallsListCursor(cursor string) (uint64, error) {
+	digits, ok := strings.CutPrefix(cursor, callsListCursorPrefix)
+	seq, err := strconv.ParseUint(digits, 36, 64)
+	if !ok || err != nil || seq == 0 {
+		return 0, messages.Errorf(messages.CodeBadRequest, "cursor %q is not one calls.list gave: pass the next_cursor of a reply unchanged", cursor)
+	}
+	return seq, nil
+}

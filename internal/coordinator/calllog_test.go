@@ -1,0 +1,172 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/transport"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// callLogOn returns a calls.list reader of an embedded server's events
+// stream, and the ledger that writes there.
+func callLogOn(t *testing.T, budget int) (*callLog, *ledger.Ledger) {
+	t.Helper()
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := messages.MustNames("")
+	if err := resources.Ensure(context.Background(), js, names, resources.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	l := ledger.New(nc, js, names)
+	t.Cleanup(l.Close)
+	return &callLog{names: names, js: js, events: transport.NewStream(nc, nil, names.EventsStream()), ledger: l, budget: budget, windowBytes: callsListWindowBytes}, l
+}
+
+// storeCall writes a finished call's events as the coordinator and a
+// worker write them.
+func storeCall(ctx context.Context, t *testing.T, l *ledger.Ledger, id, ns string, status messages.CallState) {
+	t.Helper()
+	now := time.Now().UTC()
+	call := &messages.CallRequest{CallID: id, Tool: ns + "-say", Namespace: ns, Method: "say", QueuedAt: now}
+	res := &messages.CallResult{CallID: id, Tool: call.Tool, Status: status, Attempt: 1, Worker: "w1", QueuedAt: now, StartedAt: now, FinishedAt: now}
+	for _, ev := range []*messages.CallEvent{
+		{CallID: id, Kind: messages.EventQueued, Time: now, Request: call},
+		{CallID: id, Kind: messages.EventStarted, Time: now, Attempt: 1, Worker: "w1"},
+		{CallID: id, Kind: messages.EventResult, Time: now, Result: res},
+	} {
+		if _, err := l.Append(ctx, ns, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCallsListScanBudget: a scan that runs out of budget before its page
+// is full answers what it found with a cursor that continues it, and
+// paging on sees every call once, newest first.
+func TestCallsListScanBudget(t *testing.T) {
+	log, l := callLogOn(t, 7)
+	ctx := context.Background()
+	var ids []string
+	for i := range 9 {
+		id := fmt.Sprintf("call%02d", i)
+		storeCall(ctx, t, l, id, "alpha", messages.StateCompleted)
+		ids = append([]string{id}, ids...)
+	}
+	var got []string
+	short := 0
+	req := &messages.CallsListRequest{Limit: 4}
+	for range 100 {
+		reply, err := log.list(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range reply.Calls {
+			got = append(got, e.CallID)
+		}
+		if reply.NextCursor == "" {
+			break
+		}
+		if len(reply.Calls) < req.Limit {
+			short++
+		}
+		req.Cursor = reply.NextCursor
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("paged with a budget of 7 events: got %v, want %v", got, ids)
+	}
+	if short == 0 {
+		t.Error("no page was cut short by the budget of 7 events (3 per call)")
+	}
+}
+
+// TestCallsListReadsWindowsCutByBytes: a window whose read the server
+// ends early, at its byte bound, is read on from where it ended.
+func TestCallsListReadsWindowsCutByBytes(t *testing.T) {
+	log, l := callLogOn(t, CallsListScanBudget)
+	log.windowBytes = 1 // one message a read
+	ctx := context.Background()
+	var ids []string
+	for i := range 5 {
+		id := fmt.Sprintf("call%02d", i)
+		storeCall(ctx, t, l, id, "alpha", messages.StateCompleted)
+		ids = append([]string{id}, ids...)
+	}
+	reply, err := log.list(ctx, &messages.CallsListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range reply.Calls {
+		got = append(got, e.CallID)
+		if e.State != messages.StateCompleted || e.Worker != "w1" || e.Attempts != 1 {
+			t.Errorf("entry %+v", e)
+		}
+	}
+	if !slices.Equal(got, ids) || reply.NextCursor != "" {
+		t.Fatalf("read a message at a time: got %v (cursor %q), want %v", got, reply.NextCursor, ids)
+	}
+}
+
+// TestCallsListStateIgnoresForgedResults: a result another namespace
+// wrote under a call's ID does not give the call its state.
+func TestCallsListStateIgnoresForgedResults(t *testing.T) {
+	log, l := callLogOn(t, CallsListScanBudget)
+	ctx := context.Background()
+	storeCall(ctx, t, l, "real", "alpha", messages.StateCompleted)
+	forged := &messages.CallResult{CallID: "real", Status: messages.StateFailed, FinishedAt: time.Now().UTC()}
+	if _, err := l.Append(ctx, "mallory", &messages.CallEvent{CallID: "real", Kind: messages.EventResult, Time: time.Now().UTC(), Result: forged}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		state messages.CallState
+		want  []string
+	}{{messages.StateFailed, nil}, {messages.StateCompleted, []string{"real"}}} {
+		reply, err := log.list(ctx, &messages.CallsListRequest{States: []messages.CallState{tc.state}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range reply.Calls {
+			got = append(got, e.CallID)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("state %s: got %v, want %v", tc.state, got, tc.want)
+		}
+	}
+}
+
+func TestCallsListCursor(t *testing.T) {
+	for _, seq := range []uint64{1, 36, 1 << 40} {
+		got, err := parseCallsListCursor(callsListCursor(seq))
+		if err != nil || got != seq {
+			t.Errorf("cursor of %d read back as %d, %v", seq, got, err)
+		}
+	}
+	for _, bad := range []string{"", "v1.", "v1.0", "v2.10", "v1.-3", "v1.zzzzzzzzzzzzzzzzzzzz", "10"} {
+		if _, err := parseCallsListCursor(bad); messages.CodeOf(err) != messages.CodeBadRequest {
+			t.Errorf("cursor %q: err = %v, want bad_request", bad, err)
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package ledger
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// TestTurnCallsReadsAlike: a turn's calls are the same, each once, whether they are scanned from the turn's
+// first sequence or read as the last queued event of each of the turn's
+// subjects (for a turn that began long ago); calls queued before the
+// turn's first sequence are not its.
+func TestTurnCallsReadsAlike(t *testing.T) {
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := messages.MustNames("")
+	ctx := context.Background()
+	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	l := New(nc, js, names)
+	t.Cleanup(l.Close)
+	queue := func(id, turn string, held bool) {
+		t.Helper()
+		call := &messages.CallRequest{CallID: id, Tool: "t-echo", Namespace: "t", Method: "echo", Turn: turn}
+		if held {
+			if _, err := l.Hold(ctx, call); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		msg, err := l.EventMsg("t", &messages.CallEvent{CallID: id, Kind: messages.EventQueued, Request: call})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queue("before", "turn-1", false)
+	from, err := l.LastSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from++
+	queue("c1", "turn-1", false)
+	queue("other", "turn-2", false)
+	queue("held", "turn-1", true)
+	queue("c2", "turn-1", false)
+	queue("held", "turn-1", false) // approved: queued again
+	for range 20 {
+		queue("filler", "turn-3", false)
+	}
+	want := []string{"c1", "c2", "held"}
+	sorted := func(ids []string) []string { slices.Sort(ids); return ids }
+	scanned, err := l.TurnCalls(ctx, "turn-1", from, 100)
+	if err != nil || !slices.Equal(sorted(scanned), want) {
+		t.Fatalf("scanned: %v (%v), want %v", scanned, err, want)
+	}
+	defer func(limit uint64) { turnScanLimit = limit }(turnScanLimit)
+	turnScanLimit = 10
+	byLast, err := l.TurnCalls(ctx, "turn-1", from, 100)
+	if err != nil || !slices.Equal(sorted(byLast), want) {
+		t.Fatalf("read by last messages: %v (%v), want %v", byLast, err, want)
+	}
+	if two, err := l.TurnCalls(ctx, "turn-1", from, 2); err != nil || len(two) != 2 {
+		t.Fatalf("at most 2: %v (%v)", two, err)
+	}
+}

@@ -1,0 +1,107 @@
+// The official TypeScript MCP SDK client against a Toolbus MCP front, run by
+// TestTypeScriptSDKClient (sdk_test.go), which starts the stack and the front
+// and passes them here:
+//
+//   TOOLBUS_MCP_URL    the front's endpoint, http://127.0.0.1:PORT/mcp
+//   TOOLBUS_MCP_TOKEN  a bearer token of the agent analyst
+//   TOOLBUS_MCP_TURN   the turn the session names with Toolbus-Turn
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ListTasksResultSchema } from '@modelcontextprotocol/sdk/types.js';
+
+const url = process.env.TOOLBUS_MCP_URL;
+const token = process.env.TOOLBUS_MCP_TOKEN;
+const turn = process.env.TOOLBUS_MCP_TURN;
+
+let client;
+let transport;
+
+before(async () => {
+  assert.ok(url && token && turn, 'TOOLBUS_MCP_URL, TOOLBUS_MCP_TOKEN and TOOLBUS_MCP_TURN must be set');
+  transport = new StreamableHTTPClientTransport(new URL(url), {
+    requestInit: { headers: { Authorization: `Bearer ${token}`, 'Toolbus-Turn': turn } },
+  });
+  client = new Client({ name: 'toolbus-sdk-test', version: '1.0.0' });
+  await client.connect(transport);
+});
+
+after(async () => {
+  await client?.close();
+});
+
+test('connects over streamable HTTP into the named turn', () => {
+  assert.ok(transport.sessionId, 'the front issued no session ID');
+  assert.ok(transport.sessionId.endsWith(`.${turn}`), `session ID ${transport.sessionId} does not carry turn ${turn}`);
+  assert.equal(client.getServerVersion()?.name, 'toolbus');
+  assert.ok(client.getServerCapabilities()?.tools, 'the front declares no tools capability');
+});
+
+test('lists the agent\'s tools', async () => {
+  const { tools } = await client.listTools();
+  const names = tools.map((t) => t.name);
+  for (const want of ['llm_tools-list', 'demo-echo', 'demo-sleep']) {
+    assert.ok(names.includes(want), `tools/list lacks ${want}: ${names}`);
+  }
+  assert.ok(!names.includes('weather-forecast'), `an on-demand tool is listed before discovery: ${names}`);
+  const echo = tools.find((t) => t.name === 'demo-echo');
+  assert.equal(echo.inputSchema.type, 'object');
+});
+
+test('calls a tool and gets its content and call ID', async () => {
+  const result = await client.callTool({ name: 'demo-echo', arguments: { text: 'hello from the SDK' } });
+  assert.notEqual(result.isError, true, JSON.stringify(result));
+  assert.deepEqual(result.content.map((c) => c.text), ['hello from the SDK']);
+  assert.ok(result._meta?.['toolbus/call_id'], `no call ID in _meta: ${JSON.stringify(result._meta)}`);
+  assert.equal(result._meta['toolbus/state'], 'completed');
+});
+
+test('a call with progress gets its progress notifications in order, then its result', async () => {
+  const progress = [];
+  const result = await client.callTool({ name: 'demo-sleep', arguments: { seconds: 0.5 } }, undefined, {
+    onprogress: (p) => progress.push(p),
+  });
+  assert.notEqual(result.isError, true, JSON.stringify(result));
+  // demo-sleep reports 0 of 10, then each tenth of the way; the worker
+  // publishes at most a few reports a second, always the first and the last.
+  const steps = progress.map((p) => p.progress);
+  assert.ok(steps.length >= 3, `too few progress notifications: ${steps}`);
+  assert.equal(steps[0], 0);
+  assert.equal(steps.at(-1), 10);
+  for (let i = 1; i < steps.length; i++) {
+    assert.ok(steps[i] > steps[i - 1], `progress out of order: ${steps}`);
+  }
+  for (const p of progress) {
+    assert.equal(p.total, 10);
+    assert.ok(p.message, `a progress notification without its message: ${JSON.stringify(p)}`);
+  }
+  assert.equal(progress[0].message, 'sleeping');
+});
+
+test('aborting a call sends notifications/cancelled, which cancels the Toolbus call', async () => {
+  const abort = new AbortController();
+  let firstProgress;
+  const started = new Promise((resolve) => { firstProgress = resolve; });
+  const call = client.callTool({ name: 'demo-sleep', arguments: { seconds: 60 } }, undefined, {
+    signal: abort.signal,
+    onprogress: () => firstProgress(),
+  });
+  await started;
+  abort.abort('the user stopped it');
+  await assert.rejects(call, /the user stopped it/);
+
+  // The session stays open: the cancellation is the notification's, not a
+  // dropped connection's. The front's tasks/list reads the turn's calls
+  // from the ledger; the call ends cancelled there.
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const { tasks } = await client.request({ method: 'tasks/list', params: {} }, ListTasksResultSchema);
+    if (tasks.some((t) => t.status === 'cancelled')) {
+      break;
+    }
+    assert.ok(Date.now() < deadline, `no cancelled call in the turn: ${JSON.stringify(tasks)}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+});
