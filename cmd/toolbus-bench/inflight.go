@@ -167,7 +167,9 @@ func runInflight(ctx context.Context, args []string) error {
 		return err
 	}
 	inProgress := []byte("+WPI")
-	if _, err := observer.Subscribe("$JS.ACK."+names.CallsStream()+".>", func(m *nats.Msg) {
+	// Only a worker's lease renewal sends InProgress, on whichever stream
+	// holds the work.
+	if _, err := observer.Subscribe("$JS.ACK.>", func(m *nats.Msg) {
 		if bytes.Equal(m.Data, inProgress) {
 			leases.Add(1)
 		}
