@@ -6,6 +6,9 @@
 //	toolbus-bench [flags]                   the call path against a plain JetStream baseline
 //	toolbus-bench --soak [flags]            kill worker processes while calls run
 //	toolbus-bench search-eval --corpus DIR  discovery quality on a tool-retrieval corpus
+//	toolbus-bench scale [flags]             throughput against worker and coordinator processes
+//	toolbus-bench inflight [flags]          many long-running calls in flight at once
+//	toolbus-bench history [flags]           reads of a call, a turn and a resume among many stored calls
 package main
 
 import (
@@ -26,9 +29,15 @@ Usage:
                                           count lost and duplicated results
   toolbus-bench search-eval --corpus DIR  measure discovery on a tool-retrieval corpus
                                           (tools.jsonl and queries.jsonl)
+  toolbus-bench scale [flags]             throughput against the number of worker and
+                                          coordinator processes, on one server process
+  toolbus-bench inflight [flags]          many long-running calls in flight at once: memory,
+                                          the server's messages, a short call's latency
+  toolbus-bench history [flags]           calls.get, turns.get and a turn's resume among
+                                          many stored calls
   toolbus-bench calls-list [--calls N]    measure calls.list pages with N finished calls stored
 
-Each prints a JSON line last.
+Each prints a JSON line last; "toolbus-bench MODE --help" lists a mode's flags.
 
 Flags of the bench and the soak:
 `
@@ -61,6 +70,18 @@ func run(ctx context.Context, args []string) error {
 			return runCallsList(ctx, args[1:])
 		case soakWorkerCommand:
 			return runSoakWorker(ctx, args[1:])
+		case "scale":
+			return runScale(ctx, args[1:])
+		case "inflight":
+			return runInflight(ctx, args[1:])
+		case "history":
+			return runHistory(ctx, args[1:])
+		case serverRole:
+			return runServerRole(ctx, args[1:])
+		case coordinatorRole:
+			return runCoordinatorRole(ctx, args[1:])
+		case workerRole:
+			return runWorkerRole(ctx, args[1:])
 		}
 	}
 	return runBench(ctx, args)
