@@ -94,15 +94,6 @@ func (m *memStore) keys() []string {
 	return keys
 }
 
-func (m *memStore) has(suffix string) bool {
-	for _, k := range m.keys() {
-		if strings.HasSuffix(k, suffix) {
-			return true
-		}
-	}
-	return false
-}
-
 // memLedger keeps the latest event of each kind of each call.
 type memLedger struct {
 	mu      sync.Mutex

@@ -92,23 +92,7 @@ func (q *callQueue) sendWaitAs(ctx context.Context, call *messages.CallRequest, 
 	}
 }
 
-// send queues the call, writing its queued event: the call's record, its
-// work item and, as its subject names the call's turn, its entry in the
-// turn's index. Nothing waits here: then gets the outcome (whether another submit
-// queued the call first) once JetStream has stored the event, from the
-// ledger's goroutine or one of its own. If send returns an error, then is
-// not called.
-//
-// A write that JetStream does not answer (a stream without a leader) is
-// sent again with backoff until ctx's deadline or unavailableWait, as the
-// same message: it carries a Nats-Msg-Id (queuedMsgID), so an event stored
-// twice is stored once. A publish refused because another publish of the
-// same ID is being stored (err_code 10158) is a duplicate.
-func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then func(duplicate bool, err error)) error {
-	return q.sendAs(ctx, call, false, then)
-}
-
-// sendFirst is send for a call that has no queued event yet: the event
+// sendFirst is sendAs for a call that has no queued event yet: the event
 // is stored only if no queued event of the call ID is in the stream,
 // under any turn or namespace (Nats-Expected-Last-Subject-Sequence 0 on
 // the call's queued-event filter). JetStream refuses a second one with
@@ -117,11 +101,23 @@ func (q *callQueue) send(ctx context.Context, call *messages.CallRequest, then f
 // needs no read before it, and the call runs once also when it is
 // submitted again after the events stream's duplicate window. A call
 // released by its approval has its held queued event already, and is
-// sent by send.
+// sent by sendAs without first.
 func (q *callQueue) sendFirst(ctx context.Context, call *messages.CallRequest, then func(duplicate bool, err error)) error {
 	return q.sendAs(ctx, call, true, then)
 }
 
+// sendAs queues the call, writing its queued event: the call's record, its
+// work item and, as its subject names the call's turn, its entry in the
+// turn's index. Nothing waits here: then gets the outcome (whether another submit
+// queued the call first) once JetStream has stored the event, from the
+// ledger's goroutine or one of its own. If sendAs returns an error, then is
+// not called.
+//
+// A write that JetStream does not answer (a stream without a leader) is
+// sent again with backoff until ctx's deadline or unavailableWait, as the
+// same message: it carries a Nats-Msg-Id (queuedMsgID), so an event stored
+// twice is stored once. A publish refused because another publish of the
+// same ID is being stored (err_code 10158) is a duplicate.
 func (q *callQueue) sendAs(ctx context.Context, call *messages.CallRequest, first bool, then func(duplicate bool, err error)) error {
 	if err := q.haveConsumer(ctx, call.Namespace); err != nil {
 		return err
