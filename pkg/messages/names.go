@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"strings"
 )
@@ -584,4 +585,22 @@ func TurnCallsFilter(turn string) (string, error) {
 		return "", err
 	}
 	return "calls." + turn + ".*", nil
+}
+
+// TurnBuckets is how many buckets TurnBucket spreads turns over.
+const TurnBuckets = 64
+
+// TurnBucket returns the bucket of a turn: the FNV-1a 32-bit hash of the
+// turn ID (of NoTurn for a call outside any turn) modulo TurnBuckets, as
+// two lowercase hexadecimal digits, "00" to "3f". Publishers in other
+// languages compute it the same way; the test holds reference values.
+func TurnBucket(turn string) string {
+	if turn == "" {
+		turn = NoTurn
+	}
+	h := fnv.New32a()
+	h.Write([]byte(turn))
+	const digits = "0123456789abcdef"
+	b := h.Sum32() % TurnBuckets
+	return string([]byte{digits[b>>4], digits[b&0xf]})
 }

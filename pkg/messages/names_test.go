@@ -2,6 +2,7 @@ package messages
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -199,5 +200,34 @@ func TestQueuedSubjectNamesTheTurn(t *testing.T) {
 	}
 	if result, _ := n.EventKindFilter(EventResult); result != "toolbus.events.*.result.*" {
 		t.Errorf("results filter %s", result)
+	}
+}
+
+// TestTurnBucket pins the bucket function to reference values computed
+// apart from Go's hash/fnv (FNV-1a 32: offset basis 0x811c9dc5, prime
+// 0x01000193), so that publishers in other languages can check theirs.
+func TestTurnBucket(t *testing.T) {
+	t.Parallel()
+	for turn, want := range map[string]string{
+		"":                           "21", // no turn: the bucket of "~"
+		NoTurn:                       "21", // FNV-1a 32 0xfb0c4d61
+		"turn-1":                     "0c", // 0x18046e8c
+		"t1":                         "16", // 0x0844ecd6
+		"01JDZ7Q5W4X3V2T1R0PQNMKJHG": "18", // 0xf14f15d8
+	} {
+		if got := TurnBucket(turn); got != want {
+			t.Errorf("TurnBucket(%q) = %q, want %q", turn, got, want)
+		}
+	}
+	seen := make(map[string]bool)
+	for i := range 4096 {
+		b := TurnBucket(fmt.Sprintf("turn-%d", i))
+		if len(b) != 2 || strings.Trim(b, "0123456789abcdef") != "" || b > "3f" {
+			t.Fatalf("TurnBucket(turn-%d) = %q, not two lowercase hex digits from 00 to 3f", i, b)
+		}
+		seen[b] = true
+	}
+	if len(seen) != TurnBuckets {
+		t.Errorf("4096 turns fell in %d buckets, want all %d", len(seen), TurnBuckets)
 	}
 }
