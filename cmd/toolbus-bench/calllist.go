@@ -256,7 +256,7 @@ func storeFinishedCalls(ctx context.Context, nc *nats.Conn, n int) (uint64, erro
 			{CallID: id, Kind: messages.EventStarted, Time: now, Attempt: 1, Worker: "bench-worker"},
 			{CallID: id, Kind: messages.EventResult, Time: res.FinishedAt, Result: res},
 		} {
-			msg, err := l.EventMsg(ns, ev)
+			msg, err := l.EventMsg(messages.TurnBucket(call.Turn), ns, ev)
 			if err != nil {
 				return 0, err
 			}

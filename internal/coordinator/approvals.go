@@ -39,9 +39,9 @@ type approvals struct {
 // callLedger is what the approvals room reads and writes of the ledger.
 type callLedger interface {
 	Snapshot(ctx context.Context, callID string) (*ledger.Snapshot, error)
-	Append(ctx context.Context, ns string, ev *messages.CallEvent) (uint64, error)
+	Append(ctx context.Context, bucket, ns string, ev *messages.CallEvent) (uint64, error)
 	Hold(ctx context.Context, call *messages.CallRequest) (uint64, error)
-	Commit(ctx context.Context, ns string, res *messages.CallResult, notify string) (bool, error)
+	Commit(ctx context.Context, bucket, ns string, res *messages.CallResult, notify string) (bool, error)
 }
 
 // retryingLedger is a callLedger whose reads and writes are retried while
@@ -62,9 +62,9 @@ func (l retryingLedger) Snapshot(ctx context.Context, callID string) (snap *ledg
 	return snap, err
 }
 
-func (l retryingLedger) Append(ctx context.Context, ns string, ev *messages.CallEvent) (seq uint64, err error) {
+func (l retryingLedger) Append(ctx context.Context, bucket, ns string, ev *messages.CallEvent) (seq uint64, err error) {
 	err = retryTransient(ctx, l.wait, func(ctx context.Context) (err error) {
-		seq, err = l.callLedger.Append(ctx, ns, ev)
+		seq, err = l.callLedger.Append(ctx, bucket, ns, ev)
 		return err
 	})
 	return seq, err
@@ -78,9 +78,9 @@ func (l retryingLedger) Hold(ctx context.Context, call *messages.CallRequest) (s
 	return seq, err
 }
 
-func (l retryingLedger) Commit(ctx context.Context, ns string, res *messages.CallResult, notify string) (won bool, err error) {
+func (l retryingLedger) Commit(ctx context.Context, bucket, ns string, res *messages.CallResult, notify string) (won bool, err error) {
 	err = retryTransient(ctx, l.wait, func(ctx context.Context) (err error) {
-		won, err = l.callLedger.Commit(ctx, ns, res, notify)
+		won, err = l.callLedger.Commit(ctx, bucket, ns, res, notify)
 		return err
 	})
 	return won, err
@@ -142,7 +142,7 @@ func (ap *approvals) hold(ctx context.Context, call *messages.CallRequest, a *me
 		}
 		return unavailable(err, "record approval of call %s", call.CallID)
 	}
-	if _, err := ap.ledger.Append(ctx, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventApproval, Time: a.CreatedAt, Approval: a}); err != nil {
+	if _, err := ap.ledger.Append(ctx, messages.TurnBucket(call.Turn), call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventApproval, Time: a.CreatedAt, Approval: a}); err != nil {
 		return unavailable(err, "record approval of call %s", call.CallID)
 	}
 	return nil
@@ -319,7 +319,7 @@ func (ap *approvals) carryOut(ctx context.Context, a *messages.Approval) error {
 		return messages.Errorf(messages.CodeCallNotFound, "call %s has no request in the ledger", a.CallID)
 	}
 	if snap.Approval == nil || snap.Approval.Approval == nil || snap.Approval.Approval.State != a.State {
-		if _, err := ap.ledger.Append(ctx, snap.Namespace, &messages.CallEvent{CallID: a.CallID, Kind: messages.EventApproval, Time: time.Now().UTC(), Approval: a}); err != nil {
+		if _, err := ap.ledger.Append(ctx, snap.Bucket, snap.Namespace, &messages.CallEvent{CallID: a.CallID, Kind: messages.EventApproval, Time: time.Now().UTC(), Approval: a}); err != nil {
 			return unavailable(err, "record decision on call %s", a.CallID)
 		}
 		if snap, err = ap.ledger.Snapshot(ctx, a.CallID); err != nil {
@@ -342,7 +342,7 @@ func (ap *approvals) carryOut(ctx context.Context, a *messages.Approval) error {
 			why += ": " + a.DecisionReason
 		}
 		res := endResult(&call, messages.StateDenied, messages.ResultDenied, why)
-		if _, err := ap.ledger.Commit(ctx, snap.Namespace, &res, call.Notify); err != nil {
+		if _, err := ap.ledger.Commit(ctx, snap.Bucket, snap.Namespace, &res, call.Notify); err != nil {
 			return unavailable(err, "end call %s", call.CallID)
 		}
 		ap.audit(ctx, decision, audited, def, d, a.DecidedBy)

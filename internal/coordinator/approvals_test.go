@@ -114,7 +114,7 @@ func (l *memLedger) Snapshot(_ context.Context, callID string) (*ledger.Snapshot
 	return &ledger.Snapshot{CallID: callID}, nil
 }
 
-func (l *memLedger) Append(_ context.Context, ns string, ev *messages.CallEvent) (uint64, error) {
+func (l *memLedger) Append(_ context.Context, _, ns string, ev *messages.CallEvent) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seq++
@@ -137,10 +137,10 @@ func (l *memLedger) Append(_ context.Context, ns string, ev *messages.CallEvent)
 }
 
 func (l *memLedger) Hold(ctx context.Context, call *messages.CallRequest) (uint64, error) {
-	return l.Append(ctx, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
+	return l.Append(ctx, messages.TurnBucket(call.Turn), call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
 }
 
-func (l *memLedger) Commit(ctx context.Context, ns string, res *messages.CallResult, _ string) (bool, error) {
+func (l *memLedger) Commit(ctx context.Context, bucket, ns string, res *messages.CallResult, _ string) (bool, error) {
 	l.mu.Lock()
 	if s := l.snaps[res.CallID]; s != nil && s.Result != nil {
 		l.mu.Unlock()
@@ -148,7 +148,7 @@ func (l *memLedger) Commit(ctx context.Context, ns string, res *messages.CallRes
 	}
 	l.results = append(l.results, res)
 	l.mu.Unlock()
-	_, err := l.Append(ctx, ns, &messages.CallEvent{CallID: res.CallID, Kind: messages.EventResult, Result: res})
+	_, err := l.Append(ctx, bucket, ns, &messages.CallEvent{CallID: res.CallID, Kind: messages.EventResult, Result: res})
 	return true, err
 }
 
@@ -177,7 +177,7 @@ func newTestApprovalsRoom(t *testing.T) (*testApprovals, *memLedger, *memStore) 
 		tool:   func(string) *messages.ToolDefinition { return nil },
 		enqueue: func(_ context.Context, call *messages.CallRequest) error {
 			ta.queued = append(ta.queued, call)
-			_, err := l.Append(context.Background(), call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Request: call})
+			_, err := l.Append(context.Background(), messages.TurnBucket(call.Turn), call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Request: call})
 			return err
 		},
 		audit:    ta.audited.record,

@@ -540,7 +540,7 @@ func (c *Coordinator) awaitCopies(ctx context.Context, submits []*messages.Submi
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			if res, err := c.ledger.WaitOn(cctx, name.Namespace, id, copies); err == nil {
+			if res, err := c.ledger.WaitOn(cctx, messages.TurnBucket(sr.Turn), name.Namespace, id, copies); err == nil {
 				w.mu.Lock()
 				w.got[id] = res
 				w.mu.Unlock()
@@ -884,7 +884,7 @@ func (c *Coordinator) awaitResults(ctx context.Context, snaps map[string]*ledger
 	stops := make(map[string]context.CancelFunc, len(callIDs))
 	var wg sync.WaitGroup
 	for _, id := range callIDs {
-		ns := snaps[id].Namespace // the call's: only a result under it counts
+		ns, bucket := snaps[id].Namespace, snaps[id].Bucket // the call's: only a result under them counts
 		writes := watch.writes[id]
 		wctx, stop := context.WithCancel(ctx)
 		defer stop()
@@ -892,7 +892,7 @@ func (c *Coordinator) awaitResults(ctx context.Context, snaps map[string]*ledger
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if res, err := q.reads.WaitForWrite(wctx, ns, id, writes); err == nil {
+			if res, err := q.reads.WaitForWrite(wctx, bucket, ns, id, writes); err == nil {
 				mu.Lock()
 				got[id] = res
 				mu.Unlock()

@@ -60,7 +60,7 @@ func TestCopySubject(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer otherSub.Unsubscribe()
-	if _, err := l.Commit(ctx, "t", &messages.CallResult{CallID: callID, Tool: "t-add", Status: messages.StateCompleted}, ""); err != nil {
+	if _, err := l.Commit(ctx, messages.TurnBucket("turn-1"), "t", &messages.CallResult{CallID: callID, Tool: "t-add", Status: messages.StateCompleted}, ""); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -73,7 +73,7 @@ func TestCopySubject(t *testing.T) {
 		t.Fatalf("no copy of the result on %s", subject)
 	}
 	// Stored after the result, so its copy is sent after the result's.
-	if _, err := l.Commit(ctx, "t", &messages.CallResult{CallID: messages.IdempotentCallID("bot", "turn-1/toolu_2"), Tool: "t-add", Status: messages.StateCompleted}, ""); err != nil {
+	if _, err := l.Commit(ctx, messages.TurnBucket("turn-1"), "t", &messages.CallResult{CallID: messages.IdempotentCallID("bot", "turn-1/toolu_2"), Tool: "t-add", Status: messages.StateCompleted}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {

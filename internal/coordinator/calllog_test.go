@@ -56,7 +56,7 @@ func storeCall(ctx context.Context, t *testing.T, l *ledger.Ledger, id, ns strin
 		{CallID: id, Kind: messages.EventStarted, Time: now, Attempt: 1, Worker: "w1"},
 		{CallID: id, Kind: messages.EventResult, Time: now, Result: res},
 	} {
-		if _, err := l.Append(ctx, ns, ev); err != nil {
+		if _, err := l.Append(ctx, messages.TurnBucket(""), ns, ev); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -136,7 +136,7 @@ func TestCallsListStateIgnoresForgedResults(t *testing.T) {
 	ctx := context.Background()
 	storeCall(ctx, t, l, "real", "alpha", messages.StateCompleted)
 	forged := &messages.CallResult{CallID: "real", Status: messages.StateFailed, FinishedAt: time.Now().UTC()}
-	if _, err := l.Append(ctx, "mallory", &messages.CallEvent{CallID: "real", Kind: messages.EventResult, Time: time.Now().UTC(), Result: forged}); err != nil {
+	if _, err := l.Append(ctx, messages.TurnBucket(""), "mallory", &messages.CallEvent{CallID: "real", Kind: messages.EventResult, Time: time.Now().UTC(), Result: forged}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

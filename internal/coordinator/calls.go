@@ -115,7 +115,7 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 			// A retried commit whose first attempt was stored unanswered
 			// finds the call changed, and the next round finds its result.
 			err := cs.retry(ctx, func(ctx context.Context) error {
-				return cs.ledger.CommitIfUnchanged(ctx, snap.Namespace, &res, snap.ChangeSeq(), notify)
+				return cs.ledger.CommitIfUnchanged(ctx, snap.Bucket, snap.Namespace, &res, snap.ChangeSeq(), notify)
 			})
 			if errors.Is(err, ledger.ErrChanged) {
 				continue // a worker started it meanwhile
@@ -133,7 +133,7 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 				ev := &messages.CallEvent{CallID: cr.CallID, Kind: messages.EventCancel, Time: time.Now().UTC(), Cancel: info}
 				// A cancel event stored twice is the same request twice.
 				if err := cs.retry(ctx, func(ctx context.Context) error {
-					_, err := cs.ledger.Append(ctx, snap.Namespace, ev)
+					_, err := cs.ledger.Append(ctx, snap.Bucket, snap.Namespace, ev)
 					return err
 				}); err != nil {
 					return nil, unavailable(err, "cancel call %s", cr.CallID)

@@ -55,7 +55,7 @@ func (c *Coordinator) getCall(ctx context.Context, gr *messages.GetCallRequest) 
 	// The call's namespace, under which alone its result counts; a tool
 	// name that does not parse leaves it to the ledger to find.
 	tool, _ := messages.ParseToolName(info.Tool)
-	_, _ = c.ledger.AwaitResult(wctx, tool.Namespace, gr.CallID)
+	_, _ = c.ledger.AwaitResult(wctx, messages.TurnBucket(info.Turn), tool.Namespace, gr.CallID)
 	cancel()
 	return c.calls.get(ctx, &messages.GetCallRequest{CallID: gr.CallID})
 }
@@ -88,7 +88,7 @@ func (c *Coordinator) callEvents(ctx context.Context, r *messages.CallEventsRequ
 		defer stop()
 		arrivals = ch
 	}
-	events, err := c.eventsAfter(ctx, snap.Namespace, r.CallID, r.After, limit)
+	events, err := c.eventsAfter(ctx, snap.Bucket, snap.Namespace, r.CallID, r.After, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func (c *Coordinator) callEvents(ctx context.Context, r *messages.CallEventsRequ
 			return nil, err
 		}
 		defer release()
-		if events, err = c.awaitEvents(ctx, snap.Namespace, r, limit, arrivals); err != nil {
+		if events, err = c.awaitEvents(ctx, snap.Bucket, snap.Namespace, r, limit, arrivals); err != nil {
 			return nil, err
 		}
 	}
@@ -114,10 +114,10 @@ func (c *Coordinator) callEvents(ctx context.Context, r *messages.CallEventsRequ
 
 // eventsAfter reads the call's events after a sequence, retrying while
 // the events stream does not answer.
-func (c *Coordinator) eventsAfter(ctx context.Context, ns, callID string, after uint64, limit int) ([]*ledger.Event, error) {
+func (c *Coordinator) eventsAfter(ctx context.Context, bucket, ns, callID string, after uint64, limit int) ([]*ledger.Event, error) {
 	var events []*ledger.Event
 	err := c.calls.retry(ctx, func(ctx context.Context) (err error) {
-		events, err = c.ledger.EventsAfter(ctx, ns, callID, after, limit, replyBudget(c.nc))
+		events, err = c.ledger.EventsAfter(ctx, bucket, ns, callID, after, limit, replyBudget(c.nc))
 		return err
 	})
 	return events, unavailable(err, "read events of call %s", callID)
@@ -149,7 +149,7 @@ func (c *Coordinator) eventArrivals(callID string) (<-chan struct{}, func(), err
 
 // awaitEvents waits for the first events after r.After, until wait_ms (at
 // most MaxWait) passes; none by then is an empty answer, not an error.
-func (c *Coordinator) awaitEvents(ctx context.Context, ns string, r *messages.CallEventsRequest, limit int, arrivals <-chan struct{}) ([]*ledger.Event, error) {
+func (c *Coordinator) awaitEvents(ctx context.Context, bucket, ns string, r *messages.CallEventsRequest, limit int, arrivals <-chan struct{}) ([]*ledger.Event, error) {
 	wctx, cancel := context.WithTimeout(ctx, min(time.Duration(r.WaitMS)*time.Millisecond, c.cfg.MaxWait))
 	defer cancel()
 	for {
@@ -158,7 +158,7 @@ func (c *Coordinator) awaitEvents(ctx context.Context, ns string, r *messages.Ca
 			// A subscriber can see an event before the stream has stored
 			// it: read it back a few times, soon.
 			for pause := time.Millisecond; pause <= 128*time.Millisecond; pause *= 2 {
-				events, err := c.eventsAfter(ctx, ns, r.CallID, r.After, limit)
+				events, err := c.eventsAfter(ctx, bucket, ns, r.CallID, r.After, limit)
 				if err != nil || len(events) > 0 {
 					return events, err
 				}

@@ -46,17 +46,17 @@ type callQueue struct {
 // callWriter is what sending a call writes with: the ledger's events and
 // JetStream's acknowledged publishes.
 type callWriter interface {
-	EventMsg(ns string, ev *messages.CallEvent) (*nats.Msg, error)
+	EventMsg(bucket, ns string, ev *messages.CallEvent) (*nats.Msg, error)
 	PublishThen(msg *nats.Msg, timeout time.Duration, then func(seq uint64, duplicate bool, err error)) error
-	Commit(ctx context.Context, ns string, res *messages.CallResult, notify string) (bool, error)
+	Commit(ctx context.Context, bucket, ns string, res *messages.CallResult, notify string) (bool, error)
 }
 
 // callReader is what the queue reads of the ledger. The calls it reads
 // are of the namespace it names, that of the submitted tool.
 type callReader interface {
-	Last(ctx context.Context, ns, callID string, kind messages.EventKind) (*ledger.Event, error)
+	Last(ctx context.Context, bucket, ns, callID string, kind messages.EventKind) (*ledger.Event, error)
 	SnapshotIn(ctx context.Context, ns, callID string) (*ledger.Snapshot, error)
-	WaitForWrite(ctx context.Context, ns, callID string, writes <-chan *nats.Msg) (*messages.CallResult, error)
+	WaitForWrite(ctx context.Context, bucket, ns, callID string, writes <-chan *nats.Msg) (*messages.CallResult, error)
 }
 
 // queuedMsgID is the Nats-Msg-Id of a call's queued event, so that the
@@ -122,7 +122,7 @@ func (q *callQueue) sendAs(ctx context.Context, call *messages.CallRequest, firs
 	if err := q.haveConsumer(ctx, call.Namespace); err != nil {
 		return err
 	}
-	queuedMsg, err := q.writes.EventMsg(call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
+	queuedMsg, err := q.writes.EventMsg(messages.TurnBucket(call.Turn), call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
 	if err != nil {
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}
@@ -319,7 +319,7 @@ func (q *callQueue) queuedRequest(ctx context.Context, callID string, appearing 
 	err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) error {
 		// The queued event of any namespace: a call ID used before for
 		// another tool is a conflict, not a new call.
-		ev, err := q.reads.Last(ctx, "", callID, messages.EventQueued)
+		ev, err := q.reads.Last(ctx, "", "", callID, messages.EventQueued)
 		if err != nil {
 			return err
 		}
@@ -371,12 +371,12 @@ func (q *callQueue) existing(ctx context.Context, call *messages.CallRequest, sr
 	if !sr.Wait {
 		return reply, nil
 	}
-	writes, stop, err := q.resultWrites(prev.Namespace, call.CallID)
+	writes, stop, err := q.resultWrites(messages.TurnBucket(prev.Turn), prev.Namespace, call.CallID)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	return q.awaitResult(ctx, prev.Namespace, reply, writes, waitDuration(sr, prev.Deadline, q.maxWait))
+	return q.awaitResult(ctx, messages.TurnBucket(prev.Turn), prev.Namespace, reply, writes, waitDuration(sr, prev.Deadline, q.maxWait))
 }
 
 // duplicate answers a submit whose call another submit queued first: as
@@ -391,8 +391,8 @@ func (q *callQueue) duplicate(ctx context.Context, call *messages.CallRequest, s
 
 // resultWrites subscribes to the writes of the result of a call of
 // namespace ns.
-func (q *callQueue) resultWrites(ns, callID string) (<-chan *nats.Msg, func(), error) {
-	subject, err := q.names.EventSubject(callID, messages.EventResult, ns)
+func (q *callQueue) resultWrites(bucket, ns, callID string) (<-chan *nats.Msg, func(), error) {
+	subject, err := q.names.EventSubject(bucket, callID, messages.EventResult, ns)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -418,10 +418,10 @@ func waitDuration(sr *messages.SubmitRequest, deadline time.Time, max time.Durat
 
 // awaitResult waits for the result to be published. If it does not come in
 // time the reply carries the call's current state instead.
-func (q *callQueue) awaitResult(ctx context.Context, ns string, reply *messages.SubmitReply, writes <-chan *nats.Msg, wait time.Duration) (*messages.SubmitReply, error) {
+func (q *callQueue) awaitResult(ctx context.Context, bucket, ns string, reply *messages.SubmitReply, writes <-chan *nats.Msg, wait time.Duration) (*messages.SubmitReply, error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if res, err := q.reads.WaitForWrite(wctx, ns, reply.CallID, writes); err == nil {
+	if res, err := q.reads.WaitForWrite(wctx, bucket, ns, reply.CallID, writes); err == nil {
 		reply.State, reply.Result = res.Status, res
 		return reply, nil
 	}

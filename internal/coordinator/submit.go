@@ -364,7 +364,7 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 		return &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}, false, nil
 	}
 	// Subscribed before the call is published, so the result cannot slip past.
-	writes, stop, err := p.queue.resultWrites(call.Namespace, call.CallID)
+	writes, stop, err := p.queue.resultWrites(messages.TurnBucket(call.Turn), call.Namespace, call.CallID)
 	if err != nil {
 		return nil, false, err
 	}
@@ -379,7 +379,7 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 	}
 	submitted(call)
 	reply := &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}
-	reply, err = p.queue.awaitResult(ctx, call.Namespace, reply, writes, waitDuration(sr, call.Deadline, p.limits.maxWait))
+	reply, err = p.queue.awaitResult(ctx, messages.TurnBucket(call.Turn), call.Namespace, reply, writes, waitDuration(sr, call.Deadline, p.limits.maxWait))
 	return reply, false, err
 }
 

@@ -421,7 +421,7 @@ type fakeWriter struct {
 	committed []*messages.CallResult
 }
 
-func (f *fakeWriter) EventMsg(_ string, ev *messages.CallEvent) (*nats.Msg, error) {
+func (f *fakeWriter) EventMsg(_, _ string, ev *messages.CallEvent) (*nats.Msg, error) {
 	return &nats.Msg{Subject: "events." + ev.CallID, Header: nats.Header{}}, nil
 }
 
@@ -450,7 +450,7 @@ func (f *fakeWriter) PublishThen(msg *nats.Msg, _ time.Duration, then func(uint6
 	return nil
 }
 
-func (f *fakeWriter) Commit(ctx context.Context, _ string, res *messages.CallResult, _ string) (bool, error) {
+func (f *fakeWriter) Commit(ctx context.Context, _, _ string, res *messages.CallResult, _ string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -470,7 +470,7 @@ type fakeReader struct {
 	reads       int
 }
 
-func (f *fakeReader) Last(_ context.Context, _, callID string, kind messages.EventKind) (*ledger.Event, error) {
+func (f *fakeReader) Last(_ context.Context, _, _, callID string, kind messages.EventKind) (*ledger.Event, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads++
@@ -482,7 +482,7 @@ func (f *fakeReader) Last(_ context.Context, _, callID string, kind messages.Eve
 }
 
 func (f *fakeReader) SnapshotIn(ctx context.Context, ns, callID string) (*ledger.Snapshot, error) {
-	ev, err := f.Last(ctx, ns, callID, messages.EventQueued)
+	ev, err := f.Last(ctx, "", ns, callID, messages.EventQueued)
 	if err != nil {
 		return nil, err
 	}
@@ -493,7 +493,7 @@ func (f *fakeReader) SnapshotIn(ctx context.Context, ns, callID string) (*ledger
 	return snap, nil
 }
 
-func (f *fakeReader) WaitForWrite(ctx context.Context, _, _ string, _ <-chan *nats.Msg) (*messages.CallResult, error) {
+func (f *fakeReader) WaitForWrite(ctx context.Context, _, _, _ string, _ <-chan *nats.Msg) (*messages.CallResult, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }

@@ -55,7 +55,7 @@ type sweeper struct {
 
 // resultCommitter writes a call's result unless it has one.
 type resultCommitter interface {
-	Commit(ctx context.Context, ns string, res *messages.CallResult, notify string) (bool, error)
+	Commit(ctx context.Context, bucket, ns string, res *messages.CallResult, notify string) (bool, error)
 }
 
 // start subscribes to the max-deliveries advisories and starts sweeping.
@@ -195,7 +195,7 @@ func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) 
 	// A retried commit whose first attempt was stored finds a result and
 	// reports that another won: either way the call has one.
 	if err := retryTransient(ctx, s.wait(), func(ctx context.Context) error {
-		_, err := s.ledger.Commit(ctx, call.Namespace, &res, call.Notify)
+		_, err := s.ledger.Commit(ctx, messages.TurnBucket(call.Turn), call.Namespace, &res, call.Notify)
 		return err
 	}); err != nil {
 		return fmt.Errorf("fail exhausted call %s: %w", call.CallID, err)
@@ -326,7 +326,7 @@ func (s *sweeper) sweepNamespace(ctx context.Context, ns, consumer string, cutof
 		default:
 			call.Namespace = ns
 			res := endResult(call, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed and no worker finished it")
-			if _, err := s.ledger.Commit(ctx, ns, &res, call.Notify); err != nil {
+			if _, err := s.ledger.Commit(ctx, messages.TurnBucket(call.Turn), ns, &res, call.Notify); err != nil {
 				s.log.Warn("could not end expired call", "call", call.CallID, "error", err)
 			} else {
 				// Ended now or before (cancelled): the worker it reaches

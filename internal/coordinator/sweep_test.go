@@ -50,7 +50,7 @@ type flakyCommitter struct {
 	committed []*messages.CallResult
 }
 
-func (f *flakyCommitter) Commit(_ context.Context, _ string, res *messages.CallResult, _ string) (bool, error) {
+func (f *flakyCommitter) Commit(_ context.Context, _, _ string, res *messages.CallResult, _ string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.attempts++

@@ -89,7 +89,7 @@ func TestATurnsCallsAreFoundByTheirQueuedEvents(t *testing.T) {
 	t.Cleanup(l.Close)
 	queue := func(id, turn string) {
 		t.Helper()
-		msg, err := l.EventMsg("t", &messages.CallEvent{CallID: id, Kind: messages.EventQueued, Request: &messages.CallRequest{CallID: id, Tool: "t-echo", Namespace: "t", Method: "echo", Turn: turn}})
+		msg, err := l.EventMsg("", "t", &messages.CallEvent{CallID: id, Kind: messages.EventQueued, Request: &messages.CallRequest{CallID: id, Tool: "t-echo", Namespace: "t", Method: "echo", Turn: turn}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -191,7 +191,7 @@ func TestConcurrentIdempotentSubmitsAreOneCall(t *testing.T) {
 	if firsts > 1 {
 		t.Errorf("%d submits were answered as the first", firsts)
 	}
-	res, err := c.ledger.AwaitResult(sctx, "", callID)
+	res, err := c.ledger.AwaitResult(sctx, "", "", callID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,11 +18,11 @@ import (
 // stored size of those read to maxBytes or more (0: no bound), so that
 // they fit in one reply. It holds no consumer on the server, so the
 // coordinator can serve it for any number of followers.
-func (l *Ledger) EventsAfter(ctx context.Context, ns, callID string, after uint64, max, maxBytes int) ([]*Event, error) {
-	// Only the call's own namespace's events: another namespace's worker
-	// may have written under the call's ID (see Snapshot.Namespace). One
-	// filter cannot name them (the queued event's subject has a token
-	// more), so the others are skipped here.
+func (l *Ledger) EventsAfter(ctx context.Context, bucket, ns, callID string, after uint64, max, maxBytes int) ([]*Event, error) {
+	// Only the call's own namespace's and bucket's events: another
+	// namespace's worker may have written under the call's ID (see
+	// Snapshot.Namespace). One filter cannot name them (the queued event's
+	// subject has a token more), so the others are skipped here.
 	filter, err := l.names.CallEventsFilter(callID)
 	if err != nil {
 		return nil, err
@@ -33,10 +33,10 @@ func (l *Ledger) EventsAfter(ctx context.Context, ns, callID string, after uint6
 		decodeErr error
 	)
 	err = l.events.GetBatch(ctx, transport.BatchRequest{Seq: after + 1, NextBySubject: filter, Batch: max}, func(seq uint64, msg *nats.Msg) bool {
-		if l.names.EventNamespace(msg.Subject) != ns {
+		if l.names.EventNamespace(msg.Subject) != ns || l.names.EventBucket(msg.Subject) != bucket {
 			return true
 		}
-		ev := &Event{Seq: seq, Namespace: ns}
+		ev := &Event{Seq: seq, Namespace: ns, Bucket: bucket}
 		if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
 			decodeErr = fmt.Errorf("event %d of call %s: %w", seq, callID, err)
 			return false

@@ -66,12 +66,15 @@ func New(nc *nats.Conn, js jetstream.JetStream, names messages.Names) *Ledger {
 // Close releases the ledger's subscription.
 func (l *Ledger) Close() { l.inbox.Close() }
 
-// EventMsg encodes an event of a call of namespace ns as the message that stores it.
-func (l *Ledger) EventMsg(ns string, ev *messages.CallEvent) (*nats.Msg, error) {
-	return l.eventMsg(ns, ev, nil)
+// EventMsg encodes an event of a call of namespace ns as the message that
+// stores it, under bucket, the bucket of the call's turn
+// (messages.TurnBucket); a queued event's bucket is that of its request's
+// turn.
+func (l *Ledger) EventMsg(bucket, ns string, ev *messages.CallEvent) (*nats.Msg, error) {
+	return l.eventMsg(bucket, ns, ev, nil)
 }
 
-func (l *Ledger) eventMsg(ns string, ev *messages.CallEvent, h nats.Header) (*nats.Msg, error) {
+func (l *Ledger) eventMsg(bucket, ns string, ev *messages.CallEvent, h nats.Header) (*nats.Msg, error) {
 	var subject string
 	var err error
 	if ev.Kind == messages.EventQueued {
@@ -82,7 +85,7 @@ func (l *Ledger) eventMsg(ns string, ev *messages.CallEvent, h nats.Header) (*na
 		}
 		subject, err = l.names.QueuedSubject(ev.CallID, ev.Request.Turn, ns)
 	} else {
-		subject, err = l.names.EventSubject(ev.CallID, ev.Kind, ns)
+		subject, err = l.names.EventSubject(bucket, ev.CallID, ev.Kind, ns)
 	}
 	if err != nil {
 		return nil, err
@@ -98,10 +101,10 @@ func (l *Ledger) eventMsg(ns string, ev *messages.CallEvent, h nats.Header) (*na
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
 }
 
-// Append stores an event of a call of namespace ns and waits until the
-// stream has it.
-func (l *Ledger) Append(ctx context.Context, ns string, ev *messages.CallEvent) (uint64, error) {
-	msg, err := l.eventMsg(ns, ev, nil)
+// Append stores an event of a call of namespace ns under bucket (see
+// EventMsg) and waits until the stream has it.
+func (l *Ledger) Append(ctx context.Context, bucket, ns string, ev *messages.CallEvent) (uint64, error) {
+	msg, err := l.eventMsg(bucket, ns, ev, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -119,7 +122,7 @@ func (l *Ledger) Append(ctx context.Context, ns string, ev *messages.CallEvent) 
 func (l *Ledger) Hold(ctx context.Context, call *messages.CallRequest) (uint64, error) {
 	h := make(nats.Header, 3)
 	h.Set(messages.HeaderAwaiting, messages.AwaitingApproval)
-	msg, err := l.eventMsg(call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call}, h)
+	msg, err := l.eventMsg("", call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call}, h)
 	if err != nil {
 		return 0, err
 	}
@@ -140,8 +143,8 @@ func (l *Ledger) store(ctx context.Context, msg *nats.Msg) (uint64, error) {
 // AppendAsync stores an event without waiting for the stream's
 // acknowledgement. Events sent on one connection are stored in the order
 // they were sent, so a later Append is stored after them.
-func (l *Ledger) AppendAsync(ns string, ev *messages.CallEvent) error {
-	msg, err := l.eventMsg(ns, ev, nil)
+func (l *Ledger) AppendAsync(bucket, ns string, ev *messages.CallEvent) error {
+	msg, err := l.eventMsg(bucket, ns, ev, nil)
 	if err != nil {
 		return err
 	}
@@ -152,10 +155,10 @@ func (l *Ledger) AppendAsync(ns string, ev *messages.CallEvent) error {
 // conditionalMsg is ev's message, to be stored only if the last sequence
 // among the subjects matching filter is lastSeq (0: none of them has a
 // message yet). An empty filter is the event's own subject.
-func (l *Ledger) conditionalMsg(ns string, ev *messages.CallEvent, filter string, lastSeq uint64) (*nats.Msg, error) {
+func (l *Ledger) conditionalMsg(bucket, ns string, ev *messages.CallEvent, filter string, lastSeq uint64) (*nats.Msg, error) {
 	h := make(nats.Header, 3)
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(lastSeq, 10))
-	msg, err := l.eventMsg(ns, ev, h)
+	msg, err := l.eventMsg(bucket, ns, ev, h)
 	if err != nil {
 		return nil, err
 	}
@@ -169,8 +172,8 @@ func (l *Ledger) conditionalMsg(ns string, ev *messages.CallEvent, filter string
 
 // conditional stores ev only if the last sequence among the subjects
 // matching filter is lastSeq (see conditionalMsg).
-func (l *Ledger) conditional(ctx context.Context, ns string, ev *messages.CallEvent, filter string, lastSeq uint64) (uint64, error) {
-	msg, err := l.conditionalMsg(ns, ev, filter, lastSeq)
+func (l *Ledger) conditional(ctx context.Context, bucket, ns string, ev *messages.CallEvent, filter string, lastSeq uint64) (uint64, error) {
+	msg, err := l.conditionalMsg(bucket, ns, ev, filter, lastSeq)
 	if err != nil {
 		return 0, err
 	}
@@ -189,16 +192,16 @@ func (l *Ledger) conditional(ctx context.Context, ns string, ev *messages.CallEv
 // nothing depends on the start being stored, since the result is written
 // conditionally anyway, and a worker learns that a call it runs already has
 // a result when it next checks its calls.
-func (l *Ledger) Start(ns string, ev *messages.CallEvent) error {
+func (l *Ledger) Start(bucket, ns string, ev *messages.CallEvent) error {
 	ev.Kind = messages.EventStarted
-	resultSubject, err := l.names.EventSubject(ev.CallID, messages.EventResult, ns)
+	results, err := l.names.CallResultFilter(ev.CallID, ns)
 	if err != nil {
 		return err
 	}
 	h := make(nats.Header, 6)
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-	h.Set(jetstream.ExpectedLastSubjSeqSubjHeader, resultSubject)
-	msg, err := l.eventMsg(ns, ev, h)
+	h.Set(jetstream.ExpectedLastSubjSeqSubjHeader, results)
+	msg, err := l.eventMsg(bucket, ns, ev, h)
 	if err != nil {
 		return err
 	}
@@ -208,16 +211,17 @@ func (l *Ledger) Start(ns string, ev *messages.CallEvent) error {
 	return nil
 }
 
-// Commit writes the result of a call of namespace ns unless it already has
-// one. It reports whether this result is the one that counts; if it is and
-// notify is set (the caller's subject from the call request), a copy goes
-// there.
-func (l *Ledger) Commit(ctx context.Context, ns string, res *messages.CallResult, notify string) (bool, error) {
-	resultSubject, err := l.names.EventSubject(res.CallID, messages.EventResult, ns)
+// Commit writes the result of a call of namespace ns under bucket unless
+// it already has one under ns, in any bucket (the write's condition is on
+// messages.Names.CallResultFilter). It reports whether this result is the
+// one that counts; if it is and notify is set (the caller's subject from
+// the call request), a copy goes there.
+func (l *Ledger) Commit(ctx context.Context, bucket, ns string, res *messages.CallResult, notify string) (bool, error) {
+	results, err := l.names.CallResultFilter(res.CallID, ns)
 	if err != nil {
 		return false, err
 	}
-	err = l.commit(ctx, ns, res, resultSubject, 0, notify)
+	err = l.commit(ctx, bucket, ns, res, results, 0, notify)
 	if errors.Is(err, ErrChanged) {
 		return false, nil
 	}
@@ -227,28 +231,29 @@ func (l *Ledger) Commit(ctx context.Context, ns string, res *messages.CallResult
 	return err == nil, err
 }
 
-// CommitIfUnchanged writes the result of a call of namespace ns only if
-// no event of the call but its queued event was stored under ns after
-// lastSeq (a snapshot's ChangeSeq); otherwise it returns ErrChanged.
-// Events written under another namespace do not count.
-func (l *Ledger) CommitIfUnchanged(ctx context.Context, ns string, res *messages.CallResult, lastSeq uint64, notify string) error {
-	filter, err := l.names.CallNamespaceEventsFilter(res.CallID, ns)
+// CommitIfUnchanged writes the result of a call of namespace ns under
+// bucket only if no event of the call but its queued event was stored
+// under bucket and ns after lastSeq (a snapshot's ChangeSeq); otherwise it
+// returns ErrChanged. Events written under another namespace or bucket do
+// not count.
+func (l *Ledger) CommitIfUnchanged(ctx context.Context, bucket, ns string, res *messages.CallResult, lastSeq uint64, notify string) error {
+	filter, err := l.names.CallNamespaceEventsFilter(bucket, res.CallID, ns)
 	if err != nil {
 		return err
 	}
-	if err := l.commit(ctx, ns, res, filter, lastSeq, notify); err != nil {
+	if err := l.commit(ctx, bucket, ns, res, filter, lastSeq, notify); err != nil {
 		return err
 	}
 	finished(ns, res)
 	return nil
 }
 
-func (l *Ledger) commit(ctx context.Context, ns string, res *messages.CallResult, filter string, lastSeq uint64, notify string) error {
+func (l *Ledger) commit(ctx context.Context, bucket, ns string, res *messages.CallResult, filter string, lastSeq uint64, notify string) error {
 	ev := resultEvent(res)
-	if _, err := l.conditional(ctx, ns, ev, filter, lastSeq); err != nil {
+	if _, err := l.conditional(ctx, bucket, ns, ev, filter, lastSeq); err != nil {
 		return err
 	}
-	l.sendCopy(ns, ev, notify)
+	l.sendCopy(bucket, ns, ev, notify)
 	return nil
 }
 
@@ -267,9 +272,9 @@ func resultEvent(res *messages.CallResult) *messages.CallEvent {
 
 // sendCopy sends a stored result to the caller's notify subject, if any:
 // a copy, as the stored event is the record.
-func (l *Ledger) sendCopy(ns string, ev *messages.CallEvent, notify string) {
+func (l *Ledger) sendCopy(bucket, ns string, ev *messages.CallEvent, notify string) {
 	if notify != "" && messages.ValidateNotify(notify) == nil {
-		if msg, err := l.eventMsg(ns, ev, nil); err == nil {
+		if msg, err := l.eventMsg(bucket, ns, ev, nil); err == nil {
 			msg.Subject = notify
 			_ = l.nc.PublishMsg(msg)
 		}
@@ -279,16 +284,20 @@ func (l *Ledger) sendCopy(ns string, ev *messages.CallEvent, notify string) {
 // CommitThen is Commit without waiting: then gets its outcome once the
 // stream answers, on the ledger's inbox goroutine, and must not block. If
 // CommitThen returns an error, then is not called.
-func (l *Ledger) CommitThen(ns string, res *messages.CallResult, notify string, timeout time.Duration, then func(won bool, err error)) error {
+func (l *Ledger) CommitThen(bucket, ns string, res *messages.CallResult, notify string, timeout time.Duration, then func(won bool, err error)) error {
 	ev := resultEvent(res)
-	msg, err := l.conditionalMsg(ns, ev, "", 0)
+	results, err := l.names.CallResultFilter(res.CallID, ns)
+	if err != nil {
+		return err
+	}
+	msg, err := l.conditionalMsg(bucket, ns, ev, results, 0)
 	if err != nil {
 		return err
 	}
 	return l.PublishThen(msg, timeout, func(_ uint64, _ bool, err error) {
 		switch {
 		case err == nil:
-			l.sendCopy(ns, ev, notify)
+			l.sendCopy(bucket, ns, ev, notify)
 			finished(ns, res)
 			then(true, nil)
 		case errors.Is(err, transport.ErrWrongLastSequence):
@@ -300,16 +309,17 @@ func (l *Ledger) CommitThen(ns string, res *messages.CallResult, notify string, 
 }
 
 // Event is a stored event with its position in the events stream and the
-// namespace its subject names.
+// namespace and bucket its subject names.
 type Event struct {
 	messages.CallEvent
 	Seq       uint64
 	Namespace string
+	Bucket    string
 }
 
-// decodeEvent reads a stored event and the namespace of its subject.
+// decodeEvent reads a stored event and the namespace and bucket of its subject.
 func (l *Ledger) decodeEvent(seq uint64, msg *nats.Msg) (*Event, error) {
-	ev := &Event{Seq: seq, Namespace: l.names.EventNamespace(msg.Subject)}
+	ev := &Event{Seq: seq, Namespace: l.names.EventNamespace(msg.Subject), Bucket: l.names.EventBucket(msg.Subject)}
 	if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
 		return nil, fmt.Errorf("event %d: %w", seq, err)
 	}
@@ -323,19 +333,23 @@ func coordinatorKind(kind messages.EventKind) bool {
 }
 
 // Snapshot is the latest event of each kind of one call, among the events
-// written under the call's namespace.
+// written under the call's namespace and bucket.
 type Snapshot struct {
 	CallID string
 	// Namespace is the call's: the one its queued event names, or the
 	// one its reader knew. Empty while no such event was read.
 	Namespace string
-	Queued    *Event
-	Started   *Event
-	Progress  *Event
-	Log       *Event
-	Cancel    *Event
-	Approval  *Event
-	Result    *Event
+	// Bucket is the call's: the bucket of its turn, the one its queued
+	// event (or another event only the coordinator writes) names, or the
+	// one its reader knew. Empty while no such event was read.
+	Bucket   string
+	Queued   *Event
+	Started  *Event
+	Progress *Event
+	Log      *Event
+	Cancel   *Event
+	Approval *Event
+	Result   *Event
 	// LastSeq is the sequence of the call's latest event under its namespace.
 	LastSeq uint64
 }
@@ -355,19 +369,19 @@ func (s *Snapshot) ChangeSeq() uint64 {
 }
 
 // addAll adds the events of the call that count: those written under
-// its namespace, which, unless the snapshot already has one, is the
-// namespace of its queued event (or else of another event only the
+// its namespace and bucket, which, unless the snapshot already has them,
+// are those of its queued event (or else of another event only the
 // coordinator writes). Without such an event nothing counts.
 func (s *Snapshot) addAll(events []*Event) {
-	if s.Namespace == "" {
+	if s.Bucket == "" {
 		for _, want := range [...]messages.EventKind{messages.EventQueued, messages.EventApproval, messages.EventCancel} {
 			for _, ev := range events {
-				if ev.Kind == want {
-					s.Namespace = ev.Namespace
+				if ev.Kind == want && (s.Namespace == "" || ev.Namespace == s.Namespace) {
+					s.Namespace, s.Bucket = ev.Namespace, ev.Bucket
 					break
 				}
 			}
-			if s.Namespace != "" {
+			if s.Bucket != "" {
 				break
 			}
 		}
@@ -427,9 +441,9 @@ func (s *Snapshot) Info() messages.CallInfo {
 	return info
 }
 
-// add adds ev if it was written under the snapshot's namespace.
+// add adds ev if it was written under the snapshot's namespace and bucket.
 func (s *Snapshot) add(ev *Event) {
-	if ev.Namespace != s.Namespace || s.Namespace == "" {
+	if ev.Namespace != s.Namespace || s.Namespace == "" || ev.Bucket != s.Bucket {
 		return
 	}
 	switch ev.Kind {
@@ -560,10 +574,10 @@ func (l *Ledger) snapshotFromLeader(ctx context.Context, s *Snapshot) error {
 func (l *Ledger) addFromLeader(ctx context.Context, s *Snapshot, kind messages.EventKind) (bool, error) {
 	var subject string
 	var err error
-	if s.Namespace == "" && kind == messages.EventQueued {
+	if s.Bucket == "" && kind == messages.EventQueued {
 		subject, err = l.names.CallKindFilter(s.CallID, kind)
-	} else if s.Namespace != "" {
-		subject, err = l.names.EventFilter(s.CallID, kind, s.Namespace)
+	} else if s.Bucket != "" {
+		subject, err = l.names.EventFilter(s.Bucket, s.CallID, kind, s.Namespace)
 	} else {
 		return false, nil
 	}
@@ -581,11 +595,11 @@ func (l *Ledger) addFromLeader(ctx context.Context, s *Snapshot, kind messages.E
 	if err != nil {
 		return false, err
 	}
-	if s.Namespace == "" {
-		s.Namespace = ev.Namespace
+	if s.Bucket == "" && (s.Namespace == "" || s.Namespace == ev.Namespace) {
+		s.Namespace, s.Bucket = ev.Namespace, ev.Bucket
 	}
 	s.add(ev)
-	return ev.Namespace == s.Namespace, nil
+	return ev.Namespace == s.Namespace && ev.Bucket == s.Bucket, nil
 }
 
 // Snapshot reads one call's latest events. Unlike Snapshots, whose reads
@@ -625,10 +639,10 @@ func (l *Ledger) SnapshotIn(ctx context.Context, ns, callID string) (*Snapshot, 
 // answers, so in a cluster a read may miss an event the leader has just
 // acknowledged; a worker relies on the result's write condition, which the
 // leader checks, not on this read, to keep a second result out.
-func (l *Ledger) ReadOwn(ctx context.Context, ns, callID string, kinds ...messages.EventKind) (*Snapshot, error) {
-	s := &Snapshot{CallID: callID, Namespace: ns}
+func (l *Ledger) ReadOwn(ctx context.Context, bucket, ns, callID string, kinds ...messages.EventKind) (*Snapshot, error) {
+	s := &Snapshot{CallID: callID, Namespace: ns, Bucket: bucket}
 	for _, kind := range kinds {
-		subject, err := l.names.EventSubject(callID, kind, ns)
+		subject, err := l.names.EventFilter(bucket, callID, kind, ns)
 		if err != nil {
 			return nil, err
 		}
@@ -651,14 +665,18 @@ func (l *Ledger) ReadOwn(ctx context.Context, ns, callID string, kinds ...messag
 // AwaitResult returns the call's result once it is there, without a
 // consumer on the server: it listens on the call's result subjects, and
 // asks the stream, for a result written before it listened or missed
-// during a reconnect, at first and then every few seconds. ns is the
-// call's namespace if the caller knows it; empty, it is the one the call's
-// queued event names. Results written under another namespace are ignored.
-func (l *Ledger) AwaitResult(ctx context.Context, ns, callID string) (*messages.CallResult, error) {
+// during a reconnect, at first and then every few seconds. ns and bucket
+// are the call's namespace and bucket if the caller knows them; empty,
+// they are the ones the call's queued event names. Results written under
+// another namespace or bucket are ignored.
+func (l *Ledger) AwaitResult(ctx context.Context, bucket, ns, callID string) (*messages.CallResult, error) {
+	if ns == "" || bucket == "" {
+		ns, bucket = "", ""
+	}
 	var subject string
 	var err error
 	if ns != "" {
-		subject, err = l.names.EventSubject(callID, messages.EventResult, ns)
+		subject, err = l.names.EventSubject(bucket, callID, messages.EventResult, ns)
 	} else {
 		subject, err = l.names.CallKindFilter(callID, messages.EventResult)
 	}
@@ -671,7 +689,7 @@ func (l *Ledger) AwaitResult(ctx context.Context, ns, callID string) (*messages.
 		return nil, err
 	}
 	defer sub.Unsubscribe()
-	return l.awaitResult(ctx, ns, callID, results, true, false)
+	return l.awaitResult(ctx, bucket, ns, callID, results, true, false)
 }
 
 // ResultCheckInterval is how often a waiter asks the stream for a result it may have missed.
@@ -679,23 +697,26 @@ const ResultCheckInterval = 2 * time.Second
 
 // WaitOn is AwaitResult for a caller that subscribed to the result subject
 // itself (before submitting) and passes its channel.
-func (l *Ledger) WaitOn(ctx context.Context, ns, callID string, results <-chan *nats.Msg) (*messages.CallResult, error) {
-	return l.awaitResult(ctx, ns, callID, results, false, true)
+func (l *Ledger) WaitOn(ctx context.Context, bucket, ns, callID string, results <-chan *nats.Msg) (*messages.CallResult, error) {
+	return l.awaitResult(ctx, bucket, ns, callID, results, false, true)
 }
 
 // WaitForWrite is AwaitResult for a caller that subscribed to the result
 // subject itself and passes its channel: a message there is any attempt's
 // write, and the committed result is read back. The stream is asked
 // first, for a result stored before the subscription.
-func (l *Ledger) WaitForWrite(ctx context.Context, ns, callID string, writes <-chan *nats.Msg) (*messages.CallResult, error) {
-	return l.awaitResult(ctx, ns, callID, writes, true, false)
+func (l *Ledger) WaitForWrite(ctx context.Context, bucket, ns, callID string, writes <-chan *nats.Msg) (*messages.CallResult, error) {
+	return l.awaitResult(ctx, bucket, ns, callID, writes, true, false)
 }
 
 // awaitResult waits for a message on results, then returns the result.
 // Copies sent to a notify subject are sent only once committed; a message
 // seen on the result subject itself is any attempt's write, which JetStream
 // may have refused, so the committed result is read from the stream.
-func (l *Ledger) awaitResult(ctx context.Context, ns, callID string, results <-chan *nats.Msg, checkFirst, committed bool) (*messages.CallResult, error) {
+func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, results <-chan *nats.Msg, checkFirst, committed bool) (*messages.CallResult, error) {
+	if ns == "" || bucket == "" {
+		ns, bucket = "", ""
+	}
 	check := func() (*messages.CallResult, bool) {
 		// A read retries transient failures; a check gives up at the next
 		// one, so that the messages on results are not left waiting. A
@@ -712,13 +733,13 @@ func (l *Ledger) awaitResult(ctx context.Context, ns, callID string, results <-c
 				return nil, false
 			}
 			s := m[callID]
-			ns = s.Namespace
+			ns, bucket = s.Namespace, s.Bucket
 			if s.Result != nil && s.Result.Result != nil {
 				return s.Result.Result, true
 			}
 			return nil, false
 		}
-		ev, err := l.LastSeen(cctx, ns, callID, messages.EventResult)
+		ev, err := l.LastSeen(cctx, bucket, ns, callID, messages.EventResult)
 		if err == nil && ev != nil && ev.Result != nil {
 			return ev.Result, true
 		}
@@ -730,9 +751,9 @@ func (l *Ledger) awaitResult(ctx context.Context, ns, callID string, results <-c
 		}
 	}
 	committedResult := func(msg *nats.Msg) *messages.CallResult {
-		if evNS := l.names.EventNamespace(msg.Subject); evNS != "" && evNS != ns {
-			// Written under another namespace (or one not known yet): not
-			// the call's.
+		if evNS := l.names.EventNamespace(msg.Subject); evNS != "" && (evNS != ns || l.names.EventBucket(msg.Subject) != bucket) {
+			// Written under another namespace or bucket (or ones not known
+			// yet): not the call's.
 			return nil
 		}
 		var ev messages.CallEvent
@@ -782,30 +803,30 @@ func (l *Ledger) awaitResult(ctx context.Context, ns, callID string, results <-c
 	}
 }
 
-// Last returns the latest event of one kind of a call of namespace ns, or
-// nil if it has none. None is confirmed with the stream's leader, as the
+// Last returns the latest event of one kind of a call of namespace ns
+// under bucket, or nil if it has none. None is confirmed with the stream's leader, as the
 // replica that answered may lag behind it. An empty ns reads the latest
 // event of the kind under any namespace: for the kinds only the
 // coordinator writes (queued, approval, cancel), the one that tells the
 // call's namespace (Event.Namespace).
-func (l *Ledger) Last(ctx context.Context, ns, callID string, kind messages.EventKind) (*Event, error) {
-	return l.last(ctx, ns, callID, kind, true)
+func (l *Ledger) Last(ctx context.Context, bucket, ns, callID string, kind messages.EventKind) (*Event, error) {
+	return l.last(ctx, bucket, ns, callID, kind, true)
 }
 
 // LastSeen is Last without the leader's confirmation of none: for a caller
 // that will look again anyway, such as a wait's periodic check.
-func (l *Ledger) LastSeen(ctx context.Context, ns, callID string, kind messages.EventKind) (*Event, error) {
-	return l.last(ctx, ns, callID, kind, false)
+func (l *Ledger) LastSeen(ctx context.Context, bucket, ns, callID string, kind messages.EventKind) (*Event, error) {
+	return l.last(ctx, bucket, ns, callID, kind, false)
 }
 
 // last is Last, or LastSeen without confirm.
-func (l *Ledger) last(ctx context.Context, ns, callID string, kind messages.EventKind, confirm bool) (*Event, error) {
+func (l *Ledger) last(ctx context.Context, bucket, ns, callID string, kind messages.EventKind, confirm bool) (*Event, error) {
 	var subject string
 	var err error
 	if ns == "" {
 		subject, err = l.names.CallKindFilter(callID, kind)
 	} else {
-		subject, err = l.names.EventFilter(callID, kind, ns)
+		subject, err = l.names.EventFilter(bucket, callID, kind, ns)
 	}
 	if err != nil {
 		return nil, err

@@ -54,11 +54,12 @@ func TestEventsOfAnotherNamespaceAreIgnored(t *testing.T) {
 	t.Parallel()
 	l, forger, ctx := setupLedgers(t)
 	const id = "call-1"
+	b := messages.TurnBucket("")
 	req := &messages.CallRequest{CallID: id, Tool: "demo-echo", Namespace: "demo", Method: "echo", QueuedAt: time.Now().UTC()}
-	if _, err := l.Append(ctx, "demo", &messages.CallEvent{CallID: id, Kind: messages.EventQueued, Time: req.QueuedAt, Request: req}); err != nil {
+	if _, err := l.Append(ctx, "", "demo", &messages.CallEvent{CallID: id, Kind: messages.EventQueued, Time: req.QueuedAt, Request: req}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Append(ctx, "demo", &messages.CallEvent{CallID: id, Kind: messages.EventStarted, Time: time.Now().UTC(), Attempt: 1}); err != nil {
+	if _, err := l.Append(ctx, b, "demo", &messages.CallEvent{CallID: id, Kind: messages.EventStarted, Time: time.Now().UTC(), Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
 	snap, err := l.Snapshot(ctx, id)
@@ -67,10 +68,19 @@ func TestEventsOfAnotherNamespaceAreIgnored(t *testing.T) {
 	}
 	lastOwn := snap.LastSeq
 	// The forger's result stands on its own subject: it wins there.
-	if won, err := forger.Commit(ctx, "payments", result(id, "forged"), ""); err != nil || !won {
+	if won, err := forger.Commit(ctx, b, "payments", result(id, "forged"), ""); err != nil || !won {
 		t.Fatalf("forged commit: %v %v", won, err)
 	}
-	if _, err := forger.Append(ctx, "payments", &messages.CallEvent{CallID: id, Kind: messages.EventCancel, Time: time.Now().UTC(), Cancel: &messages.CancelInfo{Reason: "forged"}}); err != nil {
+	if _, err := forger.Append(ctx, b, "payments", &messages.CallEvent{CallID: id, Kind: messages.EventCancel, Time: time.Now().UTC(), Cancel: &messages.CancelInfo{Reason: "forged"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Under the call's namespace but another bucket than its turn's: not
+	// the call's either.
+	other := messages.TurnBucket("turn-1")
+	if _, err := l.Append(ctx, other, "demo", &messages.CallEvent{CallID: id, Kind: messages.EventCancel, Time: time.Now().UTC(), Cancel: &messages.CancelInfo{Reason: "other bucket"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, other, "demo", &messages.CallEvent{CallID: id, Kind: messages.EventStarted, Time: time.Now().UTC(), Attempt: 7}); err != nil {
 		t.Fatal(err)
 	}
 	snaps, err := l.Snapshots(ctx, id)
@@ -78,22 +88,27 @@ func TestEventsOfAnotherNamespaceAreIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, s := range map[string]*ledger.Snapshot{"Snapshots": snaps[id], "Snapshot": mustSnapshot(ctx, t, l, id)} {
-		if s.Namespace != "demo" || s.Result != nil || s.Cancel != nil || s.State() != messages.StateRunning || s.LastSeq != lastOwn {
+		if s.Namespace != "demo" || s.Bucket != b || s.Started == nil || s.Started.Attempt != 1 || s.Result != nil || s.Cancel != nil || s.State() != messages.StateRunning || s.LastSeq != lastOwn {
 			t.Fatalf("%s counts another namespace's events: %+v", name, s)
 		}
 	}
-	if ev, err := l.Last(ctx, "demo", id, messages.EventResult); err != nil || ev != nil {
+	if ev, err := l.Last(ctx, b, "demo", id, messages.EventResult); err != nil || ev != nil {
 		t.Fatalf("Last: %+v %v", ev, err)
 	}
 	// A write conditional on the call's events is not refused by them.
-	if err := l.CommitIfUnchanged(ctx, "demo", result(id, "real"), lastOwn, ""); err != nil {
+	if err := l.CommitIfUnchanged(ctx, b, "demo", result(id, "real"), lastOwn, ""); err != nil {
 		t.Fatalf("CommitIfUnchanged: %v", err)
 	}
-	if won, err := l.Commit(ctx, "demo", result(id, "again"), ""); err != nil || won {
+	if won, err := l.Commit(ctx, b, "demo", result(id, "again"), ""); err != nil || won {
 		t.Fatalf("a second result of the call's namespace: %v %v", won, err)
 	}
+	// The first result wins across buckets: none is stored after it
+	// under another bucket of the call's namespace.
+	if won, err := l.Commit(ctx, other, "demo", result(id, "other bucket"), ""); err != nil || won {
+		t.Fatalf("a second result under another bucket: %v %v", won, err)
+	}
 	for _, ns := range []string{"", "demo"} {
-		res, err := l.AwaitResult(ctx, ns, id)
+		res, err := l.AwaitResult(ctx, b, ns, id)
 		if err != nil || res.Content[0].Text != "real" {
 			t.Fatalf("AwaitResult(%q): %+v %v", ns, res, err)
 		}
@@ -103,8 +118,8 @@ func TestEventsOfAnotherNamespaceAreIgnored(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Namespace != "demo" {
-			t.Fatalf("Watch yielded an event of namespace %s", ev.Namespace)
+		if ev.Namespace != "demo" || ev.Bucket != b {
+			t.Fatalf("Watch yielded an event of namespace %s, bucket %s", ev.Namespace, ev.Bucket)
 		}
 		if ev.Result != nil {
 			texts = append(texts, ev.Result.Content[0].Text)
@@ -113,7 +128,7 @@ func TestEventsOfAnotherNamespaceAreIgnored(t *testing.T) {
 	if len(texts) != 1 || texts[0] != "real" {
 		t.Fatalf("Watch results %v", texts)
 	}
-	own, err := l.ReadOwn(ctx, "demo", id, messages.EventResult, messages.EventCancel)
+	own, err := l.ReadOwn(ctx, b, "demo", id, messages.EventResult, messages.EventCancel)
 	if err != nil || own.Result == nil || own.Result.Result.Content[0].Text != "real" || own.Cancel != nil {
 		t.Fatalf("ReadOwn: %+v %v", own, err)
 	}
@@ -124,7 +139,7 @@ func TestEventsOfAnotherNamespaceAreIgnored(t *testing.T) {
 func TestEventsWithoutAQueuedEventDoNotMakeACall(t *testing.T) {
 	t.Parallel()
 	l, forger, ctx := setupLedgers(t)
-	if won, err := forger.Commit(ctx, "payments", result("call-2", "forged"), ""); err != nil || !won {
+	if won, err := forger.Commit(ctx, "21", "payments", result("call-2", "forged"), ""); err != nil || !won {
 		t.Fatalf("forged commit: %v %v", won, err)
 	}
 	s, err := l.Snapshot(ctx, "call-2")
@@ -133,7 +148,7 @@ func TestEventsWithoutAQueuedEventDoNotMakeACall(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	if res, err := l.AwaitResult(wctx, "", "call-2"); !errors.Is(err, context.DeadlineExceeded) {
+	if res, err := l.AwaitResult(wctx, "", "", "call-2"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("AwaitResult of a call never queued: %+v %v", res, err)
 	}
 }

@@ -22,12 +22,12 @@ import (
 // stored may then be answered ErrChanged rather than as a duplicate,
 // which the caller tells apart by reading the stored event's attempt and
 // worker.
-func (l *Ledger) StartOnce(ctx context.Context, ns string, ev *messages.CallEvent) error {
+func (l *Ledger) StartOnce(ctx context.Context, bucket, ns string, ev *messages.CallEvent) error {
 	ev.Kind = messages.EventStarted
 	h := make(nats.Header, 5)
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	h.Set(jetstream.MsgIDHeader, ev.CallID+".started."+strconv.Itoa(ev.Attempt))
-	msg, err := l.eventMsg(ns, ev, h)
+	msg, err := l.eventMsg(bucket, ns, ev, h)
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func BenchmarkTurnCalls(b *testing.B) {
 			{CallID: id, Kind: messages.EventQueued, Request: req},
 			{CallID: id, Kind: messages.EventResult, Result: &messages.CallResult{CallID: id, Tool: "t-echo", Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.TextBlock("hello")}}},
 		} {
-			msg, err := l.EventMsg("t", ev)
+			msg, err := l.EventMsg(messages.TurnBucket(turn), "t", ev)
 			if err != nil {
 				b.Fatal(err)
 			}

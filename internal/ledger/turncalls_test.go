@@ -48,7 +48,7 @@ func TestTurnCallsReadsAlike(t *testing.T) {
 			}
 			return
 		}
-		msg, err := l.EventMsg("t", &messages.CallEvent{CallID: id, Kind: messages.EventQueued, Request: call})
+		msg, err := l.EventMsg(messages.TurnBucket(turn), "t", &messages.CallEvent{CallID: id, Kind: messages.EventQueued, Request: call})
 		if err != nil {
 			t.Fatal(err)
 		}

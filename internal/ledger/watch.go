@@ -20,11 +20,13 @@ const watchInactiveThreshold = 30 * time.Second
 // It reads the stream directly, so it keeps going across restarts of
 // coordinators and workers, and a watcher that reconnects replays from the
 // start. ns is the call's namespace if the caller knows it; empty, it is
-// the namespace of the call's queued event, its first. Events written
-// under another namespace are skipped, as are events other than the
-// coordinator's before the namespace is known.
+// the namespace of the call's queued event, its first. The call's bucket
+// is the one of its first event only the coordinator writes, under ns.
+// Events written under another namespace or bucket are skipped, as are
+// events other than the coordinator's before the bucket is known.
 func (l *Ledger) Watch(ctx context.Context, ns, callID string) iter.Seq2[*Event, error] {
 	return func(yield func(*Event, error) bool) {
+		var bucket string
 		filter, err := l.names.CallEventsFilter(callID)
 		if err != nil {
 			yield(nil, err)
@@ -70,11 +72,11 @@ func (l *Ledger) Watch(ctx context.Context, ns, callID string) iter.Seq2[*Event,
 				yield(nil, err)
 				return
 			}
-			ev := &Event{Seq: meta.Sequence.Stream, Namespace: l.names.EventNamespace(msg.Subject())}
-			if ns == "" && coordinatorKind(l.eventKind(msg.Subject())) {
-				ns = ev.Namespace
+			ev := &Event{Seq: meta.Sequence.Stream, Namespace: l.names.EventNamespace(msg.Subject()), Bucket: l.names.EventBucket(msg.Subject())}
+			if bucket == "" && (ns == "" || ns == ev.Namespace) && coordinatorKind(l.eventKind(msg.Subject())) {
+				ns, bucket = ev.Namespace, ev.Bucket
 			}
-			if ev.Namespace != ns || ns == "" {
+			if ev.Namespace != ns || ev.Bucket != bucket || bucket == "" {
 				continue
 			}
 			if _, err := messages.Decode(msg.Headers(), msg.Data(), &ev.CallEvent); err != nil {

@@ -478,7 +478,7 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 	if res, settled, err := settle(reply); settled {
 		return res, err
 	}
-	return c.ledger.WaitOn(ctx, toolNamespace(tool), reply.CallID, results)
+	return c.ledger.WaitOn(ctx, messages.TurnBucket(req.Turn), toolNamespace(tool), reply.CallID, results)
 }
 
 // toolNamespace is the namespace of the tool a call names, the one its
@@ -585,7 +585,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 		case <-check:
 			check = nil
 			cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
-			res, err := c.checkResult(cctx, ns, callID)
+			res, err := c.checkResult(cctx, messages.TurnBucket(req.Turn), ns, callID)
 			cancel()
 			if err == nil && res != nil {
 				return res, nil
@@ -868,7 +868,7 @@ func (c *Client) Wait(ctx context.Context, callID string) (*messages.CallResult,
 	if c.readsViaCoordinator() {
 		return c.waitViaCoordinator(ctx, callID)
 	}
-	ns := ""
+	ns, bucket := "", ""
 	gctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
 	info, err := c.Get(gctx, callID)
 	cancel()
@@ -876,7 +876,7 @@ func (c *Client) Wait(ctx context.Context, callID string) (*messages.CallResult,
 		if info.Result != nil {
 			return info.Result, nil
 		}
-		ns = toolNamespace(info.Tool)
+		ns, bucket = toolNamespace(info.Tool), messages.TurnBucket(info.Turn)
 	}
-	return c.ledger.AwaitResult(ctx, ns, callID)
+	return c.ledger.AwaitResult(ctx, bucket, ns, callID)
 }

@@ -473,7 +473,7 @@ func TestCallGetsAResultMissedDuringADisconnection(t *testing.T) {
 	// Follow the call's start from outside, to know its ID.
 	observer := testenv.Connect(t, b.srv.URL())
 	started := make(chan string, 1)
-	if _, err := observer.Subscribe("toolbus.events.*.queued.*.*", func(m *nats.Msg) {
+	if _, err := observer.Subscribe("toolbus.events.*.*.queued.*.*", func(m *nats.Msg) {
 		var ev messages.CallEvent
 		if _, err := messages.Decode(messages.Header(m.Header), m.Data, &ev); err == nil {
 			started <- ev.CallID

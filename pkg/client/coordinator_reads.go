@@ -132,11 +132,11 @@ func (c *Client) resultViaCoordinator(ctx context.Context, callID string) (*mess
 
 // checkResult is a waiting call's periodic look for a result it may have
 // missed: from the events stream, or through the coordinator.
-func (c *Client) checkResult(ctx context.Context, ns, callID string) (*messages.CallResult, error) {
+func (c *Client) checkResult(ctx context.Context, bucket, ns, callID string) (*messages.CallResult, error) {
 	if c.readsViaCoordinator() {
 		return c.resultViaCoordinator(ctx, callID)
 	}
-	ev, err := c.ledger.LastSeen(ctx, ns, callID, messages.EventResult)
+	ev, err := c.ledger.LastSeen(ctx, bucket, ns, callID, messages.EventResult)
 	if err != nil || ev == nil {
 		return nil, err
 	}

@@ -103,7 +103,7 @@ func CodecOf(h Header) (Codec, error) {
 // versionChanges says what changed since an older major version, for a
 // peer that still speaks it.
 func versionChanges(major string) string {
-	const v3 = "since version 3, a call's queued event, on <prefix>.events.<call_id>.queued.<turn or ~>.<namespace>, is its work item and its turn's index: workers pull it from their namespace's consumer ns_<namespace> on the events stream (filter <prefix>.events.*.queued.*.<namespace>), and the calls stream, <prefix>.call.<namespace>.<tool> and the turns bucket's calls.<turn>.<call_id> keys are no longer used"
+	const v3 = "since version 3, a call's queued event, on <prefix>.events.<turn bucket>.<call_id>.queued.<turn or ~>.<namespace>, is its work item and its turn's index, and every other event of the call is on <prefix>.events.<turn bucket>.<call_id>.<kind>.<namespace>: workers pull the queued event from their namespace's consumer ns_<namespace> on the events stream (filter <prefix>.events.*.*.queued.*.<namespace>), and the calls stream, <prefix>.call.<namespace>.<tool> and the turns bucket's calls.<turn>.<call_id> keys are no longer used"
 	switch major {
 	case "1":
 		return " (since version 2, call event subjects end with the tool's namespace: <prefix>.events.<call_id>.<kind>.<namespace>, and routed results arrive on <prefix>.results.<route>.<rest of the call ID>.<namespace>; " + v3 + ")"

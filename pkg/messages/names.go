@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"strings"
 )
@@ -259,10 +260,12 @@ func (n Names) CallSubjectNamespace(subject string) string {
 const NoTurn = "~"
 
 // QueuedSubject is where a call's queued event is stored:
-// <prefix>.events.<call ID>.queued.<turn>.<namespace>, the turn being NoTurn
-// for a call made outside any turn. The event is the call's record, its
-// work item (its namespace's consumer filters NamespaceQueueFilter) and
-// its entry in its turn's index (TurnQueueFilter).
+// <prefix>.events.<bucket>.<call ID>.queued.<turn>.<namespace>, the turn
+// being NoTurn for a call made outside any turn and the bucket the turn's
+// (TurnBucket). The event is the call's record, its work item (its
+// namespace's consumer filters NamespaceQueueFilter) and its entry in its
+// turn's index (TurnQueueFilter). Every other event of the call is stored
+// under the same bucket (EventSubject).
 func (n Names) QueuedSubject(callID, turn, ns string) (string, error) {
 	if err := ValidateID("call ID", callID); err != nil {
 		return "", err
@@ -275,7 +278,15 @@ func (n Names) QueuedSubject(callID, turn, ns string) (string, error) {
 	if err := ValidateNamespace(ns); err != nil {
 		return "", err
 	}
-	return n.prefix + ".events." + callID + "." + string(EventQueued) + "." + turn + "." + ns, nil
+	return n.prefix + ".events." + TurnBucket(turn) + "." + callID + "." + string(EventQueued) + "." + turn + "." + ns, nil
+}
+
+// validateBucket reports whether b is a bucket TurnBucket can return.
+func validateBucket(b string) error {
+	if len(b) != 2 || b[0] < '0' || b[0] > '3' || !(b[1] >= '0' && b[1] <= '9' || b[1] >= 'a' && b[1] <= 'f') {
+		return &NameError{Kind: "turn bucket", Value: b, Reason: `must be two lowercase hexadecimal digits from "00" to "3f"`}
+	}
+	return nil
 }
 
 // NamespaceQueueFilter matches the queued events of one namespace's calls:
@@ -285,16 +296,17 @@ func (n Names) NamespaceQueueFilter(ns string) (string, error) {
 	if err := ValidateNamespace(ns); err != nil {
 		return "", err
 	}
-	return n.prefix + ".events.*." + string(EventQueued) + ".*." + ns, nil
+	return n.prefix + ".events.*.*." + string(EventQueued) + ".*." + ns, nil
 }
 
 // TurnQueueFilter matches the queued events of one turn's calls, of every
-// namespace: the turn's index.
+// namespace: the turn's index. Its bucket is literal, so the server walks
+// only the calls of the turn's bucket.
 func (n Names) TurnQueueFilter(turn string) (string, error) {
 	if err := ValidateID("turn", turn); err != nil {
 		return "", err
 	}
-	return n.prefix + ".events.*." + string(EventQueued) + "." + turn + ".*", nil
+	return n.prefix + ".events." + TurnBucket(turn) + ".*." + string(EventQueued) + "." + turn + ".*", nil
 }
 
 // NamespaceConsumer is the durable pull consumer on the events stream
@@ -306,17 +318,20 @@ func (n Names) NamespaceConsumer(ns string) (string, error) {
 	return "ns_" + ns, nil
 }
 
-// EventSubject is where events of one kind of one call are stored:
-// <prefix>.events.<call ID>.<kind>.<namespace>, the namespace being that
-// of the called tool. The last token lets the server confine a worker's
-// writes and reads to its own namespace's calls, and lets every reader
-// tell a call's events from events another namespace wrote under its ID.
-// A queued event's subject also names the call's turn (QueuedSubject);
-// for kind queued EventSubject gives that of a call outside any turn,
-// and EventFilter matches the queued event of any turn.
-func (n Names) EventSubject(callID string, kind EventKind, ns string) (string, error) {
+// EventSubject is where events of one kind but queued of one call are
+// stored: <prefix>.events.<bucket>.<call ID>.<kind>.<namespace>, the
+// bucket being that of the call's turn (the one its queued event's
+// subject names, see QueuedSubject) and the namespace that of the called
+// tool. The last token lets the server confine a worker's writes and
+// reads to its own namespace's calls; namespace and bucket let every
+// reader tell a call's events from events written under its ID
+// elsewhere.
+func (n Names) EventSubject(bucket, callID string, kind EventKind, ns string) (string, error) {
 	if kind == EventQueued {
-		return n.QueuedSubject(callID, "", ns)
+		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "names the turn too: see QueuedSubject"}
+	}
+	if err := validateBucket(bucket); err != nil {
+		return "", err
 	}
 	if err := ValidateID("call ID", callID); err != nil {
 		return "", err
@@ -327,15 +342,18 @@ func (n Names) EventSubject(callID string, kind EventKind, ns string) (string, e
 	if err := ValidateNamespace(ns); err != nil {
 		return "", err
 	}
-	return n.prefix + ".events." + callID + "." + string(kind) + "." + ns, nil
+	return n.prefix + ".events." + bucket + "." + callID + "." + string(kind) + "." + ns, nil
 }
 
 // EventFilter matches the events of one kind of one call written under
-// namespace ns: EventSubject, and for kind queued the queued event of any
-// turn.
-func (n Names) EventFilter(callID string, kind EventKind, ns string) (string, error) {
+// bucket and namespace ns: EventSubject, and for kind queued the queued
+// event of any turn.
+func (n Names) EventFilter(bucket, callID string, kind EventKind, ns string) (string, error) {
 	if kind != EventQueued {
-		return n.EventSubject(callID, kind, ns)
+		return n.EventSubject(bucket, callID, kind, ns)
+	}
+	if err := validateBucket(bucket); err != nil {
+		return "", err
 	}
 	if err := ValidateID("call ID", callID); err != nil {
 		return "", err
@@ -343,42 +361,65 @@ func (n Names) EventFilter(callID string, kind EventKind, ns string) (string, er
 	if err := ValidateNamespace(ns); err != nil {
 		return "", err
 	}
-	return n.prefix + ".events." + callID + "." + string(EventQueued) + ".*." + ns, nil
+	return n.prefix + ".events." + bucket + "." + callID + "." + string(EventQueued) + ".*." + ns, nil
 }
 
 // ParseEventSubject reads the call ID, kind and namespace of an event
 // subject made by EventSubject or QueuedSubject. ok is false for any other
 // subject.
 func (n Names) ParseEventSubject(subject string) (callID string, kind EventKind, ns string, ok bool) {
-	rest, found := strings.CutPrefix(subject, n.prefix+".events.")
+	tokens, found := n.eventTokens(subject)
 	if !found {
 		return "", "", "", false
 	}
-	tokens := strings.Split(rest, ".")
-	switch {
-	case len(tokens) == 3 && tokens[1] != string(EventQueued):
-		return tokens[0], EventKind(tokens[1]), tokens[2], true
-	case len(tokens) == 4 && tokens[1] == string(EventQueued):
-		return tokens[0], EventQueued, tokens[3], true
+	if len(tokens) == 5 {
+		return tokens[1], EventQueued, tokens[4], true
 	}
-	return "", "", "", false
+	return tokens[1], EventKind(tokens[2]), tokens[3], true
+}
+
+// eventTokens returns the tokens after "<prefix>.events." of an event
+// subject: bucket, call ID, kind and namespace, with the turn before the
+// namespace for a queued event. found is false for any other subject.
+func (n Names) eventTokens(subject string) (tokens []string, found bool) {
+	rest, found := strings.CutPrefix(subject, n.prefix+".events.")
+	if !found {
+		return nil, false
+	}
+	tokens = strings.Split(rest, ".")
+	if validateBucket(tokens[0]) != nil {
+		return nil, false
+	}
+	switch {
+	case len(tokens) == 4 && tokens[2] != string(EventQueued):
+		return tokens, true
+	case len(tokens) == 5 && tokens[2] == string(EventQueued):
+		return tokens, true
+	}
+	return nil, false
+}
+
+// EventBucket returns the bucket token of an event subject, or "" when
+// subject is not one.
+func (n Names) EventBucket(subject string) string {
+	tokens, found := n.eventTokens(subject)
+	if !found {
+		return ""
+	}
+	return tokens[0]
 }
 
 // QueuedTurn returns the turn a queued event's subject names, "" for a
 // call outside any turn; ok is false when subject is no queued event's.
 func (n Names) QueuedTurn(subject string) (turn string, ok bool) {
-	rest, found := strings.CutPrefix(subject, n.prefix+".events.")
-	if !found {
+	tokens, found := n.eventTokens(subject)
+	if !found || len(tokens) != 5 {
 		return "", false
 	}
-	tokens := strings.Split(rest, ".")
-	if len(tokens) != 4 || tokens[1] != string(EventQueued) {
-		return "", false
-	}
-	if tokens[2] == NoTurn {
+	if tokens[3] == NoTurn {
 		return "", true
 	}
-	return tokens[2], true
+	return tokens[3], true
 }
 
 // EventNamespace returns the namespace token of an event subject, or ""
@@ -388,29 +429,46 @@ func (n Names) EventNamespace(subject string) string {
 	return ns
 }
 
-// CallEventsFilter matches every event of one call, of any namespace.
+// CallEventsFilter matches every event of one call, of any bucket and
+// namespace: the server walks the buckets, not every call.
 func (n Names) CallEventsFilter(callID string) (string, error) {
 	if err := ValidateID("call ID", callID); err != nil {
 		return "", err
 	}
-	return n.prefix + ".events." + callID + ".>", nil
+	return n.prefix + ".events.*." + callID + ".>", nil
 }
 
 // CallNamespaceEventsFilter matches every event of one call written
-// under namespace ns but its queued event, whose subject names the turn
-// too (QueuedSubject).
-func (n Names) CallNamespaceEventsFilter(callID, ns string) (string, error) {
+// under bucket and namespace ns but its queued event, whose subject names
+// the turn too (QueuedSubject).
+func (n Names) CallNamespaceEventsFilter(bucket, callID, ns string) (string, error) {
+	if err := validateBucket(bucket); err != nil {
+		return "", err
+	}
 	if err := ValidateID("call ID", callID); err != nil {
 		return "", err
 	}
 	if err := ValidateNamespace(ns); err != nil {
 		return "", err
 	}
-	return n.prefix + ".events." + callID + ".*." + ns, nil
+	return n.prefix + ".events." + bucket + "." + callID + ".*." + ns, nil
+}
+
+// CallResultFilter matches the results of one call written under
+// namespace ns, in every bucket: the condition of a result's write, so
+// that the first result wins whatever bucket a later one names.
+func (n Names) CallResultFilter(callID, ns string) (string, error) {
+	if err := ValidateID("call ID", callID); err != nil {
+		return "", err
+	}
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return n.prefix + ".events.*." + callID + "." + string(EventResult) + "." + ns, nil
 }
 
 // CallKindFilter matches the events of one kind of one call, of any
-// namespace (and for kind queued, of any turn).
+// bucket and namespace (and for kind queued, of any turn).
 func (n Names) CallKindFilter(callID string, kind EventKind) (string, error) {
 	if err := ValidateID("call ID", callID); err != nil {
 		return "", err
@@ -418,7 +476,7 @@ func (n Names) CallKindFilter(callID string, kind EventKind) (string, error) {
 	if !kind.Valid() {
 		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "is not a known event kind"}
 	}
-	return n.prefix + ".events." + callID + "." + string(kind) + kindTail(kind), nil
+	return n.prefix + ".events.*." + callID + "." + string(kind) + kindTail(kind), nil
 }
 
 // EventKindFilter matches the events of one kind of every call, e.g. every
@@ -427,7 +485,7 @@ func (n Names) EventKindFilter(kind EventKind) (string, error) {
 	if !kind.Valid() {
 		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "is not a known event kind"}
 	}
-	return n.prefix + ".events.*." + string(kind) + kindTail(kind), nil
+	return n.prefix + ".events.*.*." + string(kind) + kindTail(kind), nil
 }
 
 // kindTail is what follows the kind in an event subject: the namespace,
@@ -584,4 +642,22 @@ func TurnCallsFilter(turn string) (string, error) {
 		return "", err
 	}
 	return "calls." + turn + ".*", nil
+}
+
+// TurnBuckets is how many buckets TurnBucket spreads turns over.
+const TurnBuckets = 64
+
+// TurnBucket returns the bucket of a turn: the FNV-1a 32-bit hash of the
+// turn ID (of NoTurn for a call outside any turn) modulo TurnBuckets, as
+// two lowercase hexadecimal digits, "00" to "3f". Publishers in other
+// languages compute it the same way; the test holds reference values.
+func TurnBucket(turn string) string {
+	if turn == "" {
+		turn = NoTurn
+	}
+	h := fnv.New32a()
+	h.Write([]byte(turn))
+	const digits = "0123456789abcdef"
+	b := h.Sum32() % TurnBuckets
+	return string([]byte{digits[b>>4], digits[b&0xf]})
 }

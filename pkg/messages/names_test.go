@@ -2,6 +2,7 @@ package messages
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -63,10 +64,10 @@ func TestSubjectsRejectUnsafeTokens(t *testing.T) {
 	if _, err := n.CallSubject(ToolName{Namespace: "de*", Method: "x"}); err == nil {
 		t.Error("a namespace with a wildcard made a subject")
 	}
-	if _, err := n.EventSubject("abc.def", EventResult, "demo"); err == nil {
+	if _, err := n.EventSubject("21", "abc.def", EventResult, "demo"); err == nil {
 		t.Error("a call ID with a dot made a subject")
 	}
-	if _, err := n.EventSubject("abc", EventKind("bogus"), "demo"); err == nil {
+	if _, err := n.EventSubject("21", "abc", EventKind("bogus"), "demo"); err == nil {
 		t.Error("an unknown event kind made a subject")
 	}
 	if _, err := NewNames("Tool.bus"); err == nil {
@@ -76,17 +77,28 @@ func TestSubjectsRejectUnsafeTokens(t *testing.T) {
 	if err != nil || got != "toolbus.call.demo.word_count" {
 		t.Errorf("CallSubject = %q, %v", got, err)
 	}
-	if _, err := n.EventSubject("abc", EventResult, "de.mo"); err == nil {
+	if _, err := n.EventSubject("21", "abc", EventResult, "de.mo"); err == nil {
 		t.Error("a namespace with a dot made a subject")
 	}
-	if got, _ := n.EventSubject("c1", EventProgress, "demo"); got != "toolbus.events.c1.progress.demo" {
+	for _, bucket := range []string{"", "40", "2A", "*", "0"} {
+		if _, err := n.EventSubject(bucket, "abc", EventResult, "demo"); err == nil {
+			t.Errorf("bucket %q made a subject", bucket)
+		}
+	}
+	if _, err := n.EventSubject("21", "abc", EventQueued, "demo"); err == nil {
+		t.Error("EventSubject made a queued event's subject without its turn")
+	}
+	if got, _ := n.EventSubject("0c", "c1", EventProgress, "demo"); got != "toolbus.events.0c.c1.progress.demo" {
 		t.Errorf("EventSubject = %q", got)
 	}
-	if id, kind, ns, ok := n.ParseEventSubject("toolbus.events.c1.progress.demo"); !ok || id != "c1" || kind != EventProgress || ns != "demo" {
+	if n.EventBucket("toolbus.events.0c.c1.progress.demo") != "0c" || n.EventBucket("toolbus.events.c1.progress.demo") != "" {
+		t.Error("EventBucket misread a subject")
+	}
+	if id, kind, ns, ok := n.ParseEventSubject("toolbus.events.0c.c1.progress.demo"); !ok || id != "c1" || kind != EventProgress || ns != "demo" {
 		t.Errorf("ParseEventSubject = %q %q %q %v", id, kind, ns, ok)
 	}
-	if _, _, _, ok := n.ParseEventSubject("toolbus.events.c1.progress"); ok {
-		t.Error("a version 1 event subject was parsed")
+	if _, _, _, ok := n.ParseEventSubject("toolbus.events.c1.progress.demo"); ok {
+		t.Error("an unbucketed event subject was parsed")
 	}
 	if n.CallsStream() != "TOOLBUS_CALLS" || n.EventsStream() != "TOOLBUS_EVENTS" {
 		t.Errorf("streams %s %s", n.CallsStream(), n.EventsStream())
@@ -110,7 +122,7 @@ func TestIdempotentCallID(t *testing.T) {
 func TestEventKindFilter(t *testing.T) {
 	t.Parallel()
 	got, err := MustNames("tb2").EventKindFilter(EventResult)
-	if err != nil || got != "tb2.events.*.result.*" {
+	if err != nil || got != "tb2.events.*.*.result.*" {
 		t.Fatalf("EventKindFilter(result) = %q, %v", got, err)
 	}
 	if _, err := MustNames("").EventKindFilter("res.*"); !errors.Is(err, ErrInvalidName) {
@@ -137,7 +149,7 @@ func TestRoutedResultSubjects(t *testing.T) {
 	if callID, ns, ok := n.ParseRouteSubject(route, answer); !ok || callID != id || ns != "" {
 		t.Errorf("ParseRouteSubject(answer) = %q %q %v", callID, ns, ok)
 	}
-	if n.RepublishSource() != "toolbus.events.*.result.*" || n.RepublishDestination() != "toolbus.results.{{SplitFromLeft(1,22)}}.{{Wildcard(2)}}" {
+	if n.RepublishSource() != "toolbus.events.*.*.result.*" || n.RepublishDestination() != "toolbus.results.{{SplitFromLeft(2,22)}}.{{Wildcard(3)}}" {
 		t.Errorf("republish %s -> %s", n.RepublishSource(), n.RepublishDestination())
 	}
 	if ns := n.CallSubjectNamespace("toolbus.call.demo.echo"); ns != "demo" {
@@ -157,12 +169,12 @@ func TestRoutedResultSubjects(t *testing.T) {
 func TestQueuedSubjectNamesTheTurn(t *testing.T) {
 	n := MustNames("")
 	inTurn, err := n.QueuedSubject("c1", "turn-1", "demo")
-	if err != nil || inTurn != "toolbus.events.c1.queued.turn-1.demo" {
+	if err != nil || inTurn != "toolbus.events.0c.c1.queued.turn-1.demo" {
 		t.Fatalf("QueuedSubject = %q, %v", inTurn, err)
 	}
 	noTurn, _ := n.QueuedSubject("c2", "", "demo")
-	if plain, _ := n.EventSubject("c2", EventQueued, "demo"); noTurn != "toolbus.events.c2.queued.~.demo" || plain != noTurn {
-		t.Fatalf("a call outside any turn: %q, EventSubject %q", noTurn, plain)
+	if noTurn != "toolbus.events.21.c2.queued.~.demo" {
+		t.Fatalf("a call outside any turn: %q", noTurn)
 	}
 	if _, err := n.QueuedSubject("c1", "t.1", "demo"); err == nil {
 		t.Error("a turn with a dot was accepted")
@@ -174,11 +186,13 @@ func TestQueuedSubjectNamesTheTurn(t *testing.T) {
 		turn     string
 		ok, isQd bool
 	}{
-		{"toolbus.events.c1.queued.turn-1.demo", "c1", "demo", EventQueued, "turn-1", true, true},
-		{"toolbus.events.c2.queued.~.demo", "c2", "demo", EventQueued, "", true, true},
-		{"toolbus.events.c1.result.demo", "c1", "demo", EventResult, "", true, false},
-		{"toolbus.events.c1.queued.demo", "", "", "", "", false, false}, // version 2's
-		{"toolbus.events.c1.result.turn-1.demo", "", "", "", "", false, false},
+		{"toolbus.events.0c.c1.queued.turn-1.demo", "c1", "demo", EventQueued, "turn-1", true, true},
+		{"toolbus.events.21.c2.queued.~.demo", "c2", "demo", EventQueued, "", true, true},
+		{"toolbus.events.0c.c1.result.demo", "c1", "demo", EventResult, "", true, false},
+		{"toolbus.events.0c.c1.queued.demo", "", "", "", "", false, false},
+		{"toolbus.events.0c.c1.result.turn-1.demo", "", "", "", "", false, false},
+		{"toolbus.events.c1.queued.turn-1.demo", "", "", "", "", false, false}, // unbucketed
+		{"toolbus.events.c1.result.demo", "", "", "", "", false, false},
 	} {
 		id, kind, ns, ok := n.ParseEventSubject(tc.subject)
 		if ok != tc.ok || id != tc.id || kind != tc.kind || ns != tc.ns {
@@ -192,12 +206,44 @@ func TestQueuedSubjectNamesTheTurn(t *testing.T) {
 	turn, _ := n.TurnQueueFilter("turn-1")
 	kind, _ := n.EventKindFilter(EventQueued)
 	call, _ := n.CallKindFilter("c1", EventQueued)
-	own, _ := n.EventFilter("c1", EventQueued, "demo")
-	if ns != "toolbus.events.*.queued.*.demo" || turn != "toolbus.events.*.queued.turn-1.*" || kind != "toolbus.events.*.queued.*.*" ||
-		call != "toolbus.events.c1.queued.*.*" || own != "toolbus.events.c1.queued.*.demo" {
-		t.Errorf("filters: %s %s %s %s %s", ns, turn, kind, call, own)
+	own, _ := n.EventFilter("0c", "c1", EventQueued, "demo")
+	results, _ := n.CallResultFilter("c1", "demo")
+	events, _ := n.CallEventsFilter("c1")
+	if ns != "toolbus.events.*.*.queued.*.demo" || turn != "toolbus.events.0c.*.queued.turn-1.*" || kind != "toolbus.events.*.*.queued.*.*" ||
+		call != "toolbus.events.*.c1.queued.*.*" || own != "toolbus.events.0c.c1.queued.*.demo" ||
+		results != "toolbus.events.*.c1.result.demo" || events != "toolbus.events.*.c1.>" {
+		t.Errorf("filters: %s %s %s %s %s %s %s", ns, turn, kind, call, own, results, events)
 	}
-	if result, _ := n.EventKindFilter(EventResult); result != "toolbus.events.*.result.*" {
+	if result, _ := n.EventKindFilter(EventResult); result != "toolbus.events.*.*.result.*" {
 		t.Errorf("results filter %s", result)
+	}
+}
+
+// TestTurnBucket pins the bucket function to reference values computed
+// apart from Go's hash/fnv (FNV-1a 32: offset basis 0x811c9dc5, prime
+// 0x01000193), so that publishers in other languages can check theirs.
+func TestTurnBucket(t *testing.T) {
+	t.Parallel()
+	for turn, want := range map[string]string{
+		"":                           "21", // no turn: the bucket of "~"
+		NoTurn:                       "21", // FNV-1a 32 0xfb0c4d61
+		"turn-1":                     "0c", // 0x18046e8c
+		"t1":                         "16", // 0x0844ecd6
+		"01JDZ7Q5W4X3V2T1R0PQNMKJHG": "18", // 0xf14f15d8
+	} {
+		if got := TurnBucket(turn); got != want {
+			t.Errorf("TurnBucket(%q) = %q, want %q", turn, got, want)
+		}
+	}
+	seen := make(map[string]bool)
+	for i := range 4096 {
+		b := TurnBucket(fmt.Sprintf("turn-%d", i))
+		if len(b) != 2 || strings.Trim(b, "0123456789abcdef") != "" || b > "3f" {
+			t.Fatalf("TurnBucket(turn-%d) = %q, not two lowercase hex digits from 00 to 3f", i, b)
+		}
+		seen[b] = true
+	}
+	if len(seen) != TurnBuckets {
+		t.Errorf("4096 turns fell in %d buckets, want all %d", len(seen), TurnBuckets)
 	}
 }

@@ -98,9 +98,11 @@ func (n Names) ParseRouteSubject(route, subject string) (callID, ns string, ok b
 // republish rule: a result event's call ID is split after the route, and
 // its namespace follows. (The ID of a call made without a route is not
 // split, and its copy goes to a subject no route matches.)
-func (n Names) RepublishSource() string { return n.prefix + ".events.*." + string(EventResult) + ".*" }
+func (n Names) RepublishSource() string {
+	return n.prefix + ".events.*.*." + string(EventResult) + ".*"
+}
 
 // RepublishDestination: see RepublishSource.
 func (n Names) RepublishDestination() string {
-	return fmt.Sprintf("%s.results.{{SplitFromLeft(1,%d)}}.{{Wildcard(2)}}", n.prefix, RouteLength)
+	return fmt.Sprintf("%s.results.{{SplitFromLeft(2,%d)}}.{{Wildcard(3)}}", n.prefix, RouteLength)
 }

@@ -60,6 +60,9 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		return
 	}
 	attempt := int(meta.NumDelivered)
+	// The call's events go under the bucket of its turn, which the queued
+	// event's subject names.
+	bucket := w.names.EventBucket(msg.Subject())
 	if msg.Headers().Get(messages.HeaderAwaiting) != "" {
 		// The record of a call that waits for an approval: once approved,
 		// it is queued again.
@@ -73,7 +76,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		if err == nil {
 			err = errors.New("the queued event carries no call request")
 		}
-		w.rejectUnreadable(msg, ns.Name, attempt, err)
+		w.rejectUnreadable(msg, bucket, ns.Name, attempt, err)
 		end = slotRefused
 		return
 	}
@@ -92,14 +95,14 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 	w.mu.Unlock()
 	atMostOnce := tool != nil && tool.Definition.Delivery == messages.DeliveryAtMostOnce
 	if attempt > ns.MaxAttempts {
-		if started, lastLog := w.startedBefore(log, ns.Name, req.CallID); started {
+		if started, lastLog := w.startedBefore(log, bucket, ns.Name, req.CallID); started {
 			// This extra delivery only records the failure: the attempts were the ones before it.
 			base.Attempt = attempt - 1
 			res := failure(base, messages.StateFailed, messages.ResultAttempts, messages.ExhaustedMessage(attempt-1, lastLog))
 			if atMostOnce {
 				res = outcomeUnknown(base, nil)
 			}
-			w.finish(msg, log, ns.Name, req.Notify, res)
+			w.finish(msg, log, bucket, ns.Name, req.Notify, res)
 			end = slotRefused
 			return
 		}
@@ -113,7 +116,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		return
 	}
 	if !req.Deadline.IsZero() && !now.Before(req.Deadline) {
-		w.finish(msg, log, ns.Name, req.Notify, failure(base, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed before a worker could start it"))
+		w.finish(msg, log, bucket, ns.Name, req.Notify, failure(base, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed before a worker could start it"))
 		end = slotRefused
 		return
 	}
@@ -128,7 +131,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		defer stop()
 	}
 	call := &Call{ID: req.CallID, Tool: req.Tool, Agent: req.Agent, Turn: req.Turn, Arguments: req.Arguments, Attempt: attempt, Deadline: req.Deadline}
-	f := &inflight{call: call, ns: ns, msg: msg, cancel: cancel, started: now, log: log}
+	f := &inflight{call: call, ns: ns, bucket: bucket, msg: msg, cancel: cancel, started: now, log: log}
 	if atMostOnce {
 		// The start is written before the tool runs (see startOnce), never
 		// by the sweep of recordStart.
@@ -145,14 +148,14 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		// A call cancelled while it was queued has its cancelled result
 		// (the coordinator's first write wins) and stays in the
 		// namespace's queue: one read tells, before the tool runs.
-		snap, err := w.readBeforeRun(ctx, log, ns.Name, req.CallID)
+		snap, err := w.readBeforeRun(ctx, log, bucket, ns.Name, req.CallID)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			res, retry := w.interrupted(base, ctx)
 			if retry {
 				acked(log, "handed back", msg.Nak())
 			} else {
-				w.finish(msg, log, ns.Name, req.Notify, res)
+				w.finish(msg, log, bucket, ns.Name, req.Notify, res)
 			}
 			end = slotRefused
 			return
@@ -173,14 +176,14 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		}
 	}
 	if attempt > 1 {
-		snap, err := w.readBeforeRerun(ctx, log, ns.Name, req.CallID, atMostOnce)
+		snap, err := w.readBeforeRerun(ctx, log, bucket, ns.Name, req.CallID, atMostOnce)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			res, retry := w.interrupted(base, ctx)
 			if retry {
 				acked(log, "handed back", msg.Nak())
 			} else {
-				w.finish(msg, log, ns.Name, req.Notify, res)
+				w.finish(msg, log, bucket, ns.Name, req.Notify, res)
 			}
 			end = slotRefused
 			return
@@ -208,7 +211,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 			if atMostOnce && snap.Started != nil {
 				log.Warn("an earlier attempt of this at-most-once call started its tool and did not report; it is not run again",
 					"started_attempt", snap.Started.Attempt, "started_worker", snap.Started.Worker)
-				w.finish(msg, log, ns.Name, req.Notify, outcomeUnknown(base, &snap.Started.CallEvent))
+				w.finish(msg, log, bucket, ns.Name, req.Notify, outcomeUnknown(base, &snap.Started.CallEvent))
 				end = slotRefused
 				return
 			}
@@ -232,7 +235,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		case other != nil:
 			log.Warn("another attempt of this at-most-once call started its tool; it is not run again",
 				"started_attempt", other.Attempt, "started_worker", other.Worker)
-			w.finish(msg, log, ns.Name, req.Notify, outcomeUnknown(base, other))
+			w.finish(msg, log, bucket, ns.Name, req.Notify, outcomeUnknown(base, other))
 			end = slotRefused
 			return
 		case err != nil && ctx.Err() != nil:
@@ -241,7 +244,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 			if retry {
 				acked(log, "handed back", msg.Nak())
 			} else {
-				w.finish(msg, log, ns.Name, req.Notify, res)
+				w.finish(msg, log, bucket, ns.Name, req.Notify, res)
 			}
 			end = slotRefused
 			return
@@ -255,13 +258,13 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 
 	reporter := &progressReporter{interval: w.cfg.ProgressInterval, publish: func(p messages.Progress) {
 		recordStart()
-		if err := w.ledger.AppendAsync(ns.Name, &messages.CallEvent{CallID: req.CallID, Kind: messages.EventProgress, Time: time.Now().UTC(), Attempt: attempt, Worker: w.cfg.ID, Progress: &p}); err != nil {
+		if err := w.ledger.AppendAsync(bucket, ns.Name, &messages.CallEvent{CallID: req.CallID, Kind: messages.EventProgress, Time: time.Now().UTC(), Attempt: attempt, Worker: w.cfg.ID, Progress: &p}); err != nil {
 			log.Warn("progress event not stored", "error", err)
 		}
 	}}
 	scope := &callScope{call: call, progress: reporter, log: func(level, message string) {
 		recordStart()
-		if err := w.ledger.AppendAsync(ns.Name, &messages.CallEvent{CallID: req.CallID, Kind: messages.EventLog, Time: time.Now().UTC(), Attempt: attempt, Worker: w.cfg.ID, Log: &messages.LogEntry{Level: level, Message: message}}); err != nil {
+		if err := w.ledger.AppendAsync(bucket, ns.Name, &messages.CallEvent{CallID: req.CallID, Kind: messages.EventLog, Time: time.Now().UTC(), Attempt: attempt, Worker: w.cfg.ID, Log: &messages.LogEntry{Level: level, Message: message}}); err != nil {
 			log.Warn("log event not stored", "error", err)
 		}
 	}}
@@ -283,12 +286,12 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		switch {
 		case retry && atMostOnce:
 			// Another delivery could only find the start and fail the call.
-			w.finish(msg, log, ns.Name, req.Notify, outcomeUnknown(base, nil))
+			w.finish(msg, log, bucket, ns.Name, req.Notify, outcomeUnknown(base, nil))
 		case retry:
 			recordStart() // the tool ran: this attempt counts (see startedBefore)
 			acked(log, "handed back", msg.Nak())
 		default:
-			w.finish(msg, log, ns.Name, req.Notify, res)
+			w.finish(msg, log, bucket, ns.Name, req.Notify, res)
 		}
 		w.untrack(f)
 		w.straggling(req.CallID, run, s, log)
@@ -321,31 +324,31 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		}
 		spanOutcome(span, &base)
 		handedOn = true
-		w.finishThen(msg, log, ns.Name, req.Notify, w.fit(ns.Name, base, &tool.Definition, log), s)
+		w.finishThen(msg, log, bucket, ns.Name, req.Notify, w.fit(ns.Name, base, &tool.Definition, log), s)
 	case ctx.Err() != nil:
 		res, retry := w.interrupted(base, ctx)
 		spanOutcome(span, &res)
 		switch {
 		case retry && atMostOnce:
-			w.finish(msg, log, ns.Name, req.Notify, outcomeUnknown(base, nil))
+			w.finish(msg, log, bucket, ns.Name, req.Notify, outcomeUnknown(base, nil))
 		case retry:
 			recordStart() // the tool ran: this attempt counts (see startedBefore)
 			acked(log, "handed back", msg.Nak())
 		default:
-			w.finish(msg, log, ns.Name, req.Notify, res)
+			w.finish(msg, log, bucket, ns.Name, req.Notify, res)
 		}
 	case errors.As(out.err, &perr):
 		log.Error("tool panicked", "panic", fmt.Sprint(perr.value), "stack", string(perr.stack))
 		res := failure(base, messages.StateFailed, messages.ResultPanic, fmt.Sprintf("the tool panicked: %v", perr.value))
 		spanOutcome(span, &res)
-		w.finish(msg, log, ns.Name, req.Notify, res)
+		w.finish(msg, log, bucket, ns.Name, req.Notify, res)
 	case errors.Is(out.err, ErrRetry) && atMostOnce:
 		cause := strings.TrimPrefix(out.err.Error(), ErrRetry.Error()+": ")
 		log.Warn("an at-most-once tool asked for another attempt; refused, the call fails", "error", out.err)
 		res := failure(base, messages.StateFailed, messages.ResultOutcomeUnknown,
 			"the tool may or may not have run: it asked for another attempt, which an at-most-once tool does not get: "+cause)
 		spanOutcome(span, &res)
-		w.finish(msg, log, ns.Name, req.Notify, res)
+		w.finish(msg, log, bucket, ns.Name, req.Notify, res)
 	case errors.Is(out.err, ErrRetry):
 		log.Info("tool asked for another attempt", "error", out.err)
 		spanFailed(span, messages.LogRetry, out.err.Error())
@@ -360,7 +363,7 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 		base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: out.err.Error()}
 		spanOutcome(span, &base)
 		handedOn = true
-		w.finishThen(msg, log, ns.Name, req.Notify, base, s)
+		w.finishThen(msg, log, bucket, ns.Name, req.Notify, base, s)
 	}
 }
 
@@ -437,11 +440,11 @@ func (w *Worker) startOnce(ctx context.Context, f *inflight) (other *messages.Ca
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	ev := &messages.CallEvent{CallID: f.call.ID, Time: f.started, Attempt: f.call.Attempt, Worker: w.cfg.ID}
-	err = w.ledger.StartOnce(ctx, f.ns.Name, ev)
+	err = w.ledger.StartOnce(ctx, f.bucket, f.ns.Name, ev)
 	if !errors.Is(err, ledger.ErrChanged) {
 		return nil, err
 	}
-	snap, err := w.ledger.ReadOwn(ctx, f.ns.Name, f.call.ID, messages.EventStarted)
+	snap, err := w.ledger.ReadOwn(ctx, f.bucket, f.ns.Name, f.call.ID, messages.EventStarted)
 	if err != nil {
 		return nil, fmt.Errorf("read the start of call %s: %w", f.call.ID, err)
 	}
@@ -464,28 +467,28 @@ func (w *Worker) startOnce(ctx context.Context, f *inflight) (other *messages.Ca
 // backoff of commitAgain, while the call's lease is renewed (the call is
 // tracked), until the call's context ends, the worker stops, or readGiveUp
 // has passed.
-func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, ns, callID string, atMostOnce bool) (*ledger.Snapshot, error) {
+func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, bucket, ns, callID string, atMostOnce bool) (*ledger.Snapshot, error) {
 	kinds := []messages.EventKind{messages.EventCancel, messages.EventResult}
 	if atMostOnce {
 		kinds = append(kinds, messages.EventStarted)
 	}
-	return w.readRecord(ctx, log, ns, callID, kinds)
+	return w.readRecord(ctx, log, bucket, ns, callID, kinds)
 }
 
 // readBeforeRun reads whether a call delivered for the first time already
 // has a result, as readBeforeRerun reads a redelivered call's record.
-func (w *Worker) readBeforeRun(ctx context.Context, log *callLog, ns, callID string) (*ledger.Snapshot, error) {
-	return w.readRecord(ctx, log, ns, callID, []messages.EventKind{messages.EventResult})
+func (w *Worker) readBeforeRun(ctx context.Context, log *callLog, bucket, ns, callID string) (*ledger.Snapshot, error) {
+	return w.readRecord(ctx, log, bucket, ns, callID, []messages.EventKind{messages.EventResult})
 }
 
-// readRecord reads the latest events of kinds of a call of namespace ns,
-// retrying as readBeforeRerun says.
-func (w *Worker) readRecord(ctx context.Context, log *callLog, ns, callID string, kinds []messages.EventKind) (*ledger.Snapshot, error) {
+// readRecord reads the latest events of kinds of a call of namespace ns
+// under bucket, retrying as readBeforeRerun says.
+func (w *Worker) readRecord(ctx context.Context, log *callLog, bucket, ns, callID string, kinds []messages.EventKind) (*ledger.Snapshot, error) {
 	giveUp := time.Now().Add(readGiveUp)
 	var retry *time.Timer
 	for tries := 1; ; tries++ {
 		readCtx, cancel := context.WithTimeout(ctx, w.commitTimeout())
-		snap, err := w.ledger.ReadOwn(readCtx, ns, callID, kinds...)
+		snap, err := w.ledger.ReadOwn(readCtx, bucket, ns, callID, kinds...)
 		cancel()
 		if err == nil {
 			if tries > 1 {
@@ -529,10 +532,10 @@ func (w *Worker) readRecord(ctx context.Context, log *callLog, ns, callID string
 // the consumer's MaxDeliver. A record that cannot be read counts as
 // started. It also returns the call's latest log event, whose cause (see
 // messages.ExhaustedMessage) the call's failure gives.
-func (w *Worker) startedBefore(log *callLog, ns, callID string) (started bool, lastLog *messages.CallEvent) {
+func (w *Worker) startedBefore(log *callLog, bucket, ns, callID string) (started bool, lastLog *messages.CallEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
 	defer cancel()
-	snap, err := w.ledger.ReadOwn(ctx, ns, callID, messages.EventStarted, messages.EventResult, messages.EventLog)
+	snap, err := w.ledger.ReadOwn(ctx, bucket, ns, callID, messages.EventStarted, messages.EventResult, messages.EventLog)
 	if err != nil {
 		log.Warn("the call's record could not be read on its last delivery", "error", err)
 		return true, nil

@@ -15,8 +15,10 @@ import (
 // inflight is a call whose tool runs in this worker: its lease is renewed
 // and its start recorded while it is tracked.
 type inflight struct {
-	call    *Call
-	ns      *namespace
+	call *Call
+	ns   *namespace
+	// bucket is the call's: the one its queued event's subject names.
+	bucket  string
 	msg     jetstream.Msg
 	cancel  context.CancelCauseFunc
 	started time.Time
@@ -57,7 +59,7 @@ func (w *Worker) track(f *inflight) {
 func (w *Worker) recordStart(f *inflight) {
 	f.startOnce.Do(func() {
 		f.startRecorded.Store(true)
-		if err := w.ledger.Start(f.ns.Name, &messages.CallEvent{CallID: f.call.ID, Time: f.started, Attempt: f.call.Attempt, Worker: w.cfg.ID}); err != nil {
+		if err := w.ledger.Start(f.bucket, f.ns.Name, &messages.CallEvent{CallID: f.call.ID, Time: f.started, Attempt: f.call.Attempt, Worker: w.cfg.ID}); err != nil {
 			f.log.Warn("start of the call not recorded", "error", err)
 		}
 	})

@@ -92,15 +92,15 @@ type logger interface {
 // finish commits the result and removes the call from the queue. A result
 // already committed by another attempt stands; this one is dropped. A
 // write that fails is retried (see commitAgain).
-func (w *Worker) finish(msg jetstream.Msg, log logger, ns, notify string, res messages.CallResult) {
+func (w *Worker) finish(msg jetstream.Msg, log logger, bucket, ns, notify string, res messages.CallResult) {
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = time.Now().UTC()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
 	defer cancel()
-	won, err := w.ledger.Commit(ctx, ns, &res, notify)
+	won, err := w.ledger.Commit(ctx, bucket, ns, &res, notify)
 	if err != nil {
-		w.commitAgain(msg, log, ns, &res, notify, err)
+		w.commitAgain(msg, log, bucket, ns, &res, notify, err)
 		return
 	}
 	settle(msg, log, res.Status, won, nil)
@@ -110,18 +110,18 @@ func (w *Worker) finish(msg jetstream.Msg, log logger, ns, notify string, res me
 // settled, and the call's slot released, once the stream has answered the
 // result's write, on the ledger's goroutine. The slot stays taken until
 // then, and while a failed write is retried.
-func (w *Worker) finishThen(msg jetstream.Msg, log *callLog, ns, notify string, res messages.CallResult, s *slot) {
+func (w *Worker) finishThen(msg jetstream.Msg, log *callLog, bucket, ns, notify string, res messages.CallResult, s *slot) {
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = time.Now().UTC()
 	}
 	status := res.Status
 	retry := func(err error) {
 		w.goroutines.Go(func() {
-			w.commitAgain(msg, log, ns, &res, notify, err)
+			w.commitAgain(msg, log, bucket, ns, &res, notify, err)
 			s.Release(slotCommitted)
 		})
 	}
-	err := w.ledger.CommitThen(ns, &res, notify, w.commitTimeout(), func(won bool, err error) {
+	err := w.ledger.CommitThen(bucket, ns, &res, notify, w.commitTimeout(), func(won bool, err error) {
 		if err != nil {
 			retry(err)
 			return
@@ -166,7 +166,7 @@ func (w *Worker) commitTimeout() time.Duration { return min(commitAttempt, w.cfg
 // if the call has none (a try whose answer was lost makes the next one
 // find this result standing). It hands the call back after commitGiveUp,
 // or when Stop gives up on the calls still running.
-func (w *Worker) commitAgain(msg jetstream.Msg, log logger, ns string, res *messages.CallResult, notify string, err error) {
+func (w *Worker) commitAgain(msg jetstream.Msg, log logger, bucket, ns string, res *messages.CallResult, notify string, err error) {
 	log.Warn("result not stored; retrying while the call's lease is held", "error", err)
 	giveUp := time.Now().Add(commitGiveUp)
 	retry := time.NewTimer(0)
@@ -186,7 +186,7 @@ func (w *Worker) commitAgain(msg jetstream.Msg, log logger, ns string, res *mess
 		w.commitRetries.Add(1)
 		ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
 		var won bool
-		won, err = w.ledger.Commit(ctx, ns, res, notify)
+		won, err = w.ledger.Commit(ctx, bucket, ns, res, notify)
 		cancel()
 		if err == nil {
 			if !won {
@@ -246,7 +246,7 @@ func acked(log interface{ Warn(string, ...any) }, what string, err error) {
 
 // rejectUnreadable fails a call whose message cannot be decoded: no
 // attempt could run it.
-func (w *Worker) rejectUnreadable(msg jetstream.Msg, ns string, attempt int, decodeErr error) {
+func (w *Worker) rejectUnreadable(msg jetstream.Msg, bucket, ns string, attempt int, decodeErr error) {
 	// The message is a queued event: its subject names the call.
 	callID, _, _, _ := w.names.ParseEventSubject(msg.Subject())
 	w.log.Error("unreadable call message", "call", callID, "error", decodeErr)
@@ -255,7 +255,7 @@ func (w *Worker) rejectUnreadable(msg jetstream.Msg, ns string, attempt int, dec
 			fmt.Sprintf("the call message could not be read: %v", decodeErr))
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
-		if _, err := w.ledger.Commit(ctx, ns, &res, ""); err != nil {
+		if _, err := w.ledger.Commit(ctx, bucket, ns, &res, ""); err != nil {
 			w.log.Warn("result of unreadable call not stored", "call", callID, "error", err)
 		}
 	}

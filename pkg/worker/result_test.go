@@ -50,7 +50,7 @@ func TestAResultNotStoredAtFirstIsRetriedAndTheToolRunsOnce(t *testing.T) {
 	}
 	// The recreated stream has lost the call's queued event, which names
 	// its namespace: the reader names it.
-	res, err := ledger.New(nc, js, names).AwaitResult(b.ctx, "t", id)
+	res, err := ledger.New(nc, js, names).AwaitResult(b.ctx, messages.TurnBucket(""), "t", id)
 	if err != nil {
 		t.Fatal(err)
 	}

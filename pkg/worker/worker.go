@@ -700,7 +700,7 @@ func (w *Worker) checkCancelled(ctx context.Context, ids []string) {
 // this worker did not hear of.
 func (w *Worker) checkCall(ctx context.Context, f *inflight) {
 	id := f.call.ID
-	s, err := w.ledger.ReadOwn(ctx, f.ns.Name, id, messages.EventResult, messages.EventCancel)
+	s, err := w.ledger.ReadOwn(ctx, f.bucket, f.ns.Name, id, messages.EventResult, messages.EventCancel)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("check cancellations", "call", id, "error", err)

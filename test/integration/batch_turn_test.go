@@ -129,7 +129,7 @@ func TestBatchAfterTheDuplicateWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := ledger.New(nc, js, messages.MustNames("")).EventMsg("t", &messages.CallEvent{CallID: callID, Kind: messages.EventQueued, Time: now, Request: earlier})
+	msg, err := ledger.New(nc, js, messages.MustNames("")).EventMsg("", "t", &messages.CallEvent{CallID: callID, Kind: messages.EventQueued, Time: now, Request: earlier})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -275,18 +275,18 @@ func TestWorkerCannotWidenItsConsumer(t *testing.T) {
 	watched := []string{events, audit}
 	before := snapshot(t, srv, watched...)
 
-	const own = "toolbus.events.*.queued.*.demo"
+	const own = "toolbus.events.*.*.queued.*.demo"
 	create := "$JS.API.CONSUMER.CREATE." + events + ".ns_demo"
 	wide := jetstream.ConsumerConfig{Durable: "ns_demo", AckPolicy: jetstream.AckExplicitPolicy,
-		FilterSubjects: []string{own, "toolbus.events.*.queued.*.payments"}}
+		FilterSubjects: []string{own, "toolbus.events.*.*.queued.*.payments"}}
 	demoWorker.denied("create its consumer with two filters", create, consumerRequest(t, events, wide))
-	for _, filter := range []string{"toolbus.events.>", "toolbus.events.*.queued.*.*", "toolbus.events.*.queued.*.payments", "toolbus.events.*.queued.turn-1.*", "toolbus.events.*.*.demo", ">"} {
+	for _, filter := range []string{"toolbus.events.>", "toolbus.events.*.*.queued.*.*", "toolbus.events.*.*.queued.*.payments", "toolbus.events.*.*.queued.turn-1.*", "toolbus.events.0c.*.queued.turn-1.*", "toolbus.events.*.*.*.demo", "toolbus.events.*.queued.*.demo", ">"} {
 		cfg := jetstream.ConsumerConfig{Durable: "ns_demo", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: filter}
 		demoWorker.denied("create its consumer with filter "+filter, create+"."+filter, consumerRequest(t, events, cfg))
 	}
 	// The subject names its own namespace's filter, the request another
 	// one, or several: the server refuses both.
-	mismatch := jetstream.ConsumerConfig{Durable: "ns_demo", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "toolbus.events.*.queued.*.payments"}
+	mismatch := jetstream.ConsumerConfig{Durable: "ns_demo", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "toolbus.events.*.*.queued.*.payments"}
 	demoWorker.refusedByServer("create its consumer with a filter other than the subject's", create+"."+own, consumerRequest(t, events, mismatch))
 	demoWorker.refusedByServer("create its consumer with several filters under its own subject", create+"."+own, consumerRequest(t, events, wide))
 	// The Go client sends several filters on the short subject; refused too.
@@ -300,8 +300,8 @@ func TestWorkerCannotWidenItsConsumer(t *testing.T) {
 	}
 	cancel()
 	demoWorker.awaitViolation(create, "create its consumer with two filters through the client", nil)
-	demoWorker.denied("create the payments consumer", "$JS.API.CONSUMER.CREATE."+events+".ns_payments.toolbus.events.*.queued.*.payments",
-		consumerRequest(t, events, jetstream.ConsumerConfig{Durable: "ns_payments", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "toolbus.events.*.queued.*.payments"}))
+	demoWorker.denied("create the payments consumer", "$JS.API.CONSUMER.CREATE."+events+".ns_payments.toolbus.events.*.*.queued.*.payments",
+		consumerRequest(t, events, jetstream.ConsumerConfig{Durable: "ns_payments", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "toolbus.events.*.*.queued.*.payments"}))
 	demoWorker.denied("create a durable consumer the old way", "$JS.API.CONSUMER.DURABLE.CREATE."+events+".ns_demo", consumerRequest(t, events, wide))
 	demoWorker.denied("create an ephemeral consumer", "$JS.API.CONSUMER.CREATE."+events, consumerRequest(t, events, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy}))
 	if after := snapshot(t, srv, watched...); !reflect.DeepEqual(after, before) {

@@ -39,15 +39,22 @@ func newForger(t *testing.T, url string) *forger {
 	return &forger{t: t, ledger: l}
 }
 
-// forge commits a completed result saying "forged" for the call, and
-// fails the test unless the stream took it.
+// forge commits a completed result saying "forged" for the call, under
+// the bucket of a call outside any turn, and fails the test unless the
+// stream took it.
 func (f *forger) forge(ctx context.Context, callID string) {
 	f.t.Helper()
-	forged := messages.CallResult{CallID: callID, Tool: "demo-gate", Status: messages.StateCompleted, Attempt: 1, Worker: "forger",
-		Content: []messages.ContentBlock{messages.TextBlock("forged")}, FinishedAt: time.Now().UTC()}
-	if won, err := f.ledger.Commit(ctx, "payments", &forged, ""); err != nil || !won {
+	if won, err := f.forgeIn(ctx, messages.TurnBucket(""), "payments", callID); err != nil || !won {
 		f.t.Fatalf("the forged result was not stored: %v %v", won, err)
 	}
+}
+
+// forgeIn commits a completed result saying "forged" for the call under
+// bucket and namespace ns, and reports whether the stream took it.
+func (f *forger) forgeIn(ctx context.Context, bucket, ns, callID string) (bool, error) {
+	forged := messages.CallResult{CallID: callID, Tool: "demo-gate", Status: messages.StateCompleted, Attempt: 1, Worker: "forger",
+		Content: []messages.ContentBlock{messages.TextBlock("forged")}, FinishedAt: time.Now().UTC()}
+	return f.ledger.Commit(ctx, bucket, ns, &forged, "")
 }
 
 func resultText(res *messages.CallResult) string {
@@ -116,6 +123,54 @@ func TestForgedResultIsIgnoredByCallsGet(t *testing.T) {
 	}
 	if len(kinds) == 0 || kinds[0] != messages.EventQueued || kinds[len(kinds)-1] != messages.EventResult {
 		t.Fatalf("watched events %v", kinds)
+	}
+}
+
+// A call's events count only under the bucket of its turn, the one its
+// queued event names: a cancellation written under the call's namespace
+// but another bucket is not the call's, nor is another namespace's result
+// there; and the call's result, once stored, wins over any written
+// later under another bucket of its namespace.
+func TestEventsUnderAnotherBucketDoNotCount(t *testing.T) {
+	t.Parallel()
+	b := setupForgery(t)
+	r, err := b.agent.Submit(b.ctx, messages.SubmitRequest{Tool: "demo-gate", Arguments: messages.JSON(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive(t, b.gate.started, "the call to start")
+	eventually(t, "the call's start to be recorded", func() bool {
+		info, err := b.agent.Get(b.ctx, r.CallID)
+		return err == nil && info.State == messages.StateRunning
+	})
+	other := messages.TurnBucket("turn-1")
+	if other == messages.TurnBucket("") {
+		t.Fatal("the test's buckets are the same")
+	}
+	if _, err := b.forger.ledger.Append(b.ctx, other, "demo", &messages.CallEvent{CallID: r.CallID, Kind: messages.EventCancel, Time: time.Now().UTC(),
+		Cancel: &messages.CancelInfo{Reason: "forged"}}); err != nil {
+		t.Fatal(err)
+	}
+	if won, err := b.forger.forgeIn(b.ctx, other, "payments", r.CallID); err != nil || !won {
+		t.Fatalf("the forged result was not stored: %v %v", won, err)
+	}
+	info, err := b.agent.Get(b.ctx, r.CallID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Result != nil || info.CancelRequested || info.State != messages.StateRunning {
+		t.Fatalf("calls.get counts events of another bucket: %+v", info)
+	}
+	close(b.gate.release)
+	if res, err := b.agent.Wait(b.ctx, r.CallID); err != nil || resultText(res) != "released" {
+		t.Fatalf("result: %+v %v", res, err)
+	}
+	if won, err := b.forger.forgeIn(b.ctx, other, "demo", r.CallID); err != nil || won {
+		t.Fatalf("a result under another bucket was stored after the call's: %v %v", won, err)
+	}
+	info, err = b.agent.Get(b.ctx, r.CallID)
+	if err != nil || info.State != messages.StateCompleted || resultText(info.Result) != "released" || info.CancelRequested {
+		t.Fatalf("calls.get after the tool ended: %+v %v", info, err)
 	}
 }
 
@@ -313,8 +368,10 @@ func TestWorkerIsConfinedToItsNamespacesEvents(t *testing.T) {
 	events := names.EventsStream()
 	before := snapshot(t, srv, events)
 	demoWorker := newIntruder(t, url, "worker_demo", "worker-demo-secret")
+	// Both calls are outside any turn: under the bucket of no turn.
+	bucket := messages.TurnBucket("")
 	event := func(kind messages.EventKind, ns string) string {
-		return names.Prefix() + ".events." + held.CallID + "." + string(kind) + "." + ns
+		return names.Prefix() + ".events." + bucket + "." + held.CallID + "." + string(kind) + "." + ns
 	}
 	forged, err := messages.Msgpack.Marshal(&messages.CallEvent{CallID: held.CallID, Kind: messages.EventResult,
 		Result: &messages.CallResult{CallID: held.CallID, Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.TextBlock("forged")}}})
@@ -322,14 +379,16 @@ func TestWorkerIsConfinedToItsNamespacesEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	for what, subject := range map[string]string{
-		"commit a payments call's result":       event(messages.EventResult, "payments"),
-		"record a payments call's start":        event(messages.EventStarted, "payments"),
-		"report a payments call's progress":     event(messages.EventProgress, "payments"),
-		"log for a payments call":               event(messages.EventLog, "payments"),
-		"record a call as queued":               event(messages.EventQueued, "demo"),
-		"record a cancellation":                 event(messages.EventCancel, "demo"),
-		"record an approval":                    event(messages.EventApproval, "demo"),
-		"write a result on a version 1 subject": names.Prefix() + ".events." + held.CallID + ".result",
+		"commit a payments call's result":                   event(messages.EventResult, "payments"),
+		"record a payments call's start":                    event(messages.EventStarted, "payments"),
+		"report a payments call's progress":                 event(messages.EventProgress, "payments"),
+		"log for a payments call":                           event(messages.EventLog, "payments"),
+		"record a call as queued":                           event(messages.EventQueued, "demo"),
+		"record a cancellation":                             event(messages.EventCancel, "demo"),
+		"record an approval":                                event(messages.EventApproval, "demo"),
+		"write a result on a version 1 subject":             names.Prefix() + ".events." + held.CallID + ".result",
+		"write a result without a bucket":                   names.Prefix() + ".events." + held.CallID + ".result.payments",
+		"commit a payments call's result in another bucket": names.Prefix() + ".events." + messages.TurnBucket("turn-1") + "." + held.CallID + ".result.payments",
 	} {
 		demoWorker.denied(what, subject, forged)
 	}
@@ -337,21 +396,21 @@ func TestWorkerIsConfinedToItsNamespacesEvents(t *testing.T) {
 		subject string
 		body    string
 	}{
-		"read a payments call's events in a batch":        {"$JS.API.DIRECT.GET." + events, `{"multi_last":["` + names.Prefix() + `.events.` + held.CallID + `.>"]}`},
+		"read a payments call's events in a batch":        {"$JS.API.DIRECT.GET." + events, `{"multi_last":["` + names.Prefix() + `.events.*.` + held.CallID + `.>"]}`},
 		"read a payments call's queued event":             {"$JS.API.DIRECT.GET." + events + "." + event(messages.EventQueued, "payments"), ""},
 		"read a payments call's start":                    {"$JS.API.DIRECT.GET." + events + "." + event(messages.EventStarted, "payments"), ""},
-		"read any namespace's events by a wildcard":       {"$JS.API.DIRECT.GET." + events + "." + names.Prefix() + ".events." + held.CallID + ".queued.*", ""},
-		"read a payments call's queued event in any turn": {"$JS.API.DIRECT.GET." + events + "." + names.Prefix() + ".events." + held.CallID + ".queued.*.payments", ""},
+		"read any namespace's events by a wildcard":       {"$JS.API.DIRECT.GET." + events + "." + names.Prefix() + ".events." + bucket + "." + held.CallID + ".queued.*", ""},
+		"read a payments call's queued event in any turn": {"$JS.API.DIRECT.GET." + events + "." + names.Prefix() + ".events." + bucket + "." + held.CallID + ".queued.*.payments", ""},
 		"read an event from the leader":                   {"$JS.API.STREAM.MSG.GET." + events, `{"last_by_subj":"` + event(messages.EventQueued, "payments") + `"}`},
 		"follow the events stream":                        {"$JS.API.CONSUMER.CREATE." + events + ".spy." + names.Prefix() + ".events.>", `{}`},
-		"follow the payments call's events":               {"$JS.API.CONSUMER.CREATE." + events + ".spy." + names.Prefix() + ".events." + held.CallID + ".>", `{}`},
+		"follow the payments call's events":               {"$JS.API.CONSUMER.CREATE." + events + ".spy." + names.Prefix() + ".events.*." + held.CallID + ".>", `{}`},
 	} {
 		demoWorker.denied(what, req.subject, []byte(req.body))
 	}
-	demoWorker.subscribeDenied("listen to payments results", names.Prefix()+".events.*.result.payments")
+	demoWorker.subscribeDenied("listen to payments results", names.Prefix()+".events.*.*.result.payments")
 	// Its own namespace's events it may read, one by one.
 	own := make(chan *nats.Msg, 1)
-	demoWorker.request("$JS.API.DIRECT.GET."+events+"."+names.Prefix()+".events."+rerun.CallID+".result.demo", nil, own)
+	demoWorker.request("$JS.API.DIRECT.GET."+events+"."+names.Prefix()+".events."+bucket+"."+rerun.CallID+".result.demo", nil, own)
 	if msg := receive(t, own, "its own call's result"); msg.Header.Get("Nats-Sequence") == "" {
 		t.Fatalf("reading its own call's result: %v %s", msg.Header, msg.Data)
 	}

@@ -155,9 +155,9 @@ func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
 	intruderB.subscribeDenied("receive every reply", "_INBOX.>")
 	intruderB.subscribeDenied("receive every routed result", "toolbus.results.>")
 	intruderB.subscribeDenied("listen to call events", "toolbus.events.>")
-	lastResult, _ := json.Marshal(map[string]string{"last_by_subj": "toolbus.events." + submitted.CallID + ".result"})
+	lastResult, _ := json.Marshal(map[string]string{"last_by_subj": "toolbus.events.*." + submitted.CallID + ".result.*"})
 	intruderB.denied("read A's result with a direct get", "$JS.API.DIRECT.GET.TOOLBUS_EVENTS", lastResult)
-	intruderB.denied("read A's result by subject", "$JS.API.DIRECT.GET.TOOLBUS_EVENTS.toolbus.events."+submitted.CallID+".result", nil)
+	intruderB.denied("read A's result by subject", "$JS.API.DIRECT.GET.TOOLBUS_EVENTS.toolbus.events."+messages.TurnBucket("")+"."+submitted.CallID+".result.demo", nil)
 	consumer, _ := json.Marshal(map[string]any{"stream_name": "TOOLBUS_EVENTS", "config": map[string]any{"filter_subject": "toolbus.events.>", "deliver_policy": "all", "ack_policy": "none"}})
 	if why := intruderB.refusedByServer("create a consumer on the events stream", "$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS", consumer); why == "" {
 		t.Error("creating a consumer from AGENTS: refused without a reason")

@@ -466,7 +466,7 @@ func TestCommittedCallIsNotRunAgain(t *testing.T) {
 	l := ledger.New(nc, js, messages.MustNames(""))
 	committed := messages.CallResult{CallID: r.CallID, Tool: "t-gate", Status: messages.StateCompleted, Attempt: 1, Worker: "first",
 		Content: []messages.ContentBlock{messages.TextBlock("done before the cut")}, FinishedAt: time.Now().UTC()}
-	if won, err := l.Commit(ctx, "t", &committed, ""); err != nil || !won {
+	if won, err := l.Commit(ctx, messages.TurnBucket(""), "t", &committed, ""); err != nil || !won {
 		t.Fatalf("commit: %v %v", won, err)
 	}
 	second := newGate()

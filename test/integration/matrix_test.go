@@ -263,8 +263,13 @@ match:
 	}
 	auditedBefore := countAudited(t, as("auditor"), "forbidden", 0)
 
+	// The calls are outside any turn: their events are under the bucket
+	// of no turn.
 	event := func(callID string, kind messages.EventKind, ns string) string {
-		subject, err := names.EventSubject(callID, kind, ns)
+		subject, err := names.EventSubject(messages.TurnBucket(""), callID, kind, ns)
+		if kind == messages.EventQueued {
+			subject, err = names.QueuedSubject(callID, "", ns)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -368,13 +373,13 @@ match:
 		}
 		// A namespace's calls are its queued events, delivered by its
 		// consumer on the events stream.
-		queue := func(ns string) string { return names.Prefix() + ".events.*.queued.*." + ns }
+		queue := func(ns string) string { return names.Prefix() + ".events.*.*.queued.*." + ns }
 		create := "$JS.API.CONSUMER.CREATE." + events + ".ns_" + self
 		publish(role, "create its consumer over the other namespace", create+"."+queue(other), consumer(events, "ns_"+self, queue(other)))
 		publish(role, "create its consumer over every namespace", create+"."+queue("*"), consumer(events, "ns_"+self, queue("*")))
-		publish(role, "create its consumer over a turn's calls", create+"."+names.Prefix()+".events.*.queued.turn-x.*", consumer(events, "ns_"+self, names.Prefix()+".events.*.queued.turn-x.*"))
+		publish(role, "create its consumer over a turn's calls", create+"."+names.Prefix()+".events.*.*.queued.turn-x.*", consumer(events, "ns_"+self, names.Prefix()+".events.*.*.queued.turn-x.*"))
 		publish(role, "create its consumer over every event", create+"."+names.Prefix()+".events.>", consumer(events, "ns_"+self, names.Prefix()+".events.>"))
-		publish(role, "create its consumer over its namespace's every event", create+"."+names.Prefix()+".events.*.*."+self, consumer(events, "ns_"+self, names.Prefix()+".events.*.*."+self))
+		publish(role, "create its consumer over its namespace's every event", create+"."+names.Prefix()+".events.*.*.*."+self, consumer(events, "ns_"+self, names.Prefix()+".events.*.*.*."+self))
 		serverRefuses(role, "create its consumer with the other namespace's filter in the body", create+"."+queue(self),
 			consumer(events, "ns_"+self, queue(other)), "filter")
 		publish(role, "create the other namespace's consumer", "$JS.API.CONSUMER.CREATE."+events+".ns_"+other+"."+queue(other), consumer(events, "ns_"+other, queue(other)))
@@ -396,7 +401,8 @@ match:
 		publish(role, "record a start for the other namespace's call", event(otherCall, messages.EventStarted, other), forgedResult)
 		publish(role, "report progress for the other namespace's call", event(otherCall, messages.EventProgress, other), forgedResult)
 		publish(role, "record a call as queued", event(otherCall, messages.EventQueued, self), forgedResult)
-		publish(role, "record a call as queued in a turn", names.Prefix()+".events."+otherCall+".queued.turn-x."+self, forgedResult)
+		publish(role, "record a call as queued in a turn", names.Prefix()+".events."+messages.TurnBucket("turn-x")+"."+otherCall+".queued.turn-x."+self, forgedResult)
+		publish(role, "record a call as queued without a bucket", names.Prefix()+".events."+otherCall+".queued.turn-x."+self, forgedResult)
 		publish(role, "record a call as queued the version 2 way", names.Prefix()+".events."+otherCall+".queued."+self, forgedResult)
 		publish(role, "read the other namespace's call's events directly", "$JS.API.DIRECT.GET."+events+"."+event(otherCall, messages.EventQueued, other), nil)
 		publish(role, "read events in a batch", "$JS.API.DIRECT.GET."+events, []byte(`{"multi_last":["`+names.Prefix()+`.events.>"]}`))
@@ -427,7 +433,7 @@ match:
 	publish("indexer", "read queued calls", "$JS.API.DIRECT.GET."+events, []byte(`{"seq":1}`))
 	publish("indexer", "read a queued call from the leader", "$JS.API.STREAM.MSG.GET."+events, []byte(`{"seq":1}`))
 	publish("indexer", "delete a namespace's consumer", "$JS.API.CONSUMER.DELETE."+events+".ns_payments", nil)
-	publish("indexer", "create a consumer on the queued calls", "$JS.API.CONSUMER.CREATE."+events+".spy.toolbus.events.*.queued.*.payments", consumer(events, "spy", "toolbus.events.*.queued.*.payments"))
+	publish("indexer", "create a consumer on the queued calls", "$JS.API.CONSUMER.CREATE."+events+".spy.toolbus.events.*.*.queued.*.payments", consumer(events, "spy", "toolbus.events.*.*.queued.*.payments"))
 	publish("indexer", "delete the events stream", "$JS.API.STREAM.DELETE."+events, []byte(`{}`))
 	publish("indexer", "delete an audit record", "$JS.API.STREAM.MSG.DELETE."+audit, []byte(`{"seq":1}`))
 	publish("indexer", "shorten the audit retention", "$JS.API.STREAM.UPDATE."+audit, []byte(`{}`))

@@ -80,7 +80,7 @@ func TestPlainNATSClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.OrderedConsumer(ctx, "TOOLBUS_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"toolbus.events." + callID + ".>"}})
+	cons, err := js.OrderedConsumer(ctx, "TOOLBUS_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"toolbus.events.*." + callID + ".>"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,10 +96,12 @@ func TestPlainNATSClient(t *testing.T) {
 			t.Fatalf("event is not MessagePack: %v", err)
 		}
 		kind, _ := ev["kind"].(string)
-		want := "toolbus.events." + callID + "." + kind + ".demo"
+		// Every event is under the bucket of the call's turn, "21" for
+		// none (messages.TurnBucket).
+		want := "toolbus.events.21." + callID + "." + kind + ".demo"
 		if kind == "queued" {
 			// The queued event's subject names the turn, "~" for none.
-			want = "toolbus.events." + callID + ".queued.~.demo"
+			want = "toolbus.events.21." + callID + ".queued.~.demo"
 		}
 		if msg.Subject() != want {
 			t.Fatalf("event kind %q on subject %s", kind, msg.Subject())
@@ -551,7 +553,7 @@ func TestCallFollowsTheIDAnOlderCoordinatorGives(t *testing.T) {
 		now := time.Now().UTC()
 		call := messages.CallRequest{CallID: messages.RoutedCallID(sr.Route, nuid.Next()), Tool: name.String(), Namespace: name.Namespace, Method: name.Method,
 			Arguments: sr.Arguments, Agent: sr.Agent, QueuedAt: now, Deadline: now.Add(time.Minute)}
-		subject, _ := names.EventSubject(call.CallID, messages.EventQueued, name.Namespace)
+		subject, _ := names.QueuedSubject(call.CallID, call.Turn, name.Namespace)
 		msg := &nats.Msg{Subject: subject, Header: nats.Header(messages.Msgpack.NewHeader())}
 		msg.Header.Set(messages.HeaderMsgID, call.CallID+".queued")
 		if msg.Data, err = messages.Msgpack.Marshal(&messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: now, Request: &call}); err != nil {
