@@ -122,13 +122,14 @@ func (q *callQueue) sendAs(ctx context.Context, call *messages.CallRequest, firs
 	if err := q.haveConsumer(ctx, call.Namespace); err != nil {
 		return err
 	}
-	queuedMsg, err := q.writes.EventMsg(messages.TurnBucket(call.Turn), call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
+	bucket := messages.TurnBucket(call.Turn)
+	queuedMsg, err := q.writes.EventMsg(bucket, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
 	if err != nil {
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}
 	queuedMsg.Header.Set(messages.HeaderMsgID, queuedMsgID(call.CallID))
 	if first {
-		filter, err := q.names.CallKindFilter(call.CallID, messages.EventQueued)
+		filter, err := q.names.CallQueuedFilter(bucket, call.CallID)
 		if err != nil {
 			return err
 		}

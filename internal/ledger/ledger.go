@@ -194,7 +194,7 @@ func (l *Ledger) conditional(ctx context.Context, bucket, ns string, ev *message
 // a result when it next checks its calls.
 func (l *Ledger) Start(bucket, ns string, ev *messages.CallEvent) error {
 	ev.Kind = messages.EventStarted
-	results, err := l.names.CallResultFilter(ev.CallID, ns)
+	results, err := l.names.CallResultFilter(bucket, ev.CallID, ns)
 	if err != nil {
 		return err
 	}
@@ -212,12 +212,12 @@ func (l *Ledger) Start(bucket, ns string, ev *messages.CallEvent) error {
 }
 
 // Commit writes the result of a call of namespace ns under bucket unless
-// it already has one under ns, in any bucket (the write's condition is on
+// it already has one under that bucket and ns (the write's condition is on
 // messages.Names.CallResultFilter). It reports whether this result is the
 // one that counts; if it is and notify is set (the caller's subject from
 // the call request), a copy goes there.
 func (l *Ledger) Commit(ctx context.Context, bucket, ns string, res *messages.CallResult, notify string) (bool, error) {
-	results, err := l.names.CallResultFilter(res.CallID, ns)
+	results, err := l.names.CallResultFilter(bucket, res.CallID, ns)
 	if err != nil {
 		return false, err
 	}
@@ -286,7 +286,7 @@ func (l *Ledger) sendCopy(bucket, ns string, ev *messages.CallEvent, notify stri
 // CommitThen returns an error, then is not called.
 func (l *Ledger) CommitThen(bucket, ns string, res *messages.CallResult, notify string, timeout time.Duration, then func(won bool, err error)) error {
 	ev := resultEvent(res)
-	results, err := l.names.CallResultFilter(res.CallID, ns)
+	results, err := l.names.CallResultFilter(bucket, res.CallID, ns)
 	if err != nil {
 		return err
 	}

@@ -454,17 +454,26 @@ func (n Names) CallNamespaceEventsFilter(bucket, callID, ns string) (string, err
 	return n.prefix + ".events." + bucket + "." + callID + ".*." + ns, nil
 }
 
-// CallResultFilter matches the results of one call written under
-// namespace ns, in every bucket: the condition of a result's write, so
-// that the first result wins whatever bucket a later one names.
-func (n Names) CallResultFilter(callID, ns string) (string, error) {
+// CallResultFilter is the subject of a call's result under its bucket
+// and namespace: the condition of a result's (and a start's) write, so
+// that the first result wins. Readers take a call's bucket and namespace
+// from its queued event and ignore events under any other, so a condition
+// on every bucket (a leading wildcard, whose check walks every bucket on
+// each write) would protect no reader.
+func (n Names) CallResultFilter(bucket, callID, ns string) (string, error) {
+	return n.EventSubject(bucket, callID, EventResult, ns)
+}
+
+// CallQueuedFilter matches the queued events of one call in one bucket,
+// of any turn and namespace: the condition of a queued event's write.
+func (n Names) CallQueuedFilter(bucket, callID string) (string, error) {
 	if err := ValidateID("call ID", callID); err != nil {
 		return "", err
 	}
-	if err := ValidateNamespace(ns); err != nil {
+	if err := validateBucket(bucket); err != nil {
 		return "", err
 	}
-	return n.prefix + ".events.*." + callID + "." + string(EventResult) + "." + ns, nil
+	return n.prefix + ".events." + bucket + "." + callID + "." + string(EventQueued) + ".*.*", nil
 }
 
 // CallKindFilter matches the events of one kind of one call, of any

@@ -207,12 +207,13 @@ func TestQueuedSubjectNamesTheTurn(t *testing.T) {
 	kind, _ := n.EventKindFilter(EventQueued)
 	call, _ := n.CallKindFilter("c1", EventQueued)
 	own, _ := n.EventFilter("0c", "c1", EventQueued, "demo")
-	results, _ := n.CallResultFilter("c1", "demo")
+	results, _ := n.CallResultFilter("0c", "c1", "demo")
+	queued, _ := n.CallQueuedFilter("0c", "c1")
 	events, _ := n.CallEventsFilter("c1")
 	if ns != "toolbus.events.*.*.queued.*.demo" || turn != "toolbus.events.0c.*.queued.turn-1.*" || kind != "toolbus.events.*.*.queued.*.*" ||
 		call != "toolbus.events.*.c1.queued.*.*" || own != "toolbus.events.0c.c1.queued.*.demo" ||
-		results != "toolbus.events.*.c1.result.demo" || events != "toolbus.events.*.c1.>" {
-		t.Errorf("filters: %s %s %s %s %s %s %s", ns, turn, kind, call, own, results, events)
+		results != "toolbus.events.0c.c1.result.demo" || queued != "toolbus.events.0c.c1.queued.*.*" || events != "toolbus.events.*.c1.>" {
+		t.Errorf("filters: %s %s %s %s %s %s %s %s", ns, turn, kind, call, own, results, queued, events)
 	}
 	if result, _ := n.EventKindFilter(EventResult); result != "toolbus.events.*.*.result.*" {
 		t.Errorf("results filter %s", result)

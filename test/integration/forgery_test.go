@@ -165,8 +165,11 @@ func TestEventsUnderAnotherBucketDoNotCount(t *testing.T) {
 	if res, err := b.agent.Wait(b.ctx, r.CallID); err != nil || resultText(res) != "released" {
 		t.Fatalf("result: %+v %v", res, err)
 	}
-	if won, err := b.forger.forgeIn(b.ctx, other, "demo", r.CallID); err != nil || won {
-		t.Fatalf("a result under another bucket was stored after the call's: %v %v", won, err)
+	// A later result under another bucket of the call's namespace may be
+	// stored (a write's condition is on its own bucket), but counts for no
+	// reader: the call keeps its result.
+	if _, err := b.forger.forgeIn(b.ctx, other, "demo", r.CallID); err != nil {
+		t.Fatal(err)
 	}
 	info, err = b.agent.Get(b.ctx, r.CallID)
 	if err != nil || info.State != messages.StateCompleted || resultText(info.Result) != "released" || info.CancelRequested {
