@@ -144,89 +144,67 @@ func (w *Worker) execute(ns *namespace, msg jetstream.Msg, s *slot) {
 	defer w.untrack(f)
 	recordStart := func() { w.recordStart(f) }
 	base.StartedAt = now
-	if attempt == 1 {
-		// A call cancelled while it was queued has its cancelled result
-		// (the coordinator's first write wins) and stays in the
-		// namespace's queue: one read tells, before the tool runs.
-		snap, err := w.readBeforeRun(ctx, log, bucket, ns.Name, req.CallID)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			res, retry := w.interrupted(base, ctx)
-			if retry {
-				acked(log, "handed back", msg.Nak())
-			} else {
-				w.finish(msg, log, bucket, ns.Name, req.Notify, res)
-			}
-			end = slotRefused
-			return
-		case errors.Is(err, errStopping):
+	// A call cancelled while it was queued has its cancelled result (the
+	// coordinator's first write wins) and stays in the namespace's queue;
+	// an earlier attempt may have committed the result and stopped before
+	// acknowledging the message. One read tells, before the tool runs.
+	read, unread, ran := w.readBeforeRun, "whether the call already has a result could not be read; handing it back rather than running the tool",
+		"the call has its result already (cancelled or ended while queued); acknowledged without running the tool"
+	if attempt > 1 {
+		read = func(ctx context.Context, log *callLog, bucket, ns, callID string) (*ledger.Snapshot, error) {
+			return w.readBeforeRerun(ctx, log, bucket, ns, callID, atMostOnce)
+		}
+		// The ledger unreadable for readGiveUp: the call goes back without
+		// its tool having run again; a result means running it again would
+		// only repeat its effects.
+		unread = "the call's earlier attempts could not be read; handing it back rather than running the tool again"
+		ran = "the call already has its result; acknowledged without running the tool again"
+	}
+	snap, err := read(ctx, log, bucket, ns.Name, req.CallID)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		res, retry := w.interrupted(base, ctx)
+		if retry {
 			acked(log, "handed back", msg.Nak())
-			end = slotRefused
-			return
-		case err != nil:
-			log.Warn("whether the call already has a result could not be read; handing it back rather than running the tool", "error", err)
-			acked(log, "handed back", msg.NakWithDelay(retryDelay))
-			end = slotRefused
-			return
-		case snap.Result != nil:
-			log.Info("the call has its result already (cancelled or ended while queued); acknowledged without running the tool")
-			acked(log, "acknowledged", msg.Ack())
+		} else {
+			w.finish(msg, log, bucket, ns.Name, req.Notify, res)
+		}
+		end = slotRefused
+		return
+	case errors.Is(err, errStopping):
+		acked(log, "handed back", msg.Nak())
+		end = slotRefused
+		return
+	case err != nil:
+		log.Warn(unread, "error", err)
+		acked(log, "handed back", msg.NakWithDelay(retryDelay))
+		end = slotRefused
+		return
+	case snap.Result != nil:
+		log.Info(ran)
+		acked(log, "acknowledged", msg.Ack())
+		end = slotRefused
+		return
+	}
+	if attempt > 1 {
+		if atMostOnce && snap.Started != nil {
+			log.Warn("an earlier attempt of this at-most-once call started its tool and did not report; it is not run again",
+				"started_attempt", snap.Started.Attempt, "started_worker", snap.Started.Worker)
+			w.finish(msg, log, bucket, ns.Name, req.Notify, outcomeUnknown(base, &snap.Started.CallEvent))
 			end = slotRefused
 			return
 		}
-	}
-	if attempt > 1 {
-		snap, err := w.readBeforeRerun(ctx, log, bucket, ns.Name, req.CallID, atMostOnce)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			res, retry := w.interrupted(base, ctx)
-			if retry {
-				acked(log, "handed back", msg.Nak())
-			} else {
-				w.finish(msg, log, bucket, ns.Name, req.Notify, res)
-			}
-			end = slotRefused
-			return
-		case errors.Is(err, errStopping):
-			acked(log, "handed back", msg.Nak())
-			end = slotRefused
-			return
-		case err != nil:
-			// The ledger unreadable for readGiveUp: the call goes back
-			// without its tool having run.
-			log.Warn("the call's earlier attempts could not be read; handing it back rather than running the tool again", "error", err)
-			acked(log, "handed back", msg.NakWithDelay(retryDelay))
-			end = slotRefused
-			return
-		default:
-			if snap.Result != nil {
-				// An earlier attempt committed the result and stopped before
-				// acknowledging the message: running the tool again would
-				// only repeat its effects.
-				log.Info("the call already has its result; acknowledged without running the tool again")
-				acked(log, "acknowledged", msg.Ack())
-				end = slotRefused
-				return
-			}
-			if atMostOnce && snap.Started != nil {
-				log.Warn("an earlier attempt of this at-most-once call started its tool and did not report; it is not run again",
-					"started_attempt", snap.Started.Attempt, "started_worker", snap.Started.Worker)
-				w.finish(msg, log, bucket, ns.Name, req.Notify, outcomeUnknown(base, &snap.Started.CallEvent))
-				end = slotRefused
-				return
-			}
-			// A cancellation requested while an earlier attempt ran still holds.
-			if snap.Cancel != nil {
-				w.cancelCall(req.CallID, snap.Cancel.Cancel)
-			}
-			if !atMostOnce {
-				// A rerun's start is recorded before its tool runs, not after
-				// StartDelay, so that calls.get stops showing the earlier
-				// attempt (its number and its progress) as the current one at
-				// once. The write is not waited for, and reruns are rare: the
-				// first attempt keeps its hot path without the write.
-				w.recordStart(f)
-			}
+		// A cancellation requested while an earlier attempt ran still holds.
+		if snap.Cancel != nil {
+			w.cancelCall(req.CallID, snap.Cancel.Cancel)
+		}
+		if !atMostOnce {
+			// A rerun's start is recorded before its tool runs, not after
+			// StartDelay, so that calls.get stops showing the earlier
+			// attempt (its number and its progress) as the current one at
+			// once. The write is not waited for, and reruns are rare: the
+			// first attempt keeps its hot path without the write.
+			w.recordStart(f)
 		}
 	}
 	if atMostOnce {
