@@ -52,6 +52,13 @@ type benchReport struct {
 	// Path is the call path measured: "realistic" (an agent in a turn,
 	// under exposure rules and a policy) or "bare" (--bare).
 	Path string `json:"path"`
+	// The CPU time of the whole process (the server, the coordinator, the
+	// worker and the callers all run in it) per call during the throughput
+	// measurements, median of the rounds: at 64 callers the calls are
+	// bound by the cores, so the throughput ratio follows the ratio of
+	// these two.
+	BaselineCPUUSPerCall float64 `json:"baseline_cpu_us_per_call"`
+	ToolbusCPUUSPerCall  float64 `json:"toolbus_cpu_us_per_call"`
 }
 
 // runBench measures the call path against the baseline or, with --soak,
@@ -157,7 +164,7 @@ func runBench(ctx context.Context, args []string) error {
 	// The machine's background load drifts; measuring the two in turns,
 	// in alternating order, spreads the drift over both.
 	var bl, tl []time.Duration
-	var bRates, tRates []float64
+	var bRates, tRates, bCPU, tCPU []float64
 	for round := range r.Rounds {
 		fmt.Fprintf(os.Stderr, "round %d: sequential %d calls, then %d callers %d calls, each\n", round+1, *calls, *concurrency, *calls)
 		order := []bool{false, true} // toolbus?
@@ -179,7 +186,9 @@ func runBench(ctx context.Context, args []string) error {
 					return err
 				}
 			}
+			cpuBefore := processCPU()
 			rate, err := concurrent(ctx, *calls, *concurrency, call)
+			cpuPerCall := float64((processCPU() - cpuBefore).Microseconds()) / float64(*calls)
 			if profiling {
 				if perr := stopProfiles(*cpuProfile, *memProfile); perr != nil && err == nil {
 					err = perr
@@ -189,9 +198,9 @@ func runBench(ctx context.Context, args []string) error {
 				return err
 			}
 			if toolbus {
-				tl, tRates = append(tl, lat...), append(tRates, rate)
+				tl, tRates, tCPU = append(tl, lat...), append(tRates, rate), append(tCPU, cpuPerCall)
 			} else {
-				bl, bRates = append(bl, lat...), append(bRates, rate)
+				bl, bRates, bCPU = append(bl, lat...), append(bRates, rate), append(bCPU, cpuPerCall)
 			}
 		}
 	}
@@ -200,7 +209,8 @@ func runBench(ctx context.Context, args []string) error {
 	fmt.Fprintf(os.Stderr, "sequential\n  baseline p50 %.0fµs p99 %.0fµs\n  toolbus  p50 %.0fµs p99 %.0fµs\n", r.BaselineSeqP50US, r.BaselineSeqP99US, r.ToolbusSeqP50US, r.ToolbusSeqP99US)
 	r.BaselineC64CallsPerS, r.ToolbusC64CallsPerS = median(bRates), median(tRates)
 	fmt.Fprintf(os.Stderr, "%d callers (median of %d rounds)\n", *concurrency, r.Rounds)
-	fmt.Fprintf(os.Stderr, "  baseline %.0f calls/s\n  toolbus  %.0f calls/s\n", r.BaselineC64CallsPerS, r.ToolbusC64CallsPerS)
+	r.BaselineCPUUSPerCall, r.ToolbusCPUUSPerCall = median(bCPU), median(tCPU)
+	fmt.Fprintf(os.Stderr, "  baseline %.0f calls/s, %.0fµs of CPU a call\n  toolbus  %.0f calls/s, %.0fµs of CPU a call\n", r.BaselineC64CallsPerS, r.BaselineCPUUSPerCall, r.ToolbusC64CallsPerS, r.ToolbusCPUUSPerCall)
 	r.SeqP50Ratio = r.ToolbusSeqP50US / r.BaselineSeqP50US
 	r.ThroughputRatio = r.ToolbusC64CallsPerS / r.BaselineC64CallsPerS
 	out, _ := json.Marshal(r)
