@@ -377,7 +377,10 @@ func (s *stack) agent(ctx context.Context) (*toolbusBench, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(nc, client.Options{Prefix: s.names.Prefix(), Agent: realisticAgent})
+	// The modes saturate the machine on purpose: a request queued behind
+	// 64 callers' batches may wait longer than the SDK's default of 5 s, and
+	// a request given up on would end a run of many minutes.
+	c, err := client.New(nc, client.Options{Prefix: s.names.Prefix(), Agent: realisticAgent, RequestTimeout: 30 * time.Second})
 	if err != nil {
 		return nil, err
 	}
