@@ -263,13 +263,7 @@ func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWrite
 		if json.Unmarshal(line, &req) == nil && req.isTaskRequest() {
 			go func() {
 				result, rpcErr := f.task(ctx, &req)
-				msg := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": req.ID}
-				if rpcErr != nil {
-					msg["error"] = rpcErr
-				} else {
-					msg["result"] = result
-				}
-				if err := out.writeMessage(msg); err != nil {
+				if err := out.writeMessage(newResponse(req.ID, result, rpcErr)); err != nil {
 					f.log.Debug("task answer not sent", "error", err)
 				}
 			}()

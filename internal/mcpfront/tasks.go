@@ -84,14 +84,9 @@ func (f *Front) serveRequests(next http.Handler) http.Handler {
 		switch {
 		case req.isTaskRequest():
 			result, rpcErr := f.task(ctx, &req)
-			out := map[string]any{"jsonrpc": "2.0", "id": req.ID}
-			if rpcErr != nil {
-				out["error"] = rpcErr
-			} else {
-				out["result"] = result
+			if err := writeResponse(w, newResponse(req.ID, result, rpcErr)); err != nil {
+				f.log.Debug("task answer not sent", "error", err)
 			}
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(out)
 		case !inSession:
 			next.ServeHTTP(w, r)
 		case req.Method == string(mcp.MethodToolsCall) && len(req.ID) > 0:
