@@ -281,10 +281,10 @@ func TestListAndCallOverHTTP(t *testing.T) {
 	}
 }
 
-// TestLargeResultKeepsTheConnection: a result larger than net/http's
+// TestLargeResultHasItsLength: a result larger than net/http's
 // buffer is one body with its length, not chunked, so the client reads it
 // to its end as it decodes it and keeps the connection for the next call.
-func TestLargeResultKeepsTheConnection(t *testing.T) {
+func TestLargeResultHasItsLength(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	_, url := s.front(t)
