@@ -871,9 +871,9 @@ func TestGuards(t *testing.T) {
 	}
 	hs := httptest.NewServer(f.Handler())
 	t.Cleanup(hs.Close)
-	post := func(body string, headers map[string]string, host string) int {
+	post := func(body io.Reader, headers map[string]string, host string) int {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/mcp", strings.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/mcp", body)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		for k, v := range headers {
@@ -890,21 +890,26 @@ func TestGuards(t *testing.T) {
 		return resp.StatusCode
 	}
 	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
-	if got := post(initialize, nil, ""); got != http.StatusOK {
+	if got := post(strings.NewReader(initialize), nil, ""); got != http.StatusOK {
 		t.Fatalf("a loopback client without a token: %d", got)
 	}
-	if got := post(initialize, map[string]string{"Origin": "https://app.example"}, ""); got != http.StatusOK {
+	if got := post(strings.NewReader(initialize), map[string]string{"Origin": "https://app.example"}, ""); got != http.StatusOK {
 		t.Errorf("an allowed origin: %d", got)
 	}
-	if got := post(initialize, map[string]string{"Origin": "https://evil.example"}, ""); got != http.StatusForbidden {
+	if got := post(strings.NewReader(initialize), map[string]string{"Origin": "https://evil.example"}, ""); got != http.StatusForbidden {
 		t.Errorf("a foreign origin: %d", got)
 	}
-	if got := post(initialize, nil, "evil.example"); got != http.StatusForbidden {
+	if got := post(strings.NewReader(initialize), nil, "evil.example"); got != http.StatusForbidden {
 		t.Errorf("a foreign host on loopback: %d", got)
 	}
 	big := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"pad":"` + strings.Repeat("x", 2<<10) + `"}}}`
-	if got := post(big, nil, ""); got == http.StatusOK {
+	if got := post(strings.NewReader(big), nil, ""); got != http.StatusRequestEntityTooLarge {
 		t.Errorf("a body over the limit: %d", got)
+	}
+	// Without a Content-Length (chunked), the body is cut at the limit as
+	// it is read.
+	if got := post(io.MultiReader(strings.NewReader(big)), nil, ""); got != http.StatusRequestEntityTooLarge {
+		t.Errorf("a chunked body over the limit: %d", got)
 	}
 }
 
