@@ -171,7 +171,7 @@ func (f *Front) Handler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.Handle("/mcp", f.guard(f.serveRequests(f.http)))
+	mux.Handle("/mcp", f.guard(f.serveRequests))
 	return mux
 }
 
@@ -188,9 +188,10 @@ func Loopback(addr string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// guard authenticates, bounds the body and checks the origin before mcp-go
-// (which adds its own DNS-rebinding check of the Host header on loopback).
-func (f *Front) guard(next http.Handler) http.Handler {
+// guard authenticates, bounds the body and checks the origin before the
+// front and mcp-go (which adds its own DNS-rebinding check of the Host
+// header on loopback); next serves the request as agent's.
+func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if origin := r.Header.Get("Origin"); origin != "" && !f.originAllowed(origin) {
 			http.Error(w, "Forbidden: origin not allowed", http.StatusForbidden)
@@ -210,8 +211,12 @@ func (f *Front) guard(next http.Handler) http.Handler {
 			http.Error(w, "Forbidden: without tokens only loopback clients are served", http.StatusForbidden)
 			return
 		}
+		if r.ContentLength > f.cfg.MaxRequestBytes {
+			http.Error(w, "request body: larger than the front takes", http.StatusRequestEntityTooLarge)
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, f.cfg.MaxRequestBytes)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), agentKey{}, agent)))
+		next(w, r, agent)
 	})
 }
 
@@ -263,13 +268,7 @@ func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWrite
 		if json.Unmarshal(line, &req) == nil && req.isTaskRequest() {
 			go func() {
 				result, rpcErr := f.task(ctx, &req)
-				msg := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": req.ID}
-				if rpcErr != nil {
-					msg["error"] = rpcErr
-				} else {
-					msg["result"] = result
-				}
-				if err := out.writeMessage(msg); err != nil {
+				if err := out.writeMessage(newResponse(req.ID, result, rpcErr)); err != nil {
 					f.log.Debug("task answer not sent", "error", err)
 				}
 			}()

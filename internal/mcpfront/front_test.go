@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,7 +189,13 @@ func (n *notifications) waitFor(t *testing.T, method string) {
 
 func connect(t testing.TB, url string, headers map[string]string, opts ...mcpclient.ClientOption) (*mcpclient.Client, *notifications) {
 	t.Helper()
-	tr, err := transport.NewStreamableHTTP(url+"/mcp", transport.WithHTTPHeaders(headers))
+	return connectWith(t, url, []transport.StreamableHTTPCOption{transport.WithHTTPHeaders(headers)}, opts...)
+}
+
+// connectWith is connect with the transport's options given whole.
+func connectWith(t testing.TB, url string, trOpts []transport.StreamableHTTPCOption, opts ...mcpclient.ClientOption) (*mcpclient.Client, *notifications) {
+	t.Helper()
+	tr, err := transport.NewStreamableHTTP(url+"/mcp", trOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,6 +279,81 @@ func TestListAndCallOverHTTP(t *testing.T) {
 	if res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCallID] == "" {
 		t.Errorf("no call ID in _meta: %+v", res.Meta)
 	}
+}
+
+// TestLargeResultHasItsLength: a result larger than net/http's
+// buffer is one body with its length, not chunked, so the client reads it
+// to its end as it decodes it and keeps the connection for the next call.
+func TestLargeResultHasItsLength(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	var dials atomic.Int32
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(base.CloseIdleConnections)
+	dial := base.DialContext
+	base.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return dial(ctx, network, addr)
+	}
+	seen := &responses{next: base}
+	c, _ := connectWith(t, url, []transport.StreamableHTTPCOption{
+		transport.WithHTTPHeaders(bearer()),
+		transport.WithHTTPBasicClient(&http.Client{Transport: seen}),
+	}, legacySessions())
+	large := strings.Repeat("0123456789abcdef", 1024)
+	for range 3 {
+		res, err := callTool(testenv.Context(t), c, "demo-echo", map[string]any{"text": large}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError || text(res) != large {
+			t.Fatalf("result: %d bytes of text, isError %v", len(text(res)), res.IsError)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("the session dialled %d connections for its initialize and 3 calls, want 1", n)
+	}
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	if len(seen.bodies) == 0 {
+		t.Fatal("no JSON response seen")
+	}
+	for _, r := range seen.bodies {
+		if r.chunked || r.length < int64(len(large)) {
+			t.Errorf("a JSON response was chunked (%v) or had no length (%d)", r.chunked, r.length)
+		}
+	}
+}
+
+// responses records how the JSON responses of tools/call came.
+type responses struct {
+	next   http.RoundTripper
+	mu     sync.Mutex
+	bodies []struct {
+		length  int64
+		chunked bool
+	}
+}
+
+func (r *responses) RoundTrip(req *http.Request) (*http.Response, error) {
+	var call bool
+	if req.Body != nil && req.GetBody != nil {
+		if body, err := req.GetBody(); err == nil {
+			data, _ := io.ReadAll(body)
+			call = bytes.Contains(data, []byte(`"tools/call"`))
+		}
+	}
+	resp, err := r.next.RoundTrip(req)
+	if err == nil && call && resp.Header.Get("Content-Type") == "application/json" {
+		r.mu.Lock()
+		r.bodies = append(r.bodies, struct {
+			length  int64
+			chunked bool
+		}{resp.ContentLength, slices.Contains(resp.TransferEncoding, "chunked")})
+		r.mu.Unlock()
+	}
+	return resp, err
 }
 
 // TestErrorsMapped: an unknown tool is a JSON-RPC error; arguments that do
@@ -788,9 +871,9 @@ func TestGuards(t *testing.T) {
 	}
 	hs := httptest.NewServer(f.Handler())
 	t.Cleanup(hs.Close)
-	post := func(body string, headers map[string]string, host string) int {
+	post := func(body io.Reader, headers map[string]string, host string) int {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/mcp", strings.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/mcp", body)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		for k, v := range headers {
@@ -807,21 +890,26 @@ func TestGuards(t *testing.T) {
 		return resp.StatusCode
 	}
 	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
-	if got := post(initialize, nil, ""); got != http.StatusOK {
+	if got := post(strings.NewReader(initialize), nil, ""); got != http.StatusOK {
 		t.Fatalf("a loopback client without a token: %d", got)
 	}
-	if got := post(initialize, map[string]string{"Origin": "https://app.example"}, ""); got != http.StatusOK {
+	if got := post(strings.NewReader(initialize), map[string]string{"Origin": "https://app.example"}, ""); got != http.StatusOK {
 		t.Errorf("an allowed origin: %d", got)
 	}
-	if got := post(initialize, map[string]string{"Origin": "https://evil.example"}, ""); got != http.StatusForbidden {
+	if got := post(strings.NewReader(initialize), map[string]string{"Origin": "https://evil.example"}, ""); got != http.StatusForbidden {
 		t.Errorf("a foreign origin: %d", got)
 	}
-	if got := post(initialize, nil, "evil.example"); got != http.StatusForbidden {
+	if got := post(strings.NewReader(initialize), nil, "evil.example"); got != http.StatusForbidden {
 		t.Errorf("a foreign host on loopback: %d", got)
 	}
 	big := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"pad":"` + strings.Repeat("x", 2<<10) + `"}}}`
-	if got := post(big, nil, ""); got == http.StatusOK {
+	if got := post(strings.NewReader(big), nil, ""); got != http.StatusRequestEntityTooLarge {
 		t.Errorf("a body over the limit: %d", got)
+	}
+	// Without a Content-Length (chunked), the body is cut at the limit as
+	// it is read.
+	if got := post(io.MultiReader(strings.NewReader(big)), nil, ""); got != http.StatusRequestEntityTooLarge {
+		t.Errorf("a chunked body over the limit: %d", got)
 	}
 }
 

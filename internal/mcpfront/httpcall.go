@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/nuid"
@@ -173,20 +175,85 @@ func (o *streamOut) elicit(ctx context.Context, req mcp.ElicitationRequest) (*mc
 
 // finish writes the request's result or error.
 func (o *streamOut) finish(id json.RawMessage, result any, rpcErr *rpcError) {
-	msg := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": id}
-	if rpcErr != nil {
-		msg["error"] = rpcErr
-	} else {
-		msg["result"] = result
-	}
+	msg := newResponse(id, result, rpcErr)
 	if o.streaming {
 		if err := o.send(msg); err != nil && !errors.Is(err, context.Canceled) {
 			o.f.log.Debug("response not sent", "error", err)
 		}
 		return
 	}
-	o.w.Header().Set("Content-Type", "application/json")
-	if err := json.NewEncoder(o.w).Encode(msg); err != nil {
+	if err := writeResponse(o.w, msg); err != nil {
 		o.f.log.Debug("response not sent", "error", err)
 	}
+}
+
+// rpcResponse is a JSON-RPC response as the front writes it.
+type rpcResponse struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  any             `json:"result,omitempty"`
+	Error   *rpcError       `json:"error,omitempty"`
+}
+
+func newResponse(id json.RawMessage, result any, rpcErr *rpcError) *rpcResponse {
+	msg := &rpcResponse{JSONRPC: mcp.JSONRPC_VERSION, ID: id, Error: rpcErr}
+	if rpcErr == nil {
+		msg.Result = result
+		if r, ok := result.(*mcp.CallToolResult); ok {
+			msg.Result = wireResult(r)
+		}
+	}
+	return msg
+}
+
+// toolResultJSON is a tools/call result as mcp.CallToolResult encodes
+// itself, the fields the front sets, without the two maps and the second
+// pass over the bytes that its own encoding costs on every call.
+type toolResultJSON struct {
+	Meta              map[string]any `json:"_meta,omitempty"`
+	Content           []mcp.Content  `json:"content"`
+	StructuredContent any            `json:"structuredContent,omitempty"`
+	IsError           bool           `json:"isError,omitempty"`
+}
+
+func wireResult(r *mcp.CallToolResult) *toolResultJSON {
+	out := &toolResultJSON{Content: r.Content, StructuredContent: r.StructuredContent, IsError: r.IsError}
+	if r.Meta != nil {
+		out.Meta = r.Meta.AdditionalFields
+	}
+	if len(r.RawStructuredContent) > 0 {
+		out.StructuredContent = r.RawStructuredContent
+	}
+	if out.Content == nil {
+		out.Content = []mcp.Content{}
+	}
+	return out
+}
+
+// responseBuffers holds the buffers responses are encoded in.
+var responseBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// writeResponse writes msg as one application/json body with its length,
+// in one write: never chunked, so that the client reads the body to its
+// end as it decodes it and keeps the connection.
+func writeResponse(w http.ResponseWriter, msg *rpcResponse) error {
+	buf := responseBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= 64<<10 {
+			buf.Reset()
+			responseBuffers.Put(buf)
+		}
+	}()
+	if err := json.NewEncoder(buf).Encode(msg); err != nil {
+		msg = &rpcResponse{JSONRPC: mcp.JSONRPC_VERSION, ID: msg.ID, Error: &rpcError{Code: mcp.INTERNAL_ERROR, Message: "response not encoded: " + err.Error()}}
+		buf.Reset()
+		if err := json.NewEncoder(buf).Encode(msg); err != nil {
+			return err
+		}
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	_, err := w.Write(buf.Bytes())
+	return err
 }

@@ -57,53 +57,67 @@ func (r *rpcMessage) isTaskRequest() bool {
 // task requests, from the ledger, and a session's tools/call with what the
 // client posts about it (its cancellation, its answer to an elicitation).
 // The rest go to mcp-go.
-func (f *Front) serveRequests(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			next.ServeHTTP(w, r)
-			return
+func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent string) {
+	if r.Method != http.MethodPost {
+		f.toMCPGo(w, r, agent, nil)
+		return
+	}
+	body, err := readBody(r)
+	if err != nil {
+		http.Error(w, "request body: "+err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	}
+	var req rpcMessage
+	if json.Unmarshal(body, &req) != nil {
+		f.toMCPGo(w, r, agent, body)
+		return
+	}
+	session := r.Header.Get(server.HeaderKeySessionID)
+	turn, inSession := turnOfSession(session)
+	inSession = inSession && !mcp.IsModernProtocol(r.Header.Get(server.HeaderKeyProtocolVersion))
+	ctx := context.WithValue(context.WithValue(r.Context(), agentKey{}, agent), headerKey{}, r.Header)
+	if inSession {
+		ctx = context.WithValue(ctx, sessionTurnKey{}, turn)
+	}
+	switch {
+	case req.isTaskRequest():
+		result, rpcErr := f.task(ctx, &req)
+		if err := writeResponse(w, newResponse(req.ID, result, rpcErr)); err != nil {
+			f.log.Debug("task answer not sent", "error", err)
 		}
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, "request body: "+err.Error(), http.StatusRequestEntityTooLarge)
-			return
-		}
+	case !inSession:
+		f.toMCPGo(w, r, agent, body)
+	case req.Method == string(mcp.MethodToolsCall) && len(req.ID) > 0:
+		f.serveCall(ctx, w, session, &req)
+	case req.Method == string(mcp.MethodNotificationCancelled) && f.cancelRequest(agent, session, req.Params.RequestID):
+		w.WriteHeader(http.StatusAccepted)
+	case req.Method == "" && len(req.ID) > 0 && f.answerRequest(agent, session, &req):
+		w.WriteHeader(http.StatusAccepted)
+	default:
+		f.toMCPGo(w, r, agent, body)
+	}
+}
+
+// toMCPGo passes a request on to mcp-go, as agent's, with the body the
+// front read from it, if it read it.
+func (f *Front) toMCPGo(w http.ResponseWriter, r *http.Request, agent string, body []byte) {
+	if body != nil {
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		var req rpcMessage
-		if json.Unmarshal(body, &req) != nil {
-			next.ServeHTTP(w, r)
-			return
-		}
-		session := r.Header.Get(server.HeaderKeySessionID)
-		turn, inSession := turnOfSession(session)
-		inSession = inSession && !mcp.IsModernProtocol(r.Header.Get(server.HeaderKeyProtocolVersion))
-		ctx := context.WithValue(r.Context(), headerKey{}, r.Header)
-		if inSession {
-			ctx = context.WithValue(ctx, sessionTurnKey{}, turn)
-		}
-		switch {
-		case req.isTaskRequest():
-			result, rpcErr := f.task(ctx, &req)
-			out := map[string]any{"jsonrpc": "2.0", "id": req.ID}
-			if rpcErr != nil {
-				out["error"] = rpcErr
-			} else {
-				out["result"] = result
-			}
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(out)
-		case !inSession:
-			next.ServeHTTP(w, r)
-		case req.Method == string(mcp.MethodToolsCall) && len(req.ID) > 0:
-			f.serveCall(ctx, w, session, &req)
-		case req.Method == string(mcp.MethodNotificationCancelled) && f.cancelRequest(agentOf(ctx), session, req.Params.RequestID):
-			w.WriteHeader(http.StatusAccepted)
-		case req.Method == "" && len(req.ID) > 0 && f.answerRequest(agentOf(ctx), session, &req):
-			w.WriteHeader(http.StatusAccepted)
-		default:
-			next.ServeHTTP(w, r)
-		}
-	})
+	}
+	f.http.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), agentKey{}, agent)))
+}
+
+// readBody reads a request's body, in one buffer of its length when the
+// request gives it (guard has bounded it).
+func readBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength <= 0 {
+		return io.ReadAll(r.Body)
+	}
+	body := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, body); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 type rpcError struct {
