@@ -29,7 +29,6 @@ type Console struct {
 	pages    map[string]*template.Template
 	// streams counts the event streams open now (Config.MaxStreams).
 	streams atomic.Int64
-	jsProbe jetStreamProbe
 	logins  *loginLimiter
 }
 
