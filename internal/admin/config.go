@@ -45,7 +45,8 @@ type Config struct {
 	// NATS user's name, and the operator logged in is then named in the
 	// reason. Empty names the operator logged in.
 	By string
-	// Prefix of subjects and resources. Defaults to "toolbus".
+	// Prefix of subjects and resources, checked as a name. Defaults to
+	// "toolbus". The console's requests use the Client's own prefix.
 	Prefix string
 	// Tokens maps login tokens to operators. Without tokens the console
 	// serves loopback clients only, and only with LoopbackWithoutTokens.

@@ -203,7 +203,7 @@ func (l *auditLog) scanRange(ctx context.Context, r *messages.AuditListRequest) 
 func (l *auditLog) seqAt(ctx context.Context, t time.Time, last uint64) (uint64, error) {
 	var seq uint64
 	cfg := jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t}
-	err := l.read(ctx, cfg, func() { seq = last + 1 }, func(s uint64, _ jetstream.Msg) bool {
+	err := l.read(ctx, cfg, 1, func() { seq = last + 1 }, func(s uint64, _ jetstream.Msg) bool {
 		seq = s
 		return false
 	})
@@ -219,7 +219,7 @@ func (l *auditLog) seqAt(ctx context.Context, t time.Time, last uint64) (uint64,
 func (l *auditLog) window(ctx context.Context, lo, hi uint64, room int, filter []string, keep func(*messages.AuditRecord) bool) ([]auditEntry, error) {
 	var out []auditEntry
 	cfg := jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: lo, FilterSubjects: filter}
-	err := l.read(ctx, cfg, func() { out = out[:0] }, func(seq uint64, msg jetstream.Msg) bool {
+	err := l.read(ctx, cfg, auditFetchBatch, func() { out = out[:0] }, func(seq uint64, msg jetstream.Msg) bool {
 		if seq >= hi {
 			return false
 		}
@@ -240,11 +240,12 @@ func (l *auditLog) window(ctx context.Context, lo, hi uint64, room int, filter [
 }
 
 // read hands the records a consumer of cfg delivers to each, in stream
-// order, until each returns false or none is left, retrying while
+// order and fetched batchSize at a time, until each returns false or none
+// is left, retrying while
 // JetStream does not answer; begin starts each attempt afresh. The
 // consumer (ephemeral, in memory, without acknowledgements) is deleted
 // afterwards.
-func (l *auditLog) read(ctx context.Context, cfg jetstream.ConsumerConfig, begin func(), each func(seq uint64, msg jetstream.Msg) bool) error {
+func (l *auditLog) read(ctx context.Context, cfg jetstream.ConsumerConfig, batchSize int, begin func(), each func(seq uint64, msg jetstream.Msg) bool) error {
 	cfg.AckPolicy = jetstream.AckNonePolicy
 	cfg.MemoryStorage = true
 	cfg.Replicas = 1
@@ -257,7 +258,7 @@ func (l *auditLog) read(ctx context.Context, cfg jetstream.ConsumerConfig, begin
 		}
 		defer l.deleteConsumer(cons)
 		for {
-			batch, err := cons.FetchNoWait(auditFetchBatch)
+			batch, err := cons.FetchNoWait(batchSize)
 			if err != nil {
 				return err
 			}
@@ -275,7 +276,7 @@ func (l *auditLog) read(ctx context.Context, cfg jetstream.ConsumerConfig, begin
 			if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 				return err
 			}
-			if got < auditFetchBatch {
+			if got < batchSize {
 				return nil
 			}
 		}
