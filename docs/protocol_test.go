@@ -64,6 +64,10 @@ func TestProtocolExamples(t *testing.T) {
 		"SubmitBatchReply":     func() any { return &messages.SubmitBatchReply{} },
 		"ResultsRequest":       func() any { return &messages.ResultsRequest{} },
 		"ResultsReply":         func() any { return &messages.ResultsReply{} },
+		"AuditListRequest":     func() any { return &messages.AuditListRequest{} },
+		"AuditListReply":       func() any { return &messages.AuditListReply{} },
+		"WorkersListRequest":   func() any { return &messages.WorkersListRequest{} },
+		"WorkersListReply":     func() any { return &messages.WorkersListReply{} },
 	}
 	examples := regexp.MustCompile("(?s)<!-- message: (\\w+) -->\\s*```json\\n(.*?)```").FindAllSubmatch(doc, -1)
 	seen := map[string]bool{}

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/internal/admin"
 )
 
@@ -59,10 +57,6 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 	}
 	defer nc.Close()
 	defer c.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	var allowed []string
 	for o := range strings.SplitSeq(*origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
@@ -71,7 +65,7 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 	}
 	console, err := admin.New(admin.Config{
 		// With identities an approval's decider must be the NATS user.
-		Client: c, JetStream: js, Prefix: g.prefix, Tokens: tokens, TraceURL: *traceURL, By: g.user,
+		Client: c, Prefix: g.prefix, Tokens: tokens, TraceURL: *traceURL, By: g.user,
 		AllowedOrigins: allowed, SecureCookies: *secure, MaxRequestBytes: *maxBytes, Logger: log,
 	})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolbus/toolbus/pkg/client"
@@ -34,23 +33,20 @@ type Operator struct {
 
 // Config configures a console.
 type Config struct {
-	// Client is the console's client of the bus; its NATS user needs an
-	// operator's rights (docs/security.md). Required. It must name no
+	// Client is the console's client of the bus, and its only way to it:
+	// every page is read with the coordinator's API, so its NATS user
+	// needs an operator's rights (docs/security.md) and no JetStream.
+	// Required. It must name no
 	// Agent: tools.list would then answer with that agent's view of the
 	// catalog, without the disabled tools.
 	Client *client.Client
-	// JetStream, when set, is used to read what the API does not serve:
-	// the workers' heartbeats (busy and total slots) from the catalog
-	// bucket and the audit stream. Nil (or a NATS user without JetStream,
-	// as an operator of a deployment is) leaves those parts of the pages
-	// saying so.
-	JetStream jetstream.JetStream
 	// By is who the console says decided an approval (approvals.decide's
 	// by): with identities (docs/security.md) it must be the console's
 	// NATS user's name, and the operator logged in is then named in the
 	// reason. Empty names the operator logged in.
 	By string
-	// Prefix of subjects and resources. Defaults to "toolbus".
+	// Prefix of subjects and resources, checked as a name. Defaults to
+	// "toolbus". The console's requests use the Client's own prefix.
 	Prefix string
 	// Tokens maps login tokens to operators. Without tokens the console
 	// serves loopback clients only, and only with LoopbackWithoutTokens.

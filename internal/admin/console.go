@@ -24,12 +24,10 @@ var staticFiles embed.FS
 // Console is the operators' web console; Handler serves it.
 type Console struct {
 	cfg      Config
-	names    messages.Names
 	sessions *sessions
 	pages    map[string]*template.Template
 	// streams counts the event streams open now (Config.MaxStreams).
 	streams atomic.Int64
-	jsProbe jetStreamProbe
 	logins  *loginLimiter
 }
 
@@ -39,15 +37,14 @@ func New(cfg Config) (*Console, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	names, err := messages.NewNames(cfg.Prefix)
-	if err != nil {
+	if _, err := messages.NewNames(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("%w: Prefix: %v", ErrInvalidConfig, err)
 	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
 	}
-	return &Console{cfg: cfg, names: names, sessions: newSessions(cfg.SessionTTL, cfg.MaxSessions), pages: pages, logins: newLoginLimiter()}, nil
+	return &Console{cfg: cfg, sessions: newSessions(cfg.SessionTTL, cfg.MaxSessions), pages: pages, logins: newLoginLimiter()}, nil
 }
 
 // parsePages parses each page with the layout and the shared fragments.

@@ -6,11 +6,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/admin"
 	"github.com/toolbus/toolbus/internal/coordinator"
@@ -25,8 +27,10 @@ import (
 
 // TestConsoleOfADeployedOperator: with the deploy configuration's users
 // and identities, a console connected as the operator (whose account has
-// no JetStream) shows the catalog and says why it cannot show the workers'
-// slots and the audit stream, and approves an agent's call, which runs.
+// no JetStream: the console reads everything through the coordinator)
+// shows the catalog with the worker's slots, approves an agent's call,
+// which runs, and shows the call's trace ID and the audit records of its
+// decision; the agent's own audit.list is refused.
 func TestConsoleOfADeployedOperator(t *testing.T) {
 	t.Parallel()
 	deploy := filepath.Join("..", "..", "deploy", "nats")
@@ -50,7 +54,7 @@ func TestConsoleOfADeployedOperator(t *testing.T) {
 	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
 		cfg.Conn, cfg.Identities, cfg.PolicyFile = as("coordinator"), ids, policy
 	})
-	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: 5})
 
 	operator := as("operator")
 	c, err := client.New(operator, client.Options{CoordinatorReads: true, Route: "operatorroute000000001"})
@@ -58,11 +62,7 @@ func TestConsoleOfADeployedOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	js, err := jetstream.New(operator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	console, err := admin.New(admin.Config{Client: c, JetStream: js, By: "operator", Tokens: map[string]admin.Operator{testToken: {Name: "alice"}}, Logger: testenv.Logger(t)})
+	console, err := admin.New(admin.Config{Client: c, By: "operator", Tokens: map[string]admin.Operator{testToken: {Name: "alice"}}, Logger: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,12 +73,8 @@ func TestConsoleOfADeployedOperator(t *testing.T) {
 	csrf := b.login(t, hc)
 
 	_, page := do(t, hc, "GET", b.url+"/catalog", nil, nil)
-	if !strings.Contains(page, "demo-echo") || !strings.Contains(page, "has no JetStream") {
-		t.Fatalf("catalog of a deployed operator:\n%s", page)
-	}
-	_, page = do(t, hc, "GET", b.url+"/audit", nil, nil)
-	if !strings.Contains(page, "has no JetStream") {
-		t.Fatalf("audit page of a deployed operator:\n%s", page)
+	if !strings.Contains(page, "demo-echo") || !regexp.MustCompile(`class="slots">\d+/5<`).MatchString(page) || strings.Contains(page, `class="note"`) {
+		t.Fatalf("catalog of a deployed operator, without the demo worker's 5 slots:\n%s", page)
 	}
 
 	ctx := testenv.Context(t)
@@ -87,6 +83,10 @@ func TestConsoleOfADeployedOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(agent.Close)
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	traceID := tid.String()
+	traced := trace.ContextWithSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
 	reply, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"nodded"}`)})
 	if err != nil || reply.Approval == nil {
 		t.Fatalf("submit: %+v %v, want a call awaiting approval", reply, err)
@@ -107,4 +107,46 @@ func TestConsoleOfADeployedOperator(t *testing.T) {
 	if !strings.Contains(page, "nodded") || !strings.Contains(page, "by alice in the console") {
 		t.Fatalf("the call page of the approved call:\n%s", page)
 	}
+
+	// A call that needed no approval ran in its caller's trace: its page
+	// shows the trace ID.
+	counted, err := agent.Call(traced, "demo-word_count", map[string]string{"text": "a b c"})
+	if err != nil || counted.Status != messages.StateCompleted {
+		t.Fatalf("word count: %+v %v", counted, err)
+	}
+	_, page = do(t, hc, "GET", b.url+"/calls/"+counted.CallID, nil, nil)
+	if !strings.Contains(page, `<code id="trace-id">`+traceID+`</code>`) {
+		t.Fatalf("the call page does not show the call's trace ID %s:\n%s", traceID, page)
+	}
+
+	// The audit log holds the decisions about the call: asked, then
+	// approved by the operator. They are recorded without waiting for
+	// the write: the page is read again until both are there.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, page = do(t, hc, "GET", b.url+"/audit", nil, nil)
+		asked, approved := auditRow(page, "asked", reply.CallID), auditRow(page, "approved", reply.CallID)
+		if asked > 0 && approved > 0 && approved < asked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit page does not show the call's asked and approved records, newest first:\n%s", page)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// The agent may not read the audit log.
+	if _, err := agent.ListAudit(ctx, messages.AuditListRequest{}); messages.CodeOf(err) != messages.CodeForbidden {
+		t.Fatalf("the agent's audit.list: err = %v, want forbidden", err)
+	}
+}
+
+// auditRow returns where the audit page's row of the call's record of
+// decision starts, or -1.
+func auditRow(page, decision, callID string) int {
+	m := regexp.MustCompile(`<td>` + decision + `</td>.*?<td><a href="/calls/` + callID + `">`).FindStringIndex(strings.ReplaceAll(page, "\n", " "))
+	if m == nil {
+		return -1
+	}
+	return m[0]
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"net"
 	"net/http"
@@ -19,7 +20,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/admin"
@@ -70,11 +70,7 @@ func setup(t *testing.T, mutate ...func(*admin.Config)) *testBundle {
 	})
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()}, worker.Namespace{Name: "hostile", Tools: []worker.Tool{hostile, picture}})
 	c := testenv.Client(t, srv.URL(), client.Options{})
-	js, err := jetstream.New(testenv.Connect(t, srv.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := admin.Config{Client: c, JetStream: js, Tokens: map[string]admin.Operator{testToken: {Name: "alice"}}, Logger: testenv.Logger(t)}
+	cfg := admin.Config{Client: c, Tokens: map[string]admin.Operator{testToken: {Name: "alice"}}, Logger: testenv.Logger(t)}
 	for _, m := range mutate {
 		m(&cfg)
 	}
@@ -465,6 +461,25 @@ func TestAuditAndTurnPages(t *testing.T) {
 	_, page = do(t, hc, "GET", b.url+"/audit?decision=denied", nil, nil)
 	if strings.Contains(page, first.CallID) || !strings.Contains(page, "not today") {
 		t.Fatalf("the audit page filtered on denied does not list just the denied call:\n%s", page)
+	}
+	// A page of one record links the next, older one; a tool filter
+	// takes any spelling of the tool's name.
+	_, page = do(t, hc, "GET", b.url+"/audit?decision=allowed&limit=1", nil, nil)
+	older := regexp.MustCompile(`href="(/audit\?[^"]+)" id="older"`).FindStringSubmatch(page)
+	if !strings.Contains(page, second.CallID) || strings.Contains(page, first.CallID) || older == nil {
+		t.Fatalf("the audit page of one record:\n%s", page)
+	}
+	_, page = do(t, hc, "GET", b.url+html.UnescapeString(older[1]), nil, nil)
+	if !strings.Contains(page, first.CallID) || strings.Contains(page, second.CallID) {
+		t.Fatalf("the older page of the audit log:\n%s", page)
+	}
+	_, page = do(t, hc, "GET", b.url+"/audit?tool=demo:sha256", nil, nil)
+	if !strings.Contains(page, "not today") || strings.Contains(page, first.CallID) {
+		t.Fatalf("the audit page filtered on demo:sha256:\n%s", page)
+	}
+	_, page = do(t, hc, "GET", b.url+"/audit?since=2000-01-01T00:00&until=2000-01-02T00:00", nil, nil)
+	if strings.Contains(page, "audit-row") || strings.Contains(page, `id="audit-error"`) {
+		t.Fatalf("the audit page of a day long gone:\n%s", page)
 	}
 	resp, page := do(t, hc, "GET", b.url+"/turns/turn-audit", nil, nil)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(page, first.CallID) || !strings.Contains(page, second.CallID) {

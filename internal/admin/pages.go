@@ -3,7 +3,6 @@ package admin
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,13 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/pkg/messages"
 )
-
-// maxWorkersShown bounds the worker heartbeats the catalog page reads.
-const maxWorkersShown = 1000
 
 type catalogView struct {
 	Namespaces []namespaceView
@@ -91,46 +85,20 @@ func (c *Console) catalogPage(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "catalog", data)
 }
 
-// liveWorkers reads the heartbeats of the workers alive now from the
-// catalog bucket, which the API does not serve.
+// liveWorkers lists the workers alive now, with their slots
+// (workers.list, which needs an operator's rights).
 func (c *Console) liveWorkers(ctx context.Context) ([]messages.WorkerHeartbeat, error) {
-	if err := c.jetStreamReads(ctx); err != nil {
-		return nil, fmt.Errorf("%v, so the workers' slots are not shown", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, jetStreamReadTimeout)
-	defer cancel()
-	kv, err := c.cfg.JetStream.KeyValue(ctx, c.names.CatalogBucket())
+	reply, err := c.cfg.Client.ListWorkers(ctx, "")
 	if err != nil {
-		return nil, fmt.Errorf("the console's NATS user cannot read the catalog bucket (%v), so the workers' slots are not shown", err)
+		return nil, fmt.Errorf("Listing the workers failed, so their slots are not shown: %s", describe(err))
 	}
-	keys, err := kv.ListKeysFiltered(ctx, "workers.>")
-	if err != nil {
-		return nil, fmt.Errorf("reading the workers: %v", err)
-	}
-	var out []messages.WorkerHeartbeat
-	now := time.Now()
-	for key := range keys.Keys() {
-		if len(out) == maxWorkersShown {
-			_ = keys.Stop()
-			break
-		}
-		e, err := kv.Get(ctx, key)
-		if err != nil {
-			continue // gone since it was listed
-		}
-		var hb messages.WorkerHeartbeat
-		if json.Unmarshal(e.Value(), &hb) != nil {
-			continue
-		}
-		if now.Sub(hb.Time) >= 3*time.Duration(hb.IntervalMS)*time.Millisecond {
-			continue
-		}
-		out = append(out, hb)
-	}
-	slices.SortFunc(out, func(a, b messages.WorkerHeartbeat) int {
+	slices.SortFunc(reply.Workers, func(a, b messages.WorkerHeartbeat) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.WorkerID, b.WorkerID))
 	})
-	return out, nil
+	if reply.Truncated {
+		return reply.Workers, fmt.Errorf("More than %d workers are alive: the first %d are shown.", messages.MaxWorkersListed, len(reply.Workers))
+	}
+	return reply.Workers, nil
 }
 
 // maxReasonLength bounds the reasons an operator types.
@@ -319,7 +287,7 @@ func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := c.busContext(r.Context())
 	defer cancel()
-	info, err := c.cfg.Client.Get(ctx, id)
+	info, err := c.cfg.Client.GetTraced(ctx, id)
 	if err != nil {
 		data.Error = "Reading the call failed: " + describe(err)
 		status := http.StatusBadGateway
@@ -330,52 +298,12 @@ func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	view := callView{Info: info, Events: "/calls/" + url.PathEscape(id) + "/events", Ended: info.State.Terminal()}
-	view.TraceID = c.traceID(ctx, id)
+	view.TraceID = info.TraceID
 	if view.TraceID != "" && c.cfg.TraceURL != "" {
 		view.TraceURL = strings.ReplaceAll(c.cfg.TraceURL, "{trace_id}", view.TraceID)
 	}
 	data.Page = view
 	c.render(w, r, http.StatusOK, "call", data)
-}
-
-// traceID returns the ID of the call's trace, from the traceparent header
-// of its queued event, or "" when the call has none or the console
-// cannot read the events stream.
-func (c *Console) traceID(ctx context.Context, callID string) string {
-	if c.jetStreamReads(ctx) != nil {
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(ctx, jetStreamReadTimeout)
-	defer cancel()
-	filter, err := c.names.CallKindFilter(callID, messages.EventQueued)
-	if err != nil {
-		return ""
-	}
-	stream, err := c.cfg.JetStream.Stream(ctx, c.names.EventsStream())
-	if err != nil {
-		return ""
-	}
-	msg, err := stream.GetLastMsgForSubject(ctx, filter)
-	if err != nil {
-		return ""
-	}
-	return parseTraceID(msg.Header.Get(messages.HeaderTraceParent))
-}
-
-// parseTraceID reads the trace ID of a W3C traceparent header
-// ("00-<32 hex>-<16 hex>-<2 hex>"); "" when it is not one, or the ID is
-// all zeros (invalid).
-func parseTraceID(traceparent string) string {
-	parts := strings.Split(traceparent, "-")
-	if len(parts) != 4 || len(parts[1]) != 32 || parts[1] == strings.Repeat("0", 32) {
-		return ""
-	}
-	for _, r := range parts[1] {
-		if !strings.ContainsRune("0123456789abcdef", r) {
-			return ""
-		}
-	}
-	return parts[1]
 }
 
 func (c *Console) cancelCall(w http.ResponseWriter, r *http.Request) {
@@ -451,106 +379,61 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request) {
 	c.redirect(w, r, "/calls/"+url.PathEscape(reply.Approval.CallID), "Approval "+reply.Approval.State+".")
 }
 
-// Bounds of the audit page.
-const (
-	defaultAuditRecords = 100
-	maxAuditRecords     = 500
-	// maxAuditScan bounds the records read to find those of one decision.
-	maxAuditScan = 5000
-)
-
 type auditView struct {
-	Records  []messages.AuditRecord
-	Decision string
-	Limit    int
-	Error    string
-}
-
-var auditDecisions = []string{
-	messages.AuditAllowed, messages.AuditDenied, messages.AuditAsked, messages.AuditApproved, messages.AuditRejected,
-	messages.AuditExpired, messages.AuditRemembered, "forbidden",
+	Filter  messages.AuditListRequest
+	Since   string
+	Until   string
+	Limit   int
+	Records []messages.AuditRecord
+	Next    string
+	Error   string
 }
 
 func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) {
-	view := auditView{Decision: r.URL.Query().Get("decision"), Limit: defaultAuditRecords}
-	if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil {
-		view.Limit = min(max(n, 1), maxAuditRecords)
+	q := r.URL.Query()
+	view := auditView{Filter: messages.AuditListRequest{
+		Decision: q.Get("decision"), Agent: strings.TrimSpace(q.Get("agent")), Tool: strings.TrimSpace(q.Get("tool")), Cursor: q.Get("cursor"),
+	}, Limit: messages.DefaultAuditListLimit}
+	if n, err := strconv.Atoi(q.Get("limit")); err == nil {
+		view.Limit = min(max(n, 1), messages.MaxAuditListLimit)
 	}
-	if view.Decision != "" && !slices.Contains(auditDecisions, view.Decision) {
-		view.Error = "Unknown decision " + strconv.Quote(view.Decision)
-	} else {
+	view.Filter.Limit = view.Limit
+	for _, f := range []struct {
+		param string
+		into  *time.Time
+		shown *string
+	}{{"since", &view.Filter.Since, &view.Since}, {"until", &view.Filter.Until, &view.Until}} {
+		if s := q.Get(f.param); s != "" {
+			t, err := time.ParseInLocation(timeLayout, s, time.UTC)
+			if err != nil {
+				view.Error = fmt.Sprintf("%s: want a time like 2006-01-02T15:04 (UTC)", f.param)
+				continue
+			}
+			*f.into, *f.shown = t, s
+		}
+	}
+	if view.Filter.Decision != "" && !slices.Contains(messages.AuditDecisions, view.Filter.Decision) {
+		view.Error = "Unknown decision " + strconv.Quote(view.Filter.Decision)
+	}
+	if view.Error == "" {
 		ctx, cancel := c.busContext(r.Context())
 		defer cancel()
-		records, err := c.recentAudit(ctx, view.Decision, view.Limit)
+		reply, err := c.cfg.Client.ListAudit(ctx, view.Filter)
 		if err != nil {
-			view.Error = err.Error()
+			view.Error = "Listing the audit log failed: " + describe(err)
+		} else {
+			view.Records = reply.Records
+			if reply.NextCursor != "" {
+				next := r.URL.Query()
+				next.Set("cursor", reply.NextCursor)
+				view.Next = "/audit?" + next.Encode()
+			}
 		}
-		view.Records = records
 	}
 	c.render(w, r, http.StatusOK, "audit", pageData{Title: "Audit log", Section: "audit", Page: struct {
 		auditView
 		Decisions []string
-	}{view, auditDecisions}})
-}
-
-// recentAudit reads the latest records of the audit stream, newest first:
-// limit of them, or, for one decision, those of it among the latest
-// maxAuditScan records.
-func (c *Console) recentAudit(ctx context.Context, decision string, limit int) ([]messages.AuditRecord, error) {
-	if err := c.jetStreamReads(ctx); err != nil {
-		return nil, fmt.Errorf("%v, so it cannot show the audit stream", err)
-	}
-	stream, err := c.cfg.JetStream.Stream(ctx, c.names.AuditStream())
-	if err != nil {
-		return nil, fmt.Errorf("the console's NATS user cannot read the audit stream %s: %v", c.names.AuditStream(), err)
-	}
-	state := stream.CachedInfo().State
-	if state.Msgs == 0 {
-		return nil, nil
-	}
-	window := uint64(limit)
-	if decision != "" {
-		window = maxAuditScan
-	}
-	start := state.FirstSeq
-	if state.LastSeq >= window && state.LastSeq-window+1 > start {
-		start = state.LastSeq - window + 1
-	}
-	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start}
-	if decision != "" {
-		subject, err := c.names.AuditSubject(decision)
-		if err != nil {
-			return nil, err
-		}
-		cfg.FilterSubjects = []string{subject}
-	}
-	cons, err := stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("reading the audit stream: %v", err)
-	}
-	var out []messages.AuditRecord
-	for {
-		batch, err := cons.FetchNoWait(int(min(window, 1000)))
-		if err != nil {
-			return nil, fmt.Errorf("reading the audit stream: %v", err)
-		}
-		got, last := 0, uint64(0)
-		for msg := range batch.Messages() {
-			got++
-			if meta, err := msg.Metadata(); err == nil {
-				last = meta.Sequence.Stream
-			}
-			var rec messages.AuditRecord
-			if _, err := messages.Decode(messages.Header(msg.Headers()), msg.Data(), &rec); err == nil {
-				out = append(out, rec)
-			}
-		}
-		if got == 0 || last >= state.LastSeq {
-			break
-		}
-	}
-	slices.Reverse(out)
-	return out[:min(len(out), limit)], nil
+	}{view, messages.AuditDecisions}})
 }
 
 type turnView struct {

@@ -60,7 +60,7 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 	return map[string]handlerFunc{
 		messages.EndpointToolsList:       decoding(c.view.list),
 		messages.EndpointCallsSubmit:     c.submit,
-		messages.EndpointCallsGet:        decoding(c.getCall),
+		messages.EndpointCallsGet:        decoding(c.getCallTraced),
 		messages.EndpointCallsEvents:     decoding(c.callEvents),
 		messages.EndpointCallsList:       decoding(c.listCalls),
 		messages.EndpointCallsCancel:     decoding(c.calls.cancel),
@@ -76,6 +76,9 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 
 		messages.EndpointCallsSubmitBatch: c.submitBatch,
 		messages.EndpointCallsResults:     decoding(c.results),
+
+		messages.EndpointAuditList:   decoding(c.listAudit),
+		messages.EndpointWorkersList: decoding(c.listWorkers),
 	}
 }
 

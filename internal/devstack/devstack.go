@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/admin"
 	"github.com/toolbus/toolbus/internal/coordinator"
@@ -239,13 +238,8 @@ func (s *Stack) startConsole(cfg Config, connect func(string) (*nats.Conn, error
 	if err != nil {
 		return err
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	console, err := admin.New(admin.Config{
 		Client:                c,
-		JetStream:             js,
 		Prefix:                cfg.Prefix,
 		Tokens:                cfg.ConsoleTokens,
 		LoopbackWithoutTokens: len(cfg.ConsoleTokens) == 0,

@@ -101,6 +101,8 @@ type GetCallRequest struct {
 	// WaitMS passes (at most the coordinator's maximum wait); the reply
 	// is the call as it stands then. 0 answers at once.
 	WaitMS int64 `json:"wait_ms,omitempty"`
+	// Trace asks for the call's TraceID (operators get it unasked).
+	Trace bool `json:"trace,omitempty"`
 }
 
 // CallInfo is what is known of a call: its request, state and, when it ended, its result.
@@ -123,6 +125,10 @@ type CallInfo struct {
 	StartedAt time.Time   `json:"started_at,omitempty,omitzero"`
 	Deadline  time.Time   `json:"deadline,omitempty,omitzero"`
 	Result    *CallResult `json:"result,omitempty"`
+	// TraceID is the W3C trace ID of the call's trace (the traceparent
+	// its queued event was stored with), when the request asked for it
+	// or came from an operator, and the call has one.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // CancelRequest asks to cancel a call (endpoint calls.cancel).

@@ -1,0 +1,176 @@
+package coordinator_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/natsflags"
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// tracedContext carries a sampled span context whose trace ID the client
+// sends along with its requests.
+func tracedContext(ctx context.Context, t *testing.T) (context.Context, string) {
+	t.Helper()
+	tid, err := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid, err := trace.SpanIDFromHex("00f067aa0ba902b7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true})
+	return trace.ContextWithSpanContext(ctx, sc), tid.String()
+}
+
+// TestOperatorReadsOfADeployment: with the deploy configuration's users
+// and identities (operators and agents in an account without JetStream),
+// the operator reads the audit log, the live workers' slots and a call's
+// trace ID through the coordinator; an agent is refused the first two
+// with forbidden, which is audited, and reads its own call's trace ID
+// only when it asks.
+func TestOperatorReadsOfADeployment(t *testing.T) {
+	t.Parallel()
+	deploy := filepath.Join("..", "..", "deploy", "nats")
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "users.conf")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	as := func(user string) *nats.Conn {
+		password := strings.ReplaceAll(user, "_", "-") + "-secret"
+		return testenv.Connect(t, srv.URL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
+	}
+	ids, err := coordinator.LoadIdentities(filepath.Join(deploy, "identities.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("default: allow\nrules:\n  - {tool: \"demo:word_count\", effect: deny, reason: no counting}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.Conn, cfg.Identities, cfg.PolicyFile = as("coordinator"), ids, policy
+	})
+	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: 3})
+	newClient := func(user string, opts client.Options) *client.Client {
+		opts.CoordinatorReads = true
+		c, err := client.New(as(user), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	operator := newClient("operator", client.Options{Route: "operatorroute000000001"})
+	agent := newClient("agent_a", client.Options{Agent: "support-bot", Route: "agentAroute00000000001"})
+	ctx := testenv.Context(t)
+
+	traced, traceID := tracedContext(ctx, t)
+	res, err := agent.Call(traced, "demo-echo", map[string]string{"text": "hello"})
+	if err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("echo: %+v %v", res, err)
+	}
+	if _, err := agent.Call(ctx, "demo-word_count", map[string]string{"text": "a b"}); messages.CodeOf(err) != messages.CodeDenied {
+		t.Fatalf("word_count: err = %v, want denied", err)
+	}
+
+	// A call's trace ID: the operator's calls.get has it; an agent's has
+	// it for its own call when it asks.
+	info, err := operator.Get(ctx, res.CallID)
+	if err != nil || info.TraceID != traceID {
+		t.Fatalf("the operator's calls.get: trace ID %q, %v; want %s", info.TraceID, err, traceID)
+	}
+	if info, err := agent.Get(ctx, res.CallID); err != nil || info.TraceID != "" {
+		t.Errorf("the agent's calls.get unasked: trace ID %q, %v; want none", info.TraceID, err)
+	}
+	if info, err := agent.GetTraced(ctx, res.CallID); err != nil || info.TraceID != traceID {
+		t.Errorf("the agent's calls.get asking: trace ID %q, %v; want %s", info.TraceID, err, traceID)
+	}
+
+	// The live workers with their slots.
+	workers, err := operator.ListWorkers(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(workers.Workers, func(hb messages.WorkerHeartbeat) bool { return hb.Namespace == demo.Name })
+	if i < 0 || workers.Workers[i].Slots != 3 || workers.Workers[i].WorkerID == "" || workers.Workers[i].Time.IsZero() {
+		t.Fatalf("workers.list: %+v, want the demo worker with 3 slots", workers)
+	}
+	if other, err := operator.ListWorkers(ctx, "nothere"); err != nil || len(other.Workers) != 0 {
+		t.Errorf("workers.list of a namespace without workers: %+v %v", other, err)
+	}
+
+	// The audit log: the decisions about the calls, newest first. They are
+	// recorded without waiting for the write.
+	var audit *messages.AuditListReply
+	eventually(t, "the decisions in the audit log", func() bool {
+		audit, err = operator.ListAudit(ctx, messages.AuditListRequest{})
+		return err != nil || len(audit.Records) >= 2
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decisions := []string{}
+	for _, rec := range audit.Records {
+		decisions = append(decisions, rec.Decision+" "+rec.Tool)
+	}
+	if !slices.Equal(decisions, []string{"denied demo-word_count", "allowed demo-echo"}) || audit.NextCursor != "" {
+		t.Fatalf("audit.list: %v (next %q), want the denial, then the allowed call", decisions, audit.NextCursor)
+	}
+	if audit.Records[1].CallID != res.CallID || audit.Records[1].Agent != "support-bot" {
+		t.Errorf("the allowed call's record: %+v", audit.Records[1])
+	}
+	denied, err := operator.ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditDenied, Tool: "demo:word_count"})
+	if err != nil || len(denied.Records) != 1 || denied.Records[0].Reason != "no counting" {
+		t.Fatalf("audit.list of denials: %+v %v", denied, err)
+	}
+
+	// An agent is refused both, and each refusal is audited.
+	for _, read := range []func() error{
+		func() error { _, err := agent.ListAudit(ctx, messages.AuditListRequest{}); return err },
+		func() error { _, err := agent.ListWorkers(ctx, ""); return err },
+	} {
+		err := read()
+		if messages.CodeOf(err) != messages.CodeForbidden || !strings.Contains(err.Error(), "for operators") {
+			t.Errorf("an agent's read: err = %v, want forbidden for operators", err)
+		}
+	}
+	// Refusals are recorded without waiting for the write: wait for them.
+	var forbidden *messages.AuditListReply
+	eventually(t, "the refusals in the audit log", func() bool {
+		forbidden, err = operator.ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditForbidden})
+		return err != nil || len(forbidden.Records) >= 2
+	})
+	if err != nil || len(forbidden.Records) != 2 || !strings.HasPrefix(forbidden.Records[0].Reason, messages.EndpointWorkersList) ||
+		!strings.HasPrefix(forbidden.Records[1].Reason, messages.EndpointAuditList) || forbidden.Records[0].By != "AGENTS/agent_a" {
+		t.Errorf("the audited refusals: %+v %v", forbidden, err)
+	}
+}
+
+// eventually polls check until it holds, for what gives no signal.
+func eventually(t *testing.T, what string, check func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !check() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
