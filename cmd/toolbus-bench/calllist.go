@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -126,6 +127,14 @@ func runCallsList(ctx context.Context, args []string) error {
 			return err
 		}
 		start = time.Now()
+	}
+	// The stored calls are finished: no namespace consumer may hold them
+	// as work still to do, which the coordinator's sweep would read again
+	// and again once their deadlines pass.
+	if err := dropNamespaceConsumers(ctx, writerConn); err != nil {
+		return err
+	}
+	if stored.events == 0 {
 		events, err := storeFinishedCalls(ctx, writerConn, *calls)
 		if err != nil {
 			return err
@@ -214,6 +223,26 @@ func registerSayTools(ctx context.Context, connect func() (*nats.Conn, error), l
 		return err
 	}
 	return w.Stop(ctx)
+}
+
+// dropNamespaceConsumers deletes the namespaces' consumers the worker of
+// registerSayTools created.
+func dropNamespaceConsumers(ctx context.Context, nc *nats.Conn) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	names := messages.MustNames("")
+	for i := range callsListNamespaces {
+		name, err := names.NamespaceConsumer(fmt.Sprintf("ns%d", i))
+		if err != nil {
+			return err
+		}
+		if err := js.DeleteConsumer(ctx, names.EventsStream(), name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("delete consumer %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // measurePages times pages of req: following the cursor from the newest
