@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -92,6 +93,8 @@ type logCandidate struct {
 	seq    uint64
 	callID string
 	ns     string
+	// turn is the call's turn, whose bucket its events are written under.
+	turn   string
 	queued *messages.CallEvent
 	// started is the call's latest started event the scan read, result
 	// its first result, each written under the call's namespace.
@@ -267,14 +270,12 @@ type logScan struct {
 
 // window reads the events of sequences [lo, hi) and returns the calls
 // whose queued events among them pass the filters other than state,
-// newest first. The first window is read with headers: when most of its
-// calls are listed (no filter, or one most calls pass), their subjects
-// spare reading them again. The next ones, whose calls a filter that
-// passes few of them leaves mostly unlisted, are read as payloads when
-// they can be.
+// newest first. Without filters, the first window is read with headers:
+// nearly all its calls are listed, and their subjects spare reading them
+// again. The others are read as payloads when they can be.
 func (sc *logScan) window(ctx context.Context, lo, hi uint64) ([]*logCandidate, error) {
 	sc.windows++
-	if sc.windows == 1 {
+	if sc.windows == 1 && sc.f.listsAll() {
 		return sc.windowWithSubjects(ctx, lo, hi)
 	}
 	payloads, ok, err := sc.readPayloads(ctx, lo, hi)
@@ -378,7 +379,7 @@ func (sc *logScan) queuedCandidate(ctx context.Context, seq uint64, callID strin
 	if messages.ValidateNamespace(call.Namespace) != nil || !f.admits(ctx, call.Namespace, call.Method, call.Agent, call.Turn) {
 		return nil
 	}
-	c := &logCandidate{seq: seq, callID: callID, ns: call.Namespace}
+	c := &logCandidate{seq: seq, callID: callID, ns: call.Namespace, turn: call.Turn}
 	// A second result can only be another namespace's forgery: the state
 	// is then left to the read by subject.
 	if len(results) != 1 {
@@ -393,6 +394,11 @@ func (sc *logScan) queuedCandidate(ctx context.Context, seq uint64, callID strin
 		c.state = res.Result.Status
 	}
 	return c
+}
+
+// listsAll reports whether the request lists every call of the log.
+func (f *logFilter) listsAll() bool {
+	return f.Namespace == "" && f.Agent == "" && f.Turn == "" && f.tool == "" && len(f.States) == 0 && !f.ownAgents
 }
 
 // admits reports whether a call of namespace ns passes the filters other
@@ -548,7 +554,7 @@ func (sc *logScan) candidate(ctx context.Context, seq uint64, callID, ns string,
 	if !f.admits(ctx, ns, call.Method, call.Agent, call.Turn) {
 		return nil
 	}
-	c := &logCandidate{seq: seq, callID: callID, ns: ns, queued: &queued, verified: true}
+	c := &logCandidate{seq: seq, callID: callID, ns: ns, turn: call.Turn, queued: &queued, verified: true}
 	// seen is newest first: the first result written is the last one.
 	for i := len(seen) - 1; i >= 0 && c.state == ""; i-- {
 		e := seen[i]
@@ -627,16 +633,7 @@ func (l *callLog) keepByState(ctx context.Context, f *logFilter, cands []*logCan
 // tell, and marks dropped those that are not the calls the scan found or
 // that the filters refuse.
 func (l *callLog) complete(ctx context.Context, f *logFilter, cands []*logCandidate) error {
-	var ids []string
-	for _, c := range cands {
-		if !c.dropped && (!c.verified || c.state == "") {
-			ids = append(ids, c.callID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	snaps, err := l.snapshots(ctx, ids)
+	snaps, err := l.readCalls(ctx, cands)
 	if err != nil {
 		return err
 	}
@@ -671,6 +668,103 @@ func (l *callLog) complete(ctx context.Context, f *logFilter, cands []*logCandid
 		}
 	}
 	return nil
+}
+
+// callsListReadCalls is the most calls one batched read of complete
+// asks for: each has at most 7 subjects (queued, started, progress, log,
+// cancel, approval, result), under the server's 1,024 messages a
+// multi-last get may answer.
+const callsListReadCalls = 140
+
+// readCalls reads whole the candidates complete needs: the latest event
+// of each of the call's subjects under its turn's bucket and its
+// namespace, with batched multi-last gets whose filters name both (the
+// server finds them without walking the other buckets' subjects). A call
+// the replica that answered does not have is read as calls.get reads it.
+func (l *callLog) readCalls(ctx context.Context, cands []*logCandidate) (map[string]*ledger.Snapshot, error) {
+	var want []*logCandidate
+	for _, c := range cands {
+		if !c.dropped && (!c.verified || c.state == "") {
+			want = append(want, c)
+		}
+	}
+	snaps := make(map[string]*ledger.Snapshot, len(want))
+	for start := 0; start < len(want); start += callsListReadCalls {
+		batch := want[start:min(start+callsListReadCalls, len(want))]
+		filters := make([]string, 0, 2*len(batch))
+		for _, c := range batch {
+			bucket := messages.TurnBucket(c.turn)
+			queued, err := l.names.QueuedSubject(c.callID, c.turn, c.ns)
+			if err != nil {
+				c.dropped = true
+				continue
+			}
+			others, err := l.names.CallNamespaceEventsFilter(bucket, c.callID, c.ns)
+			if err != nil {
+				c.dropped = true
+				continue
+			}
+			filters = append(filters, queued, others)
+			snaps[c.callID] = &ledger.Snapshot{CallID: c.callID, Namespace: c.ns, Bucket: bucket}
+		}
+		if len(filters) == 0 {
+			continue
+		}
+		err := l.retry(ctx, func(ctx context.Context) error {
+			return l.events.GetBatch(ctx, transport.BatchRequest{MultiLast: filters}, func(seq uint64, msg *nats.Msg) bool {
+				callID, kind, ns, ok := l.names.ParseEventSubject(msg.Subject)
+				s := snaps[callID]
+				if !ok || s == nil || ns != s.Namespace || l.names.EventBucket(msg.Subject) != s.Bucket {
+					return true
+				}
+				ev := &ledger.Event{Seq: seq, Namespace: ns, Bucket: s.Bucket}
+				if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
+					return true
+				}
+				ev.Kind = kind // the subject's, not the payload's
+				addToSnapshot(s, ev)
+				return true
+			})
+		})
+		if err != nil {
+			return nil, unavailable(err, "read the calls of the execution log")
+		}
+	}
+	var missing []string
+	for id, s := range snaps {
+		if !s.Exists() {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		read, err := l.snapshots(ctx, missing)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(snaps, read)
+	}
+	return snaps, nil
+}
+
+// addToSnapshot puts a call's event read by subject in its snapshot.
+func addToSnapshot(s *ledger.Snapshot, ev *ledger.Event) {
+	switch ev.Kind {
+	case messages.EventQueued:
+		s.Queued = ev
+	case messages.EventStarted:
+		s.Started = ev
+	case messages.EventProgress:
+		s.Progress = ev
+	case messages.EventLog:
+		s.Log = ev
+	case messages.EventCancel:
+		s.Cancel = ev
+	case messages.EventApproval:
+		s.Approval = ev
+	case messages.EventResult:
+		s.Result = ev
+	}
+	s.LastSeq = max(s.LastSeq, ev.Seq)
 }
 
 // entry is a call's line of the log.
