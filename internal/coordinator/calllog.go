@@ -366,6 +366,11 @@ type resultPeek struct {
 // before it is listed.
 func (sc *logScan) queuedCandidate(ctx context.Context, seq uint64, callID string, data []byte, results [][]byte) *logCandidate {
 	f := sc.f
+	// A call whose only result holds none of the states asked for is not
+	// listed: its queued event is not decoded.
+	if len(results) == 1 && !f.mayHaveState(results[0]) {
+		return nil
+	}
 	for _, v := range [...]string{f.Namespace, f.Agent, f.Turn, f.method} {
 		if v != "" && !bytes.Contains(data, []byte(v)) {
 			return nil
@@ -382,11 +387,7 @@ func (sc *logScan) queuedCandidate(ctx context.Context, seq uint64, callID strin
 	c := &logCandidate{seq: seq, callID: callID, ns: call.Namespace, turn: call.Turn}
 	// A second result can only be another namespace's forgery: the state
 	// is then left to the read by subject.
-	if len(results) != 1 {
-		return c
-	}
-	if !f.mayHaveState(results[0]) {
-		c.state = stateNotAsked
+	if len(results) != 1 || len(f.States) == 0 {
 		return c
 	}
 	var res resultPeek
