@@ -282,7 +282,7 @@ func measurePages(ctx context.Context, c *client.Client, req messages.CallsListR
 
 // storeFinishedCalls writes n finished calls, each its queued, started
 // and result events as the ledger encodes them, published asynchronously.
-// It returns the events stream's message count.
+// It returns the number of events it stored.
 func storeFinishedCalls(ctx context.Context, nc *nats.Conn, n int) (uint64, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
@@ -342,7 +342,7 @@ func storeFinishedCalls(ctx context.Context, nc *nats.Conn, n int) (uint64, erro
 	if stored-before != uint64(3*n) {
 		return 0, fmt.Errorf("the events stream holds %d events more than before; %d were published", stored-before, 3*n)
 	}
-	return stored, nil
+	return stored - before, nil
 }
 
 // storedRun describes the calls a previous run left in the store.
