@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -67,14 +68,19 @@ func runCallsList(ctx context.Context, args []string) error {
 	pages := fs.Int("pages", 200, "pages measured per filter and starting point")
 	limit := fs.Int("limit", messages.DefaultCallsListLimit, "calls per page")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the page measurements to this file")
+	dataDir := fs.String("data", "", "keep the server's store in this directory, and reuse the calls a previous run stored there (to compare builds on the same data)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "toolbus-bench-calls-list-")
-	if err != nil {
-		return err
+	dir := *dataDir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "toolbus-bench-calls-list-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
 	}
-	defer os.RemoveAll(dir)
 	srv, err := natsserver.Start(natsserver.Config{DataDir: dir})
 	if err != nil {
 		return err
@@ -106,38 +112,40 @@ func runCallsList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer coord.Stop(context.Background())
-	// A worker puts the tools in the catalog, so that arguments are
-	// redacted with their schemas as in a live installation.
-	workerConn, err := connect()
-	if err != nil {
-		return err
-	}
-	w, err := worker.New(worker.Config{Conn: workerConn, Logger: quiet})
-	if err != nil {
-		return err
-	}
-	for i := range callsListNamespaces {
-		say := worker.Func("say", "Says its text.", func(_ context.Context, in noopArgs) (string, error) { return in.Text, nil })
-		if err := w.Serve(worker.Namespace{Name: fmt.Sprintf("ns%d", i), Tools: []worker.Tool{say}}); err != nil {
-			return err
-		}
-	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	defer w.Stop(context.Background())
-
 	writerConn, err := connect()
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	events, err := storeFinishedCalls(ctx, writerConn, *calls)
+	stored, err := storedCalls(ctx, writerConn, *calls)
 	if err != nil {
 		return err
 	}
-	r := callsListReport{Calls: *calls, Events: events, Pages: *pages, Limit: *limit, StoreSecs: time.Since(start).Seconds()}
-	fmt.Fprintf(os.Stderr, "stored %d calls (%d events) in %.0fs\n", *calls, events, r.StoreSecs)
+	var r callsListReport
+	if stored.events == 0 {
+		if err := registerSayTools(ctx, connect, quiet); err != nil {
+			return err
+		}
+		start = time.Now()
+	}
+	// The stored calls are finished: no namespace consumer may hold them
+	// as work still to do, which the coordinator's sweep would read again
+	// and again once their deadlines pass.
+	if err := dropNamespaceConsumers(ctx, writerConn); err != nil {
+		return err
+	}
+	if stored.events == 0 {
+		events, err := storeFinishedCalls(ctx, writerConn, *calls)
+		if err != nil {
+			return err
+		}
+		r = callsListReport{Calls: *calls, Events: events, Pages: *pages, Limit: *limit, StoreSecs: time.Since(start).Seconds()}
+		fmt.Fprintf(os.Stderr, "stored %d calls (%d events) in %.0fs\n", *calls, events, r.StoreSecs)
+		stored.oldest, stored.newest = start, time.Now()
+	} else {
+		r = callsListReport{Calls: *calls, Events: stored.events, Pages: *pages, Limit: *limit}
+		fmt.Fprintf(os.Stderr, "reusing the %d calls (%d events) stored in %s\n", *calls, stored.events, dir)
+	}
 
 	agentConn, err := connect()
 	if err != nil {
@@ -147,7 +155,7 @@ func runCallsList(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	oldest, newest := start, time.Now()
+	oldest, newest := stored.oldest, stored.newest
 	if err := startProfiles(*cpuProfile, ""); err != nil {
 		return err
 	}
@@ -192,6 +200,51 @@ func runCallsList(ctx context.Context, args []string) error {
 	return nil
 }
 
+// registerSayTools puts the stored calls' tools in the catalog, so that
+// arguments are redacted with their schemas as in a live installation:
+// a worker registers them and stops before the calls are stored, since
+// each stored queued event is a work item it would otherwise run.
+func registerSayTools(ctx context.Context, connect func() (*nats.Conn, error), logger *slog.Logger) error {
+	workerConn, err := connect()
+	if err != nil {
+		return err
+	}
+	w, err := worker.New(worker.Config{Conn: workerConn, Logger: logger})
+	if err != nil {
+		return err
+	}
+	for i := range callsListNamespaces {
+		say := worker.Func("say", "Says its text.", func(_ context.Context, in noopArgs) (string, error) { return in.Text, nil })
+		if err := w.Serve(worker.Namespace{Name: fmt.Sprintf("ns%d", i), Tools: []worker.Tool{say}}); err != nil {
+			return err
+		}
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	return w.Stop(ctx)
+}
+
+// dropNamespaceConsumers deletes the namespaces' consumers the worker of
+// registerSayTools created.
+func dropNamespaceConsumers(ctx context.Context, nc *nats.Conn) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	names := messages.MustNames("")
+	for i := range callsListNamespaces {
+		name, err := names.NamespaceConsumer(fmt.Sprintf("ns%d", i))
+		if err != nil {
+			return err
+		}
+		if err := js.DeleteConsumer(ctx, names.EventsStream(), name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("delete consumer %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // measurePages times pages of req: following the cursor from the newest
 // call, or each from a random time of the log's history.
 func measurePages(ctx context.Context, c *client.Client, req messages.CallsListRequest, limit, pages int, history bool, oldest, newest time.Time) (callsListFigure, error) {
@@ -211,6 +264,10 @@ func measurePages(ctx context.Context, c *client.Client, req messages.CallsListR
 		}
 		lat = append(lat, time.Since(t0))
 		calls += len(reply.Calls)
+		// Arguments are listed only when the tool's schema redacted them.
+		if len(reply.Calls) > 0 && len(reply.Calls[0].Arguments) == 0 {
+			return callsListFigure{}, fmt.Errorf("call %s is listed without its arguments: its tool is missing from the coordinator's catalog", reply.Calls[0].CallID)
+		}
 		if !history {
 			req.Cursor = reply.NextCursor
 		}
@@ -225,7 +282,7 @@ func measurePages(ctx context.Context, c *client.Client, req messages.CallsListR
 
 // storeFinishedCalls writes n finished calls, each its queued, started
 // and result events as the ledger encodes them, published asynchronously.
-// It returns the events stream's message count.
+// It returns the number of events it stored.
 func storeFinishedCalls(ctx context.Context, nc *nats.Conn, n int) (uint64, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
@@ -234,6 +291,11 @@ func storeFinishedCalls(ctx context.Context, nc *nats.Conn, n int) (uint64, erro
 	names := messages.MustNames("")
 	l := ledger.New(nc, js, names)
 	defer l.Close()
+	// The coordinator and the worker may have written events of their own.
+	before, err := eventsStored(ctx, js, names)
+	if err != nil {
+		return 0, err
+	}
 	args := messages.JSON(`{"text":"hello","api_token":"s3cret"}`)
 	for i := range n {
 		ns := fmt.Sprintf("ns%d", i%callsListNamespaces)
@@ -273,13 +335,48 @@ func storeFinishedCalls(ctx context.Context, nc *nats.Conn, n int) (uint64, erro
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+	stored, err := eventsStored(ctx, js, names)
+	if err != nil {
+		return 0, err
+	}
+	if stored-before != uint64(3*n) {
+		return 0, fmt.Errorf("the events stream holds %d events more than before; %d were published", stored-before, 3*n)
+	}
+	return stored - before, nil
+}
+
+// storedRun describes the calls a previous run left in the store.
+type storedRun struct {
+	events         uint64
+	oldest, newest time.Time
+}
+
+// storedCalls tells whether the store holds the n calls of a previous run
+// (zero events if it holds none), and when they were stored.
+func storedCalls(ctx context.Context, nc *nats.Conn, n int) (storedRun, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return storedRun{}, err
+	}
+	s, err := js.Stream(ctx, messages.MustNames("").EventsStream())
+	if err != nil {
+		return storedRun{}, err
+	}
+	st := s.CachedInfo().State
+	if st.Msgs < uint64(3*n) {
+		if st.Msgs > 10 {
+			return storedRun{}, fmt.Errorf("the store holds %d events, fewer than %d calls: use a new --data directory", st.Msgs, n)
+		}
+		return storedRun{}, nil
+	}
+	return storedRun{events: st.Msgs, oldest: st.FirstTime, newest: st.LastTime}, nil
+}
+
+// eventsStored returns the events stream's message count.
+func eventsStored(ctx context.Context, js jetstream.JetStream, names messages.Names) (uint64, error) {
 	s, err := js.Stream(ctx, names.EventsStream())
 	if err != nil {
 		return 0, err
 	}
-	stored := s.CachedInfo().State.Msgs
-	if stored != uint64(3*n) {
-		return 0, fmt.Errorf("the events stream holds %d events; %d were published", stored, 3*n)
-	}
-	return stored, nil
+	return s.CachedInfo().State.Msgs, nil
 }

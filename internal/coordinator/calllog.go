@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -25,11 +26,18 @@ import (
 // cheapest reads are used: a batched get filtered by a wildcard subject
 // makes the server count the matching messages from its start to the
 // stream's end, which in a stream of millions of calls costs more than
-// reading the window itself. A listed call's started and result events
-// come after its queued event, so the scan has read them, unless they
-// were stored above where it began; the calls without a result read so
-// are read whole with batched multi-last gets (ledger.Snapshots), as
-// calls.get reads one.
+// reading the window itself. The windows are read without headers
+// (payloads alone, a third of the cost of a message with the headers
+// the server adds to each): the sequence of each payload follows from
+// its place in a window without gaps, and its call ID and kind from the
+// start of the payload. A payload does not tell the subject it was
+// stored on, which says who wrote it, so it only chooses the page: each
+// call listed is then read whole by subject with batched multi-last gets
+// (ledger.Snapshots), as calls.get reads one, and one whose queued event
+// is not at the scanned sequence under the namespace the scan saw, or
+// that the filters refuse once read whole, is left out. A window with a
+// gap of deleted messages, or a payload that does not read as an event,
+// is read again with headers, and its calls as the headers tell.
 
 const (
 	// CallsListScanBudget bounds the events one calls.list request reads
@@ -85,6 +93,8 @@ type logCandidate struct {
 	seq    uint64
 	callID string
 	ns     string
+	// turn is the call's turn, whose bucket its events are written under.
+	turn   string
 	queued *messages.CallEvent
 	// started is the call's latest started event the scan read, result
 	// its first result, each written under the call's namespace.
@@ -92,6 +102,13 @@ type logCandidate struct {
 	result  *messages.CallResult
 	// state is known once the call has a result, or was read whole.
 	state messages.CallState
+	// verified is set once the subjects of the call's events were read:
+	// a candidate found in payloads alone is read whole before it is
+	// listed.
+	verified bool
+	// dropped is set when the call read whole is not the one the scan
+	// found, or the filters refuse it.
+	dropped bool
 }
 
 // rawEvent is a started or result event the scan read before it reached
@@ -144,7 +161,7 @@ func (l *callLog) list(ctx context.Context, r *messages.CallsListRequest) (*mess
 	// One match more than the page tells whether an older one exists.
 	want := limit + 1
 	var found []*logCandidate
-	sc := &logScan{l: l, f: &f, pending: make(map[string][]rawEvent)}
+	sc := &logScan{l: l, f: &f, pending: make(map[string][]rawEvent), results: make(map[string][][]byte)}
 	hi, window, scanned := top, uint64(4*want+64), 0
 	for hi > floor && len(found) < want && scanned < l.budget {
 		span := min(window, hi-floor, uint64(l.budget-scanned))
@@ -155,13 +172,13 @@ func (l *callLog) list(ctx context.Context, r *messages.CallsListRequest) (*mess
 		}
 		scanned += int(span)
 		if len(r.States) > 0 {
-			if cands, err = l.keepByState(ctx, r, cands); err != nil {
+			if cands, err = l.keepByState(ctx, &f, cands); err != nil {
 				return nil, err
 			}
 		}
 		found = append(found, cands...)
 		hi = lo
-		window = min(2*window, callsListMaxWindow)
+		window = nextWindow(window, want-len(found), scanned, len(found))
 	}
 
 	switch {
@@ -172,15 +189,29 @@ func (l *callLog) list(ctx context.Context, r *messages.CallsListRequest) (*mess
 		// The budget ran out before the page was full.
 		reply.NextCursor = callsListCursor(hi)
 	}
-	// A call whose result the scan did not read (it has none yet, or it
-	// was stored above where the scan began) is read whole.
-	if err := l.complete(ctx, found); err != nil {
+	// A call found in payloads, or whose result the scan did not read (it
+	// has none yet, or it was stored above where the scan began), is read
+	// whole.
+	if err := l.complete(ctx, &f, found); err != nil {
 		return nil, err
 	}
 	for _, c := range found {
-		reply.Calls = append(reply.Calls, l.entry(c))
+		if !c.dropped && (len(r.States) == 0 || r.Matches(c.state)) {
+			reply.Calls = append(reply.Calls, l.entry(c))
+		}
 	}
 	return reply, nil
+}
+
+// nextWindow is the size of the scan's next read: enough for the need
+// more matches at the rate the scan has found them (with a quarter more),
+// twice the last one while it has found none, at most callsListMaxWindow.
+func nextWindow(last uint64, need, scanned, found int) uint64 {
+	if found == 0 {
+		return min(2*last, callsListMaxWindow)
+	}
+	next := uint64(need)*uint64(scanned)*5/(4*uint64(found)) + 64
+	return min(next, callsListMaxWindow)
 }
 
 // scanRange returns the sequences the request's scan reads, [floor, top):
@@ -227,15 +258,228 @@ func (l *callLog) scanRange(ctx context.Context, r *messages.CallsListRequest) (
 type logScan struct {
 	l *callLog
 	f *logFilter
-	// pending holds the started and result events read of calls whose
-	// queued event is further down, newest first.
+	// pending holds the started and result events read with their
+	// subjects of calls whose queued event is further down, newest first.
 	pending map[string][]rawEvent
+	// results holds the result payloads read of calls whose queued event
+	// is further down, for a request that asks for states.
+	results map[string][][]byte
+	// windows counts the windows read.
+	windows int
 }
 
 // window reads the events of sequences [lo, hi) and returns the calls
 // whose queued events among them pass the filters other than state,
-// newest first.
+// newest first. Without filters, the first window is read with headers:
+// nearly all its calls are listed, and their subjects spare reading them
+// again. The others are read as payloads when they can be.
 func (sc *logScan) window(ctx context.Context, lo, hi uint64) ([]*logCandidate, error) {
+	sc.windows++
+	if sc.windows == 1 && sc.f.listsAll() {
+		return sc.windowWithSubjects(ctx, lo, hi)
+	}
+	payloads, ok, err := sc.readPayloads(ctx, lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return sc.windowWithSubjects(ctx, lo, hi)
+	}
+	var out []*logCandidate
+	for i := len(payloads) - 1; i >= 0; i-- {
+		data := payloads[i]
+		callID, kind, _ := peekEvent(data)
+		switch kind {
+		case messages.EventResult:
+			if len(sc.f.States) > 0 {
+				sc.results[string(callID)] = append(sc.results[string(callID)], data)
+			}
+		case messages.EventQueued:
+			id := string(callID)
+			seen := sc.results[id]
+			delete(sc.results, id)
+			if c := sc.queuedCandidate(ctx, lo+uint64(i), id, data, seen); c != nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// readPayloads reads the payloads of sequences [lo, hi). ok is false when
+// the window holds a gap of deleted messages, or a payload that does not
+// read as an event: its sequences or kinds are not known.
+func (sc *logScan) readPayloads(ctx context.Context, lo, hi uint64) (payloads [][]byte, ok bool, err error) {
+	payloads = make([][]byte, 0, hi-lo)
+	// A read ends early once its messages reach windowBytes: the next
+	// read goes on from there.
+	for next := lo; next < hi; {
+		var read [][]byte
+		var end transport.PayloadBatch
+		err := sc.l.retry(ctx, func(ctx context.Context) (err error) {
+			read = read[:0]
+			req := transport.BatchRequest{Seq: next, Batch: int(hi - next), MaxBytes: sc.l.windowBytes}
+			end, err = sc.l.events.GetPayloads(ctx, req, func(data []byte) bool {
+				read = append(read, data)
+				return true
+			})
+			return err
+		})
+		if err != nil {
+			return nil, false, unavailable(err, "read the execution log")
+		}
+		if end.Count == 0 || end.Last != next+uint64(end.Count)-1 {
+			return nil, false, nil // a gap: the sequences do not follow from the count
+		}
+		for _, data := range read {
+			if _, kind, ok := peekEvent(data); !ok || !kind.Valid() {
+				return nil, false, nil
+			}
+		}
+		payloads = append(payloads, read...)
+		next = end.Last + 1
+	}
+	return payloads, true, nil
+}
+
+// queuedPeek is what the scan reads of a queued event's payload: the
+// names the filters look at, not the arguments.
+type queuedPeek struct {
+	Request *struct {
+		Namespace string `json:"namespace"`
+		Method    string `json:"method"`
+		Agent     string `json:"agent,omitempty"`
+		Turn      string `json:"turn,omitempty"`
+	} `json:"request,omitempty"`
+}
+
+// resultPeek is what the scan reads of a result's payload: its state.
+type resultPeek struct {
+	Result *struct {
+		Status messages.CallState `json:"status"`
+	} `json:"result,omitempty"`
+}
+
+// queuedCandidate returns the call of a queued event's payload if it
+// passes the filters other than state, with the state its result's
+// payload tells when the scan read exactly one. The call is read whole
+// before it is listed.
+func (sc *logScan) queuedCandidate(ctx context.Context, seq uint64, callID string, data []byte, results [][]byte) *logCandidate {
+	f := sc.f
+	// A call whose only result holds none of the states asked for is not
+	// listed: its queued event is not decoded.
+	if len(results) == 1 && !f.mayHaveState(results[0]) {
+		return nil
+	}
+	for _, v := range [...]string{f.Namespace, f.Agent, f.Turn, f.method} {
+		if v != "" && !bytes.Contains(data, []byte(v)) {
+			return nil
+		}
+	}
+	var q queuedPeek
+	if err := messages.Msgpack.Unmarshal(data, &q); err != nil || q.Request == nil {
+		return nil
+	}
+	call := q.Request
+	if messages.ValidateNamespace(call.Namespace) != nil || !f.admits(ctx, call.Namespace, call.Method, call.Agent, call.Turn) {
+		return nil
+	}
+	c := &logCandidate{seq: seq, callID: callID, ns: call.Namespace, turn: call.Turn}
+	// A second result can only be another namespace's forgery: the state
+	// is then left to the read by subject.
+	if len(results) != 1 || len(f.States) == 0 {
+		return c
+	}
+	var res resultPeek
+	if messages.Msgpack.Unmarshal(results[0], &res) == nil && res.Result != nil {
+		c.state = res.Result.Status
+	}
+	return c
+}
+
+// listsAll reports whether the request lists every call of the log.
+func (f *logFilter) listsAll() bool {
+	return f.Namespace == "" && f.Agent == "" && f.Turn == "" && f.tool == "" && len(f.States) == 0 && !f.ownAgents
+}
+
+// admits reports whether a call of namespace ns passes the filters other
+// than state.
+func (f *logFilter) admits(ctx context.Context, ns, method, agent, turn string) bool {
+	switch {
+	case f.Namespace != "" && ns != f.Namespace,
+		f.Agent != "" && agent != f.Agent,
+		f.Turn != "" && turn != f.Turn,
+		f.tool != "" && (messages.ToolName{Namespace: ns, Method: method}).String() != f.tool,
+		f.ownAgents && !mayReadQuietly(ctx, agent):
+		return false
+	}
+	return true
+}
+
+// peekEvent returns the call ID and kind a stored event's payload starts
+// with: a MessagePack map whose first two keys are call_id and kind (the
+// order of CallEvent's fields), read without decoding the rest.
+func peekEvent(data []byte) (callID []byte, kind messages.EventKind, ok bool) {
+	rest, ok := msgpackMapHeader(data)
+	if !ok {
+		return nil, "", false
+	}
+	var key, value []byte
+	for _, want := range [...]string{"call_id", "kind"} {
+		if key, rest, ok = msgpackStr(rest); !ok || string(key) != want {
+			return nil, "", false
+		}
+		if value, rest, ok = msgpackStr(rest); !ok {
+			return nil, "", false
+		}
+		if want == "call_id" {
+			callID = value
+		}
+	}
+	return callID, messages.EventKind(value), true
+}
+
+// msgpackMapHeader returns what follows a MessagePack map's header.
+func msgpackMapHeader(b []byte) ([]byte, bool) {
+	switch {
+	case len(b) > 0 && b[0]&0xf0 == 0x80:
+		return b[1:], true
+	case len(b) >= 3 && b[0] == 0xde:
+		return b[3:], true
+	case len(b) >= 5 && b[0] == 0xdf:
+		return b[5:], true
+	}
+	return nil, false
+}
+
+// msgpackStr reads a MessagePack string, returning it and what follows.
+func msgpackStr(b []byte) (str, rest []byte, ok bool) {
+	if len(b) == 0 {
+		return nil, nil, false
+	}
+	var n, head int
+	switch {
+	case b[0]&0xe0 == 0xa0:
+		n, head = int(b[0]&0x1f), 1
+	case b[0] == 0xd9 && len(b) >= 2:
+		n, head = int(b[1]), 2
+	case b[0] == 0xda && len(b) >= 3:
+		n, head = int(b[1])<<8|int(b[2]), 3
+	case b[0] == 0xdb && len(b) >= 5:
+		n, head = int(b[1])<<24|int(b[2])<<16|int(b[3])<<8|int(b[4]), 5
+	default:
+		return nil, nil, false
+	}
+	if n < 0 || len(b)-head < n {
+		return nil, nil, false
+	}
+	return b[head : head+n], b[head+n:], true
+}
+
+// windowWithSubjects reads the events of sequences [lo, hi) with their
+// headers and returns the calls whose queued events among them pass the
+// filters other than state, newest first.
+func (sc *logScan) windowWithSubjects(ctx context.Context, lo, hi uint64) ([]*logCandidate, error) {
 	type stored struct {
 		seq uint64
 		msg *nats.Msg
@@ -279,6 +523,7 @@ func (sc *logScan) window(ctx context.Context, lo, hi uint64) ([]*logCandidate, 
 		case messages.EventQueued:
 			seen := sc.pending[callID]
 			delete(sc.pending, callID)
+			delete(sc.results, callID)
 			if c := sc.candidate(ctx, seq, callID, ns, msg, seen); c != nil {
 				out = append(out, c)
 			}
@@ -307,14 +552,10 @@ func (sc *logScan) candidate(ctx context.Context, seq uint64, callID, ns string,
 		return nil
 	}
 	call := queued.Request
-	switch {
-	case f.Agent != "" && call.Agent != f.Agent,
-		f.Turn != "" && call.Turn != f.Turn,
-		f.tool != "" && call.ToolName().String() != f.tool,
-		f.ownAgents && !mayReadQuietly(ctx, call.Agent):
+	if !f.admits(ctx, ns, call.Method, call.Agent, call.Turn) {
 		return nil
 	}
-	c := &logCandidate{seq: seq, callID: callID, ns: ns, queued: &queued}
+	c := &logCandidate{seq: seq, callID: callID, ns: ns, turn: call.Turn, queued: &queued, verified: true}
 	// seen is newest first: the first result written is the last one.
 	for i := len(seen) - 1; i >= 0 && c.state == ""; i-- {
 		e := seen[i]
@@ -365,43 +606,61 @@ func decodeEvent(msg *nats.Msg) *messages.CallEvent {
 	return &ev
 }
 
-// keepByState keeps the candidates in one of the request's states; those
-// without a result the scan read are read whole first.
-func (l *callLog) keepByState(ctx context.Context, r *messages.CallsListRequest, cands []*logCandidate) ([]*logCandidate, error) {
-	if err := l.complete(ctx, cands); err != nil {
+// keepByState keeps the candidates that may be in one of the request's
+// states; those whose state the scan did not tell are read whole first.
+// A state the scan read in a payload alone is checked again once the
+// call is read whole (complete).
+func (l *callLog) keepByState(ctx context.Context, f *logFilter, cands []*logCandidate) ([]*logCandidate, error) {
+	var unknown []*logCandidate
+	for _, c := range cands {
+		if c.state == "" {
+			unknown = append(unknown, c)
+		}
+	}
+	if err := l.complete(ctx, f, unknown); err != nil {
 		return nil, err
 	}
 	kept := cands[:0]
 	for _, c := range cands {
-		if c.state != "" && r.Matches(c.state) {
+		if !c.dropped && c.state != "" && f.Matches(c.state) {
 			kept = append(kept, c)
 		}
 	}
 	return kept, nil
 }
 
-// complete reads the latest events of the candidates whose state the
-// scan did not tell, in one batched read per 140 calls.
-func (l *callLog) complete(ctx context.Context, cands []*logCandidate) error {
-	var ids []string
-	for _, c := range cands {
-		if c.state == "" {
-			ids = append(ids, c.callID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	snaps, err := l.snapshots(ctx, ids)
+// complete reads whole, in one batched read per 140 calls, the
+// candidates found in payloads and those whose state the scan did not
+// tell, and marks dropped those that are not the calls the scan found or
+// that the filters refuse.
+func (l *callLog) complete(ctx context.Context, f *logFilter, cands []*logCandidate) error {
+	snaps, err := l.readCalls(ctx, cands)
 	if err != nil {
 		return err
 	}
 	for _, c := range cands {
-		s := snaps[c.callID]
-		if c.state != "" || s == nil || !s.Exists() || s.Namespace != c.ns {
+		if c.dropped || c.verified && c.state != "" {
 			continue
 		}
-		c.state = s.State()
+		s := snaps[c.callID]
+		if !c.verified {
+			// The payload's call must be the one stored by subject at the
+			// scanned sequence, and pass the filters as stored.
+			var call *messages.CallRequest
+			if s != nil && s.Queued != nil {
+				call = s.Queued.Request
+			}
+			if call == nil || s.Queued.Seq != c.seq || s.Namespace != c.ns ||
+				!f.admits(ctx, s.Namespace, call.Method, call.Agent, call.Turn) {
+				c.dropped = true
+				continue
+			}
+			c.queued, c.verified, c.state, c.started, c.result = &s.Queued.CallEvent, true, s.State(), nil, nil
+		} else if s == nil || !s.Exists() || s.Namespace != c.ns {
+			continue
+		} else {
+			c.state = s.State()
+		}
 		if s.Started != nil {
 			c.started = &s.Started.CallEvent
 		}
@@ -410,6 +669,103 @@ func (l *callLog) complete(ctx context.Context, cands []*logCandidate) error {
 		}
 	}
 	return nil
+}
+
+// callsListReadCalls is the most calls one batched read of complete
+// asks for: each has at most 7 subjects (queued, started, progress, log,
+// cancel, approval, result), under the server's 1,024 messages a
+// multi-last get may answer.
+const callsListReadCalls = 140
+
+// readCalls reads whole the candidates complete needs: the latest event
+// of each of the call's subjects under its turn's bucket and its
+// namespace, with batched multi-last gets whose filters name both (the
+// server finds them without walking the other buckets' subjects). A call
+// the replica that answered does not have is read as calls.get reads it.
+func (l *callLog) readCalls(ctx context.Context, cands []*logCandidate) (map[string]*ledger.Snapshot, error) {
+	var want []*logCandidate
+	for _, c := range cands {
+		if !c.dropped && (!c.verified || c.state == "") {
+			want = append(want, c)
+		}
+	}
+	snaps := make(map[string]*ledger.Snapshot, len(want))
+	for start := 0; start < len(want); start += callsListReadCalls {
+		batch := want[start:min(start+callsListReadCalls, len(want))]
+		filters := make([]string, 0, 2*len(batch))
+		for _, c := range batch {
+			bucket := messages.TurnBucket(c.turn)
+			queued, err := l.names.QueuedSubject(c.callID, c.turn, c.ns)
+			if err != nil {
+				c.dropped = true
+				continue
+			}
+			others, err := l.names.CallNamespaceEventsFilter(bucket, c.callID, c.ns)
+			if err != nil {
+				c.dropped = true
+				continue
+			}
+			filters = append(filters, queued, others)
+			snaps[c.callID] = &ledger.Snapshot{CallID: c.callID, Namespace: c.ns, Bucket: bucket}
+		}
+		if len(filters) == 0 {
+			continue
+		}
+		err := l.retry(ctx, func(ctx context.Context) error {
+			return l.events.GetBatch(ctx, transport.BatchRequest{MultiLast: filters}, func(seq uint64, msg *nats.Msg) bool {
+				callID, kind, ns, ok := l.names.ParseEventSubject(msg.Subject)
+				s := snaps[callID]
+				if !ok || s == nil || ns != s.Namespace || l.names.EventBucket(msg.Subject) != s.Bucket {
+					return true
+				}
+				ev := &ledger.Event{Seq: seq, Namespace: ns, Bucket: s.Bucket}
+				if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
+					return true
+				}
+				ev.Kind = kind // the subject's, not the payload's
+				addToSnapshot(s, ev)
+				return true
+			})
+		})
+		if err != nil {
+			return nil, unavailable(err, "read the calls of the execution log")
+		}
+	}
+	var missing []string
+	for id, s := range snaps {
+		if !s.Exists() {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		read, err := l.snapshots(ctx, missing)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(snaps, read)
+	}
+	return snaps, nil
+}
+
+// addToSnapshot puts a call's event read by subject in its snapshot.
+func addToSnapshot(s *ledger.Snapshot, ev *ledger.Event) {
+	switch ev.Kind {
+	case messages.EventQueued:
+		s.Queued = ev
+	case messages.EventStarted:
+		s.Started = ev
+	case messages.EventProgress:
+		s.Progress = ev
+	case messages.EventLog:
+		s.Log = ev
+	case messages.EventCancel:
+		s.Cancel = ev
+	case messages.EventApproval:
+		s.Approval = ev
+	case messages.EventResult:
+		s.Result = ev
+	}
+	s.LastSeq = max(s.LastSeq, ev.Seq)
 }
 
 // entry is a call's line of the log.

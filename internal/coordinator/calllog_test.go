@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,6 +168,159 @@ func TestCallsListCursor(t *testing.T) {
 	for _, bad := range []string{"", "v1.", "v1.0", "v2.10", "v1.-3", "v1.zzzzzzzzzzzzzzzzzzzz", "10"} {
 		if _, err := parseCallsListCursor(bad); messages.CodeOf(err) != messages.CodeBadRequest {
 			t.Errorf("cursor %q: err = %v, want bad_request", bad, err)
+		}
+	}
+}
+
+// storeCalls writes n finished calls, call00 the oldest, the namespace
+// of each given by nsOf, and returns their IDs newest first.
+func storeCalls(ctx context.Context, t *testing.T, l *ledger.Ledger, n int, nsOf func(i int) string) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("call%02d", i)
+		storeCall(ctx, t, l, id, nsOf(i), messages.StateCompleted)
+		ids = append([]string{id}, ids...)
+	}
+	return ids
+}
+
+// listAll pages through req's calls and returns their IDs.
+func listAll(ctx context.Context, t *testing.T, log *callLog, req messages.CallsListRequest) []string {
+	t.Helper()
+	var got []string
+	for range 100 {
+		reply, err := log.list(ctx, &req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range reply.Calls {
+			got = append(got, e.CallID)
+			if e.State != messages.StateCompleted || e.Worker != "w1" || e.Attempts != 1 || e.Tool != e.Namespace+"-say" {
+				t.Errorf("entry %+v", e)
+			}
+		}
+		if reply.NextCursor == "" {
+			return got
+		}
+		req.Cursor = reply.NextCursor
+	}
+	t.Fatal("no end after 100 pages")
+	return nil
+}
+
+// TestCallsListPayloadWindows: calls a filter finds past the first
+// window, which the scan reads as payloads, are listed as read whole,
+// newest first, each once.
+func TestCallsListPayloadWindows(t *testing.T) {
+	log, l := callLogOn(t, CallsListScanBudget)
+	ctx := context.Background()
+	// The first window of a page of 2 is 76 events (25 calls): the three
+	// beta calls are below it.
+	storeCalls(ctx, t, l, 60, func(i int) string {
+		if i < 3 {
+			return "beta"
+		}
+		return "alpha"
+	})
+	got := listAll(ctx, t, log, messages.CallsListRequest{Namespace: "beta", Limit: 2})
+	if want := []string{"call02", "call01", "call00"}; !slices.Equal(got, want) {
+		t.Fatalf("beta's calls: got %v, want %v", got, want)
+	}
+	got = listAll(ctx, t, log, messages.CallsListRequest{Tool: "beta-say", States: []messages.CallState{messages.StateCompleted}, Limit: 2})
+	if want := []string{"call02", "call01", "call00"}; !slices.Equal(got, want) {
+		t.Fatalf("beta-say's completed calls: got %v, want %v", got, want)
+	}
+}
+
+// TestCallsListPayloadForgeries: a payload another namespace stored under
+// a subject of its own, shaped as a queued event, lists no call: neither
+// a call that does not exist nor a second line of one that does.
+func TestCallsListPayloadForgeries(t *testing.T) {
+	log, l := callLogOn(t, CallsListScanBudget)
+	ctx := context.Background()
+	storeCalls(ctx, t, l, 3, func(int) string { return "beta" })
+	for _, id := range []string{"ghost", "call01"} {
+		now := time.Now().UTC()
+		msg, err := l.EventMsg(messages.TurnBucket(""), "beta", &messages.CallEvent{CallID: id, Kind: messages.EventQueued, Time: now,
+			Request: &messages.CallRequest{CallID: id, Tool: "beta-say", Namespace: "beta", Method: "say", QueuedAt: now}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg.Subject, err = log.names.EventSubject(messages.TurnBucket(""), id, messages.EventResult, "mallory"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := log.js.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 30 {
+		storeCall(ctx, t, l, fmt.Sprintf("later%02d", i), "alpha", messages.StateCompleted)
+	}
+	got := listAll(ctx, t, log, messages.CallsListRequest{Namespace: "beta", Limit: 2})
+	if want := []string{"call02", "call01", "call00"}; !slices.Equal(got, want) {
+		t.Fatalf("beta's calls: got %v, want %v", got, want)
+	}
+}
+
+// TestCallsListWindowWithGap: a window with a deleted message, whose
+// payloads' sequences do not follow from their count, is read with its
+// subjects instead.
+func TestCallsListWindowWithGap(t *testing.T) {
+	log, l := callLogOn(t, CallsListScanBudget)
+	ctx := context.Background()
+	storeCalls(ctx, t, l, 60, func(i int) string {
+		if i < 3 {
+			return "beta"
+		}
+		return "alpha"
+	})
+	// The events stream refuses deletes; this test's copy allows them.
+	s, err := log.js.Stream(ctx, log.names.EventsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.DenyDelete = false
+	if _, err := log.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// The started event of call10, in the second window.
+	if err := s.DeleteMsg(ctx, 3*10+2); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := (&logScan{l: log}).readPayloads(ctx, 20, 40); ok || err != nil {
+		t.Fatalf("payloads of a window with a gap: ok %v, err %v", ok, err)
+	}
+	got := listAll(ctx, t, log, messages.CallsListRequest{Namespace: "beta", Limit: 2})
+	if want := []string{"call02", "call01", "call00"}; !slices.Equal(got, want) {
+		t.Fatalf("beta's calls: got %v, want %v", got, want)
+	}
+}
+
+// TestPeekEvent: the call ID and kind are read from the start of each
+// kind of stored event as the ledger encodes it.
+func TestPeekEvent(t *testing.T) {
+	l := ledger.New(nil, nil, messages.MustNames(""))
+	now := time.Now().UTC()
+	for _, ev := range []*messages.CallEvent{
+		{CallID: "c1", Kind: messages.EventQueued, Time: now, Request: &messages.CallRequest{CallID: "c1", Tool: "ns-t", Namespace: "ns", Method: "t", QueuedAt: now}},
+		{CallID: "c2", Kind: messages.EventStarted, Time: now, Attempt: 1, Worker: "w"},
+		{CallID: "c3", Kind: messages.EventResult, Time: now, Result: &messages.CallResult{CallID: "c3", Status: messages.StateFailed}},
+		{CallID: strings.Repeat("x", 40), Kind: messages.EventLog, Time: now, Log: &messages.LogEntry{Level: "info", Message: "m"}},
+	} {
+		msg, err := l.EventMsg(messages.TurnBucket(""), "ns", ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, kind, ok := peekEvent(msg.Data)
+		if !ok || string(id) != ev.CallID || kind != ev.Kind {
+			t.Errorf("%s event of %s: peeked %q, %q, %v", ev.Kind, ev.CallID, id, kind, ok)
+		}
+	}
+	for _, bad := range [][]byte{nil, {0x7b}, {0x82, 0xa4, 'k', 'i', 'n', 'd'}, {0x82, 0xa7, 'c', 'a', 'l', 'l', '_', 'i', 'd', 0xa5, 'x'}} {
+		if _, _, ok := peekEvent(bad); ok {
+			t.Errorf("peeked an event in %x", bad)
 		}
 	}
 }

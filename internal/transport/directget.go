@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -233,3 +234,113 @@ func (s *Stream) replies(req BatchRequest) (reply string, next func(context.Cont
 	}
 	return reply, next, done, nil
 }
+
+// PayloadBatch is the end of a batched read of payloads: Last is the
+// sequence of the last message the server sent, and Count how many it
+// sent. When Count is Last-Seq+1, the messages were the consecutive
+// sequences from the request's Seq.
+type PayloadBatch struct {
+	Last  uint64
+	Count int
+}
+
+// GetPayloads is GetBatch without headers: the server sends each
+// message's payload alone (no_hdr), neither its stored headers nor its
+// subject, sequence and time, which spares re-encoding headers for each
+// message and decoding them in the reader. each gets the payloads in
+// stream order; the batch's end tells the last sequence sent. Use it
+// for requests without NextBySubject or MultiLast (it refuses them),
+// where the sequence of each payload follows from the count when the
+// batch holds no gap (Count == Last-Seq+1). Errors, bounds and retries
+// are GetBatch's.
+func (s *Stream) GetPayloads(ctx context.Context, req BatchRequest, each func(data []byte) bool) (PayloadBatch, error) {
+	if req.NextBySubject != "" || len(req.MultiLast) > 0 || req.Batch <= 0 {
+		return PayloadBatch{}, errors.New("a batched read of payloads needs Batch and takes no subject filter")
+	}
+	ctx, cancel := withDefaultDeadline(ctx, DefaultReadTimeout)
+	defer cancel()
+	body, err := json.Marshal(payloadRequest{BatchRequest: req, NoHeaders: true})
+	if err != nil {
+		return PayloadBatch{}, err
+	}
+	var end PayloadBatch
+	delivered := false
+	policy := s.policy
+	retryable := policy.Retryable
+	if retryable == nil {
+		retryable = Transient
+	}
+	policy.Retryable = func(err error) bool { return !delivered && retryable(err) }
+	firstReply := policy.Attempt
+	policy.Attempt = 0
+	err = Retry(ctx, policy, func(ctx context.Context) error {
+		end = PayloadBatch{}
+		return s.getPayloads(ctx, firstReply, req, body, &end, func(data []byte) bool {
+			delivered = true
+			return each(data)
+		})
+	})
+	if err != nil {
+		return PayloadBatch{}, fmt.Errorf("read a batch of %s: %w", s.name, err)
+	}
+	return end, nil
+}
+
+// payloadRequest is a batched direct get whose messages come without
+// headers.
+type payloadRequest struct {
+	BatchRequest
+	NoHeaders bool `json:"no_hdr"`
+}
+
+func (s *Stream) getPayloads(ctx context.Context, firstReply time.Duration, req BatchRequest, body []byte, end *PayloadBatch, each func(data []byte) bool) error {
+	reply, next, done, err := s.replies(req)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := s.nc.PublishRequest(s.api, reply, body); err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		var msg *nats.Msg
+		if first && firstReply > 0 {
+			fctx, cancel := context.WithTimeout(ctx, firstReply)
+			msg, err = next(fctx)
+			cancel()
+		} else {
+			msg, err = next(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		// A payload comes without headers; the server's statuses, the
+		// batch's end among them, come with headers and no payload.
+		if len(msg.Header) > 0 && len(msg.Data) == 0 {
+			_, last, err := stored(msg)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				return nil
+			case err != nil:
+				return err
+			case !last:
+				return fmt.Errorf("direct-get reply with headers in a batch of payloads")
+			}
+			end.Last, err = strconv.ParseUint(msg.Header.Get(lastSequenceHeader), 10, 64)
+			if err != nil && end.Count > 0 {
+				return fmt.Errorf("end of a batch of payloads without its last sequence")
+			}
+			return nil
+		}
+		end.Count++
+		if !each(msg.Data) {
+			// The batch's end, which tells its last sequence, is not read.
+			end.Last = 0
+			return nil
+		}
+	}
+}
+
+// lastSequenceHeader is the header of a batch's end that holds the
+// sequence of its last message.
+const lastSequenceHeader = "Nats-Last-Sequence"
