@@ -70,7 +70,7 @@ func recordAudit(t *testing.T, a *auditor, from, n int) {
 
 // listAll follows the cursors from the first page to the last, and
 // returns the call IDs of the records in the order they came.
-func listAll(t *testing.T, l *auditLog, r messages.AuditListRequest) (ids []string, pages int) {
+func listAllAudit(t *testing.T, l *auditLog, r messages.AuditListRequest) (ids []string, pages int) {
 	t.Helper()
 	for {
 		reply, err := l.list(context.Background(), &r)
@@ -108,16 +108,16 @@ func TestAuditListPagesNewestFirst(t *testing.T) {
 		t.Fatalf("an empty audit log: %+v %v", reply, err)
 	}
 	recordAudit(t, a, 0, 30)
-	ids, pages := listAll(t, l, messages.AuditListRequest{Limit: 7})
+	ids, pages := listAllAudit(t, l, messages.AuditListRequest{Limit: 7})
 	if want := wantCalls(func(int) bool { return true }, 30); !slices.Equal(ids, want) || pages != 5 {
 		t.Fatalf("pages of 7: %v in %d pages, want %v in 5", ids, pages, want)
 	}
-	ids, _ = listAll(t, l, messages.AuditListRequest{Decision: messages.AuditDenied, Agent: "agent-a", Limit: 2})
+	ids, _ = listAllAudit(t, l, messages.AuditListRequest{Decision: messages.AuditDenied, Agent: "agent-a", Limit: 2})
 	if want := wantCalls(func(i int) bool { return i%4 == 0 && i%2 == 0 }, 30); !slices.Equal(ids, want) {
 		t.Errorf("denials of agent-a: %v, want %v", ids, want)
 	}
 	// Any spelling of the tool's name.
-	ids, _ = listAll(t, l, messages.AuditListRequest{Tool: "demo:count"})
+	ids, _ = listAllAudit(t, l, messages.AuditListRequest{Tool: "demo:count"})
 	if want := wantCalls(func(i int) bool { return i%3 == 0 }, 30); !slices.Equal(ids, want) {
 		t.Errorf("records of demo-count: %v, want %v", ids, want)
 	}
@@ -139,7 +139,7 @@ func TestAuditListBudget(t *testing.T) {
 	if err != nil || len(reply.Records) > 5 || reply.NextCursor == "" {
 		t.Fatalf("first page with a budget of 5: %+v %v, want at most 5 records and a cursor", reply, err)
 	}
-	ids, pages := listAll(t, l, messages.AuditListRequest{Decision: messages.AuditDenied})
+	ids, pages := listAllAudit(t, l, messages.AuditListRequest{Decision: messages.AuditDenied})
 	if want := wantCalls(func(i int) bool { return i%4 == 0 }, 30); !slices.Equal(ids, want) || pages != 6 {
 		t.Errorf("denials with a budget of 5: %v in %d pages, want %v in 6", ids, pages, want)
 	}
@@ -152,15 +152,15 @@ func TestAuditListTimeRange(t *testing.T) {
 	recordAudit(t, a, 0, 10)
 	between := time.Now()
 	recordAudit(t, a, 10, 10)
-	ids, _ := listAll(t, l, messages.AuditListRequest{Since: between})
+	ids, _ := listAllAudit(t, l, messages.AuditListRequest{Since: between})
 	if want := wantCalls(func(i int) bool { return i >= 10 }, 20); !slices.Equal(ids, want) {
 		t.Errorf("since: %v, want %v", ids, want)
 	}
-	ids, _ = listAll(t, l, messages.AuditListRequest{Until: between, Limit: 3})
+	ids, _ = listAllAudit(t, l, messages.AuditListRequest{Until: between, Limit: 3})
 	if want := wantCalls(func(i int) bool { return i < 10 }, 20); !slices.Equal(ids, want) {
 		t.Errorf("until: %v, want %v", ids, want)
 	}
-	ids, _ = listAll(t, l, messages.AuditListRequest{Since: between.Add(time.Hour)})
+	ids, _ = listAllAudit(t, l, messages.AuditListRequest{Since: between.Add(time.Hour)})
 	if len(ids) != 0 {
 		t.Errorf("since an hour ahead: %v, want none", ids)
 	}
