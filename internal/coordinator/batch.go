@@ -643,7 +643,8 @@ func (c *Coordinator) submitBatchCalls(ctx context.Context, br *messages.SubmitB
 	}
 	// Claimed once for the batch, the turn's owner is remembered, and each
 	// call's own claim reads nothing: the calls do not race to create the
-	// turn. The claim goes on while the calls are read.
+	// turn. The claim goes on while the calls are read and checked; each
+	// call waits for it before anything of the call is decided or written.
 	claimed := make(chan struct{})
 	go func() {
 		defer close(claimed)
@@ -674,7 +675,15 @@ func (c *Coordinator) submitBatchCalls(ctx context.Context, br *messages.SubmitB
 			return nil, err
 		}
 	}
-	<-claimed
+	// The claim's reads and writes end with ctx.
+	claimTurn := func(ctx context.Context) error {
+		<-claimed
+		if ts := c.submitter.turns; ts != nil {
+			return ts.claimForCall(ctx, br.Turn, br.Agent)
+		}
+		return nil
+	}
+	defer func() { <-claimed }()
 	errs := make([]error, len(calls))
 	var wg sync.WaitGroup
 	for i, sr := range submits {
@@ -687,7 +696,7 @@ func (c *Coordinator) submitBatchCalls(ctx context.Context, br *messages.SubmitB
 		}
 		wg.Add(1)
 		go func() {
-			reply, pending, err := c.submitter.run(ctx, sr, headers, answer)
+			reply, pending, err := c.submitter.runClaimed(ctx, sr, headers, answer, claimTurn)
 			if !pending {
 				answer(reply, err)
 			}
