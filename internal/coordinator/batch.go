@@ -538,14 +538,14 @@ func (c *Coordinator) awaitCopies(ctx context.Context, submits []*messages.Submi
 		cctx, stop := context.WithCancel(ctx)
 		w.stops[id] = stop
 		w.wg.Add(1)
-		go func() {
+		c.handlers.Go(func() {
 			defer w.wg.Done()
 			if res, err := c.ledger.WaitOn(cctx, messages.TurnBucket(sr.Turn), name.Namespace, id, copies); err == nil {
 				w.mu.Lock()
 				w.got[id] = res
 				w.mu.Unlock()
 			}
-		}()
+		})
 	}
 	return w, nil
 }
@@ -643,12 +643,13 @@ func (c *Coordinator) submitBatchCalls(ctx context.Context, br *messages.SubmitB
 	}
 	// Claimed once for the batch, the turn's owner is remembered, and each
 	// call's own claim reads nothing: the calls do not race to create the
-	// turn. The claim goes on while the calls are read.
+	// turn. The claim goes on while the calls are read and checked; each
+	// call waits for it before anything of the call is decided or written.
 	claimed := make(chan struct{})
-	go func() {
+	c.handlers.Go(func() {
 		defer close(claimed)
 		c.claimBatchTurn(ctx, br.Turn, br.Agent)
-	}()
+	})
 	out := &messages.SubmitBatchReply{Calls: make([]messages.BatchCall, len(calls))}
 	submits := make([]*messages.SubmitRequest, len(calls))
 	for i := range calls {
@@ -674,7 +675,15 @@ func (c *Coordinator) submitBatchCalls(ctx context.Context, br *messages.SubmitB
 			return nil, err
 		}
 	}
-	<-claimed
+	// The claim's reads and writes end with ctx.
+	claimTurn := func(ctx context.Context) error {
+		<-claimed
+		if ts := c.submitter.turns; ts != nil {
+			return ts.claimForCall(ctx, br.Turn, br.Agent)
+		}
+		return nil
+	}
+	defer func() { <-claimed }()
 	errs := make([]error, len(calls))
 	var wg sync.WaitGroup
 	for i, sr := range submits {
@@ -686,12 +695,15 @@ func (c *Coordinator) submitBatchCalls(ctx context.Context, br *messages.SubmitB
 			wg.Done()
 		}
 		wg.Add(1)
-		go func() {
-			reply, pending, err := c.submitter.run(ctx, sr, headers, answer)
+		// On a goroutine of the handlers, as a single submit runs: its
+		// stack has grown already, where a new goroutine's would grow by
+		// copying on every call (see reuse).
+		c.handlers.Go(func() {
+			reply, pending, err := c.submitter.runClaimed(ctx, sr, headers, answer, claimTurn)
 			if !pending {
 				answer(reply, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -890,14 +902,14 @@ func (c *Coordinator) awaitResults(ctx context.Context, snaps map[string]*ledger
 		defer stop()
 		stops[id] = stop
 		wg.Add(1)
-		go func() {
+		c.handlers.Go(func() {
 			defer wg.Done()
 			if res, err := q.reads.WaitForWrite(wctx, bucket, ns, id, writes); err == nil {
 				mu.Lock()
 				got[id] = res
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	done := make(chan struct{})
 	go func() {

@@ -76,6 +76,14 @@ type grants interface {
 // that must wait for an approval is held without a queued write of its
 // own, so for it the call ID is read first.
 func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string, then func(*messages.SubmitReply, error)) (_ *messages.SubmitReply, pending bool, err error) {
+	return p.runClaimed(ctx, sr, headers, then, nil)
+}
+
+// runClaimed is run; claimTurn, when set, claims the call's turn in place
+// of the call's own claim, once the call is checked and before anything
+// of it is decided or written (a batch claims its turn while its calls
+// are checked).
+func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string, then func(*messages.SubmitReply, error), claimTurn func(context.Context) error) (_ *messages.SubmitReply, pending bool, err error) {
 	ctx, span := p.tracer.Start(tracing.Extract(ctx, headers), "toolbus.submit", trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("toolbus.tool", sr.Tool), attribute.String("toolbus.agent", sr.Agent), attribute.String("gen_ai.tool.name", sr.Tool))
@@ -91,7 +99,7 @@ func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, he
 	if err != nil {
 		return nil, false, err
 	}
-	if p.turns != nil {
+	if p.turns != nil && claimTurn == nil {
 		if err := p.turns.claimForCall(ctx, sr.Turn, sr.Agent); err != nil {
 			return nil, false, err
 		}
@@ -103,6 +111,11 @@ func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, he
 	args, digest, err := checkArguments(p.schemas, tool, sr.Arguments)
 	if err != nil {
 		return nil, false, err
+	}
+	if claimTurn != nil {
+		if err := claimTurn(ctx); err != nil {
+			return nil, false, err
+		}
 	}
 	call := newCall(sr, name, tool, args, digest, time.Now().UTC(), p.limits.defaultTimeout)
 	v, err := p.authorize(ctx, call, tool, admission)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -79,7 +80,7 @@ func (l *Ledger) TurnCalls(ctx context.Context, turn string, from uint64, max in
 	if err != nil {
 		return nil, err
 	}
-	if last, err := l.LastSeq(ctx); err == nil && last >= from && last-from >= turnScanLimit {
+	if last, err := l.leaderLastSeq(ctx); err == nil && last >= from && last-from >= turnScanLimit {
 		if ids, ok := l.turnCallsByLast(ctx, filter, from, max); ok {
 			return ids, nil
 		}
@@ -145,11 +146,33 @@ func (l *Ledger) turnCallsScan(ctx context.Context, turn, filter string, from ui
 	return ids, nil
 }
 
+// ackedSeqFresh is how long an acknowledged sequence stands for the events
+// stream's last in LastSeq: the events written since, by this coordinator
+// or any other, are what a turn's listing may scan in vain.
+const ackedSeqFresh = 250 * time.Millisecond
+
 // turnCallsBatch is how many queued events one read of a turn's calls asks for.
 const turnCallsBatch = 1000
 
-// LastSeq returns the events stream's last sequence, as its leader knows it.
+// LastSeq returns a sequence of the events stream no later than its last:
+// the one at which the stream last acknowledged one of this ledger's writes,
+// when that answer came within ackedSeqFresh, or else the last sequence as
+// the stream's leader knows it, read from the stream's info. Either is a
+// lower bound of every sequence written after LastSeq returns, which is
+// what a new turn records (the first sequence its calls may have); the
+// acknowledged one spares a busy coordinator a request whose answer (the
+// stream's whole configuration and state, in JSON) costs the server more
+// than a write.
 func (l *Ledger) LastSeq(ctx context.Context) (uint64, error) {
+	if at := l.ackedAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < ackedSeqFresh {
+		return l.ackedSeq.Load(), nil
+	}
+	return l.leaderLastSeq(ctx)
+}
+
+// leaderLastSeq returns the events stream's last sequence, as its leader
+// knows it.
+func (l *Ledger) leaderLastSeq(ctx context.Context) (uint64, error) {
 	s, err := l.js.Stream(ctx, l.names.EventsStream())
 	if err != nil {
 		return 0, fmt.Errorf("read the events stream's state: %w", err)

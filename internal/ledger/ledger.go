@@ -24,6 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -50,6 +52,13 @@ type Ledger struct {
 	// eventsOwnReply reads batches each on a reply subscription of its
 	// own: for occasional reads that should not start the inbox.
 	eventsOwnReply *transport.Stream
+	// eventsPrefix starts the subjects of the events stream.
+	eventsPrefix string
+	// ackedSeq is the sequence at which the events stream last
+	// acknowledged one of this ledger's writes, and ackedAt (Unix
+	// nanoseconds) when that answer came: LastSeq's answer while recent.
+	ackedSeq atomic.Uint64
+	ackedAt  atomic.Int64
 }
 
 // New returns a ledger on the connection.
@@ -60,6 +69,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, names messages.Names) *Ledger {
 		pub:            transport.NewPublisher(nc, inbox),
 		events:         transport.NewStream(nc, inbox, names.EventsStream()),
 		eventsOwnReply: transport.NewStream(nc, nil, names.EventsStream()),
+		eventsPrefix:   strings.TrimSuffix(names.EventsSubjects(), ">"),
 	}
 }
 
@@ -136,8 +146,24 @@ func (l *Ledger) Hold(ctx context.Context, call *messages.CallRequest) (uint64, 
 // store publishes msg and waits until the stream has it, sending it again
 // after a failure that stored nothing (see transport.WritePolicy).
 func (l *Ledger) store(ctx context.Context, msg *nats.Msg) (uint64, error) {
-	seq, _, err := l.pub.PublishRetrying(ctx, transport.WritePolicy, msg)
+	seq, duplicate, err := l.pub.PublishRetrying(ctx, transport.WritePolicy, msg)
+	if err == nil && !duplicate {
+		l.acked(msg.Subject, seq)
+	}
 	return seq, err
+}
+
+// acked notes that the stream acknowledged a write to subject at seq (see
+// LastSeq); a duplicate's answer, an earlier write's sequence, is not
+// noted. The latest answer is kept, not the highest sequence: answers to
+// writes in flight together come in any order, and each is a sequence the
+// stream has reached; a stream made anew starts its sequences again.
+func (l *Ledger) acked(subject string, seq uint64) {
+	if seq == 0 || !strings.HasPrefix(subject, l.eventsPrefix) {
+		return
+	}
+	l.ackedSeq.Store(seq)
+	l.ackedAt.Store(time.Now().UnixNano())
 }
 
 // AppendAsync stores an event without waiting for the stream's

@@ -19,13 +19,23 @@ func NewInbox(nc *nats.Conn) *Inbox { return transport.NewInbox(nc) }
 // stream acknowledges it, on the ledger's inbox goroutine: then must not
 // block. See transport.Publisher.PublishThen for the errors.
 func (l *Ledger) PublishThen(msg *nats.Msg, timeout time.Duration, then func(seq uint64, duplicate bool, err error)) error {
-	return l.pub.PublishThen(msg, timeout, then)
+	subject := msg.Subject
+	return l.pub.PublishThen(msg, timeout, func(seq uint64, duplicate bool, err error) {
+		if err == nil && !duplicate {
+			l.acked(subject, seq)
+		}
+		then(seq, duplicate, err)
+	})
 }
 
 // PublishWait stores msg and returns its sequence and whether JetStream
 // had it already. See transport.Publisher.PublishWait.
 func (l *Ledger) PublishWait(ctx context.Context, msg *nats.Msg) (seq uint64, duplicate bool, err error) {
-	return l.pub.PublishWait(ctx, msg)
+	seq, duplicate, err = l.pub.PublishWait(ctx, msg)
+	if err == nil && !duplicate {
+		l.acked(msg.Subject, seq)
+	}
+	return seq, duplicate, err
 }
 
 // Sleep waits for d or until ctx ends (see transport.Sleep).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -84,5 +85,72 @@ func TestTurnCallsReadsAlike(t *testing.T) {
 	}
 	if two, err := l.TurnCalls(ctx, "turn-1", from, 2); err != nil || len(two) != 2 {
 		t.Fatalf("at most 2: %v (%v)", two, err)
+	}
+}
+
+// TestLastSeqAfterOwnWrite: right after one of the ledger's writes is
+// acknowledged, LastSeq answers that write's sequence without asking the
+// stream, a lower bound of the stream's last (which another connection
+// has moved on); a duplicate's answer is not taken; once the answer is
+// older than ackedSeqFresh, the stream's last sequence is read.
+func TestLastSeqAfterOwnWrite(t *testing.T) {
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := messages.MustNames("")
+	ctx := context.Background()
+	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	l := New(nc, js, names)
+	t.Cleanup(l.Close)
+	other := func(id string) uint64 {
+		t.Helper()
+		msg, err := l.EventMsg("00", "t", &messages.CallEvent{CallID: id, Kind: messages.EventLog})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	other("first")
+	own, err := l.Append(ctx, "00", "t", &messages.CallEvent{CallID: "own", Kind: messages.EventLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := other("second")
+	if got, err := l.LastSeq(ctx); err != nil || got != own {
+		t.Fatalf("LastSeq right after the ledger's write at %d: %d (%v)", own, got, err)
+	}
+	// A duplicate of "first", sent through the ledger, is answered with
+	// first's sequence, which is not noted.
+	dup, err := l.EventMsg("00", "t", &messages.CallEvent{CallID: "first", Kind: messages.EventLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup.Header.Set(jetstream.MsgIDHeader, "first")
+	if _, duplicate, err := l.PublishWait(ctx, dup); err != nil || !duplicate {
+		t.Fatalf("duplicate: %v %v", duplicate, err)
+	}
+	if got, err := l.LastSeq(ctx); err != nil || got != own {
+		t.Fatalf("LastSeq after a duplicate: %d (%v), want %d", got, err, own)
+	}
+	l.ackedAt.Store(time.Now().Add(-ackedSeqFresh).UnixNano())
+	if got, err := l.LastSeq(ctx); err != nil || got != last {
+		t.Fatalf("LastSeq once the answer is old: %d (%v), want the stream's last, %d", got, err, last)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,9 +86,10 @@ func TestRunToolCallsReturnsTheNextInput(t *testing.T) {
 
 // BenchmarkEightCalls compares one model iteration of eight no-op calls
 // made with RunToolCalls (one calls.submit_batch with wait_ms) with
-// the same eight calls made at once with Call, plain and, as a batch's
-// calls are, in a turn with idempotency keys: the time until all eight
-// results are in, with its median and 99th percentile.
+// the same eight calls made at once with Call: plain, in a turn (a new
+// one each time, as the batch's), and, as a batch's calls are, in a turn
+// with idempotency keys. It reports the time until all eight results are
+// in, with its median and 99th percentile.
 func BenchmarkEightCalls(b *testing.B) {
 	srv := testenv.Server(b)
 	testenv.Coordinator(b, srv.URL())
@@ -100,13 +102,41 @@ func BenchmarkEightCalls(b *testing.B) {
 	b.Cleanup(c.Close)
 	ctx := context.Background()
 	var turns atomic.Int64
+	// messages counts the messages the server received from its clients
+	// and sent to them (JetStream's deliveries and republished copies
+	// included).
+	messages := func(b *testing.B) (in, out int64) {
+		v, err := srv.Varz(nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v.InMsgs, v.OutMsgs
+	}
+	// cpu is the CPU time of this process, which runs the server, the
+	// coordinator, the worker and the client: on a machine whose cores
+	// are busy, what the calls cost shows better than how long they take.
+	cpu := func(b *testing.B) time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	var in0, out0 int64
+	var cpu0 time.Duration
+	start := func(b *testing.B) { in0, out0 = messages(b); cpu0 = cpu(b) }
 	report := func(b *testing.B, took []time.Duration) {
+		in, out := messages(b)
+		b.ReportMetric(float64((cpu(b)-cpu0).Microseconds())/float64(len(took)), "cpu-µs/op")
 		slices.Sort(took)
 		b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-µs")
 		b.ReportMetric(float64(took[min(len(took)*99/100, len(took)-1)].Microseconds()), "p99-µs")
+		b.ReportMetric(float64(in-in0)/float64(8*len(took)), "in-msgs/call")
+		b.ReportMetric(float64(out-out0)/float64(8*len(took)), "out-msgs/call")
 	}
 	b.Run("batch", func(b *testing.B) {
 		took := make([]time.Duration, 0, b.N)
+		start(b)
 		for range b.N {
 			blocks := make([]string, 8)
 			for k := range blocks {
@@ -124,6 +154,7 @@ func BenchmarkEightCalls(b *testing.B) {
 	single := func(opts func(turn string, k int) []client.CallOption) func(b *testing.B) {
 		return func(b *testing.B) {
 			took := make([]time.Duration, 0, b.N)
+			start(b)
 			for range b.N {
 				turn := fmt.Sprintf("bench-single-%d", turns.Add(1))
 				start := time.Now()
@@ -149,6 +180,10 @@ func BenchmarkEightCalls(b *testing.B) {
 		}
 	}
 	b.Run("single", single(func(string, int) []client.CallOption { return nil }))
+	// As an agent's calls are: in a turn, which the first of them claims.
+	b.Run("single-turn", single(func(turn string, _ int) []client.CallOption {
+		return []client.CallOption{client.WithTurn(turn)}
+	}))
 	// As a batch's calls are: in a turn, each with its idempotency key.
 	b.Run("single-keyed", single(func(turn string, k int) []client.CallOption {
 		return []client.CallOption{client.WithTurn(turn), client.WithIdempotencyKey(fmt.Sprintf("%s/%d", turn, k))}
