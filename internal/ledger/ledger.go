@@ -709,7 +709,11 @@ func (l *Ledger) AwaitResult(ctx context.Context, bucket, ns, callID string) (*m
 	if err != nil {
 		return nil, err
 	}
-	results := make(chan *nats.Msg, 1)
+	// Room for more than one write: under load a worker's result publish
+	// may be sent again (and refused by JetStream), and every copy still
+	// reaches a core subscriber; a full channel would only drop a copy and
+	// report the subscription as a slow consumer.
+	results := make(chan *nats.Msg, resultWrites)
 	sub, err := l.nc.ChanSubscribe(subject, results)
 	if err != nil {
 		return nil, err
@@ -717,6 +721,10 @@ func (l *Ledger) AwaitResult(ctx context.Context, bucket, ns, callID string) (*m
 	defer sub.Unsubscribe()
 	return l.awaitResult(ctx, bucket, ns, callID, results, true, false)
 }
+
+// resultWrites is how many writes of a call's result subject a waiter
+// holds before it reads them.
+const resultWrites = 8
 
 // ResultCheckInterval is how often a waiter asks the stream for a result it may have missed.
 const ResultCheckInterval = 2 * time.Second
