@@ -63,10 +63,8 @@ func (c *Console) catalogPage(w http.ResponseWriter, r *http.Request) {
 		v.Tools = append(v.Tools, toolView{ToolEntry: t, ID: "tool-" + t.Name})
 	}
 	view := catalogView{}
-	workers, err := c.liveWorkers(ctx)
-	if err != nil {
-		view.WorkersUnknown = err.Error()
-	}
+	workers, notice := c.liveWorkers(ctx)
+	view.WorkersUnknown = notice
 	for _, hb := range workers {
 		v := ns(hb.Namespace)
 		wv := workerView{WorkerHeartbeat: hb}
@@ -86,19 +84,20 @@ func (c *Console) catalogPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // liveWorkers lists the workers alive now, with their slots
-// (workers.list, which needs an operator's rights).
-func (c *Console) liveWorkers(ctx context.Context) ([]messages.WorkerHeartbeat, error) {
+// (workers.list, which needs an operator's rights), and a notice for the
+// page when the list is missing or incomplete.
+func (c *Console) liveWorkers(ctx context.Context) ([]messages.WorkerHeartbeat, string) {
 	reply, err := c.cfg.Client.ListWorkers(ctx, "")
 	if err != nil {
-		return nil, fmt.Errorf("Listing the workers failed, so their slots are not shown: %s", describe(err))
+		return nil, "Listing the workers failed, so their slots are not shown: " + describe(err)
 	}
 	slices.SortFunc(reply.Workers, func(a, b messages.WorkerHeartbeat) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.WorkerID, b.WorkerID))
 	})
 	if reply.Truncated {
-		return reply.Workers, fmt.Errorf("More than %d workers are alive: the first %d are shown.", messages.MaxWorkersListed, len(reply.Workers))
+		return reply.Workers, fmt.Sprintf("More than %d workers are alive: the first %d are shown.", messages.MaxWorkersListed, len(reply.Workers))
 	}
-	return reply.Workers, nil
+	return reply.Workers, ""
 }
 
 // maxReasonLength bounds the reasons an operator types.
