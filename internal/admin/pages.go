@@ -218,19 +218,8 @@ func (c *Console) callsPage(w http.ResponseWriter, r *http.Request) {
 			view.States = append(view.States, s)
 		}
 	}
-	for _, f := range []struct {
-		param string
-		into  *time.Time
-		shown *string
-	}{{"since", &view.Filter.Since, &view.Since}, {"until", &view.Filter.Until, &view.Until}} {
-		if s := q.Get(f.param); s != "" {
-			t, err := time.ParseInLocation(timeLayout, s, time.UTC)
-			if err != nil {
-				view.Error = fmt.Sprintf("%s: want a time like 2006-01-02T15:04 (UTC)", f.param)
-				continue
-			}
-			*f.into, *f.shown = t, s
-		}
+	if msg := timeRange(q, &view.Filter.Since, &view.Filter.Until, &view.Since, &view.Until); msg != "" {
+		view.Error = msg
 	}
 	if n, err := strconv.Atoi(q.Get("limit")); err == nil {
 		view.Filter.Limit = min(max(n, 1), messages.MaxCallsListLimit)
@@ -397,19 +386,8 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) {
 		view.Limit = min(max(n, 1), messages.MaxAuditListLimit)
 	}
 	view.Filter.Limit = view.Limit
-	for _, f := range []struct {
-		param string
-		into  *time.Time
-		shown *string
-	}{{"since", &view.Filter.Since, &view.Since}, {"until", &view.Filter.Until, &view.Until}} {
-		if s := q.Get(f.param); s != "" {
-			t, err := time.ParseInLocation(timeLayout, s, time.UTC)
-			if err != nil {
-				view.Error = fmt.Sprintf("%s: want a time like 2006-01-02T15:04 (UTC)", f.param)
-				continue
-			}
-			*f.into, *f.shown = t, s
-		}
+	if msg := timeRange(q, &view.Filter.Since, &view.Filter.Until, &view.Since, &view.Until); msg != "" {
+		view.Error = msg
 	}
 	if view.Filter.Decision != "" && !slices.Contains(messages.AuditDecisions, view.Filter.Decision) {
 		view.Error = "Unknown decision " + strconv.Quote(view.Filter.Decision)
@@ -465,4 +443,25 @@ func (c *Console) turnPage(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Page = view
 	c.render(w, r, status, "turn", data)
+}
+
+// timeRange reads a page's since and until parameters into the filter's
+// times and the form's shown values, and says what was wrong with the
+// last one that is not a time (nothing when both read).
+func timeRange(q url.Values, since, until *time.Time, sinceShown, untilShown *string) (problem string) {
+	for _, f := range []struct {
+		param string
+		into  *time.Time
+		shown *string
+	}{{"since", since, sinceShown}, {"until", until, untilShown}} {
+		if s := q.Get(f.param); s != "" {
+			t, err := time.ParseInLocation(timeLayout, s, time.UTC)
+			if err != nil {
+				problem = fmt.Sprintf("%s: want a time like 2006-01-02T15:04 (UTC)", f.param)
+				continue
+			}
+			*f.into, *f.shown = t, s
+		}
+	}
+	return problem
 }

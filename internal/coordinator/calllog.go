@@ -723,7 +723,7 @@ func (l *callLog) readCalls(ctx context.Context, cands []*logCandidate) (map[str
 					return true
 				}
 				ev.Kind = kind // the subject's, not the payload's
-				addToSnapshot(s, ev)
+				s.Put(ev)
 				return true
 			})
 		})
@@ -745,27 +745,6 @@ func (l *callLog) readCalls(ctx context.Context, cands []*logCandidate) (map[str
 		maps.Copy(snaps, read)
 	}
 	return snaps, nil
-}
-
-// addToSnapshot puts a call's event read by subject in its snapshot.
-func addToSnapshot(s *ledger.Snapshot, ev *ledger.Event) {
-	switch ev.Kind {
-	case messages.EventQueued:
-		s.Queued = ev
-	case messages.EventStarted:
-		s.Started = ev
-	case messages.EventProgress:
-		s.Progress = ev
-	case messages.EventLog:
-		s.Log = ev
-	case messages.EventCancel:
-		s.Cancel = ev
-	case messages.EventApproval:
-		s.Approval = ev
-	case messages.EventResult:
-		s.Result = ev
-	}
-	s.LastSeq = max(s.LastSeq, ev.Seq)
 }
 
 // entry is a call's line of the log.
@@ -862,7 +841,12 @@ func (l *callLog) snapshots(ctx context.Context, ids []string) (map[string]*ledg
 }
 
 func (l *callLog) retry(ctx context.Context, op func(ctx context.Context) error) error {
-	wait := l.wait
+	return retryRead(ctx, l.wait, op)
+}
+
+// retryRead retries a read of a log while its stream does not answer, at
+// most wait (DefaultUnavailableWait when not set).
+func retryRead(ctx context.Context, wait time.Duration, op func(ctx context.Context) error) error {
 	if wait <= 0 {
 		wait = DefaultUnavailableWait
 	}
@@ -870,18 +854,28 @@ func (l *callLog) retry(ctx context.Context, op func(ctx context.Context) error)
 }
 
 // callsListCursor is the cursor that continues a scan below seq.
-func callsListCursor(seq uint64) string {
-	return callsListCursorPrefix + strconv.FormatUint(seq, 36)
-}
+func callsListCursor(seq uint64) string { return seqCursor(callsListCursorPrefix, seq) }
 
 // parseCallsListCursor reads a cursor made by callsListCursor. It only
 // says where a scan starts: whatever it holds, the scan keeps to the
 // calls the caller may see.
 func parseCallsListCursor(cursor string) (uint64, error) {
-	digits, ok := strings.CutPrefix(cursor, callsListCursorPrefix)
+	return parseSeqCursor(callsListCursorPrefix, messages.EndpointCallsList, cursor)
+}
+
+// seqCursor is a log's cursor: its prefix (the version of its form) and
+// the stream sequence a scan continues below.
+func seqCursor(prefix string, seq uint64) string {
+	return prefix + strconv.FormatUint(seq, 36)
+}
+
+// parseSeqCursor reads a cursor made by seqCursor with prefix for the
+// requests of endpoint.
+func parseSeqCursor(prefix, endpoint, cursor string) (uint64, error) {
+	digits, ok := strings.CutPrefix(cursor, prefix)
 	seq, err := strconv.ParseUint(digits, 36, 64)
 	if !ok || err != nil || seq == 0 {
-		return 0, messages.Errorf(messages.CodeBadRequest, "cursor %q is not one calls.list gave: pass the next_cursor of a reply unchanged", cursor)
+		return 0, messages.Errorf(messages.CodeBadRequest, "cursor %q is not one %s gave: pass the next_cursor of a reply unchanged", cursor, endpoint)
 	}
 	return seq, nil
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -294,26 +293,15 @@ func (l *auditLog) deleteConsumer(cons jetstream.Consumer) {
 }
 
 func (l *auditLog) retry(ctx context.Context, op func(ctx context.Context) error) error {
-	wait := l.wait
-	if wait <= 0 {
-		wait = DefaultUnavailableWait
-	}
-	return retryTransient(ctx, wait, op)
+	return retryRead(ctx, l.wait, op)
 }
 
 // auditListCursor is the cursor that continues a scan below seq.
-func auditListCursor(seq uint64) string {
-	return auditListCursorPrefix + strconv.FormatUint(seq, 36)
-}
+func auditListCursor(seq uint64) string { return seqCursor(auditListCursorPrefix, seq) }
 
 // parseAuditListCursor reads a cursor made by auditListCursor.
 func parseAuditListCursor(cursor string) (uint64, error) {
-	digits, ok := strings.CutPrefix(cursor, auditListCursorPrefix)
-	seq, err := strconv.ParseUint(digits, 36, 64)
-	if !ok || err != nil || seq == 0 {
-		return 0, messages.Errorf(messages.CodeBadRequest, "cursor %q is not one audit.list gave: pass the next_cursor of a reply unchanged", cursor)
-	}
-	return seq, nil
+	return parseSeqCursor(auditListCursorPrefix, messages.EndpointAuditList, cursor)
 }
 
 // workersListBatch is the most heartbeats one read of workers.list asks

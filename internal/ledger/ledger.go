@@ -472,6 +472,13 @@ func (s *Snapshot) add(ev *Event) {
 	if ev.Namespace != s.Namespace || s.Namespace == "" || ev.Bucket != s.Bucket {
 		return
 	}
+	s.Put(ev)
+}
+
+// Put puts ev in the snapshot as the latest event of its kind, whatever
+// namespace and bucket it was written under: for a reader that checked
+// them itself.
+func (s *Snapshot) Put(ev *Event) {
 	switch ev.Kind {
 	case messages.EventQueued:
 		s.Queued = ev
@@ -488,9 +495,7 @@ func (s *Snapshot) add(ev *Event) {
 	case messages.EventResult:
 		s.Result = ev
 	}
-	if ev.Seq > s.LastSeq {
-		s.LastSeq = ev.Seq
-	}
+	s.LastSeq = max(s.LastSeq, ev.Seq)
 }
 
 // maxSubjectsPerRequest keeps a batched read under the server's limit of

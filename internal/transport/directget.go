@@ -138,12 +138,34 @@ type BatchRequest struct {
 // ctx alone bounds the batch, however long each takes. Without a deadline in ctx, the read ends after
 // DefaultReadTimeout. each runs on the caller's goroutine and may block.
 func (s *Stream) GetBatch(ctx context.Context, req BatchRequest, each func(seq uint64, msg *nats.Msg) bool) error {
-	ctx, cancel := withDefaultDeadline(ctx, DefaultReadTimeout)
-	defer cancel()
 	body, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
+	return s.readBatch(ctx, req, body, nil, func(msg *nats.Msg) (bool, error) {
+		seq, end, err := stored(msg)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return false, nil
+		case err != nil:
+			return false, err
+		case end:
+			return false, nil
+		}
+		return each(seq, msg), nil
+	})
+}
+
+// readBatch sends one batched direct get (body, the encoding of req) and
+// hands each message of its reply to handle, on the caller's goroutine,
+// until handle returns false or an error. Attempts are retried with the
+// stream's policy until handle has accepted a message (returned true);
+// begin, if not nil, runs before each attempt. The policy's bound is on
+// the wait for the first reply; after it, ctx alone bounds the batch
+// (DefaultReadTimeout without a deadline in ctx).
+func (s *Stream) readBatch(ctx context.Context, req BatchRequest, body []byte, begin func(), handle func(msg *nats.Msg) (bool, error)) error {
+	ctx, cancel := withDefaultDeadline(ctx, DefaultReadTimeout)
+	defer cancel()
 	delivered := false
 	policy := s.policy
 	retryable := policy.Retryable
@@ -152,13 +174,19 @@ func (s *Stream) GetBatch(ctx context.Context, req BatchRequest, each func(seq u
 	}
 	policy.Retryable = func(err error) bool { return !delivered && retryable(err) }
 	// The attempt's bound is on the wait for the first reply: once the
-	// batch flows, each may take its time.
+	// batch flows, each message may take its time.
 	firstReply := policy.Attempt
 	policy.Attempt = 0
-	err = Retry(ctx, policy, func(ctx context.Context) error {
-		return s.getBatch(ctx, firstReply, req, body, func(seq uint64, msg *nats.Msg) bool {
-			delivered = true
-			return each(seq, msg)
+	err := Retry(ctx, policy, func(ctx context.Context) error {
+		if begin != nil {
+			begin()
+		}
+		return s.readReplies(ctx, firstReply, req, body, func(msg *nats.Msg) (bool, error) {
+			more, err := handle(msg)
+			if more {
+				delivered = true
+			}
+			return more, err
 		})
 	})
 	if err != nil {
@@ -167,7 +195,8 @@ func (s *Stream) GetBatch(ctx context.Context, req BatchRequest, each func(seq u
 	return nil
 }
 
-func (s *Stream) getBatch(ctx context.Context, firstReply time.Duration, req BatchRequest, body []byte, each func(seq uint64, msg *nats.Msg) bool) error {
+// readReplies is one attempt of readBatch.
+func (s *Stream) readReplies(ctx context.Context, firstReply time.Duration, req BatchRequest, body []byte, handle func(msg *nats.Msg) (bool, error)) error {
 	reply, next, done, err := s.replies(req)
 	if err != nil {
 		return err
@@ -188,17 +217,8 @@ func (s *Stream) getBatch(ctx context.Context, firstReply time.Duration, req Bat
 		if err != nil {
 			return err
 		}
-		seq, end, err := stored(msg)
-		switch {
-		case errors.Is(err, ErrNotFound):
-			return nil
-		case err != nil:
+		if more, err := handle(msg); err != nil || !more {
 			return err
-		case end:
-			return nil
-		}
-		if !each(seq, msg) {
-			return nil
 		}
 	}
 }
@@ -257,31 +277,40 @@ func (s *Stream) GetPayloads(ctx context.Context, req BatchRequest, each func(da
 	if req.NextBySubject != "" || len(req.MultiLast) > 0 || req.Batch <= 0 {
 		return PayloadBatch{}, errors.New("a batched read of payloads needs Batch and takes no subject filter")
 	}
-	ctx, cancel := withDefaultDeadline(ctx, DefaultReadTimeout)
-	defer cancel()
 	body, err := json.Marshal(payloadRequest{BatchRequest: req, NoHeaders: true})
 	if err != nil {
 		return PayloadBatch{}, err
 	}
 	var end PayloadBatch
-	delivered := false
-	policy := s.policy
-	retryable := policy.Retryable
-	if retryable == nil {
-		retryable = Transient
-	}
-	policy.Retryable = func(err error) bool { return !delivered && retryable(err) }
-	firstReply := policy.Attempt
-	policy.Attempt = 0
-	err = Retry(ctx, policy, func(ctx context.Context) error {
-		end = PayloadBatch{}
-		return s.getPayloads(ctx, firstReply, req, body, &end, func(data []byte) bool {
-			delivered = true
-			return each(data)
-		})
+	err = s.readBatch(ctx, req, body, func() { end = PayloadBatch{} }, func(msg *nats.Msg) (bool, error) {
+		// A payload comes without headers; the server's statuses, the
+		// batch's end among them, come with headers and no payload.
+		if len(msg.Header) > 0 && len(msg.Data) == 0 {
+			_, last, err := stored(msg)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				return false, nil
+			case err != nil:
+				return false, err
+			case !last:
+				return false, fmt.Errorf("direct-get reply with headers in a batch of payloads")
+			}
+			end.Last, err = strconv.ParseUint(msg.Header.Get(lastSequenceHeader), 10, 64)
+			if err != nil && end.Count > 0 {
+				return false, fmt.Errorf("end of a batch of payloads without its last sequence")
+			}
+			return false, nil
+		}
+		end.Count++
+		if !each(msg.Data) {
+			// The batch's end, which tells its last sequence, is not read.
+			end.Last = 0
+			return false, nil
+		}
+		return true, nil
 	})
 	if err != nil {
-		return PayloadBatch{}, fmt.Errorf("read a batch of %s: %w", s.name, err)
+		return PayloadBatch{}, err
 	}
 	return end, nil
 }
@@ -291,54 +320,6 @@ func (s *Stream) GetPayloads(ctx context.Context, req BatchRequest, each func(da
 type payloadRequest struct {
 	BatchRequest
 	NoHeaders bool `json:"no_hdr"`
-}
-
-func (s *Stream) getPayloads(ctx context.Context, firstReply time.Duration, req BatchRequest, body []byte, end *PayloadBatch, each func(data []byte) bool) error {
-	reply, next, done, err := s.replies(req)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if err := s.nc.PublishRequest(s.api, reply, body); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
-		var msg *nats.Msg
-		if first && firstReply > 0 {
-			fctx, cancel := context.WithTimeout(ctx, firstReply)
-			msg, err = next(fctx)
-			cancel()
-		} else {
-			msg, err = next(ctx)
-		}
-		if err != nil {
-			return err
-		}
-		// A payload comes without headers; the server's statuses, the
-		// batch's end among them, come with headers and no payload.
-		if len(msg.Header) > 0 && len(msg.Data) == 0 {
-			_, last, err := stored(msg)
-			switch {
-			case errors.Is(err, ErrNotFound):
-				return nil
-			case err != nil:
-				return err
-			case !last:
-				return fmt.Errorf("direct-get reply with headers in a batch of payloads")
-			}
-			end.Last, err = strconv.ParseUint(msg.Header.Get(lastSequenceHeader), 10, 64)
-			if err != nil && end.Count > 0 {
-				return fmt.Errorf("end of a batch of payloads without its last sequence")
-			}
-			return nil
-		}
-		end.Count++
-		if !each(msg.Data) {
-			// The batch's end, which tells its last sequence, is not read.
-			end.Last = 0
-			return nil
-		}
-	}
 }
 
 // lastSequenceHeader is the header of a batch's end that holds the
