@@ -204,6 +204,12 @@ func (v *toolView) resolveIteration(ctx context.Context, lr *messages.ListToolsR
 				return nil, err
 			}
 		}
+		// An agent's loop lists its tools for the turn before the model
+		// answers: its calls that follow, one by one or as a batch, then
+		// find the turn's owner without a read or a write.
+		if turn.state.Agent != "" {
+			v.turns.remember(turn.state.Turn, turn.state.Agent)
+		}
 	}
 	return reply, nil
 }

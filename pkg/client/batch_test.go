@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -88,8 +92,10 @@ func TestRunToolCallsReturnsTheNextInput(t *testing.T) {
 // made with RunToolCalls (one calls.submit_batch with wait_ms) with
 // the same eight calls made at once with Call: plain, in a turn (a new
 // one each time, as the batch's), and, as a batch's calls are, in a turn
-// with idempotency keys. It reports the time until all eight results are
-// in, with its median and 99th percentile.
+// with idempotency keys. The batch and the calls in a turn are also made
+// in a turn whose tools were listed first (untimed), as an agent's loop
+// lists them before the model answers. It reports the time until all
+// eight results are in, with its median and 99th percentile.
 func BenchmarkEightCalls(b *testing.B) {
 	srv := testenv.Server(b)
 	testenv.Coordinator(b, srv.URL())
@@ -102,10 +108,10 @@ func BenchmarkEightCalls(b *testing.B) {
 	b.Cleanup(c.Close)
 	ctx := context.Background()
 	var turns atomic.Int64
-	// messages counts the messages the server received from its clients
+	// serverMsgs counts the messages the server received from its clients
 	// and sent to them (JetStream's deliveries and republished copies
 	// included).
-	messages := func(b *testing.B) (in, out int64) {
+	serverMsgs := func(b *testing.B) (in, out int64) {
 		v, err := srv.Varz(nil)
 		if err != nil {
 			b.Fatal(err)
@@ -124,9 +130,9 @@ func BenchmarkEightCalls(b *testing.B) {
 	}
 	var in0, out0 int64
 	var cpu0 time.Duration
-	start := func(b *testing.B) { in0, out0 = messages(b); cpu0 = cpu(b) }
+	start := func(b *testing.B) { in0, out0 = serverMsgs(b); cpu0 = cpu(b) }
 	report := func(b *testing.B, took []time.Duration) {
-		in, out := messages(b)
+		in, out := serverMsgs(b)
 		b.ReportMetric(float64((cpu(b)-cpu0).Microseconds())/float64(len(took)), "cpu-µs/op")
 		slices.Sort(took)
 		b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-µs")
@@ -134,29 +140,49 @@ func BenchmarkEightCalls(b *testing.B) {
 		b.ReportMetric(float64(in-in0)/float64(8*len(took)), "in-msgs/call")
 		b.ReportMetric(float64(out-out0)/float64(8*len(took)), "out-msgs/call")
 	}
-	b.Run("batch", func(b *testing.B) {
-		took := make([]time.Duration, 0, b.N)
-		start(b)
-		for range b.N {
-			blocks := make([]string, 8)
-			for k := range blocks {
-				blocks[k] = fmt.Sprintf(`{"type":"tool_use","id":"toolu_%d","name":"t-noop","input":{}}`, k)
-			}
-			start := time.Now()
-			res, err := c.RunToolCalls(ctx, "anthropic", "["+strings.Join(blocks, ",")+"]", client.WithTurn(fmt.Sprintf("bench-batch-%d", turns.Add(1))))
-			if err != nil || !res.Complete {
-				b.Fatalf("%+v %v", res, err)
-			}
-			took = append(took, time.Since(start))
+	// listed lists the turn's tools, untimed, as an agent's loop does
+	// before the model answers with the calls.
+	listed := func(b *testing.B, turn string) {
+		if _, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: turn}); err != nil {
+			b.Fatal(err)
 		}
-		report(b, took)
-	})
-	single := func(opts func(turn string, k int) []client.CallOption) func(b *testing.B) {
+	}
+	batch := func(list bool) func(b *testing.B) {
+		return func(b *testing.B) {
+			took := make([]time.Duration, 0, b.N)
+			start(b)
+			for range b.N {
+				blocks := make([]string, 8)
+				for k := range blocks {
+					blocks[k] = fmt.Sprintf(`{"type":"tool_use","id":"toolu_%d","name":"t-noop","input":{}}`, k)
+				}
+				turn := fmt.Sprintf("bench-batch-%d", turns.Add(1))
+				if list {
+					listed(b, turn)
+				}
+				start := time.Now()
+				res, err := c.RunToolCalls(ctx, "anthropic", "["+strings.Join(blocks, ",")+"]", client.WithTurn(turn))
+				if err != nil || !res.Complete {
+					b.Fatalf("%+v %v", res, err)
+				}
+				took = append(took, time.Since(start))
+			}
+			report(b, took)
+		}
+	}
+	// In a turn no request named before: the batch claims it.
+	b.Run("batch", batch(false))
+	// In a turn its tools were listed for, as an agent's loop makes it.
+	b.Run("batch-listed", batch(true))
+	single := func(list bool, opts func(turn string, k int) []client.CallOption) func(b *testing.B) {
 		return func(b *testing.B) {
 			took := make([]time.Duration, 0, b.N)
 			start(b)
 			for range b.N {
 				turn := fmt.Sprintf("bench-single-%d", turns.Add(1))
+				if list {
+					listed(b, turn)
+				}
 				start := time.Now()
 				var wg sync.WaitGroup
 				errs := make(chan error, 8)
@@ -179,13 +205,93 @@ func BenchmarkEightCalls(b *testing.B) {
 			report(b, took)
 		}
 	}
-	b.Run("single", single(func(string, int) []client.CallOption { return nil }))
+	// The durable writes of eight calls alone, with nothing else of a call:
+	// no request, check, claim, delivery, worker or rendering. Eight queued
+	// events (or one, for a batch recorded in one work item) published at
+	// once with the conditions the coordinator's carry, then eight results
+	// with the worker's, until their eight republished copies are in. What
+	// a batch that keeps one record and one result per call must pay at
+	// least, measured beside the calls.
+	b.Run("writes-8+8", writesOnly(srv.URL(), 8))
+	b.Run("writes-1+8", writesOnly(srv.URL(), 1))
+	b.Run("single", single(false, func(string, int) []client.CallOption { return nil }))
+	inTurn := func(turn string, _ int) []client.CallOption { return []client.CallOption{client.WithTurn(turn)} }
 	// As an agent's calls are: in a turn, which the first of them claims.
-	b.Run("single-turn", single(func(turn string, _ int) []client.CallOption {
-		return []client.CallOption{client.WithTurn(turn)}
-	}))
+	b.Run("single-turn", single(false, inTurn))
+	// In a turn its tools were listed for, as an agent's loop makes them.
+	b.Run("single-turn-listed", single(true, inTurn))
 	// As a batch's calls are: in a turn, each with its idempotency key.
-	b.Run("single-keyed", single(func(turn string, k int) []client.CallOption {
+	b.Run("single-keyed", single(false, func(turn string, k int) []client.CallOption {
 		return []client.CallOption{client.WithTurn(turn), client.WithIdempotencyKey(fmt.Sprintf("%s/%d", turn, k))}
 	}))
+}
+
+// writesOnly publishes records queued events and then eight results of a
+// namespace no worker serves, straight to the events stream, and times
+// them until the eight republished results are in.
+func writesOnly(url string, records int) func(b *testing.B) {
+	return func(b *testing.B) {
+		nc := testenv.Connect(b, url)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		names := messages.MustNames("toolbus")
+		queued, result := make([]byte, 320), make([]byte, 200)
+		publish := func(subject string, header map[string]string, data []byte) jetstream.PubAckFuture {
+			m := nats.NewMsg(subject)
+			m.Data = data
+			for k, v := range header {
+				m.Header.Set(k, v)
+			}
+			f, err := js.PublishMsgAsync(m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return f
+		}
+		took := make([]time.Duration, 0, b.N)
+		for range b.N {
+			route := nuid.Next()
+			copies := make(chan *nats.Msg, 8)
+			sub, err := nc.ChanSubscribe(names.Prefix()+".results."+route+".>", copies)
+			if err != nil {
+				b.Fatal(err)
+			}
+			turn := nuid.Next()
+			bucket := messages.TurnBucket(turn)
+			ids := make([]string, 8)
+			for k := range ids {
+				ids[k] = route + nuid.Next()
+			}
+			start := time.Now()
+			acks := make([]jetstream.PubAckFuture, 0, records)
+			for _, id := range ids[:records] {
+				subject, _ := names.QueuedSubject(id, turn, "writes")
+				filter, _ := names.CallQueuedFilter(bucket, id)
+				acks = append(acks, publish(subject, map[string]string{
+					"Nats-Msg-Id": id + ".queued", "Nats-Expected-Last-Subject-Sequence": "0",
+					"Nats-Expected-Last-Subject-Sequence-Subject": filter}, queued))
+			}
+			for _, f := range acks {
+				select {
+				case <-f.Ok():
+				case err := <-f.Err():
+					b.Fatal(err)
+				}
+			}
+			for _, id := range ids {
+				subject, _ := names.EventSubject(bucket, id, messages.EventResult, "writes")
+				publish(subject, map[string]string{"Nats-Expected-Last-Subject-Sequence": "0"}, result)
+			}
+			for range ids {
+				<-copies
+			}
+			took = append(took, time.Since(start))
+			_ = sub.Unsubscribe()
+		}
+		slices.Sort(took)
+		b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(took[min(len(took)*99/100, len(took)-1)].Microseconds()), "p99-µs")
+	}
 }

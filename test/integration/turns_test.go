@@ -127,7 +127,7 @@ func TestFastCallsHaveTheirStartTime(t *testing.T) {
 
 // TestSubmitRespectsTheTurnsOwner: a turn belongs to the first agent that
 // names it, whether by tools.list or by calls.submit; another agent's
-// submit in it is refused with conflict, as its tools.list is.
+// submit or batch in it is refused with conflict, as its tools.list is.
 func TestSubmitRespectsTheTurnsOwner(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Server(t)
@@ -145,8 +145,18 @@ func TestSubmitRespectsTheTurnsOwner(t *testing.T) {
 	if _, err := bob.Call(ctx, "catalog-details", args, client.WithTurn("t-listed")); messages.CodeOf(err) != messages.CodeConflict {
 		t.Errorf("bob's submit in alice's listed turn: %v", err)
 	}
+	// The coordinator remembers the owner a list found: the batch that
+	// follows a list reads nothing to tell it.
+	batch, err := bob.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", Turn: "t-listed",
+		ToolCalls: messages.JSON(`[{"type":"tool_use","id":"toolu_1","name":"catalog-details","input":{"query":"x"}}]`)})
+	if err != nil || len(batch.Calls) != 1 || batch.Calls[0].CallID != "" || batch.Calls[0].Error == nil || batch.Calls[0].Error.Code != messages.CodeConflict {
+		t.Errorf("bob's batch in alice's listed turn: %+v %v", batch, err)
+	}
 	if _, err := alice.Call(ctx, "catalog-details", args, client.WithTurn("t-listed")); err != nil {
 		t.Errorf("alice's submit in her turn: %v", err)
+	}
+	if res, err := alice.RunToolCalls(ctx, "anthropic", `[{"type":"tool_use","id":"toolu_2","name":"catalog-details","input":{"query":"x"}}]`, client.WithTurn("t-listed")); err != nil || !res.Complete || res.Calls[0].Error != nil {
+		t.Errorf("alice's batch in her listed turn: %+v %v", res, err)
 	}
 
 	// Claimed by calls.submit.
