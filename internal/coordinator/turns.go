@@ -200,6 +200,9 @@ func (ts *turns) update(ctx context.Context, turn, agent string, change func(*tu
 		if err != nil {
 			return nil, err
 		}
+		if t.state.Agent != "" {
+			ts.remember(turn, t.state.Agent)
+		}
 		return t, nil
 	}
 	return nil, turnKeptChanging(turn)
