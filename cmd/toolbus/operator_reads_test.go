@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -180,4 +184,62 @@ func TestAuditAndWorkersAreForOperators(t *testing.T) {
 			t.Fatalf("audit as the operator: exit status %d, %d refusals, want the four\n%s%s", status, refusals, stdout, stderr)
 		}
 	}
+}
+
+// TestApprovalsAsADeployedOperator: an operator's user lists and decides
+// approvals from the command line, the decision by the person $USER
+// names; once decided, the approval is no longer listed as pending.
+func TestApprovalsAsADeployedOperator(t *testing.T) {
+	t.Parallel()
+	pol, err := policy.Parse([]byte(`
+default: allow
+rules:
+  - id: nod
+    tool: "demo:echo"
+    effect: ask
+    reason: echo needs a nod
+`), "policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, bin := deployedStack(t, func(cfg *coordinator.Config) { cfg.Policy = pol })
+	agentA := []string{"--user", "agent_a", "--password", "agent-a-secret", "--route", "agentAroute00000000001"}
+	stdout, stderr, status := cli(t, bin, url, append(agentA, "call", "--detach", "demo-echo", `{"text":"nod"}`)...)
+	callID := strings.TrimSpace(stdout)
+	if status != exitOK || callID == "" {
+		t.Fatalf("call as agent_a: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	operator := []string{"--user", "operator", "--password", "operator-secret"}
+	if stdout, stderr, status = cli(t, bin, url, append(operator, "approvals", "list")...); status != exitOK || !strings.Contains(stdout, callID) || !strings.Contains(stdout, "echo needs a nod") {
+		t.Fatalf("approvals list as the operator: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	stdout, stderr, status = cliWith(t, []string{"USER=alice"}, bin, url, append(operator, "approvals", "approve", callID, "--reason", "fine")...)
+	if status != exitOK || !strings.Contains(stdout, "approved by alice") {
+		t.Fatalf("approve as the operator with USER=alice: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	if stdout, stderr, status = cli(t, bin, url, append(agentA, "calls", "watch", callID)...); status != exitOK || strings.TrimSpace(stdout) != "nod" {
+		t.Fatalf("the approved call: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	if stdout, _, status = cli(t, bin, url, append(operator, "approvals", "list")...); status != exitOK || strings.TrimSpace(stdout) != "no pending approvals" {
+		t.Fatalf("approvals list after the decision: exit status %d\n%s", status, stdout)
+	}
+}
+
+// cliWith is cli with more environment variables.
+func cliWith(t *testing.T, env []string, bin, url string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"--server", url}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return stdout.String(), stderr.String(), 0
+	case errors.As(err, &exit):
+		return stdout.String(), stderr.String(), exit.ExitCode()
+	}
+	t.Fatalf("run toolbus %v: %v", args, err)
+	return "", "", 0
 }
