@@ -53,11 +53,14 @@ Commands:
   tools                        list the tools in the catalog
   tools disable|enable NAME    switch a tool or a namespace off (with --reason) or on
   tools remove NAME            remove a stale tool, or every tool of a namespace, from the catalog
-  approvals list               list pending approvals
-  approvals approve|deny ID    decide an approval (--remember call|turn|agent_tool, --reason)
+  approvals list               list approvals (--state pending|approved|denied|expired|all;
+                               pending by default)
+  approvals approve|deny ID    decide an approval (--remember call|turn|agent_tool, --reason,
+                               --by NAME, default $USER)
   call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress);
                                waits as long as the call runs, --timeout D bounds the call
-  calls get|watch|cancel ID    show, follow or cancel a call
+  calls get|watch|cancel ID    show, follow or cancel a call (get --trace: with its trace ID;
+                               cancel --reason R)
   calls list                   the execution log, newest call first (--agent, --turn, --tool,
                                --namespace, --state S..., --since/--until 1h|RFC3339, --limit N,
                                --cursor C from the previous page)
