@@ -511,3 +511,57 @@ func TestApprovalRecordWithoutTrace(t *testing.T) {
 		t.Fatalf("queued in %v, want the decider's trace", ta.queuedIn)
 	}
 }
+
+// TestApprovedCallKeepsTheCallersTraceWithoutATracer: with no tracer
+// installed no span is opened, and the approved call is queued with the
+// trace context the submit came with, as it came.
+func TestApprovedCallKeepsTheCallersTraceWithoutATracer(t *testing.T) {
+	ta, _, _ := newTestApprovalsRoom(t)
+	caller := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:  trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}, TraceFlags: trace.FlagsSampled, Remote: true,
+	})
+	now := time.Now().UTC()
+	call := &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", Agent: "a", QueuedAt: now, Deadline: now.Add(time.Minute)}
+	if err := ta.hold(trace.ContextWithRemoteSpanContext(context.Background(), caller), call, &messages.Approval{ApprovalID: "c1", CallID: "c1", Tool: "t-echo",
+		Agent: "a", Mode: messages.ApprovalQueue, State: messages.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ta.decide(context.Background(), &messages.DecideRequest{ApprovalID: "c1", Decision: messages.DecisionApprove, By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ta.queuedIn) != 1 || ta.queuedIn[0].TraceID() != caller.TraceID() || ta.queuedIn[0].SpanID() != caller.SpanID() {
+		t.Fatalf("queued in %v, want the caller's span context %v", ta.queuedIn, caller)
+	}
+}
+
+// TestSweepQueuesInTheSubmittersTrace: a decision that a stopped
+// coordinator stored but did not carry out is carried out by the sweep,
+// in the submit's trace, which the stored decision kept.
+func TestSweepQueuesInTheSubmittersTrace(t *testing.T) {
+	tp := sdktrace.NewTracerProvider()
+	ta, _, _ := newTestApprovalsRoom(t)
+	ta.tracer = tp.Tracer("toolbus")
+	submitCtx, submit := tp.Tracer("test").Start(context.Background(), "submit")
+	defer submit.End()
+	now := time.Now().UTC()
+	call := &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", Agent: "a", QueuedAt: now, Deadline: now.Add(time.Minute)}
+	if err := ta.hold(submitCtx, call, &messages.Approval{ApprovalID: "c1", CallID: "c1", Tool: "t-echo", Agent: "a", Mode: messages.ApprovalQueue,
+		State: messages.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := ta.load(context.Background(), "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored.rec.State, stored.rec.DecidedBy, stored.rec.DecidedAt = messages.ApprovalApproved, "ops", time.Now().Add(-time.Minute)
+	if err := ta.save(context.Background(), stored); err != nil {
+		t.Fatal(err)
+	}
+	if err := ta.sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(ta.queuedIn) != 1 || ta.queuedIn[0].TraceID() != submit.SpanContext().TraceID() {
+		t.Fatalf("queued in %v, want the submit's trace %s", ta.queuedIn, submit.SpanContext().TraceID())
+	}
+}
