@@ -36,7 +36,12 @@ func runApprovals(ctx context.Context, g globals, args []string) error {
 		}
 		for _, a := range reply.Approvals {
 			fmt.Printf("%s  %-24s agent=%s turn=%s mode=%s state=%s expires=%s\n    %s %s\n",
-				a.ApprovalID, a.Tool, a.Agent, a.Turn, a.Mode, a.State, a.ExpiresAt.Local().Format(time.DateTime), a.Reason, a.Arguments)
+				a.ApprovalID, a.Tool, a.Agent, a.Turn, a.Mode, a.State, a.ExpiresAt.Local().Format(time.DateTime), printable(a.Reason), printable(string(a.Arguments)))
+		}
+		if len(reply.Approvals) == 0 && *state == "all" {
+			fmt.Println("no approvals")
+		} else if len(reply.Approvals) == 0 {
+			fmt.Printf("no %s approvals\n", *state)
 		}
 		return nil
 	case "approve", "deny":

@@ -256,12 +256,13 @@ func runCalls(ctx context.Context, g globals, args []string) error {
 	}
 	fs := newFlags("calls")
 	reason := fs.String("reason", "", "reason given for a cancel")
+	traced := fs.Bool("trace", false, "get: with the call's trace ID (operators get it unasked)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitError(2)
 	}
 	if len(pos) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: toolbus calls get|watch|cancel CALL-ID, or toolbus calls list [flags]")
+		fmt.Fprintln(os.Stderr, "usage: toolbus calls get [--trace]|watch|cancel [--reason R] CALL-ID, or toolbus calls list [flags]")
 		return exitError(2)
 	}
 	nc, c, err := g.connect()
@@ -272,7 +273,11 @@ func runCalls(ctx context.Context, g globals, args []string) error {
 	id := pos[1]
 	switch pos[0] {
 	case "get":
-		info, err := c.Get(ctx, id)
+		get := c.Get
+		if *traced {
+			get = c.GetTraced
+		}
+		info, err := get(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -425,6 +430,9 @@ func printCallInfo(info *messages.CallInfo) {
 	}
 	if info.Attempt > 0 {
 		fmt.Printf("attempt  %d on %s\n", info.Attempt, info.Worker)
+	}
+	if info.TraceID != "" {
+		fmt.Printf("trace    %s\n", info.TraceID)
 	}
 	if p := info.Progress; p != nil {
 		fmt.Printf("progress %g/%g %s\n", p.Progress, p.Total, p.Message)

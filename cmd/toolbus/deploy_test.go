@@ -18,10 +18,10 @@ import (
 )
 
 // deployedStack runs the deployment's server configuration with a
-// coordinator that reads its identities file and the demo worker, each
-// process as its own user, and returns the server's URL and the toolbus
-// binary.
-func deployedStack(t *testing.T) (string, string) {
+// coordinator that reads its identities file (and what mutate sets) and
+// the demo worker, each process as its own user, and returns the
+// server's URL and the toolbus binary.
+func deployedStack(t *testing.T, mutate ...func(*coordinator.Config)) (string, string) {
 	t.Helper()
 	deploy, err := filepath.Abs(filepath.Join("..", "..", "deploy", "nats"))
 	if err != nil {
@@ -42,6 +42,9 @@ func deployedStack(t *testing.T) (string, string) {
 	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
 		cfg.Conn = as("coordinator", "coordinator-secret")
 		cfg.Identities = ids
+		for _, m := range mutate {
+			m(cfg)
+		}
 	})
 	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo", "worker-demo-secret")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
 	return srv.URL(), testenv.Binary(t, "./cmd/toolbus")

@@ -11,6 +11,8 @@
 //	toolbus approvals list|approve|deny
 //	toolbus tools disable|enable NAME
 //	toolbus tools remove NAME          remove stale tools (operators)
+//	toolbus audit [filters]            the audit log, newest record first (operators)
+//	toolbus workers                    the live workers and their slots (operators)
 //
 // Measuring is for developers and has a command of its own, toolbus-bench.
 package main
@@ -51,15 +53,23 @@ Commands:
   tools                        list the tools in the catalog
   tools disable|enable NAME    switch a tool or a namespace off (with --reason) or on
   tools remove NAME            remove a stale tool, or every tool of a namespace, from the catalog
-  approvals list               list pending approvals
-  approvals approve|deny ID    decide an approval (--remember call|turn|agent_tool, --reason)
+  approvals list               list approvals (--state pending|approved|denied|expired|all;
+                               pending by default)
+  approvals approve|deny ID    decide an approval (--remember call|turn|agent_tool, --reason,
+                               --by NAME, default $USER)
   call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress);
                                waits as long as the call runs, --timeout D bounds the call
-  calls get|watch|cancel ID    show, follow or cancel a call
+  calls get|watch|cancel ID    show, follow or cancel a call (get --trace: with its trace ID;
+                               cancel --reason R)
   calls list                   the execution log, newest call first (--agent, --turn, --tool,
                                --namespace, --state S..., --since/--until 1h|RFC3339, --limit N,
                                --cursor C from the previous page)
   turns get TURN               show the calls of an agent turn
+  audit                        the audit log, newest record first (operators; --decision D,
+                               --agent, --tool, --since/--until 1h|RFC3339, --limit N,
+                               --cursor C from the previous page)
+  workers                      the live workers with their busy and total slots (operators;
+                               --namespace N)
 
 Global flags:
   --server URL   NATS server (default $TOOLBUS_URL or nats://127.0.0.1:4222)
@@ -238,6 +248,10 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 		return runCalls(ctx, g, cmdArgs)
 	case "turns":
 		return runTurns(ctx, g, cmdArgs)
+	case "audit":
+		return runAudit(ctx, g, cmdArgs)
+	case "workers":
+		return runWorkers(ctx, g, cmdArgs)
 	case "help", "-h", "--help":
 		fs.Usage()
 		return nil

@@ -10,7 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/policy"
 )
@@ -33,7 +37,10 @@ type approvals struct {
 	// settled is how long after a decision the sweeper starts checking
 	// that it took effect.
 	settled time.Duration
-	log     *slog.Logger
+	// tracer opens the decision's and the release's spans; nil for the
+	// global provider's.
+	tracer trace.Tracer
+	log    *slog.Logger
 }
 
 // callLedger is what the approvals room reads and writes of the ledger.
@@ -123,7 +130,9 @@ func (ap *approvals) granted(ctx context.Context, call *messages.CallRequest, ve
 
 // hold records a call that waits for an approval: the call is in the
 // ledger, and so in its turn (its queued event names it), the approval in the approvals bucket, and nothing
-// is queued for a worker until someone approves.
+// is queued for a worker until someone approves. The approval's record
+// keeps the submit's trace context, for the call to be queued in its
+// trace whichever coordinator carries out the decision.
 func (ap *approvals) hold(ctx context.Context, call *messages.CallRequest, a *messages.Approval) error {
 	if _, err := ap.ledger.Hold(ctx, call); err != nil {
 		return unavailable(err, "record call %s", call.CallID)
@@ -132,7 +141,8 @@ func (ap *approvals) hold(ctx context.Context, call *messages.CallRequest, a *me
 	if err != nil {
 		return err
 	}
-	data, err := json.Marshal(a)
+	trace.SpanFromContext(ctx).SetAttributes(callIDAttributes(call.CallID)...)
+	data, err := json.Marshal(approvalRecord{Approval: *a, submitterTrace: traceOf(ctx)})
 	if err != nil {
 		return err
 	}
@@ -168,9 +178,11 @@ func (ap *approvals) list(ctx context.Context, lr *messages.ListApprovalsRequest
 	return reply, nil
 }
 
-// storedApproval is an approval with the revision it was read at.
+// storedApproval is an approval with the submitter's trace context and
+// the revision it was read at.
 type storedApproval struct {
 	rec      messages.Approval
+	trace    submitterTrace
 	revision uint64
 }
 
@@ -208,11 +220,11 @@ func (ap *approvals) load(ctx context.Context, id string) (*storedApproval, erro
 	if err != nil {
 		return nil, unavailable(err, "read approval %s", id)
 	}
-	a := &storedApproval{revision: revision}
-	if err := json.Unmarshal(value, &a.rec); err != nil {
+	var rec approvalRecord
+	if err := json.Unmarshal(value, &rec); err != nil {
 		return nil, messages.Errorf(messages.CodeInternal, "approval %s is unreadable: %v", id, err)
 	}
-	return a, nil
+	return &storedApproval{rec: rec.Approval, trace: rec.submitterTrace, revision: revision}, nil
 }
 
 // answer is approvals.answer: an agent decides an approval in prompt mode.
@@ -233,7 +245,22 @@ func (ap *approvals) answer(ctx context.Context, dr *messages.DecideRequest) (*m
 // decide approves or denies a pending approval (approvals.decide). An
 // approved call is queued and runs once; a denied or expired one ends with
 // a denied result.
-func (ap *approvals) decide(ctx context.Context, dr *messages.DecideRequest) (*messages.DecideReply, error) {
+//
+// The decision is a span in the decider's trace (the request's trace
+// context), linked to the submit's; the approved call is queued in the
+// submit's trace, so the worker's run of it joins the trace the agent's
+// call began (see release).
+func (ap *approvals) decide(ctx context.Context, dr *messages.DecideRequest) (_ *messages.DecideReply, err error) {
+	ctx, span := ap.tracerOrGlobal().Start(ctx, "toolbus.approval.decide", trace.WithSpanKind(trace.SpanKindServer))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("toolbus.approval_id", dr.ApprovalID), attribute.String("toolbus.approval.decision", dr.Decision))
+	}
+	defer func() {
+		if err != nil {
+			tracing.Failed(span, string(messages.CodeOf(err)), err.Error())
+		}
+		span.End()
+	}()
 	if dr.Decision != messages.DecisionApprove && dr.Decision != messages.DecisionDeny {
 		return nil, messages.Errorf(messages.CodeBadRequest, "decision must be %q or %q", messages.DecisionApprove, messages.DecisionDeny)
 	}
@@ -250,6 +277,12 @@ func (ap *approvals) decide(ctx context.Context, dr *messages.DecideRequest) (*m
 	a, err := ap.load(ctx, dr.ApprovalID)
 	if err != nil {
 		return nil, err
+	}
+	if span.IsRecording() {
+		span.SetAttributes(append(callIDAttributes(a.rec.CallID), attribute.String("gen_ai.tool.name", a.rec.Tool))...)
+		if sc := a.trace.spanContext(); sc.IsValid() {
+			span.AddLink(trace.Link{SpanContext: sc})
+		}
 	}
 	if a.rec.State != messages.ApprovalPending {
 		return nil, messages.Errorf(messages.CodeConflict, "approval %s was already %s by %s", a.rec.ApprovalID, a.rec.State, a.rec.DecidedBy)
@@ -274,7 +307,7 @@ func (ap *approvals) decide(ctx context.Context, dr *messages.DecideRequest) (*m
 	if err := ap.save(ctx, a); err != nil {
 		return nil, err
 	}
-	if err := ap.carryOut(ctx, &a.rec); err != nil {
+	if err := ap.carryOut(ctx, &a.rec, a.trace); err != nil {
 		return nil, err
 	}
 	reply := &messages.DecideReply{Approval: a.rec, State: messages.StateQueued}
@@ -290,7 +323,7 @@ func (ap *approvals) save(ctx context.Context, a *storedApproval) error {
 	if err != nil {
 		return err
 	}
-	data, err := json.Marshal(&a.rec)
+	data, err := json.Marshal(approvalRecord{Approval: a.rec, submitterTrace: a.trace})
 	if err != nil {
 		return err
 	}
@@ -306,8 +339,9 @@ func (ap *approvals) save(ctx context.Context, a *storedApproval) error {
 // carryOut makes a decided approval take effect: the decision is recorded
 // with the call, then an approved call is queued and a refused one ends.
 // Every step is idempotent, so the sweeper can finish what a coordinator
-// that stopped half-way began.
-func (ap *approvals) carryOut(ctx context.Context, a *messages.Approval) error {
+// that stopped half-way began. submitter is the trace context of the
+// submit that asked for the approval, which an approved call is queued in.
+func (ap *approvals) carryOut(ctx context.Context, a *messages.Approval, submitter submitterTrace) error {
 	snap, err := ap.ledger.Snapshot(ctx, a.CallID)
 	if err != nil {
 		return unavailable(err, "read call %s", a.CallID)
@@ -368,11 +402,97 @@ func (ap *approvals) carryOut(ctx context.Context, a *messages.Approval) error {
 	timeout := call.Deadline.Sub(call.QueuedAt)
 	call.QueuedAt = time.Now().UTC()
 	call.Deadline = call.QueuedAt.Add(timeout)
-	if err := ap.enqueue(ctx, &call); err != nil {
+	if err := ap.release(ctx, &call, submitter); err != nil {
 		return err
 	}
 	ap.audit(ctx, messages.AuditApproved, audited, def, d, a.DecidedBy)
 	return nil
+}
+
+// release queues an approved call in the trace of the submit that asked
+// for the approval: under a span that is the submit's child (or, with no
+// tracer installed, the submit's trace context itself), linked to the
+// decision's span in ctx. An approval stored without a trace context (by
+// an older coordinator, or of a submit that had none) queues its call in
+// ctx's trace, the decision's.
+func (ap *approvals) release(ctx context.Context, call *messages.CallRequest, submitter submitterTrace) error {
+	parent := ctx
+	var opts []trace.SpanStartOption
+	if sc := submitter.spanContext(); sc.IsValid() {
+		parent = trace.ContextWithRemoteSpanContext(ctx, sc)
+		if decision := trace.SpanContextFromContext(ctx); decision.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: decision}))
+		}
+	}
+	opts = append(opts, trace.WithAttributes(append(callIDAttributes(call.CallID), attribute.String("gen_ai.tool.name", call.Tool))...))
+	ctx, span := ap.tracerOrGlobal().Start(parent, "toolbus.approval.release", opts...)
+	defer span.End()
+	if err := ap.enqueue(ctx, call); err != nil {
+		tracing.Failed(span, string(messages.CodeOf(err)), err.Error())
+		return err
+	}
+	return nil
+}
+
+// traced is h with the request's trace context (its traceparent and
+// tracestate headers) in its context: a decision is a span of the
+// decider's trace.
+func traced(h handlerFunc) handlerFunc {
+	return func(ctx context.Context, req *request) (any, error) {
+		return h(tracing.Extract(ctx, req.Headers()), req)
+	}
+}
+
+func (ap *approvals) tracerOrGlobal() trace.Tracer {
+	if ap.tracer == nil {
+		return tracing.Tracer(nil)
+	}
+	return ap.tracer
+}
+
+// approvalRecord is an approval as the approvals bucket keeps it: the
+// Approval and the trace context of the submit that asked for it.
+type approvalRecord struct {
+	messages.Approval
+	submitterTrace
+}
+
+// submitterTrace is the W3C trace context of the submit of a held call,
+// its traceparent and tracestate as they were propagated onwards (so
+// checked and bounded by the propagator); empty when the submit had none.
+type submitterTrace struct {
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
+}
+
+// traceOf is the trace context of ctx's span.
+func traceOf(ctx context.Context) submitterTrace {
+	h := map[string][]string{}
+	tracing.Inject(ctx, h)
+	var t submitterTrace
+	if v := h[messages.HeaderTraceParent]; len(v) > 0 {
+		t.TraceParent = v[0]
+	}
+	if v := h[messages.HeaderTraceState]; len(v) > 0 {
+		t.TraceState = v[0]
+	}
+	return t
+}
+
+// spanContext is the submit's span context, remote; invalid when there is none.
+func (t submitterTrace) spanContext() trace.SpanContext {
+	if t.TraceParent == "" {
+		return trace.SpanContext{}
+	}
+	h := map[string][]string{messages.HeaderTraceParent: {t.TraceParent}}
+	if t.TraceState != "" {
+		h[messages.HeaderTraceState] = []string{t.TraceState}
+	}
+	return trace.SpanContextFromContext(tracing.Extract(context.Background(), h))
+}
+
+func callIDAttributes(callID string) []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.String("toolbus.call_id", callID), attribute.String("gen_ai.tool.call.id", callID)}
 }
 
 func (ap *approvals) expire(ctx context.Context, a *storedApproval) error {
@@ -382,7 +502,7 @@ func (ap *approvals) expire(ctx context.Context, a *storedApproval) error {
 	if err := ap.save(ctx, a); err != nil {
 		return err
 	}
-	return ap.carryOut(ctx, &a.rec)
+	return ap.carryOut(ctx, &a.rec, a.trace)
 }
 
 // recoveryWindow is how long after a decision the sweeper checks that it took effect.
@@ -406,7 +526,7 @@ func (ap *approvals) sweep(ctx context.Context) error {
 			}
 		case a.rec.State != messages.ApprovalPending && now.Sub(a.rec.DecidedAt) > ap.settled && now.Sub(a.rec.DecidedAt) < recoveryWindow:
 			// Decided a while ago: make sure it took effect.
-			if err := ap.carryOut(ctx, &a.rec); err != nil {
+			if err := ap.carryOut(ctx, &a.rec, a.trace); err != nil {
 				ap.log.Warn("could not carry out approval", "approval", a.rec.ApprovalID, "error", err)
 			}
 		}

@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -156,8 +160,10 @@ func (l *memLedger) Commit(ctx context.Context, bucket, ns string, res *messages
 // queued collects the calls it enqueues, audited its audit records.
 type testApprovals struct {
 	*approvals
-	queued  []*messages.CallRequest
-	audited *audits
+	queued []*messages.CallRequest
+	// queuedIn is the span context each call was enqueued in.
+	queuedIn []trace.SpanContext
+	audited  *audits
 }
 
 func newTestApprovals(t *testing.T) (*approvals, *memLedger, *memStore) {
@@ -175,8 +181,9 @@ func newTestApprovalsRoom(t *testing.T) (*testApprovals, *memLedger, *memStore) 
 		turns:  &turns{store: newMemStore()},
 		policy: mustPolicy(t, ""),
 		tool:   func(string) *messages.ToolDefinition { return nil },
-		enqueue: func(_ context.Context, call *messages.CallRequest) error {
+		enqueue: func(ctx context.Context, call *messages.CallRequest) error {
 			ta.queued = append(ta.queued, call)
+			ta.queuedIn = append(ta.queuedIn, trace.SpanContextFromContext(ctx))
 			_, err := l.Append(context.Background(), messages.TurnBucket(call.Turn), call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Request: call})
 			return err
 		},
@@ -413,5 +420,148 @@ func TestHoldIsIdempotent(t *testing.T) {
 	}
 	if snap, _ := l.Snapshot(context.Background(), "c1"); snap.State() != messages.StateAwaitingApproval {
 		t.Errorf("call is %s", snap.State())
+	}
+}
+
+// TestApprovedCallKeepsTheSubmittersTrace: the approval's record keeps
+// the submit's trace context; the decision is a span of the decider's
+// trace linked to it, and the approved call is queued under a span of the
+// submit's trace, linked to the decision.
+func TestApprovedCallKeepsTheSubmittersTrace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	ta, _, store := newTestApprovalsRoom(t)
+	ta.tracer = tp.Tracer("toolbus")
+	submitCtx, submit := tp.Tracer("test").Start(context.Background(), "submit")
+	now := time.Now().UTC()
+	call := &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", Agent: "a", QueuedAt: now, Deadline: now.Add(time.Minute)}
+	if err := ta.hold(submitCtx, call, &messages.Approval{ApprovalID: "c1", CallID: "c1", Tool: "t-echo", Agent: "a", Mode: messages.ApprovalQueue,
+		State: messages.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	submit.End()
+	stored, _, err := store.Get(context.Background(), "approvals.c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(stored, &fields); err != nil {
+		t.Fatal(err)
+	}
+	submitID := submit.SpanContext()
+	if want := "00-" + submitID.TraceID().String() + "-" + submitID.SpanID().String() + "-01"; fields["traceparent"] != want {
+		t.Fatalf("stored traceparent %v, want %s", fields["traceparent"], want)
+	}
+
+	deciderCtx, decider := tp.Tracer("test").Start(context.Background(), "operator")
+	if _, err := ta.decide(deciderCtx, &messages.DecideRequest{ApprovalID: "c1", Decision: messages.DecisionApprove, By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	decider.End()
+	if len(ta.queuedIn) != 1 || ta.queuedIn[0].TraceID() != submitID.TraceID() {
+		t.Fatalf("queued in %v, want the submit's trace %s", ta.queuedIn, submitID.TraceID())
+	}
+	spans := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		spans[s.Name()] = s
+	}
+	decision, release := spans["toolbus.approval.decide"], spans["toolbus.approval.release"]
+	if decision == nil || release == nil {
+		t.Fatalf("spans %v: want a decision and a release", spans)
+	}
+	if decision.Parent().SpanID() != decider.SpanContext().SpanID() || len(decision.Links()) != 1 || decision.Links()[0].SpanContext.SpanID() != submitID.SpanID() {
+		t.Errorf("decision span: parent %v, links %v; want the decider's child linked to the submit", decision.Parent(), decision.Links())
+	}
+	if release.Parent().SpanID() != submitID.SpanID() || release.SpanContext().TraceID() != submitID.TraceID() ||
+		len(release.Links()) != 1 || release.Links()[0].SpanContext.SpanID() != decision.SpanContext().SpanID() {
+		t.Errorf("release span: parent %v, links %v; want the submit's child linked to the decision", release.Parent(), release.Links())
+	}
+	if ta.queuedIn[0].SpanID() != release.SpanContext().SpanID() {
+		t.Errorf("the call was queued in span %s, not the release's", ta.queuedIn[0].SpanID())
+	}
+	// The decision kept the trace context in the record.
+	if stored, _, _ = store.Get(context.Background(), "approvals.c1"); !strings.Contains(string(stored), submitID.TraceID().String()) {
+		t.Errorf("decided record lost the trace context: %s", stored)
+	}
+}
+
+// TestApprovalRecordWithoutTrace: a record stored before approvals kept
+// a trace context (the bare Approval) decides as before, its call queued
+// in the decider's trace.
+func TestApprovalRecordWithoutTrace(t *testing.T) {
+	ta, l, store := newTestApprovalsRoom(t)
+	now := time.Now().UTC()
+	call := &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", Agent: "a", QueuedAt: now, Deadline: now.Add(time.Minute)}
+	if _, err := l.Hold(context.Background(), call); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := json.Marshal(&messages.Approval{ApprovalID: "c1", CallID: "c1", Tool: "t-echo", Agent: "a", Mode: messages.ApprovalQueue,
+		State: messages.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(time.Hour)})
+	if _, err := store.Create(context.Background(), "approvals.c1", old); err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider()
+	deciderCtx, decider := tp.Tracer("test").Start(context.Background(), "operator")
+	defer decider.End()
+	reply, err := ta.decide(deciderCtx, &messages.DecideRequest{ApprovalID: "c1", Decision: messages.DecisionApprove, By: "ops"})
+	if err != nil || reply.State != messages.StateQueued {
+		t.Fatalf("decide: %+v %v", reply, err)
+	}
+	if len(ta.queuedIn) != 1 || ta.queuedIn[0].TraceID() != decider.SpanContext().TraceID() {
+		t.Fatalf("queued in %v, want the decider's trace", ta.queuedIn)
+	}
+}
+
+// TestApprovedCallKeepsTheCallersTraceWithoutATracer: with no tracer
+// installed no span is opened, and the approved call is queued with the
+// trace context the submit came with, as it came.
+func TestApprovedCallKeepsTheCallersTraceWithoutATracer(t *testing.T) {
+	ta, _, _ := newTestApprovalsRoom(t)
+	caller := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:  trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}, TraceFlags: trace.FlagsSampled, Remote: true,
+	})
+	now := time.Now().UTC()
+	call := &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", Agent: "a", QueuedAt: now, Deadline: now.Add(time.Minute)}
+	if err := ta.hold(trace.ContextWithRemoteSpanContext(context.Background(), caller), call, &messages.Approval{ApprovalID: "c1", CallID: "c1", Tool: "t-echo",
+		Agent: "a", Mode: messages.ApprovalQueue, State: messages.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ta.decide(context.Background(), &messages.DecideRequest{ApprovalID: "c1", Decision: messages.DecisionApprove, By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ta.queuedIn) != 1 || ta.queuedIn[0].TraceID() != caller.TraceID() || ta.queuedIn[0].SpanID() != caller.SpanID() {
+		t.Fatalf("queued in %v, want the caller's span context %v", ta.queuedIn, caller)
+	}
+}
+
+// TestSweepQueuesInTheSubmittersTrace: a decision that a stopped
+// coordinator stored but did not carry out is carried out by the sweep,
+// in the submit's trace, which the stored decision kept.
+func TestSweepQueuesInTheSubmittersTrace(t *testing.T) {
+	tp := sdktrace.NewTracerProvider()
+	ta, _, _ := newTestApprovalsRoom(t)
+	ta.tracer = tp.Tracer("toolbus")
+	submitCtx, submit := tp.Tracer("test").Start(context.Background(), "submit")
+	defer submit.End()
+	now := time.Now().UTC()
+	call := &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", Agent: "a", QueuedAt: now, Deadline: now.Add(time.Minute)}
+	if err := ta.hold(submitCtx, call, &messages.Approval{ApprovalID: "c1", CallID: "c1", Tool: "t-echo", Agent: "a", Mode: messages.ApprovalQueue,
+		State: messages.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := ta.load(context.Background(), "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored.rec.State, stored.rec.DecidedBy, stored.rec.DecidedAt = messages.ApprovalApproved, "ops", time.Now().Add(-time.Minute)
+	if err := ta.save(context.Background(), stored); err != nil {
+		t.Fatal(err)
+	}
+	if err := ta.sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(ta.queuedIn) != 1 || ta.queuedIn[0].TraceID() != submit.SpanContext().TraceID() {
+		t.Fatalf("queued in %v, want the submit's trace %s", ta.queuedIn, submit.SpanContext().TraceID())
 	}
 }

@@ -401,7 +401,8 @@ func isOperator(ctx context.Context) bool {
 // traceID reads the trace ID of the traceparent header the call's queued
 // event was stored with (one direct get of its subject): the trace the
 // worker's run of the call joins. A call that waited for an approval was
-// queued again by the decision, in the decider's trace. It is "" when the
+// queued again by the decision, in its submit's trace (see
+// approvals.release). It is "" when the
 // event has none or cannot be read: the call is answered all the same.
 func (c *Coordinator) traceID(ctx context.Context, info *messages.CallInfo) string {
 	name, err := messages.ParseToolName(info.Tool)

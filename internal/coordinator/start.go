@@ -150,6 +150,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 		audit:    audit,
 		grantTTL: c.cfg.GrantTTL,
 		settled:  c.cfg.SweepInterval,
+		tracer:   c.tracer,
 		log:      c.log,
 	}
 	c.submitter = &submitPipeline{
