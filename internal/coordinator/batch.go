@@ -7,10 +7,14 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -63,7 +67,7 @@ func readToolCalls(format string, raw messages.JSON) ([]toolCall, string, error)
 	}
 	calls, responseID, err := read(json.RawMessage(raw))
 	if err != nil {
-		return nil, "", messages.Errorf(messages.CodeBadRequest, "tool_calls is not %s tool calls: %v", format, err)
+		return nil, "", messages.Errorf(messages.CodeBadRequest, "tool_calls is not %s tool calls: %v", format, readError(err))
 	}
 	if len(calls) == 0 {
 		return nil, "", messages.Errorf(messages.CodeBadRequest, "tool_calls holds no %s tool call", format)
@@ -87,6 +91,29 @@ func readToolCalls(format string, raw messages.JSON) ([]toolCall, string, error)
 		seen[tc.id] = true
 	}
 	return calls, responseID, nil
+}
+
+// readError says why JSON could not be read as a format's, in the terms
+// of JSON rather than of the Go types it was read into.
+func readError(err error) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	what := "the value"
+	if te.Field != "" {
+		what = te.Field
+	}
+	want := "another kind of value"
+	switch te.Type.Kind() {
+	case reflect.Slice, reflect.Array:
+		want = "an array"
+	case reflect.Struct, reflect.Map:
+		want = "an object"
+	case reflect.String:
+		want = "a string"
+	}
+	return fmt.Errorf("%s is a JSON %s, want %s", what, te.Value, want)
 }
 
 // list reads raw as an array of T.
@@ -124,6 +151,7 @@ func readOpenAIChatCalls(raw json.RawMessage) ([]toolCall, string, error) {
 			Choices []struct {
 				Message json.RawMessage `json:"message"`
 			} `json:"choices"`
+			Role      *string         `json:"role"`
 			ToolCalls json.RawMessage `json:"tool_calls"`
 		}
 		if err := json.Unmarshal(raw, &holder); err != nil {
@@ -131,12 +159,17 @@ func readOpenAIChatCalls(raw json.RawMessage) ([]toolCall, string, error) {
 		}
 		switch {
 		case len(holder.Choices) > 0:
+			if holder.Choices[0].Message == nil {
+				return nil, "", fmt.Errorf("the response's first choice has no message")
+			}
 			calls, _, err := readOpenAIChatCalls(holder.Choices[0].Message)
 			return calls, holder.ID, err
 		case holder.ToolCalls != nil:
 			raw = holder.ToolCalls
+		case holder.Role != nil:
+			return nil, "", nil // a message without tool calls
 		default:
-			return nil, "", fmt.Errorf("no tool_calls")
+			return nil, "", fmt.Errorf("it is neither a response (choices), an assistant message (role, tool_calls) nor an array of tool calls")
 		}
 	}
 	items, err := list[struct {
@@ -241,7 +274,10 @@ func readAnthropicCalls(raw json.RawMessage) ([]toolCall, string, error) {
 			return nil, "", err
 		}
 		if msg.Content == nil {
-			return nil, "", fmt.Errorf("no content")
+			return nil, "", fmt.Errorf("the message has no content")
+		}
+		if c := bytes.TrimSpace(msg.Content); len(c) > 0 && c[0] == '"' {
+			return nil, msg.ID, nil // content given as a string is text alone
 		}
 		raw, responseID = msg.Content, msg.ID
 	}
@@ -287,6 +323,9 @@ func readGeminiCalls(raw json.RawMessage) ([]toolCall, string, error) {
 					Parts json.RawMessage `json:"parts"`
 				} `json:"content"`
 			} `json:"candidates"`
+			PromptFeedback *struct {
+				BlockReason string `json:"blockReason"`
+			} `json:"promptFeedback"`
 			Parts json.RawMessage `json:"parts"`
 		}
 		if err := json.Unmarshal(raw, &holder); err != nil {
@@ -297,8 +336,12 @@ func readGeminiCalls(raw json.RawMessage) ([]toolCall, string, error) {
 			raw, responseID = holder.Candidates[0].Content.Parts, holder.ResponseID
 		case holder.Parts != nil:
 			raw = holder.Parts
+		case holder.PromptFeedback != nil && holder.PromptFeedback.BlockReason != "":
+			return nil, "", fmt.Errorf("the response has no candidate: its prompt was blocked (%s)", holder.PromptFeedback.BlockReason)
+		case holder.ResponseID != "" || holder.Candidates != nil || holder.PromptFeedback != nil:
+			return nil, "", fmt.Errorf("the response has no candidate")
 		default:
-			return nil, "", fmt.Errorf("no parts")
+			return nil, "", fmt.Errorf("it is neither a GenerateContentResponse (candidates), a content (parts) nor an array of parts")
 		}
 		if raw == nil {
 			return nil, responseID, nil
@@ -379,7 +422,12 @@ func jsonRPCID(raw json.RawMessage) (string, error) {
 	}
 	var n json.Number
 	if err := json.Unmarshal(t, &n); err != nil {
-		return "", fmt.Errorf("a JSON-RPC id must be a string or a number: %s", t)
+		return "", fmt.Errorf("a JSON-RPC id must be a string or a number, not %.40s", t)
+	}
+	// A whole number is its decimal text however it is written (1e2 is
+	// 100); any other number is kept as it was written.
+	if f, err := n.Float64(); err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		return strconv.FormatInt(int64(f), 10), nil
 	}
 	return n.String(), nil
 }
@@ -1310,12 +1358,23 @@ func renderAnthropic(calls []callOutcome) []messages.JSON {
 	}{"user", results})}
 }
 
+// geminiMediaTypes are the image and audio types the Gemini API reads as
+// inline data, each as it is sent (an alias as the documented type).
+var geminiMediaTypes = map[string]string{
+	"image/png": "image/png", "image/jpeg": "image/jpeg", "image/webp": "image/webp",
+	"image/heic": "image/heic", "image/heif": "image/heif",
+	"audio/wav": "audio/wav", "audio/x-wav": "audio/wav", "audio/wave": "audio/wav",
+	"audio/mp3": "audio/mp3", "audio/mpeg": "audio/mp3",
+	"audio/aiff": "audio/aiff", "audio/aac": "audio/aac", "audio/ogg": "audio/ogg", "audio/flac": "audio/flac",
+}
+
 // renderGemini: one user content whose parts are a functionResponse per
 // call, {"functionResponse":{"id"?,"name","response"}}: the response is
 // {"output": structured content} when the result has it and no media,
 // else {"output": text}, or {"error": text} for an error. Images and
-// audio follow in a second user content of inlineData parts, each call's
-// introduced by a text part.
+// audio of the types Gemini reads (geminiMediaTypes) follow in a second
+// user content of inlineData parts, each call's introduced by a text
+// part; other media are left out, and the text says so.
 func renderGemini(calls []callOutcome) []messages.JSON {
 	type functionResponse struct {
 		ID       string         `json:"id,omitempty"`
@@ -1335,14 +1394,17 @@ func renderGemini(calls []callOutcome) []messages.JSON {
 		Role  string `json:"role"`
 		Parts []part `json:"parts"`
 	}
-	all := func(messages.ContentBlock) bool { return true }
+	carry := func(b messages.ContentBlock) bool {
+		_, ok := geminiMediaTypes[b.MIMEType]
+		return ok
+	}
 	responses := make([]part, 0, len(calls))
 	var media []part
 	for i := range calls {
 		o := &calls[i]
 		blocks, structured, isError := o.view()
 		hasMedia := slices.ContainsFunc(blocks, isMedia)
-		var value any = textWithNotes(blocks, all)
+		var value any = textWithNotes(blocks, carry)
 		if len(structured) > 0 && !hasMedia && !isError {
 			value = json.RawMessage(structured)
 		}
@@ -1355,13 +1417,16 @@ func renderGemini(calls []callOutcome) []messages.JSON {
 			fr.ID = o.call.ToolCallID
 		}
 		responses = append(responses, part{FunctionResponse: fr})
-		if hasMedia {
-			media = append(media, part{Text: mediaIntro(o)})
-			for _, b := range blocks {
-				if isMedia(b) {
-					media = append(media, part{InlineData: &inlineData{MIMEType: b.MIMEType, Data: base64.StdEncoding.EncodeToString(b.Data)}})
-				}
+		first := true
+		for _, b := range blocks {
+			if !isMedia(b) || !carry(b) {
+				continue
 			}
+			if first {
+				media = append(media, part{Text: mediaIntro(o)})
+				first = false
+			}
+			media = append(media, part{InlineData: &inlineData{MIMEType: geminiMediaTypes[b.MIMEType], Data: base64.StdEncoding.EncodeToString(b.Data)}})
 		}
 	}
 	out := []messages.JSON{marshalJSON(content{Role: "user", Parts: responses})}
