@@ -1,0 +1,314 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// jsonRequest sends body to an endpoint as a client of another language
+// does (JSON, with its Content-Type), and returns the reply's body and
+// its error code header ("" for a reply that is not an error).
+func jsonRequest(t *testing.T, nc *nats.Conn, endpoint, body string) (data []byte, errorCode string) {
+	t.Helper()
+	msg := &nats.Msg{Subject: "toolbus.api." + endpoint, Data: []byte(body), Header: nats.Header{"Content-Type": []string{"application/json"}}}
+	reply, err := nc.RequestMsgWithContext(testenv.Context(t), msg)
+	if err != nil {
+		t.Fatalf("%s: %v", endpoint, err)
+	}
+	return reply.Data, reply.Header.Get("Nats-Service-Error-Code")
+}
+
+// TestBatchAsPythonSendsIt plays the Python example of protocol.md over
+// JSON: the whole Messages API response (thinking, text and tool_use
+// blocks) goes to calls.submit_batch, the reply's calls go back to
+// calls.results as they came, and its messages are the next user message:
+// a result, and a call that waits for an approval, named by its approval
+// ID and not an error. A request that is refused as a whole is an error
+// reply with the Nats-Service-Error-Code header.
+func TestBatchAsPythonSendsIt(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Policy = mustPolicy(t, batchPolicy) })
+	var runs atomic.Int64
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: batchTools(&runs)})
+	nc := testenv.Connect(t, srv.URL())
+
+	// response.model_dump() of a Messages API response with extended thinking.
+	response := `{"id":"msg_01Xq7pT3mVb9cN2kR8sLw4Hd","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929",
+	  "content":[{"type":"thinking","thinking":"Add, then wipe.","signature":"EqQBCkgIARABGAIiQL"},
+	    {"type":"text","text":"Adding, then wiping.","citations":null},
+	    {"type":"tool_use","id":"toolu_01Pq8rS7tU6vW5xY4zA3bC2d","name":"t-add","input":{"a":2,"b":3}},
+	    {"type":"tool_use","id":"toolu_01Ef9gH8iJ7kL6mN5oP4qR3s","name":"t-wipe","input":{}}],
+	  "stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":512,"output_tokens":96,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"service_tier":"standard"}}`
+	data, code := jsonRequest(t, nc, "calls.submit_batch", `{"format":"anthropic","agent":"support-bot","turn":"t-py","tool_calls":`+response+`}`)
+	if code != "" {
+		t.Fatalf("submit_batch refused (%s): %s", code, data)
+	}
+	var batch struct {
+		Calls json.RawMessage `json:"calls"`
+	}
+	if err := json.Unmarshal(data, &batch); err != nil {
+		t.Fatal(err)
+	}
+	data, code = jsonRequest(t, nc, "calls.results", `{"format":"anthropic","calls":`+string(batch.Calls)+`,"wait_ms":60000}`)
+	if code != "" {
+		t.Fatalf("results refused (%s): %s", code, data)
+	}
+	var res struct {
+		Messages []any `json:"messages"`
+		Calls    []struct {
+			CallID   string `json:"call_id"`
+			State    string `json:"state"`
+			Approval *struct {
+				ApprovalID string `json:"approval_id"`
+				Reason     string `json:"reason"`
+			} `json:"approval"`
+		} `json:"calls"`
+		Complete bool `json:"complete"`
+	}
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Complete || len(res.Calls) != 2 || res.Calls[0].State != "completed" || res.Calls[1].State != "awaiting_approval" ||
+		res.Calls[1].Approval == nil || res.Calls[1].Approval.ApprovalID == "" || res.Calls[1].Approval.Reason != "wiping needs a person" {
+		t.Fatalf("results: %s", data)
+	}
+	expectLen(t, res.Messages, 1)
+	msg := res.Messages[0]
+	expect(t, msg, "user", "role")
+	expectLen(t, jsonAt(msg, "content"), 2)
+	expect(t, msg, "toolu_01Pq8rS7tU6vW5xY4zA3bC2d", "content", 0, "tool_use_id")
+	expect(t, msg, `{"sum":5}`, "content", 0, "content", 0, "text")
+	expect(t, msg, false, "content", 0, "is_error")
+	expect(t, msg, "toolu_01Ef9gH8iJ7kL6mN5oP4qR3s", "content", 1, "tool_use_id")
+	expect(t, msg, "The call waits for a person's approval (approval ID "+res.Calls[1].Approval.ApprovalID+"): wiping needs a person. It has not run; it runs once approved.", "content", 1, "content", 0, "text")
+	expect(t, msg, false, "content", 1, "is_error")
+	if runs.Load() != 1 {
+		t.Errorf("%d runs, want 1 (the add)", runs.Load())
+	}
+
+	data, code = jsonRequest(t, nc, "calls.submit_batch", `{"format":"cohere","turn":"t-py","tool_calls":`+response+`}`)
+	var e messages.Error
+	if err := json.Unmarshal(data, &e); err != nil || code != "400" || e.Code != messages.CodeBadRequest {
+		t.Errorf("an unknown format: header %q, reply %s", code, data)
+	}
+}
+
+// TestBatchRefusesCallsOneByOne: each call that cannot run is refused on
+// its own, with its code, and rendered as an error result the model can
+// read, under the tool-call ID the model gave, while the others run;
+// calls.results renders the batch's reply as it came. A tool-call ID
+// used again in the turn with other arguments is an idempotency_conflict.
+func TestBatchRefusesCallsOneByOne(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Policy = mustPolicy(t, batchPolicy) })
+	var runs atomic.Int64
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: batchTools(&runs)})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+	if err := c.SetToolEnabled(ctx, "t-chart", false, "charts are off"); err != nil {
+		t.Fatal(err)
+	}
+	longID := strings.Repeat("x", 10_000)
+	call := func(id, typ, name, args string) string {
+		return fmt.Sprintf(`{"id":%q,"type":%q,"function":{"name":%q,"arguments":%q}}`, id, typ, name, args)
+	}
+	toolCalls := `{"role":"assistant","content":null,"tool_calls":[` + strings.Join([]string{
+		call("call_1", "function", "t:add", `{"a":1,"b":2}`),
+		call("call_2", "function", "t.add", `{"a":2,"b":2}`),
+		call("call_3", "function", "T-ADD!", `{}`),
+		call("call_4", "function", "t-nope", `{}`),
+		call("call_5", "function", "t-chart", `{"title":"sales"}`),
+		call(longID, "function", "t-add", `{"a":1,"b":1}`),
+		call("call_1", "function", "t-add", `{"a":1,"b":2}`),
+		call("call_7", "custom", "t-add", `{}`),
+		call("call_8", "function", "t-add", `{"a":1,"b":`),
+		call("call_9", "function", "t-secret", `{}`),
+	}, ",") + `]}`
+	batch, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "openai-chat", Turn: "turn-refusals", ToolCalls: messages.JSON(toolCalls), WaitMS: 30_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"call_1", "call_2", "call_3", "call_4", "call_5", longID, "call_1", "call_7", "call_8", "call_9"}
+	codes := []messages.ErrorCode{"", "", messages.CodeInvalidName, messages.CodeToolNotFound, messages.CodeToolDisabled, messages.CodeBadRequest,
+		messages.CodeBadRequest, messages.CodeBadRequest, messages.CodeInvalidArguments, messages.CodeDenied}
+	if len(batch.Calls) != len(ids) || batch.Results == nil {
+		t.Fatalf("reply %+v", batch)
+	}
+	msgs := decodeMessages(t, batch.Results.Messages)
+	expectLen(t, msgs, len(ids))
+	for i, bc := range batch.Calls {
+		expect(t, msgs[i], ids[i], "tool_call_id")
+		content, _ := jsonAt(msgs[i], "content").(string)
+		if codes[i] == "" {
+			if bc.Error != nil || bc.CallID == "" {
+				t.Errorf("call %d: %+v %v", i, bc, bc.Error)
+			}
+			continue
+		}
+		if bc.Error == nil || bc.Error.Code != codes[i] || bc.CallID != "" {
+			t.Errorf("call %d is %+v %v, want refused with %s", i, bc, bc.Error, codes[i])
+			continue
+		}
+		if content != refusalOf(bc.Error) {
+			t.Errorf("call %d reads %q, want %q", i, content, refusalOf(bc.Error))
+		}
+	}
+	expect(t, msgs[0], `{"sum":3}`, "content")
+	expect(t, msgs[1], `{"sum":4}`, "content")
+	if name := batch.Calls[0].Name; name != "t:add" {
+		t.Errorf("the name as the model wrote it is %q", name)
+	}
+	if !strings.Contains(batch.Calls[6].Error.Message, "appears twice") || !strings.Contains(batch.Calls[5].Error.Message, "at most 120") {
+		t.Errorf("refusals of the IDs: %v; %v", batch.Calls[6].Error, batch.Calls[5].Error)
+	}
+	rendered, err := c.Results(ctx, messages.ResultsRequest{Format: "openai-chat", Calls: batch.Calls})
+	if err != nil {
+		t.Fatalf("calls.results of the batch's reply: %v", err)
+	}
+	if !reflect.DeepEqual(decodeMessages(t, rendered.Messages), msgs) {
+		t.Errorf("calls.results renders\n%s\nthe batch's reply\n%s", rendered.Messages, batch.Results.Messages)
+	}
+
+	again, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "openai-chat", Turn: "turn-refusals", ToolCalls: messages.JSON(`[` + call("call_1", "function", "t-add", `{"a":5,"b":5}`) + `]`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bc := again.Calls[0]; bc.Error == nil || bc.Error.Code != messages.CodeIdempotencyConflict || bc.CallID != "" {
+		t.Errorf("call_1 of the turn with other arguments: %+v %v", bc, bc.Error)
+	}
+	if runs.Load() != 2 {
+		t.Errorf("%d runs, want 2", runs.Load())
+	}
+}
+
+// TestBatchWaitEnds: a call still running when the wait ends, bounded by
+// the coordinator's maximum wait whatever wait_ms asks, is rendered as
+// such, not as an error, and complete is false; calls.results renders
+// its result once it has ended.
+func TestBatchWaitEnds(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	const maxWait = 500 * time.Millisecond
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.MaxWait = maxWait })
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	started := make(chan struct{}, 1)
+	hold := worker.Func("hold", "Holds until the test lets go.", func(ctx context.Context, in struct{}) (string, error) {
+		started <- struct{}{}
+		select {
+		case <-release:
+			return "let go", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{hold}})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+
+	begin := time.Now()
+	batch, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "gemini", Turn: "turn-hold", WaitMS: 60_000,
+		ToolCalls: messages.JSON(`{"role":"model","parts":[{"functionCall":{"id":"g-1","name":"t-hold","args":{}}}]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > 20*time.Second {
+		t.Errorf("the batch waited %v; the coordinator waits at most %v", took, maxWait)
+	}
+	res := batch.Results
+	if res == nil || res.Complete || len(res.Calls) != 1 {
+		t.Fatalf("results %+v", res)
+	}
+	bc := res.Calls[0]
+	if bc.State != messages.StateQueued && bc.State != messages.StateRunning {
+		t.Fatalf("the held call is %s", bc.State)
+	}
+	msgs := decodeMessages(t, res.Messages)
+	expectLen(t, msgs, 1)
+	expect(t, msgs[0], "g-1", "parts", 0, "functionResponse", "id")
+	expect(t, msgs[0], "t-hold", "parts", 0, "functionResponse", "name")
+	expect(t, msgs[0], fmt.Sprintf("The call %s is still %s; its result is not available yet.", bc.CallID, bc.State), "parts", 0, "functionResponse", "response", "output")
+	expect(t, msgs[0], nil, "parts", 0, "functionResponse", "response", "error")
+
+	<-started
+	once.Do(func() { close(release) })
+	done, err := c.AwaitResults(ctx, "gemini", res.Calls)
+	if err != nil || !done.Complete {
+		t.Fatalf("after the call ended: %+v %v", done, err)
+	}
+	expect(t, decodeMessages(t, done.Messages)[0], "let go", "parts", 0, "functionResponse", "response", "output")
+}
+
+// TestBatchWaitCountsAgainstTheUsersWaits: under identities, a batch with
+// wait_ms holds one of its user's long waits; at the user's limit it is
+// refused with too_many_requests before any call is checked or written.
+func TestBatchWaitCountsAgainstTheUsersWaits(t *testing.T) {
+	t.Parallel()
+	srv, as := identityDeploy(t, func(cfg *coordinator.Config) { cfg.MaxWaitsPerUser = 1 })
+	ctx := testenv.Context(t)
+	connA := as("agent_a")
+	a := agentClient(t, connA, "support-bot")
+	operator := agentClient(t, as("operator"), "")
+
+	held, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"hold"}`)})
+	if err != nil || held.State != messages.StateAwaitingApproval {
+		t.Fatalf("A's call held for approval: %+v %v", held, err)
+	}
+	waited := make(chan messages.ErrorCode, 1)
+	go func() {
+		for {
+			code, err := rawWait(ctx, connA, "calls.get", map[string]any{"call_id": held.CallID, "wait_ms": 60_000})
+			if err == nil && code == messages.CodeTooManyRequests {
+				continue // the probe below held the place for a moment
+			}
+			if err != nil {
+				t.Errorf("A's wait: %v", err)
+			}
+			waited <- code
+			return
+		}
+	}()
+	eventually(t, "A's wait to hold its only place", func() bool {
+		code, err := rawWait(ctx, connA, "calls.events", map[string]any{"call_id": held.CallID, "after": 1 << 40, "wait_ms": 1})
+		return err == nil && code == messages.CodeTooManyRequests
+	})
+	streams := []string{"TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
+	before := snapshot(t, srv, streams...)
+	toolCalls := messages.JSON(`[{"type":"tool_use","id":"toolu_1","name":"demo-word_count","input":{"text":"two words"}}]`)
+	_, err = a.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", Turn: "turn-waits", ToolCalls: toolCalls, WaitMS: 10_000})
+	if !isCode(err, messages.CodeTooManyRequests) {
+		t.Errorf("a batch with wait_ms at the user's limit: err = %v, want too_many_requests", err)
+	}
+	if after := snapshot(t, srv, streams...); !reflect.DeepEqual(before, after) {
+		t.Errorf("the refused batch changed the streams:\nbefore %v\nafter  %v", before, after)
+	}
+
+	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: held.Approval.ApprovalID, Decision: messages.DecisionDeny}); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-waited; code != "" {
+		t.Errorf("A's held wait answered %s", code)
+	}
+	batch, err := a.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", Turn: "turn-waits", ToolCalls: toolCalls, WaitMS: 20_000})
+	if err != nil || batch.Results == nil || !batch.Results.Complete {
+		t.Fatalf("the batch once the place is free: %+v %v", batch, err)
+	}
+}
