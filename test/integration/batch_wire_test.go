@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -310,5 +312,142 @@ func TestBatchWaitCountsAgainstTheUsersWaits(t *testing.T) {
 	batch, err := a.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", Turn: "turn-waits", ToolCalls: toolCalls, WaitMS: 20_000})
 	if err != nil || batch.Results == nil || !batch.Results.Complete {
 		t.Fatalf("the batch once the place is free: %+v %v", batch, err)
+	}
+}
+
+// TestBatchCallIDsAsDocumented: a call's ID is "i" + hex(sha256(agent +
+// "\x00" + key))[0:32], its key "<turn>/<tool-call ID>", or, for a call
+// without an ID, "<turn>/#" + hex(sha256(response_id + "\x00" + position
+// + "\x00" + name + "\x00" + arguments digest))[0:32], position counting
+// the batch's tool calls (not the parts around them) from 0 and the
+// response ID taken from a whole Gemini response.
+func TestBatchCallIDsAsDocumented(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: batchTools(new(atomic.Int64))})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+	hexSum := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return hex.EncodeToString(sum[:])
+	}
+	callID := func(key string) string { return "i" + hexSum("bot\x00" + key)[:32] }
+
+	batch, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "gemini", Turn: "turn-ids", ToolCalls: messages.JSON(`{"responseId":"resp-7",
+	  "candidates":[{"content":{"role":"model","parts":[{"text":"Adding."},{"functionCall":{"name":"t-add","args":{"b":2,"a":1}}},{"functionCall":{"id":"fc-9","name":"t-add","args":{"a":3,"b":4}}}]}}]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The canonical arguments: keys in order, no spaces.
+	digest := hexSum(`{"a":1,"b":2}`)
+	if want := callID("turn-ids/#" + hexSum("resp-7\x000\x00t-add\x00" + digest)[:32]); batch.Calls[0].CallID != want {
+		t.Errorf("call without an ID is %s, want %s", batch.Calls[0].CallID, want)
+	}
+	if want := callID("turn-ids/fc-9"); batch.Calls[1].CallID != want {
+		t.Errorf("call fc-9 is %s, want %s", batch.Calls[1].CallID, want)
+	}
+}
+
+// TestBatchNotifyAndTimeout: a batch's notify subject gets each call's
+// result, and its timeout_ms is each call's deadline: a call that outlives
+// it ends timed_out, read by the model as an error that says so.
+func TestBatchNotifyAndTimeout(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	hold := worker.Func("hold", "Holds until its deadline.", func(ctx context.Context, in struct{}) (string, error) {
+		<-ctx.Done()
+		return "", ctx.Err()
+	})
+	var runs atomic.Int64
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: append(batchTools(&runs), hold)})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	nc := testenv.Connect(t, srv.URL())
+	ctx := testenv.Context(t)
+	copies := make(chan *nats.Msg, 8)
+	sub, err := nc.ChanSubscribe("_INBOX.batch-notify", copies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+
+	batch, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "openai-chat", Turn: "turn-notify", Notify: "_INBOX.batch-notify", TimeoutMS: 300, WaitMS: 30_000,
+		ToolCalls: messages.JSON(`[{"id":"call_a","type":"function","function":{"name":"t-add","arguments":"{\"a\":1,\"b\":1}"}},{"id":"call_h","type":"function","function":{"name":"t-hold","arguments":"{}"}}]`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batch.Results == nil || !batch.Results.Complete || batch.Results.Calls[1].State != messages.StateTimedOut {
+		t.Fatalf("results %+v", batch.Results)
+	}
+	msgs := decodeMessages(t, batch.Results.Messages)
+	expect(t, msgs[0], `{"sum":2}`, "content")
+	expectPrefix(t, msgs[1], "Error: ", "content")
+	if got, _ := jsonAt(msgs[1], "content").(string); !strings.Contains(got, "deadline") {
+		t.Errorf("the timed-out call reads %q", got)
+	}
+	notified := map[string]bool{}
+	for len(notified) < 2 {
+		select {
+		case m := <-copies:
+			var ev messages.CallEvent
+			if _, err := messages.Decode(messages.Header(m.Header), m.Data, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Kind != messages.EventResult || ev.Result == nil {
+				t.Fatalf("notified of %+v", ev)
+			}
+			notified[ev.CallID] = true
+		case <-ctx.Done():
+			t.Fatalf("notified of %v, want both calls", notified)
+		}
+	}
+	for _, bc := range batch.Calls {
+		if !notified[bc.CallID] {
+			t.Errorf("call %s not notified", bc.CallID)
+		}
+	}
+}
+
+// TestRunToolCallsBeyondTheMaxWait: RunToolCalls asks again for calls
+// that outlast the coordinator's maximum wait, and returns once none is
+// queued or running; a call that waits for an approval is not waited for.
+func TestRunToolCallsBeyondTheMaxWait(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	const maxWait = 200 * time.Millisecond
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.MaxWait = maxWait
+		cfg.Policy = mustPolicy(t, batchPolicy)
+	})
+	// The tool works for five of the coordinator's waits.
+	slow := worker.Func("slow", "Takes a while.", func(ctx context.Context, in struct{}) (string, error) {
+		select {
+		case <-time.After(5 * maxWait):
+			return "done", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+	var runs atomic.Int64
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: append(batchTools(&runs), slow)})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+
+	res, err := c.RunToolCalls(ctx, "anthropic", `[{"type":"tool_use","id":"toolu_s","name":"t-slow","input":{}}]`, client.WithTurn("turn-slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Complete || res.Calls[0].State != messages.StateCompleted {
+		t.Fatalf("RunToolCalls returned %+v", res)
+	}
+	expect(t, decodeMessages(t, res.Messages)[0], "done", "content", 0, "content", 0, "text")
+
+	res, err = c.RunToolCalls(ctx, "anthropic", `[{"type":"tool_use","id":"toolu_w","name":"t-wipe","input":{}}]`, client.WithTurn("turn-slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Complete || res.Calls[0].State != messages.StateAwaitingApproval || res.Calls[0].Approval == nil {
+		t.Fatalf("RunToolCalls of a call awaiting approval returned %+v", res)
 	}
 }
