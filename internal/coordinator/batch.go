@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -78,11 +79,22 @@ func readToolCalls(format string, raw messages.JSON) ([]toolCall, string, error)
 	seen := make(map[string]bool, len(calls))
 	for i := range calls {
 		tc := &calls[i]
+		if len(tc.name) > messages.MaxToolCallNameLength {
+			if tc.refused == nil {
+				tc.refused = messages.Errorf(messages.CodeInvalidName, "the tool name is %d bytes; at most %d", len(tc.name), messages.MaxToolCallNameLength)
+			}
+		}
+		// The reply repeats the ID and name: cut to their bounds, so that
+		// a hostile batch cannot make its reply too large to send, and
+		// calls.results takes the reply as it comes.
+		tc.name = repeatable(tc.name, messages.MaxToolCallNameLength)
 		if tc.id == "" || tc.refused != nil {
+			tc.id = repeatable(tc.id, messages.MaxToolCallIDLength)
 			continue
 		}
 		if err := messages.ValidateToolCallID(tc.id); err != nil {
 			tc.refused = messages.AsError(err)
+			tc.id = repeatable(tc.id, messages.MaxToolCallIDLength)
 			continue
 		}
 		if seen[tc.id] {
@@ -91,6 +103,19 @@ func readToolCalls(format string, raw messages.JSON) ([]toolCall, string, error)
 		seen[tc.id] = true
 	}
 	return calls, responseID, nil
+}
+
+// repeatable is s as a reply may repeat it: UTF-8, at most max bytes.
+func repeatable(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 // readError says why JSON could not be read as a format's, in the terms

@@ -98,7 +98,10 @@ func TestReadToolCalls(t *testing.T) {
 			[]call{{"", "t-add", `{"a":1}`, ""}, {"", "t-add", "", "invalid_arguments"}}, ""},
 		{"tool-call ID of 10 KB", "openai-chat",
 			`[{"id":"` + strings.Repeat("x", 10_000) + `","type":"function","function":{"name":"t-add","arguments":"{}"}}]`,
-			[]call{{strings.Repeat("x", 10_000), "t-add", `{}`, "bad_request"}}, ""},
+			[]call{{strings.Repeat("x", messages.MaxToolCallIDLength), "t-add", `{}`, "bad_request"}}, ""},
+		{"tool name of 10 KB", "anthropic",
+			`[{"type":"tool_use","id":"toolu_1","name":"t-` + strings.Repeat("é", 5_000) + `","input":{}}]`,
+			[]call{{"toolu_1", "t-" + strings.Repeat("é", (messages.MaxToolCallNameLength-2)/2), "", "invalid_name"}}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

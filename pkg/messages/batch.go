@@ -154,10 +154,7 @@ func (r *SubmitBatchRequest) Validate() error {
 
 // Validate checks the format is given, that there are 1 to MaxBatchCalls
 // calls, each naming a call or carrying its refusal, with valid IDs and
-// names of bounded length, and wait_ms (0 to MaxTimeoutMS). A refused
-// call's tool-call ID and name are taken as a batch's reply gave them,
-// whatever their length: a batch refuses a call whose ID or name is too
-// long and its reply repeats them, to be rendered.
+// names of bounded length, and wait_ms (0 to MaxTimeoutMS).
 func (r *ResultsRequest) Validate() error {
 	if r.Format == "" {
 		return Errorf(CodeBadRequest, "format is required")
@@ -176,10 +173,6 @@ func (r *ResultsRequest) Validate() error {
 func (c *BatchCall) validate() error {
 	if c.CallID == "" && c.Error == nil {
 		return Errorf(CodeBadRequest, "each call needs a call_id or the error that refused it")
-	}
-	if c.CallID == "" {
-		// The request's size bounds them.
-		return firstError(validateText("tool_call_id", c.ToolCallID, len(c.ToolCallID)), validateText("name", c.Name, len(c.Name)))
 	}
 	return firstError(
 		optionalID("call ID", c.CallID),

@@ -147,7 +147,8 @@ func TestBatchRefusesCallsOneByOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := []string{"call_1", "call_2", "call_3", "call_4", "call_5", longID, "call_1", "call_7", "call_8", "call_9"}
+	// The reply repeats a tool-call ID cut to its bound.
+	ids := []string{"call_1", "call_2", "call_3", "call_4", "call_5", longID[:messages.MaxToolCallIDLength], "call_1", "call_7", "call_8", "call_9"}
 	codes := []messages.ErrorCode{"", "", messages.CodeInvalidName, messages.CodeToolNotFound, messages.CodeToolDisabled, messages.CodeBadRequest,
 		messages.CodeBadRequest, messages.CodeBadRequest, messages.CodeInvalidArguments, messages.CodeDenied}
 	if len(batch.Calls) != len(ids) || batch.Results == nil {
@@ -186,6 +187,17 @@ func TestBatchRefusesCallsOneByOne(t *testing.T) {
 	}
 	if !reflect.DeepEqual(decodeMessages(t, rendered.Messages), msgs) {
 		t.Errorf("calls.results renders\n%s\nthe batch's reply\n%s", rendered.Messages, batch.Results.Messages)
+	}
+
+	// A name of 250 KB, repeated in full in the calls, the results and
+	// the refusal, would make a reply too large to send.
+	huge, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "openai-chat", Turn: "turn-refusals", WaitMS: 30_000,
+		ToolCalls: messages.JSON(`[` + call("call_big", "function", "t-"+strings.Repeat("n", 250_000), `{}`) + `]`)})
+	if err != nil {
+		t.Fatalf("a batch with a name of 250 KB: %v", err)
+	}
+	if bc := huge.Calls[0]; bc.Error == nil || bc.Error.Code != messages.CodeInvalidName || len(bc.Name) != messages.MaxToolCallNameLength || huge.Results == nil {
+		t.Errorf("the call with a name of 250 KB: %v %v, name of %d bytes", bc.Error, huge.Results, len(bc.Name))
 	}
 
 	again, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "openai-chat", Turn: "turn-refusals", ToolCalls: messages.JSON(`[` + call("call_1", "function", "t-add", `{"a":5,"b":5}`) + `]`)})
