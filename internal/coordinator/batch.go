@@ -694,7 +694,8 @@ func (c *Coordinator) renderFresh(ctx context.Context, out *messages.SubmitBatch
 		}
 		outcomes[i], res.Calls[i] = o, o.call
 	}
-	res.Messages = resultRenderers[format](outcomes)
+	// The reply holds the calls twice: as the batch's and as the results'.
+	res.Messages = fitMessages(resultRenderers[format], outcomes, c.messagesBudget(2*len(marshalJSON(out.Calls))))
 	return res
 }
 
@@ -907,8 +908,67 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 		}
 		outcomes[i], out.Calls[i] = o, o.call
 	}
-	out.Messages = render(outcomes)
+	out.Messages = fitMessages(render, outcomes, c.messagesBudget(len(marshalJSON(out.Calls))))
 	return out, nil
+}
+
+// cutToFitNote ends a result cut further so that the reply could carry
+// every call's.
+const cutToFitNote = "[The result was cut to fit in one reply with the other calls' results; ask calls.results for this call alone to read more of it.]"
+
+// replySlack is room kept in a reply for its headers and encoding.
+const replySlack = 8 << 10
+
+// minResultShare is the least each result is cut to when the rendered
+// messages do not fit in a reply.
+const minResultShare = 256
+
+// messagesBudget is how many bytes of rendered messages a reply can hold
+// beside calls bytes of calls: what one message may carry on the
+// coordinator's connection (the server's max_payload).
+func (c *Coordinator) messagesBudget(calls int) int {
+	return int(c.nc.MaxPayload()) - calls - replySlack
+}
+
+// fitMessages renders calls as render does and, when the messages would
+// be larger than budget bytes, renders them again with each result cut
+// as messages.Truncate cuts one to its tool's maximum size (the result
+// then says so): first to three quarters of an equal share of budget (a
+// medium grows by a third in base64), halved until the messages fit or
+// the share is minResultShare.
+func fitMessages(render resultRenderer, calls []callOutcome, budget int) []messages.JSON {
+	msgs := render(calls)
+	withResult := 0
+	for i := range calls {
+		if calls[i].result != nil {
+			withResult++
+		}
+	}
+	if renderedSize(msgs) <= budget || withResult == 0 {
+		return msgs
+	}
+	cut := slices.Clone(calls)
+	for share := max(budget*3/4/withResult, minResultShare); ; share /= 2 {
+		share = max(share, minResultShare)
+		for i := range calls {
+			if r := calls[i].result; r != nil {
+				smaller, cutNow := messages.Truncate(*r, share, r.FullResult)
+				cut[i].result, cut[i].fitted = &smaller, cutNow
+			}
+		}
+		msgs = render(cut)
+		if renderedSize(msgs) <= budget || share == minResultShare {
+			return msgs
+		}
+	}
+}
+
+func renderedSize(msgs []messages.JSON) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m)
+	}
+	return n
 }
 
 // resultWatch holds a subscription per call to the writes of its result
@@ -1031,6 +1091,8 @@ type callOutcome struct {
 	// tool is the Toolbus tool, named for a call the request names by its ID alone.
 	tool   string
 	result *messages.CallResult
+	// fitted is set when the result was cut further to fit in the reply.
+	fitted bool
 }
 
 // observe takes the call's state from its snapshot.
@@ -1086,7 +1148,10 @@ func (o *callOutcome) view() (blocks []messages.ContentBlock, structured message
 		if len(blocks) == 0 && r.Error != nil {
 			blocks = []messages.ContentBlock{messages.TextBlock(fmt.Sprintf("The call ended %s (%s): %s", r.Status, r.Error.Code, r.Error.Message))}
 		}
-		if r.Truncated {
+		switch {
+		case o.fitted:
+			blocks = append(slices.Clip(blocks), messages.TextBlock(cutToFitNote))
+		case r.Truncated:
 			blocks = append(slices.Clip(blocks), messages.TextBlock("[The result was cut to the tool's maximum result size.]"))
 		}
 		return blocks, r.StructuredContent, r.IsError

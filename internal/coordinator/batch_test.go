@@ -661,3 +661,43 @@ func TestRenderWhatTheModelReads(t *testing.T) {
 		}
 	}
 }
+
+// TestFitMessages: results whose rendered messages would not fit in a
+// reply are cut, each to a share of the room, and say so; a medium that
+// does not fit its share is replaced by a note; messages that fit are
+// left as they are.
+func TestFitMessages(t *testing.T) {
+	big := strings.Repeat("b", 10_000)
+	calls := []callOutcome{
+		completed("c1", "t-big", messages.TextBlock(big)),
+		completed("c2", "t-big", messages.TextBlock(big)),
+		completed("c3", "t-pic", messages.ImageBlock(make([]byte, 10_000), "image/png")),
+		{call: messages.BatchCall{ToolCallID: "c4", Name: "t-secret", Error: &messages.Error{Code: messages.CodeDenied, Message: "no"}}},
+	}
+	for format, render := range resultRenderers {
+		t.Run(format, func(t *testing.T) {
+			whole := fitMessages(render, calls, 1<<20)
+			if !reflect.DeepEqual(whole, render(calls)) {
+				t.Errorf("messages that fit were changed")
+			}
+			const budget = 12_000
+			fitted := fitMessages(render, calls, budget)
+			text := ""
+			for _, m := range fitted {
+				text += string(m)
+			}
+			if len(text) > budget {
+				t.Errorf("the messages are %d bytes, more than %d", len(text), budget)
+			}
+			if n := strings.Count(text, cutToFitNote); n != 3 {
+				t.Errorf("%d results say they were cut, want 3:\n%s", n, text)
+			}
+			if !strings.Contains(text, "left out: too large") || !strings.Contains(text, "bytes cut") {
+				t.Errorf("the cuts are not marked:\n%s", text)
+			}
+			if !strings.Contains(text, "The call was refused (denied): no") {
+				t.Errorf("the refusal is lost:\n%s", text)
+			}
+		})
+	}
+}

@@ -463,3 +463,46 @@ func TestRunToolCallsBeyondTheMaxWait(t *testing.T) {
 		t.Fatalf("RunToolCalls of a call awaiting approval returned %+v", res)
 	}
 }
+
+// TestBatchResultsFitInOneReply: eight results of 200 KB each, every one
+// under its tool's maximum size, do not fit in one NATS message (1 MiB by
+// default): RunToolCalls still gets them, each cut to fit and saying so,
+// and calls.results for one call alone renders it whole.
+func TestBatchResultsFitInOneReply(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	const size = 200_000
+	big := worker.Func("big", "Returns 200 KB.", func(ctx context.Context, in struct{}) (string, error) {
+		return strings.Repeat("b", size), nil
+	})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{big}})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	nc := testenv.Connect(t, srv.URL())
+	ctx := testenv.Context(t)
+	var calls []string
+	for i := range 8 {
+		calls = append(calls, fmt.Sprintf(`{"type":"tool_use","id":"toolu_%d","name":"t-big","input":{}}`, i))
+	}
+	res, err := c.RunToolCalls(ctx, "anthropic", "["+strings.Join(calls, ",")+"]", client.WithTurn("turn-big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Complete || len(res.Messages) != 1 || len(res.Messages[0]) > int(nc.MaxPayload()) {
+		t.Fatalf("complete %v, %d messages, the first of %d bytes", res.Complete, len(res.Messages), len(res.Messages[0]))
+	}
+	results := jsonAt(decodeMessages(t, res.Messages)[0], "content").([]any)
+	expectLen(t, results, 8)
+	for i := range results {
+		text, _ := jsonAt(results, i, "content", 0, "text").(string)
+		note, _ := jsonAt(results, i, "content", 1, "text").(string)
+		if len(text) >= size || !strings.Contains(text, "bytes cut") || !strings.HasPrefix(note, "[The result was cut to fit in one reply") {
+			t.Errorf("result %d: %d bytes of text, then %q", i, len(text), note)
+		}
+	}
+	alone, err := c.Results(ctx, messages.ResultsRequest{Format: "anthropic", Calls: res.Calls[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, decodeMessages(t, alone.Messages)[0], strings.Repeat("b", size), "content", 0, "content", 0, "text")
+}
