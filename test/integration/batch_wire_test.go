@@ -67,9 +67,13 @@ func TestBatchAsPythonSendsIt(t *testing.T) {
 	if err := json.Unmarshal(data, &batch); err != nil {
 		t.Fatal(err)
 	}
+	begin := time.Now()
 	data, code = jsonRequest(t, nc, "calls.results", `{"format":"anthropic","calls":`+string(batch.Calls)+`,"wait_ms":60000}`)
 	if code != "" {
 		t.Fatalf("results refused (%s): %s", code, data)
+	}
+	if took := time.Since(begin); took > 30*time.Second {
+		t.Errorf("calls.results took %v: it waited for the call that awaits an approval", took)
 	}
 	var res struct {
 		Messages []any `json:"messages"`
@@ -113,7 +117,8 @@ func TestBatchAsPythonSendsIt(t *testing.T) {
 
 // TestBatchRefusesCallsOneByOne: each call that cannot run is refused on
 // its own, with its code, and rendered as an error result the model can
-// read, under the tool-call ID the model gave, while the others run;
+// read, under the tool-call ID the model gave, while the others run (an
+// arguments string nesting deeper than a message may is refused alone);
 // calls.results renders the batch's reply as it came. A tool-call ID
 // used again in the turn with other arguments is an idempotency_conflict.
 func TestBatchRefusesCallsOneByOne(t *testing.T) {
@@ -142,15 +147,16 @@ func TestBatchRefusesCallsOneByOne(t *testing.T) {
 		call("call_7", "custom", "t-add", `{}`),
 		call("call_8", "function", "t-add", `{"a":1,"b":`),
 		call("call_9", "function", "t-secret", `{}`),
+		call("call_10", "function", "t-add", `{"a":1,"b":2,"c":`+strings.Repeat(`[`, 300)+strings.Repeat(`]`, 300)+`}`),
 	}, ",") + `]}`
 	batch, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "openai-chat", Turn: "turn-refusals", ToolCalls: messages.JSON(toolCalls), WaitMS: 30_000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The reply repeats a tool-call ID cut to its bound.
-	ids := []string{"call_1", "call_2", "call_3", "call_4", "call_5", longID[:messages.MaxToolCallIDLength], "call_1", "call_7", "call_8", "call_9"}
+	ids := []string{"call_1", "call_2", "call_3", "call_4", "call_5", longID[:messages.MaxToolCallIDLength], "call_1", "call_7", "call_8", "call_9", "call_10"}
 	codes := []messages.ErrorCode{"", "", messages.CodeInvalidName, messages.CodeToolNotFound, messages.CodeToolDisabled, messages.CodeBadRequest,
-		messages.CodeBadRequest, messages.CodeBadRequest, messages.CodeInvalidArguments, messages.CodeDenied}
+		messages.CodeBadRequest, messages.CodeBadRequest, messages.CodeInvalidArguments, messages.CodeDenied, messages.CodeBadRequest}
 	if len(batch.Calls) != len(ids) || batch.Results == nil {
 		t.Fatalf("reply %+v", batch)
 	}
