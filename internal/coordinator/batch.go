@@ -908,7 +908,9 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 		}
 		outcomes[i], out.Calls[i] = o, o.call
 	}
-	out.Messages = fitMessages(render, outcomes, c.messagesBudget(len(marshalJSON(out.Calls))))
+	// Room for the calls twice: a batch sent again with wait_ms replies
+	// with its calls beside these results.
+	out.Messages = fitMessages(render, outcomes, c.messagesBudget(2*len(marshalJSON(out.Calls))))
 	return out, nil
 }
 

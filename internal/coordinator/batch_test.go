@@ -449,7 +449,8 @@ func TestProtocolBatchExamples(t *testing.T) {
 
 // FuzzReadToolCalls: whatever a client sends as tool_calls, reading it
 // does not panic, and what it reads is a batch the pipeline can take:
-// 1 to MaxBatchCalls calls, each refused or with JSON arguments.
+// 1 to MaxBatchCalls calls, each refused or with JSON arguments, whose
+// ID and name a reply can repeat.
 func FuzzReadToolCalls(f *testing.F) {
 	f.Add("openai-chat", []byte(`{"choices":[{"message":{"tool_calls":[{"id":"call_1","type":"function","function":{"name":"t-add","arguments":"{\"a\":1}"}}]}}]}`))
 	f.Add("openai-responses", []byte(`{"id":"r","output":[{"type":"function_call","call_id":"c","name":"t-add","arguments":"{}"}]}`))
@@ -470,6 +471,11 @@ func FuzzReadToolCalls(f *testing.F) {
 		for _, c := range calls {
 			if c.refused == nil && !json.Valid(c.args) {
 				t.Fatalf("call %+v accepted with arguments that are not JSON", c)
+			}
+			// A reply repeats them, and calls.results takes the reply.
+			bc := messages.BatchCall{ToolCallID: c.id, Name: c.name, Error: c.refused, CallID: "i1"}
+			if err := (&messages.ResultsRequest{Format: format, Calls: []messages.BatchCall{bc}}).Validate(); err != nil {
+				t.Fatalf("a reply repeating call %q %q is refused by calls.results: %v", c.id, c.name, err)
 			}
 		}
 	})
