@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -511,4 +513,40 @@ func TestBatchResultsFitInOneReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, decodeMessages(t, alone.Messages)[0], strings.Repeat("b", size), "content", 0, "content", 0, "text")
+}
+
+// TestBatchCallOutsideTheAgentsTools: a call of a tool the agent's
+// exposure rules exclude is refused alone with not_admitted, and the
+// model reads why; the agent's other call runs.
+func TestBatchCallOutsideTheAgentsTools(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "agents", "narrow.yaml"), `
+id: narrow
+tool:
+  items:
+    - name: "demo"
+      exclude: ["demo:sha256"]
+`)
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.WorkspaceDir = dir })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "narrow"})
+	ctx := testenv.Context(t)
+	res, err := c.RunToolCalls(ctx, "openai-responses", `[{"type":"function_call","call_id":"call_s","name":"demo-sha256","arguments":"{\"text\":\"x\"}"},
+		{"type":"function_call","call_id":"call_e","name":"demo-echo","arguments":"{\"text\":\"ok\"}"}]`, client.WithTurn("turn-narrow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bc := res.Calls[0]; bc.Error == nil || bc.Error.Code != messages.CodeNotAdmitted {
+		t.Fatalf("the excluded call: %+v %v", bc, bc.Error)
+	}
+	msgs := decodeMessages(t, res.Messages)
+	expectLen(t, msgs, 2)
+	expect(t, msgs[0], "call_s", "call_id")
+	expect(t, msgs[0], refusalOf(res.Calls[0].Error), "output")
+	expect(t, msgs[1], "call_e", "call_id")
+	if res.Calls[1].State != messages.StateCompleted {
+		t.Errorf("the admitted call: %+v", res.Calls[1])
+	}
 }
