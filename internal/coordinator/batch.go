@@ -221,10 +221,21 @@ func readOpenAIChatCalls(raw json.RawMessage) ([]toolCall, string, error) {
 }
 
 // stringArguments reads arguments that OpenAI sends as a JSON string
-// holding JSON. An object given as such is taken as it is. A string that
-// is not JSON, as a model may write, refuses the call with
-// invalid_arguments.
+// holding a JSON object. An object given as such is taken as it is. A
+// string that is not JSON, as a model may write, or JSON that is not an
+// object refuses the call with invalid_arguments.
 func stringArguments(tool string, raw json.RawMessage, refused *messages.Error) (messages.JSON, *messages.Error) {
+	args, refused := stringArgumentsJSON(tool, raw, refused)
+	if refused == nil {
+		if t := bytes.TrimSpace(args); len(t) == 0 || t[0] != '{' {
+			return nil, messages.Errorf(messages.CodeInvalidArguments, "arguments of %s are not a JSON object", tool)
+		}
+	}
+	return args, refused
+}
+
+// stringArgumentsJSON is the JSON of stringArguments, object or not.
+func stringArgumentsJSON(tool string, raw json.RawMessage, refused *messages.Error) (messages.JSON, *messages.Error) {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 || t[0] != '"' {
 		return argumentsOf(raw), refused
