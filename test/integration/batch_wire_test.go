@@ -120,7 +120,8 @@ func TestBatchAsPythonSendsIt(t *testing.T) {
 // TestBatchRefusesCallsOneByOne: each call that cannot run is refused on
 // its own, with its code, and rendered as an error result the model can
 // read, under the tool-call ID the model gave, while the others run (an
-// arguments string nesting deeper than a message may is refused alone);
+// arguments string nesting deeper than a message may, or larger than a
+// submit takes, is refused alone);
 // calls.results renders the batch's reply as it came. A tool-call ID
 // used again in the turn with other arguments is an idempotency_conflict.
 func TestBatchRefusesCallsOneByOne(t *testing.T) {
@@ -150,15 +151,18 @@ func TestBatchRefusesCallsOneByOne(t *testing.T) {
 		call("call_8", "function", "t-add", `{"a":1,"b":`),
 		call("call_9", "function", "t-secret", `{}`),
 		call("call_10", "function", "t-add", `{"a":1,"b":2,"c":`+strings.Repeat(`[`, 300)+strings.Repeat(`]`, 300)+`}`),
+		call("call_11", "function", "t-add", `{"a":1,"b":2,"pad":"`+strings.Repeat("p", 300_000)+`"}`),
+		call("call_12", "function", "t-add", `[1,2]`),
 	}, ",") + `]}`
 	batch, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "openai-chat", Turn: "turn-refusals", ToolCalls: messages.JSON(toolCalls), WaitMS: 30_000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The reply repeats a tool-call ID cut to its bound.
-	ids := []string{"call_1", "call_2", "call_3", "call_4", "call_5", longID[:messages.MaxToolCallIDLength], "call_1", "call_7", "call_8", "call_9", "call_10"}
+	ids := []string{"call_1", "call_2", "call_3", "call_4", "call_5", longID[:messages.MaxToolCallIDLength], "call_1", "call_7", "call_8", "call_9", "call_10", "call_11", "call_12"}
 	codes := []messages.ErrorCode{"", "", messages.CodeInvalidName, messages.CodeToolNotFound, messages.CodeToolDisabled, messages.CodeBadRequest,
-		messages.CodeBadRequest, messages.CodeBadRequest, messages.CodeInvalidArguments, messages.CodeDenied, messages.CodeBadRequest}
+		messages.CodeBadRequest, messages.CodeBadRequest, messages.CodeInvalidArguments, messages.CodeDenied, messages.CodeBadRequest,
+		messages.CodePayloadTooLarge, messages.CodeInvalidArguments}
 	if len(batch.Calls) != len(ids) || batch.Results == nil {
 		t.Fatalf("reply %+v", batch)
 	}
