@@ -476,10 +476,11 @@ func TestRunToolCallsBeyondTheMaxWait(t *testing.T) {
 	}
 }
 
-// TestBatchResultsFitInOneReply: eight results of 200 KB each, every one
-// under its tool's maximum size, do not fit in one NATS message (1 MiB by
-// default): RunToolCalls still gets them, each cut to fit and saying so,
-// and calls.results for one call alone renders it whole.
+// TestBatchResultsFitInOneReply: a result cut to its tool's maximum size
+// says so; eight results of 200 KB each, every one under its tool's
+// maximum size, do not fit in one NATS message (1 MiB by default):
+// RunToolCalls still gets them, each cut to fit and saying so, and
+// calls.results for one call alone renders it whole.
 func TestBatchResultsFitInOneReply(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Server(t)
@@ -488,10 +489,22 @@ func TestBatchResultsFitInOneReply(t *testing.T) {
 	big := worker.Func("big", "Returns 200 KB.", func(ctx context.Context, in struct{}) (string, error) {
 		return strings.Repeat("b", size), nil
 	})
-	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{big}})
+	capped := worker.Func("capped", "Returns 200 KB, cut to 1 KB.", func(ctx context.Context, in struct{}) (string, error) {
+		return strings.Repeat("c", size), nil
+	}, worker.WithMaxResultSize(1000))
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{big, capped}})
 	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
 	nc := testenv.Connect(t, srv.URL())
 	ctx := testenv.Context(t)
+	one, err := c.RunToolCalls(ctx, "openai-chat", `[{"id":"call_c","type":"function","function":{"name":"t-capped","arguments":"{}"}}]`, client.WithTurn("turn-big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, _ := jsonAt(decodeMessages(t, one.Messages)[0], "content").(string)
+	if len(content) > 1200 || !strings.HasSuffix(content, "\n[The result was cut to the tool's maximum result size.]") {
+		t.Errorf("a result cut to its tool's maximum size reads %q", content)
+	}
+
 	var calls []string
 	for i := range 8 {
 		calls = append(calls, fmt.Sprintf(`{"type":"tool_use","id":"toolu_%d","name":"t-big","input":{}}`, i))
