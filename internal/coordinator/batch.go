@@ -88,16 +88,18 @@ func readToolCalls(format string, raw messages.JSON) ([]toolCall, string, error)
 		// a hostile batch cannot make its reply too large to send, and
 		// calls.results takes the reply as it comes.
 		tc.name = repeatable(tc.name, messages.MaxToolCallNameLength)
-		if tc.id == "" || tc.refused != nil {
-			tc.id = repeatable(tc.id, messages.MaxToolCallIDLength)
+		if tc.id == "" {
 			continue
 		}
-		if err := messages.ValidateToolCallID(tc.id); err != nil {
-			tc.refused = messages.AsError(err)
-			tc.id = repeatable(tc.id, messages.MaxToolCallIDLength)
-			continue
+		if tc.refused == nil {
+			if err := messages.ValidateToolCallID(tc.id); err != nil {
+				tc.refused = messages.AsError(err)
+			}
 		}
-		if seen[tc.id] {
+		tc.id = repeatable(tc.id, messages.MaxToolCallIDLength)
+		// A call refused for another reason still holds its ID: the model
+		// gets one result per ID.
+		if seen[tc.id] && tc.refused == nil {
 			tc.refused = messages.Errorf(messages.CodeBadRequest, "tool-call ID %s appears twice in the batch", tc.id)
 		}
 		seen[tc.id] = true
