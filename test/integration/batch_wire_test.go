@@ -42,8 +42,9 @@ func jsonRequest(t *testing.T, nc *nats.Conn, endpoint, body string) (data []byt
 // blocks) goes to calls.submit_batch, the reply's calls go back to
 // calls.results as they came, and its messages are the next user message:
 // a result, and a call that waits for an approval, named by its approval
-// ID and not an error. A request that is refused as a whole is an error
-// reply with the Nats-Service-Error-Code header.
+// ID and not an error. A request that is refused as a whole (an unknown
+// format, 65 calls, none, JSON nested too deep) is an error reply with the
+// Nats-Service-Error-Code header, and queues nothing.
 func TestBatchAsPythonSendsIt(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Server(t)
@@ -110,10 +111,26 @@ func TestBatchAsPythonSendsIt(t *testing.T) {
 		t.Errorf("%d runs, want 1 (the add)", runs.Load())
 	}
 
-	data, code = jsonRequest(t, nc, "calls.submit_batch", `{"format":"cohere","turn":"t-py","tool_calls":`+response+`}`)
-	var e messages.Error
-	if err := json.Unmarshal(data, &e); err != nil || code != "400" || e.Code != messages.CodeBadRequest {
-		t.Errorf("an unknown format: header %q, reply %s", code, data)
+	var blocks []string
+	for i := range messages.MaxBatchCalls + 1 {
+		blocks = append(blocks, fmt.Sprintf(`{"type":"tool_use","id":"toolu_%d","name":"t-add","input":{"a":1,"b":1}}`, i))
+	}
+	queued := queuedCallsOn(t, nc)
+	for name, body := range map[string]string{
+		"an unknown format": `{"format":"cohere","turn":"t-py","tool_calls":` + response + `}`,
+		"65 tool calls":     `{"format":"anthropic","turn":"t-py","tool_calls":[` + strings.Join(blocks, ",") + `]}`,
+		"no tool call":      `{"format":"anthropic","turn":"t-py","tool_calls":{"role":"assistant","content":"Done."}}`,
+		"tool_calls nesting too deep": `{"format":"anthropic","turn":"t-py","tool_calls":[{"type":"tool_use","id":"toolu_d","name":"t-add","input":` +
+			strings.Repeat(`{"a":`, 300) + "1" + strings.Repeat("}", 300) + `}]}`,
+	} {
+		data, code := jsonRequest(t, nc, "calls.submit_batch", body)
+		var e messages.Error
+		if err := json.Unmarshal(data, &e); err != nil || code != "400" || e.Code != messages.CodeBadRequest {
+			t.Errorf("%s: header %q, reply %.300s", name, code, data)
+		}
+	}
+	if got := queuedCallsOn(t, nc); got != queued {
+		t.Errorf("refused batches queued %d calls", got-queued)
 	}
 }
 
