@@ -7,13 +7,18 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -63,7 +68,7 @@ func readToolCalls(format string, raw messages.JSON) ([]toolCall, string, error)
 	}
 	calls, responseID, err := read(json.RawMessage(raw))
 	if err != nil {
-		return nil, "", messages.Errorf(messages.CodeBadRequest, "tool_calls is not %s tool calls: %v", format, err)
+		return nil, "", messages.Errorf(messages.CodeBadRequest, "tool_calls is not %s tool calls: %v", format, readError(err))
 	}
 	if len(calls) == 0 {
 		return nil, "", messages.Errorf(messages.CodeBadRequest, "tool_calls holds no %s tool call", format)
@@ -74,19 +79,68 @@ func readToolCalls(format string, raw messages.JSON) ([]toolCall, string, error)
 	seen := make(map[string]bool, len(calls))
 	for i := range calls {
 		tc := &calls[i]
-		if tc.id == "" || tc.refused != nil {
+		if len(tc.name) > messages.MaxToolCallNameLength {
+			if tc.refused == nil {
+				tc.refused = messages.Errorf(messages.CodeInvalidName, "the tool name is %d bytes; at most %d", len(tc.name), messages.MaxToolCallNameLength)
+			}
+		}
+		// The reply repeats the ID and name: cut to their bounds, so that
+		// a hostile batch cannot make its reply too large to send, and
+		// calls.results takes the reply as it comes.
+		tc.name = repeatable(tc.name, messages.MaxToolCallNameLength)
+		if tc.id == "" {
 			continue
 		}
-		if err := messages.ValidateToolCallID(tc.id); err != nil {
-			tc.refused = messages.AsError(err)
-			continue
+		if tc.refused == nil {
+			if err := messages.ValidateToolCallID(tc.id); err != nil {
+				tc.refused = messages.AsError(err)
+			}
 		}
-		if seen[tc.id] {
+		tc.id = repeatable(tc.id, messages.MaxToolCallIDLength)
+		// A call refused for another reason still holds its ID: the model
+		// gets one result per ID.
+		if seen[tc.id] && tc.refused == nil {
 			tc.refused = messages.Errorf(messages.CodeBadRequest, "tool-call ID %s appears twice in the batch", tc.id)
 		}
 		seen[tc.id] = true
 	}
 	return calls, responseID, nil
+}
+
+// repeatable is s as a reply may repeat it: UTF-8, at most max bytes.
+func repeatable(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+// readError says why JSON could not be read as a format's, in the terms
+// of JSON rather than of the Go types it was read into.
+func readError(err error) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	what := "the value"
+	if te.Field != "" {
+		what = te.Field
+	}
+	want := "another kind of value"
+	switch te.Type.Kind() {
+	case reflect.Slice, reflect.Array:
+		want = "an array"
+	case reflect.Struct, reflect.Map:
+		want = "an object"
+	case reflect.String:
+		want = "a string"
+	}
+	return fmt.Errorf("%s is a JSON %s, want %s", what, te.Value, want)
 }
 
 // list reads raw as an array of T.
@@ -124,6 +178,7 @@ func readOpenAIChatCalls(raw json.RawMessage) ([]toolCall, string, error) {
 			Choices []struct {
 				Message json.RawMessage `json:"message"`
 			} `json:"choices"`
+			Role      *string         `json:"role"`
 			ToolCalls json.RawMessage `json:"tool_calls"`
 		}
 		if err := json.Unmarshal(raw, &holder); err != nil {
@@ -131,12 +186,17 @@ func readOpenAIChatCalls(raw json.RawMessage) ([]toolCall, string, error) {
 		}
 		switch {
 		case len(holder.Choices) > 0:
+			if holder.Choices[0].Message == nil {
+				return nil, "", fmt.Errorf("the response's first choice has no message")
+			}
 			calls, _, err := readOpenAIChatCalls(holder.Choices[0].Message)
 			return calls, holder.ID, err
 		case holder.ToolCalls != nil:
 			raw = holder.ToolCalls
+		case holder.Role != nil:
+			return nil, "", nil // a message without tool calls
 		default:
-			return nil, "", fmt.Errorf("no tool_calls")
+			return nil, "", fmt.Errorf("it is neither a response (choices), an assistant message (role, tool_calls) nor an array of tool calls")
 		}
 	}
 	items, err := list[struct {
@@ -163,10 +223,21 @@ func readOpenAIChatCalls(raw json.RawMessage) ([]toolCall, string, error) {
 }
 
 // stringArguments reads arguments that OpenAI sends as a JSON string
-// holding JSON. An object given as such is taken as it is. A string that
-// is not JSON, as a model may write, refuses the call with
-// invalid_arguments.
+// holding a JSON object. An object given as such is taken as it is. A
+// string that is not JSON, as a model may write, or JSON that is not an
+// object refuses the call with invalid_arguments.
 func stringArguments(tool string, raw json.RawMessage, refused *messages.Error) (messages.JSON, *messages.Error) {
+	args, refused := stringArgumentsJSON(tool, raw, refused)
+	if refused == nil {
+		if t := bytes.TrimSpace(args); len(t) == 0 || t[0] != '{' {
+			return nil, messages.Errorf(messages.CodeInvalidArguments, "arguments of %s are not a JSON object", tool)
+		}
+	}
+	return args, refused
+}
+
+// stringArgumentsJSON is the JSON of stringArguments, object or not.
+func stringArgumentsJSON(tool string, raw json.RawMessage, refused *messages.Error) (messages.JSON, *messages.Error) {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 || t[0] != '"' {
 		return argumentsOf(raw), refused
@@ -241,7 +312,10 @@ func readAnthropicCalls(raw json.RawMessage) ([]toolCall, string, error) {
 			return nil, "", err
 		}
 		if msg.Content == nil {
-			return nil, "", fmt.Errorf("no content")
+			return nil, "", fmt.Errorf("the message has no content")
+		}
+		if c := bytes.TrimSpace(msg.Content); len(c) > 0 && c[0] == '"' {
+			return nil, msg.ID, nil // content given as a string is text alone
 		}
 		raw, responseID = msg.Content, msg.ID
 	}
@@ -287,6 +361,9 @@ func readGeminiCalls(raw json.RawMessage) ([]toolCall, string, error) {
 					Parts json.RawMessage `json:"parts"`
 				} `json:"content"`
 			} `json:"candidates"`
+			PromptFeedback *struct {
+				BlockReason string `json:"blockReason"`
+			} `json:"promptFeedback"`
 			Parts json.RawMessage `json:"parts"`
 		}
 		if err := json.Unmarshal(raw, &holder); err != nil {
@@ -297,8 +374,12 @@ func readGeminiCalls(raw json.RawMessage) ([]toolCall, string, error) {
 			raw, responseID = holder.Candidates[0].Content.Parts, holder.ResponseID
 		case holder.Parts != nil:
 			raw = holder.Parts
+		case holder.PromptFeedback != nil && holder.PromptFeedback.BlockReason != "":
+			return nil, "", fmt.Errorf("the response has no candidate: its prompt was blocked (%s)", holder.PromptFeedback.BlockReason)
+		case holder.ResponseID != "" || holder.Candidates != nil || holder.PromptFeedback != nil:
+			return nil, "", fmt.Errorf("the response has no candidate")
 		default:
-			return nil, "", fmt.Errorf("no parts")
+			return nil, "", fmt.Errorf("it is neither a GenerateContentResponse (candidates), a content (parts) nor an array of parts")
 		}
 		if raw == nil {
 			return nil, responseID, nil
@@ -379,7 +460,12 @@ func jsonRPCID(raw json.RawMessage) (string, error) {
 	}
 	var n json.Number
 	if err := json.Unmarshal(t, &n); err != nil {
-		return "", fmt.Errorf("a JSON-RPC id must be a string or a number: %s", t)
+		return "", fmt.Errorf("a JSON-RPC id must be a string or a number, not %.40s", t)
+	}
+	// A whole number is its decimal text however it is written (1e2 is
+	// 100); any other number is kept as it was written.
+	if f, err := n.Float64(); err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		return strconv.FormatInt(int64(f), 10), nil
 	}
 	return n.String(), nil
 }
@@ -621,7 +707,8 @@ func (c *Coordinator) renderFresh(ctx context.Context, out *messages.SubmitBatch
 		}
 		outcomes[i], res.Calls[i] = o, o.call
 	}
-	res.Messages = resultRenderers[format](outcomes)
+	// The reply holds the calls twice: as the batch's and as the results'.
+	res.Messages = fitMessages(resultRenderers[format], outcomes, c.messagesBudget(2*len(marshalJSON(out.Calls))))
 	return res
 }
 
@@ -834,8 +921,69 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 		}
 		outcomes[i], out.Calls[i] = o, o.call
 	}
-	out.Messages = render(outcomes)
+	// Room for the calls twice: a batch sent again with wait_ms replies
+	// with its calls beside these results.
+	out.Messages = fitMessages(render, outcomes, c.messagesBudget(2*len(marshalJSON(out.Calls))))
 	return out, nil
+}
+
+// cutToFitNote ends a result cut further so that the reply could carry
+// every call's.
+const cutToFitNote = "[The result was cut to fit in one reply with the other calls' results; ask calls.results for this call alone to read more of it.]"
+
+// replySlack is room kept in a reply for its headers and encoding.
+const replySlack = 8 << 10
+
+// minResultShare is the least each result is cut to when the rendered
+// messages do not fit in a reply.
+const minResultShare = 256
+
+// messagesBudget is how many bytes of rendered messages a reply can hold
+// beside calls bytes of calls: what one message may carry on the
+// coordinator's connection (the server's max_payload).
+func (c *Coordinator) messagesBudget(calls int) int {
+	return int(c.nc.MaxPayload()) - calls - replySlack
+}
+
+// fitMessages renders calls as render does and, when the messages would
+// be larger than budget bytes, renders them again with each result cut
+// as messages.Truncate cuts one to its tool's maximum size (the result
+// then says so): first to three quarters of an equal share of budget (a
+// medium grows by a third in base64), halved until the messages fit or
+// the share is minResultShare.
+func fitMessages(render resultRenderer, calls []callOutcome, budget int) []messages.JSON {
+	msgs := render(calls)
+	withResult := 0
+	for i := range calls {
+		if calls[i].result != nil {
+			withResult++
+		}
+	}
+	if renderedSize(msgs) <= budget || withResult == 0 {
+		return msgs
+	}
+	cut := slices.Clone(calls)
+	for share := max(budget*3/4/withResult, minResultShare); ; share /= 2 {
+		share = max(share, minResultShare)
+		for i := range calls {
+			if r := calls[i].result; r != nil {
+				smaller, cutNow := messages.Truncate(*r, share, r.FullResult)
+				cut[i].result, cut[i].fitted = &smaller, cutNow
+			}
+		}
+		msgs = render(cut)
+		if renderedSize(msgs) <= budget || share == minResultShare {
+			return msgs
+		}
+	}
+}
+
+func renderedSize(msgs []messages.JSON) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m)
+	}
+	return n
 }
 
 // resultWatch holds a subscription per call to the writes of its result
@@ -958,6 +1106,8 @@ type callOutcome struct {
 	// tool is the Toolbus tool, named for a call the request names by its ID alone.
 	tool   string
 	result *messages.CallResult
+	// fitted is set when the result was cut further to fit in the reply.
+	fitted bool
 }
 
 // observe takes the call's state from its snapshot.
@@ -1013,7 +1163,10 @@ func (o *callOutcome) view() (blocks []messages.ContentBlock, structured message
 		if len(blocks) == 0 && r.Error != nil {
 			blocks = []messages.ContentBlock{messages.TextBlock(fmt.Sprintf("The call ended %s (%s): %s", r.Status, r.Error.Code, r.Error.Message))}
 		}
-		if r.Truncated {
+		switch {
+		case o.fitted:
+			blocks = append(slices.Clip(blocks), messages.TextBlock(cutToFitNote))
+		case r.Truncated:
 			blocks = append(slices.Clip(blocks), messages.TextBlock("[The result was cut to the tool's maximum result size.]"))
 		}
 		return blocks, r.StructuredContent, r.IsError
@@ -1310,12 +1463,23 @@ func renderAnthropic(calls []callOutcome) []messages.JSON {
 	}{"user", results})}
 }
 
+// geminiMediaTypes are the image and audio types the Gemini API reads as
+// inline data, each as it is sent (an alias as the documented type).
+var geminiMediaTypes = map[string]string{
+	"image/png": "image/png", "image/jpeg": "image/jpeg", "image/webp": "image/webp",
+	"image/heic": "image/heic", "image/heif": "image/heif",
+	"audio/wav": "audio/wav", "audio/x-wav": "audio/wav", "audio/wave": "audio/wav",
+	"audio/mp3": "audio/mp3", "audio/mpeg": "audio/mp3",
+	"audio/aiff": "audio/aiff", "audio/aac": "audio/aac", "audio/ogg": "audio/ogg", "audio/flac": "audio/flac",
+}
+
 // renderGemini: one user content whose parts are a functionResponse per
 // call, {"functionResponse":{"id"?,"name","response"}}: the response is
 // {"output": structured content} when the result has it and no media,
 // else {"output": text}, or {"error": text} for an error. Images and
-// audio follow in a second user content of inlineData parts, each call's
-// introduced by a text part.
+// audio of the types Gemini reads (geminiMediaTypes) follow in a second
+// user content of inlineData parts, each call's introduced by a text
+// part; other media are left out, and the text says so.
 func renderGemini(calls []callOutcome) []messages.JSON {
 	type functionResponse struct {
 		ID       string         `json:"id,omitempty"`
@@ -1335,14 +1499,17 @@ func renderGemini(calls []callOutcome) []messages.JSON {
 		Role  string `json:"role"`
 		Parts []part `json:"parts"`
 	}
-	all := func(messages.ContentBlock) bool { return true }
+	carry := func(b messages.ContentBlock) bool {
+		_, ok := geminiMediaTypes[b.MIMEType]
+		return ok
+	}
 	responses := make([]part, 0, len(calls))
 	var media []part
 	for i := range calls {
 		o := &calls[i]
 		blocks, structured, isError := o.view()
 		hasMedia := slices.ContainsFunc(blocks, isMedia)
-		var value any = textWithNotes(blocks, all)
+		var value any = textWithNotes(blocks, carry)
 		if len(structured) > 0 && !hasMedia && !isError {
 			value = json.RawMessage(structured)
 		}
@@ -1355,13 +1522,16 @@ func renderGemini(calls []callOutcome) []messages.JSON {
 			fr.ID = o.call.ToolCallID
 		}
 		responses = append(responses, part{FunctionResponse: fr})
-		if hasMedia {
-			media = append(media, part{Text: mediaIntro(o)})
-			for _, b := range blocks {
-				if isMedia(b) {
-					media = append(media, part{InlineData: &inlineData{MIMEType: b.MIMEType, Data: base64.StdEncoding.EncodeToString(b.Data)}})
-				}
+		first := true
+		for _, b := range blocks {
+			if !isMedia(b) || !carry(b) {
+				continue
 			}
+			if first {
+				media = append(media, part{Text: mediaIntro(o)})
+				first = false
+			}
+			media = append(media, part{InlineData: &inlineData{MIMEType: geminiMediaTypes[b.MIMEType], Data: base64.StdEncoding.EncodeToString(b.Data)}})
 		}
 	}
 	out := []messages.JSON{marshalJSON(content{Role: "user", Parts: responses})}

@@ -58,9 +58,60 @@ func TestReadToolCalls(t *testing.T) {
 		{"repeated ID", "anthropic",
 			`[{"type":"tool_use","id":"toolu_1","name":"t-add","input":{}},{"type":"tool_use","id":"toolu_1","name":"t-add","input":{}}]`,
 			[]call{{"toolu_1", "t-add", `{}`, ""}, {"toolu_1", "t-add", `{}`, "bad_request"}}, ""},
+		{"repeated ID of a refused call", "anthropic",
+			`[{"type":"tool_use","id":"toolu_1","name":"t-add","input":"x"},{"type":"tool_use","id":"toolu_1","name":"t-add","input":{}}]`,
+			[]call{{"toolu_1", "t-add", "", "invalid_arguments"}, {"toolu_1", "t-add", `{}`, "bad_request"}}, ""},
 		{"control character in an ID", "anthropic",
 			`[{"type":"tool_use","id":"a\nb","name":"t-add","input":{}}]`,
 			[]call{{"a\nb", "t-add", `{}`, "bad_request"}}, ""},
+		{"openai-chat assistant message", "openai-chat",
+			`{"role":"assistant","content":"Let me add.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"t-add","arguments":null}},{"id":"call_2","type":"function","function":{"name":"t-add"}}]}`,
+			[]call{{"call_1", "t-add", `{}`, ""}, {"call_2", "t-add", `{}`, ""}}, ""},
+		{"openai-chat arguments as an object", "openai-chat",
+			`[{"id":"call_1","type":"function","function":{"name":"t-add","arguments":{"a":1}}}]`,
+			[]call{{"call_1", "t-add", `{"a":1}`, ""}}, ""},
+		{"openai-chat arguments string of invalid UTF-8", "openai-chat",
+			"[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"t-add\",\"arguments\":\"{\\\"a\\\":\\\"\xff\xfe\\\"}\"}}]",
+			[]call{{"call_1", "t-add", "{\"a\":\"\ufffd\ufffd\"}", ""}}, ""},
+		{"tool-call ID of invalid UTF-8", "anthropic",
+			"[{\"type\":\"tool_use\",\"id\":\"c\xff1\",\"name\":\"t-add\",\"input\":{}}]",
+			[]call{{"c\ufffd1", "t-add", `{}`, ""}}, ""},
+		{"openai-chat arguments string holding an array", "openai-chat",
+			`[{"id":"call_1","type":"function","function":{"name":"t-add","arguments":"[1,2]"}}]`,
+			[]call{{"call_1", "t-add", "", "invalid_arguments"}}, ""},
+		{"openai-responses arguments a number", "openai-responses",
+			`[{"type":"function_call","call_id":"call_1","name":"t-add","arguments":5},{"type":"function_call","call_id":"call_2","name":"t-add","arguments":"\"x\""}]`,
+			[]call{{"call_1", "t-add", "", "invalid_arguments"}, {"call_2", "t-add", "", "invalid_arguments"}}, ""},
+		{"openai-responses items", "openai-responses",
+			`[{"type":"web_search_call","id":"ws_1","status":"completed","action":{"type":"search","query":"x"}},
+			  {"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]},{"type":"function_call","call_id":"call_1","name":"t-add","arguments":""}]`,
+			[]call{{"call_1", "t-add", `{}`, ""}}, ""},
+		{"anthropic thinking passed over", "anthropic",
+			`{"id":"msg_2","content":[{"type":"thinking","thinking":"Adding.","signature":"EqQB"},{"type":"redacted_thinking","data":"EmwK"},
+			  {"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"query":"x"}},{"type":"tool_use","id":"toolu_1","name":"t-add","input":null}]}`,
+			[]call{{"toolu_1", "t-add", `{}`, ""}}, "msg_2"},
+		{"gemini content", "gemini",
+			`{"role":"model","parts":[{"text":"Adding."},{"functionCall":{"id":"g1","name":"t-add","args":{"a":1}},"thoughtSignature":"CiQB"}]}`,
+			[]call{{"g1", "t-add", `{"a":1}`, ""}}, ""},
+		{"mcp one request", "mcp",
+			`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"t-add","arguments":null}}`,
+			[]call{{"42", "t-add", `{}`, ""}}, ""},
+		{"mcp numeric IDs as decimal text", "mcp",
+			`[{"jsonrpc":"2.0","id":1e2,"method":"tools/call","params":{"name":"t-add"}},{"jsonrpc":"2.0","id":7.0,"method":"tools/call","params":{"name":"t-add"}},
+			  {"jsonrpc":"2.0","id":-3,"method":"tools/call","params":{"name":"t-add"}},{"jsonrpc":"2.0","id":2.5,"method":"tools/call","params":{"name":"t-add"}}]`,
+			[]call{{"100", "t-add", `{}`, ""}, {"7", "t-add", `{}`, ""}, {"-3", "t-add", `{}`, ""}, {"2.5", "t-add", `{}`, ""}}, ""},
+		{"mcp null ID", "mcp",
+			`[{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"t-add","arguments":{}}},{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`,
+			[]call{{"", "t-add", `{}`, ""}}, ""},
+		{"mcp params array", "mcp",
+			`[{"name":"t-add","arguments":{"a":1}},{"name":"t-add","arguments":[1]}]`,
+			[]call{{"", "t-add", `{"a":1}`, ""}, {"", "t-add", "", "invalid_arguments"}}, ""},
+		{"tool-call ID of 10 KB", "openai-chat",
+			`[{"id":"` + strings.Repeat("x", 10_000) + `","type":"function","function":{"name":"t-add","arguments":"{}"}}]`,
+			[]call{{strings.Repeat("x", messages.MaxToolCallIDLength), "t-add", `{}`, "bad_request"}}, ""},
+		{"tool name of 10 KB", "anthropic",
+			`[{"type":"tool_use","id":"toolu_1","name":"t-` + strings.Repeat("é", 5_000) + `","input":{}}]`,
+			[]call{{"toolu_1", "t-" + strings.Repeat("é", (messages.MaxToolCallNameLength-2)/2), "", "invalid_name"}}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,20 +140,35 @@ func TestReadToolCalls(t *testing.T) {
 }
 
 func TestReadToolCallsRefusesTheBatch(t *testing.T) {
-	for name, tc := range map[string]struct{ format, raw string }{
-		"unknown format":       {"cohere", `[]`},
-		"no tool calls":        {"anthropic", `{"content":[{"type":"text","text":"done"}]}`},
-		"not JSON":             {"anthropic", `[{`},
-		"wrong shape":          {"openai-chat", `{"choices":"x"}`},
-		"nothing to read":      {"gemini", `{"text":"x"}`},
-		"too many":             {"mcp", "[" + strings.TrimSuffix(strings.Repeat(`{"name":"t-add"},`, messages.MaxBatchCalls+1), ",") + "]"},
-		"tools/call no params": {"mcp", `{"jsonrpc":"2.0","id":1,"method":"tools/call"}`},
+	for name, tc := range map[string]struct{ format, raw, says string }{
+		"unknown format":                    {"cohere", `[]`, `unknown format "cohere"`},
+		"no tool calls":                     {"anthropic", `{"content":[{"type":"text","text":"done"}]}`, "holds no anthropic tool call"},
+		"anthropic content a string":        {"anthropic", `{"role":"assistant","content":"Hello."}`, "holds no anthropic tool call"},
+		"openai-chat message without calls": {"openai-chat", `{"choices":[{"message":{"role":"assistant","content":"Hi."},"finish_reason":"stop"}]}`, "holds no openai-chat tool call"},
+		"not JSON":                          {"anthropic", `[{`, "not anthropic tool calls"},
+		"wrong shape":                       {"openai-chat", `{"choices":"x"}`, "choices is a JSON string, want an array"},
+		"nothing to read":                   {"gemini", `{"text":"x"}`, "neither a GenerateContentResponse"},
+		"gemini blocked prompt":             {"gemini", `{"promptFeedback":{"blockReason":"SAFETY"},"responseId":"r1"}`, "no candidate: its prompt was blocked (SAFETY)"},
+		"gemini no candidates":              {"gemini", `{"candidates":[],"responseId":"r1"}`, "no candidate"},
+		"gemini candidate without content":  {"gemini", `{"candidates":[{"finishReason":"SAFETY","index":0}],"responseId":"r1"}`, "holds no gemini tool call"},
+		"too many":                          {"mcp", "[" + strings.TrimSuffix(strings.Repeat(`{"name":"t-add"},`, messages.MaxBatchCalls+1), ",") + "]", "holds 65 tool calls; at most 64"},
+		"too many among other blocks":       {"anthropic", "[" + `{"type":"text","text":"x"},` + strings.TrimSuffix(strings.Repeat(`{"type":"tool_use","id":"x","name":"t-add"},`, messages.MaxBatchCalls+1), ",") + "]", "at most 64"},
+		"tools/call no params":              {"mcp", `{"jsonrpc":"2.0","id":1,"method":"tools/call"}`, "without params"},
+		"mcp id an object":                  {"mcp", `{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{"name":"t-add"}}`, "string or a number"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, _, err := readToolCalls(tc.format, messages.JSON(tc.raw)); messages.CodeOf(err) != messages.CodeBadRequest {
-				t.Fatalf("error %v, want bad_request", err)
+			_, _, err := readToolCalls(tc.format, messages.JSON(tc.raw))
+			if messages.CodeOf(err) != messages.CodeBadRequest || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("error %v, want bad_request saying %q", err, tc.says)
+			}
+			if strings.Contains(err.Error(), "Go value") || strings.Contains(err.Error(), "struct {") {
+				t.Errorf("the error speaks of Go types: %v", err)
 			}
 		})
+	}
+	most := "[" + strings.TrimSuffix(strings.Repeat(`{"name":"t-add"},`, messages.MaxBatchCalls), ",") + "]"
+	if calls, _, err := readToolCalls("mcp", messages.JSON(most)); err != nil || len(calls) != messages.MaxBatchCalls {
+		t.Errorf("%d calls: %d read, %v", messages.MaxBatchCalls, len(calls), err)
 	}
 }
 
@@ -393,7 +459,8 @@ func TestProtocolBatchExamples(t *testing.T) {
 
 // FuzzReadToolCalls: whatever a client sends as tool_calls, reading it
 // does not panic, and what it reads is a batch the pipeline can take:
-// 1 to MaxBatchCalls calls, each refused or with JSON arguments.
+// 1 to MaxBatchCalls calls, each refused or with JSON arguments, whose
+// ID and name a reply can repeat.
 func FuzzReadToolCalls(f *testing.F) {
 	f.Add("openai-chat", []byte(`{"choices":[{"message":{"tool_calls":[{"id":"call_1","type":"function","function":{"name":"t-add","arguments":"{\"a\":1}"}}]}}]}`))
 	f.Add("openai-responses", []byte(`{"id":"r","output":[{"type":"function_call","call_id":"c","name":"t-add","arguments":"{}"}]}`))
@@ -415,6 +482,238 @@ func FuzzReadToolCalls(f *testing.F) {
 			if c.refused == nil && !json.Valid(c.args) {
 				t.Fatalf("call %+v accepted with arguments that are not JSON", c)
 			}
+			// A reply repeats them, and calls.results takes the reply.
+			bc := messages.BatchCall{ToolCallID: c.id, Name: c.name, Error: c.refused, CallID: "i1"}
+			if err := (&messages.ResultsRequest{Format: format, Calls: []messages.BatchCall{bc}}).Validate(); err != nil {
+				t.Fatalf("a reply repeating call %q %q is refused by calls.results: %v", c.id, c.name, err)
+			}
 		}
 	})
+}
+
+// completed is a call that ended with blocks as its result.
+func completed(id, name string, blocks ...messages.ContentBlock) callOutcome {
+	return callOutcome{call: messages.BatchCall{ToolCallID: id, Name: name, CallID: "i-" + id, State: messages.StateCompleted},
+		result: &messages.CallResult{Status: messages.StateCompleted, Content: blocks}}
+}
+
+func media(kind, mime string) messages.ContentBlock {
+	return messages.ContentBlock{Type: kind, Data: []byte{1, 2, 3}, MIMEType: mime}
+}
+
+// TestRenderMediaPerProvider: each format carries the image and audio
+// types its provider takes where it takes them, and leaves the others
+// out with a note in the text.
+func TestRenderMediaPerProvider(t *testing.T) {
+	const data = "AQID"
+	calls := []callOutcome{
+		completed("c1", "t-snap", messages.TextBlock("snap"), media(messages.ContentImage, "image/jpeg"), media(messages.ContentImage, "image/bmp")),
+		completed("c2", "t-say", media(messages.ContentAudio, "audio/wav"), media(messages.ContentAudio, "audio/mpeg"), media(messages.ContentAudio, "audio/ogg")),
+		completed("c3", "t-gif", media(messages.ContentImage, "image/gif"), media(messages.ContentImage, "image/heic")),
+	}
+	leftOut := func(kind, mime string) string {
+		return "[" + kind + " (" + mime + ", 3 bytes): left out, as this provider cannot take it here]"
+	}
+	carried := func(kind, mime string) string {
+		return "[" + kind + " (" + mime + "): in the message after the tool results]"
+	}
+
+	t.Run("openai-chat", func(t *testing.T) {
+		msgs := decodeAll(t, renderOpenAIChat(calls))
+		if len(msgs) != 4 {
+			t.Fatalf("%d messages, want 3 tool messages and a user message: %v", len(msgs), msgs)
+		}
+		checks := map[string]bool{
+			"jpeg carried, bmp left out": msgs[0]["content"] == "snap\n"+carried("image", "image/jpeg")+"\n"+leftOut("image", "image/bmp"),
+			"wav and mp3 carried":        msgs[1]["content"] == carried("audio", "audio/wav")+"\n"+carried("audio", "audio/mpeg")+"\n"+leftOut("audio", "audio/ogg"),
+			"gif carried, heic not":      msgs[2]["content"] == carried("image", "image/gif")+"\n"+leftOut("image", "image/heic"),
+			"jpeg as a data URL":         at(msgs[3], "content", 1, "image_url", "url") == "data:image/jpeg;base64,"+data,
+			"wav as input_audio":         at(msgs[3], "content", 3, "type") == "input_audio" && at(msgs[3], "content", 3, "input_audio", "format") == "wav" && at(msgs[3], "content", 3, "input_audio", "data") == data,
+			"mp3 as input_audio":         at(msgs[3], "content", 4, "input_audio", "format") == "mp3",
+			"each call introduced":       at(msgs[3], "content", 2, "text") == "Media returned by tool call c2 (t-say):" && at(msgs[3], "content", 5, "text") == "Media returned by tool call c3 (t-gif):",
+			"nothing else":               len(at(msgs[3], "content").([]any)) == 7,
+		}
+		report(t, checks, msgs)
+	})
+	t.Run("openai-responses", func(t *testing.T) {
+		msgs := decodeAll(t, renderOpenAIResponses(calls))
+		if len(msgs) != 4 {
+			t.Fatalf("%d items, want 3 outputs and a message: %v", len(msgs), msgs)
+		}
+		checks := map[string]bool{
+			"audio left out":      msgs[1]["output"] == leftOut("audio", "audio/wav")+"\n"+leftOut("audio", "audio/mpeg")+"\n"+leftOut("audio", "audio/ogg"),
+			"jpeg as input_image": at(msgs[3], "content", 1, "type") == "input_image" && at(msgs[3], "content", 1, "image_url") == "data:image/jpeg;base64,"+data && at(msgs[3], "content", 1, "detail") == "auto",
+			"no intro for audio":  at(msgs[3], "content", 2, "text") == "Media returned by tool call c3 (t-gif):",
+			"nothing else":        len(at(msgs[3], "content").([]any)) == 4,
+		}
+		report(t, checks, msgs)
+	})
+	t.Run("anthropic", func(t *testing.T) {
+		msgs := decodeAll(t, renderAnthropic(calls))
+		results := at(msgs[0], "content").([]any)
+		checks := map[string]bool{
+			"one message":      len(msgs) == 1,
+			"jpeg as an image": at(results[0], "content", 1, "type") == "image" && at(results[0], "content", 1, "source", "media_type") == "image/jpeg" && at(results[0], "content", 1, "source", "data") == data,
+			"bmp noted":        at(results[0], "content", 2, "text") == leftOut("image", "image/bmp"),
+			"audio noted":      at(results[1], "content", 0, "text") == leftOut("audio", "audio/wav") && len(at(results[1], "content").([]any)) == 3,
+			"gif as an image":  at(results[2], "content", 0, "source", "media_type") == "image/gif",
+			"heic noted":       at(results[2], "content", 1, "text") == leftOut("image", "image/heic"),
+		}
+		report(t, checks, msgs)
+	})
+	t.Run("gemini", func(t *testing.T) {
+		msgs := decodeAll(t, renderGemini(calls))
+		if len(msgs) != 2 {
+			t.Fatalf("%d contents: %v", len(msgs), msgs)
+		}
+		parts := at(msgs[1], "parts").([]any)
+		checks := map[string]bool{
+			"bmp left out": at(msgs[0], "parts", 0, "functionResponse", "response", "output") == "snap\n"+carried("image", "image/jpeg")+"\n"+leftOut("image", "image/bmp"),
+			"gif left out": at(msgs[0], "parts", 2, "functionResponse", "response", "output") == leftOut("image", "image/gif")+"\n"+carried("image", "image/heic"),
+			"jpeg inline":  at(parts[1], "inlineData", "mimeType") == "image/jpeg" && at(parts[1], "inlineData", "data") == data,
+			"audio inline": at(parts[3], "inlineData", "mimeType") == "audio/wav" && at(parts[4], "inlineData", "mimeType") == "audio/mp3" && at(parts[5], "inlineData", "mimeType") == "audio/ogg",
+			"heic inline":  at(parts[6], "text") == "Media returned by tool call c3 (t-gif):" && at(parts[7], "inlineData", "mimeType") == "image/heic",
+			"nothing else": len(parts) == 8,
+		}
+		report(t, checks, msgs)
+	})
+	t.Run("mcp", func(t *testing.T) {
+		res := []callOutcome{completed("c4", "t-doc",
+			messages.ContentBlock{Type: messages.ContentResource, URI: "file:///a.txt", MIMEType: "text/plain", Text: "hello"},
+			messages.ContentBlock{Type: messages.ContentResource, URI: "file:///a.bin", MIMEType: "application/octet-stream", Data: []byte{1, 2, 3}},
+			messages.ContentBlock{Type: messages.ContentResourceLink, URI: "file:///b.txt", Name: "b.txt", Description: "the b file", MIMEType: "text/plain"},
+			media(messages.ContentImage, "image/bmp"), media(messages.ContentAudio, "audio/ogg"))}
+		msgs := decodeAll(t, renderMCP(res))
+		checks := map[string]bool{
+			"text resource":  at(msgs[0], "content", 0, "type") == "resource" && at(msgs[0], "content", 0, "resource", "uri") == "file:///a.txt" && at(msgs[0], "content", 0, "resource", "text") == "hello",
+			"blob resource":  at(msgs[0], "content", 1, "resource", "blob") == data && at(msgs[0], "content", 1, "resource", "mimeType") == "application/octet-stream",
+			"resource link":  at(msgs[0], "content", 2, "type") == "resource_link" && at(msgs[0], "content", 2, "uri") == "file:///b.txt" && at(msgs[0], "content", 2, "name") == "b.txt",
+			"any image type": at(msgs[0], "content", 3, "type") == "image" && at(msgs[0], "content", 3, "mimeType") == "image/bmp" && at(msgs[0], "content", 3, "data") == data,
+			"any audio type": at(msgs[0], "content", 4, "type") == "audio" && at(msgs[0], "content", 4, "mimeType") == "audio/ogg",
+			"not an error":   msgs[0]["isError"] == false,
+			"no structure":   msgs[0]["structuredContent"] == nil,
+		}
+		report(t, checks, msgs)
+	})
+}
+
+func report(t *testing.T, checks map[string]bool, msgs any) {
+	t.Helper()
+	for name, ok := range checks {
+		if !ok {
+			t.Errorf("%s: %v", name, msgs)
+		}
+	}
+}
+
+// TestRenderAnthropicEmptyText: the Messages API refuses empty text
+// blocks, so none is rendered, and a result with nothing left has no
+// content.
+func TestRenderAnthropicEmptyText(t *testing.T) {
+	msgs := decodeAll(t, renderAnthropic([]callOutcome{
+		completed("c1", "t-quiet", messages.TextBlock(""), messages.TextBlock("said"), messages.TextBlock("")),
+		completed("c2", "t-silent", messages.TextBlock("")),
+		completed("c3", "t-none"),
+	}))
+	results := at(msgs[0], "content").([]any)
+	if c := at(results[0], "content").([]any); len(c) != 1 || at(c, 0, "text") != "said" {
+		t.Errorf("empty text blocks rendered: %v", results[0])
+	}
+	for _, i := range []int{1, 2} {
+		if r := results[i].(map[string]any); r["content"] != nil || r["is_error"] != false || r["tool_use_id"] == nil {
+			t.Errorf("result %d with nothing to say: %v", i, r)
+		}
+	}
+}
+
+// TestRenderWhatTheModelReads: a result cut to the tool's maximum size
+// says so; one without content reads as its structured content, or as
+// how the call ended; every format marks a failed call as an error.
+func TestRenderWhatTheModelReads(t *testing.T) {
+	cut := completed("c1", "t-big", messages.TextBlock("aaaa"))
+	cut.result.Truncated = true
+	structured := completed("c2", "t-add")
+	structured.result.StructuredContent = messages.JSON(`{"sum":5}`)
+	timedOut := callOutcome{call: messages.BatchCall{ToolCallID: "c3", Name: "t-slow", CallID: "i3", State: messages.StateTimedOut},
+		result: &messages.CallResult{Status: messages.StateTimedOut, IsError: true, Error: &messages.ResultError{Code: messages.ResultTimedOut, Message: "the call's deadline passed"}}}
+	calls := []callOutcome{cut, structured, timedOut}
+	wantText := []string{
+		"aaaa\n[The result was cut to the tool's maximum result size.]",
+		`{"sum":5}`,
+		"The call ended timed_out (timed_out): the call's deadline passed",
+	}
+	chat := decodeAll(t, renderOpenAIChat(calls))
+	responses := decodeAll(t, renderOpenAIResponses(calls))
+	anthropic := at(decodeAll(t, renderAnthropic(calls))[0], "content").([]any)
+	gemini := at(decodeAll(t, renderGemini(calls))[0], "parts").([]any)
+	mcp := decodeAll(t, renderMCP(calls))
+	for i, text := range wantText {
+		errText := text
+		if i == 2 {
+			errText = "Error: " + text
+		}
+		checks := map[string]bool{
+			"openai-chat":      chat[i]["content"] == errText,
+			"openai-responses": responses[i]["output"] == errText,
+			"anthropic":        at(anthropic, i, "content", 0, "text") == text && at(anthropic, i, "is_error") == (i == 2),
+			"mcp":              at(mcp[i], "content", 0, "text") == text && mcp[i]["isError"] == (i == 2),
+		}
+		switch i {
+		case 0:
+			// Formats of blocks end with a text block of the note.
+			note := "[The result was cut to the tool's maximum result size.]"
+			checks["anthropic"] = at(anthropic, i, "content", 0, "text") == "aaaa" && at(anthropic, i, "content", 1, "text") == note
+			checks["mcp"] = at(mcp[i], "content", 0, "text") == "aaaa" && at(mcp[i], "content", 1, "text") == note
+			checks["gemini"] = at(gemini, i, "functionResponse", "response", "output") == text
+		case 1:
+			checks["gemini"] = at(gemini, i, "functionResponse", "response", "output", "sum") == 5.0
+		case 2:
+			checks["gemini"] = at(gemini, i, "functionResponse", "response", "error") == text && at(gemini, i, "functionResponse", "response", "output") == nil
+		}
+		for format, ok := range checks {
+			if !ok {
+				t.Errorf("%s renders call %d otherwise than %q", format, i, text)
+			}
+		}
+	}
+}
+
+// TestFitMessages: results whose rendered messages would not fit in a
+// reply are cut, each to a share of the room, and say so; a medium that
+// does not fit its share is replaced by a note; messages that fit are
+// left as they are.
+func TestFitMessages(t *testing.T) {
+	big := strings.Repeat("b", 10_000)
+	calls := []callOutcome{
+		completed("c1", "t-big", messages.TextBlock(big)),
+		completed("c2", "t-big", messages.TextBlock(big)),
+		completed("c3", "t-pic", messages.ImageBlock(make([]byte, 10_000), "image/png")),
+		{call: messages.BatchCall{ToolCallID: "c4", Name: "t-secret", Error: &messages.Error{Code: messages.CodeDenied, Message: "no"}}},
+	}
+	for format, render := range resultRenderers {
+		t.Run(format, func(t *testing.T) {
+			whole := fitMessages(render, calls, 1<<20)
+			if !reflect.DeepEqual(whole, render(calls)) {
+				t.Errorf("messages that fit were changed")
+			}
+			const budget = 12_000
+			fitted := fitMessages(render, calls, budget)
+			text := ""
+			for _, m := range fitted {
+				text += string(m)
+			}
+			if len(text) > budget {
+				t.Errorf("the messages are %d bytes, more than %d", len(text), budget)
+			}
+			if n := strings.Count(text, cutToFitNote); n != 3 {
+				t.Errorf("%d results say they were cut, want 3:\n%s", n, text)
+			}
+			if !strings.Contains(text, "left out: too large") || !strings.Contains(text, "bytes cut") {
+				t.Errorf("the cuts are not marked:\n%s", text)
+			}
+			if !strings.Contains(text, "The call was refused (denied): no") {
+				t.Errorf("the refusal is lost:\n%s", text)
+			}
+		})
+	}
 }

@@ -12,19 +12,28 @@ func TestSubmitBatchRequestValidate(t *testing.T) {
 	if r := valid(); r.Validate() != nil {
 		t.Fatalf("valid request refused: %v", r.Validate())
 	}
+	longest := valid()
+	longest.WaitMS, longest.ResultsFormat = MaxTimeoutMS, "openai-chat"
+	if err := longest.Validate(); err != nil {
+		t.Errorf("wait_ms %d with a results_format: %v", MaxTimeoutMS, err)
+	}
 	for name, tc := range map[string]struct {
 		mutate func(*SubmitBatchRequest)
 		code   ErrorCode
 	}{
-		"no format":           {func(r *SubmitBatchRequest) { r.Format = "" }, CodeBadRequest},
-		"no tool calls":       {func(r *SubmitBatchRequest) { r.ToolCalls = nil }, CodeBadRequest},
-		"no turn":             {func(r *SubmitBatchRequest) { r.Turn = "" }, CodeBadRequest},
-		"turn with a dot":     {func(r *SubmitBatchRequest) { r.Turn = "a.b" }, CodeInvalidName},
-		"agent with a star":   {func(r *SubmitBatchRequest) { r.Agent = "*" }, CodeInvalidName},
-		"long response ID":    {func(r *SubmitBatchRequest) { r.ResponseID = strings.Repeat("r", MaxResponseIDLength+1) }, CodeBadRequest},
-		"negative timeout":    {func(r *SubmitBatchRequest) { r.TimeoutMS = -1 }, CodeBadRequest},
-		"overflowing timeout": {func(r *SubmitBatchRequest) { r.TimeoutMS = MaxTimeoutMS + 1 }, CodeBadRequest},
-		"notify not an inbox": {func(r *SubmitBatchRequest) { r.Notify = "toolbus.x" }, CodeInvalidName},
+		"no format":                      {func(r *SubmitBatchRequest) { r.Format = "" }, CodeBadRequest},
+		"no tool calls":                  {func(r *SubmitBatchRequest) { r.ToolCalls = nil }, CodeBadRequest},
+		"no turn":                        {func(r *SubmitBatchRequest) { r.Turn = "" }, CodeBadRequest},
+		"turn with a dot":                {func(r *SubmitBatchRequest) { r.Turn = "a.b" }, CodeInvalidName},
+		"agent with a star":              {func(r *SubmitBatchRequest) { r.Agent = "*" }, CodeInvalidName},
+		"long response ID":               {func(r *SubmitBatchRequest) { r.ResponseID = strings.Repeat("r", MaxResponseIDLength+1) }, CodeBadRequest},
+		"negative timeout":               {func(r *SubmitBatchRequest) { r.TimeoutMS = -1 }, CodeBadRequest},
+		"overflowing timeout":            {func(r *SubmitBatchRequest) { r.TimeoutMS = MaxTimeoutMS + 1 }, CodeBadRequest},
+		"notify not an inbox":            {func(r *SubmitBatchRequest) { r.Notify = "toolbus.x" }, CodeInvalidName},
+		"negative wait":                  {func(r *SubmitBatchRequest) { r.WaitMS = -1 }, CodeBadRequest},
+		"overflowing wait":               {func(r *SubmitBatchRequest) { r.WaitMS = MaxTimeoutMS + 1 }, CodeBadRequest},
+		"results_format without wait_ms": {func(r *SubmitBatchRequest) { r.ResultsFormat = "gemini" }, CodeBadRequest},
+		"response ID not UTF-8":          {func(r *SubmitBatchRequest) { r.ResponseID = "\xff" }, CodeBadRequest},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := valid()
@@ -55,8 +64,10 @@ func TestResultsRequestValidate(t *testing.T) {
 		"too many calls":       {func(r *ResultsRequest) { r.Calls = make([]BatchCall, MaxBatchCalls+1) }, CodeBadRequest},
 		"neither ID nor error": {func(r *ResultsRequest) { r.Calls[0].CallID = "" }, CodeBadRequest},
 		"call ID with a dot":   {func(r *ResultsRequest) { r.Calls[0].CallID = "a.b" }, CodeInvalidName},
-		"long tool-call ID":    {func(r *ResultsRequest) { r.Calls[1].ToolCallID = strings.Repeat("x", MaxToolCallIDLength+1) }, CodeBadRequest},
-		"long name":            {func(r *ResultsRequest) { r.Calls[1].Name = strings.Repeat("x", MaxToolCallNameLength+1) }, CodeBadRequest},
+		"long tool-call ID":    {func(r *ResultsRequest) { r.Calls[0].ToolCallID = strings.Repeat("x", MaxToolCallIDLength+1) }, CodeBadRequest},
+		"long name":            {func(r *ResultsRequest) { r.Calls[0].Name = strings.Repeat("x", MaxToolCallNameLength+1) }, CodeBadRequest},
+		"refusal's long ID":    {func(r *ResultsRequest) { r.Calls[1].ToolCallID = strings.Repeat("x", MaxToolCallIDLength+1) }, CodeBadRequest},
+		"refusal not UTF-8":    {func(r *ResultsRequest) { r.Calls[1].ToolCallID = "\xff" }, CodeBadRequest},
 		"negative wait":        {func(r *ResultsRequest) { r.WaitMS = -1 }, CodeBadRequest},
 		"overflowing wait":     {func(r *ResultsRequest) { r.WaitMS = MaxTimeoutMS + 1 }, CodeBadRequest},
 	} {

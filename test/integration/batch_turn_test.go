@@ -207,6 +207,25 @@ func TestSubmitBatchWithWait(t *testing.T) {
 	if again.Results != nil {
 		t.Errorf("a batch without wait_ms carries results: %+v", again.Results)
 	}
+	// Sent again with wait_ms, the batch is answered as calls.results
+	// answers for its calls, which ran once.
+	withWait, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", Turn: "turn-wait", ToolCalls: toolCalls, WaitMS: 30_000, ResultsFormat: "openai-chat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, bc := range withWait.Calls {
+		if !bc.Duplicate || bc.CallID != batch.Calls[i].CallID || bc.State != messages.StateCompleted {
+			t.Errorf("call %d sent again: %+v", i, bc)
+		}
+	}
+	if withWait.Results == nil || !withWait.Results.Complete || len(withWait.Results.Messages) != len(res.Messages) {
+		t.Fatalf("results of the batch sent again: %+v", withWait.Results)
+	}
+	for i := range res.Messages {
+		if string(withWait.Results.Messages[i]) != string(res.Messages[i]) {
+			t.Errorf("the batch sent again renders message %d as %s, first as %s", i, withWait.Results.Messages[i], res.Messages[i])
+		}
+	}
 	_, err = c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", Turn: "turn-wait", ToolCalls: toolCalls, WaitMS: 10, ResultsFormat: "smoke-signals"})
 	if messages.CodeOf(err) != messages.CodeBadRequest {
 		t.Errorf("an unknown results_format: %v, want bad_request", err)
