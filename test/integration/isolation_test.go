@@ -260,6 +260,11 @@ func TestOneAgentsWaitsDoNotStarveAnother(t *testing.T) {
 	if _, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-word_count", Arguments: messages.JSON(`{"text":"x"}`), Wait: true}); !isCode(err, messages.CodeTooManyRequests) {
 		t.Errorf("A's submit with wait beyond its limit: err = %v, want too_many_requests", err)
 	}
+	batch := map[string]any{"format": "anthropic", "turn": "turn-a", "wait_ms": 60_000,
+		"tool_calls": []map[string]any{{"type": "tool_use", "id": "toolu_1", "name": "demo-word_count", "input": map[string]string{"text": "x"}}}}
+	if code, err := rawWait(ctx, connA, "calls.submit_batch", batch); err != nil || code != messages.CodeTooManyRequests {
+		t.Errorf("A's batch with wait_ms beyond its limit: %s %v, want too_many_requests", code, err)
+	}
 
 	// B's calls, waits included, are not held up by A's.
 	start := time.Now()
