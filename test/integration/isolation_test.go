@@ -135,6 +135,8 @@ func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
 	routed := deployRoutes["agent_a"] + nuid.Next()
 	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Route: deployRoutes["agent_a"], CallID: routed, Quiet: false})
 	forbidden("B submitting a call ID on A's route", err)
+	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), CallID: deployRoutes["agent_a"] + nuid.Next()})
+	forbidden("B submitting a call ID on A's route, naming no route", err)
 	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Notify: "_INBOX.x"})
 	forbidden("B asking for a notify copy", err)
 	// A user of several agents that names none lists only its own agents'.
