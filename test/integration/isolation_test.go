@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,10 +117,23 @@ func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
 			t.Errorf("%s: err = %v, want forbidden", what, err)
 		}
 	}
+	// A refusal tells B nothing of the call: not whose it is, nor its state.
+	tellsNothing := func(what string, err error) {
+		t.Helper()
+		forbidden(what, err)
+		if err == nil {
+			return
+		}
+		for _, word := range []string{"support-bot", "agent_a", string(messages.StateCompleted), string(messages.StateAwaitingApproval), "demo"} {
+			if strings.Contains(err.Error(), word) {
+				t.Errorf("%s: the refusal %q names %q", what, err, word)
+			}
+		}
+	}
 	_, err = b.Get(ctx, submitted.CallID)
-	forbidden("B reading A's call", err)
+	tellsNothing("B reading A's call", err)
 	_, err = b.Get(ctx, held.CallID)
-	forbidden("B reading A's call held for approval", err)
+	tellsNothing("B reading A's call held for approval", err)
 	_, err = b.Wait(ctx, submitted.CallID)
 	forbidden("B waiting for A's call", err)
 	for _, err := range b.Watch(ctx, submitted.CallID) {
@@ -127,7 +141,7 @@ func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
 		break
 	}
 	_, err = b.Turn(ctx, "turn-a")
-	forbidden("B reading A's turn", err)
+	tellsNothing("B reading A's turn", err)
 	_, err = b.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "support-bot"})
 	forbidden("B listing A's approvals", err)
 	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Route: deployRoutes["agent_a"]})
