@@ -142,6 +142,16 @@ func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
 	}
 	_, err = b.Turn(ctx, "turn-a")
 	tellsNothing("B reading A's turn", err)
+	// A turn belongs to the agent that named it first: B's calls and
+	// tools cannot join A's turn, and the refusal does not name A.
+	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-word_count", Arguments: messages.JSON(`{"text":"x"}`), Turn: "turn-a"})
+	if !isCode(err, messages.CodeConflict) || strings.Contains(err.Error(), "support-bot") {
+		t.Errorf("B submitting into A's turn: err = %v, want conflict naming no agent of A's", err)
+	}
+	_, err = b.Activate(ctx, "turn-a", "demo-echo")
+	if !isCode(err, messages.CodeConflict) || strings.Contains(err.Error(), "support-bot") {
+		t.Errorf("B activating tools in A's turn: err = %v, want conflict naming no agent of A's", err)
+	}
 	_, err = b.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "support-bot"})
 	forbidden("B listing A's approvals", err)
 	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Route: deployRoutes["agent_a"]})
