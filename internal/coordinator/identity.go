@@ -383,13 +383,16 @@ const auditForbidden = "forbidden"
 type identityKey struct{}
 
 // mayActFor refuses with forbidden when the request's authenticated
-// caller may not act as agent; without identities every caller may.
+// caller may not act as agent; without identities every caller may. The
+// refusal does not name the agent, which may come from stored data (whose
+// approval an answer is for) the caller may not learn; the audit record
+// does.
 func mayActFor(ctx context.Context, agent string) error {
 	id, _ := ctx.Value(identityKey{}).(*identity)
 	if id == nil || id.mayActAs(agent) {
 		return nil
 	}
-	err := forbidden("user %s may not act as agent %s", id.caller.User, agent)
+	err := forbidden("user %s may not act for the agent this concerns", id.caller.User)
 	if id.refused != nil {
 		id.refused(agent, err)
 	}

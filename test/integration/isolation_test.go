@@ -154,6 +154,10 @@ func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
 	}
 	_, err = b.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "support-bot"})
 	forbidden("B listing A's approvals", err)
+	_, err = b.Answer(ctx, messages.DecideRequest{ApprovalID: prompt.Approval.ApprovalID, Decision: messages.DecisionApprove, By: "the user"})
+	tellsNothing("B answering A's approval", err)
+	_, err = b.Cancel(ctx, prompt.CallID, "not mine")
+	tellsNothing("B cancelling A's call", err)
 	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Route: deployRoutes["agent_a"]})
 	forbidden("B submitting on A's route", err)
 	routed := deployRoutes["agent_a"] + nuid.Next()
