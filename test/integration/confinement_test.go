@@ -353,15 +353,15 @@ func TestWorkerCannotRollUpTheCatalog(t *testing.T) {
 	}
 }
 
-// TestWorkerCannotCaptureOthersSubjects: whoever creates a stream
+// TestServicesCannotCaptureOthersSubjects: whoever creates a stream
 // chooses the subjects it stores, and may read what it stores. A worker
-// that created or updated its namespace's results store could have it
-// store every routed result (toolbus.results.>) or another worker's
-// replies (its work items), and read them by direct get. On the deploy
-// configuration no worker may create or update a stream; the coordinator
-// creates each namespace's store, and the worker still keeps its large
-// results there.
-func TestWorkerCannotCaptureOthersSubjects(t *testing.T) {
+// that created or updated its namespace's results store, or an indexer
+// its index bucket, could have it store every routed result
+// (toolbus.results.>) or a worker's replies (its work items), and read
+// them by direct get. On the deploy configuration neither may create or
+// update a stream; the coordinator creates each namespace's store and the
+// index bucket, and the worker still keeps its large results there.
+func TestServicesCannotCaptureOthersSubjects(t *testing.T) {
 	t.Parallel()
 	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: deployWithNamespace(t, "payments")})
 	if err != nil {
@@ -399,15 +399,18 @@ func TestWorkerCannotCaptureOthersSubjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, try := range []struct{ what, subject string }{
-		{"update its store to keep every routed result", "$JS.API.STREAM.UPDATE.OBJ_" + store},
-		{"create its store anew", "$JS.API.STREAM.CREATE.OBJ_" + store},
-		{"create the other namespace's store", "$JS.API.STREAM.CREATE.OBJ_" + paymentsStore},
-		{"create a stream of its own", "$JS.API.STREAM.CREATE.spy"},
+	for _, try := range []struct{ role, what, subject string }{
+		{"worker_demo", "update its store", "$JS.API.STREAM.UPDATE.OBJ_" + store},
+		{"worker_demo", "create its store anew", "$JS.API.STREAM.CREATE.OBJ_" + store},
+		{"worker_demo", "create the other namespace's store", "$JS.API.STREAM.CREATE.OBJ_" + paymentsStore},
+		{"worker_demo", "create a stream of its own", "$JS.API.STREAM.CREATE.spy"},
+		{"indexer", "update the index bucket", "$JS.API.STREAM.UPDATE.KV_" + names.IndexBucket()},
+		{"indexer", "create the index bucket anew", "$JS.API.STREAM.CREATE.KV_" + names.IndexBucket()},
+		{"indexer", "create a stream of its own", "$JS.API.STREAM.CREATE.spy"},
 	} {
 		stream := try.subject[strings.LastIndex(try.subject, ".")+1:]
 		for _, captured := range []string{"toolbus.results.>", "_INBOX_worker_payments.>"} {
-			newIntruder(t, url, "worker_demo", deployPassword("worker_demo")).denied(try.what+" ("+captured+")", try.subject, capture(stream, captured))
+			newIntruder(t, url, try.role, deployPassword(try.role)).denied(try.what+" to keep "+captured, try.subject, capture(stream, captured))
 		}
 	}
 	js, err := jetstream.New(as("coordinator"))
