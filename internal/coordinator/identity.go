@@ -282,6 +282,20 @@ func (id *identity) agent(agent *string) error {
 	return nil
 }
 
+// agentInTurn is agent for a request that may name a turn: a turn
+// belongs to an agent, and a request in it that names none would read and
+// change it whoever's it is, so a user that serves several agents names
+// the one it acts as (operators, who may act as any, need not).
+func (id *identity) agentInTurn(agent *string, turn string) error {
+	if err := id.agent(agent); err != nil {
+		return err
+	}
+	if *agent == "" && turn != "" && !id.user.Operator {
+		return messages.Errorf(messages.CodeBadRequest, "name the agent: user %s acts as several, and turn %s is one agent's", id.caller.User, turn)
+	}
+	return nil
+}
+
 // by checks who a request says acts: the caller's own user name or an
 // agent it may act as. Empty, it becomes the caller's only agent, or its
 // user name.
@@ -315,11 +329,11 @@ func (id *identity) authorize(endpoint string, req any) error {
 	case *messages.SubmitRequest:
 		return id.submit(r)
 	case *messages.ListToolsRequest:
-		return id.agent(&r.Agent)
+		return id.agentInTurn(&r.Agent, r.Turn)
 	case *messages.ActivateRequest:
-		return id.agent(&r.Agent)
+		return id.agentInTurn(&r.Agent, r.Turn)
 	case *messages.DiscoverRequest:
-		return id.agent(&r.Agent)
+		return id.agentInTurn(&r.Agent, r.Turn)
 	case *messages.ListApprovalsRequest:
 		if r.Agent == "" && id.user.Operator {
 			return nil // operators list every agent's approvals

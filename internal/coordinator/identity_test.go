@@ -327,3 +327,31 @@ func TestWireHeaderSizeIsTheHeaderBlocksSize(t *testing.T) {
 		}
 	}
 }
+
+// TestIdentityNamesTheAgentInATurn: a user of several agents that names
+// none may not list, activate or discover in a turn (it would act in any
+// agent's turn as no agent); without a turn it may, and a user of one
+// agent has it filled in.
+func TestIdentityNamesTheAgentInATurn(t *testing.T) {
+	g, _ := testGuard(t)
+	for _, req := range []any{
+		&messages.ListToolsRequest{Turn: "t1"},
+		&messages.ActivateRequest{Turn: "t1", Tools: []string{"demo-echo"}},
+		&messages.DiscoverRequest{Query: "x", Turn: "t1"},
+	} {
+		if _, err := g.admit(context.Background(), messages.EndpointToolsList, requestFrom("fleet-a"), req); !errors.Is(err, &messages.Error{Code: messages.CodeBadRequest}) {
+			t.Errorf("%T in a turn naming no agent, as a user of several: err = %v, want bad_request", req, err)
+		}
+		if _, err := g.admit(context.Background(), messages.EndpointToolsList, requestFrom("ops"), req); err != nil {
+			t.Errorf("%T in a turn naming no agent, as an operator: %v", req, err)
+		}
+	}
+	lr := &messages.ListToolsRequest{}
+	if _, err := g.admit(context.Background(), messages.EndpointToolsList, requestFrom("fleet-a"), lr); err != nil {
+		t.Errorf("tools.list without a turn, as a user of several: %v", err)
+	}
+	lr = &messages.ListToolsRequest{Turn: "t1"}
+	if _, err := g.admit(context.Background(), messages.EndpointToolsList, requestFrom("solo"), lr); err != nil || lr.Agent != "bot-a" {
+		t.Errorf("tools.list in a turn as a user of one agent: %v, agent %q", err, lr.Agent)
+	}
+}

@@ -152,6 +152,21 @@ func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
 	if !isCode(err, messages.CodeConflict) || strings.Contains(err.Error(), "support-bot") {
 		t.Errorf("B activating tools in A's turn: err = %v, want conflict naming no agent of A's", err)
 	}
+	// B's user serves several agents: naming none, it would act in A's
+	// turn as no agent at all, which no turn check could refuse.
+	bNoAgent := agentClient(t, as("agent_b"), "")
+	_, err = bNoAgent.Activate(ctx, "turn-a", "demo-echo")
+	if !isCode(err, messages.CodeBadRequest) {
+		t.Errorf("B, naming no agent, activating tools in A's turn: err = %v, want bad_request", err)
+	}
+	_, err = bNoAgent.ListTools(ctx, messages.ListToolsRequest{Turn: "turn-a"})
+	if !isCode(err, messages.CodeBadRequest) {
+		t.Errorf("B, naming no agent, listing A's turn's tools: err = %v, want bad_request", err)
+	}
+	_, err = bNoAgent.Discover(ctx, messages.DiscoverRequest{Query: "count words", Turn: "turn-a"})
+	if !isCode(err, messages.CodeBadRequest) {
+		t.Errorf("B, naming no agent, discovering into A's turn: err = %v, want bad_request", err)
+	}
 	_, err = b.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "support-bot"})
 	forbidden("B listing A's approvals", err)
 	_, err = b.Answer(ctx, messages.DecideRequest{ApprovalID: prompt.Approval.ApprovalID, Decision: messages.DecisionApprove, By: "the user"})
