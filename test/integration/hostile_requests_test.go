@@ -62,7 +62,8 @@ func hostileBodies() map[string][]byte {
 // take a few MiB (a decoder that recursed into a deep field it skips kept
 // 65 MiB of stack).
 func TestHostileRequestsAreCheapAtEveryEndpoint(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the memory measured is the whole test process's, and
+	// the parallel tests run only once the others are done.
 	_, as := identityDeploy(t)
 	nc := as("agent_a")
 	send := func(endpoint string, body []byte) string {

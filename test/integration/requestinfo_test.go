@@ -95,10 +95,11 @@ func forgedHeaders(user string) map[string]string {
 // naming B's user (or the operator) in every form that escapes the
 // server's replacement. Each request is refused with forbidden, while
 // the same request with an honest header block is answered: A cannot
-// pass for another user, list B's tools, or decide an approval.
+// pass for another user, list B's tools, or read what is for operators;
+// each refusal is audited.
 func TestHandWrittenRequestInfoIsRefused(t *testing.T) {
 	t.Parallel()
-	srv, _ := identityDeploy(t)
+	srv, as := identityDeploy(t)
 	const honest = "NATS/1.0\r\nContent-Type: application/json\r\n\r\n"
 	// Hand-written but honest: answered, so the refusals below are the
 	// forgeries'. The demo worker registers its tools on its own time.
@@ -121,6 +122,10 @@ func TestHandWrittenRequestInfoIsRefused(t *testing.T) {
 		if code, reply := rawAPIRequest(t, srv.URL(), "agent_a", "workers.list", header, `{}`); code != "403" {
 			t.Errorf("A passing for the operator, the forged header %s: %q %s", how, code, reply)
 		}
+	}
+	// Every refusal is audited.
+	if want := 2 * len(forgedHeaders("")); countAudited(t, as("auditor"), "forbidden", want) < want {
+		t.Errorf("fewer than %d refusals audited", want)
 	}
 }
 
