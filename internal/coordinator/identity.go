@@ -462,11 +462,34 @@ func (g *guard) admitRequest(ctx context.Context, endpoint string, mr micro.Requ
 		return ctx, nil
 	}
 	headers := mr.Headers()
-	if err := headerShape(headers, wireHeaderSize(mr)); err != nil {
+	err := headerShape(headers, wireHeaderSize(mr))
+	if err == nil {
+		err = deliveredByAClient(mr.Reply(), headers)
+	}
+	if err != nil {
 		g.refused(endpoint, callerOf(headers), req, err)
 		return ctx, err
 	}
 	return g.admit(ctx, endpoint, headers, req)
+}
+
+// deliveredByAClient refuses a request that a stream sent, with the
+// headers someone stored in it. A user of the coordinator's account that
+// may create a consumer, or ask for a stored message by direct get, names
+// where the stream sends the message, an API subject included, and the
+// stream keeps the headers it was written with (a Nats-Request-Info
+// hidden from the server among them). A consumer's delivery has the reply
+// $JS.ACK.… and a direct get's answer none; a request that crossed an
+// import has the reply the server made for it (_R_.…, _GR_.… across a
+// gateway), whatever its client asked for.
+func deliveredByAClient(reply string, headers map[string][]string) error {
+	if strings.HasPrefix(reply, "$JS.") {
+		return forbidden("the request was delivered by a stream (reply %s), not sent by a client", reply)
+	}
+	if _, crossed := headers[RequestInfoHeader]; crossed && !strings.HasPrefix(reply, "_R_.") && !strings.HasPrefix(reply, "_GR_.") {
+		return forbidden("the request carries %s but no reply the server made for an import: it was not sent through one", RequestInfoHeader)
+	}
+	return nil
 }
 
 // admit identifies the caller of a request and checks the decoded request

@@ -355,3 +355,28 @@ func TestIdentityNamesTheAgentInATurn(t *testing.T) {
 		t.Errorf("tools.list in a turn as a user of one agent: %v, agent %q", err, lr.Agent)
 	}
 }
+
+// TestDeliveredByAClient: a request a consumer delivered ($JS.ACK reply)
+// is refused, and so is one with Nats-Request-Info but no reply the
+// server made for an import; a client's own requests pass.
+func TestDeliveredByAClient(t *testing.T) {
+	info := requestFrom("agent_a")
+	for _, tc := range []struct {
+		reply   string
+		headers map[string][]string
+		ok      bool
+	}{
+		{"_INBOX.abc", nil, true},
+		{"", nil, true},
+		{"_R_.abc.def", info, true},
+		{"_GR_.abc._R_.def", info, true},
+		{"$JS.ACK.KV_x.relay.1.1.1.1.0", nil, false},
+		{"$JS.ACK.KV_x.relay.1.1.1.1.0", info, false},
+		{"", info, false},
+		{"_INBOX.abc", info, false},
+	} {
+		if err := deliveredByAClient(tc.reply, tc.headers); (err == nil) != tc.ok {
+			t.Errorf("reply %q, request info %v: err = %v", tc.reply, tc.headers != nil, err)
+		}
+	}
+}
