@@ -29,7 +29,7 @@ type request struct {
 // admit checks the decoded request v against the caller's identity (see
 // guard.admit), and returns the context that carries it.
 func (r *request) admit(ctx context.Context, v any) (context.Context, error) {
-	return r.guard.admit(ctx, r.endpoint, r.Headers(), v)
+	return r.guard.admitRequest(ctx, r.endpoint, r.Request, v)
 }
 
 // later tells that part of the request's work goes on after its handler

@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"go.yaml.in/yaml/v3"
 
@@ -105,10 +108,12 @@ func (c *caller) String() string { return c.Account + "/" + c.User }
 
 // callerOf reads the requester from the server-written request info
 // header; nil when there is none (a request from the coordinator's own
-// account, or through an import without share).
+// account, or through an import without share), or when there are
+// several (the server writes one; a second is the client's, see
+// headerShape).
 func callerOf(headers map[string][]string) *caller {
 	values := headers[RequestInfoHeader]
-	if len(values) == 0 {
+	if len(values) != 1 {
 		return nil
 	}
 	var c caller
@@ -116,6 +121,104 @@ func callerOf(headers map[string][]string) *caller {
 		return nil
 	}
 	return &c
+}
+
+// The server removes a Nats-Request-Info line the client wrote only when
+// it is one the server itself would parse: at the start of a line that
+// follows a CRLF. It then appends its own line as the last of the header
+// block. A client that writes its header by hand can hide a line of its
+// own from the server behind a bare LF, which the clients' header parsers
+// (nats.go's among them) take for a line break as well, and can keep the
+// parser from reaching the server's line: behind an earlier blank line,
+// or glued to the end of a line of its own. The parsed headers alone
+// cannot tell such a block from an honest one, but their size on the wire
+// can: headerShape compares it with the size of the parsed headers
+// written as clients write them.
+
+// maxHeaderValues is the most header values a request may carry (its
+// Content-Type, protocol version, trace context and the server's
+// Nats-Request-Info need six). Each value is a line whose CR and space a
+// hand-written block may leave out, two bytes a hidden line could use;
+// with at most this many lines they do not add up to the smallest line
+// the server writes (lostRequestInfoMin).
+const maxHeaderValues = 10
+
+// lostRequestInfoMin is the fewest bytes the server's Nats-Request-Info
+// line takes where a parser skips it: after the first blank line it is
+// the line with an empty value ({}), its CRLF and the block's closing
+// CRLF; glued to a line that begins with ':' (which the parser skips) it
+// is that ':', the line and its CRLF.
+const lostRequestInfoMin = len(":") + len(RequestInfoHeader) + len(": {}") + len("\r\n")
+
+// headerShape refuses a request whose header block may hold bytes its
+// parsed headers do not show, where a Nats-Request-Info the client wrote
+// could pass for the server's. size is the block's size on the wire,
+// negative when unknown. A block written as clients write it ("NATS/1.0",
+// then "Key: value" lines, each ending in CRLF, then a blank line) has
+// exactly the size of its parsed headers written again; a hand-written
+// one may be a little shorter, never longer.
+func headerShape(headers map[string][]string, size int) error {
+	if size < 0 {
+		return forbidden("the request's header size cannot be read, so the identity in its %s cannot be trusted", RequestInfoHeader)
+	}
+	if len(headers) == 0 && size == 0 {
+		return nil
+	}
+	if _, ok := headers["Status"]; ok {
+		return forbidden("a request's header block may not carry a status")
+	}
+	written, values := len("NATS/1.0\r\n")+len("\r\n"), 0
+	for key, vs := range headers {
+		info := key == RequestInfoHeader
+		if !info && strings.Contains(strings.ToLower(key), "nats-request-info") {
+			return forbidden("header %q looks like the server's %s", key, RequestInfoHeader)
+		}
+		for _, v := range vs {
+			if strings.Contains(strings.ToLower(v), "nats-request-info") {
+				return forbidden("header %s holds the name of the server's %s", key, RequestInfoHeader)
+			}
+			written += len(key) + len(": ") + len(v) + len("\r\n")
+			values++
+		}
+	}
+	if values > maxHeaderValues {
+		return forbidden("the request carries %d header values; at most %d", values, maxHeaderValues)
+	}
+	// Each line may have lost its CR and the space after its colon, and
+	// the status and blank lines their CR: what is left unshown is at most
+	// the extra size and those bytes.
+	if unshown := size - written + 2*values + 2; unshown >= lostRequestInfoMin {
+		return forbidden("the request's header block is %d bytes, its headers %d: it may hide a %s line", size, written, RequestInfoHeader)
+	}
+	if len(headers[RequestInfoHeader]) > 1 {
+		return forbidden("the request carries %d %s headers; the server writes one", len(headers[RequestInfoHeader]), RequestInfoHeader)
+	}
+	return nil
+}
+
+// wireHeaderSize is the size of a request's header block as it arrived:
+// the message's size on the wire, less its subject, reply and body. micro
+// does not show the message, nor nats.go its size but through an
+// unexported field, which is read here; -1 when either library no longer
+// has it (then headerShape refuses every request, and the tests say so).
+func wireHeaderSize(mr micro.Request) int {
+	v := reflect.ValueOf(mr)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return -1
+	}
+	msg := v.Elem().FieldByName("msg")
+	if !msg.IsValid() || msg.Type() != reflect.TypeFor[*nats.Msg]() || msg.IsNil() {
+		return -1
+	}
+	wsz := msg.Elem().FieldByName("wsz")
+	if !wsz.IsValid() || !wsz.CanInt() || wsz.Int() <= 0 {
+		return -1
+	}
+	size := int(wsz.Int()) - len(mr.Subject()) - len(mr.Reply()) - len(mr.Data())
+	if size < 0 {
+		return -1
+	}
+	return size
 }
 
 // identity is the caller of one request as the identities file knows it.
@@ -179,6 +282,20 @@ func (id *identity) agent(agent *string) error {
 	return nil
 }
 
+// agentInTurn is agent for a request that may name a turn: a turn
+// belongs to an agent, and a request in it that names none would read and
+// change it whoever's it is, so a user that serves several agents names
+// the one it acts as (operators, who may act as any, need not).
+func (id *identity) agentInTurn(agent *string, turn string) error {
+	if err := id.agent(agent); err != nil {
+		return err
+	}
+	if *agent == "" && turn != "" && !id.user.Operator {
+		return messages.Errorf(messages.CodeBadRequest, "name the agent: user %s acts as several, and turn %s is one agent's", id.caller.User, turn)
+	}
+	return nil
+}
+
 // by checks who a request says acts: the caller's own user name or an
 // agent it may act as. Empty, it becomes the caller's only agent, or its
 // user name.
@@ -212,11 +329,11 @@ func (id *identity) authorize(endpoint string, req any) error {
 	case *messages.SubmitRequest:
 		return id.submit(r)
 	case *messages.ListToolsRequest:
-		return id.agent(&r.Agent)
+		return id.agentInTurn(&r.Agent, r.Turn)
 	case *messages.ActivateRequest:
-		return id.agent(&r.Agent)
+		return id.agentInTurn(&r.Agent, r.Turn)
 	case *messages.DiscoverRequest:
-		return id.agent(&r.Agent)
+		return id.agentInTurn(&r.Agent, r.Turn)
 	case *messages.ListApprovalsRequest:
 		if r.Agent == "" && id.user.Operator {
 			return nil // operators list every agent's approvals
@@ -280,13 +397,16 @@ const auditForbidden = "forbidden"
 type identityKey struct{}
 
 // mayActFor refuses with forbidden when the request's authenticated
-// caller may not act as agent; without identities every caller may.
+// caller may not act as agent; without identities every caller may. The
+// refusal does not name the agent, which may come from stored data (whose
+// approval an answer is for) the caller may not learn; the audit record
+// does.
 func mayActFor(ctx context.Context, agent string) error {
 	id, _ := ctx.Value(identityKey{}).(*identity)
 	if id == nil || id.mayActAs(agent) {
 		return nil
 	}
-	err := forbidden("user %s may not act as agent %s", id.caller.User, agent)
+	err := forbidden("user %s may not act for the agent this concerns", id.caller.User)
 	if id.refused != nil {
 		id.refused(agent, err)
 	}
@@ -335,11 +455,49 @@ type guard struct {
 // that forgot --identities must not trust the agent a request names.
 var errNoIdentities = forbidden("the coordinator has no identities file: a request from another account is refused, since the agent it names cannot be checked; start the coordinator with --identities (Config.Identities)")
 
+// admitRequest is admit for a request as it arrived: it first refuses a
+// header block that may hide what the server wrote (headerShape).
+func (g *guard) admitRequest(ctx context.Context, endpoint string, mr micro.Request, req any) (context.Context, error) {
+	if g == nil {
+		return ctx, nil
+	}
+	headers := mr.Headers()
+	err := headerShape(headers, wireHeaderSize(mr))
+	if err == nil {
+		err = deliveredByAClient(mr.Reply(), headers)
+	}
+	if err != nil {
+		g.refused(endpoint, callerOf(headers), req, err)
+		return ctx, err
+	}
+	return g.admit(ctx, endpoint, headers, req)
+}
+
+// deliveredByAClient refuses a request that a stream sent, with the
+// headers someone stored in it. A user of the coordinator's account that
+// may create a consumer, or ask for a stored message by direct get, names
+// where the stream sends the message, an API subject included, and the
+// stream keeps the headers it was written with (a Nats-Request-Info
+// hidden from the server among them). A consumer's delivery has the reply
+// $JS.ACK.… and a direct get's answer none; a request that crossed an
+// import has the reply the server made for it (_R_.…, _GR_.… across a
+// gateway), whatever its client asked for.
+func deliveredByAClient(reply string, headers map[string][]string) error {
+	if strings.HasPrefix(reply, "$JS.") {
+		return forbidden("the request was delivered by a stream (reply %s), not sent by a client", reply)
+	}
+	if _, crossed := headers[RequestInfoHeader]; crossed && !strings.HasPrefix(reply, "_R_.") && !strings.HasPrefix(reply, "_GR_.") {
+		return forbidden("the request carries %s but no reply the server made for an import: it was not sent through one", RequestInfoHeader)
+	}
+	return nil
+}
+
 // admit identifies the caller of a request and checks the decoded request
 // req (nil before it is decoded); the returned context carries the
 // identity for checks further down. Without identities it admits
 // unchanged every request without Nats-Request-Info (one account, as
-// toolbus dev), and refuses the others.
+// toolbus dev), and refuses the others. It trusts the headers it is given
+// (see admitRequest).
 func (g *guard) admit(ctx context.Context, endpoint string, headers map[string][]string, req any) (context.Context, error) {
 	if g == nil {
 		return ctx, nil

@@ -3,9 +3,15 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -212,5 +218,165 @@ func TestNoIdentitiesRefusesRequestsFromAnotherAccount(t *testing.T) {
 	}
 	if len(audited) != 2 || audited[0].Decision != auditForbidden || audited[0].By != "AGENTS/agent_a" || audited[0].Agent != "support-bot" {
 		t.Errorf("refusals audited: %+v", audited)
+	}
+}
+
+// serverInfo is a Nats-Request-Info line as the server appends it.
+const serverInfo = `Nats-Request-Info: {"start":"2026-01-01T00:00:00Z","host":"127.0.0.1","id":7,"acc":"AGENTS","user":"agent_a","rtt":1000,"kind":"Client"}` + "\r\n"
+
+// TestHeaderShapeRefusesHiddenLines parses header blocks as the
+// coordinator's connection does (nats.go) and checks them with their size
+// on the wire: honest blocks pass; a block in which the server's
+// Nats-Request-Info is not the one parsed is refused.
+func TestHeaderShapeRefusesHiddenLines(t *testing.T) {
+	forged := `Nats-Request-Info: {"acc":"AGENTS","user":"operator"}`
+	many := ""
+	for i := range maxHeaderValues - 1 {
+		many += fmt.Sprintf("X-%d: v\r\n", i)
+	}
+	tight := ""
+	for i := range maxHeaderValues - 1 {
+		tight += fmt.Sprintf("X-%d:v\n", i)
+	}
+	for _, tc := range []struct {
+		name, block string
+		ok          bool
+	}{
+		{"no header line but the server's", "NATS/1.0\r\n" + serverInfo + "\r\n", true},
+		{"as client libraries write it", "NATS/1.0\r\nContent-Type: application/json\r\nToolbus-Version: 3\r\n" + serverInfo + "\r\n", true},
+		{"written tightly", "NATS/1.0\nContent-Type:application/json\n" + serverInfo + "\r\n", true},
+		{"as many values as allowed", "NATS/1.0\r\n" + many + serverInfo + "\r\n", true},
+		{"as many values as allowed, written tightly", "NATS/1.0\n" + tight + serverInfo + "\r\n", true},
+		{"one value too many", "NATS/1.0\r\nX-a: v\r\n" + many + serverInfo + "\r\n", false},
+		{"a forged line after a bare LF", "NATS/1.0\n" + forged + "\r\n" + serverInfo + "\r\n", false},
+		{"a forged line before a blank line", "NATS/1.0\r\nA: b\n" + forged + "\n\nx" + serverInfo + "\r\n", false},
+		{"tight lines before a blank line", "NATS/1.0\n" + tight + forged + "\n\n" + serverInfo + "\r\n", false},
+		{"the server's glued to a value", "NATS/1.0\r\nA: b\n" + forged + "\r\nX: " + serverInfo + "\r\n", false},
+		{"the server's glued to a key", "NATS/1.0\r\nA: b\n" + forged + "\r\nX" + serverInfo + "\r\n", false},
+		{"the server's glued to a skipped line", "NATS/1.0\r\nA: b\n" + forged + "\r\n:" + serverInfo + "\r\n", false},
+		{"the server's glued to the status line", "NATS/1.0 " + serverInfo + "\r\n", false},
+		{"a lowercase look-alike", "NATS/1.0\r\nnats-request-info: {}\r\n" + serverInfo + "\r\n", false},
+	} {
+		headers, err := nats.DecodeHeadersMsg([]byte(tc.block))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		err = headerShape(headers, len(tc.block))
+		if tc.ok && err != nil {
+			t.Errorf("%s: refused: %v", tc.name, err)
+		}
+		if !tc.ok {
+			if !isForbidden(err) {
+				t.Errorf("%s: err = %v, want forbidden", tc.name, err)
+			}
+		}
+	}
+	if err := headerShape(nil, 0); err != nil {
+		t.Errorf("a request without headers: %v", err)
+	}
+	if err := headerShape(nil, -1); !isForbidden(err) {
+		t.Errorf("a request whose header size is unknown: err = %v, want forbidden", err)
+	}
+}
+
+// TestWireHeaderSizeIsTheHeaderBlocksSize: the size read from a micro
+// request is the size of the header block nats.go wrote, so that
+// headerShape sees what arrived (it reads a field of micro's and nats.go's
+// that they do not export, and would refuse every request were it gone).
+func TestWireHeaderSizeIsTheHeaderBlocksSize(t *testing.T) {
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	sizes := make(chan int, 2)
+	shapes := make(chan error, 2)
+	svc, err := micro.AddService(nc, micro.Config{Name: "sizes", Version: "1.0.0", Endpoint: &micro.EndpointConfig{Subject: "sizes.x", Handler: micro.HandlerFunc(func(r micro.Request) {
+		sizes <- wireHeaderSize(r)
+		shapes <- headerShape(r.Headers(), wireHeaderSize(r))
+		_ = r.Respond(nil)
+	})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	for _, header := range []nats.Header{nil, {"Content-Type": {"application/json"}, "Toolbus-Version": {"3"}, "Traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}} {
+		msg := &nats.Msg{Subject: "sizes.x", Header: header, Data: []byte("body")}
+		want := 0
+		if header != nil {
+			want = len("NATS/1.0\r\n") + len("\r\n")
+			for k, vs := range header {
+				for _, v := range vs {
+					want += len(k) + len(": ") + len(v) + len("\r\n")
+				}
+			}
+		}
+		if _, err := nc.RequestMsg(msg, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-sizes; got != want {
+			t.Errorf("headers %v: size %d, want %d", header, got, want)
+		}
+		if err := <-shapes; err != nil {
+			t.Errorf("headers %v: %v", header, err)
+		}
+	}
+}
+
+// TestIdentityNamesTheAgentInATurn: a user of several agents that names
+// none may not list, activate or discover in a turn (it would act in any
+// agent's turn as no agent); without a turn it may, and a user of one
+// agent has it filled in.
+func TestIdentityNamesTheAgentInATurn(t *testing.T) {
+	g, _ := testGuard(t)
+	for _, req := range []any{
+		&messages.ListToolsRequest{Turn: "t1"},
+		&messages.ActivateRequest{Turn: "t1", Tools: []string{"demo-echo"}},
+		&messages.DiscoverRequest{Query: "x", Turn: "t1"},
+	} {
+		if _, err := g.admit(context.Background(), messages.EndpointToolsList, requestFrom("fleet-a"), req); !errors.Is(err, &messages.Error{Code: messages.CodeBadRequest}) {
+			t.Errorf("%T in a turn naming no agent, as a user of several: err = %v, want bad_request", req, err)
+		}
+		if _, err := g.admit(context.Background(), messages.EndpointToolsList, requestFrom("ops"), req); err != nil {
+			t.Errorf("%T in a turn naming no agent, as an operator: %v", req, err)
+		}
+	}
+	lr := &messages.ListToolsRequest{}
+	if _, err := g.admit(context.Background(), messages.EndpointToolsList, requestFrom("fleet-a"), lr); err != nil {
+		t.Errorf("tools.list without a turn, as a user of several: %v", err)
+	}
+	lr = &messages.ListToolsRequest{Turn: "t1"}
+	if _, err := g.admit(context.Background(), messages.EndpointToolsList, requestFrom("solo"), lr); err != nil || lr.Agent != "bot-a" {
+		t.Errorf("tools.list in a turn as a user of one agent: %v, agent %q", err, lr.Agent)
+	}
+}
+
+// TestDeliveredByAClient: a request a consumer delivered ($JS.ACK reply)
+// is refused, and so is one with Nats-Request-Info but no reply the
+// server made for an import; a client's own requests pass.
+func TestDeliveredByAClient(t *testing.T) {
+	info := requestFrom("agent_a")
+	for _, tc := range []struct {
+		reply   string
+		headers map[string][]string
+		ok      bool
+	}{
+		{"_INBOX.abc", nil, true},
+		{"", nil, true},
+		{"_R_.abc.def", info, true},
+		{"_GR_.abc._R_.def", info, true},
+		{"$JS.ACK.KV_x.relay.1.1.1.1.0", nil, false},
+		{"$JS.ACK.KV_x.relay.1.1.1.1.0", info, false},
+		{"", info, false},
+		{"_INBOX.abc", info, false},
+	} {
+		if err := deliveredByAClient(tc.reply, tc.headers); (err == nil) != tc.ok {
+			t.Errorf("reply %q, request info %v: err = %v", tc.reply, tc.headers != nil, err)
+		}
 	}
 }

@@ -129,7 +129,18 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 	turns := &turns{store: bucket{turnsKV, c.cfg.UnavailableWait}, calls: retryingTurnCalls{c.ledger, c.cfg.UnavailableWait}}
 	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, maxWait: c.cfg.MaxWait, unavailableWait: c.cfg.UnavailableWait, log: c.log}
 	queue.ensureConsumer = func(ctx context.Context, ns string) error {
-		return resources.CreateNamespaceConsumer(ctx, c.js, c.names, resources.DefaultNamespaceConsumer(ns))
+		if err := resources.CreateNamespaceConsumer(ctx, c.js, c.names, resources.DefaultNamespaceConsumer(ns)); err != nil {
+			return err
+		}
+		// The namespace's results store is the coordinator's to create:
+		// a user that may create a stream chooses the subjects it stores,
+		// so a worker that could create its own could make it store the
+		// replies and results meant for others, and read them. A worker
+		// of an older configuration still creates its store itself.
+		if _, err := resources.EnsureResultsBucket(ctx, c.js, c.names, ns); err != nil {
+			c.log.Warn("the namespace's results store is not created; its workers will try", "namespace", ns, "error", err)
+		}
+		return nil
 	}
 	c.view = &toolView{catalog: view, resolver: resolver, policy: &c.policy, turns: turns, index: index}
 	c.approvals = &approvals{

@@ -95,7 +95,9 @@ func (t *turnRecord) claim(agent string) error {
 		return nil
 	}
 	if t.state.Agent != agent {
-		return messages.Errorf(messages.CodeConflict, "turn %s belongs to agent %q, not %q", t.state.Turn, t.state.Agent, agent)
+		// The owner is not named: it may be an agent the caller's user
+		// does not serve, and the turn is none of its business.
+		return messages.Errorf(messages.CodeConflict, "turn %s belongs to another agent than %q", t.state.Turn, agent)
 	}
 	return nil
 }

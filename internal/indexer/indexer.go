@@ -149,14 +149,20 @@ func New(cfg Config) (*Indexer, error) {
 
 // Start creates the JetStream resources that are missing (it changes no
 // existing one: that is the coordinator's, and its NATS user may not),
-// creates or updates the index bucket, indexes the catalog,
+// the index bucket included, indexes the catalog,
 // and starts competing for the lease and writing the index while it holds
 // it. It returns once the catalog is indexed.
 func (ix *Indexer) Start(ctx context.Context) error {
 	if err := resources.EnsureExisting(ctx, ix.js, ix.names, ix.cfg.Resources); err != nil {
 		return fmt.Errorf("indexer: %w", err)
 	}
-	kv, err := resources.EnsureIndexBucket(ctx, ix.js, ix.names, ix.cfg.Resources)
+	// The coordinator creates and updates the index bucket; the indexer
+	// binds to it, and creates it only where no coordinator did (its user
+	// may not create a stream: whoever does chooses the subjects it keeps).
+	kv, err := ix.js.KeyValue(ctx, ix.names.IndexBucket())
+	if err != nil {
+		kv, err = resources.EnsureIndexBucket(ctx, ix.js, ix.names, ix.cfg.Resources)
+	}
 	if err != nil {
 		return fmt.Errorf("indexer: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -212,11 +213,51 @@ func ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, c
 				continue
 			}
 		}
-		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
+		if err := ensureBucket(ctx, js, kv, update); err != nil {
 			return fmt.Errorf("bucket %s: %w", kv.Bucket, err)
 		}
 	}
 	return nil
+}
+
+// ensureBucket creates or updates a bucket of the coordinator's, and
+// refuses rollups in it. A key-value bucket allows them so that a key's
+// history can be purged, which Toolbus never does; but a rollup of "all"
+// purges the whole bucket, and the server lets anyone who may write one
+// key send it: a worker, which may write its namespace's catalog keys,
+// could erase every namespace's tools and the operators' switches. An
+// existing bucket is updated in place, never through a configuration
+// that allows rollups again. Only a coordinator (update) may change a
+// bucket; a bucket another role creates is fixed by the next coordinator.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValueConfig, update bool) error {
+	stream, err := js.Stream(ctx, "KV_"+kv.Bucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kv); err != nil {
+			return err
+		}
+		if !update {
+			return nil
+		}
+		stream, err = js.Stream(ctx, "KV_"+kv.Bucket)
+	}
+	if err != nil {
+		return err
+	}
+	cfg := stream.CachedInfo().Config
+	want := cfg
+	want.Description = kv.Description
+	want.MaxMsgsPerSubject = max(int64(kv.History), 1)
+	want.Replicas = max(kv.Replicas, 1)
+	want.MaxAge = kv.TTL
+	if want.MaxAge > 0 && want.MaxAge < want.Duplicates {
+		want.Duplicates = want.MaxAge
+	}
+	want.AllowRollup = false
+	if reflect.DeepEqual(want, cfg) {
+		return nil
+	}
+	_, err = js.UpdateStream(ctx, want)
+	return err
 }
 
 // EventsStreamConfig is the stream of call events, results included. A

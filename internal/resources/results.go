@@ -12,10 +12,12 @@ import (
 
 // EnsureResultsBucket returns namespace ns's results object store, the
 // one that keeps its results too large for one message, and creates it
-// on first use. It is created by the namespace's workers, whose users may
-// manage that one store (and no other namespace's), with the replication
-// and the retention of the events stream, so that a whole result is kept
-// as long as the truncated one that names it.
+// when it is missing, with the replication and the retention of the
+// events stream, so that a whole result is kept as long as the truncated
+// one that names it. A coordinator creates it before it queues the
+// namespace's first call; the namespace's workers only bind to it where
+// their users may not create streams (a stream's creator chooses the
+// subjects it stores), and create it themselves elsewhere.
 func EnsureResultsBucket(ctx context.Context, js jetstream.JetStream, names messages.Names, ns string) (jetstream.ObjectStore, error) {
 	bucket, err := names.NamespaceResultsBucket(ns)
 	if err != nil {

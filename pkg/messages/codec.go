@@ -175,6 +175,11 @@ var decoderPool = sync.Pool{New: func() any {
 	return d
 }}
 
+// maxMessageDepth is how deeply maps and arrays may nest in a message read
+// by the Decoder: a JSON value's MaxJSONDepth within the message's own
+// levels.
+const maxMessageDepth = MaxJSONDepth + 32
+
 // maxPooledBuffer is the largest input after which a decoder goes back
 // to the pool. The Decoder keeps the buffer it read strings into, and that
 // buffer grows to the longest string of the input.
@@ -185,10 +190,12 @@ const maxPooledBuffer = 64 << 10
 //
 // The input is walked first, so that every length it declares is known to
 // fit in it: the Decoder allocates what a length prefix promises before it
-// finds the bytes missing, and a 12-byte message can promise 4 GiB.
+// finds the bytes missing, and a 12-byte message can promise 4 GiB. The
+// walk also bounds the nesting (maxMessageDepth), since the Decoder
+// recurses into every level of a field it skips.
 func decodeReflect(data []byte, v any) (left int, err error) {
 	scan := reader{b: data}
-	if err := scan.skip(); err != nil {
+	if err := scan.skipWithin(maxMessageDepth); err != nil {
 		return len(data), err
 	}
 	d := decoderPool.Get().(*pooledDecoder)

@@ -437,6 +437,17 @@ func (d *reader) timeInRange(v *time.Time) error {
 	return nil
 }
 
+// enter opens a map or array of n values in skipWithin's open levels.
+func enter(open []int, n, maxDepth int) ([]int, error) {
+	if maxDepth < 0 || n == 0 {
+		return open, nil
+	}
+	if len(open) >= maxDepth {
+		return open, errTooDeep
+	}
+	return append(open, n), nil
+}
+
 func checkYear(t time.Time) error {
 	if y := t.Year(); y < 0 || y > 9999 {
 		return fmt.Errorf("time %v is out of range", t)
@@ -447,9 +458,27 @@ func checkYear(t time.Time) error {
 // skip passes over one value of any kind. It counts the values still to
 // pass rather than recursing, so nesting costs no stack; as every value
 // takes a byte at least, more of them than bytes left is a truncation.
-func (d *reader) skip() error {
+func (d *reader) skip() error { return d.skipWithin(-1) }
+
+// skipWithin is skip that also refuses, with errTooDeep, a value whose
+// maps and arrays nest deeper than maxDepth (none when negative): a
+// reader that recurses (msgpack.Decoder, when it skips a field it does
+// not know) would otherwise spend a stack frame per level, some 160 bytes
+// for each byte of the message.
+func (d *reader) skipWithin(maxDepth int) error {
+	// open holds the values still to pass in each map or array being
+	// passed, innermost last; only kept when the depth is bounded.
+	var open []int
 	for pending := 1; pending > 0; {
 		pending--
+		if maxDepth >= 0 {
+			for len(open) > 0 && open[len(open)-1] == 0 {
+				open = open[:len(open)-1]
+			}
+			if len(open) > 0 {
+				open[len(open)-1]--
+			}
+		}
 		c, err := d.next()
 		if err != nil {
 			return err
@@ -461,10 +490,16 @@ func (d *reader) skip() error {
 			if n, err = d.mapLen(c); err != nil {
 				return err
 			}
+			if open, err = enter(open, 2*n, maxDepth); err != nil {
+				return err
+			}
 			pending += 2 * n
 			n = 0
 		case msgpcode.IsFixedArray(c), c == msgpcode.Array16, c == msgpcode.Array32:
 			if n, err = d.arrayLen(c); err != nil {
+				return err
+			}
+			if open, err = enter(open, n, maxDepth); err != nil {
 				return err
 			}
 			pending += n

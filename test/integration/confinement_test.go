@@ -16,9 +16,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/worker"
 )
 
 // deployDir is the folder of the deploy configurations.
@@ -306,5 +308,122 @@ func TestWorkerCannotWidenItsConsumer(t *testing.T) {
 	demoWorker.denied("create an ephemeral consumer", "$JS.API.CONSUMER.CREATE."+events, consumerRequest(t, events, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy}))
 	if after := snapshot(t, srv, watched...); !reflect.DeepEqual(after, before) {
 		t.Fatalf("the streams changed:\nbefore %+v\nafter  %+v", before, after)
+	}
+}
+
+// TestWorkerCannotRollUpTheCatalog: a worker may write its namespace's
+// catalog keys, and a write with the header Nats-Rollup: all would purge
+// the whole bucket (every namespace's tools, the operators' switches, the
+// heartbeats), and one on its events subjects the events stream. On the
+// deploy configuration the server refuses both, and the catalog and the
+// events stream hold what they held.
+func TestWorkerCannotRollUpTheCatalog(t *testing.T) {
+	t.Parallel()
+	srv, as := identityDeploy(t)
+	ctx := testenv.Context(t)
+	a := agentClient(t, as("agent_a"), "support-bot")
+	res, err := a.Call(ctx, "demo-word_count", map[string]string{"text": "one call"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched := []string{"KV_toolbus_catalog", "TOOLBUS_EVENTS"}
+	before := snapshot(t, srv, watched...)
+	if before["KV_toolbus_catalog"].Msgs == 0 {
+		t.Fatal("an empty catalog")
+	}
+	w := as("worker_demo")
+	for _, subject := range []string{
+		"$KV.toolbus_catalog.tools.demo.rollup",
+		"$KV.toolbus_catalog.workers.demo.rollup",
+		"toolbus.events._." + res.CallID + ".log.demo",
+	} {
+		msg := nats.NewMsg(subject)
+		msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
+		msg.Data = []byte(`{}`)
+		reply, err := w.RequestMsg(msg, 10*time.Second)
+		if err != nil {
+			t.Fatalf("a rollup on %s: %v", subject, err)
+		}
+		if !strings.Contains(string(reply.Data), "rollup not permitted") {
+			t.Errorf("a rollup on %s: %s", subject, reply.Data)
+		}
+	}
+	if after := snapshot(t, srv, watched...); !reflect.DeepEqual(after, before) {
+		t.Fatalf("the refused rollups changed the streams:\nbefore %+v\nafter  %+v", before, after)
+	}
+}
+
+// TestServicesCannotCaptureOthersSubjects: whoever creates a stream
+// chooses the subjects it stores, and may read what it stores. A worker
+// that created or updated its namespace's results store, or an indexer
+// its index bucket, could have it store every routed result
+// (toolbus.results.>) or a worker's replies (its work items), and read
+// them by direct get. On the deploy configuration neither may create or
+// update a stream; the coordinator creates each namespace's store and the
+// index bucket, and the worker still keeps its large results there.
+func TestServicesCannotCaptureOthersSubjects(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: deployWithNamespace(t, "payments")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	url := srv.URL()
+	as := func(user string) *nats.Conn {
+		return testenv.Connect(t, url, deployUser(user, deployPassword(user))...)
+	}
+	testenv.Coordinator(t, url, func(cfg *coordinator.Config) {
+		cfg.Conn = as("coordinator")
+		cfg.Identities = deployIdentities(t)
+	})
+	big := worker.Func("big", "Returns more than its result size limit.", func(ctx context.Context, in struct{}) (string, error) {
+		return strings.Repeat("large ", 1000), nil
+	}, worker.WithMaxResultSize(100))
+	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: []worker.Tool{big}})
+	ctx := testenv.Context(t)
+	a := agentClient(t, as("agent_a"), "support-bot")
+	// The demo worker keeps a large result in the store the coordinator made.
+	res, err := a.Call(ctx, "demo-big", struct{}{})
+	if err != nil || res.FullResult == nil {
+		t.Fatalf("a large result: %+v %v", res, err)
+	}
+	capture := func(stream, subject string) []byte {
+		return jsonBody(t, map[string]any{"name": stream, "subjects": []string{subject}, "storage": "file", "retention": "limits",
+			"max_msgs": -1, "max_bytes": -1, "max_age": 0, "num_replicas": 1, "allow_direct": true, "discard": "new"})
+	}
+	store, err := names.NamespaceResultsBucket(demo.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paymentsStore, err := names.NamespaceResultsBucket("payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, try := range []struct{ role, what, subject string }{
+		{"worker_demo", "update its store", "$JS.API.STREAM.UPDATE.OBJ_" + store},
+		{"worker_demo", "create its store anew", "$JS.API.STREAM.CREATE.OBJ_" + store},
+		{"worker_demo", "create the other namespace's store", "$JS.API.STREAM.CREATE.OBJ_" + paymentsStore},
+		{"worker_demo", "create a stream of its own", "$JS.API.STREAM.CREATE.spy"},
+		{"indexer", "update the index bucket", "$JS.API.STREAM.UPDATE.KV_" + names.IndexBucket()},
+		{"indexer", "create the index bucket anew", "$JS.API.STREAM.CREATE.KV_" + names.IndexBucket()},
+		{"indexer", "create a stream of its own", "$JS.API.STREAM.CREATE.spy"},
+	} {
+		stream := try.subject[strings.LastIndex(try.subject, ".")+1:]
+		for _, captured := range []string{"toolbus.results.>", "_INBOX_worker_payments.>"} {
+			newIntruder(t, url, try.role, deployPassword(try.role)).denied(try.what+" to keep "+captured, try.subject, capture(stream, captured))
+		}
+	}
+	js, err := jetstream.New(as("coordinator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "OBJ_"+store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range s.CachedInfo().Config.Subjects {
+		if !strings.HasPrefix(subject, "$O."+store+".") {
+			t.Errorf("the demo store stores %s", subject)
+		}
 	}
 }

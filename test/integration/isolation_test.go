@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,10 +117,23 @@ func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
 			t.Errorf("%s: err = %v, want forbidden", what, err)
 		}
 	}
+	// A refusal tells B nothing of the call: not whose it is, nor its state.
+	tellsNothing := func(what string, err error) {
+		t.Helper()
+		forbidden(what, err)
+		if err == nil {
+			return
+		}
+		for _, word := range []string{"support-bot", "agent_a", string(messages.StateCompleted), string(messages.StateAwaitingApproval), "demo"} {
+			if strings.Contains(err.Error(), word) {
+				t.Errorf("%s: the refusal %q names %q", what, err, word)
+			}
+		}
+	}
 	_, err = b.Get(ctx, submitted.CallID)
-	forbidden("B reading A's call", err)
+	tellsNothing("B reading A's call", err)
 	_, err = b.Get(ctx, held.CallID)
-	forbidden("B reading A's call held for approval", err)
+	tellsNothing("B reading A's call held for approval", err)
 	_, err = b.Wait(ctx, submitted.CallID)
 	forbidden("B waiting for A's call", err)
 	for _, err := range b.Watch(ctx, submitted.CallID) {
@@ -127,14 +141,45 @@ func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
 		break
 	}
 	_, err = b.Turn(ctx, "turn-a")
-	forbidden("B reading A's turn", err)
+	tellsNothing("B reading A's turn", err)
+	// A turn belongs to the agent that named it first: B's calls and
+	// tools cannot join A's turn, and the refusal does not name A.
+	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-word_count", Arguments: messages.JSON(`{"text":"x"}`), Turn: "turn-a"})
+	if !isCode(err, messages.CodeConflict) || strings.Contains(err.Error(), "support-bot") {
+		t.Errorf("B submitting into A's turn: err = %v, want conflict naming no agent of A's", err)
+	}
+	_, err = b.Activate(ctx, "turn-a", "demo-echo")
+	if !isCode(err, messages.CodeConflict) || strings.Contains(err.Error(), "support-bot") {
+		t.Errorf("B activating tools in A's turn: err = %v, want conflict naming no agent of A's", err)
+	}
+	// B's user serves several agents: naming none, it would act in A's
+	// turn as no agent at all, which no turn check could refuse.
+	bNoAgent := agentClient(t, as("agent_b"), "")
+	_, err = bNoAgent.Activate(ctx, "turn-a", "demo-echo")
+	if !isCode(err, messages.CodeBadRequest) {
+		t.Errorf("B, naming no agent, activating tools in A's turn: err = %v, want bad_request", err)
+	}
+	_, err = bNoAgent.ListTools(ctx, messages.ListToolsRequest{Turn: "turn-a"})
+	if !isCode(err, messages.CodeBadRequest) {
+		t.Errorf("B, naming no agent, listing A's turn's tools: err = %v, want bad_request", err)
+	}
+	_, err = bNoAgent.Discover(ctx, messages.DiscoverRequest{Query: "count words", Turn: "turn-a"})
+	if !isCode(err, messages.CodeBadRequest) {
+		t.Errorf("B, naming no agent, discovering into A's turn: err = %v, want bad_request", err)
+	}
 	_, err = b.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "support-bot"})
 	forbidden("B listing A's approvals", err)
+	_, err = b.Answer(ctx, messages.DecideRequest{ApprovalID: prompt.Approval.ApprovalID, Decision: messages.DecisionApprove, By: "the user"})
+	tellsNothing("B answering A's approval", err)
+	_, err = b.Cancel(ctx, prompt.CallID, "not mine")
+	tellsNothing("B cancelling A's call", err)
 	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Route: deployRoutes["agent_a"]})
 	forbidden("B submitting on A's route", err)
 	routed := deployRoutes["agent_a"] + nuid.Next()
 	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Route: deployRoutes["agent_a"], CallID: routed, Quiet: false})
 	forbidden("B submitting a call ID on A's route", err)
+	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), CallID: deployRoutes["agent_a"] + nuid.Next()})
+	forbidden("B submitting a call ID on A's route, naming no route", err)
 	_, err = b.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`), Notify: "_INBOX.x"})
 	forbidden("B asking for a notify copy", err)
 	// A user of several agents that names none lists only its own agents'.
@@ -259,6 +304,11 @@ func TestOneAgentsWaitsDoNotStarveAnother(t *testing.T) {
 	})
 	if _, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-word_count", Arguments: messages.JSON(`{"text":"x"}`), Wait: true}); !isCode(err, messages.CodeTooManyRequests) {
 		t.Errorf("A's submit with wait beyond its limit: err = %v, want too_many_requests", err)
+	}
+	batch := map[string]any{"format": "anthropic", "turn": "turn-a", "wait_ms": 60_000,
+		"tool_calls": []map[string]any{{"type": "tool_use", "id": "toolu_1", "name": "demo-word_count", "input": map[string]string{"text": "x"}}}}
+	if code, err := rawWait(ctx, connA, "calls.submit_batch", batch); err != nil || code != messages.CodeTooManyRequests {
+		t.Errorf("A's batch with wait_ms beyond its limit: %s %v, want too_many_requests", code, err)
 	}
 
 	// B's calls, waits included, are not held up by A's.

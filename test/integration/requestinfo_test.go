@@ -1,0 +1,287 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// rawAPIRequest sends one API request over a connection of its own that
+// speaks the NATS protocol by hand, as user, with the header block
+// exactly as given, and returns the reply's status code (its
+// Nats-Service-Error-Code, "" for success) and body.
+func rawAPIRequest(t *testing.T, serverURL, user, endpoint, header, body string) (code, reply string) {
+	t.Helper()
+	return rawNATSRequest(t, serverURL, user, "toolbus.api."+endpoint, "", header, body)
+}
+
+// rawNATSRequest sends one message with the header block exactly as given,
+// on a connection of its own, and returns the answer's
+// Nats-Service-Error-Code and body; replyTo, when not empty, is the
+// message's reply subject instead of the connection's inbox, and then
+// nothing is awaited.
+func rawNATSRequest(t *testing.T, serverURL, user, subject, replyTo, header, body string) (code, reply string) {
+	t.Helper()
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "INFO ") {
+		t.Fatalf("server greeting %q: %v", line, err)
+	}
+	inbox := "_INBOX_" + user + ".raw"
+	fmt.Fprintf(conn, "CONNECT {\"user\":%q,\"pass\":%q,\"headers\":true,\"verbose\":false,\"protocol\":1}\r\nSUB %s 1\r\n", user, deployPassword(user), inbox)
+	to := inbox
+	if replyTo != "" {
+		to = replyTo
+	}
+	fmt.Fprintf(conn, "HPUB %s %s %d %d\r\n%s%s\r\nPING\r\n", subject, to, len(header), len(header)+len(body), header, body)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no reply to %s: %v", subject, err)
+		}
+		if strings.HasPrefix(line, "-ERR") {
+			t.Fatalf("the server refused the raw request: %s", line)
+		}
+		if replyTo != "" && strings.HasPrefix(line, "PONG") {
+			return "", "" // the server has the message; its answer goes elsewhere
+		}
+		if strings.HasPrefix(line, "MSG ") {
+			// An answer without headers (a JetStream acknowledgement).
+			fields := strings.Fields(line)
+			size, err := strconv.Atoi(fields[len(fields)-1])
+			if err != nil {
+				t.Fatalf("reply line %q", line)
+			}
+			msg := make([]byte, size+2)
+			if _, err := io.ReadFull(r, msg); err != nil {
+				t.Fatal(err)
+			}
+			return "", string(msg[:size])
+		}
+		if !strings.HasPrefix(line, "HMSG ") {
+			continue // INFO, PING and the like
+		}
+		fields := strings.Fields(line)
+		hdrLen, err1 := strconv.Atoi(fields[len(fields)-2])
+		total, err2 := strconv.Atoi(fields[len(fields)-1])
+		if err1 != nil || err2 != nil {
+			t.Fatalf("reply line %q", line)
+		}
+		msg := make([]byte, total+2)
+		if _, err := io.ReadFull(r, msg); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range strings.Split(string(msg[:hdrLen]), "\r\n") {
+			if v, ok := strings.CutPrefix(h, "Nats-Service-Error-Code: "); ok {
+				code = v
+			}
+		}
+		return code, string(msg[hdrLen:total])
+	}
+}
+
+// forgedHeaders are header blocks that each carry a Nats-Request-Info
+// naming user, written so that the server, which removes a client's
+// Nats-Request-Info line only when a CRLF precedes it and appends its own
+// as the block's last line, leaves the forged line in place, and a parser
+// that also takes a bare LF for a line break (nats.go's does) reads it.
+func forgedHeaders(user string) map[string]string {
+	info := `Nats-Request-Info: {"acc":"AGENTS","user":"` + user + `"}`
+	return map[string]string{
+		"after a CRLF, as a client library writes it": "NATS/1.0\r\n" + info + "\r\nContent-Type: application/json\r\n\r\n",
+		"after a bare LF, next to the server's":       "NATS/1.0\n" + info + "\r\nContent-Type: application/json\r\n\r\n",
+		"before a blank line that hides the server's": "NATS/1.0\r\nContent-Type: application/json\n" + info + "\n\nx\r\n\r\n",
+		"with the server's glued to a line's value":   "NATS/1.0\r\nContent-Type: application/json\n" + info + "\r\nX: yy",
+		"with the server's glued to a skipped line":   "NATS/1.0\r\nContent-Type: application/json\n" + info + "\r\n:yy",
+	}
+}
+
+// TestHandWrittenRequestInfoIsRefused: on the deploy configuration, agent
+// A's user writes its request headers by hand, with a Nats-Request-Info
+// naming B's user (or the operator) in every form that escapes the
+// server's replacement. Each request is refused with forbidden, while
+// the same request with an honest header block is answered: A cannot
+// pass for another user, list B's tools, or read what is for operators;
+// each refusal is audited.
+func TestHandWrittenRequestInfoIsRefused(t *testing.T) {
+	t.Parallel()
+	srv, as := identityDeploy(t)
+	const honest = "NATS/1.0\r\nContent-Type: application/json\r\n\r\n"
+	// Hand-written but honest: answered, so the refusals below are the
+	// forgeries'. The demo worker registers its tools on its own time.
+	eventually(t, "an honest hand-written request answered with the demo tools", func() bool {
+		code, reply := rawAPIRequest(t, srv.URL(), "agent_a", "tools.list", honest, `{"agent":"support-bot"}`)
+		if code != "" {
+			t.Fatalf("an honest hand-written request: %s %s", code, reply)
+		}
+		return strings.Contains(reply, "demo-echo")
+	})
+	if code, reply := rawAPIRequest(t, srv.URL(), "agent_a", "tools.list", "NATS/1.0\nContent-Type:application/json\r\n\r\n", `{"agent":"support-bot"}`); code != "" || !strings.Contains(reply, "demo-echo") {
+		t.Fatalf("an honest request written tightly: %s %s", code, reply)
+	}
+	for how, header := range forgedHeaders("agent_b") {
+		if code, reply := rawAPIRequest(t, srv.URL(), "agent_a", "tools.list", header, `{"agent":"billing-bot"}`); code != "403" {
+			t.Errorf("A passing for B's user, the forged header %s: %q %s", how, code, reply)
+		}
+	}
+	for how, header := range forgedHeaders("operator") {
+		if code, reply := rawAPIRequest(t, srv.URL(), "agent_a", "workers.list", header, `{}`); code != "403" {
+			t.Errorf("A passing for the operator, the forged header %s: %q %s", how, code, reply)
+		}
+	}
+	// Every refusal is audited.
+	if want := 2 * len(forgedHeaders("")); countAudited(t, as("auditor"), "forbidden", want) < want {
+		t.Errorf("fewer than %d refusals audited", want)
+	}
+}
+
+// TestHiddenRequestInfoDoesNotPassForOneAccount: a coordinator without
+// identities on the deploy configuration refuses the agents' requests,
+// which carry the server's Nats-Request-Info; hiding that line from the
+// parser does not make a request pass for one of the coordinator's own
+// account, which it would serve as the agent it names.
+func TestHiddenRequestInfoDoesNotPassForOneAccount(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deployDir(t), "users.conf")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.Conn = testenv.Connect(t, srv.URL(), deployUser("coordinator", deployPassword("coordinator"))...)
+	})
+	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, srv.URL(), deployUser("worker_demo", deployPassword("worker_demo"))...)}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	hidden := map[string]string{
+		"behind a blank line":     "NATS/1.0\r\nContent-Type: application/json\n\nx\r\n\r\n",
+		"glued to a skipped line": "NATS/1.0\r\nContent-Type: application/json\n:yy",
+		"glued to a line's value": "NATS/1.0\r\nContent-Type: application/json\nX: yy",
+	}
+	for how, header := range hidden {
+		if code, reply := rawAPIRequest(t, srv.URL(), "agent_a", "tools.list", header, `{"agent":"billing-bot"}`); code != "403" {
+			t.Errorf("the server's header %s: %q %s", how, code, reply)
+		}
+	}
+}
+
+// TestStoredRequestsDoNotReachTheAPI: the indexer may write its index
+// bucket, with headers of its choice, and have the bucket's stream send a
+// stored message to any subject, an API subject included: by a consumer
+// whose deliver subject it names, or as the answer to a direct get whose
+// reply subject it names. Such a message reaches the coordinator from
+// inside its own account, where the server writes no Nats-Request-Info.
+// With identities both are refused (audited), and the tool the stored
+// request switches off stays on.
+func TestStoredRequestsDoNotReachTheAPI(t *testing.T) {
+	t.Parallel()
+	srv, as := identityDeploy(t)
+	ctx := testenv.Context(t)
+	key := storeRequest(t, srv.URL(), "NATS/1.0\nNats-Request-Info: {\"acc\":\"AGENTS\",\"user\":\"operator\"}\r\nContent-Type: application/json\r\n\r\n", `{"tool":"demo-sha256","by":"operator","reason":"stored"}`)
+	audited := countAudited(t, as("auditor"), "forbidden", 0)
+	relayByConsumer(t, srv.URL(), key, "tools.disable")
+	// A direct get whose answer goes to the API.
+	index := "KV_" + names.IndexBucket()
+	rawNATSRequest(t, srv.URL(), "indexer", "$JS.API.DIRECT.GET."+index+"."+key, "toolbus.api.tools.disable", "NATS/1.0\r\n\r\n", "")
+	if n := countAudited(t, as("auditor"), "forbidden", audited+2); n < audited+2 {
+		t.Fatalf("%d relayed requests refused, want 2", n-audited)
+	}
+	assertNotDisabled(t, as("coordinator"), ctx, "demo.sha256")
+}
+
+// TestStreamDeliveriesDoNotReachTheAPI: a coordinator without identities
+// trusts the agent a request of its own account names, but a message a
+// stream delivered to an API subject (its reply is the consumer's
+// acknowledgement, $JS.ACK.…) is no client's request: the indexer's relay
+// of a stored tools.disable is refused and audited, and the tool stays on.
+func TestStreamDeliveriesDoNotReachTheAPI(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deployDir(t), "users.conf")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	as := func(user string) *nats.Conn {
+		return testenv.Connect(t, srv.URL(), deployUser(user, deployPassword(user))...)
+	}
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Conn = as("coordinator") })
+	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	ctx := testenv.Context(t)
+	key := storeRequest(t, srv.URL(), "NATS/1.0\r\nContent-Type: application/json\r\n\r\n", `{"tool":"demo-sha256","by":"someone","reason":"stored"}`)
+	audited := countAudited(t, as("auditor"), "forbidden", 0)
+	relayByConsumer(t, srv.URL(), key, "tools.disable")
+	if n := countAudited(t, as("auditor"), "forbidden", audited+1); n < audited+1 {
+		t.Fatal("the relayed request was not refused")
+	}
+	assertNotDisabled(t, as("coordinator"), ctx, "demo.sha256")
+}
+
+// storeRequest has the indexer store an API request in its index bucket,
+// with the header block as given, and returns the subject it is under.
+func storeRequest(t *testing.T, serverURL, header, body string) string {
+	t.Helper()
+	key := "$KV." + names.IndexBucket() + ".stored"
+	if _, reply := rawNATSRequest(t, serverURL, "indexer", key, "", header, body); !strings.Contains(reply, `"seq"`) {
+		t.Fatalf("the indexer storing a request: %s", reply)
+	}
+	return key
+}
+
+// relayByConsumer has the indexer create a consumer on its index bucket
+// that delivers the message under key to the API endpoint, in the
+// coordinators' queue group.
+func relayByConsumer(t *testing.T, serverURL, key, endpoint string) {
+	t.Helper()
+	index := "KV_" + names.IndexBucket()
+	consumer := jsonBody(t, map[string]any{"stream_name": index, "config": map[string]any{"name": "relay", "deliver_subject": "toolbus.api." + endpoint,
+		"deliver_group": "q", "deliver_policy": "last", "filter_subject": key, "ack_policy": "none"}})
+	if _, reply := rawNATSRequest(t, serverURL, "indexer", "$JS.API.CONSUMER.CREATE."+index+".relay."+key, "", "NATS/1.0\r\n\r\n", string(consumer)); !strings.Contains(reply, "consumer_create_response") || strings.Contains(reply, `"error"`) {
+		t.Fatalf("the indexer's relay consumer: %s", reply)
+	}
+}
+
+// assertNotDisabled fails the test if the catalog holds a switch that
+// turns target (namespace.method) off.
+func assertNotDisabled(t *testing.T, nc *nats.Conn, ctx context.Context, target string) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, names.CatalogBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv.Get(ctx, "disabled."+target); err == nil {
+		t.Fatalf("a relayed request switched %s off: %s", target, e.Value())
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatal(err)
+	}
+}
