@@ -188,26 +188,34 @@ func Loopback(addr string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// guard authenticates, bounds the body and checks the origin before the
-// front and mcp-go (which adds its own DNS-rebinding check of the Host
-// header on loopback); next serves the request as agent's.
+// guard checks the Host header and the origin, authenticates and bounds
+// the body before the front and mcp-go see the request, so that what the
+// front answers itself (tasks, a session's tools/call) is guarded as
+// mcp-go's own requests are; next serves the request as agent's.
 func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		onLoopback := local != nil && Loopback(local.String())
+		if onLoopback && !Loopback(r.Host) {
+			// DNS rebinding: a page of another site whose name now
+			// resolves to this machine reaches the listener under its name.
+			http.Error(w, fmt.Sprintf("Forbidden: invalid Host header %q", r.Host), http.StatusForbidden)
+			return
+		}
 		if origin := r.Header.Get("Origin"); origin != "" && !f.originAllowed(origin) {
 			http.Error(w, "Forbidden: origin not allowed", http.StatusForbidden)
 			return
 		}
 		agent := f.cfg.Agent
 		if len(f.cfg.Tokens) > 0 {
-			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			id, known := f.cfg.Tokens[strings.TrimSpace(token)]
-			if !ok || !known {
+			id, known := f.cfg.Tokens[bearerToken(r.Header.Get("Authorization"))]
+			if !known {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="toolbus"`)
 				http.Error(w, "Unauthorized", http.StatusUnauthorized)
 				return
 			}
 			agent = id.Agent
-		} else if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); !ok || !Loopback(local.String()) || !Loopback(r.RemoteAddr) {
+		} else if !onLoopback || !Loopback(r.RemoteAddr) {
 			http.Error(w, "Forbidden: without tokens only loopback clients are served", http.StatusForbidden)
 			return
 		}
@@ -218,6 +226,16 @@ func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent st
 		r.Body = http.MaxBytesReader(w, r.Body, f.cfg.MaxRequestBytes)
 		next(w, r, agent)
 	})
+}
+
+// bearerToken is the token of an Authorization header, "" if it holds
+// none; the scheme's name is case-insensitive (RFC 7235).
+func bearerToken(authorization string) string {
+	scheme, token, ok := strings.Cut(authorization, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
 }
 
 func (f *Front) originAllowed(origin string) bool {

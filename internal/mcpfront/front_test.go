@@ -385,33 +385,49 @@ func TestErrorsMapped(t *testing.T) {
 	}
 }
 
-// TestAuthentication: without a token, or with a wrong one, nothing is served.
+// TestAuthentication: without a token, or with a wrong one, nothing is
+// served, and the answer names the scheme; the scheme's name is
+// case-insensitive (RFC 7235). The health check needs no token.
 func TestAuthentication(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	_, url := s.front(t)
-	for name, headers := range map[string]map[string]string{"no token": {}, "wrong token": {"Authorization": "Bearer wrong"}} {
-		req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	for _, tc := range []struct {
+		name, authorization string
+		want                int
+	}{
+		{"no token", "", http.StatusUnauthorized},
+		{"wrong token", "Bearer wrong", http.StatusUnauthorized},
+		{"another scheme", "Basic " + token, http.StatusUnauthorized},
+		{"the token", "Bearer " + token, http.StatusOK},
+		{"the token, scheme in lower case", "bearer " + token, http.StatusOK},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
 		req.Header.Set("Content-Type", "application/json")
-		for k, v := range headers {
-			req.Header.Set(k, v)
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if tc.authorization != "" {
+			req.Header.Set("Authorization", tc.authorization)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("%s: status %d", name, resp.StatusCode)
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.want)
+		}
+		if challenge := resp.Header.Get("WWW-Authenticate"); tc.want == http.StatusUnauthorized && !strings.HasPrefix(challenge, "Bearer") {
+			t.Errorf("%s: WWW-Authenticate %q", tc.name, challenge)
 		}
 	}
 	resp, err := http.Get(url + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("healthz: %d", resp.StatusCode)
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
+		t.Errorf("healthz: %d %q", resp.StatusCode, body)
 	}
 }
 
@@ -901,6 +917,22 @@ func TestGuards(t *testing.T) {
 	}
 	if got := post(strings.NewReader(initialize), nil, "evil.example"); got != http.StatusForbidden {
 		t.Errorf("a foreign host on loopback: %d", got)
+	}
+	// The requests the front answers itself, not mcp-go, are refused too:
+	// a session's tools/call (its ID made up: it carries a turn, nothing
+	// else) and a task request.
+	forged := map[string]string{"Mcp-Session-Id": "AAAAAAAAAAAAAAAAAAAAAA.t-rebound", "Mcp-Protocol-Version": mcp.LATEST_LEGACY_PROTOCOL_VERSION}
+	for method, body := range map[string]string{
+		"tools/call": `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo-echo","arguments":{"text":"rebound"}}}`,
+		"tasks/list": `{"jsonrpc":"2.0","id":3,"method":"tasks/list","params":{}}`,
+		"tasks/get":  `{"jsonrpc":"2.0","id":4,"method":"tasks/get","params":{"taskId":"x"}}`,
+	} {
+		if got := post(strings.NewReader(body), forged, "evil.example:8080"); got != http.StatusForbidden {
+			t.Errorf("%s with a foreign host on loopback: %d", method, got)
+		}
+	}
+	if got := post(strings.NewReader(initialize), nil, "localhost:8080"); got != http.StatusOK {
+		t.Errorf("the Host localhost: %d", got)
 	}
 	big := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"pad":"` + strings.Repeat("x", 2<<10) + `"}}}`
 	if got := post(strings.NewReader(big), nil, ""); got != http.StatusRequestEntityTooLarge {
