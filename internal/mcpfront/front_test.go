@@ -3,6 +3,7 @@ package mcpfront_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -80,6 +82,7 @@ match:
     approval: {mode: prompt, message: "Restarts interrupt users"}
   - name: "batch:reindex"
     approval: {mode: queue, message: "Reindexing loads the database"}
+  - name: "media/*"
 `)
 	writeFile(t, filepath.Join(dir, "agents", "analyst.yaml"), `
 id: analyst
@@ -106,7 +109,37 @@ tool:
 			return "reindexed", nil
 		}),
 	}})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "media", Tools: mediaTools()})
 	return stack{url: srv.URL()}
+}
+
+// mediaTools answer with every kind of content block, with the tool's own
+// error, and past their deadline.
+func mediaTools() []worker.Tool {
+	half := 0.5
+	return []worker.Tool{
+		worker.Func("mixed", "Answers with every kind of content block.", func(context.Context, struct{}) (*worker.Result, error) {
+			return &worker.Result{
+				Content: []messages.ContentBlock{
+					{Type: messages.ContentText, Text: "a chart", Annotations: &messages.ContentAnnotations{Audience: []string{"user"}, Priority: &half}},
+					messages.ImageBlock([]byte("PNG\x00\x01"), "image/png"),
+					{Type: messages.ContentAudio, Data: []byte("RIFF\x00"), MIMEType: "audio/wav"},
+					{Type: messages.ContentResource, URI: "file:///notes.md", MIMEType: "text/markdown", Text: "# notes"},
+					{Type: messages.ContentResource, URI: "file:///blob.bin", MIMEType: "application/octet-stream", Data: []byte{0, 1, 2}},
+					{Type: messages.ContentResourceLink, URI: "https://example.com/report", Name: "report", Description: "The full report", MIMEType: "text/html"},
+					messages.JSONBlock(messages.JSON(`{"points":3}`)),
+				},
+				StructuredContent: messages.JSON(`{"points":3}`),
+			}, nil
+		}),
+		worker.Func("broken", "Fails.", func(context.Context, struct{}) (string, error) {
+			return "", errors.New("the printer is on fire")
+		}),
+		worker.Func("slow", "Outlives its deadline.", func(ctx context.Context, _ struct{}) (string, error) {
+			<-ctx.Done()
+			return "", context.Cause(ctx)
+		}, worker.WithTimeout(300*time.Millisecond)),
+	}
 }
 
 // front starts a front process's worth: its own connection and client,
@@ -1158,4 +1191,71 @@ func TestStdioTasks(t *testing.T) {
 	if len(list.Tasks) != 1 || list.Tasks[0].TaskId != created.Task.TaskId {
 		t.Fatalf("tasks/list: %+v", list.Tasks)
 	}
+}
+
+// TestContentPassesThrough: every kind of content block, the structured
+// content and the annotations reach the client as MCP has them (a json
+// block as a text block holding the JSON), over the path the front serves
+// itself (a session's tools/call over HTTP) and over mcp-go's (stdio); the
+// tool's own error and a call past its deadline are results with isError,
+// the call's state and the Toolbus code in _meta.
+func TestContentPassesThrough(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(), legacySessions())
+	b64 := base64.StdEncoding.EncodeToString
+	want := []any{
+		map[string]any{"type": "text", "text": "a chart", "annotations": map[string]any{"audience": []any{"user"}, "priority": 0.5}},
+		map[string]any{"type": "image", "data": b64([]byte("PNG\x00\x01")), "mimeType": "image/png"},
+		map[string]any{"type": "audio", "data": b64([]byte("RIFF\x00")), "mimeType": "audio/wav"},
+		map[string]any{"type": "resource", "resource": map[string]any{"uri": "file:///notes.md", "mimeType": "text/markdown", "text": "# notes"}},
+		map[string]any{"type": "resource", "resource": map[string]any{"uri": "file:///blob.bin", "mimeType": "application/octet-stream", "blob": b64([]byte{0, 1, 2})}},
+		map[string]any{"type": "resource_link", "uri": "https://example.com/report", "name": "report", "description": "The full report", "mimeType": "text/html"},
+		map[string]any{"type": "text", "text": `{"points":3}`},
+	}
+	type result struct {
+		Content           []any          `json:"content"`
+		StructuredContent any            `json:"structuredContent"`
+		IsError           bool           `json:"isError"`
+		Meta              map[string]any `json:"_meta"`
+	}
+	check := func(path string, call func(name string) result) {
+		t.Helper()
+		got := call("media-mixed")
+		if got.IsError || !reflect.DeepEqual(got.Content, want) {
+			gotJSON, _ := json.Marshal(got.Content)
+			wantJSON, _ := json.Marshal(want)
+			t.Errorf("%s: content\n got %s\nwant %s", path, gotJSON, wantJSON)
+		}
+		if !reflect.DeepEqual(got.StructuredContent, map[string]any{"points": 3.0}) || got.Meta[mcpfront.MetaState] != "completed" || got.Meta[mcpfront.MetaCallID] == nil {
+			t.Errorf("%s: structured content %v, _meta %v", path, got.StructuredContent, got.Meta)
+		}
+		got = call("media-broken")
+		if !got.IsError || got.Meta[mcpfront.MetaCode] != messages.ResultToolError || !strings.Contains(fmt.Sprint(got.Content), "the printer is on fire") {
+			t.Errorf("%s: the tool's error: %+v", path, got)
+		}
+		got = call("media-slow")
+		if !got.IsError || got.Meta[mcpfront.MetaCode] != messages.ResultTimedOut || got.Meta[mcpfront.MetaState] != string(messages.StateTimedOut) || len(got.Content) == 0 {
+			t.Errorf("%s: past the deadline: %+v", path, got)
+		}
+	}
+	check("a session over HTTP", func(name string) result {
+		var res result
+		if e := rpc(t, url, c.GetSessionId(), "tools/call", map[string]any{"name": name, "arguments": map[string]any{}}, &res); e != nil {
+			t.Fatalf("%s: %+v", name, e)
+		}
+		return res
+	})
+	stdioFront, err := mcpfront.New(mcpfront.Config{Client: testenv.Client(t, s.url, client.Options{}), Agent: "analyst", Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdio := startStdio(t, stdioFront)
+	stdio.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}, nil)
+	check("stdio", func(name string) result {
+		var res result
+		stdio.call("tools/call", map[string]any{"name": name, "arguments": map[string]any{}}, &res)
+		return res
+	})
 }

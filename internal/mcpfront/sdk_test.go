@@ -15,7 +15,8 @@ import (
 
 // sdkClientScript is run by node's test runner: the official TypeScript MCP
 // SDK client (package-lock.json pins it) connects over streamable HTTP,
-// lists, calls with and without progress, and aborts a call.
+// lists, calls with and without progress, reads every kind of content
+// block and the error mappings, and aborts a call.
 const sdkClientScript = "testdata/sdk_client.test.mjs"
 
 // nodeWithSDK returns the node binary, or skips the test when node or the
@@ -61,9 +62,10 @@ func TestTypeScriptSDKClient(t *testing.T) {
 		t.Fatalf("the TypeScript SDK client's tests failed: %v", err)
 	}
 
-	// The SDK's calls are the turn's calls on the bus: the echo and the
-	// sleep with progress completed, the aborted sleep cancelled by the
-	// front, on the client's notifications/cancelled.
+	// The SDK's calls are the turn's calls on the bus: the echo, the
+	// mixed content, the broken tool (its own error is a completed call)
+	// and the sleep with progress completed, the aborted sleep cancelled by
+	// the front, on the client's notifications/cancelled.
 	info, err := testenv.Client(t, s.url, client.Options{Agent: "analyst"}).Turn(testenv.Context(t), turn)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +77,7 @@ func TestTypeScriptSDKClient(t *testing.T) {
 			t.Errorf("the cancelled call: %+v %+v", c, c.Result)
 		}
 	}
-	if len(info.Calls) != 3 || states[messages.StateCompleted] != 2 || states[messages.StateCancelled] != 1 {
+	if len(info.Calls) != 5 || states[messages.StateCompleted] != 4 || states[messages.StateCancelled] != 1 {
 		t.Fatalf("the turn's calls: %+v", info.Calls)
 	}
 }

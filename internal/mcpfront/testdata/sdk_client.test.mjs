@@ -58,6 +58,33 @@ test('calls a tool and gets its content and call ID', async () => {
   assert.equal(result._meta['toolbus/state'], 'completed');
 });
 
+test('content blocks of every kind pass the SDK\'s result schema', async () => {
+  const result = await client.callTool({ name: 'media-mixed', arguments: {} });
+  assert.notEqual(result.isError, true, JSON.stringify(result));
+  assert.deepEqual(result.content.map((c) => c.type), ['text', 'image', 'audio', 'resource', 'resource', 'resource_link', 'text']);
+  const [text, image, audio, embedded, blob, link, json] = result.content;
+  assert.deepEqual(text.annotations, { audience: ['user'], priority: 0.5 });
+  assert.equal(Buffer.from(image.data, 'base64').toString('latin1'), 'PNG\x00\x01');
+  assert.equal(image.mimeType, 'image/png');
+  assert.equal(audio.mimeType, 'audio/wav');
+  assert.deepEqual(embedded.resource, { uri: 'file:///notes.md', mimeType: 'text/markdown', text: '# notes' });
+  assert.deepEqual(Buffer.from(blob.resource.blob, 'base64'), Buffer.from([0, 1, 2]));
+  assert.deepEqual(link, { type: 'resource_link', uri: 'https://example.com/report', name: 'report', description: 'The full report', mimeType: 'text/html' });
+  assert.equal(json.text, '{"points":3}');
+  assert.deepEqual(result.structuredContent, { points: 3 });
+});
+
+test('a tool\'s error is a result with isError and the Toolbus code, not a rejection', async () => {
+  const result = await client.callTool({ name: 'media-broken', arguments: {} });
+  assert.equal(result.isError, true, JSON.stringify(result));
+  assert.equal(result._meta?.['toolbus/code'], 'tool_error');
+  assert.match(result.content[0].text, /the printer is on fire/);
+});
+
+test('an unknown tool is a JSON-RPC error, invalid params', async () => {
+  await assert.rejects(client.callTool({ name: 'nosuch-tool', arguments: {} }), (err) => err.code === -32602);
+});
+
 test('a call with progress gets its progress notifications in order, then its result', async () => {
   const progress = [];
   const result = await client.callTool({ name: 'demo-sleep', arguments: { seconds: 0.5 } }, undefined, {
