@@ -1259,3 +1259,143 @@ func TestContentPassesThrough(t *testing.T) {
 		return res
 	})
 }
+
+// twoAgentsFront is a front with the analyst's token and the ops agent's,
+// "token-of-ops".
+func (s stack) twoAgentsFront(t *testing.T) string {
+	t.Helper()
+	f, err := mcpfront.New(mcpfront.Config{
+		Client: testenv.Client(t, s.url, client.Options{}),
+		Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}, "token-of-ops": {Agent: "ops"}},
+		Logger: testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// TestTaskStates: a task's status follows its call (working with the
+// latest progress message, input_required naming the approval, completed,
+// failed with the error's message, cancelled); its result carries the
+// related-task _meta; an ended task cannot be cancelled; another agent's
+// task is no task; a refused submit is a JSON-RPC error with the Toolbus
+// code in data. Every request names the session by an ID no front issued:
+// the ID carries the turn, and that is all a front needs.
+func TestTaskStates(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	url := s.twoAgentsFront(t)
+	session := "AAAAAAAAAAAAAAAAAAAAAA.t-task-states"
+	submit := func(name string, args map[string]any) mcp.Task {
+		t.Helper()
+		var created mcp.CreateTaskResult
+		if e := rpc(t, url, session, "tools/call", map[string]any{"name": name, "arguments": args, "task": map[string]any{"ttl": 60000}}, &created); e != nil {
+			t.Fatalf("%s as a task: %+v", name, e)
+		}
+		// The ttl asked for is not applied: the ledger keeps the call.
+		if created.Task.TaskId == "" || created.Task.PollInterval == nil || *created.Task.PollInterval != 1000 || created.Task.TTL != nil {
+			t.Fatalf("%s: created %+v", name, created.Task)
+		}
+		return created.Task
+	}
+	get := func(id string) mcp.Task {
+		t.Helper()
+		var got mcp.GetTaskResult
+		if e := rpc(t, url, session, "tasks/get", map[string]any{"taskId": id}, &got); e != nil {
+			t.Fatalf("tasks/get %s: %+v", id, e)
+		}
+		return got.Task
+	}
+
+	sleep := submit("demo-sleep", map[string]any{"seconds": 60})
+	if sleep.Status != mcp.TaskStatusWorking {
+		t.Errorf("a running call's task: %+v", sleep)
+	}
+	eventually(t, "the sleep's progress as the task's status message", func() bool {
+		got := get(sleep.TaskId)
+		return got.Status == mcp.TaskStatusWorking && got.StatusMessage != ""
+	})
+
+	held := submit("demo-sha256", map[string]any{"text": "x"})
+	if held.Status != mcp.TaskStatusInputRequired || !strings.Contains(held.StatusMessage, "awaits approval") {
+		t.Errorf("a call held for approval, created: %+v", held)
+	}
+	if got := get(held.TaskId); got.Status != mcp.TaskStatusInputRequired || !strings.Contains(got.StatusMessage, "queue mode") {
+		t.Errorf("a call held for approval: %+v", got)
+	}
+
+	done := submit("demo-echo", map[string]any{"text": "task"})
+	var result struct {
+		Content []mcp.TextContent `json:"content"`
+		IsError bool              `json:"isError"`
+		Meta    map[string]any    `json:"_meta"`
+	}
+	if e := rpc(t, url, session, "tasks/result", map[string]any{"taskId": done.TaskId}, &result); e != nil {
+		t.Fatalf("tasks/result: %+v", e)
+	}
+	related, _ := result.Meta[mcp.RelatedTaskMetaKey].(map[string]any)
+	if result.IsError || len(result.Content) != 1 || result.Content[0].Text != "task" || related["taskId"] != done.TaskId || result.Meta[mcpfront.MetaState] != "completed" {
+		t.Errorf("tasks/result: %+v", result)
+	}
+	if got := get(done.TaskId); got.Status != mcp.TaskStatusCompleted {
+		t.Errorf("a completed call's task: %+v", got)
+	}
+	if e := rpc(t, url, session, "tasks/cancel", map[string]any{"taskId": done.TaskId}, nil); e == nil || e.Code != mcp.INVALID_PARAMS {
+		t.Errorf("tasks/cancel of an ended task: %+v", e)
+	}
+
+	slow := submit("media-slow", map[string]any{})
+	if e := rpc(t, url, session, "tasks/result", map[string]any{"taskId": slow.TaskId}, &result); e != nil || !result.IsError || result.Meta[mcpfront.MetaCode] != messages.ResultTimedOut {
+		t.Errorf("tasks/result of a call past its deadline: %+v %+v", result, e)
+	}
+	if got := get(slow.TaskId); got.Status != mcp.TaskStatusFailed || !strings.Contains(got.StatusMessage, "deadline") {
+		t.Errorf("a timed-out call's task: %+v", got)
+	}
+
+	// Another agent, even in the same session, gets none of these tasks.
+	for _, method := range []string{"tasks/get", "tasks/result", "tasks/cancel"} {
+		if e := rpcAs(t, url, "token-of-ops", session, method, map[string]any{"taskId": sleep.TaskId}, nil); e == nil || e.Code != mcp.INVALID_PARAMS {
+			t.Errorf("%s of another agent's task: %+v", method, e)
+		}
+	}
+	var others mcp.ListTasksResult
+	if e := rpcAs(t, url, "token-of-ops", "AAAAAAAAAAAAAAAAAAAAAA.t-ops-own", "tasks/list", map[string]any{"_meta": map[string]any{mcpfront.TurnMetaKey: "t-task-states"}}, &others); e != nil || len(others.Tasks) != 0 {
+		t.Errorf("tasks/list of another agent's turn: %+v %+v", others, e)
+	}
+	var list mcp.ListTasksResult
+	if e := rpc(t, url, session, "tasks/list", map[string]any{}, &list); e != nil || len(list.Tasks) != 4 {
+		t.Errorf("tasks/list: %+v %+v", list, e)
+	}
+
+	var cancelled mcp.CancelTaskResult
+	if e := rpc(t, url, session, "tasks/cancel", map[string]any{"taskId": sleep.TaskId}, &cancelled); e != nil || cancelled.Status != mcp.TaskStatusCancelled {
+		t.Errorf("tasks/cancel: %+v %+v", cancelled, e)
+	}
+	eventually(t, "the cancelled task's call to end", func() bool { return get(sleep.TaskId).Status == mcp.TaskStatusCancelled })
+
+	// A refused submit is a JSON-RPC error with the Toolbus code.
+	for _, tc := range []struct {
+		name string
+		args map[string]any
+		code int
+		want messages.ErrorCode
+	}{
+		{"nosuch-tool", map[string]any{}, mcp.INVALID_PARAMS, messages.CodeToolNotFound},
+		{"demo-word_count", map[string]any{"text": 7}, mcp.INVALID_PARAMS, messages.CodeInvalidArguments},
+	} {
+		e := rpc(t, url, session, "tools/call", map[string]any{"name": tc.name, "arguments": tc.args, "task": map[string]any{}}, nil)
+		if e == nil || e.Code != tc.code || e.Data[mcpfront.MetaCode] != string(tc.want) {
+			t.Errorf("%s as a task: %+v", tc.name, e)
+		}
+	}
+	if e := rpc(t, url, session, "tools/call", map[string]any{"name": "demo-word_count", "arguments": map[string]any{"text": 7}, "task": map[string]any{}}, nil); e == nil || len(fmt.Sprint(e.Data[mcpfront.MetaDetails])) < 3 {
+		t.Errorf("invalid arguments as a task, no details: %+v", e)
+	}
+	// Another agent's turn is not the ops agent's to file calls in.
+	if e := rpcAs(t, url, "token-of-ops", session, "tools/call", map[string]any{"name": "demo-echo", "arguments": map[string]any{"text": "x"}, "task": map[string]any{}}, nil); e == nil || e.Code != mcp.INTERNAL_ERROR || e.Data[mcpfront.MetaCode] != string(messages.CodeConflict) {
+		t.Errorf("a task in another agent's turn: %+v", e)
+	}
+}
