@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -400,11 +401,18 @@ func TestErrorsMapped(t *testing.T) {
 	if _, err := callTool(ctx, c, "nosuch-tool", map[string]any{}, nil); err == nil {
 		t.Error("a call of an unknown tool was not a JSON-RPC error")
 	}
+	if e := rpc(t, url, c.GetSessionId(), "tools/call", map[string]any{"name": "nosuch-tool", "arguments": map[string]any{}}, nil); e == nil || e.Code != mcp.INVALID_PARAMS {
+		t.Errorf("an unknown tool: %+v, want the JSON-RPC error %d", e, mcp.INVALID_PARAMS)
+	}
 	res, err := callTool(ctx, c, "demo-word_count", map[string]any{"text": 7}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCode] != "invalid_arguments" {
+	if res.Meta == nil {
+		t.Fatalf("invalid arguments, no _meta: %+v", res)
+	}
+	details, _ := res.Meta.AdditionalFields[mcpfront.MetaDetails].([]any)
+	if !res.IsError || res.Meta.AdditionalFields[mcpfront.MetaCode] != "invalid_arguments" || len(details) != 1 || !strings.Contains(text(res), fmt.Sprint(details[0])) {
 		t.Fatalf("invalid arguments: %+v", res)
 	}
 	// A call held for an approval says so, naming the approval.
@@ -413,8 +421,11 @@ func TestErrorsMapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, _ := res.Meta.AdditionalFields[mcpfront.MetaApprovalID].(string)
-	if id == "" || !strings.Contains(text(res), id) || !strings.Contains(text(res), "awaits approval") {
+	if id == "" || !strings.Contains(text(res), id) || !strings.Contains(text(res), "awaits approval") || !strings.Contains(text(res), "(queue mode)") || res.IsError {
 		t.Fatalf("approval: %q %+v", text(res), res.Meta)
+	}
+	if res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) || res.Meta.AdditionalFields[mcpfront.MetaCallID] == nil {
+		t.Fatalf("approval: %+v", res.Meta)
 	}
 }
 
@@ -565,6 +576,13 @@ func TestDiscoveryChangesTheList(t *testing.T) {
 	res, err := callTool(ctx, c, "weather-forecast", map[string]any{"city": "Oslo"}, nil)
 	if err != nil || res.IsError || !strings.Contains(text(res), "sunny") {
 		t.Fatalf("discovered tool: %+v %v", res, err)
+	}
+	// On the wire: list_changed is on the call's own stream, before the
+	// result.
+	status, header, raw := post(t, url, c.GetSessionId(), `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"llm_tools-list","arguments":{"query":"weather forecast"}}}`)
+	changed, result := strings.Index(raw, `"method":"notifications/tools/list_changed"`), strings.Index(raw, `"result"`)
+	if status != http.StatusOK || header.Get("Content-Type") != "text/event-stream" || changed < 0 || result < changed {
+		t.Fatalf("the discovery call's stream (%d, %s):\n%s", status, header.Get("Content-Type"), raw)
 	}
 
 	// Another front, as another replica behind a load balancer.
@@ -853,7 +871,7 @@ func TestAnotherAgentsSession(t *testing.T) {
 		t.Fatalf("ops in its own session: %v", err)
 	}
 	session := c.GetSessionId()
-	if e := rpcAs(t, hs.URL, "token-of-ops", session, "tools/list", map[string]any{}, nil); e == nil || !strings.Contains(e.Message, "conflict") {
+	if e := rpcAs(t, hs.URL, "token-of-ops", session, "tools/list", map[string]any{}, nil); e == nil || e.Code != mcp.INVALID_REQUEST || !strings.HasPrefix(e.Message, "tools.list: conflict: ") {
 		t.Fatalf("another agent's session listed: %+v", e)
 	}
 	var res mcp.CallToolResult
@@ -1397,5 +1415,91 @@ func TestTaskStates(t *testing.T) {
 	// Another agent's turn is not the ops agent's to file calls in.
 	if e := rpcAs(t, url, "token-of-ops", session, "tools/call", map[string]any{"name": "demo-echo", "arguments": map[string]any{"text": "x"}, "task": map[string]any{}}, nil); e == nil || e.Code != mcp.INTERNAL_ERROR || e.Data[mcpfront.MetaCode] != string(messages.CodeConflict) {
 		t.Errorf("a task in another agent's turn: %+v", e)
+	}
+}
+
+// post sends one JSON-RPC message in a session, with more headers, and
+// returns the response's status, headers and body as they came.
+func post(t *testing.T, url, sessionID, body string, headers ...string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", sessionID)
+	req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, string(raw)
+}
+
+// TestSessionsAndTurns: a new session's ID is "<22 random characters>.
+// mcp-<random>", its turn; one request files its call under the turn its
+// Toolbus-Turn header names, or its _meta (which wins over the header);
+// a DELETE ends nothing, and the session carries on in its turn.
+func TestSessionsAndTurns(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(), legacySessions())
+	session := c.GetSessionId()
+	if !regexp.MustCompile(`^[A-Za-z0-9]{22}\.mcp-[A-Za-z0-9]+$`).MatchString(session) {
+		t.Fatalf("session ID %q", session)
+	}
+	turn := sessionTurn(t, c)
+	echo := func(text string, meta string, headers ...string) {
+		t.Helper()
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo-echo","arguments":{"text":"` + text + `"}` + meta + `}}`
+		if status, _, raw := post(t, url, session, body, headers...); status != http.StatusOK || !strings.Contains(raw, `"text":"`+text+`"`) {
+			t.Fatalf("%s: %d %s", text, status, raw)
+		}
+	}
+	echo("in the session's turn", "")
+	echo("in the header's turn", "", mcpfront.TurnHeader, "t-header")
+	echo("in the meta's turn", `,"_meta":{"toolbus/turn":"t-meta"}`, mcpfront.TurnHeader, "t-header")
+
+	req, _ := http.NewRequest(http.MethodDelete, url+"/mcp", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("DELETE: %d", resp.StatusCode)
+	}
+	echo("after the DELETE", "")
+
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	for turn, want := range map[string][]string{
+		turn:       {"after the DELETE", "in the session's turn"},
+		"t-header": {"in the header's turn"},
+		"t-meta":   {"in the meta's turn"},
+	} {
+		info, err := bus.Turn(testenv.Context(t), turn)
+		if err != nil {
+			t.Fatalf("turn %s: %v", turn, err)
+		}
+		var got []string
+		for _, call := range info.Calls {
+			var args struct{ Text string }
+			_ = json.Unmarshal(call.Arguments, &args)
+			got = append(got, args.Text)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("turn %s: calls %q, want %q", turn, got, want)
+		}
 	}
 }
