@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -255,15 +256,20 @@ func (f *Front) originAllowed(origin string) bool {
 // Task requests are answered by the front from the ledger, as over HTTP;
 // the rest go to mcp-go. The goroutine that reads in ends when in closes.
 func (f *Front) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
-	stdio := server.NewStdioServer(f.stdio)
-	stdio.SetContextFunc(func(ctx context.Context) context.Context {
-		return context.WithValue(f.stdioContext(ctx), transportKey{}, ctx)
-	})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// input ends when in closes, before mcp-go ends the requests in
+	// flight: a request that ends then leaves its call running (see
+	// cancels), as one that a client cancels does not.
+	input, inputEnded := context.WithCancel(ctx)
+	defer inputEnded()
+	stdio := server.NewStdioServer(f.stdio)
+	stdio.SetContextFunc(func(ctx context.Context) context.Context {
+		return context.WithValue(f.stdioContext(ctx), transportKey{}, input)
+	})
 	lines := &lineWriter{w: out}
 	toServer, fromFront := io.Pipe()
-	go f.stdioTasks(f.stdioContext(ctx), in, fromFront, lines)
+	go f.stdioTasks(f.stdioContext(ctx), in, fromFront, lines, inputEnded)
 	defer toServer.Close()
 	return stdio.Listen(ctx, toServer, lines)
 }
@@ -276,10 +282,14 @@ func (f *Front) stdioContext(ctx context.Context) context.Context {
 // stdioTasks reads the stdio session's messages, one a line: it answers
 // task requests, each in a goroutine of its own (tasks/result waits for
 // the result), and passes the rest on to mcp-go. A line longer than
-// MaxRequestBytes ends the session.
-func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWriter, out *lineWriter) {
+// MaxRequestBytes ends the session. ended is called when in ends, before
+// mcp-go reads the end of next.
+func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWriter, out *lineWriter, ended context.CancelFunc) {
 	scanner := bufio.NewScanner(in)
-	scanner.Buffer(make([]byte, 0, 64<<10), int(f.cfg.MaxRequestBytes))
+	// A Scanner's limit is the larger of its buffer's capacity and max,
+	// and counts the line's newline.
+	limit := int(min(f.cfg.MaxRequestBytes, math.MaxInt32-1)) + 1
+	scanner.Buffer(make([]byte, 0, min(64<<10, limit)), limit)
 	for scanner.Scan() {
 		line := scanner.Bytes()
 		var req rpcMessage
@@ -293,9 +303,11 @@ func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWrite
 			continue
 		}
 		if _, err := next.Write(append(slices.Clip(line), '\n')); err != nil {
+			ended()
 			return
 		}
 	}
+	ended()
 	next.CloseWithError(scanner.Err())
 }
 

@@ -1,6 +1,7 @@
 package mcpfront_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -1501,5 +1502,98 @@ func TestSessionsAndTurns(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("turn %s: calls %q, want %q", turn, got, want)
 		}
+	}
+}
+
+// TestDrainLeavesCallsRunning: once the front drains, a request that ends
+// before its result (its connection closed at the drain's end) leaves its
+// call running on the bus, and the call completes.
+func TestDrainLeavesCallsRunning(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, hs := s.frontServer(t)
+	c, _ := connect(t, hs.URL, bearer(), legacySessions())
+	turn := sessionTurn(t, c)
+	done := make(chan error, 1)
+	go func() {
+		_, err := callTool(testenv.Context(t), c, "demo-sleep", map[string]any{"seconds": 1}, nil)
+		done <- err
+	}()
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	var callID string
+	eventually(t, "the call to run", func() bool {
+		info, err := bus.Turn(testenv.Context(t), turn)
+		if err != nil || len(info.Calls) != 1 || info.Calls[0].State != messages.StateRunning {
+			return false
+		}
+		callID = info.Calls[0].CallID
+		return true
+	})
+	f.Shutdown(testenv.Context(t))
+	hs.CloseClientConnections()
+	if err := <-done; err == nil {
+		t.Fatal("the request got its result through a closed connection")
+	}
+	res, err := bus.Wait(testenv.Context(t), callID)
+	if err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("the call of the drained request: %+v %v", res, err)
+	}
+}
+
+// TestStdioSessionEnds: a stdio session whose input closes ends, and its
+// call in flight runs on to its result; a message longer than
+// MaxRequestBytes ends the session.
+func TestStdioSessionEnds(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, err := mcpfront.New(mcpfront.Config{
+		Client:          testenv.Client(t, s.url, client.Options{}),
+		Agent:           "analyst",
+		StdioTurn:       "t-stdio-ends",
+		MaxRequestBytes: 4 << 10,
+		Logger:          testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// serve serves the lines, then whatever more comes on more.
+	serve := func(more io.Reader, lines ...string) chan error {
+		served := make(chan error, 1)
+		in := io.MultiReader(strings.NewReader(strings.Join(lines, "\n")+"\n"), more)
+		go func() { served <- f.ServeStdio(testenv.Context(t), in, io.Discard) }()
+		return served
+	}
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	open, closeInput := io.Pipe()
+	t.Cleanup(func() { closeInput.Close() })
+	served := serve(open, initialize, `{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo-sleep","arguments":{"seconds":1}}}`)
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	var callID string
+	eventually(t, "the call to run", func() bool {
+		info, err := bus.Turn(testenv.Context(t), "t-stdio-ends")
+		if err != nil || len(info.Calls) != 1 || info.Calls[0].State != messages.StateRunning {
+			return false
+		}
+		callID = info.Calls[0].CallID
+		return true
+	})
+	closeInput.Close()
+	<-served
+	if res, err := bus.Wait(testenv.Context(t), callID); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("the call of the closed session: %+v %v", res, err)
+	}
+
+	// The input stays open after the long line: only the line ends the
+	// session.
+	stillOpen, _ := io.Pipe()
+	served = serve(stillOpen, initialize, `{"jsonrpc":"2.0","id":2,"method":"ping","params":{"_meta":{"pad":"`+strings.Repeat("x", 5<<10)+`"}}}`)
+	select {
+	case err := <-served:
+		if !errors.Is(err, bufio.ErrTooLong) {
+			t.Errorf("the session over a long line ended with %v", err)
+		}
+	case <-testenv.Context(t).Done():
+		t.Fatal("a message over the limit did not end the session")
 	}
 }
