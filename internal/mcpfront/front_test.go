@@ -681,9 +681,37 @@ func TestStdio(t *testing.T) {
 	if got := names(t, c); !slices.Contains(got, "weather-forecast") {
 		t.Fatalf("after discovery: %v", got)
 	}
-	info, err := testenv.Client(t, s.url, client.Options{Agent: "analyst"}).Turn(ctx, "t-stdio")
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	info, err := bus.Turn(ctx, "t-stdio")
 	if err != nil || len(info.Calls) == 0 {
 		t.Fatalf("turn t-stdio: %+v %v", info, err)
+	}
+
+	// The client cancels a call (notifications/cancelled): the Toolbus
+	// call ends cancelled, and the session goes on.
+	callCtx, cancelCall := context.WithCancel(ctx)
+	defer cancelCall()
+	done := make(chan error, 1)
+	go func() {
+		_, err := callTool(callCtx, c, "demo-sleep", map[string]any{"seconds": 30}, nil)
+		done <- err
+	}()
+	running := func(state messages.CallState) func() bool {
+		return func() bool {
+			info, err := bus.Turn(ctx, "t-stdio")
+			return err == nil && slices.ContainsFunc(info.Calls, func(c messages.CallInfo) bool {
+				return c.Tool == "demo-sleep" && c.State == state && c.Arguments != nil && strings.Contains(string(c.Arguments), "30")
+			})
+		}
+	}
+	eventually(t, "the long sleep to run", running(messages.StateRunning))
+	cancelCall()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	eventually(t, "the long sleep to be cancelled", running(messages.StateCancelled))
+	if got := names(t, c); !slices.Contains(got, "demo-sleep") {
+		t.Fatalf("tools/list after the cancel: %v", got)
 	}
 }
 
