@@ -842,10 +842,17 @@ func TestTasksFromTheLedger(t *testing.T) {
 	}
 }
 
-// elicitor answers every elicitation with approve.
-type elicitor struct{ approve bool }
+// elicitor answers every elicitation with approve, or with action when
+// it is set.
+type elicitor struct {
+	approve bool
+	action  mcp.ElicitationResponseAction
+}
 
 func (e elicitor) Elicit(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	if e.action != "" {
+		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: e.action}}, nil
+	}
 	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept, Content: map[string]any{"approve": e.approve}}}, nil
 }
 
@@ -867,11 +874,31 @@ func TestPromptApprovalByElicitation(t *testing.T) {
 	if err != nil || !res.IsError || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateDenied) {
 		t.Fatalf("refused: %+v %v", res, err)
 	}
-	// A client without elicitation is told the call awaits approval.
+	// Declined, the call is denied too.
+	declined, _ := connect(t, url, bearer(), legacySessions(), mcpclient.WithElicitationHandler(elicitor{action: mcp.ElicitationResponseActionDecline}))
+	res, err = callTool(ctx, declined, "ops-restart", map[string]any{"city": "web"}, nil)
+	if err != nil || !res.IsError || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateDenied) || res.Meta.AdditionalFields[mcpfront.MetaCode] != messages.ResultDenied {
+		t.Fatalf("declined: %+v %v", res, err)
+	}
+	// A client without elicitation is told the call awaits approval, and
+	// so is one whose user cancelled the question: the approval stays
+	// pending.
 	plain, _ := connect(t, url, bearer(), legacySessions())
-	res, err = callTool(ctx, plain, "ops-restart", map[string]any{"city": "web"}, nil)
-	if err != nil || res.Meta.AdditionalFields[mcpfront.MetaApprovalID] == nil {
-		t.Fatalf("without elicitation: %+v %v", res, err)
+	dismissed, _ := connect(t, url, bearer(), legacySessions(), mcpclient.WithElicitationHandler(elicitor{action: mcp.ElicitationResponseActionCancel}))
+	operator := testenv.Client(t, s.url, client.Options{})
+	for name, c := range map[string]*mcpclient.Client{"without elicitation": plain, "cancelled": dismissed} {
+		res, err = callTool(ctx, c, "ops-restart", map[string]any{"city": "web"}, nil)
+		if err != nil || res.IsError || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) {
+			t.Fatalf("%s: %+v %v", name, res, err)
+		}
+		id, _ := res.Meta.AdditionalFields[mcpfront.MetaApprovalID].(string)
+		if !strings.Contains(text(res), id) || !strings.Contains(text(res), "(prompt mode)") || !strings.Contains(text(res), "Restarts interrupt users.") {
+			t.Errorf("%s: %q", name, text(res))
+		}
+		pending, err := operator.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "analyst", Turn: sessionTurn(t, c)})
+		if err != nil || len(pending.Approvals) != 1 || pending.Approvals[0].ApprovalID != id {
+			t.Errorf("%s: pending approvals %+v %v", name, pending, err)
+		}
 	}
 }
 
@@ -1078,7 +1105,7 @@ func TestQueueApprovalWithProgress(t *testing.T) {
 	approval := pending.Approvals[0]
 	first := notes.all(string(mcp.MethodNotificationProgress))[0]
 	waiting, _ := first.Params.AdditionalFields["message"].(string)
-	for _, want := range []string{approval.ApprovalID, "queue mode", "An operator decides it"} {
+	for _, want := range []string{approval.ApprovalID, "queue mode", "Reason: Reindexing loads the database.", "An operator decides it"} {
 		if !strings.Contains(waiting, want) {
 			t.Errorf("the waiting notification %q does not say %q", waiting, want)
 		}

@@ -313,8 +313,8 @@ func (f *Front) cancelOnEnd(ctx context.Context, callID string) {
 // is then answered as awaiting approval.
 func (f *Front) elicit(ctx context.Context, out callOut, a *messages.Approval) bool {
 	message := fmt.Sprintf("Allow the call of %s?", a.Tool)
-	if a.Reason != "" {
-		message += " " + a.Reason + "."
+	if why := approvalWhy(a); why != "" {
+		message += " " + why
 	}
 	if len(a.Arguments) > 0 {
 		message += " Arguments: " + string(a.Arguments)
@@ -441,12 +441,25 @@ func refused(e *messages.Error) *mcp.CallToolResult {
 	}
 }
 
+// approvalWhy is what an approval says of itself, as one sentence: the
+// message its exposure rule gives for the person deciding, else its reason.
+func approvalWhy(a *messages.Approval) string {
+	why := strings.TrimSpace(a.Message)
+	if why == "" {
+		why = strings.TrimSpace(a.Reason)
+	}
+	if why != "" && !strings.ContainsAny(why[len(why)-1:], ".!?") {
+		why += "."
+	}
+	return why
+}
+
 // awaitingText says that a call waits for an approval: which, in which
-// mode, who decides it.
+// mode, why, who decides it.
 func awaitingText(a *messages.Approval) string {
 	text := fmt.Sprintf("The call of %s awaits approval %s (%s mode) and has not run yet.", a.Tool, a.ApprovalID, a.Mode)
-	if a.Reason != "" {
-		text += " Reason: " + a.Reason + "."
+	if why := approvalWhy(a); why != "" {
+		text += " Reason: " + why
 	}
 	if a.Mode == messages.ApprovalPrompt {
 		text += " The user answers it (approvals.answer); the call runs once approved."

@@ -10,7 +10,7 @@ import { after, before, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ListTasksResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { ElicitRequestSchema, ListTasksResultSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const url = process.env.TOOLBUS_MCP_URL;
 const token = process.env.TOOLBUS_MCP_TOKEN;
@@ -83,6 +83,46 @@ test('a tool\'s error is a result with isError and the Toolbus code, not a rejec
 
 test('an unknown tool is a JSON-RPC error, invalid params', async () => {
   await assert.rejects(client.callTool({ name: 'nosuch-tool', arguments: {} }), (err) => err.code === -32602);
+});
+
+// connectAs opens another session of the turn, with the client's
+// capabilities given.
+async function connectAs(capabilities) {
+  const t = new StreamableHTTPClientTransport(new URL(url), {
+    requestInit: { headers: { Authorization: `Bearer ${token}`, 'Toolbus-Turn': turn } },
+  });
+  const c = new Client({ name: 'toolbus-sdk-test-elicitation', version: '1.0.0' }, { capabilities });
+  await c.connect(t);
+  return c;
+}
+
+test('a call held for the user\'s approval is asked through elicitation, and runs once approved', async () => {
+  const asking = await connectAs({ elicitation: {} });
+  try {
+    const asked = [];
+    asking.setRequestHandler(ElicitRequestSchema, (request) => {
+      asked.push(request.params);
+      return { action: 'accept', content: { approve: true } };
+    });
+    const result = await asking.callTool({ name: 'ops-restart', arguments: { city: 'web' } });
+    assert.notEqual(result.isError, true, JSON.stringify(result));
+    assert.equal(result.content[0].text, 'restart is sunny');
+    assert.equal(asked.length, 1);
+    assert.match(asked[0].message, /^Allow the call of ops-restart\? Restarts interrupt users\. Arguments: \{"city":"web"\}$/);
+    assert.equal(asked[0].requestedSchema.properties.approve.type, 'boolean');
+  } finally {
+    await asking.close();
+  }
+});
+
+test('without elicitation, a call held for the user\'s approval answers at once naming the approval', async () => {
+  const result = await client.callTool({ name: 'ops-restart', arguments: { city: 'db' } });
+  assert.notEqual(result.isError, true, JSON.stringify(result));
+  assert.equal(result._meta?.['toolbus/state'], 'awaiting_approval');
+  const approval = result._meta?.['toolbus/approval_id'];
+  assert.ok(approval, JSON.stringify(result._meta));
+  assert.ok(result.content[0].text.includes(approval), result.content[0].text);
+  assert.match(result.content[0].text, /\(prompt mode\) and has not run yet/);
 });
 
 test('a call with progress gets its progress notifications in order, then its result', async () => {
