@@ -1652,3 +1652,102 @@ func TestStdioSessionEnds(t *testing.T) {
 		t.Fatal("a message over the limit did not end the session")
 	}
 }
+
+// TestElicitationAnswerIsTheAgents: the answer to the front's elicitation
+// counts only with the token of the agent whose call asked it: another
+// agent's token with the session's ID and the request's ID approves
+// nothing. (The session's ID says that its client declared elicitation.)
+func TestElicitationAnswerIsTheAgents(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	url := s.twoAgentsFront(t)
+	session := "BBBBBBBBBBBBBBBBBBBBBB-e.t-elicit"
+	events := make(chan json.RawMessage, 4)
+	go func() {
+		defer close(events)
+		req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ops-restart","arguments":{"city":"web"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+		resp, err := http.DefaultClient.Do(req.WithContext(testenv.Context(t)))
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		lines := bufio.NewScanner(resp.Body)
+		for lines.Scan() {
+			if data, ok := strings.CutPrefix(lines.Text(), "data: "); ok {
+				events <- json.RawMessage(data)
+			}
+		}
+	}()
+	var asked struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if err := json.Unmarshal(<-events, &asked); err != nil || asked.Method != "elicitation/create" {
+		t.Fatalf("the first event of the call's stream: %+v %v", asked, err)
+	}
+	answer := `{"jsonrpc":"2.0","id":` + string(asked.ID) + `,"result":{"action":"accept","content":{"approve":true}}}`
+	status := func(bearerToken string) int {
+		req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(answer))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+bearerToken)
+		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status("token-of-ops"); got == http.StatusAccepted {
+		t.Fatalf("another agent's answer was accepted")
+	}
+	pending, err := testenv.Client(t, s.url, client.Options{}).ListApprovals(testenv.Context(t), messages.ListApprovalsRequest{Agent: "analyst", Turn: "t-elicit"})
+	if err != nil || len(pending.Approvals) != 1 {
+		t.Fatalf("after another agent's answer, pending approvals: %+v %v", pending, err)
+	}
+	if got := status(token); got != http.StatusAccepted {
+		t.Fatalf("the agent's own answer: %d", got)
+	}
+	var result struct {
+		Result mcp.CallToolResult `json:"result"`
+	}
+	if err := json.Unmarshal(<-events, &result); err != nil || result.Result.IsError || text(&result.Result) != "restart is sunny" {
+		t.Fatalf("the call's result after the agent's answer: %+v %v", result, err)
+	}
+}
+
+// TestElicitationOnlyIfDeclared: the front asks through elicitation only a
+// client that declared the capability on initialize, which its session's
+// ID then says; another gets at once the result saying the call awaits
+// its approval, as one JSON body.
+func TestElicitationOnlyIfDeclared(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	initialize := func(capabilities string) string {
+		t.Helper()
+		status, header, raw := post(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":`+capabilities+`,"clientInfo":{"name":"t","version":"1"}}}`)
+		if status != http.StatusOK {
+			t.Fatalf("initialize: %d %s", status, raw)
+		}
+		return header.Get("Mcp-Session-Id")
+	}
+	if id := initialize(`{"elicitation":{}}`); !regexp.MustCompile(`^[A-Za-z0-9]{22}-e\.mcp-`).MatchString(id) {
+		t.Errorf("the session ID of a client with elicitation: %q", id)
+	}
+	plain := initialize(`{}`)
+	if !regexp.MustCompile(`^[A-Za-z0-9]{22}\.mcp-`).MatchString(plain) {
+		t.Errorf("the session ID of a client without elicitation: %q", plain)
+	}
+	status, header, raw := post(t, url, plain, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ops-restart","arguments":{"city":"web"}}}`)
+	if status != http.StatusOK || header.Get("Content-Type") != "application/json" || strings.Contains(raw, "elicitation/create") || !strings.Contains(raw, `"toolbus/state":"awaiting_approval"`) {
+		t.Fatalf("a prompt approval for a client without elicitation: %d %s\n%s", status, header.Get("Content-Type"), raw)
+	}
+}

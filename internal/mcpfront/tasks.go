@@ -32,6 +32,10 @@ type rpcMessage struct {
 		Meta      *mcp.Meta       `json:"_meta"`
 		// RequestID is the request a notifications/cancelled cancels.
 		RequestID json.RawMessage `json:"requestId"`
+		// Capabilities are those an initialize request declares.
+		Capabilities struct {
+			Elicitation json.RawMessage `json:"elicitation"`
+		} `json:"capabilities"`
 	} `json:"params"`
 	// Result and Error are those of a client's answer to a request of
 	// the front's.
@@ -71,6 +75,12 @@ func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent stri
 	if json.Unmarshal(body, &req) != nil {
 		f.toMCPGo(w, r, agent, body)
 		return
+	}
+	if req.Method == string(mcp.MethodInitialize) {
+		if e := req.Params.Capabilities.Elicitation; len(e) > 0 && string(e) != "null" {
+			// The session's ID says so (see sessionResolver).
+			r = r.WithContext(context.WithValue(r.Context(), elicitsKey{}, true))
+		}
 	}
 	session := r.Header.Get(server.HeaderKeySessionID)
 	turn, inSession := turnOfSession(session)

@@ -171,6 +171,10 @@ type sessionOut struct{}
 
 var errNoSession = errors.New("no MCP session in the request's context")
 
+// errNoElicitation is the error of a client that did not declare the
+// elicitation capability: the front may not ask it.
+var errNoElicitation = errors.New("the client did not declare the elicitation capability")
+
 func (sessionOut) notify(ctx context.Context, method string, params map[string]any) error {
 	srv := server.ServerFromContext(ctx)
 	if srv == nil {
@@ -183,6 +187,9 @@ func (sessionOut) elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.
 	srv := server.ServerFromContext(ctx)
 	if srv == nil {
 		return nil, errNoSession
+	}
+	if s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo); ok && s.GetClientCapabilities().Elicitation == nil {
+		return nil, errNoElicitation
 	}
 	return srv.RequestElicitation(ctx, req)
 }
