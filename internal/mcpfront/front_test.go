@@ -1536,6 +1536,17 @@ func TestSessionsAndTurns(t *testing.T) {
 		t.Fatalf("DELETE: %d", resp.StatusCode)
 	}
 	echo("after the DELETE", "")
+	// A protocol version the front does not speak is refused, on the
+	// requests the front answers itself as on mcp-go's.
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo-echo","arguments":{"text":"from the past"}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tasks/list","params":{}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`,
+	} {
+		if status, _, raw := post(t, url, session, body, "Mcp-Protocol-Version", "1999-01-01"); status != http.StatusBadRequest {
+			t.Errorf("an unsupported protocol version: %d %s", status, raw)
+		}
+	}
 
 	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
 	for turn, want := range map[string][]string{
@@ -1750,4 +1761,53 @@ func TestElicitationOnlyIfDeclared(t *testing.T) {
 	if status != http.StatusOK || header.Get("Content-Type") != "application/json" || strings.Contains(raw, "elicitation/create") || !strings.Contains(raw, `"toolbus/state":"awaiting_approval"`) {
 		t.Fatalf("a prompt approval for a client without elicitation: %d %s\n%s", status, header.Get("Content-Type"), raw)
 	}
+}
+
+// TestFirstMeetingAnnounced: the first time a front meets a tool name, the
+// sessions with a stream open on it (GET) are told that the list changed.
+func TestFirstMeetingAnnounced(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	listener, _ := connect(t, url, bearer(), legacySessions())
+	req, _ := http.NewRequestWithContext(testenv.Context(t), http.MethodGet, url+"/mcp", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", listener.GetSessionId())
+	req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+	events := make(chan string, 16)
+	go func() {
+		lines := bufio.NewScanner(resp.Body)
+		for lines.Scan() {
+			if data, ok := strings.CutPrefix(lines.Text(), "data: "); ok {
+				events <- data
+			}
+		}
+		close(events)
+	}()
+
+	// Another session discovers the forecast and lists it: the front meets
+	// its name for the first time.
+	c, _ := connect(t, url, bearer(), legacySessions())
+	eventually(t, "the forecast to be discoverable", func() bool {
+		res, err := callTool(testenv.Context(t), c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
+		return err == nil && !res.IsError && strings.Contains(text(res), "weather-forecast")
+	})
+	if got := names(t, c); !slices.Contains(got, "weather-forecast") {
+		t.Fatalf("after discovery: %v", got)
+	}
+	for event := range events {
+		if strings.Contains(event, `"notifications/tools/list_changed"`) {
+			return
+		}
+	}
+	t.Fatal("the stream ended without list_changed")
 }

@@ -81,6 +81,10 @@ func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent stri
 			// The session's ID says so (see sessionResolver).
 			r = r.WithContext(context.WithValue(r.Context(), elicitsKey{}, true))
 		}
+	} else if v := r.Header.Get(server.HeaderKeyProtocolVersion); v != "" && !mcp.IsValidProtocolVersion(v) {
+		// As mcp-go answers the requests it serves.
+		http.Error(w, "Unsupported protocol version: "+v, http.StatusBadRequest)
+		return
 	}
 	session := r.Header.Get(server.HeaderKeySessionID)
 	turn, inSession := turnOfSession(session)
