@@ -94,6 +94,13 @@ tool:
     - name: "weather"
       tier: onDemand
 `)
+	writeFile(t, filepath.Join(dir, "agents", "guest.yaml"), `
+id: guest
+tool:
+  items:
+    - name: "demo/*"
+      exclude: ["demo:word_count"]
+`)
 	srv := testenv.Server(t)
 	testenv.Coordinator(t, srv.URL(), func(c *coordinator.Config) { c.WorkspaceDir = dir })
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
@@ -1810,4 +1817,80 @@ func TestFirstMeetingAnnounced(t *testing.T) {
 		}
 	}
 	t.Fatal("the stream ended without list_changed")
+}
+
+// TestBusTrouble: a front without a coordinator answers tools/list with a
+// JSON-RPC error; one that lost its connection to the bus answers a call
+// of a tool it knows with the JSON-RPC internal error.
+func TestBusTrouble(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	lonely := testenv.Server(t)
+	f, err := mcpfront.New(mcpfront.Config{Client: testenv.Client(t, lonely.URL(), client.Options{}), Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}}, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	session := "CCCCCCCCCCCCCCCCCCCCCC.t-trouble"
+	if e := rpc(t, hs.URL, session, "tools/list", map[string]any{}, nil); e == nil || e.Code != mcp.INVALID_REQUEST || !strings.HasPrefix(e.Message, "tools.list: no_responders: ") {
+		t.Errorf("tools/list without a coordinator: %+v", e)
+	}
+
+	nc := testenv.Connect(t, s.url)
+	bus, err := client.New(nc, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err = mcpfront.New(mcpfront.Config{Client: bus, Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}}, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs = httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	if e := rpc(t, hs.URL, session, "tools/list", map[string]any{}, nil); e != nil {
+		t.Fatalf("tools/list: %+v", e)
+	}
+	nc.Close()
+	for name, meta := range map[string]map[string]any{"without progress": {}, "with progress": {"progressToken": 1}} {
+		e := rpc(t, hs.URL, session, "tools/call", map[string]any{"name": "demo-echo", "arguments": map[string]any{"text": "x"}, "_meta": meta}, nil)
+		if e == nil || e.Code != mcp.INTERNAL_ERROR || !strings.Contains(e.Message, "connection closed") {
+			t.Errorf("a call %s after the front lost the bus: %+v", name, e)
+		}
+	}
+}
+
+// TestNotAdmitted: a tool that exists but that the agent's rules do not
+// admit is an unknown tool (a JSON-RPC error) while no session of the front
+// has listed it, and, once one has, a result with isError and the code
+// not_admitted.
+func TestNotAdmitted(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, err := mcpfront.New(mcpfront.Config{
+		Client: testenv.Client(t, s.url, client.Options{}),
+		Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}, "token-of-guest": {Agent: "guest"}},
+		Logger: testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	guest := "FFFFFFFFFFFFFFFFFFFFFF.t-guest"
+	var listed mcp.ListToolsResult
+	if e := rpcAs(t, hs.URL, "token-of-guest", guest, "tools/list", map[string]any{}, &listed); e != nil || len(listed.Tools) == 0 || slices.ContainsFunc(listed.Tools, func(tool mcp.Tool) bool { return tool.Name == "demo-word_count" }) {
+		t.Fatalf("the guest's tools: %+v %+v", listed.Tools, e)
+	}
+	count := map[string]any{"name": "demo-word_count", "arguments": map[string]any{"text": "a b"}}
+	if e := rpcAs(t, hs.URL, "token-of-guest", guest, "tools/call", count, nil); e == nil || e.Code != mcp.INVALID_PARAMS {
+		t.Errorf("a tool no session of the front listed: %+v", e)
+	}
+	if e := rpc(t, hs.URL, "FFFFFFFFFFFFFFFFFFFFFF.t-analyst", "tools/list", map[string]any{}, nil); e != nil {
+		t.Fatal(e)
+	}
+	var res mcp.CallToolResult
+	if e := rpcAs(t, hs.URL, "token-of-guest", guest, "tools/call", count, &res); e != nil || !res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCode] != string(messages.CodeNotAdmitted) {
+		t.Errorf("a tool another session listed: %+v %+v", res, e)
+	}
 }
