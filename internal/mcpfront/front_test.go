@@ -311,6 +311,25 @@ func TestListAndCallOverHTTP(t *testing.T) {
 	if slices.Contains(got, "weather-forecast") {
 		t.Errorf("an on-demand tool is listed before discovery: %v", got)
 	}
+	// On the wire: one page, the mcp format's output schema and
+	// annotations.
+	var listed struct {
+		Tools []struct {
+			Name         string          `json:"name"`
+			InputSchema  json.RawMessage `json:"inputSchema"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
+			Annotations  map[string]any  `json:"annotations"`
+		} `json:"tools"`
+		NextCursor *string `json:"nextCursor"`
+	}
+	if e := rpc(t, url, c.GetSessionId(), "tools/list", map[string]any{}, &listed); e != nil || listed.NextCursor != nil {
+		t.Fatalf("tools/list: %+v %+v", listed, e)
+	}
+	for _, tool := range listed.Tools {
+		if tool.Name == "demo-word_count" && (len(tool.OutputSchema) == 0 || tool.Annotations["readOnlyHint"] != true || !strings.Contains(string(tool.InputSchema), `"text"`)) {
+			t.Errorf("demo-word_count as listed: %s %s %v", tool.InputSchema, tool.OutputSchema, tool.Annotations)
+		}
+	}
 	res, err := callTool(testenv.Context(t), c, "demo-word_count", map[string]any{"text": "hello tool bus"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -1047,6 +1066,23 @@ func TestGuards(t *testing.T) {
 	}
 	if got := post(strings.NewReader(initialize), nil, "localhost:8080"); got != http.StatusOK {
 		t.Errorf("the Host localhost: %d", got)
+	}
+	// Without tokens, a client that is not on this machine is refused,
+	// whichever address it reached (here as a proxy on loopback would
+	// pass it on, and as a listener on all interfaces would see it).
+	for _, local := range []string{"127.0.0.1:8080", "192.0.2.7:8080"} {
+		req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(initialize))
+		req.Host = "localhost:8080"
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.RemoteAddr = "192.0.2.1:50000"
+		addr, _ := net.ResolveTCPAddr("tcp", local)
+		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, addr))
+		w := httptest.NewRecorder()
+		f.Handler().ServeHTTP(w, req)
+		if w.Code != http.StatusForbidden {
+			t.Errorf("a remote client reaching %s without a token: %d", local, w.Code)
+		}
 	}
 	big := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"pad":"` + strings.Repeat("x", 2<<10) + `"}}}`
 	if got := post(strings.NewReader(big), nil, ""); got != http.StatusRequestEntityTooLarge {
