@@ -1564,6 +1564,12 @@ func TestSessionsAndTurns(t *testing.T) {
 		}
 	}
 	echo("in the session's turn", "")
+	// A turn to resume that is no turn's name is refused, rather than
+	// replaced by a new turn.
+	status, _, raw := post(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`, mcpfront.TurnHeader, "my turn!")
+	if status != http.StatusBadRequest || !strings.Contains(raw, `"code":-32602`) || !strings.Contains(raw, mcpfront.TurnHeader) {
+		t.Errorf("initialize with an invalid turn: %d %s", status, raw)
+	}
 	echo("in the header's turn", "", mcpfront.TurnHeader, "t-header")
 	echo("in the meta's turn", `,"_meta":{"toolbus/turn":"t-meta"}`, mcpfront.TurnHeader, "t-header")
 

@@ -77,6 +77,14 @@ func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent stri
 		return
 	}
 	if req.Method == string(mcp.MethodInitialize) {
+		if turn := r.Header.Get(TurnHeader); turn != "" {
+			if err := messages.ValidateID("turn", turn); err != nil {
+				// Rather than a new turn, which would lose the one the
+				// client means to resume.
+				writeStatus(w, http.StatusBadRequest, newResponse(req.ID, nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: TurnHeader + ": " + err.Error()}))
+				return
+			}
+		}
 		if e := req.Params.Capabilities.Elicitation; len(e) > 0 && string(e) != "null" {
 			// The session's ID says so (see sessionResolver).
 			r = r.WithContext(context.WithValue(r.Context(), elicitsKey{}, true))
@@ -110,6 +118,18 @@ func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent stri
 	default:
 		f.toMCPGo(w, r, agent, body)
 	}
+}
+
+// writeStatus writes a JSON-RPC message with an HTTP status other than 200.
+func writeStatus(w http.ResponseWriter, status int, msg *rpcResponse) {
+	data, err := json.Marshal(msg)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(data)
 }
 
 // toMCPGo passes a request on to mcp-go, as agent's, with the body the
