@@ -1585,6 +1585,10 @@ func TestSessionsAndTurns(t *testing.T) {
 		t.Fatalf("DELETE: %d", resp.StatusCode)
 	}
 	echo("after the DELETE", "")
+	// A JSON-RPC batch is not MCP since 2025-06-18.
+	if status, _, raw := post(t, url, session, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`); status != http.StatusBadRequest || !strings.Contains(raw, `"code":-32700`) {
+		t.Errorf("a batch: %d %s", status, raw)
+	}
 	// A protocol version the front does not speak is refused, on the
 	// requests the front answers itself as on mcp-go's.
 	for _, body := range []string{
