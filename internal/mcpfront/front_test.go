@@ -337,8 +337,17 @@ func TestListAndCallOverHTTP(t *testing.T) {
 	if res.IsError || !strings.Contains(text(res), `"words":3`) {
 		t.Fatalf("result: %+v", res)
 	}
-	if res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCallID] == "" {
-		t.Errorf("no call ID in _meta: %+v", res.Meta)
+	if res.Meta == nil {
+		t.Fatalf("no _meta: %+v", res)
+	}
+	callID, _ := res.Meta.AdditionalFields[mcpfront.MetaCallID].(string)
+	if callID == "" || res.Meta.AdditionalFields[mcpfront.MetaState] != "completed" {
+		t.Fatalf("no call ID in _meta: %+v", res.Meta)
+	}
+	// A tool without a timeout of its own has the coordinator's default.
+	info, err := testenv.Client(t, s.url, client.Options{Agent: "analyst"}).Get(testenv.Context(t), callID)
+	if err != nil || info.Deadline.Sub(info.QueuedAt) != 10*time.Minute || info.Turn != sessionTurn(t, c) || info.Agent != "analyst" {
+		t.Fatalf("the call: %+v %v", info, err)
 	}
 }
 
@@ -1307,6 +1316,26 @@ func TestStdioTasks(t *testing.T) {
 	second.call("tasks/list", map[string]any{}, &list)
 	if len(list.Tasks) != 1 || list.Tasks[0].TaskId != created.Task.TaskId {
 		t.Fatalf("tasks/list: %+v", list.Tasks)
+	}
+
+	// A tasks/result that waits does not hold up the session: a ping made
+	// after it is answered first.
+	var long mcp.CreateTaskResult
+	second.call("tools/call", map[string]any{"name": "demo-sleep", "arguments": map[string]any{"seconds": 60}, "task": map[string]any{}}, &long)
+	if _, err := io.WriteString(second.in, `{"jsonrpc":"2.0","id":"late","method":"tasks/result","params":{"taskId":"`+long.Task.TaskId+`"}}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	second.call("ping", map[string]any{}, nil)
+	if _, err := testenv.Client(t, s.url, client.Options{Agent: "analyst"}).Cancel(testenv.Context(t), long.Task.TaskId, "the test is over"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case reply := <-second.replies:
+		if string(reply["id"]) != `"late"` || !strings.Contains(string(reply["result"]), `"isError":true`) || !strings.Contains(string(reply["result"]), `"toolbus/state":"cancelled"`) {
+			t.Fatalf("the waiting tasks/result: %s", reply)
+		}
+	case <-testenv.Context(t).Done():
+		t.Fatal("the waiting tasks/result was not answered")
 	}
 }
 
