@@ -664,6 +664,13 @@ func TestNamedTurn(t *testing.T) {
 	if err != nil || len(info.Calls) != 2 {
 		t.Fatalf("turn t-named: %+v %v", info, err)
 	}
+	// A stateless request cannot be asked through elicitation, even by a
+	// client that could answer: it is told that its call awaits approval.
+	asking, _ := connect(t, url, bearer(), mcpclient.WithElicitationHandler(elicitor{approve: true}))
+	res, err := callTool(ctx, asking, "ops-restart", map[string]any{"city": "web"}, nil)
+	if err != nil || res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) {
+		t.Fatalf("a prompt approval of a stateless request: %+v %v", res, err)
+	}
 }
 
 // TestStdio: a stdio session is the configured agent's, in the configured
@@ -1189,6 +1196,25 @@ func TestQueueApprovalWithProgress(t *testing.T) {
 			t.Errorf("notification %d after the approval: %q", i, message)
 		}
 	}
+
+	// Denied, the request gets the call's denied result.
+	go func() {
+		res, err := callTool(ctx, c, "batch-reindex", map[string]any{}, &mcp.Meta{ProgressToken: "q2"})
+		done <- answer{res, err}
+	}()
+	var second *messages.ListApprovalsReply
+	eventually(t, "the second approval", func() bool {
+		var err error
+		second, err = operator.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "analyst", Turn: sessionTurn(t, c)})
+		return err == nil && len(second.Approvals) == 1
+	})
+	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: second.Approvals[0].ApprovalID, Decision: messages.DecisionDeny, Reason: "not today", By: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	a = <-done
+	if a.err != nil || !a.res.IsError || a.res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateDenied) {
+		t.Fatalf("after a denial: %+v %v", a.res, a.err)
+	}
 }
 
 // stdioSession is a raw stdio session with a front: JSON-RPC messages, one
@@ -1471,6 +1497,20 @@ func TestTaskStates(t *testing.T) {
 	}
 	if got := get(held.TaskId); got.Status != mcp.TaskStatusInputRequired || !strings.Contains(got.StatusMessage, "queue mode") {
 		t.Errorf("a call held for approval: %+v", got)
+	}
+	// Approved by an operator, the held call runs, and its result is the
+	// task's.
+	operator := testenv.Client(t, s.url, client.Options{})
+	info, err := operator.Get(testenv.Context(t), held.TaskId)
+	if err != nil || info.Approval == nil {
+		t.Fatalf("the held call: %+v %v", info, err)
+	}
+	if _, err := operator.Decide(testenv.Context(t), messages.DecideRequest{ApprovalID: info.Approval.ApprovalID, Decision: messages.DecisionApprove, Reason: "fine", By: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	var digest mcp.CallToolResult
+	if e := rpc(t, url, session, "tasks/result", map[string]any{"taskId": held.TaskId}, &digest); e != nil || digest.IsError || len(text(&digest)) != 64 {
+		t.Errorf("tasks/result of the approved call: %+v %+v", digest, e)
 	}
 
 	done := submit("demo-echo", map[string]any{"text": "task"})
