@@ -2009,3 +2009,41 @@ func TestNotAdmitted(t *testing.T) {
 		t.Errorf("a tool another session listed: %+v %+v", res, e)
 	}
 }
+
+// TestDroppedRequestCancels: an HTTP client that drops a tools/call before
+// its result, sending no notifications/cancelled, cancels the call, with
+// a progress token or without.
+func TestDroppedRequestCancels(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	for i, meta := range []string{``, `,"_meta":{"progressToken":"p"}`} {
+		turn := fmt.Sprintf("t-dropped-%d", i)
+		ctx, drop := context.WithCancel(testenv.Context(t))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo-sleep","arguments":{"seconds":30}`+meta+`}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Mcp-Session-Id", "HHHHHHHHHHHHHHHHHHHHHH."+turn)
+		req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+		eventually(t, "the call to run", func() bool {
+			info, err := bus.Turn(testenv.Context(t), turn)
+			return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateRunning
+		})
+		drop()
+		<-done
+		eventually(t, "the dropped call to be cancelled", func() bool {
+			info, err := bus.Turn(testenv.Context(t), turn)
+			return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateCancelled
+		})
+	}
+}
