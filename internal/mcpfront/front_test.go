@@ -119,6 +119,13 @@ tool:
 		}),
 	}})
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "media", Tools: mediaTools()})
+	// The coordinator sees the catalog through a watch: the stack is up
+	// once it lists the last tool registered, and so every other.
+	bus := testenv.Client(t, srv.URL(), client.Options{})
+	eventually(t, "the coordinator to list the stack's tools", func() bool {
+		reply, err := bus.ListTools(testenv.Context(t), messages.ListToolsRequest{Agent: "analyst", Format: "mcp"})
+		return err == nil && slices.ContainsFunc(reply.Schemas, func(schema messages.JSON) bool { return bytes.Contains(schema, []byte(`"media-slow"`)) })
+	})
 	return stack{url: srv.URL()}
 }
 
@@ -580,7 +587,7 @@ func sessionTurn(t *testing.T, c *mcpclient.Client) string {
 	return turn
 }
 
-func eventually(t *testing.T, what string, check func() bool) {
+func eventually(t testing.TB, what string, check func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !check() {
