@@ -2054,3 +2054,27 @@ func TestDroppedRequestCancels(t *testing.T) {
 		})
 	}
 }
+
+// TestActivationShows: a tool activated in the session's turn through the
+// API (tools.activate, by the agent's program beside the MCP client) is in
+// the session's next tools/list, and callable.
+func TestActivationShows(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(), legacySessions())
+	if got := names(t, c); slices.Contains(got, "weather-forecast") {
+		t.Fatalf("before the activation: %v", got)
+	}
+	agent := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	if _, err := agent.Activate(testenv.Context(t), sessionTurn(t, c), "weather-forecast"); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, c); !slices.Contains(got, "weather-forecast") {
+		t.Fatalf("after the activation: %v", got)
+	}
+	res, err := callTool(testenv.Context(t), c, "weather-forecast", map[string]any{"city": "Oslo"}, nil)
+	if err != nil || res.IsError || !strings.Contains(text(res), "sunny") {
+		t.Fatalf("the activated tool: %+v %v", res, err)
+	}
+}
