@@ -308,7 +308,11 @@ func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWrite
 		}
 	}
 	ended()
-	next.CloseWithError(scanner.Err())
+	err := scanner.Err()
+	if errors.Is(err, bufio.ErrTooLong) {
+		err = fmt.Errorf("stdio: a message longer than %d bytes, the limit (--max-request-bytes): %w", f.cfg.MaxRequestBytes, err)
+	}
+	next.CloseWithError(err)
 }
 
 // lineWriter writes whole messages, one a line, for mcp-go and for the

@@ -1785,7 +1785,7 @@ func TestStdioSessionEnds(t *testing.T) {
 	served = serve(stillOpen, initialize, `{"jsonrpc":"2.0","id":2,"method":"ping","params":{"_meta":{"pad":"`+strings.Repeat("x", 5<<10)+`"}}}`)
 	select {
 	case err := <-served:
-		if !errors.Is(err, bufio.ErrTooLong) {
+		if !errors.Is(err, bufio.ErrTooLong) || !strings.Contains(err.Error(), "longer than 4096 bytes") {
 			t.Errorf("the session over a long line ended with %v", err)
 		}
 	case <-testenv.Context(t).Done():
