@@ -1661,6 +1661,14 @@ func TestSessionsAndTurns(t *testing.T) {
 		t.Fatalf("DELETE: %d", resp.StatusCode)
 	}
 	echo("after the DELETE", "")
+	// A session-based request without its session ID is a bad request (an
+	// unknown ID would be 404: a session that ended).
+	if status, _, raw := post(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`); status != http.StatusBadRequest || !strings.Contains(raw, "Mcp-Session-Id") {
+		t.Errorf("tools/list without a session ID: %d %s", status, raw)
+	}
+	if status, _, raw := post(t, url, "not-a-session", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`); status != http.StatusNotFound {
+		t.Errorf("tools/list with an ID no front issued: %d %s", status, raw)
+	}
 	// A JSON-RPC batch is not MCP since 2025-06-18.
 	if status, _, raw := post(t, url, session, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`); status != http.StatusBadRequest || !strings.Contains(raw, `"code":-32700`) {
 		t.Errorf("a batch: %d %s", status, raw)

@@ -107,6 +107,11 @@ func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent stri
 		if err := writeResponse(w, newResponse(req.ID, result, rpcErr)); err != nil {
 			f.log.Debug("task answer not sent", "error", err)
 		}
+	case session == "" && req.Method != string(mcp.MethodInitialize) && !mcp.IsModernProtocol(r.Header.Get(server.HeaderKeyProtocolVersion)) && req.Params.Meta.ProtocolVersion() == "":
+		// A session-based request without its session, as MCP wants it
+		// answered (mcp-go would say 404, which tells a client that its
+		// session ended).
+		writeStatus(w, http.StatusBadRequest, newResponse(req.ID, nil, &rpcError{Code: mcp.INVALID_REQUEST, Message: "Bad Request: Mcp-Session-Id header is required (initialize first, or name the protocol version 2026-07-28)"}))
 	case !inSession:
 		f.toMCPGo(w, r, agent, body)
 	case req.Method == string(mcp.MethodToolsCall) && len(req.ID) > 0:
