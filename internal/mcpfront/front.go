@@ -196,7 +196,7 @@ func Loopback(addr string) bool {
 func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-		onLoopback := local != nil && Loopback(local.String())
+		onLoopback := loopbackAddr(local)
 		if onLoopback && !Loopback(r.Host) {
 			// DNS rebinding: a page of another site whose name now
 			// resolves to this machine reaches the listener under its name.
@@ -227,6 +227,15 @@ func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent st
 		r.Body = http.MaxBytesReader(w, r.Body, f.cfg.MaxRequestBytes)
 		next(w, r, agent)
 	})
+}
+
+// loopbackAddr reports whether a listener's address is a loopback one,
+// without formatting a TCP address.
+func loopbackAddr(a net.Addr) bool {
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		return tcp.IP.IsLoopback()
+	}
+	return a != nil && Loopback(a.String())
 }
 
 // bearerToken is the token of an Authorization header, "" if it holds
