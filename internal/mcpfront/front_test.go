@@ -1669,6 +1669,13 @@ func TestSessionsAndTurns(t *testing.T) {
 	if status, _, raw := post(t, url, "not-a-session", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`); status != http.StatusNotFound {
 		t.Errorf("tools/list with an ID no front issued: %d %s", status, raw)
 	}
+	// Malformed JSON is the parse error, an unknown method -32601.
+	if status, _, raw := post(t, url, session, `{"jsonrpc":"2.0","id":1,"method":`); status != http.StatusBadRequest || !strings.Contains(raw, `"code":-32700`) {
+		t.Errorf("malformed JSON: %d %s", status, raw)
+	}
+	if _, _, raw := post(t, url, session, `{"jsonrpc":"2.0","id":1,"method":"nosuch/method"}`); !strings.Contains(raw, `"code":-32601`) {
+		t.Errorf("an unknown method: %s", raw)
+	}
 	// A JSON-RPC batch is not MCP since 2025-06-18.
 	if status, _, raw := post(t, url, session, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`); status != http.StatusBadRequest || !strings.Contains(raw, `"code":-32700`) {
 		t.Errorf("a batch: %d %s", status, raw)
