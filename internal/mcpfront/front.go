@@ -203,9 +203,25 @@ func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent st
 			http.Error(w, fmt.Sprintf("Forbidden: invalid Host header %q", r.Host), http.StatusForbidden)
 			return
 		}
-		if origin := r.Header.Get("Origin"); origin != "" && !f.originAllowed(origin) {
-			http.Error(w, "Forbidden: origin not allowed", http.StatusForbidden)
-			return
+		if origin := r.Header.Get("Origin"); origin != "" {
+			if !f.originAllowed(origin) {
+				http.Error(w, "Forbidden: origin not allowed", http.StatusForbidden)
+				return
+			}
+			// A page of an allowed origin is a client too: the browser
+			// lets it read the answers, and asks first (preflight)
+			// without its token.
+			h := w.Header()
+			h.Set("Access-Control-Allow-Origin", origin)
+			h.Add("Vary", "Origin")
+			h.Set("Access-Control-Expose-Headers", corsExposed)
+			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+				h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
+				h.Set("Access-Control-Allow-Headers", corsAllowed)
+				h.Set("Access-Control-Max-Age", "600")
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
 		}
 		agent := f.cfg.Agent
 		if len(f.cfg.Tokens) > 0 {
@@ -228,6 +244,12 @@ func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent st
 		next(w, r, agent)
 	})
 }
+
+// The headers a page of an allowed origin may send and read (CORS).
+const (
+	corsAllowed = "Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID, " + TurnHeader
+	corsExposed = "Mcp-Session-Id, WWW-Authenticate"
+)
 
 // loopbackAddr reports whether a listener's address is a loopback one,
 // without formatting a TCP address.

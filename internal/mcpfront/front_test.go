@@ -507,7 +507,20 @@ func TestAuthentication(t *testing.T) {
 			t.Errorf("%s: WWW-Authenticate %q", tc.name, challenge)
 		}
 	}
-	resp, err := http.Get(url + "/healthz")
+	// A browser's preflight carries no token: it is answered, for a
+	// loopback origin as for an allowed one.
+	preflight, _ := http.NewRequest(http.MethodOptions, url+"/mcp", nil)
+	preflight.Header.Set("Origin", "http://localhost:3000")
+	preflight.Header.Set("Access-Control-Request-Method", "POST")
+	resp, err := http.DefaultClient.Do(preflight)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != "http://localhost:3000" {
+		t.Errorf("a preflight without a token: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp, err = http.Get(url + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1073,6 +1086,40 @@ func TestGuards(t *testing.T) {
 	}
 	if got := post(strings.NewReader(initialize), nil, "evil.example"); got != http.StatusForbidden {
 		t.Errorf("a foreign host on loopback: %d", got)
+	}
+	// A page of an allowed origin may read the answers (CORS), and its
+	// browser's preflight is answered.
+	preflight := func(origin string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodOptions, hs.URL+"/mcp", nil)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		req.Header.Set("Access-Control-Request-Headers", "authorization, content-type, mcp-session-id")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if resp := preflight("https://app.example"); resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" ||
+		!strings.Contains(resp.Header.Get("Access-Control-Allow-Headers"), "Mcp-Session-Id") || !strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), "POST") {
+		t.Errorf("the preflight of an allowed origin: %d %v", resp.StatusCode, resp.Header)
+	}
+	if resp := preflight("https://evil.example"); resp.StatusCode != http.StatusForbidden || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("the preflight of a foreign origin: %d %v", resp.StatusCode, resp.Header)
+	}
+	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/mcp", strings.NewReader(initialize))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Origin", "https://app.example")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" || !strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "Mcp-Session-Id") {
+		t.Errorf("initialize from an allowed origin: %d %v", resp.StatusCode, resp.Header)
 	}
 	// The requests the front answers itself, not mcp-go, are refused too:
 	// a session's tools/call (its ID made up: it carries a turn, nothing
