@@ -85,6 +85,23 @@ test('an unknown tool is a JSON-RPC error, invalid params', async () => {
   await assert.rejects(client.callTool({ name: 'nosuch-tool', arguments: {} }), (err) => err.code === -32602);
 });
 
+test('a call made a task streams its creation, its status and its result, the task ID being the call\'s', async () => {
+  const messages = [];
+  for await (const message of client.experimental.tasks.callToolStream({ name: 'demo-echo', arguments: { text: 'as a task' } }, undefined, { task: {} })) {
+    messages.push(message);
+  }
+  assert.equal(messages[0].type, 'taskCreated', JSON.stringify(messages));
+  const taskId = messages[0].task.taskId;
+  const last = messages.at(-1);
+  assert.equal(last.type, 'result', JSON.stringify(messages));
+  assert.deepEqual(last.result.content.map((c) => c.text), ['as a task']);
+  assert.equal(last.result._meta['toolbus/call_id'], taskId);
+  const task = await client.experimental.tasks.getTask(taskId);
+  assert.equal(task.status, 'completed');
+  const { tasks } = await client.experimental.tasks.listTasks();
+  assert.ok(tasks.some((t) => t.taskId === taskId), JSON.stringify(tasks));
+});
+
 // connectAs opens another session of the turn, with the client's
 // capabilities given.
 async function connectAs(capabilities) {
