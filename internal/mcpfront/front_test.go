@@ -2140,3 +2140,31 @@ func TestActivationShows(t *testing.T) {
 		t.Fatalf("the activated tool: %+v %v", res, err)
 	}
 }
+
+// TestResumedConversation: a new session naming the turn of an earlier
+// one (Toolbus-Turn on initialize), on another front, finds the turn's
+// discovered tools and its calls.
+func TestResumedConversation(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, first := s.front(t)
+	c, _ := connect(t, first, bearer(mcpfront.TurnHeader, "t-resumed"), legacySessions())
+	eventually(t, "the forecast to be discoverable", func() bool {
+		res, err := callTool(testenv.Context(t), c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
+		return err == nil && !res.IsError && strings.Contains(text(res), "weather-forecast")
+	})
+	_ = c.Close()
+
+	_, second := s.front(t)
+	resumed, _ := connect(t, second, bearer(mcpfront.TurnHeader, "t-resumed"), legacySessions())
+	if got := sessionTurn(t, resumed); got != "t-resumed" {
+		t.Fatalf("the resumed session's turn: %q", got)
+	}
+	if got := names(t, resumed); !slices.Contains(got, "weather-forecast") {
+		t.Fatalf("the resumed session's tools: %v", got)
+	}
+	var list mcp.ListTasksResult
+	if e := rpc(t, second, resumed.GetSessionId(), "tasks/list", map[string]any{}, &list); e != nil || len(list.Tasks) == 0 {
+		t.Fatalf("the resumed turn's calls: %+v %+v", list, e)
+	}
+}
