@@ -42,17 +42,28 @@ func mcpToolNames(t *testing.T, c *mcpclient.Client) []string {
 }
 
 // TestMCPStdio: a desktop client launches toolbus mcp --stdio and lists
-// the agent's tools.
+// the agent's tools; its calls are the agent's, in the turn --turn names.
 func TestMCPStdio(t *testing.T) {
 	t.Parallel()
 	url, bin := stack(t)
-	c, err := mcpclient.NewStdioMCPClient(bin, nil, "--server", url, "--agent", "analyst", "mcp", "--stdio")
+	c, err := mcpclient.NewStdioMCPClient(bin, nil, "--server", url, "--agent", "analyst", "mcp", "--stdio", "--turn", "t-desktop")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	if got := mcpToolNames(t, c); !slices.Contains(got, "demo-echo") {
 		t.Fatalf("tools/list: %v", got)
+	}
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "demo-echo"
+	req.Params.Arguments = map[string]any{"text": "from the desktop"}
+	res, err := c.CallTool(testenv.Context(t), req)
+	if err != nil || res.IsError || textOf(res) != "from the desktop" {
+		t.Fatalf("demo-echo: %+v %v", res, err)
+	}
+	info, err := testenv.Client(t, url, client.Options{Agent: "analyst"}).Turn(testenv.Context(t), "t-desktop")
+	if err != nil || len(info.Calls) != 1 || info.Calls[0].Agent != "analyst" {
+		t.Fatalf("turn t-desktop: %+v %v", info, err)
 	}
 }
 
