@@ -283,10 +283,25 @@ func (f *Front) originAllowed(origin string) bool {
 	return Loopback(host)
 }
 
+// ErrStdioInUse is the error of a stdio session started while the process
+// serves another.
+var ErrStdioInUse = errors.New("mcpfront: the process serves a stdio session already")
+
+// stdioServing is set while the process serves a stdio session. mcp-go
+// keeps the session of its stdio servers in one variable of the process:
+// two sessions at once would share its notifications, its client's
+// capabilities and its output.
+var stdioServing atomic.Bool
+
 // ServeStdio serves one session on in and out until ctx ends or in closes.
 // Task requests are answered by the front from the ledger, as over HTTP;
 // the rest go to mcp-go. The goroutine that reads in ends when in closes.
+// A process serves one stdio session at a time (ErrStdioInUse).
 func (f *Front) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
+	if !stdioServing.CompareAndSwap(false, true) {
+		return ErrStdioInUse
+	}
+	defer stdioServing.Store(false)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// input ends when in closes, before mcp-go ends the requests in

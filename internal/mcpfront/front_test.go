@@ -710,8 +710,7 @@ func TestStdio(t *testing.T) {
 	clientIn, serverOut := io.Pipe()
 	serverIn, clientOut := io.Pipe()
 	ctx, stop := context.WithCancel(testenv.Context(t))
-	served := make(chan error, 1)
-	go func() { served <- f.ServeStdio(ctx, serverIn, serverOut) }()
+	served := serveStdio(ctx, f, serverIn, serverOut)
 	t.Cleanup(func() {
 		stop()
 		clientOut.Close()
@@ -1278,6 +1277,25 @@ type stdioSession struct {
 	in      *io.PipeWriter
 	replies chan map[string]json.RawMessage
 	next    int
+	// close ends the session, once.
+	close func()
+}
+
+// stdioSlot lets the tests serve their stdio sessions one at a time, as a
+// process must (mcpfront.ErrStdioInUse).
+var stdioSlot sync.Mutex
+
+// serveStdio serves a stdio session once no other test serves one; the
+// channel gets ServeStdio's error.
+func serveStdio(ctx context.Context, f *mcpfront.Front, in io.Reader, out io.Writer) chan error {
+	stdioSlot.Lock()
+	served := make(chan error, 1)
+	go func() {
+		err := f.ServeStdio(ctx, in, out)
+		stdioSlot.Unlock()
+		served <- err
+	}()
+	return served
 }
 
 func startStdio(t *testing.T, f *mcpfront.Front) *stdioSession {
@@ -1285,8 +1303,7 @@ func startStdio(t *testing.T, f *mcpfront.Front) *stdioSession {
 	clientIn, serverOut := io.Pipe()
 	serverIn, clientOut := io.Pipe()
 	ctx, stop := context.WithCancel(testenv.Context(t))
-	served := make(chan error, 1)
-	go func() { served <- f.ServeStdio(ctx, serverIn, serverOut) }()
+	served := serveStdio(ctx, f, serverIn, serverOut)
 	s := &stdioSession{t: t, in: clientOut, replies: make(chan map[string]json.RawMessage, 16)}
 	read := make(chan struct{})
 	go func() {
@@ -1302,13 +1319,14 @@ func startStdio(t *testing.T, f *mcpfront.Front) *stdioSession {
 			}
 		}
 	}()
-	t.Cleanup(func() {
+	s.close = sync.OnceFunc(func() {
 		stop()
 		clientOut.Close()
 		<-served
 		serverOut.Close()
 		<-read
 	})
+	t.Cleanup(s.close)
 	return s
 }
 
@@ -1385,6 +1403,7 @@ func TestStdioTasks(t *testing.T) {
 		t.Fatalf("tasks/result: %+v", result)
 	}
 
+	first.close()
 	second := startStdio(t, newFront())
 	second.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}, nil)
 	var got mcp.GetTaskResult
@@ -1815,10 +1834,8 @@ func TestStdioSessionEnds(t *testing.T) {
 	}
 	// serve serves the lines, then whatever more comes on more.
 	serve := func(more io.Reader, lines ...string) chan error {
-		served := make(chan error, 1)
 		in := io.MultiReader(strings.NewReader(strings.Join(lines, "\n")+"\n"), more)
-		go func() { served <- f.ServeStdio(testenv.Context(t), in, io.Discard) }()
-		return served
+		return serveStdio(testenv.Context(t), f, in, io.Discard)
 	}
 	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	open, closeInput := io.Pipe()
@@ -1835,6 +1852,10 @@ func TestStdioSessionEnds(t *testing.T) {
 		callID = info.Calls[0].CallID
 		return true
 	})
+	// The process serves one stdio session at a time.
+	if err := f.ServeStdio(testenv.Context(t), strings.NewReader(initialize+"\n"), io.Discard); !errors.Is(err, mcpfront.ErrStdioInUse) {
+		t.Errorf("a second stdio session at once: %v", err)
+	}
 	closeInput.Close()
 	<-served
 	if res, err := bus.Wait(testenv.Context(t), callID); err != nil || res.Status != messages.StateCompleted {
@@ -2166,5 +2187,58 @@ func TestResumedConversation(t *testing.T) {
 	var list mcp.ListTasksResult
 	if e := rpc(t, second, resumed.GetSessionId(), "tasks/list", map[string]any{}, &list); e != nil || len(list.Tasks) == 0 {
 		t.Fatalf("the resumed turn's calls: %+v %+v", list, e)
+	}
+}
+
+// TestStdioElicitation: over stdio too, a prompt approval is asked of a
+// client that declared elicitation, and the call runs once approved; a
+// client that did not declare it, or that speaks 2026-07-28, is told the
+// call awaits approval.
+func TestStdioElicitation(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	ctx := testenv.Context(t)
+	// call makes the call in a stdio session of its own, which ends with it.
+	call := func(opts ...mcpclient.ClientOption) *mcp.CallToolResult {
+		t.Helper()
+		f, err := mcpfront.New(mcpfront.Config{Client: testenv.Client(t, s.url, client.Options{}), Agent: "analyst", Logger: testenv.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clientIn, serverOut := io.Pipe()
+		serverIn, clientOut := io.Pipe()
+		sessionCtx, stop := context.WithCancel(ctx)
+		served := serveStdio(sessionCtx, f, serverIn, serverOut)
+		defer func() {
+			stop()
+			clientOut.Close()
+			<-served
+			serverOut.Close()
+		}()
+		c := mcpclient.NewClient(transport.NewIO(clientIn, clientOut, nil), opts...)
+		if err := c.Start(sessionCtx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Initialize(sessionCtx, mcp.InitializeRequest{Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "test", Version: "1"}}}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := callTool(sessionCtx, c, "ops-restart", map[string]any{"city": "web"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := call(legacySessions(), mcpclient.WithElicitationHandler(elicitor{approve: true})); res.IsError || text(res) != "restart is sunny" {
+		t.Fatalf("approved over stdio: %+v", res)
+	}
+	for name, opts := range map[string][]mcpclient.ClientOption{
+		"without elicitation": {legacySessions()},
+		// 2026-07-28 has no requests from the server: its elicitation is a
+		// multi round-trip request, which the front does not make.
+		"in the protocol 2026-07-28": {mcpclient.WithElicitationHandler(elicitor{approve: true})},
+	} {
+		if res := call(opts...); res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) {
+			t.Errorf("%s over stdio: %+v", name, res)
+		}
 	}
 }
