@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -188,26 +189,50 @@ func Loopback(addr string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// guard authenticates, bounds the body and checks the origin before the
-// front and mcp-go (which adds its own DNS-rebinding check of the Host
-// header on loopback); next serves the request as agent's.
+// guard checks the Host header and the origin, authenticates and bounds
+// the body before the front and mcp-go see the request, so that what the
+// front answers itself (tasks, a session's tools/call) is guarded as
+// mcp-go's own requests are; next serves the request as agent's.
 func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if origin := r.Header.Get("Origin"); origin != "" && !f.originAllowed(origin) {
-			http.Error(w, "Forbidden: origin not allowed", http.StatusForbidden)
+		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		onLoopback := loopbackAddr(local)
+		if onLoopback && !Loopback(r.Host) {
+			// DNS rebinding: a page of another site whose name now
+			// resolves to this machine reaches the listener under its name.
+			http.Error(w, fmt.Sprintf("Forbidden: invalid Host header %q", r.Host), http.StatusForbidden)
 			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" {
+			if !f.originAllowed(origin) {
+				http.Error(w, "Forbidden: origin not allowed", http.StatusForbidden)
+				return
+			}
+			// A page of an allowed origin is a client too: the browser
+			// lets it read the answers, and asks first (preflight)
+			// without its token.
+			h := w.Header()
+			h.Set("Access-Control-Allow-Origin", origin)
+			h.Add("Vary", "Origin")
+			h.Set("Access-Control-Expose-Headers", corsExposed)
+			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+				h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
+				h.Set("Access-Control-Allow-Headers", corsAllowed)
+				h.Set("Access-Control-Max-Age", "600")
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
 		}
 		agent := f.cfg.Agent
 		if len(f.cfg.Tokens) > 0 {
-			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			id, known := f.cfg.Tokens[strings.TrimSpace(token)]
-			if !ok || !known {
+			id, known := f.cfg.Tokens[bearerToken(r.Header.Get("Authorization"))]
+			if !known {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="toolbus"`)
 				http.Error(w, "Unauthorized", http.StatusUnauthorized)
 				return
 			}
 			agent = id.Agent
-		} else if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); !ok || !Loopback(local.String()) || !Loopback(r.RemoteAddr) {
+		} else if !onLoopback || !Loopback(r.RemoteAddr) {
 			http.Error(w, "Forbidden: without tokens only loopback clients are served", http.StatusForbidden)
 			return
 		}
@@ -218,6 +243,31 @@ func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent st
 		r.Body = http.MaxBytesReader(w, r.Body, f.cfg.MaxRequestBytes)
 		next(w, r, agent)
 	})
+}
+
+// The headers a page of an allowed origin may send and read (CORS).
+const (
+	corsAllowed = "Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID, " + TurnHeader
+	corsExposed = "Mcp-Session-Id, WWW-Authenticate"
+)
+
+// loopbackAddr reports whether a listener's address is a loopback one,
+// without formatting a TCP address.
+func loopbackAddr(a net.Addr) bool {
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		return tcp.IP.IsLoopback()
+	}
+	return a != nil && Loopback(a.String())
+}
+
+// bearerToken is the token of an Authorization header, "" if it holds
+// none; the scheme's name is case-insensitive (RFC 7235).
+func bearerToken(authorization string) string {
+	scheme, token, ok := strings.Cut(authorization, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
 }
 
 func (f *Front) originAllowed(origin string) bool {
@@ -233,19 +283,39 @@ func (f *Front) originAllowed(origin string) bool {
 	return Loopback(host)
 }
 
+// ErrStdioInUse is the error of a stdio session started while the process
+// serves another.
+var ErrStdioInUse = errors.New("mcpfront: the process serves a stdio session already")
+
+// stdioServing is set while the process serves a stdio session. mcp-go
+// keeps the session of its stdio servers in one variable of the process:
+// two sessions at once would share its notifications, its client's
+// capabilities and its output.
+var stdioServing atomic.Bool
+
 // ServeStdio serves one session on in and out until ctx ends or in closes.
 // Task requests are answered by the front from the ledger, as over HTTP;
 // the rest go to mcp-go. The goroutine that reads in ends when in closes.
+// A process serves one stdio session at a time (ErrStdioInUse).
 func (f *Front) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
-	stdio := server.NewStdioServer(f.stdio)
-	stdio.SetContextFunc(func(ctx context.Context) context.Context {
-		return context.WithValue(f.stdioContext(ctx), transportKey{}, ctx)
-	})
+	if !stdioServing.CompareAndSwap(false, true) {
+		return ErrStdioInUse
+	}
+	defer stdioServing.Store(false)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// input ends when in closes, before mcp-go ends the requests in
+	// flight: a request that ends then leaves its call running (see
+	// cancels), as one that a client cancels does not.
+	input, inputEnded := context.WithCancel(ctx)
+	defer inputEnded()
+	stdio := server.NewStdioServer(f.stdio)
+	stdio.SetContextFunc(func(ctx context.Context) context.Context {
+		return context.WithValue(f.stdioContext(ctx), transportKey{}, input)
+	})
 	lines := &lineWriter{w: out}
 	toServer, fromFront := io.Pipe()
-	go f.stdioTasks(f.stdioContext(ctx), in, fromFront, lines)
+	go f.stdioTasks(f.stdioContext(ctx), in, fromFront, lines, inputEnded)
 	defer toServer.Close()
 	return stdio.Listen(ctx, toServer, lines)
 }
@@ -258,10 +328,14 @@ func (f *Front) stdioContext(ctx context.Context) context.Context {
 // stdioTasks reads the stdio session's messages, one a line: it answers
 // task requests, each in a goroutine of its own (tasks/result waits for
 // the result), and passes the rest on to mcp-go. A line longer than
-// MaxRequestBytes ends the session.
-func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWriter, out *lineWriter) {
+// MaxRequestBytes ends the session. ended is called when in ends, before
+// mcp-go reads the end of next.
+func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWriter, out *lineWriter, ended context.CancelFunc) {
 	scanner := bufio.NewScanner(in)
-	scanner.Buffer(make([]byte, 0, 64<<10), int(f.cfg.MaxRequestBytes))
+	// A Scanner's limit is the larger of its buffer's capacity and max,
+	// and counts the line's newline.
+	limit := int(min(f.cfg.MaxRequestBytes, math.MaxInt32-1)) + 1
+	scanner.Buffer(make([]byte, 0, min(64<<10, limit)), limit)
 	for scanner.Scan() {
 		line := scanner.Bytes()
 		var req rpcMessage
@@ -275,10 +349,16 @@ func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWrite
 			continue
 		}
 		if _, err := next.Write(append(slices.Clip(line), '\n')); err != nil {
+			ended()
 			return
 		}
 	}
-	next.CloseWithError(scanner.Err())
+	ended()
+	err := scanner.Err()
+	if errors.Is(err, bufio.ErrTooLong) {
+		err = fmt.Errorf("stdio: a message longer than %d bytes, the limit (--max-request-bytes): %w", f.cfg.MaxRequestBytes, err)
+	}
+	next.CloseWithError(err)
 }
 
 // lineWriter writes whole messages, one a line, for mcp-go and for the

@@ -1,8 +1,10 @@
 package mcpfront_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +14,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -80,6 +84,7 @@ match:
     approval: {mode: prompt, message: "Restarts interrupt users"}
   - name: "batch:reindex"
     approval: {mode: queue, message: "Reindexing loads the database"}
+  - name: "media/*"
 `)
 	writeFile(t, filepath.Join(dir, "agents", "analyst.yaml"), `
 id: analyst
@@ -88,6 +93,13 @@ tool:
   items:
     - name: "weather"
       tier: onDemand
+`)
+	writeFile(t, filepath.Join(dir, "agents", "guest.yaml"), `
+id: guest
+tool:
+  items:
+    - name: "demo/*"
+      exclude: ["demo:word_count"]
 `)
 	srv := testenv.Server(t)
 	testenv.Coordinator(t, srv.URL(), func(c *coordinator.Config) { c.WorkspaceDir = dir })
@@ -106,7 +118,44 @@ tool:
 			return "reindexed", nil
 		}),
 	}})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "media", Tools: mediaTools()})
+	// The coordinator sees the catalog through a watch: the stack is up
+	// once it lists the last tool registered, and so every other.
+	bus := testenv.Client(t, srv.URL(), client.Options{})
+	eventually(t, "the coordinator to list the stack's tools", func() bool {
+		reply, err := bus.ListTools(testenv.Context(t), messages.ListToolsRequest{Agent: "analyst", Format: "mcp"})
+		return err == nil && slices.ContainsFunc(reply.Schemas, func(schema messages.JSON) bool { return bytes.Contains(schema, []byte(`"media-slow"`)) })
+	})
 	return stack{url: srv.URL()}
+}
+
+// mediaTools answer with every kind of content block, with the tool's own
+// error, and past their deadline.
+func mediaTools() []worker.Tool {
+	half := 0.5
+	return []worker.Tool{
+		worker.Func("mixed", "Answers with every kind of content block.", func(context.Context, struct{}) (*worker.Result, error) {
+			return &worker.Result{
+				Content: []messages.ContentBlock{
+					{Type: messages.ContentText, Text: "a chart", Annotations: &messages.ContentAnnotations{Audience: []string{"user"}, Priority: &half}},
+					messages.ImageBlock([]byte("PNG\x00\x01"), "image/png"),
+					{Type: messages.ContentAudio, Data: []byte("RIFF\x00"), MIMEType: "audio/wav"},
+					{Type: messages.ContentResource, URI: "file:///notes.md", MIMEType: "text/markdown", Text: "# notes"},
+					{Type: messages.ContentResource, URI: "file:///blob.bin", MIMEType: "application/octet-stream", Data: []byte{0, 1, 2}},
+					{Type: messages.ContentResourceLink, URI: "https://example.com/report", Name: "report", Description: "The full report", MIMEType: "text/html"},
+					messages.JSONBlock(messages.JSON(`{"points":3}`)),
+				},
+				StructuredContent: messages.JSON(`{"points":3}`),
+			}, nil
+		}),
+		worker.Func("broken", "Fails.", func(context.Context, struct{}) (string, error) {
+			return "", errors.New("the printer is on fire")
+		}),
+		worker.Func("slow", "Outlives its deadline.", func(ctx context.Context, _ struct{}) (string, error) {
+			<-ctx.Done()
+			return "", context.Cause(ctx)
+		}, worker.WithTimeout(300*time.Millisecond)),
+	}
 }
 
 // front starts a front process's worth: its own connection and client,
@@ -269,6 +318,25 @@ func TestListAndCallOverHTTP(t *testing.T) {
 	if slices.Contains(got, "weather-forecast") {
 		t.Errorf("an on-demand tool is listed before discovery: %v", got)
 	}
+	// On the wire: one page, the mcp format's output schema and
+	// annotations.
+	var listed struct {
+		Tools []struct {
+			Name         string          `json:"name"`
+			InputSchema  json.RawMessage `json:"inputSchema"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
+			Annotations  map[string]any  `json:"annotations"`
+		} `json:"tools"`
+		NextCursor *string `json:"nextCursor"`
+	}
+	if e := rpc(t, url, c.GetSessionId(), "tools/list", map[string]any{}, &listed); e != nil || listed.NextCursor != nil {
+		t.Fatalf("tools/list: %+v %+v", listed, e)
+	}
+	for _, tool := range listed.Tools {
+		if tool.Name == "demo-word_count" && (len(tool.OutputSchema) == 0 || tool.Annotations["readOnlyHint"] != true || !strings.Contains(string(tool.InputSchema), `"text"`)) {
+			t.Errorf("demo-word_count as listed: %s %s %v", tool.InputSchema, tool.OutputSchema, tool.Annotations)
+		}
+	}
 	res, err := callTool(testenv.Context(t), c, "demo-word_count", map[string]any{"text": "hello tool bus"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -276,8 +344,17 @@ func TestListAndCallOverHTTP(t *testing.T) {
 	if res.IsError || !strings.Contains(text(res), `"words":3`) {
 		t.Fatalf("result: %+v", res)
 	}
-	if res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCallID] == "" {
-		t.Errorf("no call ID in _meta: %+v", res.Meta)
+	if res.Meta == nil {
+		t.Fatalf("no _meta: %+v", res)
+	}
+	callID, _ := res.Meta.AdditionalFields[mcpfront.MetaCallID].(string)
+	if callID == "" || res.Meta.AdditionalFields[mcpfront.MetaState] != "completed" {
+		t.Fatalf("no call ID in _meta: %+v", res.Meta)
+	}
+	// A tool without a timeout of its own has the coordinator's default.
+	info, err := testenv.Client(t, s.url, client.Options{Agent: "analyst"}).Get(testenv.Context(t), callID)
+	if err != nil || info.Deadline.Sub(info.QueuedAt) != 10*time.Minute || info.Turn != sessionTurn(t, c) || info.Agent != "analyst" {
+		t.Fatalf("the call: %+v %v", info, err)
 	}
 }
 
@@ -367,11 +444,18 @@ func TestErrorsMapped(t *testing.T) {
 	if _, err := callTool(ctx, c, "nosuch-tool", map[string]any{}, nil); err == nil {
 		t.Error("a call of an unknown tool was not a JSON-RPC error")
 	}
+	if e := rpc(t, url, c.GetSessionId(), "tools/call", map[string]any{"name": "nosuch-tool", "arguments": map[string]any{}}, nil); e == nil || e.Code != mcp.INVALID_PARAMS {
+		t.Errorf("an unknown tool: %+v, want the JSON-RPC error %d", e, mcp.INVALID_PARAMS)
+	}
 	res, err := callTool(ctx, c, "demo-word_count", map[string]any{"text": 7}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCode] != "invalid_arguments" {
+	if res.Meta == nil {
+		t.Fatalf("invalid arguments, no _meta: %+v", res)
+	}
+	details, _ := res.Meta.AdditionalFields[mcpfront.MetaDetails].([]any)
+	if !res.IsError || res.Meta.AdditionalFields[mcpfront.MetaCode] != "invalid_arguments" || len(details) != 1 || !strings.Contains(text(res), fmt.Sprint(details[0])) {
 		t.Fatalf("invalid arguments: %+v", res)
 	}
 	// A call held for an approval says so, naming the approval.
@@ -380,38 +464,70 @@ func TestErrorsMapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, _ := res.Meta.AdditionalFields[mcpfront.MetaApprovalID].(string)
-	if id == "" || !strings.Contains(text(res), id) || !strings.Contains(text(res), "awaits approval") {
+	if id == "" || !strings.Contains(text(res), id) || !strings.Contains(text(res), "awaits approval") || !strings.Contains(text(res), "(queue mode)") || res.IsError {
 		t.Fatalf("approval: %q %+v", text(res), res.Meta)
+	}
+	if res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) || res.Meta.AdditionalFields[mcpfront.MetaCallID] == nil {
+		t.Fatalf("approval: %+v", res.Meta)
 	}
 }
 
-// TestAuthentication: without a token, or with a wrong one, nothing is served.
+// TestAuthentication: without a token, or with a wrong one, nothing is
+// served, and the answer names the scheme; the scheme's name is
+// case-insensitive (RFC 7235). The health check needs no token.
 func TestAuthentication(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	_, url := s.front(t)
-	for name, headers := range map[string]map[string]string{"no token": {}, "wrong token": {"Authorization": "Bearer wrong"}} {
-		req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	for _, tc := range []struct {
+		name, authorization string
+		want                int
+	}{
+		{"no token", "", http.StatusUnauthorized},
+		{"wrong token", "Bearer wrong", http.StatusUnauthorized},
+		{"another scheme", "Basic " + token, http.StatusUnauthorized},
+		{"the token", "Bearer " + token, http.StatusOK},
+		{"the token, scheme in lower case", "bearer " + token, http.StatusOK},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
 		req.Header.Set("Content-Type", "application/json")
-		for k, v := range headers {
-			req.Header.Set(k, v)
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if tc.authorization != "" {
+			req.Header.Set("Authorization", tc.authorization)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("%s: status %d", name, resp.StatusCode)
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: status %d, want %d", tc.name, resp.StatusCode, tc.want)
+		}
+		if challenge := resp.Header.Get("WWW-Authenticate"); tc.want == http.StatusUnauthorized && !strings.HasPrefix(challenge, "Bearer") {
+			t.Errorf("%s: WWW-Authenticate %q", tc.name, challenge)
 		}
 	}
-	resp, err := http.Get(url + "/healthz")
+	// A browser's preflight carries no token: it is answered, for a
+	// loopback origin as for an allowed one.
+	preflight, _ := http.NewRequest(http.MethodOptions, url+"/mcp", nil)
+	preflight.Header.Set("Origin", "http://localhost:3000")
+	preflight.Header.Set("Access-Control-Request-Method", "POST")
+	resp, err := http.DefaultClient.Do(preflight)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("healthz: %d", resp.StatusCode)
+	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != "http://localhost:3000" {
+		t.Errorf("a preflight without a token: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp, err = http.Get(url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
+		t.Errorf("healthz: %d %q", resp.StatusCode, body)
 	}
 }
 
@@ -484,7 +600,7 @@ func sessionTurn(t *testing.T, c *mcpclient.Client) string {
 	return turn
 }
 
-func eventually(t *testing.T, what string, check func() bool) {
+func eventually(t testing.TB, what string, check func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !check() {
@@ -516,6 +632,13 @@ func TestDiscoveryChangesTheList(t *testing.T) {
 	res, err := callTool(ctx, c, "weather-forecast", map[string]any{"city": "Oslo"}, nil)
 	if err != nil || res.IsError || !strings.Contains(text(res), "sunny") {
 		t.Fatalf("discovered tool: %+v %v", res, err)
+	}
+	// On the wire: list_changed is on the call's own stream, before the
+	// result.
+	status, header, raw := post(t, url, c.GetSessionId(), `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"llm_tools-list","arguments":{"query":"weather forecast"}}}`)
+	changed, result := strings.Index(raw, `"method":"notifications/tools/list_changed"`), strings.Index(raw, `"result"`)
+	if status != http.StatusOK || header.Get("Content-Type") != "text/event-stream" || changed < 0 || result < changed {
+		t.Fatalf("the discovery call's stream (%d, %s):\n%s", status, header.Get("Content-Type"), raw)
 	}
 
 	// Another front, as another replica behind a load balancer.
@@ -561,6 +684,13 @@ func TestNamedTurn(t *testing.T) {
 	if err != nil || len(info.Calls) != 2 {
 		t.Fatalf("turn t-named: %+v %v", info, err)
 	}
+	// A stateless request cannot be asked through elicitation, even by a
+	// client that could answer: it is told that its call awaits approval.
+	asking, _ := connect(t, url, bearer(), mcpclient.WithElicitationHandler(elicitor{approve: true}))
+	res, err := callTool(ctx, asking, "ops-restart", map[string]any{"city": "web"}, nil)
+	if err != nil || res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) {
+		t.Fatalf("a prompt approval of a stateless request: %+v %v", res, err)
+	}
 }
 
 // TestStdio: a stdio session is the configured agent's, in the configured
@@ -580,8 +710,7 @@ func TestStdio(t *testing.T) {
 	clientIn, serverOut := io.Pipe()
 	serverIn, clientOut := io.Pipe()
 	ctx, stop := context.WithCancel(testenv.Context(t))
-	served := make(chan error, 1)
-	go func() { served <- f.ServeStdio(ctx, serverIn, serverOut) }()
+	served := serveStdio(ctx, f, serverIn, serverOut)
 	t.Cleanup(func() {
 		stop()
 		clientOut.Close()
@@ -613,9 +742,37 @@ func TestStdio(t *testing.T) {
 	if got := names(t, c); !slices.Contains(got, "weather-forecast") {
 		t.Fatalf("after discovery: %v", got)
 	}
-	info, err := testenv.Client(t, s.url, client.Options{Agent: "analyst"}).Turn(ctx, "t-stdio")
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	info, err := bus.Turn(ctx, "t-stdio")
 	if err != nil || len(info.Calls) == 0 {
 		t.Fatalf("turn t-stdio: %+v %v", info, err)
+	}
+
+	// The client cancels a call (notifications/cancelled): the Toolbus
+	// call ends cancelled, and the session goes on.
+	callCtx, cancelCall := context.WithCancel(ctx)
+	defer cancelCall()
+	done := make(chan error, 1)
+	go func() {
+		_, err := callTool(callCtx, c, "demo-sleep", map[string]any{"seconds": 30}, nil)
+		done <- err
+	}()
+	running := func(state messages.CallState) func() bool {
+		return func() bool {
+			info, err := bus.Turn(ctx, "t-stdio")
+			return err == nil && slices.ContainsFunc(info.Calls, func(c messages.CallInfo) bool {
+				return c.Tool == "demo-sleep" && c.State == state && c.Arguments != nil && strings.Contains(string(c.Arguments), "30")
+			})
+		}
+	}
+	eventually(t, "the long sleep to run", running(messages.StateRunning))
+	cancelCall()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	eventually(t, "the long sleep to be cancelled", running(messages.StateCancelled))
+	if got := names(t, c); !slices.Contains(got, "demo-sleep") {
+		t.Fatalf("tools/list after the cancel: %v", got)
 	}
 }
 
@@ -746,10 +903,17 @@ func TestTasksFromTheLedger(t *testing.T) {
 	}
 }
 
-// elicitor answers every elicitation with approve.
-type elicitor struct{ approve bool }
+// elicitor answers every elicitation with approve, or with action when
+// it is set.
+type elicitor struct {
+	approve bool
+	action  mcp.ElicitationResponseAction
+}
 
 func (e elicitor) Elicit(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	if e.action != "" {
+		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: e.action}}, nil
+	}
 	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept, Content: map[string]any{"approve": e.approve}}}, nil
 }
 
@@ -771,11 +935,31 @@ func TestPromptApprovalByElicitation(t *testing.T) {
 	if err != nil || !res.IsError || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateDenied) {
 		t.Fatalf("refused: %+v %v", res, err)
 	}
-	// A client without elicitation is told the call awaits approval.
+	// Declined, the call is denied too.
+	declined, _ := connect(t, url, bearer(), legacySessions(), mcpclient.WithElicitationHandler(elicitor{action: mcp.ElicitationResponseActionDecline}))
+	res, err = callTool(ctx, declined, "ops-restart", map[string]any{"city": "web"}, nil)
+	if err != nil || !res.IsError || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateDenied) || res.Meta.AdditionalFields[mcpfront.MetaCode] != messages.ResultDenied {
+		t.Fatalf("declined: %+v %v", res, err)
+	}
+	// A client without elicitation is told the call awaits approval, and
+	// so is one whose user cancelled the question: the approval stays
+	// pending.
 	plain, _ := connect(t, url, bearer(), legacySessions())
-	res, err = callTool(ctx, plain, "ops-restart", map[string]any{"city": "web"}, nil)
-	if err != nil || res.Meta.AdditionalFields[mcpfront.MetaApprovalID] == nil {
-		t.Fatalf("without elicitation: %+v %v", res, err)
+	dismissed, _ := connect(t, url, bearer(), legacySessions(), mcpclient.WithElicitationHandler(elicitor{action: mcp.ElicitationResponseActionCancel}))
+	operator := testenv.Client(t, s.url, client.Options{})
+	for name, c := range map[string]*mcpclient.Client{"without elicitation": plain, "cancelled": dismissed} {
+		res, err = callTool(ctx, c, "ops-restart", map[string]any{"city": "web"}, nil)
+		if err != nil || res.IsError || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) {
+			t.Fatalf("%s: %+v %v", name, res, err)
+		}
+		id, _ := res.Meta.AdditionalFields[mcpfront.MetaApprovalID].(string)
+		if !strings.Contains(text(res), id) || !strings.Contains(text(res), "(prompt mode)") || !strings.Contains(text(res), "Restarts interrupt users.") {
+			t.Errorf("%s: %q", name, text(res))
+		}
+		pending, err := operator.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "analyst", Turn: sessionTurn(t, c)})
+		if err != nil || len(pending.Approvals) != 1 || pending.Approvals[0].ApprovalID != id {
+			t.Errorf("%s: pending approvals %+v %v", name, pending, err)
+		}
 	}
 }
 
@@ -804,7 +988,7 @@ func TestAnotherAgentsSession(t *testing.T) {
 		t.Fatalf("ops in its own session: %v", err)
 	}
 	session := c.GetSessionId()
-	if e := rpcAs(t, hs.URL, "token-of-ops", session, "tools/list", map[string]any{}, nil); e == nil || !strings.Contains(e.Message, "conflict") {
+	if e := rpcAs(t, hs.URL, "token-of-ops", session, "tools/list", map[string]any{}, nil); e == nil || e.Code != mcp.INVALID_REQUEST || !strings.HasPrefix(e.Message, "tools.list: conflict: ") {
 		t.Fatalf("another agent's session listed: %+v", e)
 	}
 	var res mcp.CallToolResult
@@ -902,6 +1086,73 @@ func TestGuards(t *testing.T) {
 	if got := post(strings.NewReader(initialize), nil, "evil.example"); got != http.StatusForbidden {
 		t.Errorf("a foreign host on loopback: %d", got)
 	}
+	// A page of an allowed origin may read the answers (CORS), and its
+	// browser's preflight is answered.
+	preflight := func(origin string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodOptions, hs.URL+"/mcp", nil)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		req.Header.Set("Access-Control-Request-Headers", "authorization, content-type, mcp-session-id")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if resp := preflight("https://app.example"); resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" ||
+		!strings.Contains(resp.Header.Get("Access-Control-Allow-Headers"), "Mcp-Session-Id") || !strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), "POST") {
+		t.Errorf("the preflight of an allowed origin: %d %v", resp.StatusCode, resp.Header)
+	}
+	if resp := preflight("https://evil.example"); resp.StatusCode != http.StatusForbidden || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("the preflight of a foreign origin: %d %v", resp.StatusCode, resp.Header)
+	}
+	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/mcp", strings.NewReader(initialize))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Origin", "https://app.example")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" || !strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "Mcp-Session-Id") {
+		t.Errorf("initialize from an allowed origin: %d %v", resp.StatusCode, resp.Header)
+	}
+	// The requests the front answers itself, not mcp-go, are refused too:
+	// a session's tools/call (its ID made up: it carries a turn, nothing
+	// else) and a task request.
+	forged := map[string]string{"Mcp-Session-Id": "AAAAAAAAAAAAAAAAAAAAAA.t-rebound", "Mcp-Protocol-Version": mcp.LATEST_LEGACY_PROTOCOL_VERSION}
+	for method, body := range map[string]string{
+		"tools/call": `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo-echo","arguments":{"text":"rebound"}}}`,
+		"tasks/list": `{"jsonrpc":"2.0","id":3,"method":"tasks/list","params":{}}`,
+		"tasks/get":  `{"jsonrpc":"2.0","id":4,"method":"tasks/get","params":{"taskId":"x"}}`,
+	} {
+		if got := post(strings.NewReader(body), forged, "evil.example:8080"); got != http.StatusForbidden {
+			t.Errorf("%s with a foreign host on loopback: %d", method, got)
+		}
+	}
+	if got := post(strings.NewReader(initialize), nil, "localhost:8080"); got != http.StatusOK {
+		t.Errorf("the Host localhost: %d", got)
+	}
+	// Without tokens, a client that is not on this machine is refused,
+	// whichever address it reached (here as a proxy on loopback would
+	// pass it on, and as a listener on all interfaces would see it).
+	for _, local := range []string{"127.0.0.1:8080", "192.0.2.7:8080"} {
+		req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(initialize))
+		req.Host = "localhost:8080"
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.RemoteAddr = "192.0.2.1:50000"
+		addr, _ := net.ResolveTCPAddr("tcp", local)
+		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, addr))
+		w := httptest.NewRecorder()
+		f.Handler().ServeHTTP(w, req)
+		if w.Code != http.StatusForbidden {
+			t.Errorf("a remote client reaching %s without a token: %d", local, w.Code)
+		}
+	}
 	big := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"pad":"` + strings.Repeat("x", 2<<10) + `"}}}`
 	if got := post(strings.NewReader(big), nil, ""); got != http.StatusRequestEntityTooLarge {
 		t.Errorf("a body over the limit: %d", got)
@@ -966,7 +1217,7 @@ func TestQueueApprovalWithProgress(t *testing.T) {
 	approval := pending.Approvals[0]
 	first := notes.all(string(mcp.MethodNotificationProgress))[0]
 	waiting, _ := first.Params.AdditionalFields["message"].(string)
-	for _, want := range []string{approval.ApprovalID, "queue mode", "An operator decides it"} {
+	for _, want := range []string{approval.ApprovalID, "queue mode", "Reason: Reindexing loads the database.", "An operator decides it"} {
 		if !strings.Contains(waiting, want) {
 			t.Errorf("the waiting notification %q does not say %q", waiting, want)
 		}
@@ -998,6 +1249,25 @@ func TestQueueApprovalWithProgress(t *testing.T) {
 			t.Errorf("notification %d after the approval: %q", i, message)
 		}
 	}
+
+	// Denied, the request gets the call's denied result.
+	go func() {
+		res, err := callTool(ctx, c, "batch-reindex", map[string]any{}, &mcp.Meta{ProgressToken: "q2"})
+		done <- answer{res, err}
+	}()
+	var second *messages.ListApprovalsReply
+	eventually(t, "the second approval", func() bool {
+		var err error
+		second, err = operator.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "analyst", Turn: sessionTurn(t, c)})
+		return err == nil && len(second.Approvals) == 1
+	})
+	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: second.Approvals[0].ApprovalID, Decision: messages.DecisionDeny, Reason: "not today", By: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	a = <-done
+	if a.err != nil || !a.res.IsError || a.res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateDenied) {
+		t.Fatalf("after a denial: %+v %v", a.res, a.err)
+	}
 }
 
 // stdioSession is a raw stdio session with a front: JSON-RPC messages, one
@@ -1007,6 +1277,25 @@ type stdioSession struct {
 	in      *io.PipeWriter
 	replies chan map[string]json.RawMessage
 	next    int
+	// close ends the session, once.
+	close func()
+}
+
+// stdioSlot lets the tests serve their stdio sessions one at a time, as a
+// process must (mcpfront.ErrStdioInUse).
+var stdioSlot sync.Mutex
+
+// serveStdio serves a stdio session once no other test serves one; the
+// channel gets ServeStdio's error.
+func serveStdio(ctx context.Context, f *mcpfront.Front, in io.Reader, out io.Writer) chan error {
+	stdioSlot.Lock()
+	served := make(chan error, 1)
+	go func() {
+		err := f.ServeStdio(ctx, in, out)
+		stdioSlot.Unlock()
+		served <- err
+	}()
+	return served
 }
 
 func startStdio(t *testing.T, f *mcpfront.Front) *stdioSession {
@@ -1014,8 +1303,7 @@ func startStdio(t *testing.T, f *mcpfront.Front) *stdioSession {
 	clientIn, serverOut := io.Pipe()
 	serverIn, clientOut := io.Pipe()
 	ctx, stop := context.WithCancel(testenv.Context(t))
-	served := make(chan error, 1)
-	go func() { served <- f.ServeStdio(ctx, serverIn, serverOut) }()
+	served := serveStdio(ctx, f, serverIn, serverOut)
 	s := &stdioSession{t: t, in: clientOut, replies: make(chan map[string]json.RawMessage, 16)}
 	read := make(chan struct{})
 	go func() {
@@ -1031,13 +1319,14 @@ func startStdio(t *testing.T, f *mcpfront.Front) *stdioSession {
 			}
 		}
 	}()
-	t.Cleanup(func() {
+	s.close = sync.OnceFunc(func() {
 		stop()
 		clientOut.Close()
 		<-served
 		serverOut.Close()
 		<-read
 	})
+	t.Cleanup(s.close)
 	return s
 }
 
@@ -1114,6 +1403,7 @@ func TestStdioTasks(t *testing.T) {
 		t.Fatalf("tasks/result: %+v", result)
 	}
 
+	first.close()
 	second := startStdio(t, newFront())
 	second.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}, nil)
 	var got mcp.GetTaskResult
@@ -1125,5 +1415,830 @@ func TestStdioTasks(t *testing.T) {
 	second.call("tasks/list", map[string]any{}, &list)
 	if len(list.Tasks) != 1 || list.Tasks[0].TaskId != created.Task.TaskId {
 		t.Fatalf("tasks/list: %+v", list.Tasks)
+	}
+
+	// A tasks/result that waits does not hold up the session: a ping made
+	// after it is answered first.
+	var long mcp.CreateTaskResult
+	second.call("tools/call", map[string]any{"name": "demo-sleep", "arguments": map[string]any{"seconds": 60}, "task": map[string]any{}}, &long)
+	if _, err := io.WriteString(second.in, `{"jsonrpc":"2.0","id":"late","method":"tasks/result","params":{"taskId":"`+long.Task.TaskId+`"}}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	second.call("ping", map[string]any{}, nil)
+	if _, err := testenv.Client(t, s.url, client.Options{Agent: "analyst"}).Cancel(testenv.Context(t), long.Task.TaskId, "the test is over"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case reply := <-second.replies:
+		if string(reply["id"]) != `"late"` || !strings.Contains(string(reply["result"]), `"isError":true`) || !strings.Contains(string(reply["result"]), `"toolbus/state":"cancelled"`) {
+			t.Fatalf("the waiting tasks/result: %s", reply)
+		}
+	case <-testenv.Context(t).Done():
+		t.Fatal("the waiting tasks/result was not answered")
+	}
+}
+
+// TestContentPassesThrough: every kind of content block, the structured
+// content and the annotations reach the client as MCP has them (a json
+// block as a text block holding the JSON), over the path the front serves
+// itself (a session's tools/call over HTTP) and over mcp-go's (stdio); the
+// tool's own error and a call past its deadline are results with isError,
+// the call's state and the Toolbus code in _meta.
+func TestContentPassesThrough(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(), legacySessions())
+	b64 := base64.StdEncoding.EncodeToString
+	want := []any{
+		map[string]any{"type": "text", "text": "a chart", "annotations": map[string]any{"audience": []any{"user"}, "priority": 0.5}},
+		map[string]any{"type": "image", "data": b64([]byte("PNG\x00\x01")), "mimeType": "image/png"},
+		map[string]any{"type": "audio", "data": b64([]byte("RIFF\x00")), "mimeType": "audio/wav"},
+		map[string]any{"type": "resource", "resource": map[string]any{"uri": "file:///notes.md", "mimeType": "text/markdown", "text": "# notes"}},
+		map[string]any{"type": "resource", "resource": map[string]any{"uri": "file:///blob.bin", "mimeType": "application/octet-stream", "blob": b64([]byte{0, 1, 2})}},
+		map[string]any{"type": "resource_link", "uri": "https://example.com/report", "name": "report", "description": "The full report", "mimeType": "text/html"},
+		map[string]any{"type": "text", "text": `{"points":3}`},
+	}
+	type result struct {
+		Content           []any          `json:"content"`
+		StructuredContent any            `json:"structuredContent"`
+		IsError           bool           `json:"isError"`
+		Meta              map[string]any `json:"_meta"`
+	}
+	check := func(path string, call func(name string) result) {
+		t.Helper()
+		got := call("media-mixed")
+		if got.IsError || !reflect.DeepEqual(got.Content, want) {
+			gotJSON, _ := json.Marshal(got.Content)
+			wantJSON, _ := json.Marshal(want)
+			t.Errorf("%s: content\n got %s\nwant %s", path, gotJSON, wantJSON)
+		}
+		if !reflect.DeepEqual(got.StructuredContent, map[string]any{"points": 3.0}) || got.Meta[mcpfront.MetaState] != "completed" || got.Meta[mcpfront.MetaCallID] == nil {
+			t.Errorf("%s: structured content %v, _meta %v", path, got.StructuredContent, got.Meta)
+		}
+		got = call("media-broken")
+		if !got.IsError || got.Meta[mcpfront.MetaCode] != messages.ResultToolError || !strings.Contains(fmt.Sprint(got.Content), "the printer is on fire") {
+			t.Errorf("%s: the tool's error: %+v", path, got)
+		}
+		got = call("media-slow")
+		if !got.IsError || got.Meta[mcpfront.MetaCode] != messages.ResultTimedOut || got.Meta[mcpfront.MetaState] != string(messages.StateTimedOut) || len(got.Content) == 0 {
+			t.Errorf("%s: past the deadline: %+v", path, got)
+		}
+	}
+	check("a session over HTTP", func(name string) result {
+		var res result
+		if e := rpc(t, url, c.GetSessionId(), "tools/call", map[string]any{"name": name, "arguments": map[string]any{}}, &res); e != nil {
+			t.Fatalf("%s: %+v", name, e)
+		}
+		return res
+	})
+	stdioFront, err := mcpfront.New(mcpfront.Config{Client: testenv.Client(t, s.url, client.Options{}), Agent: "analyst", Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdio := startStdio(t, stdioFront)
+	stdio.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}, nil)
+	check("stdio", func(name string) result {
+		var res result
+		stdio.call("tools/call", map[string]any{"name": name, "arguments": map[string]any{}}, &res)
+		return res
+	})
+}
+
+// twoAgentsFront is a front with the analyst's token and the ops agent's,
+// "token-of-ops".
+func (s stack) twoAgentsFront(t *testing.T) string {
+	t.Helper()
+	f, err := mcpfront.New(mcpfront.Config{
+		Client: testenv.Client(t, s.url, client.Options{}),
+		Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}, "token-of-ops": {Agent: "ops"}},
+		Logger: testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// TestTaskStates: a task's status follows its call (working with the
+// latest progress message, input_required naming the approval, completed,
+// failed with the error's message, cancelled); its result carries the
+// related-task _meta; an ended task cannot be cancelled; another agent's
+// task is no task; a refused submit is a JSON-RPC error with the Toolbus
+// code in data. Every request names the session by an ID no front issued:
+// the ID carries the turn, and that is all a front needs.
+func TestTaskStates(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	url := s.twoAgentsFront(t)
+	session := "AAAAAAAAAAAAAAAAAAAAAA.t-task-states"
+	submit := func(name string, args map[string]any) mcp.Task {
+		t.Helper()
+		var created mcp.CreateTaskResult
+		if e := rpc(t, url, session, "tools/call", map[string]any{"name": name, "arguments": args, "task": map[string]any{"ttl": 60000}}, &created); e != nil {
+			t.Fatalf("%s as a task: %+v", name, e)
+		}
+		// The ttl asked for is not applied: the ledger keeps the call.
+		if created.Task.TaskId == "" || created.Task.PollInterval == nil || *created.Task.PollInterval != 1000 || created.Task.TTL != nil {
+			t.Fatalf("%s: created %+v", name, created.Task)
+		}
+		return created.Task
+	}
+	get := func(id string) mcp.Task {
+		t.Helper()
+		var got mcp.GetTaskResult
+		if e := rpc(t, url, session, "tasks/get", map[string]any{"taskId": id}, &got); e != nil {
+			t.Fatalf("tasks/get %s: %+v", id, e)
+		}
+		return got.Task
+	}
+
+	sleep := submit("demo-sleep", map[string]any{"seconds": 60})
+	if sleep.Status != mcp.TaskStatusWorking {
+		t.Errorf("a running call's task: %+v", sleep)
+	}
+	eventually(t, "the sleep's progress as the task's status message", func() bool {
+		got := get(sleep.TaskId)
+		return got.Status == mcp.TaskStatusWorking && got.StatusMessage != ""
+	})
+
+	held := submit("demo-sha256", map[string]any{"text": "x"})
+	if held.Status != mcp.TaskStatusInputRequired || !strings.Contains(held.StatusMessage, "awaits approval") {
+		t.Errorf("a call held for approval, created: %+v", held)
+	}
+	if got := get(held.TaskId); got.Status != mcp.TaskStatusInputRequired || !strings.Contains(got.StatusMessage, "queue mode") {
+		t.Errorf("a call held for approval: %+v", got)
+	}
+	// Approved by an operator, the held call runs, and its result is the
+	// task's.
+	operator := testenv.Client(t, s.url, client.Options{})
+	info, err := operator.Get(testenv.Context(t), held.TaskId)
+	if err != nil || info.Approval == nil {
+		t.Fatalf("the held call: %+v %v", info, err)
+	}
+	if _, err := operator.Decide(testenv.Context(t), messages.DecideRequest{ApprovalID: info.Approval.ApprovalID, Decision: messages.DecisionApprove, Reason: "fine", By: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	var digest mcp.CallToolResult
+	if e := rpc(t, url, session, "tasks/result", map[string]any{"taskId": held.TaskId}, &digest); e != nil || digest.IsError || len(text(&digest)) != 64 {
+		t.Errorf("tasks/result of the approved call: %+v %+v", digest, e)
+	}
+
+	done := submit("demo-echo", map[string]any{"text": "task"})
+	var result struct {
+		Content []mcp.TextContent `json:"content"`
+		IsError bool              `json:"isError"`
+		Meta    map[string]any    `json:"_meta"`
+	}
+	if e := rpc(t, url, session, "tasks/result", map[string]any{"taskId": done.TaskId}, &result); e != nil {
+		t.Fatalf("tasks/result: %+v", e)
+	}
+	related, _ := result.Meta[mcp.RelatedTaskMetaKey].(map[string]any)
+	if result.IsError || len(result.Content) != 1 || result.Content[0].Text != "task" || related["taskId"] != done.TaskId || result.Meta[mcpfront.MetaState] != "completed" {
+		t.Errorf("tasks/result: %+v", result)
+	}
+	if got := get(done.TaskId); got.Status != mcp.TaskStatusCompleted {
+		t.Errorf("a completed call's task: %+v", got)
+	}
+	if e := rpc(t, url, session, "tasks/cancel", map[string]any{"taskId": done.TaskId}, nil); e == nil || e.Code != mcp.INVALID_PARAMS {
+		t.Errorf("tasks/cancel of an ended task: %+v", e)
+	}
+
+	slow := submit("media-slow", map[string]any{})
+	if e := rpc(t, url, session, "tasks/result", map[string]any{"taskId": slow.TaskId}, &result); e != nil || !result.IsError || result.Meta[mcpfront.MetaCode] != messages.ResultTimedOut {
+		t.Errorf("tasks/result of a call past its deadline: %+v %+v", result, e)
+	}
+	if got := get(slow.TaskId); got.Status != mcp.TaskStatusFailed || !strings.Contains(got.StatusMessage, "deadline") {
+		t.Errorf("a timed-out call's task: %+v", got)
+	}
+
+	// Another agent, even in the same session, gets none of these tasks.
+	for _, method := range []string{"tasks/get", "tasks/result", "tasks/cancel"} {
+		if e := rpcAs(t, url, "token-of-ops", session, method, map[string]any{"taskId": sleep.TaskId}, nil); e == nil || e.Code != mcp.INVALID_PARAMS {
+			t.Errorf("%s of another agent's task: %+v", method, e)
+		}
+	}
+	var others mcp.ListTasksResult
+	if e := rpcAs(t, url, "token-of-ops", "AAAAAAAAAAAAAAAAAAAAAA.t-ops-own", "tasks/list", map[string]any{"_meta": map[string]any{mcpfront.TurnMetaKey: "t-task-states"}}, &others); e != nil || len(others.Tasks) != 0 {
+		t.Errorf("tasks/list of another agent's turn: %+v %+v", others, e)
+	}
+	var list mcp.ListTasksResult
+	if e := rpc(t, url, session, "tasks/list", map[string]any{}, &list); e != nil || len(list.Tasks) != 4 {
+		t.Errorf("tasks/list: %+v %+v", list, e)
+	}
+
+	var cancelled mcp.CancelTaskResult
+	if e := rpc(t, url, session, "tasks/cancel", map[string]any{"taskId": sleep.TaskId}, &cancelled); e != nil || cancelled.Status != mcp.TaskStatusCancelled {
+		t.Errorf("tasks/cancel: %+v %+v", cancelled, e)
+	}
+	eventually(t, "the cancelled task's call to end", func() bool { return get(sleep.TaskId).Status == mcp.TaskStatusCancelled })
+
+	// A refused submit is a JSON-RPC error with the Toolbus code.
+	for _, tc := range []struct {
+		name string
+		args map[string]any
+		code int
+		want messages.ErrorCode
+	}{
+		{"nosuch-tool", map[string]any{}, mcp.INVALID_PARAMS, messages.CodeToolNotFound},
+		{"demo-word_count", map[string]any{"text": 7}, mcp.INVALID_PARAMS, messages.CodeInvalidArguments},
+	} {
+		e := rpc(t, url, session, "tools/call", map[string]any{"name": tc.name, "arguments": tc.args, "task": map[string]any{}}, nil)
+		if e == nil || e.Code != tc.code || e.Data[mcpfront.MetaCode] != string(tc.want) {
+			t.Errorf("%s as a task: %+v", tc.name, e)
+		}
+	}
+	if e := rpc(t, url, session, "tools/call", map[string]any{"name": "demo-word_count", "arguments": map[string]any{"text": 7}, "task": map[string]any{}}, nil); e == nil || len(fmt.Sprint(e.Data[mcpfront.MetaDetails])) < 3 {
+		t.Errorf("invalid arguments as a task, no details: %+v", e)
+	}
+	// Another agent's turn is not the ops agent's to file calls in.
+	if e := rpcAs(t, url, "token-of-ops", session, "tools/call", map[string]any{"name": "demo-echo", "arguments": map[string]any{"text": "x"}, "task": map[string]any{}}, nil); e == nil || e.Code != mcp.INTERNAL_ERROR || e.Data[mcpfront.MetaCode] != string(messages.CodeConflict) {
+		t.Errorf("a task in another agent's turn: %+v", e)
+	}
+}
+
+// post sends one JSON-RPC message in a session, with more headers, and
+// returns the response's status, headers and body as they came.
+func post(t *testing.T, url, sessionID, body string, headers ...string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", sessionID)
+	req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, string(raw)
+}
+
+// TestSessionsAndTurns: a new session's ID is "<22 random characters>.
+// mcp-<random>", its turn; one request files its call under the turn its
+// Toolbus-Turn header names, or its _meta (which wins over the header);
+// a DELETE ends nothing, and the session carries on in its turn.
+func TestSessionsAndTurns(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(), legacySessions())
+	session := c.GetSessionId()
+	if !regexp.MustCompile(`^[A-Za-z0-9]{22}\.mcp-[A-Za-z0-9]+$`).MatchString(session) {
+		t.Fatalf("session ID %q", session)
+	}
+	turn := sessionTurn(t, c)
+	echo := func(text string, meta string, headers ...string) {
+		t.Helper()
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo-echo","arguments":{"text":"` + text + `"}` + meta + `}}`
+		if status, _, raw := post(t, url, session, body, headers...); status != http.StatusOK || !strings.Contains(raw, `"text":"`+text+`"`) {
+			t.Fatalf("%s: %d %s", text, status, raw)
+		}
+	}
+	echo("in the session's turn", "")
+	// A turn to resume that is no turn's name is refused, rather than
+	// replaced by a new turn.
+	status, _, raw := post(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`, mcpfront.TurnHeader, "my turn!")
+	if status != http.StatusBadRequest || !strings.Contains(raw, `"code":-32602`) || !strings.Contains(raw, mcpfront.TurnHeader) {
+		t.Errorf("initialize with an invalid turn: %d %s", status, raw)
+	}
+	echo("in the header's turn", "", mcpfront.TurnHeader, "t-header")
+	echo("in the meta's turn", `,"_meta":{"toolbus/turn":"t-meta"}`, mcpfront.TurnHeader, "t-header")
+
+	req, _ := http.NewRequest(http.MethodDelete, url+"/mcp", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("DELETE: %d", resp.StatusCode)
+	}
+	echo("after the DELETE", "")
+	// A session-based request without its session ID is a bad request (an
+	// unknown ID would be 404: a session that ended).
+	if status, _, raw := post(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`); status != http.StatusBadRequest || !strings.Contains(raw, "Mcp-Session-Id") {
+		t.Errorf("tools/list without a session ID: %d %s", status, raw)
+	}
+	if status, _, raw := post(t, url, "not-a-session", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`); status != http.StatusNotFound {
+		t.Errorf("tools/list with an ID no front issued: %d %s", status, raw)
+	}
+	// Malformed JSON is the parse error, an unknown method -32601.
+	if status, _, raw := post(t, url, session, `{"jsonrpc":"2.0","id":1,"method":`); status != http.StatusBadRequest || !strings.Contains(raw, `"code":-32700`) {
+		t.Errorf("malformed JSON: %d %s", status, raw)
+	}
+	if _, _, raw := post(t, url, session, `{"jsonrpc":"2.0","id":1,"method":"nosuch/method"}`); !strings.Contains(raw, `"code":-32601`) {
+		t.Errorf("an unknown method: %s", raw)
+	}
+	// A JSON-RPC batch is not MCP since 2025-06-18.
+	if status, _, raw := post(t, url, session, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`); status != http.StatusBadRequest || !strings.Contains(raw, `"code":-32700`) {
+		t.Errorf("a batch: %d %s", status, raw)
+	}
+	// A protocol version the front does not speak is refused, on the
+	// requests the front answers itself as on mcp-go's.
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo-echo","arguments":{"text":"from the past"}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tasks/list","params":{}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`,
+	} {
+		if status, _, raw := post(t, url, session, body, "Mcp-Protocol-Version", "1999-01-01"); status != http.StatusBadRequest {
+			t.Errorf("an unsupported protocol version: %d %s", status, raw)
+		}
+	}
+
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	for turn, want := range map[string][]string{
+		turn:       {"after the DELETE", "in the session's turn"},
+		"t-header": {"in the header's turn"},
+		"t-meta":   {"in the meta's turn"},
+	} {
+		info, err := bus.Turn(testenv.Context(t), turn)
+		if err != nil {
+			t.Fatalf("turn %s: %v", turn, err)
+		}
+		var got []string
+		for _, call := range info.Calls {
+			var args struct{ Text string }
+			_ = json.Unmarshal(call.Arguments, &args)
+			got = append(got, args.Text)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("turn %s: calls %q, want %q", turn, got, want)
+		}
+	}
+}
+
+// TestDrainLeavesCallsRunning: once the front drains, a request that ends
+// before its result (its connection closed at the drain's end) leaves its
+// call running on the bus, and the call completes.
+func TestDrainLeavesCallsRunning(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, hs := s.frontServer(t)
+	c, _ := connect(t, hs.URL, bearer(), legacySessions())
+	turn := sessionTurn(t, c)
+	done := make(chan error, 1)
+	go func() {
+		_, err := callTool(testenv.Context(t), c, "demo-sleep", map[string]any{"seconds": 1}, nil)
+		done <- err
+	}()
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	var callID string
+	eventually(t, "the call to run", func() bool {
+		info, err := bus.Turn(testenv.Context(t), turn)
+		if err != nil || len(info.Calls) != 1 || info.Calls[0].State != messages.StateRunning {
+			return false
+		}
+		callID = info.Calls[0].CallID
+		return true
+	})
+	f.Shutdown(testenv.Context(t))
+	hs.CloseClientConnections()
+	if err := <-done; err == nil {
+		t.Fatal("the request got its result through a closed connection")
+	}
+	res, err := bus.Wait(testenv.Context(t), callID)
+	if err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("the call of the drained request: %+v %v", res, err)
+	}
+}
+
+// TestStdioSessionEnds: a stdio session whose input closes ends, and its
+// call in flight runs on to its result; a message longer than
+// MaxRequestBytes ends the session.
+func TestStdioSessionEnds(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, err := mcpfront.New(mcpfront.Config{
+		Client:          testenv.Client(t, s.url, client.Options{}),
+		Agent:           "analyst",
+		StdioTurn:       "t-stdio-ends",
+		MaxRequestBytes: 4 << 10,
+		Logger:          testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// serve serves the lines, then whatever more comes on more.
+	serve := func(more io.Reader, lines ...string) chan error {
+		in := io.MultiReader(strings.NewReader(strings.Join(lines, "\n")+"\n"), more)
+		return serveStdio(testenv.Context(t), f, in, io.Discard)
+	}
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	open, closeInput := io.Pipe()
+	t.Cleanup(func() { closeInput.Close() })
+	served := serve(open, initialize, `{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo-sleep","arguments":{"seconds":1}}}`)
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	var callID string
+	eventually(t, "the call to run", func() bool {
+		info, err := bus.Turn(testenv.Context(t), "t-stdio-ends")
+		if err != nil || len(info.Calls) != 1 || info.Calls[0].State != messages.StateRunning {
+			return false
+		}
+		callID = info.Calls[0].CallID
+		return true
+	})
+	// The process serves one stdio session at a time.
+	if err := f.ServeStdio(testenv.Context(t), strings.NewReader(initialize+"\n"), io.Discard); !errors.Is(err, mcpfront.ErrStdioInUse) {
+		t.Errorf("a second stdio session at once: %v", err)
+	}
+	closeInput.Close()
+	<-served
+	if res, err := bus.Wait(testenv.Context(t), callID); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("the call of the closed session: %+v %v", res, err)
+	}
+
+	// The input stays open after the long line: only the line ends the
+	// session.
+	stillOpen, _ := io.Pipe()
+	served = serve(stillOpen, initialize, `{"jsonrpc":"2.0","id":2,"method":"ping","params":{"_meta":{"pad":"`+strings.Repeat("x", 5<<10)+`"}}}`)
+	select {
+	case err := <-served:
+		if !errors.Is(err, bufio.ErrTooLong) || !strings.Contains(err.Error(), "longer than 4096 bytes") {
+			t.Errorf("the session over a long line ended with %v", err)
+		}
+	case <-testenv.Context(t).Done():
+		t.Fatal("a message over the limit did not end the session")
+	}
+}
+
+// TestElicitationAnswerIsTheAgents: the answer to the front's elicitation
+// counts only with the token of the agent whose call asked it: another
+// agent's token with the session's ID and the request's ID approves
+// nothing. (The session's ID says that its client declared elicitation.)
+func TestElicitationAnswerIsTheAgents(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	url := s.twoAgentsFront(t)
+	session := "BBBBBBBBBBBBBBBBBBBBBB-e.t-elicit"
+	events := make(chan json.RawMessage, 4)
+	go func() {
+		defer close(events)
+		req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ops-restart","arguments":{"city":"web"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+		resp, err := http.DefaultClient.Do(req.WithContext(testenv.Context(t)))
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		lines := bufio.NewScanner(resp.Body)
+		for lines.Scan() {
+			if data, ok := strings.CutPrefix(lines.Text(), "data: "); ok {
+				events <- json.RawMessage(data)
+			}
+		}
+	}()
+	var asked struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if err := json.Unmarshal(<-events, &asked); err != nil || asked.Method != "elicitation/create" {
+		t.Fatalf("the first event of the call's stream: %+v %v", asked, err)
+	}
+	answer := `{"jsonrpc":"2.0","id":` + string(asked.ID) + `,"result":{"action":"accept","content":{"approve":true}}}`
+	status := func(bearerToken string) int {
+		req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(answer))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+bearerToken)
+		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status("token-of-ops"); got == http.StatusAccepted {
+		t.Fatalf("another agent's answer was accepted")
+	}
+	pending, err := testenv.Client(t, s.url, client.Options{}).ListApprovals(testenv.Context(t), messages.ListApprovalsRequest{Agent: "analyst", Turn: "t-elicit"})
+	if err != nil || len(pending.Approvals) != 1 {
+		t.Fatalf("after another agent's answer, pending approvals: %+v %v", pending, err)
+	}
+	if got := status(token); got != http.StatusAccepted {
+		t.Fatalf("the agent's own answer: %d", got)
+	}
+	var result struct {
+		Result mcp.CallToolResult `json:"result"`
+	}
+	if err := json.Unmarshal(<-events, &result); err != nil || result.Result.IsError || text(&result.Result) != "restart is sunny" {
+		t.Fatalf("the call's result after the agent's answer: %+v %v", result, err)
+	}
+}
+
+// TestElicitationOnlyIfDeclared: the front asks through elicitation only a
+// client that declared the capability on initialize, which its session's
+// ID then says; another gets at once the result saying the call awaits
+// its approval, as one JSON body.
+func TestElicitationOnlyIfDeclared(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	initialize := func(capabilities string) string {
+		t.Helper()
+		status, header, raw := post(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":`+capabilities+`,"clientInfo":{"name":"t","version":"1"}}}`)
+		if status != http.StatusOK {
+			t.Fatalf("initialize: %d %s", status, raw)
+		}
+		return header.Get("Mcp-Session-Id")
+	}
+	if id := initialize(`{"elicitation":{}}`); !regexp.MustCompile(`^[A-Za-z0-9]{22}-e\.mcp-`).MatchString(id) {
+		t.Errorf("the session ID of a client with elicitation: %q", id)
+	}
+	plain := initialize(`{}`)
+	if !regexp.MustCompile(`^[A-Za-z0-9]{22}\.mcp-`).MatchString(plain) {
+		t.Errorf("the session ID of a client without elicitation: %q", plain)
+	}
+	status, header, raw := post(t, url, plain, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ops-restart","arguments":{"city":"web"}}}`)
+	if status != http.StatusOK || header.Get("Content-Type") != "application/json" || strings.Contains(raw, "elicitation/create") || !strings.Contains(raw, `"toolbus/state":"awaiting_approval"`) {
+		t.Fatalf("a prompt approval for a client without elicitation: %d %s\n%s", status, header.Get("Content-Type"), raw)
+	}
+}
+
+// TestFirstMeetingAnnounced: the first time a front meets a tool name, the
+// sessions with a stream open on it (GET) are told that the list changed.
+func TestFirstMeetingAnnounced(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	listener, _ := connect(t, url, bearer(), legacySessions())
+	req, _ := http.NewRequestWithContext(testenv.Context(t), http.MethodGet, url+"/mcp", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", listener.GetSessionId())
+	req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+	events := make(chan string, 16)
+	go func() {
+		lines := bufio.NewScanner(resp.Body)
+		for lines.Scan() {
+			if data, ok := strings.CutPrefix(lines.Text(), "data: "); ok {
+				events <- data
+			}
+		}
+		close(events)
+	}()
+
+	// Another session discovers the forecast and lists it: the front meets
+	// its name for the first time.
+	c, _ := connect(t, url, bearer(), legacySessions())
+	eventually(t, "the forecast to be discoverable", func() bool {
+		res, err := callTool(testenv.Context(t), c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
+		return err == nil && !res.IsError && strings.Contains(text(res), "weather-forecast")
+	})
+	if got := names(t, c); !slices.Contains(got, "weather-forecast") {
+		t.Fatalf("after discovery: %v", got)
+	}
+	for event := range events {
+		if strings.Contains(event, `"notifications/tools/list_changed"`) {
+			return
+		}
+	}
+	t.Fatal("the stream ended without list_changed")
+}
+
+// TestBusTrouble: a front without a coordinator answers tools/list with a
+// JSON-RPC error; one that lost its connection to the bus answers a call
+// of a tool it knows with the JSON-RPC internal error.
+func TestBusTrouble(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	lonely := testenv.Server(t)
+	f, err := mcpfront.New(mcpfront.Config{Client: testenv.Client(t, lonely.URL(), client.Options{}), Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}}, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	session := "CCCCCCCCCCCCCCCCCCCCCC.t-trouble"
+	if e := rpc(t, hs.URL, session, "tools/list", map[string]any{}, nil); e == nil || e.Code != mcp.INVALID_REQUEST || !strings.HasPrefix(e.Message, "tools.list: no_responders: ") {
+		t.Errorf("tools/list without a coordinator: %+v", e)
+	}
+
+	nc := testenv.Connect(t, s.url)
+	bus, err := client.New(nc, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err = mcpfront.New(mcpfront.Config{Client: bus, Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}}, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs = httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	if e := rpc(t, hs.URL, session, "tools/list", map[string]any{}, nil); e != nil {
+		t.Fatalf("tools/list: %+v", e)
+	}
+	nc.Close()
+	for name, meta := range map[string]map[string]any{"without progress": {}, "with progress": {"progressToken": 1}} {
+		e := rpc(t, hs.URL, session, "tools/call", map[string]any{"name": "demo-echo", "arguments": map[string]any{"text": "x"}, "_meta": meta}, nil)
+		if e == nil || e.Code != mcp.INTERNAL_ERROR || !strings.Contains(e.Message, "connection closed") {
+			t.Errorf("a call %s after the front lost the bus: %+v", name, e)
+		}
+	}
+}
+
+// TestNotAdmitted: a tool that exists but that the agent's rules do not
+// admit is an unknown tool (a JSON-RPC error) while no session of the front
+// has listed it, and, once one has, a result with isError and the code
+// not_admitted.
+func TestNotAdmitted(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, err := mcpfront.New(mcpfront.Config{
+		Client: testenv.Client(t, s.url, client.Options{}),
+		Tokens: map[string]mcpfront.Identity{token: {Agent: "analyst"}, "token-of-guest": {Agent: "guest"}},
+		Logger: testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.Handler())
+	t.Cleanup(hs.Close)
+	guest := "FFFFFFFFFFFFFFFFFFFFFF.t-guest"
+	var listed mcp.ListToolsResult
+	if e := rpcAs(t, hs.URL, "token-of-guest", guest, "tools/list", map[string]any{}, &listed); e != nil || len(listed.Tools) == 0 || slices.ContainsFunc(listed.Tools, func(tool mcp.Tool) bool { return tool.Name == "demo-word_count" }) {
+		t.Fatalf("the guest's tools: %+v %+v", listed.Tools, e)
+	}
+	count := map[string]any{"name": "demo-word_count", "arguments": map[string]any{"text": "a b"}}
+	if e := rpcAs(t, hs.URL, "token-of-guest", guest, "tools/call", count, nil); e == nil || e.Code != mcp.INVALID_PARAMS {
+		t.Errorf("a tool no session of the front listed: %+v", e)
+	}
+	if e := rpc(t, hs.URL, "FFFFFFFFFFFFFFFFFFFFFF.t-analyst", "tools/list", map[string]any{}, nil); e != nil {
+		t.Fatal(e)
+	}
+	var res mcp.CallToolResult
+	if e := rpcAs(t, hs.URL, "token-of-guest", guest, "tools/call", count, &res); e != nil || !res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaCode] != string(messages.CodeNotAdmitted) {
+		t.Errorf("a tool another session listed: %+v %+v", res, e)
+	}
+}
+
+// TestDroppedRequestCancels: an HTTP client that drops a tools/call before
+// its result, sending no notifications/cancelled, cancels the call, with
+// a progress token or without.
+func TestDroppedRequestCancels(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	for i, meta := range []string{``, `,"_meta":{"progressToken":"p"}`} {
+		turn := fmt.Sprintf("t-dropped-%d", i)
+		ctx, drop := context.WithCancel(testenv.Context(t))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo-sleep","arguments":{"seconds":30}`+meta+`}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Mcp-Session-Id", "HHHHHHHHHHHHHHHHHHHHHH."+turn)
+		req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+		eventually(t, "the call to run", func() bool {
+			info, err := bus.Turn(testenv.Context(t), turn)
+			return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateRunning
+		})
+		drop()
+		<-done
+		eventually(t, "the dropped call to be cancelled", func() bool {
+			info, err := bus.Turn(testenv.Context(t), turn)
+			return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateCancelled
+		})
+	}
+}
+
+// TestActivationShows: a tool activated in the session's turn through the
+// API (tools.activate, by the agent's program beside the MCP client) is in
+// the session's next tools/list, and callable.
+func TestActivationShows(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(), legacySessions())
+	if got := names(t, c); slices.Contains(got, "weather-forecast") {
+		t.Fatalf("before the activation: %v", got)
+	}
+	agent := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	if _, err := agent.Activate(testenv.Context(t), sessionTurn(t, c), "weather-forecast"); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, c); !slices.Contains(got, "weather-forecast") {
+		t.Fatalf("after the activation: %v", got)
+	}
+	res, err := callTool(testenv.Context(t), c, "weather-forecast", map[string]any{"city": "Oslo"}, nil)
+	if err != nil || res.IsError || !strings.Contains(text(res), "sunny") {
+		t.Fatalf("the activated tool: %+v %v", res, err)
+	}
+}
+
+// TestResumedConversation: a new session naming the turn of an earlier
+// one (Toolbus-Turn on initialize), on another front, finds the turn's
+// discovered tools and its calls.
+func TestResumedConversation(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, first := s.front(t)
+	c, _ := connect(t, first, bearer(mcpfront.TurnHeader, "t-resumed"), legacySessions())
+	eventually(t, "the forecast to be discoverable", func() bool {
+		res, err := callTool(testenv.Context(t), c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
+		return err == nil && !res.IsError && strings.Contains(text(res), "weather-forecast")
+	})
+	_ = c.Close()
+
+	_, second := s.front(t)
+	resumed, _ := connect(t, second, bearer(mcpfront.TurnHeader, "t-resumed"), legacySessions())
+	if got := sessionTurn(t, resumed); got != "t-resumed" {
+		t.Fatalf("the resumed session's turn: %q", got)
+	}
+	if got := names(t, resumed); !slices.Contains(got, "weather-forecast") {
+		t.Fatalf("the resumed session's tools: %v", got)
+	}
+	var list mcp.ListTasksResult
+	if e := rpc(t, second, resumed.GetSessionId(), "tasks/list", map[string]any{}, &list); e != nil || len(list.Tasks) == 0 {
+		t.Fatalf("the resumed turn's calls: %+v %+v", list, e)
+	}
+}
+
+// TestStdioElicitation: over stdio too, a prompt approval is asked of a
+// client that declared elicitation, and the call runs once approved; a
+// client that did not declare it, or that speaks 2026-07-28, is told the
+// call awaits approval.
+func TestStdioElicitation(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	ctx := testenv.Context(t)
+	// call makes the call in a stdio session of its own, which ends with it.
+	call := func(opts ...mcpclient.ClientOption) *mcp.CallToolResult {
+		t.Helper()
+		f, err := mcpfront.New(mcpfront.Config{Client: testenv.Client(t, s.url, client.Options{}), Agent: "analyst", Logger: testenv.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clientIn, serverOut := io.Pipe()
+		serverIn, clientOut := io.Pipe()
+		sessionCtx, stop := context.WithCancel(ctx)
+		served := serveStdio(sessionCtx, f, serverIn, serverOut)
+		defer func() {
+			stop()
+			clientOut.Close()
+			<-served
+			serverOut.Close()
+		}()
+		c := mcpclient.NewClient(transport.NewIO(clientIn, clientOut, nil), opts...)
+		if err := c.Start(sessionCtx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Initialize(sessionCtx, mcp.InitializeRequest{Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "test", Version: "1"}}}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := callTool(sessionCtx, c, "ops-restart", map[string]any{"city": "web"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := call(legacySessions(), mcpclient.WithElicitationHandler(elicitor{approve: true})); res.IsError || text(res) != "restart is sunny" {
+		t.Fatalf("approved over stdio: %+v", res)
+	}
+	for name, opts := range map[string][]mcpclient.ClientOption{
+		"without elicitation": {legacySessions()},
+		// 2026-07-28 has no requests from the server: its elicitation is a
+		// multi round-trip request, which the front does not make.
+		"in the protocol 2026-07-28": {mcpclient.WithElicitationHandler(elicitor{approve: true})},
+	} {
+		if res := call(opts...); res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) {
+			t.Errorf("%s over stdio: %+v", name, res)
+		}
 	}
 }

@@ -146,6 +146,9 @@ func (o *streamOut) notify(_ context.Context, method string, params map[string]a
 // the client's answer, which it posts to the session: to this front,
 // since the request's stream is held by it.
 func (o *streamOut) elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	if _, elicits, _ := parseSession(o.session); !elicits {
+		return nil, errNoElicitation
+	}
 	if err := req.Params.Validate(); err != nil {
 		return nil, err
 	}

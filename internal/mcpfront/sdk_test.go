@@ -15,7 +15,9 @@ import (
 
 // sdkClientScript is run by node's test runner: the official TypeScript MCP
 // SDK client (package-lock.json pins it) connects over streamable HTTP,
-// lists, calls with and without progress, and aborts a call.
+// lists, calls with and without progress, reads every kind of content
+// block and the error mappings, makes a call a task, answers an approval
+// through elicitation, and aborts a call.
 const sdkClientScript = "testdata/sdk_client.test.mjs"
 
 // nodeWithSDK returns the node binary, or skips the test when node or the
@@ -61,9 +63,12 @@ func TestTypeScriptSDKClient(t *testing.T) {
 		t.Fatalf("the TypeScript SDK client's tests failed: %v", err)
 	}
 
-	// The SDK's calls are the turn's calls on the bus: the echo and the
-	// sleep with progress completed, the aborted sleep cancelled by the
-	// front, on the client's notifications/cancelled.
+	// The SDK's calls are the turn's calls on the bus: the echo, the echo
+	// made a task, the mixed content, the broken tool (its own error is a completed call),
+	// the restart approved through elicitation and the sleep with progress
+	// completed; the restart of the client without elicitation awaits its
+	// approval; the aborted sleep was cancelled by the front, on the
+	// client's notifications/cancelled.
 	info, err := testenv.Client(t, s.url, client.Options{Agent: "analyst"}).Turn(testenv.Context(t), turn)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +80,7 @@ func TestTypeScriptSDKClient(t *testing.T) {
 			t.Errorf("the cancelled call: %+v %+v", c, c.Result)
 		}
 	}
-	if len(info.Calls) != 3 || states[messages.StateCompleted] != 2 || states[messages.StateCancelled] != 1 {
+	if len(info.Calls) != 8 || states[messages.StateCompleted] != 6 || states[messages.StateAwaitingApproval] != 1 || states[messages.StateCancelled] != 1 {
 		t.Fatalf("the turn's calls: %+v", info.Calls)
 	}
 }

@@ -18,27 +18,44 @@ var errSessionID = errors.New("not a Toolbus MCP session ID")
 // the turn is read back from the ID by whichever front the session's next
 // request reaches, and the turn's state lives with the coordinator, so no
 // front keeps anything about a session. The random part keeps two sessions
-// of one turn apart. A turn belongs to the first agent that names it, so an
-// ID presented with another agent's token gets that agent nothing of the
+// of one turn apart; it ends with elicitsMark when the client declared the
+// elicitation capability, the one capability of the client's that the
+// front uses. A turn belongs to the first agent that names it, so an ID
+// presented with another agent's token gets that agent nothing of the
 // turn: the coordinator refuses it.
 type sessionResolver struct{}
+
+// elicitsMark ends the random part of the ID of a session whose client
+// declared the elicitation capability.
+const elicitsMark = "-e"
+
+// elicitsKey marks the context of an initialize request whose client
+// declared the elicitation capability.
+type elicitsKey struct{}
 
 func (sessionResolver) ResolveSessionIdManager(r *http.Request) server.SessionIdManager {
 	m := sessionIDs{}
 	if r != nil {
 		m.turn = r.Header.Get(TurnHeader)
+		m.elicits, _ = r.Context().Value(elicitsKey{}).(bool)
 	}
 	return m
 }
 
 // sessionIDs issues a session ID for the turn an initialize request named
 // in its Toolbus-Turn header, or for a new turn.
-type sessionIDs struct{ turn string }
+type sessionIDs struct {
+	turn    string
+	elicits bool
+}
 
 func (m sessionIDs) Generate() string {
 	turn := m.turn
 	if messages.ValidateID("turn", turn) != nil {
 		turn = newTurn()
+	}
+	if m.elicits {
+		return nuid.Next() + elicitsMark + "." + turn
 	}
 	return nuid.Next() + "." + turn
 }
@@ -55,9 +72,17 @@ func (sessionIDs) Validate(sessionID string) (bool, error) {
 func (sessionIDs) Terminate(string) (bool, error) { return false, nil }
 
 func turnOfSession(sessionID string) (string, bool) {
+	turn, _, ok := parseSession(sessionID)
+	return turn, ok
+}
+
+// parseSession reads a session ID: its turn, and whether its client
+// declared the elicitation capability.
+func parseSession(sessionID string) (turn string, elicits bool, ok bool) {
 	random, turn, ok := strings.Cut(sessionID, ".")
+	random, elicits = strings.CutSuffix(random, elicitsMark)
 	if !ok || len(random) != 22 || messages.ValidateID("session", random) != nil || messages.ValidateID("turn", turn) != nil {
-		return "", false
+		return "", false, false
 	}
-	return turn, true
+	return turn, elicits, true
 }

@@ -32,6 +32,10 @@ type rpcMessage struct {
 		Meta      *mcp.Meta       `json:"_meta"`
 		// RequestID is the request a notifications/cancelled cancels.
 		RequestID json.RawMessage `json:"requestId"`
+		// Capabilities are those an initialize request declares.
+		Capabilities struct {
+			Elicitation json.RawMessage `json:"elicitation"`
+		} `json:"capabilities"`
 	} `json:"params"`
 	// Result and Error are those of a client's answer to a request of
 	// the front's.
@@ -72,6 +76,24 @@ func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent stri
 		f.toMCPGo(w, r, agent, body)
 		return
 	}
+	if req.Method == string(mcp.MethodInitialize) {
+		if turn := r.Header.Get(TurnHeader); turn != "" {
+			if err := messages.ValidateID("turn", turn); err != nil {
+				// Rather than a new turn, which would lose the one the
+				// client means to resume.
+				writeStatus(w, http.StatusBadRequest, newResponse(req.ID, nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: TurnHeader + ": " + err.Error()}))
+				return
+			}
+		}
+		if e := req.Params.Capabilities.Elicitation; len(e) > 0 && string(e) != "null" {
+			// The session's ID says so (see sessionResolver).
+			r = r.WithContext(context.WithValue(r.Context(), elicitsKey{}, true))
+		}
+	} else if v := r.Header.Get(server.HeaderKeyProtocolVersion); v != "" && !mcp.IsValidProtocolVersion(v) {
+		// As mcp-go answers the requests it serves.
+		http.Error(w, "Unsupported protocol version: "+v, http.StatusBadRequest)
+		return
+	}
 	session := r.Header.Get(server.HeaderKeySessionID)
 	turn, inSession := turnOfSession(session)
 	inSession = inSession && !mcp.IsModernProtocol(r.Header.Get(server.HeaderKeyProtocolVersion))
@@ -85,6 +107,11 @@ func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent stri
 		if err := writeResponse(w, newResponse(req.ID, result, rpcErr)); err != nil {
 			f.log.Debug("task answer not sent", "error", err)
 		}
+	case session == "" && req.Method != string(mcp.MethodInitialize) && !mcp.IsModernProtocol(r.Header.Get(server.HeaderKeyProtocolVersion)) && req.Params.Meta.ProtocolVersion() == "":
+		// A session-based request without its session, as MCP wants it
+		// answered (mcp-go would say 404, which tells a client that its
+		// session ended).
+		writeStatus(w, http.StatusBadRequest, newResponse(req.ID, nil, &rpcError{Code: mcp.INVALID_REQUEST, Message: "Bad Request: Mcp-Session-Id header is required (initialize first, or name the protocol version 2026-07-28)"}))
 	case !inSession:
 		f.toMCPGo(w, r, agent, body)
 	case req.Method == string(mcp.MethodToolsCall) && len(req.ID) > 0:
@@ -96,6 +123,18 @@ func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent stri
 	default:
 		f.toMCPGo(w, r, agent, body)
 	}
+}
+
+// writeStatus writes a JSON-RPC message with an HTTP status other than 200.
+func writeStatus(w http.ResponseWriter, status int, msg *rpcResponse) {
+	data, err := json.Marshal(msg)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(data)
 }
 
 // toMCPGo passes a request on to mcp-go, as agent's, with the body the

@@ -171,6 +171,10 @@ type sessionOut struct{}
 
 var errNoSession = errors.New("no MCP session in the request's context")
 
+// errNoElicitation is the error of a client that did not declare the
+// elicitation capability: the front may not ask it.
+var errNoElicitation = errors.New("the client did not declare the elicitation capability")
+
 func (sessionOut) notify(ctx context.Context, method string, params map[string]any) error {
 	srv := server.ServerFromContext(ctx)
 	if srv == nil {
@@ -183,6 +187,9 @@ func (sessionOut) elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.
 	srv := server.ServerFromContext(ctx)
 	if srv == nil {
 		return nil, errNoSession
+	}
+	if s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo); ok && s.GetClientCapabilities().Elicitation == nil {
+		return nil, errNoElicitation
 	}
 	return srv.RequestElicitation(ctx, req)
 }
@@ -313,8 +320,8 @@ func (f *Front) cancelOnEnd(ctx context.Context, callID string) {
 // is then answered as awaiting approval.
 func (f *Front) elicit(ctx context.Context, out callOut, a *messages.Approval) bool {
 	message := fmt.Sprintf("Allow the call of %s?", a.Tool)
-	if a.Reason != "" {
-		message += " " + a.Reason + "."
+	if why := approvalWhy(a); why != "" {
+		message += " " + why
 	}
 	if len(a.Arguments) > 0 {
 		message += " Arguments: " + string(a.Arguments)
@@ -441,12 +448,25 @@ func refused(e *messages.Error) *mcp.CallToolResult {
 	}
 }
 
+// approvalWhy is what an approval says of itself, as one sentence: the
+// message its exposure rule gives for the person deciding, else its reason.
+func approvalWhy(a *messages.Approval) string {
+	why := strings.TrimSpace(a.Message)
+	if why == "" {
+		why = strings.TrimSpace(a.Reason)
+	}
+	if why != "" && !strings.ContainsAny(why[len(why)-1:], ".!?") {
+		why += "."
+	}
+	return why
+}
+
 // awaitingText says that a call waits for an approval: which, in which
-// mode, who decides it.
+// mode, why, who decides it.
 func awaitingText(a *messages.Approval) string {
 	text := fmt.Sprintf("The call of %s awaits approval %s (%s mode) and has not run yet.", a.Tool, a.ApprovalID, a.Mode)
-	if a.Reason != "" {
-		text += " Reason: " + a.Reason + "."
+	if why := approvalWhy(a); why != "" {
+		text += " Reason: " + why
 	}
 	if a.Mode == messages.ApprovalPrompt {
 		text += " The user answers it (approvals.answer); the call runs once approved."

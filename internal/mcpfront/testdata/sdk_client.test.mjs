@@ -10,7 +10,7 @@ import { after, before, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ListTasksResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { ElicitRequestSchema, ListTasksResultSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const url = process.env.TOOLBUS_MCP_URL;
 const token = process.env.TOOLBUS_MCP_TOKEN;
@@ -56,6 +56,90 @@ test('calls a tool and gets its content and call ID', async () => {
   assert.deepEqual(result.content.map((c) => c.text), ['hello from the SDK']);
   assert.ok(result._meta?.['toolbus/call_id'], `no call ID in _meta: ${JSON.stringify(result._meta)}`);
   assert.equal(result._meta['toolbus/state'], 'completed');
+});
+
+test('content blocks of every kind pass the SDK\'s result schema', async () => {
+  const result = await client.callTool({ name: 'media-mixed', arguments: {} });
+  assert.notEqual(result.isError, true, JSON.stringify(result));
+  assert.deepEqual(result.content.map((c) => c.type), ['text', 'image', 'audio', 'resource', 'resource', 'resource_link', 'text']);
+  const [text, image, audio, embedded, blob, link, json] = result.content;
+  assert.deepEqual(text.annotations, { audience: ['user'], priority: 0.5 });
+  assert.equal(Buffer.from(image.data, 'base64').toString('latin1'), 'PNG\x00\x01');
+  assert.equal(image.mimeType, 'image/png');
+  assert.equal(audio.mimeType, 'audio/wav');
+  assert.deepEqual(embedded.resource, { uri: 'file:///notes.md', mimeType: 'text/markdown', text: '# notes' });
+  assert.deepEqual(Buffer.from(blob.resource.blob, 'base64'), Buffer.from([0, 1, 2]));
+  assert.deepEqual(link, { type: 'resource_link', uri: 'https://example.com/report', name: 'report', description: 'The full report', mimeType: 'text/html' });
+  assert.equal(json.text, '{"points":3}');
+  assert.deepEqual(result.structuredContent, { points: 3 });
+});
+
+test('a tool\'s error is a result with isError and the Toolbus code, not a rejection', async () => {
+  const result = await client.callTool({ name: 'media-broken', arguments: {} });
+  assert.equal(result.isError, true, JSON.stringify(result));
+  assert.equal(result._meta?.['toolbus/code'], 'tool_error');
+  assert.match(result.content[0].text, /the printer is on fire/);
+});
+
+test('an unknown tool is a JSON-RPC error, invalid params', async () => {
+  await assert.rejects(client.callTool({ name: 'nosuch-tool', arguments: {} }), (err) => err.code === -32602);
+});
+
+test('a call made a task streams its creation, its status and its result, the task ID being the call\'s', async () => {
+  const messages = [];
+  for await (const message of client.experimental.tasks.callToolStream({ name: 'demo-echo', arguments: { text: 'as a task' } }, undefined, { task: {} })) {
+    messages.push(message);
+  }
+  assert.equal(messages[0].type, 'taskCreated', JSON.stringify(messages));
+  const taskId = messages[0].task.taskId;
+  const last = messages.at(-1);
+  assert.equal(last.type, 'result', JSON.stringify(messages));
+  assert.deepEqual(last.result.content.map((c) => c.text), ['as a task']);
+  assert.equal(last.result._meta['toolbus/call_id'], taskId);
+  const task = await client.experimental.tasks.getTask(taskId);
+  assert.equal(task.status, 'completed');
+  const { tasks } = await client.experimental.tasks.listTasks();
+  assert.ok(tasks.some((t) => t.taskId === taskId), JSON.stringify(tasks));
+});
+
+// connectAs opens another session of the turn, with the client's
+// capabilities given.
+async function connectAs(capabilities) {
+  const t = new StreamableHTTPClientTransport(new URL(url), {
+    requestInit: { headers: { Authorization: `Bearer ${token}`, 'Toolbus-Turn': turn } },
+  });
+  const c = new Client({ name: 'toolbus-sdk-test-elicitation', version: '1.0.0' }, { capabilities });
+  await c.connect(t);
+  return c;
+}
+
+test('a call held for the user\'s approval is asked through elicitation, and runs once approved', async () => {
+  const asking = await connectAs({ elicitation: {} });
+  try {
+    const asked = [];
+    asking.setRequestHandler(ElicitRequestSchema, (request) => {
+      asked.push(request.params);
+      return { action: 'accept', content: { approve: true } };
+    });
+    const result = await asking.callTool({ name: 'ops-restart', arguments: { city: 'web' } });
+    assert.notEqual(result.isError, true, JSON.stringify(result));
+    assert.equal(result.content[0].text, 'restart is sunny');
+    assert.equal(asked.length, 1);
+    assert.match(asked[0].message, /^Allow the call of ops-restart\? Restarts interrupt users\. Arguments: \{"city":"web"\}$/);
+    assert.equal(asked[0].requestedSchema.properties.approve.type, 'boolean');
+  } finally {
+    await asking.close();
+  }
+});
+
+test('without elicitation, a call held for the user\'s approval answers at once naming the approval', async () => {
+  const result = await client.callTool({ name: 'ops-restart', arguments: { city: 'db' } });
+  assert.notEqual(result.isError, true, JSON.stringify(result));
+  assert.equal(result._meta?.['toolbus/state'], 'awaiting_approval');
+  const approval = result._meta?.['toolbus/approval_id'];
+  assert.ok(approval, JSON.stringify(result._meta));
+  assert.ok(result.content[0].text.includes(approval), result.content[0].text);
+  assert.match(result.content[0].text, /\(prompt mode\) and has not run yet/);
 });
 
 test('a call with progress gets its progress notifications in order, then its result', async () => {
