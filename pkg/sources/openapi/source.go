@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/toolbus/toolbus/pkg/worker"
 )
@@ -63,6 +64,13 @@ type Config struct {
 	// MaxResponseSize is the largest response body read, in bytes; a larger
 	// one is a tool error. Defaults to 4 MiB.
 	MaxResponseSize int64
+	// LoadTimeout bounds reading the document at Start, with every file and
+	// URL its references lead to. Defaults to 30s.
+	LoadTimeout time.Duration
+	// MaxSpecSize is the most bytes the document may have, with every file
+	// and URL its references lead to; a larger one fails Start. Defaults
+	// to 32 MiB.
+	MaxSpecSize int64
 	// HTTPClient sends the requests. Defaults to a client of its own.
 	HTTPClient *http.Client
 	// Logger defaults to slog.Default().
@@ -98,6 +106,12 @@ func New(cfg Config) (*Source, error) {
 	if cfg.MaxResponseSize == 0 {
 		cfg.MaxResponseSize = 4 << 20
 	}
+	if cfg.LoadTimeout == 0 {
+		cfg.LoadTimeout = 30 * time.Second
+	}
+	if cfg.MaxSpecSize == 0 {
+		cfg.MaxSpecSize = 32 << 20
+	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
@@ -117,7 +131,7 @@ func (s *Source) Start(ctx context.Context, update func([]worker.Tool)) ([]worke
 	if err := s.readCredential(); err != nil {
 		return nil, fmt.Errorf("openapi: service %s: %w", s.cfg.Name, err)
 	}
-	doc, specURL, order, err := load(ctx, s.cfg.Spec, s.cfg.HTTPClient)
+	doc, specURL, order, err := load(ctx, s.cfg.Spec, s.cfg.HTTPClient, loadLimits{timeout: s.cfg.LoadTimeout, size: s.cfg.MaxSpecSize})
 	if err != nil {
 		return nil, fmt.Errorf("openapi: service %s: %w", s.cfg.Name, err)
 	}
