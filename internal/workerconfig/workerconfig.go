@@ -463,6 +463,9 @@ func (c *Config) headers(ns, kind, source string, headers map[string]string) (ma
 	out := make(map[string]string, len(headers))
 	for _, name := range slices.Sorted(maps.Keys(headers)) {
 		v, err := sources.ExpandValue(headers[name], c.dir)
+		if err == nil {
+			err = sources.CheckHeaderValue(v)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: namespace %s: %s source %s: header %s: %w", c.file, ns, kind, source, name, err)
 		}

@@ -198,8 +198,18 @@ namespaces:
 		t.Fatalf("headers %v, %v", headers, err)
 	}
 
+	// A value read for a header that spans lines would let it add headers
+	// of its own (or fail every request): the start stops, without quoting
+	// the value.
+	if err := os.WriteFile(filepath.Join(dir, "two-lines"), []byte("t0ken\nX-Injected: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TOOLBUS_TEST_SPLIT_TOKEN", "t0ken\r\nX-Injected: 1")
 	for _, tc := range []struct{ value, want string }{
 		{"${TOOLBUS_TEST_UNSET_TOKEN}", file + ": namespace x: openapi source pets: header Authorization: environment variable is not set: TOOLBUS_TEST_UNSET_TOKEN"},
+		{"file:two-lines", file + ": namespace x: openapi source pets: header Authorization: the value holds a control character (byte 5 is 0xa): a header's value is one line"},
+		{"Bearer ${TOOLBUS_TEST_SPLIT_TOKEN}", file + ": namespace x: openapi source pets: header Authorization: the value holds a control character (byte 12 is 0xd): a header's value is one line"},
+		{`a\nb`, file + ": namespace x: openapi source pets: header Authorization: the value holds a control character (byte 1 is 0xa): a header's value is one line"},
 		{"file:nowhere", file + ": namespace x: openapi source pets: header Authorization: read open " + filepath.Join(dir, "nowhere") + ": no such file or directory"},
 	} {
 		cfg, err := Parse(file, []byte("namespaces:\n  - name: x\n    sources:\n      - openapi: {name: pets, spec: pets.yaml, headers: {Authorization: \""+tc.value+"\"}}\n"))

@@ -180,3 +180,20 @@ func TestSpecThatNeverArrivesFailsStart(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 }
+
+// TestHeaderValuesOfOneLine refuses configured headers and credentials
+// that span lines, which would add headers of their own to every request.
+func TestHeaderValuesOfOneLine(t *testing.T) {
+	if _, err := openapi.New(openapi.Config{Name: "x", Spec: "s.yaml", Headers: map[string]string{"X-Team": "tools\r\nX-Injected: 1"}}); err == nil ||
+		!strings.Contains(err.Error(), "header X-Team: the value holds a control character") {
+		t.Errorf("New: %v", err)
+	}
+	t.Setenv("TOOLBUS_TEST_SPLIT_TOKEN", "t0ken\nX-Injected: 1")
+	src, err := openapi.New(openapi.Config{Name: "x", Spec: "s.yaml", Auth: openapi.Auth{BearerEnv: "TOOLBUS_TEST_SPLIT_TOKEN"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Start(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "TOOLBUS_TEST_SPLIT_TOKEN (bearer_env): the value holds a control character") {
+		t.Errorf("Start: %v", err)
+	}
+}

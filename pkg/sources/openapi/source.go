@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolbus/toolbus/pkg/sources"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -103,6 +104,11 @@ func New(cfg Config) (*Source, error) {
 			return nil, fmt.Errorf("openapi: service %s: base URL %q is not an absolute URL", cfg.Name, cfg.BaseURL)
 		}
 	}
+	for name, value := range cfg.Headers {
+		if err := sources.CheckHeaderValue(value); err != nil {
+			return nil, fmt.Errorf("openapi: service %s: header %s: %w", cfg.Name, name, err)
+		}
+	}
 	if cfg.MaxResponseSize == 0 {
 		cfg.MaxResponseSize = 4 << 20
 	}
@@ -166,5 +172,8 @@ func (s *Source) readCredential() error {
 		return fmt.Errorf("auth: environment variable %s (%s) is not set", name, field)
 	}
 	s.credential = strings.TrimSpace(v)
+	if err := sources.CheckHeaderValue(s.credential); err != nil {
+		return fmt.Errorf("auth: environment variable %s (%s): %w", name, field, err)
+	}
 	return nil
 }
