@@ -20,6 +20,10 @@ import (
 const serveEnvArg = "serve-env-mcp-server"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == fakeServerArg {
+		serveFake(os.Getenv("FAKE_MCP_MODE"))
+		os.Exit(0)
+	}
 	if len(os.Args) > 1 && os.Args[1] == serveEnvArg {
 		s := server.NewMCPServer("env", "1.0.0", server.WithRoots())
 		s.AddTool(mcpgo.NewTool("env"), func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
