@@ -1,0 +1,140 @@
+package integration
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+)
+
+// TestWorkerConfiguredFromTheDocs does what docs/workers.md tells a new
+// user to: one namespace with the MCP reference server over stdio and an
+// HTTP service described by OpenAPI, secrets in ${ENV} and file: header
+// values, served by the worker command. It checks what the page promises:
+// the service gets the headers, an operation whose operationId holds a dot
+// is renamed with a hash suffix and `toolbus tools` prints its original
+// name, the renamed tool is called by its method, and the stdio server sees
+// the allowlisted and named variables but not the worker's secrets.
+func TestWorkerConfiguredFromTheDocs(t *testing.T) {
+	// Not parallel: the worker inherits variables the test sets.
+	t.Setenv("DOCS_TEST_API_TOKEN", "t0ken-from-env")
+	t.Setenv("DOCS_TEST_INHERITED", "passed-on")
+	t.Setenv("DOCS_TEST_OTHER_SECRET", "never-passed-on")
+	server := everythingServer(t)
+
+	type seen struct{ authorization, apiKey, path string }
+	requests := make(chan seen, 4)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/openapi.yaml" {
+			io.WriteString(w, `openapi: 3.1.0
+info: {title: items, version: "1"}
+servers: [{url: /api}]
+paths:
+  /items/{id}:
+    get:
+      operationId: items.get
+      parameters:
+        - {name: id, in: path, required: true, schema: {type: string}}
+      responses: {"200": {description: the item}}
+`)
+			return
+		}
+		requests <- seen{r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"), r.URL.Path}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id": "`+strings.TrimPrefix(r.URL.Path, "/api/items/")+`"}`)
+	}))
+	t.Cleanup(api.Close)
+
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "secrets"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "secrets", "items-key"), []byte("k3y-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "worker.yaml")
+	err := os.WriteFile(config, []byte(`
+namespaces:
+  - name: docs
+    sources:
+      - mcp:
+          name: everything
+          command: `+strconv.Quote(server)+`
+          args: [stdio]
+          env: {DOCS_TEST_SET_BY_FILE: "yes"}
+          inherit_env: [DOCS_TEST_INHERITED]
+      - openapi:
+          name: items
+          spec: `+api.URL+`/openapi.yaml
+          headers:
+            Authorization: "Bearer ${DOCS_TEST_API_TOKEN}"
+            X-Api-Key: "file:secrets/items-key"
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	w := testenv.Start(t, testenv.Binary(t, "./cmd/worker"), "--server", srv.URL(), "--config", config, "--id", "documented")
+	w.WaitLine(t, "worker documented ready")
+	t.Cleanup(func() { w.Interrupt(t) })
+
+	// items.get → items_get_ and the first six hex digits of the name's SHA-256.
+	const method = "docs-items_get_"
+	var (
+		out  []byte
+		line string
+	)
+	// The worker has registered its tools; the coordinator's view of the
+	// catalog follows them.
+	eventually(t, "toolbus tools to list the renamed operation", func() bool {
+		out, err = exec.Command(testenv.Binary(t, "./cmd/toolbus"), "--server", srv.URL(), "tools").CombinedOutput()
+		if err != nil {
+			t.Fatalf("toolbus tools: %v\n%s", err, out)
+		}
+		line = regexp.MustCompile(`(?m)^` + method + `[0-9a-f]{6} .*$`).FindString(string(out))
+		return line != ""
+	})
+	if !strings.HasSuffix(line, "(source's name: items.get)") {
+		t.Fatalf("toolbus tools shows no renamed items.get with its original name:\n%s", out)
+	}
+	name := strings.Fields(line)[0]
+
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "tester"})
+	ctx := testenv.Context(t)
+	res, err := c.Call(ctx, name, map[string]any{"id": "42"})
+	if err != nil || res.IsError || !strings.Contains(string(res.StructuredContent), `"42"`) {
+		t.Fatalf("%s: %+v %v", name, res, err)
+	}
+	if got := receive(t, requests, "the request of "+name); got != (seen{"Bearer t0ken-from-env", "k3y-from-file", "/api/items/42"}) {
+		t.Fatalf("the service got %+v", got)
+	}
+
+	res, err = c.Call(ctx, "docs-get-env", map[string]any{})
+	if err != nil || res.IsError {
+		t.Fatalf("get-env: %+v %v", res, err)
+	}
+	var env map[string]string
+	if err := json.Unmarshal([]byte(textOf(res)), &env); err != nil {
+		t.Fatalf("get-env answered %q: %v", textOf(res), err)
+	}
+	if env["DOCS_TEST_INHERITED"] != "passed-on" || env["DOCS_TEST_SET_BY_FILE"] != "yes" || env["PATH"] == "" {
+		t.Errorf("the server lacks variables it was given: %v", env)
+	}
+	for _, secret := range []string{"DOCS_TEST_API_TOKEN", "DOCS_TEST_OTHER_SECRET"} {
+		if v, ok := env[secret]; ok {
+			t.Errorf("the server inherited %s=%s", secret, v)
+		}
+	}
+}
