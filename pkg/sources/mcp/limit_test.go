@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,10 +22,14 @@ import (
 // that misbehaves as $FAKE_MCP_MODE says: "silent" never answers
 // initialize, "huge-list" lists a tool whose description is larger than a
 // message may be, "endless-pages" lists pages of tools without end, and
-// "huge-result" answers its tool's call with such a text.
+// "huge-result" answers its tool's call with such a text; "deaf" does not
+// take the end of its input as the end, and "stubborn" ignores SIGTERM too.
 const fakeServerArg = "serve-fake-mcp-server"
 
 func serveFake(mode string) {
+	if mode == "stubborn" {
+		signal.Ignore(syscall.SIGTERM)
+	}
 	in := bufio.NewReader(os.Stdin)
 	out := bufio.NewWriter(os.Stdout)
 	answer := func(id json.RawMessage, result any) {
@@ -36,6 +42,12 @@ func serveFake(mode string) {
 	for {
 		line, err := in.ReadBytes('\n')
 		if err != nil {
+			if mark := os.Getenv("FAKE_MCP_MARK"); mark != "" {
+				os.WriteFile(mark, []byte("end of input"), 0o600)
+			}
+			if mode == "stubborn" || mode == "deaf" {
+				select {} // waits for a signal that ends it
+			}
 			return
 		}
 		var req struct {
