@@ -40,7 +40,7 @@ func TestLoadExample(t *testing.T) {
 		}
 	}
 	local := cfg.mcpConfig("everything", cfg.Namespaces[1].Sources[0].MCP, nil)
-	if want := filepath.Join("testdata", "..", "node_modules", ".bin", "mcp-server-everything"); local.Command != filepath.Clean(want) {
+	if want, _ := filepath.Abs(filepath.Join("testdata", "..", "node_modules", ".bin", "mcp-server-everything")); local.Command != want {
 		t.Errorf("command %q, want it relative to the file: %q", local.Command, want)
 	}
 	if len(local.Env) != 1 || local.Env[0] != "LOG_LEVEL=debug" {
@@ -48,6 +48,30 @@ func TestLoadExample(t *testing.T) {
 	}
 	if src, ok := pets.Sources[0].(*openapi.Source); !ok || src.Name() != "petstore" {
 		t.Errorf("pets source %T", pets.Sources[0])
+	}
+}
+
+// TestRelativeCommand: a command with a / is the file next to the
+// configuration, even for "./server" in a file named without a directory,
+// which a cleaned path would turn into a bare name looked up in PATH.
+func TestRelativeCommand(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ file, command, want string }{
+		{"w.yaml", "./server", filepath.Join(wd, "server")},
+		{"w.yaml", "bin/server", filepath.Join(wd, "bin", "server")},
+		{"conf/w.yaml", "./server", filepath.Join(wd, "conf", "server")},
+		{"/etc/toolbus/w.yaml", "../server", "/etc/server"},
+	} {
+		cfg, err := Parse(tc.file, []byte("namespaces:\n  - name: x\n    sources:\n      - mcp: {name: s, command: "+tc.command+", dir: work}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.mcpConfig("x", cfg.Namespaces[0].Sources[0].MCP, nil).Command; got != tc.want {
+			t.Errorf("%s in %s: command %q, want %q", tc.command, tc.file, got, tc.want)
+		}
 	}
 }
 
