@@ -197,3 +197,37 @@ func TestHeaderValuesOfOneLine(t *testing.T) {
 		t.Errorf("Start: %v", err)
 	}
 }
+
+// TestReferenceLoops: a schema that contains itself through a $ref loads,
+// cut at the repetition; references that only point at each other fail
+// Start at once, naming one of them.
+func TestReferenceLoops(t *testing.T) {
+	t.Parallel()
+	const head = `openapi: 3.0.3
+info: {title: t, version: "1"}
+servers: [{url: "http://127.0.0.1:1"}]
+paths:
+  /x:
+    post:
+      operationId: postX
+      requestBody:
+        content:
+          application/json:
+            schema: {$ref: "#/components/schemas/A"}
+      responses: {"200": {description: ok}}
+components:
+  schemas:
+`
+	tools, err := startWithin(t, 20*time.Second, openapi.Config{Name: "x", Namespace: "x", Spec: writeSpec(t, head+`    A: {type: object, properties: {name: {type: string}, next: {$ref: "#/components/schemas/B"}}}
+    B: {type: object, properties: {back: {$ref: "#/components/schemas/A"}}}
+`)})
+	if err != nil || len(tools) != 1 {
+		t.Fatalf("a schema that contains itself: %v %v", tools, err)
+	}
+	_, err = startWithin(t, 20*time.Second, openapi.Config{Name: "x", Namespace: "x", Spec: writeSpec(t, head+`    A: {$ref: "#/components/schemas/B"}
+    B: {$ref: "#/components/schemas/A"}
+`)})
+	if err == nil || !strings.Contains(err.Error(), "#/components/schemas/") {
+		t.Fatalf("references that only point at each other: %v", err)
+	}
+}
