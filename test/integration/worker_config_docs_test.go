@@ -138,3 +138,66 @@ namespaces:
 		}
 	}
 }
+
+// TestDevWorkerConfigReplacesDemo: `toolbus dev --worker-config FILE`
+// serves the file's namespaces from the dev process, and a namespace named
+// demo in the file takes the place of the built-in demo tools.
+func TestDevWorkerConfigReplacesDemo(t *testing.T) {
+	t.Parallel()
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/openapi.yaml" {
+			io.WriteString(w, `openapi: 3.0.3
+info: {title: greet, version: "1"}
+servers: [{url: /}]
+paths:
+  /greeting:
+    get:
+      operationId: greet
+      responses: {"200": {description: a greeting}}
+`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "hello from the service")
+	}))
+	t.Cleanup(api.Close)
+	config := filepath.Join(t.TempDir(), "worker.yaml")
+	if err := os.WriteFile(config, []byte("namespaces:\n  - name: demo\n    sources:\n      - openapi: {name: greet, spec: "+api.URL+"/openapi.yaml}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := testenv.Binary(t, "./cmd/toolbus")
+	dev := testenv.Start(t, bin, "dev", "--port", "0", "--data", t.TempDir(), "--worker-config", config)
+	url := strings.TrimSpace(strings.TrimPrefix(dev.WaitLine(t, "NATS URL:"), "NATS URL:"))
+	dev.WaitLine(t, "Press Ctrl-C")
+	// What the README says dev prints: the NATS URL (a free port with
+	// --port 0), the MCP front's and the console's URLs, example calls.
+	printed := dev.Output()
+	for _, want := range []string{"NATS URL: nats://127.0.0.1:", "MCP endpoint: http://127.0.0.1:", "/mcp", "Admin console: http://127.0.0.1:",
+		"go run ./cmd/toolbus --server " + url + " tools", "call demo-word_count"} {
+		if !strings.Contains(printed, want) {
+			t.Errorf("toolbus dev did not print %q:\n%s", want, printed)
+		}
+	}
+	if strings.Contains(url, ":4222") {
+		t.Errorf("--port 0 took the default port: %s", url)
+	}
+	t.Cleanup(func() { dev.Interrupt(t) })
+	cli := func(args ...string) string {
+		out, err := exec.Command(bin, append([]string{"--server", url}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("toolbus %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	var out string
+	eventually(t, "toolbus tools to list demo-greet", func() bool {
+		out = cli("tools")
+		return strings.Contains(out, "demo-greet")
+	})
+	if strings.Contains(out, "demo-word_count") || strings.Contains(out, "demo-echo") {
+		t.Fatalf("the built-in demo tools are served beside the file's demo namespace:\n%s", out)
+	}
+	if got := strings.TrimSpace(cli("call", "demo-greet", "{}")); got != "hello from the service" {
+		t.Fatalf("demo-greet printed %q", got)
+	}
+}
