@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -54,8 +55,9 @@ func serveFake(mode string) {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
 			Params struct {
-				ProtocolVersion string `json:"protocolVersion"`
-				Cursor          string `json:"cursor"`
+				ProtocolVersion string          `json:"protocolVersion"`
+				Cursor          string          `json:"cursor"`
+				Capabilities    json.RawMessage `json:"capabilities"`
 			} `json:"params"`
 		}
 		if json.Unmarshal(line, &req) != nil || req.ID == nil {
@@ -65,6 +67,9 @@ func serveFake(mode string) {
 		case "initialize":
 			if mode == "silent" {
 				continue
+			}
+			if path := os.Getenv("FAKE_MCP_CAPABILITIES"); path != "" {
+				os.WriteFile(path, req.Params.Capabilities, 0o600)
 			}
 			answer(req.ID, map[string]any{"protocolVersion": req.Params.ProtocolVersion, "capabilities": map[string]any{"tools": map[string]any{}},
 				"serverInfo": map[string]any{"name": "fake", "version": "1"}})
@@ -207,5 +212,33 @@ func TestMessageLimitFraming(t *testing.T) {
 				t.Fatalf("read: %v, told %v", err, told)
 			}
 		})
+	}
+}
+
+// TestDeclaredCapabilities: the worker declares no client capabilities but
+// roots, and roots only when the source lists some.
+func TestDeclaredCapabilities(t *testing.T) {
+	t.Parallel()
+	for _, roots := range [][]string{nil, {t.TempDir()}} {
+		cfg := fakeServer(t, "")
+		record := filepath.Join(t.TempDir(), "capabilities")
+		cfg.Env = append(cfg.Env, "FAKE_MCP_CAPABILITIES="+record)
+		cfg.Roots = roots
+		if _, _, err := startFake(t, cfg); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(record)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var declared map[string]json.RawMessage
+		if err := json.Unmarshal(data, &declared); err != nil {
+			t.Fatalf("capabilities %s: %v", data, err)
+		}
+		_, hasRoots := declared["roots"]
+		delete(declared, "roots")
+		if hasRoots != (len(roots) > 0) || len(declared) > 0 {
+			t.Errorf("with roots %v the worker declared %s", roots, data)
+		}
 	}
 }
