@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -240,5 +242,77 @@ func TestDeclaredCapabilities(t *testing.T) {
 		if hasRoots != (len(roots) > 0) || len(declared) > 0 {
 			t.Errorf("with roots %v the worker declared %s", roots, data)
 		}
+	}
+}
+
+// TestLimitBodyFraming: an SSE stream is bounded per event, any other
+// body as a whole.
+func TestLimitBodyFraming(t *testing.T) {
+	for contentType, want := range map[string]framing{
+		"text/event-stream":                perEvent,
+		"text/event-stream; charset=utf-8": perEvent,
+		"application/json":                 perBody,
+		"":                                 perBody,
+	} {
+		resp := &http.Response{Header: http.Header{"Content-Type": {contentType}}, Body: io.NopCloser(strings.NewReader(""))}
+		limitBody(resp, nil)
+		body, ok := resp.Body.(struct {
+			io.Reader
+			io.Closer
+		})
+		if !ok {
+			t.Fatalf("%q: body %T", contentType, resp.Body)
+		}
+		if m, ok := body.Reader.(*messageLimit); !ok || m.framing != want || m.limit != maxMessageSize {
+			t.Errorf("%q: reader %+v, want framing %v", contentType, body.Reader, want)
+		}
+	}
+}
+
+// TestHTTPToolListLargerThanAMessage: a streamable HTTP server whose tool
+// list is larger than a message may be is reported down with that reason,
+// rather than read into memory however large.
+func TestHTTPToolListLargerThanAMessage(t *testing.T) {
+	t.Parallel()
+	huge := strings.Repeat("x", maxMessageSize)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			} `json:"params"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		if req.ID == nil {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		var result any = map[string]any{}
+		switch req.Method {
+		case "initialize":
+			result = map[string]any{"protocolVersion": req.Params.ProtocolVersion, "capabilities": map[string]any{"tools": map[string]any{}}, "serverInfo": map[string]any{"name": "big", "version": "1"}}
+		case "tools/list":
+			result = map[string]any{"tools": []any{map[string]any{"name": "big", "description": huge, "inputSchema": map[string]any{"type": "object"}}}}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": result})
+	}))
+	t.Cleanup(ts.Close)
+	src, err := New(Config{Name: "big", Namespace: "big", URL: ts.URL + "/mcp", Logger: testenv.Logger(t), MinBackoff: time.Hour, MaxBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := src.Start(context.Background(), func([]worker.Tool) {})
+	if err != nil || len(tools) != 0 {
+		t.Fatalf("Start: %v %v", tools, err)
+	}
+	t.Cleanup(func() { src.Stop(context.Background()) })
+	if reason := src.Unavailable(); !strings.Contains(reason, fmt.Sprintf("list tools: the server sent a message larger than %d bytes", maxMessageSize)) {
+		t.Fatalf("unavailable: %q", reason)
 	}
 }
