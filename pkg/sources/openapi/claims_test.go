@@ -172,3 +172,18 @@ func keys(m map[string]worker.Tool) []string {
 	}
 	return out
 }
+
+// TestUnsetCredentialFailsStart: an auth variable that is not set stops
+// the start, naming it.
+func TestUnsetCredentialFailsStart(t *testing.T) {
+	t.Parallel()
+	for _, auth := range []openapi.Auth{{BearerEnv: "TOOLBUS_TEST_NEVER_SET"}, {APIKeyEnv: "TOOLBUS_TEST_NEVER_SET", Query: "key"}} {
+		src, err := openapi.New(openapi.Config{Name: "x", Namespace: "x", Spec: writeSpec(t, claimsSpec), BaseURL: "http://127.0.0.1:1", Auth: auth})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := src.Start(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "auth: environment variable TOOLBUS_TEST_NEVER_SET") || !strings.Contains(err.Error(), "is not set") {
+			t.Errorf("%+v: Start: %v", auth, err)
+		}
+	}
+}
