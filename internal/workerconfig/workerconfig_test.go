@@ -172,6 +172,25 @@ namespaces:
             getPet: {}
 `, []string{`w.yaml:9: namespaces[0].sources[0].openapi.tools.deletePet.delivery: unknown delivery "twice"`,
 			`w.yaml:10: namespaces[0].sources[0].openapi.tools.getPet.delivery: required`}},
+		{"namespace listed twice, demo twice", `
+namespaces:
+  - name: x
+    sources:
+      - demo: true
+      - demo: true
+  - name: x
+    sources:
+      - demo: true
+`, []string{"w.yaml:6: namespaces[0].sources[1].demo: the demo tools are listed twice", "w.yaml:7: namespaces[1].name: namespace x is listed twice"}},
+		{"keys of the other transport", `
+namespaces:
+  - name: x
+    sources:
+      - mcp: {name: a, url: "https://mcp.example.com/mcp", env: {K: v}, dir: work}
+      - mcp: {name: b, command: srv, headers: {X-A: b}}
+      - mcp: {name: c, url: "ftp://example.com/mcp"}
+`, []string{"namespaces[0].sources[0].mcp.env: goes with the stdio transport, not http", "namespaces[0].sources[0].mcp.dir: goes with the stdio transport, not http",
+			"namespaces[0].sources[1].mcp.headers: go with the sse and http transports, not stdio", `namespaces[0].sources[2].mcp.url: "ftp://example.com/mcp" is not an http or https URL`}},
 		{"negative slots", `
 namespaces:
   - name: x
