@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
 )
 
 // TestWorkerConfiguredFromTheDocs does what docs/workers.md tells a new
@@ -199,5 +201,95 @@ paths:
 	}
 	if got := strings.TrimSpace(cli("call", "demo-greet", "{}")); got != "hello from the service" {
 		t.Fatalf("demo-greet printed %q", got)
+	}
+}
+
+// TestConfiguredHTTPServerAwayAtStart is the restart table's "network MCP
+// server unreachable at start", for a worker run from a configuration
+// file whose MCP source sets a delivery: the worker starts anyway and
+// serves its other namespace; the server's tools, registered on an earlier
+// run, are listed unavailable naming the source and refused at submit;
+// once the server answers they are served again, without a restart.
+func TestConfiguredHTTPServerAwayAtStart(t *testing.T) {
+	t.Parallel()
+	server := everythingServer(t)
+	port := strconv.Itoa(freePort(t))
+	startServer := func() *testenv.Process {
+		p := testenv.Start(t, "/usr/bin/env", "PORT="+port, server, "streamableHttp")
+		p.WaitLine(t, "listening on port "+port)
+		return p
+	}
+	config := filepath.Join(t.TempDir(), "worker.yaml")
+	err := os.WriteFile(config, []byte(`
+namespaces:
+  - name: remote
+    sources:
+      - mcp:
+          name: everything
+          url: http://127.0.0.1:`+port+`/mcp
+          delivery: at_least_once
+  - name: local
+    sources:
+      - demo: true
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	bin := testenv.Binary(t, "./cmd/worker")
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "tester"})
+	operator := testenv.Client(t, srv.URL(), client.Options{}) // lists unavailable tools too
+	ctx := testenv.Context(t)
+	availability := func(name string) (bool, string) {
+		reply, err := operator.ListTools(ctx, messages.ListToolsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range reply.Tools {
+			if e.Name == name {
+				return e.Available, e.Unavailable
+			}
+		}
+		return false, "not in the catalog"
+	}
+
+	// A first run registers the server's tools.
+	first := startServer()
+	w := testenv.Start(t, bin, "--server", srv.URL(), "--config", config, "--id", "first")
+	w.WaitLine(t, "worker first ready")
+	eventually(t, "remote-get-sum to be available", func() bool { ok, _ := availability("remote-get-sum"); return ok })
+	if err := w.Interrupt(t); err != nil {
+		t.Fatalf("first worker: %v", err)
+	}
+	first.Kill()
+	_ = first.Wait(ctx)
+
+	// The server is away when the worker starts again.
+	w = testenv.Start(t, bin, "--server", srv.URL(), "--config", config, "--id", "second")
+	w.WaitLine(t, "worker second ready")
+	t.Cleanup(func() { w.Interrupt(t) })
+	if res, err := c.Call(ctx, "local-echo", map[string]any{"text": "still here"}); err != nil || res.IsError {
+		t.Fatalf("local-echo: %+v %v", res, err)
+	}
+	var reason string
+	eventually(t, "remote-get-sum to be listed unavailable", func() bool {
+		var ok bool
+		ok, reason = availability("remote-get-sum")
+		return !ok && reason != "not in the catalog"
+	})
+	if !strings.Contains(reason, "source everything is down") {
+		t.Fatalf("unavailable for %q, want the source named", reason)
+	}
+	if _, err := c.Submit(ctx, messages.SubmitRequest{Tool: "remote-get-sum", Arguments: []byte(`{"a":1,"b":2}`)}); !errors.Is(err, messages.ErrToolUnavailable) {
+		t.Fatalf("submit while the server is away: %v, want tool_unavailable", err)
+	}
+
+	// The server comes; the worker, still running, serves its tools.
+	startServer()
+	eventually(t, "remote-get-sum to be available again", func() bool { ok, _ := availability("remote-get-sum"); return ok })
+	res, err := c.Call(ctx, "remote-get-sum", map[string]any{"a": 40, "b": 2})
+	if err != nil || res.IsError || textOf(res) != "The sum of 40 and 2 is 42." {
+		t.Fatalf("remote-get-sum once the server answers: %+v %v", res, err)
 	}
 }
