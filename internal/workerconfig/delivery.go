@@ -65,8 +65,24 @@ func (d deliveries) wrap(src worker.Source, log *slog.Logger) worker.Source {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &deliverySource{Source: src, deliveries: d, log: log}
+	wrapped := &deliverySource{Source: src, deliveries: d, log: log}
+	// The worker asks a source whether it is down (an MCP server away);
+	// the wrapper must not hide the answer.
+	if h, ok := src.(worker.SourceHealth); ok {
+		return &deliveryHealthSource{deliverySource: wrapped, health: h}
+	}
+	return wrapped
 }
+
+// deliveryHealthSource is a deliverySource over a source that tells when
+// it cannot serve its tools.
+type deliveryHealthSource struct {
+	*deliverySource
+	health worker.SourceHealth
+}
+
+func (s *deliveryHealthSource) Unavailable() string            { return s.health.Unavailable() }
+func (s *deliveryHealthSource) HealthChanged() <-chan struct{} { return s.health.HealthChanged() }
 
 // of is the configured delivery of a tool, or "" to keep the source's.
 func (d deliveries) of(def *messages.ToolDefinition) messages.Delivery {

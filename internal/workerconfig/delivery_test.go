@@ -57,3 +57,30 @@ namespaces:
 		t.Error("the source's own list was changed")
 	}
 }
+
+// healthSource is a toolsSource that says it is down.
+type healthSource struct {
+	toolsSource
+	changed chan struct{}
+}
+
+func (s *healthSource) Unavailable() string            { return "source s is down: connection refused" }
+func (s *healthSource) HealthChanged() <-chan struct{} { return s.changed }
+
+// TestDeliveryKeepsSourceHealth: a source with configured deliveries still
+// tells the worker when it is down (an MCP server away), so that its tools
+// are listed unavailable; a source that cannot tell is not made to.
+func TestDeliveryKeepsSourceHealth(t *testing.T) {
+	d := deliveriesOf(string(messages.DeliveryAtMostOnce), nil)
+	inner := &healthSource{changed: make(chan struct{})}
+	h, ok := d.wrap(inner, nil).(worker.SourceHealth)
+	if !ok {
+		t.Fatal("the wrapped source no longer tells its health")
+	}
+	if h.Unavailable() != inner.Unavailable() || h.HealthChanged() != inner.changed {
+		t.Errorf("health %q %v", h.Unavailable(), h.HealthChanged())
+	}
+	if _, ok := d.wrap(&toolsSource{}, nil).(worker.SourceHealth); ok {
+		t.Error("a source without health was given one")
+	}
+}

@@ -463,6 +463,9 @@ func (c *Config) headers(ns, kind, source string, headers map[string]string) (ma
 	out := make(map[string]string, len(headers))
 	for _, name := range slices.Sorted(maps.Keys(headers)) {
 		v, err := sources.ExpandValue(headers[name], c.dir)
+		if err == nil {
+			err = sources.CheckHeaderValue(v)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: namespace %s: %s source %s: header %s: %w", c.file, ns, kind, source, name, err)
 		}
@@ -474,7 +477,12 @@ func (c *Config) headers(ns, kind, source string, headers map[string]string) (ma
 func (c *Config) mcpConfig(ns string, m *MCP, log *slog.Logger) mcp.Config {
 	command := m.Command
 	if strings.ContainsRune(command, filepath.Separator) || strings.ContainsRune(command, '/') {
+		// Absolute, so that neither a cleaned "./server" (which would be
+		// looked up in PATH) nor the server's dir changes what runs.
 		command = c.resolve(command)
+		if abs, err := filepath.Abs(command); err == nil {
+			command = abs
+		}
 	}
 	var env []string
 	for _, k := range slices.Sorted(maps.Keys(m.Env)) {

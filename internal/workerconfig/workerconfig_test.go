@@ -40,7 +40,7 @@ func TestLoadExample(t *testing.T) {
 		}
 	}
 	local := cfg.mcpConfig("everything", cfg.Namespaces[1].Sources[0].MCP, nil)
-	if want := filepath.Join("testdata", "..", "node_modules", ".bin", "mcp-server-everything"); local.Command != filepath.Clean(want) {
+	if want, _ := filepath.Abs(filepath.Join("testdata", "..", "node_modules", ".bin", "mcp-server-everything")); local.Command != want {
 		t.Errorf("command %q, want it relative to the file: %q", local.Command, want)
 	}
 	if len(local.Env) != 1 || local.Env[0] != "LOG_LEVEL=debug" {
@@ -48,6 +48,30 @@ func TestLoadExample(t *testing.T) {
 	}
 	if src, ok := pets.Sources[0].(*openapi.Source); !ok || src.Name() != "petstore" {
 		t.Errorf("pets source %T", pets.Sources[0])
+	}
+}
+
+// TestRelativeCommand: a command with a / is the file next to the
+// configuration, even for "./server" in a file named without a directory,
+// which a cleaned path would turn into a bare name looked up in PATH.
+func TestRelativeCommand(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ file, command, want string }{
+		{"w.yaml", "./server", filepath.Join(wd, "server")},
+		{"w.yaml", "bin/server", filepath.Join(wd, "bin", "server")},
+		{"conf/w.yaml", "./server", filepath.Join(wd, "conf", "server")},
+		{"/etc/toolbus/w.yaml", "../server", "/etc/server"},
+	} {
+		cfg, err := Parse(tc.file, []byte("namespaces:\n  - name: x\n    sources:\n      - mcp: {name: s, command: "+tc.command+", dir: work}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.mcpConfig("x", cfg.Namespaces[0].Sources[0].MCP, nil).Command; got != tc.want {
+			t.Errorf("%s in %s: command %q, want %q", tc.command, tc.file, got, tc.want)
+		}
 	}
 }
 
@@ -148,6 +172,25 @@ namespaces:
             getPet: {}
 `, []string{`w.yaml:9: namespaces[0].sources[0].openapi.tools.deletePet.delivery: unknown delivery "twice"`,
 			`w.yaml:10: namespaces[0].sources[0].openapi.tools.getPet.delivery: required`}},
+		{"namespace listed twice, demo twice", `
+namespaces:
+  - name: x
+    sources:
+      - demo: true
+      - demo: true
+  - name: x
+    sources:
+      - demo: true
+`, []string{"w.yaml:6: namespaces[0].sources[1].demo: the demo tools are listed twice", "w.yaml:7: namespaces[1].name: namespace x is listed twice"}},
+		{"keys of the other transport", `
+namespaces:
+  - name: x
+    sources:
+      - mcp: {name: a, url: "https://mcp.example.com/mcp", env: {K: v}, dir: work}
+      - mcp: {name: b, command: srv, headers: {X-A: b}}
+      - mcp: {name: c, url: "ftp://example.com/mcp"}
+`, []string{"namespaces[0].sources[0].mcp.env: goes with the stdio transport, not http", "namespaces[0].sources[0].mcp.dir: goes with the stdio transport, not http",
+			"namespaces[0].sources[1].mcp.headers: go with the sse and http transports, not stdio", `namespaces[0].sources[2].mcp.url: "ftp://example.com/mcp" is not an http or https URL`}},
 		{"negative slots", `
 namespaces:
   - name: x
@@ -198,8 +241,18 @@ namespaces:
 		t.Fatalf("headers %v, %v", headers, err)
 	}
 
+	// A value read for a header that spans lines would let it add headers
+	// of its own (or fail every request): the start stops, without quoting
+	// the value.
+	if err := os.WriteFile(filepath.Join(dir, "two-lines"), []byte("t0ken\nX-Injected: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TOOLBUS_TEST_SPLIT_TOKEN", "t0ken\r\nX-Injected: 1")
 	for _, tc := range []struct{ value, want string }{
 		{"${TOOLBUS_TEST_UNSET_TOKEN}", file + ": namespace x: openapi source pets: header Authorization: environment variable is not set: TOOLBUS_TEST_UNSET_TOKEN"},
+		{"file:two-lines", file + ": namespace x: openapi source pets: header Authorization: the value holds a control character (byte 5 is 0xa): a header's value is one line"},
+		{"Bearer ${TOOLBUS_TEST_SPLIT_TOKEN}", file + ": namespace x: openapi source pets: header Authorization: the value holds a control character (byte 12 is 0xd): a header's value is one line"},
+		{`a\nb`, file + ": namespace x: openapi source pets: header Authorization: the value holds a control character (byte 1 is 0xa): a header's value is one line"},
 		{"file:nowhere", file + ": namespace x: openapi source pets: header Authorization: read open " + filepath.Join(dir, "nowhere") + ": no such file or directory"},
 	} {
 		cfg, err := Parse(file, []byte("namespaces:\n  - name: x\n    sources:\n      - openapi: {name: pets, spec: pets.yaml, headers: {Authorization: \""+tc.value+"\"}}\n"))

@@ -60,3 +60,16 @@ func ExpandValue(value, dir string) (string, error) {
 		rest = rest[start+end+1:]
 	}
 }
+
+// CheckHeaderValue reports a value that cannot be sent as an HTTP header's:
+// one holding a line break, NUL or another control character but a tab,
+// as a file or variable read for a header may. The value itself, often a
+// secret, is not quoted in the error.
+func CheckHeaderValue(value string) error {
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return fmt.Errorf("the value holds a control character (byte %d is %#x): a header's value is one line", i, c)
+		}
+	}
+	return nil
+}

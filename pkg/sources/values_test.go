@@ -41,3 +41,19 @@ func TestExpandValue(t *testing.T) {
 		t.Errorf("an unset variable: %v", err)
 	}
 }
+
+func TestCheckHeaderValue(t *testing.T) {
+	for _, ok := range []string{"", "Bearer t0ken", "a\tb", "ünïcode"} {
+		if err := CheckHeaderValue(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"a\nb", "a\r\nX-Injected: 1", "a\x00", "a\x7f"} {
+		err := CheckHeaderValue(bad)
+		if err == nil {
+			t.Errorf("%q accepted", bad)
+		} else if strings.Contains(err.Error(), bad) {
+			t.Errorf("%q: the error quotes the value: %v", bad, err)
+		}
+	}
+}

@@ -93,4 +93,16 @@ namespaces:
 			t.Errorf("%s: delivery %q, want %q", name, got[name], want)
 		}
 	}
+
+	// Nothing listens at the base URL: the refused connection reached
+	// nothing, yet an at-most-once operation is not tried again; its call
+	// ends failed with outcome_unknown, after one attempt.
+	agent := testenv.Client(t, srv.URL(), client.Options{Agent: "tester"})
+	res, err := agent.Call(testenv.Context(t), "plain-deleteItem", map[string]any{"id": "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != messages.StateFailed || res.Error == nil || res.Error.Code != messages.ResultOutcomeUnknown || res.Attempt != 1 {
+		t.Fatalf("an at-most-once DELETE to a refused connection: %+v (error %+v)", res, res.Error)
+	}
 }

@@ -51,6 +51,12 @@
 // server is away wait for it, UnavailableWait at most, and are then handed
 // back for another attempt.
 //
+// What a server sends is bounded: one message (a line over stdio, an SSE
+// event, a JSON response body) may hold 32 MiB, and a larger one ends the
+// session as a broken connection does; a tool list may hold 10,000 tools
+// across its pages. Connecting, initializing and listing are bounded by
+// ConnectTimeout.
+//
 // # Tools
 //
 // The tools of the server are listed, following every page, when the

@@ -20,6 +20,10 @@ import (
 const serveEnvArg = "serve-env-mcp-server"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == fakeServerArg {
+		serveFake(os.Getenv("FAKE_MCP_MODE"))
+		os.Exit(0)
+	}
 	if len(os.Args) > 1 && os.Args[1] == serveEnvArg {
 		s := server.NewMCPServer("env", "1.0.0", server.WithRoots())
 		s.AddTool(mcpgo.NewTool("env"), func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
@@ -61,13 +65,15 @@ func TestStdioServerEnvironment(t *testing.T) {
 	t.Setenv("TOOLBUS_PASSWORD", "worker-secret")
 	t.Setenv("TOOLBUS_TEST_PASSED_THROUGH", "named")
 	t.Setenv("PATH", os.Getenv("PATH"))
+	t.Setenv("TOOLBUS_TEST_OVERRIDDEN", "inherited")
+	t.Setenv("TOOLBUS_TEST_FUNCTION", "() { echo exported by bash; }")
 	src, err := New(Config{
 		Name:       "env",
 		Namespace:  "env",
 		Command:    os.Args[0],
 		Args:       []string{serveEnvArg},
-		Env:        []string{"GREETING=hello"},
-		InheritEnv: []string{"TOOLBUS_TEST_PASSED_THROUGH"},
+		Env:        []string{"GREETING=hello", "TOOLBUS_TEST_OVERRIDDEN=configured"},
+		InheritEnv: []string{"TOOLBUS_TEST_PASSED_THROUGH", "TOOLBUS_TEST_OVERRIDDEN", "TOOLBUS_TEST_FUNCTION"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -96,8 +102,12 @@ func TestStdioServerEnvironment(t *testing.T) {
 		if strings.HasPrefix(kv, "TOOLBUS_PASSWORD=") {
 			t.Errorf("the server sees the worker's %s", kv)
 		}
+		// env wins over inherit_env; an exported shell function is not passed on.
+		if kv == "TOOLBUS_TEST_OVERRIDDEN=inherited" || strings.HasPrefix(kv, "TOOLBUS_TEST_FUNCTION=") {
+			t.Errorf("the server sees %s", kv)
+		}
 	}
-	for _, want := range []string{"GREETING=hello", "TOOLBUS_TEST_PASSED_THROUGH=named", "PATH=" + os.Getenv("PATH")} {
+	for _, want := range []string{"GREETING=hello", "TOOLBUS_TEST_PASSED_THROUGH=named", "TOOLBUS_TEST_OVERRIDDEN=configured", "PATH=" + os.Getenv("PATH")} {
 		if !slices.Contains(env, want) {
 			t.Errorf("the server's environment lacks %s: %q", want, env)
 		}

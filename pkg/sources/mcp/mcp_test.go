@@ -93,6 +93,7 @@ func TestConfigValidation(t *testing.T) {
 		{Name: "x", Command: "srv", URL: "http://h/"},
 		{Name: "x", Command: "srv", Env: []string{"NOEQUALS"}},
 		{Name: "x", Transport: "ws", URL: "http://h/"},
+		{Name: "x", URL: "http://h/", Headers: map[string]string{"Authorization": "Bearer a\r\nX-Injected: 1"}},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)

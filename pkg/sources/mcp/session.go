@@ -97,7 +97,7 @@ func (s *Source) connect(ctx, runCtx context.Context) (*session, []worker.Tool, 
 			return nil, nil, err
 		}
 		sess.proc = proc
-		tr = transport.NewIO(proc.stdout, proc.stdin, nil)
+		tr = transport.NewIO(&messageLimit{r: proc.stdout, framing: perLine, limit: maxMessageSize, tooLarge: sess.fail}, proc.stdin, nil)
 	case TransportSSE:
 		sse, err := transport.NewSSE(s.cfg.URL,
 			transport.WithHeaders(s.cfg.Headers),
@@ -134,6 +134,9 @@ func (s *Source) connect(ctx, runCtx context.Context) (*session, []worker.Tool, 
 	sess.client.OnNotification(s.onNotification)
 	sess.client.OnConnectionLost(sess.fail)
 	fail := func(step string, err error) (*session, []worker.Tool, error) {
+		if sess.isLost() && errors.Is(sess.err, errMessageTooLarge) {
+			err = sess.err // the client only saw the transport close
+		}
 		sess.close()
 		err = plainTransportError(err)
 		if sess.proc != nil {
@@ -169,13 +172,31 @@ func (s *Source) httpClient(sess *session) *http.Client {
 	return &http.Client{Transport: sessionWatch{base: s.connections, lost: sess.fail}}
 }
 
-// listTools lists every page of the server's tools.
+// listTools lists every page of the server's tools, at most maxTools.
 func (s *Source) listTools(ctx context.Context, sess *session) ([]worker.Tool, error) {
-	res, err := sess.client.ListTools(ctx, mcpgo.ListToolsRequest{})
-	if err != nil {
-		return nil, err
+	var (
+		req   mcpgo.ListToolsRequest
+		tools []mcpgo.Tool
+		seen  = map[mcpgo.Cursor]bool{}
+	)
+	for {
+		res, err := sess.client.ListToolsByPage(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		tools = append(tools, res.Tools...)
+		if len(tools) > maxTools {
+			return nil, fmt.Errorf("the server lists more than %d tools", maxTools)
+		}
+		if res.NextCursor == "" {
+			return s.toolsOf(tools)
+		}
+		if seen[res.NextCursor] {
+			return nil, fmt.Errorf("the server's tool list repeats the page %q", res.NextCursor)
+		}
+		seen[res.NextCursor] = true
+		req.Params.Cursor = res.NextCursor
 	}
-	return s.toolsOf(res.Tools)
 }
 
 // ping sends the ping request of protocol version 2025-11-25, which the
@@ -286,8 +307,12 @@ type sessionWatch struct {
 
 func (w sessionWatch) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := w.base.RoundTrip(req)
-	if err != nil || req.Header.Get(transport.HeaderKeySessionID) == "" {
+	if err != nil {
 		return resp, err
+	}
+	limitBody(resp, w.lost)
+	if req.Header.Get(transport.HeaderKeySessionID) == "" {
+		return resp, nil
 	}
 	switch resp.StatusCode {
 	case http.StatusNotFound:

@@ -19,6 +19,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/sources"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -144,6 +145,11 @@ func (c *Config) validate() error {
 	for _, kv := range c.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return fmt.Errorf("mcp: server %s: environment entry %q is not KEY=VALUE", c.Name, kv)
+		}
+	}
+	for name, value := range c.Headers {
+		if err := sources.CheckHeaderValue(value); err != nil {
+			return fmt.Errorf("mcp: server %s: header %s: %w", c.Name, name, err)
 		}
 	}
 	for _, dir := range c.Roots {

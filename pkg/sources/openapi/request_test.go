@@ -87,7 +87,7 @@ func TestJSONSchema(t *testing.T) {
 		Required:      []string{"count"},
 		Discriminator: &openapi3.Discriminator{PropertyName: "kind"},
 	}}
-	data, err := json.Marshal(jsonSchema(ref, nil))
+	data, err := json.Marshal(jsonSchema(ref, nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,21 +18,49 @@ import (
 // knows (discriminator, xml, externalDocs) are dropped. A schema that
 // contains itself is cut at the repetition, where any value is accepted.
 // Properties keep their declaration order when order knows it.
-func jsonSchema(ref *openapi3.SchemaRef, order *propertyOrder) any {
-	c := &converter{order: order, open: map[*openapi3.Schema]bool{}}
+//
+// A schema that refers to another several times is copied as many times;
+// budget, when not nil, counts the subschemas written and, once it is
+// spent, the rest are written as {} and budget.spent says so.
+func jsonSchema(ref *openapi3.SchemaRef, order *propertyOrder, budget *schemaBudget) any {
+	if budget == nil {
+		budget = newSchemaBudget()
+	}
+	c := &converter{order: order, open: map[*openapi3.Schema]bool{}, budget: budget}
 	return c.convert(ref)
 }
+
+// maxInlinedSchemas bounds the subschemas of one tool's input schema, and
+// of its output schema, once references are inlined. References can make a
+// small document's schema grow exponentially (each of a chain of schemas
+// referring twice to the next); a real API's largest schemas hold a few
+// thousand.
+const maxInlinedSchemas = 10_000
+
+// schemaBudget counts the subschemas left to write.
+type schemaBudget struct {
+	left  int
+	spent bool
+}
+
+func newSchemaBudget() *schemaBudget { return &schemaBudget{left: maxInlinedSchemas} }
 
 type converter struct {
 	order *propertyOrder
 	// open holds the schemas being converted, to cut a schema that contains itself.
-	open map[*openapi3.Schema]bool
+	open   map[*openapi3.Schema]bool
+	budget *schemaBudget
 }
 
 func (c *converter) convert(ref *openapi3.SchemaRef) any {
 	if ref == nil || ref.Value == nil {
 		return map[string]any{}
 	}
+	if c.budget.left <= 0 {
+		c.budget.spent = true
+		return map[string]any{}
+	}
+	c.budget.left--
 	s := ref.Value
 	if s.Always != nil {
 		return *s.Always

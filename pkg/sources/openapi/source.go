@@ -9,7 +9,9 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/toolbus/toolbus/pkg/sources"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -63,6 +65,13 @@ type Config struct {
 	// MaxResponseSize is the largest response body read, in bytes; a larger
 	// one is a tool error. Defaults to 4 MiB.
 	MaxResponseSize int64
+	// LoadTimeout bounds reading the document at Start, with every file and
+	// URL its references lead to. Defaults to 30s.
+	LoadTimeout time.Duration
+	// MaxSpecSize is the most bytes the document may have, with every file
+	// and URL its references lead to; a larger one fails Start. Defaults
+	// to 32 MiB.
+	MaxSpecSize int64
 	// HTTPClient sends the requests. Defaults to a client of its own.
 	HTTPClient *http.Client
 	// Logger defaults to slog.Default().
@@ -95,8 +104,19 @@ func New(cfg Config) (*Source, error) {
 			return nil, fmt.Errorf("openapi: service %s: base URL %q is not an absolute URL", cfg.Name, cfg.BaseURL)
 		}
 	}
+	for name, value := range cfg.Headers {
+		if err := sources.CheckHeaderValue(value); err != nil {
+			return nil, fmt.Errorf("openapi: service %s: header %s: %w", cfg.Name, name, err)
+		}
+	}
 	if cfg.MaxResponseSize == 0 {
 		cfg.MaxResponseSize = 4 << 20
+	}
+	if cfg.LoadTimeout == 0 {
+		cfg.LoadTimeout = 30 * time.Second
+	}
+	if cfg.MaxSpecSize == 0 {
+		cfg.MaxSpecSize = 32 << 20
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
@@ -117,7 +137,7 @@ func (s *Source) Start(ctx context.Context, update func([]worker.Tool)) ([]worke
 	if err := s.readCredential(); err != nil {
 		return nil, fmt.Errorf("openapi: service %s: %w", s.cfg.Name, err)
 	}
-	doc, specURL, order, err := load(ctx, s.cfg.Spec, s.cfg.HTTPClient)
+	doc, specURL, order, err := load(ctx, s.cfg.Spec, s.cfg.HTTPClient, loadLimits{timeout: s.cfg.LoadTimeout, size: s.cfg.MaxSpecSize})
 	if err != nil {
 		return nil, fmt.Errorf("openapi: service %s: %w", s.cfg.Name, err)
 	}
@@ -152,5 +172,8 @@ func (s *Source) readCredential() error {
 		return fmt.Errorf("auth: environment variable %s (%s) is not set", name, field)
 	}
 	s.credential = strings.TrimSpace(v)
+	if err := sources.CheckHeaderValue(s.credential); err != nil {
+		return fmt.Errorf("auth: environment variable %s (%s): %w", name, field, err)
+	}
 	return nil
 }

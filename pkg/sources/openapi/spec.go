@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi2"
 	"github.com/getkin/kin-openapi/openapi2conv"
@@ -25,9 +29,12 @@ import (
 // Swagger 2.0 document to OpenAPI 3 first. specURL is set when the document
 // came from a URL. The order is the declaration order of the schemas'
 // properties, read from every file the document is made of.
-func load(ctx context.Context, spec string, client *http.Client) (*openapi3.T, *url.URL, *propertyOrder, error) {
+func load(ctx context.Context, spec string, client *http.Client, limits loadLimits) (*openapi3.T, *url.URL, *propertyOrder, error) {
+	ctx, cancel := context.WithTimeout(ctx, limits.timeout)
+	defer cancel()
 	order := &propertyOrder{}
-	read := openapi3.URIMapCache(openapi3.ReadFromURIs(openapi3.ReadFromHTTP(client), openapi3.ReadFromFile))
+	size := &documentSize{limit: limits.size}
+	read := openapi3.URIMapCache(openapi3.ReadFromURIs(readFromHTTP(ctx, client, size), readFromFile(size)))
 	loader := openapi3.NewLoader()
 	loader.IsExternalRefsAllowed = true
 	loader.Context = ctx
@@ -70,6 +77,93 @@ func load(ctx context.Context, spec string, client *http.Client) (*openapi3.T, *
 		return nil, nil, nil, fmt.Errorf("spec %s is not valid: %w", spec, err)
 	}
 	return doc, specURL, order, nil
+}
+
+// loadLimits bound what loading a document may cost.
+type loadLimits struct {
+	// timeout bounds reading every file and URL of the document.
+	timeout time.Duration
+	// size bounds the bytes of all of them together.
+	size int64
+}
+
+// documentSize counts the bytes read for one document, across the files
+// and URLs its references lead to.
+type documentSize struct {
+	mu    sync.Mutex
+	limit int64
+	read  int64
+}
+
+// add counts n more bytes read from location, failing past the limit.
+func (d *documentSize) add(location *url.URL, n int64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.read += n
+	if d.read > d.limit {
+		return fmt.Errorf("%s: the document is larger than %d bytes (with the files it refers to)", location.Redacted(), d.limit)
+	}
+	return nil
+}
+
+// readAll reads r up to what is left of the size limit.
+func (d *documentSize) readAll(location *url.URL, r io.Reader) ([]byte, error) {
+	d.mu.Lock()
+	left := d.limit - d.read
+	d.mu.Unlock()
+	data, err := io.ReadAll(io.LimitReader(r, max(left, 0)+1))
+	if err != nil {
+		return nil, err
+	}
+	if err := d.add(location, int64(len(data))); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// readFromHTTP reads a document from an http(s) URL within ctx and the
+// size limit; the loader's own reader has neither.
+func readFromHTTP(ctx context.Context, client *http.Client, size *documentSize) openapi3.ReadFromURIFunc {
+	return func(_ *openapi3.Loader, location *url.URL) ([]byte, error) {
+		if location.Scheme == "" || location.Host == "" {
+			return nil, openapi3.ErrURINotSupported
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, location.String(), nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%s: not read within the time allowed: %w", location.Redacted(), context.Cause(ctx))
+			}
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode > 399 {
+			return nil, fmt.Errorf("%s: %s", location.Redacted(), resp.Status)
+		}
+		data, err := size.readAll(location, resp.Body)
+		if err != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: not read within the time allowed: %w", location.Redacted(), context.Cause(ctx))
+		}
+		return data, err
+	}
+}
+
+// readFromFile reads a document from a file within the size limit.
+func readFromFile(size *documentSize) openapi3.ReadFromURIFunc {
+	return func(_ *openapi3.Loader, location *url.URL) ([]byte, error) {
+		if location.Path == "" || location.Host != "" || (location.Scheme != "" && location.Scheme != "file") {
+			return nil, openapi3.ErrURINotSupported
+		}
+		f, err := os.Open(filepath.Clean(filepath.FromSlash(location.Path)))
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		return size.readAll(location, f)
+	}
 }
 
 // swaggerVersion returns the value of a document's top-level "swagger"
@@ -291,6 +385,7 @@ func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.O
 		properties.values[name] = schema
 	}
 	var required []string
+	budget := newSchemaBudget()
 	owner := map[string]string{} // property → what it holds, for descriptions of renamed ones
 	claim := func(name, in string) (string, string) {
 		property := name
@@ -345,10 +440,10 @@ func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.O
 			var schema any
 			switch {
 			case p.Schema != nil:
-				schema = jsonSchema(p.Schema, order)
+				schema = jsonSchema(p.Schema, order, budget)
 			case len(p.Content) > 0:
 				for _, mt := range p.Content {
-					schema = jsonSchema(mt.Schema, order)
+					schema = jsonSchema(mt.Schema, order, budget)
 					break
 				}
 			default:
@@ -379,7 +474,7 @@ func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.O
 						continue // the server sets it; a request does not carry it
 					}
 					property, note := claim(name, inBody)
-					setProperty(property, describeProperty(jsonSchema(ref, order), "", note))
+					setProperty(property, describeProperty(jsonSchema(ref, order, budget), "", note))
 					if body.Required && bodyRequired[name] {
 						required = append(required, property)
 					}
@@ -388,7 +483,7 @@ func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.O
 			default:
 				var schema any = map[string]any{"type": "string"}
 				if isJSON(mediaType) && mt != nil && mt.Schema != nil {
-					schema = jsonSchema(mt.Schema, order)
+					schema = jsonSchema(mt.Schema, order, budget)
 				}
 				description := body.Description
 				if description == "" {
@@ -402,6 +497,9 @@ func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.O
 				result.args = append(result.args, argument{property: property, in: inBodyWhole, name: "body"})
 			}
 		}
+	}
+	if budget.spent {
+		return nil, nil, fmt.Errorf("the input schema holds more than %d schemas once its references are inlined", maxInlinedSchemas)
 	}
 	schema := map[string]any{"type": "object", "properties": properties, "additionalProperties": false}
 	if len(required) > 0 {
@@ -489,7 +587,14 @@ func outputSchema(op *openapi3.Operation, order *propertyOrder) messages.JSON {
 		if !isJSON(mediaType) || mt == nil || !isObject(mt.Schema) {
 			return nil
 		}
-		data, err := json.Marshal(jsonSchema(mt.Schema, order))
+		// An output schema only describes the result: one too large to
+		// write is left out, and the tool served without it.
+		budget := newSchemaBudget()
+		converted := jsonSchema(mt.Schema, order, budget)
+		if budget.spent {
+			return nil
+		}
+		data, err := json.Marshal(converted)
 		if err != nil {
 			return nil
 		}
