@@ -85,8 +85,10 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	}
 	fmt.Printf("Try, in another terminal:\n")
 	fmt.Printf("  go run ./cmd/toolbus --server %s tools\n", url)
-	fmt.Printf("  go run ./cmd/toolbus --server %s call demo-word_count '{\"text\":\"hello tool bus\"}'\n", url)
-	fmt.Printf("  go run ./cmd/toolbus --server %s call --watch demo-sleep '{\"seconds\":5}'\n", url)
+	if stack.DemoTools {
+		fmt.Printf("  go run ./cmd/toolbus --server %s call demo-word_count '{\"text\":\"hello tool bus\"}'\n", url)
+		fmt.Printf("  go run ./cmd/toolbus --server %s call --watch demo-sleep '{\"seconds\":5}'\n", url)
+	}
 	fmt.Printf("Press Ctrl-C to stop.\n")
 	<-ctx.Done()
 	fmt.Println("stopping")

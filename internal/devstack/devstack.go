@@ -71,6 +71,9 @@ type Stack struct {
 	Coordinator *coordinator.Coordinator
 	Worker      *worker.Worker
 	Indexer     *indexer.Indexer
+	// DemoTools reports whether the worker serves the built-in demo
+	// namespace: a worker configuration that names it replaces it.
+	DemoTools bool
 	// MCPURL is the MCP front's endpoint, when one was started.
 	MCPURL  string
 	mcpHTTP *http.Server
@@ -153,6 +156,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		if err := s.Worker.Serve(worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: cfg.DemoSlots}); err != nil {
 			return nil, err
 		}
+		s.DemoTools = true
 	}
 	for _, ns := range configured {
 		if err := s.Worker.Serve(ns); err != nil {
