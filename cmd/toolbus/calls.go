@@ -396,8 +396,8 @@ func writeCallsList(w io.Writer, reply *messages.CallsListReply) {
 			state += " (" + string(e.Error.Code) + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n",
-			e.QueuedAt.Local().Format("2006-01-02 15:04:05.000"), e.CallID, e.Tool, dash(e.Agent), dash(e.Turn), state,
-			millis(e.QueueWaitMS, !e.StartedAt.IsZero()), millis(e.RunMS, !e.FinishedAt.IsZero() && !e.StartedAt.IsZero()), e.Attempts, dash(e.Worker))
+			e.QueuedAt.Local().Format("2006-01-02 15:04:05.000"), printable(e.CallID), printable(e.Tool), dash(printable(e.Agent)), dash(printable(e.Turn)), printable(state),
+			millis(e.QueueWaitMS, !e.StartedAt.IsZero()), millis(e.RunMS, !e.FinishedAt.IsZero() && !e.StartedAt.IsZero()), e.Attempts, dash(printable(e.Worker)))
 	}
 	_ = tw.Flush()
 	if len(reply.Calls) == 0 {

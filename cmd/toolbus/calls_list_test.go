@@ -64,3 +64,19 @@ func TestCallsList(t *testing.T) {
 		t.Fatalf("a bad time: exit status %d, want %d", status, exitUsage)
 	}
 }
+
+// TestCallsListPrintsNoControlCharacters: the worker ID of a call is what
+// the worker's result says, so the table prints it, as every text column,
+// with control characters as '?': a worker cannot move the operator's
+// cursor or break the table.
+func TestCallsListPrintsNoControlCharacters(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	writeCallsList(&out, &messages.CallsListReply{Calls: []messages.CallLogEntry{{
+		CallID: "PZ1EJQ8Ty4UhRr2X7bLr9m", Tool: "demo-echo", State: messages.StateCompleted, Attempts: 1,
+		Worker: "host-a\x1b[2J\rforged\tcolumn\nline",
+	}}})
+	if strings.ContainsAny(out.String(), "\x1b\r") || !strings.Contains(out.String(), "host-a?[2J?forged?column?line") {
+		t.Fatalf("the table:\n%q", out.String())
+	}
+}
