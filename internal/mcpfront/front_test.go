@@ -1742,6 +1742,17 @@ func TestSessionsAndTurns(t *testing.T) {
 	if _, _, raw := post(t, url, session, `{"jsonrpc":"2.0","id":1,"method":"nosuch/method"}`); !strings.Contains(raw, `"code":-32601`) {
 		t.Errorf("an unknown method: %s", raw)
 	}
+	// A request's ID is a string or a number (MCP): null, an object, an
+	// array or a boolean is an invalid request, answered with the ID null.
+	for _, id := range []string{`null`, `{"n":1}`, `[1]`, `true`} {
+		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"demo-echo","arguments":{"text":"x"}}}`
+		if status, _, raw := post(t, url, session, body); status != http.StatusBadRequest || !strings.Contains(raw, `"code":-32600`) || !strings.Contains(raw, `"id":null`) {
+			t.Errorf("a request with the ID %s: %d %s", id, status, raw)
+		}
+	}
+	if status, _, raw := post(t, url, session, `{"jsonrpc":"2.0","id":"s-1","method":"ping"}`); status != http.StatusOK || !strings.Contains(raw, `"id":"s-1"`) {
+		t.Errorf("a request with a string ID: %d %s", status, raw)
+	}
 	// A JSON-RPC batch is not MCP since 2025-06-18.
 	if status, _, raw := post(t, url, session, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`); status != http.StatusBadRequest || !strings.Contains(raw, `"code":-32700`) {
 		t.Errorf("a batch: %d %s", status, raw)

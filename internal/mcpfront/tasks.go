@@ -76,6 +76,12 @@ func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent stri
 		f.toMCPGo(w, r, agent, body)
 		return
 	}
+	if req.Method != "" && len(req.ID) > 0 && !validRequestID(req.ID) {
+		// MCP: a request's ID is a string or a number, never null; an
+		// answer that could not name the request would reach nobody.
+		writeStatus(w, http.StatusBadRequest, newResponse(json.RawMessage("null"), nil, &rpcError{Code: mcp.INVALID_REQUEST, Message: "Invalid Request: a request's id must be a string or a number, not " + string(req.ID)}))
+		return
+	}
 	if req.Method == string(mcp.MethodInitialize) {
 		if turn := r.Header.Get(TurnHeader); turn != "" {
 			if err := messages.ValidateID("turn", turn); err != nil {
@@ -123,6 +129,20 @@ func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent stri
 	default:
 		f.toMCPGo(w, r, agent, body)
 	}
+}
+
+// validRequestID reports whether id, as the client wrote it, is a JSON
+// string or number.
+func validRequestID(id json.RawMessage) bool {
+	var v any
+	if json.Unmarshal(id, &v) != nil {
+		return false
+	}
+	switch v.(type) {
+	case string, float64:
+		return true
+	}
+	return false
 }
 
 // writeStatus writes a JSON-RPC message with an HTTP status other than 200.
