@@ -37,8 +37,7 @@ type approvals struct {
 	// settled is how long after a decision the sweeper starts checking
 	// that it took effect.
 	settled time.Duration
-	// tracer opens the decision's and the release's spans; nil for the
-	// global provider's.
+	// tracer opens the decision's and the release's spans.
 	tracer trace.Tracer
 	log    *slog.Logger
 }
@@ -251,7 +250,7 @@ func (ap *approvals) answer(ctx context.Context, dr *messages.DecideRequest) (*m
 // submit's trace, so the worker's run of it joins the trace the agent's
 // call began (see release).
 func (ap *approvals) decide(ctx context.Context, dr *messages.DecideRequest) (_ *messages.DecideReply, err error) {
-	ctx, span := ap.tracerOrGlobal().Start(ctx, "toolbus.approval.decide", trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span := ap.tracer.Start(ctx, "toolbus.approval.decide", trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("toolbus.approval_id", dr.ApprovalID), attribute.String("toolbus.approval.decision", dr.Decision))
 	}
@@ -425,7 +424,7 @@ func (ap *approvals) release(ctx context.Context, call *messages.CallRequest, su
 		}
 	}
 	opts = append(opts, trace.WithAttributes(append(callIDAttributes(call.CallID), attribute.String("gen_ai.tool.name", call.Tool))...))
-	ctx, span := ap.tracerOrGlobal().Start(parent, "toolbus.approval.release", opts...)
+	ctx, span := ap.tracer.Start(parent, "toolbus.approval.release", opts...)
 	defer span.End()
 	if err := ap.enqueue(ctx, call); err != nil {
 		tracing.Failed(span, string(messages.CodeOf(err)), err.Error())
@@ -441,13 +440,6 @@ func traced(h handlerFunc) handlerFunc {
 	return func(ctx context.Context, req *request) (any, error) {
 		return h(tracing.Extract(ctx, req.Headers()), req)
 	}
-}
-
-func (ap *approvals) tracerOrGlobal() trace.Tracer {
-	if ap.tracer == nil {
-		return tracing.Tracer(nil)
-	}
-	return ap.tracer
 }
 
 // approvalRecord is an approval as the approvals bucket keeps it: the

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -190,6 +191,7 @@ func newTestApprovalsRoom(t *testing.T) (*testApprovals, *memLedger, *memStore) 
 		audit:    ta.audited.record,
 		grantTTL: time.Hour,
 		settled:  time.Second,
+		tracer:   tracing.Tracer(nil),
 		log:      discardLogger(),
 	}
 	return ta, l, store
