@@ -79,10 +79,8 @@ func readToolCalls(format string, raw messages.JSON) ([]toolCall, string, error)
 	seen := make(map[string]bool, len(calls))
 	for i := range calls {
 		tc := &calls[i]
-		if len(tc.name) > messages.MaxToolCallNameLength {
-			if tc.refused == nil {
-				tc.refused = messages.Errorf(messages.CodeInvalidName, "the tool name is %d bytes; at most %d", len(tc.name), messages.MaxToolCallNameLength)
-			}
+		if len(tc.name) > messages.MaxToolCallNameLength && tc.refused == nil {
+			tc.refused = messages.Errorf(messages.CodeInvalidName, "the tool name is %d bytes; at most %d", len(tc.name), messages.MaxToolCallNameLength)
 		}
 		// The reply repeats the ID and name: cut to their bounds, so that
 		// a hostile batch cannot make its reply too large to send, and
