@@ -149,6 +149,27 @@ func TestSweepEndsQueuedCallsPastTheirDeadline(t *testing.T) {
 	if _, err := js.PublishMsg(ctx, queuedEventMsg(t, names, other)); err != nil {
 		t.Fatal(err)
 	}
+	// The sweep passes over a namespace whose consumer shows nothing
+	// pending, and the server counts a stored call there a moment later on
+	// a busy machine: the sweep is tried once the five calls of t show.
+	consumerName, err := names.NamespaceConsumer("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumer, err := stream.Consumer(ctx, consumerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, err := consumer.Info(ctx)
+		if err == nil && info.NumPending == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the consumer shows %+v (%v), want 5 calls pending", info, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	committer := &flakyCommitter{}
 	s := &sweeper{stream: &callStream{nc: nc, names: names, stream: stream, log: discardLogger()}, ledger: committer, grace: 10 * time.Second, unavailableWait: 20 * time.Millisecond, log: discardLogger()}
 	if err := s.sweepCalls(ctx); err != nil {
