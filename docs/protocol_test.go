@@ -37,6 +37,8 @@ func TestProtocolExamples(t *testing.T) {
 		"GetCallRequest":       func() any { return &messages.GetCallRequest{} },
 		"CallEventsRequest":    func() any { return &messages.CallEventsRequest{} },
 		"CallEventsReply":      func() any { return &messages.CallEventsReply{} },
+		"FullResultRequest":    func() any { return &messages.FullResultRequest{} },
+		"FullResultReply":      func() any { return &messages.FullResultReply{} },
 		"CallsListRequest":     func() any { return &messages.CallsListRequest{} },
 		"CallsListReply":       func() any { return &messages.CallsListReply{} },
 		"CallInfo":             func() any { return &messages.CallInfo{} },

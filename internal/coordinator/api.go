@@ -62,6 +62,7 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 		messages.EndpointCallsSubmit:     c.submit,
 		messages.EndpointCallsGet:        decoding(c.getCallTraced),
 		messages.EndpointCallsEvents:     decoding(c.callEvents),
+		messages.EndpointCallsFullResult: decoding(c.fullResult),
 		messages.EndpointCallsList:       decoding(c.listCalls),
 		messages.EndpointCallsCancel:     decoding(c.calls.cancel),
 		messages.EndpointTurnsGet:        decoding(c.getTurn),

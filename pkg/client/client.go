@@ -834,11 +834,36 @@ func (c *Client) Watch(ctx context.Context, callID string) iter.Seq2[*messages.C
 }
 
 // FullResult reads the whole result of a call whose result was truncated
-// (Truncated, with FullResult naming where it is kept).
+// (Truncated, with FullResult naming where it is kept). It reads the
+// namespace's results store itself, or, for a client whose account has no
+// JetStream (and with Options.CoordinatorReads), pages through
+// calls.full_result, which answers only for the calls of the agents the
+// client's user may act as. The pages are checked against the result's
+// size and digest.
 func (c *Client) FullResult(ctx context.Context, ref *messages.ObjectRef) (*messages.CallResult, error) {
 	if ref == nil {
 		return nil, errors.New("the result was not truncated")
 	}
+	var data []byte
+	var err error
+	if c.readsViaCoordinator() {
+		data, err = c.fullResultViaCoordinator(ctx, ref.Name)
+	} else if data, err = c.fullResultFromStore(ctx, ref); isNoJetStream(err) {
+		c.noJetStream.Store(true)
+		data, err = c.fullResultViaCoordinator(ctx, ref.Name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var res messages.CallResult
+	if err := json.Unmarshal(data, &res); err != nil {
+		return nil, fmt.Errorf("result %s: %w", ref.Name, err)
+	}
+	return &res, nil
+}
+
+// fullResultFromStore reads a whole result from its results store.
+func (c *Client) fullResultFromStore(ctx context.Context, ref *messages.ObjectRef) ([]byte, error) {
 	obj, err := c.js.ObjectStore(ctx, ref.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("results store %s: %w", ref.Bucket, err)
@@ -847,11 +872,7 @@ func (c *Client) FullResult(ctx context.Context, ref *messages.ObjectRef) (*mess
 	if err != nil {
 		return nil, fmt.Errorf("result %s: %w", ref.Name, err)
 	}
-	var res messages.CallResult
-	if err := json.Unmarshal(data, &res); err != nil {
-		return nil, fmt.Errorf("result %s: %w", ref.Name, err)
-	}
-	return &res, nil
+	return data, nil
 }
 
 // Wait returns the call's result once it is there. Unlike Watch it holds

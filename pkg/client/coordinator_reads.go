@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"iter"
@@ -141,4 +143,48 @@ func (c *Client) checkResult(ctx context.Context, bucket, ns, callID string) (*m
 		return nil, err
 	}
 	return ev.Result, nil
+}
+
+// fullResultViaCoordinator reads a call's whole result a page at a time
+// with calls.full_result, and checks it against its size and digest. A
+// result stored again while it was read (conflict) is read again from
+// its start, a few times at most.
+func (c *Client) fullResultViaCoordinator(ctx context.Context, callID string) ([]byte, error) {
+	var err error
+	for range 3 {
+		var data []byte
+		if data, err = c.fullResultPages(ctx, callID); err == nil || messages.AsError(err).Code != messages.CodeConflict {
+			return data, err
+		}
+	}
+	return nil, err
+}
+
+// fullResultPages is one read of a whole result, from its first page.
+func (c *Client) fullResultPages(ctx context.Context, callID string) ([]byte, error) {
+	var data []byte
+	req := &messages.FullResultRequest{CallID: callID}
+	for {
+		var page messages.FullResultReply
+		if err := c.request(ctx, messages.EndpointCallsFullResult, req, &page, read, 0); err != nil {
+			return nil, err
+		}
+		if page.Offset != int64(len(data)) || page.Size < page.Offset+int64(len(page.Data)) {
+			return nil, fmt.Errorf("whole result of call %s: a page at byte %d of %d, after %d bytes read", callID, page.Offset, page.Size, len(data))
+		}
+		if data == nil {
+			data = make([]byte, 0, page.Size)
+		}
+		data = append(data, page.Data...)
+		if page.NextCursor == "" {
+			if int64(len(data)) != page.Size {
+				return nil, fmt.Errorf("whole result of call %s: %d bytes read of %d", callID, len(data), page.Size)
+			}
+			if sum := sha256.Sum256(data); page.Digest != "SHA-256="+base64.URLEncoding.EncodeToString(sum[:]) {
+				return nil, fmt.Errorf("whole result of call %s: the bytes read do not match its digest %s", callID, page.Digest)
+			}
+			return data, nil
+		}
+		req.Cursor = page.NextCursor
+	}
 }

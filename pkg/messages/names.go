@@ -570,8 +570,9 @@ func (n Names) IndexBucket() string { return n.prefix + "_index" }
 func (n Names) ResultsBucket() string { return n.prefix + "_results" }
 
 // NamespaceResultsBucket is the object store that keeps the results of
-// namespace ns that are too large for one message. Its workers create it
-// on first use; only they may write to it.
+// namespace ns that are too large for one message. The coordinator
+// creates it before it queues the namespace's first call; only the
+// namespace's workers may write to it.
 func (n Names) NamespaceResultsBucket(ns string) (string, error) {
 	if err := ValidateNamespace(ns); err != nil {
 		return "", err
