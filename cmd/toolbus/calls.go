@@ -257,12 +257,13 @@ func runCalls(ctx context.Context, g globals, args []string) error {
 	fs := newFlags("calls")
 	reason := fs.String("reason", "", "reason given for a cancel")
 	traced := fs.Bool("trace", false, "get: with the call's trace ID (operators get it unasked)")
+	full := fs.Bool("full", false, "get: a result cut to its tool's size limit is read whole (calls.full_result) and shown in its place")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitError(2)
 	}
 	if len(pos) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: toolbus calls get [--trace]|watch|cancel [--reason R] CALL-ID, or toolbus calls list [flags]")
+		fmt.Fprintln(os.Stderr, "usage: toolbus calls get [--trace] [--full]|watch|cancel [--reason R] CALL-ID, or toolbus calls list [flags]")
 		return exitError(2)
 	}
 	nc, c, err := g.connect()
@@ -280,6 +281,11 @@ func runCalls(ctx context.Context, g globals, args []string) error {
 		info, err := get(ctx, id)
 		if err != nil {
 			return err
+		}
+		if r := info.Result; *full && r != nil && r.Truncated && r.FullResult != nil {
+			if info.Result, err = c.FullResult(ctx, r.FullResult); err != nil {
+				return fmt.Errorf("the whole result of call %s: %w", id, err)
+			}
 		}
 		if g.json {
 			return printJSON(info)

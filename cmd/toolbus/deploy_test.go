@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,12 @@ import (
 // the demo worker, each process as its own user, and returns the
 // server's URL and the toolbus binary.
 func deployedStack(t *testing.T, mutate ...func(*coordinator.Config)) (string, string) {
+	t.Helper()
+	return deployedStackServing(t, demo.Tools(), mutate...)
+}
+
+// deployedStackServing is deployedStack with a demo worker serving tools.
+func deployedStackServing(t *testing.T, tools []worker.Tool, mutate ...func(*coordinator.Config)) (string, string) {
 	t.Helper()
 	deploy, err := filepath.Abs(filepath.Join("..", "..", "deploy", "nats"))
 	if err != nil {
@@ -46,7 +53,7 @@ func deployedStack(t *testing.T, mutate ...func(*coordinator.Config)) (string, s
 			m(cfg)
 		}
 	})
-	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo", "worker-demo-secret")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo", "worker-demo-secret")}, worker.Namespace{Name: demo.Name, Tools: tools})
 	return srv.URL(), testenv.Binary(t, "./cmd/toolbus")
 }
 
@@ -83,5 +90,35 @@ func TestCommandLineAsADeployedAgent(t *testing.T) {
 	stdout, stderr, status = cli(t, bin, url, append(agentB, "call", "demo-echo", `{"text":"b"}`)...)
 	if status != exitOK {
 		t.Fatalf("call as agent_b without a route: exit status %d\n%s%s", status, stdout, stderr)
+	}
+}
+
+// A deployed agent's `calls get --full` shows a result cut to its tool's
+// size limit whole, read through the coordinator (its account has no
+// JetStream); without --full it shows the cut one.
+func TestCallsGetFullReadsACutResultWhole(t *testing.T) {
+	t.Parallel()
+	whole := strings.Repeat("all of it ", 120_000) // 1.2 MB: more than one page
+	big := worker.Func("big", "Returns a lot.", func(ctx context.Context, in struct{}) (string, error) { return whole, nil }, worker.WithMaxResultSize(1000))
+	url, bin := deployedStackServing(t, append(demo.Tools(), big))
+	agentA := []string{"--user", "agent_a", "--password", "agent-a-secret", "--route", "agentAroute00000000001"}
+	stdout, stderr, status := cli(t, bin, url, append(agentA, "--json", "call", "demo-big", `{}`)...)
+	var res messages.CallResult
+	if err := json.Unmarshal([]byte(stdout), &res); status != exitOK || err != nil || !res.Truncated {
+		t.Fatalf("call as agent_a: exit status %d (%v)\n%.300s%s", status, err, stdout, stderr)
+	}
+	for _, full := range []bool{false, true} {
+		args := append(agentA, "--json", "calls", "get", res.CallID)
+		if full {
+			args = append(agentA, "--json", "calls", "get", "--full", res.CallID)
+		}
+		stdout, stderr, status = cli(t, bin, url, args...)
+		var info messages.CallInfo
+		if err := json.Unmarshal([]byte(stdout), &info); status != exitOK || err != nil || info.Result == nil || len(info.Result.Content) != 1 {
+			t.Fatalf("calls get (full %v): exit status %d (%v)\n%.300s%s", full, status, err, stdout, stderr)
+		}
+		if got := info.Result.Content[0].Text; (got == whole) != full || info.Result.Truncated == full {
+			t.Fatalf("calls get (full %v): a result of %d bytes, truncated %v", full, len(got), info.Result.Truncated)
+		}
 	}
 }

@@ -60,7 +60,7 @@ Commands:
   call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress);
                                waits as long as the call runs, --timeout D bounds the call
   calls get|watch|cancel ID    show, follow or cancel a call (get --trace: with its trace ID;
-                               cancel --reason R)
+                               get --full: a cut result read whole; cancel --reason R)
   calls list                   the execution log, newest call first (--agent, --turn, --tool,
                                --namespace, --state S..., --since/--until 1h|RFC3339, --limit N,
                                --cursor C from the previous page)
