@@ -734,6 +734,16 @@ const resultWrites = 8
 // ResultCheckInterval is how often a waiter asks the stream for a result it may have missed.
 const ResultCheckInterval = 2 * time.Second
 
+// ConfirmsAtLeader tells whether the n-th periodic check of a wait (from
+// 1) confirms with the stream's leader that there is no result: the 1st,
+// 2nd, 4th, 8th and so on. Any replica answers the other checks, and one
+// that lags behind (a node catching up after a restart, under load) may
+// not hold a result the leader stored, whose republished copy the waiter
+// missed; a wait then finds it within about twice the time it has waited,
+// and a long wait costs the leader a read only each time its length
+// doubles.
+func ConfirmsAtLeader(n int) bool { return n > 0 && n&(n-1) == 0 }
+
 // WaitOn is AwaitResult for a caller that subscribed to the result subject
 // itself (before submitting) and passes its channel.
 func (l *Ledger) WaitOn(ctx context.Context, bucket, ns, callID string, results <-chan *nats.Msg) (*messages.CallResult, error) {
@@ -756,11 +766,11 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 	if ns == "" || bucket == "" {
 		ns, bucket = "", ""
 	}
-	check := func() (*messages.CallResult, bool) {
+	check := func(confirm bool) (*messages.CallResult, bool) {
 		// A read retries transient failures; a check gives up at the next
 		// one, so that the messages on results are not left waiting. A
-		// result not found is looked for again at the next check, so the
-		// leader is not asked to confirm it.
+		// result not found is looked for again at the next check; the
+		// leader is asked to confirm it only when confirm is set.
 		cctx, cancel := context.WithTimeout(ctx, ResultCheckInterval)
 		defer cancel()
 		if ns == "" {
@@ -778,14 +788,14 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 			}
 			return nil, false
 		}
-		ev, err := l.LastSeen(cctx, bucket, ns, callID, messages.EventResult)
+		ev, err := l.last(cctx, bucket, ns, callID, messages.EventResult, confirm)
 		if err == nil && ev != nil && ev.Result != nil {
 			return ev.Result, true
 		}
 		return nil, false
 	}
 	if checkFirst {
-		if res, ok := check(); ok {
+		if res, ok := check(false); ok {
 			return res, nil
 		}
 	}
@@ -813,6 +823,7 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 	}
 	t := time.NewTicker(ResultCheckInterval)
 	defer t.Stop()
+	checks := 0
 	for {
 		select {
 		case msg := <-results:
@@ -820,7 +831,7 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 				// Subscribers can see a write before the stream has stored
 				// it: read it back a few times, soon.
 				for pause := time.Millisecond; pause <= 128*time.Millisecond; pause *= 2 {
-					if res, ok := check(); ok {
+					if res, ok := check(false); ok {
 						return res, nil
 					}
 					if err := Sleep(ctx, pause); err != nil {
@@ -833,7 +844,8 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 				return res, nil
 			}
 		case <-t.C:
-			if res, ok := check(); ok {
+			checks++
+			if res, ok := check(ConfirmsAtLeader(checks)); ok {
 				return res, nil
 			}
 		case <-ctx.Done():

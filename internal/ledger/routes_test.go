@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -78,5 +79,21 @@ func TestRoutesDispatchByCall(t *testing.T) {
 	case msg := <-secondCh:
 		t.Fatalf("second call got another message %q", msg.Data)
 	default:
+	}
+}
+
+// TestWaitsConfirmAtTheLeaderAsTheyLengthen: a wait's periodic checks ask
+// the leader at the 1st, 2nd, 4th, 8th… check and at no other, so that a
+// lagging replica cannot hide a result for ever, and a long wait costs the
+// leader a read only each time its length doubles.
+func TestWaitsConfirmAtTheLeaderAsTheyLengthen(t *testing.T) {
+	var at []int
+	for n := range 70 {
+		if ledger.ConfirmsAtLeader(n) {
+			at = append(at, n)
+		}
+	}
+	if want := []int{1, 2, 4, 8, 16, 32, 64}; !slices.Equal(at, want) {
+		t.Fatalf("leader reads at checks %v, want %v", at, want)
 	}
 }

@@ -531,6 +531,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 	unconfirmed := time.NewTimer(min(c.opts.RequestTimeout, ledger.ResultCheckInterval))
 	defer unconfirmed.Stop()
 	var check <-chan struct{}
+	checks := 0
 	confirmed := false
 	noResponders := 1
 	for {
@@ -585,7 +586,8 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 		case <-check:
 			check = nil
 			cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
-			res, err := c.checkResult(cctx, messages.TurnBucket(req.Turn), ns, callID)
+			checks++
+			res, err := c.checkResult(cctx, messages.TurnBucket(req.Turn), ns, callID, ledger.ConfirmsAtLeader(checks))
 			cancel()
 			if err == nil && res != nil {
 				return res, nil

@@ -133,12 +133,18 @@ func (c *Client) resultViaCoordinator(ctx context.Context, callID string) (*mess
 }
 
 // checkResult is a waiting call's periodic look for a result it may have
-// missed: from the events stream, or through the coordinator.
-func (c *Client) checkResult(ctx context.Context, bucket, ns, callID string) (*messages.CallResult, error) {
+// missed: from the events stream (with confirm, no result found is
+// confirmed with the stream's leader; see ledger.ConfirmsAtLeader), or
+// through the coordinator.
+func (c *Client) checkResult(ctx context.Context, bucket, ns, callID string, confirm bool) (*messages.CallResult, error) {
 	if c.readsViaCoordinator() {
 		return c.resultViaCoordinator(ctx, callID)
 	}
-	ev, err := c.ledger.LastSeen(ctx, bucket, ns, callID, messages.EventResult)
+	read := c.ledger.LastSeen
+	if confirm {
+		read = c.ledger.Last
+	}
+	ev, err := read(ctx, bucket, ns, callID, messages.EventResult)
 	if err != nil || ev == nil {
 		return nil, err
 	}
