@@ -254,3 +254,48 @@ func TestOperatorCommandFlags(t *testing.T) {
 		t.Errorf("checked %d flags of the operators' commands; the table was not read", checked)
 	}
 }
+
+// TestOperationsMetricsTable holds the metrics table of operations.md to
+// the instruments of internal/telemetry/metrics: the same names, each of
+// the documented kind and unit.
+func TestOperationsMetricsTable(t *testing.T) {
+	raw, err := os.ReadFile("operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("../internal/telemetry/metrics/metrics.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	instrument := regexp.MustCompile(`meter\.(Int64|Float64)(Counter|UpDownCounter|Histogram|Gauge)\("([a-z._]+)",\s*metric\.WithUnit\("([^"]*)"\)`)
+	kinds := map[string]string{"Counter": "counter", "UpDownCounter": "up-down counter", "Histogram": "histogram", "Gauge": "gauge"}
+	inCode := map[string]string{}
+	for _, m := range instrument.FindAllStringSubmatch(string(src), -1) {
+		inCode[m[3]] = kinds[m[2]] + " " + m[4]
+	}
+	if len(inCode) == 0 {
+		t.Fatal("no instrument found in metrics.go")
+	}
+	row := regexp.MustCompile("(?m)^\\| `(toolbus\\.[a-z._]+)` \\| ([a-z -]+) \\| `?([^`|]*?)`? \\|")
+	doc := string(raw)
+	start, end := strings.Index(doc, "### Metrics"), strings.Index(doc, "### Health")
+	if start < 0 || end < start {
+		t.Fatal("operations.md has no Metrics section before its Health section")
+	}
+	inDoc := map[string]string{}
+	for _, m := range row.FindAllStringSubmatch(doc[start:end], -1) {
+		inDoc[m[1]] = m[2] + " " + m[3]
+	}
+	for name, want := range inDoc {
+		if got, ok := inCode[name]; !ok {
+			t.Errorf("operations.md lists the metric %s, which no instrument records", name)
+		} else if got != want {
+			t.Errorf("%s is a %s in the code, a %s in operations.md", name, got, want)
+		}
+	}
+	for name := range inCode {
+		if _, ok := inDoc[name]; !ok {
+			t.Errorf("the metric %s is not in operations.md's table", name)
+		}
+	}
+}
