@@ -85,3 +85,22 @@ func TestJSONRepliesAndUsageErrors(t *testing.T) {
 		t.Errorf("the usage error does not name the stray argument: %q", stderr)
 	}
 }
+
+// Exit status 1 is for the call that toolbus call or calls watch followed
+// and that ended with an error; calls get of that call is a read that
+// succeeded (README.md).
+func TestFailedCallExitStatusByCommand(t *testing.T) {
+	t.Parallel()
+	url, bin := stack(t)
+	id, stderr, status := cli(t, bin, url, "call", "--detach", "broken-fail", `{"why":"no"}`)
+	if status != exitOK {
+		t.Fatalf("call --detach: exit status %d\n%s", status, stderr)
+	}
+	id = strings.TrimSpace(id)
+	if _, stderr, status := cli(t, bin, url, "calls", "watch", id); status != exitCallFailed {
+		t.Errorf("calls watch of a failed call: exit status %d, want %d\n%s", status, exitCallFailed, stderr)
+	}
+	if stdout, stderr, status := cli(t, bin, url, "calls", "get", id); status != exitOK || !strings.Contains(stdout, "tool_error") {
+		t.Errorf("calls get of a failed call: exit status %d, want %d\n%s%s", status, exitOK, stdout, stderr)
+	}
+}
