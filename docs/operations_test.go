@@ -36,7 +36,7 @@ var (
 	flagName    = regexp.MustCompile("`--?([a-z][a-z0-9-]*)`")
 	envName     = regexp.MustCompile("`(TOOLBUS_[A-Z_]+)`")
 	helpLine    = regexp.MustCompile(`^  -([a-z][a-z0-9-]*)`)
-	helpDefault = regexp.MustCompile(`\(default (.*)\)$`)
+	helpDefault = regexp.MustCompile(`\(default ([^()]*)\)$`)
 )
 
 // flagTable returns the rows of the first table after the line that holds
@@ -296,6 +296,42 @@ func TestOperationsMetricsTable(t *testing.T) {
 	for name := range inCode {
 		if _, ok := inDoc[name]; !ok {
 			t.Errorf("the metric %s is not in operations.md's table", name)
+		}
+	}
+}
+
+// TestReadmeDevFlags checks README.md's "Run it" against toolbus dev: every
+// flag it shows is one toolbus dev takes, and the addresses it prints by
+// default are the flags' defaults.
+func TestReadmeDevFlags(t *testing.T) {
+	raw, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	start, end := strings.Index(readme, "## Run it"), strings.Index(readme, "### The command line")
+	if start < 0 || end < start {
+		t.Fatal("README.md has no Run it section before its command line section")
+	}
+	section := readme[start:end]
+	shown := help(t, testenv.Binary(t, "./cmd/toolbus"), nil, "dev")
+	flags := regexp.MustCompile("`toolbus dev (?:--[a-z-]+ [A-Z]+ ?)+`|\\(`--[a-z-]+`|`--[a-z-]+ 0`").FindAllString(section, -1)
+	if len(flags) < 4 {
+		t.Fatalf("found %d mentions of toolbus dev's flags in README.md's Run it: %q", len(flags), flags)
+	}
+	for _, mention := range flags {
+		for _, m := range regexp.MustCompile(`--([a-z-]+)`).FindAllStringSubmatch(mention, -1) {
+			if _, ok := shown[m[1]]; !ok {
+				t.Errorf("README.md shows toolbus dev --%s, which toolbus dev does not take", m[1])
+			}
+		}
+	}
+	for flag, address := range map[string]string{"port": "nats://127.0.0.1:4222", "console-port": "http://127.0.0.1:8090/", "mcp-port": "http://127.0.0.1:8080/mcp"} {
+		if !strings.Contains(readme, address) {
+			t.Errorf("README.md does not mention %s", address)
+		}
+		if !strings.Contains(address, ":"+shown[flag].def) || shown[flag].def == "" {
+			t.Errorf("README.md says toolbus dev serves %s; --%s defaults to %q", address, flag, shown[flag].def)
 		}
 	}
 }
