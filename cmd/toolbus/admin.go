@@ -86,6 +86,12 @@ func runToolSwitch(ctx context.Context, g globals, enable bool, args []string) e
 	if enable {
 		state = "enabled"
 	}
+	if g.json {
+		return printJSON(struct {
+			Name  string `json:"name"`
+			State string `json:"state"`
+		}{pos[0], state})
+	}
 	fmt.Printf("%s %s\n", pos[0], state)
 	return nil
 }

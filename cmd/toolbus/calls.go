@@ -20,8 +20,12 @@ import (
 func runTools(ctx context.Context, g globals, args []string) error {
 	fs := newFlags("tools")
 	ns := fs.String("namespace", "", "only this namespace")
-	if _, err := parseInterleaved(fs, args); err != nil {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return exitError(2)
+	}
+	if len(pos) > 0 {
+		return usageError(fmt.Sprintf("toolbus tools takes no argument but --namespace N (or: tools enable|disable|remove NAME); got %q", pos[0]))
 	}
 	nc, c, err := g.connect()
 	if err != nil {
@@ -98,6 +102,9 @@ func runCall(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	if *detach {
+		if g.json {
+			return printJSON(reply)
+		}
 		fmt.Println(reply.CallID)
 		return nil
 	}
@@ -450,7 +457,11 @@ func printCallInfo(info *messages.CallInfo) {
 }
 
 func runTurns(ctx context.Context, g globals, args []string) error {
-	if len(args) != 2 || args[0] != "get" {
+	pos, err := parseInterleaved(newFlags("turns get"), args)
+	if err != nil {
+		return exitError(2)
+	}
+	if len(pos) != 2 || pos[0] != "get" {
 		fmt.Fprintln(os.Stderr, "usage: toolbus turns get TURN-ID")
 		return exitError(2)
 	}
@@ -459,7 +470,7 @@ func runTurns(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	turn, err := c.Turn(ctx, args[1])
+	turn, err := c.Turn(ctx, pos[1])
 	if err != nil {
 		return err
 	}

@@ -148,7 +148,13 @@ func finish(err error, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	var ex exitError
+	var asJSON jsonErrors
 	if errors.As(err, &ex) {
+		if int(ex) == exitUsage && errors.As(err, &asJSON) {
+			// The usage went to standard error as text; a reader of standard
+			// output still gets an error where the reply would have been.
+			fmt.Fprintf(stdout, `{"error":{"code":"usage","message":"the command line is wrong; the usage is on standard error"},"exit_code":%d}`+"\n", exitUsage)
+		}
 		return int(ex) // already reported
 	}
 	status := exitRequestFailed
@@ -156,7 +162,6 @@ func finish(err error, stdout, stderr io.Writer) int {
 	if errors.As(err, &usage) {
 		status = exitUsage
 	}
-	var asJSON jsonErrors
 	if !errors.As(err, &asJSON) {
 		fmt.Fprintln(stderr, "toolbus:", err)
 		return status

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -100,13 +101,19 @@ func (c *Console) liveWorkers(ctx context.Context) ([]messages.WorkerHeartbeat, 
 	return reply.Workers, ""
 }
 
-// maxReasonLength bounds the reasons an operator types.
+// maxReasonLength bounds the reasons an operator types, in bytes.
 const maxReasonLength = 500
 
+// reason is the form's reason, cut to maxReasonLength on a character's
+// boundary: the coordinator refuses a reason that is not UTF-8.
 func reason(r *http.Request) string {
 	s := strings.TrimSpace(r.PostFormValue("reason"))
 	if len(s) > maxReasonLength {
-		s = s[:maxReasonLength]
+		cut := maxReasonLength
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
 	}
 	return s
 }

@@ -153,6 +153,14 @@ func New(cfg Config) (*Indexer, error) {
 // and starts competing for the lease and writing the index while it holds
 // it. It returns once the catalog is indexed.
 func (ix *Indexer) Start(ctx context.Context) error {
+	// Asked for a replication other than the installation's, the indexer
+	// refuses to start (ErrReplicasMismatch) rather than serve it: only a
+	// coordinator changes the replication.
+	asked := ix.cfg.Resources
+	asked.Reconfigure = false
+	if _, err := resources.Resolve(ctx, ix.js, ix.names, asked); err != nil {
+		return fmt.Errorf("indexer: %w", err)
+	}
 	if err := resources.EnsureExisting(ctx, ix.js, ix.names, ix.cfg.Resources); err != nil {
 		return fmt.Errorf("indexer: %w", err)
 	}

@@ -256,7 +256,10 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 		if errors.Is(err, nats.ErrNoResponders) {
 			return nil, noCoordinator(subject)
 		}
-		return reply, err
+		if err != nil {
+			return nil, c.tooLarge(endpoint, msg, err)
+		}
+		return reply, nil
 	}
 	attempt := 0
 	err = transport.Retry(ctx, policy, func(actx context.Context) error {
@@ -651,9 +654,20 @@ func (c *Client) submitQuietly(ctx context.Context, req messages.SubmitRequest) 
 	msg := &nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
 	tracing.Inject(ctx, msg.Header)
 	if err := c.nc.PublishMsg(msg); err != nil {
-		return fmt.Errorf("submit: %w", err)
+		return fmt.Errorf("submit: %w", c.tooLarge(messages.EndpointCallsSubmit, msg, err))
 	}
 	return nil
+}
+
+// tooLarge turns the connection's refusal of a message larger than the
+// server's max_payload into payload_too_large, which says both sizes; it
+// returns any other error as it is.
+func (c *Client) tooLarge(endpoint string, msg *nats.Msg, err error) error {
+	if !errors.Is(err, nats.ErrMaxPayload) {
+		return err
+	}
+	return messages.Errorf(messages.CodePayloadTooLarge, "%s: the request is %d bytes, more than the NATS server's max_payload of %d bytes",
+		endpoint, len(msg.Data), c.nc.MaxPayload())
 }
 
 // decodeAnswer reads the coordinator's answer to a quiet submit, or the
