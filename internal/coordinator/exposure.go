@@ -272,7 +272,11 @@ func (v *toolView) activate(ctx context.Context, ar *messages.ActivateRequest) (
 			}
 			def, ok := cat.Lookup(tn.String())
 			if !ok {
-				return messages.Errorf(messages.CodeToolNotFound, "no enabled tool %s in the catalog", tn)
+				_, exists := v.catalog.Lookup(tn.String())
+				if off, reason := v.catalog.Disabled(tn); exists && off {
+					return messages.Errorf(messages.CodeToolDisabled, "tool %s is disabled: %s", tn, reason)
+				}
+				return messages.Errorf(messages.CodeToolNotFound, "no tool %s in the catalog", tn)
 			}
 			if admission.Excluded(tn.String()) {
 				return messages.Errorf(messages.CodeNotAdmitted, "the exposure rules of agent %q exclude %s", turn.state.Agent, tn)
