@@ -2,10 +2,12 @@ package integration
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -124,4 +126,92 @@ func TestRefusalsOfExposureRequestsAsDocumented(t *testing.T) {
 	if !slices.Equal(reply.Dropped, []string{"catalog-nothing"}) {
 		t.Errorf("dropped = %v; want [catalog-nothing]", reply.Dropped)
 	}
+}
+
+// TestRememberedApprovalsAsDocumented: what DecideRequest says of remember.
+// turn lets later calls of the same tool by the same agent in the same
+// turn through, and nothing else; for a call made outside any turn there is
+// no turn to remember, and the decision is refused rather than remembered
+// for every turn. agent_tool lets them through in every turn, and a change
+// of policy voids it.
+func TestRememberedApprovalsAsDocumented(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, file, testPolicy)
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.PolicyFile = file
+		cfg.WorkspaceReloadInterval = 20 * time.Millisecond
+	})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: policyTools(newCounter())})
+	agent := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	operator := testenv.Client(t, srv.URL(), client.Options{Agent: "ops"})
+	ctx := testenv.Context(t)
+	asked := func(what, turn string) string {
+		t.Helper()
+		r, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "t-wipe", Turn: turn})
+		if err != nil || r.State != messages.StateAwaitingApproval {
+			t.Fatalf("%s: %+v %v; want awaiting_approval", what, r, err)
+		}
+		return r.CallID
+	}
+	ran := func(what, turn string) {
+		t.Helper()
+		res, err := agent.Call(ctx, "t-wipe", nil, client.WithTurn(turn))
+		if err != nil || res.Status != messages.StateCompleted {
+			t.Fatalf("%s: %+v %v; want it to run without asking", what, res, err)
+		}
+	}
+	approve := func(id, remember string) error {
+		_, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: id, Decision: messages.DecisionApprove, By: "alice", Remember: remember})
+		return err
+	}
+
+	// Outside any turn, remember turn has nothing to remember the approval for.
+	outside := asked("a call outside any turn", "")
+	err := approve(outside, messages.RememberTurn)
+	if messages.CodeOf(err) != messages.CodeBadRequest || !strings.Contains(err.Error(), "turn") {
+		t.Errorf("remember turn for a call outside any turn: %v; want bad_request naming the turn", err)
+	}
+	asked("a call in a turn after a refused remember turn", "t-a")
+	if err := approve(outside, messages.RememberCall); err != nil {
+		t.Fatalf("the approval, still pending, approved for the call: %v", err)
+	}
+	if res, err := agent.Wait(ctx, outside); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("the approved call: %+v %v", res, err)
+	}
+
+	// In a turn: that turn only.
+	if err := approve(asked("first call in t-b", "t-b"), messages.RememberTurn); err != nil {
+		t.Fatal(err)
+	}
+	ran("t-b after remember turn", "t-b")
+	asked("another turn after remember turn", "t-c")
+	asked("outside any turn after remember turn", "")
+
+	// agent_tool: every turn, and calls outside any turn.
+	if err := approve(asked("first call in t-d", "t-d"), messages.RememberAgentTool); err != nil {
+		t.Fatal(err)
+	}
+	ran("t-e after remember agent_tool", "t-e")
+	ran("outside any turn after remember agent_tool", "")
+	other := testenv.Client(t, srv.URL(), client.Options{Agent: "bot2"})
+	if r, err := other.Submit(ctx, messages.SubmitRequest{Tool: "t-wipe", Turn: "t-f"}); err != nil || r.State != messages.StateAwaitingApproval {
+		t.Fatalf("another agent after remember agent_tool: %+v %v; want awaiting_approval", r, err)
+	}
+
+	// A new policy voids what was remembered.
+	writeFile(t, file, testPolicy+"  - {tool: \"t:root\", effect: deny, reason: still privileged}\n")
+	eventually(t, "the new policy to void the grant", func() bool {
+		r, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "t-wipe", Turn: "t-g"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State != messages.StateAwaitingApproval {
+			if _, err := agent.Wait(ctx, r.CallID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return r.State == messages.StateAwaitingApproval
+	})
 }
