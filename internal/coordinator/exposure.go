@@ -126,11 +126,15 @@ func (v *toolView) resolveIteration(ctx context.Context, lr *messages.ListToolsR
 		return nil, messages.Errorf(messages.CodeBadRequest, "unknown format %q; known formats: %v", lr.Format, toolschema.Formats())
 	}
 	var turn *turnRecord
+	// claimed is true when this request names the turn first as an agent
+	// (the turn may have been saved before without one, by a call).
+	claimed := false
 	if lr.Turn != "" {
 		var err error
 		if turn, err = v.turns.load(ctx, lr.Turn); err != nil {
 			return nil, err
 		}
+		claimed = turn.state.Agent == "" && lr.Agent != ""
 		if err := turn.claim(lr.Agent); err != nil {
 			return nil, err
 		}
@@ -199,7 +203,7 @@ func (v *toolView) resolveIteration(ctx context.Context, lr *messages.ListToolsR
 			turn.state.Intake = lr.Intake
 			changed = true
 		}
-		if changed || turn.revision == 0 {
+		if changed || claimed || turn.revision == 0 {
 			if err := v.turns.save(ctx, turn); err != nil {
 				return nil, err
 			}
@@ -312,11 +316,16 @@ func (v *toolView) discover(ctx context.Context, dr *messages.DiscoverRequest) (
 		return nil, messages.Errorf(messages.CodeBadRequest, "page must be 0 or more and page_size between 1 and %d", search.MaxPageSize)
 	}
 	agent := dr.Agent
+	// claimed is true when this request names the turn first as an agent:
+	// the turn is then saved as the agent's even if the page holds nothing
+	// to select.
+	claimed := false
 	if dr.Turn != "" {
 		turn, err := v.turns.load(ctx, dr.Turn)
 		if err != nil {
 			return nil, err
 		}
+		claimed = turn.state.Agent == "" && dr.Agent != ""
 		if err := turn.claim(dr.Agent); err != nil {
 			return nil, err
 		}
@@ -353,7 +362,7 @@ func (v *toolView) discover(ctx context.Context, dr *messages.DiscoverRequest) (
 		}
 		reply.Schemas = schemas
 	}
-	if dr.Turn != "" && len(page) > 0 {
+	if dr.Turn != "" && (len(page) > 0 || claimed) {
 		if err := v.turns.addDiscovered(ctx, dr.Turn, agent, page); err != nil {
 			return nil, err
 		}

@@ -215,3 +215,82 @@ func TestRememberedApprovalsAsDocumented(t *testing.T) {
 		return r.State == messages.StateAwaitingApproval
 	})
 }
+
+// TestTurnBelongsToTheFirstAgentThatNamesIt: "A turn belongs to the first
+// agent that names it — in tools.list, tools.discover, tools.activate or
+// calls.submit —", and every request of another agent in it is refused
+// with conflict, without naming the owner and without changing the turn.
+func TestTurnBelongsToTheFirstAgentThatNamesIt(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "catalog", Tools: catalogTools()})
+	alice := testenv.Client(t, srv.URL(), client.Options{Agent: "alice"})
+	bob := testenv.Client(t, srv.URL(), client.Options{Agent: "bob"})
+	ctx := testenv.Context(t)
+	eventually(t, "the catalog to be discoverable", func() bool {
+		r, err := alice.Discover(ctx, messages.DiscoverRequest{Query: "catalog-details"})
+		return err == nil && len(r.Hits) > 0
+	})
+
+	// Bob's every request in a turn of Alice's.
+	refused := func(turn string) {
+		t.Helper()
+		for what, err := range map[string]error{
+			"tools.list": func() error {
+				_, err := bob.ListTools(ctx, messages.ListToolsRequest{Turn: turn})
+				return err
+			}(),
+			"tools.activate": func() error { _, err := bob.Activate(ctx, turn, "catalog-help"); return err }(),
+			"tools.discover": func() error {
+				_, err := bob.Discover(ctx, messages.DiscoverRequest{Query: "catalog help", Turn: turn})
+				return err
+			}(),
+			"calls.submit": func() error {
+				_, err := bob.Call(ctx, "catalog-help", map[string]any{}, client.WithTurn(turn))
+				return err
+			}(),
+		} {
+			if messages.CodeOf(err) != messages.CodeConflict || strings.Contains(err.Error(), "alice") {
+				t.Errorf("bob's %s in %s: %v; want conflict, without naming the owner", what, turn, err)
+			}
+		}
+		info, err := alice.Turn(ctx, turn)
+		if err != nil || info.State == nil || info.State.Agent != "alice" || slices.Contains(info.State.Activated, "catalog-help") || slices.Contains(info.State.Discovered, "catalog-help") {
+			t.Errorf("%s after bob's requests: %+v %v", turn, info, err)
+		}
+	}
+
+	if _, err := alice.ListTools(ctx, messages.ListToolsRequest{Turn: "t-listed"}); err != nil {
+		t.Fatal(err)
+	}
+	refused("t-listed")
+	if _, err := alice.Activate(ctx, "t-activated", "catalog-details"); err != nil {
+		t.Fatal(err)
+	}
+	refused("t-activated")
+	if _, err := alice.Discover(ctx, messages.DiscoverRequest{Query: "catalog-details", Turn: "t-discovered", PageSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	refused("t-discovered")
+	// A search that finds nothing names the turn as well as one that finds something.
+	if r, err := alice.Discover(ctx, messages.DiscoverRequest{Query: "zebra xylophone", Turn: "t-found-nothing"}); err != nil || len(r.Hits) != 0 {
+		t.Fatalf("a search for nothing: %+v %v", r, err)
+	}
+	refused("t-found-nothing")
+	if _, err := alice.Call(ctx, "catalog-details", map[string]any{}, client.WithTurn("t-called")); err != nil {
+		t.Fatal(err)
+	}
+	refused("t-called")
+
+	// A turn first named by a call without an agent is the first agent's
+	// that names it after: here by tools.list.
+	anonymous := testenv.Client(t, srv.URL(), client.Options{})
+	if _, err := anonymous.Call(ctx, "catalog-details", map[string]any{}, client.WithTurn("t-anonymous")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.ListTools(ctx, messages.ListToolsRequest{Turn: "t-anonymous"}); err != nil {
+		t.Fatal(err)
+	}
+	refused("t-anonymous")
+}
