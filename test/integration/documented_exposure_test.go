@@ -294,3 +294,142 @@ func TestTurnBelongsToTheFirstAgentThatNamesIt(t *testing.T) {
 	}
 	refused("t-anonymous")
 }
+
+// TestDiscoverQueriesAsDocumented: what DiscoverRequest and DiscoverReply
+// say of queries: an empty query lists every tool the agent may use, by
+// name, a page at a time; a query with no searchable word, or one built to
+// look like a subject or an injection, finds nothing and is no error; hits
+// are best first, a tool's name first of all; the tools of a returned page
+// are visible on the turn's next iteration (without a tier when no rule
+// admits them) and can be activated and called, and excluded or denied
+// tools are never found.
+func TestDiscoverQueriesAsDocumented(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "agents", "analyst.yaml"), `
+id: analyst
+tool:
+  items:
+    - name: "weather"
+      tier: onDemand
+      exclude: ["weather:delete_station"]
+`)
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(c *coordinator.Config) {
+		c.WorkspaceDir = dir
+		c.Policy = mustPolicy(t, "default: allow\nrules:\n  - {tool: \"weather:admin_console\", agent: analyst, effect: deny, reason: analysts do not administer}\n")
+	})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "weather", Tools: []worker.Tool{
+		describedTool("forecast", "Returns the weather forecast for a city for the next days."),
+		describedTool("current_conditions", "Returns the current temperature, wind and humidity at a location."),
+		describedTool("delete_station", "Deletes a weather station from the network."),
+		describedTool("admin_console", "Opens the weather service's administration console."),
+	}})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "mail", Tools: []worker.Tool{
+		describedTool("send", "Sends an email message to a recipient about the weather.", worker.WithTags(messages.TagNetwork)),
+	}})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "analyst"})
+	ctx := testenv.Context(t)
+	discover := func(req messages.DiscoverRequest) *messages.DiscoverReply {
+		t.Helper()
+		r, err := c.Discover(ctx, req)
+		if err != nil {
+			t.Fatalf("discover %+v: %v", req, err)
+		}
+		if len(r.Tools) != len(r.Hits) {
+			t.Fatalf("discover %+v: %d hits and %d tools", req, len(r.Hits), len(r.Tools))
+		}
+		for i, h := range r.Hits {
+			if r.Tools[i].Name != h.Name {
+				t.Fatalf("discover %+v: tool %d is %s, hit %s", req, i, r.Tools[i].Name, h.Name)
+			}
+		}
+		return r
+	}
+	mayUse := []string{"llm_tools-list", "mail-send", "weather-current_conditions", "weather-forecast"}
+	eventually(t, "every tool to be discoverable", func() bool {
+		return slices.Equal(discovered(discover(messages.DiscoverRequest{})), mayUse)
+	})
+
+	// An empty query pages through every tool the agent may use, by name.
+	var paged []string
+	for page := 0; ; page++ {
+		r := discover(messages.DiscoverRequest{Page: page, PageSize: 3})
+		paged = append(paged, discovered(r)...)
+		if !r.More {
+			if page != 1 {
+				t.Errorf("an empty query in pages of 3: the last page is %d; want 1", page)
+			}
+			break
+		}
+	}
+	if !slices.Equal(paged, mayUse) {
+		t.Errorf("an empty query, paged: %v; want %v", paged, mayUse)
+	}
+	if r := discover(messages.DiscoverRequest{Page: 7, PageSize: 3}); len(r.Hits) != 0 || r.More {
+		t.Errorf("a page past the end: %+v; want no hits and no more", r)
+	}
+
+	// Queries that hold no searchable word, or try to be something else.
+	for _, q := range []string{"the of and", "*", ">", "toolbus.api.>", "$JS.API.>", "'; DROP TABLE x; --", "\x00\x01", "🌧️🌧️", strings.Repeat("é", messages.MaxQueryLength/2)} {
+		r := discover(messages.DiscoverRequest{Query: q})
+		if len(r.Hits) != 0 {
+			t.Errorf("query %q found %v", q, discovered(r))
+		}
+	}
+	// ...and in JSON the reply still has its lists.
+	body, h := rawRequest(t, testenv.Connect(t, srv.URL()), messages.EndpointToolsDiscover, messages.DiscoverRequest{Agent: "analyst", Query: "*"})
+	if h.Get("Nats-Service-Error") != "" || !strings.Contains(string(body), `"hits":[]`) || !strings.Contains(string(body), `"tools":[]`) {
+		t.Errorf("a query that finds nothing, in JSON: %s", body)
+	}
+
+	// Best first: a tool's name first, then by score.
+	r := discover(messages.DiscoverRequest{Query: "weather-forecast"})
+	if len(r.Hits) == 0 || r.Hits[0].Name != "weather-forecast" || !r.Hits[0].Exact {
+		t.Fatalf("a tool's name: %+v", r.Hits)
+	}
+	r = discover(messages.DiscoverRequest{Query: "weather station administration console delete forecast"})
+	for i := 1; i < len(r.Hits); i++ {
+		if r.Hits[i].Score > r.Hits[i-1].Score {
+			t.Errorf("hits out of order: %+v", r.Hits)
+		}
+	}
+	if got := discovered(r); slices.Contains(got, "weather-delete_station") || slices.Contains(got, "weather-admin_console") || !slices.Contains(got, "weather-forecast") {
+		t.Errorf("excluded and denied tools must not be found: %v", got)
+	}
+	if got := discovered(discover(messages.DiscoverRequest{Query: "weather", Tags: []string{messages.TagNetwork}})); !slices.Equal(got, []string{"mail-send"}) {
+		t.Errorf("tags [network]: %v", got)
+	}
+	if got := discovered(discover(messages.DiscoverRequest{Query: "weather", Namespaces: []string{"mail"}})); !slices.Equal(got, []string{"mail-send"}) {
+		t.Errorf("namespaces [mail]: %v", got)
+	}
+
+	// A page returned in a turn: its tools are shown next iteration, the
+	// one that no rule admits without a tier; they can be activated and called.
+	const turn = "t-found"
+	if got := discovered(discover(messages.DiscoverRequest{Query: "email message recipient", Turn: turn, PageSize: 1})); !slices.Equal(got, []string{"mail-send"}) {
+		t.Fatalf("the page in the turn: %v", got)
+	}
+	l, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: turn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *messages.ToolEntry
+	for i := range l.Tools {
+		if l.Tools[i].Name == "mail-send" {
+			found = &l.Tools[i]
+		}
+	}
+	if found == nil || found.Exposure == nil || found.Exposure.Tier != "" {
+		t.Fatalf("the discovered tool in the next iteration: %v (%+v)", namesOf(l), found)
+	}
+	if slices.Contains(namesOf(l), "weather-forecast") {
+		t.Errorf("a tool of no page returned is shown: %v", namesOf(l))
+	}
+	if a, err := c.Activate(ctx, turn, "mail-send", "weather:forecast"); err != nil || !slices.Equal(a.Activated, []string{"mail-send", "weather-forecast"}) {
+		t.Errorf("activating found tools: %+v %v", a, err)
+	}
+	if res, err := c.Call(ctx, "mail-send", map[string]any{}, client.WithTurn(turn)); err != nil || res.IsError {
+		t.Errorf("calling the found tool: %+v %v", res, err)
+	}
+}
