@@ -433,3 +433,172 @@ tool:
 		t.Errorf("calling the found tool: %+v %v", res, err)
 	}
 }
+
+// TestToolsListInEveryFormat: tools.list with a format answers schemas in
+// the provider's shape, one per tool in the order of tools; think adds a
+// required thought parameter, which Toolbus removes before the call runs;
+// without a format there are no schemas.
+func TestToolsListInEveryFormat(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "catalog", Tools: catalogTools()})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "support"})
+	ctx := testenv.Context(t)
+	eventually(t, "the catalog to be listed", func() bool {
+		l, err := c.ListTools(ctx, messages.ListToolsRequest{Namespace: "catalog", Turn: "t-formats"})
+		return err == nil && len(l.Tools) == 4
+	})
+	// Where each format puts the name and the input schema.
+	shapes := map[string]struct{ name, schema []string }{
+		"openai-chat":      {[]string{"function", "name"}, []string{"function", "parameters"}},
+		"openai-responses": {[]string{"name"}, []string{"parameters"}},
+		"anthropic":        {[]string{"name"}, []string{"input_schema"}},
+		"gemini":           {[]string{"name"}, []string{"parameters"}},
+		"mcp":              {[]string{"name"}, []string{"inputSchema"}},
+	}
+	dig := func(v any, path []string) any {
+		for _, k := range path {
+			m, _ := v.(map[string]any)
+			v = m[k]
+		}
+		return v
+	}
+	for format, shape := range shapes {
+		for _, think := range []bool{false, true} {
+			l, err := c.ListTools(ctx, messages.ListToolsRequest{Namespace: "catalog", Turn: "t-formats", Format: format, Think: think})
+			if err != nil {
+				t.Fatalf("%s: %v", format, err)
+			}
+			if len(l.Schemas) != len(l.Tools) || len(l.Tools) != 4 {
+				t.Fatalf("%s: %d schemas for %v", format, len(l.Schemas), namesOf(l))
+			}
+			for i, raw := range l.Schemas {
+				var schema any
+				if err := json.Unmarshal(raw, &schema); err != nil {
+					t.Fatalf("%s: %v", format, err)
+				}
+				if name := dig(schema, shape.name); name != l.Tools[i].Name {
+					t.Errorf("%s: schema %d names %v; the tool is %s: %s", format, i, name, l.Tools[i].Name, raw)
+				}
+				input := dig(schema, shape.schema)
+				_, hasThought := dig(input, []string{"properties"}).(map[string]any)["thought"]
+				required, _ := dig(input, []string{"required"}).([]any)
+				if think != hasThought || think != slices.Contains(required, any("thought")) {
+					t.Errorf("%s, think %v: %s", format, think, raw)
+				}
+			}
+		}
+	}
+	if l, err := c.ListTools(ctx, messages.ListToolsRequest{Namespace: "catalog", Turn: "t-formats"}); err != nil || l.Schemas != nil {
+		t.Errorf("without a format: %v %v", l.Schemas, err)
+	}
+	res, err := c.Call(ctx, "catalog-details", map[string]any{"thought": "the user asked for details", "query": "q"}, client.WithTurn("t-formats"))
+	if err != nil || res.IsError || res.Content[0].Text != "details:q" {
+		t.Errorf("a call with the model's thought: %+v %v", res, err)
+	}
+}
+
+// TestApprovalsListAndDecideAsDocumented: approvals.list filters by state
+// (pending by default, or all), agent and turn; a decision answers the
+// approval and the call's state; a denial ends the call denied with the
+// decider's reason; a call denied by policy is refused with denied and
+// the rule's reason; an approval nobody asked for is approval_not_found.
+func TestApprovalsListAndDecideAsDocumented(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Policy = mustPolicy(t, testPolicy) })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: policyTools(newCounter())})
+	bot := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	other := testenv.Client(t, srv.URL(), client.Options{Agent: "other"})
+	operator := testenv.Client(t, srv.URL(), client.Options{Agent: "ops"})
+	ctx := testenv.Context(t)
+	hold := func(c *client.Client, turn string) string {
+		t.Helper()
+		r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-wipe", Turn: turn})
+		if err != nil || r.State != messages.StateAwaitingApproval || r.Approval == nil || r.Approval.ApprovalID != r.CallID || r.Approval.State != messages.ApprovalPending {
+			t.Fatalf("a destructive call: %+v %v", r, err)
+		}
+		return r.CallID
+	}
+	a1, a2, a3 := hold(bot, "t-1"), hold(bot, "t-2"), hold(other, "t-3")
+	ids := func(req messages.ListApprovalsRequest) []string {
+		t.Helper()
+		r, err := operator.ListApprovals(ctx, req)
+		if err != nil {
+			t.Fatalf("approvals.list %+v: %v", req, err)
+		}
+		var out []string
+		for _, a := range r.Approvals {
+			out = append(out, a.ApprovalID)
+		}
+		return out
+	}
+	if got := ids(messages.ListApprovalsRequest{}); !slices.Equal(got, []string{a1, a2, a3}) {
+		t.Errorf("pending, oldest first: %v; want %v", got, []string{a1, a2, a3})
+	}
+	if got := ids(messages.ListApprovalsRequest{Agent: "bot"}); !slices.Equal(got, []string{a1, a2}) {
+		t.Errorf("bot's: %v", got)
+	}
+	if got := ids(messages.ListApprovalsRequest{Turn: "t-2"}); !slices.Equal(got, []string{a2}) {
+		t.Errorf("turn t-2's: %v", got)
+	}
+
+	d, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: a1, Decision: messages.DecisionDeny, By: "alice", Reason: "not today"})
+	if err != nil || d.State != messages.StateDenied || d.Approval.State != messages.ApprovalDenied || d.Approval.DecidedBy != "alice" || d.Approval.DecisionReason != "not today" {
+		t.Fatalf("a denial: %+v %v", d, err)
+	}
+	res, err := bot.Wait(ctx, a1)
+	if err != nil || res.Status != messages.StateDenied || res.Error == nil || res.Error.Code != messages.ResultDenied || !strings.Contains(res.Error.Message, "not today") {
+		t.Errorf("the denied call: %+v %v", res, err)
+	}
+	d, err = operator.Decide(ctx, messages.DecideRequest{ApprovalID: a2, Decision: messages.DecisionApprove, By: "alice"})
+	if err != nil || d.State != messages.StateQueued || d.Approval.State != messages.ApprovalApproved || d.Approval.Remember != messages.RememberCall {
+		t.Fatalf("an approval: %+v %v", d, err)
+	}
+	if res, err := bot.Wait(ctx, a2); err != nil || res.Status != messages.StateCompleted {
+		t.Errorf("the approved call: %+v %v", res, err)
+	}
+	if got := ids(messages.ListApprovalsRequest{}); !slices.Equal(got, []string{a3}) {
+		t.Errorf("pending after two decisions: %v", got)
+	}
+	if got := ids(messages.ListApprovalsRequest{State: messages.ApprovalDenied}); !slices.Equal(got, []string{a1}) {
+		t.Errorf("denied: %v", got)
+	}
+	if got := ids(messages.ListApprovalsRequest{State: messages.ApprovalApproved}); !slices.Equal(got, []string{a2}) {
+		t.Errorf("approved: %v", got)
+	}
+	if got := ids(messages.ListApprovalsRequest{State: "all"}); !slices.Equal(got, []string{a1, a2, a3}) {
+		t.Errorf("all: %v", got)
+	}
+
+	nc := testenv.Connect(t, srv.URL())
+	for _, tc := range []struct {
+		name string
+		req  messages.DecideRequest
+		want messages.ErrorCode
+	}{
+		{"no such approval", messages.DecideRequest{ApprovalID: "nobody-asked", Decision: messages.DecisionApprove, By: "alice"}, messages.CodeApprovalNotFound},
+		{"decided already", messages.DecideRequest{ApprovalID: a1, Decision: messages.DecisionApprove, By: "alice"}, messages.CodeConflict},
+		{"no by", messages.DecideRequest{ApprovalID: a3, Decision: messages.DecisionApprove}, messages.CodeBadRequest},
+		{"a decision that is none", messages.DecideRequest{ApprovalID: a3, Decision: "maybe", By: "alice"}, messages.CodeBadRequest},
+		{"remember forever", messages.DecideRequest{ApprovalID: a3, Decision: messages.DecisionApprove, By: "alice", Remember: "forever"}, messages.CodeBadRequest},
+		{"an approval ID with a dot", messages.DecideRequest{ApprovalID: "a.b", Decision: messages.DecisionApprove, By: "alice"}, messages.CodeInvalidName},
+	} {
+		if code, msg := refusal(t, nc, messages.EndpointApprovalsDecide, tc.req); code != tc.want {
+			t.Errorf("approvals.decide, %s: %s %q; want %s", tc.name, code, msg, tc.want)
+		}
+	}
+	if code, msg := refusal(t, nc, messages.EndpointApprovalsList, messages.ListApprovalsRequest{State: "maybe"}); code != messages.CodeBadRequest {
+		t.Errorf("approvals.list of a state that is none: %s %q", code, msg)
+	}
+	// The refusals changed nothing: the approval still waits.
+	if got := ids(messages.ListApprovalsRequest{}); !slices.Equal(got, []string{a3}) {
+		t.Errorf("pending after refused decisions: %v", got)
+	}
+
+	// Denied by policy: refused at once with the rule's reason.
+	if code, msg := refusal(t, nc, messages.EndpointCallsSubmit, messages.SubmitRequest{Tool: "t-login", Agent: "bot", Arguments: messages.JSON(`{"user":"admin","password":"x"}`)}); code != messages.CodeDenied || !strings.Contains(msg, "nobody logs in as admin") {
+		t.Errorf("a call that policy denies: %s %q", code, msg)
+	}
+}
