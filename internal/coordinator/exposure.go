@@ -198,9 +198,14 @@ func (v *toolView) resolveIteration(ctx context.Context, lr *messages.ListToolsR
 	}
 	if turn != nil {
 		reply.Dropped = v.gone(agent, vis.Dropped, &turn.state)
-		changed := turn.prune(reply.Dropped)
+		changed := false
 		if lr.Intake != nil {
+			// Saved before the prune, so that what this intake names and
+			// is gone is dropped from it too, not saved to be dropped again.
 			turn.state.Intake = lr.Intake
+			changed = true
+		}
+		if turn.prune(reply.Dropped) {
 			changed = true
 		}
 		if changed || claimed || turn.revision == 0 {

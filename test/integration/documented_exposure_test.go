@@ -602,3 +602,119 @@ func TestApprovalsListAndDecideAsDocumented(t *testing.T) {
 		t.Errorf("a call that policy denies: %s %q", code, msg)
 	}
 }
+
+// TestSelectionsAsDocumented: what TurnState says of a turn's selections:
+// chosen and activated tools are shown outside the agent's tiers; an
+// intake naming a tool that no rule admits drops it; a selected tool that
+// policy comes to deny the agent, or that the rules come to exclude, is
+// dropped from the turn and listed in that iteration's dropped.
+func TestSelectionsAsDocumented(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	agentFile := filepath.Join(dir, "agents", "support.yaml")
+	writeFile(t, agentFile, `
+id: support
+tool:
+  items:
+    - name: "catalog:lookup"
+`)
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, policyFile, "default: allow\n")
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.WorkspaceDir = dir
+		cfg.PolicyFile = policyFile
+		cfg.WorkspaceReloadInterval = 20 * time.Millisecond
+	})
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "catalog", Tools: catalogTools()})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "support"})
+	ctx := testenv.Context(t)
+	const turn = "t-selections"
+	list := func(req messages.ListToolsRequest) *messages.ListToolsReply {
+		t.Helper()
+		req.Turn, req.Namespace = turn, "catalog"
+		l, err := c.ListTools(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	eventually(t, "the catalog to be listed", func() bool {
+		return slices.Equal(namesOf(list(messages.ListToolsRequest{})), []string{"catalog-lookup"})
+	})
+	// Outside the tiers: chosen for one iteration, activated for the turn.
+	if got := namesOf(list(messages.ListToolsRequest{Chosen: []string{"catalog-help"}})); !slices.Equal(got, []string{"catalog-help", "catalog-lookup"}) {
+		t.Errorf("chosen outside the tiers: %v", got)
+	}
+	if _, err := c.Activate(ctx, turn, "catalog-details", "catalog-lookupAll"); err != nil {
+		t.Fatal(err)
+	}
+	if got := namesOf(list(messages.ListToolsRequest{})); !slices.Equal(got, []string{"catalog-details", "catalog-lookup", "catalog-lookupAll"}) {
+		t.Errorf("activated outside the tiers: %v", got)
+	}
+	// An intake naming a tool that no rule admits: dropped from the intake.
+	l := list(messages.ListToolsRequest{Intake: &messages.IntakeSelection{Tools: []string{"catalog-help"}}})
+	if slices.Contains(namesOf(l), "catalog-help") || !slices.Equal(l.Dropped, []string{"catalog-help"}) {
+		t.Errorf("an intake naming a tool no rule admits: %v, dropped %v", namesOf(l), l.Dropped)
+	}
+	if info, err := c.Turn(ctx, turn); err != nil || info.State.Intake == nil || len(info.State.Intake.Tools) != 0 {
+		t.Errorf("the turn's intake after the drop: %+v %v", info, err)
+	}
+
+	// Policy comes to deny an activated tool: dropped.
+	writeFile(t, policyFile, "default: allow\nrules:\n  - {tool: \"catalog:details\", effect: deny, reason: details are private}\n")
+	var dropped []string
+	eventually(t, "the denied tool to be dropped", func() bool {
+		l := list(messages.ListToolsRequest{})
+		dropped = append(dropped, l.Dropped...)
+		return !slices.Contains(namesOf(l), "catalog-details")
+	})
+	if !slices.Equal(dropped, []string{"catalog-details"}) {
+		t.Errorf("dropped when denied: %v", dropped)
+	}
+	// The rules come to exclude the other: dropped.
+	writeFile(t, agentFile, `
+id: support
+tool:
+  items:
+    - name: "catalog:*"
+      exclude: ["catalog:lookupAll", "catalog:details"]
+`)
+	dropped = nil
+	eventually(t, "the excluded tool to be dropped", func() bool {
+		l := list(messages.ListToolsRequest{})
+		dropped = append(dropped, l.Dropped...)
+		return !slices.Contains(namesOf(l), "catalog-lookupAll")
+	})
+	if !slices.Equal(dropped, []string{"catalog-lookupAll"}) {
+		t.Errorf("dropped when excluded: %v", dropped)
+	}
+	if info, err := c.Turn(ctx, turn); err != nil || len(info.State.Activated) != 0 {
+		t.Errorf("the turn's activations after the drops: %+v %v", info.State, err)
+	}
+
+	// A tool that the saved intake names, and the rules come to exclude:
+	// dropped from the saved intake once.
+	if got := namesOf(list(messages.ListToolsRequest{Intake: &messages.IntakeSelection{Tools: []string{"catalog-help"}}})); !slices.Equal(got, []string{"catalog-help"}) {
+		t.Fatalf("an intake naming an admitted tool: %v", got)
+	}
+	writeFile(t, agentFile, `
+id: support
+tool:
+  items:
+    - name: "catalog:*"
+      exclude: ["catalog:lookupAll", "catalog:details", "catalog:help"]
+`)
+	dropped = nil
+	eventually(t, "the excluded intake tool to be dropped", func() bool {
+		l := list(messages.ListToolsRequest{})
+		dropped = append(dropped, l.Dropped...)
+		return !slices.Contains(namesOf(l), "catalog-help")
+	})
+	if l := list(messages.ListToolsRequest{}); !slices.Equal(dropped, []string{"catalog-help"}) || len(l.Dropped) != 0 {
+		t.Errorf("dropped from the saved intake: %v, then %v", dropped, l.Dropped)
+	}
+	if info, err := c.Turn(ctx, turn); err != nil || info.State.Intake == nil || len(info.State.Intake.Tools) != 0 {
+		t.Errorf("the saved intake after the drop: %+v %v", info.State, err)
+	}
+}
