@@ -718,3 +718,61 @@ tool:
 		t.Errorf("the saved intake after the drop: %+v %v", info.State, err)
 	}
 }
+
+// TestWholeCatalogAndTheDiscoveryToolsMistakes: tools.list without any
+// option of a model iteration lists the whole catalog, disabled and
+// unavailable tools included and marked; a model view leaves them out.
+// A mistake in the discovery tool's arguments that its schema allows is
+// the tool's own error, which the model reads; one its schema refuses is
+// refused as any call's arguments are.
+func TestWholeCatalogAndTheDiscoveryToolsMistakes(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "catalog", Tools: catalogTools()})
+	ctx := testenv.Context(t)
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "idle", Tools: catalogTools()}).Stop(ctx)
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "support"})
+	eventually(t, "the catalog to be listed", func() bool {
+		l, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: "t-whole", Namespace: "catalog"})
+		return err == nil && len(l.Tools) == 4
+	})
+	if err := c.SetToolEnabled(ctx, "catalog-help", false, "being rewritten"); err != nil {
+		t.Fatal(err)
+	}
+	// The client of an agent names it in every list: the whole catalog is
+	// asked without one.
+	whole, err := testenv.Client(t, srv.URL(), client.Options{}).ListTools(ctx, messages.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]messages.ToolEntry{}
+	for _, e := range whole.Tools {
+		byName[e.Name] = e
+	}
+	if e := byName["catalog-help"]; !e.Disabled || e.Reason != "being rewritten" || !e.Available {
+		t.Errorf("a disabled tool in the whole catalog: %+v", e)
+	}
+	if e, ok := byName["idle-details"]; !ok || e.Available || !strings.Contains(e.Unavailable, "no live worker serves namespace idle") {
+		t.Errorf("a tool without a live worker in the whole catalog: %+v", e)
+	}
+	if e := byName["catalog-details"]; !e.Available || e.Disabled || e.Exposure != nil {
+		t.Errorf("a tool of the whole catalog: %+v", e)
+	}
+	view, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: "t-whole"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := namesOf(view); slices.Contains(got, "catalog-help") || slices.Contains(got, "idle-details") || !slices.Contains(got, "catalog-details") {
+		t.Errorf("a model view: %v", got)
+	}
+
+	res, err := c.Call(ctx, "llm_tools-list", map[string]any{"query": "details", "namespaces": []string{"no.such"}}, client.WithTurn("t-whole"))
+	if err != nil || !res.IsError || res.Error == nil || res.Error.Code != messages.ResultToolError || !strings.Contains(res.Error.Message, "namespace") {
+		t.Errorf("the discovery tool with an invalid namespace: %+v %v", res, err)
+	}
+	_, err = c.Call(ctx, "llm_tools-list", map[string]any{"query": "details", "page_size": 51}, client.WithTurn("t-whole"))
+	if messages.CodeOf(err) != messages.CodeInvalidArguments {
+		t.Errorf("the discovery tool with page_size 51: %v; want invalid_arguments", err)
+	}
+}
