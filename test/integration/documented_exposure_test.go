@@ -186,6 +186,8 @@ func TestRememberedApprovalsAsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran("t-b after remember turn", "t-b")
+	// A call let through by a remembered approval is audited as such.
+	countAudited(t, testenv.Connect(t, srv.URL()), messages.AuditRemembered, 1)
 	asked("another turn after remember turn", "t-c")
 	asked("outside any turn after remember turn", "")
 
@@ -774,5 +776,68 @@ func TestWholeCatalogAndTheDiscoveryToolsMistakes(t *testing.T) {
 	_, err = c.Call(ctx, "llm_tools-list", map[string]any{"query": "details", "page_size": 51}, client.WithTurn("t-whole"))
 	if messages.CodeOf(err) != messages.CodeInvalidArguments {
 		t.Errorf("the discovery tool with page_size 51: %v; want invalid_arguments", err)
+	}
+}
+
+// TestTiersDecideWhatIsShownNotWhatIsAllowed: README's claims on exposure.
+// Without a workspace each namespace is a bundle of its own, which an
+// intake selects; with one, a tool of the onDemand tier that is not shown,
+// and a tool that no rule names, are still called, and only an excluded
+// one is refused (not_admitted).
+func TestTiersDecideWhatIsShownNotWhatIsAllowed(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t)
+	start := func(mutate ...func(*coordinator.Config)) *client.Client {
+		srv := testenv.Server(t)
+		testenv.Coordinator(t, srv.URL(), mutate...)
+		testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "catalog", Tools: catalogTools()}, worker.Namespace{Name: "mail", Tools: []worker.Tool{
+			describedTool("send", "Sends an email message to a recipient."),
+		}})
+		c := testenv.Client(t, srv.URL(), client.Options{Agent: "support"})
+		eventually(t, "both namespaces to be in the catalog", func() bool {
+			l, err := c.ListTools(ctx, messages.ListToolsRequest{Chosen: []string{"catalog-details", "mail-send"}})
+			return err == nil && slices.Contains(namesOf(l), "catalog-details") && slices.Contains(namesOf(l), "mail-send")
+		})
+		return c
+	}
+
+	// Without a workspace.
+	c := start()
+	l, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: "t-bundles", Intake: &messages.IntakeSelection{Bundles: []string{"mail"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := namesOf(l); !slices.Equal(got, []string{"mail-send"}) || !slices.Equal(l.Tools[0].Exposure.Bundles, []string{"mail"}) {
+		t.Errorf("an intake selecting a namespace's bundle: %v", got)
+	}
+
+	// With a workspace.
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "agents", "support.yaml"), `
+id: support
+tool:
+  items:
+    - name: "catalog:lookup"
+      tier: critical
+    - name: "catalog:details"
+      tier: onDemand
+    - name: "catalog:*"
+      exclude: ["catalog:help"]
+`)
+	c = start(func(cfg *coordinator.Config) { cfg.WorkspaceDir = dir })
+	l, err = c.ListTools(ctx, messages.ListToolsRequest{Turn: "t-tiers"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := namesOf(l); !slices.Equal(got, []string{"catalog-lookup", "catalog-lookupAll"}) {
+		t.Fatalf("shown: %v", got)
+	}
+	for _, tool := range []string{"catalog-details", "mail-send"} {
+		if res, err := c.Call(ctx, tool, map[string]any{}, client.WithTurn("t-tiers")); err != nil || res.IsError {
+			t.Errorf("calling %s, not shown: %+v %v", tool, res, err)
+		}
+	}
+	if _, err := c.Call(ctx, "catalog-help", map[string]any{}, client.WithTurn("t-tiers")); messages.CodeOf(err) != messages.CodeNotAdmitted {
+		t.Errorf("calling an excluded tool: %v; want not_admitted", err)
 	}
 }
