@@ -523,6 +523,20 @@ func TestApprovalsListAndDecideAsDocumented(t *testing.T) {
 		}
 		return r.CallID
 	}
+	// The model sees the tool that policy asks about, and its exposure
+	// names no approval: that is the exposure rules' alone.
+	l, err := bot.ListTools(ctx, messages.ListToolsRequest{Turn: "t-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range l.Tools {
+		if e.Name == "t-wipe" && (e.Exposure == nil || e.Exposure.Approval != "") {
+			t.Errorf("t-wipe's exposure: %+v", e.Exposure)
+		}
+	}
+	if !slices.Contains(namesOf(l), "t-wipe") {
+		t.Errorf("the tool policy asks about is not shown: %v", namesOf(l))
+	}
 	a1, a2, a3 := hold(bot, "t-1"), hold(bot, "t-2"), hold(other, "t-3")
 	ids := func(req messages.ListApprovalsRequest) []string {
 		t.Helper()
