@@ -824,6 +824,9 @@ func TestTiersDecideWhatIsShownNotWhatIsAllowed(t *testing.T) {
 	if got := namesOf(l); !slices.Equal(got, []string{"mail-send"}) || !slices.Equal(l.Tools[0].Exposure.Bundles, []string{"mail"}) {
 		t.Errorf("an intake selecting a namespace's bundle: %v", got)
 	}
+	if l, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: "t-bundles", Intake: &messages.IntakeSelection{Bundles: []string{"nosuch"}}}); err != nil || len(l.Tools) != 0 {
+		t.Errorf("an intake selecting a bundle that does not exist: %v %v", namesOf(l), err)
+	}
 
 	// With a workspace.
 	dir := t.TempDir()
