@@ -827,6 +827,13 @@ func TestTiersDecideWhatIsShownNotWhatIsAllowed(t *testing.T) {
 	if l, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: "t-bundles", Intake: &messages.IntakeSelection{Bundles: []string{"nosuch"}}}); err != nil || len(l.Tools) != 0 {
 		t.Errorf("an intake selecting a bundle that does not exist: %v %v", namesOf(l), err)
 	}
+	// A clarification ignores the intake sent with it, which is saved for later iterations.
+	if l, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: "t-clarify", Clarification: true, Intake: &messages.IntakeSelection{Bundles: []string{"mail"}}}); err != nil || len(l.Tools) != 0 {
+		t.Errorf("a clarification with an intake: %v %v", namesOf(l), err)
+	}
+	if l, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: "t-clarify"}); err != nil || !slices.Equal(namesOf(l), []string{"mail-send"}) {
+		t.Errorf("the iteration after a clarification with an intake: %v %v", namesOf(l), err)
+	}
 
 	// With a workspace.
 	dir := t.TempDir()
