@@ -865,3 +865,42 @@ tool:
 		t.Errorf("calling an excluded tool: %v; want not_admitted", err)
 	}
 }
+
+// TestAuditWithoutAPolicy: without a policy, a call that nothing asks
+// about is not audited, while an approval the exposure rules ask for is,
+// and so is its decision.
+func TestAuditWithoutAPolicy(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "bundles", "catalog.yaml"), `
+id: catalog
+match:
+  - name: "catalog:*"
+  - name: "catalog:details"
+    approval: {mode: prompt, message: "Details are long"}
+`)
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.WorkspaceDir = dir })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "catalog", Tools: catalogTools()})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "support"})
+	ctx := testenv.Context(t)
+	if res, err := c.Call(ctx, "catalog-lookup", map[string]any{}); err != nil || res.IsError {
+		t.Fatalf("a call nothing asks about: %+v %v", res, err)
+	}
+	r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "catalog-details", Arguments: messages.JSON(`{}`)})
+	if err != nil || r.State != messages.StateAwaitingApproval {
+		t.Fatalf("a call the exposure rules ask about: %+v %v", r, err)
+	}
+	if _, err := c.Answer(ctx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove, By: "the user"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, r.CallID); err != nil {
+		t.Fatal(err)
+	}
+	nc := testenv.Connect(t, srv.URL())
+	countAudited(t, nc, messages.AuditAsked, 1)
+	countAudited(t, nc, messages.AuditApproved, 1)
+	if n := streamLastSeq(t, srv.URL(), names.AuditStream()); n != 2 {
+		t.Errorf("%d audit records; want 2 (asked and approved)", n)
+	}
+}
