@@ -70,6 +70,10 @@ func TestRefusalsOfExposureRequestsAsDocumented(t *testing.T) {
 	}
 	nc := testenv.Connect(t, srv.URL())
 	const turn = "t-refused"
+	// A submit that passes the checks of Field ranges claims its turn before
+	// the catalog is read, as naming the turn: those refused later name one
+	// of their own.
+	const submitted = "t-submitted"
 	long := strings.Repeat("q", messages.MaxQueryLength+1)
 	for _, tc := range []struct {
 		name     string
@@ -100,6 +104,12 @@ func TestRefusalsOfExposureRequestsAsDocumented(t *testing.T) {
 		{"discover: an empty tag", messages.EndpointToolsDiscover, messages.DiscoverRequest{Agent: "analyst", Turn: turn, Tags: []string{""}}, messages.CodeInvalidName},
 		{"discover: a tag over 128 bytes", messages.EndpointToolsDiscover, messages.DiscoverRequest{Agent: "analyst", Turn: turn, Tags: []string{strings.Repeat("t", messages.MaxLabelLength+1)}}, messages.CodeInvalidName},
 		{"discover: unknown format", messages.EndpointToolsDiscover, messages.DiscoverRequest{Agent: "analyst", Turn: turn, Format: "cobol"}, messages.CodeBadRequest},
+		{"submit: no such tool", messages.EndpointCallsSubmit, messages.SubmitRequest{Agent: "analyst", Turn: submitted, Tool: "catalog-nothing"}, messages.CodeToolNotFound},
+		{"submit: a second dot", messages.EndpointCallsSubmit, messages.SubmitRequest{Agent: "analyst", Turn: turn, Tool: "catalog.details.x"}, messages.CodeInvalidName},
+		{"submit: timeout_ms over 7 days", messages.EndpointCallsSubmit, messages.SubmitRequest{Agent: "analyst", Turn: turn, Tool: "catalog-details", TimeoutMS: messages.MaxTimeoutMS + 1}, messages.CodeBadRequest},
+		{"submit: a disabled tool", messages.EndpointCallsSubmit, messages.SubmitRequest{Agent: "analyst", Turn: submitted, Tool: "catalog-lookupAll"}, messages.CodeToolDisabled},
+		{"submit: denied by policy", messages.EndpointCallsSubmit, messages.SubmitRequest{Agent: "analyst", Turn: submitted, Tool: "catalog-help"}, messages.CodeDenied},
+		{"submit: arguments outside the schema", messages.EndpointCallsSubmit, messages.SubmitRequest{Agent: "analyst", Turn: submitted, Tool: "catalog-details", Arguments: messages.JSON(`{"query":7}`)}, messages.CodeInvalidArguments},
 		{"turns.get: no turn", messages.EndpointTurnsGet, messages.GetTurnRequest{}, messages.CodeBadRequest},
 		{"turns.get: a turn with a dot", messages.EndpointTurnsGet, messages.GetTurnRequest{Turn: "a.b"}, messages.CodeInvalidName},
 		{"turns.get: a turn nobody named", messages.EndpointTurnsGet, messages.GetTurnRequest{Turn: turn}, messages.CodeTurnNotFound},
