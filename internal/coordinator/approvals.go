@@ -293,6 +293,11 @@ func (ap *approvals) decide(ctx context.Context, dr *messages.DecideRequest) (_ 
 		}
 		return nil, messages.Errorf(messages.CodeConflict, "approval %s expired at %s", a.rec.ApprovalID, a.rec.ExpiresAt.Format(time.RFC3339))
 	}
+	// A grant for no turn is the grant for every turn (agent_tool), so
+	// "this turn" of a call made outside any turn cannot be remembered.
+	if dr.Decision == messages.DecisionApprove && dr.Remember == messages.RememberTurn && a.rec.Turn == "" {
+		return nil, messages.Errorf(messages.CodeBadRequest, "remember %q needs a turn, and call %s was made outside any turn; remember %q or %q instead", messages.RememberTurn, a.rec.CallID, messages.RememberCall, messages.RememberAgentTool)
+	}
 	if dr.Decision == messages.DecisionApprove && a.rec.PolicyVersion != "" {
 		if p := ap.policy.Load(); p != nil && p.Version() != a.rec.PolicyVersion {
 			return nil, messages.Errorf(messages.CodeConflict, "the policy changed since approval %s was asked; submit the call again", a.rec.ApprovalID)

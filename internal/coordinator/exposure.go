@@ -126,11 +126,15 @@ func (v *toolView) resolveIteration(ctx context.Context, lr *messages.ListToolsR
 		return nil, messages.Errorf(messages.CodeBadRequest, "unknown format %q; known formats: %v", lr.Format, toolschema.Formats())
 	}
 	var turn *turnRecord
+	// claimed is true when this request names the turn first as an agent
+	// (the turn may have been saved before without one, by a call).
+	claimed := false
 	if lr.Turn != "" {
 		var err error
 		if turn, err = v.turns.load(ctx, lr.Turn); err != nil {
 			return nil, err
 		}
+		claimed = turn.state.Agent == "" && lr.Agent != ""
 		if err := turn.claim(lr.Agent); err != nil {
 			return nil, err
 		}
@@ -194,12 +198,17 @@ func (v *toolView) resolveIteration(ctx context.Context, lr *messages.ListToolsR
 	}
 	if turn != nil {
 		reply.Dropped = v.gone(agent, vis.Dropped, &turn.state)
-		changed := turn.prune(reply.Dropped)
+		changed := false
 		if lr.Intake != nil {
+			// Saved before the prune, so that what this intake names and
+			// is gone is dropped from it too, not saved to be dropped again.
 			turn.state.Intake = lr.Intake
 			changed = true
 		}
-		if changed || turn.revision == 0 {
+		if turn.prune(reply.Dropped) {
+			changed = true
+		}
+		if changed || claimed || turn.revision == 0 {
 			if err := v.turns.save(ctx, turn); err != nil {
 				return nil, err
 			}
@@ -272,7 +281,11 @@ func (v *toolView) activate(ctx context.Context, ar *messages.ActivateRequest) (
 			}
 			def, ok := cat.Lookup(tn.String())
 			if !ok {
-				return messages.Errorf(messages.CodeToolNotFound, "no enabled tool %s in the catalog", tn)
+				_, exists := v.catalog.Lookup(tn.String())
+				if off, reason := v.catalog.Disabled(tn); exists && off {
+					return messages.Errorf(messages.CodeToolDisabled, "tool %s is disabled: %s", tn, reason)
+				}
+				return messages.Errorf(messages.CodeToolNotFound, "no tool %s in the catalog", tn)
 			}
 			if admission.Excluded(tn.String()) {
 				return messages.Errorf(messages.CodeNotAdmitted, "the exposure rules of agent %q exclude %s", turn.state.Agent, tn)
@@ -308,11 +321,16 @@ func (v *toolView) discover(ctx context.Context, dr *messages.DiscoverRequest) (
 		return nil, messages.Errorf(messages.CodeBadRequest, "page must be 0 or more and page_size between 1 and %d", search.MaxPageSize)
 	}
 	agent := dr.Agent
+	// claimed is true when this request names the turn first as an agent:
+	// the turn is then saved as the agent's even if the page holds nothing
+	// to select.
+	claimed := false
 	if dr.Turn != "" {
 		turn, err := v.turns.load(ctx, dr.Turn)
 		if err != nil {
 			return nil, err
 		}
+		claimed = turn.state.Agent == "" && dr.Agent != ""
 		if err := turn.claim(dr.Agent); err != nil {
 			return nil, err
 		}
@@ -349,7 +367,7 @@ func (v *toolView) discover(ctx context.Context, dr *messages.DiscoverRequest) (
 		}
 		reply.Schemas = schemas
 	}
-	if dr.Turn != "" && len(page) > 0 {
+	if dr.Turn != "" && (len(page) > 0 || claimed) {
 		if err := v.turns.addDiscovered(ctx, dr.Turn, agent, page); err != nil {
 			return nil, err
 		}

@@ -108,13 +108,20 @@ func (t *turnRecord) prune(dropped []string) bool {
 		return false
 	}
 	gone := func(name string) bool { return slices.Contains(dropped, name) }
-	before := len(t.state.Discovered) + len(t.state.Activated)
+	selections := func() int {
+		n := len(t.state.Discovered) + len(t.state.Activated)
+		if t.state.Intake != nil {
+			n += len(t.state.Intake.Tools)
+		}
+		return n
+	}
+	before := selections()
 	t.state.Discovered = slices.DeleteFunc(t.state.Discovered, gone)
 	t.state.Activated = slices.DeleteFunc(t.state.Activated, gone)
 	if t.state.Intake != nil {
 		t.state.Intake.Tools = slices.DeleteFunc(t.state.Intake.Tools, gone)
 	}
-	return before != len(t.state.Discovered)+len(t.state.Activated)
+	return before != selections()
 }
 
 // errTurnChanged is what save returns when another request wrote the turn
