@@ -83,7 +83,9 @@ func serveFake(mode string) {
 		case "tools/list":
 			switch mode {
 			case "huge-list":
-				answer(req.ID, map[string]any{"tools": []any{map[string]any{"name": "big", "description": huge, "inputSchema": map[string]any{"type": "object"}}}})
+				// Written as it is: encoding 32 MiB takes seconds under the race detector.
+				fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"big","description":"%s","inputSchema":{"type":"object"}}]}}`+"\n", req.ID, huge)
+				out.Flush()
 			case "endless-pages":
 				page := len(req.Params.Cursor)
 				tools := make([]any, 1000)
@@ -105,7 +107,8 @@ func serveFake(mode string) {
 			}
 			json.Unmarshal(line, &call)
 			if call.Params.Name == "big" {
-				// The ID last, as the TypeScript SDK writes responses.
+				// The ID last, as the TypeScript SDK writes responses;
+				// written as it is, as the huge list is.
 				fmt.Fprintf(out, `{"jsonrpc":"2.0","result":{"content":[{"type":"text","text":"%s"}]},"id":%s}`+"\n", huge, req.ID)
 				out.Flush()
 				continue
@@ -252,9 +255,12 @@ func TestHTTPResultLargerThanAMessage(t *testing.T) {
 				if req.Params.Name == "big" {
 					text = huge
 				}
-				result = map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}}
+				result = json.RawMessage(`{"content":[{"type":"text","text":"` + text + `"}]}`) // encoding 32 MiB takes seconds under the race detector
 			}
-			data, _ := json.Marshal(result)
+			data, ok := result.(json.RawMessage)
+			if !ok {
+				data, _ = json.Marshal(result)
+			}
 			message := `{"jsonrpc":"2.0","result":` + string(data) + `,"id":` + string(req.ID) + `}`
 			w.Header().Set("Content-Type", contentType)
 			if contentType == "text/event-stream" {
@@ -429,7 +435,10 @@ func TestHTTPToolListLargerThanAMessage(t *testing.T) {
 		case "initialize":
 			result = map[string]any{"protocolVersion": req.Params.ProtocolVersion, "capabilities": map[string]any{"tools": map[string]any{}}, "serverInfo": map[string]any{"name": "big", "version": "1"}}
 		case "tools/list":
-			result = map[string]any{"tools": []any{map[string]any{"name": "big", "description": huge, "inputSchema": map[string]any{"type": "object"}}}}
+			// Written as it is: encoding 32 MiB takes seconds under the race detector.
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"big","description":"%s","inputSchema":{"type":"object"}}]}}`, req.ID, huge)
+			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": result})
