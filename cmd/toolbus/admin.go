@@ -9,16 +9,27 @@ import (
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
+const approvalsUsage = "usage: toolbus approvals list [--state S] | approve ID [--remember call|turn|agent_tool] [--reason R] [--by NAME] | deny ID [--reason R] [--by NAME] | answer ID --approve|--deny [--remember call|turn|agent_tool] [--reason R] [--by NAME]"
+
 func runApprovals(ctx context.Context, g globals, args []string) error {
 	fs := newFlags("approvals")
 	state := fs.String("state", "pending", "list: pending, approved, denied, expired or all")
-	reason := fs.String("reason", "", "approve/deny: why")
-	by := fs.String("by", os.Getenv("USER"), "approve/deny: who decides")
-	remember := fs.String("remember", messages.RememberCall, "approve: call, turn or agent_tool")
+	reason := fs.String("reason", "", "approve/deny/answer: why")
+	by := fs.String("by", os.Getenv("USER"), "approve/deny/answer: who decides")
+	remember := fs.String("remember", messages.RememberCall, "approve, answer --approve: call, turn or agent_tool")
+	approve := fs.Bool("approve", false, "answer: the user approves")
+	deny := fs.Bool("deny", false, "answer: the user denies")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil || len(pos) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: toolbus approvals list [--state S] | approve ID [--remember call|turn|agent_tool] [--reason R] | deny ID [--reason R]")
+		fmt.Fprintln(os.Stderr, approvalsUsage)
 		return exitError(2)
+	}
+	if pos[0] == "answer" && (len(pos) != 2 || *approve == *deny) {
+		fmt.Fprintln(os.Stderr, "usage: toolbus approvals answer ID --approve|--deny [--remember call|turn|agent_tool] [--reason R] [--by NAME]")
+		return exitError(2)
+	}
+	if pos[0] != "answer" && (*approve || *deny) {
+		return usageError("--approve and --deny go with approvals answer; operators decide with approvals approve|deny ID")
 	}
 	nc, c, err := g.connect()
 	if err != nil {
@@ -53,6 +64,20 @@ func runApprovals(ctx context.Context, g globals, args []string) error {
 			decision = messages.DecisionDeny
 		}
 		reply, err := c.Decide(ctx, messages.DecideRequest{ApprovalID: pos[1], Decision: decision, Reason: *reason, By: *by, Remember: *remember})
+		if err != nil {
+			return err
+		}
+		if g.json {
+			return printJSON(reply)
+		}
+		fmt.Printf("%s %s by %s; the call is %s\n", reply.Approval.ApprovalID, reply.Approval.State, reply.Approval.DecidedBy, reply.State)
+		return nil
+	case "answer":
+		decision := messages.DecisionApprove
+		if *deny {
+			decision = messages.DecisionDeny
+		}
+		reply, err := c.Answer(ctx, messages.DecideRequest{ApprovalID: pos[1], Decision: decision, Reason: *reason, By: *by, Remember: *remember})
 		if err != nil {
 			return err
 		}

@@ -136,7 +136,7 @@ func callAndWait(ctx context.Context, c *client.Client, tool string, args messag
 	res, err := c.Call(ctx, tool, args, opts...)
 	var approval *client.ApprovalRequiredError
 	if errors.As(err, &approval) {
-		fmt.Fprintf(os.Stderr, "%v; waiting for the decision (toolbus approvals approve|deny %s)\n", err, approval.Approval.ApprovalID)
+		fmt.Fprintf(os.Stderr, "%v; waiting for the answer (toolbus approvals answer %s --approve|--deny)\n", err, approval.Approval.ApprovalID)
 		return c.Wait(ctx, approval.CallID)
 	}
 	return res, err

@@ -9,6 +9,7 @@
 //	toolbus calls list [filters]       the execution log, newest call first
 //	toolbus turns get ID               show an agent turn's calls
 //	toolbus approvals list|approve|deny
+//	toolbus approvals answer ID --approve|--deny  an agent's user answers a prompt-mode approval
 //	toolbus tools disable|enable NAME
 //	toolbus tools remove NAME          remove stale tools (operators)
 //	toolbus audit [filters]            the audit log, newest record first (operators)
@@ -57,6 +58,9 @@ Commands:
                                pending by default)
   approvals approve|deny ID    decide an approval (--remember call|turn|agent_tool, --reason,
                                --by NAME, default $USER)
+  approvals answer ID --approve|--deny
+                               pass on the user's answer to an approval in prompt mode, as the
+                               agent whose call it holds (--remember, --reason, --by as above)
   call TOOL [JSON-ARGS]        call a tool and print its result (--watch shows progress);
                                waits as long as the call runs, --timeout D bounds the call
   calls get|watch|cancel ID    show, follow or cancel a call (get --trace: with its trace ID;

@@ -699,7 +699,7 @@ func settle(reply *messages.SubmitReply) (*messages.CallResult, bool, error) {
 
 // ApprovalRequiredError is returned by Call when the call waits for an
 // approval that the agent is to obtain from its user (mode prompt): ask the
-// user, send the answer with Decide, then Wait for the call's result. A
+// user, send the answer with Answer, then Wait for the call's result. A
 // CallObserved call whose observer's Held says so returns it for an
 // approval an operator decides (mode queue) too.
 type ApprovalRequiredError struct {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -76,15 +77,25 @@ func downSources(ns *namespace) []messages.SourceDown {
 }
 
 // setSourceTools replaces one source's tools in a namespace and brings
-// the catalog in line: new and changed tools are written, vanished ones removed.
+// the catalog in line: new and changed tools are written, vanished ones
+// removed. A tool whose input schema is too costly to validate against is
+// left out, with a warning, and the source's other tools are served.
 func (w *Worker) setSourceTools(ctx context.Context, ns *namespace, source string, tools []Tool) error {
 	prepared := make([]*Tool, 0, len(tools))
 	for i := range tools {
 		t := tools[i]
-		if err := prepareTool(ns.Name, &t); err != nil {
+		err := prepareTool(ns.Name, &t)
+		if errors.Is(err, ErrSchemaTooCostly) {
+			w.log.Warn("tool skipped: it is not served", "namespace", ns.Name, "source", source, "tool", t.Definition.Name, "reason", err.Error())
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("source %s: %w", source, err)
 		}
 		prepared = append(prepared, &t)
+	}
+	if len(tools) > 0 && len(prepared) == 0 {
+		w.log.Error("source serves no tool: every tool it lists was skipped", "namespace", ns.Name, "source", source, "skipped", len(tools))
 	}
 	w.mu.Lock()
 	var removed []*Tool

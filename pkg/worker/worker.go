@@ -93,10 +93,12 @@ func (r Resources) config() resources.Config {
 // cannot run with; the error names the field.
 var ErrInvalidConfig = errors.New("worker: invalid configuration")
 
-// ErrSchemaTooCostly is matched by the error of Serve, or of a source's
-// sync, when a tool's input schema could cost more to validate arguments
-// against than the coordinator allows (its branches multiply under
-// recursion); the coordinator would refuse every call to the tool.
+// ErrSchemaTooCostly is matched by the error of Serve when a tool's input
+// schema could cost more to validate arguments against than the
+// coordinator allows (its branches multiply under recursion); the
+// coordinator would refuse every call to the tool. Such a tool of a Source
+// is not served: the worker logs a warning naming it, with this error, and
+// serves the source's other tools.
 var ErrSchemaTooCostly = schemacost.ErrTooCostly
 
 // configError names a field of Config or Namespace and what is wrong with it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -42,6 +43,11 @@ func (s *Source) call(ctx context.Context, original string, call *worker.Call) (
 		return nil, cause
 	}
 	if err != nil {
+		// The same call would get the same result again: it is the
+		// call's failure, not the connection's, and is not retried.
+		if rid, sent := id.get(); errors.Is(err, errMessageTooLarge) || sent && sess.wasSkipped(rid) {
+			return nil, fmt.Errorf("MCP server %s: the result of tool %s is larger than %d bytes (32 MiB), the most one message from an MCP server may hold; it was not read", s.cfg.Name, original, maxMessageSize)
+		}
 		// A server that forgot the session answers with an error response;
 		// the session watch has marked the session lost by then.
 		if isTransportError(err) || sess.isLost() {

@@ -52,9 +52,13 @@
 // back for another attempt.
 //
 // What a server sends is bounded: one message (a line over stdio, an SSE
-// event, a JSON response body) may hold 32 MiB, and a larger one ends the
-// session as a broken connection does; a tool list may hold 10,000 tools
-// across its pages. Connecting, initializing and listing are bounded by
+// event, a JSON response body) may hold 32 MiB. A larger one is not read
+// and the session goes on: the request it answers fails at once — a call
+// with a tool error that names the bound, not retried, since the same call
+// would get the same result — and a larger request or notification of the
+// server is dropped; only one whose request cannot be told (a response
+// without an ID) ends the session as a broken connection does. A tool list
+// may hold 10,000 tools across its pages. Connecting, initializing and listing are bounded by
 // ConnectTimeout.
 //
 // # Tools

@@ -13,11 +13,15 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -25,7 +29,8 @@ import (
 // that misbehaves as $FAKE_MCP_MODE says: "silent" never answers
 // initialize, "huge-list" lists a tool whose description is larger than a
 // message may be, "endless-pages" lists pages of tools without end, and
-// "huge-result" answers its tool's call with such a text; "deaf" does not
+// "huge-result" answers a call of its tool big with such a text (and one
+// of small with the server's process ID); "deaf" does not
 // take the end of its input as the end, and "stubborn" ignores SIGTERM too.
 const fakeServerArg = "serve-fake-mcp-server"
 
@@ -78,7 +83,9 @@ func serveFake(mode string) {
 		case "tools/list":
 			switch mode {
 			case "huge-list":
-				answer(req.ID, map[string]any{"tools": []any{map[string]any{"name": "big", "description": huge, "inputSchema": map[string]any{"type": "object"}}}})
+				// Written as it is: encoding 32 MiB takes seconds under the race detector.
+				fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"big","description":"%s","inputSchema":{"type":"object"}}]}}`+"\n", req.ID, huge)
+				out.Flush()
 			case "endless-pages":
 				page := len(req.Params.Cursor)
 				tools := make([]any, 1000)
@@ -99,11 +106,14 @@ func serveFake(mode string) {
 				} `json:"params"`
 			}
 			json.Unmarshal(line, &call)
-			text := "small"
 			if call.Params.Name == "big" {
-				text = huge
+				// The ID last, as the TypeScript SDK writes responses;
+				// written as it is, as the huge list is.
+				fmt.Fprintf(out, `{"jsonrpc":"2.0","result":{"content":[{"type":"text","text":"%s"}]},"id":%s}`+"\n", huge, req.ID)
+				out.Flush()
+				continue
 			}
-			answer(req.ID, map[string]any{"content": []any{map[string]any{"type": "text", "text": text}}})
+			answer(req.ID, map[string]any{"content": []any{map[string]any{"type": "text", "text": fmt.Sprintf("small from process %d", os.Getpid())}}})
 		default:
 			answer(req.ID, map[string]any{})
 		}
@@ -169,51 +179,179 @@ func TestEndlessToolListFailsStart(t *testing.T) {
 	}
 }
 
-// TestResultLargerThanAMessage: a result too large to read ends the
-// session, the call is handed back for another attempt, and the server,
-// started again, still serves other calls.
+// TestResultLargerThanAMessage: through a worker, a call whose result is
+// too large to read ends at its first attempt, completed with a tool error
+// that names the bound; the server's process is not restarted, and
+// answers the next call.
+//
+// Not parallel, nor is TestHTTPResultLargerThanAMessage: each moves
+// messages of 32 MiB, which take seconds of both cores under the race
+// detector, and the parallel tests that bound how long a start may take
+// then run after them rather than beside them.
 func TestResultLargerThanAMessage(t *testing.T) {
-	t.Parallel()
-	tools, _, err := startFake(t, fakeServer(t, "huge-result"))
+	src, err := New(fakeServer(t, "huge-result"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	byMethod := map[string]worker.Tool{}
-	for _, tool := range tools {
-		byMethod[tool.Definition.Method] = tool
+	nats := testenv.Server(t)
+	testenv.Coordinator(t, nats.URL())
+	testenv.Worker(t, nats.URL(), worker.Config{}, worker.Namespace{Name: "fake", Sources: []worker.Source{src}})
+	c := testenv.Client(t, nats.URL(), client.Options{Agent: "tester"})
+	ctx := testenv.Context(t)
+	before, err := c.Call(ctx, "fake-small", map[string]any{})
+	if err != nil || before.IsError || len(before.Content) != 1 {
+		t.Fatalf("fake-small: %+v %v", before, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	_, err = byMethod["big"].Handler.Handle(ctx, &worker.Call{ID: "c1", Arguments: []byte(`{}`), Attempt: 1})
-	if !errors.Is(err, worker.ErrRetry) {
-		t.Fatalf("the too large result: %v, want a retry", err)
+	res, err := c.Call(ctx, "fake-big", map[string]any{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	res, err := byMethod["small"].Handler.Handle(ctx, &worker.Call{ID: "c2", Arguments: []byte(`{}`), Attempt: 1})
-	if err != nil || res.Content[0].Text != "small" {
-		t.Fatalf("a call after the server's restart: %+v %v", res, err)
+	const want = "MCP server fake: the result of tool big is larger than 33554432 bytes (32 MiB), the most one message from an MCP server may hold; it was not read"
+	if res.Status != messages.StateCompleted || !res.IsError || res.Error == nil || res.Error.Code != messages.ResultToolError || res.Attempt != 1 ||
+		res.Error.Message != want || len(res.Content) != 1 || res.Content[0].Text != want {
+		t.Fatalf("result %+v (error %+v), want a tool error naming the bound at attempt 1", res, res.Error)
+	}
+	after, err := c.Call(ctx, "fake-small", map[string]any{})
+	if err != nil || after.IsError || len(after.Content) != 1 || after.Content[0].Text != before.Content[0].Text {
+		t.Fatalf("fake-small after it: %+v %v; before it: %q (the same process must answer)", after, err, before.Content[0].Text)
 	}
 }
 
-func TestMessageLimitFraming(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		framing framing
-		stream  string
-		fails   bool
-	}{
-		{"lines within", perLine, "12345\n12345\n12345\n", false},
-		{"a long line", perLine, "12345\n1234567890123\n", true},
-		{"events within", perEvent, "data: 1\n\ndata: 2\n\n", false},
-		{"an event of many short lines", perEvent, "data: 1\ndata: 2\ndata: 3\n\n", true},
-		{"a body of many lines", perBody, "1\n2\n3\n4\n5\n6\n7\n8\n", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var told error
-			_, err := io.ReadAll(&messageLimit{r: strings.NewReader(tc.stream), framing: tc.framing, limit: 12, tooLarge: func(err error) { told = err }})
-			if tc.fails != errors.Is(err, errMessageTooLarge) || tc.fails != (told != nil) {
-				t.Fatalf("read: %v, told %v", err, told)
+// TestHTTPResultLargerThanAMessage: a streamable HTTP server that answers
+// a call with a result too large to read, in a JSON body or in an SSE
+// event, fails that call with an error naming the bound, and the session
+// goes on: the next call is answered without a new initialize.
+func TestHTTPResultLargerThanAMessage(t *testing.T) {
+	huge := strings.Repeat("x", maxMessageSize)
+	for _, contentType := range []string{"application/json", "text/event-stream"} {
+		var initialized atomic.Int32
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodPost {
+				w.WriteHeader(http.StatusMethodNotAllowed)
+				return
 			}
-		})
+			var req struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+				Params struct {
+					ProtocolVersion string `json:"protocolVersion"`
+					Name            string `json:"name"`
+				} `json:"params"`
+			}
+			json.NewDecoder(r.Body).Decode(&req)
+			if req.ID == nil {
+				w.WriteHeader(http.StatusAccepted)
+				return
+			}
+			var result any = map[string]any{}
+			switch req.Method {
+			case "initialize":
+				initialized.Add(1)
+				result = map[string]any{"protocolVersion": req.Params.ProtocolVersion, "capabilities": map[string]any{"tools": map[string]any{}}, "serverInfo": map[string]any{"name": "big", "version": "1"}}
+			case "tools/list":
+				result = map[string]any{"tools": []any{map[string]any{"name": "big", "inputSchema": map[string]any{"type": "object"}}, map[string]any{"name": "small", "inputSchema": map[string]any{"type": "object"}}}}
+			case "tools/call":
+				text := "small"
+				if req.Params.Name == "big" {
+					text = huge
+				}
+				result = json.RawMessage(`{"content":[{"type":"text","text":"` + text + `"}]}`) // encoding 32 MiB takes seconds under the race detector
+			}
+			data, ok := result.(json.RawMessage)
+			if !ok {
+				data, _ = json.Marshal(result)
+			}
+			message := `{"jsonrpc":"2.0","result":` + string(data) + `,"id":` + string(req.ID) + `}`
+			w.Header().Set("Content-Type", contentType)
+			if contentType == "text/event-stream" {
+				message = "event: message\ndata: " + message + "\n\n"
+			}
+			io.WriteString(w, message)
+		}))
+		t.Cleanup(ts.Close)
+		src, err := New(Config{Name: "big", Namespace: "big", URL: ts.URL + "/mcp", Logger: testenv.Logger(t), MinBackoff: time.Hour, MaxBackoff: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools, err := src.Start(context.Background(), func([]worker.Tool) {})
+		if err != nil || len(tools) != 2 {
+			t.Fatalf("%s: Start: %v %v", contentType, tools, err)
+		}
+		t.Cleanup(func() { src.Stop(context.Background()) })
+		byMethod := map[string]worker.Tool{}
+		for _, tool := range tools {
+			byMethod[tool.Definition.Method] = tool
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err = byMethod["big"].Handler.Handle(ctx, &worker.Call{ID: "c1", Arguments: []byte(`{}`), Attempt: 1})
+		if err == nil || errors.Is(err, worker.ErrRetry) || !strings.Contains(err.Error(), "the result of tool big is larger than 33554432 bytes") {
+			t.Fatalf("%s: the too large result: %v, want the call's failure naming the bound", contentType, err)
+		}
+		res, err := byMethod["small"].Handler.Handle(ctx, &worker.Call{ID: "c2", Arguments: []byte(`{}`), Attempt: 1})
+		if err != nil || res.Content[0].Text != "small" || initialized.Load() != 1 || src.Unavailable() != "" {
+			t.Fatalf("%s: a call after the large result: %+v %v, %d initialize requests, unavailable %q", contentType, res, err, initialized.Load(), src.Unavailable())
+		}
+	}
+}
+
+// TestMessageLimitSkipsAMessage: a message over the limit in a stream is
+// cut and skipped, in one read or a byte at a time: a response becomes an
+// error response to its request, whose ID is told; a notification is
+// dropped; a response without an ID ends the session. The messages around
+// it pass unchanged. A body over the limit fails the read.
+func TestMessageLimitSkipsAMessage(t *testing.T) {
+	long := strings.Repeat("x", 80)
+	standIn := `{"error":{"code":-32000,"message":"the server sent a message larger than 33554432 bytes"},"id":"a\"b","jsonrpc":"2.0"}`
+	for _, tc := range []struct {
+		name     string
+		framing  framing
+		stream   string
+		want     string // what passes, with CUT for the cut message's part
+		told     string
+		tooLarge bool
+	}{
+		{"a response over stdio", perLine,
+			`{"id":1}` + "\n" + `{"jsonrpc":"2.0","result":{"t":"` + long + `"},"id":"a\"b"}` + "\n" + `{"id":2}` + "\n",
+			`{"id":1}` + "\nCUT\n" + standIn + "\n" + `{"id":2}` + "\n", `"a\"b"`, false},
+		{"a notification over stdio", perLine,
+			`{"method":"notifications/progress","params":{"m":"` + long + `"}}` + "\n" + `{"id":2}` + "\n",
+			"CUT\n" + `{"id":2}` + "\n", "", false},
+		{"a response without an ID over stdio", perLine,
+			`{"result":"` + long + `"}` + "\n" + `{"id":2}` + "\n",
+			"CUT\n" + `{"id":2}` + "\n", "", true},
+		{"a response in an event of several data lines", perEvent,
+			"data: {\"id\":1}\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\ndata: \"result\":\"" + long + "\",\ndata:\"id\":\"a\\\"b\"}\n\ndata: {\"id\":2}\n\n",
+			"data: {\"id\":1}\n\nCUT\nevent: toolbus-skipped\n\nevent: message\ndata: " + standIn + "\n\ndata: {\"id\":2}\n\n", `"a\"b"`, false},
+	} {
+		for _, oneByte := range []bool{false, true} {
+			var r io.Reader = strings.NewReader(tc.stream)
+			if oneByte {
+				r = iotest.OneByteReader(r)
+			}
+			var told []string
+			var ended error
+			m := &messageLimit{r: r, framing: tc.framing, limit: 40, tooLarge: func(err error) { ended = err }, skipped: func(id string) { told = append(told, id) }}
+			got, err := io.ReadAll(m)
+			if err != nil {
+				t.Fatalf("%s (one byte at a time: %v): %v", tc.name, oneByte, err)
+			}
+			before, after, found := strings.Cut(tc.want, "CUT")
+			cut := strings.TrimPrefix(string(got), before)
+			if !found || !strings.HasPrefix(string(got), before) || !strings.HasSuffix(cut, after) || len(cut)-len(after) != 40 || !strings.HasPrefix(tc.stream, before+cut[:40]) {
+				t.Errorf("%s (one byte at a time: %v): passed\n%q\nwant\n%q with CUT the first 40 bytes of the message", tc.name, oneByte, got, tc.want)
+			}
+			if tc.told != "" && (len(told) != 1 || told[0] != tc.told) || tc.told == "" && len(told) > 0 {
+				t.Errorf("%s (one byte at a time: %v): told %q, want %q", tc.name, oneByte, told, tc.told)
+			}
+			if tc.tooLarge != errors.Is(ended, errMessageTooLarge) {
+				t.Errorf("%s (one byte at a time: %v): the session ended: %v, want %v", tc.name, oneByte, ended, tc.tooLarge)
+			}
+		}
+	}
+	_, err := io.ReadAll(&messageLimit{r: strings.NewReader("1\n2\n3\n4\n5\n6\n7\n8\n"), framing: perBody, limit: 12})
+	if !errors.Is(err, errMessageTooLarge) {
+		t.Fatalf("a body of many lines: %v", err)
 	}
 }
 
@@ -255,7 +393,7 @@ func TestLimitBodyFraming(t *testing.T) {
 		"":                                 perBody,
 	} {
 		resp := &http.Response{Header: http.Header{"Content-Type": {contentType}}, Body: io.NopCloser(strings.NewReader(""))}
-		limitBody(resp, nil)
+		limitBody(resp, nil, nil)
 		body, ok := resp.Body.(struct {
 			io.Reader
 			io.Closer
@@ -297,7 +435,10 @@ func TestHTTPToolListLargerThanAMessage(t *testing.T) {
 		case "initialize":
 			result = map[string]any{"protocolVersion": req.Params.ProtocolVersion, "capabilities": map[string]any{"tools": map[string]any{}}, "serverInfo": map[string]any{"name": "big", "version": "1"}}
 		case "tools/list":
-			result = map[string]any{"tools": []any{map[string]any{"name": "big", "description": huge, "inputSchema": map[string]any{"type": "object"}}}}
+			// Written as it is: encoding 32 MiB takes seconds under the race detector.
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"big","description":"%s","inputSchema":{"type":"object"}}]}}`, req.ID, huge)
+			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": result})

@@ -3,6 +3,7 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,25 @@ type session struct {
 	err      error
 
 	pings atomic.Uint64 // numbers the source's ping requests
+
+	// skipped holds the JSON text of the IDs of requests whose response
+	// was larger than maxMessageSize and was not read (see messageLimit).
+	skipped sync.Map
+}
+
+// skip records that the response to the request with the ID id (its JSON
+// text) was too large to read.
+func (sess *session) skip(id string) { sess.skipped.Store(id, struct{}{}) }
+
+// wasSkipped reports whether the response to the request with the ID id
+// was too large to read, and forgets it.
+func (sess *session) wasSkipped(id mcpgo.RequestId) bool {
+	data, err := json.Marshal(id)
+	if err != nil {
+		return false
+	}
+	_, found := sess.skipped.LoadAndDelete(string(data))
+	return found
 }
 
 func (sess *session) fail(err error) {
@@ -97,7 +117,7 @@ func (s *Source) connect(ctx, runCtx context.Context) (*session, []worker.Tool, 
 			return nil, nil, err
 		}
 		sess.proc = proc
-		tr = transport.NewIO(&messageLimit{r: proc.stdout, framing: perLine, limit: maxMessageSize, tooLarge: sess.fail}, proc.stdin, nil)
+		tr = transport.NewIO(&messageLimit{r: proc.stdout, framing: perLine, limit: maxMessageSize, tooLarge: sess.fail, skipped: sess.skip}, proc.stdin, nil)
 	case TransportSSE:
 		sse, err := transport.NewSSE(s.cfg.URL,
 			transport.WithHeaders(s.cfg.Headers),
@@ -134,8 +154,8 @@ func (s *Source) connect(ctx, runCtx context.Context) (*session, []worker.Tool, 
 	sess.client.OnNotification(s.onNotification)
 	sess.client.OnConnectionLost(sess.fail)
 	fail := func(step string, err error) (*session, []worker.Tool, error) {
-		if sess.isLost() && errors.Is(sess.err, errMessageTooLarge) {
-			err = sess.err // the client only saw the transport close
+		if sess.isLost() && errors.Is(sess.err, errMessageTooLarge) || errors.Is(err, errMessageTooLarge) {
+			err = errMessageTooLarge // the client only saw the transport close, or wrapped it in its layers
 		}
 		sess.close()
 		err = plainTransportError(err)
@@ -169,7 +189,7 @@ func (s *Source) connect(ctx, runCtx context.Context) (*session, []worker.Tool, 
 // httpClient returns a client for one session's requests, sharing the
 // source's connections.
 func (s *Source) httpClient(sess *session) *http.Client {
-	return &http.Client{Transport: sessionWatch{base: s.connections, lost: sess.fail}}
+	return &http.Client{Transport: sessionWatch{base: s.connections, lost: sess.fail, skipped: sess.skip}}
 }
 
 // listTools lists every page of the server's tools, at most maxTools.
@@ -301,8 +321,9 @@ func (r recorder) SetProtocolVersion(version string) {
 // hands such an answer back as an ordinary error response, so the source
 // would otherwise take it for the tool's failure.
 type sessionWatch struct {
-	base http.RoundTripper
-	lost func(error)
+	base    http.RoundTripper
+	lost    func(error)
+	skipped func(id string)
 }
 
 func (w sessionWatch) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -310,7 +331,7 @@ func (w sessionWatch) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return resp, err
 	}
-	limitBody(resp, w.lost)
+	limitBody(resp, w.lost, w.skipped)
 	if req.Header.Get(transport.HeaderKeySessionID) == "" {
 		return resp, nil
 	}

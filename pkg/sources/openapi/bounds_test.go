@@ -1,17 +1,26 @@
 package openapi_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/sources/openapi"
+	"github.com/toolbus/toolbus/pkg/worker"
 )
 
 // doublingSchemas writes a chain of n object schemas, each with two
@@ -57,29 +66,97 @@ func startWithin(t *testing.T, limit time.Duration, cfg openapi.Config) (map[str
 	return methods, err
 }
 
-// TestExponentialSchemaFailsStart gives an operation a request body whose
-// references double at each of 40 levels: inlining it would never end.
-// Start fails at once naming the operation and the bound.
-func TestExponentialSchemaFailsStart(t *testing.T) {
+// exponentialAPI is a document whose operation postX has a request body
+// whose references double at each of 40 levels (inlining it would never
+// end), and, with small, an operation postY whose body is small.
+func exponentialAPI(small bool) string {
+	doc := `{"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": {
+  "/x": {"post": {"operationId": "postX", "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/S0"}}}},
+    "responses": {"200": {"description": "ok"}}}}`
+	if small {
+		doc += `,
+  "/y": {"post": {"operationId": "postY", "requestBody": {"content": {"application/json": {"schema": {"type": "object", "properties": {"name": {"type": "string"}}}}}},
+    "responses": {"200": {"description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}}}}`
+	}
+	doc += `}, "components": {"schemas": {`
+	for i := range 40 {
+		doc += fmt.Sprintf(`"S%d": {"type": "object", "properties": {"a": {"$ref": "#/components/schemas/S%d"}, "b": {"$ref": "#/components/schemas/S%d"}}}, `, i, i+1, i+1)
+	}
+	return doc + `"S40": {"type": "string"}}}}`
+}
+
+// syncBuffer is a log's destination that a worker's goroutines may share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestExponentialSchemaSkipsItsOperation starts a worker on an API with
+// such an operation beside a small one, and on an API with only such an
+// operation: the start succeeds within a bound and the small operation is
+// called; the other is not served (a call of it is tool_not_found), and the
+// log names it and says why, and says of the second API that it serves no
+// tool.
+func TestExponentialSchemaSkipsItsOperation(t *testing.T) {
 	t.Parallel()
-	spec := writeSpec(t, `openapi: 3.0.3
-info: {title: t, version: "1"}
-servers: [{url: "http://127.0.0.1:1"}]
-paths:
-  /x:
-    post:
-      operationId: postX
-      requestBody:
-        content:
-          application/json:
-            schema: {$ref: "#/components/schemas/S0"}
-      responses: {"200": {description: ok}}
-components:
-  schemas:
-`+doublingSchemas(40))
-	_, err := startWithin(t, 20*time.Second, openapi.Config{Name: "x", Namespace: "x", Spec: spec})
-	if err == nil || !strings.Contains(err.Error(), "POST /x") || !strings.Contains(err.Error(), "more than 10000 schemas") {
-		t.Fatalf("Start: %v", err)
+	api, requests := petsAPI(t, exponentialAPI(true))
+	onlyBad, _ := petsAPI(t, exponentialAPI(false))
+	var log syncBuffer
+	logger := slog.New(slog.NewTextHandler(&log, nil))
+	mixed, err := openapi.New(openapi.Config{Name: "mixed", Namespace: "x", Spec: api.URL + "/openapi.json", BaseURL: api.URL, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := openapi.New(openapi.Config{Name: "bad", Namespace: "x", Spec: onlyBad.URL + "/openapi.json", BaseURL: onlyBad.URL, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(c *coordinator.Config) { c.NoBuiltinTools = true })
+	began := time.Now()
+	testenv.Worker(t, srv.URL(), worker.Config{Logger: logger}, worker.Namespace{Name: "x", Sources: []worker.Source{mixed, bad}})
+	if d := time.Since(began); d > 20*time.Second {
+		t.Fatalf("the worker took %v to start", d)
+	}
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "tester"})
+	ctx := testenv.Context(t)
+	res, err := c.Call(ctx, "x-postY", map[string]any{"name": "small"})
+	if err != nil || res.IsError || res.Status != messages.StateCompleted {
+		t.Fatalf("x-postY: %+v %v", res, err)
+	}
+	if req := <-requests; req.method != http.MethodPost || req.path != "/y" {
+		t.Fatalf("the API got %s %s", req.method, req.path)
+	}
+	if _, err := c.Call(ctx, "x-postX", map[string]any{}); !errors.Is(err, messages.ErrToolNotFound) {
+		t.Fatalf("x-postX: %v, want tool_not_found", err)
+	}
+	logged := log.String()
+	skips := 0
+	for _, line := range strings.Split(logged, "\n") {
+		if strings.Contains(line, `msg="operation skipped: it is not served as a tool"`) {
+			skips++
+			if !strings.Contains(line, "tool=x-postX") || !strings.Contains(line, `operation="POST /x"`) || !strings.Contains(line, "more than 10000 schemas") {
+				t.Errorf("the skip's line does not name the tool, the operation and the bound: %s", line)
+			}
+		}
+	}
+	if skips != 2 {
+		t.Errorf("%d operations logged as skipped, want postX of each API:\n%s", skips, logged)
+	}
+	if !strings.Contains(logged, "level=ERROR msg=\"the API serves no tool: every operation was skipped\" openapi_service=bad") || strings.Contains(logged, "openapi_service=mixed skipped=") {
+		t.Errorf("the log does not say that the bad API alone serves no tool:\n%s", logged)
 	}
 }
 

@@ -16,7 +16,9 @@
 // validate fails Start with the loader's message, which names the broken
 // reference or field. Loading is bounded by Config.LoadTimeout (30s) and
 // Config.MaxSpecSize (32 MiB, counting every file and URL read), and an
-// input schema by 10,000 subschemas once its references are inlined.
+// input schema by 10,000 subschemas once its references are inlined: an
+// operation whose input schema exceeds that is not served, with a warning
+// in Config.Logger naming it, and the others are.
 //
 // # Tools
 //

@@ -3,6 +3,7 @@ package openapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -36,6 +37,10 @@ func jsonSchema(ref *openapi3.SchemaRef, order *propertyOrder, budget *schemaBud
 // referring twice to the next); a real API's largest schemas hold a few
 // thousand.
 const maxInlinedSchemas = 10_000
+
+// errSchemaTooLarge is why an operation whose input schema exceeds
+// maxInlinedSchemas is not served.
+var errSchemaTooLarge = errors.New("input schema too large")
 
 // schemaBudget counts the subschemas left to write.
 type schemaBudget struct {

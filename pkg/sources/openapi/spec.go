@@ -3,6 +3,7 @@ package openapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -286,8 +287,17 @@ func (s *Source) tools(doc *openapi3.T, order *propertyOrder) ([]worker.Tool, er
 	}
 	methods := sources.Methods(s.cfg.Namespace, names)
 	tools := make([]worker.Tool, 0, len(entries))
+	skipped := 0
 	for _, e := range entries {
 		op, schema, err := buildOperation(e.method, e.path, e.item, e.op, order)
+		if errors.Is(err, errSchemaTooLarge) {
+			// One operation the coordinator could not validate calls of
+			// leaves the API's other operations served.
+			skipped++
+			s.log.Warn("operation skipped: it is not served as a tool", "tool", s.cfg.Namespace+"-"+methods[e.original],
+				"operation", e.method+" "+e.path, "reason", strings.TrimPrefix(err.Error(), errSchemaTooLarge.Error()+": "))
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", e.method, e.path, err)
 		}
@@ -311,6 +321,9 @@ func (s *Source) tools(doc *openapi3.T, order *propertyOrder) ([]worker.Tool, er
 		tools = append(tools, worker.Tool{Definition: def, Handler: worker.HandlerFunc(func(ctx context.Context, call *worker.Call) (*worker.Result, error) {
 			return s.call(ctx, op, call)
 		})})
+	}
+	if skipped > 0 && len(tools) == 0 {
+		s.log.Error("the API serves no tool: every operation was skipped", "skipped", skipped)
 	}
 	slices.SortFunc(tools, func(a, b worker.Tool) int { return strings.Compare(a.Definition.Method, b.Definition.Method) })
 	return tools, nil
@@ -499,7 +512,7 @@ func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.O
 		}
 	}
 	if budget.spent {
-		return nil, nil, fmt.Errorf("the input schema holds more than %d schemas once its references are inlined", maxInlinedSchemas)
+		return nil, nil, fmt.Errorf("%w: the input schema holds more than %d schemas once its references are inlined", errSchemaTooLarge, maxInlinedSchemas)
 	}
 	schema := map[string]any{"type": "object", "properties": properties, "additionalProperties": false}
 	if len(required) > 0 {
