@@ -70,6 +70,8 @@ func TestProtocolExamples(t *testing.T) {
 		"AuditListReply":       func() any { return &messages.AuditListReply{} },
 		"WorkersListRequest":   func() any { return &messages.WorkersListRequest{} },
 		"WorkersListReply":     func() any { return &messages.WorkersListReply{} },
+		"ConsumerRequest":      func() any { return &messages.ConsumerRequest{} },
+		"ConsumerReply":        func() any { return &messages.ConsumerReply{} },
 	}
 	examples := regexp.MustCompile("(?s)<!-- message: (\\w+) -->\\s*```json\\n(.*?)```").FindAllSubmatch(doc, -1)
 	seen := map[string]bool{}

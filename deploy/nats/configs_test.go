@@ -3,6 +3,7 @@ package nats
 import (
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,10 +12,11 @@ import (
 )
 
 // deployAccounts is the account of every user the configurations that
-// include users.inc define: services in TOOLBUS, agents and operators in
-// AGENTS, and nobody in the default account.
+// include users.inc define: the coordinator and the other services in
+// TOOLBUS, each namespace's workers in an account of their own, agents
+// and operators in AGENTS, and nobody in the default account.
 var deployAccounts = map[string]string{
-	"coordinator": "TOOLBUS", "indexer": "TOOLBUS", "auditor": "TOOLBUS", "worker_demo": "TOOLBUS",
+	"coordinator": "TOOLBUS", "indexer": "TOOLBUS", "auditor": "TOOLBUS", "worker_demo": "WORKER_DEMO",
 	"agent_a": "AGENTS", "agent_b": "AGENTS", "operator": "AGENTS",
 }
 
@@ -126,6 +128,24 @@ func TestConfigsStartAndShareTheCaller(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = sub.Unsubscribe() }()
+			// A namespace's worker reaches TOOLBUS's JetStream through its
+			// account's imports, and is answered by it alone: its account
+			// has no import of the server's own, which answers every
+			// JetStream request of an account without JetStream, and would
+			// answer the worker's too.
+			accz, err := srv.Accountz(&server.AccountzOptions{Account: "WORKER_DEMO"})
+			if err != nil || accz.Account == nil {
+				t.Fatalf("account WORKER_DEMO: %+v %v", accz, err)
+			}
+			for _, imp := range accz.Account.Imports {
+				if imp.Account != "TOOLBUS" && strings.HasPrefix(string(imp.Subject), "$JS.") {
+					t.Errorf("WORKER_DEMO imports %s from %s", imp.Subject, imp.Account)
+				}
+			}
+			worker := connect("worker_demo", "worker-demo-secret")
+			if reply, err := worker.Request("$JS.API.INFO", nil, 10*time.Second); err != nil || strings.Contains(string(reply.Data), `"error"`) {
+				t.Fatalf("the demo worker's JetStream request: %v %s", err, reply.Data)
+			}
 			agent := connect("agent_a", "agent-a-secret")
 			forged := nats.NewMsg("toolbus.api.tools.list")
 			forged.Header.Set("Nats-Request-Info", `{"acc":"AGENTS","user":"agent_b"}`)

@@ -271,7 +271,7 @@ func New(cfg Config) (*Coordinator, error) {
 		names:    names,
 		ledger:   ledger.New(cfg.Conn, js, names),
 		sem:      make(chan struct{}, cfg.MaxConcurrentRequests),
-		handlers: reuse.New(10 * time.Second),
+		handlers: reuse.New(handlerIdle),
 		tracer:   tracing.Tracer(cfg.TracerProvider),
 		waits:    newWaitLimit(cfg.MaxWaitsPerUser),
 	}
@@ -302,6 +302,11 @@ func (c *Coordinator) start(ctx context.Context, steps []startStep) error {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
 			defer cancel()
 			started.unwind(stopCtx, c.log)
+			// The handlers' goroutines that served requests during the
+			// start (its built-in tools' worker asks for its consumer) end
+			// now; a later Start gets a pool of its own.
+			c.handlers.Close()
+			c.handlers = reuse.New(handlerIdle)
 			if step.name != "" {
 				return fmt.Errorf("coordinator: %s: %w", step.name, err)
 			}
@@ -314,6 +319,10 @@ func (c *Coordinator) start(ctx context.Context, steps []startStep) error {
 	c.running = started
 	return nil
 }
+
+// handlerIdle is how long a handler's goroutine waits for the next request
+// before it ends.
+const handlerIdle = 10 * time.Second
 
 // Stop stops answering new requests and waits for those being handled
 // until ctx ends, then stops the rest.

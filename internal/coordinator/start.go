@@ -217,6 +217,12 @@ func (c *Coordinator) serveAPI(context.Context) (func(context.Context) error, er
 			return nil, errors.Join(fmt.Errorf("endpoint %s: %w", endpoint, err), stop(context.Background()))
 		}
 	}
+	// The workers' requests for their namespace's consumer, one subject
+	// per namespace, which the server can confine to that namespace's users.
+	consumers := svc.AddGroup(c.names.Prefix() + "." + endpointConsumers)
+	if err := consumers.AddEndpoint(endpointConsumers, c.serve(endpointConsumers, c.consumer), micro.WithEndpointSubject("*")); err != nil {
+		return nil, errors.Join(fmt.Errorf("endpoint %s: %w", endpointConsumers, err), stop(context.Background()))
+	}
 	return stop, nil
 }
 

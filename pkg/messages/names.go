@@ -526,6 +526,30 @@ func (n Names) CancelFilter(ns string) (string, error) {
 	return n.prefix + ".cancel." + ns + ".*", nil
 }
 
+// ConsumersSubject is where a namespace's workers ask the coordinators for
+// the namespace's consumer (a ConsumerRequest): <prefix>.consumers.<namespace>.
+// The namespace is the subject's, so that the server can confine a
+// worker's user to asking for its own namespace's consumer.
+func (n Names) ConsumersSubject(ns string) (string, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return n.prefix + ".consumers." + ns, nil
+}
+
+// ConsumersFilter matches every namespace's ConsumersSubject.
+func (n Names) ConsumersFilter() string { return n.prefix + ".consumers.*" }
+
+// ConsumersNamespace is the namespace of a ConsumersSubject, or "" if
+// subject is not one.
+func (n Names) ConsumersNamespace(subject string) string {
+	ns, ok := strings.CutPrefix(subject, n.prefix+".consumers.")
+	if !ok || ValidateNamespace(ns) != nil {
+		return ""
+	}
+	return ns
+}
+
 // APIGroup is the subject prefix of the coordinator's service endpoints.
 func (n Names) APIGroup() string { return n.prefix + ".api" }
 

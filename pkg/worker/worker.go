@@ -436,13 +436,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	w.cancel = cancel
 	w.fetchCtx, w.stopFetch = context.WithCancel(runCtx)
 	for _, ns := range nss {
-		_, err := resources.EnsureNamespaceConsumer(ctx, w.js, w.names, resources.NamespaceConsumer{
-			Namespace:      ns.Name,
-			MaxConcurrency: ns.MaxConcurrency,
-			AckWait:        w.cfg.AckWait,
-			MaxAttempts:    ns.MaxAttempts,
-		})
-		if err != nil {
+		if err := w.ensureConsumer(ctx, ns); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
 	}

@@ -380,8 +380,14 @@ match:
 		publish(role, "create its consumer over a turn's calls", create+"."+names.Prefix()+".events.*.*.queued.turn-x.*", consumer(events, "ns_"+self, names.Prefix()+".events.*.*.queued.turn-x.*"))
 		publish(role, "create its consumer over every event", create+"."+names.Prefix()+".events.>", consumer(events, "ns_"+self, names.Prefix()+".events.>"))
 		publish(role, "create its consumer over its namespace's every event", create+"."+names.Prefix()+".events.*.*.*."+self, consumer(events, "ns_"+self, names.Prefix()+".events.*.*.*."+self))
-		serverRefuses(role, "create its consumer with the other namespace's filter in the body", create+"."+queue(self),
-			consumer(events, "ns_"+self, queue(other)), "filter")
+		publish(role, "create its consumer with the other namespace's filter in the body", create+"."+queue(self), consumer(events, "ns_"+self, queue(other)))
+		// Its own consumer is the coordinator's to configure: a
+		// configuration names where the stream delivers.
+		publish(role, "create its own consumer", create+"."+queue(self), consumer(events, "ns_"+self, queue(self)))
+		publish(role, "make its own consumer deliver to the other namespace's result", create+"."+queue(self),
+			consumerRequest(t, events, jetstream.ConsumerConfig{Durable: "ns_" + self, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: queue(self),
+				DeliverSubject: event(otherCall, messages.EventResult, other)}))
+		publish(role, "ask for the other namespace's consumer", names.Prefix()+".consumers."+other, []byte(`{"max_concurrency":1,"ack_wait_ms":3,"max_attempts":1}`))
 		publish(role, "create the other namespace's consumer", "$JS.API.CONSUMER.CREATE."+events+".ns_"+other+"."+queue(other), consumer(events, "ns_"+other, queue(other)))
 		publish(role, "pull the other namespace's calls", "$JS.API.CONSUMER.MSG.NEXT."+events+".ns_"+other, []byte(`{"batch":1}`))
 		publish(role, "delete the other namespace's consumer", "$JS.API.CONSUMER.DELETE."+events+".ns_"+other, nil)

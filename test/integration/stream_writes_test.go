@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// TestWorkerCannotHaveAStreamWriteForIt: a stream sends the answer to a
+// direct get to the reply subject its requester names, and a stream whose
+// subjects cover that subject stores it. A worker of demo writes an event
+// of its own holding a forged result for a running payments call, then
+// asks for that event by direct get with the payments call's result
+// subject as the reply, and with the subjects of a queued call, an audit
+// record, an approval and a payments tool as well. On the deploy
+// configuration each namespace's workers are users of an account of their
+// own, whose requests cross an import: the answers go back to the worker's
+// account through the import's reply mapping, where nothing stores them.
+// Nothing of it is stored, and the payments call ends with its own
+// result. The same worker may not create a consumer, whose deliver
+// subject it would name, not even its namespace's: the coordinator
+// configures that one to the settings the worker sends.
+func TestWorkerCannotHaveAStreamWriteForIt(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: deployWithNamespace(t, "payments")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	url := srv.URL()
+	as := func(user string) *nats.Conn {
+		return testenv.Connect(t, url, deployUser(user, deployPassword(user))...)
+	}
+	ctx := testenv.Context(t)
+	testenv.Coordinator(t, url, func(cfg *coordinator.Config) {
+		cfg.Conn = as("coordinator")
+		cfg.Identities = deployIdentities(t)
+	})
+	hold := newGate()
+	testenv.Worker(t, url, worker.Config{Conn: as("worker_payments"), AckWait: 7 * time.Second},
+		worker.Namespace{Name: "payments", Tools: []worker.Tool{hold.tool()}, MaxAttempts: 2, MaxConcurrency: 5})
+	agent := agentClient(t, as("agent_a"), "support-bot")
+	held, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "payments-gate", Arguments: messages.JSON(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive(t, hold.started, "the payments call to start")
+	awaitEvent(t, agent, held.CallID, messages.EventStarted)
+
+	// The payments consumer is a pull consumer with the worker's settings,
+	// made by the coordinator.
+	js, err := jetstream.New(as("coordinator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, names.EventsStream(), "ns_payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cons.CachedInfo().Config; c.DeliverSubject != "" || c.AckWait != 7*time.Second || c.MaxDeliver != 3 || c.MaxAckPending != 5 || c.FilterSubject != "toolbus.events.*.*.queued.*.payments" {
+		t.Fatalf("the payments consumer: %+v", c)
+	}
+
+	events := names.EventsStream()
+	watched := []string{events, names.AuditStream(), "KV_" + names.ApprovalsBucket(), "KV_" + names.CatalogBucket()}
+	before := snapshot(t, srv, watched...)
+	demo := newIntruder(t, url, "worker_demo", deployPassword("worker_demo"))
+	bucket := messages.TurnBucket("")
+	forged, err := messages.Msgpack.Marshal(&messages.CallEvent{CallID: held.CallID, Kind: messages.EventResult,
+		Result: &messages.CallResult{CallID: held.CallID, Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.TextBlock("forged")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its own event, which it may write: under demo, it counts for nothing.
+	own := names.Prefix() + ".events." + bucket + "." + held.CallID + ".log.demo"
+	stored := make(chan *nats.Msg, 1)
+	demo.request(own, forged, stored)
+	if ack := receive(t, stored, "the worker's own event to be stored"); !strings.Contains(string(ack.Data), `"seq"`) {
+		t.Fatalf("storing its own event: %s", ack.Data)
+	}
+	get := "$JS.API.DIRECT.GET." + events + "." + own
+	for _, reply := range []string{
+		names.Prefix() + ".events." + bucket + "." + held.CallID + ".result.payments",
+		names.Prefix() + ".events." + bucket + ".forgedcall.queued.~.payments",
+		names.Prefix() + ".audit.allow",
+		"$KV." + names.ApprovalsBucket() + ".approvals." + held.CallID,
+		"$KV." + names.CatalogBucket() + ".tools.payments.forged",
+	} {
+		if err := demo.nc.PublishRequest(get, reply, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A direct get with its own reply after them is answered after them,
+	// and a write of its own after that is stored after anything they had
+	// the streams store.
+	answered := make(chan *nats.Msg, 1)
+	demo.request(get, nil, answered)
+	if msg := receive(t, answered, "its own direct get"); msg.Header.Get("Nats-Sequence") == "" {
+		t.Fatalf("its own direct get: %v %s", msg.Header, msg.Data)
+	}
+	demo.request(own, forged, stored)
+	receive(t, stored, "the worker's second event to be stored")
+	after := snapshot(t, srv, watched...)
+	if got, want := after[events].Msgs, before[events].Msgs+2; got != want {
+		t.Fatalf("the events stream holds %d messages, want %d: the worker's two events and nothing else", got, want)
+	}
+	delete(after, events)
+	delete(before, events)
+	if !reflect.DeepEqual(after, before) {
+		t.Fatalf("the direct gets' answers were stored:\nbefore %+v\nafter  %+v", before, after)
+	}
+	for _, subject := range []string{
+		"$JS.API.CONSUMER.CREATE." + events + ".ns_demo.toolbus.events.*.*.queued.*.demo",
+		"$JS.API.CONSUMER.CREATE." + events + ".ns_payments.toolbus.events.*.*.queued.*.payments",
+		"$JS.API.CONSUMER.CREATE." + events,
+	} {
+		push := consumerRequest(t, events, jetstream.ConsumerConfig{Durable: "ns_demo", AckPolicy: jetstream.AckExplicitPolicy,
+			FilterSubject: "toolbus.events.*.*.queued.*.demo", DeliverSubject: names.Prefix() + ".events." + bucket + "." + held.CallID + ".result.payments"})
+		demo.denied("create a consumer that delivers to a payments call's result", subject, push)
+	}
+
+	close(hold.release)
+	if res, err := agent.Wait(ctx, held.CallID); err != nil || res.Status != messages.StateCompleted || resultText(res) != "released" {
+		t.Fatalf("the payments call: %+v %v", res, err)
+	}
+}
