@@ -305,6 +305,9 @@ func AuditStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig 
 		Replicas:    cfg.Replicas,
 		DenyPurge:   true,
 		DenyDelete:  true,
+		// The auditor's user reads the audit log by direct get, which
+		// needs no consumer (docs/security.md).
+		AllowDirect: true,
 	}
 }
 

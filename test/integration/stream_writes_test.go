@@ -92,7 +92,7 @@ func TestWorkerCannotHaveAStreamWriteForIt(t *testing.T) {
 	for _, reply := range []string{
 		names.Prefix() + ".events." + bucket + "." + held.CallID + ".result.payments",
 		names.Prefix() + ".events." + bucket + ".forgedcall.queued.~.payments",
-		names.Prefix() + ".audit.allow",
+		names.Prefix() + ".audit." + messages.AuditAllowed,
 		"$KV." + names.ApprovalsBucket() + ".approvals." + held.CallID,
 		"$KV." + names.CatalogBucket() + ".tools.payments.forged",
 	} {
@@ -132,5 +132,71 @@ func TestWorkerCannotHaveAStreamWriteForIt(t *testing.T) {
 	close(hold.release)
 	if res, err := agent.Wait(ctx, held.CallID); err != nil || res.Status != messages.StateCompleted || resultText(res) != "released" {
 		t.Fatalf("the payments call: %+v %v", res, err)
+	}
+}
+
+// TestAuditorReadsTheAuditLogOnly: the auditor reads the audit log by
+// batched direct gets from a sequence on, as docs/security.md says, and
+// creates no consumer (whose deliver subject it would name); its direct
+// gets' answers cannot be sent to a subject a stream stores, and nothing
+// else of TOOLBUS is in its reach.
+func TestAuditorReadsTheAuditLogOnly(t *testing.T) {
+	t.Parallel()
+	srv, as := identityDeploy(t)
+	ctx := testenv.Context(t)
+	a := agentClient(t, as("agent_a"), "support-bot")
+	res, err := a.Call(ctx, "demo-word_count", map[string]string{"text": "audited"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	countAudited(t, as("auditor"), messages.AuditAllowed, 1)
+	auditor := newIntruder(t, srv.URL(), "auditor", deployPassword("auditor"))
+	audit := names.AuditStream()
+	records := make(chan *nats.Msg, 64)
+	auditor.request("$JS.API.DIRECT.GET."+audit, []byte(`{"seq":1,"batch":50}`), records)
+	var read int
+	for msg := receive(t, records, "the first audit record"); msg.Header.Get("Status") == ""; msg = receive(t, records, "the next audit record or the batch's end") {
+		var rec messages.AuditRecord
+		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &rec); err != nil || rec.Decision == "" {
+			t.Fatalf("an audit record: %v %s", err, msg.Data)
+		}
+		read++
+	}
+	if read == 0 {
+		t.Fatal("the auditor read no audit record")
+	}
+
+	events := names.EventsStream()
+	watched := []string{events, audit}
+	before := snapshot(t, srv, watched...)
+	result := names.Prefix() + ".events." + messages.TurnBucket("") + "." + res.CallID + ".result.demo"
+	if err := auditor.nc.PublishRequest("$JS.API.DIRECT.GET."+audit, result, []byte(`{"seq":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Answered after the one above, on the same stream's queue.
+	last := make(chan *nats.Msg, 1)
+	auditor.request("$JS.API.DIRECT.GET."+audit, []byte(`{"seq":1}`), last)
+	receive(t, last, "the auditor's direct get")
+	for what, subject := range map[string]string{
+		"create a consumer on the audit log": "$JS.API.CONSUMER.CREATE." + audit + ".export",
+		"create an ephemeral audit consumer": "$JS.API.CONSUMER.CREATE." + audit,
+		"read a call's events":               "$JS.API.DIRECT.GET." + events + "." + result,
+		"read the events stream by sequence": "$JS.API.DIRECT.GET." + events,
+		"read the events stream's info":      "$JS.API.STREAM.INFO." + events,
+		"purge the audit log":                "$JS.API.STREAM.PURGE." + audit,
+		"ask for a namespace's consumer":     names.Prefix() + ".consumers.demo",
+		"write an audit record":              names.Prefix() + ".audit." + messages.AuditAllowed,
+		"call the API":                       names.Prefix() + ".api.calls.get",
+	} {
+		body := consumerRequest(t, audit, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy, DeliverSubject: result})
+		auditor.denied(what, subject, body)
+	}
+	// The audit stream grew by the refusals' own records at most.
+	after := snapshot(t, srv, watched...)
+	if !reflect.DeepEqual(after[events], before[events]) {
+		t.Fatalf("the events stream changed:\nbefore %+v\nafter  %+v", before[events], after[events])
+	}
+	if got, err := a.Get(ctx, res.CallID); err != nil || got.Result == nil || resultText(got.Result) != resultText(res) {
+		t.Fatalf("the call's result: %+v %v", got, err)
 	}
 }
