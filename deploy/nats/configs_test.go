@@ -16,7 +16,7 @@ import (
 // TOOLBUS, each namespace's workers in an account of their own, agents
 // and operators in AGENTS, and nobody in the default account.
 var deployAccounts = map[string]string{
-	"coordinator": "TOOLBUS", "indexer": "TOOLBUS", "auditor": "AUDITOR", "worker_demo": "WORKER_DEMO",
+	"coordinator": "TOOLBUS", "indexer": "INDEXER", "auditor": "AUDITOR", "worker_demo": "WORKER_DEMO",
 	"agent_a": "AGENTS", "agent_b": "AGENTS", "operator": "AGENTS",
 }
 

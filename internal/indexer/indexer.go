@@ -174,11 +174,13 @@ func (ix *Indexer) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("indexer: %w", err)
 	}
+	kv = followed{KeyValue: kv, nc: ix.cfg.Conn, names: ix.names}
 	ix.kv = kv
 	catalogKV, err := ix.js.KeyValue(ctx, ix.names.CatalogBucket())
 	if err != nil {
 		return fmt.Errorf("indexer: catalog: %w", err)
 	}
+	catalogKV = followed{KeyValue: catalogKV, nc: ix.cfg.Conn, names: ix.names}
 	runCtx, cancel := context.WithCancel(context.Background())
 	ix.view = catalog.NewView(catalogKV, ix.log)
 	if err := ix.view.Start(runCtx); err != nil {

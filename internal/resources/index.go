@@ -29,6 +29,7 @@ func IndexBucketConfig(names messages.Names, cfg Config) jetstream.KeyValueConfi
 		Replicas:       cfg.Replicas,
 		Storage:        jetstream.FileStorage,
 		LimitMarkerTTL: indexMarkerTTL,
+		RePublish:      BucketRePublish(names, names.IndexBucket()),
 	}
 }
 

@@ -204,7 +204,8 @@ func ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, c
 		}
 	}
 	for _, kv := range []jetstream.KeyValueConfig{
-		{Bucket: names.CatalogBucket(), Description: "Toolbus tool catalog and worker liveness", History: 1, Replicas: cfg.Replicas, Storage: jetstream.FileStorage},
+		{Bucket: names.CatalogBucket(), Description: "Toolbus tool catalog and worker liveness", History: 1, Replicas: cfg.Replicas, Storage: jetstream.FileStorage,
+			RePublish: BucketRePublish(names, names.CatalogBucket())},
 		{Bucket: names.TurnsBucket(), Description: "Toolbus agent turns", History: 1, Replicas: cfg.Replicas, Storage: jetstream.FileStorage, TTL: cfg.EventsMaxAge},
 		{Bucket: names.ApprovalsBucket(), Description: "Toolbus approvals and remembered grants", History: 1, Replicas: cfg.Replicas, Storage: jetstream.FileStorage, TTL: cfg.ApprovalsMaxAge},
 	} {
@@ -253,11 +254,20 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 		want.Duplicates = want.MaxAge
 	}
 	want.AllowRollup = false
+	want.RePublish = kv.RePublish
 	if reflect.DeepEqual(want, cfg) {
 		return nil
 	}
 	_, err = js.UpdateStream(ctx, want)
 	return err
+}
+
+// BucketRePublish has a bucket's stream republish the headers of each
+// message it stores on names.BucketChanges: the signal that the indexer,
+// which may not create consumers, follows the catalog and its index
+// bucket by (transport.WatchKV).
+func BucketRePublish(names messages.Names, bucket string) *jetstream.RePublish {
+	return &jetstream.RePublish{Source: "$KV." + bucket + ".>", Destination: names.BucketChanges(bucket), HeadersOnly: true}
 }
 
 // EventsStreamConfig is the stream of call events, results included. A

@@ -526,6 +526,12 @@ func (n Names) CancelFilter(ns string) (string, error) {
 	return n.prefix + ".cancel." + ns + ".*", nil
 }
 
+// BucketChanges is the subject the stream of a key-value bucket of the
+// installation republishes its stored messages on, headers only:
+// <prefix>.kv.<bucket>.<key>. A service that may not create consumers
+// follows the bucket by reading it after each.
+func (n Names) BucketChanges(bucket string) string { return n.prefix + ".kv." + bucket + ".>" }
+
 // ConsumersSubject is where a namespace's workers ask the coordinators for
 // the namespace's consumer (a ConsumerRequest): <prefix>.consumers.<namespace>.
 // The namespace is the subject's, so that the server can confine a

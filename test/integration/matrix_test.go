@@ -451,6 +451,10 @@ match:
 	publish("indexer", "purge the audit log", "$JS.API.STREAM.PURGE."+audit, []byte(`{}`))
 	publish("indexer", "delete the audit log", "$JS.API.STREAM.DELETE."+audit, []byte(`{}`))
 	publish("indexer", "write an audit record", names.Prefix()+".audit.allow", []byte(`{}`))
+	for _, stream := range []string{"KV_" + names.IndexBucket(), "KV_" + names.CatalogBucket()} {
+		publish("indexer", "create a consumer on "+stream, "$JS.API.CONSUMER.CREATE."+stream, consumerRequest(t, stream, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy, DeliverSubject: "toolbus.api.tools.disable"}))
+	}
+	publish("indexer", "ask for a namespace's consumer", names.Prefix()+".consumers.demo", []byte(`{}`))
 	subscribe("indexer", "listen to calls", "toolbus.call.>")
 	subscribe("indexer", "listen to the coordinator's replies", "_INBOX_coordinator.>")
 
@@ -471,6 +475,7 @@ match:
 	publish("auditor", "read a call's events", "$JS.API.DIRECT.GET."+events+"."+event(held.CallID, messages.EventQueued, "payments"), nil)
 	publish("auditor", "call the API", names.Prefix()+".api.calls.get", jsonBody(t, messages.GetCallRequest{CallID: held.CallID}))
 	subscribe("auditor", "listen to every call's events", "toolbus.events.>")
+	publish("auditor", "follow the audit log with a consumer", "$JS.API.CONSUMER.CREATE."+audit, consumerRequest(t, audit, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy}))
 
 	for _, r := range rows {
 		t.Run(r.role+"/"+r.what, func(t *testing.T) {

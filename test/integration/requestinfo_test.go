@@ -192,59 +192,62 @@ func TestHiddenRequestInfoDoesNotPassForOneAccount(t *testing.T) {
 	}
 }
 
-// TestStoredRequestsDoNotReachTheAPI: the indexer may write its index
-// bucket, with headers of its choice, and have the bucket's stream send a
-// stored message to any subject, an API subject included: by a consumer
-// whose deliver subject it names, or as the answer to a direct get whose
-// reply subject it names. Such a message reaches the coordinator from
-// inside its own account, where the server writes no Nats-Request-Info.
-// With identities both are refused (audited), and the tool the stored
-// request switches off stays on.
+// TestStoredRequestsDoNotReachTheAPI: where a client may create consumers
+// and name a direct get's reply subject (a server without the deploy
+// configurations' accounts, whose services could do both before they were
+// moved out of the coordinator's account), it can write an API request in
+// a bucket, with headers of its choice, a Nats-Request-Info naming the
+// operator among them, and have the bucket's stream send it to the API: by
+// a consumer whose deliver subject it names, or as the answer to a direct
+// get whose reply subject it names. A coordinator with identities refuses
+// both, audited, and the tool the stored request switches off stays on.
+// On the deploy configurations nobody but the coordinator can do either
+// (TestIndexerCannotHaveAStreamWriteForIt).
 func TestStoredRequestsDoNotReachTheAPI(t *testing.T) {
 	t.Parallel()
-	srv, as := identityDeploy(t)
+	srv := testenv.Server(t)
+	url := srv.URL()
+	testenv.Coordinator(t, url, func(cfg *coordinator.Config) { cfg.Identities = deployIdentities(t) })
+	testenv.Worker(t, url, worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
 	ctx := testenv.Context(t)
-	key := storeRequest(t, srv.URL(), "NATS/1.0\nNats-Request-Info: {\"acc\":\"AGENTS\",\"user\":\"operator\"}\r\nContent-Type: application/json\r\n\r\n", `{"tool":"demo-sha256","by":"operator","reason":"stored"}`)
-	audited := countAudited(t, as("auditor"), "forbidden", 0)
-	relayByConsumer(t, srv.URL(), key, "tools.disable")
+	key := storeRequest(t, url, "NATS/1.0\nNats-Request-Info: {\"acc\":\"AGENTS\",\"user\":\"operator\"}\r\nContent-Type: application/json\r\n\r\n", `{"tool":"demo-sha256","by":"operator","reason":"stored"}`)
+	nc := testenv.Connect(t, url)
+	audited := countAudited(t, nc, "forbidden", 0)
+	relayByConsumer(t, url, key, "tools.disable")
 	// A direct get whose answer goes to the API.
 	index := "KV_" + names.IndexBucket()
-	rawNATSRequest(t, srv.URL(), "indexer", "$JS.API.DIRECT.GET."+index+"."+key, "toolbus.api.tools.disable", "NATS/1.0\r\n\r\n", "")
-	if n := countAudited(t, as("auditor"), "forbidden", audited+2); n < audited+2 {
+	rawNATSRequest(t, url, "indexer", "$JS.API.DIRECT.GET."+index+"."+key, "toolbus.api.tools.disable", "NATS/1.0\r\n\r\n", "")
+	if n := countAudited(t, nc, "forbidden", audited+2); n < audited+2 {
 		t.Fatalf("%d relayed requests refused, want 2", n-audited)
 	}
-	assertNotDisabled(t, as("coordinator"), ctx, "demo.sha256")
+	assertNotDisabled(t, nc, ctx, "demo.sha256")
 }
 
 // TestStreamDeliveriesDoNotReachTheAPI: a coordinator without identities
 // trusts the agent a request of its own account names, but a message a
 // stream delivered to an API subject (its reply is the consumer's
-// acknowledgement, $JS.ACK.…) is no client's request: the indexer's relay
-// of a stored tools.disable is refused and audited, and the tool stays on.
+// acknowledgement, $JS.ACK.…) is no client's request: a relay of a stored
+// tools.disable, where a client may create such a consumer, is refused
+// and audited, and the tool stays on.
 func TestStreamDeliveriesDoNotReachTheAPI(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deployDir(t), "users.conf")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	as := func(user string) *nats.Conn {
-		return testenv.Connect(t, srv.URL(), deployUser(user, deployPassword(user))...)
-	}
-	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Conn = as("coordinator") })
-	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	srv := testenv.Server(t)
+	url := srv.URL()
+	testenv.Coordinator(t, url)
+	testenv.Worker(t, url, worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
 	ctx := testenv.Context(t)
-	key := storeRequest(t, srv.URL(), "NATS/1.0\r\nContent-Type: application/json\r\n\r\n", `{"tool":"demo-sha256","by":"someone","reason":"stored"}`)
-	audited := countAudited(t, as("auditor"), "forbidden", 0)
-	relayByConsumer(t, srv.URL(), key, "tools.disable")
-	if n := countAudited(t, as("auditor"), "forbidden", audited+1); n < audited+1 {
+	key := storeRequest(t, url, "NATS/1.0\r\nContent-Type: application/json\r\n\r\n", `{"tool":"demo-sha256","by":"someone","reason":"stored"}`)
+	nc := testenv.Connect(t, url)
+	audited := countAudited(t, nc, "forbidden", 0)
+	relayByConsumer(t, url, key, "tools.disable")
+	if n := countAudited(t, nc, "forbidden", audited+1); n < audited+1 {
 		t.Fatal("the relayed request was not refused")
 	}
-	assertNotDisabled(t, as("coordinator"), ctx, "demo.sha256")
+	assertNotDisabled(t, nc, ctx, "demo.sha256")
 }
 
-// storeRequest has the indexer store an API request in its index bucket,
-// with the header block as given, and returns the subject it is under.
+// storeRequest stores an API request in the index bucket, with the header
+// block as given, and returns the subject it is under.
 func storeRequest(t *testing.T, serverURL, header, body string) string {
 	t.Helper()
 	key := "$KV." + names.IndexBucket() + ".stored"
@@ -254,9 +257,9 @@ func storeRequest(t *testing.T, serverURL, header, body string) string {
 	return key
 }
 
-// relayByConsumer has the indexer create a consumer on its index bucket
-// that delivers the message under key to the API endpoint, in the
-// coordinators' queue group.
+// relayByConsumer creates a consumer on the index bucket that delivers
+// the message under key to the API endpoint, in the coordinators' queue
+// group.
 func relayByConsumer(t *testing.T, serverURL, key, endpoint string) {
 	t.Helper()
 	index := "KV_" + names.IndexBucket()

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -10,6 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/discovery"
+	"github.com/toolbus/toolbus/internal/indexer"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -56,6 +61,8 @@ func TestWorkerCannotHaveAStreamWriteForIt(t *testing.T) {
 	}
 	receive(t, hold.started, "the payments call to start")
 	awaitEvent(t, agent, held.CallID, messages.EventStarted)
+	// Without a policy, an allowed call is not audited: nothing writes to
+	// the audit stream until the end.
 
 	// The payments consumer is a pull consumer with the worker's settings,
 	// made by the coordinator.
@@ -72,7 +79,9 @@ func TestWorkerCannotHaveAStreamWriteForIt(t *testing.T) {
 	}
 
 	events := names.EventsStream()
-	watched := []string{events, names.AuditStream(), "KV_" + names.ApprovalsBucket(), "KV_" + names.CatalogBucket()}
+	// The catalog is left out: heartbeats change it on a timer. Its keys
+	// are checked below.
+	watched := []string{events, names.AuditStream(), "KV_" + names.ApprovalsBucket()}
 	before := snapshot(t, srv, watched...)
 	demo := newIntruder(t, url, "worker_demo", deployPassword("worker_demo"))
 	bucket := messages.TurnBucket("")
@@ -118,6 +127,13 @@ func TestWorkerCannotHaveAStreamWriteForIt(t *testing.T) {
 	delete(before, events)
 	if !reflect.DeepEqual(after, before) {
 		t.Fatalf("the direct gets' answers were stored:\nbefore %+v\nafter  %+v", before, after)
+	}
+	catalog, err := js.KeyValue(ctx, names.CatalogBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catalog.Get(ctx, "tools.payments.forged"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the catalog holds the forged tool: %v", err)
 	}
 	for _, subject := range []string{
 		"$JS.API.CONSUMER.CREATE." + events + ".ns_demo.toolbus.events.*.*.queued.*.demo",
@@ -199,4 +215,111 @@ func TestAuditorReadsTheAuditLogOnly(t *testing.T) {
 	if got, err := a.Get(ctx, res.CallID); err != nil || got.Result == nil || resultText(got.Result) != resultText(res) {
 		t.Fatalf("the call's result: %+v %v", got, err)
 	}
+}
+
+// TestIndexerCannotHaveAStreamWriteForIt: the indexer writes its index
+// bucket, with values and headers of its choice. It stores a forged result
+// for a demo call there, then asks for it by direct get with the reply
+// subjects of the call's result, of a queued call, an approval, an audit
+// record, a catalog tool and the API. On the deploy configuration the
+// indexer is a user of an account of its own: the answers go back to it
+// through the import's reply mapping, and nothing of it is stored or
+// reaches the coordinator. It may not create a consumer on either bucket
+// (a consumer names its deliver subject); it follows them by direct gets
+// (transport.WatchKV), and still indexes every tool.
+func TestIndexerCannotHaveAStreamWriteForIt(t *testing.T) {
+	t.Parallel()
+	srv, as := identityDeploy(t)
+	ctx := testenv.Context(t)
+	ix, err := indexer.New(indexer.Config{Conn: as("indexer"), WriteInterval: 20 * time.Millisecond, LeaseTTL: time.Second, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Start(ctx); err != nil {
+		t.Fatalf("the indexer cannot start with its user: %v", err)
+	}
+	t.Cleanup(func() { _ = ix.Stop(context.Background()) })
+	a := agentClient(t, as("agent_a"), "support-bot")
+	res, err := a.Call(ctx, "demo-word_count", map[string]string{"text": "indexed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	countAudited(t, as("coordinator"), messages.AuditAllowed, 1)
+	js, err := jetstream.New(as("coordinator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, err := js.KeyValue(ctx, names.IndexBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It indexes every tool of the catalog, which it follows without a
+	// consumer: the demo tools and the built-in one.
+	awaitManifest(t, watchManifests(t, index), "an index of the tools", func(m discovery.Manifest) bool { return m.Tools == len(demo.Tools())+1 })
+
+	events := names.EventsStream()
+	watched := []string{events, names.AuditStream(), "KV_" + names.ApprovalsBucket()}
+	before := snapshot(t, srv, watched...)
+	intruder := newIntruder(t, srv.URL(), "indexer", deployPassword("indexer"))
+	bucket := messages.TurnBucket("")
+	forged, err := messages.Msgpack.Marshal(&messages.CallEvent{CallID: res.CallID, Kind: messages.EventResult,
+		Result: &messages.CallResult{CallID: res.CallID, Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.TextBlock("forged")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "$KV." + names.IndexBucket() + ".forged"
+	stored := make(chan *nats.Msg, 1)
+	intruder.request(key, forged, stored)
+	if ack := receive(t, stored, "the indexer's value to be stored"); !strings.Contains(string(ack.Data), `"seq"`) {
+		t.Fatalf("storing its value: %s", ack.Data)
+	}
+	get := "$JS.API.DIRECT.GET.KV_" + names.IndexBucket() + "." + key
+	for _, reply := range []string{
+		names.Prefix() + ".events." + bucket + "." + res.CallID + ".result.demo",
+		names.Prefix() + ".events." + bucket + ".forgedcall.queued.~.demo",
+		names.Prefix() + ".audit." + messages.AuditAllowed,
+		"$KV." + names.ApprovalsBucket() + ".approvals." + res.CallID,
+		"$KV." + names.CatalogBucket() + ".tools.demo.forged",
+		names.Prefix() + ".api.tools.disable",
+	} {
+		if err := intruder.nc.PublishRequest(get, reply, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A direct get with its own reply after them is answered after them,
+	// and a write of the coordinator's after that is stored after anything
+	// they had the streams store.
+	answered := make(chan *nats.Msg, 1)
+	intruder.request(get, nil, answered)
+	if msg := receive(t, answered, "its own direct get"); msg.Header.Get("Nats-Sequence") == "" {
+		t.Fatalf("its own direct get: %v %s", msg.Header, msg.Data)
+	}
+	if _, err := js.Publish(ctx, names.Prefix()+".events."+bucket+".barrier.log.demo", nil); err != nil {
+		t.Fatal(err)
+	}
+	after := snapshot(t, srv, watched...)
+	if got, want := after[events].Msgs, before[events].Msgs+1; got != want {
+		t.Fatalf("the events stream holds %d messages, want %d: the coordinator's one and nothing else", got, want)
+	}
+	delete(after, events)
+	delete(before, events)
+	if !reflect.DeepEqual(after, before) {
+		t.Fatalf("the direct gets' answers were stored:\nbefore %+v\nafter  %+v", before, after)
+	}
+	catalog, err := js.KeyValue(ctx, names.CatalogBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catalog.Get(ctx, "tools.demo.forged"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the catalog holds the forged tool: %v", err)
+	}
+	for _, stream := range []string{"KV_" + names.IndexBucket(), "KV_" + names.CatalogBucket()} {
+		push := consumerRequest(t, stream, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy, DeliverSubject: names.Prefix() + ".events." + bucket + "." + res.CallID + ".result.demo"})
+		intruder.denied("create a consumer on "+stream, "$JS.API.CONSUMER.CREATE."+stream, push)
+		intruder.denied("create a named consumer on "+stream, "$JS.API.CONSUMER.CREATE."+stream+".relay."+key, push)
+	}
+	if got, err := a.Get(ctx, res.CallID); err != nil || got.Result == nil || resultText(got.Result) != resultText(res) {
+		t.Fatalf("the call's result: %+v %v", got, err)
+	}
+	assertNotDisabled(t, as("coordinator"), ctx, "demo.sha256")
 }

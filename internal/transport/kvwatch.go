@@ -1,0 +1,273 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// KVWatchConfig configures WatchKV.
+type KVWatchConfig struct {
+	// Bucket is the key-value bucket's name (its stream is KV_<Bucket>).
+	// Required.
+	Bucket string
+	// Keys filters the keys followed, as a subject filter of keys ("tools.>",
+	// "lease"). Defaults to every key (">").
+	Keys string
+	// Changes is a subject on which the bucket's stream republishes what it
+	// stores (RePublish, headers only is enough), "" for none: a message
+	// there starts a read at once. Without it, or when a copy is lost, the
+	// watch still sees every change at its next Poll.
+	Changes string
+	// Poll is how often the watch reads what the bucket stored since it
+	// last read. Defaults to one second.
+	Poll time.Duration
+}
+
+// WatchKV follows a key-value bucket without a consumer, where nats.go's
+// watch creates one: a user that may create a consumer names where the
+// stream delivers, and a stream whose subjects cover that subject stores
+// what it delivers there, so a service that should not write another's
+// subjects must not be able to create one (docs/security.md). It reads the
+// bucket's messages in the order of their sequences by batched direct
+// gets, the current values first (then nil, as a watch of nats.go sends),
+// and from then on every message stored after the last one read, each time
+// Changes says something was stored and at least every Poll. Between two
+// reads a key changed twice yields its latest value only, as a bucket that
+// keeps one value per key holds no other. Deleted and purged keys come as
+// entries whose Operation says so. Reads that fail are made again at the
+// next Poll. The watch ends, and its channel closes, when ctx ends or Stop
+// is called.
+func WatchKV(ctx context.Context, nc *nats.Conn, cfg KVWatchConfig) (jetstream.KeyWatcher, error) {
+	if cfg.Bucket == "" {
+		return nil, errors.New("transport: KVWatchConfig.Bucket is required")
+	}
+	if cfg.Keys == "" {
+		cfg.Keys = ">"
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w := &kvWatch{
+		cfg:     cfg,
+		stream:  NewStream(nc, nil, "KV_"+cfg.Bucket),
+		prefix:  "$KV." + cfg.Bucket + ".",
+		updates: make(chan jetstream.KeyValueEntry, 64),
+		wake:    make(chan struct{}, 1),
+		cancel:  cancel,
+		done:    make(chan struct{}),
+	}
+	if cfg.Changes != "" {
+		sub, err := nc.Subscribe(cfg.Changes, func(*nats.Msg) { w.signal() })
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("watch bucket %s: %w", cfg.Bucket, err)
+		}
+		w.sub = sub
+	}
+	// The current values are read before the watch returns, so that a
+	// bucket that cannot be read fails it, as nats.go's watch fails.
+	var initial []jetstream.KeyValueEntry
+	if err := w.read(ctx, func(e jetstream.KeyValueEntry) bool { initial = append(initial, e); return true }); err != nil {
+		cancel()
+		if w.sub != nil {
+			_ = w.sub.Unsubscribe()
+		}
+		return nil, fmt.Errorf("watch bucket %s: %w", cfg.Bucket, err)
+	}
+	go w.run(ctx, initial)
+	return w, nil
+}
+
+type kvWatch struct {
+	cfg     KVWatchConfig
+	stream  *Stream
+	prefix  string
+	sub     *nats.Subscription
+	updates chan jetstream.KeyValueEntry
+	wake    chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stop    sync.Once
+	// last is the sequence of the last message read.
+	last uint64
+}
+
+func (w *kvWatch) Updates() <-chan jetstream.KeyValueEntry { return w.updates }
+
+func (w *kvWatch) Stop() error {
+	w.stop.Do(func() {
+		w.cancel()
+		if w.sub != nil {
+			_ = w.sub.Unsubscribe()
+		}
+	})
+	<-w.done
+	return nil
+}
+
+func (w *kvWatch) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// kvBatch is how many messages one read asks for.
+const kvBatch = 256
+
+func (w *kvWatch) run(ctx context.Context, initial []jetstream.KeyValueEntry) {
+	defer close(w.done)
+	defer close(w.updates)
+	send := func(e jetstream.KeyValueEntry) bool {
+		select {
+		case w.updates <- e:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for _, e := range initial {
+		if !send(e) {
+			return
+		}
+	}
+	initial = nil
+	if !send(nil) {
+		return
+	}
+	poll := time.NewTicker(w.cfg.Poll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-poll.C:
+		}
+		// A read that fails is made again at the next signal or poll.
+		_ = w.read(ctx, send)
+	}
+}
+
+// read hands emit every message stored after the last one read, in order,
+// until emit returns false.
+func (w *kvWatch) read(ctx context.Context, emit func(jetstream.KeyValueEntry) bool) error {
+	for {
+		n := 0
+		stopped := false
+		err := w.stream.GetBatch(ctx, BatchRequest{Seq: w.last + 1, NextBySubject: w.prefix + w.cfg.Keys, Batch: kvBatch}, func(seq uint64, msg *nats.Msg) bool {
+			n++
+			if seq <= w.last {
+				return true
+			}
+			w.last = seq
+			if e := kvEntryOf(w.cfg.Bucket, w.prefix, seq, msg); e != nil && !emit(e) {
+				stopped = true
+				return false
+			}
+			return true
+		})
+		switch {
+		case stopped:
+			return ctx.Err()
+		case err != nil:
+			return err
+		case n < kvBatch:
+			return nil
+		}
+	}
+}
+
+// kvEntryOf reads a stored message of a bucket as the entry it is, or nil
+// if its subject is no key of the bucket.
+func kvEntryOf(bucket, prefix string, seq uint64, msg *nats.Msg) *kvEntry {
+	subject := msg.Header.Get("Nats-Subject")
+	if subject == "" {
+		subject = msg.Subject
+	}
+	key, ok := strings.CutPrefix(subject, prefix)
+	if !ok {
+		return nil
+	}
+	e := &kvEntry{bucket: bucket, key: key, value: msg.Data, revision: seq, op: jetstream.KeyValuePut}
+	switch msg.Header.Get("KV-Operation") {
+	case "DEL":
+		e.op = jetstream.KeyValueDelete
+	case "PURGE":
+		e.op = jetstream.KeyValuePurge
+	}
+	if ts := msg.Header.Get("Nats-Time-Stamp"); ts != "" {
+		e.created, _ = time.Parse(time.RFC3339Nano, ts)
+	}
+	if pending, err := strconv.ParseUint(msg.Header.Get("Nats-Num-Pending"), 10, 64); err == nil {
+		e.delta = pending
+	}
+	return e
+}
+
+// kvEntry is one value, deletion or purge of a key.
+type kvEntry struct {
+	bucket, key string
+	value       []byte
+	revision    uint64
+	created     time.Time
+	delta       uint64
+	op          jetstream.KeyValueOp
+}
+
+func (e *kvEntry) Bucket() string                  { return e.bucket }
+func (e *kvEntry) Key() string                     { return e.key }
+func (e *kvEntry) Value() []byte                   { return e.value }
+func (e *kvEntry) Revision() uint64                { return e.revision }
+func (e *kvEntry) Created() time.Time              { return e.created }
+func (e *kvEntry) Delta() uint64                   { return e.delta }
+func (e *kvEntry) Operation() jetstream.KeyValueOp { return e.op }
+
+// ListKV returns the keys of a bucket that match the key filter keys and
+// hold a value (not deleted or purged), read by batched direct gets, like
+// WatchKV, without a consumer.
+func ListKV(ctx context.Context, nc *nats.Conn, bucket, keys string) ([]string, error) {
+	stream := NewStream(nc, nil, "KV_"+bucket)
+	prefix := "$KV." + bucket + "."
+	live := map[string]bool{}
+	var order []string
+	var last uint64
+	for {
+		n := 0
+		err := stream.GetBatch(ctx, BatchRequest{Seq: last + 1, NextBySubject: prefix + keys, Batch: kvBatch}, func(seq uint64, msg *nats.Msg) bool {
+			n++
+			last = max(last, seq)
+			e := kvEntryOf(bucket, prefix, seq, msg)
+			if e == nil {
+				return true
+			}
+			if _, seen := live[e.key]; !seen {
+				order = append(order, e.key)
+			}
+			live[e.key] = e.op == jetstream.KeyValuePut
+			return true
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list keys of bucket %s: %w", bucket, err)
+		}
+		if n < kvBatch {
+			break
+		}
+	}
+	out := order[:0]
+	for _, k := range order {
+		if live[k] {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
