@@ -367,8 +367,12 @@ func prepareTool(ns string, t *Tool) error {
 	return nil
 }
 
-// Start creates what the worker needs in JetStream, registers its tools in
-// the catalog and starts taking calls. It returns once the worker is taking calls.
+// Start creates what the worker needs in JetStream and is missing, asks a
+// coordinator for each namespace's consumer with the namespace's settings
+// (messages.ConsumerRequest; where no coordinator listens it creates the
+// consumer itself, if its NATS user may), registers its tools in the
+// catalog and starts taking calls. It returns once the worker is taking
+// calls.
 func (w *Worker) Start(ctx context.Context) (err error) {
 	w.mu.Lock()
 	if w.started {
