@@ -28,13 +28,7 @@ func (c *Coordinator) consumer(ctx context.Context, req *request) (any, error) {
 	if ns == "" {
 		return nil, messages.Errorf(messages.CodeInvalidName, "%s names no namespace", req.Subject())
 	}
-	headers := req.Headers()
-	err := headerShape(headers, wireHeaderSize(req.Request))
-	if err == nil {
-		err = deliveredByAClient(req.Reply(), headers)
-	}
-	if err != nil {
-		c.guard.refused(endpointConsumers, callerOf(headers), nil, err)
+	if err := c.guard.fromAClient(endpointConsumers, req.Request, nil); err != nil {
 		return nil, err
 	}
 	var cr messages.ConsumerRequest

@@ -461,16 +461,25 @@ func (g *guard) admitRequest(ctx context.Context, endpoint string, mr micro.Requ
 	if g == nil {
 		return ctx, nil
 	}
+	if err := g.fromAClient(endpoint, mr, req); err != nil {
+		return ctx, err
+	}
+	return g.admit(ctx, endpoint, mr.Headers(), req)
+}
+
+// fromAClient refuses, and audits, a request whose header block may hide
+// what the server wrote (headerShape), or that a stream delivered
+// (deliveredByAClient).
+func (g *guard) fromAClient(endpoint string, mr micro.Request, req any) error {
 	headers := mr.Headers()
 	err := headerShape(headers, wireHeaderSize(mr))
 	if err == nil {
 		err = deliveredByAClient(mr.Reply(), headers)
 	}
-	if err != nil {
+	if err != nil && g != nil {
 		g.refused(endpoint, callerOf(headers), req, err)
-		return ctx, err
 	}
-	return g.admit(ctx, endpoint, headers, req)
+	return err
 }
 
 // deliveredByAClient refuses a request that a stream sent, with the

@@ -28,7 +28,7 @@ func (b followed) Watch(ctx context.Context, keys string, _ ...jetstream.WatchOp
 	return transport.WatchKV(ctx, b.nc, transport.KVWatchConfig{
 		Bucket:  b.Bucket(),
 		Keys:    keys,
-		Changes: b.names.Prefix() + ".kv." + b.Bucket() + "." + keys,
+		Changes: b.names.BucketChanges(b.Bucket(), keys),
 	})
 }
 

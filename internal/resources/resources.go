@@ -267,7 +267,7 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 // which may not create consumers, follows the catalog and its index
 // bucket by (transport.WatchKV).
 func BucketRePublish(names messages.Names, bucket string) *jetstream.RePublish {
-	return &jetstream.RePublish{Source: "$KV." + bucket + ".>", Destination: names.BucketChanges(bucket), HeadersOnly: true}
+	return &jetstream.RePublish{Source: "$KV." + bucket + ".>", Destination: names.BucketChanges(bucket, ">"), HeadersOnly: true}
 }
 
 // EventsStreamConfig is the stream of call events, results included. A

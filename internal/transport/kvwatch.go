@@ -58,8 +58,7 @@ func WatchKV(ctx context.Context, nc *nats.Conn, cfg KVWatchConfig) (jetstream.K
 	ctx, cancel := context.WithCancel(ctx)
 	w := &kvWatch{
 		cfg:     cfg,
-		stream:  NewStream(nc, nil, "KV_"+cfg.Bucket),
-		prefix:  "$KV." + cfg.Bucket + ".",
+		scan:    newKVScan(nc, cfg.Bucket, cfg.Keys),
 		updates: make(chan jetstream.KeyValueEntry, 64),
 		wake:    make(chan struct{}, 1),
 		cancel:  cancel,
@@ -75,8 +74,8 @@ func WatchKV(ctx context.Context, nc *nats.Conn, cfg KVWatchConfig) (jetstream.K
 	}
 	// The current values are read before the watch returns, so that a
 	// bucket that cannot be read fails it, as nats.go's watch fails.
-	var initial []jetstream.KeyValueEntry
-	if err := w.read(ctx, func(e jetstream.KeyValueEntry) bool { initial = append(initial, e); return true }); err != nil {
+	var initial []*kvEntry
+	if err := w.scan.read(ctx, func(e *kvEntry) bool { initial = append(initial, e); return true }); err != nil {
 		cancel()
 		if w.sub != nil {
 			_ = w.sub.Unsubscribe()
@@ -89,16 +88,13 @@ func WatchKV(ctx context.Context, nc *nats.Conn, cfg KVWatchConfig) (jetstream.K
 
 type kvWatch struct {
 	cfg     KVWatchConfig
-	stream  *Stream
-	prefix  string
+	scan    *kvScan
 	sub     *nats.Subscription
 	updates chan jetstream.KeyValueEntry
 	wake    chan struct{}
 	cancel  context.CancelFunc
 	done    chan struct{}
 	stop    sync.Once
-	// last is the sequence of the last message read.
-	last uint64
 }
 
 func (w *kvWatch) Updates() <-chan jetstream.KeyValueEntry { return w.updates }
@@ -124,10 +120,10 @@ func (w *kvWatch) signal() {
 // kvBatch is how many messages one read asks for.
 const kvBatch = 256
 
-func (w *kvWatch) run(ctx context.Context, initial []jetstream.KeyValueEntry) {
+func (w *kvWatch) run(ctx context.Context, initial []*kvEntry) {
 	defer close(w.done)
 	defer close(w.updates)
-	send := func(e jetstream.KeyValueEntry) bool {
+	send := func(e *kvEntry) bool {
 		select {
 		case w.updates <- e:
 			return true
@@ -141,7 +137,9 @@ func (w *kvWatch) run(ctx context.Context, initial []jetstream.KeyValueEntry) {
 		}
 	}
 	initial = nil
-	if !send(nil) {
+	select {
+	case w.updates <- nil:
+	case <-ctx.Done():
 		return
 	}
 	poll := time.NewTicker(w.cfg.Poll)
@@ -154,23 +152,39 @@ func (w *kvWatch) run(ctx context.Context, initial []jetstream.KeyValueEntry) {
 		case <-poll.C:
 		}
 		// A read that fails is made again at the next signal or poll.
-		_ = w.read(ctx, send)
+		_ = w.scan.read(ctx, send)
 	}
+}
+
+// kvScan reads the messages of a bucket under some keys in the order of
+// their sequences, by batched direct gets, each from the one after the
+// last it read.
+type kvScan struct {
+	stream         *Stream
+	bucket, prefix string
+	filter         string
+	// last is the sequence of the last message read.
+	last uint64
+}
+
+func newKVScan(nc *nats.Conn, bucket, keys string) *kvScan {
+	prefix := "$KV." + bucket + "."
+	return &kvScan{stream: NewStream(nc, nil, "KV_"+bucket), bucket: bucket, prefix: prefix, filter: prefix + keys}
 }
 
 // read hands emit every message stored after the last one read, in order,
 // until emit returns false.
-func (w *kvWatch) read(ctx context.Context, emit func(jetstream.KeyValueEntry) bool) error {
+func (s *kvScan) read(ctx context.Context, emit func(*kvEntry) bool) error {
 	for {
 		n := 0
 		stopped := false
-		err := w.stream.GetBatch(ctx, BatchRequest{Seq: w.last + 1, NextBySubject: w.prefix + w.cfg.Keys, Batch: kvBatch}, func(seq uint64, msg *nats.Msg) bool {
+		err := s.stream.GetBatch(ctx, BatchRequest{Seq: s.last + 1, NextBySubject: s.filter, Batch: kvBatch}, func(seq uint64, msg *nats.Msg) bool {
 			n++
-			if seq <= w.last {
+			if seq <= s.last {
 				return true
 			}
-			w.last = seq
-			if e := kvEntryOf(w.cfg.Bucket, w.prefix, seq, msg); e != nil && !emit(e) {
+			s.last = seq
+			if e := kvEntryOf(s.bucket, s.prefix, seq, msg); e != nil && !emit(e) {
 				stopped = true
 				return false
 			}
@@ -236,32 +250,17 @@ func (e *kvEntry) Operation() jetstream.KeyValueOp { return e.op }
 // hold a value (not deleted or purged), read by batched direct gets, like
 // WatchKV, without a consumer.
 func ListKV(ctx context.Context, nc *nats.Conn, bucket, keys string) ([]string, error) {
-	stream := NewStream(nc, nil, "KV_"+bucket)
-	prefix := "$KV." + bucket + "."
 	live := map[string]bool{}
 	var order []string
-	var last uint64
-	for {
-		n := 0
-		err := stream.GetBatch(ctx, BatchRequest{Seq: last + 1, NextBySubject: prefix + keys, Batch: kvBatch}, func(seq uint64, msg *nats.Msg) bool {
-			n++
-			last = max(last, seq)
-			e := kvEntryOf(bucket, prefix, seq, msg)
-			if e == nil {
-				return true
-			}
-			if _, seen := live[e.key]; !seen {
-				order = append(order, e.key)
-			}
-			live[e.key] = e.op == jetstream.KeyValuePut
-			return true
-		})
-		if err != nil {
-			return nil, fmt.Errorf("list keys of bucket %s: %w", bucket, err)
+	err := newKVScan(nc, bucket, keys).read(ctx, func(e *kvEntry) bool {
+		if _, seen := live[e.key]; !seen {
+			order = append(order, e.key)
 		}
-		if n < kvBatch {
-			break
-		}
+		live[e.key] = e.op == jetstream.KeyValuePut
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list keys of bucket %s: %w", bucket, err)
 	}
 	out := order[:0]
 	for _, k := range order {

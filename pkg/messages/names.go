@@ -526,11 +526,14 @@ func (n Names) CancelFilter(ns string) (string, error) {
 	return n.prefix + ".cancel." + ns + ".*", nil
 }
 
-// BucketChanges is the subject the stream of a key-value bucket of the
-// installation republishes its stored messages on, headers only:
-// <prefix>.kv.<bucket>.<key>. A service that may not create consumers
+// BucketChanges is where the stream of a key-value bucket of the
+// installation republishes the headers of the messages it stores under
+// the keys matching keys (a subject filter of keys, ">" for all):
+// <prefix>.kv.<bucket>.<keys>. A service that may not create consumers
 // follows the bucket by reading it after each.
-func (n Names) BucketChanges(bucket string) string { return n.prefix + ".kv." + bucket + ".>" }
+func (n Names) BucketChanges(bucket, keys string) string {
+	return n.prefix + ".kv." + bucket + "." + keys
+}
 
 // ConsumersSubject is where a namespace's workers ask the coordinators for
 // the namespace's consumer (a ConsumerRequest): <prefix>.consumers.<namespace>.

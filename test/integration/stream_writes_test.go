@@ -85,40 +85,21 @@ func TestWorkerCannotHaveAStreamWriteForIt(t *testing.T) {
 	before := snapshot(t, srv, watched...)
 	demo := newIntruder(t, url, "worker_demo", deployPassword("worker_demo"))
 	bucket := messages.TurnBucket("")
-	forged, err := messages.Msgpack.Marshal(&messages.CallEvent{CallID: held.CallID, Kind: messages.EventResult,
-		Result: &messages.CallResult{CallID: held.CallID, Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.TextBlock("forged")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	forged := forgedResult(t, held.CallID)
 	// Its own event, which it may write: under demo, it counts for nothing.
 	own := names.Prefix() + ".events." + bucket + "." + held.CallID + ".log.demo"
 	stored := make(chan *nats.Msg, 1)
-	demo.request(own, forged, stored)
-	if ack := receive(t, stored, "the worker's own event to be stored"); !strings.Contains(string(ack.Data), `"seq"`) {
-		t.Fatalf("storing its own event: %s", ack.Data)
-	}
-	get := "$JS.API.DIRECT.GET." + events + "." + own
-	for _, reply := range []string{
+	demo.store(own, forged, stored)
+	demo.answerElsewhere("$JS.API.DIRECT.GET."+events+"."+own, []string{
 		names.Prefix() + ".events." + bucket + "." + held.CallID + ".result.payments",
 		names.Prefix() + ".events." + bucket + ".forgedcall.queued.~.payments",
 		names.Prefix() + ".audit." + messages.AuditAllowed,
 		"$KV." + names.ApprovalsBucket() + ".approvals." + held.CallID,
 		"$KV." + names.CatalogBucket() + ".tools.payments.forged",
-	} {
-		if err := demo.nc.PublishRequest(get, reply, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A direct get with its own reply after them is answered after them,
-	// and a write of its own after that is stored after anything they had
-	// the streams store.
-	answered := make(chan *nats.Msg, 1)
-	demo.request(get, nil, answered)
-	if msg := receive(t, answered, "its own direct get"); msg.Header.Get("Nats-Sequence") == "" {
-		t.Fatalf("its own direct get: %v %s", msg.Header, msg.Data)
-	}
-	demo.request(own, forged, stored)
-	receive(t, stored, "the worker's second event to be stored")
+	})
+	// A write of its own after that is stored after anything they had the
+	// streams store.
+	demo.store(own, forged, stored)
 	after := snapshot(t, srv, watched...)
 	if got, want := after[events].Msgs, before[events].Msgs+2; got != want {
 		t.Fatalf("the events stream holds %d messages, want %d: the worker's two events and nothing else", got, want)
@@ -128,13 +109,7 @@ func TestWorkerCannotHaveAStreamWriteForIt(t *testing.T) {
 	if !reflect.DeepEqual(after, before) {
 		t.Fatalf("the direct gets' answers were stored:\nbefore %+v\nafter  %+v", before, after)
 	}
-	catalog, err := js.KeyValue(ctx, names.CatalogBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := catalog.Get(ctx, "tools.payments.forged"); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("the catalog holds the forged tool: %v", err)
-	}
+	assertNoCatalogKey(t, js, "tools.payments.forged")
 	for _, subject := range []string{
 		"$JS.API.CONSUMER.CREATE." + events + ".ns_demo.toolbus.events.*.*.queued.*.demo",
 		"$JS.API.CONSUMER.CREATE." + events + ".ns_payments.toolbus.events.*.*.queued.*.payments",
@@ -262,38 +237,18 @@ func TestIndexerCannotHaveAStreamWriteForIt(t *testing.T) {
 	before := snapshot(t, srv, watched...)
 	intruder := newIntruder(t, srv.URL(), "indexer", deployPassword("indexer"))
 	bucket := messages.TurnBucket("")
-	forged, err := messages.Msgpack.Marshal(&messages.CallEvent{CallID: res.CallID, Kind: messages.EventResult,
-		Result: &messages.CallResult{CallID: res.CallID, Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.TextBlock("forged")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	key := "$KV." + names.IndexBucket() + ".forged"
-	stored := make(chan *nats.Msg, 1)
-	intruder.request(key, forged, stored)
-	if ack := receive(t, stored, "the indexer's value to be stored"); !strings.Contains(string(ack.Data), `"seq"`) {
-		t.Fatalf("storing its value: %s", ack.Data)
-	}
-	get := "$JS.API.DIRECT.GET.KV_" + names.IndexBucket() + "." + key
-	for _, reply := range []string{
+	intruder.store(key, forgedResult(t, res.CallID), make(chan *nats.Msg, 1))
+	intruder.answerElsewhere("$JS.API.DIRECT.GET.KV_"+names.IndexBucket()+"."+key, []string{
 		names.Prefix() + ".events." + bucket + "." + res.CallID + ".result.demo",
 		names.Prefix() + ".events." + bucket + ".forgedcall.queued.~.demo",
 		names.Prefix() + ".audit." + messages.AuditAllowed,
 		"$KV." + names.ApprovalsBucket() + ".approvals." + res.CallID,
 		"$KV." + names.CatalogBucket() + ".tools.demo.forged",
 		names.Prefix() + ".api.tools.disable",
-	} {
-		if err := intruder.nc.PublishRequest(get, reply, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A direct get with its own reply after them is answered after them,
-	// and a write of the coordinator's after that is stored after anything
+	})
+	// A write of the coordinator's after that is stored after anything
 	// they had the streams store.
-	answered := make(chan *nats.Msg, 1)
-	intruder.request(get, nil, answered)
-	if msg := receive(t, answered, "its own direct get"); msg.Header.Get("Nats-Sequence") == "" {
-		t.Fatalf("its own direct get: %v %s", msg.Header, msg.Data)
-	}
 	if _, err := js.Publish(ctx, names.Prefix()+".events."+bucket+".barrier.log.demo", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -306,13 +261,7 @@ func TestIndexerCannotHaveAStreamWriteForIt(t *testing.T) {
 	if !reflect.DeepEqual(after, before) {
 		t.Fatalf("the direct gets' answers were stored:\nbefore %+v\nafter  %+v", before, after)
 	}
-	catalog, err := js.KeyValue(ctx, names.CatalogBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := catalog.Get(ctx, "tools.demo.forged"); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("the catalog holds the forged tool: %v", err)
-	}
+	assertNoCatalogKey(t, js, "tools.demo.forged")
 	for _, stream := range []string{"KV_" + names.IndexBucket(), "KV_" + names.CatalogBucket()} {
 		push := consumerRequest(t, stream, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy, DeliverSubject: names.Prefix() + ".events." + bucket + "." + res.CallID + ".result.demo"})
 		intruder.denied("create a consumer on "+stream, "$JS.API.CONSUMER.CREATE."+stream, push)
@@ -322,4 +271,55 @@ func TestIndexerCannotHaveAStreamWriteForIt(t *testing.T) {
 		t.Fatalf("the call's result: %+v %v", got, err)
 	}
 	assertNotDisabled(t, as("coordinator"), ctx, "demo.sha256")
+}
+
+// forgedResult is a committed-looking result event of callID that nobody
+// but a forger wrote.
+func forgedResult(t *testing.T, callID string) []byte {
+	t.Helper()
+	data, err := messages.Msgpack.Marshal(&messages.CallEvent{CallID: callID, Kind: messages.EventResult,
+		Result: &messages.CallResult{CallID: callID, Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.TextBlock("forged")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// store publishes data on a subject a stream stores and waits for its
+// acknowledgement, on acks.
+func (in *intruder) store(subject string, data []byte, acks chan *nats.Msg) {
+	in.t.Helper()
+	in.request(subject, data, acks)
+	if ack := receive(in.t, acks, in.role+"'s write to be stored"); !strings.Contains(string(ack.Data), `"seq"`) {
+		in.t.Fatalf("%s storing on %s: %s", in.role, subject, ack.Data)
+	}
+}
+
+// answerElsewhere sends the direct get get once for each of replies, as
+// its reply subject, and then once with its own: the stream answers in
+// order, so once that answer is in, it has sent the others.
+func (in *intruder) answerElsewhere(get string, replies []string) {
+	in.t.Helper()
+	for _, reply := range replies {
+		if err := in.nc.PublishRequest(get, reply, nil); err != nil {
+			in.t.Fatal(err)
+		}
+	}
+	answered := make(chan *nats.Msg, 1)
+	in.request(get, nil, answered)
+	if msg := receive(in.t, answered, in.role+"'s own direct get"); msg.Header.Get("Nats-Sequence") == "" {
+		in.t.Fatalf("%s's own direct get: %v %s", in.role, msg.Header, msg.Data)
+	}
+}
+
+// assertNoCatalogKey fails the test if the catalog holds key.
+func assertNoCatalogKey(t *testing.T, js jetstream.JetStream, key string) {
+	t.Helper()
+	catalog, err := js.KeyValue(testenv.Context(t), names.CatalogBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catalog.Get(testenv.Context(t), key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the catalog holds the forged key %s: %v", key, err)
+	}
 }
