@@ -25,7 +25,7 @@
 //     through it with WritePolicy.
 //
 // Errors are recognised with errors.Is and errors.As: ErrNoResponders,
-// ErrNotFound, ErrWrongLastSequence, *StatusError, and the
+// ErrNotFound, ErrWrongLastSequence, ErrWriteInProcess, *StatusError, and the
 // *jetstream.APIError of a stream's refusal. Every call that waits takes a
 // context, and bounds its wait by a default when the context has no
 // deadline.

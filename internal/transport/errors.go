@@ -22,11 +22,23 @@ var (
 	ErrNotFound error = notFound{}
 
 	// ErrWrongLastSequence reports that a publish carrying an
-	// expected-last-sequence header was refused because another message was
-	// stored in between. The error is also a *jetstream.APIError, with code
-	// JSErrCodeStreamWrongLastSequence or, on replicated streams,
-	// JSErrCodeStreamWrongLastSequenceConstant.
+	// expected-last-sequence header was refused because the stream's
+	// leader holds another message where the condition expected none (or
+	// an older one). The error is also a *jetstream.APIError, with code
+	// JSErrCodeStreamWrongLastSequence (10071).
 	ErrWrongLastSequence = errors.New("wrong last sequence")
+
+	// ErrWriteInProcess reports that a replicated stream refused a
+	// conditional publish because another conditional write on the same
+	// subject (or on the subject its condition names) is being replicated
+	// at that moment, proposed but not yet stored: the leader cannot check
+	// the condition until it is. Nothing was stored, and nothing says the
+	// condition failed: the publish may be made again a moment later. The
+	// error is also a *jetstream.APIError with code
+	// JSErrCodeStreamWrongLastSequenceConstant (10164), whose description
+	// the server words as "wrong last sequence"; it does not match
+	// ErrWrongLastSequence. Transient accepts it.
+	ErrWriteInProcess = errors.New("another conditional write on the subject is in process")
 )
 
 type noResponders struct{}
@@ -63,10 +75,23 @@ func (r refusal) Unwrap() error { return r.APIError }
 
 func (r refusal) Is(target error) bool { return target == ErrWrongLastSequence }
 
-// apiError returns e, made to match ErrWrongLastSequence if it is that refusal.
+// inProcess is a JetStream API error of a conditional publish that a
+// replicated stream could not check yet: it unwraps to the
+// *jetstream.APIError and matches ErrWriteInProcess.
+type inProcess struct{ *jetstream.APIError }
+
+func (r inProcess) Unwrap() error { return r.APIError }
+
+func (r inProcess) Is(target error) bool { return target == ErrWriteInProcess }
+
+// apiError returns e, made to match ErrWrongLastSequence or
+// ErrWriteInProcess if it is one of those refusals.
 func apiError(e *jetstream.APIError) error {
-	if e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+	switch e.ErrorCode {
+	case jetstream.JSErrCodeStreamWrongLastSequence:
 		return refusal{e}
+	case jetstream.JSErrCodeStreamWrongLastSequenceConstant:
+		return inProcess{e}
 	}
 	return e
 }

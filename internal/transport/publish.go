@@ -48,7 +48,8 @@ const DefaultAckWait = 30 * time.Second
 // error, then is not called; otherwise then is called exactly once.
 //
 // A stream's refusal is a *jetstream.APIError (ErrWrongLastSequence for a
-// failed expected-last-sequence condition); a subject no stream stores is
+// failed expected-last-sequence condition, ErrWriteInProcess for one a
+// replicated stream could not check yet); a subject no stream stores is
 // ErrNoResponders.
 func (p *Publisher) PublishThen(msg *nats.Msg, timeout time.Duration, then AckFunc) error {
 	subject := msg.Subject
@@ -150,7 +151,8 @@ var WritePolicy = RetryPolicy{Attempt: 5 * time.Second, Initial: 50 * time.Milli
 // PublishRetrying is PublishWait made again, after p's pause, while ctx
 // allows, when a second attempt cannot store the message twice: after a
 // failure that stored nothing (no stream answered, ErrNoResponders, as
-// while a stream elects a leader; or JetStream refused with status 503),
+// while a stream elects a leader; JetStream refused with status 503; or a
+// conditional write met another in process, ErrWriteInProcess),
 // and, for a message with a Nats-Msg-Id header, after an attempt that got
 // no acknowledgement within p.Attempt, since the stream drops a second
 // copy within its duplicate window (duplicate is then true). A message
@@ -171,7 +173,7 @@ func (p *Publisher) PublishRetrying(ctx context.Context, policy RetryPolicy, msg
 	policy.Retryable = func(err error) bool {
 		var api *jetstream.APIError
 		switch {
-		case errors.Is(err, ErrNoResponders):
+		case errors.Is(err, ErrNoResponders), errors.Is(err, ErrWriteInProcess):
 			return true
 		case errors.As(err, &api):
 			return api.Code == 503

@@ -3,6 +3,7 @@ package transport_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -317,4 +318,70 @@ func TestExpectationEndsWhenTheConnectionIsLost(t *testing.T) {
 	case <-testenv.Context(t).Done():
 		t.Fatal("expectation still open after the connection was lost")
 	}
+}
+
+// On a replicated stream, a conditional publish that arrives while
+// another conditional write on the subject its condition names is being
+// replicated is refused with 10164: nothing stored, the condition not
+// checked. It is ErrWriteInProcess, transient, and never
+// ErrWrongLastSequence, the answer of a condition that failed; and
+// PublishRetrying stores it once the other write is in.
+func TestConditionalWriteInProcessOnAReplicatedStream(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	_, urls := testenv.Cluster(t, 3)
+	nc := testenv.Connect(t, urls)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "INPROCESS", Subjects: []string{"inprocess.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	inbox := transport.NewInbox(nc)
+	t.Cleanup(inbox.Close)
+	p := transport.NewPublisher(nc, inbox)
+	conditional := func(subject, filter string) *nats.Msg {
+		msg := nats.NewMsg(subject)
+		msg.Data = []byte("x")
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
+		return msg
+	}
+	inProcess := 0
+	for i := range 200 {
+		filter := "inprocess." + strconv.Itoa(i) + ".result"
+		// The first write's condition is on the second's subject, as a
+		// call's start is on its result's; both are sent at once.
+		first := make(chan error, 1)
+		if err := p.PublishThen(conditional("inprocess."+strconv.Itoa(i)+".started", filter), 5*time.Second, func(_ uint64, _ bool, err error) { first <- err }); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := p.PublishWait(ctx, conditional(filter, filter))
+		if err := <-first; err != nil {
+			t.Fatalf("write %d, the first: %v", i, err)
+		}
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, transport.ErrWriteInProcess):
+			inProcess++
+		default:
+			t.Fatalf("write %d, the second: %v, want stored or ErrWriteInProcess", i, err)
+		}
+		var apiErr *jetstream.APIError
+		if errors.Is(err, transport.ErrWrongLastSequence) || !transport.Transient(err) || !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+			t.Fatalf("the in-process refusal %v: wrong last sequence %v, transient %v", err, errors.Is(err, transport.ErrWrongLastSequence), transport.Transient(err))
+		}
+		if _, _, err := p.PublishRetrying(ctx, transport.WritePolicy, conditional(filter, filter)); err != nil {
+			t.Fatalf("write %d again: %v", i, err)
+		}
+	}
+	if inProcess == 0 {
+		t.Skip("no write of the 200 met another in process; the case was not exercised")
+	}
+	t.Logf("%d of 200 writes met another in process", inProcess)
 }

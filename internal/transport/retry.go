@@ -116,7 +116,9 @@ func lastFailure(ctx context.Context, last error) error {
 // request is made again: nothing answered (ErrNoResponders, which covers a
 // stream without a leader at the moment), no answer in time
 // (context.DeadlineExceeded, nats.ErrTimeout), a connection between
-// servers or being re-established, or JetStream's status 503 or 408. It
+// servers or being re-established, JetStream's status 503 or 408, or a
+// conditional write refused while another on its subject is in process
+// (ErrWriteInProcess). It
 // says nothing of whether making the request again is safe: a request that
 // timed out may have been carried out.
 func Transient(err error) bool {
@@ -125,7 +127,8 @@ func Transient(err error) bool {
 	}
 	if errors.Is(err, ErrNoResponders) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoStreamResponse) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, jetstream.ErrNoHeartbeat) {
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, jetstream.ErrNoHeartbeat) ||
+		errors.Is(err, ErrWriteInProcess) {
 		return true
 	}
 	var status *StatusError

@@ -99,39 +99,84 @@ func (w *Worker) finish(msg jetstream.Msg, log logger, bucket, ns, notify string
 	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
 	defer cancel()
 	won, err := w.ledger.Commit(ctx, bucket, ns, &res, notify)
-	if err != nil {
+	switch {
+	case err != nil:
 		w.commitAgain(msg, log, bucket, ns, &res, notify, err)
-		return
+	case !won:
+		w.refused(msg, log, bucket, ns, &res, notify)
+	default:
+		settle(msg, log, res.Status, true, nil)
 	}
-	settle(msg, log, res.Status, won, nil)
 }
 
 // finishThen is finish without waiting for the stream: the message is
 // settled, and the call's slot released, once the stream has answered the
 // result's write, on the ledger's goroutine. The slot stays taken until
-// then, and while a failed write is retried.
+// then, and while a failed write is retried or a refused one confirmed.
 func (w *Worker) finishThen(msg jetstream.Msg, log *callLog, bucket, ns, notify string, res messages.CallResult, s *slot) {
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = time.Now().UTC()
 	}
 	status := res.Status
-	retry := func(err error) {
+	later := func(then func()) {
 		w.goroutines.Go(func() {
-			w.commitAgain(msg, log, bucket, ns, &res, notify, err)
+			then()
 			s.Release(slotCommitted)
 		})
 	}
+	retry := func(err error) {
+		later(func() { w.commitAgain(msg, log, bucket, ns, &res, notify, err) })
+	}
 	err := w.ledger.CommitThen(bucket, ns, &res, notify, w.commitTimeout(), func(won bool, err error) {
-		if err != nil {
+		switch {
+		case err != nil:
 			retry(err)
-			return
+		case !won:
+			later(func() { w.refused(msg, log, bucket, ns, &res, notify) })
+		default:
+			settle(msg, log, status, true, nil)
+			s.Release(slotCommitted)
 		}
-		settle(msg, log, status, won, nil)
-		s.Release(slotCommitted)
 	})
 	if err != nil {
 		retry(err)
 	}
+}
+
+// refused settles a call whose result's write the stream refused because
+// the call has a result already: the leader found a message on the
+// call's result subject. The worker confirms it by reading that result
+// before it lets go of the call, so that no refusal, whatever it was, can
+// take a call's work item away while no result stands: it acknowledges
+// the call if the result read is this attempt's own (an earlier try of
+// the write was stored and its answer lost), terminates it if it is
+// another's, and otherwise keeps the call and retries the write (see
+// commitAgain): a replica behind the leader shows the result a moment
+// later, and a write made again is refused again while it stands.
+func (w *Worker) refused(msg jetstream.Msg, log logger, bucket, ns string, res *messages.CallResult, notify string) {
+	stands, ours, err := w.standing(bucket, ns, res)
+	if err == nil && stands {
+		settle(msg, log, res.Status, ours, nil)
+		return
+	}
+	if err == nil {
+		err = errors.New("the stream refused the result as if another stood, and none can be read yet")
+	}
+	w.commitAgain(msg, log, bucket, ns, res, notify, err)
+}
+
+// standing reads the result that stands for the call, and tells whether
+// there is one and whether it is res itself (the same attempt of the same
+// worker).
+func (w *Worker) standing(bucket, ns string, res *messages.CallResult) (stands, ours bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
+	defer cancel()
+	snap, err := w.ledger.ReadOwn(ctx, bucket, ns, res.CallID, messages.EventResult)
+	if err != nil || snap.Result == nil {
+		return false, false, err
+	}
+	stored := snap.Result
+	return true, stored.Attempt == res.Attempt && stored.Worker == res.Worker, nil
 }
 
 // The retries of a result's write that failed (no answer within the
@@ -188,13 +233,19 @@ func (w *Worker) commitAgain(msg jetstream.Msg, log logger, bucket, ns string, r
 		var won bool
 		won, err = w.ledger.Commit(ctx, bucket, ns, res, notify)
 		cancel()
-		if err == nil {
-			if !won {
-				// An earlier try may have stored it and lost its answer.
-				log.Info("a result of the call is stored", "tries", tries+1)
-				acked(log, "acknowledged", msg.Ack())
+		if err == nil && !won {
+			// An earlier try may have stored it and lost its answer, or
+			// another attempt's stands: either way the read says which.
+			var stands, ours bool
+			if stands, ours, err = w.standing(bucket, ns, res); err == nil && stands {
+				log.Info("a result of the call is stored", "tries", tries+1, "this_attempt", ours)
+				settle(msg, log, res.Status, ours, nil)
 				return
 			}
+			if err == nil {
+				err = errors.New("the stream refused the result as if another stood, and none can be read yet")
+			}
+		} else if err == nil {
 			log.Info("result stored after retrying", "tries", tries+1)
 			settle(msg, log, res.Status, true, nil)
 			return

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -125,4 +126,37 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
 	}
+}
+
+// assertConsumerDrained waits until the namespace's consumer has nothing
+// pending, undelivered or unacknowledged: every call it delivered was
+// settled. A worker acknowledges a call a moment after its result is
+// stored, and the server sends no signal when it is done, so it polls.
+func assertConsumerDrained(t *testing.T, url, ns string) {
+	t.Helper()
+	js, err := jetstream.New(testenv.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := messages.MustNames("")
+	consumer, err := names.NamespaceConsumer(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cons, err := js.Consumer(ctx, names.EventsStream(), consumer)
+		cancel()
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		info := cons.CachedInfo()
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			return
+		}
+		last = fmt.Sprintf("%d calls pending, %d unacknowledged (acknowledged up to stream sequence %d)", info.NumPending, info.NumAckPending, info.AckFloor.Stream)
+	}
+	t.Errorf("consumer %s not drained: %s", consumer, last)
 }
