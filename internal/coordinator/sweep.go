@@ -51,6 +51,12 @@ type sweeper struct {
 	// swept is, by namespace, the sequence up to which the calls a sweep
 	// read have all ended (see sweepNamespace).
 	swept map[string]uint64
+	// settled is, by namespace, the sequence up to which the calls behind
+	// the consumer's floor have been found with a result or ended (see
+	// sweepSettled); settledLookback, when set, replaces its first
+	// sweep's look back (settledLookback).
+	settled         map[string]uint64
+	settledLookback time.Duration
 }
 
 // resultCommitter writes a call's result unless it has one.
@@ -298,6 +304,9 @@ func (s *sweeper) sweepNamespace(ctx context.Context, ns, consumer string, cutof
 		return nil
 	}
 	if err != nil {
+		return err
+	}
+	if err := s.sweepSettled(ctx, ns, info.AckFloor.Stream); err != nil {
 		return err
 	}
 	if info.NumPending == 0 && info.NumAckPending == 0 {

@@ -898,3 +898,54 @@ func (l *Ledger) last(ctx context.Context, bucket, ns, callID string, kind messa
 	}
 	return ev, nil
 }
+
+// CallRef names a call's events: its ID, its namespace and the bucket of
+// its turn.
+type CallRef struct {
+	Bucket, Namespace, CallID string
+}
+
+// maxResultsPerRequest keeps a batched read of results under the
+// server's limit of 1,024 messages per request: one subject per call.
+const maxResultsPerRequest = 1000
+
+// WithoutResult returns the calls, of those given, that have no result
+// under their namespace and bucket: a batched read of their result
+// subjects, which any replica answers, and, for each call it found
+// without one, a read at the stream's leader, since a replica may lag
+// behind the leader's acknowledged writes.
+func (l *Ledger) WithoutResult(ctx context.Context, calls []CallRef) ([]CallRef, error) {
+	var missing []CallRef
+	for start := 0; start < len(calls); start += maxResultsPerRequest {
+		chunk := calls[start:min(start+maxResultsPerRequest, len(calls))]
+		filters := make([]string, len(chunk))
+		for i, c := range chunk {
+			f, err := l.names.CallResultFilter(c.Bucket, c.CallID, c.Namespace)
+			if err != nil {
+				return nil, err
+			}
+			filters[i] = f
+		}
+		found := make(map[string]bool, len(chunk))
+		err := l.events.GetBatch(ctx, transport.BatchRequest{MultiLast: filters}, func(_ uint64, msg *nats.Msg) bool {
+			found[msg.Subject] = true
+			return true
+		})
+		if err != nil && !errors.Is(err, transport.ErrNotFound) {
+			return nil, fmt.Errorf("read results: %w", err)
+		}
+		for i, c := range chunk {
+			if found[filters[i]] {
+				continue
+			}
+			_, _, err := l.events.GetLastFromLeader(ctx, filters[i])
+			switch {
+			case errors.Is(err, transport.ErrNotFound):
+				missing = append(missing, c)
+			case err != nil:
+				return nil, fmt.Errorf("read the result of call %s: %w", c.CallID, err)
+			}
+		}
+	}
+	return missing, nil
+}
