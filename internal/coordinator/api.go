@@ -179,6 +179,11 @@ func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request, r
 	req := &request{Request: mr, endpoint: endpoint, release: release, guard: c.guard}
 	req.holds.Store(1)
 	defer req.done()
+	if mr.Headers().Get(messages.HeaderReceipt) == messages.ReceiptAsked {
+		h := nats.Header{}
+		h.Set(messages.HeaderReceipt, messages.ReceiptSent)
+		c.reply(req, &nats.Msg{Header: h})
+	}
 	codec, err := messages.CodecOf(messages.Header(mr.Headers()))
 	req.codec = codec
 	if err == nil && len(mr.Data()) > c.cfg.MaxRequestBytes {
@@ -218,6 +223,15 @@ func (c *Coordinator) reply(req *request, msg *nats.Msg) {
 		return // a request without a reply subject asked for nothing back
 	}
 	msg.Subject = req.Reply()
+	// The server lets a requester name any reply subject its user may
+	// publish to, another user's route included; the token the request
+	// carries is what tells its reader that this answer is its own.
+	if token := req.Headers().Get(messages.HeaderReplyToken); messages.ValidReplyToken(token) {
+		if msg.Header == nil {
+			msg.Header = nats.Header{}
+		}
+		msg.Header.Set(messages.HeaderReplyToken, token)
+	}
 	if err := c.nc.PublishMsg(msg); err != nil {
 		c.log.Warn("reply not sent", "endpoint", req.endpoint, "error", err)
 	}

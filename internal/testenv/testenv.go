@@ -119,13 +119,14 @@ func Worker(t testing.TB, url string, cfg worker.Config, nss ...worker.Namespace
 	return w
 }
 
-// Client returns an SDK client on its own connection.
+// Client returns an SDK client on its own connection, closed when the test ends.
 func Client(t testing.TB, url string, opts client.Options) *client.Client {
 	t.Helper()
 	c, err := client.New(Connect(t, url), opts)
 	if err != nil {
 		t.Fatalf("new client: %v", err)
 	}
+	t.Cleanup(c.Close)
 	return c
 }
 

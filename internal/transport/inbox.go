@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"strconv"
 	"sync"
 	"time"
@@ -133,6 +135,13 @@ func (m *Inbox) expire() {
 	}
 }
 
+// randomToken is 128 random bits, in the characters of a subject token.
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
 // Register returns a new subject under the inbox and the channel its
 // messages arrive on, holding up to buffer of them: a message that finds
 // the channel full is dropped, so buffer must hold every message that can
@@ -144,8 +153,10 @@ func (m *Inbox) Register(buffer int) (subject string, messages <-chan *nats.Msg,
 	if err := m.subscribe(); err != nil {
 		return "", nil, nil, err
 	}
-	m.next++
-	token := strconv.FormatUint(m.next, 36)
+	// Unlike Expect's, a registered subject is given to others (a call's
+	// notify subject, a reply subject held for long): its token is random,
+	// so that one known subject does not tell the next.
+	token := randomToken()
 	ch := make(chan *nats.Msg, buffer)
 	m.waiting[token] = ch
 	done = func() {

@@ -116,6 +116,19 @@ type Options struct {
 	// connection names the user's own inbox prefix
 	// (nats.CustomInboxPrefix("_INBOX_<user>")).
 	CoordinatorReads bool
+	// HedgeAfter is how long a read or a request that is safe to repeat
+	// goes unanswered before a copy of it is sent, which the coordinators'
+	// queue group may give to another coordinator, and how long Call waits
+	// before it looks up a call it submitted quietly (see the package
+	// doc). A coordinator that does not answer (stopped, hung) then delays
+	// a call by about this much. Defaults to 250ms.
+	HedgeAfter time.Duration
+	// NoCoordinatorWait is how long a request that is safe to repeat, a
+	// submit that names its call above all, is sent again while no
+	// coordinator listens (a node of the cluster restarting, the
+	// coordinators reconnecting), within its context; other requests give
+	// up after six attempts. Defaults to 30s.
+	NoCoordinatorWait time.Duration
 	// Route is the route the client's calls are made on (see
 	// messages.RouteSubject): with identities, one of the routes the
 	// identities file gives its user, whose results the server lets it
@@ -164,6 +177,12 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = 5 * time.Minute
 	}
+	if opts.HedgeAfter <= 0 {
+		opts.HedgeAfter = 250 * time.Millisecond
+	}
+	if opts.NoCoordinatorWait <= 0 {
+		opts.NoCoordinatorWait = 30 * time.Second
+	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err != nil {
 		return nil, err
@@ -194,24 +213,18 @@ const (
 	once safety = iota
 	// repeatable: requests whose repetition changes nothing.
 	repeatable
-	// read: requests that change nothing at all, whose later attempts are
-	// hedged (see hedges).
+	// read: requests that change nothing at all.
 	read
 )
-
-// hedges is how many copies of a read its attempt sends at once: one at
-// first, then two, then four. The coordinators' queue group gives each
-// copy to a coordinator at random, so with one of two coordinators hung
-// an attempt of four copies all reaching it is a chance of 1 in 16, where
-// one copy is 1 in 2; the first answer is taken.
-func hedges(attempt int) int { return 1 << min(attempt-1, 2) }
 
 // request sends one API request and decodes the reply into out, in
 // attempts bounded by RequestTimeout plus wait (see the package doc).
 // Error replies come back as *messages.Error, so errors.Is(err,
 // messages.ErrToolNotFound) and the like work; a request that no
 // coordinator received fails with messages.ErrNoResponders, and one that
-// cannot be repeated and went unanswered with messages.ErrTimeout.
+// cannot be repeated and went unanswered with messages.ErrTimeout. A
+// read or a repeatable request that the coordinator does not hold (wait
+// 0) is hedged within each attempt (see hedged).
 func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe safety, wait time.Duration) error {
 	subject, err := c.names.APISubject(endpoint)
 	if err != nil {
@@ -233,11 +246,21 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 	}
 	unanswered := false
 	noResponders := 0
+	var firstNoResponders time.Time
 	policy.Retryable = func(err error) bool {
 		var e *messages.Error
 		switch {
 		case errors.Is(err, messages.ErrNoResponders):
 			noResponders++
+			if safe == repeatable && wait == 0 {
+				// Safe to send again however often: while no coordinator
+				// listens (a server of the cluster restarting, coordinators
+				// reconnecting), for up to NoCoordinatorWait.
+				if firstNoResponders.IsZero() {
+					firstNoResponders = time.Now()
+				}
+				return time.Since(firstNoResponders) < c.opts.NoCoordinatorWait
+			}
 			return noResponders < maxNoResponderAttempts
 		case errors.Is(err, context.DeadlineExceeded):
 			// Retry ends before asking if the caller's context ended, so
@@ -261,14 +284,17 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 		}
 		return reply, nil
 	}
-	attempt := 0
 	err = transport.Retry(ctx, policy, func(actx context.Context) error {
-		attempt++
-		copies := 1
-		if safe == read && unanswered {
-			copies = hedges(attempt)
+		var reply *nats.Msg
+		var err error
+		switch {
+		case safe == once:
+			reply, err = send(actx)
+		case wait > 0:
+			reply, err = c.held(actx, subject, data)
+		default:
+			reply, err = c.hedged(actx, send)
 		}
-		reply, err := firstReply(actx, copies, send)
 		if err != nil {
 			return err
 		}
@@ -285,34 +311,128 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 	return fmt.Errorf("%s: %w", endpoint, err)
 }
 
-// firstReply sends copies of a request at once and returns the first
-// reply, or the last error if none came; the others are abandoned.
-func firstReply(ctx context.Context, copies int, send func(context.Context) (*nats.Msg, error)) (*nats.Msg, error) {
-	if copies == 1 {
-		return send(ctx)
+// held sends a request that the coordinator may hold (a wait), asking for
+// a receipt (messages.HeaderReceipt), and returns its answer. While
+// neither a receipt nor an answer has come, it sends copies as hedged
+// does, to the same reply subject; once a coordinator has said it holds
+// the request, it sends no more, and waits for the first answer until
+// ctx ends. So a hung coordinator costs a wait about one HedgeAfter, and a
+// live one holds one or, rarely, two of the user's waits (the second if
+// its receipt came late). A request whose connection is lost is sent
+// again once it is back, as its answer may be lost. If every copy found
+// no coordinator, that is the error.
+func (c *Client) held(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
+	reply, answers, done, err := c.inbox.Register(2 * (1 + 2 + 4))
+	if err != nil {
+		return nil, err
 	}
+	defer done()
+	sent, unheard := 0, 0
+	launch := func(copies int) error {
+		for range copies {
+			msg := &nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
+			msg.Header.Set(messages.HeaderReceipt, messages.ReceiptAsked)
+			tracing.Inject(ctx, msg.Header)
+			if err := c.nc.PublishMsg(msg); err != nil {
+				return err
+			}
+			sent++
+		}
+		return nil
+	}
+	// An answer in flight when the connection is lost is lost with it:
+	// the request is sent again on the new connection rather than waited
+	// for until ctx ends.
+	lost := c.nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED)
+	defer c.nc.RemoveStatusListener(lost)
+	if err := launch(1); err != nil {
+		return nil, err
+	}
+	next := time.NewTimer(c.opts.HedgeAfter)
+	defer next.Stop()
+	rounds, received := 0, false
+	for {
+		select {
+		case <-lost:
+			received, rounds = false, 0
+			if err := launch(1); err != nil {
+				return nil, err
+			}
+			next.Reset(c.opts.HedgeAfter)
+		case msg := <-answers:
+			switch {
+			case msg.Header.Get(messages.HeaderReceipt) == messages.ReceiptSent && len(msg.Data) == 0:
+				received = true
+			case noCoordinatorListened(msg):
+				if unheard++; unheard == sent {
+					return nil, noCoordinator(subject)
+				}
+			default:
+				return msg, nil
+			}
+		case <-next.C:
+			if rounds++; !received && rounds <= 2 {
+				if err := launch(hedgeCopies(rounds)); err != nil {
+					return nil, err
+				}
+				next.Reset(c.opts.HedgeAfter)
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// hedged sends a request and, while no answer has come, sends copies of
+// it: two after HedgeAfter, four more after another, and takes the first
+// answer. The coordinators' queue group gives each copy to a coordinator
+// at random, so with one coordinator of two not answering (stopped, hung)
+// a request waits about one HedgeAfter more, and longer than two only
+// with a chance of 1 in 128; the copies left unanswered are abandoned.
+// Only requests that are safe to repeat and that the coordinator does not
+// hold are hedged: a coordinator answers them in milliseconds, or is
+// waiting out JetStream, when the copies cost it little. If every copy
+// sent failed (no coordinator listens, say), the last failure is returned.
+func (c *Client) hedged(ctx context.Context, send func(context.Context) (*nats.Msg, error)) (*nats.Msg, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type answer struct {
 		reply *nats.Msg
 		err   error
 	}
-	answers := make(chan answer, copies)
-	for range copies {
-		go func() {
-			reply, err := send(ctx)
-			answers <- answer{reply, err}
-		}()
-	}
-	var err error
-	for range copies {
-		a := <-answers
-		if a.err == nil {
-			return a.reply, nil
+	answers := make(chan answer, 1+2+4)
+	sent, failed := 0, 0
+	launch := func(copies int) {
+		for range copies {
+			sent++
+			go func() {
+				reply, err := send(ctx)
+				answers <- answer{reply, err}
+			}()
 		}
-		err = a.err
 	}
-	return nil, err
+	launch(1)
+	next := time.NewTimer(c.opts.HedgeAfter)
+	defer next.Stop()
+	rounds := 0
+	for {
+		select {
+		case a := <-answers:
+			if a.err == nil {
+				return a.reply, nil
+			}
+			if failed++; failed == sent {
+				return nil, a.err
+			}
+		case <-next.C:
+			if rounds++; rounds <= 2 {
+				launch(hedgeCopies(rounds))
+				next.Reset(c.opts.HedgeAfter)
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // noCoordinator is the error of a request that no coordinator received.
@@ -394,7 +514,33 @@ func (c *Client) Submit(ctx context.Context, req messages.SubmitRequest) (*messa
 		safe = repeatable
 	}
 	var out messages.SubmitReply
-	return &out, c.request(ctx, messages.EndpointCallsSubmit, &req, &out, safe, c.waitOf(&req))
+	err := c.request(ctx, messages.EndpointCallsSubmit, &req, &out, safe, c.waitOf(&req))
+	if err != nil && safe == repeatable && undecided(err) {
+		// An attempt that went unanswered, or whose coordinator could not
+		// store the call for now, may have queued it all the same: the
+		// call is looked up before anything is reported.
+		callID := req.CallID
+		if callID == "" {
+			callID = messages.IdempotentCallID(req.Agent, req.IdempotencyKey)
+		}
+		if ctx.Err() == nil {
+			lctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
+			reply, exists, lerr := c.lookupCall(lctx, toolNamespace(req.Tool), callID)
+			cancel()
+			if lerr == nil && exists {
+				return reply, nil
+			}
+		}
+		return &out, fmt.Errorf("submit call %s (calls.get tells whether it was queued): %w", callID, err)
+	}
+	return &out, err
+}
+
+// undecided reports a failed request whose outcome no coordinator
+// decided: none answered, or one could not reach JetStream in time, or
+// the caller's context ended while it waited.
+func undecided(err error) bool {
+	return mayPass(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // waitOf is how long the coordinator may hold the reply of a submit: its
@@ -495,170 +641,6 @@ func toolNamespace(tool string) string {
 	return name.Namespace
 }
 
-// callOnRoute makes a call on the client's route with an ID chosen here,
-// so that its result is awaited before anything is sent. The submit is
-// quiet: the coordinator answers, on the same route, only if the call is
-// not queued (a refusal, an approval to obtain). If neither an answer nor
-// the result has come within RequestTimeout (at most ResultCheckInterval),
-// the events stream is asked whether the call exists; if it does not (the
-// submit was lost, or went to a coordinator that does not answer), the
-// submit is sent again as a request with a reply, which queues the call
-// once whatever became of the first (the events stream drops a second
-// queued event with the same ID). After that the stream is asked for the result
-// at each ResultCheckInterval, in case its copy was missed.
-func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o *CallObserver) (*messages.CallResult, error) {
-	route, err := c.routes.Route()
-	if err != nil {
-		return nil, err
-	}
-	req.Route, req.CallID, req.Quiet = route, messages.RoutedCallID(route, nuid.Next()), true
-	callID := req.CallID
-	o.named(callID)
-	ns := toolNamespace(req.Tool)
-	answers, done := c.routes.Await(callID, ns)
-	defer func() { done() }()
-	// A coordinator from before quiet submits names the call itself, and
-	// answers; the call is then followed under that name.
-	adopt := func(reply *messages.SubmitReply) {
-		if reply.CallID != "" && reply.CallID != callID {
-			done()
-			callID = reply.CallID
-			o.named(callID)
-			answers, done = c.routes.Await(callID, ns)
-		}
-	}
-	if err := c.submitQuietly(ctx, req); err != nil {
-		return nil, err
-	}
-	// The quiet submit's bound: until then, no answer is no news.
-	unconfirmed := time.NewTimer(min(c.opts.RequestTimeout, ledger.ResultCheckInterval))
-	defer unconfirmed.Stop()
-	var check <-chan struct{}
-	checks := 0
-	confirmed := false
-	noResponders := 1
-	for {
-		select {
-		case msg := <-answers:
-			if ledger.IsStoredEvent(msg) {
-				var ev messages.CallEvent
-				if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err == nil && ev.Result != nil {
-					return ev.Result, nil
-				}
-				break
-			}
-			var reply messages.SubmitReply
-			err := decodeAnswer(msg, &reply)
-			if isNoCoordinator(err) && noResponders < maxNoResponderAttempts {
-				if err := transport.Sleep(ctx, requestRetry.Delay(noResponders)); err != nil {
-					return nil, fmt.Errorf("call %s: %w", callID, err)
-				}
-				noResponders++
-				if err := c.submitQuietly(ctx, req); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			if res, settled, err := settle(&reply); settled {
-				return res, err
-			}
-			if o.holds(&reply) {
-				return nil, &ApprovalRequiredError{CallID: reply.CallID, Approval: reply.Approval}
-			}
-			adopt(&reply)
-			confirmed = true
-		case <-unconfirmed.C:
-			if confirmed {
-				break
-			}
-			reply, err := c.confirm(ctx, req, ns, callID)
-			if err != nil {
-				return nil, err
-			}
-			if res, settled, err := settle(reply); settled {
-				return res, err
-			}
-			if o.holds(reply) {
-				return nil, &ApprovalRequiredError{CallID: reply.CallID, Approval: reply.Approval}
-			}
-			adopt(reply)
-			confirmed = true
-		case <-check:
-			check = nil
-			cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
-			checks++
-			res, err := c.checkResult(cctx, messages.TurnBucket(req.Turn), ns, callID, ledger.ConfirmsAtLeader(checks))
-			cancel()
-			if err == nil && res != nil {
-				return res, nil
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("wait for call %s: %w", callID, ctx.Err())
-		}
-		if confirmed && check == nil {
-			check = c.routes.Check()
-		}
-	}
-}
-
-// confirm makes sure that a quiet submit that got no answer queued its
-// call: it reads the call's events and, if there are none, sends the
-// submit again with a reply, and returns that reply; or a reply that
-// carries the result if there is one already.
-func (c *Client) confirm(ctx context.Context, req messages.SubmitRequest, ns, callID string) (*messages.SubmitReply, error) {
-	cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
-	if c.readsViaCoordinator() {
-		info, err := c.Get(cctx, callID)
-		cancel()
-		if err == nil {
-			return &messages.SubmitReply{CallID: callID, State: info.State, Result: info.Result}, nil
-		}
-		loud := req
-		loud.Quiet = false
-		return c.Submit(ctx, loud)
-	}
-	snap, err := c.ledger.SnapshotIn(cctx, ns, callID)
-	cancel()
-	if err == nil && snap.Exists() {
-		reply := &messages.SubmitReply{CallID: callID, State: snap.State()}
-		if snap.Result != nil {
-			reply.Result = snap.Result.Result
-		}
-		return reply, nil
-	}
-	// No trace of the call, or the stream did not say: submitting again
-	// with the same ID is harmless either way.
-	loud := req
-	loud.Quiet = false
-	return c.Submit(ctx, loud)
-}
-
-// submitQuietly publishes a quiet submit whose answers, if any, come on
-// the call's route.
-func (c *Client) submitQuietly(ctx context.Context, req messages.SubmitRequest) error {
-	subject, err := c.names.APISubject(messages.EndpointCallsSubmit)
-	if err != nil {
-		return err
-	}
-	reply, err := c.names.CallRouteSubject(req.CallID)
-	if err != nil {
-		return err
-	}
-	data, err := c.opts.Codec.Marshal(&req)
-	if err != nil {
-		return fmt.Errorf("encode submit: %w", err)
-	}
-	msg := &nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
-	tracing.Inject(ctx, msg.Header)
-	if err := c.nc.PublishMsg(msg); err != nil {
-		return fmt.Errorf("submit: %w", c.tooLarge(messages.EndpointCallsSubmit, msg, err))
-	}
-	return nil
-}
-
 // tooLarge turns the connection's refusal of a message larger than the
 // server's max_payload into payload_too_large, which says both sizes; it
 // returns any other error as it is.
@@ -669,21 +651,6 @@ func (c *Client) tooLarge(endpoint string, msg *nats.Msg, err error) error {
 	return messages.Errorf(messages.CodePayloadTooLarge, "%s: the request is %d bytes, more than the NATS server's max_payload of %d bytes",
 		endpoint, len(msg.Data), c.nc.MaxPayload())
 }
-
-// decodeAnswer reads the coordinator's answer to a quiet submit, or the
-// server's status when no coordinator listens.
-func decodeAnswer(msg *nats.Msg, out *messages.SubmitReply) error {
-	if len(msg.Data) == 0 && msg.Header.Get("Status") == noRespondersStatus {
-		return noCoordinator(msg.Subject)
-	}
-	return decodeReply(messages.EndpointCallsSubmit, msg, out)
-}
-
-// noRespondersStatus is the status of the message the server sends to a
-// request's reply subject when nothing listens on its subject.
-const noRespondersStatus = "503"
-
-func isNoCoordinator(err error) bool { return errors.Is(err, messages.ErrNoResponders) }
 
 // settle reports whether a submit's reply ends the call: it carries the
 // result, or the call waits for an approval its agent is to obtain.

@@ -117,7 +117,9 @@ func receive[T any](t *testing.T, ctx context.Context, ch <-chan T, what string)
 func TestNoCoordinatorIsNoResponders(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{})
+	// A submit that names its call is sent again while no coordinator
+	// listens, for NoCoordinatorWait, before it reports none.
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{NoCoordinatorWait: 300 * time.Millisecond})
 	_, err := c.Submit(b.ctx, messages.SubmitRequest{Tool: "t-count"})
 	if !errors.Is(err, messages.ErrNoResponders) {
 		t.Fatalf("Submit: %v, want %s", err, messages.CodeNoResponders)
@@ -125,7 +127,7 @@ func TestNoCoordinatorIsNoResponders(t *testing.T) {
 	if _, err := c.Get(b.ctx, "c1"); !errors.Is(err, messages.ErrNoResponders) {
 		t.Fatalf("Get: %v, want %s", err, messages.CodeNoResponders)
 	}
-	// Call sends its quiet submit again a few times, then reports the same.
+	// Call sends its quiet submit again for NoCoordinatorWait, then reports the same.
 	if _, err := c.Call(b.ctx, "t-count", labelArgs{"x"}); !errors.Is(err, messages.ErrNoResponders) {
 		t.Fatalf("Call: %v, want %s", err, messages.CodeNoResponders)
 	}

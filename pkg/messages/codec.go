@@ -29,10 +29,30 @@ const (
 	// call; the approval writes the call's queued event again, unmarked.
 	HeaderAwaiting   = "Toolbus-Awaiting"
 	AwaitingApproval = "approval"
+	// HeaderReplyToken is a request's proof of its answers: the
+	// coordinator copies it, when valid (ValidReplyToken), onto every
+	// answer it sends to the request's reply subject. A client whose
+	// answers arrive on a subject that another user can name as the reply
+	// subject of a request of its own (a call's route) sends a fresh,
+	// unguessable token with each request and takes only the answers that
+	// carry it: the server does not check whose a reply subject is.
+	HeaderReplyToken = "Toolbus-Reply-Token"
+	// HeaderReceipt on a request (value ReceiptAsked) asks the coordinator
+	// that takes it to say so at once: before it works on the request, it
+	// sends the reply subject a message without a body whose
+	// HeaderReceipt is ReceiptSent, and later its answer. A client holding
+	// a long wait (wait_ms) learns within moments that a live coordinator
+	// has it, and sends a copy elsewhere when no receipt comes.
+	HeaderReceipt = "Toolbus-Receipt"
+	ReceiptAsked  = "ask"
+	ReceiptSent   = "received"
 	// HeaderTraceParent and HeaderTraceState carry W3C trace context. NATS
 	// headers are case-sensitive, so they are always written in lowercase.
 	HeaderTraceParent = "traceparent"
 	HeaderTraceState  = "tracestate"
+
+	// MaxReplyTokenLength bounds a reply token (HeaderReplyToken).
+	MaxReplyTokenLength = 128
 
 	ContentTypeMsgpack = "application/msgpack"
 	ContentTypeJSON    = "application/json"
@@ -320,4 +340,21 @@ func Decode(h Header, data []byte, v any) (Codec, error) {
 		return c, err
 	}
 	return c, c.Unmarshal(data, v)
+}
+
+// ValidReplyToken reports whether a request's reply token
+// (HeaderReplyToken) is one the coordinator copies onto its answers: 16
+// to MaxReplyTokenLength letters, digits, '-' and '_'. Any other value
+// is not copied, and its answers go without one.
+func ValidReplyToken(token string) bool {
+	if len(token) < 16 || len(token) > MaxReplyTokenLength {
+		return false
+	}
+	for i := 0; i < len(token); i++ {
+		c := token[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -14,10 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -32,7 +35,7 @@ const (
 	stuckAfter = 90 * time.Second
 	// slowAfter names, in the log, the calls that ended this long past
 	// their tool's time.
-	slowAfter = 30 * time.Second
+	slowAfter = 10 * time.Second
 	// minIteration paces each load loop.
 	minIteration = 250 * time.Millisecond
 )
@@ -81,11 +84,14 @@ type killReport struct {
 }
 
 // TestClusterSurvivesLeaderKills runs the stack at 3 replicas on three
-// nats-server processes, puts a mixed load through it, and SIGKILLs the
-// meta leader, the events stream's leader and the demo namespace
-// consumer's leader in turn, restarting each on its store. Then every call
-// must have ended with exactly one result, no submit refused, no tool
-// started twice, and every call's ledger complete.
+// nats-server processes without authentication, as toolbus dev's
+// processes would in a cluster: clients read the events stream
+// themselves. It puts a mixed load through two coordinators and two
+// workers, and SIGKILLs the meta leader, the events stream's leader and
+// the demo namespace consumer's leader in turn, restarting each on its
+// store. Then every call must have ended with exactly one result, no
+// submit refused, no tool started twice, every call's ledger complete,
+// and the namespace's consumer left with nothing pending.
 //
 // "Run twice" is counted from the started events: no worker dies in this
 // test, so a call with two started events is a tool run again although its
@@ -96,6 +102,87 @@ func TestClusterSurvivesLeaderKills(t *testing.T) {
 	}
 	nodes := startCluster(t, 3)
 	urls := nodes.urls()
+	admin := testenv.Connect(t, urls)
+	coordinatorBin := testenv.Binary(t, "./cmd/coordinator")
+	for i := range 2 {
+		args := []string{"--server", urls}
+		if i == 0 {
+			args = append(args, "--replicas", "3")
+		}
+		coord := testenv.Start(t, coordinatorBin, args...)
+		coord.WaitLine(t, "coordinator started")
+	}
+	for _, id := range []string{"w1", "w2"} {
+		w := testenv.Start(t, testenv.Binary(t, "./cmd/worker"), "--server", urls, "--demo", "--id", id)
+		w.WaitLine(t, "worker "+id+" ready")
+	}
+	ix := testenv.Start(t, testenv.Binary(t, "./cmd/indexer"), "--server", urls)
+	ix.WaitLine(t, "indexer started")
+	leaderKills(t, &stack{nodes: nodes, urls: urls, admin: admin,
+		client: testenv.Client(t, urls, client.Options{}), notify: testenv.Connect(t, urls)})
+}
+
+// TestDeployedClusterSurvivesLeaderKills is the same test on the
+// three-node configuration of deploy/nats/cluster as shipped (only ports
+// and store directories rewritten), with its accounts and users and
+// identities: two coordinators with --identities, workers, the indexer
+// and the agent as their shipped users. The agent's user has no
+// JetStream: it follows its calls through the coordinators
+// (CoordinatorReads), on its user's route.
+func TestDeployedClusterSurvivesLeaderKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	nodes := startDeployedCluster(t)
+	urls := nodes.urls()
+	deploy := deployDir(t)
+	as := func(user, password string) []string {
+		return []string{"--server", urls, "--user", user, "--password", password}
+	}
+	coordinatorBin := testenv.Binary(t, "./cmd/coordinator")
+	for i := range 2 {
+		args := append(as("coordinator", "coordinator-secret"), "--identities", filepath.Join(deploy, "identities.yaml"))
+		if i == 0 {
+			args = append(args, "--replicas", "3")
+		}
+		coord := testenv.Start(t, coordinatorBin, args...)
+		coord.WaitLine(t, "coordinator started")
+	}
+	for _, id := range []string{"w1", "w2"} {
+		w := testenv.Start(t, testenv.Binary(t, "./cmd/worker"), append(as("worker_demo", "worker-demo-secret"), "--demo", "--id", id)...)
+		w.WaitLine(t, "worker "+id+" ready")
+	}
+	ix := testenv.Start(t, testenv.Binary(t, "./cmd/indexer"), as("indexer", "indexer-secret")...)
+	ix.WaitLine(t, "indexer started")
+	user := func(name, password string) *nats.Conn {
+		return testenv.Connect(t, urls, nats.UserInfo(name, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(name)))
+	}
+	agent, err := client.New(user("agent_a", "agent-a-secret"), client.Options{Agent: "support-bot", CoordinatorReads: true, Route: "agentAroute00000000001"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderKills(t, &stack{nodes: nodes, urls: urls, admin: user("coordinator", "coordinator-secret"), client: agent, route: "agentAroute00000000001"})
+}
+
+// stack is a cluster with Toolbus running on it, and how the load reaches it.
+type stack struct {
+	nodes *cluster
+	urls  string
+	// admin reads the streams and consumers: the test's own view.
+	admin *nats.Conn
+	// client makes the load's calls.
+	client *client.Client
+	// notify, when set, receives the results of the notify style's calls.
+	notify *nats.Conn
+	// route is the route of the route style's calls; "" names a new one
+	// for each.
+	route string
+}
+
+// leaderKills puts the load through st while it kills each leader in
+// turn, and judges what became of every call.
+func leaderKills(t *testing.T, st *stack) {
+	nodes := st.nodes
 	names := messages.MustNames("")
 	streams := []string{names.EventsStream()}
 	consumerName, err := names.NamespaceConsumer(demo.Name)
@@ -112,26 +199,15 @@ func TestClusterSurvivesLeaderKills(t *testing.T) {
 		_, err := nodes.metaLeader(ctx)
 		return err
 	})
-	js, err := jetstream.New(testenv.Connect(t, urls))
+	js, err := jetstream.New(st.admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	coordinatorBin := testenv.Binary(t, "./cmd/coordinator")
-	coord := testenv.Start(t, coordinatorBin, "--server", urls, "--replicas", "3")
-	coord.WaitLine(t, "coordinator started")
-	for _, id := range []string{"w1", "w2"} {
-		w := testenv.Start(t, testenv.Binary(t, "./cmd/worker"), "--server", urls, "--demo", "--id", id)
-		w.WaitLine(t, "worker "+id+" ready")
-	}
-	ix := testenv.Start(t, testenv.Binary(t, "./cmd/indexer"), "--server", urls)
-	ix.WaitLine(t, "indexer started")
 	poll(t, 60*time.Second, "every stream and consumer at 3 current replicas", func(ctx context.Context) error {
 		return nodes.whole(ctx, js, streams, consumers)
 	})
 
-	c := testenv.Client(t, urls, client.Options{})
-	nc := testenv.Connect(t, urls)
+	c := st.client
 	rec := &recorder{}
 	probes := &recorder{}
 	stop := make(chan struct{})
@@ -226,19 +302,25 @@ func TestClusterSurvivesLeaderKills(t *testing.T) {
 		res, err := c.Wait(ctx, reply.CallID)
 		finish(r, res, err)
 	}
+	if nc := st.notify; nc != nil {
+		run(2, func() {
+			sub, err := nc.SubscribeSync(nc.NewInbox())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer sub.Unsubscribe()
+			sleep, args := sleepArgs()
+			submitThenWait("notify", messages.SubmitRequest{Tool: "demo-sleep", Arguments: args, Notify: sub.Subject}, sleep, false)
+		})
+	}
 	run(2, func() {
-		sub, err := nc.SubscribeSync(nc.NewInbox())
-		if err != nil {
-			t.Error(err)
-			return
+		sleep, args := sleepArgs()
+		route := st.route
+		if route == "" {
+			route = nuid.Next()
 		}
-		defer sub.Unsubscribe()
-		sleep, args := sleepArgs()
-		submitThenWait("notify", messages.SubmitRequest{Tool: "demo-sleep", Arguments: args, Notify: sub.Subject}, sleep, false)
-	})
-	run(2, func() {
-		sleep, args := sleepArgs()
-		submitThenWait("route", messages.SubmitRequest{Tool: "demo-sleep", Arguments: args, Route: nuid.Next()}, sleep, false)
+		submitThenWait("route", messages.SubmitRequest{Tool: "demo-sleep", Arguments: args, Route: route}, sleep, false)
 	})
 	run(1, func() {
 		submitThenWait("cancel", messages.SubmitRequest{Tool: "demo-sleep", Arguments: messages.JSON(`{"seconds":3}`)}, 3*time.Second, true)
@@ -345,10 +427,24 @@ func TestClusterSurvivesLeaderKills(t *testing.T) {
 	}
 	stopLoad()
 	load.Wait()
+	// Every call ended, so every work item must be settled: a call left
+	// pending or unacknowledged would be delivered again, or never.
+	if _, err := pollFor(60*time.Second, func(ctx context.Context) error {
+		cons, err := js.Consumer(ctx, names.EventsStream(), consumerName)
+		if err != nil {
+			return err
+		}
+		if info := cons.CachedInfo(); info.NumPending != 0 || info.NumAckPending != 0 {
+			return fmt.Errorf("%d calls pending, %d unacknowledged", info.NumPending, info.NumAckPending)
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("the namespace's consumer is not settled once the load ended: %v", err)
+	}
 
 	calls := rec.snapshot()
 	for _, k := range kills {
-		k.LongestStall, k.FirstComplete = stallAround(probes.snapshot(), k.at, k.until)
+		k.LongestStall, k.FirstComplete = stallAround(calls, probes.snapshot(), k.at, k.until)
 	}
 	ledger := readLedger(t, js, names)
 	verdict := judge(calls, ledger)
@@ -377,19 +473,22 @@ func TestClusterSurvivesLeaderKills(t *testing.T) {
 	}
 }
 
-// stallAround returns, for the probes in flight at or submitted after at
-// and before until, the longest any waited, and how long after at the
-// first probe submitted after at completed.
-func stallAround(probes []*callRecord, at, until time.Time) (longest, firstComplete time.Duration) {
+// stallAround returns, of the calls in flight at or submitted after at
+// and before until, the longest any waited beyond its tool's own time
+// (a probe's is none), and how long after at the first probe submitted
+// after at completed.
+func stallAround(calls, probes []*callRecord, at, until time.Time) (longest, firstComplete time.Duration) {
 	firstComplete = -1
-	for _, p := range probes {
-		if p.ended.Before(at) || p.submitted.After(until) {
+	for _, c := range calls {
+		if c.ended.Before(at) || c.submitted.After(until) || c.ended.IsZero() {
 			continue
 		}
-		if d := p.ended.Sub(p.submitted); d > longest {
+		if d := c.ended.Sub(c.submitted) - c.sleep; d > longest {
 			longest = d
 		}
-		if p.submitted.After(at) && p.err == nil && p.status == messages.StateCompleted {
+	}
+	for _, p := range probes {
+		if p.submitted.After(at) && p.err == nil && p.status == messages.StateCompleted && !p.submitted.After(until) {
 			if d := p.ended.Sub(at); firstComplete < 0 || d < firstComplete {
 				firstComplete = d
 			}

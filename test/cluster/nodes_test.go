@@ -119,6 +119,70 @@ cluster {
 	return c
 }
 
+// startDeployedCluster starts the three nodes of deploy/nats/cluster as
+// shipped, with their accounts and users (deploy/nats/users.inc): only
+// their ports and store directories are rewritten, so that the test runs
+// beside others on one host.
+func startDeployedCluster(t *testing.T) *cluster {
+	t.Helper()
+	deploy := deployDir(t)
+	c := &cluster{bin: serverBinary(t)}
+	for i := range 3 {
+		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("toolbus-n%d", i+1), clientPort: freePort(t), routePort: freePort(t), http: freePort(t)})
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "cluster"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	inc, err := os.ReadFile(filepath.Join(deploy, "users.inc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "users.inc"), inc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The shipped nodes listen on 4222-4224, 8222-8224 and 6222-6224.
+	ports := map[string]string{}
+	for i, n := range c.nodes {
+		ports[fmt.Sprintf("127.0.0.1:%d", 4222+i)] = fmt.Sprintf("127.0.0.1:%d", n.clientPort)
+		ports[fmt.Sprintf("127.0.0.1:%d", 8222+i)] = fmt.Sprintf("127.0.0.1:%d", n.http)
+		ports[fmt.Sprintf("127.0.0.1:%d", 6222+i)] = fmt.Sprintf("127.0.0.1:%d", n.routePort)
+	}
+	for i, n := range c.nodes {
+		text, err := os.ReadFile(filepath.Join(deploy, "cluster", fmt.Sprintf("n%d.conf", i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf := string(text)
+		for from, to := range ports {
+			conf = strings.ReplaceAll(conf, from, to)
+		}
+		shipped := fmt.Sprintf("/var/lib/nats/toolbus-n%d", i+1)
+		if !strings.Contains(conf, shipped) {
+			t.Fatalf("deploy/nats/cluster/n%d.conf does not keep its store in %s", i+1, shipped)
+		}
+		conf = strings.ReplaceAll(conf, shipped, filepath.Join(dir, n.name))
+		n.conf = filepath.Join(dir, "cluster", fmt.Sprintf("n%d.conf", i+1))
+		if err := os.WriteFile(n.conf, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range c.nodes {
+		c.start(t, n)
+	}
+	return c
+}
+
+// deployDir is the repository's deploy/nats directory.
+func deployDir(t *testing.T) string {
+	t.Helper()
+	root, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "deploy", "nats")
+}
+
 func (c *cluster) start(t *testing.T, n *node) {
 	t.Helper()
 	n.proc = testenv.Start(t, c.bin, "-c", n.conf)
