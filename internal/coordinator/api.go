@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -179,10 +180,8 @@ func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request, r
 	req := &request{Request: mr, endpoint: endpoint, release: release, guard: c.guard}
 	req.holds.Store(1)
 	defer req.done()
-	if mr.Headers().Get(messages.HeaderReceipt) == messages.ReceiptAsked {
-		h := nats.Header{}
-		h.Set(messages.HeaderReceipt, messages.ReceiptSent)
-		c.reply(req, &nats.Msg{Header: h})
+	if to := mr.Headers().Get(messages.HeaderReceipt); to != "" {
+		c.receipt(mr, to)
 	}
 	codec, err := messages.CodecOf(messages.Header(mr.Headers()))
 	req.codec = codec
@@ -208,6 +207,34 @@ func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request, r
 		return
 	}
 	c.reply(req, &nats.Msg{Header: nats.Header(codec.NewHeader()), Data: data})
+}
+
+// receipt tells the requester that this coordinator has its request
+// (messages.HeaderReceipt), on the route subject it named if the
+// requester's user may receive it.
+func (c *Coordinator) receipt(mr micro.Request, to string) {
+	callID, ok := c.names.ParseCallRouteSubject(to)
+	if !ok {
+		return
+	}
+	headers := map[string][]string(mr.Headers())
+	if g := c.guard; g != nil {
+		caller := callerOf(headers)
+		switch {
+		case g.ids == nil && caller != nil:
+			return // refused anyway: a request from another account
+		case g.ids != nil:
+			id, err := g.ids.identify(caller)
+			if err != nil || !slices.Contains(id.user.Routes, callID[:messages.RouteLength]) {
+				return
+			}
+		}
+	}
+	h := nats.Header{}
+	h.Set(messages.HeaderReceipt, messages.ReceiptSent)
+	if err := c.nc.PublishMsg(&nats.Msg{Subject: to, Header: h}); err != nil {
+		c.log.Warn("receipt not sent", "error", err)
+	}
 }
 
 // noReply is what a handler returns when it answers nothing: a quiet

@@ -806,10 +806,15 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 			return nil
 		}
 		var ev messages.CallEvent
-		if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev); err == nil {
-			return ev.Result
+		if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev); err != nil {
+			return nil
 		}
-		return nil
+		// Whoever may publish to the subject could send anything there:
+		// only this call's result counts.
+		if ev.Kind != messages.EventResult || ev.CallID != callID || ev.Result == nil || ev.Result.CallID != callID {
+			return nil
+		}
+		return ev.Result
 	}
 	if committed {
 		// Often the result is already there: no ticker for that.

@@ -311,27 +311,46 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 	return fmt.Errorf("%s: %w", endpoint, err)
 }
 
-// held sends a request that the coordinator may hold (a wait), asking for
-// a receipt (messages.HeaderReceipt), and returns its answer. While
-// neither a receipt nor an answer has come, it sends copies as hedged
-// does, to the same reply subject; once a coordinator has said it holds
-// the request, it sends no more, and waits for the first answer until
-// ctx ends. So a hung coordinator costs a wait about one HedgeAfter, and a
-// live one holds one or, rarely, two of the user's waits (the second if
-// its receipt came late). A request whose connection is lost is sent
-// again once it is back, as its answer may be lost. If every copy found
-// no coordinator, that is the error.
+// held sends a request that the coordinator may hold (a wait), and
+// returns its answer. A client with a route it receives on asks the
+// coordinator for a receipt there (messages.HeaderReceipt): while neither
+// a receipt nor an answer has come, it sends copies as hedged does, and
+// once a coordinator has said it holds the request, it sends no more and
+// waits for the first answer until ctx ends. So a hung coordinator costs
+// a wait about one HedgeAfter, and a live one holds one or, rarely, two of
+// the user's waits (the second if its receipt came late). A request whose
+// connection is lost is sent again once it is back, as its answer may be
+// lost with it. A client without a route of its own (an agent's user that
+// named none) sends the one request, unhedged: each copy would hold one
+// of its user's waits.
 func (c *Client) held(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
-	reply, answers, done, err := c.inbox.Register(2 * (1 + 2 + 4))
+	reply, answers, done, err := c.inbox.Register(1 + 2 + 4 + 8)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	var receipts <-chan *nats.Msg
+	receiptTo := ""
+	if c.opts.Route != "" || !c.readsViaCoordinator() {
+		route, err := c.routes.Route()
+		if err != nil {
+			return nil, err
+		}
+		id := messages.RoutedCallID(route, nuid.Next())
+		if receiptTo, err = c.names.CallRouteSubject(id); err != nil {
+			return nil, err
+		}
+		var stop func()
+		receipts, stop = c.routes.Await(id, "")
+		defer stop()
+	}
 	sent, unheard := 0, 0
 	launch := func(copies int) error {
 		for range copies {
 			msg := &nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
-			msg.Header.Set(messages.HeaderReceipt, messages.ReceiptAsked)
+			if receiptTo != "" {
+				msg.Header.Set(messages.HeaderReceipt, receiptTo)
+			}
 			tracing.Inject(ctx, msg.Header)
 			if err := c.nc.PublishMsg(msg); err != nil {
 				return err
@@ -348,34 +367,44 @@ func (c *Client) held(ctx context.Context, subject string, data []byte) (*nats.M
 	if err := launch(1); err != nil {
 		return nil, err
 	}
-	next := time.NewTimer(c.opts.HedgeAfter)
-	defer next.Stop()
-	rounds, received := 0, false
+	var next <-chan time.Time
+	hedge := time.NewTimer(c.opts.HedgeAfter)
+	defer hedge.Stop()
+	if receiptTo != "" {
+		next = hedge.C
+	}
+	rounds := 0
 	for {
 		select {
 		case <-lost:
-			received, rounds = false, 0
+			rounds = 0
 			if err := launch(1); err != nil {
 				return nil, err
 			}
-			next.Reset(c.opts.HedgeAfter)
+			if receiptTo != "" {
+				hedge.Reset(c.opts.HedgeAfter)
+				next = hedge.C
+			}
+		case msg := <-receipts:
+			if msg.Header.Get(messages.HeaderReceipt) == messages.ReceiptSent {
+				next = nil // a live coordinator has it
+			}
 		case msg := <-answers:
-			switch {
-			case msg.Header.Get(messages.HeaderReceipt) == messages.ReceiptSent && len(msg.Data) == 0:
-				received = true
-			case noCoordinatorListened(msg):
+			if noCoordinatorListened(msg) {
 				if unheard++; unheard == sent {
 					return nil, noCoordinator(subject)
 				}
-			default:
-				return msg, nil
+				break
 			}
-		case <-next.C:
-			if rounds++; !received && rounds <= 2 {
+			return msg, nil
+		case <-next:
+			if rounds++; rounds <= 2 {
 				if err := launch(hedgeCopies(rounds)); err != nil {
 					return nil, err
 				}
-				next.Reset(c.opts.HedgeAfter)
+				hedge.Reset(c.opts.HedgeAfter)
+			} else {
+				next = nil
 			}
 		case <-ctx.Done():
 			return nil, ctx.Err()

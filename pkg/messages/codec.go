@@ -37,14 +37,19 @@ const (
 	// unguessable token with each request and takes only the answers that
 	// carry it: the server does not check whose a reply subject is.
 	HeaderReplyToken = "Toolbus-Reply-Token"
-	// HeaderReceipt on a request (value ReceiptAsked) asks the coordinator
-	// that takes it to say so at once: before it works on the request, it
-	// sends the reply subject a message without a body whose
-	// HeaderReceipt is ReceiptSent, and later its answer. A client holding
-	// a long wait (wait_ms) learns within moments that a live coordinator
-	// has it, and sends a copy elsewhere when no receipt comes.
+	// HeaderReceipt on a request names a subject of one of the
+	// requester's routes (Names.CallRouteSubject of a call ID on the
+	// route) to which the coordinator that takes the request says so at
+	// once: before it works on the request it sends there a message
+	// without a body whose HeaderReceipt is ReceiptSent, and later its
+	// answer to the reply subject as usual. A client holding a long wait
+	// (wait_ms) learns within moments that a live coordinator has it, and
+	// sends a copy elsewhere when no receipt comes. The receipt goes to a
+	// route rather than to the reply subject because an answer that
+	// crosses an account import may be only one message. A subject that
+	// is not such a route subject, or (with identities) not on a route of
+	// the requester's user, gets no receipt.
 	HeaderReceipt = "Toolbus-Receipt"
-	ReceiptAsked  = "ask"
 	ReceiptSent   = "received"
 	// HeaderTraceParent and HeaderTraceState carry W3C trace context. NATS
 	// headers are case-sensitive, so they are always written in lowercase.

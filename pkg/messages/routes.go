@@ -106,3 +106,17 @@ func (n Names) RepublishSource() string {
 func (n Names) RepublishDestination() string {
 	return fmt.Sprintf("%s.results.{{SplitFromLeft(2,%d)}}.{{Wildcard(3)}}", n.prefix, RouteLength)
 }
+
+// ParseCallRouteSubject reads a subject of CallRouteSubject's form: the
+// call ID on a route it names, or ok false.
+func (n Names) ParseCallRouteSubject(subject string) (callID string, ok bool) {
+	rest, found := strings.CutPrefix(subject, n.prefix+".results.")
+	if !found {
+		return "", false
+	}
+	route, suffix, found := strings.Cut(rest, ".")
+	if !found || ValidateRoute(route) != nil || ValidateRoutedCallID(route, route+suffix) != nil {
+		return "", false
+	}
+	return route + suffix, true
+}
