@@ -91,4 +91,3 @@ func TestAnswersSentToAnotherAgentsRouteAreNotTaken(t *testing.T) {
 		}
 	}
 }
-
