@@ -604,8 +604,10 @@ func isJSON(mediaType string) bool {
 	return t == "application/json" || strings.HasSuffix(t, "+json")
 }
 
-// outputSchema is the schema of the operation's JSON success response when
-// it is an object, as structured content must be.
+// outputSchema is the schema of the operation's JSON success response,
+// whatever its type: the body is the call's structured content (an MCP
+// client gets a value that is not an object wrapped, as the MCP format of
+// the tool's output schema says).
 func outputSchema(op *openapi3.Operation, order *propertyOrder) messages.JSON {
 	if op.Responses == nil {
 		return nil
@@ -616,7 +618,7 @@ func outputSchema(op *openapi3.Operation, order *propertyOrder) messages.JSON {
 			continue
 		}
 		mediaType, mt := pickBody(ref.Value.Content)
-		if !isJSON(mediaType) || mt == nil || !isObject(mt.Schema) {
+		if !isJSON(mediaType) || mt == nil || mt.Schema == nil {
 			return nil
 		}
 		// An output schema only describes the result: one too large to
