@@ -107,7 +107,7 @@ namespaces:
           name: everything
           command: `+strconv.Quote(server)+`
           args: [stdio]
-          include: {names: ["get-*", echo]}
+          include: {names: ["get-*", echo, simulate-research-query]}
           exclude: {names: [get-env, "nosuch-*"]}
           tools:
             get-sum: {name: add, title: Add two numbers, description: Answers the sum of the numbers a and b., tags: [arithmetic]}
@@ -138,7 +138,7 @@ namespaces:
 	ctx := testenv.Context(t)
 
 	want := []string{"kit-add", "kit-createPet", "kit-echo", "kit-get-annotated-message", "kit-get-resource-links",
-		"kit-get-resource-reference", "kit-get-structured-content", "kit-get-tiny-image", "kit-pets_list"}
+		"kit-get-resource-reference", "kit-get-structured-content", "kit-get-tiny-image", "kit-pets_list", "kit-simulate-research-query"}
 	tools := map[string]messages.ToolEntry{}
 	eventually(t, "the coordinator to list the worker's tools", func() bool {
 		list, err := c.ListTools(ctx, messages.ListToolsRequest{Namespace: "kit"})
@@ -164,6 +164,17 @@ namespaces:
 	}
 	if pets := tools["kit-pets_list"]; pets.OriginalName != "listPets" || pets.Title != "Pets" || !pets.Metadata.HasTag("inventory") || pets.Description != "Lists the pets of the shop." {
 		t.Errorf("kit-pets_list in the catalog: %+v", pets)
+	}
+
+	// Deliveries follow the sources' rules: the server's hints
+	// (idempotentHint: false is at most once), the HTTP methods (POST is).
+	for name, d := range map[string]messages.Delivery{
+		"kit-add": messages.DeliveryAtLeastOnce, "kit-simulate-research-query": messages.DeliveryAtMostOnce,
+		"kit-pets_list": messages.DeliveryAtLeastOnce, "kit-createPet": messages.DeliveryAtMostOnce,
+	} {
+		if tools[name].Delivery != d {
+			t.Errorf("%s: delivery %q, want %q", name, tools[name].Delivery, d)
+		}
 	}
 
 	// The renamed tools are called by their new names and reach the
