@@ -223,7 +223,7 @@ namespaces:
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc := mcpclient.NewClient(tr, mcpclient.WithLegacyProtocolOnly())
+	mc := mcpclient.NewClient(tr)
 	if err := mc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
