@@ -1540,7 +1540,8 @@ func renderGemini(calls []callOutcome) []messages.JSON {
 }
 
 // renderMCP: a CallToolResult per call, {"content","structuredContent"?,
-// "isError"}, every block carried as MCP has it (a json block as text).
+// "isError"}, every block carried as MCP has it (a json block as text),
+// the structured content as the MCP front carries it (toolschema.ForMCP).
 func renderMCP(calls []callOutcome) []messages.JSON {
 	type resource struct {
 		URI      string `json:"uri"`
@@ -1567,8 +1568,9 @@ func renderMCP(calls []callOutcome) []messages.JSON {
 	for i := range calls {
 		blocks, structured, isError := calls[i].view()
 		r := callToolResult{Content: []block{}, IsError: isError}
-		if len(structured) > 0 {
-			r.StructuredContent = json.RawMessage(structured)
+		carried := toolschema.ForMCP(structured, isError, blocks)
+		if carried.Content != nil {
+			r.StructuredContent = json.RawMessage(carried.Content)
 		}
 		for _, b := range blocks {
 			switch b.Type {
@@ -1585,6 +1587,9 @@ func renderMCP(calls []callOutcome) []messages.JSON {
 			default:
 				r.Content = append(r.Content, block{Type: "text", Text: blockText(b)})
 			}
+		}
+		if carried.Text != nil {
+			r.Content = append(r.Content, block{Type: "text", Text: string(carried.Text)})
 		}
 		out = append(out, marshalJSON(r))
 	}

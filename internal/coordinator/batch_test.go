@@ -365,6 +365,27 @@ func TestRenderMCP(t *testing.T) {
 	}
 }
 
+// TestRenderMCPStructuredContent: the mcp format carries structured
+// content as the MCP front does: a value that is not an object is wrapped
+// under "result" (MCP's structuredContent is an object), and an error's is
+// text, not structuredContent.
+func TestRenderMCPStructuredContent(t *testing.T) {
+	list := messages.JSON(`[{"name":"Rex"}]`)
+	msgs := decodeAll(t, renderMCP([]callOutcome{
+		{call: messages.BatchCall{ToolCallID: "c1", Name: "pets-listPets", CallID: "i1", State: messages.StateCompleted},
+			result: &messages.CallResult{Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.JSONBlock(list)}, StructuredContent: list}},
+		{call: messages.BatchCall{ToolCallID: "c2", Name: "pets-getPet", CallID: "i2", State: messages.StateCompleted},
+			result: &messages.CallResult{Status: messages.StateCompleted, IsError: true, Content: []messages.ContentBlock{messages.TextBlock("HTTP 404 Not Found: {}")},
+				StructuredContent: messages.JSON(`{"status":404,"body":{}}`), Error: &messages.ResultError{Code: messages.ResultToolError, Message: "HTTP 404"}}},
+	}))
+	if got := at(msgs[0], "structuredContent", "result", 0, "name"); got != "Rex" || at(msgs[0], "content", 0, "text") != string(list) {
+		t.Errorf("an array result: %v", msgs[0])
+	}
+	if _, has := msgs[1]["structuredContent"]; has || at(msgs[1], "content", 1, "text") != `{"status":404,"body":{}}` {
+		t.Errorf("an error result: %v", msgs[1])
+	}
+}
+
 func TestRefusalText(t *testing.T) {
 	e := &messages.Error{Code: messages.CodeInvalidArguments, Message: "arguments of t-add do not match its input schema: /a: got string", Details: []string{"/a: got string", "/b: missing"}}
 	if got, want := refusalText(e), "The call was refused (invalid_arguments): arguments of t-add do not match its input schema: /a: got string\n- /b: missing"; got != want {

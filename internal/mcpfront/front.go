@@ -38,6 +38,9 @@ const (
 	MetaState      = "toolbus/state"
 	MetaApprovalID = "toolbus/approval_id"
 	MetaDetails    = "toolbus/details"
+	// MetaWrapped is true on a result whose structuredContent wraps a
+	// value that is not a JSON object under "result".
+	MetaWrapped = "toolbus/wrapped"
 )
 
 // discoveryNamespace is the namespace of the coordinator's built-in

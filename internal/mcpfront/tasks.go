@@ -25,7 +25,9 @@ type rpcMessage struct {
 	ID      json.RawMessage `json:"id"`
 	Method  string          `json:"method"`
 	Params  struct {
-		TaskID    string          `json:"taskId"`
+		TaskID string `json:"taskId"`
+		// Cursor continues a tasks/list.
+		Cursor    string          `json:"cursor"`
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
 		Task      json.RawMessage `json:"task"`
@@ -195,24 +197,7 @@ func (f *Front) task(ctx context.Context, req *rpcMessage) (any, *rpcError) {
 		return f.createTask(ctx, req)
 	}
 	if mcp.MCPMethod(req.Method) == mcp.MethodTasksList {
-		turn := turnOf(ctx, req.Params.Meta)
-		tasks := []mcp.Task{}
-		if turn == "" {
-			return mcp.ListTasksResult{Tasks: tasks}, nil
-		}
-		info, err := f.cfg.Client.Turn(ctx, turn)
-		if err != nil {
-			if messages.CodeOf(err) == messages.CodeTurnNotFound {
-				return mcp.ListTasksResult{Tasks: tasks}, nil
-			}
-			return nil, busError(err)
-		}
-		for i := range info.Calls {
-			if info.Calls[i].Agent == agent {
-				tasks = append(tasks, taskOf(&info.Calls[i]))
-			}
-		}
-		return mcp.ListTasksResult{Tasks: tasks}, nil
+		return f.listTasks(ctx, req.Params.Cursor)
 	}
 	id := req.Params.TaskID
 	if messages.ValidateID("task", id) != nil {
@@ -255,6 +240,28 @@ func (f *Front) task(ctx context.Context, req *rpcMessage) (any, *rpcError) {
 	return out, nil
 }
 
+// listTasks is tasks/list: the calls of the request's agent, every one of
+// which tasks/get reads, whatever session or turn made it, newest first,
+// one page of the execution log (calls.list) at a time; the cursor is the
+// log's. Another agent's calls are never listed: calls.list filters on
+// the agent, and refuses one the front's user may not act as.
+func (f *Front) listTasks(ctx context.Context, cursor string) (any, *rpcError) {
+	reply, err := f.cfg.Client.ListCalls(ctx, messages.CallsListRequest{Agent: agentOf(ctx), Cursor: cursor})
+	if err != nil {
+		if messages.CodeOf(err) == messages.CodeBadRequest {
+			// MCP: an invalid cursor is invalid params.
+			return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "invalid cursor: " + err.Error(), Data: map[string]any{MetaCode: string(messages.CodeBadRequest)}}
+		}
+		return nil, busError(err)
+	}
+	out := mcp.ListTasksResult{Tasks: make([]mcp.Task, 0, len(reply.Calls))}
+	out.NextCursor = mcp.Cursor(reply.NextCursor)
+	for i := range reply.Calls {
+		out.Tasks = append(out.Tasks, taskOfEntry(&reply.Calls[i]))
+	}
+	return out, nil
+}
+
 // createTask submits a task-augmented tools/call and answers at once with
 // the call's ID as the task's.
 func (f *Front) createTask(ctx context.Context, req *rpcMessage) (any, *rpcError) {
@@ -285,6 +292,37 @@ func busError(err error) *rpcError {
 		e.Data[MetaDetails] = refusal.Details
 	}
 	return e
+}
+
+// taskOfEntry is a call of the execution log as an MCP task, as taskOf
+// makes it of the call's record but for the status message of a call
+// awaiting an approval, which the log does not name (tasks/get does).
+func taskOfEntry(e *messages.CallLogEntry) mcp.Task {
+	poll := taskPollInterval
+	t := mcp.Task{TaskId: e.CallID, Status: mcp.TaskStatusWorking, PollInterval: &poll}
+	switch e.State {
+	case messages.StateCompleted:
+		t.Status = mcp.TaskStatusCompleted
+	case messages.StateCancelled:
+		t.Status = mcp.TaskStatusCancelled
+	case messages.StateFailed, messages.StateTimedOut, messages.StateDenied:
+		t.Status = mcp.TaskStatusFailed
+	case messages.StateAwaitingApproval:
+		t.Status = mcp.TaskStatusInputRequired
+		t.StatusMessage = "The call of " + e.Tool + " awaits an approval and has not run yet; tasks/get names the approval."
+	}
+	if e.Error != nil && t.Status != mcp.TaskStatusWorking {
+		t.StatusMessage = e.Error.Message
+	}
+	updated := e.QueuedAt
+	for _, at := range []time.Time{e.StartedAt, e.FinishedAt} {
+		if at.After(updated) {
+			updated = at
+		}
+	}
+	t.CreatedAt = e.QueuedAt.UTC().Format(time.RFC3339Nano)
+	t.LastUpdatedAt = updated.UTC().Format(time.RFC3339Nano)
+	return t
 }
 
 // taskOf is a call as an MCP task.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/toolschema"
 )
 
 // cancelTimeout bounds the calls.cancel sent when a client cancels a call.
@@ -31,13 +32,21 @@ func (f *Front) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, erro
 		if err := json.Unmarshal(schema, &t); err != nil {
 			return nil, fmt.Errorf("tool schema: %w", err)
 		}
-		// The schema is passed as tools.list wrote it.
+		// The schemas are passed as tools.list wrote them: mcp-go's own
+		// types keep only some of their keywords.
 		var raw struct {
-			InputSchema json.RawMessage `json:"inputSchema"`
+			InputSchema  json.RawMessage `json:"inputSchema"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
 		}
-		if json.Unmarshal(schema, &raw) == nil && len(raw.InputSchema) > 0 {
-			t.InputSchema = mcp.ToolInputSchema{}
-			t.RawInputSchema = raw.InputSchema
+		if json.Unmarshal(schema, &raw) == nil {
+			if len(raw.InputSchema) > 0 {
+				t.InputSchema = mcp.ToolInputSchema{}
+				t.RawInputSchema = raw.InputSchema
+			}
+			if len(raw.OutputSchema) > 0 {
+				t.OutputSchema = mcp.ToolOutputSchema{}
+				t.RawOutputSchema = raw.OutputSchema
+			}
 		}
 		tools = append(tools, t)
 	}
@@ -488,19 +497,28 @@ func awaitingApproval(callID string, a *messages.Approval) *mcp.CallToolResult {
 }
 
 // toolResult carries a call's result as MCP has it: every block as it is
-// (a json block as text), structured content, isError; the call ID, and
-// the Toolbus code of an error, in _meta.
+// (a json block as text), isError, and the structured content as MCP
+// allows it (toolschema.ForMCP: an object as it is, another value wrapped
+// under "result", as the tool's outputSchema declares it; an error's as
+// text); the call ID, and the Toolbus code of an error, in _meta.
 func toolResult(res *messages.CallResult) *mcp.CallToolResult {
 	meta := map[string]any{MetaCallID: res.CallID, MetaState: string(res.Status)}
 	if res.IsError && res.Error != nil {
 		meta[MetaCode] = res.Error.Code
 	}
 	out := &mcp.CallToolResult{Result: mcp.Result{Meta: &mcp.Meta{AdditionalFields: meta}}, Content: []mcp.Content{}, IsError: res.IsError}
-	if len(res.StructuredContent) > 0 {
-		out.StructuredContent = json.RawMessage(res.StructuredContent)
+	structured := toolschema.ForMCP(res.StructuredContent, res.IsError, res.Content)
+	if structured.Content != nil {
+		out.StructuredContent = json.RawMessage(structured.Content)
+	}
+	if structured.Wrapped {
+		meta[MetaWrapped] = true
 	}
 	for _, b := range res.Content {
 		out.Content = append(out.Content, content(b))
+	}
+	if structured.Text != nil {
+		out.Content = append(out.Content, mcp.TextContent{Type: "text", Text: string(structured.Text)})
 	}
 	if len(out.Content) == 0 && res.IsError && res.Error != nil {
 		out.Content = append(out.Content, mcp.TextContent{Type: "text", Text: res.Error.Message})

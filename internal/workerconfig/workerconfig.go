@@ -51,8 +51,12 @@ type Source struct {
 // MCP is an MCP server.
 type MCP struct {
 	Name string `yaml:"name"`
-	// Delivery and Tools set the delivery guarantee of the server's tools.
+	// Delivery is the delivery guarantee of the server's tools; Include
+	// and Exclude select the tools served; Tools sets each tool's name,
+	// title, description, tags and delivery.
 	Delivery string                `yaml:"delivery"`
+	Include  *Selection            `yaml:"include"`
+	Exclude  *Selection            `yaml:"exclude"`
 	Tools    map[string]ToolConfig `yaml:"tools"`
 
 	Transport  string            `yaml:"transport"`
@@ -73,8 +77,10 @@ type OpenAPI struct {
 	BaseURL string            `yaml:"base_url"`
 	Auth    *Auth             `yaml:"auth"`
 	Headers map[string]string `yaml:"headers"`
-	// Delivery and Tools set the delivery guarantee of the API's operations.
+	// Delivery, Include, Exclude and Tools are as an MCP server's.
 	Delivery string                `yaml:"delivery"`
+	Include  *Selection            `yaml:"include"`
+	Exclude  *Selection            `yaml:"exclude"`
 	Tools    map[string]ToolConfig `yaml:"tools"`
 }
 
@@ -122,7 +128,7 @@ func Load(path string) (*Config, error) {
 
 var (
 	yamlLine     = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
-	unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+	unknownField = regexp.MustCompile(`^field (.+) not found in type \S+$`)
 )
 
 // Parse checks a configuration read from file, whose directory anchors
@@ -270,13 +276,13 @@ func (c *Config) validate(root *yaml.Node) []error {
 		names := map[string]bool{}
 		demos := 0
 		for j := range ns.Sources {
-			c.validateSource(v, append(at, "sources", j), &ns.Sources[j], names, &demos)
+			c.validateSource(v, append(at, "sources", j), ns.Name, &ns.Sources[j], names, &demos)
 		}
 	}
 	return v.errs
 }
 
-func (c *Config) validateSource(v *validator, at []any, s *Source, names map[string]bool, demos *int) {
+func (c *Config) validateSource(v *validator, at []any, ns string, s *Source, names map[string]bool, demos *int) {
 	set := 0
 	if s.Demo {
 		set++
@@ -364,7 +370,7 @@ func (c *Config) validateSource(v *validator, at []any, s *Source, names map[str
 				v.add(append(at, "inherit_env", i), "%q is not an environment variable name", k)
 			}
 		}
-		validateDelivery(v, at, m.Delivery, m.Tools)
+		validateTools(v, at, ns, m.Delivery, m.Include, m.Exclude, m.Tools)
 	case s.OpenAPI != nil:
 		o := s.OpenAPI
 		at := append(at, "openapi")
@@ -385,7 +391,7 @@ func (c *Config) validateSource(v *validator, at []any, s *Source, names map[str
 				v.add(append(at, "auth"), "%v", err)
 			}
 		}
-		validateDelivery(v, at, o.Delivery, o.Tools)
+		validateTools(v, at, ns, o.Delivery, o.Include, o.Exclude, o.Tools)
 	}
 }
 
@@ -428,7 +434,7 @@ func (c *Config) WorkerNamespaces(log *slog.Logger) ([]worker.Namespace, error) 
 				if err != nil {
 					return nil, fmt.Errorf("%s: namespace %s: %w", c.file, ns.Name, err)
 				}
-				wns.Sources = append(wns.Sources, deliveriesOf(s.MCP.Delivery, s.MCP.Tools).wrap(src, log))
+				wns.Sources = append(wns.Sources, settingsOf(s.MCP.Delivery, s.MCP.Include, s.MCP.Exclude, s.MCP.Tools).wrap(src, log))
 			case s.OpenAPI != nil:
 				headers, err := c.headers(ns.Name, "openapi", s.OpenAPI.Name, s.OpenAPI.Headers)
 				if err != nil {
@@ -446,7 +452,7 @@ func (c *Config) WorkerNamespaces(log *slog.Logger) ([]worker.Namespace, error) 
 				if err != nil {
 					return nil, fmt.Errorf("%s: namespace %s: %w", c.file, ns.Name, err)
 				}
-				wns.Sources = append(wns.Sources, deliveriesOf(s.OpenAPI.Delivery, s.OpenAPI.Tools).wrap(src, log))
+				wns.Sources = append(wns.Sources, settingsOf(s.OpenAPI.Delivery, s.OpenAPI.Include, s.OpenAPI.Exclude, s.OpenAPI.Tools).wrap(src, log))
 			}
 		}
 		out = append(out, wns)

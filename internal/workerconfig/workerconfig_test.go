@@ -171,7 +171,57 @@ namespaces:
             deletePet: {delivery: twice}
             getPet: {}
 `, []string{`w.yaml:9: namespaces[0].sources[0].openapi.tools.deletePet.delivery: unknown delivery "twice"`,
-			`w.yaml:10: namespaces[0].sources[0].openapi.tools.getPet.delivery: required`}},
+			`w.yaml:10: namespaces[0].sources[0].openapi.tools.getPet: set at least one of name, title, description, tags and delivery`}},
+		{"tool selection and renames", `
+namespaces:
+  - name: x
+    sources:
+      - mcp:
+          name: s
+          command: srv
+          include: {}
+          exclude: {names: ["", "get-*"], tags: ["bad\ttag"]}
+          tools:
+            get-sum: {name: add}
+            get-total: {name: add}
+            echo: {name: "say it"}
+            list: {name: lookup}
+            lookup: {title: Look up}
+            long: {name: ` + strings.Repeat("n", 63) + `}
+            titled: {title: "two\nlines"}
+            tagged: {tags: [""]}
+`, []string{
+			"w.yaml:8: namespaces[0].sources[0].mcp.include: list names (patterns) or tags, or leave include out",
+			"w.yaml:9: namespaces[0].sources[0].mcp.exclude.names[0]: an empty pattern",
+			`w.yaml:9: namespaces[0].sources[0].mcp.exclude.tags[0]: invalid tag "bad\ttag": must not hold control characters`,
+			"namespaces[0].sources[0].mcp.tools.get-total.name: tools get-sum and get-total are both renamed add",
+			`w.yaml:13: namespaces[0].sources[0].mcp.tools.echo.name: invalid method "say it": must be non-empty and hold only letters, digits, '_' and '-'`,
+			"namespaces[0].sources[0].mcp.tools.list.name: tool lookup already has the name lookup: rename it too, or choose another name",
+			"namespaces[0].sources[0].mcp.tools.long.name: invalid tool name \"x-" + strings.Repeat("n", 63) + "\": is 65 characters; at most 64",
+			"namespaces[0].sources[0].mcp.tools.titled.title: a title is one line of at most 256 bytes",
+			`w.yaml:18: namespaces[0].sources[0].mcp.tools.tagged.tags[0]: invalid tag "": must be 1 to 128 bytes of UTF-8`,
+		}},
+		{"unknown key of a tool", `
+namespaces:
+  - name: x
+    sources:
+      - openapi:
+          name: api
+          spec: api.yaml
+          include: {names: [list*], operations: [GET]}
+          tools:
+            listPets: {nickname: list}
+`, []string{`w.yaml:8: unknown field "operations"`, `w.yaml:10: unknown field "nickname"`}},
+		{"a comma in a flow mapping's value", `
+namespaces:
+  - name: x
+    sources:
+      - openapi:
+          name: api
+          spec: api.yaml
+          tools:
+            listPets: {description: Lists pets, by name.}
+`, []string{`w.yaml:9: unknown field "by name."`}},
 		{"namespace listed twice, demo twice", `
 namespaces:
   - name: x

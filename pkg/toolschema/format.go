@@ -107,9 +107,11 @@ type prepared struct {
 //     Gemini rejects an object schema without properties, and an empty
 //     description becomes the tool's title or name, as Gemini requires one.
 //   - mcp: the schema is kept but for dangling "$ref"s; outputSchema is
-//     included when it is an object schema, and the tags read_only,
-//     destructive and network become the readOnlyHint, destructiveHint and
-//     openWorldHint annotations.
+//     the output schema when it admits only objects, the output schema
+//     wrapped under "result" when it admits no object (ForMCP wraps such
+//     values so), and left out otherwise (see mcpOutputSchema); the tags
+//     read_only, destructive and network become the readOnlyHint,
+//     destructiveHint and openWorldHint annotations.
 //
 // Names must match ^[a-zA-Z0-9_-]{1,64}$, as every provider requires, and
 // be unique; an error names the tool that fails either rule or whose
@@ -261,14 +263,8 @@ func buildMCP(t *prepared, _ Options) *object {
 	}
 	out.set("inputSchema", t.input)
 	if len(t.def.OutputSchema) > 0 {
-		if v, err := parse(t.def.OutputSchema); err == nil {
-			if o, ok := v.(*object); ok && (hasType(o, "object") || !o.has("type")) {
-				if !o.has("type") {
-					o.setFirst("type", "object")
-				}
-				dropDanglingRefs(o)
-				out.set("outputSchema", o)
-			}
+		if o := mcpOutputSchema(t.def.OutputSchema); o != nil {
+			out.set("outputSchema", o)
 		}
 	}
 	ann := &object{}

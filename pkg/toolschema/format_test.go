@@ -191,26 +191,6 @@ func TestGeminiDescriptionFallback(t *testing.T) {
 	}
 }
 
-func TestMCPOutputSchema(t *testing.T) {
-	cases := map[string]string{
-		`{"properties":{"a":{"type":"string"}}}`: `"outputSchema":{"type":"object","properties":{"a":{"type":"string"}}}`,
-		`{"type":"string"}`:                      "",
-		`[1]`:                                    "",
-		`not json`:                               "",
-	}
-	for schema, want := range cases {
-		def := messages.ToolDefinition{Name: "a-x", OutputSchema: messages.JSON(schema)}
-		got, err := Format([]messages.ToolDefinition{def}, MCP, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		has := strings.Contains(string(got[0]), "outputSchema")
-		if want == "" && has || want != "" && !strings.Contains(string(got[0]), want) {
-			t.Errorf("output schema %s: %s", schema, got[0])
-		}
-	}
-}
-
 func TestFormatErrors(t *testing.T) {
 	cases := []struct {
 		name string

@@ -118,7 +118,9 @@ func ConcurrencySafe() ToolOption {
 // omitempty are required; a `jsonschema:"description=..."` tag describes
 // one). The function's result becomes the call's content: a string is a
 // text block, a *Result is used as it is, anything else is a JSON block
-// and the structured content, with an output schema generated from Out.
+// and the structured content, with an output schema generated from Out
+// when it is a struct, a slice, an array, a map of string keys, a boolean
+// or a number (a nil slice or map is sent empty, as that schema says).
 // An error is the tool's own failure (is_error) unless it wraps ErrRetry.
 func Func[In, Out any](method, description string, fn func(ctx context.Context, in In) (Out, error), opts ...ToolOption) Tool {
 	def := messages.ToolDefinition{
@@ -128,8 +130,11 @@ func Func[In, Out any](method, description string, fn func(ctx context.Context, 
 		Source:      messages.ToolSource{Kind: messages.SourceGo},
 	}
 	outType := reflect.TypeFor[Out]()
-	if outType.Kind() == reflect.Struct || (outType.Kind() == reflect.Pointer && outType.Elem().Kind() == reflect.Struct && outType != reflect.TypeFor[*Result]()) {
+	switch {
+	case outType.Kind() == reflect.Struct || (outType.Kind() == reflect.Pointer && outType.Elem().Kind() == reflect.Struct && outType != reflect.TypeFor[*Result]()):
 		def.OutputSchema = schemaFor[Out]()
+	case structuredValue(outType):
+		def.OutputSchema = valueSchema(outType)
 	}
 	for _, opt := range opts {
 		opt(&def)
@@ -166,11 +171,46 @@ func toResult(out any) (*Result, error) {
 	case messages.JSON:
 		return &Result{Content: []messages.ContentBlock{messages.JSONBlock(v)}, StructuredContent: v}, nil
 	}
+	if v := reflect.ValueOf(out); (v.Kind() == reflect.Slice || v.Kind() == reflect.Map) && v.IsNil() {
+		// Empty, as its output schema says, rather than null.
+		out = reflect.MakeMap(reflect.MapOf(reflect.TypeFor[string](), reflect.TypeFor[any]())).Interface()
+		if v.Kind() == reflect.Slice {
+			out = []any{}
+		}
+	}
 	data, err := json.Marshal(out)
 	if err != nil {
 		return nil, fmt.Errorf("encode result: %w", err)
 	}
 	return &Result{Content: []messages.ContentBlock{messages.JSONBlock(data)}, StructuredContent: data}, nil
+}
+
+// structuredValue reports whether Func's result of type t, not a struct,
+// is JSON structured content with a schema: a slice, array or map of
+// string keys (other than the content types toResult passes as they are),
+// a boolean or a number.
+func structuredValue(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		return t.Elem().Kind() != reflect.Uint8 && t != reflect.TypeFor[[]messages.ContentBlock]()
+	case reflect.Map:
+		return t.Key().Kind() == reflect.String
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return true
+	}
+	return false
+}
+
+// valueSchema is the JSON schema of a value of type t (see structuredValue).
+func valueSchema(t reflect.Type) messages.JSON {
+	s := reflector.ReflectFromType(t)
+	s.Version = ""
+	data, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("worker: schema of %v: %v", t, err))
+	}
+	return data
 }
 
 var reflector = &jsonschema.Reflector{

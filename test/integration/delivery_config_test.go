@@ -15,7 +15,8 @@ import (
 // TestConfiguredDeliveryReachesTheCatalog: an OpenAPI API's operations get
 // the delivery the worker's configuration gives them, the source's for all
 // and a tool's own over it (named by the source's name or by method), and
-// tools.list shows it; without configuration a DELETE is at most once.
+// tools.list shows it; without configuration a DELETE and a POST are at
+// most once.
 func TestConfiguredDeliveryReachesTheCatalog(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Server(t)
@@ -60,7 +61,7 @@ namespaces:
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	wants := map[string]messages.Delivery{
 		"plain-deleteItem":      messages.DeliveryAtMostOnce,
-		"plain-updateItem":      messages.DeliveryAtLeastOnce,
+		"plain-updateItem":      messages.DeliveryAtMostOnce,
 		"plain-search":          messages.DeliveryAtLeastOnce,
 		"plain-items.get/v2":    messages.DeliveryAtMostOnce,
 		"configured-deleteItem": messages.DeliveryAtLeastOnce,

@@ -177,7 +177,7 @@ test('aborting a call sends notifications/cancelled, which cancels the Toolbus c
   await assert.rejects(call, /the user stopped it/);
 
   // The session stays open: the cancellation is the notification's, not a
-  // dropped connection's. The front's tasks/list reads the turn's calls
+  // dropped connection's. The front's tasks/list reads the agent's calls
   // from the ledger; the call ends cancelled there.
   const deadline = Date.now() + 30_000;
   for (;;) {
@@ -185,7 +185,7 @@ test('aborting a call sends notifications/cancelled, which cancels the Toolbus c
     if (tasks.some((t) => t.status === 'cancelled')) {
       break;
     }
-    assert.ok(Date.now() < deadline, `no cancelled call in the turn: ${JSON.stringify(tasks)}`);
+    assert.ok(Date.now() < deadline, `no cancelled call of the agent: ${JSON.stringify(tasks)}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 });

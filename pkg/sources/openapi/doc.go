@@ -27,7 +27,10 @@
 // path's punctuation replaced ("get_pets_petId"; "GET /pets/{petId}" when
 // that is not unique); [sources.Methods] turns it into a method. The
 // description is the summary and the description. GET and HEAD operations
-// are tagged read_only, DELETE destructive, every operation network.
+// are tagged read_only, DELETE destructive, every operation network. POST,
+// PATCH and DELETE operations are at most once (messages.Delivery): a call
+// whose worker died while the request was out is not sent again; the
+// others, idempotent by HTTP's definition, are at least once.
 //
 // The input schema is one object holding the path, query, header and cookie
 // parameters and the JSON request body, $refs inlined. The properties of an

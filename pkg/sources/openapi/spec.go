@@ -310,7 +310,8 @@ func (s *Source) tools(doc *openapi3.T, order *propertyOrder) ([]worker.Tool, er
 				Tags:  tagsFor(e.method),
 				Extra: map[string]string{"http_method": e.method, "http_path": e.path},
 			},
-			Source: messages.ToolSource{Kind: messages.SourceOpenAPI, Name: s.cfg.Name},
+			Delivery: deliveryFor(e.method),
+			Source:   messages.ToolSource{Kind: messages.SourceOpenAPI, Name: s.cfg.Name},
 		}
 		switch {
 		case e.synthesized:
@@ -374,6 +375,24 @@ func tagsFor(method string) []string {
 		return []string{messages.TagDestructive, messages.TagNetwork}
 	}
 	return []string{messages.TagNetwork}
+}
+
+// deliveryFor is the guarantee an operation's method allows. HTTP
+// (RFC 9110, 9.2.2) makes GET, HEAD, OPTIONS, TRACE, PUT and DELETE
+// idempotent: a repeat has no effect beyond the first's. POST and PATCH
+// are not: a request sent again after its worker died may create or
+// change twice, so they are at most once. PUT is at least once: a repeat
+// stores the same representation again. DELETE stays at most once,
+// though idempotent: its repeat after the first succeeded answers 404,
+// which would report a deletion that happened as a failure, and what the
+// URL names may have been created anew in between, which the repeat would
+// delete.
+func deliveryFor(method string) messages.Delivery {
+	switch method {
+	case http.MethodPost, http.MethodPatch, http.MethodDelete:
+		return messages.DeliveryAtMostOnce
+	}
+	return messages.DeliveryAtLeastOnce
 }
 
 // locationLabel says in words where an argument goes, for descriptions and errors.
@@ -585,8 +604,10 @@ func isJSON(mediaType string) bool {
 	return t == "application/json" || strings.HasSuffix(t, "+json")
 }
 
-// outputSchema is the schema of the operation's JSON success response when
-// it is an object, as structured content must be.
+// outputSchema is the schema of the operation's JSON success response,
+// whatever its type: the body is the call's structured content (an MCP
+// client gets a value that is not an object wrapped, as the MCP format of
+// the tool's output schema says).
 func outputSchema(op *openapi3.Operation, order *propertyOrder) messages.JSON {
 	if op.Responses == nil {
 		return nil
@@ -597,7 +618,7 @@ func outputSchema(op *openapi3.Operation, order *propertyOrder) messages.JSON {
 			continue
 		}
 		mediaType, mt := pickBody(ref.Value.Content)
-		if !isJSON(mediaType) || mt == nil || !isObject(mt.Schema) {
+		if !isJSON(mediaType) || mt == nil || mt.Schema == nil {
 			return nil
 		}
 		// An output schema only describes the result: one too large to
