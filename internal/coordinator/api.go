@@ -84,7 +84,8 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 		messages.EndpointAuditList:   decoding(c.listAudit),
 		messages.EndpointWorkersList: decoding(c.listWorkers),
 
-		messages.EndpointInfo: decoding(c.info),
+		messages.EndpointPolicyExplain: decoding(c.explainPolicy),
+		messages.EndpointInfo:          decoding(c.info),
 	}
 }
 
