@@ -95,6 +95,7 @@ func runPolicyCheck(ctx context.Context, g globals, args []string) error {
 		}
 	} else {
 		out.Catalog = g.server
+		g.agent = "" // the whole catalog, not an agent's view of it
 		nc, c, err := g.connect()
 		if err != nil {
 			return fmt.Errorf("%w; to check offline, pass --catalog FILE, a file that `toolbus --json tools` wrote", err)
@@ -104,8 +105,8 @@ func runPolicyCheck(ctx context.Context, g globals, args []string) error {
 		if err != nil {
 			return err
 		}
-		for _, t := range reply.Tools {
-			tools = append(tools, t.ToolDefinition)
+		if tools, err = wholeCatalog(reply); err != nil {
+			return err
 		}
 	}
 	out.Tools = len(tools)
@@ -189,13 +190,26 @@ func readCatalogFile(file string) ([]messages.ToolDefinition, error) {
 		err = json.Unmarshal(trimmed, &tools)
 	} else {
 		var reply messages.ListToolsReply
-		err = json.Unmarshal(data, &reply)
-		for _, t := range reply.Tools {
-			tools = append(tools, t.ToolDefinition)
+		if err = json.Unmarshal(data, &reply); err == nil {
+			tools, err = wholeCatalog(&reply)
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read catalog %s: want what `toolbus --json tools` prints, or a list of tool definitions: %v", file, err)
+	}
+	return tools, nil
+}
+
+// wholeCatalog returns the tools of a tools.list reply, which must be the
+// whole catalog: an agent's view leaves out the tools the policy hides
+// from it, and would have rules naming them match nothing.
+func wholeCatalog(reply *messages.ListToolsReply) ([]messages.ToolDefinition, error) {
+	var tools []messages.ToolDefinition
+	for _, t := range reply.Tools {
+		if t.Exposure != nil {
+			return nil, errors.New("tools.list answered with an agent's view of the catalog, not the whole catalog (a user of one agent gets its agent's view): connect as an operator's user, or pass --catalog FILE that `toolbus --json tools` wrote as one")
+		}
+		tools = append(tools, t.ToolDefinition)
 	}
 	return tools, nil
 }

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/pkg/policy"
 )
 
 // TestPolicyCheck: toolbus policy check loads a file as the coordinator
@@ -122,4 +125,39 @@ func containsEvery(s string, parts []string) bool {
 		}
 	}
 	return true
+}
+
+// In a deployment with identities, an operator checks a policy against
+// the whole catalog and has calls explained; an agent's user, whose
+// tools.list is its agent's view, is told to connect as an operator (the
+// tools the policy hides from its agent would seem missing), and is
+// refused an explanation.
+func TestPolicyCommandsInADeployment(t *testing.T) {
+	t.Parallel()
+	url, bin := deployedStack(t, func(cfg *coordinator.Config) {
+		p, err := policy.Parse([]byte("default: allow\nrules:\n  - {id: no-hash, tool: \"demo:sha256\", effect: deny}\n"), "policy.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Policy = p
+	})
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte("default: allow\nrules:\n  - {id: no-hash, tool: \"demo:sha256\", effect: deny}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	operator := []string{"--user", "operator", "--password", "operator-secret"}
+	agentA := []string{"--user", "agent_a", "--password", "agent-a-secret"}
+	if stdout, stderr, status := cli(t, bin, url, append(operator, "policy", "check", file)...); status != exitOK || !strings.Contains(stdout, "no problem found") {
+		t.Fatalf("check as the operator: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	if stdout, stderr, status := cli(t, bin, url, append(agentA, "policy", "check", file)...); status != exitRequestFailed || !strings.Contains(stderr, "connect as an operator's user") {
+		t.Fatalf("check as an agent's user: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	if stdout, stderr, status := cli(t, bin, url, append(operator, "policy", "explain", "demo-sha256", `{"text":"x"}`, "--agent", "support-bot")...); status != exitOK ||
+		!strings.Contains(stdout, "demo-sha256 for agent support-bot: deny") || !strings.Contains(stdout, "the agent's models do not see the tool") {
+		t.Fatalf("explain as the operator: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	if _, stderr, status := cli(t, bin, url, append(agentA, "policy", "explain", "demo-sha256")...); status != exitRequestFailed || !strings.Contains(stderr, "forbidden") || !strings.Contains(stderr, "connect as an operator's user") {
+		t.Fatalf("explain as an agent's user: exit status %d\n%s", status, stderr)
+	}
 }
