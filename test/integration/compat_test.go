@@ -124,11 +124,13 @@ match:
 			turn = "v2-msgpack"
 		}
 
-		var list messages.ListToolsReply
-		v2.must(messages.EndpointToolsList, messages.ListToolsRequest{Agent: agent, Turn: turn}, &list)
-		if !slices.ContainsFunc(list.Tools, func(e messages.ToolEntry) bool { return e.Name == "demo-word_count" }) {
-			t.Fatalf("%s tools.list: %+v", codec, list.Tools)
-		}
+		// The coordinator sees the worker's tools once its catalog view
+		// has followed the worker's registration.
+		eventually(t, "tools.list lists demo-word_count", func() bool {
+			var list messages.ListToolsReply
+			v2.must(messages.EndpointToolsList, messages.ListToolsRequest{Agent: agent, Turn: turn}, &list)
+			return slices.ContainsFunc(list.Tools, func(e messages.ToolEntry) bool { return e.Name == "demo-word_count" })
+		})
 
 		var waited messages.SubmitReply
 		v2.must(messages.EndpointCallsSubmit, messages.SubmitRequest{Tool: "demo-word_count", Arguments: messages.JSON(`{"text":"one two three"}`), Agent: agent, Turn: turn, Wait: true}, &waited)
@@ -168,11 +170,12 @@ match:
 		if !slices.Contains(activated.Activated, "demo-word_count") {
 			t.Fatalf("%s tools.activate: %+v", codec, activated)
 		}
-		var found messages.DiscoverReply
-		v2.must(messages.EndpointToolsDiscover, messages.DiscoverRequest{Query: "count the words of a text", Agent: agent, Turn: turn}, &found)
-		if len(found.Hits) == 0 || found.Hits[0].Name != "demo-word_count" {
-			t.Fatalf("%s tools.discover: %+v", codec, found.Hits)
-		}
+		// The discovery index follows the catalog too.
+		eventually(t, "tools.discover finds demo-word_count", func() bool {
+			var found messages.DiscoverReply
+			v2.must(messages.EndpointToolsDiscover, messages.DiscoverRequest{Query: "count the words of a text", Agent: agent, Turn: turn}, &found)
+			return len(found.Hits) > 0 && found.Hits[0].Name == "demo-word_count"
+		})
 
 		// Held for the user's answer, which the agent passes on.
 		var held messages.SubmitReply
