@@ -88,6 +88,19 @@ func (p *Policy) Check(tools []messages.ToolDefinition) []Problem {
 			tags[t] = true
 		}
 	}
+	// decider[t] is the first rule that decides tool t whatever the agent
+	// and the arguments, or len(p.rules): a later rule never decides t.
+	decider := make([]int, len(tools))
+	for t := range tools {
+		decider[t] = len(p.rules)
+		for j := range p.rules {
+			r := &p.rules[j]
+			if len(r.arguments) == 0 && r.everyAgent() && r.matchesTool(parts[t][0], parts[t][1], &tools[t], "") {
+				decider[t] = j
+				break
+			}
+		}
+	}
 	var problems []Problem
 	for i := range p.rules {
 		r := &p.rules[i]
@@ -139,8 +152,8 @@ func (p *Policy) Check(tools []messages.ToolDefinition) []Problem {
 		var deciders []int
 		shadowed := true
 		for _, t := range matched {
-			j := p.decidesAlways(i, parts[t][0], parts[t][1], &tools[t])
-			if j < 0 {
+			j := decider[t]
+			if j >= i {
 				shadowed = false
 				break
 			}
@@ -172,23 +185,8 @@ func (r *compiledRule) matchesToolAnyAgent(ns, method string, def *messages.Tool
 	return anyAgent.matchesTool(ns, method, def, "")
 }
 
-// decidesAlways returns the index of the first rule before rule i that
-// decides the tool for every agent and every argument (it has no argument
-// condition, and no agent condition but "*"), or -1.
-func (p *Policy) decidesAlways(i int, ns, method string, def *messages.ToolDefinition) int {
-	for j := range i {
-		r := &p.rules[j]
-		if len(r.arguments) > 0 || !r.everyAgent() {
-			continue
-		}
-		if r.matchesTool(ns, method, def, "") {
-			return j
-		}
-	}
-	return -1
-}
-
-// everyAgent reports whether the rule applies to every caller.
+// everyAgent reports whether the rule applies to every caller: it has no
+// agent condition, or "*" among its agent patterns.
 func (r *compiledRule) everyAgent() bool {
 	return len(r.agents) == 0 || slices.ContainsFunc(r.agents, func(g glob.Glob) bool { return g.String() == "*" })
 }
@@ -225,6 +223,8 @@ func suggestTool(tp toolPattern, written string, tools []messages.ToolDefinition
 		return ""
 	}
 	want := strings.ToLower(tp.String())
+	limit := max(2, len(want)/4)
+	var dist distances
 	best, bestDist := "", -1
 	for i := range tools {
 		name := tools[i].Name
@@ -232,12 +232,15 @@ func suggestTool(tp toolPattern, written string, tools []messages.ToolDefinition
 			ns, method := toolParts(&tools[i])
 			name = ns + "-" + method
 		}
-		d := editDistance(want, strings.ToLower(name))
+		if diff := len(name) - len(want); diff > limit || -diff > limit {
+			continue // at least that many edits apart
+		}
+		d := dist.between(want, strings.ToLower(name))
 		if bestDist < 0 || d < bestDist || d == bestDist && name < best {
 			best, bestDist = name, d
 		}
 	}
-	if bestDist < 0 || bestDist > max(2, len(want)/4) {
+	if bestDist < 0 || bestDist > limit {
 		return ""
 	}
 	return fmt.Sprintf("; did you mean %s?", best)
@@ -245,9 +248,10 @@ func suggestTool(tp toolPattern, written string, tools []messages.ToolDefinition
 
 // suggestNamespace names the catalog namespace closest to ns, when one is.
 func suggestNamespace(ns string, namespaces map[string]bool) string {
+	var dist distances
 	best, bestDist := "", -1
 	for candidate := range namespaces {
-		d := editDistance(strings.ToLower(ns), strings.ToLower(candidate))
+		d := dist.between(strings.ToLower(ns), strings.ToLower(candidate))
 		if bestDist < 0 || d < bestDist || d == bestDist && candidate < best {
 			best, bestDist = candidate, d
 		}
@@ -258,10 +262,14 @@ func suggestNamespace(ns string, namespaces map[string]bool) string {
 	return fmt.Sprintf("; did you mean %s?", best)
 }
 
-// editDistance is the Levenshtein distance of a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
+// distances computes Levenshtein distances, in bytes, reusing its rows.
+type distances struct{ prev, cur []int }
+
+func (d *distances) between(a, b string) int {
+	if cap(d.prev) < len(b)+1 {
+		d.prev, d.cur = make([]int, len(b)+1), make([]int, len(b)+1)
+	}
+	prev, cur := d.prev[:len(b)+1], d.cur[:len(b)+1]
 	for j := range prev {
 		prev[j] = j
 	}
