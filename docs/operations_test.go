@@ -228,7 +228,7 @@ func TestOperatorCommandFlags(t *testing.T) {
 	section := doc[start:]
 	section = section[:strings.Index(section, "\n## ")+1]
 	bin := testenv.Binary(t, "./cmd/toolbus")
-	command := regexp.MustCompile("`toolbus ([a-z]+(?: (?:list|get|watch|cancel|approve|deny|disable|enable|remove))?)((?: [^`]*)?)`")
+	command := regexp.MustCompile("`toolbus ([a-z]+(?: (?:list|get|watch|cancel|approve|deny|disable|enable|remove|check|explain))?)((?: [^`]*)?)`")
 	checked := 0
 	for _, line := range strings.Split(section, "\n") {
 		if !strings.HasPrefix(line, "| `toolbus ") {

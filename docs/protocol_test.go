@@ -72,6 +72,9 @@ func TestProtocolExamples(t *testing.T) {
 		"WorkersListReply":     func() any { return &messages.WorkersListReply{} },
 		"ConsumerRequest":      func() any { return &messages.ConsumerRequest{} },
 		"ConsumerReply":        func() any { return &messages.ConsumerReply{} },
+		"InfoReply":            func() any { return &messages.InfoReply{} },
+		"PolicyExplainRequest": func() any { return &messages.PolicyExplainRequest{} },
+		"PolicyExplainReply":   func() any { return &messages.PolicyExplainReply{} },
 	}
 	examples := regexp.MustCompile("(?s)<!-- message: (\\w+) -->\\s*```json\\n(.*?)```").FindAllSubmatch(doc, -1)
 	seen := map[string]bool{}

@@ -410,7 +410,7 @@ func writeCallsList(w io.Writer, reply *messages.CallsListReply) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n",
 			e.QueuedAt.Local().Format("2006-01-02 15:04:05.000"), printable(e.CallID), printable(e.Tool), dash(printable(e.Agent)), dash(printable(e.Turn)), printable(state),
-			millis(e.QueueWaitMS, !e.StartedAt.IsZero()), millis(e.RunMS, !e.FinishedAt.IsZero() && !e.StartedAt.IsZero()), e.Attempts, dash(printable(e.Worker)))
+			millis(e.QueueWaitMS), millis(e.RunMS), e.Attempts, dash(printable(e.Worker)))
 	}
 	_ = tw.Flush()
 	if len(reply.Calls) == 0 {
@@ -429,11 +429,12 @@ func dash(s string) string {
 }
 
 // millis prints a duration in milliseconds, or "-" when it is not known.
-func millis(ms int64, known bool) string {
-	if !known {
+// millis prints a duration in milliseconds, or "-" when it is not known.
+func millis(ms *int64) string {
+	if ms == nil {
 		return "-"
 	}
-	return (time.Duration(ms) * time.Millisecond).String()
+	return (time.Duration(*ms) * time.Millisecond).String()
 }
 
 func printCallInfo(info *messages.CallInfo) {

@@ -14,6 +14,8 @@
 //	toolbus tools remove NAME          remove stale tools (operators)
 //	toolbus audit [filters]            the audit log, newest record first (operators)
 //	toolbus workers                    the live workers and their slots (operators)
+//	toolbus policy check FILE          check a policy file against the catalog
+//	toolbus policy explain TOOL [JSON] which rule decides a call, and why (operators)
 //
 // Measuring is for developers and has a command of its own, toolbus-bench.
 package main
@@ -74,6 +76,12 @@ Commands:
                                --cursor C from the previous page)
   workers                      the live workers with their busy and total slots (operators;
                                --namespace N)
+  policy check FILE            load a policy file as the coordinator does and check its rules
+                               against the catalog of the running Toolbus (--catalog FILE: of a
+                               file that toolbus --json tools wrote, offline); exit 1 on a problem
+  policy explain TOOL [JSON-ARGS]
+                               which rule of the policy in force decides the call, and why
+                               (operators; --agent A, the agent that would call)
 
 Global flags:
   --server URL   NATS server (default $TOOLBUS_URL or nats://127.0.0.1:4222)
@@ -90,8 +98,8 @@ Global flags:
                  with --watch and calls watch, one JSON line per event
 
 Exit status: 0 success; 1 the call's result is an error (tool error, failed,
-cancelled, timed out, denied); 2 usage; 3 Toolbus could not be reached or
-refused the request.
+cancelled, timed out, denied), or policy check found a problem; 2 usage;
+3 Toolbus could not be reached or refused the request.
 `
 
 type globals struct {
@@ -261,6 +269,8 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 		return runAudit(ctx, g, cmdArgs)
 	case "workers":
 		return runWorkers(ctx, g, cmdArgs)
+	case "policy":
+		return runPolicy(ctx, g, cmdArgs)
 	case "help", "-h", "--help":
 		fs.Usage()
 		return nil

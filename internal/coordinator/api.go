@@ -16,7 +16,10 @@ import (
 // request is one API request with the codec it arrived in; replies use the same codec.
 type request struct {
 	micro.Request
-	codec    messages.Codec
+	codec messages.Codec
+	// version is the major protocol version the request is answered in:
+	// its own (see versionsOf).
+	version  string
 	endpoint string
 	// holds counts who still works on the request: its handler, and the
 	// completion of work the handler left running (see later). The last
@@ -81,7 +84,30 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 
 		messages.EndpointAuditList:   decoding(c.listAudit),
 		messages.EndpointWorkersList: decoding(c.listWorkers),
+
+		messages.EndpointPolicyExplain: decoding(c.explainPolicy),
+		messages.EndpointInfo:          decoding(c.info),
 	}
+}
+
+// versionsOf are the major versions whose requests endpoint answers
+// (protocol.md, Compatibility): every API endpoint answers this version
+// and the one before, whose messages are the same; info answers any, so
+// that every client can learn what is spoken; the workers' consumer
+// requests, which version 2 workers never sent, answer this version only.
+func versionsOf(endpoint string) []string {
+	switch endpoint {
+	case messages.EndpointInfo:
+		return nil
+	case endpointConsumers:
+		return []string{messages.ProtocolVersion}
+	}
+	return messages.APIVersions
+}
+
+// info is the info endpoint: the versions the API answers.
+func (c *Coordinator) info(context.Context, *messages.InfoRequest) (*messages.InfoReply, error) {
+	return &messages.InfoReply{Version: messages.ProtocolVersion, Versions: messages.APIVersions, Coordinator: Version}, nil
 }
 
 // decoding is a handler that decodes its request into a Req for answer,
@@ -183,8 +209,8 @@ func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request, r
 	if to := mr.Headers().Get(messages.HeaderReceipt); to != "" {
 		c.receipt(mr, to)
 	}
-	codec, err := messages.CodecOf(messages.Header(mr.Headers()))
-	req.codec = codec
+	codec, version, err := messages.RequestCodec(messages.Header(mr.Headers()), versionsOf(endpoint)...)
+	req.codec, req.version = codec, version
 	if err == nil && len(mr.Data()) > c.cfg.MaxRequestBytes {
 		err = messages.Errorf(messages.CodePayloadTooLarge, "request is %d bytes; at most %d", len(mr.Data()), c.cfg.MaxRequestBytes)
 	}
@@ -206,7 +232,7 @@ func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request, r
 		c.respondError(req, messages.Errorf(messages.CodeInternal, "encode reply: %v", err))
 		return
 	}
-	c.reply(req, &nats.Msg{Header: nats.Header(codec.NewHeader()), Data: data})
+	c.reply(req, &nats.Msg{Header: nats.Header(codec.ReplyHeader(version)), Data: data})
 }
 
 // receipt tells the requester that this coordinator has its request
@@ -274,7 +300,11 @@ func (c *Coordinator) respondError(req *request, err error) {
 	if merr != nil {
 		body = nil
 	}
-	h := nats.Header(req.codec.NewHeader())
+	version := req.version
+	if version == "" {
+		version = messages.ProtocolVersion
+	}
+	h := nats.Header(req.codec.ReplyHeader(version))
 	h.Set(micro.ErrorHeader, e.Error())
 	h.Set(micro.ErrorCodeHeader, e.Code.StatusText())
 	c.reply(req, &nats.Msg{Header: h, Data: body})

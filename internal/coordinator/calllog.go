@@ -778,10 +778,10 @@ func (l *callLog) entry(c *logCandidate) messages.CallLogEntry {
 		}
 	}
 	if !e.StartedAt.IsZero() && !e.QueuedAt.IsZero() {
-		e.QueueWaitMS = max(0, e.StartedAt.Sub(e.QueuedAt).Milliseconds())
+		e.QueueWaitMS = new(max(0, e.StartedAt.Sub(e.QueuedAt).Milliseconds()))
 	}
 	if !e.FinishedAt.IsZero() && !e.StartedAt.IsZero() {
-		e.RunMS = max(0, e.FinishedAt.Sub(e.StartedAt).Milliseconds())
+		e.RunMS = new(max(0, e.FinishedAt.Sub(e.StartedAt).Milliseconds()))
 	}
 	// Redacted as the audit log redacts them; without the tool's schema,
 	// which tells what is secret, they are left out.

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/natsserver"
@@ -321,6 +323,54 @@ func TestPeekEvent(t *testing.T) {
 	for _, bad := range [][]byte{nil, {0x7b}, {0x82, 0xa4, 'k', 'i', 'n', 'd'}, {0x82, 0xa7, 'c', 'a', 'l', 'l', '_', 'i', 'd', 0xa5, 'x'}} {
 		if _, _, ok := peekEvent(bad); ok {
 			t.Errorf("peeked an event in %x", bad)
+		}
+	}
+}
+
+// TestCallsListGivesZeroDurationsOnceKnown: a call that started the
+// moment it was queued and ended the moment it started waited 0 ms and ran
+// 0 ms, which calls.list says, in JSON and in MessagePack; a call not yet
+// started has neither.
+func TestCallsListGivesZeroDurationsOnceKnown(t *testing.T) {
+	log, l := callLogOn(t, CallsListScanBudget)
+	ctx := context.Background()
+	storeCall(ctx, t, l, "instant", "alpha", messages.StateCompleted)
+	now := time.Now().UTC()
+	waiting := &messages.CallRequest{CallID: "waiting", Tool: "alpha-say", Namespace: "alpha", Method: "say", QueuedAt: now}
+	if _, err := l.Append(ctx, messages.TurnBucket(""), "alpha", &messages.CallEvent{CallID: "waiting", Kind: messages.EventQueued, Time: now, Request: waiting}); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := log.list(ctx, &messages.CallsListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reply.Calls) != 2 || reply.Calls[0].CallID != "waiting" || reply.Calls[1].CallID != "instant" {
+		t.Fatalf("calls %+v", reply.Calls)
+	}
+	for _, codec := range []messages.Codec{messages.JSONCodec, messages.Msgpack} {
+		data, err := codec.Marshal(reply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fields struct {
+			Calls []map[string]any `json:"calls" msgpack:"calls"`
+		}
+		if codec == messages.JSONCodec {
+			err = json.Unmarshal(data, &fields)
+		} else {
+			err = msgpack.Unmarshal(data, &fields)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitingFields, instantFields := fields.Calls[0], fields.Calls[1]
+		for _, key := range []string{"queue_wait_ms", "run_ms"} {
+			if v, ok := instantFields[key]; !ok || fmt.Sprint(v) != "0" {
+				t.Errorf("%s: the instant call's %s is %v (present %v), want 0", codec, key, v, ok)
+			}
+			if v, ok := waitingFields[key]; ok {
+				t.Errorf("%s: the call not yet started has %s %v", codec, key, v)
+			}
 		}
 	}
 }

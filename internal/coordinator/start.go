@@ -107,8 +107,14 @@ func (c *Coordinator) startSteps() []startStep {
 			if c.cfg.WorkspaceDir != "" {
 				stops = append(stops, workspaceWatcher(c.cfg.WorkspaceDir, c.view.resolver, c.cfg.WorkspaceReloadInterval, c.log).start(workspaceFP))
 			}
+			reloaded := func() {}
+			if c.cfg.PolicyFile != "" || c.policy.Load() != nil {
+				lint := newPolicyLint(&c.policy, c.view.catalog, c.cfg.WorkspaceReloadInterval, c.log)
+				stops = append(stops, lint.start())
+				reloaded = lint.policyReloaded
+			}
 			if c.cfg.PolicyFile != "" {
-				stops = append(stops, policyWatcher(c.cfg.PolicyFile, &c.policy, c.cfg.WorkspaceReloadInterval, c.log).start(policyFP))
+				stops = append(stops, policyWatcher(c.cfg.PolicyFile, &c.policy, c.cfg.WorkspaceReloadInterval, c.log, reloaded).start(policyFP))
 			}
 			return func(context.Context) error {
 				for _, stop := range stops {

@@ -147,9 +147,10 @@ func loadPolicy(path string) (*policy.Policy, string, error) {
 	return p, hex.EncodeToString(sum[:]), nil
 }
 
-// policyWatcher reloads the policy file when it changes. Approvals asked
-// under the old policy can no longer be approved: its version changed.
-func policyWatcher(file string, inForce *atomic.Pointer[policy.Policy], interval time.Duration, log *slog.Logger) fileWatcher {
+// policyWatcher reloads the policy file when it changes, and calls
+// reloaded once the new policy is in force. Approvals asked under the old
+// policy can no longer be approved: its version changed.
+func policyWatcher(file string, inForce *atomic.Pointer[policy.Policy], interval time.Duration, log *slog.Logger, reloaded func()) fileWatcher {
 	return fileWatcher{
 		what: "policy", path: file, interval: interval, log: log,
 		current: func() (string, error) {
@@ -166,6 +167,7 @@ func policyWatcher(file string, inForce *atomic.Pointer[policy.Policy], interval
 				return "", err
 			}
 			inForce.Store(p)
+			reloaded()
 			return "version " + p.Version(), nil
 		},
 	}

@@ -63,6 +63,9 @@ func checkPart(part, kind string, dashOK bool) error {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '*':
 		case c == '-' && dashOK:
 		default:
+			if dashOK {
+				return fmt.Errorf("%s %q holds %q; want letters, digits, '_', '-' and '*'", kind, part, c)
+			}
 			return fmt.Errorf("%s %q holds %q; want letters, digits, '_' and '*'", kind, part, c)
 		}
 	}

@@ -73,7 +73,8 @@ func TestParsePatternErrors(t *testing.T) {
 		{"cat alog:x", "namespace"},
 		{"catalog:lo okup", "method"},
 		{"catalog:look?", "method"},
-		{"ca-t:x", "namespace"},
+		{"ca-t:x", `namespace "ca-t" holds '-'; want letters, digits, '_' and '*'`},
+		{"catalog:look.up", `method "look.up" holds '.'; want letters, digits, '_', '-' and '*'`},
 	}
 	for _, c := range cases {
 		_, err := ParsePattern(c.pattern)

@@ -121,9 +121,10 @@ type CallLogEntry struct {
 	StartedAt  time.Time `json:"started_at,omitempty,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitempty,omitzero"`
 	// QueueWaitMS is from queued to the latest start; RunMS from that
-	// start to the result. Each is 0 until both ends are known.
-	QueueWaitMS int64 `json:"queue_wait_ms,omitempty"`
-	RunMS       int64 `json:"run_ms,omitempty"`
+	// start to the result. Each is nil, and absent from the message, until
+	// both its ends are known; once known it is there, 0 included.
+	QueueWaitMS *int64 `json:"queue_wait_ms,omitempty"`
+	RunMS       *int64 `json:"run_ms,omitempty"`
 	// Attempts counts the deliveries to workers so far; Worker ran the latest.
 	Attempts int    `json:"attempts,omitempty"`
 	Worker   string `json:"worker,omitempty"`

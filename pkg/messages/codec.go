@@ -9,6 +9,8 @@ import (
 	"maps"
 	"mime"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -71,7 +73,15 @@ const (
 	// namespace's consumer on the events stream, and neither the calls
 	// stream nor the turns bucket is written per call.
 	ProtocolVersion = "3"
+	// PreviousProtocolVersion is the major version before ProtocolVersion,
+	// whose requests the coordinator's API still answers (protocol.md,
+	// Compatibility): its request and reply bodies are version 3's.
+	PreviousProtocolVersion = "2"
 )
+
+// APIVersions are the major versions whose requests the coordinator's
+// API endpoints answer, newest first: this one and the one before.
+var APIVersions = []string{ProtocolVersion, PreviousProtocolVersion}
 
 // Header is a message's header map; nats.Header converts to it directly.
 type Header = map[string][]string
@@ -96,13 +106,53 @@ func (c Codec) String() string { return c.ContentType() }
 
 // CodecOf reads a message's codec from its headers: MessagePack unless
 // Content-Type says application/json. It refuses unknown content types and
-// protocol versions, so that a peer speaking another contract hears why;
-// with an unknown content type it returns JSONCodec, the encoding to
-// answer the refusal in.
+// protocol versions other than ProtocolVersion, so that a peer speaking
+// another contract hears why; the codec it returns with a refusal is the
+// one to answer the refusal in: the request's own, and JSON for a content
+// type that is neither encoding.
 func CodecOf(h Header) (Codec, error) {
-	if v := headerValue(h, HeaderVersion); v != "" && majorVersion(v) != ProtocolVersion {
-		return Msgpack, &Error{Code: CodeUnsupportedVersion, Message: fmt.Sprintf("protocol version %q is not supported; this peer speaks version %s%s", v, ProtocolVersion, versionChanges(majorVersion(v)))}
+	c, _, err := RequestCodec(h, ProtocolVersion)
+	return c, err
+}
+
+// RequestCodec is CodecOf for a request that may be answered in any of
+// versions (major versions, as MajorVersion writes them): it returns the
+// codec and the major version to answer in, the request's own. A request
+// without Toolbus-Version is read as ProtocolVersion, whatever versions
+// holds. With no versions, every version is answered (the version the
+// answer is in is then the request's when it is ProtocolVersion or
+// PreviousProtocolVersion, else ProtocolVersion).
+func RequestCodec(h Header, versions ...string) (Codec, string, error) {
+	c, ctErr := codecOf(h)
+	v := headerValue(h, HeaderVersion)
+	if v == "" {
+		return c, ProtocolVersion, ctErr
 	}
+	major, ok := MajorVersion(v)
+	switch {
+	case len(versions) == 0:
+		if !ok || (major != ProtocolVersion && major != PreviousProtocolVersion) {
+			major = ProtocolVersion
+		}
+		return c, major, ctErr
+	case !ok:
+		return c, ProtocolVersion, &Error{Code: CodeUnsupportedVersion, Message: fmt.Sprintf("%s %q is not a protocol version: its major version, the digits before the first '.', must be a number; %s", HeaderVersion, v, answered(versions))}
+	case !slices.Contains(versions, major):
+		return c, ProtocolVersion, &Error{Code: CodeUnsupportedVersion, Message: fmt.Sprintf("protocol version %q is not supported; %s%s", v, answered(versions), versionChanges(major))}
+	}
+	return c, major, ctErr
+}
+
+// answered says which versions a peer speaks.
+func answered(versions []string) string {
+	if len(versions) == 1 {
+		return "this peer speaks version " + versions[0]
+	}
+	return "this peer answers versions " + strings.Join(versions, " and ")
+}
+
+// codecOf reads the Content-Type.
+func codecOf(h Header) (Codec, error) {
 	ct := headerValue(h, HeaderContentType)
 	switch ct {
 	case "", ContentTypeMsgpack:
@@ -138,11 +188,25 @@ func versionChanges(major string) string {
 	return ""
 }
 
-func majorVersion(v string) string {
+// MajorVersion reads the major version of a Toolbus-Version value: the
+// decimal number before its first '.' (the whole value when it has none),
+// written without leading zeros. "3", "3.1" and "03" are all "3"; ok is
+// false for a value whose major version is not a number ("", "v3", "3 ").
+func MajorVersion(v string) (major string, ok bool) {
 	if i := strings.IndexByte(v, '.'); i >= 0 {
-		return v[:i]
+		v = v[:i]
 	}
-	return v
+	if v == "" || len(v) > 9 {
+		return "", false
+	}
+	n := 0
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return "", false
+		}
+		n = n*10 + int(v[i]-'0')
+	}
+	return strconv.Itoa(n), true
 }
 
 func headerValue(h Header, key string) string {
@@ -176,6 +240,24 @@ func (c Codec) SetHeaders(h Header) {
 func (c Codec) NewHeader() Header {
 	h := make(Header, 4)
 	c.SetHeaders(h)
+	return h
+}
+
+// previousValue is PreviousProtocolVersion as a header value.
+var previousValue = []string{PreviousProtocolVersion}[:1:1]
+
+// ReplyHeader returns the headers of a reply in the codec to a request of
+// major version version (RequestCodec's): a reply is labelled with the
+// version it answers in.
+func (c Codec) ReplyHeader(version string) Header {
+	h := c.NewHeader()
+	switch version {
+	case ProtocolVersion:
+	case PreviousProtocolVersion:
+		h[HeaderVersion] = previousValue
+	default:
+		h[HeaderVersion] = []string{version}
+	}
 	return h
 }
 

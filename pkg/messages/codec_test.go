@@ -217,3 +217,77 @@ func TestVersionTwoIsRefusedWithWhatChanged(t *testing.T) {
 		t.Fatalf("stored version 1 event: %v", err)
 	}
 }
+
+// A refusal of a request's version is answered in the request's own
+// encoding: a JSON request's in JSON.
+func TestVersionRefusalIsInTheRequestsEncoding(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		h    Header
+		want Codec
+	}{
+		{"JSON", Header{HeaderVersion: {"1"}, HeaderContentType: {ContentTypeJSON}}, JSONCodec},
+		{"JSON with parameters", Header{HeaderVersion: {"9"}, HeaderContentType: {"application/json; charset=utf-8"}}, JSONCodec},
+		{"MessagePack", Header{HeaderVersion: {"1"}}, Msgpack},
+		{"an unknown Content-Type", Header{HeaderVersion: {"1"}, HeaderContentType: {"text/plain"}}, JSONCodec},
+	} {
+		c, err := CodecOf(tc.h)
+		if CodeOf(err) != CodeUnsupportedVersion || c != tc.want {
+			t.Errorf("%s: codec %v, error %v; want %v and unsupported_version", tc.name, c, err, tc.want)
+		}
+	}
+}
+
+// The major version is the number before the first dot.
+func TestMajorVersion(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]string{"3": "3", "3.1": "3", "3.1.4": "3", "03": "3", "2": "2", "10.0": "10", "3.": "3"} {
+		if got, ok := MajorVersion(v); !ok || got != want {
+			t.Errorf("MajorVersion(%q) = %q, %v; want %q", v, got, ok, want)
+		}
+	}
+	for _, v := range []string{"", "v3", "3 ", " 3", ".3", "three", "-3", "1234567890"} {
+		if got, ok := MajorVersion(v); ok {
+			t.Errorf("MajorVersion(%q) = %q, want not a version", v, got)
+		}
+	}
+	var req SubmitRequest
+	if _, err := Decode(Header{HeaderVersion: {"v3"}}, []byte{0x80}, &req); CodeOf(err) != CodeUnsupportedVersion || !strings.Contains(err.Error(), "not a protocol version") {
+		t.Errorf("v3: %v", err)
+	}
+}
+
+// The API answers a request of the previous major version in that version;
+// one of an older version is refused naming the versions answered.
+func TestAPIAnswersThePreviousVersion(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		value, answered string
+		code            ErrorCode
+	}{
+		{"", "3", ""}, {"3", "3", ""}, {"3.2", "3", ""}, {"2", "2", ""}, {"2.0", "2", ""},
+		{"1", "", CodeUnsupportedVersion}, {"4", "", CodeUnsupportedVersion},
+	} {
+		h := Header{HeaderContentType: {ContentTypeJSON}}
+		if tc.value != "" {
+			h[HeaderVersion] = []string{tc.value}
+		}
+		c, v, err := RequestCodec(h, APIVersions...)
+		if (err == nil) != (tc.code == "") || (err != nil && CodeOf(err) != tc.code) || c != JSONCodec || (err == nil && v != tc.answered) {
+			t.Errorf("version %q: %v %q %v", tc.value, c, v, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "answers versions 3 and 2") {
+			t.Errorf("version %q: the refusal does not name the versions answered: %v", tc.value, err)
+		}
+		if err == nil {
+			if got := JSONCodec.ReplyHeader(v)[HeaderVersion]; len(got) != 1 || got[0] != tc.answered {
+				t.Errorf("version %q: reply labelled %v", tc.value, got)
+			}
+		}
+	}
+	// Every version may ask what the server speaks.
+	if _, v, err := RequestCodec(Header{HeaderVersion: {"1"}}); err != nil || v != ProtocolVersion {
+		t.Errorf("any version: %q %v", v, err)
+	}
+}

@@ -68,3 +68,20 @@ func BenchmarkArgumentsDigest(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCheck holds the 50 rules of benchPolicy against a catalog of
+// 5,000 tools in 100 namespaces, as a coordinator does when the catalog
+// changes.
+func BenchmarkCheck(b *testing.B) {
+	p := benchPolicy(b)
+	tools := make([]messages.ToolDefinition, 0, 5000)
+	for i := range 5000 {
+		ns, method := fmt.Sprintf("ns%d", i%100), fmt.Sprintf("get_%d", i)
+		tools = append(tools, messages.ToolDefinition{Name: ns + "-" + method, Namespace: ns, Method: method,
+			Metadata: messages.ToolMetadata{Tags: []string{messages.TagNetwork}}, Source: messages.ToolSource{Kind: messages.SourceMCP}})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Check(tools)
+	}
+}

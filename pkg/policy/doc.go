@@ -17,6 +17,12 @@
 // the arguments. [Policy.Version] is a hash of the policy's meaning, which
 // approvals record so that a change of policy voids them.
 //
+// [Policy.Check] holds a policy against a catalog's tools: a rule, tool
+// pattern, namespace or tag that matches no tool (a typo fails open: the
+// call it was written for runs as later rules say) and a rule that earlier
+// rules shadow. [Policy.Explain] says which rule decides a call, and why
+// each earlier rule did not.
+//
 // Built-in presets ([Presets]) are named rules for the built-in tags:
 // allow_read_only, ask_destructive, deny_privileged, ask_network and
 // ask_file_system.

@@ -59,6 +59,8 @@ type Decision struct {
 // default decides. A nil *Policy allows everything, like having no policy
 // at all. A Policy is safe for concurrent use.
 type Policy struct {
+	// name is the source's name given to Parse or Load; empty for New.
+	name    string
 	def     Effect
 	rules   []compiledRule
 	source  []Rule
@@ -148,6 +150,15 @@ func (p *Policy) Version() string {
 		return emptyVersion
 	}
 	return p.version
+}
+
+// Source returns the name the policy was parsed under (usually its
+// file's name); empty for a policy built with New.
+func (p *Policy) Source() string {
+	if p == nil {
+		return ""
+	}
+	return p.name
 }
 
 // Default returns the effect that applies when no rule matches.

@@ -32,7 +32,8 @@ type Rule struct {
 	// namespace ("fs") means every tool of that namespace.
 	Tools []string `json:"tool,omitempty"`
 	// Namespaces applies the rule to tools of any of these namespaces,
-	// matched exactly [namespace].
+	// matched exactly [namespace]. A nested service's namespace may be
+	// written as in a tool name: "llm/tools" is "llm_tools".
 	Namespaces []string `json:"namespace,omitempty"`
 	// Tags tests the tool's tags, built-in and custom alike [tags].
 	Tags TagMatch `json:"tags,omitzero"`
@@ -153,6 +154,18 @@ func (o *origin) err(entry int, id, field, format string, args ...any) *Validati
 	return e
 }
 
+// entryLines returns the line of an entry and of its fields, when known.
+func (o *origin) entryLines(entry int) (int, map[string]int) {
+	if entry >= len(o.lines) {
+		return 0, nil
+	}
+	var fields map[string]int
+	if entry < len(o.fieldLines) {
+		fields = o.fieldLines[entry]
+	}
+	return o.lines[entry], fields
+}
+
 func compile(def Effect, rules []Rule, o origin) (*Policy, error) {
 	var errs []error
 	switch {
@@ -162,7 +175,7 @@ func compile(def Effect, rules []Rule, o origin) (*Policy, error) {
 		errs = append(errs, o.err(-1, "", "default", "unknown effect %q; want allow, deny or ask", def))
 	}
 
-	p := &Policy{def: def}
+	p := &Policy{def: def, name: o.name}
 	ids := map[string]int{}
 	for entry := range rules {
 		expanded := []Rule{rules[entry]}
@@ -196,6 +209,8 @@ func compile(def Effect, rules []Rule, o origin) (*Policy, error) {
 			}
 			c.decision.RuleIndex = len(p.rules)
 			c.decision.RuleID = r.ID
+			c.entry, c.preset, c.written = entry, rules[entry].Preset, r
+			c.line, c.fieldLines = o.entryLines(entry)
 			c.decision.Effect = r.Effect
 			c.decision.Reason = r.Reason
 			if c.decision.Reason == "" {
@@ -270,6 +285,17 @@ func version(def Effect, rules []Rule) (string, error) {
 // compiledRule is a rule ready for the call path: patterns split, regular
 // expressions compiled, values in canonical form, and its decision built.
 type compiledRule struct {
+	// entry is the index of the rules entry the rule comes from, as
+	// written (a preset counts as one entry); preset names the entry's
+	// preset; written is the rule as written, before it was normalised.
+	entry   int
+	preset  string
+	written Rule
+	// line is the entry's line in the source, fieldLines those of its
+	// fields (keyed as ValidationError.Field); 0 and nil when unknown.
+	line       int
+	fieldLines map[string]int
+
 	tools      []toolPattern
 	namespaces []string
 	tagsAny    []string
@@ -307,12 +333,15 @@ func compileRule(r Rule, entry int, o *origin) (compiledRule, Rule, []error) {
 		c.tools = append(c.tools, tp)
 		norm.Tools = append(norm.Tools, tp.String())
 	}
+	var namespaces []string
 	for i, ns := range r.Namespaces {
+		ns = namespaceOf(ns)
 		if err := messages.ValidateNamespace(ns); err != nil {
 			fail(fmt.Sprintf("namespace[%d]", i), "%v", err)
 		}
+		namespaces = append(namespaces, ns)
 	}
-	c.namespaces = sortedSet(r.Namespaces)
+	c.namespaces = sortedSet(namespaces)
 	norm.Namespaces = c.namespaces
 
 	for _, set := range []struct {
@@ -466,7 +495,7 @@ func (t toolPattern) String() string { return t.namespace.String() + "-" + t.met
 // messages.ParseToolName accepts, with '*' allowed in either part; a
 // pattern with no separator is a namespace and matches all its tools.
 func parseToolPattern(s string) (toolPattern, error) {
-	ns, method, ok := messages.SplitToolName(s)
+	ns, method, ok := messages.SplitToolName(strings.TrimSpace(s))
 	if !ok {
 		method = "*" // a namespace alone: all its tools
 	}
@@ -477,6 +506,12 @@ func parseToolPattern(s string) (toolPattern, error) {
 		return toolPattern{}, fmt.Errorf("invalid tool pattern %q: the method %q must be non-empty and hold only letters, digits, '_', '-' and '*'", s, method)
 	}
 	return toolPattern{namespace: glob.Compile(ns), method: glob.Compile(method)}, nil
+}
+
+// namespaceOf reads a namespace as the namespace of a tool name is read:
+// a nested service "a/b" (or "a.b") is namespace "a_b".
+func namespaceOf(s string) string {
+	return strings.NewReplacer("/", "_", ".", "_").Replace(strings.TrimSpace(s))
 }
 
 func validPatternPart(s string, dash bool) bool {

@@ -154,13 +154,14 @@ func TestCallsList(t *testing.T) {
 	if done.State != messages.StateCompleted || done.Tool != "logalpha-say" || done.Namespace != "logalpha" ||
 		done.Agent != "bot-one" || done.Turn != "turn-bot-one-0" || done.Attempts != 1 || done.Worker != "log-worker" ||
 		done.QueuedAt.IsZero() || done.StartedAt.Before(done.QueuedAt) || done.FinishedAt.Before(done.StartedAt) ||
-		done.QueueWaitMS != done.StartedAt.Sub(done.QueuedAt).Milliseconds() || done.RunMS != done.FinishedAt.Sub(done.StartedAt).Milliseconds() || done.Error != nil {
+		done.QueueWaitMS == nil || *done.QueueWaitMS != done.StartedAt.Sub(done.QueuedAt).Milliseconds() ||
+		done.RunMS == nil || *done.RunMS != done.FinishedAt.Sub(done.StartedAt).Milliseconds() || done.Error != nil {
 		t.Errorf("finished call's entry: %+v", done)
 	}
 	if args := string(done.Arguments); !strings.Contains(args, `"[redacted]"`) || strings.Contains(args, "s3cret") || !strings.Contains(args, `"label":"0"`) {
 		t.Errorf("arguments are not redacted as the audit log redacts them: %s", args)
 	}
-	if e := byID[running.CallID]; e.State != messages.StateRunning || e.StartedAt.IsZero() || !e.FinishedAt.IsZero() || e.RunMS != 0 {
+	if e := byID[running.CallID]; e.State != messages.StateRunning || e.StartedAt.IsZero() || !e.FinishedAt.IsZero() || e.RunMS != nil || e.QueueWaitMS == nil {
 		t.Errorf("running call's entry: %+v", e)
 	}
 	if e := byID[cancelled.CallID]; e.State != messages.StateCancelled || e.Error == nil || e.Error.Code != messages.ResultCancelled || !e.IsError || e.FinishedAt.IsZero() {

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -283,8 +284,10 @@ func TestVersionOneRequestIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reply.Header.Get("Nats-Service-Error-Code") != "400" || !strings.Contains(string(reply.Data), string(messages.CodeUnsupportedVersion)) ||
-		!strings.Contains(string(reply.Data), "<namespace>") {
+	// The refusal is in the request's encoding, JSON.
+	var refusal messages.Error
+	if err := json.Unmarshal(reply.Data, &refusal); err != nil || reply.Header.Get("Nats-Service-Error-Code") != "400" ||
+		refusal.Code != messages.CodeUnsupportedVersion || !strings.Contains(refusal.Message, "<namespace>") {
 		t.Fatalf("version 1 request answered %v %s", reply.Header, reply.Data)
 	}
 }

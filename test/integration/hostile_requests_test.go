@@ -18,7 +18,7 @@ var allEndpoints = []string{
 	messages.EndpointTurnsGet, messages.EndpointToolsActivate, messages.EndpointToolsDiscover, messages.EndpointApprovalsList,
 	messages.EndpointApprovalsDecide, messages.EndpointApprovalsAnswer, messages.EndpointToolsEnable, messages.EndpointToolsDisable,
 	messages.EndpointCallsSubmitBatch, messages.EndpointCallsResults, messages.EndpointCallsEvents, messages.EndpointCallsList,
-	messages.EndpointAuditList, messages.EndpointWorkersList, messages.EndpointToolsRemove,
+	messages.EndpointAuditList, messages.EndpointWorkersList, messages.EndpointToolsRemove, messages.EndpointInfo,
 }
 
 // msgpackStr is s as a MessagePack string of at most 31 bytes.

@@ -45,7 +45,7 @@ func TestUnknownContentTypeIsAnsweredInJSON(t *testing.T) {
 // TestNamesAsProtocolMdStatesThem: a tool named with a dot separator is
 // the tool; a second dot, a bad route, routed call ID or notify subject is
 // refused with invalid_name, whose Nats-Service-Error is "<code>: <message>";
-// a request without Toolbus-Version is read as version 1.
+// a request without Toolbus-Version is read as version 3.
 func TestNamesAsProtocolMdStatesThem(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Server(t)
