@@ -107,7 +107,7 @@ func TestApprovalsAnswer(t *testing.T) {
 	if err := waiting.Wait(testenv.Context(t)); err != nil {
 		t.Fatalf("the answered call: %v\n%s", err, waiting.Output())
 	}
-	if _, stderr, status = cli(t, bin, url, as(agentA, "approvals", "answer", approvalID, "--deny")...); status != exitRequestFailed || !strings.Contains(stderr, "conflict: approval "+approvalID+" was already approved by the user") {
+	if _, stderr, status = cli(t, bin, url, as(agentA, "approvals", "answer", approvalID, "--deny")...); status != exitRequestFailed || !strings.Contains(stderr, "approval_not_pending: approval "+approvalID+" is no longer pending: it was already approved by the user") {
 		t.Fatalf("answering twice: exit status %d\n%s", status, stderr)
 	}
 

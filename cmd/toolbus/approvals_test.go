@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/policy"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// askingStack runs NATS, a coordinator whose policy asks an operator
+// about demo-echo, and the demo worker; it returns the NATS URL and the
+// toolbus binary.
+func askingStack(t *testing.T) (string, string) {
+	t.Helper()
+	pol, err := policy.Parse([]byte(`
+default: allow
+rules:
+  - id: nod
+    tool: "demo:echo"
+    effect: ask
+    reason: echo needs a nod
+`), "policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Policy = pol })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	return srv.URL(), testenv.Binary(t, "./cmd/toolbus")
+}
+
+// auditedBy waits until the audit log holds a record of the decision for
+// the call, and returns it.
+func auditedBy(t *testing.T, bin, url, decision, callID string) messages.AuditRecord {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		stdout, stderr, status := cli(t, bin, url, "--json", "audit", "--decision", decision)
+		var page messages.AuditListReply
+		if status != exitOK || json.Unmarshal([]byte(stdout), &page) != nil {
+			t.Fatalf("audit --decision %s: exit status %d\n%s%s", decision, status, stdout, stderr)
+		}
+		for _, r := range page.Records {
+			if r.CallID == callID {
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s record of call %s in the audit log:\n%s", decision, callID, stdout)
+		}
+		time.Sleep(100 * time.Millisecond) // audit records are written without waiting for them
+	}
+}
+
+// TestCancelWithdrawsTheApproval: cancelling a call that waits for its
+// approval withdraws the approval: it is no longer listed as pending, a
+// decision on it is refused with approval_not_pending, and the
+// withdrawal and the refusal are in the audit log.
+func TestCancelWithdrawsTheApproval(t *testing.T) {
+	t.Parallel()
+	url, bin := askingStack(t)
+	stdout, stderr, status := cli(t, bin, url, "--agent", "support-bot", "call", "--detach", "demo-echo", `{"text":"nod"}`)
+	id := strings.TrimSpace(stdout)
+	if status != exitOK || id == "" {
+		t.Fatalf("call --detach: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	if stdout, stderr, status = cli(t, bin, url, "--agent", "support-bot", "calls", "cancel", id, "--reason", "user pressed stop"); status != exitOK || strings.TrimSpace(stdout) != id+": cancelled" {
+		t.Fatalf("calls cancel: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	if stdout, _, status = cli(t, bin, url, "approvals", "list"); status != exitOK || strings.TrimSpace(stdout) != "no pending approvals" {
+		t.Fatalf("approvals list after the cancel: exit status %d\n%s", status, stdout)
+	}
+	if stdout, _, status = cli(t, bin, url, "approvals", "list", "--state", "withdrawn"); status != exitOK || !strings.Contains(stdout, id) || !strings.Contains(stdout, "state=withdrawn") {
+		t.Fatalf("approvals list --state withdrawn: exit status %d\n%s", status, stdout)
+	}
+	stdout, stderr, status = cli(t, bin, url, "approvals", "approve", id, "--by", "nb")
+	if status != exitRequestFailed || stdout != "" || !strings.Contains(stderr, "toolbus: approval_not_pending: approval "+id+" is no longer pending: it was withdrawn: call "+id+" was cancelled by support-bot (user pressed stop)") {
+		t.Fatalf("approving the withdrawn approval: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	var refusal struct {
+		Error    messages.Error `json:"error"`
+		ExitCode int            `json:"exit_code"`
+	}
+	stdout, _, status = cli(t, bin, url, "--json", "approvals", "deny", id, "--by", "nb")
+	if status != exitRequestFailed || json.Unmarshal([]byte(stdout), &refusal) != nil || refusal.Error.Code != messages.CodeApprovalNotPending {
+		t.Fatalf("denying the withdrawn approval: exit status %d\n%s", status, stdout)
+	}
+	if stdout, stderr, status = cli(t, bin, url, "calls", "get", id); status != exitOK || !strings.Contains(stdout, "state    cancelled") {
+		t.Fatalf("calls get of the cancelled call: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	if r := auditedBy(t, bin, url, messages.AuditWithdrawn, id); r.By != "support-bot" || r.Tool != "demo-echo" || r.Reason != "user pressed stop" {
+		t.Errorf("the withdrawal's record: %+v", r)
+	}
+	if r := auditedBy(t, bin, url, messages.AuditRefused, id); r.By != "nb" || !strings.Contains(r.Reason, "approval_not_pending") {
+		t.Errorf("the refusal's record: %+v", r)
+	}
+}
+
+// TestApprovedCallListedOnce: the execution log lists a call that waited
+// for its approval once, with its approval's outcome.
+func TestApprovedCallListedOnce(t *testing.T) {
+	t.Parallel()
+	url, bin := askingStack(t)
+	stdout, stderr, status := cli(t, bin, url, "call", "--detach", "demo-echo", `{"text":"nod"}`)
+	id := strings.TrimSpace(stdout)
+	if status != exitOK || id == "" {
+		t.Fatalf("call --detach: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	if stdout, stderr, status = cli(t, bin, url, "approvals", "approve", id, "--by", "nb"); status != exitOK || strings.TrimSpace(stdout) != id+" approved by nb; the call is queued" {
+		t.Fatalf("approve: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	if stdout, stderr, status = cli(t, bin, url, "calls", "watch", id); status != exitOK || strings.TrimSpace(stdout) != "nod" {
+		t.Fatalf("calls watch: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	for _, limit := range []string{"1", "50"} {
+		var ids []string
+		cursor := ""
+		for {
+			args := []string{"--json", "calls", "list", "--limit", limit}
+			if cursor != "" {
+				args = append(args, "--cursor", cursor)
+			}
+			stdout, stderr, status = cli(t, bin, url, args...)
+			var page messages.CallsListReply
+			if status != exitOK || json.Unmarshal([]byte(stdout), &page) != nil {
+				t.Fatalf("calls list: exit status %d\n%s%s", status, stdout, stderr)
+			}
+			for _, e := range page.Calls {
+				if e.CallID == id {
+					ids = append(ids, e.CallID)
+					if e.State != messages.StateCompleted {
+						t.Errorf("the approved call is listed %s", e.State)
+					}
+				}
+			}
+			if cursor = page.NextCursor; cursor == "" {
+				break
+			}
+		}
+		if len(ids) != 1 {
+			t.Errorf("calls list --limit %s lists the approved call %d times", limit, len(ids))
+		}
+	}
+}
