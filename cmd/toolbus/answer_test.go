@@ -65,7 +65,7 @@ func TestApprovalsAnswer(t *testing.T) {
 	waiting := testenv.Start(t, bin, as(append([]string{"--server", url}, agentA...), "call", "demo-echo", `{"text":"nod"}`)...)
 	hint := waiting.WaitLine(t, "toolbus approvals answer ")
 	approvalID := strings.Fields(strings.SplitN(hint, "toolbus approvals answer ", 2)[1])[0]
-	if !strings.Contains(hint, "needs the user's approval") || !strings.Contains(hint, approvalID+" --approve|--deny)") {
+	if !strings.Contains(hint, "(the exposure rules ask for an approval of demo-echo: Echoing needs the user's nod): the agent's user decides") || !strings.Contains(hint, approvalID+" --approve|--deny; waiting for the answer") {
 		t.Fatalf("the waiting call's hint: %q", hint)
 	}
 

@@ -149,3 +149,54 @@ func TestApprovedCallListedOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldCallSaysWhoDecides: a call held for an operator's approval says
+// so at once on standard error, with the call's and the approval's IDs and
+// the command that decides it, then waits for the decision — a plain
+// call, a watched one (without a terminal) and one watched as JSON,
+// whose standard output stays JSON.
+func TestHeldCallSaysWhoDecides(t *testing.T) {
+	t.Parallel()
+	url, bin := askingStack(t)
+	for _, args := range [][]string{
+		{"call", "demo-echo", `{"text":"nod"}`},
+		{"call", "--watch", "demo-echo", `{"text":"nod"}`},
+		{"--json", "call", "--watch", "demo-echo", `{"text":"nod"}`},
+	} {
+		waiting := testenv.Start(t, bin, append([]string{"--server", url}, args...)...)
+		first := waiting.WaitLine(t, "call ")
+		callID := strings.Fields(first)[1]
+		hint := waiting.WaitLine(t, "toolbus approvals approve ")
+		want := "call " + callID + " waits for approval " + callID + " (echo needs a nod): an operator decides with: toolbus approvals approve " + callID + " (or deny " + callID + "); waiting for the decision"
+		if hint != want {
+			t.Fatalf("%v: the hint\n%q\nwant\n%q", args, hint, want)
+		}
+		if stdout, stderr, status := cli(t, bin, url, "approvals", "approve", callID, "--by", "nb"); status != exitOK {
+			t.Fatalf("approve: exit status %d\n%s%s", status, stdout, stderr)
+		}
+		if err := waiting.Wait(testenv.Context(t)); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, waiting.Output())
+		}
+		if out := waiting.Output(); !strings.Contains(out, "nod") {
+			t.Fatalf("%v printed no result:\n%s", args, out)
+		}
+	}
+	// Standard output holds only the result (or the JSON events).
+	stdout, stderr, status := cli(t, bin, url, "call", "--detach", "demo-echo", `{"text":"quiet"}`)
+	callID := strings.TrimSpace(stdout)
+	if status != exitOK {
+		t.Fatalf("call --detach: exit status %d\n%s", status, stderr)
+	}
+	if _, _, status = cli(t, bin, url, "approvals", "approve", callID, "--by", "nb"); status != exitOK {
+		t.Fatalf("approve: exit status %d", status)
+	}
+	stdout, stderr, status = cli(t, bin, url, "--json", "calls", "watch", callID)
+	if status != exitOK || !strings.Contains(stderr, "approval "+callID+" approved by nb") {
+		t.Fatalf("calls watch --json: exit status %d\n%s", status, stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("calls watch --json printed a line that is not JSON: %q", line)
+		}
+	}
+}

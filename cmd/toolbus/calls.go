@@ -110,6 +110,11 @@ func runCall(ctx context.Context, g globals, args []string) error {
 	}
 	res := reply.Result
 	if res == nil {
+		if g.json {
+			// Standard output is for the events; the other ways of
+			// following say the call's ID themselves.
+			fmt.Fprintf(os.Stderr, "call %s\n", reply.CallID)
+		}
 		var printed bool
 		if res, printed, err = followCall(ctx, g, c, reply.CallID, true); err != nil {
 			return err
@@ -123,23 +128,58 @@ func runCall(ctx context.Context, g globals, args []string) error {
 
 // callAndWait makes the call and waits for its result for as long as the
 // call takes: no request timeout cuts the wait, which ends with the call's
-// deadline (timeout if set, else the tool's own) or an interrupt. A call
-// held for the user's approval is announced, then awaited.
+// deadline (timeout if set, else the tool's own) or an interrupt. The
+// call's ID is printed on standard error before it is submitted; a call
+// held for an approval is announced at once (who decides, and how), then
+// awaited.
 func callAndWait(ctx context.Context, c *client.Client, tool string, args messages.JSON, turn, key string, timeout time.Duration) (*messages.CallResult, error) {
-	opts := []client.CallOption{client.WithTurn(turn)}
-	if timeout > 0 {
-		opts = append(opts, client.WithTimeout(timeout))
-	}
-	if key != "" {
-		opts = append(opts, client.WithIdempotencyKey(key))
-	}
-	res, err := c.Call(ctx, tool, args, opts...)
-	var approval *client.ApprovalRequiredError
-	if errors.As(err, &approval) {
-		fmt.Fprintf(os.Stderr, "%v; waiting for the answer (toolbus approvals answer %s --approve|--deny)\n", err, approval.Approval.ApprovalID)
-		return c.Wait(ctx, approval.CallID)
+	req := messages.SubmitRequest{Tool: tool, Arguments: args, Turn: turn, IdempotencyKey: key, TimeoutMS: timeout.Milliseconds()}
+	res, err := c.CallObserved(ctx, req, &client.CallObserver{
+		Named: func(callID string) { fmt.Fprintf(os.Stderr, "call %s\n", callID) },
+		Held:  func(*messages.SubmitReply) bool { return true },
+	})
+	var held *client.ApprovalRequiredError
+	if errors.As(err, &held) {
+		fmt.Fprintln(os.Stderr, approvalLine(held.CallID, held.Approval))
+		return c.Wait(ctx, held.CallID)
 	}
 	return res, err
+}
+
+// approvalLine says that a call waits for an approval: which, why, who
+// decides and the command that decides it.
+func approvalLine(callID string, a *messages.Approval) string {
+	if a == nil {
+		return fmt.Sprintf("call %s waits for an approval (toolbus approvals list shows it)", callID)
+	}
+	var says []string
+	for _, text := range []string{a.Reason, a.Message} {
+		if text != "" {
+			says = append(says, printable(text))
+		}
+	}
+	why := ""
+	if len(says) > 0 {
+		why = " (" + strings.Join(says, ": ") + ")"
+	}
+	if a.Mode == messages.ApprovalPrompt {
+		return fmt.Sprintf("call %s waits for approval %s%s: the agent's user decides, in the conversation or with: toolbus approvals answer %s --approve|--deny; waiting for the answer",
+			callID, a.ApprovalID, why, a.ApprovalID)
+	}
+	return fmt.Sprintf("call %s waits for approval %s%s: an operator decides with: toolbus approvals approve %s (or deny %s); waiting for the decision",
+		callID, a.ApprovalID, why, a.ApprovalID, a.ApprovalID)
+}
+
+// decisionLine says what became of an approval once settled.
+func decisionLine(a *messages.Approval) string {
+	line := "approval " + a.ApprovalID + " " + a.State
+	if a.DecidedBy != "" {
+		line += " by " + printable(a.DecidedBy)
+	}
+	if a.DecisionReason != "" {
+		line += ": " + printable(a.DecisionReason)
+	}
+	return line
 }
 
 // watchCall draws the call's progress until its result. The first Ctrl-C
@@ -195,6 +235,14 @@ func watchCall(ctx context.Context, c *client.Client, callID string, cancelOnInt
 			}
 		case messages.EventLog:
 			fmt.Fprintf(os.Stderr, "\n[%s] %s\n", ev.Log.Level, ev.Log.Message)
+		case messages.EventApproval:
+			_ = bar.Clear()
+			fmt.Fprintln(os.Stderr, eventLine(ev))
+			if ev.Approval != nil && ev.Approval.State == messages.ApprovalPending {
+				bar.Describe("awaiting approval " + ev.Approval.ApprovalID)
+			} else {
+				bar.Describe("queued")
+			}
 		case messages.EventCancel:
 			bar.Describe("cancelling")
 		case messages.EventResult:
