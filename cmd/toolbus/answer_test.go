@@ -111,7 +111,8 @@ func TestApprovalsAnswer(t *testing.T) {
 		t.Fatalf("answering twice: exit status %d\n%s", status, stderr)
 	}
 
-	// A denial, as JSON, by the person $USER names.
+	// A denial, as JSON, by the NATS user the command connected as, not
+	// by whom $USER names.
 	stdout, stderr, status = cli(t, bin, url, as(agentA, "call", "--detach", "demo-echo", `{"text":"no"}`)...)
 	denied := strings.TrimSpace(stdout)
 	if status != exitOK || denied == "" {
@@ -120,7 +121,7 @@ func TestApprovalsAnswer(t *testing.T) {
 	stdout, stderr, status = cliWith(t, []string{"USER=carol"}, bin, url, as(agentA, "--json", "approvals", "answer", denied, "--deny", "--reason", "not now")...)
 	var reply messages.DecideReply
 	if status != exitOK || json.Unmarshal([]byte(stdout), &reply) != nil || reply.State != messages.StateDenied ||
-		reply.Approval.State != messages.ApprovalDenied || reply.Approval.DecidedBy != "carol" || reply.Approval.DecisionReason != "not now" {
+		reply.Approval.State != messages.ApprovalDenied || reply.Approval.DecidedBy != "agent_a" || reply.Approval.DecisionReason != "not now" {
 		t.Fatalf("answer --deny --json: exit status %d\n%s%s", status, stdout, stderr)
 	}
 	if stdout, stderr, status = cli(t, bin, url, as(agentA, "calls", "watch", denied)...); status != exitCallFailed || !strings.Contains(stdout+stderr, "denied") {

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"os/user"
 	"strings"
 	"testing"
 	"time"
@@ -198,5 +203,78 @@ func TestHeldCallSaysWhoDecides(t *testing.T) {
 		if !json.Valid([]byte(line)) {
 			t.Fatalf("calls watch --json printed a line that is not JSON: %q", line)
 		}
+	}
+}
+
+// TestDecisionWithoutUserVariable: where $USER is not set (a container,
+// CI, systemd) and no NATS user is given, a decision is by the system's
+// name for the user running toolbus; mistakes in the command line that
+// only the coordinator can tell (remembering the turn of a call made
+// outside any) and a disable without a reason are usage errors, exit
+// status 2.
+func TestDecisionWithoutUserVariable(t *testing.T) {
+	t.Parallel()
+	url, bin := askingStack(t)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "USER=") {
+			env = append(env, kv)
+		}
+	}
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"--server", url}, args...)...)
+		cmd.Env = env
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+			return stdout.String(), stderr.String(), 0
+		case errors.As(err, &exit):
+			return stdout.String(), stderr.String(), exit.ExitCode()
+		}
+		t.Fatalf("run toolbus %v: %v", args, err)
+		return "", "", 0
+	}
+	stdout, stderr, status := run("call", "--detach", "demo-echo", `{"text":"nod"}`)
+	id := strings.TrimSpace(stdout)
+	if status != exitOK || id == "" {
+		t.Fatalf("call --detach: exit status %d\n%s%s", status, stdout, stderr)
+	}
+
+	stdout, stderr, status = run("approvals", "approve", id, "--remember", "turn")
+	if status != exitUsage || stdout != "" || !strings.Contains(stderr, "toolbus: bad_request: remember \"turn\" needs a turn") {
+		t.Fatalf("--remember turn outside a turn: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	var refusal struct {
+		Error    messages.Error `json:"error"`
+		ExitCode int            `json:"exit_code"`
+	}
+	stdout, _, status = run("--json", "approvals", "approve", id, "--remember", "turn")
+	if status != exitUsage || json.Unmarshal([]byte(stdout), &refusal) != nil || refusal.Error.Code != messages.CodeBadRequest || refusal.ExitCode != exitUsage {
+		t.Fatalf("--json --remember turn outside a turn: exit status %d\n%s", status, stdout)
+	}
+	if _, stderr, status = run("approvals", "approve", id, "--remember", "forever"); status != exitUsage || !strings.Contains(stderr, "--remember is call, turn or agent_tool") {
+		t.Fatalf("--remember forever: exit status %d\n%s", status, stderr)
+	}
+
+	stdout, stderr, status = run("approvals", "approve", id)
+	if me, err := user.Current(); err == nil && me.Username != "" {
+		if status != exitOK || strings.TrimSpace(stdout) != id+" approved by "+me.Username+"; the call is queued" {
+			t.Fatalf("approve without $USER: exit status %d\n%s%s", status, stdout, stderr)
+		}
+	} else if status != exitUsage || !strings.Contains(stderr, "pass --by NAME") {
+		// This system has no name for the test's user either: the command
+		// says how to name the decider.
+		t.Fatalf("approve without $USER or a name: exit status %d\n%s%s", status, stdout, stderr)
+	}
+
+	if _, stderr, status = run("tools", "disable", "demo-sleep"); status != exitUsage || !strings.Contains(stderr, "--reason") {
+		t.Fatalf("tools disable without --reason: exit status %d\n%s", status, stderr)
+	}
+	if stdout, _, _ = run("tools"); strings.Contains(stdout, "disabled") {
+		t.Fatalf("a disable without a reason switched a tool off:\n%s", stdout)
 	}
 }

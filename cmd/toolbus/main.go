@@ -54,10 +54,11 @@ Commands:
   tools                        list the tools in the catalog
   tools disable|enable NAME    switch a tool or a namespace off (with --reason) or on
   tools remove NAME            remove a stale tool, or every tool of a namespace, from the catalog
-  approvals list               list approvals (--state pending|approved|denied|expired|all;
+  approvals list               list approvals (--state pending|approved|denied|expired|withdrawn|all;
                                pending by default)
   approvals approve|deny ID    decide an approval (--remember call|turn|agent_tool, --reason,
-                               --by NAME, default $USER)
+                               --by NAME; default the NATS user of --user, else this system's
+                               name for the user running toolbus)
   approvals answer ID --approve|--deny
                                pass on the user's answer to an approval in prompt mode, as the
                                agent whose call it holds (--remember, --reason, --by as above)
@@ -135,6 +136,13 @@ type usageError string
 
 func (e usageError) Error() string { return string(e) }
 
+// misuse is a refusal of Toolbus that a value of the command line caused
+// (see commandLineRefused): reported with its code, with the usage status.
+type misuse struct{ err error }
+
+func (e misuse) Error() string { return e.err.Error() }
+func (e misuse) Unwrap() error { return e.err }
+
 // jsonErrors marks the error of a command run with --json, which is
 // printed as JSON.
 type jsonErrors struct{ err error }
@@ -163,7 +171,8 @@ func finish(err error, stdout, stderr io.Writer) int {
 	}
 	status := exitRequestFailed
 	var usage usageError
-	if errors.As(err, &usage) {
+	var misused misuse
+	if errors.As(err, &usage) || errors.As(err, &misused) {
 		status = exitUsage
 	}
 	if !errors.As(err, &asJSON) {
