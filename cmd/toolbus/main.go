@@ -284,7 +284,7 @@ func (g globals) connect() (*nats.Conn, *client.Client, error) {
 	conn := natsflags.Flags{Server: g.server, Creds: g.creds, User: g.user, Password: g.password, Inbox: g.inbox}
 	nc, err := conn.Connect("toolbus-cli")
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (is Toolbus running? start it with: go run ./cmd/toolbus dev)", err)
+		return nil, nil, g.connectError(err)
 	}
 	// A user of a deployment is an agent's or an operator's, whose account
 	// reads calls through the coordinator only.
@@ -295,6 +295,24 @@ func (g globals) connect() (*nats.Conn, *client.Client, error) {
 		return nil, nil, err
 	}
 	return nc, c, nil
+}
+
+// connectError says why the connection failed: the server refused the
+// credentials, or none answered.
+func (g globals) connectError(err error) error {
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
+		switch {
+		case g.creds != "":
+			return fmt.Errorf("%w: the server refused the credentials in %s (expired, revoked, or of another server): check --creds ($TOOLBUS_CREDS)", err, g.creds)
+		case g.user != "":
+			return fmt.Errorf("%w: the server refused user %s's credentials (a wrong password, or no such user): check --user and --password ($TOOLBUS_USER, $TOOLBUS_PASSWORD)", err, g.user)
+		}
+		return fmt.Errorf("%w: the server asks for credentials: connect as a user with --user and --password ($TOOLBUS_USER, $TOOLBUS_PASSWORD) or --creds ($TOOLBUS_CREDS)", err)
+	case errors.Is(err, nats.ErrNoServers):
+		return fmt.Errorf("%w (is Toolbus running? start it with: go run ./cmd/toolbus dev)", err)
+	}
+	return err
 }
 
 func newFlags(name string) *flag.FlagSet {
