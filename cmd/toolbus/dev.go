@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/toolbus/toolbus/internal/admin"
@@ -27,6 +29,7 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	consolePort := fs.Int("console-port", 8090, "port of the admin console on 127.0.0.1, served without a login to this machine's browsers unless $"+admin.TokensEnv+" holds tokens; 0 picks a free one (as it does when --port is 0), -1 starts none")
 	traceURL := fs.String("trace-url", "", "the tracing UI's URL for a trace, with {trace_id} in it, linked from the console's call pages")
 	metricsListen := fs.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
+	drain := fs.Duration("drain", 10*time.Second, "on Ctrl-C, how long running calls may finish before they are handed back (to run again at the next start); the rest then stops within 5s")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return exitError(2)
@@ -91,9 +94,21 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	}
 	fmt.Printf("Press Ctrl-C to stop.\n")
 	<-ctx.Done()
-	fmt.Println("stopping")
-	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// A second Ctrl-C ends the drain: the calls still running are handed
+	// back at once.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	stopCtx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
+	go func() {
+		select {
+		case <-again:
+			cancel()
+		case <-stopCtx.Done():
+		}
+	}()
+	fmt.Printf("stopping: running calls may finish for %v (--drain; Ctrl-C again hands them back now)\n", *drain)
 	return stack.Stop(stopCtx)
 }
 

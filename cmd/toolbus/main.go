@@ -44,7 +44,8 @@ Usage:
 Commands:
   dev                          run an embedded NATS server, a coordinator and a demo worker
                                (prints the MCP endpoint and the admin console's URL, --console-port)
-                               (--worker-config FILE also serves a worker configuration, see docs/workers.md)
+                               (--worker-config FILE also serves a worker configuration, see docs/workers.md;
+                               on Ctrl-C running calls may finish for --drain, 10s, then are handed back)
   mcp                          serve Toolbus to MCP clients: streamable HTTP on --listen ADDR
                                (/mcp; --tokens FILE or $TOOLBUS_MCP_TOKENS map bearer tokens to
                                agents, else --agent on loopback only), or --stdio (docs/mcp.md)
