@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -67,7 +68,10 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	defer tel.Close()
 	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, WorkerConfig: *workerConfig, MCPListen: mcpListen, MCPAgent: g.agent, ConsoleListen: consoleListen, ConsoleTokens: consoleTokens, ConsoleTraceURL: *traceURL, Logger: log})
 	if err != nil {
-		return fmt.Errorf("start: %w (if the port is taken, try --port 0)", err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("start: %w (another process listens there, another toolbus dev perhaps: stop it, or choose other ports: --port 0 picks free ones for NATS, the MCP front and the console; --mcp-port and --console-port take a port of their own, or -1 for none)", err)
+		}
+		return fmt.Errorf("start: %w", err)
 	}
 	tel.SetReady(stack.Ready)
 	url := stack.URL()

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -57,5 +61,36 @@ func TestDevStopsAfterTheDrain(t *testing.T) {
 	}
 	if err := again.Interrupt(t); err != nil {
 		t.Fatalf("dev did not stop cleanly: %v\n%s", err, again.Output())
+	}
+}
+
+// TestDevStartErrorNamesItsCause: toolbus dev that cannot start says why:
+// a port taken, with what to do about it, and a store it cannot use,
+// without a word about ports.
+func TestDevStartErrorNamesItsCause(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Binary(t, "./cmd/toolbus")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	for _, args := range [][]string{
+		{"dev", "--port", port, "--data", t.TempDir()},
+		{"dev", "--port", "0", "--mcp-port", port, "--console-port", "-1", "--data", t.TempDir()},
+	} {
+		_, stderr, status := cli(t, bin, "", args...)
+		if status != exitRequestFailed || !strings.Contains(stderr, "127.0.0.1:"+port) || !strings.Contains(stderr, "address already in use") || !strings.Contains(stderr, "--port 0 picks free ones") {
+			t.Errorf("%v with the port taken: exit status %d\n%s", args, status, stderr)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, status := cli(t, bin, "", "dev", "--port", "0", "--data", filepath.Join(file, "data"))
+	if status != exitRequestFailed || !strings.Contains(stderr, "toolbus: start: natsserver: Can't start JetStream") || strings.Contains(stderr, "port") {
+		t.Errorf("dev with a store under a file: exit status %d\n%s", status, stderr)
 	}
 }
