@@ -22,7 +22,10 @@ func runApprovals(ctx context.Context, g globals, args []string) error {
 	approve := fs.Bool("approve", false, "answer: the user approves")
 	deny := fs.Bool("deny", false, "answer: the user denies")
 	pos, err := parseInterleaved(fs, args)
-	if err != nil || len(pos) == 0 {
+	if err != nil {
+		return flagsFailed(err)
+	}
+	if len(pos) == 0 {
 		fmt.Fprintln(os.Stderr, approvalsUsage)
 		return exitError(2)
 	}
@@ -156,10 +159,13 @@ func commandLineRefused(err error) error {
 }
 
 func runToolSwitch(ctx context.Context, g globals, enable bool, args []string) error {
-	fs := newFlags("tools")
+	fs := newFlags("tools enable|disable")
 	reason := fs.String("reason", "", "why (required to disable)")
 	pos, err := parseInterleaved(fs, args)
-	if err != nil || len(pos) != 1 {
+	if err != nil {
+		return flagsFailed(err)
+	}
+	if len(pos) != 1 {
 		fmt.Fprintln(os.Stderr, "usage: toolbus tools enable|disable TOOL-OR-NAMESPACE [--reason R]")
 		return exitError(2)
 	}
@@ -192,7 +198,10 @@ func runToolsRemove(ctx context.Context, g globals, args []string) error {
 	fs := newFlags("tools remove")
 	reason := fs.String("reason", "", "why")
 	pos, err := parseInterleaved(fs, args)
-	if err != nil || len(pos) != 1 {
+	if err != nil {
+		return flagsFailed(err)
+	}
+	if len(pos) != 1 {
 		fmt.Fprintln(os.Stderr, "usage: toolbus tools remove TOOL-OR-NAMESPACE [--reason R]")
 		return exitError(2)
 	}

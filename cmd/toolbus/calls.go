@@ -22,7 +22,7 @@ func runTools(ctx context.Context, g globals, args []string) error {
 	ns := fs.String("namespace", "", "only this namespace")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	if len(pos) > 0 {
 		return usageError(fmt.Sprintf("toolbus tools takes no argument but --namespace N (or: tools enable|disable|remove NAME); got %q", pos[0]))
@@ -39,20 +39,34 @@ func runTools(ctx context.Context, g globals, args []string) error {
 	if g.json {
 		return printJSON(reply)
 	}
-	for _, t := range reply.Tools {
-		state := ""
-		if !t.Available {
-			state = "  [unavailable: " + t.Unavailable + "]"
-		}
-		if t.Disabled {
-			state = "  [disabled: " + t.Reason + "]"
+	writeTools(os.Stdout, reply.Tools)
+	return nil
+}
+
+// writeTools prints the catalog as a table: each tool's name, its
+// description's first line cut to descriptionWidth, and its state (and
+// the name its source gives it, when another); a tool whose state says
+// nothing has "-".
+func writeTools(w io.Writer, tools []messages.ToolEntry) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tDESCRIPTION\tSTATE")
+	for _, t := range tools {
+		var state []string
+		switch {
+		case t.Disabled:
+			state = append(state, "disabled: "+t.Reason)
+		case !t.Available:
+			state = append(state, "unavailable: "+t.Unavailable)
 		}
 		if t.OriginalName != "" {
-			state += "  (source's name: " + t.OriginalName + ")"
+			state = append(state, "source's name: "+t.OriginalName)
 		}
-		fmt.Printf("%-32s %s%s\n", t.Name, firstLine(t.Description), state)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", printable(t.Name), dash(cell(t.Description, descriptionWidth)), dash(printable(strings.Join(state, "; "))))
 	}
-	return nil
+	_ = tw.Flush()
+	if len(tools) == 0 {
+		fmt.Fprintln(w, "no tools")
+	}
 }
 
 func firstLine(s string) string {
@@ -71,7 +85,7 @@ func runCall(ctx context.Context, g globals, args []string) error {
 	detach := fs.Bool("detach", false, "print the call ID and return without waiting")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	if len(pos) < 1 || len(pos) > 2 {
 		fmt.Fprintln(os.Stderr, "usage: toolbus call [--watch] [--timeout D] [--turn T] TOOL [JSON-ARGS]")
@@ -315,7 +329,7 @@ func runCalls(ctx context.Context, g globals, args []string) error {
 	full := fs.Bool("full", false, "get: a result cut to its tool's size limit is read whole (calls.full_result) and shown in its place")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	if len(pos) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: toolbus calls get [--trace] [--full]|watch|cancel [--reason R] CALL-ID, or toolbus calls list [flags]")
@@ -423,7 +437,7 @@ func runCallsList(ctx context.Context, g globals, args []string) error {
 	fs.StringVar(&req.Cursor, "cursor", "", "continue where the previous page ended (the cursor it printed)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	if len(pos) > 0 {
 		fmt.Fprintln(os.Stderr, "usage: toolbus calls list [--agent A] [--turn T] [--tool X] [--namespace N] [--state S]... [--since T] [--until T] [--limit N] [--cursor C]")
@@ -507,7 +521,7 @@ func printCallInfo(info *messages.CallInfo) {
 func runTurns(ctx context.Context, g globals, args []string) error {
 	pos, err := parseInterleaved(newFlags("turns get"), args)
 	if err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	if len(pos) != 2 || pos[0] != "get" {
 		fmt.Fprintln(os.Stderr, "usage: toolbus turns get TURN-ID")

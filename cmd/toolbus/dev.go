@@ -33,7 +33,7 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	drain := fs.Duration("drain", 10*time.Second, "on Ctrl-C, how long running calls may finish before they are handed back (to run again at the next start); the rest then stops within 5s")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if _, err := parseInterleaved(fs, args); err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	mcpListen := ""
 	if !flagSet(fs, "mcp-port") && *port == 0 {
