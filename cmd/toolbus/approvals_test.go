@@ -189,7 +189,7 @@ func TestHeldCallSaysWhoDecides(t *testing.T) {
 	// Standard output holds only the result (or the JSON events).
 	stdout, stderr, status := cli(t, bin, url, "call", "--detach", "demo-echo", `{"text":"quiet"}`)
 	callID := strings.TrimSpace(stdout)
-	if status != exitOK {
+	if status != exitOK || !strings.Contains(stderr, "call "+callID+" waits for approval "+callID) {
 		t.Fatalf("call --detach: exit status %d\n%s", status, stderr)
 	}
 	if _, _, status = cli(t, bin, url, "approvals", "approve", callID, "--by", "nb"); status != exitOK {

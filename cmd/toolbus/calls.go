@@ -116,6 +116,9 @@ func runCall(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	if *detach {
+		if reply.State == messages.StateAwaitingApproval {
+			fmt.Fprintln(os.Stderr, approvalLine(reply.CallID, reply.Approval))
+		}
 		if g.json {
 			return printJSON(reply)
 		}
