@@ -335,8 +335,8 @@ func (ap *approvals) decide(ctx context.Context, dr *messages.DecideRequest) (_ 
 	if err := ap.save(ctx, &decided); err != nil {
 		if errors.Is(err, messages.ErrConflict) {
 			// Settled by someone else at the same time, most likely.
-			if now, lerr := ap.load(ctx, dr.ApprovalID); lerr == nil && now.rec.State != messages.ApprovalPending {
-				a = now
+			if current, lerr := ap.load(ctx, dr.ApprovalID); lerr == nil && current.rec.State != messages.ApprovalPending {
+				a = current
 				return nil, notPending(&a.rec)
 			}
 		}
@@ -363,6 +363,10 @@ func notPending(a *messages.Approval) error {
 	case messages.ApprovalExpired:
 		what = "it expired at " + a.ExpiresAt.Format(time.RFC3339)
 	case messages.ApprovalWithdrawn:
+		if a.DecidedBy == withdrawnByToolbus {
+			what = "it was withdrawn: " + a.DecisionReason
+			break
+		}
 		what = "it was withdrawn: call " + a.CallID + " was cancelled"
 		if a.DecidedBy != "" {
 			what += " by " + a.DecidedBy
@@ -434,11 +438,15 @@ func (ap *approvals) withdraw(ctx context.Context, callID string, info *messages
 // errNotWithdrawn: the call has no pending approval to withdraw.
 var errNotWithdrawn = errors.New("no pending approval to withdraw")
 
+// withdrawnByToolbus is who withdrew the approval of a call that ended
+// without a cancel settling it.
+const withdrawnByToolbus = "toolbus"
+
 // settleEnded withdraws the pending approval of a call that ended
 // without a decision (a cancel of a coordinator that left its approval
 // pending), and audits it.
 func (ap *approvals) settleEnded(ctx context.Context, a *storedApproval, res *messages.CallResult) error {
-	a.rec.State, a.rec.DecidedBy, a.rec.DecidedAt = messages.ApprovalWithdrawn, "toolbus", time.Now().UTC()
+	a.rec.State, a.rec.DecidedBy, a.rec.DecidedAt = messages.ApprovalWithdrawn, withdrawnByToolbus, time.Now().UTC()
 	a.rec.DecisionReason = "the call ended " + string(res.Status) + " before a decision"
 	if res.Error != nil && res.Error.Message != "" {
 		a.rec.DecisionReason += ": " + res.Error.Message
