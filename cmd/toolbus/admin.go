@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/user"
+	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -13,14 +15,17 @@ const approvalsUsage = "usage: toolbus approvals list [--state S] | approve ID [
 
 func runApprovals(ctx context.Context, g globals, args []string) error {
 	fs := newFlags("approvals")
-	state := fs.String("state", "pending", "list: pending, approved, denied, expired or all")
+	state := fs.String("state", "pending", "list: pending, approved, denied, expired, withdrawn or all")
 	reason := fs.String("reason", "", "approve/deny/answer: why")
-	by := fs.String("by", os.Getenv("USER"), "approve/deny/answer: who decides")
+	by := fs.String("by", "", "approve/deny/answer: who decides (default: the NATS user of --user, else the system's name for the user running toolbus)")
 	remember := fs.String("remember", messages.RememberCall, "approve, answer --approve: call, turn or agent_tool")
 	approve := fs.Bool("approve", false, "answer: the user approves")
 	deny := fs.Bool("deny", false, "answer: the user denies")
 	pos, err := parseInterleaved(fs, args)
-	if err != nil || len(pos) == 0 {
+	if err != nil {
+		return flagsFailed(err)
+	}
+	if len(pos) == 0 {
 		fmt.Fprintln(os.Stderr, approvalsUsage)
 		return exitError(2)
 	}
@@ -30,6 +35,26 @@ func runApprovals(ctx context.Context, g globals, args []string) error {
 	}
 	if pos[0] != "answer" && (*approve || *deny) {
 		return usageError("--approve and --deny go with approvals answer; operators decide with approvals approve|deny ID")
+	}
+	if (pos[0] == "approve" || pos[0] == "deny") && len(pos) != 2 {
+		fmt.Fprintln(os.Stderr, approvalsUsage)
+		return exitError(2)
+	}
+	switch *remember {
+	case messages.RememberCall, messages.RememberTurn, messages.RememberAgentTool:
+	default:
+		return usageError(fmt.Sprintf("--remember is call, turn or agent_tool, not %q", *remember))
+	}
+	decider := *by
+	if pos[0] != "list" && !flagSet(fs, "by") {
+		if decider, err = defaultDecider(g, pos[0] == "answer", systemUserName); err != nil {
+			return err
+		}
+	}
+	if pos[0] == "approve" || pos[0] == "deny" {
+		// A decision is the decider's, never an agent's: --agent does not
+		// stand in for --by.
+		g.agent = ""
 	}
 	nc, c, err := g.connect()
 	if err != nil {
@@ -55,31 +80,18 @@ func runApprovals(ctx context.Context, g globals, args []string) error {
 			fmt.Printf("no %s approvals\n", *state)
 		}
 		return nil
-	case "approve", "deny":
-		if len(pos) != 2 {
-			return exitError(2)
+	case "approve", "deny", "answer":
+		req := messages.DecideRequest{ApprovalID: pos[1], Decision: messages.DecisionApprove, Reason: *reason, By: decider, Remember: *remember}
+		if pos[0] == "deny" || pos[0] == "answer" && *deny {
+			req.Decision = messages.DecisionDeny
 		}
-		decision := messages.DecisionApprove
-		if pos[0] == "deny" {
-			decision = messages.DecisionDeny
+		decide := c.Decide
+		if pos[0] == "answer" {
+			decide = c.Answer
 		}
-		reply, err := c.Decide(ctx, messages.DecideRequest{ApprovalID: pos[1], Decision: decision, Reason: *reason, By: *by, Remember: *remember})
+		reply, err := decide(ctx, req)
 		if err != nil {
-			return err
-		}
-		if g.json {
-			return printJSON(reply)
-		}
-		fmt.Printf("%s %s by %s; the call is %s\n", reply.Approval.ApprovalID, reply.Approval.State, reply.Approval.DecidedBy, reply.State)
-		return nil
-	case "answer":
-		decision := messages.DecisionApprove
-		if *deny {
-			decision = messages.DecisionDeny
-		}
-		reply, err := c.Answer(ctx, messages.DecideRequest{ApprovalID: pos[1], Decision: decision, Reason: *reason, By: *by, Remember: *remember})
-		if err != nil {
-			return err
+			return commandLineRefused(err)
 		}
 		if g.json {
 			return printJSON(reply)
@@ -91,13 +103,74 @@ func runApprovals(ctx context.Context, g globals, args []string) error {
 	return exitError(2)
 }
 
+// defaultDecider is who a decision is by when --by is not given: the NATS
+// user the command connects as (--user; with --creds alone, "" leaves it
+// to the coordinator, which knows the authenticated caller), else the
+// system's name for the user running the command, else, for an answer,
+// the agent --agent names ("", which the client fills in). Without any,
+// the command line must say who decides.
+func defaultDecider(g globals, answer bool, systemUser func() (string, error)) (string, error) {
+	switch {
+	case g.user != "":
+		return g.user, nil
+	case g.creds != "":
+		return "", nil
+	}
+	name, err := systemUser()
+	if err == nil && name != "" {
+		return name, nil
+	}
+	if answer && g.agent != "" {
+		return "", nil
+	}
+	why := "the system has no name for the user running toolbus"
+	if err != nil {
+		why += " (" + err.Error() + ")"
+	}
+	return "", usageError("who decides? pass --by NAME: no NATS user was given (--user, --creds) and " + why)
+}
+
+// systemUserName is the name of the user running the command: the
+// system's user database's, else $USER.
+func systemUserName() (string, error) {
+	u, err := user.Current()
+	if err == nil && u.Username != "" {
+		return u.Username, nil
+	}
+	if name := os.Getenv("USER"); name != "" {
+		return name, nil
+	}
+	if err == nil {
+		err = fmt.Errorf("user ID %s has no name", u.Uid)
+	}
+	return "", err
+}
+
+// commandLineRefused makes the coordinator's refusal of a value that
+// came from the command line (bad_request, invalid_name: a --remember
+// that does not fit the call, a --by that is no name) a mistake in the
+// command line, exit status 2; any other error is left as it is.
+func commandLineRefused(err error) error {
+	switch messages.CodeOf(err) {
+	case messages.CodeBadRequest, messages.CodeInvalidName:
+		return misuse{err}
+	}
+	return err
+}
+
 func runToolSwitch(ctx context.Context, g globals, enable bool, args []string) error {
-	fs := newFlags("tools")
+	fs := newFlags("tools enable|disable")
 	reason := fs.String("reason", "", "why (required to disable)")
 	pos, err := parseInterleaved(fs, args)
-	if err != nil || len(pos) != 1 {
+	if err != nil {
+		return flagsFailed(err)
+	}
+	if len(pos) != 1 {
 		fmt.Fprintln(os.Stderr, "usage: toolbus tools enable|disable TOOL-OR-NAMESPACE [--reason R]")
 		return exitError(2)
+	}
+	if !enable && strings.TrimSpace(*reason) == "" {
+		return usageError("toolbus tools disable needs --reason R: say why " + pos[0] + " is switched off (its callers are told)")
 	}
 	nc, c, err := g.connect()
 	if err != nil {
@@ -125,7 +198,10 @@ func runToolsRemove(ctx context.Context, g globals, args []string) error {
 	fs := newFlags("tools remove")
 	reason := fs.String("reason", "", "why")
 	pos, err := parseInterleaved(fs, args)
-	if err != nil || len(pos) != 1 {
+	if err != nil {
+		return flagsFailed(err)
+	}
+	if len(pos) != 1 {
 		fmt.Fprintln(os.Stderr, "usage: toolbus tools remove TOOL-OR-NAMESPACE [--reason R]")
 		return exitError(2)
 	}

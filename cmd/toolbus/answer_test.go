@@ -65,7 +65,7 @@ func TestApprovalsAnswer(t *testing.T) {
 	waiting := testenv.Start(t, bin, as(append([]string{"--server", url}, agentA...), "call", "demo-echo", `{"text":"nod"}`)...)
 	hint := waiting.WaitLine(t, "toolbus approvals answer ")
 	approvalID := strings.Fields(strings.SplitN(hint, "toolbus approvals answer ", 2)[1])[0]
-	if !strings.Contains(hint, "needs the user's approval") || !strings.Contains(hint, approvalID+" --approve|--deny)") {
+	if !strings.Contains(hint, "(the exposure rules ask for an approval of demo-echo: Echoing needs the user's nod): the agent's user decides") || !strings.Contains(hint, approvalID+" --approve|--deny; waiting for the answer") {
 		t.Fatalf("the waiting call's hint: %q", hint)
 	}
 
@@ -107,11 +107,12 @@ func TestApprovalsAnswer(t *testing.T) {
 	if err := waiting.Wait(testenv.Context(t)); err != nil {
 		t.Fatalf("the answered call: %v\n%s", err, waiting.Output())
 	}
-	if _, stderr, status = cli(t, bin, url, as(agentA, "approvals", "answer", approvalID, "--deny")...); status != exitRequestFailed || !strings.Contains(stderr, "conflict: approval "+approvalID+" was already approved by the user") {
+	if _, stderr, status = cli(t, bin, url, as(agentA, "approvals", "answer", approvalID, "--deny")...); status != exitRequestFailed || !strings.Contains(stderr, "approval_not_pending: approval "+approvalID+" is no longer pending: it was already approved by the user") {
 		t.Fatalf("answering twice: exit status %d\n%s", status, stderr)
 	}
 
-	// A denial, as JSON, by the person $USER names.
+	// A denial, as JSON, by the NATS user the command connected as, not
+	// by whom $USER names.
 	stdout, stderr, status = cli(t, bin, url, as(agentA, "call", "--detach", "demo-echo", `{"text":"no"}`)...)
 	denied := strings.TrimSpace(stdout)
 	if status != exitOK || denied == "" {
@@ -120,7 +121,7 @@ func TestApprovalsAnswer(t *testing.T) {
 	stdout, stderr, status = cliWith(t, []string{"USER=carol"}, bin, url, as(agentA, "--json", "approvals", "answer", denied, "--deny", "--reason", "not now")...)
 	var reply messages.DecideReply
 	if status != exitOK || json.Unmarshal([]byte(stdout), &reply) != nil || reply.State != messages.StateDenied ||
-		reply.Approval.State != messages.ApprovalDenied || reply.Approval.DecidedBy != "carol" || reply.Approval.DecisionReason != "not now" {
+		reply.Approval.State != messages.ApprovalDenied || reply.Approval.DecidedBy != "agent_a" || reply.Approval.DecisionReason != "not now" {
 		t.Fatalf("answer --deny --json: exit status %d\n%s%s", status, stdout, stderr)
 	}
 	if stdout, stderr, status = cli(t, bin, url, as(agentA, "calls", "watch", denied)...); status != exitCallFailed || !strings.Contains(stdout+stderr, "denied") {

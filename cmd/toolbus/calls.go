@@ -22,7 +22,7 @@ func runTools(ctx context.Context, g globals, args []string) error {
 	ns := fs.String("namespace", "", "only this namespace")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	if len(pos) > 0 {
 		return usageError(fmt.Sprintf("toolbus tools takes no argument but --namespace N (or: tools enable|disable|remove NAME); got %q", pos[0]))
@@ -39,20 +39,34 @@ func runTools(ctx context.Context, g globals, args []string) error {
 	if g.json {
 		return printJSON(reply)
 	}
-	for _, t := range reply.Tools {
-		state := ""
-		if !t.Available {
-			state = "  [unavailable: " + t.Unavailable + "]"
-		}
-		if t.Disabled {
-			state = "  [disabled: " + t.Reason + "]"
+	writeTools(os.Stdout, reply.Tools)
+	return nil
+}
+
+// writeTools prints the catalog as a table: each tool's name, its
+// description's first line cut to descriptionWidth, and its state (and
+// the name its source gives it, when another); a tool whose state says
+// nothing has "-".
+func writeTools(w io.Writer, tools []messages.ToolEntry) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tDESCRIPTION\tSTATE")
+	for _, t := range tools {
+		var state []string
+		switch {
+		case t.Disabled:
+			state = append(state, "disabled: "+t.Reason)
+		case !t.Available:
+			state = append(state, "unavailable: "+t.Unavailable)
 		}
 		if t.OriginalName != "" {
-			state += "  (source's name: " + t.OriginalName + ")"
+			state = append(state, "source's name: "+t.OriginalName)
 		}
-		fmt.Printf("%-32s %s%s\n", t.Name, firstLine(t.Description), state)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", printable(t.Name), dash(cell(t.Description, descriptionWidth)), dash(printable(strings.Join(state, "; "))))
 	}
-	return nil
+	_ = tw.Flush()
+	if len(tools) == 0 {
+		fmt.Fprintln(w, "no tools")
+	}
 }
 
 func firstLine(s string) string {
@@ -71,7 +85,7 @@ func runCall(ctx context.Context, g globals, args []string) error {
 	detach := fs.Bool("detach", false, "print the call ID and return without waiting")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	if len(pos) < 1 || len(pos) > 2 {
 		fmt.Fprintln(os.Stderr, "usage: toolbus call [--watch] [--timeout D] [--turn T] TOOL [JSON-ARGS]")
@@ -102,6 +116,9 @@ func runCall(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	if *detach {
+		if reply.State == messages.StateAwaitingApproval {
+			fmt.Fprintln(os.Stderr, approvalLine(reply.CallID, reply.Approval))
+		}
 		if g.json {
 			return printJSON(reply)
 		}
@@ -110,6 +127,11 @@ func runCall(ctx context.Context, g globals, args []string) error {
 	}
 	res := reply.Result
 	if res == nil {
+		if g.json {
+			// Standard output is for the events; the other ways of
+			// following say the call's ID themselves.
+			fmt.Fprintf(os.Stderr, "call %s\n", reply.CallID)
+		}
 		var printed bool
 		if res, printed, err = followCall(ctx, g, c, reply.CallID, true); err != nil {
 			return err
@@ -123,23 +145,58 @@ func runCall(ctx context.Context, g globals, args []string) error {
 
 // callAndWait makes the call and waits for its result for as long as the
 // call takes: no request timeout cuts the wait, which ends with the call's
-// deadline (timeout if set, else the tool's own) or an interrupt. A call
-// held for the user's approval is announced, then awaited.
+// deadline (timeout if set, else the tool's own) or an interrupt. The
+// call's ID is printed on standard error before it is submitted; a call
+// held for an approval is announced at once (who decides, and how), then
+// awaited.
 func callAndWait(ctx context.Context, c *client.Client, tool string, args messages.JSON, turn, key string, timeout time.Duration) (*messages.CallResult, error) {
-	opts := []client.CallOption{client.WithTurn(turn)}
-	if timeout > 0 {
-		opts = append(opts, client.WithTimeout(timeout))
-	}
-	if key != "" {
-		opts = append(opts, client.WithIdempotencyKey(key))
-	}
-	res, err := c.Call(ctx, tool, args, opts...)
-	var approval *client.ApprovalRequiredError
-	if errors.As(err, &approval) {
-		fmt.Fprintf(os.Stderr, "%v; waiting for the answer (toolbus approvals answer %s --approve|--deny)\n", err, approval.Approval.ApprovalID)
-		return c.Wait(ctx, approval.CallID)
+	req := messages.SubmitRequest{Tool: tool, Arguments: args, Turn: turn, IdempotencyKey: key, TimeoutMS: timeout.Milliseconds()}
+	res, err := c.CallObserved(ctx, req, &client.CallObserver{
+		Named: func(callID string) { fmt.Fprintf(os.Stderr, "call %s\n", callID) },
+		Held:  func(*messages.SubmitReply) bool { return true },
+	})
+	var held *client.ApprovalRequiredError
+	if errors.As(err, &held) {
+		fmt.Fprintln(os.Stderr, approvalLine(held.CallID, held.Approval))
+		return c.Wait(ctx, held.CallID)
 	}
 	return res, err
+}
+
+// approvalLine says that a call waits for an approval: which, why, who
+// decides and the command that decides it.
+func approvalLine(callID string, a *messages.Approval) string {
+	if a == nil {
+		return fmt.Sprintf("call %s waits for an approval (toolbus approvals list shows it)", callID)
+	}
+	var says []string
+	for _, text := range []string{a.Reason, a.Message} {
+		if text != "" {
+			says = append(says, printable(text))
+		}
+	}
+	why := ""
+	if len(says) > 0 {
+		why = " (" + strings.Join(says, ": ") + ")"
+	}
+	if a.Mode == messages.ApprovalPrompt {
+		return fmt.Sprintf("call %s waits for approval %s%s: the agent's user decides, in the conversation or with: toolbus approvals answer %s --approve|--deny; waiting for the answer",
+			callID, a.ApprovalID, why, a.ApprovalID)
+	}
+	return fmt.Sprintf("call %s waits for approval %s%s: an operator decides with: toolbus approvals approve %s (or deny %s); waiting for the decision",
+		callID, a.ApprovalID, why, a.ApprovalID, a.ApprovalID)
+}
+
+// decisionLine says what became of an approval once settled.
+func decisionLine(a *messages.Approval) string {
+	line := "approval " + a.ApprovalID + " " + a.State
+	if a.DecidedBy != "" {
+		line += " by " + printable(a.DecidedBy)
+	}
+	if a.DecisionReason != "" {
+		line += ": " + printable(a.DecisionReason)
+	}
+	return line
 }
 
 // watchCall draws the call's progress until its result. The first Ctrl-C
@@ -195,6 +252,14 @@ func watchCall(ctx context.Context, c *client.Client, callID string, cancelOnInt
 			}
 		case messages.EventLog:
 			fmt.Fprintf(os.Stderr, "\n[%s] %s\n", ev.Log.Level, ev.Log.Message)
+		case messages.EventApproval:
+			_ = bar.Clear()
+			fmt.Fprintln(os.Stderr, eventLine(ev))
+			if ev.Approval != nil && ev.Approval.State == messages.ApprovalPending {
+				bar.Describe("awaiting approval " + ev.Approval.ApprovalID)
+			} else {
+				bar.Describe("queued")
+			}
 		case messages.EventCancel:
 			bar.Describe("cancelling")
 		case messages.EventResult:
@@ -267,7 +332,7 @@ func runCalls(ctx context.Context, g globals, args []string) error {
 	full := fs.Bool("full", false, "get: a result cut to its tool's size limit is read whole (calls.full_result) and shown in its place")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	if len(pos) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: toolbus calls get [--trace] [--full]|watch|cancel [--reason R] CALL-ID, or toolbus calls list [flags]")
@@ -375,7 +440,7 @@ func runCallsList(ctx context.Context, g globals, args []string) error {
 	fs.StringVar(&req.Cursor, "cursor", "", "continue where the previous page ended (the cursor it printed)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	if len(pos) > 0 {
 		fmt.Fprintln(os.Stderr, "usage: toolbus calls list [--agent A] [--turn T] [--tool X] [--namespace N] [--state S]... [--since T] [--until T] [--limit N] [--cursor C]")
@@ -460,7 +525,7 @@ func printCallInfo(info *messages.CallInfo) {
 func runTurns(ctx context.Context, g globals, args []string) error {
 	pos, err := parseInterleaved(newFlags("turns get"), args)
 	if err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	if len(pos) != 2 || pos[0] != "get" {
 		fmt.Fprintln(os.Stderr, "usage: toolbus turns get TURN-ID")

@@ -26,7 +26,7 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 	maxBytes := fs.Int64("max-request-bytes", 64<<10, "largest HTTP request body")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if _, err := parseInterleaved(fs, args); err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	level := slog.LevelInfo
 	if *verbose {

@@ -122,3 +122,29 @@ func TestCallsGetFullReadsACutResultWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestDeployedAgentWithoutARoute: with identities, an agent's user that
+// names no route calls with --watch and --detach as a plain call does,
+// with no refused subscription, and a wrong password is named as such.
+func TestDeployedAgentWithoutARoute(t *testing.T) {
+	t.Parallel()
+	url, bin := deployedStack(t)
+	agentB := []string{"--user", "agent_b", "--password", "agent-b-secret", "--agent", "billing-bot"}
+	stdout, stderr, status := cli(t, bin, url, append(agentB, "call", "--watch", "demo-echo", `{"text":"watched"}`)...)
+	if status != exitOK || strings.TrimSpace(stdout) != "watched" || strings.Contains(stderr, "permissions violation") || strings.Contains(stderr, "forbidden") {
+		t.Fatalf("call --watch without a route: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	stdout, stderr, status = cli(t, bin, url, append(agentB, "call", "--detach", "demo-echo", `{"text":"later"}`)...)
+	id := strings.TrimSpace(stdout)
+	if status != exitOK || id == "" || strings.Contains(stderr, "permissions violation") {
+		t.Fatalf("call --detach without a route: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	if stdout, stderr, status = cli(t, bin, url, append(agentB, "calls", "watch", id)...); status != exitOK || strings.TrimSpace(stdout) != "later" {
+		t.Fatalf("calls watch of the detached call: exit status %d\n%s%s", status, stdout, stderr)
+	}
+
+	_, stderr, status = cli(t, bin, url, "--user", "agent_b", "--password", "not-the-password", "tools")
+	if status != exitRequestFailed || !strings.Contains(stderr, "refused user agent_b's credentials") || strings.Contains(stderr, "is Toolbus running") {
+		t.Fatalf("a wrong password: exit status %d\n%s", status, stderr)
+	}
+}

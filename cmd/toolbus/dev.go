@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/toolbus/toolbus/internal/admin"
@@ -27,9 +30,10 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	consolePort := fs.Int("console-port", 8090, "port of the admin console on 127.0.0.1, served without a login to this machine's browsers unless $"+admin.TokensEnv+" holds tokens; 0 picks a free one (as it does when --port is 0), -1 starts none")
 	traceURL := fs.String("trace-url", "", "the tracing UI's URL for a trace, with {trace_id} in it, linked from the console's call pages")
 	metricsListen := fs.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
+	drain := fs.Duration("drain", 10*time.Second, "on Ctrl-C, how long running calls may finish before they are handed back (to run again at the next start); the rest then stops within 5s")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if _, err := parseInterleaved(fs, args); err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	mcpListen := ""
 	if !flagSet(fs, "mcp-port") && *port == 0 {
@@ -64,7 +68,10 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	defer tel.Close()
 	stack, err := devstack.Start(ctx, devstack.Config{DataDir: *dataDir, Host: *host, Port: *port, Prefix: g.prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, WorkerConfig: *workerConfig, MCPListen: mcpListen, MCPAgent: g.agent, ConsoleListen: consoleListen, ConsoleTokens: consoleTokens, ConsoleTraceURL: *traceURL, Logger: log})
 	if err != nil {
-		return fmt.Errorf("start: %w (if the port is taken, try --port 0)", err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("start: %w (another process listens there, another toolbus dev perhaps: stop it, or choose other ports: --port 0 picks free ones for NATS, the MCP front and the console; --mcp-port and --console-port take a port of their own, or -1 for none)", err)
+		}
+		return fmt.Errorf("start: %w", err)
 	}
 	tel.SetReady(stack.Ready)
 	url := stack.URL()
@@ -91,9 +98,21 @@ func runDev(ctx context.Context, g globals, args []string) error {
 	}
 	fmt.Printf("Press Ctrl-C to stop.\n")
 	<-ctx.Done()
-	fmt.Println("stopping")
-	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// A second Ctrl-C ends the drain: the calls still running are handed
+	// back at once.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	stopCtx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
+	go func() {
+		select {
+		case <-again:
+			cancel()
+		case <-stopCtx.Done():
+		}
+	}()
+	fmt.Printf("stopping: running calls may finish for %v (--drain; Ctrl-C again hands them back now)\n", *drain)
 	return stack.Stop(stopCtx)
 }
 

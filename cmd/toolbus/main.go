@@ -4,6 +4,7 @@
 //	toolbus mcp --listen ADDR | --stdio serve Toolbus to MCP clients
 //	toolbus console --tokens FILE      serve the operators' admin console
 //	toolbus tools                      list the catalog
+//	toolbus search QUERY               discovery: the tools that best match, with scores
 //	toolbus call TOOL [JSON] [--watch] call a tool and print its result
 //	toolbus calls get|watch|cancel ID  follow one call
 //	toolbus calls list [filters]       the execution log, newest call first
@@ -29,6 +30,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/nats-io/nats.go"
@@ -46,7 +48,8 @@ Usage:
 Commands:
   dev                          run an embedded NATS server, a coordinator and a demo worker
                                (prints the MCP endpoint and the admin console's URL, --console-port)
-                               (--worker-config FILE also serves a worker configuration, see docs/workers.md)
+                               (--worker-config FILE also serves a worker configuration, see docs/workers.md;
+                               on Ctrl-C running calls may finish for --drain, 10s, then are handed back)
   mcp                          serve Toolbus to MCP clients: streamable HTTP on --listen ADDR
                                (/mcp; --tokens FILE or $TOOLBUS_MCP_TOKENS map bearer tokens to
                                agents, else --agent on loopback only), or --stdio (docs/mcp.md)
@@ -54,12 +57,15 @@ Commands:
                                operators who log in with a token of --tokens FILE or
                                $TOOLBUS_CONSOLE_TOKENS (docs/operations.md)
   tools                        list the tools in the catalog
+  search QUERY...              the tools that best match QUERY, best first, with their scores
+                               (--namespace N, --tag T, --limit N, --page P; --agent's view)
   tools disable|enable NAME    switch a tool or a namespace off (with --reason) or on
   tools remove NAME            remove a stale tool, or every tool of a namespace, from the catalog
-  approvals list               list approvals (--state pending|approved|denied|expired|all;
+  approvals list               list approvals (--state pending|approved|denied|expired|withdrawn|all;
                                pending by default)
   approvals approve|deny ID    decide an approval (--remember call|turn|agent_tool, --reason,
-                               --by NAME, default $USER)
+                               --by NAME; default the NATS user of --user, else this system's
+                               name for the user running toolbus)
   approvals answer ID --approve|--deny
                                pass on the user's answer to an approval in prompt mode, as the
                                agent whose call it holds (--remember, --reason, --by as above)
@@ -82,6 +88,8 @@ Commands:
   policy explain TOOL [JSON-ARGS]
                                which rule of the policy in force decides the call, and why
                                (operators; --agent A, the agent that would call)
+  help [COMMAND]               this text, or a command's synopsis and flags: every command
+                               takes --help (standard output, exit status 0)
 
 Global flags:
   --server URL   NATS server (default $TOOLBUS_URL or nats://127.0.0.1:4222)
@@ -143,6 +151,13 @@ type usageError string
 
 func (e usageError) Error() string { return string(e) }
 
+// misuse is a refusal of Toolbus that a value of the command line caused
+// (see commandLineRefused): reported with its code, with the usage status.
+type misuse struct{ err error }
+
+func (e misuse) Error() string { return e.err.Error() }
+func (e misuse) Unwrap() error { return e.err }
+
 // jsonErrors marks the error of a command run with --json, which is
 // printed as JSON.
 type jsonErrors struct{ err error }
@@ -171,7 +186,8 @@ func finish(err error, stdout, stderr io.Writer) int {
 	}
 	status := exitRequestFailed
 	var usage usageError
-	if errors.As(err, &usage) {
+	var misused misuse
+	if errors.As(err, &usage) || errors.As(err, &misused) {
 		status = exitUsage
 	}
 	if !errors.As(err, &asJSON) {
@@ -209,7 +225,7 @@ func run(args []string) error {
 		g.server = nats.DefaultURL
 	}
 	fs := flag.NewFlagSet("toolbus", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage) }
 	fs.StringVar(&g.server, "server", g.server, "NATS server URL")
 	fs.StringVar(&g.prefix, "prefix", g.prefix, "subject prefix")
 	fs.StringVar(&g.agent, "agent", "", "agent name")
@@ -221,11 +237,8 @@ func run(args []string) error {
 	fs.BoolVar(&g.json, "json", false, "print JSON")
 	// --json may also come after the command ("toolbus calls watch --json ID").
 	args, g.json = takeJSONFlag(args)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitError(2)
+	if err := parseFlags(fs, args); err != nil {
+		return flagsFailed(err)
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -271,7 +284,14 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 		return runWorkers(ctx, g, cmdArgs)
 	case "policy":
 		return runPolicy(ctx, g, cmdArgs)
-	case "help", "-h", "--help":
+	case "search":
+		return runSearch(ctx, g, cmdArgs)
+	case "help":
+		if len(cmdArgs) > 0 && cmdArgs[0] != "help" && !strings.HasPrefix(cmdArgs[0], "-") {
+			// toolbus help COMMAND [ACTION] is COMMAND [ACTION] --help.
+			return runCommand(ctx, g, fs, cmdArgs[0], append(cmdArgs[1:], "--help"))
+		}
+		fs.SetOutput(os.Stdout)
 		fs.Usage()
 		return nil
 	}
@@ -285,7 +305,7 @@ func (g globals) connect() (*nats.Conn, *client.Client, error) {
 	conn := natsflags.Flags{Server: g.server, Creds: g.creds, User: g.user, Password: g.password, Inbox: g.inbox}
 	nc, err := conn.Connect("toolbus-cli")
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (is Toolbus running? start it with: go run ./cmd/toolbus dev)", err)
+		return nil, nil, g.connectError(err)
 	}
 	// A user of a deployment is an agent's or an operator's, whose account
 	// reads calls through the coordinator only.
@@ -298,16 +318,97 @@ func (g globals) connect() (*nats.Conn, *client.Client, error) {
 	return nc, c, nil
 }
 
+// connectError says why the connection failed: the server refused the
+// credentials, or none answered.
+func (g globals) connectError(err error) error {
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
+		switch {
+		case g.creds != "":
+			return fmt.Errorf("%w: the server refused the credentials in %s (expired, revoked, or of another server): check --creds ($TOOLBUS_CREDS)", err, g.creds)
+		case g.user != "":
+			return fmt.Errorf("%w: the server refused user %s's credentials (a wrong password, or no such user): check --user and --password ($TOOLBUS_USER, $TOOLBUS_PASSWORD)", err, g.user)
+		}
+		return fmt.Errorf("%w: the server asks for credentials: connect as a user with --user and --password ($TOOLBUS_USER, $TOOLBUS_PASSWORD) or --creds ($TOOLBUS_CREDS)", err)
+	case errors.Is(err, nats.ErrNoServers):
+		return fmt.Errorf("%w (is Toolbus running? start it with: go run ./cmd/toolbus dev)", err)
+	}
+	return err
+}
+
+// synopses are the commands' usage lines, by the name of their flag set.
+var synopses = map[string]string{
+	"dev":                  "toolbus dev [flags]: run an embedded NATS server, a coordinator, a demo worker, the indexer, the MCP front and the admin console in one process",
+	"mcp":                  "toolbus mcp [--listen ADDR] [--tokens FILE] | toolbus mcp --stdio: serve Toolbus to MCP clients (docs/mcp.md)",
+	"console":              "toolbus console [--listen ADDR] --tokens FILE: serve the admin console to operators (docs/operations.md)",
+	"tools":                "toolbus tools [--namespace N]: the catalog (and: toolbus tools enable|disable|remove NAME)",
+	"tools enable|disable": "toolbus tools disable NAME --reason R | toolbus tools enable NAME: switch a tool or a namespace off or on",
+	"tools remove":         "toolbus tools remove TOOL-OR-NAMESPACE [--reason R]: remove stale tools from the catalog (operators)",
+	"search":               "toolbus search [--namespace N]... [--tag T]... [--limit N] [--page P] QUERY...: the tools that best match QUERY, with their scores",
+	"call":                 "toolbus call [--watch | --detach] [--timeout D] [--turn T] [--idempotency-key K] TOOL [JSON-ARGS]: call a tool and print its result",
+	"calls":                "toolbus calls get [--trace] [--full] ID | calls watch ID | calls cancel [--reason R] ID (and: toolbus calls list --help)",
+	"calls list":           "toolbus calls list [--agent A] [--turn T] [--tool X] [--namespace N] [--state S]... [--since T] [--until T] [--limit N] [--cursor C]: the execution log, newest call first",
+	"turns get":            "toolbus turns get TURN: an agent turn and its calls",
+	"approvals":            strings.TrimPrefix(approvalsUsage, "usage: "),
+	"audit":                "toolbus audit [--decision D] [--agent A] [--tool T] [--since T] [--until T] [--limit N] [--cursor C]: the audit log, newest record first (operators)",
+	"workers":              "toolbus workers [--namespace N]: the live workers and their slots (operators)",
+}
+
+// newFlags is the flag set of a command. Its usage is its synopsis and
+// its flags.
 func newFlags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		synopsis := synopses[name]
+		if synopsis == "" {
+			synopsis = "toolbus " + name
+		}
+		fmt.Fprintf(fs.Output(), "usage: %s\n", synopsis)
+		flags := false
+		fs.VisitAll(func(*flag.Flag) { flags = true })
+		if flags {
+			fmt.Fprintf(fs.Output(), "\nflags:\n")
+			fs.PrintDefaults()
+		}
+		fmt.Fprintf(fs.Output(), "\nglobal flags (before the command): toolbus --help\n")
+	}
 	return fs
+}
+
+// parseFlags parses args with fs. Asked for help (-h, --help), it prints
+// the usage on standard output and returns flag.ErrHelp; after a mistake,
+// the flag package's message and the usage go to standard error.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	usage := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		fs.SetOutput(nil)
+	case err != nil:
+		fs.Usage()
+	}
+	return err
+}
+
+// flagsFailed is what a command returns when its flags were not parsed:
+// nothing more after the help it was asked for, the usage status after a
+// mistake.
+func flagsFailed(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return exitError(exitUsage)
 }
 
 // parseInterleaved parses flags that may come before or after positional arguments.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()

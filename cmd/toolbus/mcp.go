@@ -27,7 +27,7 @@ func runMCP(ctx context.Context, g globals, args []string) error {
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long requests in flight may finish")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if _, err := parseInterleaved(fs, args); err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	level := slog.LevelInfo
 	if *verbose {

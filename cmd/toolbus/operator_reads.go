@@ -28,7 +28,7 @@ func runAudit(ctx context.Context, g globals, args []string) error {
 	fs.StringVar(&req.Cursor, "cursor", "", "continue where the previous page ended (the cursor it printed)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	if len(pos) > 0 {
 		fmt.Fprintln(os.Stderr, "usage: toolbus audit [--decision D] [--agent A] [--tool T] [--since T] [--until T] [--limit N] [--cursor C]")
@@ -76,7 +76,7 @@ func runWorkers(ctx context.Context, g globals, args []string) error {
 	ns := fs.String("namespace", "", "only the workers of this namespace")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitError(2)
+		return flagsFailed(err)
 	}
 	if len(pos) > 0 {
 		fmt.Fprintln(os.Stderr, "usage: toolbus workers [--namespace N]")

@@ -187,8 +187,9 @@ func TestAuditAndWorkersAreForOperators(t *testing.T) {
 }
 
 // TestApprovalsAsADeployedOperator: an operator's user lists and decides
-// approvals from the command line, the decision by the person $USER
-// names; once decided, the approval is no longer listed as pending.
+// approvals from the command line, the decision by the NATS user it
+// connected as (not by whom $USER names) unless --by names someone; once
+// decided, the approval is no longer listed as pending.
 func TestApprovalsAsADeployedOperator(t *testing.T) {
 	t.Parallel()
 	pol, err := policy.Parse([]byte(`
@@ -214,7 +215,7 @@ rules:
 		t.Fatalf("approvals list as the operator: exit status %d\n%s%s", status, stdout, stderr)
 	}
 	stdout, stderr, status = cliWith(t, []string{"USER=alice"}, bin, url, append(operator, "approvals", "approve", callID, "--reason", "fine")...)
-	if status != exitOK || !strings.Contains(stdout, "approved by alice") {
+	if status != exitOK || !strings.Contains(stdout, "approved by operator;") {
 		t.Fatalf("approve as the operator with USER=alice: exit status %d\n%s%s", status, stdout, stderr)
 	}
 	if stdout, stderr, status = cli(t, bin, url, append(agentA, "calls", "watch", callID)...); status != exitOK || strings.TrimSpace(stdout) != "nod" {

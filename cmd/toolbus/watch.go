@@ -80,6 +80,11 @@ func watchEvents(ctx context.Context, c *client.Client, callID string, cancelOnI
 		if err != nil {
 			return nil, fmt.Errorf("encode event: %w", err)
 		}
+		if ev.Kind == messages.EventApproval {
+			// Standard output is for the JSON: who decides, and how, is
+			// said on standard error.
+			fmt.Fprintln(os.Stderr, eventLine(ev))
+		}
 		if _, err := fmt.Fprintf(out, "%s\n", line); err != nil {
 			return nil, err
 		}
@@ -137,7 +142,10 @@ func eventLine(ev *messages.CallEvent) string {
 	case messages.EventCancel:
 		return "cancelling"
 	case messages.EventApproval:
-		return "waiting for an approval"
+		if ev.Approval == nil || ev.Approval.State == messages.ApprovalPending {
+			return approvalLine(ev.CallID, ev.Approval)
+		}
+		return decisionLine(ev.Approval)
 	case messages.EventResult:
 		if ev.Result == nil {
 			return ""

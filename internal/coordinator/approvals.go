@@ -236,14 +236,18 @@ func (ap *approvals) answer(ctx context.Context, dr *messages.DecideRequest) (*m
 		return nil, err
 	}
 	if a.rec.Mode != messages.ApprovalPrompt {
-		return nil, messages.Errorf(messages.CodeDenied, "approval %s waits for an operator (mode %s); an agent can answer only approvals in prompt mode", dr.ApprovalID, a.rec.Mode)
+		err := messages.Errorf(messages.CodeDenied, "approval %s waits for an operator (mode %s); an agent can answer only approvals in prompt mode", dr.ApprovalID, a.rec.Mode)
+		ap.refused(ctx, &a.rec, dr, err)
+		return nil, err
 	}
 	return ap.decide(ctx, dr)
 }
 
 // decide approves or denies a pending approval (approvals.decide). An
 // approved call is queued and runs once; a denied or expired one ends with
-// a denied result.
+// a denied result. A decision on an approval that is no longer pending is
+// refused with approval_not_pending; every refusal of a decision on an
+// approval that exists is audited (refused).
 //
 // The decision is a span in the decider's trace (the request's trace
 // context), linked to the submit's; the approved call is queued in the
@@ -254,9 +258,13 @@ func (ap *approvals) decide(ctx context.Context, dr *messages.DecideRequest) (_ 
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("toolbus.approval_id", dr.ApprovalID), attribute.String("toolbus.approval.decision", dr.Decision))
 	}
+	var a *storedApproval
 	defer func() {
 		if err != nil {
 			tracing.Failed(span, string(messages.CodeOf(err)), err.Error())
+			if a != nil && isRefusal(err) {
+				ap.refused(ctx, &a.rec, dr, err)
+			}
 		}
 		span.End()
 	}()
@@ -273,10 +281,11 @@ func (ap *approvals) decide(ctx context.Context, dr *messages.DecideRequest) (_ 
 	default:
 		return nil, messages.Errorf(messages.CodeBadRequest, "remember must be %q, %q or %q", messages.RememberCall, messages.RememberTurn, messages.RememberAgentTool)
 	}
-	a, err := ap.load(ctx, dr.ApprovalID)
+	loaded, err := ap.load(ctx, dr.ApprovalID)
 	if err != nil {
 		return nil, err
 	}
+	a = loaded
 	if span.IsRecording() {
 		span.SetAttributes(append(callIDAttributes(a.rec.CallID), attribute.String("gen_ai.tool.name", a.rec.Tool))...)
 		if sc := a.trace.spanContext(); sc.IsValid() {
@@ -284,14 +293,28 @@ func (ap *approvals) decide(ctx context.Context, dr *messages.DecideRequest) (_ 
 		}
 	}
 	if a.rec.State != messages.ApprovalPending {
-		return nil, messages.Errorf(messages.CodeConflict, "approval %s was already %s by %s", a.rec.ApprovalID, a.rec.State, a.rec.DecidedBy)
+		return nil, notPending(&a.rec)
 	}
 	now := time.Now().UTC()
 	if now.After(a.rec.ExpiresAt) {
-		if err := ap.expire(ctx, a); err != nil {
+		expired := *a
+		if err := ap.expire(ctx, &expired); err != nil {
 			return nil, err
 		}
-		return nil, messages.Errorf(messages.CodeConflict, "approval %s expired at %s", a.rec.ApprovalID, a.rec.ExpiresAt.Format(time.RFC3339))
+		a = &expired
+		return nil, notPending(&a.rec)
+	}
+	// A call that ended while its approval waited (cancelled by a
+	// coordinator that left the approval pending) settles it now.
+	snap, err := ap.ledger.Snapshot(ctx, a.rec.CallID)
+	if err != nil {
+		return nil, unavailable(err, "read call %s", a.rec.CallID)
+	}
+	if snap.Result != nil && snap.Result.Result != nil {
+		if err := ap.settleEnded(ctx, a, snap.Result.Result); err != nil {
+			return nil, err
+		}
+		return nil, notPending(&a.rec)
 	}
 	// A grant for no turn is the grant for every turn (agent_tool), so
 	// "this turn" of a call made outside any turn cannot be remembered.
@@ -303,22 +326,137 @@ func (ap *approvals) decide(ctx context.Context, dr *messages.DecideRequest) (_ 
 			return nil, messages.Errorf(messages.CodeConflict, "the policy changed since approval %s was asked; submit the call again", a.rec.ApprovalID)
 		}
 	}
-	a.rec.DecidedBy, a.rec.DecidedAt, a.rec.DecisionReason, a.rec.Remember = dr.By, now, dr.Reason, dr.Remember
-	a.rec.State = messages.ApprovalApproved
+	decided := *a
+	decided.rec.DecidedBy, decided.rec.DecidedAt, decided.rec.DecisionReason, decided.rec.Remember = dr.By, now, dr.Reason, dr.Remember
+	decided.rec.State = messages.ApprovalApproved
 	if dr.Decision == messages.DecisionDeny {
-		a.rec.State = messages.ApprovalDenied
+		decided.rec.State = messages.ApprovalDenied
 	}
-	if err := ap.save(ctx, a); err != nil {
+	if err := ap.save(ctx, &decided); err != nil {
+		if errors.Is(err, messages.ErrConflict) {
+			// Settled by someone else at the same time, most likely.
+			if current, lerr := ap.load(ctx, dr.ApprovalID); lerr == nil && current.rec.State != messages.ApprovalPending {
+				a = current
+				return nil, notPending(&a.rec)
+			}
+		}
 		return nil, err
 	}
-	if err := ap.carryOut(ctx, &a.rec, a.trace); err != nil {
+	a = &decided
+	res, err := ap.carryOut(ctx, &a.rec, a.trace)
+	if err != nil {
 		return nil, err
 	}
 	reply := &messages.DecideReply{Approval: a.rec, State: messages.StateQueued}
-	if a.rec.State != messages.ApprovalApproved {
-		reply.State = messages.StateDenied
+	if res != nil {
+		// Denied; or it ended meanwhile (a cancel that came first).
+		reply.State = res.Status
 	}
 	return reply, nil
+}
+
+// notPending is the refusal of a decision on an approval that is no
+// longer pending, saying what became of it.
+func notPending(a *messages.Approval) error {
+	var what string
+	switch a.State {
+	case messages.ApprovalExpired:
+		what = "it expired at " + a.ExpiresAt.Format(time.RFC3339)
+	case messages.ApprovalWithdrawn:
+		if a.DecidedBy == withdrawnByToolbus {
+			what = "it was withdrawn: " + a.DecisionReason
+			break
+		}
+		what = "it was withdrawn: call " + a.CallID + " was cancelled"
+		if a.DecidedBy != "" {
+			what += " by " + a.DecidedBy
+		}
+		if a.DecisionReason != "" {
+			what += " (" + a.DecisionReason + ")"
+		}
+	default:
+		what = "it was already " + a.State + " by " + a.DecidedBy
+	}
+	return messages.Errorf(messages.CodeApprovalNotPending, "approval %s is no longer pending: %s", a.ApprovalID, what)
+}
+
+// isRefusal tells a refusal of a decision from a failure to carry it out
+// (JetStream did not answer), which is not audited.
+func isRefusal(err error) bool {
+	switch messages.CodeOf(err) {
+	case messages.CodeUnavailable, messages.CodeTimeout, messages.CodeInternal:
+		return false
+	}
+	return true
+}
+
+// refused audits a refused decision on an approval: who asked, and why it
+// was refused.
+func (ap *approvals) refused(ctx context.Context, a *messages.Approval, dr *messages.DecideRequest, err error) {
+	call := &messages.CallRequest{CallID: a.CallID, Tool: a.Tool, Agent: a.Agent, Turn: a.Turn, Arguments: a.Arguments}
+	d := policy.Decision{Version: a.PolicyVersion, RuleID: a.RuleID, Reason: dr.Decision + " refused: " + err.Error()}
+	ap.audit(ctx, messages.AuditRefused, call, ap.tool(a.Tool), d, dr.By)
+}
+
+// withdraw settles the pending approval of a call cancelled before anyone
+// decided (calls.cancel): the approval becomes withdrawn, by whoever
+// cancelled and with the cancel's reason, the call ends cancelled, and
+// the withdrawal is audited. It returns errNotWithdrawn when there is no
+// approval to withdraw: none is stored, or someone decided it first.
+func (ap *approvals) withdraw(ctx context.Context, callID string, info *messages.CancelInfo) (*messages.CallResult, error) {
+	a, err := ap.load(ctx, callID)
+	if errors.Is(err, messages.ErrApprovalNotFound) {
+		return nil, errNotWithdrawn
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch a.rec.State {
+	case messages.ApprovalWithdrawn:
+		// Withdrawn by a cancel that stopped half-way: finish it.
+	case messages.ApprovalPending:
+		a.rec.State, a.rec.DecidedBy, a.rec.DecidedAt, a.rec.DecisionReason = messages.ApprovalWithdrawn, info.By, time.Now().UTC(), info.Reason
+		if err := ap.save(ctx, a); err != nil {
+			if errors.Is(err, messages.ErrConflict) {
+				return nil, errNotWithdrawn // decided at the same time
+			}
+			return nil, err
+		}
+	default:
+		return nil, errNotWithdrawn
+	}
+	res, err := ap.carryOut(ctx, &a.rec, a.trace)
+	if err != nil {
+		return nil, err
+	}
+	if res == nil {
+		return nil, messages.Errorf(messages.CodeInternal, "call %s has no result after its approval was withdrawn", callID)
+	}
+	return res, nil
+}
+
+// errNotWithdrawn: the call has no pending approval to withdraw.
+var errNotWithdrawn = errors.New("no pending approval to withdraw")
+
+// withdrawnByToolbus is who withdrew the approval of a call that ended
+// without a cancel settling it.
+const withdrawnByToolbus = "toolbus"
+
+// settleEnded withdraws the pending approval of a call that ended
+// without a decision (a cancel of a coordinator that left its approval
+// pending), and audits it.
+func (ap *approvals) settleEnded(ctx context.Context, a *storedApproval, res *messages.CallResult) error {
+	a.rec.State, a.rec.DecidedBy, a.rec.DecidedAt = messages.ApprovalWithdrawn, withdrawnByToolbus, time.Now().UTC()
+	a.rec.DecisionReason = "the call ended " + string(res.Status) + " before a decision"
+	if res.Error != nil && res.Error.Message != "" {
+		a.rec.DecisionReason += ": " + res.Error.Message
+	}
+	if err := ap.save(ctx, a); err != nil {
+		return err
+	}
+	call := &messages.CallRequest{CallID: a.rec.CallID, Tool: a.rec.Tool, Agent: a.rec.Agent, Turn: a.rec.Turn, Arguments: a.rec.Arguments}
+	ap.audit(ctx, messages.AuditWithdrawn, call, ap.tool(a.rec.Tool), policy.Decision{Version: a.rec.PolicyVersion, RuleID: a.rec.RuleID, Reason: a.rec.DecisionReason}, a.rec.DecidedBy)
+	return nil
 }
 
 // save writes a decided approval if nobody decided it meanwhile.
@@ -333,7 +471,7 @@ func (ap *approvals) save(ctx context.Context, a *storedApproval) error {
 	}
 	if _, err := ap.store.Update(ctx, key, data, a.revision); err != nil {
 		if errors.Is(err, errStale) {
-			return messages.Errorf(messages.CodeConflict, "approval %s was decided by someone else at the same time", a.rec.ApprovalID)
+			return messages.Errorf(messages.CodeConflict, "approval %s was changed by someone else at the same time", a.rec.ApprovalID)
 		}
 		return unavailable(err, "store approval %s", a.rec.ApprovalID)
 	}
@@ -341,54 +479,75 @@ func (ap *approvals) save(ctx context.Context, a *storedApproval) error {
 }
 
 // carryOut makes a decided approval take effect: the decision is recorded
-// with the call, then an approved call is queued and a refused one ends.
-// Every step is idempotent, so the sweeper can finish what a coordinator
-// that stopped half-way began. submitter is the trace context of the
-// submit that asked for the approval, which an approved call is queued in.
-func (ap *approvals) carryOut(ctx context.Context, a *messages.Approval, submitter submitterTrace) error {
+// with the call, then an approved call is queued and a refused or
+// withdrawn one ends. Every step is idempotent, so the sweeper can finish
+// what a coordinator that stopped half-way began. submitter is the trace
+// context of the submit that asked for the approval, which an approved
+// call is queued in. It returns the call's result: the one it stored, or
+// the one the call had already (ended some other way first); nil for an
+// approved call it queued, or had queued.
+func (ap *approvals) carryOut(ctx context.Context, a *messages.Approval, submitter submitterTrace) (*messages.CallResult, error) {
 	snap, err := ap.ledger.Snapshot(ctx, a.CallID)
 	if err != nil {
-		return unavailable(err, "read call %s", a.CallID)
+		return nil, unavailable(err, "read call %s", a.CallID)
 	}
 	if snap.Result != nil {
-		return nil
+		return snap.Result.Result, nil
 	}
 	if snap.Namespace == "" {
-		return messages.Errorf(messages.CodeCallNotFound, "call %s has no request in the ledger", a.CallID)
+		return nil, messages.Errorf(messages.CodeCallNotFound, "call %s has no request in the ledger", a.CallID)
 	}
 	if snap.Approval == nil || snap.Approval.Approval == nil || snap.Approval.Approval.State != a.State {
 		if _, err := ap.ledger.Append(ctx, snap.Bucket, snap.Namespace, &messages.CallEvent{CallID: a.CallID, Kind: messages.EventApproval, Time: time.Now().UTC(), Approval: a}); err != nil {
-			return unavailable(err, "record decision on call %s", a.CallID)
+			return nil, unavailable(err, "record decision on call %s", a.CallID)
 		}
 		if snap, err = ap.ledger.Snapshot(ctx, a.CallID); err != nil {
-			return unavailable(err, "read call %s", a.CallID)
+			return nil, unavailable(err, "read call %s", a.CallID)
 		}
 	}
 	if snap.Queued == nil || snap.Queued.Request == nil {
-		return messages.Errorf(messages.CodeCallNotFound, "call %s has no request in the ledger", a.CallID)
+		return nil, messages.Errorf(messages.CodeCallNotFound, "call %s has no request in the ledger", a.CallID)
 	}
 	call := *snap.Queued.Request
 	audited := &messages.CallRequest{CallID: call.CallID, Tool: call.Tool, Agent: call.Agent, Turn: call.Turn, Arguments: call.Arguments}
 	def := ap.tool(call.Tool)
 	d := policy.Decision{Version: a.PolicyVersion, RuleID: a.RuleID, Reason: a.DecisionReason}
 	if a.State != messages.ApprovalApproved {
-		decision, why := messages.AuditRejected, "the approval was denied by "+a.DecidedBy
-		if a.State == messages.ApprovalExpired {
-			decision, why = messages.AuditExpired, "the approval expired at "+a.ExpiresAt.Format(time.RFC3339)
+		var res messages.CallResult
+		decision := messages.AuditRejected
+		switch a.State {
+		case messages.ApprovalWithdrawn:
+			decision = messages.AuditWithdrawn
+			res = cancelledResult(snap, &messages.CancelInfo{Reason: a.DecisionReason, By: a.DecidedBy})
+		default:
+			why := "the approval was denied by " + a.DecidedBy
+			if a.State == messages.ApprovalExpired {
+				decision, why = messages.AuditExpired, "the approval expired at "+a.ExpiresAt.Format(time.RFC3339)
+			}
+			if a.DecisionReason != "" {
+				why += ": " + a.DecisionReason
+			}
+			res = endResult(&call, messages.StateDenied, messages.ResultDenied, why)
 		}
-		if a.DecisionReason != "" {
-			why += ": " + a.DecisionReason
+		won, err := ap.ledger.Commit(ctx, snap.Bucket, snap.Namespace, &res, call.Notify)
+		if err != nil {
+			return nil, unavailable(err, "end call %s", call.CallID)
 		}
-		res := endResult(&call, messages.StateDenied, messages.ResultDenied, why)
-		if _, err := ap.ledger.Commit(ctx, snap.Bucket, snap.Namespace, &res, call.Notify); err != nil {
-			return unavailable(err, "end call %s", call.CallID)
+		if !won {
+			// Another result came first: that one is the call's.
+			if snap, err = ap.ledger.Snapshot(ctx, a.CallID); err != nil {
+				return nil, unavailable(err, "read call %s", a.CallID)
+			}
+			if snap.Result != nil && snap.Result.Result != nil {
+				return snap.Result.Result, nil
+			}
 		}
 		ap.audit(ctx, decision, audited, def, d, a.DecidedBy)
-		return nil
+		return &res, nil
 	}
 	// Queued once: a queued event after the approval means it was done.
 	if snap.Queued.Seq > snap.Approval.Seq {
-		return nil
+		return nil, nil
 	}
 	if a.Remember != messages.RememberCall && a.Remember != "" {
 		turn := ""
@@ -398,7 +557,7 @@ func (ap *approvals) carryOut(ctx context.Context, a *messages.Approval, submitt
 		if key, err := messages.GrantKey(a.Agent, a.Tool, turn); err == nil {
 			g, _ := json.Marshal(grant{ApprovalID: a.ApprovalID, PolicyVersion: a.PolicyVersion, By: a.DecidedBy, ExpiresAt: time.Now().Add(ap.grantTTL)})
 			if _, err := ap.store.Put(ctx, key, g); err != nil {
-				return unavailable(err, "remember approval %s", a.ApprovalID)
+				return nil, unavailable(err, "remember approval %s", a.ApprovalID)
 			}
 		}
 	}
@@ -407,10 +566,10 @@ func (ap *approvals) carryOut(ctx context.Context, a *messages.Approval, submitt
 	call.QueuedAt = time.Now().UTC()
 	call.Deadline = call.QueuedAt.Add(timeout)
 	if err := ap.release(ctx, &call, submitter); err != nil {
-		return err
+		return nil, err
 	}
 	ap.audit(ctx, messages.AuditApproved, audited, def, d, a.DecidedBy)
-	return nil
+	return nil, nil
 }
 
 // release queues an approved call in the trace of the submit that asked
@@ -499,7 +658,8 @@ func (ap *approvals) expire(ctx context.Context, a *storedApproval) error {
 	if err := ap.save(ctx, a); err != nil {
 		return err
 	}
-	return ap.carryOut(ctx, &a.rec, a.trace)
+	_, err := ap.carryOut(ctx, &a.rec, a.trace)
+	return err
 }
 
 // recoveryWindow is how long after a decision the sweeper checks that it took effect.
@@ -523,7 +683,7 @@ func (ap *approvals) sweep(ctx context.Context) error {
 			}
 		case a.rec.State != messages.ApprovalPending && now.Sub(a.rec.DecidedAt) > ap.settled && now.Sub(a.rec.DecidedAt) < recoveryWindow:
 			// Decided a while ago: make sure it took effect.
-			if err := ap.carryOut(ctx, &a.rec, a.trace); err != nil {
+			if _, err := ap.carryOut(ctx, &a.rec, a.trace); err != nil {
 				ap.log.Warn("could not carry out approval", "approval", a.rec.ApprovalID, "error", err)
 			}
 		}

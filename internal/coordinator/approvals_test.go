@@ -230,14 +230,17 @@ func TestDecide(t *testing.T) {
 		{name: "nobody decides", expires: time.Hour, req: &messages.DecideRequest{ApprovalID: "c1", Decision: messages.DecisionApprove}, want: messages.CodeBadRequest},
 		{name: "remember what", expires: time.Hour, req: &messages.DecideRequest{ApprovalID: "c1", Decision: messages.DecisionApprove, By: "ops", Remember: "forever"}, want: messages.CodeBadRequest},
 		{name: "unknown approval", expires: time.Hour, req: approve("c2"), want: messages.CodeApprovalNotFound},
-		{name: "expired", expires: -time.Second, req: approve("c1"), want: messages.CodeConflict, wantState: messages.StateDenied, wantAudit: messages.AuditExpired + "toolbus"},
-		{name: "decided twice", expires: time.Hour, req: approve("c1"), want: messages.CodeConflict, wantState: messages.StateQueued, wantAudit: messages.AuditApproved + "ops",
+		{name: "expired", expires: -time.Second, req: approve("c1"), want: messages.CodeApprovalNotPending, wantState: messages.StateDenied,
+			wantAudit: messages.AuditExpired + "toolbus," + messages.AuditRefused + "ops"},
+		{name: "decided twice", expires: time.Hour, req: approve("c1"), want: messages.CodeApprovalNotPending, wantState: messages.StateQueued,
+			wantAudit: messages.AuditApproved + "ops," + messages.AuditRefused + "ops",
 			before: func(ta *testApprovals, _ *memStore) {
 				if _, err := ta.decide(context.Background(), approve("c1")); err != nil {
 					panic(err)
 				}
 			}},
-		{name: "decided by another at the same time", expires: time.Hour, req: approve("c1"), want: messages.CodeConflict, wantState: messages.StateAwaitingApproval,
+		{name: "changed by another at the same time", expires: time.Hour, req: approve("c1"), want: messages.CodeConflict, wantState: messages.StateAwaitingApproval,
+			wantAudit: messages.AuditRefused + "ops",
 			before: func(_ *testApprovals, store *memStore) {
 				store.beforeUpdate = func(key string) {
 					store.beforeUpdate = nil
@@ -565,5 +568,82 @@ func TestSweepQueuesInTheSubmittersTrace(t *testing.T) {
 	}
 	if len(ta.queuedIn) != 1 || ta.queuedIn[0].TraceID() != submit.SpanContext().TraceID() {
 		t.Fatalf("queued in %v, want the submit's trace %s", ta.queuedIn, submit.SpanContext().TraceID())
+	}
+}
+
+// TestWithdraw: a cancel of a call awaiting its approval withdraws the
+// approval, by whoever cancelled and why, and ends the call cancelled; a
+// decision on it then is refused with approval_not_pending, naming what
+// became of it, and both are audited. So is a decision on a pending
+// approval whose call ended without settling it.
+func TestWithdraw(t *testing.T) {
+	ctx := context.Background()
+	ta, l, _ := newTestApprovalsRoom(t)
+	ta.ask(t, "c1", "a", "", time.Hour)
+	res, err := ta.withdraw(ctx, "c1", &messages.CancelInfo{Reason: "user pressed stop", By: "a"})
+	if err != nil || res.Status != messages.StateCancelled || res.Error == nil || res.Error.Code != messages.ResultCancelled {
+		t.Fatalf("withdraw: %+v %v", res, err)
+	}
+	stored, err := ta.load(ctx, "c1")
+	if err != nil || stored.rec.State != messages.ApprovalWithdrawn || stored.rec.DecidedBy != "a" || stored.rec.DecisionReason != "user pressed stop" {
+		t.Fatalf("the withdrawn approval: %+v %v", stored, err)
+	}
+	if snap, _ := l.Snapshot(ctx, "c1"); snap.State() != messages.StateCancelled || snap.Approval.Approval.State != messages.ApprovalWithdrawn {
+		t.Fatalf("the call: %s, its approval event %+v", snap.State(), snap.Approval.Approval)
+	}
+	if reply, err := ta.list(ctx, &messages.ListApprovalsRequest{}); err != nil || len(reply.Approvals) != 0 {
+		t.Fatalf("pending approvals after the withdrawal: %+v %v", reply, err)
+	}
+	_, err = ta.decide(ctx, &messages.DecideRequest{ApprovalID: "c1", Decision: messages.DecisionApprove, By: "ops"})
+	if !errors.Is(err, messages.ErrApprovalNotPending) || !strings.Contains(err.Error(), "withdrawn: call c1 was cancelled by a (user pressed stop)") {
+		t.Fatalf("approving a withdrawn approval: %v", err)
+	}
+	if _, err := ta.withdraw(ctx, "c1", &messages.CancelInfo{Reason: "again"}); err != nil {
+		t.Fatalf("withdrawing twice: %v", err)
+	}
+	if got, want := ta.audited.list(), messages.AuditWithdrawn+"a,"+messages.AuditRefused+"ops"; got != want {
+		t.Errorf("audited %q, want %q", got, want)
+	}
+	if len(ta.queued) != 0 {
+		t.Errorf("queued %d calls", len(ta.queued))
+	}
+
+	// An approval decided first is not withdrawn.
+	ta.ask(t, "c2", "a", "", time.Hour)
+	if _, err := ta.decide(ctx, &messages.DecideRequest{ApprovalID: "c2", Decision: messages.DecisionDeny, By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ta.withdraw(ctx, "c2", &messages.CancelInfo{Reason: "late"}); !errors.Is(err, errNotWithdrawn) {
+		t.Fatalf("withdrawing a denied approval: %v", err)
+	}
+
+	// A call that ended with its approval pending (a cancel that left it).
+	ta.ask(t, "c3", "a", "", time.Hour)
+	cancelled := messages.CallResult{CallID: "c3", Status: messages.StateCancelled, IsError: true, Error: &messages.ResultError{Code: messages.ResultCancelled, Message: "gone"}}
+	if _, err := l.Commit(ctx, "", "t", &cancelled, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ta.decide(ctx, &messages.DecideRequest{ApprovalID: "c3", Decision: messages.DecisionApprove, By: "ops"})
+	if !errors.Is(err, messages.ErrApprovalNotPending) || !strings.Contains(err.Error(), "the call ended cancelled before a decision: gone") {
+		t.Fatalf("approving the approval of an ended call: %v", err)
+	}
+	if stored, err := ta.load(ctx, "c3"); err != nil || stored.rec.State != messages.ApprovalWithdrawn {
+		t.Fatalf("the approval of the ended call: %+v %v", stored, err)
+	}
+	if len(ta.queued) != 0 {
+		t.Errorf("queued %d calls", len(ta.queued))
+	}
+}
+
+// TestRefusedAnswerIsAudited: an agent's answer to an approval that waits
+// for an operator is refused and audited.
+func TestRefusedAnswerIsAudited(t *testing.T) {
+	ta, _, _ := newTestApprovalsRoom(t)
+	ta.ask(t, "c1", "a", "", time.Hour)
+	if _, err := ta.answer(context.Background(), &messages.DecideRequest{ApprovalID: "c1", Decision: messages.DecisionApprove, By: "u"}); !errors.Is(err, messages.ErrDenied) {
+		t.Fatal(err)
+	}
+	if got, want := ta.audited.list(), messages.AuditRefused+"u"; got != want {
+		t.Errorf("audited %q, want %q", got, want)
 	}
 }

@@ -37,7 +37,9 @@ import (
 // is not at the scanned sequence under the namespace the scan saw, or
 // that the filters refuse once read whole, is left out. A window with a
 // gap of deleted messages, or a payload that does not read as an event,
-// is read again with headers, and its calls as the headers tell.
+// is read again with headers, and its calls as the headers tell. A call
+// held for an approval and queued again once approved has two queued
+// events: it is listed once, at the later one (see logCandidate.held).
 
 const (
 	// CallsListScanBudget bounds the events one calls.list request reads
@@ -109,6 +111,10 @@ type logCandidate struct {
 	// dropped is set when the call read whole is not the one the scan
 	// found, or the filters refuse it.
 	dropped bool
+	// held is set for the queued event of a call held for an approval:
+	// once approved, the call has a later queued event, where it is
+	// listed, and this one is dropped when the call is read whole.
+	held bool
 }
 
 // rawEvent is a started or result event the scan read before it reached
@@ -266,6 +272,10 @@ type logScan struct {
 	results map[string][][]byte
 	// windows counts the windows read.
 	windows int
+	// listed holds the calls whose queued events read with their
+	// subjects were listed: an earlier queued event of one of them (held
+	// for an approval, then queued again) is passed over.
+	listed map[string]bool
 }
 
 // window reads the events of sequences [lo, hi) and returns the calls
@@ -524,7 +534,14 @@ func (sc *logScan) windowWithSubjects(ctx context.Context, lo, hi uint64) ([]*lo
 			seen := sc.pending[callID]
 			delete(sc.pending, callID)
 			delete(sc.results, callID)
+			if sc.listed[callID] {
+				continue // the call's held queued event, below the one listed
+			}
 			if c := sc.candidate(ctx, seq, callID, ns, msg, seen); c != nil {
+				if sc.listed == nil {
+					sc.listed = make(map[string]bool)
+				}
+				sc.listed[callID] = true
 				out = append(out, c)
 			}
 		}
@@ -555,7 +572,8 @@ func (sc *logScan) candidate(ctx context.Context, seq uint64, callID, ns string,
 	if !f.admits(ctx, ns, call.Method, call.Agent, call.Turn) {
 		return nil
 	}
-	c := &logCandidate{seq: seq, callID: callID, ns: ns, turn: call.Turn, queued: &queued, verified: true}
+	c := &logCandidate{seq: seq, callID: callID, ns: ns, turn: call.Turn, queued: &queued, verified: true,
+		held: msg.Header.Get(messages.HeaderAwaiting) != ""}
 	// seen is newest first: the first result written is the last one.
 	for i := len(seen) - 1; i >= 0 && c.state == ""; i-- {
 		e := seen[i]
@@ -639,10 +657,15 @@ func (l *callLog) complete(ctx context.Context, f *logFilter, cands []*logCandid
 		return err
 	}
 	for _, c := range cands {
-		if c.dropped || c.verified && c.state != "" {
+		if c.dropped || c.verified && c.state != "" && !c.held {
 			continue
 		}
 		s := snaps[c.callID]
+		if c.held && (s == nil || s.Queued == nil || s.Queued.Seq != c.seq) {
+			// Queued again once approved: listed where it was.
+			c.dropped = true
+			continue
+		}
 		if !c.verified {
 			// The payload's call must be the one stored by subject at the
 			// scanned sequence, and pass the filters as stored.
@@ -685,7 +708,7 @@ const callsListReadCalls = 140
 func (l *callLog) readCalls(ctx context.Context, cands []*logCandidate) (map[string]*ledger.Snapshot, error) {
 	var want []*logCandidate
 	for _, c := range cands {
-		if !c.dropped && (!c.verified || c.state == "") {
+		if !c.dropped && (!c.verified || c.state == "" || c.held) {
 			want = append(want, c)
 		}
 	}

@@ -374,3 +374,75 @@ func TestCallsListGivesZeroDurationsOnceKnown(t *testing.T) {
 		}
 	}
 }
+
+// storeApprovedCall writes the events of a call held for an approval up
+// to its approval's pending event, as the coordinator writes them, and
+// returns the function that writes the rest: the approval, the call
+// queued again, and the worker's start and result.
+func storeApprovedCall(ctx context.Context, t *testing.T, l *ledger.Ledger, id, ns string) (approve func()) {
+	t.Helper()
+	bucket := messages.TurnBucket("")
+	held := time.Now().UTC()
+	call := &messages.CallRequest{CallID: id, Tool: ns + "-say", Namespace: ns, Method: "say", QueuedAt: held}
+	if _, err := l.Hold(ctx, call); err != nil {
+		t.Fatal(err)
+	}
+	approval := &messages.Approval{ApprovalID: id, CallID: id, Tool: call.Tool, State: messages.ApprovalPending, CreatedAt: held}
+	if _, err := l.Append(ctx, bucket, ns, &messages.CallEvent{CallID: id, Kind: messages.EventApproval, Time: held, Approval: approval}); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		now := time.Now().UTC()
+		approved := *approval
+		approved.State, approved.DecidedBy, approved.DecidedAt = messages.ApprovalApproved, "alice", now
+		queued := *call
+		queued.QueuedAt = now
+		res := &messages.CallResult{CallID: id, Tool: call.Tool, Status: messages.StateCompleted, Attempt: 1, Worker: "w1", QueuedAt: now, StartedAt: now, FinishedAt: now}
+		for _, ev := range []*messages.CallEvent{
+			{CallID: id, Kind: messages.EventApproval, Time: now, Approval: &approved},
+			{CallID: id, Kind: messages.EventQueued, Time: now, Request: &queued},
+			{CallID: id, Kind: messages.EventStarted, Time: now, Attempt: 1, Worker: "w1"},
+			{CallID: id, Kind: messages.EventResult, Time: now, Result: res},
+		} {
+			if _, err := l.Append(ctx, bucket, ns, ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestCallsListApprovedCallOnce: a call held for an approval and queued
+// again once approved has two queued events; the log lists it once, where
+// it was queued for its workers, whatever the page size and whether the
+// scan reads the events with their subjects or as payloads.
+func TestCallsListApprovedCallOnce(t *testing.T) {
+	log, l := callLogOn(t, CallsListScanBudget)
+	ctx := context.Background()
+	storeCall(ctx, t, l, "call00", "alpha", messages.StateCompleted)
+	approve := storeApprovedCall(ctx, t, l, "approved01", "alpha")
+	storeCall(ctx, t, l, "call02", "alpha", messages.StateCompleted)
+	approve()
+	want := []string{"approved01", "call02", "call00"}
+	for _, req := range []messages.CallsListRequest{
+		{},
+		{Limit: 1},
+		{Limit: 2},
+		{Namespace: "alpha", Limit: 1},
+		{States: []messages.CallState{messages.StateCompleted}, Limit: 1},
+	} {
+		if got := listAll(ctx, t, log, req); !slices.Equal(got, want) {
+			t.Errorf("%+v: got %v, want %v", req, got, want)
+		}
+	}
+	// Past the first window, which is read with subjects, the scan reads
+	// payloads.
+	for i := range 40 {
+		storeCall(ctx, t, l, fmt.Sprintf("later%02d", i), "beta", messages.StateCompleted)
+	}
+	for _, req := range []messages.CallsListRequest{{Namespace: "alpha", Limit: 1}, {Namespace: "alpha"}} {
+		if got := listAll(ctx, t, log, req); !slices.Equal(got, want) {
+			t.Errorf("%+v, after 40 later calls: got %v, want %v", req, got, want)
+		}
+	}
+}

@@ -19,8 +19,11 @@ import (
 type calls struct {
 	ledger *ledger.Ledger
 	turns  *turns
-	nc     *nats.Conn
-	names  messages.Names
+	// approvals withdraws the pending approval of a call cancelled
+	// before anyone decided.
+	approvals *approvals
+	nc        *nats.Conn
+	names     messages.Names
 	// kept is how long the ledger keeps a call's events.
 	kept time.Duration
 	// wait bounds the retries of a read while JetStream does not answer
@@ -79,7 +82,8 @@ func (cs *calls) get(ctx context.Context, gr *messages.GetCallRequest) (*message
 
 // cancel cancels a call (the calls.cancel endpoint). A queued call gets
 // its cancelled result here, and the worker its queued event is delivered
-// to finds that result and does not run it; a running call
+// to finds that result and does not run it; a call awaiting an approval
+// gets it too, and its approval is withdrawn (approvals.withdraw); a running call
 // gets a durable cancel record and a signal to its worker, which writes the
 // result; a finished call keeps its result.
 func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messages.CancelReply, error) {
@@ -102,6 +106,21 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 			return nil, err
 		}
 		reply := &messages.CancelReply{CallID: cr.CallID}
+		if snap.Result == nil && snap.Started == nil && snap.State() == messages.StateAwaitingApproval && cs.approvals != nil {
+			res, err := cs.approvals.withdraw(ctx, cr.CallID, info)
+			switch {
+			case errors.Is(err, errNotWithdrawn):
+				// Decided meanwhile: cancelled as a queued call, below.
+			case err != nil:
+				return nil, err
+			case res.Status == messages.StateCancelled:
+				reply.Outcome, reply.State, reply.Result = messages.CancelDone, res.Status, res
+				return reply, nil
+			default:
+				reply.Outcome, reply.State, reply.Result = messages.CancelTooLate, res.Status, res
+				return reply, nil
+			}
+		}
 		switch {
 		case snap.Result != nil:
 			reply.Outcome, reply.State, reply.Result = messages.CancelTooLate, snap.State(), snap.Result.Result

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -299,26 +300,43 @@ func (s *Stack) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops everything, waiting for running calls until ctx ends.
+// StopBound bounds how long Stop takes, past the drain, to stop what
+// remains once the running calls have finished or been handed back: the
+// coordinator, the indexer, the connections and the NATS server.
+const StopBound = 5 * time.Second
+
+// Stop stops everything. Running calls may finish until ctx ends (the
+// drain), and so may the MCP front's requests; then the calls still
+// running are handed back, to run again at the next start, the front's
+// connections are cut, and the rest stops within StopBound of its own.
 func (s *Stack) Stop(ctx context.Context) error {
 	var errs []error
 	if s.consoleHTTP != nil {
 		// Its event streams last as long as their calls; they are cut.
 		errs = append(errs, s.consoleHTTP.Close())
 	}
+	var front sync.WaitGroup
 	if s.mcpHTTP != nil {
-		if err := s.mcpHTTP.Shutdown(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if s.Indexer != nil {
-		errs = append(errs, s.Indexer.Stop(ctx))
+		front.Add(1)
+		go func() {
+			defer front.Done()
+			if err := s.mcpHTTP.Shutdown(ctx); err != nil {
+				// The drain is over: the requests still open are cut.
+				_ = s.mcpHTTP.Close()
+			}
+		}()
 	}
 	if s.Worker != nil {
 		errs = append(errs, s.Worker.Stop(ctx))
 	}
+	front.Wait()
+	rest, cancel := context.WithTimeout(context.WithoutCancel(ctx), StopBound)
+	defer cancel()
+	if s.Indexer != nil {
+		errs = append(errs, s.Indexer.Stop(rest))
+	}
 	if s.Coordinator != nil {
-		errs = append(errs, s.Coordinator.Stop(ctx))
+		errs = append(errs, s.Coordinator.Stop(rest))
 	}
 	for _, nc := range s.conns {
 		nc.Close()

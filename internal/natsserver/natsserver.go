@@ -5,6 +5,8 @@ package natsserver
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -69,16 +71,71 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsserver: %w", err)
 	}
+	failures := &startFailures{fatal: make(chan string, 1)}
 	if cfg.Logging {
 		ns.ConfigureLogger()
+	} else {
+		// Unlogged, a server that cannot start (its port taken, its store
+		// unusable) says why only to its logger: this one keeps it.
+		ns.SetLoggerV2(failures, false, false, false)
 	}
 	ns.Start()
-	if !ns.ReadyForConnections(30 * time.Second) {
+	if err := failures.wait(ns, 30*time.Second); err != nil {
 		ns.Shutdown()
-		return nil, errors.New("natsserver: server did not become ready within 30s")
+		return nil, err
 	}
 	return &Server{Server: ns}, nil
 }
+
+// startFailures is the logger of a server that logs nothing: it keeps the
+// fatal error that stops the server from starting, and drops the rest.
+type startFailures struct {
+	fatal chan string
+}
+
+func (f *startFailures) Fatalf(format string, v ...any) {
+	select {
+	case f.fatal <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+
+func (*startFailures) Noticef(string, ...any) {}
+func (*startFailures) Warnf(string, ...any)   {}
+func (*startFailures) Errorf(string, ...any)  {}
+func (*startFailures) Debugf(string, ...any)  {}
+func (*startFailures) Tracef(string, ...any)  {}
+
+// wait waits until the server takes connections, or says why it will not,
+// for at most bound.
+func (f *startFailures) wait(ns *server.Server, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	for {
+		select {
+		case msg := <-f.fatal:
+			return &StartError{Message: msg, PortTaken: strings.Contains(msg, "Error listening on port") && strings.Contains(msg, "address already in use")}
+		default:
+		}
+		if ns.ReadyForConnections(100 * time.Millisecond) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("natsserver: server did not become ready within %v", bound)
+		}
+	}
+}
+
+// StartError is why the server did not start, as the server said it.
+type StartError struct {
+	Message string
+	// PortTaken is set when another process listens on the server's port.
+	PortTaken bool
+}
+
+func (e *StartError) Error() string { return "natsserver: " + e.Message }
+
+// Is makes a taken port match syscall.EADDRINUSE, as a listener's error does.
+func (e *StartError) Is(target error) bool { return e.PortTaken && target == syscall.EADDRINUSE }
 
 // URL returns the client URL to connect to.
 func (s *Server) URL() string { return s.ClientURL() }

@@ -519,8 +519,10 @@ func (c *Client) ListTools(ctx context.Context, req messages.ListToolsRequest) (
 // Submit queues a call and returns at once, or, with req.Wait, when the
 // result is there or the wait is over. Unless req names an idempotency key
 // or a call ID, Submit names the call's ID itself, on req.Route or else on
-// the client's route, so that every submit can be sent again after an
-// attempt that went unanswered without running the call twice.
+// the client's route (with CoordinatorReads and no Options.Route, by an
+// idempotency key of its own instead: such a user receives only the routes
+// it was given), so that every submit can be sent again after an attempt
+// that went unanswered without running the call twice.
 func (c *Client) Submit(ctx context.Context, req messages.SubmitRequest) (*messages.SubmitReply, error) {
 	if req.Agent == "" {
 		req.Agent = c.opts.Agent
@@ -529,9 +531,15 @@ func (c *Client) Submit(ctx context.Context, req messages.SubmitRequest) (*messa
 		// A call named here can be submitted again without running twice,
 		// so a submit that went unanswered is sent again rather than
 		// reported with its outcome unknown. Its ID goes on the request's
-		// route, as the coordinator's would, or on the client's.
+		// route, as the coordinator's would, or on the client's; a client
+		// that reads through the coordinator and was given no route (its
+		// user may receive none of its own making) names it by a key, as
+		// Call does.
 		route := req.Route
-		if route == "" {
+		switch {
+		case route == "" && c.opts.Route == "" && c.readsViaCoordinator():
+			req.IdempotencyKey = nuid.Next()
+		case route == "":
 			route, _ = c.routes.Route()
 		}
 		if route != "" {

@@ -28,6 +28,9 @@ const (
 	ApprovalApproved = "approved"
 	ApprovalDenied   = "denied"
 	ApprovalExpired  = "expired"
+	// ApprovalWithdrawn: the call was cancelled before anyone decided;
+	// DecidedBy is who cancelled it, DecisionReason the cancel's reason.
+	ApprovalWithdrawn = "withdrawn"
 )
 
 // How long an approval's answer counts.
@@ -129,6 +132,11 @@ const (
 	AuditExpired  = "expired"
 	// AuditRemembered: an earlier approval that was to be remembered let the call through.
 	AuditRemembered = "remembered"
+	// AuditWithdrawn: the call's cancel settled its pending approval.
+	AuditWithdrawn = "withdrawn"
+	// AuditRefused: a decision on an approval was refused (it was no
+	// longer pending, say); the record's reason is the refusal's message.
+	AuditRefused = "refused"
 )
 
 // AuditRecord is one decision about a call, on "<prefix>.audit.<decision>"

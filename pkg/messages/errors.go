@@ -27,7 +27,11 @@ const (
 	CodeNotAdmitted         ErrorCode = "not_admitted"
 	CodeIdempotencyConflict ErrorCode = "idempotency_conflict"
 	CodeConflict            ErrorCode = "conflict"
-	CodeUnavailable         ErrorCode = "unavailable"
+	// CodeApprovalNotPending: a decision on an approval that is no longer
+	// pending (decided, withdrawn by its call's cancel, or expired); its
+	// message says which, and by whom.
+	CodeApprovalNotPending ErrorCode = "approval_not_pending"
+	CodeUnavailable        ErrorCode = "unavailable"
 	// CodeNoResponders is never sent by a coordinator: a client reports it
 	// when no coordinator answers on the API subject (NATS's "no
 	// responders"), so nothing received the request and it is safe to send
@@ -59,7 +63,7 @@ func (c ErrorCode) Status() int {
 		return 403
 	case CodeToolNotFound, CodeCallNotFound, CodeTurnNotFound, CodeApprovalNotFound:
 		return 404
-	case CodeIdempotencyConflict, CodeConflict:
+	case CodeIdempotencyConflict, CodeConflict, CodeApprovalNotPending:
 		return 409
 	case CodePayloadTooLarge:
 		return 413
@@ -144,6 +148,7 @@ var (
 	ErrNotAdmitted         = &Error{Code: CodeNotAdmitted}
 	ErrToolDisabled        = &Error{Code: CodeToolDisabled}
 	ErrConflict            = &Error{Code: CodeConflict}
+	ErrApprovalNotPending  = &Error{Code: CodeApprovalNotPending}
 	ErrUnavailable         = &Error{Code: CodeUnavailable}
 	ErrNoResponders        = &Error{Code: CodeNoResponders}
 	ErrTimeout             = &Error{Code: CodeTimeout}

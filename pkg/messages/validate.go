@@ -242,9 +242,9 @@ func (r *DiscoverRequest) Validate() error {
 // Validate checks the state (empty, "all" or an approval state) and the names.
 func (r *ListApprovalsRequest) Validate() error {
 	switch r.State {
-	case "", "all", ApprovalPending, ApprovalApproved, ApprovalDenied, ApprovalExpired:
+	case "", "all", ApprovalPending, ApprovalApproved, ApprovalDenied, ApprovalExpired, ApprovalWithdrawn:
 	default:
-		return Errorf(CodeBadRequest, "state must be empty, %q, %q, %q, %q or %q", "all", ApprovalPending, ApprovalApproved, ApprovalDenied, ApprovalExpired)
+		return Errorf(CodeBadRequest, "state must be empty, %q, %q, %q, %q, %q or %q", "all", ApprovalPending, ApprovalApproved, ApprovalDenied, ApprovalExpired, ApprovalWithdrawn)
 	}
 	return firstError(optionalID("agent", r.Agent), optionalID("turn", r.Turn))
 }

@@ -91,7 +91,7 @@ func TestDisableAndEnable(t *testing.T) {
 		_, err := c.Call(ctx, "demo-echo", map[string]string{"text": "x"})
 		return errors.Is(err, messages.ErrToolDisabled)
 	})
-	if out := cli("tools"); !strings.Contains(out, "[disabled: returns garbage]") {
+	if out := cli("tools"); !strings.Contains(out, "disabled: returns garbage") {
 		t.Fatalf("tools list:\n%s", out)
 	}
 	view, err := c.ListTools(ctx, messages.ListToolsRequest{Agent: "a", Namespace: demo.Name})

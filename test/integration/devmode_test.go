@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"os/exec"
 	"strings"
@@ -23,9 +24,16 @@ func TestAllInOneProcess(t *testing.T) {
 	url := strings.TrimSpace(strings.TrimPrefix(line, "NATS URL:"))
 	dev.WaitLine(t, "Press Ctrl-C")
 
+	// Standard output, which holds the result (a call says its ID on
+	// standard error), and standard error too when the command fails.
 	cli := func(args ...string) (string, error) {
-		out, err := exec.Command(bin, append([]string{"--server", url}, args...)...).CombinedOutput()
-		return string(out), err
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command(bin, append([]string{"--server", url}, args...)...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return stdout.String() + stderr.String(), err
+		}
+		return stdout.String(), nil
 	}
 	out, err := cli("tools")
 	if err != nil || !strings.Contains(out, "demo-word_count") || strings.Contains(out, "unavailable") {

@@ -605,7 +605,7 @@ func TestApprovalsListAndDecideAsDocumented(t *testing.T) {
 		want messages.ErrorCode
 	}{
 		{"no such approval", messages.DecideRequest{ApprovalID: "nobody-asked", Decision: messages.DecisionApprove, By: "alice"}, messages.CodeApprovalNotFound},
-		{"decided already", messages.DecideRequest{ApprovalID: a1, Decision: messages.DecisionApprove, By: "alice"}, messages.CodeConflict},
+		{"decided already", messages.DecideRequest{ApprovalID: a1, Decision: messages.DecisionApprove, By: "alice"}, messages.CodeApprovalNotPending},
 		{"no by", messages.DecideRequest{ApprovalID: a3, Decision: messages.DecisionApprove}, messages.CodeBadRequest},
 		{"a decision that is none", messages.DecideRequest{ApprovalID: a3, Decision: "maybe", By: "alice"}, messages.CodeBadRequest},
 		{"remember forever", messages.DecideRequest{ApprovalID: a3, Decision: messages.DecisionApprove, By: "alice", Remember: "forever"}, messages.CodeBadRequest},

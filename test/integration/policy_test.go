@@ -167,7 +167,7 @@ func TestApprovalOutlivesACoordinatorRestart(t *testing.T) {
 		t.Fatalf("approved call: %+v %v", res, err)
 	}
 	// A second decision changes nothing; the tool ran once.
-	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: a.ApprovalID, Decision: messages.DecisionApprove, By: "bob"}); !errors.Is(err, messages.ErrConflict) {
+	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: a.ApprovalID, Decision: messages.DecisionApprove, By: "bob"}); !errors.Is(err, messages.ErrApprovalNotPending) {
 		t.Fatalf("second decision: %v", err)
 	}
 	// The next identical call in the turn asks again: the approval was for that call only.
@@ -245,7 +245,7 @@ func TestExpiredApprovalDeniesTheCall(t *testing.T) {
 	if err != nil || res.Status != messages.StateDenied || res.Error.Code != messages.ResultDenied || !strings.Contains(res.Error.Message, "expired") {
 		t.Fatalf("expired approval: %+v %v", res, err)
 	}
-	if _, err := agent.Decide(ctx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove, By: "late"}); !errors.Is(err, messages.ErrConflict) {
+	if _, err := agent.Decide(ctx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove, By: "late"}); !errors.Is(err, messages.ErrApprovalNotPending) {
 		t.Fatalf("approving an expired approval: %v", err)
 	}
 }

@@ -108,7 +108,7 @@ namespaces:
 		line = regexp.MustCompile(`(?m)^` + method + `[0-9a-f]{6} .*$`).FindString(string(out))
 		return line != ""
 	})
-	if !strings.HasSuffix(line, "(source's name: items.get)") {
+	if !strings.HasSuffix(line, "source's name: items.get") {
 		t.Fatalf("toolbus tools shows no renamed items.get with its original name:\n%s", out)
 	}
 	name := strings.Fields(line)[0]
@@ -189,9 +189,14 @@ paths:
 	}
 	t.Cleanup(func() { dev.Interrupt(t) })
 	cli := func(args ...string) string {
-		out, err := exec.Command(bin, append([]string{"--server", url}, args...)...).CombinedOutput()
+		// Standard output alone: a call says its ID on standard error.
+		out, err := exec.Command(bin, append([]string{"--server", url}, args...)...).Output()
 		if err != nil {
-			t.Fatalf("toolbus %v: %v\n%s", args, err, out)
+			var stderr []byte
+			if exit, ok := err.(*exec.ExitError); ok {
+				stderr = exit.Stderr
+			}
+			t.Fatalf("toolbus %v: %v\n%s%s", args, err, out, stderr)
 		}
 		return string(out)
 	}
