@@ -76,6 +76,11 @@ func (cs *calls) get(ctx context.Context, gr *messages.GetCallRequest) (*message
 	if err := mayReadCall(ctx, snap); err != nil {
 		return nil, err
 	}
+	if gr.Confirm && snap.Result == nil {
+		if err := cs.retry(ctx, func(ctx context.Context) error { return cs.ledger.ConfirmResult(ctx, snap) }); err != nil {
+			return nil, unavailable(err, "read call %s", gr.CallID)
+		}
+	}
 	info := callInfo(snap)
 	return &info, nil
 }

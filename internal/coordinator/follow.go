@@ -55,9 +55,11 @@ func (c *Coordinator) getCall(ctx context.Context, gr *messages.GetCallRequest) 
 	// The call's namespace, under which alone its result counts; a tool
 	// name that does not parse leaves it to the ledger to find.
 	tool, _ := messages.ParseToolName(info.Tool)
-	_, _ = c.ledger.AwaitResult(wctx, messages.TurnBucket(info.Turn), tool.Namespace, gr.CallID)
+	res, _ := c.ledger.AwaitResult(wctx, messages.TurnBucket(info.Turn), tool.Namespace, gr.CallID)
 	cancel()
-	return c.calls.get(ctx, &messages.GetCallRequest{CallID: gr.CallID})
+	// A result the wait found may be one the replica that answers the
+	// next read does not hold yet: that read then asks the leader.
+	return c.calls.get(ctx, &messages.GetCallRequest{CallID: gr.CallID, Confirm: gr.Confirm || res != nil})
 }
 
 // callEvents answers calls.events: the call's events after the request's

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,12 @@ type Ledger struct {
 	// nanoseconds) when that answer came: LastSeq's answer while recent.
 	ackedSeq atomic.Uint64
 	ackedAt  atomic.Int64
+
+	// reconnected is closed at the connection's next reconnect (see
+	// nextReconnect); status is the listener that closes it.
+	reconnectMu sync.Mutex
+	reconnected chan struct{}
+	status      chan nats.Status
 }
 
 // New returns a ledger on the connection.
@@ -74,7 +81,45 @@ func New(nc *nats.Conn, js jetstream.JetStream, names messages.Names) *Ledger {
 }
 
 // Close releases the ledger's subscription.
-func (l *Ledger) Close() { l.inbox.Close() }
+func (l *Ledger) Close() {
+	l.inbox.Close()
+	l.reconnectMu.Lock()
+	if l.status != nil {
+		l.nc.RemoveStatusListener(l.status)
+		l.status = nil
+	}
+	l.reconnectMu.Unlock()
+}
+
+// nextReconnect returns a channel closed when the connection next comes
+// back after it was lost: the messages a waiter was sent meanwhile are
+// lost, and it should look for them.
+func (l *Ledger) nextReconnect() <-chan struct{} {
+	l.reconnectMu.Lock()
+	defer l.reconnectMu.Unlock()
+	if l.reconnected == nil {
+		l.reconnected = make(chan struct{})
+	}
+	if l.status == nil {
+		l.status = l.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+		go l.watchReconnects(l.status)
+	}
+	return l.reconnected
+}
+
+func (l *Ledger) watchReconnects(status <-chan nats.Status) {
+	for st := range status {
+		l.reconnectMu.Lock()
+		if l.reconnected != nil {
+			close(l.reconnected)
+			l.reconnected = nil
+		}
+		l.reconnectMu.Unlock()
+		if st == nats.CLOSED {
+			return
+		}
+	}
+}
 
 // EventMsg encodes an event of a call of namespace ns as the message that
 // stores it, under bucket, the bucket of the call's turn
@@ -662,6 +707,21 @@ func (l *Ledger) SnapshotIn(ctx context.Context, ns, callID string) (*Snapshot, 
 	return s, nil
 }
 
+// ConfirmResult completes a snapshot of a call that exists without a
+// result with its result and cancellation as the stream's leader has
+// them (see SnapshotIn): for a reader whose replica may lag behind.
+func (l *Ledger) ConfirmResult(ctx context.Context, s *Snapshot) error {
+	if !s.Exists() || s.Result != nil {
+		return nil
+	}
+	for _, kind := range [...]messages.EventKind{messages.EventCancel, messages.EventResult} {
+		if _, err := l.addFromLeader(ctx, s, kind); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ReadOwn reads the latest events of the given kinds of a call of
 // namespace ns with one direct get each, whose subject is in the request's
 // API subject: the form of read that the server can confine to ns (a
@@ -829,8 +889,17 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 	t := time.NewTicker(ResultCheckInterval)
 	defer t.Stop()
 	checks := 0
+	reconnected := l.nextReconnect()
 	for {
 		select {
+		case <-reconnected:
+			// A result sent while the connection was away is lost: look
+			// now, at the leader, and again at the next checks.
+			reconnected = l.nextReconnect()
+			checks = 1
+			if res, ok := check(true); ok {
+				return res, nil
+			}
 		case msg := <-results:
 			if !committed {
 				// Subscribers can see a write before the stream has stored

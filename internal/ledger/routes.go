@@ -26,6 +26,10 @@ type Routes struct {
 	waiting map[string]awaited
 	// check is closed at the next check (see Check).
 	check chan struct{}
+	// status tells of the connection's reconnects, which the route's
+	// messages may have been lost in; reconnects counts them.
+	status     chan nats.Status
+	reconnects uint64
 }
 
 // NewRoutes returns a client's routes under a new route; it subscribes on first use.
@@ -49,8 +53,36 @@ func (r *Routes) Route() (string, error) {
 		// Messages are read as they come; none is dropped for a slow reader.
 		_ = sub.SetPendingLimits(-1, -1)
 		r.sub = sub
+		r.status = r.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+		go r.watchReconnects(r.status)
 	}
 	return r.route, nil
+}
+
+// watchReconnects makes the next check come at once after each reconnect:
+// a message sent to the route while the connection was away is lost.
+func (r *Routes) watchReconnects(status <-chan nats.Status) {
+	for st := range status {
+		if st == nats.CLOSED {
+			return
+		}
+		r.mu.Lock()
+		r.reconnects++
+		if r.check != nil {
+			close(r.check)
+			r.check = nil
+		}
+		r.mu.Unlock()
+	}
+}
+
+// Reconnects is how many times the connection came back since the route
+// was first used: a waiter that sees it change may have missed messages,
+// and should ask the stream's leader rather than any replica.
+func (r *Routes) Reconnects() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reconnects
 }
 
 // awaited is a call awaited on a route: where its messages go, and the
@@ -95,9 +127,10 @@ func (r *Routes) dispatch(msg *nats.Msg) {
 	}
 }
 
-// Check returns a channel that is closed within ResultCheckInterval: the
-// moment for its waiters to ask the stream about messages they may have
-// missed. All waiters share one timer rather than each having its own.
+// Check returns a channel that is closed within ResultCheckInterval, or at
+// once when the connection comes back: the moment for its waiters to ask
+// the stream about messages they may have missed. All waiters share one
+// timer rather than each having its own.
 func (r *Routes) Check() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -106,9 +139,11 @@ func (r *Routes) Check() <-chan struct{} {
 		r.check = ch
 		time.AfterFunc(ResultCheckInterval, func() {
 			r.mu.Lock()
-			r.check = nil
-			r.mu.Unlock()
-			close(ch)
+			defer r.mu.Unlock()
+			if r.check == ch {
+				r.check = nil
+				close(ch)
+			}
 		})
 	}
 	return r.check
@@ -126,5 +161,6 @@ func (r *Routes) Close() {
 	if r.sub != nil {
 		_ = r.sub.Unsubscribe()
 		r.sub = nil
+		r.nc.RemoveStatusListener(r.status)
 	}
 }

@@ -61,7 +61,7 @@ func (m *Inbox) subscribe() error {
 	// Messages are read as they come; none is dropped for a slow reader.
 	_ = sub.SetPendingLimits(-1, -1)
 	m.sub = sub
-	m.status = m.nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED)
+	m.status = m.nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
 	go m.failOnDisconnect(m.status)
 	return nil
 }
@@ -70,15 +70,19 @@ func (m *Inbox) subscribe() error {
 // is lost. An answer to a request sent before the loss may never come —
 // the server that took it may be the one that went away — and the waiters
 // would otherwise learn that only at their timeout; the writes that wait
-// here are safe to send again, and their senders do so at once.
+// here are safe to send again, and their senders do so at once. It ends
+// when the connection is closed, or the inbox.
 func (m *Inbox) failOnDisconnect(status <-chan nats.Status) {
-	for range status {
+	for st := range status {
 		m.mu.Lock()
 		open := m.expecting
 		m.expecting = map[string]expectation{}
 		m.mu.Unlock()
 		for _, e := range open {
 			e.fn(nil)
+		}
+		if st == nats.CLOSED {
+			return
 		}
 	}
 }

@@ -287,13 +287,13 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 	err = transport.Retry(ctx, policy, func(actx context.Context) error {
 		var reply *nats.Msg
 		var err error
-		switch {
-		case safe == once:
+		if safe == once {
 			reply, err = send(actx)
-		case wait > 0:
-			reply, err = c.held(actx, subject, data)
-		default:
-			reply, err = c.hedged(actx, send)
+		} else {
+			reply, err = c.hedged(actx, subject, data, wait > 0)
+			if err != nil {
+				err = c.tooLarge(endpoint, &nats.Msg{Data: data}, err)
+			}
 		}
 		if err != nil {
 			return err
@@ -311,20 +311,27 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 	return fmt.Errorf("%s: %w", endpoint, err)
 }
 
-// held sends a request that the coordinator may hold (a wait), and
-// returns its answer. A client with a route it receives on asks the
-// coordinator for a receipt there (messages.HeaderReceipt): while neither
-// a receipt nor an answer has come, it sends copies as hedged does, and
-// once a coordinator has said it holds the request, it sends no more and
-// waits for the first answer until ctx ends. So a hung coordinator costs
-// a wait about one HedgeAfter, and a live one holds one or, rarely, two of
-// the user's waits (the second if its receipt came late). A request whose
-// connection is lost is sent again once it is back, as its answer may be
-// lost with it. A client without a route of its own (an agent's user that
-// named none) sends the one request, unhedged: each copy would hold one
-// of its user's waits.
-func (c *Client) held(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
-	reply, answers, done, err := c.inbox.Register(1 + 2 + 4 + 8)
+// hedged sends a request that is safe to repeat and returns the first
+// answer to it or to one of its copies. The coordinators' queue group
+// gives each copy to a coordinator at random; a copy goes out when no
+// answer has come after HedgeAfter: two at once, then four after another
+// HedgeAfter, then one after each HedgeAfter, until a coordinator sends a
+// receipt for one of them (messages.HeaderReceipt; the copies ask for one
+// on the client's route) or the answer comes. A live coordinator's receipt
+// stops the copies, so a request that coordinators are slow to answer
+// (waiting out an election, say) costs them a few copies at most, and a
+// hung coordinator costs the request about one HedgeAfter: with one of two
+// hung, longer than two only with a chance of 1 in 128, and longer than
+// three with 1 in 256. A held request (wait > 0) asks for a receipt from
+// its first copy: each copy a live coordinator takes holds one of its
+// user's waits, and the receipt says which coordinator has it. A request
+// whose connection is lost is sent again once it is back, as its answer
+// may be lost with it. A client without a route it receives on (an agent's
+// user that named none) gets no receipts: it sends the copies of the first
+// two rounds only, and a held request once. If every copy found no
+// coordinator, that is the error.
+func (c *Client) hedged(ctx context.Context, subject string, data []byte, held bool) (*nats.Msg, error) {
+	reply, answers, done, err := c.inbox.Register(64)
 	if err != nil {
 		return nil, err
 	}
@@ -345,10 +352,10 @@ func (c *Client) held(ctx context.Context, subject string, data []byte) (*nats.M
 		defer stop()
 	}
 	sent, unheard := 0, 0
-	launch := func(copies int) error {
+	launch := func(copies int, receipt bool) error {
 		for range copies {
 			msg := &nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
-			if receiptTo != "" {
+			if receipt && receiptTo != "" {
 				msg.Header.Set(messages.HeaderReceipt, receiptTo)
 			}
 			tracing.Inject(ctx, msg.Header)
@@ -364,24 +371,24 @@ func (c *Client) held(ctx context.Context, subject string, data []byte) (*nats.M
 	// for until ctx ends.
 	lost := c.nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED)
 	defer c.nc.RemoveStatusListener(lost)
-	if err := launch(1); err != nil {
+	if err := launch(1, held); err != nil {
 		return nil, err
 	}
-	var next <-chan time.Time
 	hedge := time.NewTimer(c.opts.HedgeAfter)
 	defer hedge.Stop()
-	if receiptTo != "" {
-		next = hedge.C
+	next := hedge.C
+	if held && receiptTo == "" {
+		next = nil
 	}
 	rounds := 0
 	for {
 		select {
 		case <-lost:
 			rounds = 0
-			if err := launch(1); err != nil {
+			if err := launch(1, true); err != nil {
 				return nil, err
 			}
-			if receiptTo != "" {
+			if !held || receiptTo != "" {
 				hedge.Reset(c.opts.HedgeAfter)
 				next = hedge.C
 			}
@@ -398,66 +405,15 @@ func (c *Client) held(ctx context.Context, subject string, data []byte) (*nats.M
 			}
 			return msg, nil
 		case <-next:
-			if rounds++; rounds <= 2 {
-				if err := launch(hedgeCopies(rounds)); err != nil {
-					return nil, err
-				}
-				hedge.Reset(c.opts.HedgeAfter)
-			} else {
+			rounds++
+			if receiptTo == "" && rounds > 2 {
 				next = nil
+				break
 			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// hedged sends a request and, while no answer has come, sends copies of
-// it: two after HedgeAfter, four more after another, and takes the first
-// answer. The coordinators' queue group gives each copy to a coordinator
-// at random, so with one coordinator of two not answering (stopped, hung)
-// a request waits about one HedgeAfter more, and longer than two only
-// with a chance of 1 in 128; the copies left unanswered are abandoned.
-// Only requests that are safe to repeat and that the coordinator does not
-// hold are hedged: a coordinator answers them in milliseconds, or is
-// waiting out JetStream, when the copies cost it little. If every copy
-// sent failed (no coordinator listens, say), the last failure is returned.
-func (c *Client) hedged(ctx context.Context, send func(context.Context) (*nats.Msg, error)) (*nats.Msg, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type answer struct {
-		reply *nats.Msg
-		err   error
-	}
-	answers := make(chan answer, 1+2+4)
-	sent, failed := 0, 0
-	launch := func(copies int) {
-		for range copies {
-			sent++
-			go func() {
-				reply, err := send(ctx)
-				answers <- answer{reply, err}
-			}()
-		}
-	}
-	launch(1)
-	next := time.NewTimer(c.opts.HedgeAfter)
-	defer next.Stop()
-	rounds := 0
-	for {
-		select {
-		case a := <-answers:
-			if a.err == nil {
-				return a.reply, nil
+			if err := launch(hedgeCopies(rounds), true); err != nil {
+				return nil, err
 			}
-			if failed++; failed == sent {
-				return nil, a.err
-			}
-		case <-next.C:
-			if rounds++; rounds <= 2 {
-				launch(hedgeCopies(rounds))
-				next.Reset(c.opts.HedgeAfter)
-			}
+			hedge.Reset(c.opts.HedgeAfter)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

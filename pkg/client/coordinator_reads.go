@@ -123,10 +123,12 @@ func (c *Client) watchViaCoordinator(ctx context.Context, callID string) iter.Se
 	}
 }
 
-// resultViaCoordinator reads the call's result, nil while it has none.
-func (c *Client) resultViaCoordinator(ctx context.Context, callID string) (*messages.CallResult, error) {
-	info, err := c.Get(ctx, callID)
-	if err != nil {
+// resultViaCoordinator reads the call's result, nil while it has none;
+// with confirm, the coordinator asks the stream's leader for a result its
+// replica does not show (GetCallRequest.Confirm).
+func (c *Client) resultViaCoordinator(ctx context.Context, callID string, confirm bool) (*messages.CallResult, error) {
+	var info messages.CallInfo
+	if err := c.request(ctx, messages.EndpointCallsGet, &messages.GetCallRequest{CallID: callID, Confirm: confirm}, &info, read, 0); err != nil {
 		return nil, err
 	}
 	return info.Result, nil
@@ -138,7 +140,7 @@ func (c *Client) resultViaCoordinator(ctx context.Context, callID string) (*mess
 // through the coordinator.
 func (c *Client) checkResult(ctx context.Context, bucket, ns, callID string, confirm bool) (*messages.CallResult, error) {
 	if c.readsViaCoordinator() {
-		return c.resultViaCoordinator(ctx, callID)
+		return c.resultViaCoordinator(ctx, callID, confirm)
 	}
 	read := c.ledger.LastSeen
 	if confirm {

@@ -25,8 +25,10 @@ import (
 // a coordinator that works, so until the call is known to be queued it is
 // looked up (in the events stream, or with calls.get) after HedgeAfter, and
 // again after each doubling of that wait; a lookup that finds no call sends
-// the submit again, in 2 copies the first time, 4 the second and one after
-// that, each to a coordinator the queue group picks. The copies cannot
+// the submit again, quietly in 2 copies the first time and 4 the second,
+// each to a coordinator the queue group picks, and after that as a request
+// whose reply comes on the client's own inbox (one at a time): its answer
+// is the coordinator's word, whatever protocol the coordinator speaks. The copies cannot
 // queue the call twice (they name its ID), and a coordinator that does not
 // answer (stopped, hung, cut off) costs the call about one HedgeAfter.
 //
@@ -111,6 +113,10 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 		// that found none.
 		noCoordinatorSince   time.Time
 		noCoordinatorAnswers int
+		// loud is the outcome of a submit sent as a request, while one is.
+		loud chan loudAnswer
+		// reconnects is the route's count of reconnects at the last check.
+		reconnects = c.routes.Reconnects()
 	)
 	for {
 		select {
@@ -165,6 +171,25 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 			confirmed = true
 		case <-resend.C:
 			_ = rc.send(ctx, 1)
+		case a := <-loud:
+			loud = nil
+			switch {
+			case a.err == nil:
+				if res, settled, err := settle(a.reply); settled {
+					return res, err
+				}
+				if o.holds(a.reply) {
+					return nil, &ApprovalRequiredError{CallID: a.reply.CallID, Approval: a.reply.Approval}
+				}
+				adopt(a.reply)
+				confirmed = true
+			case mayPass(a.err) || ctx.Err() != nil:
+			default:
+				refusal = a.err
+				if !confirmed {
+					lookup.Reset(0)
+				}
+			}
 		case <-lookup.C:
 			if confirmed {
 				break
@@ -188,6 +213,19 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 				confirmed = true
 			case refusal != nil:
 				return nil, refusal
+			case rc.hedges >= 2:
+				// Two rounds of quiet copies found no call: the submit is
+				// sent as a request, whose reply comes on the client's own
+				// inbox, whatever the coordinator (one that refuses this
+				// protocol version, say) sends.
+				if loud == nil {
+					loud = make(chan loudAnswer, 1)
+					go func(req messages.SubmitRequest) {
+						req.Quiet = false
+						reply, err := c.Submit(ctx, req)
+						loud <- loudAnswer{reply, err}
+					}(req)
+				}
 			default:
 				rc.hedges++
 				_ = rc.send(ctx, hedgeCopies(rc.hedges))
@@ -199,6 +237,11 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 		case <-check:
 			check = nil
 			cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
+			if r := c.routes.Reconnects(); r != reconnects {
+				// The result's copy may have been lost while the connection
+				// was away: the next checks ask the stream's leader.
+				reconnects, checks = r, 0
+			}
 			checks++
 			res, err := c.checkResult(cctx, messages.TurnBucket(req.Turn), ns, callID, ledger.ConfirmsAtLeader(checks))
 			cancel()
@@ -212,6 +255,12 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 			check = c.routes.Check()
 		}
 	}
+}
+
+// loudAnswer is the reply to a submit sent as a request.
+type loudAnswer struct {
+	reply *messages.SubmitReply
+	err   error
 }
 
 // routedCall is a call's quiet submit and its copies.

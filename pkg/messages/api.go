@@ -103,6 +103,13 @@ type GetCallRequest struct {
 	WaitMS int64 `json:"wait_ms,omitempty"`
 	// Trace asks for the call's TraceID (operators get it unasked).
 	Trace bool `json:"trace,omitempty"`
+	// Confirm asks, when the call has no result as the replica that
+	// answers the coordinator's read has it, to read its result and its
+	// cancellation from the events stream's leader as well: a replica may
+	// lag behind the leader (a node catching up after a restart), and a
+	// caller that looks for a result it may have missed (its copy lost in
+	// a reconnect) sets it now and then.
+	Confirm bool `json:"confirm,omitempty"`
 }
 
 // CallInfo is what is known of a call: its request, state and, when it ended, its result.

@@ -101,6 +101,7 @@ func TestClusterSurvivesLeaderKills(t *testing.T) {
 		t.Skip("starts a three-node cluster")
 	}
 	nodes := startCluster(t, 3)
+	nodes.awaitMetaLeader(t)
 	urls := nodes.urls()
 	admin := testenv.Connect(t, urls)
 	coordinatorBin := testenv.Binary(t, "./cmd/coordinator")
@@ -134,6 +135,7 @@ func TestDeployedClusterSurvivesLeaderKills(t *testing.T) {
 		t.Skip("starts a three-node cluster")
 	}
 	nodes := startDeployedCluster(t)
+	nodes.awaitMetaLeader(t)
 	urls := nodes.urls()
 	deploy := deployDir(t)
 	as := func(user, password string) []string {
@@ -164,6 +166,21 @@ func TestDeployedClusterSurvivesLeaderKills(t *testing.T) {
 	leaderKills(t, &stack{nodes: nodes, urls: urls, admin: user("coordinator", "coordinator-secret"), client: agent, route: "agentAroute00000000001"})
 }
 
+// awaitMetaLeader waits until every node is healthy and they agree on a
+// meta leader, before Toolbus starts on the cluster.
+func (c *cluster) awaitMetaLeader(t *testing.T) {
+	t.Helper()
+	poll(t, 60*time.Second, "the cluster to elect a meta leader", func(ctx context.Context) error {
+		for _, n := range c.nodes {
+			if err := n.healthy(ctx); err != nil {
+				return err
+			}
+		}
+		_, err := c.metaLeader(ctx)
+		return err
+	})
+}
+
 // stack is a cluster with Toolbus running on it, and how the load reaches it.
 type stack struct {
 	nodes *cluster
@@ -190,15 +207,6 @@ func leaderKills(t *testing.T, st *stack) {
 		t.Fatal(err)
 	}
 	consumers := [][2]string{{names.EventsStream(), consumerName}}
-	poll(t, 60*time.Second, "the cluster to elect a meta leader", func(ctx context.Context) error {
-		for _, n := range nodes.nodes {
-			if err := n.healthy(ctx); err != nil {
-				return err
-			}
-		}
-		_, err := nodes.metaLeader(ctx)
-		return err
-	})
 	js, err := jetstream.New(st.admin)
 	if err != nil {
 		t.Fatal(err)
@@ -502,6 +510,10 @@ type callLedger struct {
 	queued  int
 	started []int // attempts
 	results []messages.CallState
+	// result is the first result stored, with its times.
+	result *messages.CallResult
+	// queuedAt is when the call's queued event was written.
+	queuedAt time.Time
 }
 
 // readLedger reads the whole events stream.
@@ -544,11 +556,15 @@ func readLedger(t *testing.T, js jetstream.JetStream, names messages.Names) map[
 		switch ev.Kind {
 		case messages.EventQueued:
 			l.queued++
+			l.queuedAt = ev.Time
 		case messages.EventStarted:
 			l.started = append(l.started, ev.Attempt)
 		case messages.EventResult:
 			if ev.Result != nil {
 				l.results = append(l.results, ev.Result.Status)
+				if l.result == nil {
+					l.result = ev.Result
+				}
 			}
 		}
 	}
@@ -632,7 +648,14 @@ func judge(calls []*callRecord, ledger map[string]*callLedger) *verdict {
 				v.maxOvertime = over
 			}
 			if over > slowAfter {
-				v.slow = append(v.slow, fmt.Sprintf("%s ended %s past its tool's time", desc, over))
+				phases := ""
+				if l := ledger[c.callID]; l != nil && l.result != nil {
+					r := l.result
+					phases = fmt.Sprintf(": submit→queued %s, queued→started %s, ran %s, finished→caller %s (attempt %d on %s)",
+						l.queuedAt.Sub(c.submitted).Round(time.Millisecond), r.StartedAt.Sub(l.queuedAt).Round(time.Millisecond),
+						r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond), c.ended.Sub(r.FinishedAt).Round(time.Millisecond), r.Attempt, r.Worker)
+				}
+				v.slow = append(v.slow, fmt.Sprintf("%s ended %s past its tool's time%s", desc, over, phases))
 			}
 		}
 	}
