@@ -73,7 +73,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	tel.SetReady(telemetry.NATSReady{Conn: nc, Streams: []string{names.EventsStream()}, Buckets: []string{names.CatalogBucket(), names.IndexBucket()}}.Check)
+	// The indexer's user may not read the events stream's information:
+	// the buckets it reads and writes are its readiness.
+	tel.SetReady(telemetry.NATSReady{Conn: nc, Buckets: []string{names.CatalogBucket(), names.IndexBucket()}}.Check)
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/tracing"
@@ -57,6 +58,7 @@ type callReader interface {
 	Last(ctx context.Context, bucket, ns, callID string, kind messages.EventKind) (*ledger.Event, error)
 	SnapshotIn(ctx context.Context, ns, callID string) (*ledger.Snapshot, error)
 	WaitForWrite(ctx context.Context, bucket, ns, callID string, writes <-chan *nats.Msg) (*messages.CallResult, error)
+	SubjectAt(ctx context.Context, seq uint64) (string, error)
 }
 
 // queuedMsgID is the Nats-Msg-Id of a call's queued event, so that the
@@ -119,6 +121,11 @@ func (q *callQueue) sendFirst(ctx context.Context, call *messages.CallRequest, t
 // twice is stored once. A publish refused because another publish of the
 // same ID is being stored (err_code 10158) is a duplicate.
 func (q *callQueue) sendAs(ctx context.Context, call *messages.CallRequest, first bool, then func(duplicate bool, err error)) error {
+	return q.sendWith(ctx, call, first, queuedMsgID(call.CallID), then)
+}
+
+// sendWith is sendAs with the queued event's message ID.
+func (q *callQueue) sendWith(ctx context.Context, call *messages.CallRequest, first bool, msgID string, then func(duplicate bool, err error)) error {
 	if err := q.haveConsumer(ctx, call.Namespace); err != nil {
 		return err
 	}
@@ -127,7 +134,7 @@ func (q *callQueue) sendAs(ctx context.Context, call *messages.CallRequest, firs
 	if err != nil {
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}
-	queuedMsg.Header.Set(messages.HeaderMsgID, queuedMsgID(call.CallID))
+	queuedMsg.Header.Set(messages.HeaderMsgID, msgID)
 	if first {
 		filter, err := q.names.CallQueuedFilter(bucket, call.CallID)
 		if err != nil {
@@ -144,7 +151,7 @@ func (q *callQueue) sendAs(ctx context.Context, call *messages.CallRequest, firs
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	s := &sending{q: q, parent: ctx, deadline: deadline, call: call, then: then}
+	s := &sending{q: q, parent: ctx, deadline: deadline, call: call, then: then, first: first, msgID: msgID}
 	s.record = retryingPublish{q: q, msg: queuedMsg, deadline: deadline, then: s.recorded, conditional: first}
 	s.record.start = now
 	record := &s.record
@@ -248,8 +255,11 @@ type sending struct {
 	call     *messages.CallRequest
 	then     func(duplicate bool, err error)
 
-	// record writes the queued event.
+	// record writes the queued event, first (see sendFirst) or not, with
+	// the message ID msgID.
 	record retryingPublish
+	first  bool
+	msgID  string
 
 	recordErr       error
 	recordDuplicate bool
@@ -279,6 +289,31 @@ func (s *sending) settle(ctx context.Context) (duplicate bool, err error) {
 	if s.recordErr != nil {
 		return false, messages.Errorf(messages.CodeUnavailable, "queue call %s: %v", call.CallID, s.recordErr)
 	}
+	if s.recordDuplicate && s.record.seq > 0 && s.msgID == queuedMsgID(call.CallID) {
+		// The stream had the message ID: normally this call's queued
+		// event, stored by another submit or an earlier try. A worker may
+		// set message IDs on its namespace's events too, and one that
+		// guessed a call's ID can have taken its queued event's: then the
+		// event is written again under an ID of its own, only if the call
+		// still has no queued event.
+		if taken, err := q.idTakenBy(ctx, call, s.record.seq); err != nil {
+			return false, unavailable(err, "read call %s", call.CallID)
+		} else if taken {
+			q.log.Warn("the message ID of a call's queued event was used by another message; queuing it under another", "call", call.CallID, "seq", s.record.seq)
+			done := make(chan struct{})
+			var dup bool
+			var err error
+			if serr := q.sendWith(ctx, call, true, queuedMsgID(call.CallID)+"."+nuid.Next(), func(d bool, e error) { dup, err = d, e; close(done) }); serr != nil {
+				return false, serr
+			}
+			select {
+			case <-done:
+				return dup, err
+			case <-ctx.Done():
+				return false, messages.Errorf(messages.CodeUnavailable, "queue call %s: %v", call.CallID, ctx.Err())
+			}
+		}
+	}
 	// The ledger has a queued event of this call ID; whose?
 	ours, err := q.ownsCall(ctx, call, s.recordDuplicate)
 	if err != nil {
@@ -300,6 +335,25 @@ func (q *callQueue) ownsCall(ctx context.Context, call *messages.CallRequest, re
 		return false, err
 	}
 	return prev != nil && sameSubmit(prev, call), nil
+}
+
+// idTakenBy reports whether the message the stream stored at seq, whose
+// message ID a write of the call's queued event repeated, is something
+// else than a queued event of the call.
+func (q *callQueue) idTakenBy(ctx context.Context, call *messages.CallRequest, seq uint64) (bool, error) {
+	var subject string
+	err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) (err error) {
+		subject, err = q.reads.SubjectAt(ctx, seq)
+		return err
+	})
+	if errors.Is(err, transport.ErrNotFound) {
+		return false, nil // gone with its age: whatever it was, it holds nothing up now
+	}
+	if err != nil {
+		return false, err
+	}
+	callID, kind, _, ok := q.names.ParseEventSubject(subject)
+	return !ok || kind != messages.EventQueued || callID != call.CallID, nil
 }
 
 // sameSubmit reports whether two requests of one call ID come from one submit.

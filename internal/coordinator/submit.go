@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -247,9 +246,9 @@ func newCall(sr *messages.SubmitRequest, name messages.ToolName, tool *catalog.T
 	case sr.CallID != "":
 		call.CallID = sr.CallID
 	case sr.Route != "":
-		call.CallID = messages.RoutedCallID(sr.Route, nuid.Next())
+		call.CallID = messages.RoutedCallID(sr.Route, messages.RandomToken())
 	default:
-		call.CallID = nuid.Next()
+		call.CallID = messages.RandomToken()
 	}
 	return call
 }

@@ -493,6 +493,12 @@ func (f *fakeReader) SnapshotIn(ctx context.Context, ns, callID string) (*ledger
 	return snap, nil
 }
 
+// SubjectAt finds no message: the duplicates of these tests are this
+// call's queued events.
+func (f *fakeReader) SubjectAt(context.Context, uint64) (string, error) {
+	return "", transport.ErrNotFound
+}
+
 func (f *fakeReader) WaitForWrite(ctx context.Context, _, _, _ string, _ <-chan *nats.Msg) (*messages.CallResult, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()

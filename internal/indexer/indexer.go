@@ -158,7 +158,7 @@ func (ix *Indexer) Start(ctx context.Context) error {
 	// coordinator changes the replication.
 	asked := ix.cfg.Resources
 	asked.Reconfigure = false
-	if _, err := resources.Resolve(ctx, ix.js, ix.names, asked); err != nil {
+	if _, err := resources.ResolveByCatalog(ctx, ix.js, ix.names, asked); err != nil {
 		return fmt.Errorf("indexer: %w", err)
 	}
 	if err := resources.EnsureExisting(ctx, ix.js, ix.names, ix.cfg.Resources); err != nil {

@@ -707,6 +707,26 @@ func (l *Ledger) SnapshotIn(ctx context.Context, ns, callID string) (*Snapshot, 
 	return s, nil
 }
 
+// SubjectAt returns the subject of the message the events stream holds
+// at seq, or transport.ErrNotFound if it holds none there (any replica
+// answers).
+func (l *Ledger) SubjectAt(ctx context.Context, seq uint64) (string, error) {
+	subject := ""
+	err := l.eventsOwnReply.GetBatch(ctx, transport.BatchRequest{Seq: seq, Batch: 1}, func(got uint64, msg *nats.Msg) bool {
+		if got == seq {
+			subject = msg.Subject
+		}
+		return false
+	})
+	if err != nil {
+		return "", err
+	}
+	if subject == "" {
+		return "", transport.ErrNotFound
+	}
+	return subject, nil
+}
+
 // ConfirmResult completes a snapshot of a call that exists without a
 // result with its result and cancellation as the stream's leader has
 // them (see SnapshotIn): for a reader whose replica may lag behind.

@@ -6,7 +6,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -34,7 +33,7 @@ type Routes struct {
 
 // NewRoutes returns a client's routes under a new route; it subscribes on first use.
 func NewRoutes(nc *nats.Conn, names messages.Names) *Routes {
-	return &Routes{nc: nc, names: names, route: nuid.Next(), waiting: map[string]awaited{}}
+	return &Routes{nc: nc, names: names, route: messages.RandomToken(), waiting: map[string]awaited{}}
 }
 
 // Route returns the route to name in submits, once messages on it are received.

@@ -89,15 +89,27 @@ func (e *ReplicasMismatchError) Is(target error) bool { return target == ErrRepl
 // InstalledReplicas returns the installation's replication: the replicas
 // of its events stream, or 0 when there is no events stream yet.
 func InstalledReplicas(ctx context.Context, js jetstream.JetStream, names messages.Names) (int, error) {
-	s, err := js.Stream(ctx, names.EventsStream())
+	return replicasOf(ctx, js, names.EventsStream())
+}
+
+// replicasOf returns the replicas of a stream, 0 when there is none.
+func replicasOf(ctx context.Context, js jetstream.JetStream, stream string) (int, error) {
+	s, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("stream %s: %w", names.EventsStream(), err)
+		return 0, fmt.Errorf("stream %s: %w", stream, err)
 	}
 	return s.CachedInfo().Config.Replicas, nil
 }
+
+// catalogStream is the stream of the catalog bucket. The services that
+// are not the coordinator learn the installation from it: they may not
+// read the events stream's information, whose subjects name every call
+// (docs/security.md), and a coordinator creates and reconfigures the
+// catalog with the streams.
+func catalogStream(names messages.Names) string { return "KV_" + names.CatalogBucket() }
 
 // Resolve returns cfg with Replicas set to the replication the resources
 // must have: the installation's when cfg asks for none, cfg's own when
@@ -111,7 +123,23 @@ func Resolve(ctx context.Context, js jetstream.JetStream, names messages.Names, 
 	if cfg.Reconfigure && cfg.Replicas == 0 {
 		return cfg, errors.New("reconfigure needs the replicas to change to")
 	}
-	installed, err := InstalledReplicas(ctx, js, names)
+	return resolve(ctx, js, cfg, names.EventsStream())
+}
+
+// ResolveByCatalog is Resolve for a service that is not the coordinator:
+// it reads the installation's replication from the catalog bucket's
+// stream, which a coordinator creates and reconfigures with the others,
+// and never changes it.
+func ResolveByCatalog(ctx context.Context, js jetstream.JetStream, names messages.Names, cfg Config) (Config, error) {
+	if cfg.Replicas < 0 {
+		return cfg, fmt.Errorf("replicas %d is negative", cfg.Replicas)
+	}
+	cfg.Reconfigure = false
+	return resolve(ctx, js, cfg, catalogStream(names))
+}
+
+func resolve(ctx context.Context, js jetstream.JetStream, cfg Config, stream string) (Config, error) {
+	installed, err := replicasOf(ctx, js, stream)
 	if err != nil {
 		return cfg, err
 	}
@@ -120,7 +148,7 @@ func Resolve(ctx context.Context, js jetstream.JetStream, names messages.Names, 
 	case cfg.Replicas == 0:
 		cfg.Replicas = installed
 	case cfg.Replicas != installed:
-		return cfg, &ReplicasMismatchError{Stream: names.EventsStream(), Installed: installed, Requested: cfg.Replicas}
+		return cfg, &ReplicasMismatchError{Stream: stream, Installed: installed, Requested: cfg.Replicas}
 	}
 	return cfg.WithDefaults(), nil
 }
@@ -180,9 +208,25 @@ func Ensure(ctx context.Context, js jetstream.JetStream, names messages.Names, c
 // coordinator has run. What it creates takes the installation's
 // replication when there is one, whatever cfg asks for: it never changes
 // the installation, so it never refuses to start over a replication either.
+//
+// An installation whose catalog bucket exists is taken as whole, and
+// nothing else is read: a coordinator creates the streams before the
+// buckets, and the users of workers and indexers may read the catalog's
+// stream information but not the events stream's, which would list every
+// call (docs/security.md). Where there is no catalog yet (a worker or
+// indexer started before any coordinator, on a server that lets it),
+// everything is created.
 func EnsureExisting(ctx context.Context, js jetstream.JetStream, names messages.Names, cfg Config) error {
-	installed, err := InstalledReplicas(ctx, js, names)
+	installed, err := replicasOf(ctx, js, catalogStream(names))
 	if err != nil {
+		return err
+	}
+	if installed != 0 {
+		return nil
+	}
+	// No catalog: a server that lets this user create streams, and so read
+	// their information, of which some may exist.
+	if installed, err = InstalledReplicas(ctx, js, names); err != nil {
 		return err
 	}
 	if installed != 0 {

@@ -111,7 +111,12 @@ func TestEnsureExistingAdoptsTheInstallation(t *testing.T) {
 	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
 		t.Fatal(err)
 	}
+	// Without its catalog (whose presence stands for a whole
+	// installation), the installation is looked at and completed.
 	if err := js.DeleteKeyValue(ctx, names.TurnsBucket()); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(ctx, names.CatalogBucket()); err != nil {
 		t.Fatal(err)
 	}
 	if err := resources.EnsureExisting(ctx, js, names, resources.Config{Replicas: 3, Reconfigure: true}); err != nil {

@@ -35,11 +35,12 @@ func CoordinatorResources(names messages.Names) NATSReady {
 	}
 }
 
-// WorkerResources are the streams, bucket and consumers of a worker
-// serving namespaces.
+// WorkerResources are the bucket and consumers of a worker serving
+// namespaces. The consumers' information says that the events stream is
+// there: a worker's user may not read the stream's own, which would list
+// every call (docs/security.md).
 func WorkerResources(names messages.Names, namespaces []string) (NATSReady, error) {
 	r := NATSReady{
-		Streams:         []string{names.EventsStream()},
 		Buckets:         []string{names.CatalogBucket()},
 		ConsumersStream: names.EventsStream(),
 	}

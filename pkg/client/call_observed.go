@@ -3,8 +3,6 @@ package client
 import (
 	"context"
 
-	"github.com/nats-io/nuid"
-
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -49,7 +47,7 @@ func (c *Client) CallObserved(ctx context.Context, req messages.SubmitRequest, o
 	// which names its ID before the submit, and awaited with calls.get
 	// (or on an inbox).
 	if req.IdempotencyKey == "" {
-		req.IdempotencyKey = nuid.Next()
+		req.IdempotencyKey = messages.RandomToken()
 	}
 	o.named(messages.IdempotentCallID(req.Agent, req.IdempotencyKey))
 	reply, err := c.Submit(ctx, req)

@@ -32,30 +32,35 @@
 // make twice:
 //
 //   - no_responders (no coordinator listens, so nothing received the
-//     request): every request, up to six attempts, then the error is
+//     request): a request that is safe to repeat, a submit that names its
+//     call above all, for up to Options.NoCoordinatorWait (30s) within its
+//     context; any other request up to six attempts, then the error is
 //     returned.
 //   - no answer within the attempt's bound, and the coordinator's
 //     unavailable and timeout: reads (ListTools, Get, Turn, Discover,
 //     ListApprovals) and idempotent requests (Cancel, Activate,
-//     SetToolEnabled, a Submit with an idempotency key or with its own
-//     call ID on a route) are made again while the context allows; a
-//     read's attempts after one that went unanswered send two, then four
-//     copies at once and take the first answer, so that a hung coordinator
-//     among N, which each copy reaches with a chance of 1 in N, rarely
-//     holds a read for more than two attempts. Any
-//     other request, a Submit without either (and Decide, Answer), is not.
-//     Its attempt gets Options.CoordinatorWait (10s) on top of the bound,
-//     the time a coordinator may wait out a stream's election before it
-//     answers, since a second attempt is not an option; an attempt that
-//     went unanswered even so fails with code timeout
-//     (messages.ErrTimeout), which says that its outcome is unknown — the
-//     call may have been queued. Cancelling twice is harmless: the second
-//     cancel of a call the first cancelled reports too_late, with the
-//     cancelled result.
+//     SetToolEnabled, every Submit, which names its call by an idempotency
+//     key or its own call ID) are made again while the context allows. Any
+//     other request (Decide, Answer) is not: its attempt gets
+//     Options.CoordinatorWait (10s) on top of the bound, the time a
+//     coordinator may wait out a stream's election before it answers, and
+//     an attempt that went unanswered even so fails with code timeout
+//     (messages.ErrTimeout), which says that its outcome is unknown.
+//
+// Within an attempt, a request that is safe to repeat is copied while no
+// answer has come after Options.HedgeAfter (250ms): two copies, then four,
+// then one after each HedgeAfter, each to a coordinator the queue group
+// picks, until a coordinator's receipt says it has the request; so a hung
+// coordinator among several costs a request about a quarter of a second.
+// A request whose connection was lost is sent again when it is back.
+//
+// A refusal means nothing was queued: a Submit that failed without a
+// coordinator deciding looks its call up before it reports the failure,
+// and Call reports a refusal only when the call does not exist.
 //
 // Call is idempotent by construction: it names its call's ID on the
 // client's route (or, with WithIdempotencyKey, its ID comes from the key),
-// so it never returns timeout for an unanswered submit. It waits for the
+// and follows it until its result or its context's end. It waits for the
 // result for as long as its context allows, not for RequestTimeout: a call
 // lasts as long as its tool takes, and ends with the call's own deadline.
 package client
@@ -72,7 +77,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/tracing"
@@ -215,6 +219,10 @@ const (
 	repeatable
 	// read: requests that change nothing at all.
 	read
+	// scan: reads that may keep a coordinator busy for a while (the
+	// execution log, the audit log): copied only while no coordinator has
+	// sent a receipt, which the first copy asks for already.
+	scan
 )
 
 // request sends one API request and decodes the reply into out, in
@@ -290,7 +298,7 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 		if safe == once {
 			reply, err = send(actx)
 		} else {
-			reply, err = c.hedged(actx, subject, data, wait > 0)
+			reply, err = c.hedged(actx, subject, data, wait > 0 || safe == scan)
 			if err != nil {
 				err = c.tooLarge(endpoint, &nats.Msg{Data: data}, err)
 			}
@@ -322,15 +330,19 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 // (waiting out an election, say) costs them a few copies at most, and a
 // hung coordinator costs the request about one HedgeAfter: with one of two
 // hung, longer than two only with a chance of 1 in 128, and longer than
-// three with 1 in 256. A held request (wait > 0) asks for a receipt from
-// its first copy: each copy a live coordinator takes holds one of its
-// user's waits, and the receipt says which coordinator has it. A request
+// three with 1 in 256. A held request (wait > 0), and a read that may
+// keep a coordinator busy (calls.list, audit.list), asks for a receipt
+// from its first copy: each copy a live coordinator takes holds one of its
+// user's waits, or scans the stream again, and the receipt says that a
+// coordinator has it. A request
 // whose connection is lost is sent again once it is back, as its answer
 // may be lost with it. A client without a route it receives on (an agent's
 // user that named none) gets no receipts: it sends the copies of the first
 // two rounds only, and a held request once. If every copy found no
 // coordinator, that is the error.
 func (c *Client) hedged(ctx context.Context, subject string, data []byte, held bool) (*nats.Msg, error) {
+	// held: the first copy asks for a receipt, and without receipts there
+	// are no copies.
 	reply, answers, done, err := c.inbox.Register(64)
 	if err != nil {
 		return nil, err
@@ -343,7 +355,7 @@ func (c *Client) hedged(ctx context.Context, subject string, data []byte, held b
 		if err != nil {
 			return nil, err
 		}
-		id := messages.RoutedCallID(route, nuid.Next())
+		id := messages.RoutedCallID(route, messages.RandomToken())
 		if receiptTo, err = c.names.CallRouteSubject(id); err != nil {
 			return nil, err
 		}
@@ -494,12 +506,12 @@ func (c *Client) Submit(ctx context.Context, req messages.SubmitRequest) (*messa
 		route := req.Route
 		switch {
 		case route == "" && c.opts.Route == "" && c.readsViaCoordinator():
-			req.IdempotencyKey = nuid.Next()
+			req.IdempotencyKey = messages.RandomToken()
 		case route == "":
 			route, _ = c.routes.Route()
 		}
 		if route != "" {
-			req.Route, req.CallID = route, messages.RoutedCallID(route, nuid.Next())
+			req.Route, req.CallID = route, messages.RoutedCallID(route, messages.RandomToken())
 		}
 	}
 	safe := once
@@ -596,7 +608,7 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 		// Without a route of its own, the call is made idempotent and
 		// awaited with calls.get: notify copies stay in the coordinator's account.
 		if req.IdempotencyKey == "" {
-			req.IdempotencyKey = nuid.Next()
+			req.IdempotencyKey = messages.RandomToken()
 		}
 		reply, err := c.Submit(ctx, req)
 		if err != nil {
@@ -774,7 +786,7 @@ func (c *Client) Turn(ctx context.Context, turn string) (*messages.TurnInfo, err
 // first; pass the reply's NextCursor in the request for the next page.
 func (c *Client) ListCalls(ctx context.Context, req messages.CallsListRequest) (*messages.CallsListReply, error) {
 	var out messages.CallsListReply
-	return &out, c.request(ctx, messages.EndpointCallsList, &req, &out, read, 0)
+	return &out, c.request(ctx, messages.EndpointCallsList, &req, &out, scan, 0)
 }
 
 // Watch yields a call's events from the first, then live ones, and ends

@@ -17,7 +17,7 @@ import (
 // for the following page.
 func (c *Client) ListAudit(ctx context.Context, req messages.AuditListRequest) (*messages.AuditListReply, error) {
 	var out messages.AuditListReply
-	return &out, c.request(ctx, messages.EndpointAuditList, &req, &out, read, 0)
+	return &out, c.request(ctx, messages.EndpointAuditList, &req, &out, scan, 0)
 }
 
 // ListWorkers returns the live workers with their busy and total slots

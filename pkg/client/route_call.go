@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/tracing"
@@ -67,7 +66,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 	if err != nil {
 		return nil, err
 	}
-	req.Route, req.CallID, req.Quiet = route, messages.RoutedCallID(route, nuid.Next()), true
+	req.Route, req.CallID, req.Quiet = route, messages.RoutedCallID(route, messages.RandomToken()), true
 	callID := req.CallID
 	o.named(callID)
 	ns := toolNamespace(req.Tool)

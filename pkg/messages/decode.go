@@ -74,6 +74,8 @@ func (r *SubmitRequest) decodeBytes(data []byte) (int, error) {
 
 func (r *SubmitRequest) decodeFast(d *reader) error {
 	n, err := d.mapHeader()
+	d.depth++
+	defer func() { d.depth-- }()
 	for i := 0; i < n && err == nil; i++ {
 		var key []byte
 		if key, err = d.key(); err != nil {
@@ -105,7 +107,7 @@ func (r *SubmitRequest) decodeFast(d *reader) error {
 		case "quiet":
 			r.Quiet, err = d.bool()
 		default:
-			err = d.skip()
+			err = d.skipUnknown()
 		}
 	}
 	return err
@@ -122,6 +124,8 @@ func (r *CallRequest) decodeBytes(data []byte) (int, error) {
 
 func (r *CallRequest) decodeFast(d *reader) error {
 	n, err := d.mapHeader()
+	d.depth++
+	defer func() { d.depth-- }()
 	for i := 0; i < n && err == nil; i++ {
 		var key []byte
 		if key, err = d.key(); err != nil {
@@ -155,7 +159,7 @@ func (r *CallRequest) decodeFast(d *reader) error {
 		case "notify":
 			r.Notify, err = d.str()
 		default:
-			err = d.skip()
+			err = d.skipUnknown()
 		}
 	}
 	return err
@@ -172,6 +176,8 @@ func (e *CallEvent) decodeBytes(data []byte) (int, error) {
 
 func (e *CallEvent) decodeFast(d *reader) error {
 	n, err := d.mapHeader()
+	d.depth++
+	defer func() { d.depth-- }()
 	for i := 0; i < n && err == nil; i++ {
 		var key []byte
 		if key, err = d.key(); err != nil {
@@ -230,7 +236,7 @@ func (e *CallEvent) decodeFast(d *reader) error {
 				err = e.Result.decodeFast(d)
 			}
 		default:
-			err = d.skip()
+			err = d.skipUnknown()
 		}
 	}
 	return err
@@ -247,6 +253,8 @@ func (r *CallResult) decodeBytes(data []byte) (int, error) {
 
 func (r *CallResult) decodeFast(d *reader) error {
 	n, err := d.mapHeader()
+	d.depth++
+	defer func() { d.depth-- }()
 	for i := 0; i < n && err == nil; i++ {
 		var key []byte
 		if key, err = d.key(); err != nil {
@@ -292,7 +300,7 @@ func (r *CallResult) decodeFast(d *reader) error {
 				err = d.decodeReflect(r.FullResult)
 			}
 		default:
-			err = d.skip()
+			err = d.skipUnknown()
 		}
 	}
 	return err
@@ -330,6 +338,8 @@ func (b *ContentBlock) decodeBytes(data []byte) (int, error) {
 
 func (b *ContentBlock) decodeFast(d *reader) error {
 	n, err := d.mapHeader()
+	d.depth++
+	defer func() { d.depth-- }()
 	for i := 0; i < n && err == nil; i++ {
 		var key []byte
 		if key, err = d.key(); err != nil {
@@ -356,7 +366,7 @@ func (b *ContentBlock) decodeFast(d *reader) error {
 			b.Annotations = new(ContentAnnotations)
 			err = d.decodeReflect(b.Annotations)
 		default:
-			err = d.skip()
+			err = d.skipUnknown()
 		}
 	}
 	return err
@@ -373,6 +383,8 @@ func (r *SubmitReply) decodeBytes(data []byte) (int, error) {
 
 func (r *SubmitReply) decodeFast(d *reader) error {
 	n, err := d.mapHeader()
+	d.depth++
+	defer func() { d.depth-- }()
 	for i := 0; i < n && err == nil; i++ {
 		var key []byte
 		if key, err = d.key(); err != nil {
@@ -398,7 +410,7 @@ func (r *SubmitReply) decodeFast(d *reader) error {
 				err = d.decodeReflect(r.Approval)
 			}
 		default:
-			err = d.skip()
+			err = d.skipUnknown()
 		}
 	}
 	return err
@@ -415,6 +427,8 @@ func (p *Progress) decodeBytes(data []byte) (int, error) {
 
 func (p *Progress) decodeFast(d *reader) error {
 	n, err := d.mapHeader()
+	d.depth++
+	defer func() { d.depth-- }()
 	for i := 0; i < n && err == nil; i++ {
 		var key []byte
 		if key, err = d.key(); err != nil {
@@ -428,7 +442,7 @@ func (p *Progress) decodeFast(d *reader) error {
 		case "message":
 			p.Message, err = d.str()
 		default:
-			err = d.skip()
+			err = d.skipUnknown()
 			continue
 		}
 		if err == nil && (math.IsNaN(p.Progress) || math.IsInf(p.Progress, 0) || math.IsNaN(p.Total) || math.IsInf(p.Total, 0)) {

@@ -19,6 +19,8 @@ import (
 type reader struct {
 	b []byte
 	i int
+	// depth is how many maps of messages the fast decoders are inside.
+	depth int
 }
 
 // fastDecoder is implemented by the messages decoded with a reader, by a
@@ -459,6 +461,13 @@ func checkYear(t time.Time) error {
 // pass rather than recursing, so nesting costs no stack; as every value
 // takes a byte at least, more of them than bytes left is a truncation.
 func (d *reader) skip() error { return d.skipWithin(-1) }
+
+// skipUnknown passes over the value of a field the reader does not know,
+// refusing one that would take the message past maxMessageDepth levels in
+// all: a message nests no deeper in the fields its reader knows (a JSON
+// value's MaxJSONDepth inside the message's own levels) and those it does
+// not, whichever decoder reads it.
+func (d *reader) skipUnknown() error { return d.skipWithin(maxMessageDepth - d.depth) }
 
 // skipWithin is skip that also refuses, with errTooDeep, a value whose
 // maps and arrays nest deeper than maxDepth (none when negative): a

@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"crypto/rand"
 	"fmt"
 	"strings"
 )
@@ -119,4 +120,31 @@ func (n Names) ParseCallRouteSubject(subject string) (callID string, ok bool) {
 		return "", false
 	}
 	return route + suffix, true
+}
+
+// base62 are the characters of RandomToken.
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// RandomToken returns RouteLength letters and digits drawn from the
+// system's cryptographic random source (about 131 bits), to end a call's
+// ID (RoutedCallID), make a route, or key a call. Unlike a NUID, whose
+// later part counts up, one such token tells nothing of the next: a
+// worker that sees the IDs of its own namespace's calls cannot guess
+// those of another's, nor of calls still to come.
+func RandomToken() string {
+	var out [RouteLength]byte
+	var buf [2 * RouteLength]byte
+	n := 0
+	for n < RouteLength {
+		_, _ = rand.Read(buf[:])
+		for _, b := range buf {
+			// 248 is the largest multiple of 62 a byte holds: each
+			// character is equally likely.
+			if b < 248 && n < RouteLength {
+				out[n] = base62[b%62]
+				n++
+			}
+		}
+	}
+	return string(out[:])
 }

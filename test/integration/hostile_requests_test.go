@@ -36,19 +36,31 @@ func hostileBodies() map[string][]byte {
 	deepUnknownMap := append([]byte{0x81}, msgpackStr("zz")...)
 	deepUnknownMap = append(deepUnknownMap, bytes.Repeat([]byte{0x81, 0xa1, 'k'}, 150_000)...)
 	deepUnknownMap = append(deepUnknownMap, 0xc0)
+	// A body that names a tool, so that nothing else refuses it: only its
+	// depth can (docs/protocol.md: 288 levels in all, known fields or not).
+	withTool := func(levels int) []byte {
+		b := append([]byte{0x82}, msgpackStr("tool")...)
+		b = append(b, msgpackStr("demo-echo")...)
+		b = append(b, msgpackStr("zz")...)
+		b = append(b, bytes.Repeat([]byte{0x91}, levels)...)
+		return append(b, 0xc0)
+	}
 	jsonDeep := `{"arguments":` + strings.Repeat("[", 400_000) + `}`
 	jsonDeepUnknown := `{"zz":` + strings.Repeat("[", 400_000) + `}`
 	return map[string][]byte{
-		"a string promising 4 GiB":         {0x81, 0xa4, 't', 'o', 'o', 'l', 0xdb, 0xff, 0xff, 0xff, 0xff, 'x'},
-		"a map promising 4 billion keys":   {0xdf, 0xff, 0xff, 0xff, 0xff},
-		"an array promising 2 billion":     {0xdd, 0x7f, 0xff, 0xff, 0xff, 0x00},
-		"bytes promising 4 GiB":            {0x81, 0xa4, 't', 'o', 'o', 'l', 0xc6, 0xff, 0xff, 0xff, 0xff, 0x00},
-		"an extension promising 4 GiB":     {0x81, 0xa4, 't', 'o', 'o', 'l', 0xc9, 0xff, 0xff, 0xff, 0xff, 0x01, 0x00},
-		"arguments nested 400,000 deep":    deepArgs,
-		"an unknown field nested deep":     deepUnknown,
-		"an unknown field of nested maps":  deepUnknownMap,
-		"JSON arguments nested deep":       []byte(jsonDeep),
-		"a JSON unknown field nested deep": []byte(jsonDeepUnknown),
+		"a string promising 4 GiB":                             {0x81, 0xa4, 't', 'o', 'o', 'l', 0xdb, 0xff, 0xff, 0xff, 0xff, 'x'},
+		"a map promising 4 billion keys":                       {0xdf, 0xff, 0xff, 0xff, 0xff},
+		"an array promising 2 billion":                         {0xdd, 0x7f, 0xff, 0xff, 0xff, 0x00},
+		"bytes promising 4 GiB":                                {0x81, 0xa4, 't', 'o', 'o', 'l', 0xc6, 0xff, 0xff, 0xff, 0xff, 0x00},
+		"an extension promising 4 GiB":                         {0x81, 0xa4, 't', 'o', 'o', 'l', 0xc9, 0xff, 0xff, 0xff, 0xff, 0x01, 0x00},
+		"arguments nested 400,000 deep":                        deepArgs,
+		"an unknown field nested deep":                         deepUnknown,
+		"an unknown field of nested maps":                      deepUnknownMap,
+		"JSON arguments nested deep":                           []byte(jsonDeep),
+		"a JSON unknown field nested deep":                     []byte(jsonDeepUnknown),
+		"a tool and an unknown field nested 289 levels in all": withTool(288),
+		"a tool and an unknown field nested 10,000 levels":     withTool(10_000),
+		"a tool and an unknown field nested 100,000 levels":    withTool(100_000),
 	}
 }
 
@@ -82,6 +94,15 @@ func TestHostileRequestsAreCheapAtEveryEndpoint(t *testing.T) {
 	// goroutines) is there before the measure.
 	for _, endpoint := range allEndpoints {
 		send(endpoint, []byte{0x80})
+	}
+	// 288 levels in all are allowed: the refusals below are for depth.
+	atLimit := append([]byte{0x82}, msgpackStr("tool")...)
+	atLimit = append(atLimit, msgpackStr("demo-echo")...)
+	atLimit = append(atLimit, msgpackStr("zz")...)
+	atLimit = append(atLimit, bytes.Repeat([]byte{0x91}, 287)...)
+	atLimit = append(atLimit, 0xc0)
+	if code := send(messages.EndpointCallsSubmit, atLimit); code == messages.CodeBadRequest.StatusText() {
+		t.Errorf("a submit nesting 288 levels in all was refused as a bad request")
 	}
 	var before, after runtime.MemStats
 	runtime.GC()

@@ -397,6 +397,13 @@ match:
 		publish(role, "create a consumer of its own over the other namespace", "$JS.API.CONSUMER.CREATE."+events+".spy."+queue(other), consumer(events, "spy", queue(other)))
 		publish(role, "create an ephemeral consumer on the events", "$JS.API.CONSUMER.CREATE."+events, consumerRequest(t, events, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy}))
 		publish(role, "create a durable consumer the old way", "$JS.API.CONSUMER.DURABLE.CREATE."+events+".ns_"+self, consumer(events, "ns_"+self, queue(other)))
+		// The streams' information lists the subjects they hold, by
+		// subjects_filter: every call's ID, kind and namespace, and the
+		// approvals' and turns' keys.
+		publish(role, "list the calls by the events stream's subjects", "$JS.API.STREAM.INFO."+events, []byte(`{"subjects_filter":">"}`))
+		publish(role, "list the approvals by their bucket's subjects", "$JS.API.STREAM.INFO.KV_"+names.ApprovalsBucket(), []byte(`{"subjects_filter":">"}`))
+		publish(role, "list the turns by their bucket's subjects", "$JS.API.STREAM.INFO.KV_"+names.TurnsBucket(), []byte(`{"subjects_filter":">"}`))
+		publish(role, "read the audit stream's information", "$JS.API.STREAM.INFO."+names.AuditStream(), []byte(`{"subjects_filter":">"}`))
 		publish(role, "read queued calls by sequence", "$JS.API.DIRECT.GET."+events, []byte(`{"seq":1}`))
 		publish(role, "read a queued call from the leader", "$JS.API.STREAM.MSG.GET."+events, []byte(`{"seq":1}`))
 		publish(role, "delete a queued call", "$JS.API.STREAM.MSG.DELETE."+events, []byte(`{"seq":1}`))
@@ -437,6 +444,9 @@ match:
 	// The indexer reads the catalog and writes the index, nothing else.
 	publish("indexer", "pull calls", "$JS.API.CONSUMER.MSG.NEXT."+events+".ns_demo", []byte(`{"batch":1}`))
 	publish("indexer", "read queued calls", "$JS.API.DIRECT.GET."+events, []byte(`{"seq":1}`))
+	publish("indexer", "list the calls by the events stream's subjects", "$JS.API.STREAM.INFO."+events, []byte(`{"subjects_filter":">"}`))
+	publish("indexer", "list the approvals by their bucket's subjects", "$JS.API.STREAM.INFO.KV_"+names.ApprovalsBucket(), []byte(`{"subjects_filter":">"}`))
+	publish("indexer", "list the turns by their bucket's subjects", "$JS.API.STREAM.INFO.KV_"+names.TurnsBucket(), []byte(`{"subjects_filter":">"}`))
 	publish("indexer", "read a queued call from the leader", "$JS.API.STREAM.MSG.GET."+events, []byte(`{"seq":1}`))
 	publish("indexer", "delete a namespace's consumer", "$JS.API.CONSUMER.DELETE."+events+".ns_payments", nil)
 	publish("indexer", "create a consumer on the queued calls", "$JS.API.CONSUMER.CREATE."+events+".spy.toolbus.events.*.*.queued.*.payments", consumer(events, "spy", "toolbus.events.*.*.queued.*.payments"))
