@@ -19,8 +19,20 @@ function followCall(timeline) {
       const done = parseFloat(line.dataset.progress);
       if (total > 0) {
         bar.value = Math.min(1, Math.max(0, done / total));
+      } else if (!bar.hasAttribute("value") || bar.value === 0) {
+        bar.removeAttribute("value"); // under way, of unknown extent
       }
       text.textContent = done + (total > 0 ? " of " + total : "") + (line.dataset.message ? ": " + line.dataset.message : "");
+    }
+    const now = line.dataset.state;
+    if (bar && now === "completed") {
+      // A completed call is done, whatever its tool last reported.
+      bar.value = 1;
+      text.textContent = "complete";
+    } else if (bar && now === "running" && line.dataset.progress === undefined && bar.value === 0 && text.textContent === "") {
+      bar.removeAttribute("value"); // under way, of unknown extent
+    } else if (bar && now && now !== "running" && !bar.hasAttribute("value")) {
+      bar.value = 0; // no longer under way
     }
   });
   events.addEventListener("result", (e) => {
