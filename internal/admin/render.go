@@ -23,10 +23,10 @@ const maxInlineImage = 2 << 20
 var inlineImageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
 
 var templateFuncs = template.FuncMap{
-	"json":     prettyJSON,
-	"time":     formatTime,
-	"ago":      ago,
-	"ms":       func(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() },
+	"json":    prettyJSON,
+	"time":    formatTime,
+	"ago":     ago,
+	"ms":      func(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() },
 	"image":   imageURL,
 	"join":    strings.Join,
 	"joinKV":  joinKV,
