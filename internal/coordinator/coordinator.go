@@ -234,6 +234,8 @@ type Coordinator struct {
 	approvals *approvals
 	switches  *toolSwitches
 	calls     *calls
+	// depths are the queue depths the sweeper sampled (stats.calls).
+	depths *depthHistory
 
 	// The API's requests: at most MaxConcurrentRequests at once, each on
 	// a goroutine of handlers.
@@ -274,6 +276,7 @@ func New(cfg Config) (*Coordinator, error) {
 		handlers: reuse.New(handlerIdle),
 		tracer:   tracing.Tracer(cfg.TracerProvider),
 		waits:    newWaitLimit(cfg.MaxWaitsPerUser),
+		depths:   newDepthHistory(),
 	}
 	c.policy.Store(cfg.Policy)
 	return c, nil
