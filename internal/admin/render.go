@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"html/template"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,8 @@ var templateFuncs = template.FuncMap{
 	"joinKV":  joinKV,
 	"hasItem": func(list []string, s string) bool { return contains(list, s) },
 	"idParts": idParts,
+	"hhmm":    func(t time.Time) string { return t.UTC().Format("15:04") },
+	"f1":      func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
 }
 
 // idShown is how many characters of an ID a table shows at each end: a

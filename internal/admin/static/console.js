@@ -1,6 +1,7 @@
 // The console's only script: it follows a call's timeline over
-// server-sent events and refreshes the execution log's first page. The
-// server renders (and escapes) every fragment it inserts.
+// server-sent events and refreshes the execution log's first page and
+// the dashboard. The server renders (and escapes) every fragment it
+// inserts.
 "use strict";
 
 function followCall(timeline) {
@@ -54,7 +55,9 @@ function followCall(timeline) {
   });
 }
 
-function refreshRows(body) {
+// refresh replaces the content of an element with the fragment its
+// data-refresh names, every period milliseconds.
+function refresh(body, period) {
   setInterval(async () => {
     try {
       const reply = await fetch(body.dataset.refresh, { credentials: "same-origin" });
@@ -69,7 +72,7 @@ function refreshRows(body) {
     } catch (err) {
       // The next refresh tries again.
     }
-  }, 2000);
+  }, period);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -79,6 +82,10 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   const rows = document.getElementById("calls-body");
   if (rows && rows.dataset.refresh) {
-    refreshRows(rows);
+    refresh(rows, 2000);
+  }
+  const dashboard = document.getElementById("dashboard");
+  if (dashboard && dashboard.dataset.refresh) {
+    refresh(dashboard, 15000);
   }
 });
