@@ -234,8 +234,10 @@ type Coordinator struct {
 	approvals *approvals
 	switches  *toolSwitches
 	calls     *calls
-	// depths are the queue depths the sweeper sampled (stats.calls).
-	depths *depthHistory
+	// depths are the queue depths the sweeper sampled (stats.calls);
+	// statsScans the scans of stats.calls under way.
+	depths     *depthHistory
+	statsScans *statsShare
 
 	// The API's requests: at most MaxConcurrentRequests at once, each on
 	// a goroutine of handlers.
@@ -277,6 +279,8 @@ func New(cfg Config) (*Coordinator, error) {
 		tracer:   tracing.Tracer(cfg.TracerProvider),
 		waits:    newWaitLimit(cfg.MaxWaitsPerUser),
 		depths:   newDepthHistory(),
+
+		statsScans: newStatsShare(),
 	}
 	c.policy.Store(cfg.Policy)
 	return c, nil

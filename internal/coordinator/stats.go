@@ -3,6 +3,7 @@ package coordinator
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -30,6 +31,8 @@ const (
 	statsScanBytes = 64 << 20
 	// statsWindow is the most events one read of the scan asks for.
 	statsWindow = 4096
+	// maxStatsScans bounds the scans one coordinator runs at once.
+	maxStatsScans = 2
 )
 
 // callStats is stats.calls.
@@ -37,14 +40,83 @@ func (c *Coordinator) callStats(ctx context.Context, r *messages.CallStatsReques
 	if err := requireOperator(ctx, messages.EndpointStatsCalls); err != nil {
 		return nil, err
 	}
-	sr := &statsReader{
-		log: &callLog{
-			names: c.names, js: c.js, events: transport.NewStream(c.nc, nil, c.names.EventsStream()),
-			wait: c.cfg.UnavailableWait, windowBytes: callsListWindowBytes,
-		},
-		budget: StatsScanBudget, maxBytes: statsScanBytes, depths: c.depths,
+	return c.statsScans.do(ctx, *r, func(ctx context.Context) (*messages.CallStatsReply, error) {
+		sr := &statsReader{
+			log: &callLog{
+				names: c.names, js: c.js, events: transport.NewStream(c.nc, nil, c.names.EventsStream()),
+				wait: c.cfg.UnavailableWait, windowBytes: callsListWindowBytes,
+			},
+			budget: StatsScanBudget, maxBytes: statsScanBytes, depths: c.depths,
+		}
+		return sr.read(ctx, r, time.Now())
+	})
+}
+
+// statsShare holds the scans of stats.calls under way: a request that
+// comes while the same one (same namespace and minutes) is being read
+// takes that scan's reply, and at most maxStatsScans scans run at once,
+// so that operators' dashboards that all refresh cost one scan each time.
+type statsShare struct {
+	mu      sync.Mutex
+	flights map[messages.CallStatsRequest]*statsFlight
+	slots   chan struct{}
+}
+
+type statsFlight struct {
+	done  chan struct{}
+	reply *messages.CallStatsReply
+	err   error
+	// joined counts the requests that wait for this scan's reply.
+	joined int
+}
+
+func newStatsShare() *statsShare {
+	return &statsShare{flights: map[messages.CallStatsRequest]*statsFlight{}, slots: make(chan struct{}, maxStatsScans)}
+}
+
+// do answers r with the scan under way of the same request, or with a
+// scan of its own. A scan that ended because its own request's context
+// did is not taken by the others: they try again.
+func (s *statsShare) do(ctx context.Context, r messages.CallStatsRequest, scan func(context.Context) (*messages.CallStatsReply, error)) (*messages.CallStatsReply, error) {
+	for {
+		s.mu.Lock()
+		f, joined := s.flights[r]
+		if !joined {
+			f = &statsFlight{done: make(chan struct{})}
+			s.flights[r] = f
+		} else {
+			f.joined++
+		}
+		s.mu.Unlock()
+		if joined {
+			select {
+			case <-f.done:
+				if f.err != nil && ctx.Err() == nil && (errors.Is(f.err, context.Canceled) || errors.Is(f.err, context.DeadlineExceeded)) {
+					continue
+				}
+				return f.reply, f.err
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		f.reply, f.err = s.run(ctx, scan)
+		s.mu.Lock()
+		delete(s.flights, r)
+		s.mu.Unlock()
+		close(f.done)
+		return f.reply, f.err
 	}
-	return sr.read(ctx, r, time.Now())
+}
+
+// run runs a scan in one of the slots.
+func (s *statsShare) run(ctx context.Context, scan func(context.Context) (*messages.CallStatsReply, error)) (*messages.CallStatsReply, error) {
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-s.slots }()
+	return scan(ctx)
 }
 
 // statsReader answers stats.calls for one request.

@@ -1,9 +1,12 @@
 package coordinator
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -295,4 +298,115 @@ func depthValues(most []*int64) []string {
 		}
 	}
 	return out
+}
+
+// TestStatsShare: requests of the same form that come while it is read
+// take that scan's reply; other forms are read at once, at most
+// maxStatsScans at a time; a scan that ended with its own request's
+// context is read again for the others.
+func TestStatsShare(t *testing.T) {
+	s := newStatsShare()
+	var mu sync.Mutex
+	scans := map[string]int{}
+	release := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{}), "c": make(chan struct{}), "d": make(chan struct{})}
+	started := make(chan string, 16)
+	scanOf := func(ns string) func(context.Context) (*messages.CallStatsReply, error) {
+		return func(ctx context.Context) (*messages.CallStatsReply, error) {
+			mu.Lock()
+			scans[ns]++
+			mu.Unlock()
+			started <- ns
+			select {
+			case <-release[ns]:
+				return &messages.CallStatsReply{Namespaces: []messages.NamespaceStats{{Namespace: ns}}}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+	type answer struct {
+		reply *messages.CallStatsReply
+		err   error
+	}
+	ask := func(ctx context.Context, ns string) chan answer {
+		out := make(chan answer, 1)
+		go func() {
+			reply, err := s.do(ctx, messages.CallStatsRequest{Namespace: ns}, scanOf(ns))
+			out <- answer{reply, err}
+		}()
+		return out
+	}
+	waitJoined := func(ns string, n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s.mu.Lock()
+			f := s.flights[messages.CallStatsRequest{Namespace: ns}]
+			joined := f != nil && f.joined == n
+			s.mu.Unlock()
+			if joined {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d requests of %s did not join its scan", n, ns)
+			}
+			time.Sleep(time.Millisecond) // the requests' goroutines give no signal as they join
+		}
+	}
+	ctx := context.Background()
+
+	first := ask(ctx, "a")
+	if got := <-started; got != "a" {
+		t.Fatalf("started %s", got)
+	}
+	joiners := []chan answer{ask(ctx, "a"), ask(ctx, "a"), ask(ctx, "a")}
+	waitJoined("a", 3)
+	other := ask(ctx, "b")
+	if got := <-started; got != "b" {
+		t.Fatalf("started %s, want b beside a", got)
+	}
+	// Two scans run: c waits for a slot.
+	third := ask(ctx, "c")
+	waitJoined("c", 0)
+	select {
+	case got := <-started:
+		t.Fatalf("%s started while a and b held both slots", got)
+	default:
+	}
+	close(release["a"])
+	want := (<-first).reply
+	for _, j := range joiners {
+		if got := <-j; got.err != nil || got.reply != want {
+			t.Errorf("a request that joined a's scan got %+v, want its reply", got)
+		}
+	}
+	if got := <-started; got != "c" {
+		t.Fatalf("started %s, want c once a's slot was free", got)
+	}
+	close(release["b"])
+	close(release["c"])
+	if (<-other).err != nil || (<-third).err != nil {
+		t.Fatal("b or c failed")
+	}
+
+	// d's first request gives up; the one that joined reads d again.
+	cctx, cancel := context.WithCancel(ctx)
+	quitter := ask(cctx, "d")
+	<-started
+	stayer := ask(ctx, "d")
+	waitJoined("d", 1)
+	cancel()
+	if got := <-quitter; !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("the request that gave up: %+v", got)
+	}
+	<-started
+	close(release["d"])
+	if got := <-stayer; got.err != nil || got.reply.Namespaces[0].Namespace != "d" {
+		t.Fatalf("the request that stayed: %+v", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(scans) != fmt.Sprint(map[string]int{"a": 1, "b": 1, "c": 1, "d": 2}) {
+		t.Errorf("scans %v, want one of a (for 4 requests), b and c, two of d", scans)
+	}
 }

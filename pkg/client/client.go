@@ -42,7 +42,10 @@
 //     read's attempts after one that went unanswered send two, then four
 //     copies at once and take the first answer, so that a hung coordinator
 //     among N, which each copy reaches with a chance of 1 in N, rarely
-//     holds a read for more than two attempts. Any
+//     holds a read for more than two attempts. CallStats, which costs
+//     the coordinator a scan of up to seconds, is made again after an
+//     attempt that went unanswered but never sent in copies, and each of
+//     its attempts gets 25s on top of the bound. Any
 //     other request, a Submit without either (and Decide, Answer), is not.
 //     Its attempt gets Options.CoordinatorWait (10s) on top of the bound,
 //     the time a coordinator may wait out a stream's election before it
@@ -215,7 +218,15 @@ const (
 	repeatable
 	// read: requests that change nothing at all.
 	read
+	// scan: reads that cost the coordinator a scan of seconds (within a
+	// budget): not hedged, as a copy would cost another scan, and given
+	// scanTime more to be answered in each attempt.
+	scan
 )
+
+// scanTime is what an attempt of a scan is given on top of
+// Options.RequestTimeout.
+const scanTime = 25 * time.Second
 
 // request sends one API request and decodes the reply into out, in
 // attempts bounded by RequestTimeout plus wait (see the package doc).
@@ -224,7 +235,7 @@ const (
 // coordinator received fails with messages.ErrNoResponders, and one that
 // cannot be repeated and went unanswered with messages.ErrTimeout. A
 // read or a repeatable request that the coordinator does not hold (wait
-// 0) is hedged within each attempt (see hedged).
+// 0) is hedged within each attempt (see hedged); a scan is not.
 func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe safety, wait time.Duration) error {
 	subject, err := c.names.APISubject(endpoint)
 	if err != nil {
@@ -241,8 +252,11 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 	}
 	policy := requestRetry
 	policy.Attempt = c.opts.RequestTimeout + wait
-	if safe == once {
+	switch safe {
+	case once:
 		policy.Attempt += c.opts.CoordinatorWait
+	case scan:
+		policy.Attempt += scanTime
 	}
 	unanswered := false
 	noResponders := 0
@@ -288,7 +302,7 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 		var reply *nats.Msg
 		var err error
 		switch {
-		case safe == once:
+		case safe == once, safe == scan:
 			reply, err = send(actx)
 		case wait > 0:
 			reply, err = c.held(actx, subject, data)

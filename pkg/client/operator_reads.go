@@ -30,12 +30,14 @@ func (c *Client) ListWorkers(ctx context.Context, namespace string) (*messages.W
 
 // CallStats returns the statistics of the calls of the last minutes
 // (stats.calls): how many entered each state, minute by minute, and by
-// namespace their queue waits, run times and queue depths. A coordinator
-// older than stats.calls does not answer it: the error is
-// messages.ErrNoResponders.
+// namespace their queue waits, run times and queue depths. It costs the
+// coordinator a scan of up to seconds: it is sent without the copies
+// other reads are hedged with, and each attempt waits Options.RequestTimeout
+// and 25 s more for the answer. A coordinator older than stats.calls does
+// not answer it: the error is messages.ErrNoResponders.
 func (c *Client) CallStats(ctx context.Context, req messages.CallStatsRequest) (*messages.CallStatsReply, error) {
 	var out messages.CallStatsReply
-	return &out, c.request(ctx, messages.EndpointStatsCalls, &req, &out, read, 0)
+	return &out, c.request(ctx, messages.EndpointStatsCalls, &req, &out, scan, 0)
 }
 
 // GetTraced is Get with the call's trace ID (CallInfo.TraceID), which
