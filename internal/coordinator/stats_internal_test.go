@@ -410,3 +410,41 @@ func TestStatsShare(t *testing.T) {
 		t.Errorf("scans %v, want one of a (for 4 requests), b and c, two of d", scans)
 	}
 }
+
+// TestStatsReplyFitsInAMessage: the largest reply (60 minutes, every
+// state in each, the most namespaces, each with durations and a queue
+// depth in every minute, of large values) is well under NATS's default
+// 1 MiB payload in both encodings.
+func TestStatsReplyFitsInAMessage(t *testing.T) {
+	since := time.Date(2026, 11, 29, 11, 0, 0, 0, time.UTC)
+	minutes := messages.MaxStatsMinutes
+	tally := newStatsTally(since, since.Add(time.Hour), minutes, "")
+	depths := map[string]*namespaceDepths{}
+	big := time.Duration(1<<40) * time.Millisecond
+	for n := range messages.MaxStatsNamespaces + 10 {
+		ns := fmt.Sprintf("namespace_with_a_long_name_%02d", n)
+		d := &namespaceDepths{most: make([]*int64, minutes), last: messages.QueueDepth{Waiting: 1 << 40, Delivered: 1 << 40, Time: since}}
+		for i := range minutes {
+			for _, st := range []messages.CallState{messages.StateQueued, messages.StateAwaitingApproval} {
+				tally.count(ns, i, st)
+			}
+			for _, st := range []messages.CallState{messages.StateCompleted, messages.StateFailed, messages.StateCancelled, messages.StateTimedOut, messages.StateDenied} {
+				at := since.Add(time.Duration(i) * time.Minute)
+				tally.ended(ns, i, st, at.Add(-big), at.Add(-big/2), at)
+			}
+			d.most[i] = new(int64(1 << 40))
+		}
+		depths[ns] = d
+	}
+	reply := tally.reply(depths)
+	for _, codec := range []messages.Codec{messages.JSONCodec, messages.Msgpack} {
+		data, err := codec.Marshal(reply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) > 512<<10 {
+			t.Errorf("%s: the largest reply is %d bytes", codec, len(data))
+		}
+		t.Logf("%s: %d bytes", codec, len(data))
+	}
+}
