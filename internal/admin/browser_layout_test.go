@@ -44,7 +44,8 @@ type cellBox struct {
 // column of the execution log is drawn within the window, for a call
 // of a long tool by an agent with a long ID in a turn; the call's ID is
 // shown shortened, whole in its title and in the text a copy takes; the
-// tool's name is on one line and whole.
+// tool's name is on one line and whole, and stays on one line in a
+// window too narrow for the table.
 func TestBrowserExecutionLogFitsAt1280(t *testing.T) {
 	b := startBrowserStack(t, "")
 	ctx := testenv.Context(t)
@@ -116,6 +117,17 @@ func TestBrowserExecutionLogFitsAt1280(t *testing.T) {
 	}
 	if shown, whole := b.eval(t, `document.querySelector('`+name+`').clientWidth`), b.eval(t, `document.querySelector('`+name+`').scrollWidth`); shown < whole {
 		t.Errorf("the tool's name is drawn %.0f px wide of its %.0f: it is cut", shown, whole)
+	}
+
+	// In a window too narrow for every column, the name still does not
+	// wrap: the table scrolls within its frame.
+	b.do(t, "a window 800 pixels wide", chromedp.EmulateViewport(800, 900))
+	b.open(t, "/calls", chromedp.CSS(row))
+	if lines := b.eval(t, `document.querySelector('`+name+`').getClientRects().length`); lines != 1 {
+		t.Errorf("at 800 px, the tool's name is drawn on %.0f lines, want 1", lines)
+	}
+	if scroll, width := b.eval(t, `document.documentElement.scrollWidth`), b.eval(t, `document.documentElement.clientWidth`); scroll > width+0.5 {
+		t.Errorf("at 800 px, the page is %.0f px wide: the table's frame should scroll, not the page", scroll)
 	}
 }
 
