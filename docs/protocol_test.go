@@ -70,6 +70,8 @@ func TestProtocolExamples(t *testing.T) {
 		"AuditListReply":       func() any { return &messages.AuditListReply{} },
 		"WorkersListRequest":   func() any { return &messages.WorkersListRequest{} },
 		"WorkersListReply":     func() any { return &messages.WorkersListReply{} },
+		"CallStatsRequest":     func() any { return &messages.CallStatsRequest{} },
+		"CallStatsReply":       func() any { return &messages.CallStatsReply{} },
 		"ConsumerRequest":      func() any { return &messages.ConsumerRequest{} },
 		"ConsumerReply":        func() any { return &messages.ConsumerReply{} },
 		"InfoReply":            func() any { return &messages.InfoReply{} },

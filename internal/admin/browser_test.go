@@ -186,11 +186,14 @@ func (b *browserStack) open(t *testing.T, path string, visible chromedp.CSS) {
 	b.do(t, "open "+path, chromedp.Navigate(strings.TrimSuffix(b.stack.ConsoleURL, "/")+path), chromedp.WaitVisible(visible))
 }
 
-// TestBrowserLoginShowsTheDemoTools: after logging in, the catalog lists
-// the demo tools, available, with the demo worker's slots.
+// TestBrowserLoginShowsTheDemoTools: after logging in, the console opens
+// on the dashboard, and the catalog lists the demo tools, available, with
+// the demo worker's slots.
 func TestBrowserLoginShowsTheDemoTools(t *testing.T) {
 	b := startBrowserStack(t, "")
 	b.login(t)
+	b.waitFor(t, "the dashboard", `location.pathname === "/dashboard" && document.getElementById("calls-chart") !== null`)
+	b.open(t, "/catalog", `tr[data-tool="demo-echo"]`)
 	b.waitFor(t, "the demo tools", `!!document.querySelector('tr[data-tool="demo-sleep"]') && !!document.querySelector('tr[data-tool="demo-echo"]')`)
 	b.waitFor(t, "demo-sleep available", `(document.querySelector('tr[data-tool="demo-sleep"] .availability') || {}).textContent?.includes("available")`)
 	b.waitFor(t, "the demo worker's slots", `/^\d+\/64$/.test((document.querySelector('#ns-demo .slots') || {}).textContent?.trim())`)

@@ -78,7 +78,8 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("POST /login", c.login)
 
 	private := http.NewServeMux()
-	private.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/catalog", http.StatusSeeOther) })
+	private.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/dashboard", http.StatusSeeOther) })
+	private.HandleFunc("GET /dashboard", c.dashboardPage)
 	private.HandleFunc("POST /logout", c.logout)
 	private.HandleFunc("GET /catalog", c.catalogPage)
 	private.HandleFunc("POST /tools/switch", c.switchTool)

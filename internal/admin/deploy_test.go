@@ -135,9 +135,30 @@ func TestConsoleOfADeployedOperator(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	// The agent may not read the audit log.
+	// The dashboard counts both calls, and the approval one waited for.
+	_, page = do(t, hc, "GET", b.url+"/dashboard", nil, nil)
+	for state, want := range map[string]string{"completed": "2", "awaiting_approval": "1"} {
+		if m := regexp.MustCompile(`data-state="` + state + `">(\d+)<`).FindStringSubmatch(page); m == nil || m[1] != want {
+			t.Errorf("the dashboard's total of %s: %v, want %s", state, m, want)
+		}
+	}
+
+	// The agent may not read the audit log, nor the statistics: a console
+	// whose user is not an operator says so on its dashboard.
 	if _, err := agent.ListAudit(ctx, messages.AuditListRequest{}); messages.CodeOf(err) != messages.CodeForbidden {
 		t.Fatalf("the agent's audit.list: err = %v, want forbidden", err)
+	}
+	agents, err := admin.New(admin.Config{Client: agent, Tokens: map[string]admin.Operator{testToken: {Name: "bob"}}, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs2 := httptest.NewServer(agents.Handler())
+	t.Cleanup(hs2.Close)
+	hc2 := browser(t)
+	(&testBundle{url: hs2.URL}).login(t, hc2)
+	resp, page = do(t, hc2, "GET", hs2.URL+"/dashboard", nil, nil)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(page, `id="dashboard-error"`) || !strings.Contains(page, "stats.calls is for operators") {
+		t.Errorf("the dashboard of a console whose user is an agent: %s\n%s", resp.Status, page)
 	}
 }
 

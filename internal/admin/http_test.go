@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -168,7 +169,7 @@ func TestNothingIsServedWithoutALogin(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	hc := browser(t)
-	for _, path := range []string{"/", "/catalog", "/calls", "/approvals", "/audit", "/turns/t1", "/calls/abc"} {
+	for _, path := range []string{"/", "/dashboard", "/catalog", "/calls", "/approvals", "/audit", "/turns/t1", "/calls/abc"} {
 		resp, _ := do(t, hc, "GET", b.url+path, nil, nil)
 		if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/login?next=") {
 			t.Errorf("GET %s without a session: %s to %q, want a redirect to the login page", path, resp.Status, resp.Header.Get("Location"))
@@ -540,5 +541,42 @@ func TestEventStreamResumes(t *testing.T) {
 	ids, events, body = stream(last)
 	if !slices.Equal(events, []string{"end"}) {
 		t.Fatalf("resumed after the last event: events %v ids %v, want end alone\n%s", events, ids, body)
+	}
+}
+
+// TestDashboardRefusals: the console opens on the dashboard; a namespace
+// that is not one is refused with its rule; a coordinator that does not
+// answer stats.calls (older than the console) is named as the cause.
+func TestDashboardRefusals(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hc := browser(t)
+	b.login(t, hc)
+	resp, _ := do(t, hc, "GET", b.url+"/", nil, nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/dashboard" {
+		t.Errorf("GET /: %s to %q, want the dashboard", resp.Status, resp.Header.Get("Location"))
+	}
+	resp, page := do(t, hc, "GET", b.url+"/dashboard?namespace="+url.QueryEscape("no such/namespace"), nil, nil)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, `id="dashboard-error"`) || !strings.Contains(page, "namespace: ") {
+		t.Errorf("a bad namespace: %s\n%s", resp.Status, page)
+	}
+
+	// A bus where no coordinator answers stats.calls.
+	srv := testenv.Server(t)
+	c := testenv.Client(t, srv.URL(), client.Options{NoCoordinatorWait: 100 * time.Millisecond})
+	console, err := admin.New(admin.Config{Client: c, Tokens: map[string]admin.Operator{testToken: {Name: "alice"}}, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(console.Handler())
+	t.Cleanup(hs.Close)
+	hc = browser(t)
+	resp, _ = do(t, hc, "POST", hs.URL+"/login", url.Values{"token": {testToken}, "next": {"/dashboard"}}, nil)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login: %s", resp.Status)
+	}
+	resp, page = do(t, hc, "GET", hs.URL+"/dashboard", nil, nil)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(page, "No coordinator answers stats.calls") {
+		t.Errorf("the dashboard without a coordinator that answers stats.calls: %s\n%s", resp.Status, page)
 	}
 }

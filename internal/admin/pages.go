@@ -270,6 +270,41 @@ type callView struct {
 	TraceID  string
 	TraceURL string
 	Ended    bool
+	Progress progressView
+}
+
+// progressView is a call's progress bar: Value in [0, 1], or -1 for a bar
+// that shows work under way of unknown extent.
+type progressView struct {
+	Value float64
+	Text  string
+}
+
+// progressOf is the bar of a call: full once it completed, whatever its
+// tool last reported (a tool that reports none, or whose last report
+// was not its end); the last fraction reported otherwise; of unknown
+// extent while it runs without one.
+func progressOf(info *messages.CallInfo) progressView {
+	var v progressView
+	if p := info.Progress; p != nil {
+		v.Text = strconv.FormatFloat(p.Progress, 'f', -1, 64)
+		if p.Total > 0 {
+			v.Text += " of " + strconv.FormatFloat(p.Total, 'f', -1, 64)
+		}
+		if p.Message != "" {
+			v.Text += ": " + p.Message
+		}
+		v.Value = p.Fraction()
+	}
+	switch {
+	case info.State == messages.StateCompleted:
+		return progressView{Value: 1, Text: "complete"}
+	case v.Value < 0 && info.State != messages.StateRunning:
+		v.Value = 0
+	case info.Progress == nil && info.State == messages.StateRunning:
+		v.Value = -1
+	}
+	return v
 }
 
 func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
@@ -292,7 +327,7 @@ func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, status, "call", data)
 		return
 	}
-	view := callView{Info: info, Events: "/calls/" + url.PathEscape(id) + "/events", Ended: info.State.Terminal()}
+	view := callView{Info: info, Events: "/calls/" + url.PathEscape(id) + "/events", Ended: info.State.Terminal(), Progress: progressOf(info)}
 	view.TraceID = info.TraceID
 	if view.TraceID != "" && c.cfg.TraceURL != "" {
 		view.TraceURL = strings.ReplaceAll(c.cfg.TraceURL, "{trace_id}", view.TraceID)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"html/template"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,21 +24,37 @@ const maxInlineImage = 2 << 20
 var inlineImageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
 
 var templateFuncs = template.FuncMap{
-	"json":     prettyJSON,
-	"time":     formatTime,
-	"ago":      ago,
-	"ms":       func(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() },
-	"fraction": func(p *messages.Progress) float64 { return p.Fraction() },
-	"percent": func(p *messages.Progress) int {
-		if f := p.Fraction(); f >= 0 {
-			return int(f * 100)
-		}
-		return 0
-	},
+	"json":    prettyJSON,
+	"time":    formatTime,
+	"ago":     ago,
+	"ms":      func(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() },
 	"image":   imageURL,
 	"join":    strings.Join,
 	"joinKV":  joinKV,
 	"hasItem": func(list []string, s string) bool { return contains(list, s) },
+	"idParts": idParts,
+	"hhmm":    func(t time.Time) string { return t.UTC().Format("15:04") },
+	"f1":      func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+}
+
+// idShown is how many characters of an ID a table shows at each end: a
+// call ID starts with its client's route, the same for all of the
+// client's calls, so its end tells calls apart.
+const idShown = 5
+
+// shortID is an ID as a table shows it: Head and Tail drawn, Middle in
+// the page but hidden by the style sheet, behind an ellipsis.
+type shortID struct {
+	Whole, Head, Middle, Tail string
+}
+
+// idParts splits an ID for a table; an ID short enough is all Head.
+func idParts(id string) shortID {
+	r := []rune(id)
+	if len(r) <= 2*idShown+2 {
+		return shortID{Whole: id, Head: id}
+	}
+	return shortID{Whole: id, Head: string(r[:idShown]), Middle: string(r[idShown : len(r)-idShown]), Tail: string(r[len(r)-idShown:])}
 }
 
 func contains(list []string, s string) bool {

@@ -84,6 +84,7 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 
 		messages.EndpointAuditList:   decoding(c.listAudit),
 		messages.EndpointWorkersList: decoding(c.listWorkers),
+		messages.EndpointStatsCalls:  decoding(c.callStats),
 
 		messages.EndpointPolicyExplain: decoding(c.explainPolicy),
 		messages.EndpointInfo:          decoding(c.info),

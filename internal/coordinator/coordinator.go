@@ -234,6 +234,10 @@ type Coordinator struct {
 	approvals *approvals
 	switches  *toolSwitches
 	calls     *calls
+	// depths are the queue depths the sweeper sampled (stats.calls);
+	// statsScans the scans of stats.calls under way.
+	depths     *depthHistory
+	statsScans *statsShare
 
 	// The API's requests: at most MaxConcurrentRequests at once, each on
 	// a goroutine of handlers.
@@ -274,6 +278,9 @@ func New(cfg Config) (*Coordinator, error) {
 		handlers: reuse.New(handlerIdle),
 		tracer:   tracing.Tracer(cfg.TracerProvider),
 		waits:    newWaitLimit(cfg.MaxWaitsPerUser),
+		depths:   newDepthHistory(),
+
+		statsScans: newStatsShare(),
 	}
 	c.policy.Store(cfg.Policy)
 	return c, nil

@@ -166,9 +166,9 @@ func TestAuditListTimeRange(t *testing.T) {
 	}
 }
 
-// TestOperatorReadsAreForOperators: with identities, audit.list and
-// workers.list refuse a user that is no operator, and audit the refusal,
-// before reading anything.
+// TestOperatorReadsAreForOperators: with identities, audit.list,
+// workers.list and stats.calls refuse a user that is no operator, and
+// audit the refusal, before reading anything.
 func TestOperatorReadsAreForOperators(t *testing.T) {
 	g, audited := testGuard(t)
 	c := &Coordinator{}
@@ -184,7 +184,10 @@ func TestOperatorReadsAreForOperators(t *testing.T) {
 		if _, err := c.listWorkers(ctx, &messages.WorkersListRequest{}); !isForbidden(err) {
 			t.Errorf("workers.list as %s: err = %v, want forbidden", user, err)
 		}
-		if len(*audited) != before+2 || (*audited)[before].Decision != auditForbidden || (*audited)[before].By != "AGENTS/"+user {
+		if _, err := c.callStats(ctx, &messages.CallStatsRequest{}); !isForbidden(err) {
+			t.Errorf("stats.calls as %s: err = %v, want forbidden", user, err)
+		}
+		if len(*audited) != before+3 || (*audited)[before].Decision != auditForbidden || (*audited)[before].By != "AGENTS/"+user {
 			t.Errorf("the refusals of %s were not audited: %+v", user, (*audited)[before:])
 		}
 	}

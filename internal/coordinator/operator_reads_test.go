@@ -141,10 +141,28 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 		t.Fatalf("audit.list of denials: %+v %v", denied, err)
 	}
 
-	// An agent is refused both, and each refusal is audited.
+	// The statistics of the last hour: the echo call queued, started and
+	// completed in the demo namespace, with its queue wait and run time.
+	stats, err := operator.CallStats(ctx, messages.CallStatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := map[messages.CallState]int{}
+	for _, m := range stats.Minutes {
+		for st, n := range m.States {
+			counted[st] += n
+		}
+	}
+	if counted[messages.StateQueued] != 1 || counted[messages.StateRunning] != 1 || counted[messages.StateCompleted] != 1 ||
+		len(stats.Namespaces) == 0 || stats.Namespaces[0].Namespace != demo.Name || stats.Namespaces[0].RunMS == nil || stats.Namespaces[0].RunMS.Count != 1 {
+		t.Errorf("stats.calls: states %v, namespaces %+v; want the echo call queued, running and completed in demo", counted, stats.Namespaces)
+	}
+
+	// An agent is refused the three, and each refusal is audited.
 	for _, read := range []func() error{
 		func() error { _, err := agent.ListAudit(ctx, messages.AuditListRequest{}); return err },
 		func() error { _, err := agent.ListWorkers(ctx, ""); return err },
+		func() error { _, err := agent.CallStats(ctx, messages.CallStatsRequest{}); return err },
 	} {
 		err := read()
 		if messages.CodeOf(err) != messages.CodeForbidden || !strings.Contains(err.Error(), "for operators") {
@@ -155,10 +173,11 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 	var forbidden *messages.AuditListReply
 	eventually(t, "the refusals in the audit log", func() bool {
 		forbidden, err = operator.ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditForbidden})
-		return err != nil || len(forbidden.Records) >= 2
+		return err != nil || len(forbidden.Records) >= 3
 	})
-	if err != nil || len(forbidden.Records) != 2 || !strings.HasPrefix(forbidden.Records[0].Reason, messages.EndpointWorkersList) ||
-		!strings.HasPrefix(forbidden.Records[1].Reason, messages.EndpointAuditList) || forbidden.Records[0].By != "AGENTS/agent_a" {
+	if err != nil || len(forbidden.Records) != 3 || !strings.HasPrefix(forbidden.Records[0].Reason, messages.EndpointStatsCalls) ||
+		!strings.HasPrefix(forbidden.Records[1].Reason, messages.EndpointWorkersList) ||
+		!strings.HasPrefix(forbidden.Records[2].Reason, messages.EndpointAuditList) || forbidden.Records[0].By != "AGENTS/agent_a" {
 		t.Errorf("the audited refusals: %+v %v", forbidden, err)
 	}
 }

@@ -38,6 +38,8 @@ type sweeper struct {
 	// catalog, when set, gives the namespaces whose workers and queue the
 	// sweep measures (with metrics on).
 	catalog *catalog.View
+	// depths, when set, keeps the queue depths each sweep reads.
+	depths *depthHistory
 
 	sub    *nats.Subscription
 	cancel context.CancelFunc
@@ -305,6 +307,9 @@ func (s *sweeper) sweepNamespace(ctx context.Context, ns, consumer string, cutof
 	}
 	if err != nil {
 		return err
+	}
+	if s.depths != nil {
+		s.depths.record(ns, messages.QueueDepth{Waiting: int64(info.NumPending), Delivered: int64(info.NumAckPending), Time: time.Now()})
 	}
 	if err := s.sweepSettled(ctx, ns, info.AckFloor.Stream); err != nil {
 		return err

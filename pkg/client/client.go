@@ -53,6 +53,10 @@
 // picks, until a coordinator's receipt says it has the request; so a hung
 // coordinator among several costs a request about a quarter of a second.
 // A request whose connection was lost is sent again when it is back.
+// Reads that cost the coordinator a scan (ListCalls, ListAudit,
+// CallStats) ask for a receipt from their first copy, so that they are
+// copied only when no coordinator has taken them, and each of their
+// attempts gets 25s more.
 //
 // A refusal means nothing was queued: a Submit that failed without a
 // coordinator deciding looks its call up before it reports the failure,
@@ -219,11 +223,16 @@ const (
 	repeatable
 	// read: requests that change nothing at all.
 	read
-	// scan: reads that may keep a coordinator busy for a while (the
-	// execution log, the audit log): copied only while no coordinator has
-	// sent a receipt, which the first copy asks for already.
+	// scan: reads that cost the coordinator a scan of seconds (within a
+	// budget): copied only while no coordinator has sent a receipt, which
+	// the first copy asks for already, as a copy would cost another scan;
+	// and given scanTime more to be answered in each attempt.
 	scan
 )
+
+// scanTime is what an attempt of a scan is given on top of
+// Options.RequestTimeout.
+const scanTime = 25 * time.Second
 
 // request sends one API request and decodes the reply into out, in
 // attempts bounded by RequestTimeout plus wait (see the package doc).
@@ -232,7 +241,7 @@ const (
 // coordinator received fails with messages.ErrNoResponders, and one that
 // cannot be repeated and went unanswered with messages.ErrTimeout. A
 // read or a repeatable request that the coordinator does not hold (wait
-// 0) is hedged within each attempt (see hedged).
+// 0) is hedged within each attempt (see hedged); a scan is not.
 func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe safety, wait time.Duration) error {
 	subject, err := c.names.APISubject(endpoint)
 	if err != nil {
@@ -249,8 +258,11 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 	}
 	policy := requestRetry
 	policy.Attempt = c.opts.RequestTimeout + wait
-	if safe == once {
+	switch safe {
+	case once:
 		policy.Attempt += c.opts.CoordinatorWait
+	case scan:
+		policy.Attempt += scanTime
 	}
 	unanswered := false
 	noResponders := 0

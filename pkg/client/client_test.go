@@ -619,3 +619,46 @@ func TestCallOutlastsTheRequestBounds(t *testing.T) {
 		})
 	}
 }
+
+// CallStats, a read that costs the coordinator a scan, is sent once: not
+// in copies while its answer takes longer than HedgeAfter, once a
+// coordinator's receipt says it has it, nor again when it takes longer
+// than RequestTimeout (its attempt gets 25s more). Here the responder
+// standing in for a busy coordinator sends its receipt at once, as
+// coordinators do, and answers after forty times HedgeAfter and twice
+// RequestTimeout.
+func TestCallStatsIsSentOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	busy := testenv.Connect(t, b.srv.URL())
+	var mu sync.Mutex
+	received := 0
+	if _, err := busy.Subscribe("toolbus.api.stats.calls", func(m *nats.Msg) {
+		mu.Lock()
+		received++
+		mu.Unlock()
+		if to := m.Header.Get(messages.HeaderReceipt); to != "" {
+			receipt := nats.NewMsg(to)
+			receipt.Header.Set(messages.HeaderReceipt, messages.ReceiptSent)
+			_ = busy.PublishMsg(receipt)
+		}
+		go func() {
+			time.Sleep(200 * time.Millisecond) // the scan
+			_ = m.Respond([]byte{0x80})        // an empty MessagePack map
+		}()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := busy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{HedgeAfter: 5 * time.Millisecond, RequestTimeout: 100 * time.Millisecond})
+	if _, err := c.CallStats(b.ctx, messages.CallStatsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if received != 1 {
+		t.Fatalf("stats.calls was sent %d times, want once", received)
+	}
+}

@@ -234,6 +234,11 @@ match:
 		if len(workers.Workers) != 1 {
 			t.Fatalf("%s workers.list: %+v", codec, workers)
 		}
+		var stats messages.CallStatsReply
+		v2.must(messages.EndpointStatsCalls, messages.CallStatsRequest{Namespace: demo.Name, Minutes: 5}, &stats)
+		if len(stats.Minutes) != 5 || len(stats.Namespaces) != 1 || stats.Namespaces[0].Ended == 0 {
+			t.Fatalf("%s stats.calls: %+v", codec, stats)
+		}
 		v2.must(messages.EndpointToolsDisable, messages.ToolSwitchRequest{Tool: "demo-echo", Reason: "checking", By: "alice"}, &struct{}{})
 		v2.must(messages.EndpointToolsEnable, messages.ToolSwitchRequest{Tool: "demo-echo", By: "alice"}, &struct{}{})
 		if e := v2.request(messages.EndpointToolsRemove, messages.ToolSwitchRequest{Tool: "demo-nothing", By: "alice"}, &struct{}{}); e == nil || e.Code != messages.CodeToolNotFound {

@@ -19,6 +19,7 @@ var allEndpoints = []string{
 	messages.EndpointApprovalsDecide, messages.EndpointApprovalsAnswer, messages.EndpointToolsEnable, messages.EndpointToolsDisable,
 	messages.EndpointCallsSubmitBatch, messages.EndpointCallsResults, messages.EndpointCallsEvents, messages.EndpointCallsList,
 	messages.EndpointAuditList, messages.EndpointWorkersList, messages.EndpointToolsRemove, messages.EndpointInfo,
+	messages.EndpointStatsCalls,
 }
 
 // msgpackStr is s as a MessagePack string of at most 31 bytes.

@@ -1,6 +1,7 @@
 // The console's only script: it follows a call's timeline over
-// server-sent events and refreshes the execution log's first page. The
-// server renders (and escapes) every fragment it inserts.
+// server-sent events and refreshes the execution log's first page and
+// the dashboard. The server renders (and escapes) every fragment it
+// inserts.
 "use strict";
 
 function followCall(timeline) {
@@ -19,8 +20,20 @@ function followCall(timeline) {
       const done = parseFloat(line.dataset.progress);
       if (total > 0) {
         bar.value = Math.min(1, Math.max(0, done / total));
+      } else if (!bar.hasAttribute("value") || bar.value === 0) {
+        bar.removeAttribute("value"); // under way, of unknown extent
       }
       text.textContent = done + (total > 0 ? " of " + total : "") + (line.dataset.message ? ": " + line.dataset.message : "");
+    }
+    const now = line.dataset.state;
+    if (bar && now === "completed") {
+      // A completed call is done, whatever its tool last reported.
+      bar.value = 1;
+      text.textContent = "complete";
+    } else if (bar && now === "running" && line.dataset.progress === undefined && bar.value === 0 && text.textContent === "") {
+      bar.removeAttribute("value"); // under way, of unknown extent
+    } else if (bar && now && now !== "running" && !bar.hasAttribute("value")) {
+      bar.value = 0; // no longer under way
     }
   });
   events.addEventListener("result", (e) => {
@@ -42,7 +55,9 @@ function followCall(timeline) {
   });
 }
 
-function refreshRows(body) {
+// refresh replaces the content of an element with the fragment its
+// data-refresh names, every period milliseconds.
+function refresh(body, period) {
   setInterval(async () => {
     try {
       const reply = await fetch(body.dataset.refresh, { credentials: "same-origin" });
@@ -57,7 +72,7 @@ function refreshRows(body) {
     } catch (err) {
       // The next refresh tries again.
     }
-  }, 2000);
+  }, period);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -67,6 +82,10 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   const rows = document.getElementById("calls-body");
   if (rows && rows.dataset.refresh) {
-    refreshRows(rows);
+    refresh(rows, 2000);
+  }
+  const dashboard = document.getElementById("dashboard");
+  if (dashboard && dashboard.dataset.refresh) {
+    refresh(dashboard, 15000);
   }
 });
