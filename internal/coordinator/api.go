@@ -190,6 +190,12 @@ const requestTimeout = 30 * time.Second
 // most MaxConcurrentRequests run at once.
 func (c *Coordinator) serve(endpoint string, h handlerFunc) micro.Handler {
 	return micro.HandlerFunc(func(mr micro.Request) {
+		// The receipt says this process has the request, before it waits
+		// for a place among the requests it serves: a coordinator that is
+		// only busy is not taken for a hung one and sent copies.
+		if to := mr.Headers().Get(messages.HeaderReceipt); to != "" {
+			c.receipt(mr, to)
+		}
 		c.sem <- struct{}{}
 		c.inflight.Add(1)
 		c.handlers.Go(func() {
@@ -207,9 +213,6 @@ func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request, r
 	req := &request{Request: mr, endpoint: endpoint, release: release, guard: c.guard}
 	req.holds.Store(1)
 	defer req.done()
-	if to := mr.Headers().Get(messages.HeaderReceipt); to != "" {
-		c.receipt(mr, to)
-	}
 	codec, version, err := messages.RequestCodec(messages.Header(mr.Headers()), versionsOf(endpoint)...)
 	req.codec, req.version = codec, version
 	if err == nil && len(mr.Data()) > c.cfg.MaxRequestBytes {

@@ -165,6 +165,10 @@ type Client struct {
 	// account has no JetStream: calls are then followed through the
 	// coordinator (see readsViaCoordinator).
 	noJetStream atomic.Bool
+	// answerTime is the recent time coordinators took to answer a request
+	// that no copy had to help, in nanoseconds (an exponentially weighted
+	// mean; 0 before the first): what hedgeDelay scales with.
+	answerTime atomic.Int64
 }
 
 // New returns a client on the connection.
@@ -310,7 +314,12 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 		if safe == once {
 			reply, err = send(actx)
 		} else {
-			reply, err = c.hedged(actx, subject, data, wait > 0 || safe == scan)
+			// Only reads are copied before a coordinator was heard from:
+			// a copy of a request that changes something may be answered
+			// by what the first did (a cancel's too_late, a submit's
+			// duplicate), so such copies go out only while no receipt has
+			// come, to a coordinator that has not taken the first.
+			reply, err = c.hedged(actx, subject, data, wait > 0 || safe == scan || safe == repeatable)
 			if err != nil {
 				err = c.tooLarge(endpoint, &nats.Msg{Data: data}, err)
 			}
@@ -342,10 +351,12 @@ func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe
 // (waiting out an election, say) costs them a few copies at most, and a
 // hung coordinator costs the request about one HedgeAfter: with one of two
 // hung, longer than two only with a chance of 1 in 128, and longer than
-// three with 1 in 256. A held request (wait > 0), and a read that may
-// keep a coordinator busy (calls.list, audit.list), asks for a receipt
-// from its first copy: each copy a live coordinator takes holds one of its
-// user's waits, or scans the stream again, and the receipt says that a
+// three with 1 in 256. A held request (wait > 0), a read that may keep a
+// coordinator busy (calls.list, audit.list, stats.calls) and a request
+// that changes something (a submit, a cancel) asks for a receipt from its
+// first copy: each copy a live coordinator takes holds one of its user's
+// waits, scans the stream again, or is answered as what the first did (a
+// cancel's too_late, a submit's duplicate), and the receipt says that a
 // coordinator has it. A request
 // whose connection is lost is sent again once it is back, as its answer
 // may be lost with it. A client without a route it receives on (an agent's
@@ -398,7 +409,8 @@ func (c *Client) hedged(ctx context.Context, subject string, data []byte, held b
 	if err := launch(1, held); err != nil {
 		return nil, err
 	}
-	hedge := time.NewTimer(c.opts.HedgeAfter)
+	start := time.Now()
+	hedge := time.NewTimer(c.hedgeDelay())
 	defer hedge.Stop()
 	next := hedge.C
 	if held && receiptTo == "" {
@@ -427,6 +439,9 @@ func (c *Client) hedged(ctx context.Context, subject string, data []byte, held b
 				}
 				break
 			}
+			if sent == 1 && !held {
+				c.observeAnswer(time.Since(start))
+			}
 			return msg, nil
 		case <-next:
 			rounds++
@@ -440,6 +455,36 @@ func (c *Client) hedged(ctx context.Context, subject string, data []byte, held b
 			hedge.Reset(c.opts.HedgeAfter)
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		}
+	}
+}
+
+// hedgeDelay is how long a request, or a quiet submit, goes without news
+// before a copy is sent (or the call looked up): three times the recent
+// time coordinators took to answer, at least HedgeAfter and at most
+// ResultCheckInterval; half of that until an answer was timed. A
+// coordinator that does not answer costs about HedgeAfter while the
+// others answer quickly, and coordinators slow to answer (busy, or
+// waiting out an election) are not sent copies that would load them more.
+func (c *Client) hedgeDelay() time.Duration {
+	t := time.Duration(c.answerTime.Load())
+	if t == 0 {
+		return max(c.opts.HedgeAfter, ledger.ResultCheckInterval/2)
+	}
+	return min(max(3*t, c.opts.HedgeAfter), ledger.ResultCheckInterval)
+}
+
+// observeAnswer adds the time an answer took to answerTime, with a weight
+// of one eighth.
+func (c *Client) observeAnswer(d time.Duration) {
+	for {
+		old := c.answerTime.Load()
+		next := int64(d)
+		if old != 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if c.answerTime.CompareAndSwap(old, next) {
+			return
 		}
 	}
 }

@@ -83,13 +83,23 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 			answers, done = c.routes.Await(callID, ns)
 		}
 	}
+	// The copies ask for a receipt on the route: once a coordinator says it
+	// has one, no more are sent unless the call stays missing.
+	receiptID := messages.RoutedCallID(route, messages.RandomToken())
+	if rc.receiptTo, err = c.names.CallRouteSubject(receiptID); err != nil {
+		return nil, err
+	}
+	receipts, stopReceipts := c.routes.Await(receiptID, "")
+	defer stopReceipts()
+	start := time.Now()
 	if err := rc.send(ctx, 1); err != nil {
 		return nil, err // nothing was sent
 	}
 	// Until the call is known to be queued: when to look it up next.
-	lookup := time.NewTimer(c.opts.HedgeAfter)
+	lookupWait := c.hedgeDelay()
+	lookup := time.NewTimer(lookupWait)
 	defer lookup.Stop()
-	lookupWait := c.opts.HedgeAfter
+	lookedUp := false
 	// A submit to send again after a pause: no coordinator listened, or
 	// one could not store the call for now.
 	resend := time.NewTimer(time.Hour)
@@ -119,9 +129,16 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 	)
 	for {
 		select {
+		case msg := <-receipts:
+			if msg.Header.Get(messages.HeaderReceipt) == messages.ReceiptSent {
+				rc.taken = true
+			}
 		case msg := <-answers:
 			if ledger.IsStoredEvent(msg) {
 				if res := routedResult(msg, callID); res != nil {
+					if !lookedUp {
+						c.observeAnswer(time.Since(start))
+					}
 					return res, nil
 				}
 				break
@@ -193,6 +210,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 			if confirmed {
 				break
 			}
+			lookedUp = true
 			reply, exists, err := c.lookupCall(ctx, ns, callID)
 			switch {
 			case err != nil && refusal != nil && noCoordinatorAnswers >= rc.sent:
@@ -212,7 +230,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 				confirmed = true
 			case refusal != nil:
 				return nil, refusal
-			case rc.hedges >= 2:
+			case rc.hedges >= 2 && !rc.taken:
 				// Two rounds of quiet copies found no call: the submit is
 				// sent as a request, whose reply comes on the client's own
 				// inbox, whatever the coordinator (one that refuses this
@@ -225,9 +243,13 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 						loud <- loudAnswer{reply, err}
 					}(req)
 				}
+			case rc.taken:
+				// A coordinator said it has a copy, and is queuing it:
+				// look again later; send more only if it stays missing.
+				rc.taken = false
 			default:
 				rc.hedges++
-				_ = rc.send(ctx, hedgeCopies(rc.hedges))
+				_ = rc.sendWithReceipt(ctx, quietCopies(rc.hedges))
 			}
 			if !confirmed {
 				lookupWait = min(2*lookupWait, ledger.ResultCheckInterval)
@@ -262,6 +284,10 @@ type loudAnswer struct {
 	err   error
 }
 
+// quietCopies is how many copies of a quiet submit the nth lookup that
+// found no call sends: 1, then 2, then 4, each asking for a receipt.
+func quietCopies(n int) int { return 1 << min(n-1, 2) }
+
 // routedCall is a call's quiet submit and its copies.
 type routedCall struct {
 	c      *Client
@@ -271,11 +297,24 @@ type routedCall struct {
 	ns     string
 	// sent counts the copies sent; hedges the lookups that sent more.
 	sent, hedges int
+	// receiptTo is where the copies ask for a receipt, and taken is set
+	// when one came since the last lookup.
+	receiptTo string
+	taken     bool
+}
+
+// sendWithReceipt is send for copies that ask for a receipt.
+func (rc *routedCall) sendWithReceipt(ctx context.Context, copies int) error {
+	return rc.sendAs(ctx, copies, true)
 }
 
 // send publishes copies of the quiet submit, whose answers, if any, come
 // on the call's route with the submit's token.
 func (rc *routedCall) send(ctx context.Context, copies int) error {
+	return rc.sendAs(ctx, copies, false)
+}
+
+func (rc *routedCall) sendAs(ctx context.Context, copies int, receipt bool) error {
 	subject, err := rc.c.names.APISubject(messages.EndpointCallsSubmit)
 	if err != nil {
 		return err
@@ -291,6 +330,9 @@ func (rc *routedCall) send(ctx context.Context, copies int) error {
 	for range copies {
 		msg := &nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(rc.c.opts.Codec.NewHeader()), Data: data}
 		msg.Header.Set(messages.HeaderReplyToken, rc.token)
+		if receipt {
+			msg.Header.Set(messages.HeaderReceipt, rc.receiptTo)
+		}
 		tracing.Inject(ctx, msg.Header)
 		if err := rc.c.nc.PublishMsg(msg); err != nil {
 			return fmt.Errorf("submit: %w", rc.c.tooLarge(messages.EndpointCallsSubmit, msg, err))

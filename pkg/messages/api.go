@@ -147,7 +147,9 @@ type CancelRequest struct {
 
 // Outcomes of a cancel request.
 const (
-	// CancelDone: the call had not started; it is removed and its result is "cancelled".
+	// CancelDone: the call had not started; its result is "cancelled" now.
+	// Its queued event stays in its namespace's consumer until a worker
+	// takes it, finds the result and acknowledges it without running it.
 	CancelDone = "cancelled"
 	// CancelSignalled: the call is running; its worker was asked to stop it
 	// and will write the "cancelled" result.

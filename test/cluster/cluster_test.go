@@ -457,15 +457,22 @@ func leaderKills(t *testing.T, st *stack) {
 	ledger := readLedger(t, js, names)
 	verdict := judge(calls, ledger)
 	report := struct {
+		Failed      bool           `json:"failed"`
 		Calls       int            `json:"calls"`
 		Kills       []*killReport  `json:"kills"`
 		MaxOvertime time.Duration  `json:"max_wait_beyond_tool_ns"`
 		Failures    map[string]int `json:"failures"`
-	}{Calls: len(calls), Kills: kills, MaxOvertime: verdict.maxOvertime, Failures: verdict.counts()}
+	}{Failed: t.Failed() || len(verdict.failures) > 0, Calls: len(calls), Kills: kills, MaxOvertime: verdict.maxOvertime, Failures: verdict.counts()}
 	line, _ := json.Marshal(report)
 	t.Logf("cluster report: %s", line)
 	if path := os.Getenv("TOOLBUS_CLUSTER_REPORT"); path != "" {
-		if err := os.WriteFile(path, append(line, '\n'), 0o644); err != nil {
+		// One line per run, appended, so that repeated runs add up.
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err == nil {
+			_, err = fmt.Fprintf(f, "{\"test\":%q,\"report\":%s}\n", t.Name(), line)
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
 			t.Error(err)
 		}
 	}

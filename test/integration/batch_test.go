@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
@@ -441,5 +443,50 @@ func expectLen(t *testing.T, v any, n int) {
 	l, ok := v.([]any)
 	if !ok || len(l) != n {
 		t.Fatalf("want %d elements: %v", n, v)
+	}
+}
+
+// TestBatchWaitNeedsNoPermissionTheCoordinatorLacks: a batch with wait_ms
+// makes the coordinator subscribe to the copies of its calls' results
+// that the events stream republishes (toolbus.results.…); with the deploy
+// configuration, the coordinator's user may, and the batch's results come
+// back whole with no permissions violation on the coordinator's
+// connection.
+func TestBatchWaitNeedsNoPermissionTheCoordinatorLacks(t *testing.T) {
+	t.Parallel()
+	violations := make(chan error, 16)
+	var coordinatorConn *nats.Conn
+	_, as := identityDeploy(t, func(cfg *coordinator.Config) {
+		cfg.Conn = testenv.Connect(t, cfg.Conn.ConnectedUrl(), append(deployUser("coordinator", deployPassword("coordinator")), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+				select {
+				case violations <- err:
+				default:
+				}
+			}
+		}))...)
+		coordinatorConn = cfg.Conn
+	})
+	ctx := testenv.Context(t)
+	a := agentClient(t, as("agent_a"), "support-bot")
+	toolCalls := messages.JSON(`[{"type":"tool_use","id":"toolu_1","name":"demo-word_count","input":{"text":"two words"}},{"type":"tool_use","id":"toolu_2","name":"demo-word_count","input":{"text":"three more words"}}]`)
+	batch, err := a.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", ToolCalls: toolCalls, Turn: "turn-wait", WaitMS: 20_000})
+	if err != nil || len(batch.Calls) != 2 {
+		t.Fatalf("batch: %+v %v", batch, err)
+	}
+	for _, bc := range batch.Calls {
+		if bc.CallID == "" || bc.State != messages.StateCompleted {
+			t.Fatalf("a call of the batch with wait_ms: %+v", bc)
+		}
+	}
+	// A flush makes the server's answer to any subscription the
+	// coordinator's connection made reach its error handler.
+	if err := coordinatorConn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-violations:
+		t.Fatalf("the coordinator needed a permission its user lacks: %v", err)
+	default:
 	}
 }
