@@ -744,7 +744,7 @@ func (in *Installation) nodeConfig(i int, paths NodePaths) string {
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n}\n", store) // the server keeps its streams in store/jetstream
 	fmt.Fprintf(&b, "operator: %q\n", filepath.Join(in.dir, "jwt", "operator.jwt"))
 	fmt.Fprintf(&b, "system_account: %s\n", in.state.Accounts[AccountSystem])
-	fmt.Fprintf(&b, "resolver {\n  type: full\n  dir: %q\n  allow_delete: false\n  interval: \"2m\"\n  timeout: \"5s\"\n}\n", filepath.Join(store, "resolver"))
+	fmt.Fprintf(&b, "resolver {\n  type: full\n  dir: %q\n  allow_delete: false\n  interval: \"2m\"\n  timeout: \"2s\"\n}\n", filepath.Join(store, "resolver"))
 	b.WriteString("include \"accounts.conf\"\n")
 	if len(in.state.Nodes) > 1 {
 		host, _, _ := net.SplitHostPort(node.Client)
