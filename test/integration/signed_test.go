@@ -372,7 +372,7 @@ func TestUnknownSignersAndForgedCredentialsAreRefused(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for what, creds := range map[string]string{
-		"an account of another installation": signUser(t, other, other.State().Accounts["AGENTS"], "stranger", claim),
+		"an account of another installation":   signUser(t, other, other.State().Accounts["AGENTS"], "stranger", claim),
 		"an account the operator never signed": signUserWith(t, rogue, "rogue", claim),
 		"a key that says it signs for AGENTS": signUserWith(t, rogue, "impostor", func(uc *jwt.UserClaims) {
 			claim(uc)
