@@ -252,7 +252,7 @@ func (g *served) start(ctx context.Context) error {
 	}()
 	err := g.w.Start(ctx)
 	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
-		return fmt.Errorf("worker: namespace %s: the credentials %s are not namespace %s's: the server refused %v", g.names[0], g.creds, g.names[0], cause)
+		return fmt.Errorf("worker: namespace %s: the credentials %s are not namespace %s's: %v", g.names[0], g.creds, g.names[0], cause)
 	}
 	return err
 }

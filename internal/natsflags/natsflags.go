@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
@@ -55,7 +56,10 @@ func envOr(key, def string) string {
 // server's monitoring. A connection as a user receives its replies under
 // the user's own inbox prefix (see InboxPrefix) unless Inbox says another.
 func (f *Flags) Connect(name string, extra ...nats.Option) (*nats.Conn, error) {
-	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1)}, extra...)
+	// A server asks its resolver's peers for the account of a user it does
+	// not know (2 s with toolbus setup's configuration) before it refuses
+	// it: the connection waits for that answer.
+	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.Timeout(5 * time.Second)}, extra...)
 	inbox := f.Inbox
 	if f.Creds != "" {
 		user, err := CredsUser(f.Creds)
