@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -34,7 +35,7 @@ func runSetup(_ context.Context, g globals, args []string) error {
 	fs := newFlags("setup")
 	dir := dirFlag(fs)
 	nodes := fs.Int("nodes", 0, "1 for one server, 3 for a cluster of three on this host (default 1)")
-	listen := fs.String("listen", "", "host:port of the first node's clients; the others take the next ports (default 127.0.0.1:4222)")
+	listen := fs.String("listen", "", "host:port of the first node's clients; the others take the next ports (default the host and port of --server, $TOOLBUS_URL)")
 	clusterPort := fs.Int("cluster-port", 0, "with --nodes 3: the first node's route port; the others take the next ones (default the client port + 2000)")
 	var namespaces stringList
 	fs.Var(&namespaces, "namespace", "a worker namespace to make an account for (repeat it for several)")
@@ -51,6 +52,15 @@ func runSetup(_ context.Context, g globals, args []string) error {
 	prefix := ""
 	if g.prefix != "toolbus" {
 		prefix = g.prefix
+	}
+	if *listen == "" {
+		// The installation listens where its clients reach it.
+		first, _, _ := strings.Cut(g.server, ",")
+		u, err := url.Parse(strings.TrimSpace(first))
+		if err != nil || u.Host == "" || u.Port() == "" {
+			return usageError(fmt.Sprintf("toolbus setup: --server %q names no host:port to listen on; give --listen HOST:PORT", g.server))
+		}
+		*listen = u.Host
 	}
 	in, err := setup.Setup(setup.Options{Dir: *dir, Nodes: *nodes, Listen: *listen, ClusterPort: *clusterPort, Prefix: prefix, Namespaces: namespaces})
 	if err != nil {

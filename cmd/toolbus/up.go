@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +29,7 @@ import (
 func runUp(ctx context.Context, g globals, args []string) error {
 	fs := newFlags("up")
 	dir := dirFlag(fs)
-	workerConfig := fs.String("worker-config", "", "the worker's configuration (docs/workers.md), each namespace served with its own credentials (default the demo tools, for an installation with namespace demo)")
+	workerConfig := fs.String("worker-config", "", "the worker's configuration (docs/workers.md), each namespace served with its own credentials; without it, the demo tools in namespace demo, which the installation must have")
 	workspace := fs.String("workspace", "", "the coordinators' exposure workspace directory")
 	policy := fs.String("policy", "", "the coordinators' policy file")
 	coordinators := fs.Int("coordinators", 2, "how many coordinators to run")
@@ -253,6 +254,10 @@ func (s *supervisor) start(name, program string, args ...string) {
 	s.mu.Unlock()
 	go func() {
 		defer close(p.done)
+		// On Linux a child is stopped when the thread that started it ends
+		// (ownProcessGroup): this goroutine keeps its thread while the
+		// child runs.
+		runtime.LockOSThread()
 		backoff := time.Second
 		for {
 			logf, err := os.OpenFile(filepath.Join(s.logDir, name+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)

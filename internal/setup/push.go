@@ -33,13 +33,18 @@ type Pushed struct {
 // the server and why; nodes that do not answer get the change from the
 // others' resolvers later.
 func (in *Installation) Push(ctx context.Context, change Change) (Pushed, error) {
+	return in.PushTo(ctx, in.URLs(), change)
+}
+
+// PushTo is Push to the servers at urls (comma-separated).
+func (in *Installation) PushTo(ctx context.Context, urls string, change Change) (Pushed, error) {
 	out := Pushed{Nodes: len(in.state.Nodes)}
 	if len(change.AccountJWTs) == 0 {
 		return out, nil
 	}
-	nc, err := nats.Connect(in.URLs(), nats.UserCredentials(in.CredsFile(UserSystem)), nats.Name("toolbus-setup"), nats.Timeout(2*time.Second))
+	nc, err := nats.Connect(urls, nats.UserCredentials(in.CredsFile(UserSystem)), nats.Name("toolbus-setup"), nats.Timeout(2*time.Second))
 	if err != nil {
-		return out, fmt.Errorf("%w (%s): %v", ErrNotRunning, in.URLs(), err)
+		return out, fmt.Errorf("%w (%s): %v", ErrNotRunning, urls, err)
 	}
 	defer nc.Close()
 	took := map[string]int{}
@@ -58,7 +63,7 @@ func (in *Installation) Push(ctx context.Context, change Change) (Pushed, error)
 		}
 	}
 	if len(out.Servers) == 0 {
-		return out, fmt.Errorf("no server of %s answered the account update", in.URLs())
+		return out, fmt.Errorf("no server of %s answered the account update", urls)
 	}
 	return out, nil
 }

@@ -1,9 +1,11 @@
 package setup_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/natsserver"
@@ -355,4 +358,113 @@ func TestGrantsAreThoseOfUsersInc(t *testing.T) {
 			t.Errorf("user %s: deny lists", u.Username)
 		}
 	}
+}
+
+// TestThreeNodesTakeAChangeLive: the three nodes of an installation made
+// with --nodes 3 form one cluster; a namespace added and an agent revoked
+// are pushed to the three nodes' resolvers, each of which then accepts
+// the new namespace's worker and refuses the revoked user, with no
+// restart.
+func TestThreeNodesTakeAChangeLive(t *testing.T) {
+	t.Parallel()
+	in, err := setup.Setup(setup.Options{Dir: t.TempDir(), Nodes: 3, Namespaces: []string{"demo"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.AddAgent("bot", setup.AgentOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bot, err := os.ReadFile(in.CredsFile("bot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ports []int
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		ln.Close()
+	}
+	var urls []string
+	for i := range 3 {
+		conf := filepath.Join(t.TempDir(), fmt.Sprintf("n%d.conf", i+1))
+		if err := in.WriteNodeConfig(i, conf, setup.NodePaths{Store: t.TempDir(), ClusterPorts: ports}); err != nil {
+			t.Fatal(err)
+		}
+		srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+		if got := srv.Name(); got != fmt.Sprintf("toolbus-n%d", i+1) {
+			t.Errorf("node %d is %s", i+1, got)
+		}
+		urls = append(urls, srv.URL())
+	}
+	// Each node routes to the other two before the change.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sys, err := nats.Connect(urls[0], nats.UserCredentials(in.CredsFile("sys")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		replies := 0
+		inbox := nats.NewInbox()
+		sub, _ := sys.SubscribeSync(inbox)
+		_ = sys.PublishRequest("$SYS.REQ.SERVER.PING", inbox, nil)
+		for {
+			if _, err := sub.NextMsg(500 * time.Millisecond); err != nil {
+				break
+			}
+			replies++
+		}
+		sys.Close()
+		if replies == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 3 nodes answer through the cluster", replies)
+		}
+	}
+
+	change, err := in.AddNamespace("payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := in.PushTo(testContext(t), strings.Join(urls, ","), change)
+	if err != nil || len(pushed.Servers) != 3 || pushed.Nodes != 3 {
+		t.Fatalf("namespace add pushed to %+v: %v", pushed, err)
+	}
+	for _, u := range urls {
+		nc, err := nats.Connect(u, nats.UserCredentials(in.CredsFile("worker_payments")))
+		if err != nil {
+			t.Fatalf("the new namespace's worker at %s: %v", u, err)
+		}
+		nc.Close()
+	}
+	change, err = in.RevokeAgent("bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pushed, err := in.PushTo(testContext(t), strings.Join(urls, ","), change); err != nil || len(pushed.Servers) != 3 {
+		t.Fatalf("agent revoke pushed to %+v: %v", pushed, err)
+	}
+	kept := filepath.Join(t.TempDir(), "bot.creds")
+	if err := os.WriteFile(kept, bot, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range urls {
+		if nc, err := nats.Connect(u, nats.UserCredentials(kept)); err == nil {
+			nc.Close()
+			t.Errorf("the revoked user was accepted at %s", u)
+		}
+	}
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }
