@@ -91,22 +91,11 @@ func (in *Installation) addNamespace(ns string) (string, error) {
 	return token, in.writePreload()
 }
 
-// nsPlaceholder stands for the namespace while a prefix is applied to a
-// role's subjects, so that a namespace holding "toolbus" keeps its name.
-const nsPlaceholder = "\x00ns\x00"
-
 func (in *Installation) workerPermissions(ns string) jwt.Permissions {
 	g := newGrants(in.state.Prefix)
-	fill := func(list []string) []string {
-		out := g.subjects(list)
-		for i := range out {
-			out[i] = strings.ReplaceAll(out[i], nsPlaceholder, ns)
-		}
-		return out
-	}
 	var p jwt.Permissions
-	p.Pub.Allow = fill(workerPublish(nsPlaceholder))
-	p.Sub.Allow = fill(workerSubscribe(nsPlaceholder))
+	p.Pub.Allow = g.subjects(permissions("worker publish"), ns)
+	p.Sub.Allow = g.subjects(permissions("worker subscribe"), ns)
 	return p
 }
 
@@ -126,9 +115,8 @@ func (in *Installation) signNamespace(ns, pub string, removed *time.Time) (strin
 		return in.encodeAccount(ac, op)
 	}
 	g := newGrants(in.state.Prefix)
-	for _, imp := range workerImports(nsPlaceholder) {
-		imp.subject = strings.ReplaceAll(g.subject(imp.subject), nsPlaceholder, ns)
-		ac.Imports.Add(importFrom(in.state.Accounts[AccountToolbus], grants{lower: "toolbus"}, imp))
+	for _, imp := range imports("WORKER imports") {
+		ac.Imports.Add(importFrom(in.state.Accounts[AccountToolbus], g, imp, ns))
 	}
 	return in.encodeAccount(ac, op)
 }
@@ -247,7 +235,7 @@ func (in *Installation) addAgent(name string, opts AgentOptions) (*Agent, error)
 	}
 	g := newGrants(in.state.Prefix)
 	var perms jwt.Permissions
-	perms.Pub.Allow = g.subjects(agentPublish)
+	perms.Pub.Allow = g.subjects(permissions("agent publish"), "")
 	perms.Sub.Allow = []string{"_INBOX_" + name + ".>", g.lower + ".results." + route + ".>"}
 	var tags []string
 	for _, p := range actsAs {

@@ -551,8 +551,8 @@ func (in *Installation) signAccount(name string) (string, error) {
 	switch name {
 	case AccountToolbus:
 		ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit, Streams: jwt.NoLimit, Consumer: jwt.NoLimit, MaxAckPending: jwt.NoLimit}
-		for _, e := range toolbusExports {
-			x := &jwt.Export{Subject: jwt.Subject(g.subject(e.subject)), Type: jwt.Service, ResponseType: e.response, TokenReq: e.restricted}
+		for _, e := range exports() {
+			x := &jwt.Export{Subject: jwt.Subject(g.subject(e.subject, "")), Type: jwt.Service, ResponseType: e.response, TokenReq: e.restricted}
 			if e.stream {
 				x.Type, x.ResponseType = jwt.Stream, ""
 			}
@@ -563,8 +563,8 @@ func (in *Installation) signAccount(name string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		for _, imp := range agentsImports {
-			i := importFrom(toolbus, g, imp)
+		for _, imp := range imports("AGENTS imports") {
+			i := importFrom(toolbus, g, imp, "")
 			act := jwt.NewActivationClaims(pub)
 			act.ImportSubject, act.ImportType = i.Subject, i.Type
 			if i.Token, err = act.Encode(kp); err != nil {
@@ -578,12 +578,12 @@ func (in *Installation) signAccount(name string) (string, error) {
 			}
 		}
 	case AccountIndexer:
-		for _, imp := range indexerImports {
-			ac.Imports.Add(importFrom(toolbus, g, imp))
+		for _, imp := range imports("INDEXER imports") {
+			ac.Imports.Add(importFrom(toolbus, g, imp, ""))
 		}
 	case AccountAuditor:
-		for _, imp := range auditorImports {
-			ac.Imports.Add(importFrom(toolbus, g, imp))
+		for _, imp := range imports("AUDITOR imports") {
+			ac.Imports.Add(importFrom(toolbus, g, imp, ""))
 		}
 	}
 	return in.encodeAccount(ac, op)
@@ -598,8 +598,8 @@ func (in *Installation) encodeAccount(ac *jwt.AccountClaims, op nkeys.KeyPair) (
 	return ac.Encode(op)
 }
 
-func importFrom(exporter string, g grants, imp importOf) *jwt.Import {
-	i := &jwt.Import{Account: exporter, Subject: jwt.Subject(g.subject(imp.subject)), Type: jwt.Service, Share: imp.share}
+func importFrom(exporter string, g grants, imp importOf, ns string) *jwt.Import {
+	i := &jwt.Import{Account: exporter, Subject: jwt.Subject(g.subject(imp.subject, ns)), Type: jwt.Service, Share: imp.share}
 	if imp.stream {
 		i.Type = jwt.Stream
 	}
@@ -616,11 +616,11 @@ func (in *Installation) serviceCreds(user, account string) error {
 	perms := jwt.Permissions{}
 	switch user {
 	case UserCoordinator:
-		perms.Pub.Allow, perms.Sub.Allow = g.subjects(coordinatorPublish), g.subjects(coordinatorSubscribe)
+		perms.Pub.Allow, perms.Sub.Allow = g.subjects(permissions("coordinator publish"), ""), g.subjects(permissions("coordinator subscribe"), "")
 	case UserIndexer:
-		perms.Pub.Allow, perms.Sub.Allow = g.subjects(indexerPublish), g.subjects(indexerSubscribe)
+		perms.Pub.Allow, perms.Sub.Allow = g.subjects(permissions("indexer publish"), ""), g.subjects(permissions("indexer subscribe"), "")
 	case UserAuditor:
-		perms.Pub.Allow, perms.Sub.Allow = g.subjects(auditorPublish), g.subjects(auditorSubscribe)
+		perms.Pub.Allow, perms.Sub.Allow = g.subjects(permissions("auditor publish"), ""), g.subjects(permissions("auditor subscribe"), "")
 	case UserSystem:
 		// The system account's user pushes account JWTs to the servers'
 		// resolver; it has the system account's every right.

@@ -468,3 +468,34 @@ func testContext(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// TestAnotherPrefix: with another prefix every grant names the prefix's
+// subjects and resources, and a namespace keeps its name even when it
+// holds "toolbus".
+func TestAnotherPrefix(t *testing.T) {
+	t.Parallel()
+	in, err := setup.Setup(setup.Options{Dir: t.TempDir(), Prefix: "acme", Namespaces: []string{"toolbus_ns"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range []string{"coordinator", "indexer", "auditor", "admin"} {
+		claims, err := natsflags.ReadCreds(in.CredsFile(user))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range append(claims.Pub.Allow, claims.Sub.Allow...) {
+			if strings.Contains(strings.ToLower(s), "toolbus") {
+				t.Errorf("%s may use %s", user, s)
+			}
+		}
+	}
+	claims, err := natsflags.ReadCreds(in.CredsFile("worker_toolbus_ns"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"acme.events.*.*.result.toolbus_ns", "$O.acme_results_toolbus_ns.>", "$JS.ACK.ACME_EVENTS.ns_toolbus_ns.>"} {
+		if !slices.Contains(claims.Pub.Allow, want) {
+			t.Errorf("the worker may not publish %s: %v", want, claims.Pub.Allow)
+		}
+	}
+}
