@@ -53,8 +53,8 @@ func runSetup(_ context.Context, g globals, args []string) error {
 	if g.prefix != "toolbus" {
 		prefix = g.prefix
 	}
-	if *listen == "" {
-		// The installation listens where its clients reach it.
+	if _, err := setup.Open(*dir); *listen == "" && errors.Is(err, setup.ErrNoInstallation) {
+		// A new installation listens where its clients reach it.
 		first, _, _ := strings.Cut(g.server, ",")
 		u, err := url.Parse(strings.TrimSpace(first))
 		if err != nil || u.Host == "" || u.Port() == "" {
