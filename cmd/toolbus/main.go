@@ -351,8 +351,9 @@ func (g globals) connect() (*nats.Conn, *client.Client, error) {
 func credsRoute(allowed []string, prefix string) string {
 	route := ""
 	for _, s := range allowed {
-		r, ok := strings.CutPrefix(s, prefix+".results.")
-		if r, ok = strings.CutSuffix(r, ".>"); !ok || messages.ValidateRoute(r) != nil {
+		r, prefixed := strings.CutPrefix(s, prefix+".results.")
+		r, suffixed := strings.CutSuffix(r, ".>")
+		if !prefixed || !suffixed || messages.ValidateRoute(r) != nil {
 			continue
 		}
 		if route != "" {

@@ -114,8 +114,9 @@ func readClaims(token, prefix string) *signedIdentity {
 	}
 	results := prefix + ".results."
 	for _, s := range uc.Sub.Allow {
-		route, ok := strings.CutPrefix(s, results)
-		if route, ok = strings.CutSuffix(route, ".>"); ok && messages.ValidateRoute(route) == nil {
+		route, prefixed := strings.CutPrefix(s, results)
+		route, suffixed := strings.CutSuffix(route, ".>")
+		if prefixed && suffixed && messages.ValidateRoute(route) == nil {
 			u.Routes = append(u.Routes, route)
 		}
 	}

@@ -24,7 +24,7 @@ func signedCaller(t *testing.T, akp nkeys.KeyPair, edit func(*jwt.UserClaims)) *
 	apub, _ := akp.PublicKey()
 	uc := jwt.NewUserClaims(upub)
 	uc.Name = "bot"
-	uc.Sub.Allow.Add("_INBOX_bot.>", "toolbus.results.Hq5lB0vBvBHVcFsm2lS4oM.>", "toolbus.results.notaroute.>", "other.results.Hq5lB0vBvBHVcFsm2lS4oX.>")
+	uc.Sub.Allow.Add("_INBOX_bot.>", "toolbus.results.Hq5lB0vBvBHVcFsm2lS4oM.>", "toolbus.results.notaroute.>", "other.results.Hq5lB0vBvBHVcFsm2lS4oX.>", "Hq5lB0vBvBHVcFsm2lS4oY.>", "toolbus.results.Hq5lB0vBvBHVcFsm2lS4oZ")
 	edit(uc)
 	token, err := uc.Encode(akp)
 	if err != nil {

@@ -97,11 +97,7 @@ type intruder struct {
 	violations chan error
 }
 
-func newIntruder(t *testing.T, url, user, password string) *intruder {
-	return newIntruderWith(t, url, user, deployUser(user, password))
-}
-
-// newIntruderWith is newIntruder for a connection with the given options.
+// newIntruderWith connects as user with opts, to try what its role may not.
 func newIntruderWith(t *testing.T, url, user string, opts []nats.Option) *intruder {
 	in := &intruder{t: t, role: user, violations: make(chan error, 64)}
 	in.nc = testenv.Connect(t, url, append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
