@@ -52,7 +52,7 @@ func runUp(ctx context.Context, g globals, args []string) error {
 	}
 	server, err := exec.LookPath(*natsServer)
 	if err != nil {
-		return fmt.Errorf("toolbus up: %w: install the official nats-server (from this module: go install github.com/nats-io/nats-server/v2), or give --nats-server PROGRAM", err)
+		return usageError(fmt.Sprintf("up: %v: install the official nats-server (from this module: go install github.com/nats-io/nats-server/v2), or give --nats-server PROGRAM", err))
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -65,7 +65,7 @@ func runUp(ctx context.Context, g globals, args []string) error {
 		}
 		path, err := exec.LookPath(name)
 		if err != nil {
-			return "", fmt.Errorf("toolbus up: %s is neither beside %s nor in PATH: install it with go install ./cmd/%s", name, self, name)
+			return "", usageError(fmt.Sprintf("up: %s is neither beside %s nor in PATH: install it with go install ./cmd/%s", name, self, name))
 		}
 		return path, nil
 	}
@@ -80,7 +80,7 @@ func runUp(ctx context.Context, g globals, args []string) error {
 	case contains(in.Namespaces(), "demo"):
 		workerArgs = append(workerArgs, "--demo")
 	default:
-		return usageError("toolbus up: give the worker's configuration, --worker-config FILE (the installation has no namespace demo for the demo tools)")
+		return usageError("up: give the worker's configuration, --worker-config FILE (the installation has no namespace demo for the demo tools)")
 	}
 	st := in.State()
 	urls := in.URLs()
@@ -171,7 +171,7 @@ func waitForServers(ctx context.Context, in *setup.Installation) error {
 				break
 			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fmt.Errorf("toolbus up: node %s (%s) does not take connections: %w (see its log)", n.Name, n.Client, err)
+				return fmt.Errorf("up: node %s (%s) does not take connections: %w (see its log)", n.Name, n.Client, err)
 			}
 			sleepCtx(ctx, 200*time.Millisecond)
 		}
@@ -184,7 +184,7 @@ func waitForServers(ctx context.Context, in *setup.Installation) error {
 func waitForCoordinator(ctx context.Context, in *setup.Installation) error {
 	nc, err := nats.Connect(in.URLs(), nats.UserCredentials(in.CredsFile(setup.UserAdmin)), nats.CustomInboxPrefix("_INBOX_"+setup.UserAdmin), nats.MaxReconnects(-1))
 	if err != nil {
-		return fmt.Errorf("toolbus up: %w", err)
+		return fmt.Errorf("up: %w", err)
 	}
 	defer nc.Close()
 	subject := in.State().Prefix + ".api.info"
@@ -195,7 +195,7 @@ func waitForCoordinator(ctx context.Context, in *setup.Installation) error {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("toolbus up: no coordinator answers %s: %w (see log/coordinator-1.log)", subject, err)
+			return fmt.Errorf("up: no coordinator answers %s: %w (see log/coordinator-1.log)", subject, err)
 		}
 		sleepCtx(ctx, 200*time.Millisecond)
 	}
@@ -213,7 +213,7 @@ func waitHTTP(ctx context.Context, url string) error {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("toolbus up: %s does not answer: %w (see the logs)", url, err)
+			return fmt.Errorf("up: %s does not answer: %w (see the logs)", url, err)
 		}
 		sleepCtx(ctx, 200*time.Millisecond)
 	}
