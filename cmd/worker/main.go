@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -135,7 +136,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if *credsDir == "" {
 		// One connection serves every namespace: its user may reach them all
 		// (toolbus dev, a configuration without accounts, one namespace).
-		nc, err := conn.Connect("toolbus-worker")
+		violation := make(chan error, 1)
+		nc, err := conn.Connect("toolbus-worker", violations(violation, log))
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
@@ -144,7 +146,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		g := &served{w: w, nc: nc}
+		who := "user " + conn.User
+		if conn.Creds != "" {
+			who = "credentials " + conn.Creds
+		}
+		g := &served{w: w, nc: nc, creds: who, violation: violation}
 		for _, ns := range namespaces {
 			if err := g.serve(ns, *configFile); err != nil {
 				return err
@@ -158,7 +164,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 				return fmt.Errorf("worker: namespace %s is served twice (--demo and %s?)", ns.Name, *configFile)
 			}
 			seen[ns.Name] = true
-			g, err := connectNamespace(conn, *credsDir, ns.Name, newWorker)
+			g, err := connectNamespace(conn, *credsDir, ns.Name, log, newWorker)
 			if err != nil {
 				return err
 			}
@@ -214,8 +220,9 @@ type served struct {
 	w     *worker.Worker
 	nc    *nats.Conn
 	names []string
-	// creds is the credentials file of a namespace's own connection, and
-	// violation the first permissions violation the server reported on it.
+	// creds names the connection's credentials ("credentials FILE", "user
+	// U"), and violation has the first permissions violation the server
+	// reported on it.
 	creds     string
 	violation chan error
 }
@@ -231,10 +238,10 @@ func (g *served) serve(ns worker.Namespace, configFile string) error {
 	return nil
 }
 
-// start starts the worker. On a namespace's own connection, a permission
-// the server refuses while it starts (credentials of another namespace)
-// ends the start at once, naming the namespace and the credentials,
-// rather than after the worker's requests time out.
+// start starts the worker. A permission the server refuses while it starts
+// (credentials of another namespace, or one user for several namespaces'
+// accounts) ends the start at once, naming the namespaces and the
+// credentials, rather than after the worker's requests time out.
 func (g *served) start(ctx context.Context) error {
 	if g.violation == nil {
 		return g.w.Start(ctx)
@@ -251,17 +258,38 @@ func (g *served) start(ctx context.Context) error {
 		}
 	}()
 	err := g.w.Start(ctx)
-	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
-		return fmt.Errorf("worker: namespace %s: the credentials %s are not namespace %s's: %v", g.names[0], g.creds, g.names[0], cause)
+	cause := context.Cause(ctx)
+	switch {
+	case err == nil || cause == nil || errors.Is(cause, context.Canceled):
+		return err
+	case len(g.names) == 1:
+		return fmt.Errorf("worker: namespace %s: the %s are not namespace %s's: %v", g.names[0], g.creds, g.names[0], cause)
 	}
-	return err
+	return fmt.Errorf("worker: the %s may not serve every namespace of the worker (%s): %v; serve each namespace with its own credentials (--creds-dir DIR, with worker_<namespace>.creds)", g.creds, strings.Join(g.names, ", "), cause)
+}
+
+// violations is an error handler that hands the first permissions
+// violation the server reports to ch, and logs every one: a worker that
+// hits one may not do what it must.
+func violations(ch chan error, log *slog.Logger) nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			log.Warn("NATS error", "error", err)
+			return
+		}
+		log.Error("the server refused a permission the worker needs", "error", err)
+		select {
+		case ch <- err:
+		default:
+		}
+	})
 }
 
 // connectNamespace connects namespace ns's worker with its own
 // credentials, worker_<ns>.creds of dir. A file that is missing or cannot
 // be read, or credentials the server refuses, fail with the namespace and
 // the file named.
-func connectNamespace(conn *natsflags.Flags, dir, ns string, newWorker func(*nats.Conn) (*worker.Worker, error)) (*served, error) {
+func connectNamespace(conn *natsflags.Flags, dir, ns string, log *slog.Logger, newWorker func(*nats.Conn) (*worker.Worker, error)) (*served, error) {
 	creds := filepath.Join(dir, "worker_"+ns+".creds")
 	if _, err := natsflags.ReadCreds(creds); err != nil {
 		return nil, fmt.Errorf("worker: namespace %s: %w (toolbus namespace add %s writes them)", ns, err, ns)
@@ -269,14 +297,7 @@ func connectNamespace(conn *natsflags.Flags, dir, ns string, newWorker func(*nat
 	violation := make(chan error, 1)
 	flags := *conn
 	flags.Creds, flags.User, flags.Password = creds, "", ""
-	nc, err := flags.Connect("toolbus-worker-"+ns, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
-			select {
-			case violation <- err:
-			default:
-			}
-		}
-	}))
+	nc, err := flags.Connect("toolbus-worker-"+ns, violations(violation, log))
 	if err != nil {
 		return nil, fmt.Errorf("worker: namespace %s: the server refused the credentials %s (revoked, expired, or of another installation): %w", ns, creds, err)
 	}
@@ -285,5 +306,5 @@ func connectNamespace(conn *natsflags.Flags, dir, ns string, newWorker func(*nat
 		nc.Close()
 		return nil, err
 	}
-	return &served{w: w, nc: nc, creds: creds, violation: violation}, nil
+	return &served{w: w, nc: nc, creds: "credentials " + creds, violation: violation}, nil
 }

@@ -205,3 +205,23 @@ func TestNamespaceWithoutItsCredentialsFailsItsStart(t *testing.T) {
 		})
 	}
 }
+
+// TestOneUserForSeveralNamespacesFailsAtOnce: without --creds-dir, one
+// connection serves every namespace; a user of one namespace's account
+// may not serve another's, and the start fails at once saying so and how
+// to give each namespace its own credentials, not after the request for
+// the other namespace's consumer timed out.
+func TestOneUserForSeveralNamespacesFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	in, url, config := signedInstallation(t)
+	var out lockedBuffer
+	err := run(testenv.Context(t), []string{"--server", url, "--creds", in.CredsFile("worker_demo"), "--config", config}, &out)
+	if err == nil {
+		t.Fatal("the worker started")
+	}
+	for _, want := range []string{in.CredsFile("worker_demo"), "demo, ops", "--creds-dir", "toolbus.consumers.ops"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
