@@ -241,6 +241,34 @@ func TestProductionOnOneHost(t *testing.T) {
 		t.Fatalf("the console's catalog does not show both namespaces:\n%s", catalog)
 	}
 
+	// A service that dies is started again (where /proc shows the
+	// processes).
+	_, proc := os.Stat("/proc/self/stat")
+	if indexer := childOf(t, up.Process.Pid, "indexer"); proc == nil {
+		if indexer == 0 {
+			t.Fatal("toolbus up runs no indexer process")
+		}
+		if err := syscall.Kill(indexer, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for restarted := false; !restarted; {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					t.Fatalf("toolbus up exited:\n%s", strings.Join(output, "\n"))
+				}
+				output = append(output, line)
+				restarted = strings.Contains(line, "indexer stopped") && strings.Contains(line, "starting it again")
+			case <-time.After(time.Minute):
+				t.Fatalf("toolbus up did not start the killed indexer again:\n%s", strings.Join(output, "\n"))
+			}
+		}
+		eventually(t, "a new indexer process", func() bool {
+			pid := childOf(t, up.Process.Pid, "indexer")
+			return pid > 0 && pid != indexer
+		})
+	}
+
 	// SIGINT stops the services, then the server.
 	stopped = true
 	if err := up.Process.Signal(syscall.SIGINT); err != nil {
@@ -260,4 +288,36 @@ func TestProductionOnOneHost(t *testing.T) {
 		conn.Close()
 		t.Fatal("the NATS server still listens after toolbus up stopped")
 	}
+}
+
+// childOf is the process ID of the child of parent whose program is name,
+// read from /proc; 0 when there is none, or no /proc (the check is then
+// left out).
+func childOf(t *testing.T, parent int, name string) int {
+	t.Helper()
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, stat := range stats {
+		data, err := os.ReadFile(stat)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...
+		text := string(data)
+		open, closing := strings.IndexByte(text, '('), strings.LastIndexByte(text, ')')
+		if open < 0 || closing < open {
+			continue
+		}
+		fields := strings.Fields(text[closing+1:])
+		var pid, ppid int
+		if _, err := fmt.Sscan(text[:open], &pid); err != nil || len(fields) < 2 {
+			continue
+		}
+		if _, err := fmt.Sscan(fields[1], &ppid); err != nil {
+			continue
+		}
+		if ppid == parent && text[open+1:closing] == name {
+			return pid
+		}
+	}
+	return 0
 }
