@@ -62,9 +62,9 @@ func freeAddress(t *testing.T) string {
 // "Production on one host", on a fresh directory in place of
 // /var/lib/toolbus and on free ports (given by the variables the commands
 // read), with the binaries the first command installs: the installation
-// comes up with every service, a call is made through the command line,
-// the MCP front and the console shows it, and toolbus up stops everything
-// on SIGINT.
+// comes up with every service, a call is made through the command line
+// (of each namespace) and the MCP front, the console shows them, a killed
+// service is started again, and toolbus up stops everything on SIGINT.
 func TestProductionOnOneHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the whole installation")
