@@ -174,6 +174,8 @@ func TestOperationsFlagTables(t *testing.T) {
 		{"worker", "./cmd/worker", nil, "`cmd/worker` (one user", true},
 		{"indexer", "./cmd/indexer", nil, "`cmd/indexer` (user", true},
 		{"toolbus console", "./cmd/toolbus", []string{"console"}, "TOOLBUS_USER=operator TOOLBUS_PASSWORD=… toolbus --server nats://n1:4222,nats://n2:4222", false},
+		{"toolbus setup", "./cmd/toolbus", []string{"setup"}, "installation knows but cannot read stops it, naming the file.", false},
+		{"toolbus up", "./cmd/toolbus", []string{"up"}, "also stopped if `toolbus up` itself is killed.", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bin := testenv.Binary(t, tc.bin)

@@ -65,7 +65,7 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 	}
 	console, err := admin.New(admin.Config{
 		// With identities an approval's decider must be the NATS user.
-		Client: c, Prefix: g.prefix, Tokens: tokens, TraceURL: *traceURL, By: g.user,
+		Client: c, Prefix: g.prefix, Tokens: tokens, TraceURL: *traceURL, By: g.natsUser(),
 		AllowedOrigins: allowed, SecureCookies: *secure, MaxRequestBytes: *maxBytes, Logger: log,
 	})
 	if err != nil {

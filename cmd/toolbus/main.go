@@ -17,6 +17,10 @@
 //	toolbus workers                    the live workers and their slots (operators)
 //	toolbus policy check FILE          check a policy file against the catalog
 //	toolbus policy explain TOOL [JSON] which rule decides a call, and why (operators)
+//	toolbus setup --dir DIR            make an installation with signed NATS identities
+//	toolbus namespace add|remove|list  a worker namespace's account, live
+//	toolbus agent add|revoke|list      an agent's user, live
+//	toolbus up --dir DIR               run an installation's servers and services
 //
 // Measuring is for developers and has a command of its own, toolbus-bench.
 package main
@@ -88,6 +92,16 @@ Commands:
   policy explain TOOL [JSON-ARGS]
                                which rule of the policy in force decides the call, and why
                                (operators; --agent A, the agent that would call)
+  setup --dir DIR              make an installation with signed NATS identities: operator, accounts,
+                               server configurations, a credentials file per user (--nodes 1|3,
+                               --namespace NS...; running it again changes nothing)
+  namespace add|remove NAME    a worker namespace's account and credentials, pushed to the running
+                               servers (and: namespace list)
+  agent add NAME               an agent's user whose signed JWT says the agents it acts as
+                               (--acts-as PATTERN..., --operator, --expires D); agent revoke NAME
+                               disconnects and refuses it (and: agent list)
+  up --dir DIR                 run the installation: its NATS servers, two coordinators, a worker of
+                               its namespaces, the indexer, the console and the MCP front
   help [COMMAND]               this text, or a command's synopsis and flags: every command
                                takes --help (standard output, exit status 0)
 
@@ -286,6 +300,14 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 		return runPolicy(ctx, g, cmdArgs)
 	case "search":
 		return runSearch(ctx, g, cmdArgs)
+	case "setup":
+		return runSetup(ctx, g, cmdArgs)
+	case "namespace":
+		return runNamespace(ctx, g, cmdArgs)
+	case "agent":
+		return runAgent(ctx, g, cmdArgs)
+	case "up":
+		return runUp(ctx, g, cmdArgs)
 	case "help":
 		if len(cmdArgs) > 0 && cmdArgs[0] != "help" && !strings.HasPrefix(cmdArgs[0], "-") {
 			// toolbus help COMMAND [ACTION] is COMMAND [ACTION] --help.
@@ -300,8 +322,14 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 	return exitError(2)
 }
 
-// connect opens a connection and a client.
+// connect opens a connection and a client. A user of signed credentials
+// without --route takes the route its JWT lets it receive, if it has one.
 func (g globals) connect() (*nats.Conn, *client.Client, error) {
+	if g.route == "" && g.creds != "" {
+		if claims, err := natsflags.ReadCreds(g.creds); err == nil {
+			g.route = credsRoute(claims.Sub.Allow, g.prefix)
+		}
+	}
 	conn := natsflags.Flags{Server: g.server, Creds: g.creds, User: g.user, Password: g.password, Inbox: g.inbox}
 	nc, err := conn.Connect("toolbus-cli")
 	if err != nil {
@@ -316,6 +344,37 @@ func (g globals) connect() (*nats.Conn, *client.Client, error) {
 		return nil, nil, err
 	}
 	return nc, c, nil
+}
+
+// credsRoute is the route a user's subscribe permissions let it receive,
+// <prefix>.results.<route>.>, when they name exactly one.
+func credsRoute(allowed []string, prefix string) string {
+	route := ""
+	for _, s := range allowed {
+		r, prefixed := strings.CutPrefix(s, prefix+".results.")
+		r, suffixed := strings.CutSuffix(r, ".>")
+		if !prefixed || !suffixed || messages.ValidateRoute(r) != nil {
+			continue
+		}
+		if route != "" {
+			return ""
+		}
+		route = r
+	}
+	return route
+}
+
+// natsUser is the NATS user the command connects as: --user's, else the
+// name in --creds's JWT.
+func (g globals) natsUser() string {
+	if g.user != "" || g.creds == "" {
+		return g.user
+	}
+	name, err := natsflags.CredsUser(g.creds)
+	if err != nil {
+		return ""
+	}
+	return name
 }
 
 // connectError says why the connection failed: the server refused the
@@ -352,6 +411,10 @@ var synopses = map[string]string{
 	"approvals":            strings.TrimPrefix(approvalsUsage, "usage: "),
 	"audit":                "toolbus audit [--decision D] [--agent A] [--tool T] [--since T] [--until T] [--limit N] [--cursor C]: the audit log, newest record first (operators)",
 	"workers":              "toolbus workers [--namespace N]: the live workers and their slots (operators)",
+	"setup":                "toolbus setup --dir DIR [--nodes 1|3] [--listen HOST:PORT] [--cluster-port P] [--namespace NS]...: make an installation with signed NATS identities (docs/operations.md)",
+	"namespace":            "toolbus namespace add|remove NAME | toolbus namespace list [--dir DIR]: a worker namespace's account, added or removed live",
+	"agent":                "toolbus agent add NAME [--acts-as PATTERN]... [--operator] [--expires D] [--route R] | agent revoke NAME | agent list [--dir DIR]: an agent's user, issued or revoked live",
+	"up":                   "toolbus up --dir DIR [--worker-config FILE] [--workspace DIR] [--policy FILE] [--console-listen ADDR] [--mcp-listen ADDR]: run an installation's servers and services, restarting any that stops",
 }
 
 // newFlags is the flag set of a command. Its usage is its synopsis and

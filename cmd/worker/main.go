@@ -12,12 +12,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/instance"
 	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/telemetry"
 	"github.com/toolbus/toolbus/internal/workerconfig"
@@ -73,6 +80,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "how long a call may go without a heartbeat before another worker gets it")
 	heartbeat := fs.Duration("heartbeat", 5*time.Second, "liveness heartbeat interval")
 	metricsListen := fs.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
+	credsDir := fs.String("creds-dir", os.Getenv("TOOLBUS_CREDS_DIR"), "serve each namespace on a connection of its own, with the credentials worker_<namespace>.creds of this directory (toolbus setup writes them) ($TOOLBUS_CREDS_DIR)")
 	drain := fs.Duration("drain", 30*time.Second, "on shutdown, how long running calls may finish before they are handed back")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -105,21 +113,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer tel.Close()
-	nc, err := conn.Connect("toolbus-worker")
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	defer nc.Close()
-	w, err := worker.New(worker.Config{Conn: nc, Prefix: conn.Prefix, ID: *id, AckWait: *ackWait, HeartbeatInterval: *heartbeat, Logger: log})
-	if err != nil {
-		return err
-	}
-	var served []string
+	var namespaces []worker.Namespace
 	if *demoNS {
-		served = append(served, demo.Name)
-		if err := w.Serve(worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: *slots, MaxAttempts: *maxAttempts}); err != nil {
-			return err
-		}
+		namespaces = append(namespaces, worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: *slots, MaxAttempts: *maxAttempts})
 	}
 	for _, ns := range configured {
 		if ns.Slots == 0 {
@@ -128,23 +124,187 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if ns.MaxAttempts == 0 {
 			ns.MaxAttempts = *maxAttempts
 		}
-		if err := w.Serve(ns); err != nil {
-			return fmt.Errorf("%w (in %s)", err, *configFile)
+		namespaces = append(namespaces, ns)
+	}
+	if *id == "" {
+		*id = instance.ID("worker")
+	}
+	newWorker := func(nc *nats.Conn) (*worker.Worker, error) {
+		return worker.New(worker.Config{Conn: nc, Prefix: conn.Prefix, ID: *id, AckWait: *ackWait, HeartbeatInterval: *heartbeat, Logger: log})
+	}
+	var groups []*served
+	if *credsDir == "" {
+		// One connection serves every namespace: its user may reach them all
+		// (toolbus dev, a configuration without accounts, one namespace).
+		violation := make(chan error, 1)
+		nc, err := conn.Connect("toolbus-worker", violations(violation, log))
+		if err != nil {
+			return fmt.Errorf("worker: %w", err)
 		}
-		served = append(served, ns.Name)
+		defer nc.Close()
+		w, err := newWorker(nc)
+		if err != nil {
+			return err
+		}
+		who := "user " + conn.User
+		if conn.Creds != "" {
+			who = "credentials " + conn.Creds
+		}
+		g := &served{w: w, nc: nc, creds: who, violation: violation}
+		for _, ns := range namespaces {
+			if err := g.serve(ns, *configFile); err != nil {
+				return err
+			}
+		}
+		groups = append(groups, g)
+	} else {
+		seen := map[string]bool{}
+		for _, ns := range namespaces {
+			if seen[ns.Name] {
+				return fmt.Errorf("worker: namespace %s is served twice (--demo and %s?)", ns.Name, *configFile)
+			}
+			seen[ns.Name] = true
+			g, err := connectNamespace(conn, *credsDir, ns.Name, log, newWorker)
+			if err != nil {
+				return err
+			}
+			defer g.nc.Close()
+			if err := g.serve(ns, *configFile); err != nil {
+				return err
+			}
+			groups = append(groups, g)
+		}
 	}
-	ready, err := telemetry.WorkerResources(names, served)
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
+	var checks []func(context.Context) error
+	for _, g := range groups {
+		ready, err := telemetry.WorkerResources(names, g.names)
+		if err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		ready.Conn = g.nc
+		checks = append(checks, ready.Check)
 	}
-	ready.Conn = nc
-	if err := w.Start(ctx); err != nil {
-		return err
+	for i, g := range groups {
+		if err := g.start(ctx); err != nil {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			for _, started := range groups[:i] {
+				_ = started.w.Stop(stopCtx)
+			}
+			cancel()
+			return err
+		}
 	}
-	tel.SetReady(ready.Check)
-	fmt.Fprintf(stderr, "worker %s ready\n", w.ID())
+	tel.SetReady(func(ctx context.Context) error {
+		for _, check := range checks {
+			if err := check(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	fmt.Fprintf(stderr, "worker %s ready\n", *id)
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
-	return w.Stop(stopCtx)
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Go(func() { errs[i] = g.w.Stop(stopCtx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// served is a worker and the namespaces it serves on one connection.
+type served struct {
+	w     *worker.Worker
+	nc    *nats.Conn
+	names []string
+	// creds names the connection's credentials ("credentials FILE", "user
+	// U"), and violation has the first permissions violation the server
+	// reported on it.
+	creds     string
+	violation chan error
+}
+
+func (g *served) serve(ns worker.Namespace, configFile string) error {
+	if err := g.w.Serve(ns); err != nil {
+		if configFile != "" {
+			return fmt.Errorf("%w (in %s)", err, configFile)
+		}
+		return err
+	}
+	g.names = append(g.names, ns.Name)
+	return nil
+}
+
+// start starts the worker. A permission the server refuses while it starts
+// (credentials of another namespace, or one user for several namespaces'
+// accounts) ends the start at once, naming the namespaces and the
+// credentials, rather than after the worker's requests time out.
+func (g *served) start(ctx context.Context) error {
+	if g.violation == nil {
+		return g.w.Start(ctx)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case err := <-g.violation:
+			cancel(err)
+		case <-done:
+		}
+	}()
+	err := g.w.Start(ctx)
+	cause := context.Cause(ctx)
+	switch {
+	case err == nil || cause == nil || errors.Is(cause, context.Canceled):
+		return err
+	case len(g.names) == 1:
+		return fmt.Errorf("worker: namespace %s: the %s are not namespace %s's: %v", g.names[0], g.creds, g.names[0], cause)
+	}
+	return fmt.Errorf("worker: the %s may not serve every namespace of the worker (%s): %v; serve each namespace with its own credentials (--creds-dir DIR, with worker_<namespace>.creds)", g.creds, strings.Join(g.names, ", "), cause)
+}
+
+// violations is an error handler that hands the first permissions
+// violation the server reports to ch, and logs every one: a worker that
+// hits one may not do what it must.
+func violations(ch chan error, log *slog.Logger) nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			log.Warn("NATS error", "error", err)
+			return
+		}
+		log.Error("the server refused a permission the worker needs", "error", err)
+		select {
+		case ch <- err:
+		default:
+		}
+	})
+}
+
+// connectNamespace connects namespace ns's worker with its own
+// credentials, worker_<ns>.creds of dir. A file that is missing or cannot
+// be read, or credentials the server refuses, fail with the namespace and
+// the file named.
+func connectNamespace(conn *natsflags.Flags, dir, ns string, log *slog.Logger, newWorker func(*nats.Conn) (*worker.Worker, error)) (*served, error) {
+	creds := filepath.Join(dir, "worker_"+ns+".creds")
+	if _, err := natsflags.ReadCreds(creds); err != nil {
+		return nil, fmt.Errorf("worker: namespace %s: %w (toolbus namespace add %s writes them)", ns, err, ns)
+	}
+	violation := make(chan error, 1)
+	flags := *conn
+	flags.Creds, flags.User, flags.Password = creds, "", ""
+	nc, err := flags.Connect("toolbus-worker-"+ns, violations(violation, log))
+	if err != nil {
+		return nil, fmt.Errorf("worker: namespace %s: the server refused the credentials %s (revoked, expired, or of another installation): %w", ns, creds, err)
+	}
+	w, err := newWorker(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &served{w: w, nc: nc, creds: "credentials " + creds, violation: violation}, nil
 }

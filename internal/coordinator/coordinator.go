@@ -107,7 +107,10 @@ type Config struct {
 	// through an import that shares the requester's identity
 	// (Nats-Request-Info), and may name only the agents its NATS user may
 	// act as; approvals.decide and tools.enable/disable need an operator.
-	// Nil trusts the agent a request names, as development does.
+	// Nil trusts the agent a request of the coordinator's own account
+	// names, as development does. With or without it, a user whose signed
+	// JWT carries Toolbus claims acts as they say (claims.go); without it,
+	// a request of any other user from another account is refused.
 	Identities *Identities
 	// Resources sizes the streams and buckets the coordinator creates if they are missing.
 	Resources resources.Config
@@ -293,8 +296,11 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return err
 	}
 	c.log.Info("coordinator started", "service", messages.ServiceName, "version", Version, "api", c.names.APIGroup())
-	if c.cfg.Identities == nil {
-		c.log.Warn("identity is not authenticated: a request of this account acts as the agent it names, and one from another account is refused; configure identities (--identities) to tie agents to NATS users")
+	switch {
+	case c.cfg.Identities == nil && c.nc.Opts.UserJWT != nil:
+		c.log.Info("agents are identified by their users' signed claims (toolbus agent add): a request from another account acts only as the agents its user's JWT names")
+	case c.cfg.Identities == nil:
+		c.log.Warn("identity is not authenticated: a request of this account acts as the agent it names, and one from another account is refused unless its user's signed JWT says which agents it acts as (toolbus agent add); configure identities (--identities) to tie password users to agents")
 	}
 	return nil
 }

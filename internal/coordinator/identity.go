@@ -102,6 +102,12 @@ func ParseIdentities(data []byte) (*Identities, error) {
 type caller struct {
 	Account string `json:"acc"`
 	User    string `json:"user"`
+	// JWT is the user's JWT, for a user of an installation whose
+	// identities are signed (operator mode): the server writes the JWT it
+	// authenticated the connection with.
+	JWT string `json:"jwt,omitempty"`
+	// key is the user's public key once User names it by its JWT's name.
+	key string
 }
 
 func (c *caller) String() string { return c.Account + "/" + c.User }
@@ -234,11 +240,31 @@ func (ids *Identities) identify(c *caller) (*identity, error) {
 	if c == nil {
 		return nil, forbidden("the request carries no authenticated identity: connect as a user of the agents' account, whose import of the API shares the requester's identity")
 	}
+	if ids == nil {
+		return nil, errNoIdentities
+	}
 	u, ok := ids.Users[c.User]
 	if !ok {
 		return nil, forbidden("user %s has no identity in the coordinator's identities", c.User)
 	}
 	return &identity{caller: c, user: u}, nil
+}
+
+// identify finds what the caller may do: from the signed claims of its
+// user's JWT when they say (claims.go), else from the identities file.
+func (g *guard) identify(c *caller) (*identity, error) {
+	if c != nil && c.JWT != "" {
+		u, name, err := g.claims.identity(c, g.prefix)
+		if err != nil {
+			return nil, err
+		}
+		if u != nil {
+			named := *c
+			named.key, named.User = c.User, name
+			return &identity{caller: &named, user: *u}, nil
+		}
+	}
+	return g.ids.identify(c)
 }
 
 func forbidden(format string, args ...any) *messages.Error {
@@ -443,17 +469,23 @@ func mayReadQuietly(ctx context.Context, agent string) bool {
 	return id == nil || id.mayActAs(agent)
 }
 
-// guard applies Identities to the API's requests, and audits refusals.
+// guard applies Identities and the users' signed claims to the API's
+// requests, and audits refusals.
 type guard struct {
 	ids   *Identities
 	audit func(rec *messages.AuditRecord)
+	// prefix is the installation's subject prefix, where the routes of a
+	// user's claims are read.
+	prefix string
+	claims claimsCache
 }
 
 // errNoIdentities refuses a request that crossed an account import (it
-// carries Nats-Request-Info) when the coordinator has no identities file:
-// such a deployment authenticates its agents' users, and a coordinator
-// that forgot --identities must not trust the agent a request names.
-var errNoIdentities = forbidden("the coordinator has no identities file: a request from another account is refused, since the agent it names cannot be checked; start the coordinator with --identities (Config.Identities)")
+// carries Nats-Request-Info) when the coordinator has no identities file
+// and the user's JWT carries no Toolbus claims: such a deployment
+// authenticates its agents' users, and a coordinator that forgot
+// --identities must not trust the agent a request names.
+var errNoIdentities = forbidden("the coordinator has no identities file and the user carries no signed Toolbus claims: a request from another account is refused, since the agent it names cannot be checked; issue the user with toolbus agent add, or start the coordinator with --identities (Config.Identities)")
 
 // admitRequest is admit for a request as it arrived: it first refuses a
 // header block that may hide what the server wrote (headerShape).
@@ -516,11 +548,14 @@ func (g *guard) admit(ctx context.Context, endpoint string, headers map[string][
 		if _, crossed := headers[RequestInfoHeader]; !crossed {
 			return ctx, nil
 		}
-		g.refused(endpoint, c, req, errNoIdentities)
-		return ctx, errNoIdentities
+		if c == nil || c.JWT == "" {
+			g.refused(endpoint, c, req, errNoIdentities)
+			return ctx, errNoIdentities
+		}
 	}
-	id, err := g.ids.identify(c)
+	id, err := g.identify(c)
 	if err == nil {
+		c = id.caller
 		err = id.authorize(endpoint, req)
 	}
 	if errors.Is(err, messages.ErrForbidden) {

@@ -131,7 +131,7 @@ func (c *Coordinator) startSteps() []startStep {
 func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, resolver *exposure.Resolver, catalogKV, turnsKV, approvalsKV jetstream.KeyValue, stream *callStream) *sweeper {
 	auditLog := &auditor{names: c.names, js: c.js, log: c.log}
 	audit := auditLog.record
-	c.guard = &guard{ids: c.cfg.Identities, audit: auditLog.recordForbidden}
+	c.guard = &guard{ids: c.cfg.Identities, audit: auditLog.recordForbidden, prefix: c.names.Prefix()}
 	turns := &turns{store: bucket{turnsKV, c.cfg.UnavailableWait}, calls: retryingTurnCalls{c.ledger, c.cfg.UnavailableWait}}
 	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, maxWait: c.cfg.MaxWait, unavailableWait: c.cfg.UnavailableWait, log: c.log}
 	queue.ensureConsumer = func(ctx context.Context, ns string) error {

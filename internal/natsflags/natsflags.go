@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -23,8 +25,9 @@ type Flags struct {
 	Password string
 	Prefix   string
 	// Inbox is the prefix of the connection's reply subjects. Empty means
-	// InboxPrefix(User) for a connection as a user, and the client's
-	// default otherwise.
+	// InboxPrefix(User) for a connection as a user, InboxPrefix of the
+	// name in the user's JWT with credentials, and the client's default
+	// otherwise.
 	Inbox   string
 	Verbose bool
 }
@@ -52,12 +55,22 @@ func envOr(key, def string) string {
 // Connect opens a connection that reconnects for ever, named for the
 // server's monitoring. A connection as a user receives its replies under
 // the user's own inbox prefix (see InboxPrefix) unless Inbox says another.
-func (f *Flags) Connect(name string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1)}
-	if f.Creds != "" {
-		opts = append(opts, nats.UserCredentials(f.Creds))
-	}
+func (f *Flags) Connect(name string, extra ...nats.Option) (*nats.Conn, error) {
+	// A server asks its resolver's peers for the account of a user it does
+	// not know (2 s with toolbus setup's configuration) before it refuses
+	// it: the connection waits for that answer.
+	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.Timeout(5 * time.Second)}, extra...)
 	inbox := f.Inbox
+	if f.Creds != "" {
+		user, err := CredsUser(f.Creds)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.UserCredentials(f.Creds))
+		if inbox == "" && f.User == "" {
+			inbox = InboxPrefix(user)
+		}
+	}
 	if f.User != "" {
 		opts = append(opts, nats.UserInfo(f.User, f.Password))
 		if inbox == "" {
@@ -81,6 +94,46 @@ func (f *Flags) Logger() *slog.Logger {
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// CredsUser reads a credentials file (see ReadCreds) and returns the
+// user's name: its JWT's, else its public key.
+func CredsUser(path string) (string, error) {
+	claims, err := ReadCreds(path)
+	if err != nil {
+		return "", err
+	}
+	if claims.Name != "" {
+		return claims.Name, nil
+	}
+	return claims.Subject, nil
+}
+
+// ReadCreds reads a credentials file (a user's JWT and seed, as toolbus
+// setup writes them) and returns the JWT's claims: the error of a file
+// that is missing, truncated, altered or not one names the file and what
+// is wrong, before any connection is tried.
+func ReadCreds(path string) (*jwt.UserClaims, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("credentials %s: %w", path, err)
+	}
+	token, err := jwt.ParseDecoratedJWT(data)
+	if err != nil || !strings.Contains(string(data), "-----BEGIN NATS USER JWT-----") {
+		return nil, fmt.Errorf("credentials %s: not a credentials file: no user JWT after a -----BEGIN NATS USER JWT----- line", path)
+	}
+	claims, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return nil, fmt.Errorf("credentials %s: the user JWT cannot be read (truncated, or altered): %v", path, err)
+	}
+	kp, err := jwt.ParseDecoratedUserNKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("credentials %s: the user's seed cannot be read (truncated, or altered): %v", path, err)
+	}
+	if pub, err := kp.PublicKey(); err != nil || pub != claims.Subject {
+		return nil, fmt.Errorf("credentials %s: the seed is not the key of the user the JWT names (%s)", path, claims.Subject)
+	}
+	return claims, nil
 }
 
 // InboxPrefix is the prefix of the reply subjects of a connection as user:

@@ -86,7 +86,7 @@ func deployPassword(user string) string { return strings.ReplaceAll(user, "_", "
 // configuration: every user receives replies under its own inbox prefix,
 // as the commands and the agents' programs connect.
 func deployUser(user, password string) []nats.Option {
-	return []nats.Option{nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user))}
+	return []nats.Option{nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)), nats.Name(user)}
 }
 
 // intruder is a connection of one role that tries what its role may not.
@@ -97,9 +97,10 @@ type intruder struct {
 	violations chan error
 }
 
-func newIntruder(t *testing.T, url, user, password string) *intruder {
+// newIntruderWith connects as user with opts, to try what its role may not.
+func newIntruderWith(t *testing.T, url, user string, opts []nats.Option) *intruder {
 	in := &intruder{t: t, role: user, violations: make(chan error, 64)}
-	in.nc = testenv.Connect(t, url, append(deployUser(user, password), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	in.nc = testenv.Connect(t, url, append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
 			in.violations <- err
 		}
@@ -260,18 +261,18 @@ func consumerRequest(t *testing.T, stream string, cfg jetstream.ConsumerConfig) 
 // not do, once every namespace has its consumer.
 func TestWorkerCannotWidenItsConsumer(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: deployWithNamespace(t, "payments")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	url := srv.URL()
+	forEachDeploy(t, testWorkerCannotWidenItsConsumer)
+}
+
+func testWorkerCannotWidenItsConsumer(t *testing.T, kind deployKind) {
+	d := startDeploy(t, kind, true)
+	srv, url := d.srv, d.url
 	ctx := testenv.Context(t)
 	testenv.Coordinator(t, url, func(cfg *coordinator.Config) {
-		cfg.Conn = testenv.Connect(t, url, deployUser("coordinator", deployPassword("coordinator"))...)
-		cfg.Identities = deployIdentities(t)
+		cfg.Conn = d.as(t, "coordinator")
+		cfg.Identities = d.ids
 	})
-	demoWorker := newIntruder(t, url, "worker_demo", deployPassword("worker_demo"))
+	demoWorker := d.intruder(t, "worker_demo")
 	events, audit := names.EventsStream(), names.AuditStream()
 	watched := []string{events, audit}
 	before := snapshot(t, srv, watched...)
@@ -316,7 +317,12 @@ func TestWorkerCannotWidenItsConsumer(t *testing.T) {
 // events stream hold what they held.
 func TestWorkerCannotRollUpTheCatalog(t *testing.T) {
 	t.Parallel()
-	srv, as := identityDeploy(t)
+	forEachDeploy(t, testWorkerCannotRollUpTheCatalog)
+}
+
+func testWorkerCannotRollUpTheCatalog(t *testing.T, kind deployKind) {
+	d := identityDeployOf(t, kind)
+	srv, as := d.srv, d.connector(t)
 	ctx := testenv.Context(t)
 	a := agentClient(t, as("agent_a"), "support-bot")
 	res, err := a.Call(ctx, "demo-word_count", map[string]string{"text": "one call"})
@@ -360,18 +366,15 @@ func TestWorkerCannotRollUpTheCatalog(t *testing.T) {
 // index bucket, and the worker still keeps its large results there.
 func TestServicesCannotCaptureOthersSubjects(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: deployWithNamespace(t, "payments")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	url := srv.URL()
-	as := func(user string) *nats.Conn {
-		return testenv.Connect(t, url, deployUser(user, deployPassword(user))...)
-	}
+	forEachDeploy(t, testServicesCannotCaptureOthersSubjects)
+}
+
+func testServicesCannotCaptureOthersSubjects(t *testing.T, kind deployKind) {
+	d := startDeploy(t, kind, true)
+	url, as := d.url, d.connector(t)
 	testenv.Coordinator(t, url, func(cfg *coordinator.Config) {
 		cfg.Conn = as("coordinator")
-		cfg.Identities = deployIdentities(t)
+		cfg.Identities = d.ids
 	})
 	big := worker.Func("big", "Returns more than its result size limit.", func(ctx context.Context, in struct{}) (string, error) {
 		return strings.Repeat("large ", 1000), nil
@@ -407,7 +410,7 @@ func TestServicesCannotCaptureOthersSubjects(t *testing.T) {
 	} {
 		stream := try.subject[strings.LastIndex(try.subject, ".")+1:]
 		for _, captured := range []string{"toolbus.results.>", "_INBOX_worker_payments.>"} {
-			newIntruder(t, url, try.role, deployPassword(try.role)).denied(try.what+" to keep "+captured, try.subject, capture(stream, captured))
+			d.intruder(t, try.role).denied(try.what+" to keep "+captured, try.subject, capture(stream, captured))
 		}
 	}
 	js, err := jetstream.New(as("coordinator"))

@@ -13,7 +13,6 @@ import (
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/ledger"
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -303,15 +302,15 @@ func TestVersionOneRequestIsRefused(t *testing.T) {
 // result.
 func TestWorkerIsConfinedToItsNamespacesEvents(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: deployWithNamespace(t, "payments")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	url := srv.URL()
+	forEachDeploy(t, testWorkerIsConfinedToItsNamespacesEvents)
+}
+
+func testWorkerIsConfinedToItsNamespacesEvents(t *testing.T, kind deployKind) {
+	d := startDeploy(t, kind, true)
+	srv, url := d.srv, d.url
 	serviceViolations := make(chan error, 16)
-	as := func(user, password string) *nats.Conn {
-		return testenv.Connect(t, url, append(deployUser(user, password), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	as := func(user, _ string) *nats.Conn {
+		return testenv.Connect(t, url, append(d.opts(user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
 				select {
 				case serviceViolations <- err:
@@ -323,7 +322,7 @@ func TestWorkerIsConfinedToItsNamespacesEvents(t *testing.T) {
 	ctx := testenv.Context(t)
 	testenv.Coordinator(t, url, func(cfg *coordinator.Config) {
 		cfg.Conn = as("coordinator", "coordinator-secret")
-		cfg.Identities = deployIdentities(t)
+		cfg.Identities = d.ids
 	})
 	agent := agentClient(t, as("agent_a", "agent-a-secret"), "support-bot")
 
@@ -373,7 +372,7 @@ func TestWorkerIsConfinedToItsNamespacesEvents(t *testing.T) {
 
 	events := names.EventsStream()
 	before := snapshot(t, srv, events)
-	demoWorker := newIntruder(t, url, "worker_demo", "worker-demo-secret")
+	demoWorker := d.intruder(t, "worker_demo")
 	// Both calls are outside any turn: under the bucket of no turn.
 	bucket := messages.TurnBucket("")
 	event := func(kind messages.EventKind, ns string) string {

@@ -2,17 +2,14 @@ package integration
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/ledger"
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
@@ -27,17 +24,15 @@ import (
 // the call's own namespace.
 func TestAgentsReadWholeResultsOfTheirOwnCallsOnly(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deployDir(t), "users.conf")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	as := func(user string) *nats.Conn {
-		return testenv.Connect(t, srv.URL(), deployUser(user, deployPassword(user))...)
-	}
+	forEachDeploy(t, testAgentsReadWholeResultsOfTheirOwnCallsOnly)
+}
+
+func testAgentsReadWholeResultsOfTheirOwnCallsOnly(t *testing.T, kind deployKind) {
+	d := startDeploy(t, kind, false)
+	srv, as := d.srv, d.connector(t)
 	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
 		cfg.Conn = as("coordinator")
-		cfg.Identities = deployIdentities(t)
+		cfg.Identities = d.ids
 	})
 	whole := strings.Repeat("0123456789", 200_000) // 2 MB: several pages
 	held := make(chan struct{})

@@ -76,8 +76,15 @@ func hostileBodies() map[string][]byte {
 // 65 MiB of stack).
 func TestHostileRequestsAreCheapAtEveryEndpoint(t *testing.T) {
 	// Not parallel: the memory measured is the whole test process's, and
-	// the parallel tests run only once the others are done.
-	_, as := identityDeploy(t)
+	// the parallel tests run only once the others are done. The two kinds
+	// of installation take turns.
+	for _, kind := range []deployKind{passwords, signed} {
+		t.Run(string(kind), func(t *testing.T) { testHostileRequestsAreCheap(t, kind) })
+	}
+}
+
+func testHostileRequestsAreCheap(t *testing.T, kind deployKind) {
+	as := identityDeployOf(t, kind).connector(t)
 	nc := as("agent_a")
 	send := func(endpoint string, body []byte) string {
 		msg := nats.NewMsg(names.Prefix() + ".api." + endpoint)

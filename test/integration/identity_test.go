@@ -25,20 +25,15 @@ import (
 // which demo:sleep asks the agent's user in prompt mode.
 func identityDeploy(t *testing.T, configure ...func(*coordinator.Config)) (srv *natsserver.Server, as func(user string) *nats.Conn) {
 	t.Helper()
-	deploy := deployDir(t)
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "users.conf")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	ids, err := coordinator.LoadIdentities(filepath.Join(deploy, "identities.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	as = func(user string) *nats.Conn {
-		// Every user of the deployment receives replies on its own inbox prefix only.
-		return testenv.Connect(t, srv.URL(), deployUser(user, deployPassword(user))...)
-	}
+	d := identityDeployOf(t, passwords, configure...)
+	return d.srv, d.connector(t)
+}
+
+// identityDeployOf is identityDeploy on an installation of kind.
+func identityDeployOf(t *testing.T, kind deployKind, configure ...func(*coordinator.Config)) *deployed {
+	t.Helper()
+	d := startDeploy(t, kind, false)
+	as := d.connector(t)
 	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
 	writeFile(t, policyFile, "default: allow\nrules:\n  - {tool: \"demo:echo\", effect: ask, reason: echo needs a nod}\n")
 	workspace := t.TempDir()
@@ -49,9 +44,9 @@ match:
   - name: "demo:sleep"
     approval: {mode: prompt, title: "Wait?", message: "This sleeps a while"}
 `)
-	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+	testenv.Coordinator(t, d.url, func(cfg *coordinator.Config) {
 		cfg.Conn = as("coordinator")
-		cfg.Identities = ids
+		cfg.Identities = d.ids
 		cfg.WorkspaceDir = workspace
 		cfg.PolicyFile = policyFile
 		for _, f := range configure {
@@ -59,7 +54,7 @@ match:
 		}
 	})
 	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
-	return srv, as
+	return d
 }
 
 // deployRoutes are the routes deploy/nats gives each user of AGENTS, in
@@ -70,7 +65,7 @@ var deployRoutes = map[string]string{"agent_a": "agentAroute00000000001", "agent
 // configures it: it follows calls through the coordinator, on its user's route.
 func agentClient(t *testing.T, nc *nats.Conn, agent string) *client.Client {
 	t.Helper()
-	c, err := client.New(nc, client.Options{Agent: agent, CoordinatorReads: true, Route: deployRoutes[nc.Opts.User]})
+	c, err := client.New(nc, client.Options{Agent: agent, CoordinatorReads: true, Route: deployRoutes[connUser(nc)]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +77,12 @@ func agentClient(t *testing.T, nc *nats.Conn, agent string) *client.Client {
 // with forbidden, audited, and changes nothing.
 func TestAgentsActOnlyAsThemselves(t *testing.T) {
 	t.Parallel()
-	srv, as := identityDeploy(t)
+	forEachDeploy(t, testAgentsActOnlyAsThemselves)
+}
+
+func testAgentsActOnlyAsThemselves(t *testing.T, kind deployKind) {
+	d := identityDeployOf(t, kind)
+	srv, as := d.srv, d.connector(t)
 	ctx := testenv.Context(t)
 	connA, connB := as("agent_a"), as("agent_b")
 	a := agentClient(t, connA, "support-bot")

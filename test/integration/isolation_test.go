@@ -44,7 +44,12 @@ func watchKinds(t *testing.T, ctx context.Context, c *client.Client, callID stri
 // nor make its calls on their route; what it tries changes nothing.
 func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
 	t.Parallel()
-	srv, as := identityDeploy(t)
+	forEachDeploy(t, testAgentsReadOnlyTheirOwnCalls)
+}
+
+func testAgentsReadOnlyTheirOwnCalls(t *testing.T, kind deployKind) {
+	d := identityDeployOf(t, kind)
+	srv, as := d.srv, d.connector(t)
 	ctx := testenv.Context(t)
 	connA := as("agent_a")
 	a := agentClient(t, connA, "support-bot")
@@ -194,7 +199,7 @@ func TestAgentsReadOnlyTheirOwnCalls(t *testing.T) {
 	}
 
 	// Nor can B receive A's results or replies, or read the events stream.
-	intruderB := newIntruder(t, srv.URL(), "agent_b", "agent-b-secret")
+	intruderB := d.intruder(t, "agent_b")
 	intruderB.subscribeDenied("receive A's routed results", "toolbus.results."+deployRoutes["agent_a"]+".>")
 	intruderB.subscribeDenied("receive A's replies", "_INBOX_agent_a.>")
 	intruderB.subscribeDenied("receive every reply", "_INBOX.>")
@@ -267,8 +272,13 @@ func rawWait(ctx context.Context, nc *nats.Conn, endpoint string, body any) (mes
 // too_many_requests, and another agent's calls go on meanwhile.
 func TestOneAgentsWaitsDoNotStarveAnother(t *testing.T) {
 	t.Parallel()
+	forEachDeploy(t, testOneAgentsWaitsDoNotStarveAnother)
+}
+
+func testOneAgentsWaitsDoNotStarveAnother(t *testing.T, kind deployKind) {
 	const most = 3
-	_, as := identityDeploy(t, func(cfg *coordinator.Config) { cfg.MaxWaitsPerUser = most })
+	d := identityDeployOf(t, kind, func(cfg *coordinator.Config) { cfg.MaxWaitsPerUser = most })
+	as := d.connector(t)
 	ctx := testenv.Context(t)
 	connA := as("agent_a")
 	a := agentClient(t, connA, "support-bot")

@@ -118,7 +118,9 @@ func readMatrixState(t *testing.T, srv *natsserver.Server, js jetstream.JetStrea
 
 // TestRoleMatrix runs the deploy configuration (users.conf, with a worker
 // user for namespace payments added as docs/security.md says) with the
-// coordinator reading deploy/nats/identities.yaml, a worker of namespace
+// coordinator reading deploy/nats/identities.yaml, and an installation
+// made by toolbus setup (signed identities, no identities file), each
+// with the same users (installation_test.go): a worker of namespace
 // demo and one of payments, and the indexer, each under its own user. Two
 // agents' users (agent_a, agent_b) each have a finished call, a turn, a
 // call waiting for their prompt approval, and large results in both
@@ -129,16 +131,16 @@ func readMatrixState(t *testing.T, srv *natsserver.Server, js jetstream.JetStrea
 // exactly what they held before.
 func TestRoleMatrix(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: deployWithNamespace(t, "payments")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	url := srv.URL()
+	forEachDeploy(t, testRoleMatrix)
+}
+
+func testRoleMatrix(t *testing.T, kind deployKind) {
+	d := startDeploy(t, kind, true)
+	srv, url := d.srv, d.url
 	// The services must not need anything their users are refused.
 	serviceViolations := make(chan error, 16)
 	as := func(user string) *nats.Conn {
-		return testenv.Connect(t, url, append(deployUser(user, deployPassword(user)), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		return testenv.Connect(t, url, append(d.opts(user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
 				select {
 				case serviceViolations <- fmt.Errorf("%s: %w", user, err):
@@ -161,7 +163,7 @@ match:
 	coordinatorConn := as("coordinator")
 	testenv.Coordinator(t, url, func(cfg *coordinator.Config) {
 		cfg.Conn = coordinatorConn
-		cfg.Identities = deployIdentities(t)
+		cfg.Identities = d.ids
 		cfg.WorkspaceDir = workspace
 	})
 	big := func() worker.Tool {
@@ -489,7 +491,7 @@ match:
 
 	for _, r := range rows {
 		t.Run(r.role+"/"+r.what, func(t *testing.T) {
-			r.try(newIntruder(t, url, r.role, deployPassword(r.role)), r.what)
+			r.try(d.intruder(t, r.role), r.what)
 		})
 	}
 

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,7 +9,6 @@ import (
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -38,19 +36,18 @@ func (v violations) option() nats.Option {
 // each role may not do.
 func TestDeployedUsersEnforceTheirRoles(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deployDir(t), "users.conf")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	as := func(user string, opts ...nats.Option) *nats.Conn {
-		return testenv.Connect(t, srv.URL(), append(opts, deployUser(user, deployPassword(user))...)...)
-	}
+	forEachDeploy(t, testDeployedUsersEnforceTheirRoles)
+}
+
+func testDeployedUsersEnforceTheirRoles(t *testing.T, kind deployKind) {
+	d := startDeploy(t, kind, false)
+	srv := d.srv
+	as := func(user string, opts ...nats.Option) *nats.Conn { return d.as(t, user, opts...) }
 
 	coordinatorViolations := make(violations, 10)
 	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
 		cfg.Conn = as("coordinator", coordinatorViolations.option())
-		cfg.Identities = deployIdentities(t)
+		cfg.Identities = d.ids
 	})
 	workerViolations := make(violations, 10)
 	w := testenv.Worker(t, "", worker.Config{Conn: as("worker_demo", workerViolations.option())},

@@ -8,18 +8,17 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
@@ -28,19 +27,22 @@ import (
 // speaks the NATS protocol by hand, as user, with the header block
 // exactly as given, and returns the reply's status code (its
 // Nats-Service-Error-Code, "" for success) and body.
-func rawAPIRequest(t *testing.T, serverURL, user, endpoint, header, body string) (code, reply string) {
+func rawAPIRequest(t *testing.T, d *deployed, user, endpoint, header, body string) (code, reply string) {
 	t.Helper()
-	return rawNATSRequest(t, serverURL, user, "toolbus.api."+endpoint, "", header, body)
+	return rawNATSRequest(t, d, user, "toolbus.api."+endpoint, "", header, body)
 }
+
+// unauthenticated is a server without users, for rawNATSRequest.
+func unauthenticated(url string) *deployed { return &deployed{kind: passwords, url: url} }
 
 // rawNATSRequest sends one message with the header block exactly as given,
 // on a connection of its own, and returns the answer's
 // Nats-Service-Error-Code and body; replyTo, when not empty, is the
 // message's reply subject instead of the connection's inbox, and then
 // nothing is awaited.
-func rawNATSRequest(t *testing.T, serverURL, user, subject, replyTo, header, body string) (code, reply string) {
+func rawNATSRequest(t *testing.T, d *deployed, user, subject, replyTo, header, body string) (code, reply string) {
 	t.Helper()
-	u, err := url.Parse(serverURL)
+	u, err := url.Parse(d.url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,11 +55,12 @@ func rawNATSRequest(t *testing.T, serverURL, user, subject, replyTo, header, bod
 		t.Fatal(err)
 	}
 	r := bufio.NewReader(conn)
-	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "INFO ") {
-		t.Fatalf("server greeting %q: %v", line, err)
+	info, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(info, "INFO ") {
+		t.Fatalf("server greeting %q: %v", info, err)
 	}
 	inbox := "_INBOX_" + user + ".raw"
-	fmt.Fprintf(conn, "CONNECT {\"user\":%q,\"pass\":%q,\"headers\":true,\"verbose\":false,\"protocol\":1}\r\nSUB %s 1\r\n", user, deployPassword(user), inbox)
+	fmt.Fprintf(conn, "%sSUB %s 1\r\n", d.rawConnect(t, user, info), inbox)
 	to := inbox
 	if replyTo != "" {
 		to = replyTo
@@ -114,8 +117,17 @@ func rawNATSRequest(t *testing.T, serverURL, user, subject, replyTo, header, bod
 // Nats-Request-Info line only when a CRLF precedes it and appends its own
 // as the block's last line, leaves the forged line in place, and a parser
 // that also takes a bare LF for a line break (nats.go's does) reads it.
-func forgedHeaders(user string) map[string]string {
+// With signed identities the forged line names the user's account and
+// key, and carries its JWT, as the server writes it.
+func forgedHeaders(t *testing.T, d *deployed, user string) map[string]string {
 	info := `Nats-Request-Info: {"acc":"AGENTS","user":"` + user + `"}`
+	if token := d.userJWT(t, user); token != "" {
+		claims, err := jwt.DecodeUserClaims(token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info = `Nats-Request-Info: {"acc":"` + claims.Issuer + `","user":"` + claims.Subject + `","jwt":"` + token + `"}`
+	}
 	return map[string]string{
 		"after a CRLF, as a client library writes it": "NATS/1.0\r\n" + info + "\r\nContent-Type: application/json\r\n\r\n",
 		"after a bare LF, next to the server's":       "NATS/1.0\n" + info + "\r\nContent-Type: application/json\r\n\r\n",
@@ -134,59 +146,64 @@ func forgedHeaders(user string) map[string]string {
 // each refusal is audited.
 func TestHandWrittenRequestInfoIsRefused(t *testing.T) {
 	t.Parallel()
-	srv, as := identityDeploy(t)
+	forEachDeploy(t, testHandWrittenRequestInfoIsRefused)
+}
+
+func testHandWrittenRequestInfoIsRefused(t *testing.T, kind deployKind) {
+	d := identityDeployOf(t, kind)
+	as := d.connector(t)
 	const honest = "NATS/1.0\r\nContent-Type: application/json\r\n\r\n"
 	// Hand-written but honest: answered, so the refusals below are the
 	// forgeries'. The demo worker registers its tools on its own time.
 	eventually(t, "an honest hand-written request answered with the demo tools", func() bool {
-		code, reply := rawAPIRequest(t, srv.URL(), "agent_a", "tools.list", honest, `{"agent":"support-bot"}`)
+		code, reply := rawAPIRequest(t, d, "agent_a", "tools.list", honest, `{"agent":"support-bot"}`)
 		if code != "" {
 			t.Fatalf("an honest hand-written request: %s %s", code, reply)
 		}
 		return strings.Contains(reply, "demo-echo")
 	})
-	if code, reply := rawAPIRequest(t, srv.URL(), "agent_a", "tools.list", "NATS/1.0\nContent-Type:application/json\r\n\r\n", `{"agent":"support-bot"}`); code != "" || !strings.Contains(reply, "demo-echo") {
+	if code, reply := rawAPIRequest(t, d, "agent_a", "tools.list", "NATS/1.0\nContent-Type:application/json\r\n\r\n", `{"agent":"support-bot"}`); code != "" || !strings.Contains(reply, "demo-echo") {
 		t.Fatalf("an honest request written tightly: %s %s", code, reply)
 	}
-	for how, header := range forgedHeaders("agent_b") {
-		if code, reply := rawAPIRequest(t, srv.URL(), "agent_a", "tools.list", header, `{"agent":"billing-bot"}`); code != "403" {
+	for how, header := range forgedHeaders(t, d, "agent_b") {
+		if code, reply := rawAPIRequest(t, d, "agent_a", "tools.list", header, `{"agent":"billing-bot"}`); code != "403" {
 			t.Errorf("A passing for B's user, the forged header %s: %q %s", how, code, reply)
 		}
 	}
-	for how, header := range forgedHeaders("operator") {
-		if code, reply := rawAPIRequest(t, srv.URL(), "agent_a", "workers.list", header, `{}`); code != "403" {
+	for how, header := range forgedHeaders(t, d, "operator") {
+		if code, reply := rawAPIRequest(t, d, "agent_a", "workers.list", header, `{}`); code != "403" {
 			t.Errorf("A passing for the operator, the forged header %s: %q %s", how, code, reply)
 		}
 	}
 	// Every refusal is audited.
-	if want := 2 * len(forgedHeaders("")); countAudited(t, as("auditor"), "forbidden", want) < want {
+	if want := 2 * len(forgedHeaders(t, nil, "")); countAudited(t, as("auditor"), "forbidden", want) < want {
 		t.Errorf("fewer than %d refusals audited", want)
 	}
 }
 
 // TestHiddenRequestInfoDoesNotPassForOneAccount: a coordinator without
-// identities on the deploy configuration refuses the agents' requests,
-// which carry the server's Nats-Request-Info; hiding that line from the
-// parser does not make a request pass for one of the coordinator's own
-// account, which it would serve as the agent it names.
+// an identities file refuses the agents' requests, which carry the
+// server's Nats-Request-Info, on the deploy configuration, and admits
+// them as their users' signed claims say on an installation of toolbus
+// setup; hiding that line from the parser does not make a request pass
+// for one of the coordinator's own account, which it would serve as the
+// agent it names.
 func TestHiddenRequestInfoDoesNotPassForOneAccount(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deployDir(t), "users.conf")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
-		cfg.Conn = testenv.Connect(t, srv.URL(), deployUser("coordinator", deployPassword("coordinator"))...)
-	})
-	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, srv.URL(), deployUser("worker_demo", deployPassword("worker_demo"))...)}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	forEachDeploy(t, testHiddenRequestInfoDoesNotPassForOneAccount)
+}
+
+func testHiddenRequestInfoDoesNotPassForOneAccount(t *testing.T, kind deployKind) {
+	d := startDeploy(t, kind, false)
+	testenv.Coordinator(t, d.url, func(cfg *coordinator.Config) { cfg.Conn = d.as(t, "coordinator") })
+	testenv.Worker(t, "", worker.Config{Conn: d.as(t, "worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
 	hidden := map[string]string{
 		"behind a blank line":     "NATS/1.0\r\nContent-Type: application/json\n\nx\r\n\r\n",
 		"glued to a skipped line": "NATS/1.0\r\nContent-Type: application/json\n:yy",
 		"glued to a line's value": "NATS/1.0\r\nContent-Type: application/json\nX: yy",
 	}
 	for how, header := range hidden {
-		if code, reply := rawAPIRequest(t, srv.URL(), "agent_a", "tools.list", header, `{"agent":"billing-bot"}`); code != "403" {
+		if code, reply := rawAPIRequest(t, d, "agent_a", "tools.list", header, `{"agent":"billing-bot"}`); code != "403" {
 			t.Errorf("the server's header %s: %q %s", how, code, reply)
 		}
 	}
@@ -216,7 +233,7 @@ func TestStoredRequestsDoNotReachTheAPI(t *testing.T) {
 	relayByConsumer(t, url, key, "tools.disable")
 	// A direct get whose answer goes to the API.
 	index := "KV_" + names.IndexBucket()
-	rawNATSRequest(t, url, "indexer", "$JS.API.DIRECT.GET."+index+"."+key, "toolbus.api.tools.disable", "NATS/1.0\r\n\r\n", "")
+	rawNATSRequest(t, unauthenticated(url), "indexer", "$JS.API.DIRECT.GET."+index+"."+key, "toolbus.api.tools.disable", "NATS/1.0\r\n\r\n", "")
 	if n := countAudited(t, nc, "forbidden", audited+2); n < audited+2 {
 		t.Fatalf("%d relayed requests refused, want 2", n-audited)
 	}
@@ -251,7 +268,7 @@ func TestStreamDeliveriesDoNotReachTheAPI(t *testing.T) {
 func storeRequest(t *testing.T, serverURL, header, body string) string {
 	t.Helper()
 	key := "$KV." + names.IndexBucket() + ".stored"
-	if _, reply := rawNATSRequest(t, serverURL, "indexer", key, "", header, body); !strings.Contains(reply, `"seq"`) {
+	if _, reply := rawNATSRequest(t, unauthenticated(serverURL), "indexer", key, "", header, body); !strings.Contains(reply, `"seq"`) {
 		t.Fatalf("the indexer storing a request: %s", reply)
 	}
 	return key
@@ -265,7 +282,7 @@ func relayByConsumer(t *testing.T, serverURL, key, endpoint string) {
 	index := "KV_" + names.IndexBucket()
 	consumer := jsonBody(t, map[string]any{"stream_name": index, "config": map[string]any{"name": "relay", "deliver_subject": "toolbus.api." + endpoint,
 		"deliver_group": "q", "deliver_policy": "last", "filter_subject": key, "ack_policy": "none"}})
-	if _, reply := rawNATSRequest(t, serverURL, "indexer", "$JS.API.CONSUMER.CREATE."+index+".relay."+key, "", "NATS/1.0\r\n\r\n", string(consumer)); !strings.Contains(reply, "consumer_create_response") || strings.Contains(reply, `"error"`) {
+	if _, reply := rawNATSRequest(t, unauthenticated(serverURL), "indexer", "$JS.API.CONSUMER.CREATE."+index+".relay."+key, "", "NATS/1.0\r\n\r\n", string(consumer)); !strings.Contains(reply, "consumer_create_response") || strings.Contains(reply, `"error"`) {
 		t.Fatalf("the indexer's relay consumer: %s", reply)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/indexer"
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
@@ -37,19 +36,16 @@ import (
 // configures that one to the settings the worker sends.
 func TestWorkerCannotHaveAStreamWriteForIt(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: deployWithNamespace(t, "payments")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	url := srv.URL()
-	as := func(user string) *nats.Conn {
-		return testenv.Connect(t, url, deployUser(user, deployPassword(user))...)
-	}
+	forEachDeploy(t, testWorkerCannotHaveAStreamWriteForIt)
+}
+
+func testWorkerCannotHaveAStreamWriteForIt(t *testing.T, kind deployKind) {
+	d := startDeploy(t, kind, true)
+	srv, url, as := d.srv, d.url, d.connector(t)
 	ctx := testenv.Context(t)
 	testenv.Coordinator(t, url, func(cfg *coordinator.Config) {
 		cfg.Conn = as("coordinator")
-		cfg.Identities = deployIdentities(t)
+		cfg.Identities = d.ids
 	})
 	hold := newGate()
 	testenv.Worker(t, url, worker.Config{Conn: as("worker_payments"), AckWait: 7 * time.Second},
@@ -83,7 +79,7 @@ func TestWorkerCannotHaveAStreamWriteForIt(t *testing.T) {
 	// are checked below.
 	watched := []string{events, names.AuditStream(), "KV_" + names.ApprovalsBucket()}
 	before := snapshot(t, srv, watched...)
-	demo := newIntruder(t, url, "worker_demo", deployPassword("worker_demo"))
+	demo := d.intruder(t, "worker_demo")
 	bucket := messages.TurnBucket("")
 	forged := forgedResult(t, held.CallID)
 	// Its own event, which it may write: under demo, it counts for nothing.
@@ -133,7 +129,12 @@ func TestWorkerCannotHaveAStreamWriteForIt(t *testing.T) {
 // else of TOOLBUS is in its reach.
 func TestAuditorReadsTheAuditLogOnly(t *testing.T) {
 	t.Parallel()
-	srv, as := identityDeploy(t)
+	forEachDeploy(t, testAuditorReadsTheAuditLogOnly)
+}
+
+func testAuditorReadsTheAuditLogOnly(t *testing.T, kind deployKind) {
+	d := identityDeployOf(t, kind)
+	srv, as := d.srv, d.connector(t)
 	ctx := testenv.Context(t)
 	a := agentClient(t, as("agent_a"), "support-bot")
 	res, err := a.Call(ctx, "demo-word_count", map[string]string{"text": "audited"})
@@ -141,7 +142,7 @@ func TestAuditorReadsTheAuditLogOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	countAudited(t, as("auditor"), messages.AuditAllowed, 1)
-	auditor := newIntruder(t, srv.URL(), "auditor", deployPassword("auditor"))
+	auditor := d.intruder(t, "auditor")
 	audit := names.AuditStream()
 	records := make(chan *nats.Msg, 64)
 	auditor.request("$JS.API.DIRECT.GET."+audit, []byte(`{"seq":1,"batch":50}`), records)
@@ -204,7 +205,12 @@ func TestAuditorReadsTheAuditLogOnly(t *testing.T) {
 // (transport.WatchKV), and still indexes every tool.
 func TestIndexerCannotHaveAStreamWriteForIt(t *testing.T) {
 	t.Parallel()
-	srv, as := identityDeploy(t)
+	forEachDeploy(t, testIndexerCannotHaveAStreamWriteForIt)
+}
+
+func testIndexerCannotHaveAStreamWriteForIt(t *testing.T, kind deployKind) {
+	d := identityDeployOf(t, kind)
+	srv, as := d.srv, d.connector(t)
 	ctx := testenv.Context(t)
 	ix, err := indexer.New(indexer.Config{Conn: as("indexer"), WriteInterval: 20 * time.Millisecond, LeaseTTL: time.Second, Logger: testenv.Logger(t)})
 	if err != nil {
@@ -235,7 +241,7 @@ func TestIndexerCannotHaveAStreamWriteForIt(t *testing.T) {
 	events := names.EventsStream()
 	watched := []string{events, names.AuditStream(), "KV_" + names.ApprovalsBucket()}
 	before := snapshot(t, srv, watched...)
-	intruder := newIntruder(t, srv.URL(), "indexer", deployPassword("indexer"))
+	intruder := d.intruder(t, "indexer")
 	bucket := messages.TurnBucket("")
 	key := "$KV." + names.IndexBucket() + ".forged"
 	intruder.store(key, forgedResult(t, res.CallID), make(chan *nats.Msg, 1))

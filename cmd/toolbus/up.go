@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/setup"
+)
+
+// runUp runs an installation made by toolbus setup on this host: its
+// nats-server nodes, the coordinators, a worker of its namespaces, the
+// indexer, the console and the MCP front, each a process of its own
+// logging to DIR/log/<name>.log. A process that stops is started again
+// (after 1 s, doubling up to 30 s while it keeps failing); SIGINT or
+// SIGTERM stops them all, the services before the servers.
+func runUp(ctx context.Context, g globals, args []string) error {
+	fs := newFlags("up")
+	dir := dirFlag(fs)
+	workerConfig := fs.String("worker-config", "", "the worker's configuration (docs/workers.md), each namespace served with its own credentials; without it, the demo tools in namespace demo, which the installation must have")
+	workspace := fs.String("workspace", "", "the coordinators' exposure workspace directory")
+	policy := fs.String("policy", "", "the coordinators' policy file")
+	coordinators := fs.Int("coordinators", 2, "how many coordinators to run")
+	consoleListen := fs.String("console-listen", envOr("TOOLBUS_CONSOLE_LISTEN", "127.0.0.1:8090"), "address of the console's HTTP listener; its tokens are DIR/console-tokens.yaml ($TOOLBUS_CONSOLE_LISTEN)")
+	mcpListen := fs.String("mcp-listen", envOr("TOOLBUS_MCP_LISTEN", "127.0.0.1:8080"), "address of the MCP front's HTTP listener; its tokens are DIR/mcp-tokens.yaml ($TOOLBUS_MCP_LISTEN)")
+	natsServer := fs.String("nats-server", "nats-server", "the nats-server program, looked up in PATH")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return flagsFailed(err)
+	}
+	if len(pos) > 0 {
+		return usageError(fmt.Sprintf("toolbus up takes no arguments (got %q)", pos))
+	}
+	if *coordinators < 1 {
+		return usageError("toolbus up: --coordinators must be at least 1")
+	}
+	in, err := openInstallation(*dir)
+	if err != nil {
+		return err
+	}
+	server, err := exec.LookPath(*natsServer)
+	if err != nil {
+		return usageError(fmt.Sprintf("up: %v: install the official nats-server (from this module: go install github.com/nats-io/nats-server/v2), or give --nats-server PROGRAM", err))
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	program := func(name string) (string, error) {
+		beside := filepath.Join(filepath.Dir(self), name)
+		if _, err := os.Stat(beside); err == nil {
+			return beside, nil
+		}
+		path, err := exec.LookPath(name)
+		if err != nil {
+			return "", usageError(fmt.Sprintf("up: %s is neither beside %s nor in PATH: install it with go install ./cmd/%s", name, self, name))
+		}
+		return path, nil
+	}
+	workerArgs := []string{"--creds-dir", in.CredsDir()}
+	switch {
+	case *workerConfig != "":
+		abs, err := filepath.Abs(*workerConfig)
+		if err != nil {
+			return err
+		}
+		workerArgs = append(workerArgs, "--config", abs)
+	case contains(in.Namespaces(), "demo"):
+		workerArgs = append(workerArgs, "--demo")
+	default:
+		return usageError("up: give the worker's configuration, --worker-config FILE (the installation has no namespace demo for the demo tools)")
+	}
+	st := in.State()
+	urls := in.URLs()
+	sup := &supervisor{logDir: filepath.Join(in.Dir(), "log")}
+	if err := os.MkdirAll(sup.logDir, 0o700); err != nil {
+		return err
+	}
+	defer sup.stop()
+
+	for i, n := range st.Nodes {
+		sup.start("nats-"+n.Name, server, "-c", in.NodeConfig(i))
+	}
+	if err := waitForServers(ctx, in); err != nil {
+		return err
+	}
+	coordinator, err := program("coordinator")
+	if err != nil {
+		return err
+	}
+	coordArgs := []string{"--server", urls, "--creds", in.CredsFile(setup.UserCoordinator)}
+	if len(st.Nodes) > 1 {
+		coordArgs = append(coordArgs, "--replicas", strconv.Itoa(len(st.Nodes)))
+	}
+	if *workspace != "" {
+		coordArgs = append(coordArgs, "--workspace", *workspace)
+	}
+	if *policy != "" {
+		coordArgs = append(coordArgs, "--policy", *policy)
+	}
+	for i := range *coordinators {
+		sup.start(fmt.Sprintf("coordinator-%d", i+1), coordinator, coordArgs...)
+		if i == 0 {
+			// The first one makes the streams: the others, the worker and
+			// the indexer need them.
+			if err := waitForCoordinator(ctx, in); err != nil {
+				return err
+			}
+		}
+	}
+	worker, err := program("worker")
+	if err != nil {
+		return err
+	}
+	sup.start("worker", worker, append([]string{"--server", urls}, workerArgs...)...)
+	indexer, err := program("indexer")
+	if err != nil {
+		return err
+	}
+	sup.start("indexer", indexer, "--server", urls, "--creds", in.CredsFile(setup.UserIndexer))
+	sup.start("console", self, "--server", urls, "--creds", in.CredsFile(setup.UserAdmin), "console", "--listen", *consoleListen, "--tokens", in.ConsoleTokens())
+	sup.start("mcp", self, "--server", urls, "--creds", in.CredsFile(setup.UserMCP), "mcp", "--listen", *mcpListen, "--tokens", in.MCPTokens())
+	for _, probe := range []string{"http://" + *consoleListen + "/login", "http://" + *mcpListen + "/healthz"} {
+		if err := waitHTTP(ctx, probe); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("toolbus up: ready: NATS %s; console http://%s/ (tokens in %s); MCP http://%s/mcp (tokens in %s); logs in %s\n",
+		urls, *consoleListen, in.ConsoleTokens(), *mcpListen, in.MCPTokens(), sup.logDir)
+	<-ctx.Done()
+	fmt.Println("toolbus up: stopping")
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// waitForServers waits until every node takes connections, for at most a minute.
+func waitForServers(ctx context.Context, in *setup.Installation) error {
+	deadline := time.Now().Add(time.Minute)
+	for _, n := range in.State().Nodes {
+		for {
+			nc, err := nats.Connect("nats://"+n.Client, nats.UserCredentials(in.CredsFile(setup.UserSystem)), nats.Timeout(time.Second))
+			if err == nil {
+				nc.Close()
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("up: node %s (%s) does not take connections: %w (see its log)", n.Name, n.Client, err)
+			}
+			sleepCtx(ctx, 200*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// waitForCoordinator waits until a coordinator answers toolbus.api.info to
+// the installation's operator, for at most a minute.
+func waitForCoordinator(ctx context.Context, in *setup.Installation) error {
+	nc, err := nats.Connect(in.URLs(), nats.UserCredentials(in.CredsFile(setup.UserAdmin)), nats.CustomInboxPrefix("_INBOX_"+setup.UserAdmin), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("up: %w", err)
+	}
+	defer nc.Close()
+	subject := in.State().Prefix + ".api.info"
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := nc.Request(subject, nil, 2*time.Second)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("up: no coordinator answers %s: %w (see log/coordinator-1.log)", subject, err)
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+}
+
+// waitHTTP waits until url answers, for at most a minute.
+func waitHTTP(ctx context.Context, url string) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("up: %s does not answer: %w (see the logs)", url, err)
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// errQuit ends a supervised process's loop.
+var errQuit = fmt.Errorf("stopped")
+
+// supervisor runs processes and starts each again when it stops, until
+// stop.
+type supervisor struct {
+	logDir string
+	mu     sync.Mutex
+	procs  []*supervised
+}
+
+type supervised struct {
+	name string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the loop has ended
+	quit chan struct{}
+}
+
+// start runs the program under name until stop, starting it again when it
+// stops.
+func (s *supervisor) start(name, program string, args ...string) {
+	p := &supervised{name: name, done: make(chan struct{}), quit: make(chan struct{})}
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	go func() {
+		defer close(p.done)
+		// On Linux a child is stopped when the thread that started it ends
+		// (ownProcessGroup): this goroutine keeps its thread while the
+		// child runs.
+		runtime.LockOSThread()
+		backoff := time.Second
+		for {
+			logf, err := os.OpenFile(filepath.Join(s.logDir, name+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "toolbus up: %s: %v\n", name, err)
+				return
+			}
+			cmd := exec.Command(program, args...)
+			cmd.Stdout, cmd.Stderr = logf, logf
+			ownProcessGroup(cmd)
+			began := time.Now()
+			p.mu.Lock()
+			select {
+			case <-p.quit:
+				err = errQuit
+			default:
+				if err = cmd.Start(); err == nil {
+					p.cmd = cmd
+				}
+			}
+			p.mu.Unlock()
+			if err == errQuit {
+				logf.Close()
+				return
+			}
+			if err == nil {
+				err = cmd.Wait()
+			}
+			logf.Close()
+			select {
+			case <-p.quit:
+				return
+			default:
+			}
+			if time.Since(began) > time.Minute {
+				backoff = time.Second
+			}
+			fmt.Fprintf(os.Stderr, "toolbus up: %s stopped (%v); starting it again in %v (log: %s)\n", name, err, backoff, filepath.Join(s.logDir, name+".log"))
+			select {
+			case <-p.quit:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+		}
+	}()
+}
+
+// stop stops every process, the latest started first (the services before
+// the servers), each with SIGTERM and, 45 s later, SIGKILL.
+func (s *supervisor) stop() {
+	s.mu.Lock()
+	procs := s.procs
+	s.mu.Unlock()
+	// The services stop together, then the servers.
+	var services, servers []*supervised
+	for _, p := range procs {
+		if strings.HasPrefix(p.name, "nats-") {
+			servers = append(servers, p)
+		} else {
+			services = append(services, p)
+		}
+	}
+	for _, group := range [][]*supervised{services, servers} {
+		for _, p := range group {
+			p.mu.Lock()
+			close(p.quit)
+			if p.cmd != nil && p.cmd.Process != nil {
+				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			}
+			p.mu.Unlock()
+		}
+		for _, p := range group {
+			select {
+			case <-p.done:
+			case <-time.After(45 * time.Second):
+				p.mu.Lock()
+				if p.cmd != nil && p.cmd.Process != nil {
+					_ = p.cmd.Process.Kill()
+				}
+				p.mu.Unlock()
+				<-p.done
+			}
+		}
+	}
+}

@@ -1,0 +1,323 @@
+package integration
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/internal/testenv"
+)
+
+// documentedCommands returns the command lines of the shell blocks of a
+// section of docs/operations.md, in order.
+func documentedCommands(t *testing.T, section string) [][]string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join(filepath.Dir(deployDir(t)), "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	start := strings.Index(text, "\n## "+section+"\n")
+	if start < 0 {
+		t.Fatalf("operations.md has no section %q", section)
+	}
+	text = text[start+1:]
+	if end := strings.Index(text[3:], "\n## "); end >= 0 {
+		text = text[:end+3]
+	}
+	var blocks [][]string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(text, -1) {
+		blocks = append(blocks, strings.Split(strings.TrimSpace(m[1]), "\n"))
+	}
+	return blocks
+}
+
+// freeAddress is a loopback address nobody listened on a moment ago.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestProductionOnOneHost runs exactly the commands of docs/operations.md's
+// "Production on one host", on a fresh directory in place of
+// /var/lib/toolbus and on free ports (given by the variables the commands
+// read), with the binaries the first command installs: the installation
+// comes up with every service, a call is made through the command line
+// (of each namespace) and the MCP front, the console shows them, a killed
+// service is started again, and toolbus up stops everything on SIGINT.
+func TestProductionOnOneHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the whole installation")
+	}
+	t.Parallel()
+	blocks := documentedCommands(t, "Production on one host")
+	if len(blocks) < 2 || len(blocks[0]) > 5 {
+		t.Fatalf("the section's first block has %d commands (at most 5), then the usage: %v", len(blocks[0]), blocks)
+	}
+	tmp := t.TempDir()
+	dir, bin := filepath.Join(tmp, "toolbus"), filepath.Join(tmp, "bin")
+	natsAddr, consoleAddr, mcpAddr := freeAddress(t), freeAddress(t), freeAddress(t)
+	env := append(os.Environ(),
+		"GOBIN="+bin, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"TOOLBUS_URL=nats://"+natsAddr, "TOOLBUS_CONSOLE_LISTEN="+consoleAddr, "TOOLBUS_MCP_LISTEN="+mcpAddr,
+		"GOFLAGS=-mod=readonly")
+	root := filepath.Dir(filepath.Dir(deployDir(t)))
+	shell := func(line string) *exec.Cmd {
+		cmd := exec.Command("sh", "-c", "exec "+strings.ReplaceAll(line, "/var/lib/toolbus", dir))
+		cmd.Dir, cmd.Env = root, env
+		return cmd
+	}
+	run := func(line string) string {
+		t.Helper()
+		out, err := shell(line).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, out)
+		}
+		return string(out)
+	}
+	install := blocks[0]
+	for _, line := range install[:len(install)-1] {
+		run(line)
+	}
+	// The last command runs the installation until it is stopped.
+	up := shell(install[len(install)-1])
+	stdout, err := up.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.Stderr = up.Stdout
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		exited <- up.Wait()
+	}()
+	var output []string
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = up.Process.Signal(syscall.SIGINT)
+			<-exited
+		}
+		if t.Failed() {
+			for _, name := range []string{"nats-n1", "coordinator-1", "worker", "indexer", "console", "mcp"} {
+				log, _ := os.ReadFile(filepath.Join(dir, "log", name+".log"))
+				t.Logf("%s.log:\n%s", name, log)
+			}
+		}
+	})
+	for ready := false; !ready; {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("toolbus up exited:\n%s", strings.Join(output, "\n"))
+			}
+			output = append(output, line)
+			ready = strings.HasPrefix(line, "toolbus up: ready")
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("toolbus up is not ready after two minutes:\n%s", strings.Join(output, "\n"))
+		}
+	}
+
+	// The command line: the documented agent and call, and a call of the
+	// second namespace.
+	usage := blocks[1]
+	for _, line := range usage {
+		out := run(line)
+		if strings.Contains(line, " call ") && !strings.Contains(out, "hello") {
+			t.Fatalf("%s printed:\n%s", line, out)
+		}
+	}
+	if out := run(fmt.Sprintf("toolbus --creds %s/creds/admin.creds call ops-word_count '{\"text\":\"two namespaces\"}'", dir)); !strings.Contains(out, `"words": 2`) {
+		t.Fatalf("a call of namespace ops:\n%s", out)
+	}
+
+	// The MCP front, with the token setup wrote.
+	tokens, err := os.ReadFile(filepath.Join(dir, "mcp-tokens.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcpToken := regexp.MustCompile(`(?m)^  ([0-9a-f]{48}): \{agent: mcp\}`).FindStringSubmatch(string(tokens))
+	if mcpToken == nil {
+		t.Fatalf("mcp-tokens.yaml:\n%s", tokens)
+	}
+	mc, err := mcpclient.NewStreamableHttpClient("http://"+mcpAddr+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + mcpToken[1]}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mc.Close() })
+	ctx := testenv.Context(t)
+	if err := mc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mc.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "test", Version: "1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "demo-echo"
+	req.Params.Arguments = map[string]any{"text": "through the MCP front"}
+	res, err := mc.CallTool(ctx, req)
+	if err != nil || res.IsError || len(res.Content) == 0 {
+		t.Fatalf("MCP tools/call: %+v %v", res, err)
+	}
+	if text, ok := res.Content[0].(mcp.TextContent); !ok || text.Text != "through the MCP front" {
+		t.Fatalf("MCP tools/call answered %+v", res.Content)
+	}
+
+	// The console, with the operator's token: the calls are in its
+	// execution log.
+	tokens, err = os.ReadFile(filepath.Join(dir, "console-tokens.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	consoleToken := regexp.MustCompile(`(?m)^  ([0-9a-f]{48}): \{operator: admin\}`).FindStringSubmatch(string(tokens))
+	if consoleToken == nil {
+		t.Fatalf("console-tokens.yaml:\n%s", tokens)
+	}
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	base := "http://" + consoleAddr
+	resp, err := hc.PostForm(base+"/login", url.Values{"token": {consoleToken[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var session *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "toolbus_console" {
+			session = c
+		}
+	}
+	if session == nil {
+		t.Fatalf("console login: %s", resp.Status)
+	}
+	page := func(path string) string {
+		req, err := http.NewRequest("GET", base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.AddCookie(session)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("console %s: %s\n%s", path, resp.Status, body)
+		}
+		return string(body)
+	}
+	if calls := page("/calls"); !strings.Contains(calls, "demo-echo") || !strings.Contains(calls, "ops-word_count") || !strings.Contains(calls, "support-bot") {
+		t.Fatalf("the console's execution log does not show the calls:\n%s", calls)
+	}
+	if catalog := page("/catalog"); !strings.Contains(catalog, "ops-echo") || !strings.Contains(catalog, "demo-echo") {
+		t.Fatalf("the console's catalog does not show both namespaces:\n%s", catalog)
+	}
+
+	// A service that dies is started again (where /proc shows the
+	// processes).
+	_, proc := os.Stat("/proc/self/stat")
+	if indexer := childOf(t, up.Process.Pid, "indexer"); proc == nil {
+		if indexer == 0 {
+			t.Fatal("toolbus up runs no indexer process")
+		}
+		if err := syscall.Kill(indexer, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for restarted := false; !restarted; {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					t.Fatalf("toolbus up exited:\n%s", strings.Join(output, "\n"))
+				}
+				output = append(output, line)
+				restarted = strings.Contains(line, "indexer stopped") && strings.Contains(line, "starting it again")
+			case <-time.After(time.Minute):
+				t.Fatalf("toolbus up did not start the killed indexer again:\n%s", strings.Join(output, "\n"))
+			}
+		}
+		eventually(t, "a new indexer process", func() bool {
+			pid := childOf(t, up.Process.Pid, "indexer")
+			return pid > 0 && pid != indexer
+		})
+	}
+
+	// SIGINT stops the services, then the server.
+	stopped = true
+	if err := up.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for range lines {
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("toolbus up after SIGINT: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("toolbus up did not stop within two minutes")
+	}
+	if conn, err := net.DialTimeout("tcp", natsAddr, time.Second); err == nil {
+		conn.Close()
+		t.Fatal("the NATS server still listens after toolbus up stopped")
+	}
+}
+
+// childOf is the process ID of the child of parent whose program is name,
+// read from /proc; 0 when there is none, or no /proc (the check is then
+// left out).
+func childOf(t *testing.T, parent int, name string) int {
+	t.Helper()
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, stat := range stats {
+		data, err := os.ReadFile(stat)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...
+		text := string(data)
+		open, closing := strings.IndexByte(text, '('), strings.LastIndexByte(text, ')')
+		if open < 0 || closing < open {
+			continue
+		}
+		fields := strings.Fields(text[closing+1:])
+		var pid, ppid int
+		if _, err := fmt.Sscan(text[:open], &pid); err != nil || len(fields) < 2 {
+			continue
+		}
+		if _, err := fmt.Sscan(fields[1], &ppid); err != nil {
+			continue
+		}
+		if ppid == parent && text[open+1:closing] == name {
+			return pid
+		}
+	}
+	return 0
+}
