@@ -18,6 +18,22 @@ import (
 // reaches any of them. They are stopped when the test ends.
 func Cluster(t testing.TB, size int) ([]*natsserver.Server, string) {
 	t.Helper()
+	// A port free a moment ago may be taken by another test's server
+	// before the node listens on it: the cluster is then started again on
+	// new ports.
+	for try := 1; ; try++ {
+		servers, urls, err := startCluster(t, size)
+		if err == nil {
+			return servers, urls
+		}
+		if !strings.Contains(err.Error(), "address already in use") || try == 5 {
+			t.Fatal(err)
+		}
+	}
+}
+
+func startCluster(t testing.TB, size int) ([]*natsserver.Server, string, error) {
+	t.Helper()
 	routePorts := make([]int, size)
 	var routes []string
 	for i := range routePorts {
@@ -38,7 +54,10 @@ func Cluster(t testing.TB, size int) ([]*natsserver.Server, string) {
 		}
 		srv, err := natsserver.Start(natsserver.Config{DataDir: filepath.Join(dir, name), ConfigFile: conf, ServerName: name})
 		if err != nil {
-			t.Fatalf("start cluster node %s: %v", name, err)
+			for _, s := range servers {
+				s.Stop()
+			}
+			return nil, "", fmt.Errorf("start cluster node %s: %w", name, err)
 		}
 		t.Cleanup(srv.Stop)
 		servers = append(servers, srv)
@@ -53,7 +72,7 @@ func Cluster(t testing.TB, size int) ([]*natsserver.Server, string) {
 			current = current && s.JetStreamIsCurrent()
 		}
 		if leader && current {
-			return servers, strings.Join(urls, ",")
+			return servers, strings.Join(urls, ","), nil
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the cluster elected no JetStream meta leader within a minute")
