@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -72,14 +73,26 @@ func pollFor(ctx context.Context) time.Duration {
 // waitViaCoordinator is Wait through calls.get: one held request after
 // another until the call has its result or ctx ends.
 func (c *Client) waitViaCoordinator(ctx context.Context, callID string) (*messages.CallResult, error) {
+	failures := 0
 	for {
 		info, err := c.getWaiting(ctx, callID, pollFor(ctx))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("wait for call %s: %w", callID, ctx.Err())
 			}
-			return nil, err
+			if !undecided(err) {
+				return nil, err
+			}
+			// No coordinator answered, or none could read JetStream: the
+			// call goes on all the same, and is waited for while the
+			// context allows, whatever its caller was told of its submit.
+			failures++
+			if err := transport.Sleep(ctx, requestRetry.Delay(failures)); err != nil {
+				return nil, fmt.Errorf("wait for call %s: %w", callID, err)
+			}
+			continue
 		}
+		failures = 0
 		if info.Result != nil {
 			return info.Result, nil
 		}
@@ -101,8 +114,16 @@ func (c *Client) callEvents(ctx context.Context, req *messages.CallEventsRequest
 func (c *Client) watchViaCoordinator(ctx context.Context, callID string) iter.Seq2[*messages.CallEvent, error] {
 	return func(yield func(*messages.CallEvent, error) bool) {
 		var after uint64
+		failures := 0
 		for {
 			reply, err := c.callEvents(ctx, &messages.CallEventsRequest{CallID: callID, After: after, WaitMS: pollFor(ctx).Milliseconds()})
+			if err != nil && ctx.Err() == nil && undecided(err) {
+				// As in waitViaCoordinator: the call goes on.
+				failures++
+				if transport.Sleep(ctx, requestRetry.Delay(failures)) == nil {
+					continue
+				}
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					err = ctx.Err()
@@ -110,6 +131,7 @@ func (c *Client) watchViaCoordinator(ctx context.Context, callID string) iter.Se
 				yield(nil, fmt.Errorf("watch call %s: %w", callID, err))
 				return
 			}
+			failures = 0
 			for i := range reply.Events {
 				if !yield(&reply.Events[i], nil) {
 					return
