@@ -460,17 +460,14 @@ func (c *Client) hedged(ctx context.Context, subject string, data []byte, held b
 }
 
 // hedgeDelay is how long a request, or a quiet submit, goes without news
-// before a copy is sent (or the call looked up): three times the recent
-// time coordinators took to answer, at least HedgeAfter and at most
-// ResultCheckInterval; half of that until an answer was timed. A
+// (an answer, or a receipt) before a copy is sent or the call looked up:
+// three times the recent time coordinators took to answer or to send a
+// receipt, at least HedgeAfter and at most ResultCheckInterval. A
 // coordinator that does not answer costs about HedgeAfter while the
-// others answer quickly, and coordinators slow to answer (busy, or
-// waiting out an election) are not sent copies that would load them more.
+// others answer quickly, and coordinators slow to answer (busy) are not
+// sent copies that would load them more.
 func (c *Client) hedgeDelay() time.Duration {
 	t := time.Duration(c.answerTime.Load())
-	if t == 0 {
-		return max(c.opts.HedgeAfter, ledger.ResultCheckInterval/2)
-	}
 	return min(max(3*t, c.opts.HedgeAfter), ledger.ResultCheckInterval)
 }
 

@@ -83,25 +83,29 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 			answers, done = c.routes.Await(callID, ns)
 		}
 	}
-	// The copies ask for a receipt on the route: once a coordinator says it
-	// has one, no more are sent unless the call stays missing.
+	// Every copy asks for a receipt on the route, which a coordinator
+	// sends as soon as it has the copy.
 	receiptID := messages.RoutedCallID(route, messages.RandomToken())
 	if rc.receiptTo, err = c.names.CallRouteSubject(receiptID); err != nil {
 		return nil, err
 	}
 	receipts, stopReceipts := c.routes.Await(receiptID, "")
 	defer stopReceipts()
-	start := time.Now()
+	sentAt := time.Now()
 	if err := rc.send(ctx, 1); err != nil {
 		return nil, err // nothing was sent
 	}
-	// Until the call is known to be queued: when to look it up next.
-	lookupWait := c.hedgeDelay()
-	lookup := time.NewTimer(lookupWait)
+	// lookup is when to look the call up next, while it is not known to
+	// be queued: soon if no receipt comes, later if one came.
+	lookup := time.NewTimer(c.hedgeDelay())
 	defer lookup.Stop()
-	lookedUp := false
-	// A submit to send again after a pause: no coordinator listened, or
-	// one could not store the call for now.
+	// copies is when to send the next round of copies, while a lookup
+	// found no call and no receipt came since.
+	copies := time.NewTimer(time.Hour)
+	copies.Stop()
+	defer copies.Stop()
+	// resend is a submit to send again after a pause: no coordinator
+	// listened, or one could not store the call for now.
 	resend := time.NewTimer(time.Hour)
 	resend.Stop()
 	defer resend.Stop()
@@ -114,6 +118,9 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 		check     <-chan struct{}
 		checks    int
 		confirmed bool
+		// takenAt is when the last receipt came; zero when none came since
+		// the last lookup that found no call.
+		takenAt time.Time
 		// refusal is a coordinator's refusal of one of several copies,
 		// reported once a lookup says the call does not exist.
 		refusal error
@@ -127,18 +134,45 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 		// reconnects is the route's count of reconnects at the last check.
 		reconnects = c.routes.Reconnects()
 	)
+	// sendCopies sends the next round of copies (1, 2, 4, then the submit
+	// as a request, whose reply comes on the client's own inbox whatever
+	// the coordinator, one that refuses this protocol version say, sends),
+	// and arms the round after it.
+	sendCopies := func() {
+		rc.hedges++
+		if rc.hedges <= 3 {
+			_ = rc.send(ctx, quietCopies(rc.hedges))
+			copies.Reset(c.opts.HedgeAfter)
+			return
+		}
+		if loud == nil {
+			loud = make(chan loudAnswer, 1)
+			go func(req messages.SubmitRequest) {
+				req.Quiet = false
+				reply, err := c.Submit(ctx, req)
+				loud <- loudAnswer{reply, err}
+			}(req)
+		}
+	}
 	for {
 		select {
 		case msg := <-receipts:
-			if msg.Header.Get(messages.HeaderReceipt) == messages.ReceiptSent {
-				rc.taken = true
+			if msg.Header.Get(messages.HeaderReceipt) != messages.ReceiptSent {
+				break
+			}
+			if takenAt.IsZero() && rc.hedges == 0 {
+				c.observeAnswer(time.Since(sentAt))
+			}
+			takenAt = time.Now()
+			copies.Stop()
+			if !confirmed {
+				// A live coordinator has a copy and queues it: looked up
+				// later, in case it stopped before it did.
+				lookup.Reset(ledger.ResultCheckInterval)
 			}
 		case msg := <-answers:
 			if ledger.IsStoredEvent(msg) {
 				if res := routedResult(msg, callID); res != nil {
-					if !lookedUp {
-						c.observeAnswer(time.Since(start))
-					}
 					return res, nil
 				}
 				break
@@ -187,6 +221,10 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 			confirmed = true
 		case <-resend.C:
 			_ = rc.send(ctx, 1)
+		case <-copies.C:
+			if takenAt.IsZero() && !confirmed {
+				sendCopies()
+			}
 		case a := <-loud:
 			loud = nil
 			switch {
@@ -210,7 +248,6 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 			if confirmed {
 				break
 			}
-			lookedUp = true
 			reply, exists, err := c.lookupCall(ctx, ns, callID)
 			switch {
 			case err != nil && refusal != nil && noCoordinatorAnswers >= rc.sent:
@@ -220,6 +257,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 			case err != nil:
 				// The stream or the coordinators did not say: ask again
 				// later, and send nothing meanwhile.
+				lookup.Reset(ledger.ResultCheckInterval)
 			case exists:
 				if res, settled, err := settle(reply); settled {
 					return res, err
@@ -230,30 +268,17 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 				confirmed = true
 			case refusal != nil:
 				return nil, refusal
-			case rc.hedges >= 2 && !rc.taken:
-				// Two rounds of quiet copies found no call: the submit is
-				// sent as a request, whose reply comes on the client's own
-				// inbox, whatever the coordinator (one that refuses this
-				// protocol version, say) sends.
-				if loud == nil {
-					loud = make(chan loudAnswer, 1)
-					go func(req messages.SubmitRequest) {
-						req.Quiet = false
-						reply, err := c.Submit(ctx, req)
-						loud <- loudAnswer{reply, err}
-					}(req)
-				}
-			case rc.taken:
-				// A coordinator said it has a copy, and is queuing it:
-				// look again later; send more only if it stays missing.
-				rc.taken = false
+			case !takenAt.IsZero() && time.Since(takenAt) < lostAfter:
+				// The coordinator that has a copy may be waiting out an
+				// election before it stores the call; it answers if it
+				// cannot.
+				lookup.Reset(ledger.ResultCheckInterval)
 			default:
-				rc.hedges++
-				_ = rc.sendWithReceipt(ctx, quietCopies(rc.hedges))
-			}
-			if !confirmed {
-				lookupWait = min(2*lookupWait, ledger.ResultCheckInterval)
-				lookup.Reset(lookupWait)
+				// No receipt, or the coordinator that sent one stopped
+				// before it queued the call: copies, until one is taken.
+				takenAt = time.Time{}
+				sendCopies()
+				lookup.Reset(ledger.ResultCheckInterval)
 			}
 		case <-check:
 			check = nil
@@ -278,15 +303,21 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 	}
 }
 
+// lostAfter is how long after a coordinator's receipt a call may stay
+// missing before its copy is taken for lost with that coordinator: longer
+// than a coordinator waits for JetStream before it answers that it could
+// not store the call (its UnavailableWait, 10s by default).
+const lostAfter = 12 * time.Second
+
+// quietCopies is how many copies of a quiet submit the nth round sends:
+// 1, then 2, then 4.
+func quietCopies(n int) int { return 1 << min(n-1, 2) }
+
 // loudAnswer is the reply to a submit sent as a request.
 type loudAnswer struct {
 	reply *messages.SubmitReply
 	err   error
 }
-
-// quietCopies is how many copies of a quiet submit the nth lookup that
-// found no call sends: 1, then 2, then 4, each asking for a receipt.
-func quietCopies(n int) int { return 1 << min(n-1, 2) }
 
 // routedCall is a call's quiet submit and its copies.
 type routedCall struct {
@@ -297,24 +328,15 @@ type routedCall struct {
 	ns     string
 	// sent counts the copies sent; hedges the lookups that sent more.
 	sent, hedges int
-	// receiptTo is where the copies ask for a receipt, and taken is set
-	// when one came since the last lookup.
+	// receiptTo is where the copies ask for a receipt.
 	receiptTo string
-	taken     bool
 }
 
-// sendWithReceipt is send for copies that ask for a receipt.
-func (rc *routedCall) sendWithReceipt(ctx context.Context, copies int) error {
-	return rc.sendAs(ctx, copies, true)
-}
+
 
 // send publishes copies of the quiet submit, whose answers, if any, come
 // on the call's route with the submit's token.
 func (rc *routedCall) send(ctx context.Context, copies int) error {
-	return rc.sendAs(ctx, copies, false)
-}
-
-func (rc *routedCall) sendAs(ctx context.Context, copies int, receipt bool) error {
 	subject, err := rc.c.names.APISubject(messages.EndpointCallsSubmit)
 	if err != nil {
 		return err
@@ -330,9 +352,7 @@ func (rc *routedCall) sendAs(ctx context.Context, copies int, receipt bool) erro
 	for range copies {
 		msg := &nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(rc.c.opts.Codec.NewHeader()), Data: data}
 		msg.Header.Set(messages.HeaderReplyToken, rc.token)
-		if receipt {
-			msg.Header.Set(messages.HeaderReceipt, rc.receiptTo)
-		}
+		msg.Header.Set(messages.HeaderReceipt, rc.receiptTo)
 		tracing.Inject(ctx, msg.Header)
 		if err := rc.c.nc.PublishMsg(msg); err != nil {
 			return fmt.Errorf("submit: %w", rc.c.tooLarge(messages.EndpointCallsSubmit, msg, err))

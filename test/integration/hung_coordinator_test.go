@@ -111,17 +111,24 @@ func TestHungCoordinatorDoesNotHoldCallers(t *testing.T) {
 	for name, c := range clients {
 		var mu sync.Mutex
 		var failures []string
+		// slowest is, by kind, the longest a request took: a figure, not
+		// asserted (docs/BENCHMARKS.md).
+		slowest := map[string]time.Duration{}
 		var wg sync.WaitGroup
 		run := func(what string, n int, do func(ctx context.Context, i int) error) {
 			for i := range n {
 				wg.Go(func() {
 					ctx, cancel := context.WithTimeout(context.Background(), deadline)
 					defer cancel()
-					if err := do(ctx, i); err != nil {
-						mu.Lock()
+					start := time.Now()
+					err := do(ctx, i)
+					took := time.Since(start)
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
 						failures = append(failures, fmt.Sprintf("%s %s %d: %v", name, what, i, err))
-						mu.Unlock()
 					}
+					slowest[what] = max(slowest[what], took)
 				})
 			}
 		}
@@ -180,6 +187,7 @@ func TestHungCoordinatorDoesNotHoldCallers(t *testing.T) {
 		for _, f := range failures {
 			t.Error(f)
 		}
+		t.Logf("%s, one coordinator of two hung: the slowest of %d of each: %v", name, each, slowest)
 	}
 	runs.mu.Lock()
 	for id, n := range runs.calls {
