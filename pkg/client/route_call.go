@@ -332,8 +332,6 @@ type routedCall struct {
 	receiptTo string
 }
 
-
-
 // send publishes copies of the quiet submit, whose answers, if any, come
 // on the call's route with the submit's token.
 func (rc *routedCall) send(ctx context.Context, copies int) error {
