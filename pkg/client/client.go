@@ -48,10 +48,13 @@
 //     (messages.ErrTimeout), which says that its outcome is unknown.
 //
 // Within an attempt, a request that is safe to repeat is copied while no
-// answer has come after Options.HedgeAfter (250ms): two copies, then four,
-// then one after each HedgeAfter, each to a coordinator the queue group
-// picks, until a coordinator's receipt says it has the request; so a hung
-// coordinator among several costs a request about a quarter of a second.
+// answer has come after its hedge delay (three times the recent time to an
+// answer or a receipt, at least Options.HedgeAfter, 250ms, at most 2s): two
+// copies, then four, then one after each HedgeAfter, each to a
+// coordinator the queue group picks, until a coordinator's receipt says it
+// has the request; so a hung coordinator among several costs a request
+// about a quarter of a second. A request that changes something is copied
+// only while no coordinator has sent a receipt for it.
 // A request whose connection was lost is sent again when it is back.
 // Reads that cost the coordinator a scan (ListCalls, ListAudit,
 // CallStats) ask for a receipt from their first copy, so that they are
