@@ -53,16 +53,21 @@ func cleanupServerBinary() {
 	}
 }
 
-// freePort asks the kernel for a port nobody listens on. A node keeps its
-// ports across restarts, as a real node does.
-func freePort(t *testing.T) int {
+// freePorts asks the kernel for n ports nobody listens on, all different:
+// each is held until all are chosen, so that the kernel does not hand out
+// one twice. A node keeps its ports across restarts, as a real node does.
+func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // node is one nats-server process of the cluster, with its configuration
@@ -86,8 +91,9 @@ type cluster struct {
 func startCluster(t *testing.T, size int) *cluster {
 	t.Helper()
 	c := &cluster{bin: serverBinary(t)}
+	ports := freePorts(t, 3*size)
 	for i := range size {
-		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("n%d", i+1), clientPort: freePort(t), routePort: freePort(t), http: freePort(t)})
+		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("n%d", i+1), clientPort: ports[3*i], routePort: ports[3*i+1], http: ports[3*i+2]})
 	}
 	var routes []string
 	for _, n := range c.nodes {
@@ -127,8 +133,9 @@ func startDeployedCluster(t *testing.T) *cluster {
 	t.Helper()
 	deploy := deployDir(t)
 	c := &cluster{bin: serverBinary(t)}
+	free := freePorts(t, 9)
 	for i := range 3 {
-		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("toolbus-n%d", i+1), clientPort: freePort(t), routePort: freePort(t), http: freePort(t)})
+		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("toolbus-n%d", i+1), clientPort: free[3*i], routePort: free[3*i+1], http: free[3*i+2]})
 	}
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "cluster"), 0o700); err != nil {
