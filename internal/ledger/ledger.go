@@ -824,6 +824,31 @@ const ResultCheckInterval = 2 * time.Second
 // doubles.
 func ConfirmsAtLeader(n int) bool { return n > 0 && n&(n-1) == 0 }
 
+// LeaderChecks counts a wait's periodic checks and tells which of them
+// confirm with the stream's leader (ConfirmsAtLeader). A confirmation
+// that failed (the leader being elected, a read that timed out) is not
+// counted: the next check asks the leader again, rather than the wait
+// trusting replicas until its length doubles once more.
+type LeaderChecks struct{ n int }
+
+// Next counts a check and reports whether it confirms at the leader.
+func (c *LeaderChecks) Next() bool {
+	c.n++
+	return ConfirmsAtLeader(c.n)
+}
+
+// Failed takes back the check Next counted, if it was to confirm at the
+// leader: the next check is one.
+func (c *LeaderChecks) Failed(confirmed bool) {
+	if confirmed {
+		c.n--
+	}
+}
+
+// Restart counts from the first check again: the next confirms at the
+// leader.
+func (c *LeaderChecks) Restart() { c.n = 0 }
+
 // WaitOn is AwaitResult for a caller that subscribed to the result subject
 // itself (before submitting) and passes its channel.
 func (l *Ledger) WaitOn(ctx context.Context, bucket, ns, callID string, results <-chan *nats.Msg) (*messages.CallResult, error) {
@@ -846,7 +871,8 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 	if ns == "" || bucket == "" {
 		ns, bucket = "", ""
 	}
-	check := func(confirm bool) (*messages.CallResult, bool) {
+	// check reports the result, or whether the read failed.
+	check := func(confirm bool) (*messages.CallResult, bool, error) {
 		// A read retries transient failures; a check gives up at the next
 		// one, so that the messages on results are not left waiting. A
 		// result not found is looked for again at the next check; the
@@ -859,23 +885,23 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 			// imports the direct gets included).
 			m, err := l.snapshotsFrom(cctx, l.eventsOwnReply, "", []string{callID})
 			if err != nil {
-				return nil, false
+				return nil, false, err
 			}
 			s := m[callID]
 			ns, bucket = s.Namespace, s.Bucket
 			if s.Result != nil && s.Result.Result != nil {
-				return s.Result.Result, true
+				return s.Result.Result, true, nil
 			}
-			return nil, false
+			return nil, false, nil
 		}
 		ev, err := l.last(cctx, bucket, ns, callID, messages.EventResult, confirm)
 		if err == nil && ev != nil && ev.Result != nil {
-			return ev.Result, true
+			return ev.Result, true, nil
 		}
-		return nil, false
+		return nil, false, err
 	}
 	if checkFirst {
-		if res, ok := check(false); ok {
+		if res, ok, _ := check(false); ok {
 			return res, nil
 		}
 	}
@@ -908,7 +934,7 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 	}
 	t := time.NewTicker(ResultCheckInterval)
 	defer t.Stop()
-	checks := 0
+	var checks LeaderChecks
 	reconnected := l.nextReconnect()
 	for {
 		select {
@@ -916,16 +942,21 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 			// A result sent while the connection was away is lost: look
 			// now, at the leader, and again at the next checks.
 			reconnected = l.nextReconnect()
-			checks = 1
-			if res, ok := check(true); ok {
+			checks.Restart()
+			confirm := checks.Next()
+			res, ok, err := check(confirm)
+			if ok {
 				return res, nil
+			}
+			if err != nil {
+				checks.Failed(confirm)
 			}
 		case msg := <-results:
 			if !committed {
 				// Subscribers can see a write before the stream has stored
 				// it: read it back a few times, soon.
 				for pause := time.Millisecond; pause <= 128*time.Millisecond; pause *= 2 {
-					if res, ok := check(false); ok {
+					if res, ok, _ := check(false); ok {
 						return res, nil
 					}
 					if err := Sleep(ctx, pause); err != nil {
@@ -938,9 +969,13 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 				return res, nil
 			}
 		case <-t.C:
-			checks++
-			if res, ok := check(ConfirmsAtLeader(checks)); ok {
+			confirm := checks.Next()
+			res, ok, err := check(confirm)
+			if ok {
 				return res, nil
+			}
+			if err != nil {
+				checks.Failed(confirm)
 			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("wait for call %s: %w", callID, ctx.Err())

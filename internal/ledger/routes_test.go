@@ -97,3 +97,31 @@ func TestWaitsConfirmAtTheLeaderAsTheyLengthen(t *testing.T) {
 		t.Fatalf("leader reads at checks %v, want %v", at, want)
 	}
 }
+
+// TestFailedLeaderConfirmationIsAskedAgain: a confirmation at the leader
+// that failed (the stream electing a leader as the wait's 4th check
+// reads) is not counted: the next check asks the leader again, rather
+// than waiting for the 8th, and once one succeeds the doubling goes on.
+func TestFailedLeaderConfirmationIsAskedAgain(t *testing.T) {
+	var c ledger.LeaderChecks
+	var at []int
+	for check := 1; check <= 12; check++ {
+		confirm := c.Next()
+		if confirm {
+			at = append(at, check)
+		}
+		if check == 4 || check == 5 {
+			c.Failed(confirm) // the leader did not answer checks 4 and 5
+		}
+		if check == 8 {
+			c.Failed(confirm) // a replica's read failed: nothing to take back
+		}
+	}
+	if want := []int{1, 2, 4, 5, 6, 10}; !slices.Equal(at, want) {
+		t.Fatalf("leader reads at checks %v, want %v", at, want)
+	}
+	c.Restart()
+	if !c.Next() {
+		t.Fatal("the first check after a restart does not confirm at the leader")
+	}
+}

@@ -116,7 +116,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 	}
 	var (
 		check     <-chan struct{}
-		checks    int
+		checks    ledger.LeaderChecks
 		confirmed bool
 		// takenAt is when the last receipt came; zero when none came since
 		// the last lookup that found no call.
@@ -286,13 +286,17 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 			if r := c.routes.Reconnects(); r != reconnects {
 				// The result's copy may have been lost while the connection
 				// was away: the next checks ask the stream's leader.
-				reconnects, checks = r, 0
+				reconnects = r
+				checks.Restart()
 			}
-			checks++
-			res, err := c.checkResult(cctx, messages.TurnBucket(req.Turn), ns, callID, ledger.ConfirmsAtLeader(checks))
+			confirm := checks.Next()
+			res, err := c.checkResult(cctx, messages.TurnBucket(req.Turn), ns, callID, confirm)
 			cancel()
 			if err == nil && res != nil {
 				return res, nil
+			}
+			if err != nil {
+				checks.Failed(confirm)
 			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("wait for call %s: %w", callID, ctx.Err())

@@ -521,6 +521,9 @@ type callLedger struct {
 	result *messages.CallResult
 	// queuedAt is when the call's queued event was written.
 	queuedAt time.Time
+	// storedAt is when the stream stored the first result: after its
+	// FinishedAt by as long as the worker took to have it written.
+	storedAt time.Time
 }
 
 // readLedger reads the whole events stream.
@@ -571,6 +574,7 @@ func readLedger(t *testing.T, js jetstream.JetStream, names messages.Names) map[
 				l.results = append(l.results, ev.Result.Status)
 				if l.result == nil {
 					l.result = ev.Result
+					l.storedAt = msg.Time
 				}
 			}
 		}
@@ -658,9 +662,10 @@ func judge(calls []*callRecord, ledger map[string]*callLedger) *verdict {
 				phases := ""
 				if l := ledger[c.callID]; l != nil && l.result != nil {
 					r := l.result
-					phases = fmt.Sprintf(": submit→queued %s, queued→started %s, ran %s, finished→caller %s (attempt %d on %s)",
+					phases = fmt.Sprintf(": submit→queued %s, queued→started %s, ran %s, finished→stored %s, stored→caller %s (attempt %d on %s)",
 						l.queuedAt.Sub(c.submitted).Round(time.Millisecond), r.StartedAt.Sub(l.queuedAt).Round(time.Millisecond),
-						r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond), c.ended.Sub(r.FinishedAt).Round(time.Millisecond), r.Attempt, r.Worker)
+						r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond), l.storedAt.Sub(r.FinishedAt).Round(time.Millisecond),
+						c.ended.Sub(l.storedAt).Round(time.Millisecond), r.Attempt, r.Worker)
 				}
 				v.slow = append(v.slow, fmt.Sprintf("%s ended %s past its tool's time%s", desc, over, phases))
 			}
