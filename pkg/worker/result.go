@@ -185,8 +185,12 @@ const (
 	// commitRetryMin is the wait before the first retry; it doubles with
 	// each failure, with jitter, up to commitRetryMax (or a third of
 	// AckWait, when shorter, so that the lease is renewed in time).
+	// commitRetryMax is short because a caller waits for this write: the
+	// writes fail while the events stream elects a leader (5–10 s), and a
+	// pause that had grown to 5 s left callers waiting up to that long
+	// after the election; a try a second costs one small message.
 	commitRetryMin = 100 * time.Millisecond
-	commitRetryMax = 5 * time.Second
+	commitRetryMax = time.Second
 	// commitGiveUp is how long a worker keeps trying to store a result
 	// before it hands the call back, at the risk of the tool running again.
 	commitGiveUp = 10 * time.Minute
