@@ -176,9 +176,35 @@ func (c *cluster) awaitMetaLeader(t *testing.T) {
 				return err
 			}
 		}
-		_, err := c.metaLeader(ctx)
-		return err
+		if _, err := c.metaLeader(ctx); err != nil {
+			return err
+		}
+		return c.allPeersOnline(ctx)
 	})
+}
+
+// allPeersOnline reports, from the meta leader's view, whether every other
+// node is a current peer: until it is, the leader counts it offline and
+// refuses to place a replicated stream ("no suitable peers for
+// placement, peer offline"), which a coordinator started at once would
+// meet.
+func (c *cluster) allPeersOnline(ctx context.Context) error {
+	for _, n := range c.nodes {
+		info, err := n.jsz(ctx)
+		if err != nil || info.Meta == nil || len(info.Meta.Replicas) == 0 {
+			continue // not the leader: only it lists the peers
+		}
+		if len(info.Meta.Replicas) != len(c.nodes)-1 {
+			return fmt.Errorf("the meta leader knows %d peers of %d", len(info.Meta.Replicas), len(c.nodes)-1)
+		}
+		for _, r := range info.Meta.Replicas {
+			if !r.Current || r.Offline {
+				return fmt.Errorf("peer %s is not current with the meta leader", r.Name)
+			}
+		}
+		return nil
+	}
+	return errors.New("no node lists the meta group's peers yet")
 }
 
 // stack is a cluster with Toolbus running on it, and how the load reaches it.
