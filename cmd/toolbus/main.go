@@ -412,7 +412,7 @@ func (g globals) connectError(err error) error {
 var synopses = map[string]string{
 	"dev":                  "toolbus dev [flags]: run an embedded NATS server, a coordinator, a demo worker, the indexer, the MCP front and the admin console in one process",
 	"mcp":                  "toolbus mcp [--listen ADDR] [--tokens FILE] [--oidc-issuer URL [--resource URL] [--oidc-audience A] [--oidc-agents-claim C]] | toolbus mcp --stdio: serve Toolbus to MCP clients (docs/mcp.md)",
-	"console":              "toolbus console [--listen ADDR] --tokens FILE: serve the admin console to operators (docs/operations.md)",
+	"console":              "toolbus console [--listen ADDR] [--tokens FILE] [--oidc-issuer URL --oidc-client-id ID --oidc-operators-claim C [--oidc-operators-value V]]: serve the admin console to operators who log in with a token or the identity provider (docs/operations.md)",
 	"tools":                "toolbus tools [--namespace N]: the catalog (and: toolbus tools enable|disable|remove NAME)",
 	"tools enable|disable": "toolbus tools disable NAME --reason R | toolbus tools enable NAME: switch a tool or a namespace off or on",
 	"tools remove":         "toolbus tools remove TOOL-OR-NAMESPACE [--reason R]: remove stale tools from the catalog (operators)",
@@ -428,7 +428,7 @@ var synopses = map[string]string{
 	"namespace":            "toolbus namespace add|remove NAME | toolbus namespace list [--dir DIR]: a worker namespace's account, added or removed live",
 	"agent":                "toolbus agent add NAME [--acts-as PATTERN]... [--operator] [--expires D] [--route R] | agent revoke NAME | agent list [--dir DIR]: an agent's user, issued or revoked live",
 	"authn":                "toolbus authn --dir DIR [--max-ttl D] [--workers N] [--queue N] [--fetch-timeout D] [-v]: the auth callout, which makes a connection with a token of the installation's identity provider a user of its agents (docs/operations.md)",
-	"up":                   "toolbus up --dir DIR [--worker-config FILE] [--workspace DIR] [--policy FILE] [--console-listen ADDR] [--mcp-listen ADDR]: run an installation's servers and services, restarting any that stops",
+	"up":                   "toolbus up --dir DIR [--worker-config FILE] [--workspace DIR] [--policy FILE] [--console-listen ADDR] [--mcp-listen ADDR] [--mcp-resource URL] [--console-url URL]: run an installation's servers and services, restarting any that stops",
 }
 
 // newFlags is the flag set of a command. Its usage is its synopsis and

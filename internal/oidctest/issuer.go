@@ -66,8 +66,20 @@ type grant struct {
 	expires                                                   time.Time
 }
 
+// Option changes how Start runs an issuer.
+type Option func(*Issuer)
+
+// Host names the issuer by host instead of 127.0.0.1 (still listening on
+// 127.0.0.1): "localhost" makes it another site than a server of the test
+// on 127.0.0.1, as an organisation's identity provider is.
+func Host(host string) Option {
+	return func(iss *Issuer) {
+		iss.URL = strings.Replace(iss.URL, "127.0.0.1", host, 1)
+	}
+}
+
 // Start runs an issuer until the test ends.
-func Start(t testing.TB) *Issuer {
+func Start(t testing.TB, opts ...Option) *Issuer {
 	t.Helper()
 	iss := &Issuer{TTL: 5 * time.Minute, users: map[string]map[string]any{}, clients: map[string]Client{}, codes: map[string]*grant{}, requests: map[string]int{}}
 	iss.newKey()
@@ -80,6 +92,9 @@ func Start(t testing.TB) *Issuer {
 	mux.HandleFunc("POST /token", iss.token)
 	iss.srv = httptest.NewServer(iss.counting(mux))
 	iss.URL = iss.srv.URL
+	for _, o := range opts {
+		o(iss)
+	}
 	t.Cleanup(iss.Close)
 	return iss
 }
