@@ -31,11 +31,11 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 	verbose := fs.Bool("v", false, "log at debug level")
 	issuer := fs.String("oidc-issuer", os.Getenv("TOOLBUS_CONSOLE_OIDC_ISSUER"), "also log operators in with this OpenID Connect issuer ($TOOLBUS_CONSOLE_OIDC_ISSUER)")
 	clientID := fs.String("oidc-client-id", os.Getenv("TOOLBUS_CONSOLE_OIDC_CLIENT_ID"), "with --oidc-issuer: the console's client ID at the issuer ($TOOLBUS_CONSOLE_OIDC_CLIENT_ID)")
-	secretFile := fs.String("oidc-client-secret-file", "", "with --oidc-issuer: a file holding the client's secret (default $"+consoleSecretEnv+"; none: a public client, PKCE alone)")
+	secretFile := fs.String("oidc-client-secret-file", "", "with --oidc-issuer: a file holding the client's secret, else $"+consoleSecretEnv+"; without a secret the console is a public client (PKCE alone)")
 	redirect := fs.String("oidc-redirect-url", "", "with --oidc-issuer: the console's callback as browsers reach it (default http://LISTEN/login/oidc/callback)")
 	operatorsClaim := fs.String("oidc-operators-claim", "", "with --oidc-issuer: the claim that makes a user an operator (true, or holding --oidc-operators-value); required")
 	operatorsValue := fs.String("oidc-operators-value", "", "with --oidc-operators-claim: the value (a group) that makes an operator")
-	nameClaim := fs.String("oidc-name-claim", "", "with --oidc-issuer: the claim naming the operator (default preferred_username, then email, then sub)")
+	nameClaim := fs.String("oidc-name-claim", "", "with --oidc-issuer: the claim naming the operator; without it preferred_username, then email, then sub")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return flagsFailed(err)
 	}
@@ -81,7 +81,7 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 		}
 		login = &admin.OIDCLogin{Verifier: v, ClientID: *clientID, ClientSecret: secret, RedirectURL: *redirect,
 			OperatorsClaim: *operatorsClaim, OperatorsValue: *operatorsValue, NameClaim: *nameClaim}
-	} else if *clientID != "" || *operatorsClaim != "" || *secretFile != "" || *redirect != "" {
+	} else if *clientID != "" || *operatorsClaim != "" || *operatorsValue != "" || *nameClaim != "" || *secretFile != "" || *redirect != "" {
 		return usageError("toolbus console: the --oidc-… options need --oidc-issuer URL")
 	}
 	if len(tokens) == 0 && login == nil {

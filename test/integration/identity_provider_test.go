@@ -7,15 +7,27 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/authn"
+	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/demo"
+	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/oidc"
 	"github.com/toolbus/toolbus/internal/oidctest"
+	"github.com/toolbus/toolbus/internal/setup"
 	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
 )
 
 // documentedIssuer stands for the organisation's issuer in operations.md.
@@ -139,5 +151,162 @@ func TestIdentityProviderOnOneHost(t *testing.T) {
 	page := string(body)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(page, `<span id="operator">olga</span>`) || !strings.Contains(page, "support-bot") || !strings.Contains(page, "mcp-alice") {
 		t.Fatalf("the console's execution log for olga: %s\n%s", resp.Status, page)
+	}
+}
+
+// TestIssuerAgentsAreConfined: a user the auth callout issued for a token
+// of the organisation's issuer is confined as an agent's user of
+// toolbus agent add is, on an installation whose AGENTS account holds the
+// callout's signing key: it acts as its token's agents only, reads,
+// cancels and follows no other agent's calls or turns, decides no
+// approval and switches no tool, receives no other user's replies or
+// results (a signed agent's, or another token's user's), has no JetStream,
+// reaches no worker subject and cannot answer the servers' authorization
+// requests; and the signed agent is held off the token user's data alike.
+// Nothing refused changes the streams, stores or audit log but the
+// refusals' records.
+func TestIssuerAgentsAreConfined(t *testing.T) {
+	t.Parallel()
+	iss := oidctest.Start(t)
+	in, err := newSignedInstallation(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ConfigureOIDC(setup.OIDCOptions{Issuer: iss.URL, Audience: "toolbus"}); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(t.TempDir(), "n1.conf")
+	if err := in.WriteNodeConfig(0, conf, setup.NodePaths{Store: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	d := &deployed{kind: signed, srv: srv, url: srv.URL(), in: in}
+	coordinatorConn := d.as(t, "coordinator")
+	// A policy, so that the calls are audited before the refusals are.
+	testenv.Coordinator(t, d.url, func(cfg *coordinator.Config) { cfg.Conn = coordinatorConn; cfg.Policy = mustPolicy(t, "default: allow\n") })
+	testenv.Worker(t, "", worker.Config{Conn: d.as(t, "worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	answers, users, err := in.AuthnKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := oidc.NewVerifier(oidc.Config{Issuer: iss.URL, Audiences: []string{"toolbus"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	callout, err := authn.Start(authn.Config{Conn: testenv.Connect(t, d.url, nats.UserCredentials(in.AuthnCreds())), Verifier: v,
+		AgentsAccount: in.State().Accounts[setup.AccountAgents], UserKey: users, AnswerKey: answers,
+		AgentsClaim: setup.DefaultAgentsClaim, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(callout.Stop)
+	ctx := testenv.Context(t)
+
+	alice := iss.Token("alice", "toolbus", map[string]any{setup.DefaultAgentsClaim: "billing-bot"})
+	bob := iss.Token("bob", "toolbus", map[string]any{setup.DefaultAgentsClaim: "triage-bot"})
+	tokenOpts := func(token string) []nats.Option {
+		inbox, err := messages.TokenInboxOf(token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []nats.Option{nats.Token(token), nats.CustomInboxPrefix(inbox)}
+	}
+	aliceInbox, _ := messages.TokenInboxOf(alice)
+	// Each one's data: a finished call and a turn.
+	aliceClient, err := client.New(testenv.Connect(t, d.url, tokenOpts(alice)...), client.Options{Agent: "billing-bot", CoordinatorReads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliceCall, err := aliceClient.Call(ctx, "demo-word_count", map[string]string{"text": "mine alone"}, client.WithTurn("turn-alice"))
+	if err != nil || aliceCall.Status != messages.StateCompleted {
+		t.Fatalf("alice's call: %+v %v", aliceCall, err)
+	}
+	agentA := agentClient(t, d.as(t, "agent_a"), "support-bot")
+	aCall, err := agentA.Call(ctx, "demo-word_count", map[string]string{"text": "mine alone"}, client.WithTurn("turn-agent_a"))
+	if err != nil || aCall.Status != messages.StateCompleted {
+		t.Fatalf("agent_a's call: %+v %v", aCall, err)
+	}
+	// Finished calls' audit records are written asynchronously: no event says they are stored.
+	eventually(t, "the calls' audit records", func() bool { return snapshot(t, srv, names.AuditStream())[names.AuditStream()].Msgs >= 2 })
+	js, err := jetstream.New(coordinatorConn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, audit := names.EventsStream(), names.AuditStream()
+	watched := []string{events, "KV_" + names.TurnsBucket(), "KV_" + names.ApprovalsBucket()}
+	before := readMatrixState(t, srv, js, watched)
+	if before.Streams[events].Msgs == 0 || len(before.AuditRecords) == 0 {
+		t.Fatalf("nothing to protect: %+v", before)
+	}
+	auditedBefore := countAudited(t, d.as(t, "auditor"), "forbidden", 0)
+
+	forbidden := messages.CodeForbidden
+	type row struct {
+		what string
+		try  func(in *intruder)
+	}
+	api := func(what, endpoint string, body any) row {
+		return row{what, func(in *intruder) { in.apiRefused(what, endpoint, jsonBody(t, body), forbidden) }}
+	}
+	subscribe := func(what, subject string) row {
+		return row{what, func(in *intruder) { in.subscribeDenied(what, subject) }}
+	}
+	publish := func(what, subject string, body []byte) row {
+		return row{what, func(in *intruder) { in.denied(what, subject, body) }}
+	}
+	echo := messages.JSON(`{"text":"x"}`)
+	issuerRows := []row{
+		api("submit as an agent its token does not name", messages.EndpointCallsSubmit, messages.SubmitRequest{Tool: "demo-echo", Arguments: echo, Agent: "support-bot"}),
+		api("submit on a signed agent's route", messages.EndpointCallsSubmit, messages.SubmitRequest{Tool: "demo-echo", Arguments: echo, Agent: "triage-bot", Route: deployRoutes["agent_a"]}),
+		api("list another agent's tools in its turn", messages.EndpointToolsList, messages.ListToolsRequest{Agent: "support-bot", Turn: "turn-agent_a"}),
+		api("read another agent's call", messages.EndpointCallsGet, messages.GetCallRequest{CallID: aCall.CallID}),
+		api("read another agent's call's events", messages.EndpointCallsEvents, messages.CallEventsRequest{CallID: aCall.CallID}),
+		api("read another agent's turn", messages.EndpointTurnsGet, messages.GetTurnRequest{Turn: "turn-agent_a"}),
+		api("cancel another agent's call", messages.EndpointCallsCancel, messages.CancelRequest{CallID: aCall.CallID}),
+		api("decide an approval as an operator", messages.EndpointApprovalsDecide, messages.DecideRequest{ApprovalID: "appr-x", Decision: messages.DecisionApprove}),
+		api("switch a tool off", messages.EndpointToolsDisable, messages.ToolSwitchRequest{Tool: "demo-echo"}),
+		api("read the audit log", messages.EndpointAuditList, messages.AuditListRequest{}),
+		subscribe("receive a signed agent's replies", "_INBOX_agent_a.>"),
+		subscribe("receive another token's user's replies", messages.TokenInbox(iss.URL, "alice")+".>"),
+		subscribe("receive every reply", "_INBOX.>"),
+		subscribe("receive every routed result", "toolbus.results.>"),
+		subscribe("follow every call's events", "toolbus.events.>"),
+		subscribe("answer the servers' authorization requests", "$SYS.REQ.USER.AUTH"),
+		publish("run a tool without the coordinator", "toolbus.call.demo.echo", []byte(`{}`)),
+		publish("register a tool", "$KV.toolbus_catalog.tools.demo.forged", []byte(`{}`)),
+		publish("purge the audit log", "$JS.API.STREAM.PURGE."+audit, []byte(`{}`)),
+		publish("read a call's events directly", "$JS.API.DIRECT.GET."+events, []byte(`{"seq":1}`)),
+		publish("push an account", "$SYS.REQ.CLAIMS.UPDATE", []byte(`{}`)),
+		row{"follow the events stream with a consumer", func(in *intruder) {
+			body := consumerRequest(t, events, jetstream.ConsumerConfig{Durable: "spy", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "toolbus.events.>"})
+			if got := in.refusedByServer("follow the events stream", "$JS.API.CONSUMER.CREATE."+events+".spy.toolbus.events.>", body); !strings.Contains(got, "JetStream not enabled") {
+				t.Fatalf("refused with %q", got)
+			}
+		}},
+	}
+	for _, r := range issuerRows {
+		t.Run("token user bob/"+r.what, func(t *testing.T) {
+			r.try(newIntruderWith(t, d.url, "oidc:bob", tokenOpts(bob)))
+		})
+	}
+	for _, r := range []row{
+		api("read the token user's call", messages.EndpointCallsGet, messages.GetCallRequest{CallID: aliceCall.CallID}),
+		api("read the token user's turn", messages.EndpointTurnsGet, messages.GetTurnRequest{Turn: "turn-alice"}),
+		api("submit as the token user's agent", messages.EndpointCallsSubmit, messages.SubmitRequest{Tool: "demo-echo", Arguments: echo, Agent: "billing-bot"}),
+		subscribe("receive the token user's replies", aliceInbox+".>"),
+	} {
+		t.Run("agent_a/"+r.what, func(t *testing.T) { r.try(d.intruder(t, "agent_a")) })
+	}
+
+	if after := readMatrixState(t, srv, js, watched); !reflect.DeepEqual(after, before) {
+		t.Fatalf("refused actions changed the installation:\nbefore %+v\nafter  %+v", before, after)
+	}
+	want := auditedBefore + 10 + 3
+	if n := countAudited(t, d.as(t, "auditor"), "forbidden", want); n < want {
+		t.Errorf("%d forbidden requests audited, want at least %d", n-auditedBefore, want-auditedBefore)
 	}
 }
