@@ -2,12 +2,14 @@ package authn_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -186,9 +188,11 @@ func TestTokenUsersActAsTheirClaimsSay(t *testing.T) {
 }
 
 // TestCalloutRefusesTokensItCannotTrust: a connection is refused, and the
-// callout says why, for a token of another audience or issuer, an expired
-// one, one whose signature is not the issuer's, one whose claims name
-// agents with subject wildcards or nothing at all, and no token.
+// callout says why, for a token that is not a JWT or is truncated, of
+// another audience or issuer, an expired one, one whose signature is not
+// the issuer's (forged with another key, or its claims altered after
+// signing), one whose claims name agents with subject wildcards or
+// nothing at all, and no token.
 func TestCalloutRefusesTokensItCannotTrust(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
@@ -196,7 +200,16 @@ func TestCalloutRefusesTokensItCannotTrust(t *testing.T) {
 	forger, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	agents := map[string]any{"toolbus_agents": "support-bot"}
 	now := time.Now()
+	good := s.iss.Token("alice", audience, agents)
+	parts := strings.Split(good, ".")
+	// The issuer's token with its claims changed after it was signed.
+	altered := parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(
+		`{"iss":%q,"sub":"alice","aud":%q,"exp":%d,"toolbus_agents":"billing-bot"}`, s.iss.URL, audience, now.Add(time.Minute).Unix()))) + "." + parts[2]
 	for _, tc := range []struct{ name, token, reason string }{
+		{"not a JWT", "not-a-token", "not a signed JWT"},
+		{"cut before its signature", parts[0] + "." + parts[1], "not a signed JWT"},
+		{"a truncated signature", good[:len(good)-4], "signature"},
+		{"claims altered after signing", altered, "signature"},
 		{"another audience", s.iss.Token("alice", "another-api", agents), "audience"},
 		{"another issuer", other.Token("alice", audience, agents), "issuer"},
 		{"expired", s.iss.Token("alice", audience, map[string]any{"toolbus_agents": "support-bot", "exp": now.Add(-time.Minute).Unix()}), "expired"},
@@ -224,7 +237,7 @@ func TestCalloutRefusesTokensItCannotTrust(t *testing.T) {
 		}
 		s.log.reset()
 	}
-	if st := s.callout.Stats(); st.Issued != 0 || st.Refused != 12 {
+	if st := s.callout.Stats(); st.Issued != 0 || st.Refused != 16 {
 		t.Errorf("callout stats %+v", st)
 	}
 }
@@ -329,6 +342,106 @@ func TestCalloutFloodIsBounded(t *testing.T) {
 	nc, err := s.connect(s.iss.Token("alice", audience, map[string]any{"toolbus_agents": "support-bot"}))
 	if err != nil {
 		t.Fatalf("after the flood, with the issuer answering: %v", err)
+	}
+	nc.Close()
+}
+
+// TestCalloutTroubleLeavesRunningClientsAlone: while the issuer hangs and
+// connections with tokens the callout cannot check flood it beyond its one
+// worker and one place, a client of a token connected before keeps its
+// connection and its calls complete, and a signed agent's user, whose
+// credentials the server checks without the callout, connects and calls;
+// once the issuer answers again a new token's connection is taken.
+func TestCalloutTroubleLeavesRunningClientsAlone(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, func(c *authn.Config, v *oidc.Config) {
+		c.Workers, c.Queue = 1, 1
+		v.FetchTimeout, v.FailureRetry = 3*time.Second, time.Millisecond
+	})
+	ctx := testenv.Context(t)
+	if _, err := s.in.AddAgent("agent_a", setup.AgentOptions{ActsAs: []string{"billing-bot"}}); err != nil {
+		t.Fatal(err)
+	}
+	var disconnects atomic.Int32
+	alice := s.iss.Token("alice", audience, map[string]any{"toolbus_agents": "support-bot"})
+	inbox, err := messages.TokenInboxOf(alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := testenv.Connect(t, s.url, nats.Token(alice), nats.CustomInboxPrefix(inbox),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { disconnects.Add(1) }))
+	runningClient, err := client.New(running, client.Options{Agent: "support-bot", CoordinatorReads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(runningClient.Close)
+	if res, err := runningClient.Call(ctx, "demo-echo", map[string]string{"text": "before"}); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("a call before the flood: %v %+v", err, res)
+	}
+
+	release := s.iss.Hang()
+	defer release()
+	forger, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	stop := make(chan struct{})
+	var flood sync.WaitGroup
+	var stopOnce sync.Once
+	stopFlood := func() { stopOnce.Do(func() { close(stop) }); flood.Wait() }
+	defer stopFlood()
+	var attempts, accepted atomic.Int64
+	for i := range 8 {
+		flood.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				claims := map[string]any{"iss": s.iss.URL, "sub": fmt.Sprint("m", i), "aud": audience, "exp": time.Now().Add(time.Minute).Unix(), "toolbus_agents": "x"}
+				nc, err := s.connect(oidctest.SignWith(forger, fmt.Sprint("k", i, "-", n), claims))
+				attempts.Add(1)
+				if err == nil {
+					accepted.Add(1)
+					nc.Close()
+				}
+			}
+		})
+	}
+	// The flood is under way once the callout turns connections away.
+	for s.callout.Stats().Busy == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the flood never filled the callout: %+v", s.callout.Stats())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
+	for i := range 5 {
+		if res, err := runningClient.Call(ctx, "demo-echo", map[string]string{"text": fmt.Sprint("during ", i)}); err != nil || res.Status != messages.StateCompleted {
+			t.Fatalf("a call of the token's client during the flood: %v %+v", err, res)
+		}
+	}
+	signed := testenv.Connect(t, s.url, nats.UserCredentials(s.in.CredsFile("agent_a")), nats.CustomInboxPrefix("_INBOX_agent_a"))
+	signedClient, err := client.New(signed, client.Options{Agent: "billing-bot", CoordinatorReads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(signedClient.Close)
+	if res, err := signedClient.Call(ctx, "demo-echo", map[string]string{"text": "during"}); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("a signed agent's call during the flood: %v %+v", err, res)
+	}
+	if n := disconnects.Load(); n != 0 || !running.IsConnected() {
+		t.Errorf("the token's client connected before the flood was disconnected %d times", n)
+	}
+	stopFlood()
+	release()
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("%d of %d forged tokens were taken", n, attempts.Load())
+	}
+	t.Logf("flood: %d connections, callout %+v", attempts.Load(), s.callout.Stats())
+
+	nc, err := s.connect(s.iss.Token("bob", audience, map[string]any{"toolbus_agents": "support-bot"}))
+	if err != nil {
+		t.Fatalf("a new token once the issuer answers: %v (callout: %s)", err, s.log)
 	}
 	nc.Close()
 }
