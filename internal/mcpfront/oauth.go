@@ -93,7 +93,10 @@ func (f *Front) challenge(w http.ResponseWriter, status int, code, description s
 		value = fmt.Sprintf(`Bearer resource_metadata=%q`, f.cfg.OAuth.MetadataURL())
 	}
 	if code != "" {
-		value += fmt.Sprintf(`, error=%q, error_description=%q`, code, strings.ReplaceAll(description, `"`, "'"))
+		value += fmt.Sprintf(`, error=%q`, code)
+	}
+	if code != "" && description != "" {
+		value += fmt.Sprintf(`, error_description=%q`, strings.ReplaceAll(description, `"`, "'"))
 	}
 	w.Header().Set("WWW-Authenticate", value)
 	text := http.StatusText(status)

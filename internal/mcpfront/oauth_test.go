@@ -132,6 +132,7 @@ func TestOAuthResourceServer(t *testing.T) {
 		{"not a JWT", "wrong", http.StatusUnauthorized, "invalid_token"},
 		{"no agent", iss.Token("alice", resource, nil), http.StatusForbidden, "name the agent"},
 		{"a subject wildcard", iss.Token("alice", resource, map[string]any{"toolbus_agents": "support.>"}), http.StatusForbidden, "subject wildcard"},
+		{"every agent", iss.Token("alice", resource, map[string]any{"toolbus_agents": "*"}), http.StatusForbidden, "every agent"},
 		{"patterns only", iss.Token("alice", resource, map[string]any{"toolbus_agents": "triage-*"}), http.StatusForbidden, "Toolbus-Agent"},
 	} {
 		resp, body := initialize(t, resource, "Bearer "+tc.token)
