@@ -187,7 +187,10 @@ func TestIssuerAgentsAreConfined(t *testing.T) {
 	d := &deployed{kind: signed, srv: srv, url: srv.URL(), in: in}
 	coordinatorConn := d.as(t, "coordinator")
 	// A policy, so that the calls are audited before the refusals are.
-	testenv.Coordinator(t, d.url, func(cfg *coordinator.Config) { cfg.Conn = coordinatorConn; cfg.Policy = mustPolicy(t, "default: allow\n") })
+	testenv.Coordinator(t, d.url, func(cfg *coordinator.Config) {
+		cfg.Conn = coordinatorConn
+		cfg.Policy = mustPolicy(t, "default: allow\n")
+	})
 	testenv.Worker(t, "", worker.Config{Conn: d.as(t, "worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
 	answers, users, err := in.AuthnKeys()
 	if err != nil {
