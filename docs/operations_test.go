@@ -176,6 +176,7 @@ func TestOperationsFlagTables(t *testing.T) {
 		{"toolbus console", "./cmd/toolbus", []string{"console"}, "TOOLBUS_USER=operator TOOLBUS_PASSWORD=… toolbus --server nats://n1:4222,nats://n2:4222", false},
 		{"toolbus setup", "./cmd/toolbus", []string{"setup"}, "installation knows but cannot read stops it, naming the file.", false},
 		{"toolbus up", "./cmd/toolbus", []string{"up"}, "also stopped if `toolbus up` itself is killed.", false},
+		{"toolbus authn", "./cmd/toolbus", []string{"authn"}, "(queue group `toolbus-authn`)", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bin := testenv.Binary(t, tc.bin)

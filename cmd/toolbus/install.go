@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -31,7 +32,7 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
-func runSetup(_ context.Context, g globals, args []string) error {
+func runSetup(ctx context.Context, g globals, args []string) error {
 	fs := newFlags("setup")
 	dir := dirFlag(fs)
 	nodes := fs.Int("nodes", 0, "1 for one server, 3 for a cluster of three on this host (default 1)")
@@ -39,6 +40,13 @@ func runSetup(_ context.Context, g globals, args []string) error {
 	clusterPort := fs.Int("cluster-port", 0, "with --nodes 3: the first node's route port; the others take the next ones (default the client port + 2000)")
 	var namespaces stringList
 	fs.Var(&namespaces, "namespace", "a worker namespace to make an account for (repeat it for several)")
+	var o setup.OIDCOptions
+	fs.StringVar(&o.Issuer, "oidc-issuer", "", "an OpenID Connect issuer whose tokens make agents' users, through the auth callout toolbus authn (its URL)")
+	fs.StringVar(&o.Audience, "oidc-audience", "", "with --oidc-issuer: the audience a token must hold")
+	fs.StringVar(&o.AgentsClaim, "oidc-agents-claim", setup.DefaultAgentsClaim, "with --oidc-issuer: the claim naming the agents a token's user may act as")
+	fs.StringVar(&o.OperatorsClaim, "oidc-operators-claim", "", "with --oidc-issuer: the claim that makes a token's user an operator (true, or holding --oidc-operators-value); without it the issuer makes no operators")
+	fs.StringVar(&o.OperatorsValue, "oidc-operators-value", "", "with --oidc-operators-claim: the value (a group) that makes an operator")
+	fs.StringVar(&o.ConsoleClientID, "oidc-console-client-id", "", "with --oidc-issuer: the console's client ID at the issuer, for the operators' login (toolbus up passes it)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return flagsFailed(err)
@@ -48,6 +56,11 @@ func runSetup(_ context.Context, g globals, args []string) error {
 	}
 	if *dir == "" {
 		return usageError("toolbus setup: --dir DIR is required (the installation's directory)")
+	}
+	oidcGiven := false
+	fs.Visit(func(f *flag.Flag) { oidcGiven = oidcGiven || strings.HasPrefix(f.Name, "oidc-") })
+	if oidcGiven && o.Issuer == "" {
+		return usageError("toolbus setup: the --oidc-… options need --oidc-issuer URL")
 	}
 	prefix := ""
 	if g.prefix != "toolbus" {
@@ -66,6 +79,24 @@ func runSetup(_ context.Context, g globals, args []string) error {
 	if err != nil {
 		return misuse{err}
 	}
+	var pushed *setup.Pushed
+	var pushErr error
+	if o.Issuer != "" {
+		change, err := in.ConfigureOIDC(o)
+		if err != nil {
+			return misuse{err}
+		}
+		if len(change.AccountJWTs) > 0 {
+			// A running installation takes the callout's account now.
+			p, err := in.Push(ctx, change)
+			if !errors.Is(err, setup.ErrNotRunning) {
+				pushed, pushErr = &p, err
+			}
+		}
+	}
+	if pushErr != nil {
+		return pushErr
+	}
 	st := in.State()
 	if g.json {
 		return printJSON(st)
@@ -76,7 +107,14 @@ func runSetup(_ context.Context, g globals, args []string) error {
 	for i := range st.Nodes {
 		fmt.Printf("server: nats-server -c %s\n", in.NodeConfig(i))
 	}
+	if o := in.OIDC(); o != nil {
+		fmt.Printf("identity provider: %s (audience %s, agents in claim %s); its tokens are checked by: toolbus authn --dir %s\n", o.Issuer, o.Audience, o.AgentsClaim, in.Dir())
+	}
 	fmt.Printf("run everything: toolbus up --dir %s\n", in.Dir())
+	if pushed != nil {
+		_ = reportPush(*pushed, nil)
+		fmt.Printf("restart the servers (or toolbus up) for connections with a token alone to reach the callout\n")
+	}
 	return nil
 }
 

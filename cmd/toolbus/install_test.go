@@ -80,3 +80,37 @@ func TestInstallationCommands(t *testing.T) {
 	run(exitRequestFailed, truncated+": the user JWT cannot be read (truncated, or altered)", "--creds", truncated, "tools")
 	run(exitUsage, "nats-server", "up", "--dir", dir, "--nats-server", filepath.Join(t.TempDir(), "no-such-program"))
 }
+
+// TestIdentityProviderCommandLine: the options of the identity provider are
+// refused, naming what is wrong, before anything is asked of the servers
+// or the issuer: an --oidc-… option without the issuer, an issuer that is
+// no URL, no audience, the auth callout of an installation without an
+// identity provider, a console login without its client or operators
+// claim, and a --token that is not a JWT.
+func TestIdentityProviderCommandLine(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Binary(t, "./cmd/toolbus")
+	nowhere := "nats://127.0.0.1:1"
+	dir := filepath.Join(t.TempDir(), "toolbus")
+	for _, tc := range []struct {
+		status int
+		want   string
+		args   []string
+	}{
+		{exitUsage, "need --oidc-issuer", []string{"setup", "--dir", dir, "--oidc-audience", "toolbus"}},
+		{exitOK, "installation in " + dir, []string{"setup", "--dir", dir}},
+		{exitUsage, "--oidc-issuer \"login.example.com\"", []string{"setup", "--dir", dir, "--oidc-issuer", "login.example.com", "--oidc-audience", "toolbus"}},
+		{exitUsage, "--oidc-audience is required", []string{"setup", "--dir", dir, "--oidc-issuer", "https://login.example.com/realms/main"}},
+		{exitUsage, "has no identity provider", []string{"authn", "--dir", dir}},
+		{exitUsage, "must be positive", []string{"authn", "--dir", dir, "--queue", "0"}},
+		{exitUsage, "need --oidc-issuer", []string{"console", "--listen", "127.0.0.1:0", "--oidc-operators-value", "toolbus-operators"}},
+		{exitUsage, "needs --oidc-client-id and --oidc-operators-claim", []string{"console", "--listen", "127.0.0.1:0", "--oidc-issuer", "https://login.example.com/realms/main"}},
+		{exitUsage, "need --oidc-issuer", []string{"mcp", "--resource", "https://mcp.example.com/mcp"}},
+		{exitRequestFailed, "token: the token is not a JWT", []string{"--token", "not-a-token", "tools"}},
+	} {
+		stdout, stderr, status := cli(t, bin, nowhere, tc.args...)
+		if status != tc.status || !strings.Contains(stdout+stderr, tc.want) {
+			t.Errorf("toolbus %v: exit status %d, want %d and %q\nstdout:\n%s\nstderr:\n%s", tc.args, status, tc.status, tc.want, stdout, stderr)
+		}
+	}
+}

@@ -94,14 +94,18 @@ Commands:
                                (operators; --agent A, the agent that would call)
   setup --dir DIR              make an installation with signed NATS identities: operator, accounts,
                                server configurations, a credentials file per user (--nodes 1|3,
-                               --namespace NS...; running it again changes nothing)
+                               --namespace NS...; running it again changes nothing; --oidc-issuer
+                               URL --oidc-audience A: agents from an identity provider)
   namespace add|remove NAME    a worker namespace's account and credentials, pushed to the running
                                servers (and: namespace list)
   agent add NAME               an agent's user whose signed JWT says the agents it acts as
                                (--acts-as PATTERN..., --operator, --expires D); agent revoke NAME
                                disconnects and refuses it (and: agent list)
   up --dir DIR                 run the installation: its NATS servers, two coordinators, a worker of
-                               its namespaces, the indexer, the console and the MCP front
+                               its namespaces, the indexer, the console and the MCP front (and
+                               toolbus authn, with an identity provider)
+  authn --dir DIR              the auth callout: a connection with a token of the installation's
+                               identity provider (setup --oidc-issuer) is a user of its agents
   help [COMMAND]               this text, or a command's synopsis and flags: every command
                                takes --help (standard output, exit status 0)
 
@@ -114,6 +118,9 @@ Global flags:
                  an agent's or operator's user of a deployment (docs/security.md).
                  Replies then come on the user's own inbox prefix (_INBOX_<user>,
                  or --inbox-prefix), and calls are read through the coordinator
+  --token T      connect with a token of the installation's identity provider ($TOOLBUS_TOKEN),
+                 which toolbus authn checks: replies come on the token's own inbox prefix,
+                 and calls are read through the coordinator
   --route R      the route the user's results come on ($TOOLBUS_ROUTE; one of its
                  routes in the coordinator's identities file)
   --json         print replies, and errors, as JSON (anywhere on the command line);
@@ -134,6 +141,7 @@ type globals struct {
 	creds    string
 	inbox    string
 	route    string
+	token    string
 }
 
 func main() {
@@ -248,6 +256,7 @@ func run(args []string) error {
 	fs.StringVar(&g.creds, "creds", os.Getenv("TOOLBUS_CREDS"), "NATS credentials file")
 	fs.StringVar(&g.inbox, "inbox-prefix", os.Getenv("TOOLBUS_INBOX_PREFIX"), "prefix of reply subjects")
 	fs.StringVar(&g.route, "route", os.Getenv("TOOLBUS_ROUTE"), "the user's route")
+	fs.StringVar(&g.token, "token", os.Getenv("TOOLBUS_TOKEN"), "a token of the installation's identity provider")
 	fs.BoolVar(&g.json, "json", false, "print JSON")
 	// --json may also come after the command ("toolbus calls watch --json ID").
 	args, g.json = takeJSONFlag(args)
@@ -308,6 +317,8 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 		return runAgent(ctx, g, cmdArgs)
 	case "up":
 		return runUp(ctx, g, cmdArgs)
+	case "authn":
+		return runAuthn(ctx, g, cmdArgs)
 	case "help":
 		if len(cmdArgs) > 0 && cmdArgs[0] != "help" && !strings.HasPrefix(cmdArgs[0], "-") {
 			// toolbus help COMMAND [ACTION] is COMMAND [ACTION] --help.
@@ -330,14 +341,14 @@ func (g globals) connect() (*nats.Conn, *client.Client, error) {
 			g.route = credsRoute(claims.Sub.Allow, g.prefix)
 		}
 	}
-	conn := natsflags.Flags{Server: g.server, Creds: g.creds, User: g.user, Password: g.password, Inbox: g.inbox}
+	conn := natsflags.Flags{Server: g.server, Creds: g.creds, User: g.user, Password: g.password, Inbox: g.inbox, Token: g.token}
 	nc, err := conn.Connect("toolbus-cli")
 	if err != nil {
 		return nil, nil, g.connectError(err)
 	}
 	// A user of a deployment is an agent's or an operator's, whose account
 	// reads calls through the coordinator only.
-	authenticated := g.user != "" || g.creds != ""
+	authenticated := g.user != "" || g.creds != "" || g.token != ""
 	c, err := client.New(nc, client.Options{Prefix: g.prefix, Agent: g.agent, Route: g.route, CoordinatorReads: authenticated})
 	if err != nil {
 		nc.Close()
@@ -383,6 +394,8 @@ func (g globals) connectError(err error) error {
 	switch {
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
 		switch {
+		case g.token != "":
+			return fmt.Errorf("%w: the server refused the token (of another issuer or audience, expired, naming no agent, or the auth callout toolbus authn is not running; its log says why): check --token ($TOOLBUS_TOKEN)", err)
 		case g.creds != "":
 			return fmt.Errorf("%w: the server refused the credentials in %s (expired, revoked, or of another server): check --creds ($TOOLBUS_CREDS)", err, g.creds)
 		case g.user != "":
@@ -398,8 +411,8 @@ func (g globals) connectError(err error) error {
 // synopses are the commands' usage lines, by the name of their flag set.
 var synopses = map[string]string{
 	"dev":                  "toolbus dev [flags]: run an embedded NATS server, a coordinator, a demo worker, the indexer, the MCP front and the admin console in one process",
-	"mcp":                  "toolbus mcp [--listen ADDR] [--tokens FILE] | toolbus mcp --stdio: serve Toolbus to MCP clients (docs/mcp.md)",
-	"console":              "toolbus console [--listen ADDR] --tokens FILE: serve the admin console to operators (docs/operations.md)",
+	"mcp":                  "toolbus mcp [--listen ADDR] [--tokens FILE] [--oidc-issuer URL [--resource URL] [--oidc-audience A] [--oidc-agents-claim C]] | toolbus mcp --stdio: serve Toolbus to MCP clients (docs/mcp.md)",
+	"console":              "toolbus console [--listen ADDR] [--tokens FILE] [--oidc-issuer URL --oidc-client-id ID --oidc-operators-claim C [--oidc-operators-value V]]: serve the admin console to operators who log in with a token or the identity provider (docs/operations.md)",
 	"tools":                "toolbus tools [--namespace N]: the catalog (and: toolbus tools enable|disable|remove NAME)",
 	"tools enable|disable": "toolbus tools disable NAME --reason R | toolbus tools enable NAME: switch a tool or a namespace off or on",
 	"tools remove":         "toolbus tools remove TOOL-OR-NAMESPACE [--reason R]: remove stale tools from the catalog (operators)",
@@ -411,10 +424,11 @@ var synopses = map[string]string{
 	"approvals":            strings.TrimPrefix(approvalsUsage, "usage: "),
 	"audit":                "toolbus audit [--decision D] [--agent A] [--tool T] [--since T] [--until T] [--limit N] [--cursor C]: the audit log, newest record first (operators)",
 	"workers":              "toolbus workers [--namespace N]: the live workers and their slots (operators)",
-	"setup":                "toolbus setup --dir DIR [--nodes 1|3] [--listen HOST:PORT] [--cluster-port P] [--namespace NS]...: make an installation with signed NATS identities (docs/operations.md)",
+	"setup":                "toolbus setup --dir DIR [--nodes 1|3] [--listen HOST:PORT] [--cluster-port P] [--namespace NS]... [--oidc-issuer URL --oidc-audience A [--oidc-agents-claim C] [--oidc-operators-claim C [--oidc-operators-value V]] [--oidc-console-client-id ID]]: make an installation with signed NATS identities (docs/operations.md)",
 	"namespace":            "toolbus namespace add|remove NAME | toolbus namespace list [--dir DIR]: a worker namespace's account, added or removed live",
 	"agent":                "toolbus agent add NAME [--acts-as PATTERN]... [--operator] [--expires D] [--route R] | agent revoke NAME | agent list [--dir DIR]: an agent's user, issued or revoked live",
-	"up":                   "toolbus up --dir DIR [--worker-config FILE] [--workspace DIR] [--policy FILE] [--console-listen ADDR] [--mcp-listen ADDR]: run an installation's servers and services, restarting any that stops",
+	"authn":                "toolbus authn --dir DIR [--max-ttl D] [--workers N] [--queue N] [--fetch-timeout D] [-v]: the auth callout, which makes a connection with a token of the installation's identity provider a user of its agents (docs/operations.md)",
+	"up":                   "toolbus up --dir DIR [--worker-config FILE] [--workspace DIR] [--policy FILE] [--console-listen ADDR] [--mcp-listen ADDR] [--mcp-resource URL] [--console-url URL]: run an installation's servers and services, restarting any that stops",
 }
 
 // newFlags is the flag set of a command. Its usage is its synopsis and

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/mcpfront"
+	"github.com/toolbus/toolbus/internal/oidc"
+	"github.com/toolbus/toolbus/internal/setup"
 )
 
 // runMCP serves Toolbus to MCP clients: over streamable HTTP on --listen,
@@ -26,8 +28,15 @@ func runMCP(ctx context.Context, g globals, args []string) error {
 	maxBytes := fs.Int64("max-request-bytes", 4<<20, "largest HTTP request body, or stdio message")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long requests in flight may finish")
 	verbose := fs.Bool("v", false, "log at debug level")
+	issuer := fs.String("oidc-issuer", os.Getenv("TOOLBUS_MCP_OIDC_ISSUER"), "also take the bearer tokens of this OpenID Connect issuer (an OAuth resource server, docs/mcp.md) ($TOOLBUS_MCP_OIDC_ISSUER)")
+	resource := fs.String("resource", "", "with --oidc-issuer: the front's resource identifier, the URL of /mcp as clients reach it (default http://LISTEN/mcp)")
+	audience := fs.String("oidc-audience", "", "with --oidc-issuer: the audience a token must hold (default the resource)")
+	agentsClaim := fs.String("oidc-agents-claim", setup.DefaultAgentsClaim, "with --oidc-issuer: the claim naming the agents a token acts as")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return flagsFailed(err)
+	}
+	if *issuer == "" && (*resource != "" || *audience != "") {
+		return usageError("toolbus mcp: --resource and --oidc-audience need --oidc-issuer")
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -47,7 +56,21 @@ func runMCP(ctx context.Context, g globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(tokens) == 0 && g.agent == "" {
+	var oauth *mcpfront.OAuth
+	if *issuer != "" && !*stdio {
+		if *resource == "" {
+			*resource = "http://" + *listen + "/mcp"
+		}
+		if *audience == "" {
+			*audience = *resource
+		}
+		v, err := oidc.NewVerifier(oidc.Config{Issuer: *issuer, Audiences: []string{*audience}})
+		if err != nil {
+			return usageError("toolbus mcp: " + err.Error())
+		}
+		oauth = &mcpfront.OAuth{Verifier: v, Resource: *resource, AgentsClaim: *agentsClaim}
+	}
+	if len(tokens) == 0 && oauth == nil && g.agent == "" {
 		return usageError("toolbus mcp: --agent NAME is required without tokens (and for --stdio)")
 	}
 	nc, c, err := g.connect()
@@ -61,7 +84,7 @@ func runMCP(ctx context.Context, g globals, args []string) error {
 			allowed = append(allowed, o)
 		}
 	}
-	front, err := mcpfront.New(mcpfront.Config{Client: c, Tokens: tokens, Agent: g.agent, StdioTurn: *turn, AllowedOrigins: allowed, MaxRequestBytes: *maxBytes, Logger: log})
+	front, err := mcpfront.New(mcpfront.Config{Client: c, Tokens: tokens, OAuth: oauth, Agent: g.agent, StdioTurn: *turn, AllowedOrigins: allowed, MaxRequestBytes: *maxBytes, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -69,16 +92,19 @@ func runMCP(ctx context.Context, g globals, args []string) error {
 		log.Info("serving MCP on standard input and output", "agent", g.agent)
 		return front.ServeStdio(ctx, os.Stdin, os.Stdout)
 	}
-	if len(tokens) == 0 && !mcpfront.Loopback(*listen) {
+	if len(tokens) == 0 && oauth == nil && !mcpfront.Loopback(*listen) {
 		return usageError(fmt.Sprintf("toolbus mcp: without tokens the front serves loopback only; %s is not (give --tokens FILE or $%s)", *listen, mcpfront.TokensEnv))
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
 	}
-	if len(tokens) == 0 {
+	switch {
+	case oauth != nil:
+		log.Info("an OAuth resource server", "issuer", *issuer, "resource", *resource, "audience", *audience, "metadata", oauth.MetadataURL(), "static_tokens", len(tokens))
+	case len(tokens) == 0:
 		log.Warn("no tokens: every request is served as one agent, on loopback only", "agent", g.agent)
-	} else {
+	default:
 		log.Info("bearer tokens loaded", "tokens", len(tokens))
 	}
 	srv := &http.Server{Handler: front.Handler(), ReadHeaderTimeout: 10 * time.Second}

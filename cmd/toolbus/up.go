@@ -36,6 +36,8 @@ func runUp(ctx context.Context, g globals, args []string) error {
 	consoleListen := fs.String("console-listen", envOr("TOOLBUS_CONSOLE_LISTEN", "127.0.0.1:8090"), "address of the console's HTTP listener; its tokens are DIR/console-tokens.yaml ($TOOLBUS_CONSOLE_LISTEN)")
 	mcpListen := fs.String("mcp-listen", envOr("TOOLBUS_MCP_LISTEN", "127.0.0.1:8080"), "address of the MCP front's HTTP listener; its tokens are DIR/mcp-tokens.yaml ($TOOLBUS_MCP_LISTEN)")
 	natsServer := fs.String("nats-server", "nats-server", "the nats-server program, looked up in PATH")
+	mcpResource := fs.String("mcp-resource", "", "with an identity provider: the MCP front's URL as clients reach it, its OAuth resource (default http://MCP-LISTEN/mcp)")
+	consoleURL := fs.String("console-url", "", "with an identity provider and its console client: the console's URL as browsers reach it (default http://CONSOLE-LISTEN)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return flagsFailed(err)
@@ -96,6 +98,10 @@ func runUp(ctx context.Context, g globals, args []string) error {
 	if err := waitForServers(ctx, in); err != nil {
 		return err
 	}
+	o := in.OIDC()
+	if o != nil {
+		sup.start("authn", self, "authn", "--dir", in.Dir())
+	}
 	coordinator, err := program("coordinator")
 	if err != nil {
 		return err
@@ -130,8 +136,29 @@ func runUp(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	sup.start("indexer", indexer, "--server", urls, "--creds", in.CredsFile(setup.UserIndexer))
-	sup.start("console", self, "--server", urls, "--creds", in.CredsFile(setup.UserAdmin), "console", "--listen", *consoleListen, "--tokens", in.ConsoleTokens())
-	sup.start("mcp", self, "--server", urls, "--creds", in.CredsFile(setup.UserMCP), "mcp", "--listen", *mcpListen, "--tokens", in.MCPTokens())
+	consoleArgs := []string{"--server", urls, "--creds", in.CredsFile(setup.UserAdmin), "console", "--listen", *consoleListen, "--tokens", in.ConsoleTokens()}
+	mcpArgs := []string{"--server", urls, "--creds", in.CredsFile(setup.UserMCP), "mcp", "--listen", *mcpListen, "--tokens", in.MCPTokens()}
+	if o != nil {
+		mcpArgs = append(mcpArgs, "--oidc-issuer", o.Issuer, "--oidc-agents-claim", o.AgentsClaim)
+		if *mcpResource != "" {
+			mcpArgs = append(mcpArgs, "--resource", *mcpResource)
+		}
+		switch {
+		case o.ConsoleClientID == "":
+		case o.OperatorsClaim == "":
+			fmt.Fprintf(os.Stderr, "toolbus up: the console logs in with tokens only: the identity provider makes no operators (toolbus setup --oidc-operators-claim)\n")
+		default:
+			consoleArgs = append(consoleArgs, "--oidc-issuer", o.Issuer, "--oidc-client-id", o.ConsoleClientID, "--oidc-operators-claim", o.OperatorsClaim)
+			if o.OperatorsValue != "" {
+				consoleArgs = append(consoleArgs, "--oidc-operators-value", o.OperatorsValue)
+			}
+			if *consoleURL != "" {
+				consoleArgs = append(consoleArgs, "--oidc-redirect-url", strings.TrimSuffix(*consoleURL, "/")+"/login/oidc/callback")
+			}
+		}
+	}
+	sup.start("console", self, consoleArgs...)
+	sup.start("mcp", self, mcpArgs...)
 	for _, probe := range []string{"http://" + *consoleListen + "/login", "http://" + *mcpListen + "/healthz"} {
 		if err := waitHTTP(ctx, probe); err != nil {
 			return err

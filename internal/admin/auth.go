@@ -164,7 +164,7 @@ func loopbackAddr(addr string) bool {
 // is answered 401.
 func (c *Console) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(c.cfg.Tokens) == 0 && !loopbackRequest(r) {
+		if !c.loginRequired() && !loopbackRequest(r) {
 			http.Error(w, "Forbidden: this console has no tokens and serves loopback clients only", http.StatusForbidden)
 			return
 		}
@@ -174,7 +174,7 @@ func (c *Console) authenticate(next http.Handler) http.Handler {
 				return
 			}
 		}
-		if len(c.cfg.Tokens) == 0 {
+		if !c.loginRequired() {
 			ses := c.sessions.create(devOperator)
 			c.setSessionCookie(w, ses)
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, ses)))
@@ -184,7 +184,7 @@ func (c *Console) authenticate(next http.Handler) http.Handler {
 			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
-		http.Error(w, "Unauthorized: log in with an operator token", http.StatusUnauthorized)
+		http.Error(w, "Unauthorized: log in (/login)", http.StatusUnauthorized)
 	})
 }
 

@@ -51,6 +51,9 @@ type Config struct {
 	// Tokens maps login tokens to operators. Without tokens the console
 	// serves loopback clients only, and only with LoopbackWithoutTokens.
 	Tokens map[string]Operator
+	// OIDC, when set, logs operators in with an OpenID Connect issuer
+	// (oidc.go), beside Tokens or without them.
+	OIDC *OIDCLogin
 	// LoopbackWithoutTokens lets a console without tokens serve clients
 	// that connect over loopback, as operator "dev" (toolbus dev).
 	LoopbackWithoutTokens bool
@@ -115,8 +118,13 @@ func (c Config) validate() error {
 	if c.Client == nil {
 		return fmt.Errorf("%w: Client is required", ErrInvalidConfig)
 	}
-	if len(c.Tokens) == 0 && !c.LoopbackWithoutTokens {
+	if len(c.Tokens) == 0 && c.OIDC == nil && !c.LoopbackWithoutTokens {
 		return fmt.Errorf("%w: no Tokens: a console without tokens serves loopback only, and only with LoopbackWithoutTokens", ErrInvalidConfig)
+	}
+	if c.OIDC != nil {
+		if err := c.OIDC.check(); err != nil {
+			return err
+		}
 	}
 	for token, op := range c.Tokens {
 		if len(token) < MinTokenLength {

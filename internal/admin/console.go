@@ -29,6 +29,8 @@ type Console struct {
 	// streams counts the event streams open now (Config.MaxStreams).
 	streams atomic.Int64
 	logins  *loginLimiter
+	// pending are the identity provider's logins in progress.
+	pending pendingLogins
 }
 
 // New returns a console; it validates the configuration.
@@ -76,6 +78,10 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /login", c.loginPage)
 	mux.HandleFunc("POST /login", c.login)
+	if c.cfg.OIDC != nil {
+		mux.HandleFunc("GET /login/oidc", c.startOIDC)
+		mux.HandleFunc("GET /login/oidc/callback", c.finishOIDC)
+	}
 
 	private := http.NewServeMux()
 	private.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/dashboard", http.StatusSeeOther) })
@@ -121,7 +127,9 @@ type pageData struct {
 	Error string
 	// Notice is a message of the action that led to the page.
 	Notice string
-	Page   any
+	// Refresh, when set, takes the browser to this path of the console.
+	Refresh string
+	Page    any
 }
 
 // render writes a page, buffered so that a template error does not leave
@@ -180,14 +188,28 @@ func (c *Console) redirect(w http.ResponseWriter, r *http.Request, path, notice 
 }
 
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
-	if len(c.cfg.Tokens) == 0 {
+	if !c.loginRequired() {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	c.render(w, r, http.StatusOK, "login", pageData{Title: "Log in", Page: loginView{Next: safeNext(r.URL.Query().Get("next"))}})
+	c.render(w, r, http.StatusOK, "login", pageData{Title: "Log in", Page: c.loginView(r.URL.Query().Get("next"))})
 }
 
-type loginView struct{ Next string }
+// loginView is what the login page offers: a token, the identity
+// provider, or both.
+type loginView struct {
+	Next         string
+	Tokens, OIDC bool
+}
+
+func (c *Console) loginView(next string) loginView {
+	return loginView{Next: safeNext(next), Tokens: len(c.cfg.Tokens) > 0, OIDC: c.cfg.OIDC != nil}
+}
+
+// loginRequired reports whether operators log in (with a token or the
+// identity provider); otherwise the console serves loopback clients as
+// operator dev.
+func (c *Console) loginRequired() bool { return len(c.cfg.Tokens) > 0 || c.cfg.OIDC != nil }
 
 // safeNext keeps a redirect after login on the console: a path, never
 // another site ("//evil.example", "https://…").
@@ -204,8 +226,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Forbidden: cross-origin request", http.StatusForbidden)
 		return
 	}
-	if len(c.cfg.Tokens) == 0 {
+	if !c.loginRequired() {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	if len(c.cfg.Tokens) == 0 {
+		http.Redirect(w, r, "/login", http.StatusSeeOther)
 		return
 	}
 	if err := r.ParseForm(); err != nil {
@@ -222,7 +248,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		c.logins.failed(r.RemoteAddr)
 		c.cfg.Logger.Warn("console login refused", "remote", r.RemoteAddr)
-		c.render(w, r, http.StatusUnauthorized, "login", pageData{Title: "Log in", Error: "Unknown token.", Page: loginView{Next: next}})
+		c.render(w, r, http.StatusUnauthorized, "login", pageData{Title: "Log in", Error: "Unknown token.", Page: c.loginView(next)})
 		return
 	}
 	if old, err := r.Cookie(sessionCookie); err == nil {
@@ -241,7 +267,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	}
 	c.sessions.end(ses.id)
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: c.cfg.SecureCookies, SameSite: http.SameSiteStrictMode})
-	if len(c.cfg.Tokens) == 0 {
+	if !c.loginRequired() {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}

@@ -106,11 +106,22 @@ type caller struct {
 	// identities are signed (operator mode): the server writes the JWT it
 	// authenticated the connection with.
 	JWT string `json:"jwt,omitempty"`
+	// IssuerKey is the key that signed the user: its account's, or one of
+	// the account's signing keys (claims.go reads the users an auth
+	// callout issued by it).
+	IssuerKey string `json:"issuer_key,omitempty"`
 	// key is the user's public key once User names it by its JWT's name.
 	key string
 }
 
-func (c *caller) String() string { return c.Account + "/" + c.User }
+func (c *caller) String() string {
+	if c.issuedByCallout() {
+		// Its name is a JWT of claims not yet checked: the audit names
+		// the key that issued the user instead.
+		return c.Account + "/(a user of signing key " + c.IssuerKey + ")"
+	}
+	return c.Account + "/" + c.User
+}
 
 // callerOf reads the requester from the server-written request info
 // header; nil when there is none (a request from the coordinator's own
@@ -253,7 +264,7 @@ func (ids *Identities) identify(c *caller) (*identity, error) {
 // identify finds what the caller may do: from the signed claims of its
 // user's JWT when they say (claims.go), else from the identities file.
 func (g *guard) identify(c *caller) (*identity, error) {
-	if c != nil && c.JWT != "" {
+	if c != nil && (c.JWT != "" || c.issuedByCallout()) {
 		u, name, err := g.claims.identity(c, g.prefix)
 		if err != nil {
 			return nil, err
@@ -261,6 +272,9 @@ func (g *guard) identify(c *caller) (*identity, error) {
 		if u != nil {
 			named := *c
 			named.key, named.User = c.User, name
+			if c.JWT == "" {
+				named.key = ""
+			}
 			return &identity{caller: &named, user: *u}, nil
 		}
 	}
@@ -548,7 +562,7 @@ func (g *guard) admit(ctx context.Context, endpoint string, headers map[string][
 		if _, crossed := headers[RequestInfoHeader]; !crossed {
 			return ctx, nil
 		}
-		if c == nil || c.JWT == "" {
+		if c == nil || (c.JWT == "" && !c.issuedByCallout()) {
 			g.refused(endpoint, c, req, errNoIdentities)
 			return ctx, errNoIdentities
 		}

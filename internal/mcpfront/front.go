@@ -63,6 +63,9 @@ type Config struct {
 	// tokens, every request is Agent's, and Handler serves loopback
 	// connections only.
 	Tokens map[string]Identity
+	// OAuth, when set, also takes the bearer tokens of an OpenID Connect
+	// issuer (oauth.go); Tokens may be given beside it.
+	OAuth *OAuth
 	// Agent is the agent served when there are no tokens, and the agent of
 	// a stdio session.
 	Agent string
@@ -130,7 +133,12 @@ func New(cfg Config) (*Front, error) {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
-	if len(cfg.Tokens) == 0 && cfg.Agent == "" {
+	if cfg.OAuth != nil {
+		if err := cfg.OAuth.check(); err != nil {
+			return nil, err
+		}
+	}
+	if len(cfg.Tokens) == 0 && cfg.OAuth == nil && cfg.Agent == "" {
 		return nil, fmt.Errorf("%w: neither tokens nor an agent", ErrConfig)
 	}
 	if cfg.StdioTurn == "" {
@@ -176,6 +184,12 @@ func (f *Front) Handler() http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("/mcp", f.guard(f.serveRequests))
+	if f.cfg.OAuth != nil {
+		mux.HandleFunc("GET /.well-known/oauth-protected-resource", f.serveMetadata)
+		if p := metadataPath(f.cfg.OAuth.Resource); p != "/.well-known/oauth-protected-resource" {
+			mux.HandleFunc("GET "+p, f.serveMetadata)
+		}
+	}
 	return mux
 }
 
@@ -227,14 +241,24 @@ func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent st
 			}
 		}
 		agent := f.cfg.Agent
-		if len(f.cfg.Tokens) > 0 {
-			id, known := f.cfg.Tokens[bearerToken(r.Header.Get("Authorization"))]
-			if !known {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="toolbus"`)
-				http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		if len(f.cfg.Tokens) > 0 || f.cfg.OAuth != nil {
+			token := bearerToken(r.Header.Get("Authorization"))
+			id, known := f.cfg.Tokens[token]
+			switch {
+			case known:
+				agent = id.Agent
+			case token != "" && f.cfg.OAuth != nil:
+				var ok bool
+				if agent, ok = f.tokenAgent(w, r, token); !ok {
+					return
+				}
+			case token != "":
+				f.challenge(w, http.StatusUnauthorized, "invalid_token", "")
+				return
+			default:
+				f.challenge(w, http.StatusUnauthorized, "", "")
 				return
 			}
-			agent = id.Agent
 		} else if !onLoopback || !Loopback(r.RemoteAddr) {
 			http.Error(w, "Forbidden: without tokens only loopback clients are served", http.StatusForbidden)
 			return
@@ -250,7 +274,7 @@ func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent st
 
 // The headers a page of an allowed origin may send and read (CORS).
 const (
-	corsAllowed = "Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID, " + TurnHeader
+	corsAllowed = "Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID, " + TurnHeader + ", " + AgentHeader
 	corsExposed = "Mcp-Session-Id, WWW-Authenticate"
 )
 

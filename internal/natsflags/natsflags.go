@@ -28,7 +28,11 @@ type Flags struct {
 	// InboxPrefix(User) for a connection as a user, InboxPrefix of the
 	// name in the user's JWT with credentials, and the client's default
 	// otherwise.
-	Inbox   string
+	Inbox string
+	// Token is a token of the installation's identity provider, which the
+	// server's auth callout checks (toolbus authn): without credentials,
+	// the connection's inbox prefix is the token's (messages.TokenInbox).
+	Token   string
 	Verbose bool
 }
 
@@ -75,6 +79,16 @@ func (f *Flags) Connect(name string, extra ...nats.Option) (*nats.Conn, error) {
 		opts = append(opts, nats.UserInfo(f.User, f.Password))
 		if inbox == "" {
 			inbox = InboxPrefix(f.User)
+		}
+	}
+	if f.Token != "" {
+		opts = append(opts, nats.Token(f.Token))
+		if inbox == "" && f.Creds == "" && f.User == "" {
+			prefix, err := messages.TokenInboxOf(f.Token)
+			if err != nil {
+				return nil, fmt.Errorf("token: %w", err)
+			}
+			inbox = prefix
 		}
 	}
 	if inbox != "" {

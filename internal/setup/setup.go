@@ -98,6 +98,9 @@ type State struct {
 	Users      map[string]string     `json:"users"`
 	Namespaces map[string]*Namespace `json:"namespaces"`
 	Agents     map[string]*Agent     `json:"agents"`
+	// OIDC is the identity provider whose tokens the auth callout
+	// accepts, and its keys (oidc.go); nil without one.
+	OIDC *OIDC `json:"oidc,omitempty"`
 }
 
 // Node is one nats-server of the installation.
@@ -577,6 +580,11 @@ func (in *Installation) signAccount(name string) (string, error) {
 				ac.RevokeAt(a.User, *a.Revoked)
 			}
 		}
+		if in.state.OIDC != nil {
+			ac.SigningKeys.AddScopedSigner(in.agentsScope())
+		}
+	case AccountAuth:
+		in.signAuth(ac)
 	case AccountIndexer:
 		for _, imp := range imports("INDEXER imports") {
 			ac.Imports.Add(importFrom(toolbus, g, imp, ""))
@@ -692,6 +700,11 @@ func (in *Installation) writePreload() error {
 		fmt.Fprintf(&b, "  %s: %q\n", pub, strings.TrimSpace(string(token)))
 	}
 	b.WriteString("}\n")
+	if in.state.OIDC != nil {
+		// A connection without credentials of its own (a token only) is
+		// this bearer user of AUTH, whose callout says who it is.
+		fmt.Fprintf(&b, "# A connection with a token and no credentials goes to the auth callout (toolbus authn).\ndefault_sentinel: %q\n", in.state.OIDC.Sentinel)
+	}
 	return replaceFile(filepath.Join(in.dir, "nats", "accounts.conf"), []byte(b.String()), 0o644)
 }
 

@@ -11,5 +11,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	testenv.CleanupBinaries()
 	removeInstallation()
+	removeInstalled()
 	os.Exit(code)
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -58,6 +59,109 @@ func freeAddress(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// installed holds the binaries the first command of "Production on one
+// host" installs, for every test of the package that runs them.
+var installedBin struct {
+	sync.Mutex
+	dir string
+}
+
+// installDocumented runs the documented install command once, with GOBIN
+// a directory of its own, and returns that directory.
+func installDocumented(t *testing.T, line, root string, env []string) string {
+	t.Helper()
+	installedBin.Lock()
+	defer installedBin.Unlock()
+	if installedBin.dir != "" {
+		return installedBin.dir
+	}
+	dir, err := os.MkdirTemp("", "toolbus-installed-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", "exec "+line)
+	cmd.Dir, cmd.Env = root, append(env, "GOBIN="+dir, "GOFLAGS=-mod=readonly")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		t.Fatalf("%s: %v\n%s", line, err, out)
+	}
+	installedBin.dir = dir
+	return dir
+}
+
+func removeInstalled() {
+	installedBin.Lock()
+	defer installedBin.Unlock()
+	if installedBin.dir != "" {
+		_ = os.RemoveAll(installedBin.dir)
+	}
+}
+
+// upProcess is a running toolbus up, its output read line by line.
+type upProcess struct {
+	cmd     *exec.Cmd
+	lines   chan string
+	exited  chan error
+	output  []string
+	stopped bool
+}
+
+// startUp starts toolbus up and waits until it says it is ready; the test's
+// end stops it, and a failed test logs the named services' logs of dir.
+func startUp(t *testing.T, up *exec.Cmd, dir string, logs ...string) *upProcess {
+	t.Helper()
+	stdout, err := up.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.Stderr = up.Stdout
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	u := &upProcess{cmd: up, lines: make(chan string, 64), exited: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			u.lines <- sc.Text()
+		}
+		close(u.lines)
+		u.exited <- up.Wait()
+	}()
+	t.Cleanup(func() {
+		if !u.stopped {
+			_ = up.Process.Signal(syscall.SIGINT)
+			<-u.exited
+		}
+		if t.Failed() {
+			for _, name := range logs {
+				log, _ := os.ReadFile(filepath.Join(dir, "log", name+".log"))
+				t.Logf("%s.log:\n%s", name, log)
+			}
+		}
+	})
+	u.waitLine(t, 2*time.Minute, "is not ready", func(line string) bool { return strings.HasPrefix(line, "toolbus up: ready") })
+	return u
+}
+
+// waitLine reads toolbus up's output until a line matches.
+func (u *upProcess) waitLine(t *testing.T, bound time.Duration, failure string, match func(string) bool) {
+	t.Helper()
+	for {
+		select {
+		case line, ok := <-u.lines:
+			if !ok {
+				t.Fatalf("toolbus up exited:\n%s", strings.Join(u.output, "\n"))
+			}
+			u.output = append(u.output, line)
+			if match(line) {
+				return
+			}
+		case <-time.After(bound):
+			t.Fatalf("toolbus up %s after %v:\n%s", failure, bound, strings.Join(u.output, "\n"))
+		}
+	}
+}
+
 // TestProductionOnOneHost runs exactly the commands of docs/operations.md's
 // "Production on one host", on a fresh directory in place of
 // /var/lib/toolbus and on free ports (given by the variables the commands
@@ -74,14 +178,14 @@ func TestProductionOnOneHost(t *testing.T) {
 	if len(blocks) < 2 || len(blocks[0]) > 5 {
 		t.Fatalf("the section's first block has %d commands (at most 5), then the usage: %v", len(blocks[0]), blocks)
 	}
-	tmp := t.TempDir()
-	dir, bin := filepath.Join(tmp, "toolbus"), filepath.Join(tmp, "bin")
+	dir := filepath.Join(t.TempDir(), "toolbus")
 	natsAddr, consoleAddr, mcpAddr := freeAddress(t), freeAddress(t), freeAddress(t)
-	env := append(os.Environ(),
-		"GOBIN="+bin, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"TOOLBUS_URL=nats://"+natsAddr, "TOOLBUS_CONSOLE_LISTEN="+consoleAddr, "TOOLBUS_MCP_LISTEN="+mcpAddr,
-		"GOFLAGS=-mod=readonly")
 	root := filepath.Dir(filepath.Dir(deployDir(t)))
+	install := blocks[0]
+	bin := installDocumented(t, install[0], root, os.Environ())
+	env := append(os.Environ(),
+		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"TOOLBUS_URL=nats://"+natsAddr, "TOOLBUS_CONSOLE_LISTEN="+consoleAddr, "TOOLBUS_MCP_LISTEN="+mcpAddr)
 	shell := func(line string) *exec.Cmd {
 		cmd := exec.Command("sh", "-c", "exec "+strings.ReplaceAll(line, "/var/lib/toolbus", dir))
 		cmd.Dir, cmd.Env = root, env
@@ -95,56 +199,12 @@ func TestProductionOnOneHost(t *testing.T) {
 		}
 		return string(out)
 	}
-	install := blocks[0]
-	for _, line := range install[:len(install)-1] {
+	// The first command installed the binaries; the last runs the
+	// installation until it is stopped.
+	for _, line := range install[1 : len(install)-1] {
 		run(line)
 	}
-	// The last command runs the installation until it is stopped.
-	up := shell(install[len(install)-1])
-	stdout, err := up.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	up.Stderr = up.Stdout
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	lines := make(chan string, 64)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		exited <- up.Wait()
-	}()
-	var output []string
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = up.Process.Signal(syscall.SIGINT)
-			<-exited
-		}
-		if t.Failed() {
-			for _, name := range []string{"nats-n1", "coordinator-1", "worker", "indexer", "console", "mcp"} {
-				log, _ := os.ReadFile(filepath.Join(dir, "log", name+".log"))
-				t.Logf("%s.log:\n%s", name, log)
-			}
-		}
-	})
-	for ready := false; !ready; {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("toolbus up exited:\n%s", strings.Join(output, "\n"))
-			}
-			output = append(output, line)
-			ready = strings.HasPrefix(line, "toolbus up: ready")
-		case <-time.After(2 * time.Minute):
-			t.Fatalf("toolbus up is not ready after two minutes:\n%s", strings.Join(output, "\n"))
-		}
-	}
+	up := startUp(t, shell(install[len(install)-1]), dir, "nats-n1", "coordinator-1", "worker", "indexer", "console", "mcp")
 
 	// The command line: the documented agent and call, and a call of the
 	// second namespace.
@@ -244,40 +304,31 @@ func TestProductionOnOneHost(t *testing.T) {
 	// A service that dies is started again (where /proc shows the
 	// processes).
 	_, proc := os.Stat("/proc/self/stat")
-	if indexer := childOf(t, up.Process.Pid, "indexer"); proc == nil {
+	if indexer := childOf(t, up.cmd.Process.Pid, "indexer"); proc == nil {
 		if indexer == 0 {
 			t.Fatal("toolbus up runs no indexer process")
 		}
 		if err := syscall.Kill(indexer, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		for restarted := false; !restarted; {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					t.Fatalf("toolbus up exited:\n%s", strings.Join(output, "\n"))
-				}
-				output = append(output, line)
-				restarted = strings.Contains(line, "indexer stopped") && strings.Contains(line, "starting it again")
-			case <-time.After(time.Minute):
-				t.Fatalf("toolbus up did not start the killed indexer again:\n%s", strings.Join(output, "\n"))
-			}
-		}
+		up.waitLine(t, time.Minute, "did not start the killed indexer again", func(line string) bool {
+			return strings.Contains(line, "indexer stopped") && strings.Contains(line, "starting it again")
+		})
 		eventually(t, "a new indexer process", func() bool {
-			pid := childOf(t, up.Process.Pid, "indexer")
+			pid := childOf(t, up.cmd.Process.Pid, "indexer")
 			return pid > 0 && pid != indexer
 		})
 	}
 
 	// SIGINT stops the services, then the server.
-	stopped = true
-	if err := up.Process.Signal(syscall.SIGINT); err != nil {
+	up.stopped = true
+	if err := up.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	for range lines {
+	for range up.lines {
 	}
 	select {
-	case err := <-exited:
+	case err := <-up.exited:
 		if err != nil {
 			t.Fatalf("toolbus up after SIGINT: %v", err)
 		}
