@@ -102,6 +102,8 @@ Commands:
                                disconnects and refuses it (and: agent list)
   up --dir DIR                 run the installation: its NATS servers, two coordinators, a worker of
                                its namespaces, the indexer, the console and the MCP front
+  health URL                   ask a health endpoint (a process's /healthz or /readyz): exit status 0
+                               when it answers 200, else 1 (a container's health check)
   help [COMMAND]               this text, or a command's synopsis and flags: every command
                                takes --help (standard output, exit status 0)
 
@@ -308,6 +310,8 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 		return runAgent(ctx, g, cmdArgs)
 	case "up":
 		return runUp(ctx, g, cmdArgs)
+	case "health":
+		return runHealth(ctx, g, cmdArgs)
 	case "help":
 		if len(cmdArgs) > 0 && cmdArgs[0] != "help" && !strings.HasPrefix(cmdArgs[0], "-") {
 			// toolbus help COMMAND [ACTION] is COMMAND [ACTION] --help.
@@ -414,6 +418,7 @@ var synopses = map[string]string{
 	"setup":                "toolbus setup --dir DIR [--nodes 1|3] [--listen HOST:PORT] [--cluster-port P] [--namespace NS]...: make an installation with signed NATS identities (docs/operations.md)",
 	"namespace":            "toolbus namespace add|remove NAME | toolbus namespace list [--dir DIR]: a worker namespace's account, added or removed live",
 	"agent":                "toolbus agent add NAME [--acts-as PATTERN]... [--operator] [--expires D] [--route R] | agent revoke NAME | agent list [--dir DIR]: an agent's user, issued or revoked live",
+	"health":               "toolbus health [--timeout D] URL: ask a health endpoint (/healthz, /readyz); exit status 0 when it answers 200, else 1 (a container's health check)",
 	"up":                   "toolbus up --dir DIR [--worker-config FILE] [--workspace DIR] [--policy FILE] [--console-listen ADDR] [--mcp-listen ADDR]: run an installation's servers and services, restarting any that stops",
 }
 
