@@ -15,3 +15,7 @@ if [ -f package-lock.json ] && [ ! -d node_modules ]; then
   npm ci --no-audit --no-fund
 fi
 go test -race -count=1 -timeout 15m ./...
+# test/helm is a module of its own, which keeps Helm's and Kubernetes' modules
+# out of Toolbus's: the chart rendered and decoded into the Kubernetes API
+# types, and the official NATS chart with the documented values.
+(cd test/helm && go vet ./... && go test -race -count=1 -timeout 15m ./...)
