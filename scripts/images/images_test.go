@@ -22,6 +22,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
@@ -35,6 +36,10 @@ import (
 func TestImagesAreReproducibleAndRunAsNonRoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every program twice")
+	}
+	if raceDetector {
+		// It runs no goroutine of its own: scripts/test.sh runs it without.
+		t.Skip("the race detector makes it take minutes: run it without -race")
 	}
 	created := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	build := func() []Image {
@@ -59,6 +64,20 @@ func TestImagesAreReproducibleAndRunAsNonRoot(t *testing.T) {
 		}
 		if ia, ib := mustRead(t, filepath.Join(a.Layout, "index.json")), mustRead(t, filepath.Join(b.Layout, "index.json")); !bytes.Equal(ia, ib) {
 			t.Errorf("built twice, %s's OCI index differs:\n%s\n%s", a.Name, ia, ib)
+		}
+	}
+	// Each tarball names its image by the version's tag, then latest: in
+	// that order every time, or two builds' tarballs differ.
+	for _, images := range [][]Image{first, second} {
+		for _, img := range images {
+			m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(img.Tarball) })
+			if err != nil {
+				t.Fatalf("%s: %v", img.Tarball, err)
+			}
+			want := []string{img.Ref, strings.SplitN(img.Ref, ":", 2)[0] + ":latest"}
+			if len(m) != 1 || !slices.Equal(m[0].RepoTags, want) {
+				t.Errorf("%s's manifest.json: %+v, want one image tagged %q", img.Name, m, want)
+			}
 		}
 	}
 
@@ -331,4 +350,62 @@ func TestVersionMustBeATag(t *testing.T) {
 			t.Errorf("version %q: %v, want it refused as a tag", bad, err)
 		}
 	}
+}
+
+// TestArchiveKeepsItsTagsInOrder: a docker-archive names its image by the
+// tags given, in their order, and the same image and tags make the same
+// bytes every time.
+func TestArchiveKeepsItsTagsInOrder(t *testing.T) {
+	img, err := random.Image(1024, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := name.NewTag("toolbus/toolbus:1.2.3", name.WeakValidation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest, err := name.NewTag("toolbus/toolbus:latest", name.WeakValidation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tags := range [][]name.Tag{{version, latest}, {latest, version}} {
+		want := []string{tags[0].String(), tags[1].String()}
+		var first string
+		for i := range 20 {
+			path := filepath.Join(t.TempDir(), "image.tar")
+			if err := writeArchive(path, img, tags); err != nil {
+				t.Fatal(err)
+			}
+			m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(path) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m) != 1 || !slices.Equal(m[0].RepoTags, want) {
+				t.Fatalf("write %d: manifest.json %+v, want one image tagged %q", i, m, want)
+			}
+			if d := mustFileDigest(t, path); first == "" {
+				first = d
+			} else if d != first {
+				t.Fatalf("write %d: the archive is %s, the first was %s", i, d, first)
+			}
+			for _, tag := range tags {
+				got, err := tarball.ImageFromPath(path, &tag)
+				if err != nil {
+					t.Fatalf("%s: %v", tag, err)
+				}
+				if gd, _ := got.Digest(); gd != mustDigest(t, img) {
+					t.Fatalf("%s in the archive is %s, want %s", tag, gd, mustDigest(t, img))
+				}
+			}
+		}
+	}
+}
+
+func mustDigest(t *testing.T, img v1.Image) v1.Hash {
+	t.Helper()
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

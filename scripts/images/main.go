@@ -23,6 +23,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"flag"
@@ -513,8 +514,80 @@ func buildImage(s imageSpec, opts Options, binDir string, base v1.Layer) (Image,
 	if err != nil {
 		return Image{}, err
 	}
-	if err := tarball.MultiRefWriteToFile(out.Tarball, map[name.Reference]v1.Image{tag: img, latest: img}); err != nil {
+	if err := writeArchive(out.Tarball, img, []name.Tag{tag, latest}); err != nil {
 		return Image{}, err
 	}
 	return out, nil
+}
+
+// writeArchive writes img as a docker-archive, what docker load and podman
+// load read, under tags in their order: go-containerregistry's
+// tarball.MultiRefWrite orders an image's tags as it ranges over a map, so
+// two builds' tarballs would differ.
+func writeArchive(path string, img v1.Image, tags []name.Tag) (err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	tw := tar.NewWriter(f)
+	entry := func(name string, size int64, r io.Reader) error {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Typeflag: tar.TypeReg, Size: size, Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+		_, err := io.Copy(tw, r)
+		return err
+	}
+	configName, err := img.ConfigName()
+	if err != nil {
+		return err
+	}
+	config, err := img.RawConfigFile()
+	if err != nil {
+		return err
+	}
+	if err := entry(configName.String(), int64(len(config)), bytes.NewReader(config)); err != nil {
+		return err
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	desc := tarball.Descriptor{Config: configName.String()}
+	for _, t := range tags {
+		desc.RepoTags = append(desc.RepoTags, t.String())
+	}
+	for _, l := range layers {
+		digest, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		size, err := l.Size()
+		if err != nil {
+			return err
+		}
+		rc, err := l.Compressed()
+		if err != nil {
+			return err
+		}
+		file := digest.Hex + ".tar.gz" // the layers are gzip-compressed (types.OCILayer)
+		err = entry(file, size, rc)
+		rc.Close()
+		if err != nil {
+			return err
+		}
+		desc.Layers = append(desc.Layers, file)
+	}
+	manifest, err := json.Marshal(tarball.Manifest{desc})
+	if err != nil {
+		return err
+	}
+	if err := entry("manifest.json", int64(len(manifest)), bytes.NewReader(manifest)); err != nil {
+		return err
+	}
+	return tw.Close()
 }
