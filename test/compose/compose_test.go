@@ -29,9 +29,10 @@ var probed = []string{"coordinator-1", "coordinator-2", "worker", "indexer", "co
 
 // TestComposeSurvivesANodeKilled brings deploy/compose/compose.yaml up with
 // one command, waits for every service's /readyz and runs each container's
-// own health check, makes a call through the command line (an agent added
-// with toolbus agent add) and one through the MCP front, kills one NATS
-// node's container, and checks that calls through both still complete.
+// own health check, checks that every container's process runs as uid
+// 65532, makes a call through the command line (an agent added with
+// toolbus agent add) and one through the MCP front, kills one NATS node's
+// container, and checks that calls through both still complete.
 func TestComposeSurvivesANodeKilled(t *testing.T) {
 	if os.Getenv("TOOLBUS_COMPOSE_TEST") != "1" {
 		t.Skip("needs a container engine and the images: run scripts/compose-check.sh")
@@ -91,6 +92,27 @@ func TestComposeSurvivesANodeKilled(t *testing.T) {
 		}
 		if out, err := exec.Command("podman", "healthcheck", "run", strings.TrimSpace(id)).CombinedOutput(); err != nil {
 			t.Errorf("%s's health check: %v\n%s", svc, err, out)
+		}
+	}
+
+	// Every process runs as the images' user, not root: read from the
+	// host's /proc, where the container's main process is.
+	for _, svc := range append([]string{"nats-1", "nats-2", "nats-3"}, probed...) {
+		id, err := compose("ps", "-q", svc)
+		if err != nil {
+			t.Fatalf("ps %s: %v\n%s", svc, err, id)
+		}
+		pid, err := exec.Command("podman", "inspect", "--format", "{{.State.Pid}}", strings.TrimSpace(id)).Output()
+		if err != nil {
+			t.Fatalf("inspect %s: %v", svc, err)
+		}
+		status, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/status")
+		if err != nil {
+			t.Fatalf("%s's process: %v", svc, err)
+		}
+		uid := regexp.MustCompile(`(?m)^Uid:\s+(\d+)\s+(\d+)`).FindStringSubmatch(string(status))
+		if uid == nil || uid[1] != "65532" || uid[2] != "65532" {
+			t.Errorf("%s's process runs as uid %v, want 65532", svc, uid)
 		}
 	}
 
