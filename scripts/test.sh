@@ -15,3 +15,10 @@ if [ -f package-lock.json ] && [ ! -d node_modules ]; then
   npm ci --no-audit --no-fund
 fi
 go test -race -count=1 -timeout 15m ./...
+# The images' build and checks, which skip themselves under the race detector
+# (its instrumented gzip makes them take minutes).
+go test -count=1 -timeout 10m -run TestImagesAreReproducibleAndRunAsNonRoot ./scripts/images
+# test/helm is a module of its own, which keeps Helm's and Kubernetes' modules
+# out of Toolbus's: the chart rendered and decoded into the Kubernetes API
+# types, and the official NATS chart with the documented values.
+(cd test/helm && go vet ./... && go test -race -count=1 -timeout 15m ./...)

@@ -28,6 +28,7 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 	origins := fs.String("allow-origin", "", "Origin headers allowed on forms besides the console's own, comma-separated")
 	secure := fs.Bool("secure-cookies", false, "mark the session cookie Secure (the console is reached over HTTPS)")
 	maxBytes := fs.Int64("max-request-bytes", 64<<10, "largest HTTP request body")
+	metricsListen := fs.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz (ready while the NATS connection is up) on this address (host:port)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	issuer := fs.String("oidc-issuer", os.Getenv("TOOLBUS_CONSOLE_OIDC_ISSUER"), "also log operators in with this OpenID Connect issuer ($TOOLBUS_CONSOLE_OIDC_ISSUER)")
 	clientID := fs.String("oidc-client-id", os.Getenv("TOOLBUS_CONSOLE_OIDC_CLIENT_ID"), "with --oidc-issuer: the console's client ID at the issuer ($TOOLBUS_CONSOLE_OIDC_CLIENT_ID)")
@@ -93,6 +94,11 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 	}
 	defer nc.Close()
 	defer c.Close()
+	stopProbes, err := serveProbes(ctx, "toolbus-console", *metricsListen, nc, log)
+	if err != nil {
+		return err
+	}
+	defer stopProbes()
 	var allowed []string
 	for o := range strings.SplitSeq(*origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {

@@ -106,6 +106,9 @@ Commands:
                                toolbus authn, with an identity provider)
   authn --dir DIR              the auth callout: a connection with a token of the installation's
                                identity provider (setup --oidc-issuer) is a user of its agents
+                               its namespaces, the indexer, the console and the MCP front
+  health URL                   ask a health endpoint (a process's /healthz or /readyz): exit status 0
+                               when it answers 200, else 1 (a container's health check)
   help [COMMAND]               this text, or a command's synopsis and flags: every command
                                takes --help (standard output, exit status 0)
 
@@ -319,6 +322,8 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 		return runUp(ctx, g, cmdArgs)
 	case "authn":
 		return runAuthn(ctx, g, cmdArgs)
+	case "health":
+		return runHealth(ctx, g, cmdArgs)
 	case "help":
 		if len(cmdArgs) > 0 && cmdArgs[0] != "help" && !strings.HasPrefix(cmdArgs[0], "-") {
 			// toolbus help COMMAND [ACTION] is COMMAND [ACTION] --help.
@@ -429,6 +434,7 @@ var synopses = map[string]string{
 	"agent":                "toolbus agent add NAME [--acts-as PATTERN]... [--operator] [--expires D] [--route R] | agent revoke NAME | agent list [--dir DIR]: an agent's user, issued or revoked live",
 	"authn":                "toolbus authn --dir DIR [--max-ttl D] [--workers N] [--queue N] [--fetch-timeout D] [-v]: the auth callout, which makes a connection with a token of the installation's identity provider a user of its agents (docs/operations.md)",
 	"up":                   "toolbus up --dir DIR [--worker-config FILE] [--workspace DIR] [--policy FILE] [--console-listen ADDR] [--mcp-listen ADDR] [--mcp-resource URL] [--console-url URL]: run an installation's servers and services, restarting any that stops",
+	"health":               "toolbus health [--timeout D] URL: ask a health endpoint (/healthz, /readyz); exit status 0 when it answers 200, else 1 (a container's health check)",
 }
 
 // newFlags is the flag set of a command. Its usage is its synopsis and

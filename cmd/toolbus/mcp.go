@@ -27,6 +27,7 @@ func runMCP(ctx context.Context, g globals, args []string) error {
 	origins := fs.String("allow-origin", "", "Origin headers allowed besides loopback ones, comma-separated")
 	maxBytes := fs.Int64("max-request-bytes", 4<<20, "largest HTTP request body, or stdio message")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long requests in flight may finish")
+	metricsListen := fs.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz (ready while the NATS connection is up) on this address (host:port)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	issuer := fs.String("oidc-issuer", os.Getenv("TOOLBUS_MCP_OIDC_ISSUER"), "also take the bearer tokens of this OpenID Connect issuer (an OAuth resource server, docs/mcp.md) ($TOOLBUS_MCP_OIDC_ISSUER)")
 	resource := fs.String("resource", "", "with --oidc-issuer: the front's resource identifier, the URL of /mcp as clients reach it (default http://LISTEN/mcp)")
@@ -78,6 +79,11 @@ func runMCP(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	stopProbes, err := serveProbes(ctx, "toolbus-mcp", *metricsListen, nc, log)
+	if err != nil {
+		return err
+	}
+	defer stopProbes()
 	var allowed []string
 	for o := range strings.SplitSeq(*origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
