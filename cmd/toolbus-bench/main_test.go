@@ -103,12 +103,26 @@ func TestSearchEvalReports(t *testing.T) {
 	if r.Tools != 2 || r.Queries != 1 || r.RecallAt1 != 1 {
 		t.Fatalf("report %+v", r)
 	}
+	var learned struct {
+		Learning *struct {
+			UsageQueries int `json:"usage_queries"`
+			Before       struct {
+				RecallAt1 float64 `json:"recall_at_1"`
+			} `json:"before"`
+		} `json:"learning"`
+	}
+	runToJSON(t, &learned, "search-eval", "--corpus", dir, "--usage", filepath.Join(dir, "queries.jsonl"))
+	if learned.Learning == nil || learned.Learning.UsageQueries != 1 || learned.Learning.Before.RecallAt1 != 1 {
+		t.Fatalf("report with usage %+v", learned.Learning)
+	}
 }
 
 // A mode's flags take no positional arguments, and search-eval needs a corpus.
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"bench"}, {"--calls", "x"}, {"search-eval"}, {"search-eval", "--corpus", "a", "b"}} {
+	for _, args := range [][]string{{"bench"}, {"--calls", "x"}, {"search-eval"}, {"search-eval", "--corpus", "a", "b"},
+		{"search-eval", "--corpus", "a", "--eval-part", "c"}, {"search-eval", "--corpus", "a", "--usage-part", "a"},
+		{"search-eval", "--corpus", "a", "--usage", "f", "--usage-page", "0"}} {
 		if err := run(testenv.Context(t), args); err != exitError(2) {
 			t.Errorf("toolbus-bench %s: %v, want exit status 2", strings.Join(args, " "), err)
 		}

@@ -56,6 +56,15 @@ type Report struct {
 	Strict *Metrics `json:"strict,omitempty"`
 	// EncodedBytes is the size of the encoded index.
 	EncodedBytes int `json:"encoded_bytes"`
+	// Learning holds the figures of learning from replayed usage, when
+	// usage was replayed (EvaluateWithUsage); the figures above are then
+	// those after the whole replay.
+	Learning *LearningReport `json:"learning,omitempty"`
+}
+
+// metrics returns the report's main figures.
+func (r Report) metrics() Metrics {
+	return Metrics{RecallAt1: r.RecallAt1, RecallAt5: r.RecallAt5, RecallAt10: r.RecallAt10, MRRAt10: r.MRRAt10, NDCGAt10: r.NDCGAt10}
 }
 
 // Metrics are ranking-quality figures averaged over queries.
@@ -178,25 +187,37 @@ func Load(dir string) (*Corpus, error) {
 		c.groupOfCorpusName[corpusName] = c.group[canonical]
 	}
 	err = readLines(filepath.Join(dir, "queries.jsonl"), func(data []byte) error {
-		var q corpusQuery
-		if err := json.Unmarshal(data, &q); err != nil {
+		q, err := parseQuery(data)
+		if err != nil {
 			return err
-		}
-		if len(q.Relevant) == 0 {
-			return fmt.Errorf("query %q lists no relevant tool", q.ID)
 		}
 		for _, r := range q.Relevant {
 			if _, ok := byCorpusName[r]; !ok {
 				return fmt.Errorf("query %q: relevant tool %q is not in tools.jsonl", q.ID, r)
 			}
 		}
-		c.Queries = append(c.Queries, Query{ID: q.ID, Text: q.Query, Category: q.Category, Relevant: q.Relevant})
+		c.Queries = append(c.Queries, q)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// parseQuery reads one line of a queries.jsonl file.
+func parseQuery(data []byte) (Query, error) {
+	var q corpusQuery
+	if err := json.Unmarshal(data, &q); err != nil {
+		return Query{}, err
+	}
+	if q.ID == "" {
+		return Query{}, errors.New(`query has no "id"`)
+	}
+	if len(q.Relevant) == 0 {
+		return Query{}, fmt.Errorf("query %q lists no relevant tool", q.ID)
+	}
+	return Query{ID: q.ID, Text: q.Query, Category: q.Category, Relevant: q.Relevant}, nil
 }
 
 func cmpOr(a, b string) string {
@@ -281,8 +302,11 @@ func (c *Corpus) Evaluate(cfg search.Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	build := time.Since(start)
+	return c.evaluate(ix, time.Since(start))
+}
 
+// evaluate runs every query on ix, which took build to build, and scores it.
+func (c *Corpus) evaluate(ix *search.Index, build time.Duration) (Report, error) {
 	var lenient, strict sums
 	depth := 10
 	if c.lenient {
