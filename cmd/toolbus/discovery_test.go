@@ -26,7 +26,7 @@ func TestHelpOnStandardOutput(t *testing.T) {
 		{}, {"dev"}, {"mcp"}, {"console"}, {"tools"}, {"tools", "enable"}, {"tools", "disable"}, {"tools", "remove"},
 		{"search"}, {"call"}, {"calls"}, {"calls", "get"}, {"calls", "watch"}, {"calls", "cancel"}, {"calls", "list"},
 		{"turns"}, {"turns", "get"}, {"approvals"}, {"approvals", "list"}, {"approvals", "approve"}, {"approvals", "deny"},
-		{"approvals", "answer"}, {"audit"}, {"workers"},
+		{"approvals", "answer"}, {"audit"}, {"workers"}, {"learning"}, {"learning", "reset"},
 	} {
 		for _, help := range []string{"--help", "-h"} {
 			args := append(append([]string{}, command...), help)

@@ -17,6 +17,7 @@
 //	toolbus workers                    the live workers and their slots (operators)
 //	toolbus policy check FILE          check a policy file against the catalog
 //	toolbus policy explain TOOL [JSON] which rule decides a call, and why (operators)
+//	toolbus learning [status [TOOL]|on|off|reset] discovery's learning from use (operators)
 //
 // Measuring is for developers and has a command of its own, toolbus-bench.
 package main
@@ -88,6 +89,11 @@ Commands:
   policy explain TOOL [JSON-ARGS]
                                which rule of the policy in force decides the call, and why
                                (operators; --agent A, the agent that would call)
+  learning [status [TOOL]]     whether discovery learns from use, how much evidence there is,
+                               and what it learned of TOOL (operators)
+  learning off|on              switch learning from use off (--reason R) or on, for every
+                               coordinator and indexer (operators)
+  learning reset TOOL|--all    forget the usage evidence for a tool, or for all (operators)
   help [COMMAND]               this text, or a command's synopsis and flags: every command
                                takes --help (standard output, exit status 0)
 
@@ -286,6 +292,8 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 		return runPolicy(ctx, g, cmdArgs)
 	case "search":
 		return runSearch(ctx, g, cmdArgs)
+	case "learning":
+		return runLearning(ctx, g, cmdArgs)
 	case "help":
 		if len(cmdArgs) > 0 && cmdArgs[0] != "help" && !strings.HasPrefix(cmdArgs[0], "-") {
 			// toolbus help COMMAND [ACTION] is COMMAND [ACTION] --help.
@@ -352,6 +360,7 @@ var synopses = map[string]string{
 	"approvals":            strings.TrimPrefix(approvalsUsage, "usage: "),
 	"audit":                "toolbus audit [--decision D] [--agent A] [--tool T] [--since T] [--until T] [--limit N] [--cursor C]: the audit log, newest record first (operators)",
 	"workers":              "toolbus workers [--namespace N]: the live workers and their slots (operators)",
+	"learning":             "toolbus learning [status [TOOL]] | learning off --reason R | learning on | learning reset TOOL | learning reset --all: what discovery learned from use, and switching it off, on, or forgetting it (operators)",
 }
 
 // newFlags is the flag set of a command. Its usage is its synopsis and

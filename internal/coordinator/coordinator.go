@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/reuse"
 	"github.com/toolbus/toolbus/internal/tracing"
+	"github.com/toolbus/toolbus/internal/usage"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/policy"
 )
@@ -109,6 +110,19 @@ type Config struct {
 	// act as; approvals.decide and tools.enable/disable need an operator.
 	// Nil trusts the agent a request names, as development does.
 	Identities *Identities
+	// NoLearning makes this coordinator record no usage evidence, whatever
+	// the installation's learning switch (learning.disable) says. By
+	// default it records, in the usage bucket, what agents searched for in
+	// each turn and which of the tools found they then called, which
+	// discovery learns from (docs/operations.md).
+	NoLearning bool
+	// UsageRetention is how long an agent's evidence for a tool is kept
+	// after it last changed. Defaults to usage.DefaultRetention (30 days).
+	UsageRetention time.Duration
+	// UsageTurnWindow is how long a turn's searches are kept after its
+	// last one: a call later than that is no evidence. Defaults to
+	// usage.DefaultTurnWindow (1h).
+	UsageTurnWindow time.Duration
 	// Resources sizes the streams and buckets the coordinator creates if they are missing.
 	Resources resources.Config
 	// Logger defaults to slog.Default().
@@ -158,6 +172,12 @@ func (c Config) withDefaults() Config {
 	if c.WorkspaceReloadInterval == 0 {
 		c.WorkspaceReloadInterval = 2 * time.Second
 	}
+	if c.UsageRetention == 0 {
+		c.UsageRetention = usage.DefaultRetention
+	}
+	if c.UsageTurnWindow == 0 {
+		c.UsageTurnWindow = usage.DefaultTurnWindow
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -201,6 +221,8 @@ func (c Config) validate() error {
 		{"WorkspaceReloadInterval", c.WorkspaceReloadInterval},
 		{"ApprovalTTL", c.ApprovalTTL},
 		{"GrantTTL", c.GrantTTL},
+		{"UsageRetention", c.UsageRetention},
+		{"UsageTurnWindow", c.UsageTurnWindow},
 	} {
 		if f.value < 0 {
 			return fmt.Errorf("%w: %s is %v; it must be positive", ErrInvalidConfig, f.name, f.value)
@@ -234,6 +256,7 @@ type Coordinator struct {
 	approvals *approvals
 	switches  *toolSwitches
 	calls     *calls
+	learning  *learning
 
 	// The API's requests: at most MaxConcurrentRequests at once, each on
 	// a goroutine of handlers.
