@@ -17,7 +17,7 @@ import (
 const usageMarkerTTL = time.Minute
 
 // DefaultUsageMaxBytes is Config.UsageMaxBytes's default.
-const DefaultUsageMaxBytes = 256 << 20
+const DefaultUsageMaxBytes = 64 << 20
 
 // usageMaxValueSize bounds one value of the usage bucket: a turn's
 // searches (at most 16 of at most 50 tools and 16 terms) or one agent's
