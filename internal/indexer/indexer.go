@@ -48,7 +48,7 @@ type Config struct {
 	Search search.Config
 	// LearnInterval is the shortest time between two folds of new usage
 	// evidence into the index's learned fields, each of which may lead to
-	// a new version. Defaults to 30s.
+	// a new version. Defaults to 5m.
 	LearnInterval time.Duration
 	// Learn weighs usage evidence. Defaults to search.DefaultLearnConfig().
 	Learn search.LearnConfig
@@ -78,7 +78,7 @@ func (c Config) withDefaults() Config {
 		c.ChunkSize = discovery.DefaultChunkSize
 	}
 	if c.LearnInterval == 0 {
-		c.LearnInterval = 30 * time.Second
+		c.LearnInterval = 5 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
