@@ -12,10 +12,13 @@ import (
 // runSearchEval measures discovery on a tool-retrieval corpus (tools.jsonl
 // and queries.jsonl) and prints one JSON line with recall, MRR, nDCG and
 // timings. With --usage it first measures without learning, then replays
-// a query file as usage and reports what learning changed.
+// a query file as usage and reports what learning changed; with
+// --add-tools the catalog also holds another corpus's tools, so that one
+// corpus's queries can be replayed and the other's evaluated.
 func runSearchEval(args []string) error {
 	fs := flag.NewFlagSet("toolbus-bench search-eval", flag.ContinueOnError)
 	corpus := fs.String("corpus", "", "directory with tools.jsonl and queries.jsonl")
+	addTools := fs.String("add-tools", "", "also index the tools of the corpus in this directory (its tools.jsonl), as one catalog; its queries are not evaluated")
 	usage := fs.String("usage", "", "replay this file's queries (queries.jsonl format) as agents' usage before evaluating; one agent per category")
 	evalPart := fs.String("eval-part", "", "evaluate only half of the corpus's queries: a or b (split by a hash of their IDs)")
 	usagePart := fs.String("usage-part", "", "replay only half of the usage file's queries: a or b")
@@ -24,7 +27,7 @@ func runSearchEval(args []string) error {
 		return err
 	}
 	usageLine := func(why string) error {
-		fmt.Fprintf(fs.Output(), "toolbus-bench search-eval: %s\nusage: toolbus-bench search-eval --corpus DIR [--eval-part a|b] [--usage FILE [--usage-part a|b] [--usage-page N]]\n", why)
+		fmt.Fprintf(fs.Output(), "toolbus-bench search-eval: %s\nusage: toolbus-bench search-eval --corpus DIR [--add-tools DIR] [--eval-part a|b] [--usage FILE [--usage-part a|b] [--usage-page N]]\n", why)
 		return exitError(2)
 	}
 	if *corpus == "" {
@@ -44,7 +47,11 @@ func runSearchEval(args []string) error {
 	if *page < 1 || *page > search.MaxPageSize {
 		return usageLine(fmt.Sprintf("--usage-page %d is out of range 1..%d", *page, search.MaxPageSize))
 	}
-	c, err := searcheval.Load(*corpus)
+	var also []string
+	if *addTools != "" {
+		also = append(also, *addTools)
+	}
+	c, err := searcheval.Load(*corpus, also...)
 	if err != nil {
 		return err
 	}

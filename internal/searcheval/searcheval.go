@@ -129,12 +129,49 @@ type corpusQuery struct {
 // defaultNamespace holds the tools that name none.
 const defaultNamespace = "eval"
 
-// Load reads the corpus in dir and maps its tools to valid tool definitions.
-func Load(dir string) (*Corpus, error) {
+// Load reads the corpus in dir and maps its tools to valid tool
+// definitions. The tools of the corpora in also join the catalog (a
+// catalog that holds several corpora's tools, whose queries.jsonl can be
+// replayed as usage); only dir's queries are evaluated. A tool name that
+// two corpora share is refused.
+func Load(dir string, also ...string) (*Corpus, error) {
 	c := &Corpus{group: make(map[string]string), corpusName: make(map[string]string)}
 	byCorpusName := make(map[string]string) // corpus name → canonical name
 	taken := make(map[string]bool)
-	err := readLines(filepath.Join(dir, "tools.jsonl"), func(data []byte) error {
+	for _, d := range append([]string{dir}, also...) {
+		if err := c.readTools(filepath.Join(d, "tools.jsonl"), byCorpusName, taken); err != nil {
+			return nil, err
+		}
+	}
+	c.groupOfCorpusName = make(map[string]string, len(c.corpusName))
+	for canonical, corpusName := range c.corpusName {
+		if !c.lenient {
+			c.group[canonical] = corpusName
+		}
+		c.groupOfCorpusName[corpusName] = c.group[canonical]
+	}
+	err := readLines(filepath.Join(dir, "queries.jsonl"), func(data []byte) error {
+		q, err := parseQuery(data)
+		if err != nil {
+			return err
+		}
+		for _, r := range q.Relevant {
+			if _, ok := byCorpusName[r]; !ok {
+				return fmt.Errorf("query %q: relevant tool %q is not in tools.jsonl", q.ID, r)
+			}
+		}
+		c.Queries = append(c.Queries, q)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// readTools adds the tools of a tools.jsonl file to the corpus.
+func (c *Corpus) readTools(path string, byCorpusName map[string]string, taken map[string]bool) error {
+	return readLines(path, func(data []byte) error {
 		var t corpusTool
 		if err := json.Unmarshal(data, &t); err != nil {
 			return err
@@ -176,33 +213,6 @@ func Load(dir string) (*Corpus, error) {
 		c.group[name.String()] = original
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	c.groupOfCorpusName = make(map[string]string, len(c.corpusName))
-	for canonical, corpusName := range c.corpusName {
-		if !c.lenient {
-			c.group[canonical] = corpusName
-		}
-		c.groupOfCorpusName[corpusName] = c.group[canonical]
-	}
-	err = readLines(filepath.Join(dir, "queries.jsonl"), func(data []byte) error {
-		q, err := parseQuery(data)
-		if err != nil {
-			return err
-		}
-		for _, r := range q.Relevant {
-			if _, ok := byCorpusName[r]; !ok {
-				return fmt.Errorf("query %q: relevant tool %q is not in tools.jsonl", q.ID, r)
-			}
-		}
-		c.Queries = append(c.Queries, q)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
 }
 
 // parseQuery reads one line of a queries.jsonl file.

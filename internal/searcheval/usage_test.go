@@ -110,3 +110,45 @@ func TestParts(t *testing.T) {
 		t.Errorf("parts of %d and %d queries", a, b)
 	}
 }
+
+// With another corpus's tools in the catalog, that corpus's queries can be
+// replayed as usage and this one's evaluated: the tools that got evidence
+// are the other corpus's, so every evaluated query is one without usage.
+func TestUsageOfAnotherCorpus(t *testing.T) {
+	viewer := writeCorpus(t, `{"name": "media.view_image", "description": "Displays an image file (PNG, JPEG) to the user.", "parameters": {}}
+`, gapUsage)
+	rest := writeCorpus(t, `{"name": "fs.edit_file", "description": "Edit a file: show the lines around a change and write it back.", "parameters": {}}
+{"name": "money.convert", "description": "Convert an amount between currencies.", "parameters": {}}
+`, `{"id": "e1", "query": "edit the lines of a file", "relevant": ["fs.edit_file"], "category": "eval"}
+{"id": "e2", "query": "convert currency", "relevant": ["money.convert"], "category": "eval"}
+`)
+	usage := filepath.Join(viewer, "queries.jsonl")
+	alone, err := Load(rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alone.EvaluateWithUsage(search.DefaultConfig(), UsageOptions{File: usage}); err == nil || !strings.Contains(err.Error(), `"media.view_image" is not in the corpus`) {
+		t.Fatalf("usage of a corpus whose tools are not in the catalog: %v", err)
+	}
+	c, err := Load(rest, viewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Tools) != 3 || len(c.Queries) != 2 {
+		t.Fatalf("catalog of %d tools and %d queries; want 3 and 2 (the first corpus's)", len(c.Tools), len(c.Queries))
+	}
+	r, err := c.EvaluateWithUsage(search.DefaultConfig(), UsageOptions{File: usage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	L := r.Learning
+	if L.UsageQueries != 4 || L.ToolsWithUsage != 1 || L.NoUsage.Queries != 2 {
+		t.Errorf("replayed %d queries for %d tools, %d evaluated queries without usage; want 4, 1, 2", L.UsageQueries, L.ToolsWithUsage, L.NoUsage.Queries)
+	}
+	if !near(L.Before.RecallAt1, 1) || L.NoUsage.After != L.Before {
+		t.Errorf("figures before %+v, after on queries without usage %+v", L.Before, L.NoUsage.After)
+	}
+	if _, err := Load(rest, rest); err == nil || !strings.Contains(err.Error(), `"fs.edit_file" listed twice`) {
+		t.Errorf("two corpora sharing a tool name: %v", err)
+	}
+}
