@@ -30,8 +30,9 @@ import (
 // (the coordinator's own work: admission, search, entries) and through
 // NATS with the SDK (a request's round trip on the embedded server), and
 // with a turn (the page saved with the turn, and the search recorded as
-// usage). It reports the median and 99th percentile, and the stored
-// index's size without and with what was learned.
+// usage). It reports the median and 99th percentile, the process's CPU
+// time per search, and the stored index's size without and with what was
+// learned.
 func BenchmarkDiscover(b *testing.B) {
 	const tools, learned = 10_000, 3_000
 	srv := testenv.Server(b)
@@ -149,6 +150,7 @@ func BenchmarkDiscover(b *testing.B) {
 		b.Run(fmt.Sprintf("tools=%d/learned=%d/%s", tools, learned, mode), func(b *testing.B) {
 			durations := make([]time.Duration, 0, b.N)
 			i := 0
+			cpu := processCPU()
 			for b.Loop() {
 				req := &messages.DiscoverRequest{Query: queries[i%len(queries)], Agent: "bench"}
 				if mode == "in-process-turn" {
@@ -167,6 +169,9 @@ func BenchmarkDiscover(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			// The process's CPU time, the embedded server's included:
+			// unlike wall time, other load on the machine leaves it as is.
+			b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(len(durations)), "cpu-µs/op")
 			slices.Sort(durations)
 			b.ReportMetric(float64(durations[len(durations)/2].Microseconds()), "p50-µs")
 			b.ReportMetric(float64(durations[len(durations)*99/100].Microseconds()), "p99-µs")
