@@ -77,6 +77,12 @@ func TestProtocolExamples(t *testing.T) {
 		"InfoReply":            func() any { return &messages.InfoReply{} },
 		"PolicyExplainRequest": func() any { return &messages.PolicyExplainRequest{} },
 		"PolicyExplainReply":   func() any { return &messages.PolicyExplainReply{} },
+
+		"LearningStatusRequest": func() any { return &messages.LearningStatusRequest{} },
+		"LearningStatus":        func() any { return &messages.LearningStatus{} },
+		"LearningSwitchRequest": func() any { return &messages.LearningSwitchRequest{} },
+		"LearningResetRequest":  func() any { return &messages.LearningResetRequest{} },
+		"LearningResetReply":    func() any { return &messages.LearningResetReply{} },
 	}
 	examples := regexp.MustCompile("(?s)<!-- message: (\\w+) -->\\s*```json\\n(.*?)```").FindAllSubmatch(doc, -1)
 	seen := map[string]bool{}

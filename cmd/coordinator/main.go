@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/telemetry"
+	"github.com/toolbus/toolbus/internal/usage"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -38,8 +39,13 @@ func run() error {
 	identitiesFile := flag.String("identities", os.Getenv("TOOLBUS_IDENTITIES"), "identities file (YAML): which agents each NATS user may act as, and which users are operators; without it the agent a request names is trusted")
 	maxWaitsPerUser := flag.Int("max-waits-per-user", coordinator.DefaultMaxWaitsPerUser, "with --identities: the long waits (submits with wait, calls.get and calls.events with wait_ms) one user may hold in this coordinator at once; more are refused with too_many_requests")
 	staleToolTTL := flag.Duration("stale-tool-ttl", coordinator.DefaultStaleToolTTL, "remove the tools of a namespace that has had no live worker this long; 0 keeps them")
+	noLearning := flag.Bool("no-learning", false, "record no usage evidence (what agents searched for and then called), whatever the installation's learning switch says")
+	usageRetention := flag.Duration("usage-retention", usage.DefaultRetention, "how long an agent's usage evidence for a tool is kept after it last changed")
 	metricsListen := flag.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
 	flag.Parse()
+	if *usageRetention <= 0 {
+		return fmt.Errorf("--usage-retention %v: want a positive duration (switch learning off with --no-learning or toolbus learning off)", *usageRetention)
+	}
 	if *staleToolTTL == 0 {
 		*staleToolTTL = -1 // the Config's way of saying off
 	}
@@ -74,6 +80,8 @@ func run() error {
 		StaleToolTTL:        *staleToolTTL,
 		Identities:          identities,
 		MaxWaitsPerUser:     *maxWaitsPerUser,
+		NoLearning:          *noLearning,
+		UsageRetention:      *usageRetention,
 		Resources:           resources.Config{Replicas: *replicas, Reconfigure: *reconfigure},
 		Logger:              log,
 	})

@@ -34,6 +34,7 @@ func run() error {
 	leaseTTL := flag.Duration("lease-ttl", 10*time.Second, "how long standbys wait without seeing the writer renew its lease before one takes over")
 	writeInterval := flag.Duration("write-interval", 250*time.Millisecond, "shortest time between two writes of the index")
 	grace := flag.Duration("grace", time.Minute, "how long a superseded index version stays readable")
+	learnInterval := flag.Duration("learn-interval", 5*time.Minute, "shortest time between two folds of new usage evidence into the index's learned fields")
 	metricsListen := flag.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
 	flag.Parse()
 
@@ -57,6 +58,7 @@ func run() error {
 		LeaseTTL:      *leaseTTL,
 		WriteInterval: *writeInterval,
 		GracePeriod:   *grace,
+		LearnInterval: *learnInterval,
 		Resources:     resources.Config{Replicas: *replicas},
 		Logger:        log,
 	})

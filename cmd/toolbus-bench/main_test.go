@@ -103,12 +103,48 @@ func TestSearchEvalReports(t *testing.T) {
 	if r.Tools != 2 || r.Queries != 1 || r.RecallAt1 != 1 {
 		t.Fatalf("report %+v", r)
 	}
+	var learned struct {
+		Learning *struct {
+			UsageQueries int `json:"usage_queries"`
+			Before       struct {
+				RecallAt1 float64 `json:"recall_at_1"`
+			} `json:"before"`
+		} `json:"learning"`
+	}
+	runToJSON(t, &learned, "search-eval", "--corpus", dir, "--usage", filepath.Join(dir, "queries.jsonl"))
+	if learned.Learning == nil || learned.Learning.UsageQueries != 1 || learned.Learning.Before.RecallAt1 != 1 {
+		t.Fatalf("report with usage %+v", learned.Learning)
+	}
+
+	// Another corpus's tools join the catalog; its queries are replayed.
+	other := t.TempDir()
+	for name, body := range map[string]string{
+		"tools.jsonl":   `{"name": "media.view_image", "description": "Displays an image file.", "parameters": {}}` + "\n",
+		"queries.jsonl": `{"id": "u1", "query": "show me a picture", "relevant": ["media.view_image"], "category": "a"}` + "\n",
+	} {
+		if err := os.WriteFile(filepath.Join(other, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var both struct {
+		Tools    int `json:"tools"`
+		Queries  int `json:"queries"`
+		Learning *struct {
+			ToolsWithUsage int `json:"tools_with_usage"`
+		} `json:"learning"`
+	}
+	runToJSON(t, &both, "search-eval", "--corpus", dir, "--add-tools", other, "--usage", filepath.Join(other, "queries.jsonl"))
+	if both.Tools != 3 || both.Queries != 1 || both.Learning == nil || both.Learning.ToolsWithUsage != 1 {
+		t.Fatalf("report with another corpus's tools and usage: %+v %+v", both, both.Learning)
+	}
 }
 
 // A mode's flags take no positional arguments, and search-eval needs a corpus.
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"bench"}, {"--calls", "x"}, {"search-eval"}, {"search-eval", "--corpus", "a", "b"}} {
+	for _, args := range [][]string{{"bench"}, {"--calls", "x"}, {"search-eval"}, {"search-eval", "--corpus", "a", "b"},
+		{"search-eval", "--corpus", "a", "--eval-part", "c"}, {"search-eval", "--corpus", "a", "--usage-part", "a"},
+		{"search-eval", "--corpus", "a", "--usage", "f", "--usage-page", "0"}} {
 		if err := run(testenv.Context(t), args); err != exitError(2) {
 			t.Errorf("toolbus-bench %s: %v, want exit status 2", strings.Join(args, " "), err)
 		}

@@ -27,7 +27,7 @@ func TestHelpOnStandardOutput(t *testing.T) {
 		{"search"}, {"call"}, {"calls"}, {"calls", "get"}, {"calls", "watch"}, {"calls", "cancel"}, {"calls", "list"},
 		{"turns"}, {"turns", "get"}, {"approvals"}, {"approvals", "list"}, {"approvals", "approve"}, {"approvals", "deny"},
 		{"approvals", "answer"}, {"audit"}, {"workers"}, {"setup"}, {"namespace"}, {"namespace", "add"}, {"namespace", "list"},
-		{"agent"}, {"agent", "add"}, {"agent", "revoke"}, {"up"},
+		{"agent"}, {"agent", "add"}, {"agent", "revoke"}, {"up"}, {"learning"}, {"learning", "reset"},
 	} {
 		for _, help := range []string{"--help", "-h"} {
 			args := append(append([]string{}, command...), help)

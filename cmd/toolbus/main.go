@@ -21,6 +21,7 @@
 //	toolbus namespace add|remove|list  a worker namespace's account, live
 //	toolbus agent add|revoke|list      an agent's user, live
 //	toolbus up --dir DIR               run an installation's servers and services
+//	toolbus learning [status [TOOL]|on|off|reset] discovery's learning from use (operators)
 //
 // Measuring is for developers and has a command of its own, toolbus-bench.
 package main
@@ -106,9 +107,13 @@ Commands:
                                toolbus authn, with an identity provider)
   authn --dir DIR              the auth callout: a connection with a token of the installation's
                                identity provider (setup --oidc-issuer) is a user of its agents
-                               its namespaces, the indexer, the console and the MCP front
   health URL                   ask a health endpoint (a process's /healthz or /readyz): exit status 0
                                when it answers 200, else 1 (a container's health check)
+  learning [status [TOOL]]     whether discovery learns from use, how much evidence there is,
+                               and what it learned of TOOL (operators)
+  learning off|on              switch learning from use off (--reason R) or on, for every
+                               coordinator and indexer (operators)
+  learning reset TOOL|--all    forget the usage evidence for a tool, or for all (operators)
   help [COMMAND]               this text, or a command's synopsis and flags: every command
                                takes --help (standard output, exit status 0)
 
@@ -324,6 +329,8 @@ func runCommand(ctx context.Context, g globals, fs *flag.FlagSet, cmd string, cm
 		return runAuthn(ctx, g, cmdArgs)
 	case "health":
 		return runHealth(ctx, g, cmdArgs)
+	case "learning":
+		return runLearning(ctx, g, cmdArgs)
 	case "help":
 		if len(cmdArgs) > 0 && cmdArgs[0] != "help" && !strings.HasPrefix(cmdArgs[0], "-") {
 			// toolbus help COMMAND [ACTION] is COMMAND [ACTION] --help.
@@ -435,6 +442,7 @@ var synopses = map[string]string{
 	"authn":                "toolbus authn --dir DIR [--max-ttl D] [--workers N] [--queue N] [--fetch-timeout D] [-v]: the auth callout, which makes a connection with a token of the installation's identity provider a user of its agents (docs/operations.md)",
 	"up":                   "toolbus up --dir DIR [--worker-config FILE] [--workspace DIR] [--policy FILE] [--console-listen ADDR] [--mcp-listen ADDR] [--mcp-resource URL] [--console-url URL]: run an installation's servers and services, restarting any that stops",
 	"health":               "toolbus health [--timeout D] URL: ask a health endpoint (/healthz, /readyz); exit status 0 when it answers 200, else 1 (a container's health check)",
+	"learning":             "toolbus learning [status [TOOL]] | learning off --reason R | learning on | learning reset TOOL | learning reset --all: what discovery learned from use, and switching it off, on, or forgetting it (operators)",
 }
 
 // newFlags is the flag set of a command. Its usage is its synopsis and

@@ -98,6 +98,9 @@ func (c *Console) Handler() http.Handler {
 	private.HandleFunc("GET /audit", c.auditPage)
 	private.HandleFunc("GET /turns", c.turnPage)
 	private.HandleFunc("GET /turns/{id}", c.turnPage)
+	private.HandleFunc("GET /learning", c.learningPage)
+	private.HandleFunc("POST /learning/switch", c.switchLearning)
+	private.HandleFunc("POST /learning/reset", c.resetLearning)
 	mux.Handle("/", c.authenticate(private))
 	return securityHeaders(mux)
 }

@@ -1,8 +1,10 @@
 // Package admin is the operators' web console (toolbus console, and the one
 // toolbus dev starts): the catalog with its workers, the execution log, a
-// call's timeline, approvals, the audit log and turns. It is one more client
-// of the bus, through pkg/client with an operator's rights, and keeps no
-// state of its own beyond its login sessions, which live in memory.
+// call's timeline, approvals, the audit log, turns, and discovery's
+// learning from use (its switch, what was learned of a tool, its reset).
+// It is one more client of the bus, through pkg/client with an operator's
+// rights, and keeps no state of its own beyond its login sessions, which
+// live in memory.
 //
 // Pages are rendered on the server with html/template, which escapes what
 // tools, workers and agents wrote (all of it hostile input); a little

@@ -87,7 +87,12 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 		messages.EndpointStatsCalls:  decoding(c.callStats),
 
 		messages.EndpointPolicyExplain: decoding(c.explainPolicy),
-		messages.EndpointInfo:          decoding(c.info),
+
+		messages.EndpointLearningStatus:  decoding(c.learning.status),
+		messages.EndpointLearningEnable:  decoding(c.learning.enable),
+		messages.EndpointLearningDisable: decoding(c.learning.disable),
+		messages.EndpointLearningReset:   decoding(c.learning.reset),
+		messages.EndpointInfo:            decoding(c.info),
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/reuse"
 	"github.com/toolbus/toolbus/internal/tracing"
+	"github.com/toolbus/toolbus/internal/usage"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/policy"
 )
@@ -112,6 +113,19 @@ type Config struct {
 	// JWT carries Toolbus claims acts as they say (claims.go); without it,
 	// a request of any other user from another account is refused.
 	Identities *Identities
+	// NoLearning makes this coordinator record no usage evidence, whatever
+	// the installation's learning switch (learning.disable) says. By
+	// default it records, in the usage bucket, what agents searched for in
+	// each turn and which of the tools found they then called, which
+	// discovery learns from (docs/operations.md).
+	NoLearning bool
+	// UsageRetention is how long an agent's evidence for a tool is kept
+	// after it last changed. Defaults to usage.DefaultRetention (30 days).
+	UsageRetention time.Duration
+	// UsageTurnWindow is how long a turn's searches are kept after its
+	// last one: a call later than that is no evidence. Defaults to
+	// usage.DefaultTurnWindow (1h).
+	UsageTurnWindow time.Duration
 	// Resources sizes the streams and buckets the coordinator creates if they are missing.
 	Resources resources.Config
 	// Logger defaults to slog.Default().
@@ -161,6 +175,12 @@ func (c Config) withDefaults() Config {
 	if c.WorkspaceReloadInterval == 0 {
 		c.WorkspaceReloadInterval = 2 * time.Second
 	}
+	if c.UsageRetention == 0 {
+		c.UsageRetention = usage.DefaultRetention
+	}
+	if c.UsageTurnWindow == 0 {
+		c.UsageTurnWindow = usage.DefaultTurnWindow
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -204,6 +224,8 @@ func (c Config) validate() error {
 		{"WorkspaceReloadInterval", c.WorkspaceReloadInterval},
 		{"ApprovalTTL", c.ApprovalTTL},
 		{"GrantTTL", c.GrantTTL},
+		{"UsageRetention", c.UsageRetention},
+		{"UsageTurnWindow", c.UsageTurnWindow},
 	} {
 		if f.value < 0 {
 			return fmt.Errorf("%w: %s is %v; it must be positive", ErrInvalidConfig, f.name, f.value)
@@ -241,6 +263,7 @@ type Coordinator struct {
 	// statsScans the scans of stats.calls under way.
 	depths     *depthHistory
 	statsScans *statsShare
+	learning   *learning
 
 	// The API's requests: at most MaxConcurrentRequests at once, each on
 	// a goroutine of handlers.

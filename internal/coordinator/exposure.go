@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/toolbus/toolbus/internal/discovery"
+	"github.com/toolbus/toolbus/internal/usage"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/exposure"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -26,6 +27,9 @@ type toolView struct {
 	index    *discovery.Index
 	formats  formatCache
 	expo     exposureCatalog
+	// usage records each search of a turn, evidence for the calls that
+	// follow; nil records none.
+	usage *usage.Recorder
 }
 
 // exposureCatalog is the snapshot of enabled tools that exposure resolves
@@ -372,5 +376,6 @@ func (v *toolView) discover(ctx context.Context, dr *messages.DiscoverRequest) (
 			return nil, err
 		}
 	}
+	v.usage.Searched(dr.Turn, agent, dr.Query, page)
 	return reply, nil
 }

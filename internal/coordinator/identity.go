@@ -400,6 +400,19 @@ func (id *identity) authorize(endpoint string, req any) error {
 			return err
 		}
 		return id.by(&r.By)
+	case *messages.LearningStatusRequest:
+		// Learned terms are the words of every agent's queries.
+		return id.operator(endpoint)
+	case *messages.LearningSwitchRequest:
+		if err := id.operator(endpoint); err != nil {
+			return err
+		}
+		return id.by(&r.By)
+	case *messages.LearningResetRequest:
+		if err := id.operator(endpoint); err != nil {
+			return err
+		}
+		return id.by(&r.By)
 	}
 	return nil
 }

@@ -11,9 +11,11 @@ import (
 
 	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/usage"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/exposure"
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/search"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -84,6 +86,7 @@ func (c *Coordinator) startSteps() []startStep {
 			}
 			return index.Stop, nil
 		}},
+		{"usage", c.startLearning},
 		{"", func(context.Context) (func(context.Context) error, error) {
 			stream := &callStream{nc: c.nc, names: c.names, stream: eventsStream, log: c.log}
 			sweep = c.buildRooms(view, index, exposure.NewResolver(workspace), catalogKV, turnsKV, approvalsKV, stream)
@@ -148,7 +151,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 		}
 		return nil
 	}
-	c.view = &toolView{catalog: view, resolver: resolver, policy: &c.policy, turns: turns, index: index}
+	c.view = &toolView{catalog: view, resolver: resolver, policy: &c.policy, turns: turns, index: index, usage: c.learning.recorder}
 	c.approvals = &approvals{
 		store:  bucket{approvalsKV, c.cfg.UnavailableWait},
 		ledger: retryingLedger{c.ledger, c.cfg.UnavailableWait},
@@ -189,10 +192,42 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 		audit:     audit,
 		queue:     queue,
 		tracer:    c.tracer,
+		usage:     c.learning.recorder,
 	}
 	c.switches = &toolSwitches{catalog: view, store: catalog.NewStore(catalogKV)}
 	c.calls = &calls{ledger: c.ledger, wait: c.cfg.UnavailableWait, turns: turns, approvals: c.approvals, nc: c.nc, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
 	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, catalog: view, depths: c.depths, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, unavailableWait: c.cfg.UnavailableWait, log: c.log}
+}
+
+// startLearning makes the usage bucket and, unless the configuration
+// says not to, starts recording usage evidence.
+func (c *Coordinator) startLearning(ctx context.Context) (func(context.Context) error, error) {
+	kv, err := resources.EnsureUsageBucket(ctx, c.js, c.names, c.cfg.Resources)
+	if err != nil {
+		return nil, err
+	}
+	c.learning = &learning{store: usage.NewStore(kv, c.js, search.LearnConfig{}), retention: c.cfg.UsageRetention, turnWindow: c.cfg.UsageTurnWindow, log: c.log}
+	if c.cfg.NoLearning {
+		return nil, nil
+	}
+	rec, err := usage.NewRecorder(usage.RecorderConfig{
+		Bucket: kv,
+		JS:     c.js,
+		Outcome: func(ctx context.Context, call *messages.CallRequest) (*messages.CallResult, error) {
+			return c.ledger.AwaitResult(ctx, messages.TurnBucket(call.Turn), call.Namespace, call.CallID)
+		},
+		TurnWindow: c.cfg.UsageTurnWindow,
+		Retention:  c.cfg.UsageRetention,
+		Logger:     c.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := rec.Start(ctx); err != nil {
+		return nil, err
+	}
+	c.learning.recorder = rec
+	return rec.Stop, nil
 }
 
 // serveAPI adds the micro service and its endpoints. Its stop stops

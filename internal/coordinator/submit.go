@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/tracing"
+	"github.com/toolbus/toolbus/internal/usage"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/exposure"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -36,6 +37,25 @@ type submitPipeline struct {
 	audit     auditFunc
 	queue     *callQueue
 	tracer    trace.Tracer
+	// usage records the calls it accepts, evidence for discovery when a
+	// search of their turn found their tool; nil records none.
+	usage *usage.Recorder
+}
+
+// accepted counts a call the coordinator took (queued, or held for an
+// approval) and hands it to the usage recorder with its authenticated
+// user. The built-in tools' calls are no evidence: searching is not
+// calling what was found.
+func (p *submitPipeline) accepted(ctx context.Context, call *messages.CallRequest) {
+	submitted(call)
+	if p.usage == nil || call.Turn == "" || call.Namespace == BuiltinNamespace {
+		return
+	}
+	user := ""
+	if id := identityOf(ctx); id != nil {
+		user = id.caller.String()
+	}
+	p.usage.Called(call, user)
 }
 
 // submitLimits are the bounds and defaults a submit is held to.
@@ -329,7 +349,7 @@ func (p *submitPipeline) record(ctx context.Context, call *messages.CallRequest,
 			return nil, err
 		}
 		p.audit(ctx, v.audit, call, &tool.Definition, v.decision, "")
-		submitted(call)
+		p.accepted(ctx, call)
 		return &messages.SubmitReply{CallID: call.CallID, State: messages.StateAwaitingApproval, Approval: v.approval}, nil
 	}
 	if v.audit != "" {
@@ -358,7 +378,7 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 				then(p.queue.duplicate(rctx, call, sr))
 				return
 			}
-			submitted(call)
+			p.accepted(ctx, call)
 			then(&messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}, nil)
 		})
 		return nil, err == nil, err
@@ -372,7 +392,7 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 			reply, err := p.queue.duplicate(ctx, call, sr)
 			return reply, false, err
 		}
-		submitted(call)
+		p.accepted(ctx, call)
 		return &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}, false, nil
 	}
 	// Subscribed before the call is published, so the result cannot slip past.
@@ -389,7 +409,7 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 		reply, err := p.queue.duplicate(ctx, call, sr)
 		return reply, false, err
 	}
-	submitted(call)
+	p.accepted(ctx, call)
 	reply := &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}
 	reply, err = p.queue.awaitResult(ctx, messages.TurnBucket(call.Turn), call.Namespace, reply, writes, waitDuration(sr, call.Deadline, p.limits.maxWait))
 	return reply, false, err

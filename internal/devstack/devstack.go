@@ -88,6 +88,10 @@ type Stack struct {
 }
 
 // URL is the NATS URL that clients connect to.
+// devLearnInterval is how often toolbus dev's indexer folds new usage
+// evidence into its index.
+const devLearnInterval = 10 * time.Second
+
 func (s *Stack) URL() string { return s.Server.URL() }
 
 // Start starts the stack.
@@ -175,7 +179,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Indexer, err = indexer.New(indexer.Config{Conn: indexerConn, Prefix: cfg.Prefix, Logger: cfg.Logger.With("component", "indexer")})
+	// One machine's small catalog: what use teaches shows within seconds.
+	s.Indexer, err = indexer.New(indexer.Config{Conn: indexerConn, Prefix: cfg.Prefix, LearnInterval: devLearnInterval, Logger: cfg.Logger.With("component", "indexer")})
 	if err != nil {
 		return nil, err
 	}

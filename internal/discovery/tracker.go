@@ -36,6 +36,9 @@ type Tracker struct {
 
 	ix        *search.Index
 	revisions map[string]uint64 // canonical name → catalog revision indexed
+	// learned holds the learned fields set (SetLearned), to set them again
+	// on an index built anew.
+	learned map[messages.ToolName][]search.LearnedTerm
 	// rejected holds the revisions of definitions the index refused (an
 	// invalid name), so that each is reported once.
 	rejected map[string]uint64
@@ -57,7 +60,7 @@ func NewTracker(view *catalog.View, cfg search.Config, log *slog.Logger) (*Track
 	if err != nil {
 		return nil, fmt.Errorf("discovery tracker: %w", err)
 	}
-	return &Tracker{view: view, cfg: ix.Config(), log: log, ix: ix, revisions: map[string]uint64{}, rejected: map[string]uint64{}}, nil
+	return &Tracker{view: view, cfg: ix.Config(), log: log, ix: ix, revisions: map[string]uint64{}, rejected: map[string]uint64{}, learned: map[messages.ToolName][]search.LearnedTerm{}}, nil
 }
 
 // Index returns the index. It changes in place with Sync; Sync replaces it
@@ -155,6 +158,11 @@ func (t *Tracker) reconcile(ix *search.Index, revisions map[string]uint64, mayBu
 	ix.Remove(removals...)
 	if mayBuild && ix.Len() == 0 && len(upserts) > buildThreshold {
 		if built, err := search.Build(t.cfg, upserts); err == nil {
+			for name, terms := range t.learned {
+				if _, err := built.SetLearned(name, terms); err != nil {
+					t.log.Warn("discovery: learned terms left out", "tool", name, "error", err)
+				}
+			}
 			t.ix = built
 			return true, nil
 		}
@@ -173,18 +181,37 @@ func (t *Tracker) reconcile(ix *search.Index, revisions map[string]uint64, mayBu
 	return true, nil
 }
 
+// SetLearned sets a tool's learned field (search.Index.SetLearned), for
+// the tool's definitions to come too, and reports whether the index
+// changed.
+func (t *Tracker) SetLearned(name messages.ToolName, terms []search.LearnedTerm) (bool, error) {
+	changed, err := t.ix.SetLearned(name, terms)
+	if err != nil {
+		return false, err
+	}
+	if len(terms) == 0 {
+		delete(t.learned, name)
+	} else {
+		t.learned[name] = terms
+	}
+	if changed {
+		t.fingerprint = ""
+	}
+	return changed, nil
+}
+
 // Fingerprint identifies what the index answers: the SHA-256 of the search
-// parameters and of the indexed tools' names and catalog revisions. Two
-// indexes with one fingerprint answer every query alike, since a catalog
-// revision names one definition.
+// parameters, of the indexed tools' names and catalog revisions, and of
+// their learned fields. Two indexes with one fingerprint answer every
+// query alike, since a catalog revision names one definition.
 func (t *Tracker) Fingerprint() string {
 	if t.fingerprint == "" {
-		t.fingerprint = fingerprint(t.cfg, t.revisions)
+		t.fingerprint = fingerprint(t.cfg, t.revisions, t.ix)
 	}
 	return t.fingerprint
 }
 
-func fingerprint(cfg search.Config, revisions map[string]uint64) string {
+func fingerprint(cfg search.Config, revisions map[string]uint64, ix *search.Index) string {
 	h := sha256.New()
 	var b []byte
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(cfg.K1))
@@ -201,5 +228,23 @@ func fingerprint(cfg search.Config, revisions map[string]uint64) string {
 		b = binary.AppendUvarint(b, revisions[name])
 		h.Write(b)
 	}
+	// Learned fields come after a byte that begins no name's length.
+	first := true
+	ix.EachLearned(func(name string, terms []search.LearnedTerm) {
+		if first {
+			h.Write([]byte{0xff})
+			first = false
+		}
+		b = b[:0]
+		b = binary.AppendUvarint(b, uint64(len(name)))
+		b = append(b, name...)
+		b = binary.AppendUvarint(b, uint64(len(terms)))
+		for _, lt := range terms {
+			b = binary.AppendUvarint(b, uint64(len(lt.Term)))
+			b = append(b, lt.Term...)
+			b = append(b, lt.Count)
+		}
+		h.Write(b)
+	})
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/instance"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/usage"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/search"
@@ -45,6 +46,12 @@ type Config struct {
 	ChunkSize int
 	// Search holds the index parameters. Defaults to search.DefaultConfig().
 	Search search.Config
+	// LearnInterval is the shortest time between two folds of new usage
+	// evidence into the index's learned fields, each of which may lead to
+	// a new version. Defaults to 5m.
+	LearnInterval time.Duration
+	// Learn weighs usage evidence. Defaults to search.DefaultLearnConfig().
+	Learn search.LearnConfig
 	// Resources sizes the streams and buckets the indexer creates if they are missing.
 	Resources resources.Config
 	// Logger defaults to slog.Default().
@@ -69,6 +76,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ChunkSize == 0 {
 		c.ChunkSize = discovery.DefaultChunkSize
+	}
+	if c.LearnInterval == 0 {
+		c.LearnInterval = 5 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -96,8 +106,8 @@ func (c Config) validate() error {
 	if c.LeaseTTL < minLeaseTTL {
 		return fmt.Errorf("lease TTL %v is below %v", c.LeaseTTL, minLeaseTTL)
 	}
-	if c.WriteInterval < 0 || c.GracePeriod < 0 {
-		return errors.New("write interval and grace period must not be negative")
+	if c.WriteInterval < 0 || c.GracePeriod < 0 || c.LearnInterval < 0 {
+		return errors.New("write interval, grace period and learn interval must not be negative")
 	}
 	if limit := int(c.Conn.MaxPayload()) - chunkHeadroom; c.ChunkSize <= 0 || (c.Conn.MaxPayload() > 0 && c.ChunkSize > limit) {
 		return fmt.Errorf("chunk size %d is out of range 1..%d (the server's maximum payload less %d)", c.ChunkSize, limit, chunkHeadroom)
@@ -119,9 +129,52 @@ type Indexer struct {
 	tracker *discovery.Tracker
 	lease   *lease
 	writer  *writer
+	// usage follows the usage bucket, once it exists (the coordinator
+	// creates it): the evidence folded into the learned fields.
+	usage      *usage.Follower
+	usageWatch jetstream.KeyWatcher
 
 	cancel context.CancelFunc
 	bg     sync.WaitGroup
+}
+
+// followUsage starts following the usage bucket if it exists, and learns
+// what it holds; it reports whether it follows it.
+func (ix *Indexer) followUsage(ctx, runCtx context.Context) bool {
+	kv, err := ix.js.KeyValue(ctx, ix.names.UsageBucket())
+	if err != nil {
+		ix.log.Debug("indexer: no usage bucket yet; nothing learned from use", "error", err)
+		return false
+	}
+	w, err := followed{KeyValue: kv, nc: ix.cfg.Conn, names: ix.names}.Watch(runCtx, ">")
+	if err != nil {
+		ix.log.Warn("indexer: usage bucket not followed; nothing learned from use", "error", err)
+		return false
+	}
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		ix.usage.Apply(e)
+	}
+	ix.usageWatch = w
+	ix.learn()
+	return true
+}
+
+// learn folds the evidence that changed into the learned fields, and
+// reports whether the index changed.
+func (ix *Indexer) learn() bool {
+	changed := false
+	for name, terms := range ix.usage.Changes() {
+		ok, err := ix.tracker.SetLearned(name, terms)
+		if err != nil {
+			ix.log.Warn("indexer: learned terms not indexed", "tool", name, "error", err)
+			continue
+		}
+		changed = changed || ok
+	}
+	return changed
 }
 
 // New returns an indexer; Start runs it.
@@ -195,6 +248,11 @@ func (ix *Indexer) Start(ctx context.Context) error {
 		cancel()
 		return fmt.Errorf("indexer: %w", err)
 	}
+	ix.usage = usage.NewFollower(ix.cfg.Learn)
+	// The evidence stored so far is learned before the first write, so
+	// that a restart writes what the last version holds, not a version
+	// without it first.
+	ix.followUsage(ctx, runCtx)
 	leaseWatch, err := kv.Watch(runCtx, discovery.LeaseKey)
 	if err != nil {
 		cancel()
@@ -240,6 +298,10 @@ func sweepInterval(grace time.Duration) time.Duration {
 	return min(max(grace/2, 50*time.Millisecond), 30*time.Second)
 }
 
+// usageRetryInterval is how often an indexer that found no usage bucket
+// looks for it again.
+const usageRetryInterval = 5 * time.Second
+
 // maxRetryDelay bounds the wait before writing again after a failed write.
 const maxRetryDelay = 5 * time.Second
 
@@ -252,8 +314,25 @@ func (ix *Indexer) run(ctx context.Context) {
 		timer     *time.Timer
 		timerC    <-chan time.Time
 		sweep     = time.NewTicker(sweepInterval(ix.cfg.GracePeriod))
+		// Usage evidence that changed is learned at most every
+		// LearnInterval; the bucket is looked for again every retry
+		// until a coordinator made it.
+		usageUpdates <-chan jetstream.KeyValueEntry
+		learnTimer   *time.Timer
+		learnC       <-chan time.Time
+		lastLearn    = time.Now()
+		usageRetry   = time.NewTicker(usageRetryInterval)
 	)
 	defer sweep.Stop()
+	defer usageRetry.Stop()
+	defer func() {
+		if ix.usageWatch != nil {
+			_ = ix.usageWatch.Stop()
+		}
+	}()
+	if ix.usageWatch != nil {
+		usageUpdates = ix.usageWatch.Updates()
+	}
 	// arm schedules a write WriteInterval after the last one, or at once.
 	arm := func(after time.Duration) {
 		if timerC != nil || !ix.lease.Valid() {
@@ -295,6 +374,28 @@ func (ix *Indexer) run(ctx context.Context) {
 				continue
 			}
 			dirty, retry = false, ix.cfg.WriteInterval
+		case e, ok := <-usageUpdates:
+			if !ok {
+				usageUpdates = nil
+				continue
+			}
+			if ix.usage.Apply(e) && learnC == nil {
+				learnTimer = time.NewTimer(max(0, time.Until(lastLearn.Add(ix.cfg.LearnInterval))))
+				learnC = learnTimer.C
+			}
+		case <-learnC:
+			learnC = nil
+			lastLearn = time.Now()
+			if ix.learn() {
+				dirty = true
+				arm(ix.cfg.WriteInterval)
+			}
+		case <-usageRetry.C:
+			if ix.usageWatch == nil && ix.followUsage(ctx, ctx) {
+				usageUpdates = ix.usageWatch.Updates()
+				dirty = true
+				arm(ix.cfg.WriteInterval)
+			}
 		case <-sweep.C:
 			if ix.lease.Valid() {
 				if err := ix.writer.sweep(ctx); err != nil && ctx.Err() == nil {
@@ -304,6 +405,9 @@ func (ix *Indexer) run(ctx context.Context) {
 		case <-ctx.Done():
 			if timer != nil {
 				timer.Stop()
+			}
+			if learnTimer != nil {
+				learnTimer.Stop()
 			}
 			return
 		}

@@ -59,6 +59,9 @@ type Config struct {
 	// watch holds a consumer on the events stream. Waiting for a result
 	// holds none. Defaults to 10,000.
 	MaxWatchers int
+	// UsageMaxBytes bounds the usage bucket (UsageBucketConfig). Defaults
+	// to DefaultUsageMaxBytes.
+	UsageMaxBytes int64
 }
 
 // DefaultReplicas is the replication of a new installation when the
@@ -180,6 +183,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxWatchers == 0 {
 		c.MaxWatchers = 10_000
 	}
+	if c.UsageMaxBytes == 0 {
+		c.UsageMaxBytes = DefaultUsageMaxBytes
+	}
 	return c
 }
 
@@ -299,11 +305,26 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 	}
 	want.AllowRollup = false
 	want.RePublish = kv.RePublish
+	want.MaxBytes = orUnlimited(kv.MaxBytes)
+	want.MaxMsgSize = int32(orUnlimited(int64(kv.MaxValueSize)))
+	if kv.LimitMarkerTTL > 0 {
+		want.SubjectDeleteMarkerTTL = kv.LimitMarkerTTL
+		want.AllowMsgTTL = true
+	}
 	if reflect.DeepEqual(want, cfg) {
 		return nil
 	}
 	_, err = js.UpdateStream(ctx, want)
 	return err
+}
+
+// orUnlimited is a limit of a key-value configuration as its stream has
+// it: 0, no limit, is -1 there.
+func orUnlimited(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // BucketRePublish has a bucket's stream republish the headers of each

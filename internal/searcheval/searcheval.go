@@ -56,6 +56,15 @@ type Report struct {
 	Strict *Metrics `json:"strict,omitempty"`
 	// EncodedBytes is the size of the encoded index.
 	EncodedBytes int `json:"encoded_bytes"`
+	// Learning holds the figures of learning from replayed usage, when
+	// usage was replayed (EvaluateWithUsage); the figures above are then
+	// those after the whole replay.
+	Learning *LearningReport `json:"learning,omitempty"`
+}
+
+// metrics returns the report's main figures.
+func (r Report) metrics() Metrics {
+	return Metrics{RecallAt1: r.RecallAt1, RecallAt5: r.RecallAt5, RecallAt10: r.RecallAt10, MRRAt10: r.MRRAt10, NDCGAt10: r.NDCGAt10}
 }
 
 // Metrics are ranking-quality figures averaged over queries.
@@ -120,12 +129,49 @@ type corpusQuery struct {
 // defaultNamespace holds the tools that name none.
 const defaultNamespace = "eval"
 
-// Load reads the corpus in dir and maps its tools to valid tool definitions.
-func Load(dir string) (*Corpus, error) {
+// Load reads the corpus in dir and maps its tools to valid tool
+// definitions. The tools of the corpora in also join the catalog (a
+// catalog that holds several corpora's tools, whose queries.jsonl can be
+// replayed as usage); only dir's queries are evaluated. A tool name that
+// two corpora share is refused.
+func Load(dir string, also ...string) (*Corpus, error) {
 	c := &Corpus{group: make(map[string]string), corpusName: make(map[string]string)}
 	byCorpusName := make(map[string]string) // corpus name → canonical name
 	taken := make(map[string]bool)
-	err := readLines(filepath.Join(dir, "tools.jsonl"), func(data []byte) error {
+	for _, d := range append([]string{dir}, also...) {
+		if err := c.readTools(filepath.Join(d, "tools.jsonl"), byCorpusName, taken); err != nil {
+			return nil, err
+		}
+	}
+	c.groupOfCorpusName = make(map[string]string, len(c.corpusName))
+	for canonical, corpusName := range c.corpusName {
+		if !c.lenient {
+			c.group[canonical] = corpusName
+		}
+		c.groupOfCorpusName[corpusName] = c.group[canonical]
+	}
+	err := readLines(filepath.Join(dir, "queries.jsonl"), func(data []byte) error {
+		q, err := parseQuery(data)
+		if err != nil {
+			return err
+		}
+		for _, r := range q.Relevant {
+			if _, ok := byCorpusName[r]; !ok {
+				return fmt.Errorf("query %q: relevant tool %q is not in tools.jsonl", q.ID, r)
+			}
+		}
+		c.Queries = append(c.Queries, q)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// readTools adds the tools of a tools.jsonl file to the corpus.
+func (c *Corpus) readTools(path string, byCorpusName map[string]string, taken map[string]bool) error {
+	return readLines(path, func(data []byte) error {
 		var t corpusTool
 		if err := json.Unmarshal(data, &t); err != nil {
 			return err
@@ -167,36 +213,21 @@ func Load(dir string) (*Corpus, error) {
 		c.group[name.String()] = original
 		return nil
 	})
-	if err != nil {
-		return nil, err
+}
+
+// parseQuery reads one line of a queries.jsonl file.
+func parseQuery(data []byte) (Query, error) {
+	var q corpusQuery
+	if err := json.Unmarshal(data, &q); err != nil {
+		return Query{}, err
 	}
-	c.groupOfCorpusName = make(map[string]string, len(c.corpusName))
-	for canonical, corpusName := range c.corpusName {
-		if !c.lenient {
-			c.group[canonical] = corpusName
-		}
-		c.groupOfCorpusName[corpusName] = c.group[canonical]
+	if q.ID == "" {
+		return Query{}, errors.New(`query has no "id"`)
 	}
-	err = readLines(filepath.Join(dir, "queries.jsonl"), func(data []byte) error {
-		var q corpusQuery
-		if err := json.Unmarshal(data, &q); err != nil {
-			return err
-		}
-		if len(q.Relevant) == 0 {
-			return fmt.Errorf("query %q lists no relevant tool", q.ID)
-		}
-		for _, r := range q.Relevant {
-			if _, ok := byCorpusName[r]; !ok {
-				return fmt.Errorf("query %q: relevant tool %q is not in tools.jsonl", q.ID, r)
-			}
-		}
-		c.Queries = append(c.Queries, Query{ID: q.ID, Text: q.Query, Category: q.Category, Relevant: q.Relevant})
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	if len(q.Relevant) == 0 {
+		return Query{}, fmt.Errorf("query %q lists no relevant tool", q.ID)
 	}
-	return c, nil
+	return Query{ID: q.ID, Text: q.Query, Category: q.Category, Relevant: q.Relevant}, nil
 }
 
 func cmpOr(a, b string) string {
@@ -281,8 +312,11 @@ func (c *Corpus) Evaluate(cfg search.Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	build := time.Since(start)
+	return c.evaluate(ix, time.Since(start))
+}
 
+// evaluate runs every query on ix, which took build to build, and scores it.
+func (c *Corpus) evaluate(ix *search.Index, build time.Duration) (Report, error) {
 	var lenient, strict sums
 	depth := 10
 	if c.lenient {

@@ -781,6 +781,32 @@ func (c *Client) SetToolEnabled(ctx context.Context, toolOrNamespace string, ena
 	return c.request(ctx, endpoint, &req, nil, repeatable, 0)
 }
 
+// LearningStatus says whether discovery learns from use and how much
+// evidence there is, and with a tool, what was learned of it. For
+// operators.
+func (c *Client) LearningStatus(ctx context.Context, tool string) (*messages.LearningStatus, error) {
+	var out messages.LearningStatus
+	return &out, c.request(ctx, messages.EndpointLearningStatus, &messages.LearningStatusRequest{Tool: tool}, &out, read, 0)
+}
+
+// SetLearning switches learning from use on or off for the whole
+// installation; switching it off needs a reason. For operators.
+func (c *Client) SetLearning(ctx context.Context, enabled bool, reason string) (*messages.LearningStatus, error) {
+	endpoint := messages.EndpointLearningDisable
+	if enabled {
+		endpoint = messages.EndpointLearningEnable
+	}
+	var out messages.LearningStatus
+	return &out, c.request(ctx, endpoint, &messages.LearningSwitchRequest{Reason: reason, By: c.opts.Agent}, &out, repeatable, 0)
+}
+
+// ResetLearning deletes the usage evidence for a tool, or with an empty
+// tool all of it. For operators.
+func (c *Client) ResetLearning(ctx context.Context, tool string) (*messages.LearningResetReply, error) {
+	var out messages.LearningResetReply
+	return &out, c.request(ctx, messages.EndpointLearningReset, &messages.LearningResetRequest{Tool: tool, All: tool == "", By: c.opts.Agent}, &out, repeatable, 0)
+}
+
 func toJSON(v any) (messages.JSON, error) {
 	switch a := v.(type) {
 	case nil:

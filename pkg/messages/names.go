@@ -596,6 +596,9 @@ func (n Names) ApprovalsBucket() string { return n.prefix + "_approvals" }
 // IndexBucket is the KV bucket that holds the discovery index.
 func (n Names) IndexBucket() string { return n.prefix + "_index" }
 
+// UsageBucket is the KV bucket of usage evidence, which discovery learns from.
+func (n Names) UsageBucket() string { return n.prefix + "_usage" }
+
 // ResultsBucket is the object store that kept every namespace's results
 // too large for one message before each namespace had its own
 // (NamespaceResultsBucket). Results stored then name it in their

@@ -30,15 +30,20 @@ const (
 	FieldTag
 	// FieldHint holds the tool's metadata search hint.
 	FieldHint
+	// FieldLearned holds what use taught of the tool: the normalised terms
+	// of the queries after which agents called it (SetLearned), each as
+	// often as the evidence for it counts. No definition fills it.
+	FieldLearned
 
 	// NumFields is the number of indexed fields.
-	NumFields = 7
+	NumFields = 8
 )
 
-// The scoring loop is unrolled over the fields; it must change with them.
-const _ = uint(NumFields-7) + uint(7-NumFields)
+// The scoring loop is unrolled over the fields, and an encoded posting
+// keeps one bit a field in a byte; both must change with them.
+const _ = uint(NumFields-8) + uint(8-NumFields)
 
-var fieldNames = [NumFields]string{"name", "namespace", "description", "param_name", "param_description", "tag", "hint"}
+var fieldNames = [NumFields]string{"name", "namespace", "description", "param_name", "param_description", "tag", "hint", "learned"}
 
 // String returns the field's snake_case name.
 func (f Field) String() string {

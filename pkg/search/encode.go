@@ -18,8 +18,9 @@ import (
 // analyzerVersion, since an index whose terms were made by another analyzer
 // would quietly miss matches.
 const (
-	encodingMagic   = "TBSI"
-	formatVersion   = 1
+	encodingMagic = "TBSI"
+	// formatVersion 2 added FieldLearned.
+	formatVersion   = 2
 	analyzerVersion = 1
 )
 
@@ -455,7 +456,7 @@ func Decode(data []byte) (*Index, error) {
 			doc = v
 			p := posting{doc: uint32(v)}
 			mask := d.byte("field mask")
-			if d.err == nil && (mask == 0 || mask >= 1<<NumFields) {
+			if d.err == nil && (mask == 0 || uint(mask) >= 1<<NumFields) {
 				d.fail("field mask %#x of term %q is invalid", mask, text)
 				break
 			}
@@ -486,6 +487,23 @@ func Decode(data []byte) (*Index, error) {
 		}
 		ix.terms[id].maxTF = entry.maxTF
 		total += len(postings)
+		for _, p := range postings {
+			if c := p.tf[FieldLearned]; c != 0 {
+				key := ix.docs[p.doc].canonical
+				other := p.tf
+				other[FieldLearned] = 0
+				if other != (termFreqs{}) {
+					d.fail("term %q of tool %q is learned and in its definition", text, key)
+					break
+				}
+				ix.terms[id].learned++
+				if c > MaxLearnedCount || len(ix.learned[key]) == MaxLearnedTerms {
+					d.fail("learned field of tool %q exceeds %d terms of at most %d", key, MaxLearnedTerms, MaxLearnedCount)
+					break
+				}
+				ix.learned[key] = append(ix.learned[key], LearnedTerm{Term: text, Count: c})
+			}
+		}
 	}
 	if d.err == nil && d.off != len(d.b) {
 		d.fail("%d bytes follow the index", len(d.b)-d.off)

@@ -50,6 +50,9 @@ func DefaultConfig() Config {
 	c.Fields[FieldParamDescription] = FieldParams{Weight: 0.5, B: 0.75}
 	c.Fields[FieldTag] = FieldParams{Weight: 1.5, B: 0.5}
 	c.Fields[FieldHint] = FieldParams{Weight: 2, B: 0.5}
+	// A learned count is a quarter of one principal's full evidence (see
+	// LearnConfig.UnitCount); its length says nothing of the tool.
+	c.Fields[FieldLearned] = FieldParams{Weight: 0.5, B: 0}
 	return c
 }
 
@@ -117,6 +120,10 @@ type Index struct {
 	tagIDs       map[string]uint32
 	tags         []string
 
+	// learned holds each tool's learned field by canonical name, for tools
+	// not indexed too, so that a tool upserted again keeps what use taught.
+	learned map[string][]LearnedTerm
+
 	totalLen [NumFields]uint64
 	// norm[f][code] is Weight/(1-B+B*length/average) of field f for a
 	// length whose lengthCode is code; it changes with the averages.
@@ -131,11 +138,52 @@ type termEntry struct {
 	// the most a term can add to a score, to skip tools that cannot make
 	// the page.
 	maxTF termFreqs
+	// learned counts the postings that hold the term in FieldLearned, and
+	// so in no other field: a term of a definition is never learned.
+	learned uint32
 }
 
 func (t *termEntry) add(p posting) {
 	t.postings = insertPosting(t.postings, p)
 	t.raiseMax(p.tf)
+	if p.tf[FieldLearned] != 0 {
+		t.learned++
+	}
+}
+
+// set changes the frequencies of posting i.
+func (t *termEntry) set(i int, tf termFreqs) {
+	p := &t.postings[i]
+	switch old, now := p.tf[FieldLearned] != 0, tf[FieldLearned] != 0; {
+	case now && !old:
+		t.learned++
+	case old && !now:
+		t.learned--
+	}
+	p.tf = tf
+	t.raiseMax(tf)
+}
+
+// remove drops the posting of doc, if the term has one.
+func (t *termEntry) remove(doc uint32) {
+	i := sort.Search(len(t.postings), func(i int) bool { return t.postings[i].doc >= doc })
+	if i < len(t.postings) && t.postings[i].doc == doc {
+		if t.postings[i].tf[FieldLearned] != 0 {
+			t.learned--
+		}
+		t.postings = append(t.postings[:i], t.postings[i+1:]...)
+	}
+}
+
+// df is the term's document frequency for its IDF: the number of tools
+// whose definitions hold it, so that learning leaves the weight of a
+// definition's words as it was; for a term that only learned fields hold,
+// the number of tools that learned it.
+func (t *termEntry) df() float64 {
+	if n := len(t.postings) - int(t.learned); n > 0 {
+		return float64(n)
+	}
+	return float64(len(t.postings))
 }
 
 func (t *termEntry) raiseMax(tf termFreqs) {
@@ -173,6 +221,7 @@ func New(cfg Config) (*Index, error) {
 		exact:        make(map[string][]uint32),
 		namespaceIDs: make(map[string]uint32),
 		tagIDs:       make(map[string]uint32),
+		learned:      make(map[string][]LearnedTerm),
 	}
 	ix.updateNorms()
 	return ix, nil
@@ -281,6 +330,9 @@ func (ix *Index) apply(docs []analyzed) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for i := range docs {
+		if terms := ix.learned[docs[i].canonical]; terms != nil {
+			docs[i].addLearned(terms)
+		}
 		if slot, ok := ix.slotOf[docs[i].canonical]; ok {
 			ix.replace(slot, &docs[i])
 		} else {
@@ -290,7 +342,8 @@ func (ix *Index) apply(docs []analyzed) {
 	ix.updateNorms()
 }
 
-// Remove deletes the named tools and returns how many of them were indexed.
+// Remove deletes the named tools and returns how many of them were
+// indexed. Their learned fields are kept for when they come back.
 func (ix *Index) Remove(names ...messages.ToolName) int {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -391,8 +444,7 @@ func (ix *Index) replace(slot uint32, a *analyzed) {
 		list := ix.terms[id].postings
 		j := sort.Search(len(list), func(j int) bool { return list[j].doc >= slot })
 		if j < len(list) && list[j].doc == slot {
-			list[j].tf = tf
-			ix.terms[id].raiseMax(tf)
+			ix.terms[id].set(j, tf)
 		} else {
 			ix.terms[id].add(posting{doc: slot, tf: tf})
 		}
@@ -425,7 +477,7 @@ func (ix *Index) replace(slot uint32, a *analyzed) {
 
 func (ix *Index) dropPosting(id, slot uint32) {
 	t := &ix.terms[id]
-	t.postings = removePosting(t.postings, slot)
+	t.remove(slot)
 	if len(t.postings) == 0 {
 		delete(ix.termIDs, t.text)
 		*t = termEntry{}
@@ -514,14 +566,6 @@ func insertPosting(list []posting, p posting) []posting {
 	list = append(list, posting{})
 	copy(list[i+1:], list[i:])
 	list[i] = p
-	return list
-}
-
-func removePosting(list []posting, doc uint32) []posting {
-	i := sort.Search(len(list), func(i int) bool { return list[i].doc >= doc })
-	if i < len(list) && list[i].doc == doc {
-		list = append(list[:i], list[i+1:]...)
-	}
 	return list
 }
 

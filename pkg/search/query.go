@@ -89,6 +89,8 @@ type scratch struct {
 	cursors []cursor
 	bounds  []float64
 	contrib []float32
+	learned []float32 // the learned part of each query term's contribution
+	idf     []float32 // each query term's IDF times its weight in the query
 	exact   []uint32
 	top     topK
 	nsAllow []bool
@@ -160,7 +162,7 @@ func (ix *Index) lookupTerms(s *scratch) {
 		i = j
 	}
 	if len(s.terms) > maxQueryTerms {
-		df := func(t queryTerm) int { return len(ix.terms[t.id].postings) }
+		df := func(t queryTerm) float64 { return ix.terms[t.id].df() }
 		slices.SortStableFunc(s.terms, func(a, b queryTerm) int { return cmp.Compare(df(a), df(b)) })
 		s.terms = s.terms[:maxQueryTerms]
 		slices.SortFunc(s.terms, func(a, b queryTerm) int { return strings.Compare(ix.terms[a.id].text, ix.terms[b.id].text) })
@@ -195,9 +197,12 @@ func (c *cursor) advance(doc uint32) {
 }
 
 // contribution is what posting p of a term with the given IDF adds to its
-// tool's score: BM25 saturation of the field-weighted, length-normalised
-// frequency, plus the BM25+ lower bound.
-func (ix *Index) contribution(idf float32, p *posting) float32 {
+// tool's score: from the definition's fields, BM25 saturation of their
+// weighted, length-normalised frequencies plus the BM25+ lower bound; and
+// from the learned field, saturated on its own, which the tool's score
+// then discounts by how little of the query its learned field covers
+// (see learnedScore).
+func (ix *Index) contribution(idf float32, p *posting) (fromDefinition, learned float32) {
 	c := &ix.codes[p.doc]
 	norm := &ix.norm
 	// Unrolled over the fields: a zero frequency costs less than a branch.
@@ -209,7 +214,35 @@ func (ix *Index) contribution(idf float32, p *posting) float32 {
 		float32(p.tf[5])*norm[5][c[5]] +
 		float32(p.tf[6])*norm[6][c[6]]
 	k1 := float32(ix.cfg.K1)
-	return idf * ((k1+1)*t/(k1+t) + float32(ix.cfg.Delta))
+	if t > 0 {
+		fromDefinition = idf * ((k1+1)*t/(k1+t) + float32(ix.cfg.Delta))
+	}
+	if p.tf[7] != 0 {
+		l := float32(p.tf[7]) * norm[7][c[7]]
+		learned = idf * (k1 + 1) * l / (k1 + l)
+	}
+	return fromDefinition, learned
+}
+
+// learnedScore is the learned part of a tool's score: the learned
+// contributions of its terms, times the square root of the share of the
+// query's IDF, mass, that they cover. A query much like those that led
+// agents to the tool gets most of it, a query that shares a word with
+// them (a city, a name) less: measured on the development halves, this
+// keeps most of what learning gains while costing queries for tools
+// without evidence least (docs/BENCHMARKS.md).
+func learnedScore(learned, idf []float32, mass float32) float32 {
+	var sum, covered float32
+	for i, v := range learned {
+		if v != 0 {
+			sum += v
+			covered += idf[i]
+		}
+	}
+	if sum == 0 || mass <= 0 {
+		return 0
+	}
+	return sum * float32(math.Sqrt(float64(min(covered/mass, 1))))
 }
 
 // rank offers the tools that hold a query term to s.top, best first as far
@@ -222,10 +255,14 @@ func (ix *Index) contribution(idf float32, p *posting) float32 {
 func (ix *Index) rank(s *scratch, f *filter) {
 	n := float64(ix.live)
 	s.cursors = s.cursors[:0]
+	s.idf = s.idf[:0]
+	var mass float32
 	for i, qt := range s.terms {
 		t := &ix.terms[qt.id]
-		df := float64(len(t.postings))
+		df := t.df()
 		idf := float32(math.Log(1+(n-df+0.5)/(df+0.5))) * qt.weight
+		s.idf = append(s.idf, idf)
+		mass += idf
 		s.cursors = append(s.cursors, cursor{postings: t.postings, idf: idf, bound: ix.bound(idf, &t.maxTF), term: i})
 	}
 	cs := s.cursors
@@ -237,10 +274,11 @@ func (ix *Index) rank(s *scratch, f *filter) {
 		sum += c.bound
 		s.bounds = append(s.bounds, sum)
 	}
-	if cap(s.contrib) < len(cs) {
+	if cap(s.contrib) < len(cs) || cap(s.learned) < len(cs) {
 		s.contrib = make([]float32, len(cs))
+		s.learned = make([]float32, len(cs))
 	}
-	contrib := s.contrib[:len(cs)]
+	contrib, learned := s.contrib[:len(cs)], s.learned[:len(cs)]
 
 	essential := 0 // cursors from here on propose tools
 	threshold := math.Inf(-1)
@@ -255,12 +293,15 @@ func (ix *Index) rank(s *scratch, f *filter) {
 			return
 		}
 		clear(contrib)
+		clear(learned)
+		// score bounds the tool's score from above: it counts the learned
+		// parts whole.
 		score := 0.0
 		for i := essential; i < len(cs); i++ {
 			if c := &cs[i]; c.pos < len(c.postings) && c.postings[c.pos].doc == doc {
-				v := ix.contribution(c.idf, &c.postings[c.pos])
-				contrib[c.term] = v
-				score += float64(v)
+				v, l := ix.contribution(c.idf, &c.postings[c.pos])
+				contrib[c.term], learned[c.term] = v, l
+				score += float64(v) + float64(l)
 				c.pos++
 			}
 		}
@@ -273,9 +314,9 @@ func (ix *Index) rank(s *scratch, f *filter) {
 			c := &cs[i]
 			c.advance(doc)
 			if c.pos < len(c.postings) && c.postings[c.pos].doc == doc {
-				v := ix.contribution(c.idf, &c.postings[c.pos])
-				contrib[c.term] = v
-				score += float64(v)
+				v, l := ix.contribution(c.idf, &c.postings[c.pos])
+				contrib[c.term], learned[c.term] = v, l
+				score += float64(v) + float64(l)
 			}
 		}
 		if pruned || isIn(s.exact, doc) {
@@ -285,6 +326,7 @@ func (ix *Index) rank(s *scratch, f *filter) {
 		for _, v := range contrib {
 			total += v
 		}
+		total += learnedScore(learned, s.idf, mass)
 		s.top.offer(doc, total, f)
 		if len(s.top.items) >= s.top.k {
 			// The slack covers float32 rounding: a tool whose bound equals
@@ -298,33 +340,44 @@ func (ix *Index) rank(s *scratch, f *filter) {
 }
 
 // bound is the most a term can add to one tool's score: its frequencies
-// can be no higher than maxTF, and a field holding tf occurrences is at
-// least tf long.
+// can be no higher than maxTF, a field holding tf occurrences is at least
+// tf long, and the learned part counts at most whole.
 func (ix *Index) bound(idf float32, maxTF *termFreqs) float64 {
 	t := 0.0
-	for f, tf := range maxTF {
+	for f, tf := range maxTF[:FieldLearned] {
 		if tf != 0 {
 			t += float64(tf) * float64(ix.norm[f][lengthCode(uint32(tf))])
 		}
 	}
 	k1 := ix.cfg.K1
-	return float64(idf) * ((k1+1)*t/(k1+t) + ix.cfg.Delta) * (1 + 1e-4)
+	b := (k1+1)*t/(k1+t) + ix.cfg.Delta
+	if tf := maxTF[FieldLearned]; tf != 0 {
+		l := float64(tf) * float64(ix.norm[FieldLearned][lengthCode(uint32(tf))])
+		b += (k1 + 1) * l / (k1 + l)
+	}
+	return float64(idf) * b * (1 + 1e-4)
 }
 
 // scoreOf returns the score of one tool, probing each term's postings.
 func (ix *Index) scoreOf(s *scratch, slot uint32) float32 {
 	n := float64(ix.live)
-	var total float32
+	var total, mass float32
+	s.idf, s.learned = s.idf[:0], s.learned[:0]
 	for _, qt := range s.terms {
 		list := ix.terms[qt.id].postings
+		df := ix.terms[qt.id].df()
+		idf := float32(math.Log(1+(n-df+0.5)/(df+0.5))) * qt.weight
+		mass += idf
+		var l float32
 		i := sort.Search(len(list), func(i int) bool { return list[i].doc >= slot })
 		if i < len(list) && list[i].doc == slot {
-			df := float64(len(list))
-			idf := float32(math.Log(1+(n-df+0.5)/(df+0.5))) * qt.weight
-			total += ix.contribution(idf, &list[i])
+			var v float32
+			v, l = ix.contribution(idf, &list[i])
+			total += v
 		}
+		s.idf, s.learned = append(s.idf, idf), append(s.learned, l)
 	}
-	return total
+	return total + learnedScore(s.learned, s.idf, mass)
 }
 
 func isIn(slots []uint32, slot uint32) bool {

@@ -40,3 +40,22 @@ var stopWordList = []string{
 	"im", "ive", "youre", "youve", "dont", "doesnt", "didnt", "isnt", "arent", "wasnt", "werent",
 	"cant", "couldnt", "wont", "wouldnt", "shouldnt", "thats", "whats",
 }
+
+// usageStopWords are the words of asking, stemmed, that UsageTerms leaves
+// out: every kind of request holds them, so as evidence they would tie
+// tools to conversation rather than to what they do.
+var usageStopWords = map[string]struct{}{}
+
+func init() {
+	for _, w := range []string{"want", "need", "help", "like", "look", "tell", "know", "let", "also",
+		"hi", "hello", "thank", "thanks", "could", "would", "maybe", "something", "anything"} {
+		for _, t := range Tokenize(w) {
+			usageStopWords[t] = struct{}{}
+		}
+	}
+}
+
+func isUsageStopWord(t string) bool {
+	_, ok := usageStopWords[t]
+	return ok
+}

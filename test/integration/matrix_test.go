@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/internal/indexer"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/usage"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
@@ -193,6 +195,14 @@ match:
 	for _, a := range []struct{ user, agent string }{{"agent_a", "support-bot"}, {"agent_b", "billing-bot"}} {
 		c := agentClient(t, as(a.user), a.agent)
 		d := &agentData{user: a.user, agent: a.agent, route: deployRoutes[a.user], turn: "turn-" + a.user}
+		// A search of the turn makes the call that follows usage evidence.
+		eventually(t, "word_count to be discoverable", func() bool {
+			r, err := c.Discover(ctx, messages.DiscoverRequest{Query: "count words"})
+			return err == nil && slices.Contains(discovered(r), "demo-word_count")
+		})
+		if _, err := c.Discover(ctx, messages.DiscoverRequest{Query: "count the words", Turn: d.turn}); err != nil {
+			t.Fatal(err)
+		}
 		res, err := c.Call(ctx, "demo-word_count", map[string]string{"text": "mine alone"}, client.WithTurn(d.turn))
 		if err != nil || res.Status != messages.StateCompleted {
 			t.Fatalf("%s's call: %+v %v", a.user, res, err)
@@ -248,6 +258,13 @@ match:
 	awaitManifest(t, watchManifests(t, index), "an index of every tool", func(m discovery.Manifest) bool { return m.Tools == tools })
 	// Finished calls' audit records are written asynchronously: no event says they are stored.
 	eventually(t, "the calls' audit records", func() bool { return snapshot(t, srv, names.AuditStream())[names.AuditStream()].Msgs > 0 })
+	usageKV, err := js.KeyValue(ctx, names.UsageBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range agents {
+		evidenceOf(t, usageKV, "demo-word_count", d.agent, nil)
+	}
 
 	demoStore, err := names.NamespaceResultsBucket(demo.Name)
 	if err != nil {
@@ -258,9 +275,10 @@ match:
 		t.Fatal(err)
 	}
 	calls, events, audit := names.CallsStream(), names.EventsStream(), names.AuditStream()
-	watched := []string{events, "KV_" + names.TurnsBucket(), "KV_" + names.ApprovalsBucket(), "OBJ_" + demoStore, "OBJ_" + paymentsStore}
+	usageStream := "KV_" + names.UsageBucket()
+	watched := []string{events, "KV_" + names.TurnsBucket(), "KV_" + names.ApprovalsBucket(), usageStream, "OBJ_" + demoStore, "OBJ_" + paymentsStore}
 	before := readMatrixState(t, srv, js, watched)
-	if before.Streams[events].Msgs == 0 || len(before.Catalog) == 0 || len(before.Index) == 0 || len(before.AuditRecords) == 0 {
+	if before.Streams[events].Msgs == 0 || before.Streams[usageStream].Msgs == 0 || len(before.Catalog) == 0 || len(before.Index) == 0 || len(before.AuditRecords) == 0 {
 		t.Fatalf("nothing to protect: %+v", before)
 	}
 	auditedBefore := countAudited(t, as("auditor"), "forbidden", 0)
@@ -334,6 +352,10 @@ match:
 		api(self, "decide an approval as an operator", messages.EndpointApprovalsDecide, messages.DecideRequest{ApprovalID: me.approval, Decision: messages.DecisionApprove}, forbidden)
 		api(self, "switch a tool off", messages.EndpointToolsDisable, messages.ToolSwitchRequest{Tool: "demo-echo"}, forbidden)
 		api(self, "remove a tool from the catalog", messages.EndpointToolsRemove, messages.ToolSwitchRequest{Tool: "demo-echo"}, forbidden)
+		api(self, "read what discovery learned", messages.EndpointLearningStatus, messages.LearningStatusRequest{Tool: "demo-word_count"}, forbidden)
+		api(self, "switch learning off", messages.EndpointLearningDisable, messages.LearningSwitchRequest{Reason: "mine"}, forbidden)
+		api(self, "forget every agent's evidence", messages.EndpointLearningReset, messages.LearningResetRequest{All: true}, forbidden)
+		publish(self, "write usage evidence", "$KV."+names.UsageBucket()+"."+usage.EvidenceKey(messages.ToolName{Namespace: "demo", Method: "echo"}, them.agent), []byte(`{"terms":{"poison":8},"turns":8}`))
 		api(self, "submit a batch in the other agent's name", messages.EndpointCallsSubmitBatch, messages.SubmitBatchRequest{Format: "anthropic", Agent: them.agent, Turn: them.turn, ToolCalls: messages.JSON(`[{"type":"tool_use","id":"toolu_x","name":"demo-echo","input":{"text":"x"}}]`)}, forbidden)
 		api(self, "render the other agent's results", messages.EndpointCallsResults, messages.ResultsRequest{Format: "anthropic", Calls: []messages.BatchCall{{ToolCallID: "toolu_x", CallID: them.call}}}, forbidden)
 		subscribe(self, "receive the other user's replies", "_INBOX_"+other+".>")
@@ -433,6 +455,9 @@ match:
 		publish(role, "purge its own results store", "$JS.API.STREAM.PURGE.OBJ_"+ownStore, []byte(`{}`))
 		publish(role, "delete its own results store", "$JS.API.STREAM.DELETE.OBJ_"+ownStore, []byte(`{}`))
 		publish(role, "register the other namespace's tools", "$KV.toolbus_catalog.tools."+other+".forged", []byte(`{}`))
+		publish(role, "write usage evidence for its own tool", "$KV."+names.UsageBucket()+"."+usage.EvidenceKey(messages.ToolName{Namespace: self, Method: "big"}, "support-bot"), []byte(`{"terms":{"poison":8},"turns":8}`))
+		publish(role, "switch learning off", "$KV."+names.UsageBucket()+"."+usage.SettingsKey, []byte(`{"disabled":true}`))
+		publish(role, "read usage evidence", "$JS.API.DIRECT.GET."+usageStream, []byte(`{"seq":1}`))
 		publish(role, "call the API", names.Prefix()+".api.calls.get", jsonBody(t, messages.GetCallRequest{CallID: otherCall}))
 		subscribe(role, "listen to the other namespace's calls", "toolbus.call."+other+".>")
 		subscribe(role, "listen to the other worker's replies", "_INBOX_worker_"+other+".>")
@@ -467,11 +492,15 @@ match:
 		publish("indexer", "create a consumer on "+stream, "$JS.API.CONSUMER.CREATE."+stream, consumerRequest(t, stream, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy, DeliverSubject: "toolbus.api.tools.disable"}))
 	}
 	publish("indexer", "ask for a namespace's consumer", names.Prefix()+".consumers.demo", []byte(`{}`))
+	publish("indexer", "write usage evidence", "$KV."+names.UsageBucket()+"."+usage.EvidenceKey(messages.ToolName{Namespace: "demo", Method: "echo"}, "support-bot"), []byte(`{"terms":{"poison":8},"turns":8}`))
+	publish("indexer", "switch learning off", "$KV."+names.UsageBucket()+"."+usage.SettingsKey, []byte(`{"disabled":true}`))
+	publish("indexer", "purge the usage evidence", "$JS.API.STREAM.PURGE."+usageStream, []byte(`{}`))
+	publish("indexer", "create a consumer on the usage evidence", "$JS.API.CONSUMER.CREATE."+usageStream, consumerRequest(t, usageStream, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy, DeliverSubject: "toolbus.api.learning.disable"}))
 	subscribe("indexer", "listen to calls", "toolbus.call.>")
 	subscribe("indexer", "listen to the coordinator's replies", "_INBOX_coordinator.>")
 
 	// The coordinator may not purge or delete a stream either.
-	for _, stream := range []string{audit, events, "OBJ_" + demoStore} {
+	for _, stream := range []string{audit, events, usageStream, "OBJ_" + demoStore} {
 		publish("coordinator", "purge "+stream, "$JS.API.STREAM.PURGE."+stream, []byte(`{}`))
 		publish("coordinator", "delete "+stream, "$JS.API.STREAM.DELETE."+stream, []byte(`{}`))
 	}

@@ -1,0 +1,323 @@
+package searcheval
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/search"
+)
+
+// Part selects half of a file's queries by a hash of their IDs: "a" or
+// "b", or "" for all of them. The halves are stable, so that usage can be
+// replayed from one half of a corpus and the other half evaluated.
+type Part string
+
+// Parts of a query file.
+const (
+	PartAll Part = ""
+	PartA   Part = "a"
+	PartB   Part = "b"
+)
+
+// ParsePart reads a part as a command line gives it.
+func ParsePart(s string) (Part, error) {
+	switch p := Part(s); p {
+	case PartAll, PartA, PartB:
+		return p, nil
+	}
+	return "", fmt.Errorf("part %q is neither a nor b", s)
+}
+
+func (p Part) holds(id string) bool {
+	return p == PartAll || (idHash(id)%2 == 0) == (p == PartA)
+}
+
+func idHash(id string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return h.Sum32()
+}
+
+// Select keeps the corpus's queries of one part.
+func (c *Corpus) Select(p Part) {
+	c.Queries = slices.DeleteFunc(c.Queries, func(q Query) bool { return !p.holds(q.ID) })
+}
+
+// UsageOptions configures Replay.
+type UsageOptions struct {
+	// File holds the queries replayed as usage, in the corpora's
+	// queries.jsonl format; their relevant tools must be in the corpus.
+	File string
+	// Part selects the half of File replayed.
+	Part Part
+	// Page is the page size of the replayed searches. Defaults to 10, the
+	// page size of tools.discover.
+	Page int
+	// Learn weighs the evidence. Defaults to search.DefaultLearnConfig().
+	Learn search.LearnConfig
+	// Checkpoints are the shares of the replay after which the corpus's
+	// queries are evaluated: the learning curve. Defaults to 0.1, 0.5, 1.
+	Checkpoints []float64
+}
+
+// LearningReport holds the figures of a run with usage replayed.
+type LearningReport struct {
+	// UsageQueries is the number of queries replayed, each as one turn.
+	UsageQueries int `json:"usage_queries"`
+	// Principals is the number of agents that made them: one per category.
+	Principals int `json:"principals"`
+	// FoundOnPage is the share of replayed calls whose tool the turn's
+	// query put on its page; the others were found by a second search
+	// naming the tool, as an agent that searched again would.
+	FoundOnPage float64 `json:"found_on_page"`
+	// ToolsWithUsage is the number of tools that evidence was recorded for.
+	ToolsWithUsage int `json:"tools_with_usage"`
+	// Before holds the figures without learning, After with the whole
+	// replay learned.
+	Before Metrics `json:"before"`
+	After  Metrics `json:"after"`
+	// Curve holds the figures after each checkpoint of the replay.
+	Curve []CurvePoint `json:"curve"`
+	// NoUsage holds the figures on the queries none of whose relevant
+	// tools (any tool sharing their original name, under lenient
+	// scoring) got evidence, before and after learning.
+	NoUsage NoUsageReport `json:"no_usage"`
+	// LearnedTerms and LearnedCount are the largest learned field: its
+	// number of terms, and its highest count.
+	LearnedTerms int `json:"learned_terms_max"`
+	LearnedCount int `json:"learned_count_max"`
+	// EncodedBytesBefore and EncodedBytesAfter are the encoded index's
+	// size without and with what was learned.
+	EncodedBytesBefore int `json:"encoded_bytes_before"`
+	EncodedBytesAfter  int `json:"encoded_bytes_after"`
+}
+
+// CurvePoint is the figures after a share of the replay.
+type CurvePoint struct {
+	Share float64 `json:"share"`
+	Metrics
+}
+
+// NoUsageReport holds the figures on queries whose tools got no evidence.
+type NoUsageReport struct {
+	Queries int     `json:"queries"`
+	Before  Metrics `json:"before"`
+	After   Metrics `json:"after"`
+}
+
+// EvaluateWithUsage measures the corpus's queries with cfg, then replays
+// the usage file as turns of agents that searched and then called the
+// relevant tools, folding the evidence into the index's learned field as
+// the indexer does, and measures again at each checkpoint.
+//
+// Each usage query is a turn of the agent named by its category, in an
+// order fixed by a hash of the queries' IDs (files list them by category;
+// agents' turns come mixed): the
+// agent searches the query (a page of opts.Page tools) and calls each
+// relevant tool; a relevant tool the page misses is found by a second
+// search naming it, so its evidence is the query's terms and the name's
+// (search.EvidenceTerms). The turns are a minute apart, at most a day in
+// all.
+func (c *Corpus) EvaluateWithUsage(cfg search.Config, opts UsageOptions) (Report, error) {
+	r, _, err := c.replay(cfg, opts)
+	return r, err
+}
+
+// replay is EvaluateWithUsage, which also returns the index it learned.
+func (c *Corpus) replay(cfg search.Config, opts UsageOptions) (Report, *search.Index, error) {
+	if opts.Page == 0 {
+		opts.Page = 10
+	}
+	if len(opts.Checkpoints) == 0 {
+		opts.Checkpoints = []float64{0.1, 0.5, 1}
+	}
+	usage, err := c.loadUsage(opts.File, opts.Part)
+	if err != nil {
+		return Report{}, nil, err
+	}
+	// Files list their queries by category; agents' turns come mixed.
+	slices.SortStableFunc(usage, func(a, b Query) int { return cmp.Compare(idHash(a.ID), idHash(b.ID)) })
+	if len(usage) == 0 {
+		return Report{}, nil, errors.New("usage: no query to replay")
+	}
+	ix, err := search.Build(cfg, c.Tools)
+	if err != nil {
+		return Report{}, nil, err
+	}
+	report, err := c.evaluate(ix, 0)
+	if err != nil {
+		return Report{}, nil, err
+	}
+	rep := &LearningReport{UsageQueries: len(usage), EncodedBytesBefore: report.EncodedBytes}
+	rep.Before = report.metrics()
+
+	canonical := c.canonicalNames()
+	records := map[string]map[string]*search.UsageRecord{} // tool → principal → record
+	principals := map[string]bool{}
+	step := min(time.Minute, 24*time.Hour/time.Duration(len(usage)))
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	calls, onPage := 0, 0
+	next := 0
+	for i, q := range usage {
+		now = now.Add(step)
+		principal := q.Category
+		principals[principal] = true
+		res, err := ix.Search(search.Query{Text: q.Text, PageSize: opts.Page})
+		if err != nil {
+			return Report{}, nil, fmt.Errorf("usage query %q: %w", q.ID, err)
+		}
+		first := search.TurnSearch{Terms: search.UsageTerms(q.Text), Tools: hitNames(res.Hits)}
+		for _, rel := range q.Relevant {
+			tool := canonical[rel]
+			searches := []search.TurnSearch{first}
+			calls++
+			if slices.Contains(first.Tools, tool) {
+				onPage++
+			} else {
+				again, err := ix.Search(search.Query{Text: tool, PageSize: opts.Page})
+				if err != nil {
+					return Report{}, nil, err
+				}
+				searches = append(searches, search.TurnSearch{Terms: search.UsageTerms(tool), Tools: hitNames(again.Hits)})
+			}
+			terms := search.EvidenceTerms(searches, tool)
+			byPrincipal := records[tool]
+			if byPrincipal == nil {
+				byPrincipal = map[string]*search.UsageRecord{}
+				records[tool] = byPrincipal
+			}
+			r := byPrincipal[principal]
+			if r == nil {
+				r = &search.UsageRecord{}
+				byPrincipal[principal] = r
+			}
+			r.Add(terms, 1, now, opts.Learn)
+			if err := learn(ix, tool, byPrincipal, opts.Learn); err != nil {
+				return Report{}, nil, err
+			}
+		}
+		for next < len(opts.Checkpoints) && float64(i+1) >= opts.Checkpoints[next]*float64(len(usage)) {
+			r, err := c.evaluate(ix, 0)
+			if err != nil {
+				return Report{}, nil, err
+			}
+			rep.Curve = append(rep.Curve, CurvePoint{Share: opts.Checkpoints[next], Metrics: r.metrics()})
+			next++
+		}
+	}
+	final, err := c.evaluate(ix, 0)
+	if err != nil {
+		return Report{}, nil, err
+	}
+	rep.After = final.metrics()
+	rep.Principals = len(principals)
+	rep.ToolsWithUsage = len(records)
+	rep.FoundOnPage = float64(onPage) / float64(max(calls, 1))
+	rep.EncodedBytesAfter = final.EncodedBytes
+	for tool := range records {
+		name, _ := messages.ParseToolName(tool)
+		terms := ix.Learned(name)
+		rep.LearnedTerms = max(rep.LearnedTerms, len(terms))
+		for _, t := range terms {
+			rep.LearnedCount = max(rep.LearnedCount, int(t.Count))
+		}
+	}
+
+	// The queries none of whose relevant tools, or tools counted as the
+	// same, got evidence.
+	used := map[string]bool{}
+	for tool := range records {
+		used[c.group[tool]] = true
+	}
+	var untouched []Query
+	for _, q := range c.Queries {
+		if !slices.ContainsFunc(c.groupsOf(q.Relevant), func(g string) bool { return used[g] }) {
+			untouched = append(untouched, q)
+		}
+	}
+	rep.NoUsage.Queries = len(untouched)
+	if len(untouched) > 0 {
+		sub := *c
+		sub.Queries = untouched
+		before, err := search.Build(cfg, c.Tools)
+		if err != nil {
+			return Report{}, nil, err
+		}
+		b, err := sub.evaluate(before, 0)
+		if err != nil {
+			return Report{}, nil, err
+		}
+		a, err := sub.evaluate(ix, 0)
+		if err != nil {
+			return Report{}, nil, err
+		}
+		rep.NoUsage.Before, rep.NoUsage.After = b.metrics(), a.metrics()
+	}
+	final.Learning = rep
+	return final, ix, nil
+}
+
+// learn folds a tool's records, in the order of their principals, into
+// its learned field.
+func learn(ix *search.Index, tool string, byPrincipal map[string]*search.UsageRecord, c search.LearnConfig) error {
+	var list []search.UsageRecord
+	for _, p := range slices.Sorted(maps.Keys(byPrincipal)) {
+		list = append(list, *byPrincipal[p])
+	}
+	name, err := messages.ParseToolName(tool)
+	if err != nil {
+		return err
+	}
+	_, err = ix.SetLearned(name, search.FoldUsage(list, c))
+	return err
+}
+
+func hitNames(hits []search.Hit) []string {
+	out := make([]string, len(hits))
+	for i, h := range hits {
+		out[i] = h.Tool.String()
+	}
+	return out
+}
+
+// canonicalNames maps corpus names to canonical tool names.
+func (c *Corpus) canonicalNames() map[string]string {
+	out := make(map[string]string, len(c.corpusName))
+	for canonical, name := range c.corpusName {
+		out[name] = canonical
+	}
+	return out
+}
+
+// loadUsage reads a usage file's queries of one part, checking that their
+// tools are the corpus's.
+func (c *Corpus) loadUsage(file string, part Part) ([]Query, error) {
+	if file == "" {
+		return nil, errors.New("usage: no file")
+	}
+	canonical := c.canonicalNames()
+	var out []Query
+	err := readLines(filepath.Clean(file), func(data []byte) error {
+		q, err := parseQuery(data)
+		if err != nil {
+			return err
+		}
+		for _, r := range q.Relevant {
+			if _, ok := canonical[r]; !ok {
+				return fmt.Errorf("query %q: relevant tool %q is not in the corpus's tools.jsonl", q.ID, r)
+			}
+		}
+		if part.holds(q.ID) {
+			out = append(out, q)
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,295 @@
+package search
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/synthetic"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+func toolName(t testing.TB, s string) messages.ToolName {
+	t.Helper()
+	n, err := messages.ParseToolName(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func gapCatalog() []messages.ToolDefinition {
+	return append(testCatalog(),
+		tool("fs", "edit_file", "Edit a file: show the lines around a change and write it back.", map[string]string{"path": "File to edit."}),
+		tool("media", "view_image", "Displays an image file (PNG, JPEG) to the user.", map[string]string{"path": "Image path."}),
+		tool("pets", "listPets", "List all pets.", map[string]string{"limit": "How many."}),
+		tool("pets", "createPet", "Create a pet.", map[string]string{"name": "The pet's name.", "kind": "Kind of pet, such as cat or dog."}),
+	)
+}
+
+// learnFrom folds the evidence of agents that searched each query and
+// then called tool, one turn each, as the indexer would.
+func learnFrom(t testing.TB, ix *Index, tool string, agents int, queries ...string) {
+	t.Helper()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var records []UsageRecord
+	for a := range agents {
+		var r UsageRecord
+		for _, q := range queries {
+			r.Add(EvidenceTerms([]TurnSearch{{Terms: UsageTerms(q), Tools: []string{tool}}}, tool), 1, now, LearnConfig{})
+		}
+		r.User = fmt.Sprint("user-", a)
+		records = append(records, r)
+	}
+	if _, err := ix.SetLearned(toolName(t, tool), FoldUsage(records, LearnConfig{})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// What agents searched before they called a tool finds the tool for
+// words its definition lacks.
+func TestLearnedFieldClosesTheVocabularyGap(t *testing.T) {
+	ix := mustBuild(t, gapCatalog())
+	for _, c := range []struct{ query, tool string }{
+		{"show me a picture", "media-view_image"},
+		{"find pets that are cats", "pets-listPets"},
+	} {
+		if first := names(search(t, ix, Query{Text: c.query}).Hits); len(first) > 0 && first[0] == c.tool {
+			t.Fatalf("%q finds %s first before learning: the test shows nothing", c.query, c.tool)
+		}
+		learnFrom(t, ix, c.tool, 3, c.query, "a "+c.query+" please")
+		if first := names(search(t, ix, Query{Text: c.query}).Hits); len(first) == 0 || first[0] != c.tool {
+			t.Errorf("%q finds %v after learning; want %s first", c.query, first, c.tool)
+		}
+	}
+}
+
+// A learned term that the definition holds adds nothing: what use
+// teaches is the words a definition lacks.
+func TestLearnedFieldLeavesDefinitionTermsAlone(t *testing.T) {
+	defs := gapCatalog()
+	ix := mustBuild(t, defs)
+	before := search(t, ix, Query{Text: "pet"})
+	if _, err := ix.SetLearned(toolName(t, "pets-createPet"), []LearnedTerm{{Term: "pet", Count: MaxLearnedCount}}); err != nil {
+		t.Fatal(err)
+	}
+	if after := search(t, ix, Query{Text: "pet"}); !sameResult(after, before) {
+		t.Errorf("learning a term of the definition changed the ranking:\n%v\n%v", before.Hits, after.Hits)
+	}
+}
+
+// Learned postings do not change the IDF of a definition's words, so
+// that a tool nobody used scores as it did.
+func TestLearnedFieldKeepsDefinitionIDF(t *testing.T) {
+	defs := gapCatalog()
+	ix := mustBuild(t, defs)
+	q := Query{Text: "display image"}
+	before := search(t, ix, q)
+	for _, d := range defs {
+		if d.Name == "media-view_image" {
+			continue
+		}
+		// "display" is the stem the view_image description holds.
+		if _, err := ix.SetLearned(d.ToolName(), []LearnedTerm{{Term: "displai", Count: 1}, {Term: "zzz", Count: 2}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := search(t, ix, q)
+	score := func(r Result, tool string) float64 {
+		for _, h := range r.Hits {
+			if h.Tool.String() == tool {
+				return h.Score
+			}
+		}
+		return -1
+	}
+	if b, a := score(before, "media-view_image"), score(after, "media-view_image"); b <= 0 || a != b {
+		t.Errorf("view_image scored %v before and %v after other tools learned its word", b, a)
+	}
+}
+
+// A query that shares one word with what led agents to a tool gets less
+// of the learned boost than one made of those words.
+func TestLearnedBoostFollowsCoverage(t *testing.T) {
+	ix := mustBuild(t, gapCatalog())
+	learnFrom(t, ix, "media-view_image", 2, "show me a picture of a sunset")
+	boost := func(query string) float64 {
+		with := search(t, ix, Query{Text: query, PageSize: MaxPageSize})
+		plain := mustBuild(t, gapCatalog())
+		without := search(t, plain, Query{Text: query, PageSize: MaxPageSize})
+		score := func(r Result) float64 {
+			for _, h := range r.Hits {
+				if h.Tool.String() == "media-view_image" {
+					return h.Score
+				}
+			}
+			return 0
+		}
+		return score(with) - score(without)
+	}
+	full, partial := boost("picture sunset"), boost("sunset weather forecast in a city")
+	if !(full > 0 && partial > 0 && partial < full/2) {
+		t.Errorf("boost of a query of learned words %.3f, of one sharing a word %.3f", full, partial)
+	}
+}
+
+func TestLearnedFieldSurvivesUpsertAndRemove(t *testing.T) {
+	defs := gapCatalog()
+	ix := mustBuild(t, defs)
+	name := toolName(t, "media-view_image")
+	learnFrom(t, ix, name.String(), 2, "show me a picture")
+	want := ix.Learned(name)
+	if len(want) == 0 {
+		t.Fatal("nothing learned")
+	}
+	top := func() string { return names(search(t, ix, Query{Text: "show me a picture"}).Hits)[0] }
+	if top() != name.String() {
+		t.Fatalf("%s not first", name)
+	}
+	var def messages.ToolDefinition
+	for _, d := range defs {
+		if d.Name == name.String() {
+			def = d
+		}
+	}
+	def.Description = "Shows an image file to the user."
+	if err := ix.Upsert(def); err != nil {
+		t.Fatal(err)
+	}
+	if top() != name.String() || !slices.Equal(ix.Learned(name), want) {
+		t.Errorf("an upsert lost the learned field: %v, %v", ix.Learned(name), top())
+	}
+	ix.Remove(name)
+	if hits := search(t, ix, Query{Text: "show me a picture"}).Hits; slices.Contains(names(hits), name.String()) {
+		t.Fatal("a removed tool is found")
+	}
+	if err := ix.Upsert(def); err != nil {
+		t.Fatal(err)
+	}
+	if top() != name.String() {
+		t.Errorf("a tool upserted after its removal lost its learned field")
+	}
+	// Clearing the field restores the index as built.
+	if changed, err := ix.SetLearned(name, nil); err != nil || !changed {
+		t.Fatalf("clear: %v %v", changed, err)
+	}
+	plain := mustBuild(t, defs)
+	if err := plain.Upsert(def); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"show me a picture", "image", "pets", ""} {
+		if got, want := search(t, ix, Query{Text: q}), search(t, plain, Query{Text: q}); !sameResult(got, want) {
+			t.Errorf("%q after clearing: %v; want %v", q, got.Hits, want.Hits)
+		}
+	}
+}
+
+func TestSetLearnedRefuses(t *testing.T) {
+	ix := mustBuild(t, gapCatalog())
+	name := toolName(t, "media-view_image")
+	many := make([]LearnedTerm, MaxLearnedTerms+1)
+	for i := range many {
+		many[i] = LearnedTerm{Term: fmt.Sprint("t", i), Count: 1}
+	}
+	for _, c := range []struct {
+		terms []LearnedTerm
+		want  string
+	}{
+		{[]LearnedTerm{{Term: "", Count: 1}}, "not a normalised term"},
+		{[]LearnedTerm{{Term: "Picture", Count: 1}}, "not a normalised term"},
+		{[]LearnedTerm{{Term: "two words", Count: 1}}, "not a normalised term"},
+		{[]LearnedTerm{{Term: strings.Repeat("a", maxTokenBytes+1), Count: 1}}, "not a normalised term"},
+		{[]LearnedTerm{{Term: "pictur", Count: MaxLearnedCount + 1}}, "at most"},
+		{[]LearnedTerm{{Term: "pictur", Count: 1}, {Term: "pictur", Count: 2}}, "twice"},
+		{many, "at most"},
+	} {
+		if _, err := ix.SetLearned(name, c.terms); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("SetLearned(%v) = %v; want an error saying %q", c.terms, err, c.want)
+		}
+	}
+	if got := ix.Learned(name); len(got) != 0 {
+		t.Errorf("a refused field was kept: %v", got)
+	}
+	if _, err := ix.SetLearned(messages.ToolName{Namespace: "bad ns", Method: "x"}, nil); err == nil {
+		t.Error("an invalid tool name was taken")
+	}
+}
+
+func TestLearnedEncodeRoundTrip(t *testing.T) {
+	defs := append(gapCatalog(), cachedCatalog(500)...)
+	ix := mustBuild(t, defs)
+	learnFrom(t, ix, "media-view_image", 2, "show me a picture")
+	learnFrom(t, ix, "pets-listPets", 1, "find pets that are cats")
+	// A field of a tool that is not indexed is not part of the encoding.
+	if _, err := ix.SetLearned(toolName(t, "gone-tool"), []LearnedTerm{{Term: "ghost", Count: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	data := ix.Encode()
+	decoded, err := Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := decoded.Encode(); !bytes.Equal(again, data) {
+		t.Error("encoding the decoded index gives other bytes")
+	}
+	inEffect := func(ix *Index) map[string][]LearnedTerm {
+		out := map[string][]LearnedTerm{}
+		ix.EachLearned(func(name string, terms []LearnedTerm) { out[name] = slices.Clone(terms) })
+		return out
+	}
+	want := inEffect(ix)
+	if got := inEffect(decoded); len(got) != 2 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("learned fields in effect after decoding %v; want %v", got, want)
+	}
+	for name, terms := range want {
+		if got := decoded.Learned(toolName(t, name)); !slices.Equal(got, terms) {
+			t.Errorf("%s learned %v after decoding; want the terms in effect %v", name, got, terms)
+		}
+	}
+	if slices.ContainsFunc(want["pets-listPets"], func(lt LearnedTerm) bool { return lt.Term == "pet" }) {
+		t.Error("a term of the definition is in effect as learned")
+	}
+	if got := decoded.Learned(toolName(t, "gone-tool")); got != nil {
+		t.Errorf("an unindexed tool's field was encoded: %v", got)
+	}
+	for _, q := range append(synthetic.Queries(defs, 100), "show me a picture", "find pets that are cats") {
+		if got, want := search(t, decoded, Query{Text: q}), search(t, ix, Query{Text: q}); !sameResult(got, want) {
+			t.Fatalf("%q: decoded %v; want %v", q, got.Hits, want.Hits)
+		}
+	}
+}
+
+// Pruning stays exact with learned fields, whose part of a score depends
+// on the whole query.
+func TestRankMatchesBruteForceWithLearnedFields(t *testing.T) {
+	defs := synthetic.Catalog(1500)
+	ix := mustBuild(t, defs)
+	queries := synthetic.Queries(defs, 120)
+	for i := 0; i < 400; i++ {
+		q := UsageTerms(queries[i%len(queries)] + " " + queries[(i*7)%len(queries)])
+		var terms []LearnedTerm
+		for j, term := range q {
+			terms = append(terms, LearnedTerm{Term: term, Count: uint8(1 + (i+j)%MaxLearnedCount)})
+		}
+		if _, err := ix.SetLearned(defs[(i*13)%len(defs)].ToolName(), terms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, text := range queries {
+		for _, q := range []Query{{Text: text, PageSize: 1}, {Text: text}, {Text: text, PageSize: 50, Page: 1}} {
+			all := bruteForce(ix, q)
+			size := q.PageSize
+			if size == 0 {
+				size = DefaultPageSize
+			}
+			start := min(q.Page*size, len(all))
+			want := all[start:min(start+size, len(all))]
+			if got := search(t, ix, q); !slices.Equal(got.Hits, want) && !(len(want) == 0 && len(got.Hits) == 0) {
+				t.Fatalf("%q page %d size %d:\ngot  %v\nwant %v", text, q.Page, size, got.Hits, want)
+			}
+		}
+	}
+}
