@@ -425,7 +425,7 @@ func hitNames(t *testing.T, x *discovery.Index, query string, pageSize int) []st
 // awaitIndex waits, change by change of the index, until check holds.
 func awaitIndex(t *testing.T, x *discovery.Index, what string, check func() bool) {
 	t.Helper()
-	timeout := time.After(30 * time.Second)
+	timeout := time.After(testenv.Patience)
 	for {
 		changed := x.Changed()
 		if check() {

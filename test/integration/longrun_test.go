@@ -374,7 +374,7 @@ func TestLostDeliveriesEndInAFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if _, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second)); err != nil {
+		if _, err := cons.Next(jetstream.FetchMaxWait(testenv.Patience)); err != nil {
 			t.Fatalf("delivery %d: %v", i+1, err)
 		}
 	}
@@ -398,7 +398,7 @@ func TestStaleWorkerCannotOverwriteTheResult(t *testing.T) {
 	testenv.Coordinator(t, srv.URL())
 	proxy := testenv.NewProxy(t, srv.Addr().String())
 	stale := newGate()
-	staleWorker := testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: 500 * time.Millisecond},
+	staleWorker := testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: liveLeaseAckWait},
 		worker.Namespace{Name: "t", Tools: []worker.Tool{stale.tool()}, Slots: 1})
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
@@ -410,7 +410,7 @@ func TestStaleWorkerCannotOverwriteTheResult(t *testing.T) {
 	proxy.Cut()
 	fresh := newGate()
 	close(fresh.release)
-	freshWorker := testenv.Worker(t, srv.URL(), worker.Config{AckWait: 500 * time.Millisecond}, worker.Namespace{Name: "t", Tools: []worker.Tool{fresh.tool()}, Slots: 1})
+	freshWorker := testenv.Worker(t, srv.URL(), worker.Config{AckWait: liveLeaseAckWait}, worker.Namespace{Name: "t", Tools: []worker.Tool{fresh.tool()}, Slots: 1})
 	res, err := c.Wait(ctx, r.CallID)
 	if err != nil {
 		t.Fatal(err)
@@ -447,7 +447,7 @@ func TestCommittedCallIsNotRunAgain(t *testing.T) {
 	testenv.Coordinator(t, srv.URL())
 	proxy := testenv.NewProxy(t, srv.Addr().String())
 	first := newGate()
-	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: 500 * time.Millisecond},
+	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: liveLeaseAckWait},
 		worker.Namespace{Name: "t", Tools: []worker.Tool{first.tool()}, Slots: 1})
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
@@ -471,7 +471,7 @@ func TestCommittedCallIsNotRunAgain(t *testing.T) {
 	}
 	second := newGate()
 	close(second.release)
-	testenv.Worker(t, srv.URL(), worker.Config{AckWait: 500 * time.Millisecond}, worker.Namespace{Name: "t", Tools: []worker.Tool{second.tool()}, Slots: 1})
+	testenv.Worker(t, srv.URL(), worker.Config{AckWait: liveLeaseAckWait}, worker.Namespace{Name: "t", Tools: []worker.Tool{second.tool()}, Slots: 1})
 	// The second worker acknowledges the message once it has decided not to run it.
 	consumer, err := js.Consumer(ctx, "TOOLBUS_EVENTS", "ns_t")
 	if err != nil {

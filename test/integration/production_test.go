@@ -259,7 +259,7 @@ func TestProductionOnOneHost(t *testing.T) {
 				}
 				output = append(output, line)
 				restarted = strings.Contains(line, "indexer stopped") && strings.Contains(line, "starting it again")
-			case <-time.After(time.Minute):
+			case <-time.After(testenv.Patience):
 				t.Fatalf("toolbus up did not start the killed indexer again:\n%s", strings.Join(output, "\n"))
 			}
 		}

@@ -263,7 +263,8 @@ func TestAgentRevokedWhileCallsRun(t *testing.T) {
 func TestExpiredUserIsRefused(t *testing.T) {
 	t.Parallel()
 	d := liveInstallation(t)
-	if _, err := d.in.AddAgent("shortlived", setup.AgentOptions{ActsAs: []string{"support-bot"}, Expires: 2 * time.Second}); err != nil {
+	// Time for a connection and a call before expiry on a busy machine.
+	if _, err := d.in.AddAgent("shortlived", setup.AgentOptions{ActsAs: []string{"support-bot"}, Expires: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	closed := make(chan error, 1)
