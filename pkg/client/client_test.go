@@ -655,7 +655,7 @@ func TestCallStatsIsSentOnce(t *testing.T) {
 		}
 		go func() {
 			time.Sleep(3 * time.Second) // the scan
-			_ = m.Respond([]byte{0x80})        // an empty MessagePack map
+			_ = m.Respond([]byte{0x80}) // an empty MessagePack map
 		}()
 	}); err != nil {
 		t.Fatal(err)

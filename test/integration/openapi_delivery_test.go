@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/internal/workerconfig"

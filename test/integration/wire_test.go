@@ -3,7 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
