@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaks.VerifyTestMain(m) }
 
 // patience bounds a wait for something that happens unless the code is
 // wrong, as testenv.Patience does for the tests that can import testenv:

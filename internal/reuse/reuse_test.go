@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
 func TestGoroutinesAreReused(t *testing.T) {
@@ -74,5 +76,5 @@ func TestCloseEndsGoroutinesWithoutWaitingForIdleTime(t *testing.T) {
 			t.Fatalf("%d goroutines live a minute after Close", p.Live())
 		}
 	}
-	goleak.VerifyNone(t, others)
+	leaks.VerifyNone(t, others)
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
 // pullBundle is one pull test's server, connection and stream.
@@ -34,7 +35,7 @@ const (
 func setupPull(t *testing.T) *pullBundle {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	t.Cleanup(func() { leaks.VerifyNone(t, ignore) })
 	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
@@ -21,7 +21,7 @@ import (
 // TestMain checks that the client, and the stack each test starts for it,
 // leave no goroutine behind.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leaks.VerifyTestMain(m)
 }
 
 // bundle is one test's Toolbus: an embedded server, and the tools of
