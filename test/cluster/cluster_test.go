@@ -527,7 +527,7 @@ type callLedger struct {
 func readLedger(t *testing.T, js jetstream.JetStream, names messages.Names) map[string]*callLedger {
 	t.Helper()
 	var s jetstream.Stream
-	if _, err := pollFor(30*time.Second, func(ctx context.Context) (err error) {
+	if _, err := pollFor(testenv.Patience, func(ctx context.Context) (err error) {
 		s, err = js.Stream(ctx, names.EventsStream())
 		return err
 	}); err != nil {
@@ -539,7 +539,7 @@ func readLedger(t *testing.T, js jetstream.JetStream, names messages.Names) map[
 	// stream settles, where a consumer would have to be recreated.
 	for seq := uint64(1); seq <= last; seq++ {
 		var msg *jetstream.RawStreamMsg
-		if _, err := pollFor(30*time.Second, func(ctx context.Context) (err error) {
+		if _, err := pollFor(testenv.Patience, func(ctx context.Context) (err error) {
 			msg, err = s.GetMsg(ctx, seq)
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				return nil

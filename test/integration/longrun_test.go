@@ -298,7 +298,7 @@ func TestStopGivesUpOnAToolThatIgnoresItsContext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience):
 		t.Fatal("Stop waits for a tool that ignores its context")
 	}
 }
@@ -379,7 +379,7 @@ func TestLostDeliveriesEndInAFailure(t *testing.T) {
 		}
 	}
 	// A waiting pull lets JetStream try a third delivery, which it refuses and reports.
-	go func() { _, _ = cons.Next(jetstream.FetchMaxWait(5 * time.Second)) }()
+	go func() { _, _ = cons.Next(jetstream.FetchMaxWait(testenv.Patience)) }()
 	res, err := c.Wait(ctx, r.CallID)
 	if err != nil {
 		t.Fatal(err)

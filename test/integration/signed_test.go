@@ -58,7 +58,7 @@ func (d *deployed) push(t *testing.T, change setup.Change) {
 	t.Helper()
 	nc := testenv.Connect(t, d.url, nats.UserCredentials(d.in.CredsFile("sys")))
 	for _, token := range change.AccountJWTs {
-		reply, err := nc.Request("$SYS.REQ.CLAIMS.UPDATE", []byte(token), 10*time.Second)
+		reply, err := nc.Request("$SYS.REQ.CLAIMS.UPDATE", []byte(token), testenv.Patience)
 		if err != nil || !strings.Contains(string(reply.Data), "jwt updated") {
 			t.Fatalf("push: %v %s", err, reply.Data)
 		}
