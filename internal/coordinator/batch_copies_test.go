@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
