@@ -232,13 +232,19 @@ func TestCancelReachesADisconnectedWorker(t *testing.T) {
 	}
 }
 
+// stubbornDeadline is the deadline of a call whose tool ignores it: long
+// enough for a busy machine's worker to start the tool first.
+const stubbornDeadline = 10 * time.Second
+
 func TestDeadlineEndsACallWhoseToolIgnoresIt(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Server(t)
 	testenv.Coordinator(t, srv.URL())
 	release := make(chan struct{})
+	started := make(chan struct{}, 1)
 	returned := make(chan struct{})
 	stubborn := worker.Func("stubborn", "Ignores its context.", func(ctx context.Context, in struct{}) (string, error) {
+		started <- struct{}{}
 		<-release
 		close(returned)
 		return "too late", nil
@@ -246,20 +252,24 @@ func TestDeadlineEndsACallWhoseToolIgnoresIt(t *testing.T) {
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{stubborn}})
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
-	res, err := c.Call(ctx, "t-stubborn", nil, client.WithTimeout(300*time.Millisecond))
+	// The deadline leaves the worker time to start the tool on a busy
+	// machine: a call that expired before it started would not test the
+	// tool that ignores it.
+	res, err := c.Call(ctx, "t-stubborn", nil, client.WithTimeout(stubbornDeadline))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Status != messages.StateTimedOut || res.Error.Code != messages.ResultTimedOut || !res.IsError {
 		t.Fatalf("result %+v", res)
 	}
+	receive(t, started, "the tool to have started before the deadline")
 	select {
 	case <-returned:
 		t.Fatal("the result came only after the tool returned")
 	default:
 	}
 	close(release)
-	<-returned
+	receive(t, returned, "the tool to return")
 	// The late return changes nothing.
 	info, err := c.Get(ctx, res.CallID)
 	if err != nil || info.Result.Status != messages.StateTimedOut {
@@ -284,11 +294,11 @@ func TestStopGivesUpOnAToolThatIgnoresItsContext(t *testing.T) {
 	w := testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{stubborn}, Slots: 1})
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
-	res, err := c.Call(ctx, "t-stubborn", nil, client.WithTimeout(200*time.Millisecond))
+	res, err := c.Call(ctx, "t-stubborn", nil, client.WithTimeout(stubbornDeadline))
 	if err != nil || res.Status != messages.StateTimedOut {
 		t.Fatalf("result %+v %v", res, err)
 	}
-	receive(t, started, "the tool to have started")
+	receive(t, started, "the tool to have started before the deadline")
 	stopCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	stopped := make(chan error, 1)
