@@ -45,7 +45,7 @@ rules:
 // the call, and returns it.
 func auditedBy(t *testing.T, bin, url, decision, callID string) messages.AuditRecord {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		stdout, stderr, status := cli(t, bin, url, "--json", "audit", "--decision", decision)
 		var page messages.AuditListReply

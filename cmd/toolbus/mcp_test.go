@@ -186,7 +186,9 @@ func TestMCPDrainsOnSIGTERM(t *testing.T) {
 	go func() {
 		req := mcp.CallToolRequest{}
 		req.Params.Name = "demo-sleep"
-		req.Params.Arguments = map[string]any{"seconds": 1}
+		// Long enough to be seen running on a busy machine; far within
+		// the drain.
+		req.Params.Arguments = map[string]any{"seconds": 5}
 		res, err := c.CallTool(testenv.Context(t), req)
 		done <- answer{res, err}
 	}()

@@ -168,7 +168,7 @@ func TestAuditAndWorkersAreForOperators(t *testing.T) {
 	}
 	// The refusals are audited as the coordinator answers them: the
 	// stream may store the last one just after the answer came.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		stdout, stderr, status = cli(t, bin, url, append(operator, "audit", "--decision", messages.AuditForbidden)...)
 		refusals := 0

@@ -133,7 +133,7 @@ func TestOneWorkerServesNamespacesWithTheirOwnCredentials(t *testing.T) {
 	}
 	for _, tool := range []string{"demo-echo", "ops-echo"} {
 		var res *messages.CallResult
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(testenv.Patience)
 		for {
 			res, err = c.Call(testenv.Context(t), tool, map[string]string{"text": tool})
 			if err == nil || time.Now().After(deadline) {

@@ -103,7 +103,7 @@ func TestConfigsStartAndShareTheCaller(t *testing.T) {
 			}
 			srv.Start()
 			t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-			if !srv.ReadyForConnections(30 * time.Second) {
+			if !srv.ReadyForConnections(2 * time.Minute) {
 				t.Fatal("the server did not start")
 			}
 			connect := func(user, password string) *nats.Conn {
@@ -115,7 +115,7 @@ func TestConfigsStartAndShareTheCaller(t *testing.T) {
 				return nc
 			}
 			coordinator := connect("coordinator", "coordinator-secret")
-			if _, err := coordinator.Request("$JS.API.INFO", nil, 10*time.Second); err != nil {
+			if _, err := coordinator.Request("$JS.API.INFO", nil, time.Minute); err != nil {
 				t.Fatalf("the coordinator has no JetStream: %v", err)
 			}
 			sub, err := coordinator.Subscribe("toolbus.api.tools.list", func(m *nats.Msg) {
@@ -143,13 +143,13 @@ func TestConfigsStartAndShareTheCaller(t *testing.T) {
 				}
 			}
 			worker := connect("worker_demo", "worker-demo-secret")
-			if reply, err := worker.Request("$JS.API.INFO", nil, 10*time.Second); err != nil || strings.Contains(string(reply.Data), `"error"`) {
+			if reply, err := worker.Request("$JS.API.INFO", nil, time.Minute); err != nil || strings.Contains(string(reply.Data), `"error"`) {
 				t.Fatalf("the demo worker's JetStream request: %v %s", err, reply.Data)
 			}
 			agent := connect("agent_a", "agent-a-secret")
 			forged := nats.NewMsg("toolbus.api.tools.list")
 			forged.Header.Set("Nats-Request-Info", `{"acc":"AGENTS","user":"agent_b"}`)
-			reply, err := agent.RequestMsg(forged, 10*time.Second)
+			reply, err := agent.RequestMsg(forged, time.Minute)
 			if err != nil {
 				t.Fatalf("an agent's API request: %v", err)
 			}
@@ -160,7 +160,7 @@ func TestConfigsStartAndShareTheCaller(t *testing.T) {
 			if err := json.Unmarshal(reply.Data, &info); err != nil || info.Account != "AGENTS" || info.User != "agent_a" {
 				t.Fatalf("the coordinator saw the caller %q (%v), want AGENTS/agent_a", reply.Data, err)
 			}
-			reply, err = agent.Request("$JS.API.INFO", nil, 10*time.Second)
+			reply, err = agent.Request("$JS.API.INFO", nil, time.Minute)
 			if err != nil || !json.Valid(reply.Data) || string(reply.Data) == "" {
 				t.Fatalf("an agent's JetStream request: %v", err)
 			}

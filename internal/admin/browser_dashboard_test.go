@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -36,7 +35,7 @@ func TestBrowserDashboardShowsRealCalls(t *testing.T) {
 	t.Cleanup(func() { _, _ = b.client.Cancel(testenv.Context(t), sleeping.CallID, "the test is over") })
 	// The coordinator samples the queues as it sweeps, every 5 s: wait
 	// for a sample that saw the sleeping call delivered.
-	pollUntil(t, 40*time.Second, func() bool {
+	pollUntil(t, testenv.Patience, func() bool {
 		stats, err := b.client.CallStats(ctx, messages.CallStatsRequest{Namespace: "demo"})
 		return err == nil && len(stats.Namespaces) == 1 && stats.Namespaces[0].QueueDepth != nil && stats.Namespaces[0].QueueDepth.Delivered >= 1
 	}, func() string { return "no sample of the demo queue with the sleeping call delivered" })

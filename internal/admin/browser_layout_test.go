@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -26,7 +25,7 @@ func serveLongTool(t *testing.T, b *browserStack) {
 		return "12.3M", nil
 	})
 	testenv.Worker(t, b.stack.URL(), worker.Config{}, worker.Namespace{Name: "reports", Tools: []worker.Tool{tool}})
-	pollUntil(t, 30*time.Second, func() bool {
+	pollUntil(t, testenv.Patience, func() bool {
 		reply, err := b.client.ListTools(testenv.Context(t), messages.ListToolsRequest{Namespace: "reports"})
 		return err == nil && len(reply.Tools) == 1 && reply.Tools[0].Available
 	}, func() string { return longTool + " is not listed available" })
@@ -164,7 +163,7 @@ func TestBrowserCompletedCallShowsCompleteProgress(t *testing.T) {
 		}
 	})
 	testenv.Worker(t, b.stack.URL(), worker.Config{}, worker.Namespace{Name: "steps", Tools: []worker.Tool{quarter}})
-	pollUntil(t, 30*time.Second, func() bool {
+	pollUntil(t, testenv.Patience, func() bool {
 		reply, err := b.client.ListTools(ctx, messages.ListToolsRequest{Namespace: "steps"})
 		return err == nil && len(reply.Tools) == 1 && reply.Tools[0].Available
 	}, func() string { return "steps-quarter is not listed available" })

@@ -124,7 +124,7 @@ func startBrowserStack(t *testing.T, policy string) *browserStack {
 	// Pages are rendered once: the coordinator must list the demo tools,
 	// which it does once its watch of the catalog brought them.
 	var listed []string
-	pollUntil(t, 30*time.Second, func() bool {
+	pollUntil(t, testenv.Patience, func() bool {
 		listed = listed[:0]
 		reply, err := c.ListTools(testenv.Context(t), messages.ListToolsRequest{})
 		if err != nil {
@@ -142,7 +142,7 @@ func startBrowserStack(t *testing.T, policy string) *browserStack {
 // waited for fails the test rather than hanging it.
 func (b *browserStack) do(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.tab, 45*time.Second)
+	ctx, cancel := context.WithTimeout(b.tab, testenv.Patience)
 	defer cancel()
 	if err := chromedp.Do(ctx, steps...); err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -152,9 +152,9 @@ func (b *browserStack) do(t *testing.T, what string, steps ...chromedp.Action[ch
 // waitFor polls a JavaScript expression in the page until it is true.
 func (b *browserStack) waitFor(t *testing.T, what, expression string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.tab, 45*time.Second)
+	ctx, cancel := context.WithTimeout(b.tab, testenv.Patience+5*time.Second)
 	defer cancel()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expression, chromedp.WithPollingTimeout(40*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expression, chromedp.WithPollingTimeout(testenv.Patience), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
 		t.Fatalf("waiting for %s (%s): %v", what, expression, err)
 	}
 }
@@ -205,7 +205,9 @@ func TestBrowserFollowsAndCancelsACall(t *testing.T) {
 	b := startBrowserStack(t, "")
 	ctx := testenv.Context(t)
 	b.login(t)
-	reply, err := b.client.Submit(ctx, messages.SubmitRequest{Tool: "demo-sleep", Arguments: messages.JSON(`{"seconds":20}`)})
+	// Long enough for the page's steps before the cancel on a busy
+	// machine; it reports progress every tenth of it.
+	reply, err := b.client.Submit(ctx, messages.SubmitRequest{Tool: "demo-sleep", Arguments: messages.JSON(`{"seconds":60}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +268,7 @@ func TestBrowserDisablesATool(t *testing.T) {
 	// The coordinator learns of the switch through its watch of the
 	// catalog, a moment after the write; nothing outside it signals when.
 	var err error
-	pollUntil(t, 10*time.Second, func() bool {
+	pollUntil(t, testenv.Patience, func() bool {
 		_, err = b.client.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"x"}`)})
 		return errors.Is(err, messages.ErrToolDisabled)
 	}, func() string {

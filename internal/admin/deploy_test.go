@@ -122,7 +122,7 @@ func TestConsoleOfADeployedOperator(t *testing.T) {
 	// The audit log holds the decisions about the call: asked, then
 	// approved by the operator. They are recorded without waiting for
 	// the write: the page is read again until both are there.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		_, page = do(t, hc, "GET", b.url+"/audit", nil, nil)
 		asked, approved := auditRow(page, "asked", reply.CallID), auditRow(page, "approved", reply.CallID)

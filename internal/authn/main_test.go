@@ -3,7 +3,7 @@ package authn_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaks.VerifyTestMain(m) }

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,7 +33,7 @@ func TestCopySubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	names := messages.MustNames("")
 	if _, err := js.CreateStream(ctx, resources.EventsStreamConfig(names, resources.Config{})); err != nil {

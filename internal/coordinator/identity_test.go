@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -316,7 +315,7 @@ func TestWireHeaderSizeIsTheHeaderBlocksSize(t *testing.T) {
 				}
 			}
 		}
-		if _, err := nc.RequestMsg(msg, 10*time.Second); err != nil {
+		if _, err := nc.RequestMsg(msg, patience); err != nil {
 			t.Fatal(err)
 		}
 		if got := <-sizes; got != want {

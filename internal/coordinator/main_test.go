@@ -2,8 +2,14 @@ package coordinator
 
 import (
 	"testing"
+	"time"
 
-	"go.uber.org/goleak"
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaks.VerifyTestMain(m) }
+
+// patience bounds a wait for something that happens unless the code is
+// wrong, as testenv.Patience does for the tests that can import testenv:
+// generous, for the race detector on two cores shared with other work.
+const patience = 2 * time.Minute

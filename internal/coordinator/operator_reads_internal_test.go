@@ -63,7 +63,7 @@ func recordAudit(t *testing.T, a *auditor, from, n int) {
 	}
 	select {
 	case <-a.js.PublishAsyncComplete():
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("the audit records were not stored")
 	}
 }

@@ -41,6 +41,10 @@ type callQueue struct {
 	// tests. consumers holds the namespaces it was done for.
 	ensureConsumer func(ctx context.Context, ns string) error
 	consumers      sync.Map
+	// consumerChecks holds, by namespace, the check of its consumer under
+	// way (a *consumerCheck), which the other submits of the namespace
+	// wait for.
+	consumerChecks sync.Map
 	log            *slog.Logger
 }
 
@@ -170,16 +174,42 @@ func (q *callQueue) haveConsumer(ctx context.Context, ns string) error {
 	if q.ensureConsumer == nil {
 		return nil
 	}
-	if _, ok := q.consumers.Load(ns); ok {
-		return nil
+	for {
+		if _, ok := q.consumers.Load(ns); ok {
+			return nil
+		}
+		// One check of a namespace's consumer at a time: the first submits
+		// of a namespace, which may come by the thousand, wait for it
+		// rather than each asking JetStream, which on a busy server times
+		// out the requests it queues and has them all asked again.
+		fresh := &consumerCheck{done: make(chan struct{})}
+		c, running := q.consumerChecks.LoadOrStore(ns, fresh)
+		check := c.(*consumerCheck)
+		if !running {
+			err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) error { return q.ensureConsumer(ctx, ns) })
+			if err == nil {
+				q.consumers.Store(ns, struct{}{})
+			}
+			q.consumerChecks.Delete(ns)
+			close(check.done)
+			if err != nil {
+				return unavailable(err, "the consumer of namespace %s", ns)
+			}
+			return nil
+		}
+		// A check that failed, within its own request's deadline, is
+		// made again by a submit that still has time.
+		select {
+		case <-check.done:
+		case <-ctx.Done():
+			return unavailable(context.Cause(ctx), "the consumer of namespace %s", ns)
+		}
 	}
-	err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) error { return q.ensureConsumer(ctx, ns) })
-	if err != nil {
-		return unavailable(err, "the consumer of namespace %s", ns)
-	}
-	q.consumers.Store(ns, struct{}{})
-	return nil
 }
+
+// consumerCheck is a check of a namespace's consumer under way; done is
+// closed when it has ended.
+type consumerCheck struct{ done chan struct{} }
 
 // retryBound is how long writes and reads are retried (unavailableWait).
 func (q *callQueue) retryBound() time.Duration {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/schemacost"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -40,8 +41,11 @@ func TestPathologicalSchemaRefusedQuickly(t *testing.T) {
 	if !strings.Contains(err.Error(), "t-twin") {
 		t.Errorf("error %q does not name the tool", err)
 	}
-	if elapsed > 100*time.Millisecond {
-		t.Errorf("refusal took %v", elapsed)
+	// Refused before any validation: the cache holds no compiled schema
+	// to run, only the reason, so the refusal costs the same on a busy
+	// machine as on an idle one (its time is logged, not asserted).
+	if e := cache.get(tl); e.schema != nil || !errors.Is(e.err, schemacost.ErrTooCostly) {
+		t.Errorf("the cached schema: compiled %v, error %v; want none to run, refused by its cost", e.schema != nil, e.err)
 	}
 }
 

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -122,7 +122,7 @@ func TestStartAndStopLeaveNothingRunning(t *testing.T) {
 		t.Error("a stopped coordinator answers")
 	}
 	closeAll()
-	goleak.VerifyNone(t)
+	leaks.VerifyNone(t)
 }
 
 func TestStartThatFailsLeavesNothingRunning(t *testing.T) {
@@ -139,5 +139,5 @@ func TestStartThatFailsLeavesNothingRunning(t *testing.T) {
 	// still run: the sweeper, the watchers, the catalog and discovery
 	// followers and the built-in tools' worker are stopped.
 	closeAll()
-	goleak.VerifyNone(t)
+	leaks.VerifyNone(t)
 }

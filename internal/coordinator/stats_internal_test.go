@@ -338,7 +338,7 @@ func TestStatsShare(t *testing.T) {
 	}
 	waitJoined := func(ns string, n int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(patience)
 		for {
 			s.mu.Lock()
 			f := s.flights[messages.CallStatsRequest{Namespace: ns}]

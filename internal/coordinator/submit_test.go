@@ -630,3 +630,44 @@ func TestRunStopsAtTheFirstFailingStage(t *testing.T) {
 		t.Errorf("run = %+v, %v, %v; published %v", reply, pending, err, writer.published)
 	}
 }
+
+// TestFirstSubmitsOfANamespaceCheckItsConsumerOnce: the first submits of
+// a namespace, come together, ask for its consumer once and wait for that
+// check, rather than each asking JetStream (a busy server then times out
+// the queued requests, and has them all asked again).
+func TestFirstSubmitsOfANamespaceCheckItsConsumerOnce(t *testing.T) {
+	var asked atomic.Int32
+	release := make(chan struct{})
+	q := &callQueue{ensureConsumer: func(ctx context.Context, ns string) error {
+		asked.Add(1)
+		<-release
+		return nil
+	}, log: discardLogger()}
+	const submits = 50
+	var entered atomic.Int32
+	errs := make(chan error, submits)
+	for range submits {
+		go func() {
+			entered.Add(1)
+			errs <- q.haveConsumer(context.Background(), "t")
+		}()
+	}
+	// The check is held until every submit has come, and one has asked.
+	for deadline := time.Now().Add(patience); entered.Load() < submits || asked.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d submits came, %d asked for the consumer", entered.Load(), asked.Load())
+		}
+	}
+	close(release)
+	for range submits {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("the consumer was asked for %d times by %d submits together, want once", n, submits)
+	}
+	if err := q.haveConsumer(context.Background(), "t"); err != nil || asked.Load() != 1 {
+		t.Fatalf("a later submit: %v, asked %d times", err, asked.Load())
+	}
+}

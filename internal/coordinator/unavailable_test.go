@@ -5,7 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,7 +26,7 @@ func startCoordinator(t *testing.T, nc *nats.Conn) *Coordinator {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		if err := c.Stop(ctx); err != nil {
 			t.Error(err)
@@ -106,7 +105,7 @@ func TestSubmitWaitsOutStreamsThatDoNotAnswer(t *testing.T) {
 	}
 	answered, back := unanswered(t, nc, js, names, names.EventsSubjects())
 
-	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, patience)
 	defer cancel()
 	reply, err := c.Submit(sctx, &messages.SubmitRequest{Tool: "t-echo"}, nil)
 	if answered.Load() == 0 {
@@ -154,13 +153,13 @@ func TestConcurrentIdempotentSubmitsAreOneCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		_ = w.Stop(sctx)
 	})
 
 	const submits = 50
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, patience)
 	defer cancel()
 	replies := make([]*messages.SubmitReply, submits)
 	errs := make([]error, submits)
@@ -200,7 +199,7 @@ func TestConcurrentIdempotentSubmitsAreOneCall(t *testing.T) {
 	}
 	// A second run would have to be delivered again after the result;
 	// the worker is stopped before counting.
-	sctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	sctx2, cancel2 := context.WithTimeout(context.Background(), patience)
 	defer cancel2()
 	if err := w.Stop(sctx2); err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func TestMCPFront(t *testing.T) {
 	if _, err := c.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "test", Version: "1"}}}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testenv.Patience)
 	for {
 		res, err := c.ListTools(ctx, mcp.ListToolsRequest{})
 		if err != nil {

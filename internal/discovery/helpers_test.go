@@ -73,7 +73,7 @@ func (b *bundle) remove(t testing.TB, name messages.ToolName) {
 // await waits, change by change of the view, until check holds.
 func (b *bundle) await(t testing.TB, what string, check func() bool) {
 	t.Helper()
-	timeout := time.After(30 * time.Second)
+	timeout := time.After(testenv.Patience)
 	for {
 		changed := b.view.Changed()
 		if check() {
@@ -144,7 +144,7 @@ func (b *bundle) discovery(t testing.TB, mutate func(*discovery.Config)) *discov
 // awaitIndex waits, change by change of the index, until check holds.
 func awaitIndex(t testing.TB, x *discovery.Index, what string, check func() bool) {
 	t.Helper()
-	timeout := time.After(30 * time.Second)
+	timeout := time.After(testenv.Patience)
 	for {
 		changed := x.Changed()
 		if check() {

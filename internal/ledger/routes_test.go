@@ -64,7 +64,7 @@ func TestRoutesDispatchByCall(t *testing.T) {
 			if string(msg.Data) != want {
 				t.Fatalf("got %q, want %q", msg.Data, want)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(testenv.Patience):
 			t.Fatalf("no %q", want)
 		}
 	}

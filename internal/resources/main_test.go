@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
 // The tests stop every server they start, but a stopped nats-server leaves
@@ -11,7 +13,7 @@ import (
 // of its file stores, and its shared clock. They are the server's, not
 // this package's.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	leaks.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"))
 }

@@ -21,7 +21,9 @@ func FuzzCheckJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, schema []byte) {
 		start := time.Now()
 		_ = CheckJSON(schema)
-		if d := time.Since(start); d > 2*time.Second {
+		// A check that blows up takes far longer than this, which leaves a
+		// busy machine (the seeds run in every go test) its slack.
+		if d := time.Since(start); d > 10*time.Second {
 			t.Fatalf("CheckJSON took %v on %q", d, schema)
 		}
 	})

@@ -63,7 +63,7 @@ func startCluster(t testing.TB, size int) ([]*natsserver.Server, string, error) 
 		servers = append(servers, srv)
 		urls = append(urls, srv.URL())
 	}
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(Patience)
 	for {
 		leader := false
 		current := true
@@ -75,7 +75,7 @@ func startCluster(t testing.TB, size int) ([]*natsserver.Server, string, error) 
 			return servers, strings.Join(urls, ","), nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the cluster elected no JetStream meta leader within a minute")
+			t.Fatalf("the cluster elected no JetStream meta leader within %v", Patience)
 		}
 		time.Sleep(50 * time.Millisecond) // the server sends no signal on election
 	}

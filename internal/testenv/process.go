@@ -120,7 +120,7 @@ func Start(t testing.TB, bin string, args ...string) *Process {
 // WaitLine waits for an output line that contains substr and returns it.
 func (p *Process) WaitLine(t testing.TB, substr string) string {
 	t.Helper()
-	timeout := time.After(60 * time.Second)
+	timeout := time.After(Patience)
 	for {
 		select {
 		case line := <-p.lines:
@@ -139,7 +139,7 @@ func (p *Process) WaitLine(t testing.TB, substr string) string {
 				}
 			}
 		case <-timeout:
-			t.Fatalf("no line with %q within a minute:\n%s", substr, p.Output())
+			t.Fatalf("no line with %q within %v:\n%s", substr, Patience, p.Output())
 		}
 	}
 }
@@ -168,8 +168,8 @@ func (p *Process) Interrupt(t testing.TB) error {
 			return fmt.Errorf("exit status %d", code)
 		}
 		return nil
-	case <-time.After(60 * time.Second):
-		t.Fatalf("process did not stop within a minute:\n%s", p.Output())
+	case <-time.After(Patience):
+		t.Fatalf("process did not stop within %v:\n%s", Patience, p.Output())
 		return nil
 	}
 }

@@ -130,9 +130,17 @@ func Client(t testing.TB, url string, opts client.Options) *client.Client {
 	return c
 }
 
-// Context returns a context that ends with the test, or after a minute.
+// Context returns a context that ends with the test, or after five
+// minutes, or half a minute before the test binary's deadline when that
+// comes first: time for the slowest test's whole work on a busy machine.
 func Context(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	deadline := time.Now().Add(contextLife)
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if end, ok := d.Deadline(); ok && end.Add(-deadlineMargin).Before(deadline) {
+			deadline = end.Add(-deadlineMargin)
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -45,8 +45,8 @@ func next(t *testing.T, w jetstream.KeyWatcher) jetstream.KeyValueEntry {
 			t.Fatal("the watch ended")
 		}
 		return e
-	case <-time.After(10 * time.Second):
-		t.Fatal("no entry within 10s")
+	case <-time.After(testenv.Patience):
+		t.Fatalf("no entry within %v", testenv.Patience)
 	}
 	return nil
 }

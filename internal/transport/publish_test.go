@@ -357,7 +357,7 @@ func TestConditionalWriteInProcessOnAReplicatedStream(t *testing.T) {
 		// The first write's condition is on the second's subject, as a
 		// call's start is on its result's; both are sent at once.
 		first := make(chan error, 1)
-		if err := p.PublishThen(conditional("inprocess."+strconv.Itoa(i)+".started", filter), 5*time.Second, func(_ uint64, _ bool, err error) { first <- err }); err != nil {
+		if err := p.PublishThen(conditional("inprocess."+strconv.Itoa(i)+".started", filter), testenv.Patience, func(_ uint64, _ bool, err error) { first <- err }); err != nil {
 			t.Fatal(err)
 		}
 		_, _, err := p.PublishWait(ctx, conditional(filter, filter))

@@ -52,7 +52,7 @@ func TestOperatorReads(t *testing.T) {
 	// Each allowed call's record, newest first, one a page; the records
 	// are stored without the submit waiting for them.
 	var got []string
-	for deadline := time.Now().Add(10 * time.Second); len(slices.Compact(slices.Clone(got))) < len(calls) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(testenv.Patience); len(slices.Compact(slices.Clone(got))) < len(calls) && time.Now().Before(deadline); {
 		if got != nil {
 			time.Sleep(20 * time.Millisecond) // the records give no signal
 		}

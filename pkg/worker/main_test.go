@@ -3,10 +3,10 @@ package worker_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
 // Every test stops what it started; nothing it started may outlive it.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leaks.VerifyTestMain(m)
 }

@@ -19,7 +19,9 @@ import (
 func TestAResultNotStoredAtFirstIsRetriedAndTheToolRunsOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	const ackWait = time.Second
+	// Renewed every third of it: long enough that a busy machine's late
+	// wake-ups do not let the lease lapse between two renewals.
+	const ackWait = 3 * time.Second
 	w := b.worker(t, worker.Config{AckWait: ackWait}, 2)
 	id := b.submit(t, "t-stubborn")
 	receive(t, b.tools.started, "the call to start")

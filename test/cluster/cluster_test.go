@@ -28,11 +28,11 @@ import (
 
 const (
 	// stuckAfter is how long past its tool's time a call may take before
-	// it counts as stuck: longer than the whole load runs, so that a call
-	// counts as stuck when it does not end, not when it ends late. How
-	// late calls end is measured (MaxOvertime) and reported, and calls
-	// later than slowAfter are named in the log.
-	stuckAfter = 90 * time.Second
+	// it counts as stuck: longer than the whole load runs, on a busy
+	// machine too, so that a call counts as stuck when it does not end,
+	// not when it ends late. How late calls end is measured (MaxOvertime)
+	// and reported, and calls later than slowAfter are named in the log.
+	stuckAfter = 3 * time.Minute
 	// slowAfter names, in the log, the calls that ended this long past
 	// their tool's time.
 	slowAfter = 10 * time.Second
@@ -170,7 +170,7 @@ func TestDeployedClusterSurvivesLeaderKills(t *testing.T) {
 // meta leader, before Toolbus starts on the cluster.
 func (c *cluster) awaitMetaLeader(t *testing.T) {
 	t.Helper()
-	poll(t, 60*time.Second, "the cluster to elect a meta leader", func(ctx context.Context) error {
+	poll(t, testenv.Patience, "the cluster to elect a meta leader", func(ctx context.Context) error {
 		for _, n := range c.nodes {
 			if err := n.healthy(ctx); err != nil {
 				return err
@@ -237,7 +237,7 @@ func leaderKills(t *testing.T, st *stack) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 60*time.Second, "every stream and consumer at 3 current replicas", func(ctx context.Context) error {
+	poll(t, testenv.Patience, "every stream and consumer at 3 current replicas", func(ctx context.Context) error {
 		return nodes.whole(ctx, js, streams, consumers)
 	})
 
@@ -398,7 +398,7 @@ func leaderKills(t *testing.T, st *stack) {
 			return nil
 		}
 	}
-	poll(t, 60*time.Second, "calls to complete before the first kill", completedSince(time.Now()))
+	poll(t, testenv.Patience, "calls to complete before the first kill", completedSince(time.Now()))
 
 	leaders := []struct {
 		target string
@@ -429,14 +429,14 @@ func leaderKills(t *testing.T, st *stack) {
 	var kills []*killReport
 	for _, l := range leaders {
 		var name string
-		poll(t, 30*time.Second, "find the "+l.target, func(ctx context.Context) (err error) {
+		poll(t, testenv.Patience, "find the "+l.target, func(ctx context.Context) (err error) {
 			name, err = l.find(ctx)
 			return err
 		})
 		n := nodes.node(t, name)
 		k := &killReport{Target: l.target, Node: name, at: time.Now()}
 		nodes.kill(t, n)
-		k.Election = poll(t, 60*time.Second, "a new "+l.target, func(ctx context.Context) error {
+		k.Election = poll(t, testenv.Patience, "a new "+l.target, func(ctx context.Context) error {
 			leader, err := l.find(ctx)
 			if err != nil {
 				return err
@@ -449,7 +449,7 @@ func leaderKills(t *testing.T, st *stack) {
 		})
 		t.Logf("killed %s %s; %s elected after %s", l.target, name, k.NewLeader, k.Election)
 		nodes.start(t, n)
-		poll(t, 90*time.Second, "the cluster whole again after restarting "+name, func(ctx context.Context) error {
+		poll(t, 2*testenv.Patience, "the cluster whole again after restarting "+name, func(ctx context.Context) error {
 			return nodes.whole(ctx, js, streams, consumers)
 		})
 		// Not fatal: the assertions below say what became of the calls.
@@ -463,7 +463,7 @@ func leaderKills(t *testing.T, st *stack) {
 	load.Wait()
 	// Every call ended, so every work item must be settled: a call left
 	// pending or unacknowledged would be delivered again, or never.
-	if _, err := pollFor(60*time.Second, func(ctx context.Context) error {
+	if _, err := pollFor(testenv.Patience, func(ctx context.Context) error {
 		cons, err := js.Consumer(ctx, names.EventsStream(), consumerName)
 		if err != nil {
 			return err
@@ -556,7 +556,7 @@ type callLedger struct {
 func readLedger(t *testing.T, js jetstream.JetStream, names messages.Names) map[string]*callLedger {
 	t.Helper()
 	var s jetstream.Stream
-	if _, err := pollFor(30*time.Second, func(ctx context.Context) (err error) {
+	if _, err := pollFor(testenv.Patience, func(ctx context.Context) (err error) {
 		s, err = js.Stream(ctx, names.EventsStream())
 		return err
 	}); err != nil {
@@ -568,7 +568,7 @@ func readLedger(t *testing.T, js jetstream.JetStream, names messages.Names) map[
 	// stream settles, where a consumer would have to be recreated.
 	for seq := uint64(1); seq <= last; seq++ {
 		var msg *jetstream.RawStreamMsg
-		if _, err := pollFor(30*time.Second, func(ctx context.Context) (err error) {
+		if _, err := pollFor(testenv.Patience, func(ctx context.Context) (err error) {
 			msg, err = s.GetMsg(ctx, seq)
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				return nil

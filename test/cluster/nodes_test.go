@@ -219,10 +219,10 @@ func (c *cluster) node(t *testing.T, name string) *node {
 func (c *cluster) kill(t *testing.T, n *node) {
 	t.Helper()
 	n.proc.Kill()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
 	defer cancel()
 	if err := n.proc.Wait(ctx); errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("node %s still runs 30s after SIGKILL", n.name)
+		t.Fatalf("node %s still runs %v after SIGKILL", n.name, testenv.Patience)
 	}
 }
 
@@ -239,7 +239,8 @@ type jsz struct {
 	} `json:"meta_cluster"`
 }
 
-var httpClient = &http.Client{Timeout: 2 * time.Second}
+// httpClient's requests are bounded by their contexts (pollAttempt).
+var httpClient = &http.Client{}
 
 func (n *node) jsz(ctx context.Context) (*jsz, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/jsz", n.http), nil)
@@ -364,13 +365,18 @@ func poll(t *testing.T, timeout time.Duration, what string, cond func(ctx contex
 	return d
 }
 
+// pollAttempt bounds one call of a poll's cond: a node's answer can take
+// seconds on a busy machine, and a bound shorter than that would fail
+// every attempt.
+const pollAttempt = 20 * time.Second
+
 // pollFor calls cond every 100ms until it returns nil or timeout passes,
 // and returns how long that took, or cond's last error.
 func pollFor(timeout time.Duration, cond func(ctx context.Context) error) (time.Duration, error) {
 	start := time.Now()
 	deadline := start.Add(timeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), pollAttempt)
 		err := cond(ctx)
 		cancel()
 		if err == nil {

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
@@ -51,7 +50,7 @@ func runWhoseWorkerDies(t *testing.T, opts ...worker.ToolOption) (*messages.Call
 	proxy := testenv.NewProxy(t, srv.Addr().String())
 	var runs atomic.Int32
 	first := newEffectTool(&runs)
-	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: 500 * time.Millisecond},
+	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: liveLeaseAckWait},
 		worker.Namespace{Name: "t", Tools: []worker.Tool{first.tool(opts...)}, Slots: 1})
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
@@ -77,7 +76,7 @@ func runWhoseWorkerDies(t *testing.T, opts ...worker.ToolOption) (*messages.Call
 	})
 	second := newEffectTool(&runs)
 	close(second.release)
-	testenv.Worker(t, srv.URL(), worker.Config{AckWait: 500 * time.Millisecond},
+	testenv.Worker(t, srv.URL(), worker.Config{AckWait: liveLeaseAckWait},
 		worker.Namespace{Name: "t", Tools: []worker.Tool{second.tool(opts...)}, Slots: 1})
 	res, err := c.Wait(ctx, r.CallID)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/testenv"
@@ -57,8 +56,9 @@ func TestResultRightAfterItsStartInACluster(t *testing.T) {
 				if enough {
 					continue // the test has failed already; what is left would wait as long
 				}
-				// A call here ends in milliseconds; one that waits 30s lost its result.
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				// A call here ends in milliseconds on an idle machine; one
+				// that waits testenv.Patience lost its result.
+				ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
 				res, err := c.Call(ctx, "q-quick", map[string]int{"n": n})
 				cancel()
 				if err != nil || res.Status != messages.StateCompleted {

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -44,7 +43,7 @@ func (v versionedClient) request(endpoint string, body, out any) *messages.Error
 	}
 	msg.Header.Set(messages.HeaderVersion, v.version)
 	msg.Data = data
-	reply, err := v.nc.RequestMsg(msg, 30*time.Second)
+	reply, err := v.nc.RequestMsg(msg, testenv.Patience)
 	if err != nil {
 		v.t.Fatalf("%s %s (version %s): %v", v.codec, endpoint, v.version, err)
 	}
@@ -253,7 +252,7 @@ match:
 		}
 		msg.Header.Set(messages.HeaderVersion, v1.version)
 		msg.Data, _ = codec.Marshal(messages.ListToolsRequest{})
-		reply, err := nc.RequestMsg(msg, 10*time.Second)
+		reply, err := nc.RequestMsg(msg, testenv.Patience)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,7 +276,7 @@ match:
 	msg.Header.Set(messages.HeaderContentType, messages.ContentTypeJSON)
 	msg.Header.Set(messages.HeaderVersion, "2")
 	msg.Data, _ = json.Marshal(messages.ConsumerRequest{MaxConcurrency: 8, AckWaitMS: 30_000, MaxAttempts: 3})
-	reply, err := nc.RequestMsg(msg, 10*time.Second)
+	reply, err := nc.RequestMsg(msg, testenv.Patience)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func newIntruderWith(t *testing.T, url, user string, opts []nats.Option) *intrud
 // not use subject; a reply on answers, if one comes first, fails the test.
 func (in *intruder) awaitViolation(subject, what string, answers <-chan *nats.Msg) {
 	in.t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(testenv.Patience)
 	for {
 		select {
 		case err := <-in.violations:
@@ -169,7 +169,7 @@ func (in *intruder) refusedByServer(what, subject string, body []byte) string {
 		return reply.Error.Description
 	case err := <-in.violations:
 		in.t.Fatalf("%s trying to %s: expected the server to answer, got %v", in.role, what, err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience):
 		in.t.Fatalf("%s trying to %s: no answer to %s", in.role, what, subject)
 	}
 	return ""
@@ -184,7 +184,7 @@ func (in *intruder) subscribeDenied(what, subject string) {
 		in.t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(testenv.Patience)
 	for {
 		select {
 		case err := <-in.violations:
@@ -343,7 +343,7 @@ func testWorkerCannotRollUpTheCatalog(t *testing.T, kind deployKind) {
 		msg := nats.NewMsg(subject)
 		msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
 		msg.Data = []byte(`{}`)
-		reply, err := w.RequestMsg(msg, 10*time.Second)
+		reply, err := w.RequestMsg(msg, testenv.Patience)
 		if err != nil {
 			t.Fatalf("a rollup on %s: %v", subject, err)
 		}

@@ -59,13 +59,7 @@ func catalogTools() []worker.Tool {
 // (a file watcher, a heartbeat window) until it holds.
 func eventually(t *testing.T, what string, check func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !check() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, what, check)
 }
 
 func TestExposureThroughTheCoordinator(t *testing.T) {

@@ -116,16 +116,16 @@ func streamLastSeqOn(t *testing.T, nc *nats.Conn, stream string) uint64 {
 
 var names = messages.MustNames("")
 
+// liveLeaseAckWait is the AckWait of tests where a worker cut off the
+// network loses its calls: short, so that they are delivered again soon;
+// long enough that a live worker, which renews its lease every third of
+// it, does not lose its own on a busy machine.
+const liveLeaseAckWait = 3 * time.Second
+
 // receive waits for a value or fails the test after a generous bound.
 func receive[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
+	return testenv.Receive(t, ch, what)
 }
 
 // assertConsumerDrained waits until the namespace's consumer has nothing
@@ -144,7 +144,7 @@ func assertConsumerDrained(t *testing.T, url, ns string) {
 		t.Fatal(err)
 	}
 	var last string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(testenv.Patience); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		cons, err := js.Consumer(ctx, names.EventsStream(), consumer)
 		cancel()

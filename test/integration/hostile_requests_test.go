@@ -5,10 +5,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -92,7 +92,7 @@ func testHostileRequestsAreCheap(t *testing.T, kind deployKind) {
 			msg.Header = nats.Header(messages.JSONCodec.NewHeader())
 		}
 		msg.Data = body
-		reply, err := nc.RequestMsg(msg, 20*time.Second)
+		reply, err := nc.RequestMsg(msg, testenv.Patience)
 		if err != nil {
 			t.Fatalf("%s: %v", endpoint, err)
 		}

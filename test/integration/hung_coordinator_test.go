@@ -75,16 +75,20 @@ func (l *requestLog) attempts(t *testing.T, endpoint, marker string) int {
 // TestHungCoordinatorDoesNotHoldCallers stops one of two coordinators
 // with SIGSTOP: a hung peer, not a dead one, so the requests the queue
 // group gives it go unanswered, and a request whose attempt waits for an
-// answer from it waits out the attempt's bound (RequestTimeout, 5s here).
-// Calls, idempotent calls, submits, calls.get, turns.get and tools.list
-// made through the SDK, each with a caller deadline of 4s — less than one
-// attempt — all succeed: the SDK sends copies of what is safe to repeat
+// answer from it waits out the attempt's bound (RequestTimeout, a minute
+// here). Calls, idempotent calls, submits, calls.get, turns.get and
+// tools.list made through the SDK, each with a caller deadline of 30s —
+// less than one attempt, and room for a busy machine — all succeed: the SDK sends copies of what is safe to repeat
 // to the other coordinator after HedgeAfter, and a call runs once. It is
 // run for a client that reads the events stream, and for one that follows
 // its calls through the coordinators (CoordinatorReads), as an agent's
 // user with identities does.
 func TestHungCoordinatorDoesNotHoldCallers(t *testing.T) {
 	t.Parallel()
+	// deadline is each request's: less than one attempt's bound, so that
+	// a request whose only copy went to the hung coordinator fails; both
+	// are long, so that a busy machine's slowness does not.
+	const attempt, deadline = time.Minute, 30 * time.Second
 	srv := testenv.Server(t)
 	runs := newCounter()
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{runs.tool()}})
@@ -101,12 +105,9 @@ func TestHungCoordinatorDoesNotHoldCallers(t *testing.T) {
 
 	log := newRequestLog(t, srv.URL())
 	clients := map[string]*client.Client{
-		"stream reads":      testenv.Client(t, srv.URL(), client.Options{Codec: messages.JSONCodec, Agent: "bot"}),
-		"coordinator reads": testenv.Client(t, srv.URL(), client.Options{Codec: messages.JSONCodec, Agent: "bot", CoordinatorReads: true, Route: "hungroute0000000000001"}),
+		"stream reads":      testenv.Client(t, srv.URL(), client.Options{Codec: messages.JSONCodec, Agent: "bot", RequestTimeout: attempt}),
+		"coordinator reads": testenv.Client(t, srv.URL(), client.Options{Codec: messages.JSONCodec, Agent: "bot", CoordinatorReads: true, Route: "hungroute0000000000001", RequestTimeout: attempt}),
 	}
-	// deadline is each request's: less than one attempt's bound, so that
-	// a request whose only copy went to the hung coordinator fails.
-	const deadline = 4 * time.Second
 	const each = 8
 	for name, c := range clients {
 		var mu sync.Mutex

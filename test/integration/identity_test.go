@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -128,7 +127,7 @@ func testAgentsActOnlyAsThemselves(t *testing.T, kind deployKind) {
 	// pass for B's user.
 	forged := &nats.Msg{Subject: "toolbus.api.tools.list", Header: nats.Header(messages.JSONCodec.NewHeader()), Data: []byte(`{"agent":"billing-bot"}`)}
 	forged.Header.Set(coordinator.RequestInfoHeader, `{"acc":"AGENTS","user":"agent_b"}`)
-	reply, err := connA.RequestMsg(forged, 10*time.Second)
+	reply, err := connA.RequestMsg(forged, testenv.Patience)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func TestIndexerStandbyTakesOver(t *testing.T) {
 	bin := testenv.Binary(t, "./cmd/indexer")
 	procs := map[string]*testenv.Process{}
 	for _, id := range []string{"left", "right"} {
-		procs[id] = testenv.Start(t, bin, "--server", srv.URL(), "--id", id, "--lease-ttl", "1s", "--write-interval", "50ms")
+		procs[id] = testenv.Start(t, bin, "--server", srv.URL(), "--id", id, "--lease-ttl", "3s", "--write-interval", "50ms")
 		procs[id].WaitLine(t, "indexer started")
 	}
 	bucket := indexBucket(t, srv.URL())
@@ -425,7 +425,7 @@ func hitNames(t *testing.T, x *discovery.Index, query string, pageSize int) []st
 // awaitIndex waits, change by change of the index, until check holds.
 func awaitIndex(t *testing.T, x *discovery.Index, what string, check func() bool) {
 	t.Helper()
-	timeout := time.After(30 * time.Second)
+	timeout := time.After(testenv.Patience)
 	for {
 		changed := x.Changed()
 		if check() {

@@ -294,7 +294,9 @@ func testOneAgentsWaitsDoNotStarveAnother(t *testing.T, kind deployKind) {
 	for range most {
 		waits.Go(func() {
 			for {
-				code, err := rawWait(ctx, connA, "calls.get", map[string]any{"call_id": held.CallID, "wait_ms": 60_000})
+				// Held until the call ends below, however long a busy
+				// machine takes to get there.
+				code, err := rawWait(ctx, connA, "calls.get", map[string]any{"call_id": held.CallID, "wait_ms": 240_000})
 				if err == nil && code == messages.CodeTooManyRequests {
 					continue // the probe below held a place for a moment
 				}

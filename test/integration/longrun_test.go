@@ -232,13 +232,19 @@ func TestCancelReachesADisconnectedWorker(t *testing.T) {
 	}
 }
 
+// stubbornDeadline is the deadline of a call whose tool ignores it: long
+// enough for a busy machine's worker to start the tool first.
+const stubbornDeadline = 10 * time.Second
+
 func TestDeadlineEndsACallWhoseToolIgnoresIt(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Server(t)
 	testenv.Coordinator(t, srv.URL())
 	release := make(chan struct{})
+	started := make(chan struct{}, 1)
 	returned := make(chan struct{})
 	stubborn := worker.Func("stubborn", "Ignores its context.", func(ctx context.Context, in struct{}) (string, error) {
+		started <- struct{}{}
 		<-release
 		close(returned)
 		return "too late", nil
@@ -246,20 +252,24 @@ func TestDeadlineEndsACallWhoseToolIgnoresIt(t *testing.T) {
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{stubborn}})
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
-	res, err := c.Call(ctx, "t-stubborn", nil, client.WithTimeout(300*time.Millisecond))
+	// The deadline leaves the worker time to start the tool on a busy
+	// machine: a call that expired before it started would not test the
+	// tool that ignores it.
+	res, err := c.Call(ctx, "t-stubborn", nil, client.WithTimeout(stubbornDeadline))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Status != messages.StateTimedOut || res.Error.Code != messages.ResultTimedOut || !res.IsError {
 		t.Fatalf("result %+v", res)
 	}
+	receive(t, started, "the tool to have started before the deadline")
 	select {
 	case <-returned:
 		t.Fatal("the result came only after the tool returned")
 	default:
 	}
 	close(release)
-	<-returned
+	receive(t, returned, "the tool to return")
 	// The late return changes nothing.
 	info, err := c.Get(ctx, res.CallID)
 	if err != nil || info.Result.Status != messages.StateTimedOut {
@@ -284,11 +294,11 @@ func TestStopGivesUpOnAToolThatIgnoresItsContext(t *testing.T) {
 	w := testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{stubborn}, Slots: 1})
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
-	res, err := c.Call(ctx, "t-stubborn", nil, client.WithTimeout(200*time.Millisecond))
+	res, err := c.Call(ctx, "t-stubborn", nil, client.WithTimeout(stubbornDeadline))
 	if err != nil || res.Status != messages.StateTimedOut {
 		t.Fatalf("result %+v %v", res, err)
 	}
-	receive(t, started, "the tool to have started")
+	receive(t, started, "the tool to have started before the deadline")
 	stopCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	stopped := make(chan error, 1)
@@ -298,7 +308,7 @@ func TestStopGivesUpOnAToolThatIgnoresItsContext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience):
 		t.Fatal("Stop waits for a tool that ignores its context")
 	}
 }
@@ -374,12 +384,12 @@ func TestLostDeliveriesEndInAFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if _, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second)); err != nil {
+		if _, err := cons.Next(jetstream.FetchMaxWait(testenv.Patience)); err != nil {
 			t.Fatalf("delivery %d: %v", i+1, err)
 		}
 	}
 	// A waiting pull lets JetStream try a third delivery, which it refuses and reports.
-	go func() { _, _ = cons.Next(jetstream.FetchMaxWait(5 * time.Second)) }()
+	go func() { _, _ = cons.Next(jetstream.FetchMaxWait(testenv.Patience)) }()
 	res, err := c.Wait(ctx, r.CallID)
 	if err != nil {
 		t.Fatal(err)
@@ -398,7 +408,7 @@ func TestStaleWorkerCannotOverwriteTheResult(t *testing.T) {
 	testenv.Coordinator(t, srv.URL())
 	proxy := testenv.NewProxy(t, srv.Addr().String())
 	stale := newGate()
-	staleWorker := testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: 500 * time.Millisecond},
+	staleWorker := testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: liveLeaseAckWait},
 		worker.Namespace{Name: "t", Tools: []worker.Tool{stale.tool()}, Slots: 1})
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
@@ -410,7 +420,7 @@ func TestStaleWorkerCannotOverwriteTheResult(t *testing.T) {
 	proxy.Cut()
 	fresh := newGate()
 	close(fresh.release)
-	freshWorker := testenv.Worker(t, srv.URL(), worker.Config{AckWait: 500 * time.Millisecond}, worker.Namespace{Name: "t", Tools: []worker.Tool{fresh.tool()}, Slots: 1})
+	freshWorker := testenv.Worker(t, srv.URL(), worker.Config{AckWait: liveLeaseAckWait}, worker.Namespace{Name: "t", Tools: []worker.Tool{fresh.tool()}, Slots: 1})
 	res, err := c.Wait(ctx, r.CallID)
 	if err != nil {
 		t.Fatal(err)
@@ -447,7 +457,7 @@ func TestCommittedCallIsNotRunAgain(t *testing.T) {
 	testenv.Coordinator(t, srv.URL())
 	proxy := testenv.NewProxy(t, srv.Addr().String())
 	first := newGate()
-	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: 500 * time.Millisecond},
+	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: liveLeaseAckWait},
 		worker.Namespace{Name: "t", Tools: []worker.Tool{first.tool()}, Slots: 1})
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
@@ -471,7 +481,7 @@ func TestCommittedCallIsNotRunAgain(t *testing.T) {
 	}
 	second := newGate()
 	close(second.release)
-	testenv.Worker(t, srv.URL(), worker.Config{AckWait: 500 * time.Millisecond}, worker.Namespace{Name: "t", Tools: []worker.Tool{second.tool()}, Slots: 1})
+	testenv.Worker(t, srv.URL(), worker.Config{AckWait: liveLeaseAckWait}, worker.Namespace{Name: "t", Tools: []worker.Tool{second.tool()}, Slots: 1})
 	// The second worker acknowledges the message once it has decided not to run it.
 	consumer, err := js.Consumer(ctx, "TOOLBUS_EVENTS", "ns_t")
 	if err != nil {

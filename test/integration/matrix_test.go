@@ -35,7 +35,7 @@ func (in *intruder) apiRefused(what, endpoint string, body []byte, code messages
 		msg.Header = nats.Header(messages.JSONCodec.NewHeader())
 	}
 	msg.Data = body
-	reply, err := in.nc.RequestMsg(msg, 10*time.Second)
+	reply, err := in.nc.RequestMsg(msg, testenv.Patience)
 	if err != nil {
 		in.t.Fatalf("%s trying to %s: %v", in.role, what, err)
 	}

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/internal/workerconfig"
@@ -97,7 +96,7 @@ namespaces:
 	srv := testenv.Server(t)
 	testenv.Coordinator(t, srv.URL())
 	proxy := testenv.NewProxy(t, srv.Addr().String())
-	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: 500 * time.Millisecond}, namespaces()...)
+	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: liveLeaseAckWait}, namespaces()...)
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
 	want := map[string]messages.Delivery{"pets-createPet": messages.DeliveryAtMostOnce, "pets-replacePets": messages.DeliveryAtLeastOnce}
@@ -130,7 +129,7 @@ namespaces:
 	receive(t, firstOut, "the second request to reach the API")
 	proxy.Cut()
 	t.Cleanup(proxy.Restore)
-	testenv.Worker(t, srv.URL(), worker.Config{AckWait: 500 * time.Millisecond}, namespaces()...)
+	testenv.Worker(t, srv.URL(), worker.Config{AckWait: liveLeaseAckWait}, namespaces()...)
 
 	res, err := c.Wait(ctx, post.CallID)
 	if err != nil {

@@ -53,7 +53,7 @@ func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
 // waitFor waits until a line holds every one of parts, and returns it.
 func (r *logRecorder) waitFor(parts ...string) string {
 	r.t.Helper()
-	deadline := time.After(time.Minute)
+	deadline := time.After(testenv.Patience)
 	seen := 0
 	for {
 		r.mu.Lock()

@@ -97,7 +97,7 @@ func TestPolicyDeniesAndAudits(t *testing.T) {
 	}
 	var decisions []string
 	for len(decisions) < 3 {
-		msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		msg, err := cons.Next(jetstream.FetchMaxWait(testenv.Patience))
 		if err != nil {
 			t.Fatalf("audit records so far %v: %v", decisions, err)
 		}

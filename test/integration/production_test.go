@@ -311,7 +311,7 @@ func TestProductionOnOneHost(t *testing.T) {
 		if err := syscall.Kill(indexer, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		up.waitLine(t, time.Minute, "did not start the killed indexer again", func(line string) bool {
+		up.waitLine(t, testenv.Patience, "did not start the killed indexer again", func(line string) bool {
 			return strings.Contains(line, "indexer stopped") && strings.Contains(line, "starting it again")
 		})
 		eventually(t, "a new indexer process", func() bool {

@@ -56,7 +56,7 @@ func TestQueuedCallIsNotReportedRefused(t *testing.T) {
 		if o.err != nil || o.res == nil || o.res.Status != messages.StateCompleted || o.res.CallID != callID {
 			t.Fatalf("Call of a call that was queued and ran: %+v %v", o.res, o.err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience):
 		t.Fatal("Call did not return the result stored")
 	}
 }

@@ -134,7 +134,7 @@ func TestReconfigureOnAClusterAsDocumented(t *testing.T) {
 		if ci.Cluster != nil && len(ci.Cluster.Replicas)+1 == 3 {
 			break
 		}
-		if time.Since(start) > 20*time.Second {
+		if time.Since(start) > testenv.Patience {
 			t.Errorf("the consumer %s did not follow its stream to 3 replicas: %+v %+v", consumer, ci.Cluster, ci.Config.Replicas)
 			break
 		}

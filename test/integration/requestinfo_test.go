@@ -46,12 +46,12 @@ func rawNATSRequest(t *testing.T, d *deployed, user, subject, replyTo, header, b
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
+	conn, err := net.DialTimeout("tcp", u.Host, testenv.Patience)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = conn.Close() }()
-	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+	if err := conn.SetDeadline(time.Now().Add(testenv.Patience)); err != nil {
 		t.Fatal(err)
 	}
 	r := bufio.NewReader(conn)

@@ -55,7 +55,7 @@ func TestCallSettledWithoutAResultIsEnded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+	msg, err := cons.Next(jetstream.FetchMaxWait(testenv.Patience))
 	if err != nil {
 		t.Fatal(err)
 	}

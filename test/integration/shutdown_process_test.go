@@ -43,21 +43,24 @@ func TestCommandsStopOnSIGTERM(t *testing.T) {
 		}
 	}
 
-	stopped := time.Now()
 	if err := first.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	waitCtx, cancel := context.WithTimeout(ctx, testenv.Patience)
 	defer cancel()
 	if err := first.Wait(waitCtx); waitCtx.Err() != nil {
 		t.Fatalf("the worker did not stop on SIGTERM: %v", err)
 	} else if err != nil {
 		t.Errorf("the worker stopped on SIGTERM with %v", err)
 	}
-	// The drain, the hand-back and the process's exit; far less than the
-	// 2 s the call still had to run.
-	if took := time.Since(stopped); took > drain+1500*time.Millisecond {
-		t.Errorf("the worker took %v to stop with --drain %v and a call running", took, drain)
+	// The drain ends before the call does, so the worker hands the call
+	// back instead of finishing it: the call has no result when the worker
+	// is gone, and the second worker's result below is the only one. How
+	// soon the process exits after the drain is not promised, and on a
+	// busy machine may be later than the call's end: the order of events
+	// is what is checked, not the time.
+	if info, err := c.Get(ctx, reply.CallID); err != nil || info.Result != nil {
+		t.Fatalf("the call when the worker with --drain %v had stopped: %+v %v, want no result", drain, info, err)
 	}
 
 	second := testenv.Start(t, testenv.Binary(t, "./cmd/worker"), "--server", url, "--demo", "--id", "staying")
@@ -74,7 +77,7 @@ func TestCommandsStopOnSIGTERM(t *testing.T) {
 		if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		waitCtx, cancel := context.WithTimeout(ctx, testenv.Patience)
 		err := p.Wait(waitCtx)
 		cancel()
 		if err != nil {

@@ -58,7 +58,7 @@ func (d *deployed) push(t *testing.T, change setup.Change) {
 	t.Helper()
 	nc := testenv.Connect(t, d.url, nats.UserCredentials(d.in.CredsFile("sys")))
 	for _, token := range change.AccountJWTs {
-		reply, err := nc.Request("$SYS.REQ.CLAIMS.UPDATE", []byte(token), 10*time.Second)
+		reply, err := nc.Request("$SYS.REQ.CLAIMS.UPDATE", []byte(token), testenv.Patience)
 		if err != nil || !strings.Contains(string(reply.Data), "jwt updated") {
 			t.Fatalf("push: %v %s", err, reply.Data)
 		}
@@ -263,7 +263,8 @@ func TestAgentRevokedWhileCallsRun(t *testing.T) {
 func TestExpiredUserIsRefused(t *testing.T) {
 	t.Parallel()
 	d := liveInstallation(t)
-	if _, err := d.in.AddAgent("shortlived", setup.AgentOptions{ActsAs: []string{"support-bot"}, Expires: 2 * time.Second}); err != nil {
+	// Time for a connection and a call before expiry on a busy machine.
+	if _, err := d.in.AddAgent("shortlived", setup.AgentOptions{ActsAs: []string{"support-bot"}, Expires: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	closed := make(chan error, 1)

@@ -87,7 +87,7 @@ func TestPlainNATSClient(t *testing.T) {
 	}
 	var kinds []string
 	for {
-		msg, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+		msg, err := cons.Next(jetstream.FetchMaxWait(testenv.Patience))
 		if err != nil {
 			t.Fatalf("events so far %v: %v", kinds, err)
 		}

@@ -98,7 +98,9 @@ func TestWorkerSpansCarryTheOutcome(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 	want[res.CallID] = messages.ResultToolError
-	timedOut, err := c.Submit(ctx, messages.SubmitRequest{Tool: "spans-gate", TimeoutMS: 300})
+	// The deadline passes while the tool runs: long enough for a busy
+	// machine's worker to start it first, so that it has both spans.
+	timedOut, err := c.Submit(ctx, messages.SubmitRequest{Tool: "spans-gate", TimeoutMS: 10_000})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func rawRequest(t *testing.T, nc *nats.Conn, endpoint string, body any) ([]byte,
 	msg := nats.NewMsg("toolbus.api." + endpoint)
 	msg.Header.Set(messages.HeaderContentType, messages.ContentTypeJSON)
 	msg.Data = data
-	reply, err := nc.RequestMsg(msg, 10*time.Second)
+	reply, err := nc.RequestMsg(msg, testenv.Patience)
 	if err != nil {
 		t.Fatalf("%s: %v", endpoint, err)
 	}

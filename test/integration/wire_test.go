@@ -3,7 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -25,7 +24,7 @@ func TestUnknownContentTypeIsAnsweredInJSON(t *testing.T) {
 		msg := nats.NewMsg("toolbus.api." + messages.EndpointCallsGet)
 		msg.Header.Set(messages.HeaderContentType, ct)
 		msg.Data = []byte("call_id=x")
-		reply, err := nc.RequestMsg(msg, 10*time.Second)
+		reply, err := nc.RequestMsg(msg, testenv.Patience)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -295,7 +295,7 @@ func TestHTTPResultLargerThanAMessage(t *testing.T) {
 		for _, tool := range tools {
 			byMethod[tool.Definition.Method] = tool
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
 		defer cancel()
 		_, err = byMethod["big"].Handler.Handle(ctx, &worker.Call{ID: "c1", Arguments: []byte(`{}`), Attempt: 1})
 		if err == nil || errors.Is(err, worker.ErrRetry) || !strings.Contains(err.Error(), "the result of tool big is larger than 33554432 bytes") {

@@ -46,7 +46,7 @@ func TestNetworkServerUnreachableAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
 	defer cancel()
 	updates := make(chan []worker.Tool, 4)
 	tools, err := src.Start(ctx, func(tools []worker.Tool) { updates <- tools })
@@ -98,7 +98,7 @@ func TestUnreachableServerErrorSaysWhyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience)
 	defer cancel()
 	_, _, err = src.connect(ctx, ctx)
 	if err == nil {

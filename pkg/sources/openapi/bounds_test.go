@@ -127,7 +127,7 @@ func TestExponentialSchemaSkipsItsOperation(t *testing.T) {
 	testenv.Coordinator(t, srv.URL(), func(c *coordinator.Config) { c.NoBuiltinTools = true })
 	began := time.Now()
 	testenv.Worker(t, srv.URL(), worker.Config{Logger: logger}, worker.Namespace{Name: "x", Sources: []worker.Source{mixed, bad}})
-	if d := time.Since(began); d > 20*time.Second {
+	if d := time.Since(began); d > testenv.Patience {
 		t.Fatalf("the worker took %v to start", d)
 	}
 	c := testenv.Client(t, srv.URL(), client.Options{Agent: "tester"})
@@ -190,7 +190,7 @@ paths:
 components:
   schemas:
 `+doublingSchemas(40))
-	tools, err := startWithin(t, 20*time.Second, openapi.Config{Name: "x", Namespace: "x", Spec: spec})
+	tools, err := startWithin(t, testenv.Patience, openapi.Config{Name: "x", Namespace: "x", Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,13 +227,13 @@ func TestSpecLargerThanTheLimitFailsStart(t *testing.T) {
 	}))
 	t.Cleanup(api.Close)
 	for _, path := range []string{"/one.json", "/main.json"} {
-		_, err := startWithin(t, 20*time.Second, openapi.Config{Name: "x", Namespace: "x", Spec: api.URL + path, MaxSpecSize: limit})
+		_, err := startWithin(t, testenv.Patience, openapi.Config{Name: "x", Namespace: "x", Spec: api.URL + path, MaxSpecSize: limit})
 		if err == nil || !strings.Contains(err.Error(), "larger than 65536 bytes") {
 			t.Fatalf("%s: Start: %v", path, err)
 		}
 	}
 	// Under the limit the same document loads.
-	if _, err := startWithin(t, 20*time.Second, openapi.Config{Name: "x", Namespace: "x", Spec: api.URL + "/main.json", MaxSpecSize: 4 * limit}); err != nil {
+	if _, err := startWithin(t, testenv.Patience, openapi.Config{Name: "x", Namespace: "x", Spec: api.URL + "/main.json", MaxSpecSize: 4 * limit}); err != nil {
 		t.Fatalf("within the limit: %v", err)
 	}
 }
@@ -252,7 +252,7 @@ func TestSpecThatNeverArrivesFailsStart(t *testing.T) {
 	}))
 	t.Cleanup(api.Close)
 	t.Cleanup(func() { close(release) })
-	_, err := startWithin(t, 20*time.Second, openapi.Config{Name: "x", Namespace: "x", Spec: api.URL + "/openapi.json", LoadTimeout: 200 * time.Millisecond})
+	_, err := startWithin(t, testenv.Patience, openapi.Config{Name: "x", Namespace: "x", Spec: api.URL + "/openapi.json", LoadTimeout: 200 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "not read within the time allowed") {
 		t.Fatalf("Start: %v", err)
 	}
@@ -295,13 +295,13 @@ paths:
 components:
   schemas:
 `
-	tools, err := startWithin(t, 20*time.Second, openapi.Config{Name: "x", Namespace: "x", Spec: writeSpec(t, head+`    A: {type: object, properties: {name: {type: string}, next: {$ref: "#/components/schemas/B"}}}
+	tools, err := startWithin(t, testenv.Patience, openapi.Config{Name: "x", Namespace: "x", Spec: writeSpec(t, head+`    A: {type: object, properties: {name: {type: string}, next: {$ref: "#/components/schemas/B"}}}
     B: {type: object, properties: {back: {$ref: "#/components/schemas/A"}}}
 `)})
 	if err != nil || len(tools) != 1 {
 		t.Fatalf("a schema that contains itself: %v %v", tools, err)
 	}
-	_, err = startWithin(t, 20*time.Second, openapi.Config{Name: "x", Namespace: "x", Spec: writeSpec(t, head+`    A: {$ref: "#/components/schemas/B"}
+	_, err = startWithin(t, testenv.Patience, openapi.Config{Name: "x", Namespace: "x", Spec: writeSpec(t, head+`    A: {$ref: "#/components/schemas/B"}
     B: {$ref: "#/components/schemas/A"}
 `)})
 	if err == nil || !strings.Contains(err.Error(), "#/components/schemas/") {
