@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/setup"
+	"github.com/toolbus/toolbus/internal/transport"
 )
 
 // runUp runs an installation made by toolbus setup on this host: its
@@ -272,6 +273,12 @@ type supervised struct {
 	quit chan struct{}
 }
 
+// restartPolicy is how a supervised process is started again: after 1 s,
+// doubling up to 30 s while it keeps stopping within a minute (the pauses
+// start again from 1 s after a run that lasted longer). The processes are
+// this host's own: no crowd restarts in step, so the pauses are whole.
+var restartPolicy = transport.RetryPolicy{Initial: time.Second, Max: 30 * time.Second, NoJitter: true, Retryable: func(error) bool { return true }}
+
 // start runs the program under name until stop, starting it again when it
 // stops.
 func (s *supervisor) start(name, program string, args ...string) {
@@ -285,7 +292,7 @@ func (s *supervisor) start(name, program string, args ...string) {
 		// (ownProcessGroup): this goroutine keeps its thread while the
 		// child runs.
 		runtime.LockOSThread()
-		backoff := time.Second
+		restarts := restartPolicy.Start()
 		for {
 			logf, err := os.OpenFile(filepath.Join(s.logDir, name+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 			if err != nil {
@@ -320,15 +327,15 @@ func (s *supervisor) start(name, program string, args ...string) {
 			default:
 			}
 			if time.Since(began) > time.Minute {
-				backoff = time.Second
+				restarts.Reset()
 			}
-			fmt.Fprintf(os.Stderr, "toolbus up: %s stopped (%v); starting it again in %v (log: %s)\n", name, err, backoff, filepath.Join(s.logDir, name+".log"))
+			pause, _ := restarts.Failed(err)
+			fmt.Fprintf(os.Stderr, "toolbus up: %s stopped (%v); starting it again in %v (log: %s)\n", name, err, pause, filepath.Join(s.logDir, name+".log"))
 			select {
 			case <-p.quit:
 				return
-			case <-time.After(backoff):
+			case <-time.After(pause):
 			}
-			backoff = min(2*backoff, 30*time.Second)
 		}
 	}()
 }

@@ -150,16 +150,14 @@ func (q *callQueue) sendWith(ctx context.Context, call *messages.CallRequest, fi
 	tracing.Inject(sendSpan(ctx, queuedMsg.Subject, call), queuedMsg.Header)
 	// The quiet submit's context ends when its handler returns; the
 	// writes go on until their own deadline.
-	now := time.Now()
-	deadline := now.Add(q.retryBound())
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	bound := q.retryBound()
+	if d, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(d)) // a deadline passed allows one short attempt
 	}
-	s := &sending{q: q, parent: ctx, deadline: deadline, call: call, then: then, first: first, msgID: msgID}
-	s.record = retryingPublish{q: q, msg: queuedMsg, deadline: deadline, then: s.recorded, conditional: first}
-	s.record.start = now
+	s := &sending{q: q, parent: ctx, call: call, then: then, first: first, msgID: msgID}
+	s.record = retryingPublish{q: q, msg: queuedMsg, retry: retryWithin(bound).Start(), then: s.recorded, conditional: first}
 	record := &s.record
-	if err := q.writes.PublishThen(queuedMsg, record.timeout(), record.acked); err != nil && !transient(err) {
+	if err := q.writes.PublishThen(queuedMsg, record.retry.AttemptTimeout(), record.acked); err != nil && !transient(err) {
 		return messages.Errorf(messages.CodeUnavailable, "queue call: %v", err)
 	} else if err != nil {
 		record.acked(0, false, err)
@@ -220,38 +218,32 @@ func (q *callQueue) retryBound() time.Duration {
 }
 
 // retryingPublish publishes a message until JetStream stores it, refuses
-// it, or the deadline passes, pausing with backoff after each transient
-// failure. then gets the outcome once, on the ledger's goroutine or a
-// timer's: whether the stream had the message ID already (also when
-// another publish of it was in process), or the error.
+// it, or the deadline passes, pausing after each transient failure as
+// retryWithin says (the asynchronous form of the retry policy, since the
+// acknowledgement comes on the ledger's goroutine). then gets the outcome
+// once, on the ledger's goroutine or a timer's: whether the stream had the
+// message ID already (also when another publish of it was in process), or
+// the error.
 type retryingPublish struct {
-	q               *callQueue
-	msg             *nats.Msg
-	start, deadline time.Time
-	then            func(duplicate bool, err error)
+	q     *callQueue
+	msg   *nats.Msg
+	retry *transport.Retrier
+	then  func(duplicate bool, err error)
 	// conditional tells that msg is stored only if its call has no queued
 	// event: a refusal for a wrong last sequence is a duplicate.
 	conditional bool
 
-	b        backoff
-	attempts int
 	// seq is where the stream stored the message.
 	seq uint64
 }
 
-// timeout bounds the wait for one acknowledgement.
-func (r *retryingPublish) timeout() time.Duration {
-	return max(min(attemptTimeout, time.Until(r.deadline)), time.Millisecond)
-}
-
 func (r *retryingPublish) publish() {
-	if err := r.q.writes.PublishThen(r.msg, r.timeout(), r.acked); err != nil {
+	if err := r.q.writes.PublishThen(r.msg, r.retry.AttemptTimeout(), r.acked); err != nil {
 		r.acked(0, false, err)
 	}
 }
 
 func (r *retryingPublish) acked(seq uint64, duplicate bool, err error) {
-	r.attempts++
 	switch {
 	case err == nil:
 		r.seq = seq
@@ -260,16 +252,10 @@ func (r *retryingPublish) acked(seq uint64, duplicate bool, err error) {
 	case duplicateInProcess(err), r.conditional && errors.Is(err, transport.ErrWrongLastSequence):
 		r.then(true, nil)
 		return
-	case !transient(err):
-		r.then(false, err)
-		return
 	}
-	if r.attempts == 1 {
-		r.b = backoff{next: retryFirstPause, max: retryMaxPause}
-	}
-	pause := r.b.pause()
-	if time.Until(r.deadline) <= pause {
-		r.then(false, gaveUp(r.attempts, time.Since(r.start), err))
+	pause, again := r.retry.Failed(err)
+	if !again {
+		r.then(false, r.retry.GiveUp(err))
 		return
 	}
 	time.AfterFunc(pause, r.publish)
@@ -279,11 +265,10 @@ func (r *retryingPublish) acked(seq uint64, duplicate bool, err error) {
 type sending struct {
 	q *callQueue
 	// parent is the submit's context, which may end before the writes are
-	// answered; deadline bounds them and the work they leave.
-	parent   context.Context
-	deadline time.Time
-	call     *messages.CallRequest
-	then     func(duplicate bool, err error)
+	// answered; the record's retries bound them.
+	parent context.Context
+	call   *messages.CallRequest
+	then   func(duplicate bool, err error)
 
 	// record writes the queued event, first (see sendFirst) or not, with
 	// the message ID msgID.

@@ -58,41 +58,13 @@ func TestDuplicateInProcessIsMatchedByCode(t *testing.T) {
 	}
 }
 
-func TestBackoffGrowsAndIsCapped(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		random float64
-		want   []time.Duration
-	}{
-		{"no jitter", 0.999999999, []time.Duration{50, 100, 200, 400, 800, 1000, 1000}},
-		{"most jitter", 0, []time.Duration{25, 50, 100, 200, 400, 500, 500}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := backoff{next: 50 * time.Millisecond, max: time.Second, random: func() float64 { return tc.random }}
-			for i, want := range tc.want {
-				got := b.pause().Round(time.Millisecond)
-				if got != want*time.Millisecond {
-					t.Errorf("pause %d = %v, want %v", i, got, want*time.Millisecond)
-				}
-			}
-		})
-	}
-	t.Run("jitter stays within half", func(t *testing.T) {
-		b := backoff{next: 200 * time.Millisecond, max: 200 * time.Millisecond}
-		for range 100 {
-			if d := b.pause(); d < 100*time.Millisecond || d > 200*time.Millisecond {
-				t.Fatalf("pause %v outside [100ms, 200ms]", d)
-			}
-		}
-	})
-}
-
 func TestRetryTransient(t *testing.T) {
 	unavailableErr := fmt.Errorf("publish: %w", transport.ErrNoResponders)
-	quick := retryPolicy{first: time.Millisecond, max: 4 * time.Millisecond, attempt: time.Second, bound: time.Second}
+	quick := retryWithin(time.Second)
+	quick.Initial, quick.Max = time.Millisecond, 4*time.Millisecond
 	t.Run("retries until it succeeds", func(t *testing.T) {
 		calls := 0
-		err := quick.do(context.Background(), func(context.Context) error {
+		err := transport.Retry(context.Background(), quick, func(context.Context) error {
 			calls++
 			if calls < 4 {
 				return unavailableErr
@@ -106,35 +78,44 @@ func TestRetryTransient(t *testing.T) {
 	t.Run("an error that is not transient ends it", func(t *testing.T) {
 		refused := &jetstream.APIError{Code: 400, ErrorCode: 10054}
 		calls := 0
-		err := quick.do(context.Background(), func(context.Context) error { calls++; return refused })
+		err := transport.Retry(context.Background(), quick, func(context.Context) error { calls++; return refused })
 		if !errors.Is(err, refused) || calls != 1 {
 			t.Errorf("err %v after %d attempts, want the refusal after 1", err, calls)
 		}
 	})
 	t.Run("stops at the bound", func(t *testing.T) {
 		p := quick
-		p.bound = 50 * time.Millisecond
-		// Without the bound the attempts would go on until ctx ends, far
-		// past the slack below, which is for a busy machine's late
-		// wake-ups: 200 times the bound.
+		p.Within = 50 * time.Millisecond
+		// Without the bound the attempts would go on until ctx ends.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		start := time.Now()
 		calls := 0
-		err := p.do(ctx, func(context.Context) error { calls++; return unavailableErr })
+		err := transport.Retry(ctx, p, func(context.Context) error { calls++; return unavailableErr })
 		if messages.CodeOf(err) != messages.CodeUnavailable || calls < 2 {
 			t.Errorf("err %v after %d attempts, want unavailable after several", err, calls)
 		}
+		// It stops at the bound rather than going on: the slack is for a
+		// busy machine's late wake-ups, not for another round of attempts.
 		if waited := time.Since(start); waited > 10*time.Second {
-			t.Errorf("waited %v, bound %v", waited, p.bound)
+			t.Errorf("waited %v, bound %v", waited, p.Within)
+		}
+	})
+	t.Run("a bound of zero allows one attempt", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		calls := 0
+		err := retryTransient(ctx, 0, func(context.Context) error { calls++; return unavailableErr })
+		if messages.CodeOf(err) != messages.CodeUnavailable || calls != 1 {
+			t.Errorf("err %v after %d attempts, want unavailable after 1", err, calls)
 		}
 	})
 	t.Run("stops when ctx ends", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		p := quick
-		p.bound = time.Hour
+		p.Within = time.Hour
 		calls := 0
-		err := p.do(ctx, func(context.Context) error {
+		err := transport.Retry(ctx, p, func(context.Context) error {
 			calls++
 			if calls == 3 {
 				cancel()
@@ -147,9 +128,9 @@ func TestRetryTransient(t *testing.T) {
 	})
 	t.Run("each attempt is bounded", func(t *testing.T) {
 		p := quick
-		p.attempt = 5 * time.Millisecond
+		p.Attempt = 5 * time.Millisecond
 		calls := 0
-		err := p.do(context.Background(), func(ctx context.Context) error {
+		err := transport.Retry(context.Background(), p, func(ctx context.Context) error {
 			calls++
 			if calls == 1 {
 				<-ctx.Done() // an attempt that is never answered

@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/instance"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/internal/usage"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -302,15 +303,25 @@ func sweepInterval(grace time.Duration) time.Duration {
 // looks for it again.
 const usageRetryInterval = 5 * time.Second
 
-// maxRetryDelay bounds the wait before writing again after a failed write.
+// maxRetryDelay bounds the wait before writing again after a failed write,
+// unless WriteInterval is longer.
 const maxRetryDelay = 5 * time.Second
+
+// writeRetries is the policy of the index's writes after one failed: the
+// next is tried WriteInterval after it, then after pauses doubling up to
+// maxRetryDelay, whole (one indexer writes, so no crowd retries in step),
+// until one is stored.
+func (ix *Indexer) writeRetries() transport.RetryPolicy {
+	every := ix.cfg.WriteInterval
+	return transport.RetryPolicy{Initial: every, Max: max(maxRetryDelay, every), NoJitter: true, Retryable: func(error) bool { return true }}
+}
 
 func (ix *Indexer) run(ctx context.Context) {
 	defer ix.bg.Done()
 	var (
 		dirty     = true // the stored index may differ from the tracker's
 		lastWrite time.Time
-		retry     = ix.cfg.WriteInterval
+		retry     = ix.writeRetries().Start()
 		timer     *time.Timer
 		timerC    <-chan time.Time
 		sweep     = time.NewTicker(sweepInterval(ix.cfg.GracePeriod))
@@ -368,12 +379,13 @@ func (ix *Indexer) run(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				ix.log.Warn("indexer: index not written; retrying", "error", err, "in", retry)
-				arm(retry)
-				retry = min(2*retry, maxRetryDelay)
+				pause, _ := retry.Failed(err)
+				ix.log.Warn("indexer: index not written; retrying", "error", err, "in", pause)
+				arm(pause)
 				continue
 			}
-			dirty, retry = false, ix.cfg.WriteInterval
+			dirty = false
+			retry.Reset()
 		case e, ok := <-usageUpdates:
 			if !ok {
 				usageUpdates = nil

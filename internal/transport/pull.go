@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -409,11 +408,7 @@ func (r *PullRequester) refusedLocked(now time.Time, status, description string)
 	if r.refusals == 1 {
 		r.cfg.Logger.Warn("pull request refused; backing off", "status", status, "description", description)
 	}
-	wait := r.cfg.BackoffMin << min(r.refusals-1, 30)
-	if wait <= 0 || wait > r.cfg.BackoffMax {
-		wait = r.cfg.BackoffMax
-	}
-	wait = wait/2 + rand.N(wait/2+1)
+	wait := RetryPolicy{Initial: r.cfg.BackoffMin, Max: r.cfg.BackoffMax}.Delay(r.refusals)
 	r.retryAt = now.Add(wait)
 	if r.closed {
 		return

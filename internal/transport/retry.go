@@ -16,7 +16,14 @@ import (
 // is tried again after a pause that doubles from Initial up to Max, each
 // pause drawn at random between half of it and all of it (so that callers
 // that failed together do not retry together). The caller's context bounds
-// the whole: attempts and pauses end with it.
+// the whole, and Within, MaxAttempts and the context end the retries,
+// whichever comes first.
+//
+// A policy is used in one of two forms: Retry runs a function until it
+// succeeds or the policy gives up; Start returns a Retrier, which a loop
+// of its own asks, after each failure, how long to pause or whether to
+// stop (a write answered through a callback, a reconnection that also
+// watches its connection).
 type RetryPolicy struct {
 	// Attempt bounds each attempt, whatever the caller's deadline. Zero
 	// leaves attempts bounded by the caller's context only.
@@ -25,12 +32,26 @@ type RetryPolicy struct {
 	Initial time.Duration
 	// Max caps the pause. Defaults to 2s.
 	Max time.Duration
+	// NoJitter makes every pause the whole doubled step, for a client
+	// that waits for a server of its own, where no crowd retries in step.
+	NoJitter bool
 	// MaxAttempts ends the retries after that many attempts; zero retries
-	// for as long as the caller's context allows.
+	// for as long as the caller's context and Within allow.
 	MaxAttempts int
+	// Within bounds the retries together, from the start of the first
+	// attempt: no attempt is begun whose pause would end at or past it.
+	// Zero leaves them bounded by the caller's context and MaxAttempts.
+	Within time.Duration
 	// Retryable reports whether a failed attempt may be made again.
 	// Defaults to Transient.
 	Retryable func(error) bool
+	// GaveUp, when set, is the error of retries that ran out of time after
+	// a retryable failure (the caller's context ended, or Within passed),
+	// made from the number of attempts, the time since the first began
+	// and the last failure; a failure that is not retryable is then
+	// returned as it is. Without GaveUp the error is the last failure,
+	// wrapped with the context's error when the context ended the retries.
+	GaveUp func(attempts int, waited time.Duration, last error) error
 }
 
 // ReadPolicy is the policy of reads that change nothing, such as direct
@@ -42,7 +63,7 @@ var ReadPolicy = RetryPolicy{Attempt: 2 * time.Second, Initial: 50 * time.Millis
 
 // Delay returns the pause after the given failed attempt (1 for the
 // first): Initial doubled attempt-1 times, capped at Max, then drawn at
-// random between half of it and all of it.
+// random between half of it and all of it (all of it with NoJitter).
 func (p RetryPolicy) Delay(attempt int) time.Duration {
 	initial, ceiling := p.Initial, p.Max
 	if initial <= 0 {
@@ -56,40 +77,49 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 		d *= 2
 	}
 	d = min(d, ceiling)
+	if p.NoJitter {
+		return d
+	}
 	return d/2 + rand.N(d/2+1)
 }
 
-// Retry runs op until it succeeds, fails with an error that is not
-// retryable, has made MaxAttempts attempts, or ctx ends. Each attempt's
-// context ends after p.Attempt; an attempt cut short by that bound fails
-// with context.DeadlineExceeded, which Transient accepts. Retry returns
-// nil or the error of the last attempt; if ctx ended after a retryable
-// failure, the error wraps both ctx.Err() and that failure.
-func Retry(ctx context.Context, p RetryPolicy, op func(ctx context.Context) error) error {
-	retryable := p.Retryable
-	if retryable == nil {
-		retryable = Transient
+func (p RetryPolicy) retryable(err error) bool {
+	if p.Retryable == nil {
+		return Transient(err)
 	}
+	return p.Retryable(err)
+}
+
+// Retry runs op until it succeeds, fails with an error that is not
+// retryable, has made MaxAttempts attempts, Within has passed, or ctx
+// ends. Each attempt's context ends after p.Attempt; an attempt cut short
+// by that bound fails with context.DeadlineExceeded, which Transient
+// accepts. Retry returns nil or the error of the last attempt; if ctx or
+// Within ended the retries after a retryable failure, the error is
+// GaveUp's, or else the failure, wrapped with ctx.Err() when ctx ended
+// them.
+func Retry(ctx context.Context, p RetryPolicy, op func(ctx context.Context) error) error {
+	r := p.Start()
 	// failed is the last failure of an attempt that ctx did not end: when
-	// ctx ends an attempt, what went wrong before is the news.
+	// ctx ends an attempt, what went wrong before is the news (unless
+	// GaveUp makes the error).
 	var failed error
-	for attempt := 1; ; attempt++ {
+	for {
 		err := attemptOnce(ctx, p.Attempt, op)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
-			if failed != nil && errors.Is(err, ctx.Err()) {
-				err = failed
-			}
-			return lastFailure(ctx, err)
+			r.attempts++
+			return r.stopped(ctx, err, failed)
 		}
 		failed = err
-		if !retryable(err) || p.MaxAttempts > 0 && attempt >= p.MaxAttempts {
-			return err
+		pause, ok := r.Failed(err)
+		if !ok {
+			return r.GiveUp(err)
 		}
-		if Sleep(ctx, p.Delay(attempt)) != nil {
-			return lastFailure(ctx, err)
+		if Sleep(ctx, pause) != nil {
+			return r.stopped(ctx, err, err)
 		}
 	}
 }
@@ -103,13 +133,97 @@ func attemptOnce(ctx context.Context, bound time.Duration, op func(context.Conte
 	return op(actx)
 }
 
-// lastFailure is the error of a retry that ctx ended: the last attempt's
-// error if that was ctx's, or both.
-func lastFailure(ctx context.Context, last error) error {
+// stopped is the error of retries that ctx ended: last is the last
+// attempt's error, failed the last failure that ctx did not cause (nil if
+// none). With GaveUp, the last attempt's error decides: one that is not
+// retryable (the context cancelled) is returned as it is.
+func (r *Retrier) stopped(ctx context.Context, last, failed error) error {
+	if r.policy.GaveUp != nil {
+		if !r.policy.retryable(last) {
+			return last
+		}
+		return r.policy.GaveUp(r.attempts, r.Waited(), last)
+	}
+	if failed != nil && errors.Is(last, ctx.Err()) {
+		last = failed
+	}
 	if errors.Is(last, ctx.Err()) {
 		return last
 	}
 	return fmt.Errorf("%w; the last attempt: %w", ctx.Err(), last)
+}
+
+// Start begins the retries of an operation under the policy, for a loop
+// that makes its attempts itself (the asynchronous form; Retry is the
+// synchronous one). The time Within bounds starts now.
+func (p RetryPolicy) Start() *Retrier { return &Retrier{policy: p, start: time.Now()} }
+
+// Retrier follows one operation's attempts under a RetryPolicy: after each
+// failure the loop that makes them calls Failed, which says how long to
+// pause before the next attempt, or that there is to be none. It is not
+// safe for concurrent use; a loop's attempts are made one after another.
+type Retrier struct {
+	policy   RetryPolicy
+	start    time.Time
+	attempts int
+	// outOfTime is set when Failed refused another attempt because of
+	// Within.
+	outOfTime bool
+}
+
+// Failed records a failed attempt and returns the pause before the next
+// one, or false when no other is to be made: err is not retryable,
+// MaxAttempts attempts were made, or the pause would end at or past
+// Within. GiveUp then makes the error to return.
+func (r *Retrier) Failed(err error) (pause time.Duration, again bool) {
+	r.attempts++
+	p := r.policy
+	if !p.retryable(err) || p.MaxAttempts > 0 && r.attempts >= p.MaxAttempts {
+		return 0, false
+	}
+	pause = p.Delay(r.attempts)
+	if p.Within > 0 && r.Waited()+pause >= p.Within {
+		r.outOfTime = true
+		return 0, false
+	}
+	return pause, true
+}
+
+// GiveUp returns the error to end with after Failed refused another
+// attempt: GaveUp's when it is set and Within ran out, else last.
+func (r *Retrier) GiveUp(last error) error {
+	if r.outOfTime && r.policy.GaveUp != nil {
+		return r.policy.GaveUp(r.attempts, r.Waited(), last)
+	}
+	return last
+}
+
+// Attempts returns how many attempts failed so far.
+func (r *Retrier) Attempts() int { return r.attempts }
+
+// Waited returns the time since the retries started (Start or Reset).
+func (r *Retrier) Waited() time.Duration { return time.Since(r.start) }
+
+// AttemptTimeout bounds the next attempt: the policy's Attempt, cut to the
+// time left Within, and never under a millisecond. Zero when neither
+// bounds it.
+func (r *Retrier) AttemptTimeout() time.Duration {
+	d := r.policy.Attempt
+	if w := r.policy.Within; w > 0 {
+		left := w - r.Waited()
+		if d <= 0 || left < d {
+			d = left
+		}
+		d = max(d, time.Millisecond)
+	}
+	return d
+}
+
+// Reset starts the retries again from the first pause, as if the next
+// attempt were the first: for an operation that succeeded for a while (a
+// connection that lasted) and fails anew.
+func (r *Retrier) Reset() {
+	r.start, r.attempts, r.outOfTime = time.Now(), 0, false
 }
 
 // Transient reports whether err is a failure that may pass if the same

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,6 +35,125 @@ func TestRetryDelay(t *testing.T) {
 	if d := (transport.RetryPolicy{}).Delay(1); d < 25*time.Millisecond || d > 50*time.Millisecond {
 		t.Fatalf("default first delay %v", d)
 	}
+}
+
+// NoJitter pauses take the whole doubled step.
+func TestRetryDelayWithoutJitter(t *testing.T) {
+	t.Parallel()
+	p := transport.RetryPolicy{Initial: 250 * time.Millisecond, Max: time.Second, NoJitter: true}
+	for attempt, want := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, time.Second} {
+		if d := p.Delay(attempt + 1); d != want {
+			t.Errorf("delay after attempt %d: %v, want %v", attempt+1, d, want)
+		}
+	}
+}
+
+// Within ends the retries before a pause would reach past it, and GaveUp
+// makes the error then, from the attempts and the time waited; a failure
+// that is not retryable is returned as it is.
+func TestRetryWithin(t *testing.T) {
+	t.Parallel()
+	p := transport.RetryPolicy{Initial: time.Millisecond, Max: 4 * time.Millisecond, Within: 50 * time.Millisecond,
+		GaveUp: func(attempts int, waited time.Duration, last error) error {
+			return &gaveUpError{attempts, waited, last}
+		}}
+	n := 0
+	start := time.Now()
+	err := transport.Retry(context.Background(), p, func(context.Context) error { n++; return transport.ErrNoResponders })
+	var g *gaveUpError
+	if !errors.As(err, &g) || g.attempts != n || n < 2 || !errors.Is(g.last, transport.ErrNoResponders) {
+		t.Fatalf("%d attempts, error %v", n, err)
+	}
+	if g.waited > time.Since(start) || g.waited < 40*time.Millisecond {
+		t.Errorf("waited %v of a bound of %v", g.waited, p.Within)
+	}
+	n = 0
+	err = transport.Retry(context.Background(), p, func(context.Context) error { n++; return transport.ErrNotFound })
+	if err != transport.ErrNotFound || n != 1 {
+		t.Fatalf("%d attempts, error %v, want the refusal as it is after 1", n, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.Within = time.Hour
+	n = 0
+	err = transport.Retry(ctx, p, func(context.Context) error {
+		if n++; n == 3 {
+			cancel()
+		}
+		return transport.ErrNoResponders
+	})
+	if !errors.As(err, &g) || g.attempts != 3 {
+		t.Fatalf("%d attempts, error %v, want GaveUp's after 3", n, err)
+	}
+	// An attempt that the cancelled context ends fails with an error that
+	// is not retryable, returned as it is, whatever failed before.
+	ctx, cancel = context.WithCancel(context.Background())
+	n = 0
+	err = transport.Retry(ctx, p, func(ctx context.Context) error {
+		if n++; n < 3 {
+			return transport.ErrNoResponders
+		}
+		cancel()
+		return ctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) || errors.As(err, &g) || n != 3 {
+		t.Fatalf("%d attempts, error %v, want the cancellation as it is after 3", n, err)
+	}
+}
+
+type gaveUpError struct {
+	attempts int
+	waited   time.Duration
+	last     error
+}
+
+func (e *gaveUpError) Error() string {
+	return fmt.Sprintf("gave up after %d attempts: %v", e.attempts, e.last)
+}
+
+// The asynchronous form: a loop asks the Retrier after each failure; it
+// stops on a lasting failure, at MaxAttempts and at Within, bounds each
+// attempt by the time left, and starts over after Reset.
+func TestRetrier(t *testing.T) {
+	t.Parallel()
+	t.Run("pauses and stops", func(t *testing.T) {
+		t.Parallel()
+		r := transport.RetryPolicy{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond, MaxAttempts: 4, NoJitter: true}.Start()
+		for _, want := range []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond} {
+			if pause, again := r.Failed(transport.ErrNoResponders); !again || pause != want {
+				t.Fatalf("after %d failures: pause %v, again %v; want %v", r.Attempts(), pause, again, want)
+			}
+		}
+		if _, again := r.Failed(transport.ErrNoResponders); again || r.GiveUp(transport.ErrNoResponders) != transport.ErrNoResponders {
+			t.Fatalf("a fifth attempt after MaxAttempts 4")
+		}
+		r.Reset()
+		if pause, again := r.Failed(transport.ErrNoResponders); !again || pause != 10*time.Millisecond || r.Attempts() != 1 {
+			t.Fatalf("after Reset: pause %v, again %v, %d attempts", pause, again, r.Attempts())
+		}
+		if _, again := r.Failed(transport.ErrNotFound); again {
+			t.Fatal("a lasting failure is retried")
+		}
+	})
+	t.Run("within", func(t *testing.T) {
+		t.Parallel()
+		p := transport.RetryPolicy{Attempt: time.Hour, Initial: time.Hour, Max: time.Hour, Within: time.Minute,
+			GaveUp: func(attempts int, _ time.Duration, last error) error {
+				return fmt.Errorf("gave up after %d: %w", attempts, last)
+			}}
+		r := p.Start()
+		if d := r.AttemptTimeout(); d > time.Minute || d < 50*time.Second {
+			t.Fatalf("attempt timeout %v, want the minute left", d)
+		}
+		if _, again := r.Failed(transport.ErrNoResponders); again {
+			t.Fatal("a pause past Within allowed")
+		}
+		if err := r.GiveUp(transport.ErrNoResponders); !errors.Is(err, transport.ErrNoResponders) || !strings.HasPrefix(err.Error(), "gave up after 1:") {
+			t.Fatalf("GiveUp: %v", err)
+		}
+		if d := (transport.RetryPolicy{Within: time.Nanosecond}).Start().AttemptTimeout(); d != time.Millisecond {
+			t.Fatalf("attempt timeout %v once Within passed, want 1ms", d)
+		}
+	})
 }
 
 func TestTransient(t *testing.T) {

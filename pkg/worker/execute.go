@@ -442,7 +442,7 @@ func (w *Worker) startOnce(ctx context.Context, f *inflight) (other *messages.Ca
 // of the call's own namespace's event subjects (see ledger.ReadOwn), the
 // only reads of the events stream a worker's user may make. Running the tool without
 // knowing could repeat its effects, so a failed read is retried, with the
-// backoff of commitAgain, while the call's lease is renewed (the call is
+// policy of commitAgain (retryPolicy), while the call's lease is renewed (the call is
 // tracked), until the call's context ends, the worker stops, or readGiveUp
 // has passed.
 func (w *Worker) readBeforeRerun(ctx context.Context, log *callLog, bucket, ns, callID string, atMostOnce bool) (*ledger.Snapshot, error) {
@@ -462,8 +462,8 @@ func (w *Worker) readBeforeRun(ctx context.Context, log *callLog, bucket, ns, ca
 // readRecord reads the latest events of kinds of a call of namespace ns
 // under bucket, retrying as readBeforeRerun says.
 func (w *Worker) readRecord(ctx context.Context, log *callLog, bucket, ns, callID string, kinds []messages.EventKind) (*ledger.Snapshot, error) {
-	giveUp := time.Now().Add(readGiveUp)
-	var retry *time.Timer
+	retry := w.retryPolicy(readGiveUp).Start()
+	var timer *time.Timer
 	for tries := 1; ; tries++ {
 		readCtx, cancel := context.WithTimeout(ctx, w.commitTimeout())
 		snap, err := w.ledger.ReadOwn(readCtx, bucket, ns, callID, kinds...)
@@ -477,17 +477,18 @@ func (w *Worker) readRecord(ctx context.Context, log *callLog, bucket, ns, callI
 		if tries == 1 {
 			log.Warn("the call's record could not be read; retrying before the tool runs again", "error", err)
 		}
-		if time.Now().After(giveUp) {
+		pause, again := retry.Failed(err)
+		if !again {
 			return nil, fmt.Errorf("read the record of call %s (%d tries): %w", callID, tries, err)
 		}
-		if retry == nil {
-			retry = time.NewTimer(w.retryPause(tries))
-			defer retry.Stop()
+		if timer == nil {
+			timer = time.NewTimer(pause)
+			defer timer.Stop()
 		} else {
-			retry.Reset(w.retryPause(tries))
+			timer.Reset(pause)
 		}
 		select {
-		case <-retry.C:
+		case <-timer.C:
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		case <-w.fetchCtx.Done():

@@ -217,13 +217,19 @@ func (w *Worker) commitTimeout() time.Duration { return min(commitAttempt, w.cfg
 // or when Stop gives up on the calls still running.
 func (w *Worker) commitAgain(msg jetstream.Msg, log logger, bucket, ns string, res *messages.CallResult, notify string, err error) {
 	log.Warn("result not stored; retrying while the call's lease is held", "error", err)
-	giveUp := time.Now().Add(commitGiveUp)
-	retry := time.NewTimer(0)
-	defer retry.Stop()
+	retry := w.retryPolicy(commitGiveUp).Start()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for tries := 1; ; tries++ {
-		retry.Reset(w.retryPause(tries))
+		pause, again := retry.Failed(err)
+		if !again {
+			log.Warn("result not stored; giving up and handing the call back", "error", err, "tries", tries, "after", commitGiveUp)
+			acked(log, "handed back", msg.NakWithDelay(retryDelay))
+			return
+		}
+		timer.Reset(pause)
 		select {
-		case <-retry.C:
+		case <-timer.C:
 		case <-w.abandon:
 			log.Warn("worker stopping: result not stored; the call will be delivered again", "error", err, "tries", tries)
 			acked(log, "handed back", msg.Nak())
@@ -254,21 +260,20 @@ func (w *Worker) commitAgain(msg jetstream.Msg, log logger, bucket, ns string, r
 			settle(msg, log, res.Status, true, nil)
 			return
 		}
-		if time.Now().After(giveUp) {
-			log.Warn("result not stored; giving up and handing the call back", "error", err, "tries", tries+1, "after", commitGiveUp)
-			acked(log, "handed back", msg.NakWithDelay(retryDelay))
-			return
-		}
 	}
 }
 
-// retryPause is the pause before try number tries of a write or read that
-// failed: from commitRetryMin doubling to commitRetryMax (or a third of
-// AckWait), each between half and all of that, so that the workers that
-// failed together do not retry in step.
-func (w *Worker) retryPause(tries int) time.Duration {
-	return transport.RetryPolicy{Initial: commitRetryMin, Max: min(commitRetryMax, w.cfg.AckWait/3)}.Delay(tries)
+// retryPolicy is the policy of a result's write, and of the reads before a
+// call runs, when they fail: every failure is tried again, after a pause
+// from commitRetryMin doubling to commitRetryMax (or a third of AckWait,
+// so that the lease is renewed in time), each between half and all of
+// that so that the workers that failed together do not retry in step,
+// until within has passed.
+func (w *Worker) retryPolicy(within time.Duration) transport.RetryPolicy {
+	return transport.RetryPolicy{Initial: commitRetryMin, Max: min(commitRetryMax, w.cfg.AckWait/3), Within: within, Retryable: retryAny}
 }
+
+func retryAny(error) bool { return true }
 
 // settle acknowledges a call's message once its result is committed,
 // terminates it when another attempt's result stands or the call was

@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	bus "github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/sources"
 	"github.com/toolbus/toolbus/pkg/worker"
@@ -380,9 +381,12 @@ func (s *Source) HealthChanged() <-chan struct{} {
 // With a nil sess it begins by connecting.
 func (s *Source) supervise(ctx context.Context, sess *session, update func([]worker.Tool)) {
 	defer close(s.done)
-	backoff := s.cfg.MinBackoff
+	retry := s.reconnects().Start()
 	for {
-		if sess != nil {
+		var pause time.Duration
+		if sess == nil {
+			pause, _ = retry.Failed(nil) // the connection Start tried
+		} else {
 			began := time.Now()
 			s.follow(ctx, sess, update)
 			s.setCurrent(nil)
@@ -391,32 +395,47 @@ func (s *Source) supervise(ctx context.Context, sess *session, update func([]wor
 				return
 			}
 			if time.Since(began) > stableConnection {
-				backoff = s.cfg.MinBackoff
+				retry.Reset()
 			}
-			s.log.Warn("MCP server connection lost; reconnecting", "error", sess.cause(), "after", backoff)
+			pause, _ = retry.Failed(sess.cause())
+			s.log.Warn("MCP server connection lost; reconnecting", "error", sess.cause(), "after", pause)
 		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, s.cfg.MaxBackoff)
-			next, tools, err := s.connect(ctx, ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				s.log.Warn("MCP server reconnection failed", "error", err, "retry_after", backoff)
-				s.setDown(err)
-				continue
-			}
-			sess = next
+		if sess = s.reconnect(ctx, retry, pause, update); sess == nil {
+			return
+		}
+	}
+}
+
+// reconnects is the policy of restarts and reconnections: pauses from
+// MinBackoff doubling to MaxBackoff, for as long as the source runs. The
+// server is the source's own, so no crowd of clients retries in step.
+func (s *Source) reconnects() bus.RetryPolicy {
+	return bus.RetryPolicy{Initial: s.cfg.MinBackoff, Max: s.cfg.MaxBackoff, NoJitter: true, Retryable: func(error) bool { return true }}
+}
+
+// reconnect connects after pause, and again after each failure with
+// retry's pauses, until it has a session, which it returns, or ctx ends
+// (nil).
+func (s *Source) reconnect(ctx context.Context, retry *bus.Retrier, pause time.Duration, update func([]worker.Tool)) *session {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(pause):
+		}
+		sess, tools, err := s.connect(ctx, ctx)
+		if err == nil {
 			s.setCurrent(sess)
 			s.log.Info("MCP server reconnected", "tools", len(tools))
 			s.report(update, tools)
-			break
+			return sess
 		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		pause, _ = retry.Failed(err)
+		s.log.Warn("MCP server reconnection failed", "error", err, "retry_after", pause)
+		s.setDown(err)
 	}
 }
 
