@@ -12,6 +12,7 @@ import (
 
 func TestGoroutinesAreReused(t *testing.T) {
 	p := New(time.Minute)
+	defer p.Close()
 	done := make(chan struct{})
 	for range 100 {
 		p.Go(func() { done <- struct{}{} })
@@ -29,6 +30,7 @@ func TestSlowFunctionDoesNotHoldUpOthers(t *testing.T) {
 	p := New(time.Minute)
 	release := make(chan struct{})
 	defer close(release)
+	defer p.Close()
 	p.Go(func() { <-release })
 	ran := make(chan struct{})
 	p.Go(func() { close(ran) })
