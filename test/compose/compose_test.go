@@ -18,7 +18,6 @@ import (
 	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/internal/testenv"
@@ -183,27 +182,8 @@ func mcpClient(t *testing.T, project, addr string) *mcpclient.Client {
 	if err != nil {
 		t.Fatalf("volume inspect: %v", err)
 	}
-	tokens, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(mount)), "mcp-tokens.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := regexp.MustCompile(`(?m)^  ([0-9a-f]{48}): \{agent: mcp\}`).FindStringSubmatch(string(tokens))
-	if token == nil {
-		t.Fatalf("mcp-tokens.yaml:\n%s", tokens)
-	}
-	mc, err := mcpclient.NewStreamableHttpClient("http://"+addr+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token[1]}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mc.Close() })
-	ctx := testenv.Context(t)
-	if err := mc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mc.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "compose-test", Version: "1"}}}); err != nil {
-		t.Fatal(err)
-	}
-	return mc
+	token := testenv.InstallationMCPToken(t, filepath.Join(strings.TrimSpace(string(mount)), "mcp-tokens.yaml"))
+	return testenv.MCPClient(t, "http://"+addr+"/mcp", token)
 }
 
 func waitReady(t *testing.T, svc, url string, bound time.Duration) {

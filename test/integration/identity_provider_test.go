@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	mcpclient "github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -99,18 +97,8 @@ func TestIdentityProviderOnOneHost(t *testing.T) {
 	// An MCP client's token, for the front's resource.
 	resource := "http://" + mcpAddr + "/mcp"
 	mcpToken := iss.Token("alice", resource, map[string]any{"toolbus_agents": "mcp-alice"})
-	mc, err := mcpclient.NewStreamableHttpClient(resource, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + mcpToken}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mc.Close() })
+	mc := testenv.MCPClient(t, resource, mcpToken)
 	ctx := testenv.Context(t)
-	if err := mc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mc.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "test", Version: "1"}}}); err != nil {
-		t.Fatal(err)
-	}
 	req := mcp.CallToolRequest{}
 	req.Params.Name = "demo-echo"
 	req.Params.Arguments = map[string]any{"text": "with the issuer's token"}

@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	mcpclient "github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/internal/testenv"
@@ -220,26 +218,8 @@ func TestProductionOnOneHost(t *testing.T) {
 	}
 
 	// The MCP front, with the token setup wrote.
-	tokens, err := os.ReadFile(filepath.Join(dir, "mcp-tokens.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mcpToken := regexp.MustCompile(`(?m)^  ([0-9a-f]{48}): \{agent: mcp\}`).FindStringSubmatch(string(tokens))
-	if mcpToken == nil {
-		t.Fatalf("mcp-tokens.yaml:\n%s", tokens)
-	}
-	mc, err := mcpclient.NewStreamableHttpClient("http://"+mcpAddr+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + mcpToken[1]}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mc.Close() })
+	mc := testenv.MCPClient(t, "http://"+mcpAddr+"/mcp", testenv.InstallationMCPToken(t, filepath.Join(dir, "mcp-tokens.yaml")))
 	ctx := testenv.Context(t)
-	if err := mc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mc.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ClientInfo: mcp.Implementation{Name: "test", Version: "1"}}}); err != nil {
-		t.Fatal(err)
-	}
 	req := mcp.CallToolRequest{}
 	req.Params.Name = "demo-echo"
 	req.Params.Arguments = map[string]any{"text": "through the MCP front"}
@@ -253,7 +233,7 @@ func TestProductionOnOneHost(t *testing.T) {
 
 	// The console, with the operator's token: the calls are in its
 	// execution log.
-	tokens, err = os.ReadFile(filepath.Join(dir, "console-tokens.yaml"))
+	tokens, err := os.ReadFile(filepath.Join(dir, "console-tokens.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
