@@ -462,6 +462,20 @@ func (c *Client) hedged(ctx context.Context, subject string, data []byte, held b
 	}
 }
 
+// hedgeCopies is how many copies of a request the nth round of hedging
+// sends: 2, then 4, then one (a request that asked for a receipt and got
+// none). With one coordinator of two not answering, a request reaches a
+// live one within about two HedgeAfter but for a chance of 1 in 128.
+func hedgeCopies(n int) int {
+	switch n {
+	case 1:
+		return 2
+	case 2:
+		return 4
+	}
+	return 1
+}
+
 // hedgeDelay is how long a request, or a quiet submit, goes without news
 // (an answer, or a receipt) before a copy is sent or the call looked up:
 // three times the recent time coordinators took to answer or to send a

@@ -46,265 +46,329 @@ import (
 // answers, and an answer without it is not this call's; a result counts
 // only as the events stream republished it, for this call ID.
 
-// hedgeCopies is how many copies of a quiet submit the nth lookup that
-// found no call sends: 2, then 4, then one. With one coordinator of two
-// not answering, the call is queued within about two HedgeAfter but for a
-// chance of 1 in 128.
-func hedgeCopies(n int) int {
-	switch n {
-	case 1:
-		return 2
-	case 2:
-		return 4
-	}
-	return 1
-}
-
 // callOnRoute makes a call on the client's route (see above).
 func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o *CallObserver) (*messages.CallResult, error) {
+	w, err := c.startRouteWait(ctx, req, o)
+	if err != nil {
+		return nil, err
+	}
+	defer w.close()
+	for {
+		var (
+			res *messages.CallResult
+			end bool
+			err error
+		)
+		select {
+		case msg := <-w.receipts:
+			w.receipt(msg)
+		case msg := <-w.answers:
+			res, end, err = w.answer(msg)
+		case <-w.resend.C:
+			_ = w.rc.send(ctx, 1)
+		case <-w.copies.C:
+			if w.takenAt.IsZero() && !w.confirmed {
+				w.sendCopies()
+			}
+		case a := <-w.loud:
+			w.loud = nil
+			res, end, err = w.loudAnswered(a)
+		case <-w.lookup.C:
+			res, end, err = w.lookUp()
+		case <-w.check:
+			w.check = nil
+			res, end = w.checkResult()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for call %s: %w", w.callID, ctx.Err())
+		}
+		if end {
+			return res, err
+		}
+		if w.confirmed && w.check == nil {
+			w.check = c.routes.Check()
+		}
+	}
+}
+
+// routeWait is what a call on the route knows while it waits: the copies
+// sent, the receipts and answers seen, and when to look again.
+type routeWait struct {
+	c   *Client
+	ctx context.Context
+	req messages.SubmitRequest
+	o   *CallObserver
+	rc  *routedCall
+	// callID is the call's name, which a coordinator from before quiet
+	// submits may change (adopt); answers and done are its route's.
+	callID, ns string
+	answers    <-chan *nats.Msg
+	done       func()
+	// receipts are the coordinators' receipts of the copies.
+	receipts     <-chan *nats.Msg
+	stopReceipts func()
+	sentAt       time.Time
+	// lookup is when to look the call up next, while it is not known to
+	// be queued: soon if no receipt comes, later if one came.
+	lookup *time.Timer
+	// copies is when to send the next round of copies, while a lookup
+	// found no call and no receipt came since.
+	copies *time.Timer
+	// resend is a submit to send again after a pause: no coordinator
+	// listened, or one could not store the call for now.
+	resend  *time.Timer
+	resends int
+	// check is the route's next periodic look for a missed result, once
+	// the call is known to be queued (confirmed).
+	check     <-chan struct{}
+	checks    ledger.LeaderChecks
+	confirmed bool
+	// takenAt is when the last receipt came; zero when none came since
+	// the last lookup that found no call.
+	takenAt time.Time
+	// refusal is a coordinator's refusal of one of several copies,
+	// reported once a lookup says the call does not exist.
+	refusal error
+	// noCoordinatorSince is when the copies began to find no coordinator
+	// listening; noCoordinatorAnswers counts the copies that found none.
+	noCoordinatorSince   time.Time
+	noCoordinatorAnswers int
+	// loud is the outcome of a submit sent as a request, while one is.
+	loud chan loudAnswer
+	// reconnects is the route's count of reconnects at the last check.
+	reconnects uint64
+}
+
+// startRouteWait names the call on the route, awaits its answers and
+// receipts there, and sends the first copy of its quiet submit.
+func (c *Client) startRouteWait(ctx context.Context, req messages.SubmitRequest, o *CallObserver) (*routeWait, error) {
 	route, err := c.routes.Route()
 	if err != nil {
 		return nil, err
 	}
 	req.Route, req.CallID, req.Quiet = route, messages.RoutedCallID(route, messages.RandomToken()), true
-	callID := req.CallID
-	o.named(callID)
-	ns := toolNamespace(req.Tool)
-	answers, done := c.routes.Await(callID, ns)
-	defer func() { done() }()
-	rc := &routedCall{c: c, req: req, token: newReplyToken(), callID: callID, ns: ns}
-	// A coordinator from before quiet submits names the call itself, and
-	// answers; the call is then followed under that name.
-	adopt := func(reply *messages.SubmitReply) {
-		if reply.CallID != "" && reply.CallID != callID {
-			done()
-			callID = reply.CallID
-			o.named(callID)
-			answers, done = c.routes.Await(callID, ns)
-		}
-	}
+	o.named(req.CallID)
+	w := &routeWait{c: c, ctx: ctx, req: req, o: o, callID: req.CallID, ns: toolNamespace(req.Tool)}
+	w.rc = &routedCall{c: c, req: req, token: newReplyToken(), callID: w.callID, ns: w.ns}
 	// Every copy asks for a receipt on the route, which a coordinator
 	// sends as soon as it has the copy.
 	receiptID := messages.RoutedCallID(route, messages.RandomToken())
-	if rc.receiptTo, err = c.names.CallRouteSubject(receiptID); err != nil {
+	if w.rc.receiptTo, err = c.names.CallRouteSubject(receiptID); err != nil {
 		return nil, err
 	}
-	receipts, stopReceipts := c.routes.Await(receiptID, "")
-	defer stopReceipts()
-	sentAt := time.Now()
-	if err := rc.send(ctx, 1); err != nil {
+	w.answers, w.done = c.routes.Await(w.callID, w.ns)
+	w.receipts, w.stopReceipts = c.routes.Await(receiptID, "")
+	w.sentAt = time.Now()
+	if err := w.rc.send(ctx, 1); err != nil {
+		w.done()
+		w.stopReceipts()
 		return nil, err // nothing was sent
 	}
-	// lookup is when to look the call up next, while it is not known to
-	// be queued: soon if no receipt comes, later if one came.
-	lookup := time.NewTimer(c.hedgeDelay())
-	defer lookup.Stop()
-	// copies is when to send the next round of copies, while a lookup
-	// found no call and no receipt came since.
-	copies := time.NewTimer(time.Hour)
-	copies.Stop()
-	defer copies.Stop()
-	// resend is a submit to send again after a pause: no coordinator
-	// listened, or one could not store the call for now.
-	resend := time.NewTimer(time.Hour)
-	resend.Stop()
-	defer resend.Stop()
-	resends := 0
-	resendSoon := func() {
-		resends++
-		resend.Reset(requestRetry.Delay(resends))
+	w.lookup = time.NewTimer(c.hedgeDelay())
+	w.copies = time.NewTimer(time.Hour)
+	w.copies.Stop()
+	w.resend = time.NewTimer(time.Hour)
+	w.resend.Stop()
+	w.reconnects = c.routes.Reconnects()
+	return w, nil
+}
+
+func (w *routeWait) close() {
+	w.lookup.Stop()
+	w.copies.Stop()
+	w.resend.Stop()
+	w.stopReceipts()
+	w.done()
+}
+
+// adopt follows the call under the name a coordinator from before quiet
+// submits gave it, which answers.
+func (w *routeWait) adopt(reply *messages.SubmitReply) {
+	if reply.CallID != "" && reply.CallID != w.callID {
+		w.done()
+		w.callID = reply.CallID
+		w.o.named(w.callID)
+		w.answers, w.done = w.c.routes.Await(w.callID, w.ns)
 	}
-	var (
-		check     <-chan struct{}
-		checks    ledger.LeaderChecks
-		confirmed bool
-		// takenAt is when the last receipt came; zero when none came since
-		// the last lookup that found no call.
-		takenAt time.Time
-		// refusal is a coordinator's refusal of one of several copies,
-		// reported once a lookup says the call does not exist.
-		refusal error
-		// noCoordinatorSince is when the copies began to find no
-		// coordinator listening; noCoordinatorAnswers counts the copies
-		// that found none.
-		noCoordinatorSince   time.Time
-		noCoordinatorAnswers int
-		// loud is the outcome of a submit sent as a request, while one is.
-		loud chan loudAnswer
-		// reconnects is the route's count of reconnects at the last check.
-		reconnects = c.routes.Reconnects()
-	)
-	// sendCopies sends the next round of copies (1, 2, 4, then the submit
-	// as a request, whose reply comes on the client's own inbox whatever
-	// the coordinator, one that refuses this protocol version say, sends),
-	// and arms the round after it.
-	sendCopies := func() {
-		rc.hedges++
-		if rc.hedges <= 3 {
-			_ = rc.send(ctx, quietCopies(rc.hedges))
-			copies.Reset(c.opts.HedgeAfter)
-			return
-		}
-		if loud == nil {
-			loud = make(chan loudAnswer, 1)
-			go func(req messages.SubmitRequest) {
-				req.Quiet = false
-				reply, err := c.Submit(ctx, req)
-				loud <- loudAnswer{reply, err}
-			}(req)
-		}
+}
+
+func (w *routeWait) resendSoon() {
+	w.resends++
+	w.resend.Reset(requestRetry.Delay(w.resends))
+}
+
+// sendCopies sends the next round of copies (1, 2, 4, then the submit as a
+// request, whose reply comes on the client's own inbox whatever the
+// coordinator, one that refuses this protocol version say, sends), and
+// arms the round after it.
+func (w *routeWait) sendCopies() {
+	w.rc.hedges++
+	if w.rc.hedges <= 3 {
+		_ = w.rc.send(w.ctx, quietCopies(w.rc.hedges))
+		w.copies.Reset(w.c.opts.HedgeAfter)
+		return
 	}
-	for {
-		select {
-		case msg := <-receipts:
-			if msg.Header.Get(messages.HeaderReceipt) != messages.ReceiptSent {
-				break
-			}
-			if takenAt.IsZero() && rc.hedges == 0 {
-				c.observeAnswer(time.Since(sentAt))
-			}
-			takenAt = time.Now()
-			copies.Stop()
-			if !confirmed {
-				// A live coordinator has a copy and queues it: looked up
-				// later, in case it stopped before it did.
-				lookup.Reset(ledger.ResultCheckInterval)
-			}
-		case msg := <-answers:
-			if ledger.IsStoredEvent(msg) {
-				if res := routedResult(msg, callID); res != nil {
-					return res, nil
-				}
-				break
-			}
-			if noCoordinatorListened(msg) {
-				noCoordinatorAnswers++
-				if noCoordinatorSince.IsZero() {
-					noCoordinatorSince = time.Now()
-				}
-				if time.Since(noCoordinatorSince) < c.opts.NoCoordinatorWait || confirmed {
-					resendSoon()
-					break
-				}
-				// No coordinator for so long: the call is reported
-				// refused, unless a lookup finds it queued after all.
-				refusal = noCoordinator(msg.Subject)
-				lookup.Reset(0)
-				break
-			}
-			noCoordinatorSince = time.Time{}
-			if msg.Header.Get(messages.HeaderReplyToken) != rc.token {
-				break // an answer to another request, sent to this route
-			}
-			var reply messages.SubmitReply
-			if err := decodeReply(messages.EndpointCallsSubmit, msg, &reply); err != nil {
-				switch {
-				case mayPass(err):
-					resendSoon()
-				case rc.sent == 1:
-					return nil, err // the only copy was refused: nothing was queued
-				default:
-					refusal = err
-					if !confirmed {
-						lookup.Reset(0)
-					}
-				}
-				break
-			}
-			if res, settled, err := settle(&reply); settled {
-				return res, err
-			}
-			if o.holds(&reply) {
-				return nil, &ApprovalRequiredError{CallID: reply.CallID, Approval: reply.Approval}
-			}
-			adopt(&reply)
-			confirmed = true
-		case <-resend.C:
-			_ = rc.send(ctx, 1)
-		case <-copies.C:
-			if takenAt.IsZero() && !confirmed {
-				sendCopies()
-			}
-		case a := <-loud:
-			loud = nil
-			switch {
-			case a.err == nil:
-				if res, settled, err := settle(a.reply); settled {
-					return res, err
-				}
-				if o.holds(a.reply) {
-					return nil, &ApprovalRequiredError{CallID: a.reply.CallID, Approval: a.reply.Approval}
-				}
-				adopt(a.reply)
-				confirmed = true
-			case mayPass(a.err) || ctx.Err() != nil:
-			default:
-				refusal = a.err
-				if !confirmed {
-					lookup.Reset(0)
-				}
-			}
-		case <-lookup.C:
-			if confirmed {
-				break
-			}
-			reply, exists, err := c.lookupCall(ctx, ns, callID)
-			switch {
-			case err != nil && refusal != nil && noCoordinatorAnswers >= rc.sent:
-				// No copy reached a coordinator: the server said so of
-				// each, so nothing was queued.
-				return nil, refusal
-			case err != nil:
-				// The stream or the coordinators did not say: ask again
-				// later, and send nothing meanwhile.
-				lookup.Reset(ledger.ResultCheckInterval)
-			case exists:
-				if res, settled, err := settle(reply); settled {
-					return res, err
-				}
-				if o.holds(reply) {
-					return nil, &ApprovalRequiredError{CallID: reply.CallID, Approval: reply.Approval}
-				}
-				confirmed = true
-			case refusal != nil:
-				return nil, refusal
-			case !takenAt.IsZero() && time.Since(takenAt) < lostAfter:
-				// The coordinator that has a copy may be waiting out an
-				// election before it stores the call; it answers if it
-				// cannot.
-				lookup.Reset(ledger.ResultCheckInterval)
-			default:
-				// No receipt, or the coordinator that sent one stopped
-				// before it queued the call: copies, until one is taken.
-				takenAt = time.Time{}
-				sendCopies()
-				lookup.Reset(ledger.ResultCheckInterval)
-			}
-		case <-check:
-			check = nil
-			cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
-			if r := c.routes.Reconnects(); r != reconnects {
-				// The result's copy may have been lost while the connection
-				// was away: the next checks ask the stream's leader.
-				reconnects = r
-				checks.Restart()
-			}
-			confirm := checks.Next()
-			res, err := c.checkResult(cctx, messages.TurnBucket(req.Turn), ns, callID, confirm)
-			cancel()
-			if err == nil && res != nil {
-				return res, nil
-			}
-			if err != nil {
-				checks.Failed(confirm)
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("wait for call %s: %w", callID, ctx.Err())
+	if w.loud == nil {
+		w.loud = make(chan loudAnswer, 1)
+		go func(req messages.SubmitRequest, loud chan<- loudAnswer) {
+			req.Quiet = false
+			reply, err := w.c.Submit(w.ctx, req)
+			loud <- loudAnswer{reply, err}
+		}(w.req, w.loud)
+	}
+}
+
+// replied settles the call on a coordinator's reply to its submit, or
+// takes it as queued.
+func (w *routeWait) replied(reply *messages.SubmitReply) (*messages.CallResult, bool, error) {
+	if res, settled, err := settle(reply); settled {
+		return res, true, err
+	}
+	if w.o.holds(reply) {
+		return nil, true, &ApprovalRequiredError{CallID: reply.CallID, Approval: reply.Approval}
+	}
+	return nil, false, nil
+}
+
+func (w *routeWait) receipt(msg *nats.Msg) {
+	if msg.Header.Get(messages.HeaderReceipt) != messages.ReceiptSent {
+		return
+	}
+	if w.takenAt.IsZero() && w.rc.hedges == 0 {
+		w.c.observeAnswer(time.Since(w.sentAt))
+	}
+	w.takenAt = time.Now()
+	w.copies.Stop()
+	if !w.confirmed {
+		// A live coordinator has a copy and queues it: looked up later,
+		// in case it stopped before it did.
+		w.lookup.Reset(ledger.ResultCheckInterval)
+	}
+}
+
+// answer takes a message on the call's route: its result, or a
+// coordinator's answer to one of the copies.
+func (w *routeWait) answer(msg *nats.Msg) (*messages.CallResult, bool, error) {
+	if ledger.IsStoredEvent(msg) {
+		if res := routedResult(msg, w.callID); res != nil {
+			return res, true, nil
 		}
-		if confirmed && check == nil {
-			check = c.routes.Check()
+		return nil, false, nil
+	}
+	if noCoordinatorListened(msg) {
+		w.noCoordinatorAnswers++
+		if w.noCoordinatorSince.IsZero() {
+			w.noCoordinatorSince = time.Now()
+		}
+		if time.Since(w.noCoordinatorSince) < w.c.opts.NoCoordinatorWait || w.confirmed {
+			w.resendSoon()
+			return nil, false, nil
+		}
+		// No coordinator for so long: the call is reported refused,
+		// unless a lookup finds it queued after all.
+		w.refusal = noCoordinator(msg.Subject)
+		w.lookup.Reset(0)
+		return nil, false, nil
+	}
+	w.noCoordinatorSince = time.Time{}
+	if msg.Header.Get(messages.HeaderReplyToken) != w.rc.token {
+		return nil, false, nil // an answer to another request, sent to this route
+	}
+	var reply messages.SubmitReply
+	if err := decodeReply(messages.EndpointCallsSubmit, msg, &reply); err != nil {
+		switch {
+		case mayPass(err):
+			w.resendSoon()
+		case w.rc.sent == 1:
+			return nil, true, err // the only copy was refused: nothing was queued
+		default:
+			w.refusal = err
+			if !w.confirmed {
+				w.lookup.Reset(0)
+			}
+		}
+		return nil, false, nil
+	}
+	if res, end, err := w.replied(&reply); end {
+		return res, true, err
+	}
+	w.adopt(&reply)
+	w.confirmed = true
+	return nil, false, nil
+}
+
+// loudAnswered takes the reply to the submit sent as a request.
+func (w *routeWait) loudAnswered(a loudAnswer) (*messages.CallResult, bool, error) {
+	switch {
+	case a.err == nil:
+		if res, end, err := w.replied(a.reply); end {
+			return res, true, err
+		}
+		w.adopt(a.reply)
+		w.confirmed = true
+	case mayPass(a.err) || w.ctx.Err() != nil:
+	default:
+		w.refusal = a.err
+		if !w.confirmed {
+			w.lookup.Reset(0)
 		}
 	}
+	return nil, false, nil
+}
+
+// lookUp asks whether the call exists, while it is not known to be
+// queued, and sends copies when no coordinator has one.
+func (w *routeWait) lookUp() (*messages.CallResult, bool, error) {
+	if w.confirmed {
+		return nil, false, nil
+	}
+	reply, exists, err := w.c.lookupCall(w.ctx, w.ns, w.callID)
+	switch {
+	case err != nil && w.refusal != nil && w.noCoordinatorAnswers >= w.rc.sent:
+		// No copy reached a coordinator: the server said so of each, so
+		// nothing was queued.
+		return nil, true, w.refusal
+	case err != nil:
+		// The stream or the coordinators did not say: ask again later,
+		// and send nothing meanwhile.
+		w.lookup.Reset(ledger.ResultCheckInterval)
+	case exists:
+		if res, end, err := w.replied(reply); end {
+			return res, true, err
+		}
+		w.confirmed = true
+	case w.refusal != nil:
+		return nil, true, w.refusal
+	case !w.takenAt.IsZero() && time.Since(w.takenAt) < lostAfter:
+		// The coordinator that has a copy may be waiting out an election
+		// before it stores the call; it answers if it cannot.
+		w.lookup.Reset(ledger.ResultCheckInterval)
+	default:
+		// No receipt, or the coordinator that sent one stopped before it
+		// queued the call: copies, until one is taken.
+		w.takenAt = time.Time{}
+		w.sendCopies()
+		w.lookup.Reset(ledger.ResultCheckInterval)
+	}
+	return nil, false, nil
+}
+
+// checkResult looks for a result whose copy on the route may have been
+// missed, once the call is queued.
+func (w *routeWait) checkResult() (*messages.CallResult, bool) {
+	cctx, cancel := context.WithTimeout(w.ctx, ledger.ResultCheckInterval)
+	defer cancel()
+	if r := w.c.routes.Reconnects(); r != w.reconnects {
+		// The result's copy may have been lost while the connection was
+		// away: the next checks ask the stream's leader.
+		w.reconnects = r
+		w.checks.Restart()
+	}
+	confirm := w.checks.Next()
+	res, err := w.c.checkResult(cctx, messages.TurnBucket(w.req.Turn), w.ns, w.callID, confirm)
+	if err != nil {
+		w.checks.Failed(confirm)
+	}
+	return res, err == nil && res != nil
 }
 
 // lostAfter is how long after a coordinator's receipt a call may stay
