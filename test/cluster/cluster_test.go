@@ -438,7 +438,7 @@ func leaderKills(t *testing.T, st *stack) {
 		n := nodes.node(t, name)
 		k := &killReport{Target: l.target, Node: name, at: time.Now()}
 		nodes.kill(t, n)
-		k.Election = poll(t, testenv.Patience, "a new "+l.target, func(ctx context.Context) error {
+		election, err := pollWithin(testenv.Patience, electionAttempt, func(ctx context.Context) error {
 			leader, err := l.find(ctx)
 			if err != nil {
 				return err
@@ -449,6 +449,10 @@ func leaderKills(t *testing.T, st *stack) {
 			k.NewLeader = leader
 			return nil
 		})
+		if err != nil {
+			t.Fatalf("a new %s: not within %s: %v", l.target, testenv.Patience, err)
+		}
+		k.Election = election
 		t.Logf("killed %s %s; %s elected after %s", l.target, name, k.NewLeader, k.Election)
 		nodes.start(t, n)
 		poll(t, 2*testenv.Patience, "the cluster whole again after restarting "+name, func(ctx context.Context) error {

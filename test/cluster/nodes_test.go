@@ -373,10 +373,20 @@ const pollAttempt = 20 * time.Second
 // pollFor calls cond every 100ms until it returns nil or timeout passes,
 // and returns how long that took, or cond's last error.
 func pollFor(timeout time.Duration, cond func(ctx context.Context) error) (time.Duration, error) {
+	return pollWithin(timeout, pollAttempt, cond)
+}
+
+// electionAttempt bounds one look for a new leader: a JetStream request
+// to a stream or consumer that has none is answered at its deadline, so
+// the attempt's bound is the resolution of the measured election.
+const electionAttempt = 2 * time.Second
+
+// pollWithin is pollFor with each call of cond bounded by attempt.
+func pollWithin(timeout, attempt time.Duration, cond func(ctx context.Context) error) (time.Duration, error) {
 	start := time.Now()
 	deadline := start.Add(timeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), pollAttempt)
+		ctx, cancel := context.WithTimeout(context.Background(), attempt)
 		err := cond(ctx)
 		cancel()
 		if err == nil {
