@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/internal/usage"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/exposure"
@@ -18,6 +20,17 @@ import (
 	"github.com/toolbus/toolbus/pkg/search"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
+
+// setupRetry is the policy of making the streams and buckets at start. A
+// cluster that has just formed, or whose other coordinator is making the
+// same streams at the same moment, answers late (a timeout, no leader
+// yet), and places no replica while it does not yet count a peer online
+// (10005, "no suitable peers for placement"): those are tried again for
+// up to a minute before the coordinator gives up with the last error.
+var setupRetry = transport.RetryPolicy{
+	Attempt: 10 * time.Second, Initial: 250 * time.Millisecond, Max: 2 * time.Second, Within: time.Minute,
+	Retryable: func(err error) bool { return transport.Transient(err) || transport.PlacementPending(err) },
+}
 
 // startSteps are the steps of Start, in order. The state they share lives
 // here, between the steps that make it and those that use it.
@@ -33,7 +46,13 @@ func (c *Coordinator) startSteps() []startStep {
 	)
 	return []startStep{
 		{"", func(ctx context.Context) (func(context.Context) error, error) {
-			return nil, resources.Ensure(ctx, c.js, c.names, c.cfg.Resources)
+			return nil, transport.Retry(ctx, setupRetry, func(ctx context.Context) error {
+				err := resources.Ensure(ctx, c.js, c.names, c.cfg.Resources)
+				if err != nil && setupRetry.Retryable(err) {
+					c.log.Warn("streams and buckets not ready yet; trying again", "error", err)
+				}
+				return err
+			})
 		}},
 		{"", func(ctx context.Context) (_ func(context.Context) error, err error) {
 			if catalogKV, err = c.js.KeyValue(ctx, c.names.CatalogBucket()); err != nil {

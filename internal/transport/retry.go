@@ -255,3 +255,17 @@ func Transient(err error) bool {
 	}
 	return false
 }
+
+// noSuitablePeers is JetStream's refusal to place a replicated stream or
+// consumer: too few servers it counts online (JSClusterNoPeersErr).
+const noSuitablePeers jetstream.ErrorCode = 10005
+
+// PlacementPending reports a refusal to place replicas for want of peers
+// online (10005, "no suitable peers for placement"). A cluster that has
+// just formed answers it until every server has told the meta leader it
+// is up, so a process starting with the cluster may try again; on a
+// cluster that lacks the servers it stays.
+func PlacementPending(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == noSuitablePeers
+}

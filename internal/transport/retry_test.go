@@ -309,3 +309,17 @@ func TestDirectGetRetriesAnUnansweredAttempt(t *testing.T) {
 		t.Fatalf("two reads with one unanswered attempt each took %v", elapsed)
 	}
 }
+
+// TestPlacementPending: only JetStream's refusal to place replicas for
+// want of peers online (10005), wrapped or not, is a placement pending.
+func TestPlacementPending(t *testing.T) {
+	pending := &jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, peer offline"}
+	if !transport.PlacementPending(pending) || !transport.PlacementPending(fmt.Errorf("stream TOOLBUS_EVENTS: %w", pending)) {
+		t.Error("10005 is not taken for a placement pending")
+	}
+	for _, err := range []error{nil, errors.New("no suitable peers"), &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeBadRequest}} {
+		if transport.PlacementPending(err) {
+			t.Errorf("%v is taken for a placement pending", err)
+		}
+	}
+}
