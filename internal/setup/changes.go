@@ -28,18 +28,29 @@ type Change struct {
 	AccountJWTs []string
 }
 
+// lockCurrent takes the installation's lock and reads its state as
+// stored, which another command may have changed; it returns the unlock.
+func (in *Installation) lockCurrent() (func(), error) {
+	unlock, err := lockDir(in.dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := in.reload(); err != nil {
+		unlock()
+		return nil, err
+	}
+	return unlock, nil
+}
+
 // AddNamespace makes namespace ns's account, which imports of TOOLBUS its
 // namespace's subjects only, and its workers' user with its credentials
 // (CredsFile(WorkerUser(ns))).
 func (in *Installation) AddNamespace(ns string) (Change, error) {
-	unlock, err := lockDir(in.dir)
+	unlock, err := in.lockCurrent()
 	if err != nil {
 		return Change{}, err
 	}
 	defer unlock()
-	if err := in.reload(); err != nil {
-		return Change{}, err
-	}
 	if err := messages.ValidateNamespace(ns); err != nil {
 		return Change{}, err
 	}
@@ -126,14 +137,11 @@ func (in *Installation) signNamespace(ns, pub string, removed *time.Time) (strin
 // until they are removed (toolbus tools remove, or the coordinator's stale
 // tool TTL).
 func (in *Installation) RemoveNamespace(ns string) (Change, error) {
-	unlock, err := lockDir(in.dir)
+	unlock, err := in.lockCurrent()
 	if err != nil {
 		return Change{}, err
 	}
 	defer unlock()
-	if err := in.reload(); err != nil {
-		return Change{}, err
-	}
 	cur := in.state.Namespaces[ns]
 	if cur == nil || cur.Removed != nil {
 		return Change{}, fmt.Errorf("no namespace %s (toolbus namespace list)", ns)
@@ -179,14 +187,11 @@ type AgentOptions struct {
 // credentials (CredsFile(name)). The servers need no change: they check
 // a user of AGENTS by its JWT's signature.
 func (in *Installation) AddAgent(name string, opts AgentOptions) (Agent, error) {
-	unlock, err := lockDir(in.dir)
+	unlock, err := in.lockCurrent()
 	if err != nil {
 		return Agent{}, err
 	}
 	defer unlock()
-	if err := in.reload(); err != nil {
-		return Agent{}, err
-	}
 	a, err := in.addAgent(name, opts)
 	if err != nil {
 		return Agent{}, err
@@ -263,14 +268,11 @@ func (in *Installation) addAgent(name string, opts AgentOptions) (*Agent, error)
 // RevokeAgent revokes agent user name: AGENTS's JWT lists its key as
 // revoked; pushed, the servers disconnect it and refuse it from then on.
 func (in *Installation) RevokeAgent(name string) (Change, error) {
-	unlock, err := lockDir(in.dir)
+	unlock, err := in.lockCurrent()
 	if err != nil {
 		return Change{}, err
 	}
 	defer unlock()
-	if err := in.reload(); err != nil {
-		return Change{}, err
-	}
 	a := in.state.Agents[name]
 	if a == nil || a.Revoked != nil {
 		return Change{}, fmt.Errorf("no agent user %s (toolbus agent list)", name)

@@ -133,14 +133,11 @@ func (in *Installation) AuthnKeys() (answers, users nkeys.KeyPair, err error) {
 // time. The default sentinel, in nats/accounts.conf, takes effect when a
 // server starts or reloads its configuration.
 func (in *Installation) ConfigureOIDC(opts OIDCOptions) (Change, error) {
-	unlock, err := lockDir(in.dir)
+	unlock, err := in.lockCurrent()
 	if err != nil {
 		return Change{}, err
 	}
 	defer unlock()
-	if err := in.reload(); err != nil {
-		return Change{}, err
-	}
 	before := in.state.OIDC
 	tokens, err := in.configureOIDC(opts)
 	if err != nil {
