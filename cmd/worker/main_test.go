@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/setup"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
@@ -87,15 +86,7 @@ func signedInstallation(t *testing.T) (*setup.Installation, string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := filepath.Join(t.TempDir(), "n1.conf")
-	if err := in.WriteNodeConfig(0, conf, setup.NodePaths{Store: t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := testenv.InstallationServer(t, in)
 	testenv.Coordinator(t, srv.URL(), func(c *coordinator.Config) {
 		c.Conn = testenv.Connect(t, srv.URL(), nats.UserCredentials(in.CredsFile("coordinator")), nats.CustomInboxPrefix("_INBOX_coordinator"))
 	})

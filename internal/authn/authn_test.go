@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +21,6 @@ import (
 	"github.com/toolbus/toolbus/internal/authn"
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/oidc"
 	"github.com/toolbus/toolbus/internal/oidctest"
 	"github.com/toolbus/toolbus/internal/setup"
@@ -55,15 +53,7 @@ func startStack(t *testing.T, mutate ...func(*authn.Config, *oidc.Config)) *stac
 	if _, err := in.ConfigureOIDC(setup.OIDCOptions{Issuer: iss.URL, Audience: audience, OperatorsClaim: "groups", OperatorsValue: "toolbus-operators"}); err != nil {
 		t.Fatal(err)
 	}
-	conf := filepath.Join(t.TempDir(), "n1.conf")
-	if err := in.WriteNodeConfig(0, conf, setup.NodePaths{Store: t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := testenv.InstallationServer(t, in)
 	s := &stack{in: in, url: srv.ClientURL(), iss: iss, log: &logLines{}}
 	as := func(user string) *nats.Conn {
 		return testenv.Connect(t, s.url, nats.UserCredentials(in.CredsFile(user)), nats.CustomInboxPrefix("_INBOX_"+user))

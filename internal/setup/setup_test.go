@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/internal/natsflags"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/setup"
+	"github.com/toolbus/toolbus/internal/testenv"
 )
 
 // tree is every file and directory of an installation with its mode,
@@ -296,15 +297,7 @@ func TestGrantsAreThoseOfUsersInc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := filepath.Join(t.TempDir(), "n1.conf")
-	if err := in.WriteNodeConfig(0, conf, setup.NodePaths{Store: t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	signed, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(signed.Stop)
+	signed := testenv.InstallationServer(t, in)
 	st := in.State()
 	names := map[string]string{}
 	for name, pub := range st.Accounts {

@@ -11,6 +11,7 @@ package testenv
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/setup"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -183,4 +185,21 @@ func Catalog(t testing.TB, url string) *CatalogFixture {
 		t.Fatal(err)
 	}
 	return &CatalogFixture{JS: js, Store: catalog.NewStore(kv), View: view, Index: index}
+}
+
+// InstallationServer starts a server of an installation of toolbus setup:
+// its first node's configuration, on the address the installation lists,
+// with a store of the test's. It is stopped when the test ends.
+func InstallationServer(t testing.TB, in *setup.Installation) *natsserver.Server {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "n1.conf")
+	if err := in.WriteNodeConfig(0, conf, setup.NodePaths{Store: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/toolbus/toolbus/internal/authn"
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/oidc"
 	"github.com/toolbus/toolbus/internal/oidctest"
 	"github.com/toolbus/toolbus/internal/setup"
@@ -163,15 +162,7 @@ func TestIssuerAgentsAreConfined(t *testing.T) {
 	if _, err := in.ConfigureOIDC(setup.OIDCOptions{Issuer: iss.URL, Audience: "toolbus"}); err != nil {
 		t.Fatal(err)
 	}
-	conf := filepath.Join(t.TempDir(), "n1.conf")
-	if err := in.WriteNodeConfig(0, conf, setup.NodePaths{Store: t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := testenv.InstallationServer(t, in)
 	d := &deployed{kind: signed, srv: srv, url: srv.URL(), in: in}
 	coordinatorConn := d.as(t, "coordinator")
 	// A policy, so that the calls are audited before the refusals are.

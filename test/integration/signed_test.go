@@ -18,7 +18,6 @@ import (
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/natsflags"
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/setup"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
@@ -37,15 +36,7 @@ func liveInstallation(t *testing.T) *deployed {
 	}
 	// The installation's own node configuration, on a free port: Push
 	// reaches the server at the address the installation lists.
-	conf := filepath.Join(t.TempDir(), "n1.conf")
-	if err := in.WriteNodeConfig(0, conf, setup.NodePaths{Store: t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := testenv.InstallationServer(t, in)
 	d := &deployed{kind: signed, srv: srv, url: srv.URL(), in: in}
 	testenv.Coordinator(t, d.url, func(cfg *coordinator.Config) { cfg.Conn = d.as(t, "coordinator") })
 	testenv.Worker(t, "", worker.Config{Conn: d.as(t, "worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
@@ -112,15 +103,7 @@ func TestNamespaceAddedWhileCallsRun(t *testing.T) {
 	if _, err := in.AddAgent("agent_a", setup.AgentOptions{ActsAs: []string{"support-bot"}, Route: deployRoutes["agent_a"]}); err != nil {
 		t.Fatal(err)
 	}
-	conf := filepath.Join(t.TempDir(), "n1.conf")
-	if err := in.WriteNodeConfig(0, conf, setup.NodePaths{Store: t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := testenv.InstallationServer(t, in)
 	d := &deployed{kind: signed, srv: srv, url: srv.URL(), in: in}
 	testenv.Coordinator(t, d.url, func(cfg *coordinator.Config) { cfg.Conn = d.as(t, "coordinator") })
 	testenv.Worker(t, "", worker.Config{Conn: d.as(t, "worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
