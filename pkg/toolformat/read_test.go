@@ -257,21 +257,32 @@ func TestProtocolBatchExamples(t *testing.T) {
 	}
 }
 
-// FuzzReadToolCalls: whatever a client sends as tool_calls, reading it
-// does not panic, and what it reads is a batch the pipeline can take:
-// 1 to MaxBatchCalls calls, each refused or with JSON arguments, whose
-// ID and name a reply can repeat.
-func FuzzReadToolCalls(f *testing.F) {
-	f.Add("openai-chat", []byte(`{"choices":[{"message":{"tool_calls":[{"id":"call_1","type":"function","function":{"name":"t-add","arguments":"{\"a\":1}"}}]}}]}`))
-	f.Add("openai-responses", []byte(`{"id":"r","output":[{"type":"function_call","call_id":"c","name":"t-add","arguments":"{}"}]}`))
-	f.Add("anthropic", []byte(`{"content":[{"type":"tool_use","id":"toolu_1","name":"t-add","input":{"a":1}}]}`))
-	f.Add("gemini", []byte(`{"responseId":"r","candidates":[{"content":{"parts":[{"functionCall":{"name":"t-add","args":{}}}]}}]}`))
-	f.Add("mcp", []byte(`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t-add","arguments":{}}}]`))
-	f.Fuzz(func(t *testing.T, format string, raw []byte) {
+// fuzzReader checks what Read makes of whatever a client sends as
+// format's tool calls: no panic; malformed JSON is a bad_request error
+// that names the format and speaks of JSON, not of Go types; what it
+// reads is a batch the pipeline can take: 1 to MaxBatchCalls calls, each
+// refused or with JSON object arguments, whose ID and name a reply can
+// repeat. The recorded response of the format seeds the corpus.
+func fuzzReader(f *testing.F, format string, seeds ...string) {
+	if recorded, err := os.ReadFile("testdata/responses/" + format + ".json"); err == nil {
+		f.Add(recorded)
+	} else {
+		f.Fatal(err)
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
 		calls, _, err := Read(format, messages.JSON(raw))
 		if err != nil {
-			if messages.CodeOf(err) != messages.CodeBadRequest {
+			msg := err.Error()
+			switch {
+			case messages.CodeOf(err) != messages.CodeBadRequest:
 				t.Fatalf("error of code %s: %v", messages.CodeOf(err), err)
+			case !strings.Contains(msg, format) && !strings.Contains(msg, "at most"):
+				t.Fatalf("the error does not name the format: %v", err)
+			case strings.Contains(msg, "Go ") || strings.Contains(msg, "struct {"):
+				t.Fatalf("the error speaks of Go types: %v", err)
 			}
 			return
 		}
@@ -279,8 +290,8 @@ func FuzzReadToolCalls(f *testing.F) {
 			t.Fatalf("%d calls read", len(calls))
 		}
 		for _, c := range calls {
-			if c.Refused == nil && !json.Valid(c.Arguments) {
-				t.Fatalf("call %+v accepted with arguments that are not JSON", c)
+			if c.Refused == nil && (!json.Valid(c.Arguments) || !strings.HasPrefix(strings.TrimSpace(string(c.Arguments)), "{")) {
+				t.Fatalf("call %+v accepted with arguments that are not a JSON object", c)
 			}
 			// A reply repeats them, and calls.results takes the reply.
 			bc := messages.BatchCall{ToolCallID: c.ID, Name: c.Name, Error: c.Refused, CallID: "i1"}
@@ -289,4 +300,84 @@ func FuzzReadToolCalls(f *testing.F) {
 			}
 		}
 	})
+}
+
+func FuzzReadOpenAIChat(f *testing.F) {
+	fuzzReader(f, "openai-chat",
+		`[{"id":"call_1","type":"function","function":{"name":"t-add","arguments":"{\"a\":1}"}}]`,
+		`{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"t-add","arguments":{"a":1}}}]}`)
+}
+
+func FuzzReadOpenAIResponses(f *testing.F) {
+	fuzzReader(f, "openai-responses",
+		`[{"type":"function_call","call_id":"c","name":"t-add","arguments":"{}"},{"type":"message","content":[]}]`)
+}
+
+func FuzzReadAnthropic(f *testing.F) {
+	fuzzReader(f, "anthropic",
+		`[{"type":"tool_use","id":"toolu_1","name":"t-add","input":{"a":1}}]`,
+		`{"role":"assistant","content":"Hello."}`)
+}
+
+func FuzzReadGemini(f *testing.F) {
+	fuzzReader(f, "gemini",
+		`{"role":"model","parts":[{"functionCall":{"id":"g1","name":"t-add","args":{}}}]}`,
+		`{"promptFeedback":{"blockReason":"SAFETY"},"responseId":"r1"}`)
+}
+
+func FuzzReadMCP(f *testing.F) {
+	fuzzReader(f, "mcp",
+		`{"jsonrpc":"2.0","id":1e2,"method":"tools/call","params":{"name":"t-add","arguments":{}}}`,
+		`{"name":"t-add","arguments":{"a":1}}`)
+}
+
+// TestReadRecordedResponses reads a whole response of each provider, as
+// its API returns it (testdata/responses), with reasoning, text and
+// other messages beside the tool calls.
+func TestReadRecordedResponses(t *testing.T) {
+	forecast, current := `{"city":"Oslo","days":2}`, `{"city":"Bergen"}`
+	tests := []struct {
+		format     string
+		want       []Call
+		responseID string
+	}{
+		{"openai-chat", []Call{
+			{ID: "call_7pD4zNRmG3mVhJ0oBXP8Ck2A", Name: "weather-forecast", Arguments: messages.JSON(forecast)},
+			{ID: "call_Q1kd9YDnB5qX2c9ZgLTm1V3s", Name: "weather-current", Arguments: messages.JSON(current)},
+		}, "chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG"},
+		{"openai-responses", []Call{
+			{ID: "call_unLAR8MvFNptuiZK6K6HCy5k", Name: "weather-forecast", Arguments: messages.JSON(forecast)},
+			{ID: "call_Xk29fJ3wQp0mZr7bVt1LcN8d", Name: "weather-stations", Arguments: messages.JSON(`{}`)},
+		}, "resp_67ccd3a9da748190baa7f1570fe91ac604becb25c45c1d41"},
+		{"anthropic", []Call{
+			{ID: "toolu_01A09q90qw90lq917835lq9", Name: "weather-forecast", Arguments: messages.JSON(`{"city": "Oslo", "days": 2}`)},
+			{ID: "toolu_01B7zR2kXc4mPq8Vn3Jd5Ws", Name: "weather-current", Arguments: messages.JSON(`{"city": "Bergen"}`)},
+		}, "msg_01Aq9w938a90dw8q"},
+		{"gemini", []Call{
+			{Name: "weather-forecast", Arguments: messages.JSON(`{"city": "Oslo", "days": 2}`)},
+			{Name: "weather-current", Arguments: messages.JSON(`{"city": "Bergen"}`)},
+		}, "aN2uaJb5Hq2oz7IPzYrYoAk"},
+		{"mcp", []Call{
+			{ID: "3", Name: "weather-forecast", Arguments: messages.JSON(`{"city": "Oslo", "days": 2}`)},
+			{ID: "req-4", Name: "weather-current", Arguments: messages.JSON(`{"city": "Bergen"}`)},
+		}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.format, func(t *testing.T) {
+			raw, err := os.ReadFile("testdata/responses/" + tc.format + ".json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls, responseID, err := Read(tc.format, raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if responseID != tc.responseID {
+				t.Errorf("response ID %q, want %q", responseID, tc.responseID)
+			}
+			if !reflect.DeepEqual(calls, tc.want) {
+				t.Errorf("calls\n%+v\nwant\n%+v", calls, tc.want)
+			}
+		})
+	}
 }

@@ -425,3 +425,36 @@ func TestFitMessages(t *testing.T) {
 		})
 	}
 }
+
+// TestCallOutcome: a call an agent runs itself renders as the
+// coordinator renders a batch's: its result, its refusal by the error's
+// code, or the refusal it was read with.
+func TestCallOutcome(t *testing.T) {
+	call := Call{ID: "call_1", Name: "t-add", Arguments: messages.JSON(`{}`)}
+	res := &messages.CallResult{CallID: "i1", Status: messages.StateCompleted, Content: []messages.ContentBlock{messages.TextBlock("5")}}
+	refused := Call{ID: "call_2", Name: "t-add", Refused: messages.Errorf(messages.CodeInvalidArguments, "arguments of t-add are not a JSON object")}
+	got, err := Render("openai-chat", []Outcome{
+		call.Outcome(res, nil),
+		call.Outcome(nil, messages.Errorf(messages.CodeToolNotFound, "no tool t-add in the catalog")),
+		refused.Outcome(res, nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`{"role":"tool","tool_call_id":"call_1","content":"5"}`,
+		`{"role":"tool","tool_call_id":"call_1","content":"The call was refused (tool_not_found): no tool t-add in the catalog"}`,
+		`{"role":"tool","tool_call_id":"call_2","content":"The call was refused (invalid_arguments): arguments of t-add are not a JSON object"}`,
+	}
+	for i := range want {
+		if i >= len(got) || string(got[i]) != want[i] {
+			t.Errorf("message %d: %s, want %s", i, got[min(i, len(got)-1)], want[i])
+		}
+	}
+	if o := call.Outcome(res, nil); o.Call.CallID != "i1" || o.Call.State != messages.StateCompleted {
+		t.Errorf("the outcome's call: %+v", o.Call)
+	}
+	if _, err := Render("cohere", nil); messages.CodeOf(err) != messages.CodeBadRequest || !strings.Contains(err.Error(), `unknown format "cohere"`) {
+		t.Errorf("unknown format: %v", err)
+	}
+}
