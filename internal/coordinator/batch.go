@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/reuse"
 
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/policy"
@@ -25,7 +26,22 @@ import (
 // One model iteration in one request: calls.submit_batch reads the tool
 // calls of a provider's response and submits each through the submit
 // pipeline; calls.results waits for their results and renders them as
-// the provider's next input.
+// the provider's next input. Reading the calls and rendering the results
+// are pkg/toolformat's; the batch's room coordinates the rest.
+
+// batches is the room of calls.submit_batch and calls.results.
+type batches struct {
+	nc        *nats.Conn
+	names     messages.Names
+	ledger    *ledger.Ledger
+	calls     *calls
+	submitter *submitPipeline
+	// waits counts each user's long waits, as calls.get's are counted.
+	waits    *waitLimit
+	handlers *reuse.Pool
+	maxWait  time.Duration
+	log      *slog.Logger
+}
 
 // idempotencyKey is the key a batch's call is submitted with: the turn
 // and the provider's tool-call ID, or, for a call without one, a digest
@@ -53,7 +69,7 @@ func idempotencyKey(turn, responseID string, position int, tc *toolformat.Call) 
 // schema, a name that is no tool) is answered as such; an error of
 // JetStream or of the coordinator fails the request, which is safe to
 // send again since every call has its idempotency key.
-func (c *Coordinator) submitBatch(ctx context.Context, req *request) (any, error) {
+func (b *batches) submitBatch(ctx context.Context, req *request) (any, error) {
 	var br messages.SubmitBatchRequest
 	if err := req.decode(&br); err != nil {
 		return nil, err
@@ -77,17 +93,17 @@ func (c *Coordinator) submitBatch(ctx context.Context, req *request) (any, error
 		return nil, messages.Errorf(messages.CodeBadRequest, "unknown results_format %q; use one of %v", format, toolschema.Formats())
 	}
 	if br.WaitMS <= 0 {
-		return c.SubmitBatch(ctx, &br, req.Headers())
+		return b.submitBatchCalls(ctx, &br, req.Headers(), nil)
 	}
 	// The wait is held from the start, against the user's waits, and
 	// bounded by MaxWait: the results may come before the batch's writes
 	// are acknowledged, and are taken as they come.
-	release, err := c.waits.hold(ctx)
+	release, err := b.waits.hold(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { release() }()
-	wctx, cancel := context.WithTimeout(ctx, min(time.Duration(br.WaitMS)*time.Millisecond, c.cfg.MaxWait))
+	wctx, cancel := context.WithTimeout(ctx, min(time.Duration(br.WaitMS)*time.Millisecond, b.maxWait))
 	defer cancel()
 	var waits *copyWaits
 	defer func() {
@@ -95,14 +111,14 @@ func (c *Coordinator) submitBatch(ctx context.Context, req *request) (any, error
 			waits.stop()
 		}
 	}()
-	out, err := c.submitBatchCalls(ctx, &br, req.Headers(), func(submits []*messages.SubmitRequest) error {
-		waits, err = c.awaitCopies(wctx, submits)
+	out, err := b.submitBatchCalls(ctx, &br, req.Headers(), func(submits []*messages.SubmitRequest) error {
+		waits, err = b.awaitCopies(wctx, submits)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if out.Results = c.renderFresh(ctx, out, format, waits); out.Results != nil {
+	if out.Results = b.renderFresh(ctx, out, format, waits); out.Results != nil {
 		return out, nil
 	}
 	// A call the batch did not queue itself (a batch sent again): as
@@ -114,7 +130,7 @@ func (c *Coordinator) submitBatch(ctx context.Context, req *request) (any, error
 	if wctx.Err() != nil || left < time.Millisecond {
 		left = 0
 	}
-	if out.Results, err = c.results(ctx, &messages.ResultsRequest{Format: format, Calls: out.Calls, WaitMS: left.Milliseconds()}); err != nil {
+	if out.Results, err = b.results(ctx, &messages.ResultsRequest{Format: format, Calls: out.Calls, WaitMS: left.Milliseconds()}); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -156,8 +172,8 @@ func copySubject(names messages.Names, callID, ns string) (string, bool) {
 // awaitCopies subscribes to the result copies of the calls of submits
 // (nil entries are calls refused already) and waits for them until ctx
 // ends or stop.
-func (c *Coordinator) awaitCopies(ctx context.Context, submits []*messages.SubmitRequest) (*copyWaits, error) {
-	w := &copyWaits{log: c.log, got: map[string]*messages.CallResult{}, stops: map[string]context.CancelFunc{}}
+func (b *batches) awaitCopies(ctx context.Context, submits []*messages.SubmitRequest) (*copyWaits, error) {
+	w := &copyWaits{log: b.log, got: map[string]*messages.CallResult{}, stops: map[string]context.CancelFunc{}}
 	for _, sr := range submits {
 		if sr == nil || sr.IdempotencyKey == "" {
 			continue
@@ -167,12 +183,12 @@ func (c *Coordinator) awaitCopies(ctx context.Context, submits []*messages.Submi
 			continue // refused by its submit
 		}
 		id := messages.IdempotentCallID(sr.Agent, sr.IdempotencyKey)
-		subject, ok := copySubject(c.names, id, name.Namespace)
+		subject, ok := copySubject(b.names, id, name.Namespace)
 		if !ok {
 			continue
 		}
 		copies := make(chan *nats.Msg, 4)
-		sub, err := c.nc.ChanSubscribe(subject, copies)
+		sub, err := b.nc.ChanSubscribe(subject, copies)
 		if err != nil {
 			w.stop()
 			return nil, unavailable(err, "subscribe to results")
@@ -181,9 +197,9 @@ func (c *Coordinator) awaitCopies(ctx context.Context, submits []*messages.Submi
 		cctx, stop := context.WithCancel(ctx)
 		w.stops[id] = stop
 		w.wg.Add(1)
-		c.handlers.Go(func() {
+		b.handlers.Go(func() {
 			defer w.wg.Done()
-			if res, err := c.ledger.WaitOn(cctx, messages.TurnBucket(sr.Turn), name.Namespace, id, copies); err == nil {
+			if res, err := b.ledger.WaitOn(cctx, messages.TurnBucket(sr.Turn), name.Namespace, id, copies); err == nil {
 				w.mu.Lock()
 				w.got[id] = res
 				w.mu.Unlock()
@@ -226,7 +242,7 @@ func (w *copyWaits) stop() {
 // then are read, as they are. It returns nil, waiting for nothing, when
 // a call the batch accepted was not queued by it (a duplicate): that is
 // calls.results' to answer.
-func (c *Coordinator) renderFresh(ctx context.Context, out *messages.SubmitBatchReply, format string, waits *copyWaits) *messages.ResultsReply {
+func (b *batches) renderFresh(ctx context.Context, out *messages.SubmitBatchReply, format string, waits *copyWaits) *messages.ResultsReply {
 	fresh := map[string]bool{}
 	for _, bc := range out.Calls {
 		switch {
@@ -246,7 +262,7 @@ func (c *Coordinator) renderFresh(ctx context.Context, out *messages.SubmitBatch
 	}
 	snaps := map[string]*ledger.Snapshot{}
 	if len(still) > 0 {
-		if read, err := c.calls.snapshots(ctx, still...); err == nil {
+		if read, err := b.calls.snapshots(ctx, still...); err == nil {
 			snaps = read
 		}
 	}
@@ -266,19 +282,19 @@ func (c *Coordinator) renderFresh(ctx context.Context, out *messages.SubmitBatch
 	}
 	// The reply holds the calls twice: as the batch's and as the results'.
 	render, _ := toolformat.RendererOf(format)
-	res.Messages = toolformat.Fit(render, outcomes, c.messagesBudget(2*encodedSize(out.Calls)))
+	res.Messages = toolformat.Fit(render, outcomes, b.messagesBudget(2*encodedSize(out.Calls)))
 	return res
 }
 
 // SubmitBatch checks and queues the tool calls of one model iteration, as
 // calls.submit_batch does; headers carry the caller's trace context.
 func (c *Coordinator) SubmitBatch(ctx context.Context, br *messages.SubmitBatchRequest, headers map[string][]string) (*messages.SubmitBatchReply, error) {
-	return c.submitBatchCalls(ctx, br, headers, nil)
+	return c.batches.submitBatchCalls(ctx, br, headers, nil)
 }
 
 // submitBatchCalls is SubmitBatch; before, when set, is given the submits
 // before any is run (nil for a call refused already).
-func (c *Coordinator) submitBatchCalls(ctx context.Context, br *messages.SubmitBatchRequest, headers map[string][]string, before func(submits []*messages.SubmitRequest) error) (*messages.SubmitBatchReply, error) {
+func (b *batches) submitBatchCalls(ctx context.Context, br *messages.SubmitBatchRequest, headers map[string][]string, before func(submits []*messages.SubmitRequest) error) (*messages.SubmitBatchReply, error) {
 	calls, responseID, err := toolformat.Read(br.Format, br.ToolCalls)
 	if err != nil {
 		return nil, err
@@ -291,9 +307,9 @@ func (c *Coordinator) submitBatchCalls(ctx context.Context, br *messages.SubmitB
 	// turn. The claim goes on while the calls are read and checked; each
 	// call waits for it before anything of the call is decided or written.
 	claimed := make(chan struct{})
-	c.handlers.Go(func() {
+	b.handlers.Go(func() {
 		defer close(claimed)
-		c.claimBatchTurn(ctx, br.Turn, br.Agent)
+		b.claimBatchTurn(ctx, br.Turn, br.Agent)
 	})
 	out := &messages.SubmitBatchReply{Calls: make([]messages.BatchCall, len(calls))}
 	submits := make([]*messages.SubmitRequest, len(calls))
@@ -323,7 +339,7 @@ func (c *Coordinator) submitBatchCalls(ctx context.Context, br *messages.SubmitB
 	// The claim's reads and writes end with ctx.
 	claimTurn := func(ctx context.Context) error {
 		<-claimed
-		if ts := c.submitter.turns; ts != nil {
+		if ts := b.submitter.turns; ts != nil {
 			return ts.claimForCall(ctx, br.Turn, br.Agent)
 		}
 		return nil
@@ -343,8 +359,8 @@ func (c *Coordinator) submitBatchCalls(ctx context.Context, br *messages.SubmitB
 		// On a goroutine of the handlers, as a single submit runs: its
 		// stack has grown already, where a new goroutine's would grow by
 		// copying on every call (see reuse).
-		c.handlers.Go(func() {
-			reply, pending, err := c.submitter.runClaimed(ctx, sr, headers, answer, claimTurn)
+		b.handlers.Go(func() {
+			reply, pending, err := b.submitter.runClaimed(ctx, sr, headers, answer, claimTurn)
 			if !pending {
 				answer(reply, err)
 			}
@@ -363,8 +379,8 @@ func (c *Coordinator) submitBatchCalls(ctx context.Context, br *messages.SubmitB
 // do. A turn the coordinator has not seen is most often new: it is
 // created with its agent at once, and read only if it exists. A claim
 // that fails is left to each call's own claim to report.
-func (c *Coordinator) claimBatchTurn(ctx context.Context, turn, agent string) {
-	ts := c.submitter.turns
+func (b *batches) claimBatchTurn(ctx context.Context, turn, agent string) {
+	ts := b.submitter.turns
 	if ts == nil || turn == "" || agent == "" {
 		return
 	}
@@ -399,7 +415,7 @@ func settleBatchCall(bc *messages.BatchCall, reply *messages.SubmitReply, err er
 // call as the provider's next input. A call that waits for an approval is
 // rendered as such at once; a refused call (the batch's error) as an
 // error result.
-func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) (*messages.ResultsReply, error) {
+func (b *batches) results(ctx context.Context, rr *messages.ResultsRequest) (*messages.ResultsReply, error) {
 	render, ok := toolformat.RendererOf(rr.Format)
 	if !ok {
 		return nil, messages.Errorf(messages.CodeBadRequest, "unknown format %q; use one of %v", rr.Format, toolschema.Formats())
@@ -412,13 +428,13 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 			ids = append(ids, bc.CallID)
 		}
 	}
-	wait := min(time.Duration(rr.WaitMS)*time.Millisecond, c.cfg.MaxWait)
+	wait := min(time.Duration(rr.WaitMS)*time.Millisecond, b.maxWait)
 	var watch *resultWatch
 	if wait > 0 && len(ids) > 0 {
 		// Subscribed before the calls are read, so that a result written
 		// after the read cannot slip past the wait.
 		var err error
-		if watch, err = c.watchResults(ids); err != nil {
+		if watch, err = b.watchResults(ids); err != nil {
 			return nil, err
 		}
 		defer watch.stop()
@@ -426,7 +442,7 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 	snaps := map[string]*ledger.Snapshot{}
 	if len(ids) > 0 {
 		var err error
-		if snaps, err = c.calls.snapshots(ctx, ids...); err != nil {
+		if snaps, err = b.calls.snapshots(ctx, ids...); err != nil {
 			return nil, unavailable(err, "read calls")
 		}
 	}
@@ -445,12 +461,12 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 	}
 	if wait > 0 && len(unfinished) > 0 {
 		// A held wait, counted against the user's as calls.get's is.
-		release, err := c.waits.hold(ctx)
+		release, err := b.waits.hold(ctx)
 		if err != nil {
 			return nil, err
 		}
 		defer release()
-		got := c.awaitResults(ctx, snaps, unfinished, wait, watch)
+		got := b.awaitResults(ctx, snaps, unfinished, wait, watch)
 		var still []string
 		for _, id := range unfinished {
 			if res := got[id]; res != nil {
@@ -461,7 +477,7 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 		}
 		if len(still) > 0 {
 			// Queued calls may have started meanwhile.
-			if later, err := c.calls.snapshots(ctx, still...); err == nil {
+			if later, err := b.calls.snapshots(ctx, still...); err == nil {
 				maps.Copy(snaps, later)
 			}
 		}
@@ -481,7 +497,7 @@ func (c *Coordinator) results(ctx context.Context, rr *messages.ResultsRequest) 
 	}
 	// Room for the calls twice: a batch sent again with wait_ms replies
 	// with its calls beside these results.
-	out.Messages = toolformat.Fit(render, outcomes, c.messagesBudget(2*encodedSize(out.Calls)))
+	out.Messages = toolformat.Fit(render, outcomes, b.messagesBudget(2*encodedSize(out.Calls)))
 	return out, nil
 }
 
@@ -491,8 +507,8 @@ const replySlack = 8 << 10
 // messagesBudget is how many bytes of rendered messages a reply can hold
 // beside calls bytes of calls: what one message may carry on the
 // coordinator's connection (the server's max_payload).
-func (c *Coordinator) messagesBudget(calls int) int {
-	return int(c.nc.MaxPayload()) - calls - replySlack
+func (b *batches) messagesBudget(calls int) int {
+	return int(b.nc.MaxPayload()) - calls - replySlack
 }
 
 // resultWatch holds a subscription per call to the writes of its result
@@ -506,16 +522,16 @@ type resultWatch struct {
 }
 
 // watchResults subscribes to the result writes of calls.
-func (c *Coordinator) watchResults(callIDs []string) (*resultWatch, error) {
-	w := &resultWatch{writes: make(map[string]chan *nats.Msg, len(callIDs)), log: c.log}
+func (b *batches) watchResults(callIDs []string) (*resultWatch, error) {
+	w := &resultWatch{writes: make(map[string]chan *nats.Msg, len(callIDs)), log: b.log}
 	for _, id := range callIDs {
-		subject, err := c.names.CallKindFilter(id, messages.EventResult)
+		subject, err := b.names.CallKindFilter(id, messages.EventResult)
 		if err != nil {
 			w.stop()
 			return nil, err
 		}
 		writes := make(chan *nats.Msg, 4)
-		sub, err := c.nc.ChanSubscribe(subject, writes)
+		sub, err := b.nc.ChanSubscribe(subject, writes)
 		if err != nil {
 			w.stop()
 			return nil, unavailable(err, "subscribe to results")
@@ -544,10 +560,10 @@ const maxRecheckPause = 128 * time.Millisecond
 // awaitResults waits up to wait for the results of calls, on watch's
 // subscriptions to their writes and reading them again soon (see
 // maxRecheckPause), and returns those that came.
-func (c *Coordinator) awaitResults(ctx context.Context, snaps map[string]*ledger.Snapshot, callIDs []string, wait time.Duration, watch *resultWatch) map[string]*messages.CallResult {
+func (b *batches) awaitResults(ctx context.Context, snaps map[string]*ledger.Snapshot, callIDs []string, wait time.Duration, watch *resultWatch) map[string]*messages.CallResult {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	q := c.submitter.queue
+	q := b.submitter.queue
 	var mu sync.Mutex
 	got := make(map[string]*messages.CallResult, len(callIDs))
 	stops := make(map[string]context.CancelFunc, len(callIDs))
@@ -559,7 +575,7 @@ func (c *Coordinator) awaitResults(ctx context.Context, snaps map[string]*ledger
 		defer stop()
 		stops[id] = stop
 		wg.Add(1)
-		c.handlers.Go(func() {
+		b.handlers.Go(func() {
 			defer wg.Done()
 			if res, err := q.reads.WaitForWrite(wctx, bucket, ns, id, writes); err == nil {
 				mu.Lock()
@@ -589,7 +605,7 @@ func (c *Coordinator) awaitResults(ctx context.Context, snaps map[string]*ledger
 			}
 		}
 		mu.Unlock()
-		later, err := c.ledger.Snapshots(ctx, pending...)
+		later, err := b.ledger.Snapshots(ctx, pending...)
 		if err != nil {
 			continue
 		}
@@ -634,11 +650,11 @@ func observe(o *toolformat.Outcome, s *ledger.Snapshot) {
 // encodedSize is the size of v as compact JSON without HTML escaping,
 // as rendered messages are encoded.
 func encodedSize(v any) int {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
 		return 0
 	}
-	return b.Len() - 1
+	return buf.Len() - 1
 }
