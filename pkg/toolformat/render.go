@@ -32,12 +32,18 @@ func RendererOf(format string) (Renderer, bool) {
 	return r, ok
 }
 
-// Render renders calls as format's next input (see Renderer); an unknown
-// format is an error of code bad_request.
+// Render renders calls as format's next input (see Renderer). An unknown
+// format, or a result whose structured content is not JSON, is an error
+// of code bad_request.
 func Render(format string, calls []Outcome) ([]messages.JSON, error) {
 	r, ok := renderers[format]
 	if !ok {
 		return nil, messages.Errorf(messages.CodeBadRequest, "unknown format %q; use one of %v", format, toolschema.Formats())
+	}
+	for i := range calls {
+		if res := calls[i].Result; res != nil && len(res.StructuredContent) > 0 && !json.Valid(res.StructuredContent) {
+			return nil, messages.Errorf(messages.CodeBadRequest, "the structured content of the result of tool call %s is not JSON", calls[i].toolCallID())
+		}
 	}
 	return r(calls), nil
 }
@@ -111,7 +117,12 @@ func (o *Outcome) view() (blocks []messages.ContentBlock, structured messages.JS
 		case r.Truncated:
 			blocks = append(slices.Clip(blocks), messages.TextBlock("[The result was cut to the tool's maximum result size.]"))
 		}
-		return blocks, r.StructuredContent, r.IsError
+		structured = r.StructuredContent
+		if !json.Valid(structured) {
+			// Render refuses it; a Renderer renders the result without it.
+			structured = nil
+		}
+		return blocks, structured, r.IsError
 	case o.Call.State == messages.StateAwaitingApproval:
 		text := "The call waits for a person's approval"
 		if a := o.Call.Approval; a != nil {
@@ -255,7 +266,8 @@ func marshalJSON(v any) messages.JSON {
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		// Only values of the types below are encoded; none fails.
+		// Only the renderers' types are encoded, whose JSON is checked
+		// (view); none fails.
 		panic(fmt.Sprintf("encode a rendered message: %v", err))
 	}
 	return messages.JSON(bytes.TrimSuffix(b.Bytes(), []byte("\n")))

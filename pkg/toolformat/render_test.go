@@ -458,3 +458,25 @@ func TestCallOutcome(t *testing.T) {
 		t.Errorf("unknown format: %v", err)
 	}
 }
+
+// TestRenderStructuredContentNotJSON: a result an agent built itself may
+// hold structured content that is not JSON; Render says so, and a
+// Renderer renders the result without it rather than failing.
+func TestRenderStructuredContentNotJSON(t *testing.T) {
+	bad := completed("c1", "t-add", messages.TextBlock("5"))
+	bad.Result.StructuredContent = messages.JSON(`{"sum":`)
+	for format, render := range renderers {
+		t.Run(format, func(t *testing.T) {
+			if _, err := Render(format, []Outcome{bad}); messages.CodeOf(err) != messages.CodeBadRequest || !strings.Contains(err.Error(), "tool call c1 is not JSON") {
+				t.Errorf("Render: %v", err)
+			}
+			text := ""
+			for _, m := range render([]Outcome{bad}) {
+				text += string(m)
+			}
+			if !strings.Contains(text, "5") || strings.Contains(text, `{"sum":`) {
+				t.Errorf("rendered %s", text)
+			}
+		})
+	}
+}
