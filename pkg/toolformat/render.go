@@ -222,9 +222,10 @@ const minResultShare = 256
 // Fit renders calls as render does and, when the messages would be
 // larger than budget bytes, renders them again with each result cut
 // as messages.Truncate cuts one to its tool's maximum size (the result
-// then says so): first to three quarters of an equal share of budget (a
-// medium grows by a third in base64), halved until the messages fit or
-// the share is minResultShare.
+// then says so, and CutToFitNote ends it): first to three quarters of an
+// equal share of budget (a medium grows by a third in base64), halved
+// until the messages fit or the share is 256 bytes (minResultShare).
+// Refusals and calls without a result are not cut.
 func Fit(render Renderer, calls []Outcome, budget int) []messages.JSON {
 	msgs := render(calls)
 	withResult := 0
