@@ -93,7 +93,7 @@ func TestImportRules(t *testing.T) {
 			}
 		}
 	}
-	for _, pkg := range []string{"pkg/messages", "pkg/exposure", "pkg/policy", "pkg/search", "pkg/toolschema", "internal/schemacost", "internal/jsonparse", "internal/glob"} {
+	for _, pkg := range []string{"pkg/messages", "pkg/exposure", "pkg/policy", "pkg/search", "pkg/toolschema", "pkg/toolformat", "internal/schemacost", "internal/jsonparse", "internal/glob"} {
 		if _, ok := imports[pkg]; !ok {
 			t.Errorf("pure package %s not found", pkg)
 		}
@@ -101,6 +101,13 @@ func TestImportRules(t *testing.T) {
 			if strings.HasPrefix(dep, "github.com/nats-io/") || strings.HasPrefix(dep, module+"/internal/transport") {
 				t.Errorf("pure package %s reaches NATS: %s", pkg, chain)
 			}
+		}
+	}
+	// The provider formats stand on the wire contract and the format names alone.
+	for _, imp := range imports["pkg/toolformat"] {
+		local, ours := strings.CutPrefix(imp, module+"/")
+		if ours && !slices.Contains([]string{"pkg/messages", "pkg/toolschema", "internal/jsonparse"}, local) {
+			t.Errorf("pkg/toolformat imports %s; it may import pkg/messages, pkg/toolschema and internal/jsonparse only", imp)
 		}
 	}
 }

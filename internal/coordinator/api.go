@@ -79,8 +79,8 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 		messages.EndpointToolsRemove:     decoding(c.switches.remove),
 		messages.EndpointToolsDiscover:   metered(decoding(c.view.discover)),
 
-		messages.EndpointCallsSubmitBatch: c.submitBatch,
-		messages.EndpointCallsResults:     decoding(c.results),
+		messages.EndpointCallsSubmitBatch: c.batches.submitBatch,
+		messages.EndpointCallsResults:     decoding(c.batches.results),
 
 		messages.EndpointAuditList:   decoding(c.listAudit),
 		messages.EndpointWorkersList: decoding(c.listWorkers),

@@ -241,7 +241,7 @@ func (c Config) validate() error {
 
 // Coordinator serves the Toolbus API. Its work is done by rooms of their
 // own, built by Start: the submit pipeline, the tool view (exposure and
-// turns), approvals, tool switches, calls and the sweeper. The
+// turns), approvals, tool switches, calls, the batch and the sweeper. The
 // coordinator keeps their lifecycle and the API table.
 type Coordinator struct {
 	cfg    Config
@@ -259,6 +259,7 @@ type Coordinator struct {
 	approvals *approvals
 	switches  *toolSwitches
 	calls     *calls
+	batches   *batches
 	// depths are the queue depths the sweeper sampled (stats.calls);
 	// statsScans the scans of stats.calls under way.
 	depths     *depthHistory

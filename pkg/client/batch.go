@@ -58,6 +58,11 @@ func (c *Client) Results(ctx context.Context, req messages.ResultsRequest) (*mes
 // queued or running then are rendered as such (Complete is false). Calls
 // awaiting an approval are rendered as such, with their approval IDs in
 // ResultsReply.Calls, so the agent can tell its user.
+//
+// An agent that runs the calls itself, with Call, reads and renders them
+// with package [github.com/toolbus/toolbus/pkg/toolformat], which the
+// coordinator runs for RunToolCalls: the same calls give the same
+// messages (see the example of Call).
 func (c *Client) RunToolCalls(ctx context.Context, format string, toolCalls any, opts ...CallOption) (*messages.ResultsReply, error) {
 	raw, err := toJSON(toolCalls)
 	if err != nil {
