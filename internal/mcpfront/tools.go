@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -20,9 +22,25 @@ import (
 // cancelTimeout bounds the calls.cancel sent when a client cancels a call.
 const cancelTimeout = 10 * time.Second
 
+// toolList is the front's tools/list, the agent's tools.list for its turn,
+// and its table of the tools whose tools/call mcp-go dispatches to call.
+type toolList struct {
+	cfg *Config
+	log *slog.Logger
+	// call runs a tools/call; servers are where register adds the tools.
+	call    server.ToolHandlerFunc
+	servers []*server.MCPServer
+	// registered holds the names of the tools mcp-go dispatches here. It
+	// is a dispatch table only: what a session sees comes from tools.list.
+	registered sync.Map
+	// lists holds the tools of tools/list requests between listRequest
+	// and afterListTools.
+	lists sync.Map
+}
+
 // visibleTools is tools.list for the request's agent and turn, as MCP tools.
-func (f *Front) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, error) {
-	reply, err := f.cfg.Client.ListTools(ctx, messages.ListToolsRequest{Agent: agentOf(ctx), Turn: turn, Format: "mcp"})
+func (l *toolList) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, error) {
+	reply, err := l.cfg.Client.ListTools(ctx, messages.ListToolsRequest{Agent: agentOf(ctx), Turn: turn, Format: "mcp"})
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +68,7 @@ func (f *Front) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, erro
 		}
 		tools = append(tools, t)
 	}
-	f.register(tools)
+	l.register(tools)
 	for i := range tools {
 		// Any call may be made a task.
 		tools[i].Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
@@ -61,25 +79,26 @@ func (f *Front) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, erro
 // register makes mcp-go dispatch calls of the named tools to the bus.
 // mcp-go tells its sessions that the list changed when a name is
 // registered; that happens once per name in the life of a front.
-func (f *Front) register(tools []mcp.Tool) {
+func (l *toolList) register(tools []mcp.Tool) {
 	var fresh []server.ServerTool
 	for _, t := range tools {
-		if _, loaded := f.registered.LoadOrStore(t.Name, true); !loaded {
-			fresh = append(fresh, server.ServerTool{Tool: mcp.Tool{Name: t.Name, InputSchema: mcp.ToolInputSchema{Type: "object"}}, Handler: f.call})
+		if _, loaded := l.registered.LoadOrStore(t.Name, true); !loaded {
+			fresh = append(fresh, server.ServerTool{Tool: mcp.Tool{Name: t.Name, InputSchema: mcp.ToolInputSchema{Type: "object"}}, Handler: l.call})
 		}
 	}
 	if len(fresh) > 0 {
-		f.mcp.AddTools(fresh...)
-		f.stdio.AddTools(fresh...)
+		for _, srv := range l.servers {
+			srv.AddTools(fresh...)
+		}
 	}
 }
 
 // listRequest asks tools.list for a tools/list request before mcp-go
 // handles it, so that a refusal (another agent's turn, no coordinator) is
 // the request's JSON-RPC error (-32600, invalid request): mcp-go's hooks
-// after the list cannot fail it. The tools wait in f.lists for
+// after the list cannot fail it. The tools wait in l.lists for
 // afterListTools.
-func (f *Front) listRequest(ctx context.Context, id any, message any) error {
+func (l *toolList) listRequest(ctx context.Context, id any, message any) error {
 	raw, ok := message.(json.RawMessage)
 	if !ok {
 		return nil
@@ -94,11 +113,11 @@ func (f *Front) listRequest(ctx context.Context, id any, message any) error {
 		return nil
 	}
 	turn := turnOf(ctx, req.Params.Meta)
-	tools, err := f.visibleTools(ctx, turn)
+	tools, err := l.visibleTools(ctx, turn)
 	if err != nil {
 		return fmt.Errorf("tools.list: %w", err)
 	}
-	f.lists.Store(listKey(ctx, turn, id), tools)
+	l.lists.Store(listKey(ctx, turn, id), tools)
 	return nil
 }
 
@@ -115,23 +134,23 @@ func listKey(ctx context.Context, turn string, id any) string {
 // listFailed drops the tools kept for a tools/list request that mcp-go
 // failed after listRequest (an invalid cursor), which afterListTools does
 // not see.
-func (f *Front) listFailed(ctx context.Context, id any, method mcp.MCPMethod, message any, _ error) {
+func (l *toolList) listFailed(ctx context.Context, id any, method mcp.MCPMethod, message any, _ error) {
 	if req, ok := message.(*mcp.ListToolsRequest); ok && method == mcp.MethodToolsList {
-		f.lists.Delete(listKey(ctx, turnOf(ctx, req.Params.Meta), id))
+		l.lists.Delete(listKey(ctx, turnOf(ctx, req.Params.Meta), id))
 	}
 }
 
 // afterListTools answers tools/list with the turn's tools, whatever mcp-go
 // holds.
-func (f *Front) afterListTools(ctx context.Context, id any, req *mcp.ListToolsRequest, result *mcp.ListToolsResult) {
+func (l *toolList) afterListTools(ctx context.Context, id any, req *mcp.ListToolsRequest, result *mcp.ListToolsResult) {
 	turn := turnOf(ctx, req.Params.Meta)
 	var tools []mcp.Tool
-	if listed, ok := f.lists.LoadAndDelete(listKey(ctx, turn, id)); ok {
+	if listed, ok := l.lists.LoadAndDelete(listKey(ctx, turn, id)); ok {
 		tools = listed.([]mcp.Tool)
 	} else {
 		var err error
-		if tools, err = f.visibleTools(ctx, turn); err != nil {
-			f.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
+		if tools, err = l.visibleTools(ctx, turn); err != nil {
+			l.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
 			tools = []mcp.Tool{}
 		}
 	}
@@ -142,12 +161,12 @@ func (f *Front) afterListTools(ctx context.Context, id any, req *mcp.ListToolsRe
 // not dispatched yet (a session that listed its tools on another front). A
 // tool the session does not see stays unregistered, and mcp-go answers the
 // call with the JSON-RPC error for an unknown tool.
-func (f *Front) beforeCallTool(ctx context.Context, _ any, req *mcp.CallToolRequest) {
-	if _, ok := f.registered.Load(req.Params.Name); ok {
+func (l *toolList) beforeCallTool(ctx context.Context, _ any, req *mcp.CallToolRequest) {
+	if _, ok := l.registered.Load(req.Params.Name); ok {
 		return
 	}
-	if _, err := f.visibleTools(ctx, turnOf(ctx, req.Params.Meta)); err != nil {
-		f.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
+	if _, err := l.visibleTools(ctx, turnOf(ctx, req.Params.Meta)); err != nil {
+		l.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
 	}
 }
 
