@@ -147,8 +147,8 @@ func New(cfg Config) (*Front, error) {
 	f := &Front{cfg: cfg, log: cfg.Logger}
 	f.gate = &gate{cfg: &f.cfg, log: f.log}
 	f.tools = &toolList{cfg: &f.cfg, log: f.log, call: f.call}
-	f.mcp = f.tools.newServer(server.WithTaskCapabilities(true, true, true))
-	f.stdio = f.tools.newServer(server.WithTaskCapabilities(true, true, true))
+	f.mcp = newServer(f.tools.hooks(), server.WithTaskCapabilities(true, true, true))
+	f.stdio = newServer(f.tools.hooks(), server.WithTaskCapabilities(true, true, true))
 	f.tools.servers = []*server.MCPServer{f.mcp, f.stdio}
 	f.http = server.NewStreamableHTTPServer(f.mcp,
 		server.WithEndpointPath("/mcp"),
@@ -159,14 +159,8 @@ func New(cfg Config) (*Front, error) {
 	return f, nil
 }
 
-// newServer is an mcp-go server whose tools/list and tools/call go
-// through the list's hooks.
-func (l *toolList) newServer(opts ...server.ServerOption) *server.MCPServer {
-	hooks := &server.Hooks{}
-	hooks.AddOnRequestInitialization(l.listRequest)
-	hooks.AddAfterListTools(l.afterListTools)
-	hooks.AddOnError(l.listFailed)
-	hooks.AddBeforeCallTool(l.beforeCallTool)
+// newServer is an mcp-go server of the front's with hooks.
+func newServer(hooks *server.Hooks, opts ...server.ServerOption) *server.MCPServer {
 	return server.NewMCPServer("toolbus", "2", append([]server.ServerOption{
 		server.WithToolCapabilities(true),
 		server.WithElicitation(),

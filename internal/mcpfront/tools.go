@@ -38,6 +38,17 @@ type toolList struct {
 	lists sync.Map
 }
 
+// hooks are the hooks through which an mcp-go server's tools/list and
+// tools/call come to the list.
+func (l *toolList) hooks() *server.Hooks {
+	hooks := &server.Hooks{}
+	hooks.AddOnRequestInitialization(l.listRequest)
+	hooks.AddAfterListTools(l.afterListTools)
+	hooks.AddOnError(l.listFailed)
+	hooks.AddBeforeCallTool(l.beforeCallTool)
+	return hooks
+}
+
 // visibleTools is tools.list for the request's agent and turn, as MCP tools.
 func (l *toolList) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, error) {
 	reply, err := l.cfg.Client.ListTools(ctx, messages.ListToolsRequest{Agent: agentOf(ctx), Turn: turn, Format: "mcp"})
