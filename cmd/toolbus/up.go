@@ -29,7 +29,7 @@ import (
 // SIGTERM stops them all, the services before the servers.
 func runUp(ctx context.Context, g globals, args []string) error {
 	opts, err := parseUp(args)
-	if err != nil {
+	if opts == nil {
 		return err
 	}
 	in, err := openInstallation(opts.dir)
@@ -120,6 +120,8 @@ type upOptions struct {
 	consoleURL    string
 }
 
+// parseUp reads toolbus up's command line; after --help, which the flags
+// answered, there are neither options nor an error.
 func parseUp(args []string) (*upOptions, error) {
 	fs := newFlags("up")
 	dir := dirFlag(fs)
