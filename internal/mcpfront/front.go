@@ -93,18 +93,16 @@ type Front struct {
 	log   *slog.Logger
 
 	// gate admits the HTTP requests; tools answers tools/list and
-	// dispatches tools/call to the bus.
+	// dispatches tools/call to calls, which runs them on the bus.
 	gate  *gate
 	tools *toolList
+	calls *caller
 	// inflight holds the cancel functions of the tools/call requests the
 	// front serves itself over HTTP, by session and request ID (see
 	// serveCall); requests, the channels of the calls that wait for the
 	// client's answer to a request of the front's.
 	inflight sync.Map
 	requests sync.Map
-	// draining is set by Shutdown: calls whose requests end then are left
-	// running, not cancelled.
-	draining atomic.Bool
 }
 
 // New returns a front.
@@ -146,7 +144,8 @@ func New(cfg Config) (*Front, error) {
 	}
 	f := &Front{cfg: cfg, log: cfg.Logger}
 	f.gate = &gate{cfg: &f.cfg, log: f.log}
-	f.tools = &toolList{cfg: &f.cfg, log: f.log, call: f.call}
+	f.calls = &caller{cfg: &f.cfg, log: f.log}
+	f.tools = &toolList{cfg: &f.cfg, log: f.log, call: f.calls.call}
 	f.mcp = newServer(f.tools.hooks(), server.WithTaskCapabilities(true, true, true))
 	f.stdio = newServer(f.tools.hooks(), server.WithTaskCapabilities(true, true, true))
 	f.tools.servers = []*server.MCPServer{f.mcp, f.stdio}
@@ -420,7 +419,7 @@ func (l *lineWriter) writeMessage(msg any) error {
 // Calls in flight whose requests end from now on are left running on the
 // bus rather than cancelled.
 func (f *Front) Shutdown(ctx context.Context) {
-	f.draining.Store(true)
+	f.calls.draining.Store(true)
 	f.http.CloseSessions(ctx)
 }
 
@@ -472,8 +471,8 @@ func turnOf(ctx context.Context, meta *mcp.Meta) string {
 // (notifications/cancelled) or, over HTTP, dropped it, where the two
 // arrive together; it does not when the front drains or a stdio
 // connection ends.
-func (f *Front) cancels(ctx context.Context) bool {
-	if ctx.Err() == nil || f.draining.Load() {
+func (c *caller) cancels(ctx context.Context) bool {
+	if ctx.Err() == nil || c.draining.Load() {
 		return false
 	}
 	transport, stdio := ctx.Value(transportKey{}).(context.Context)

@@ -48,7 +48,7 @@ func (f *Front) serveCall(ctx context.Context, w http.ResponseWriter, session st
 		out.finish(req.ID, nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("tool '%s' not found: %s", call.name, "the session has no such tool")})
 		return
 	}
-	res, err := f.runCall(ctx, out, call)
+	res, err := f.calls.runCall(ctx, out, call)
 	if err != nil {
 		out.finish(req.ID, nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()})
 		return
