@@ -25,6 +25,8 @@ var staticFiles embed.FS
 // Console is the operators' web console; Handler serves it.
 type Console struct {
 	cfg Config
+	// The pages are written through views; access says who the operator
+	// of a request is (logins, sessions, the checks of a form).
 	*views
 	access *access
 	// streams counts the event streams open now (Config.MaxStreams).
