@@ -28,32 +28,15 @@ import (
 // (after 1 s, doubling up to 30 s while it keeps failing); SIGINT or
 // SIGTERM stops them all, the services before the servers.
 func runUp(ctx context.Context, g globals, args []string) error {
-	fs := newFlags("up")
-	dir := dirFlag(fs)
-	workerConfig := fs.String("worker-config", "", "the worker's configuration (docs/workers.md), each namespace served with its own credentials; without it, the demo tools in namespace demo, which the installation must have")
-	workspace := fs.String("workspace", "", "the coordinators' exposure workspace directory")
-	policy := fs.String("policy", "", "the coordinators' policy file")
-	coordinators := fs.Int("coordinators", 2, "how many coordinators to run")
-	consoleListen := fs.String("console-listen", envOr("TOOLBUS_CONSOLE_LISTEN", "127.0.0.1:8090"), "address of the console's HTTP listener; its tokens are DIR/console-tokens.yaml ($TOOLBUS_CONSOLE_LISTEN)")
-	mcpListen := fs.String("mcp-listen", envOr("TOOLBUS_MCP_LISTEN", "127.0.0.1:8080"), "address of the MCP front's HTTP listener; its tokens are DIR/mcp-tokens.yaml ($TOOLBUS_MCP_LISTEN)")
-	natsServer := fs.String("nats-server", "nats-server", "the nats-server program, looked up in PATH")
-	mcpResource := fs.String("mcp-resource", "", "with an identity provider: the MCP front's URL as clients reach it, its OAuth resource (default http://MCP-LISTEN/mcp)")
-	consoleURL := fs.String("console-url", "", "with an identity provider and its console client: the console's URL as browsers reach it (default http://CONSOLE-LISTEN)")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return flagsFailed(err)
+	opts, err := parseUp(args)
+	if opts == nil {
+		return err
 	}
-	if len(pos) > 0 {
-		return usageError(fmt.Sprintf("toolbus up takes no arguments (got %q)", pos))
-	}
-	if *coordinators < 1 {
-		return usageError("toolbus up: --coordinators must be at least 1")
-	}
-	in, err := openInstallation(*dir)
+	in, err := openInstallation(opts.dir)
 	if err != nil {
 		return err
 	}
-	server, err := exec.LookPath(*natsServer)
+	server, err := exec.LookPath(opts.natsServer)
 	if err != nil {
 		return usageError(fmt.Sprintf("up: %v: install the official nats-server (from this module: go install github.com/nats-io/nats-server/v2), or give --nats-server PROGRAM", err))
 	}
@@ -61,29 +44,9 @@ func runUp(ctx context.Context, g globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	program := func(name string) (string, error) {
-		beside := filepath.Join(filepath.Dir(self), name)
-		if _, err := os.Stat(beside); err == nil {
-			return beside, nil
-		}
-		path, err := exec.LookPath(name)
-		if err != nil {
-			return "", usageError(fmt.Sprintf("up: %s is neither beside %s nor in PATH: install it with go install ./cmd/%s", name, self, name))
-		}
-		return path, nil
-	}
-	workerArgs := []string{"--creds-dir", in.CredsDir()}
-	switch {
-	case *workerConfig != "":
-		abs, err := filepath.Abs(*workerConfig)
-		if err != nil {
-			return err
-		}
-		workerArgs = append(workerArgs, "--config", abs)
-	case contains(in.Namespaces(), "demo"):
-		workerArgs = append(workerArgs, "--demo")
-	default:
-		return usageError("up: give the worker's configuration, --worker-config FILE (the installation has no namespace demo for the demo tools)")
+	workerArgs, err := opts.workerArgs(in)
+	if err != nil {
+		return err
 	}
 	st := in.State()
 	urls := in.URLs()
@@ -103,21 +66,12 @@ func runUp(ctx context.Context, g globals, args []string) error {
 	if o != nil {
 		sup.start("authn", self, "authn", "--dir", in.Dir())
 	}
-	coordinator, err := program("coordinator")
+	coordinator, err := program(self, "coordinator")
 	if err != nil {
 		return err
 	}
-	coordArgs := []string{"--server", urls, "--creds", in.CredsFile(setup.UserCoordinator)}
-	if len(st.Nodes) > 1 {
-		coordArgs = append(coordArgs, "--replicas", strconv.Itoa(len(st.Nodes)))
-	}
-	if *workspace != "" {
-		coordArgs = append(coordArgs, "--workspace", *workspace)
-	}
-	if *policy != "" {
-		coordArgs = append(coordArgs, "--policy", *policy)
-	}
-	for i := range *coordinators {
+	coordArgs := opts.coordinatorArgs(in, urls)
+	for i := range opts.coordinators {
 		sup.start(fmt.Sprintf("coordinator-%d", i+1), coordinator, coordArgs...)
 		if i == 0 {
 			// The first one makes the streams: the others, the worker and
@@ -127,49 +81,149 @@ func runUp(ctx context.Context, g globals, args []string) error {
 			}
 		}
 	}
-	worker, err := program("worker")
+	worker, err := program(self, "worker")
 	if err != nil {
 		return err
 	}
 	sup.start("worker", worker, append([]string{"--server", urls}, workerArgs...)...)
-	indexer, err := program("indexer")
+	indexer, err := program(self, "indexer")
 	if err != nil {
 		return err
 	}
 	sup.start("indexer", indexer, "--server", urls, "--creds", in.CredsFile(setup.UserIndexer))
-	consoleArgs := []string{"--server", urls, "--creds", in.CredsFile(setup.UserAdmin), "console", "--listen", *consoleListen, "--tokens", in.ConsoleTokens()}
-	mcpArgs := []string{"--server", urls, "--creds", in.CredsFile(setup.UserMCP), "mcp", "--listen", *mcpListen, "--tokens", in.MCPTokens()}
-	if o != nil {
-		mcpArgs = append(mcpArgs, "--oidc-issuer", o.Issuer, "--oidc-agents-claim", o.AgentsClaim)
-		if *mcpResource != "" {
-			mcpArgs = append(mcpArgs, "--resource", *mcpResource)
-		}
-		switch {
-		case o.ConsoleClientID == "":
-		case o.OperatorsClaim == "":
-			fmt.Fprintf(os.Stderr, "toolbus up: the console logs in with tokens only: the identity provider makes no operators (toolbus setup --oidc-operators-claim)\n")
-		default:
-			consoleArgs = append(consoleArgs, "--oidc-issuer", o.Issuer, "--oidc-client-id", o.ConsoleClientID, "--oidc-operators-claim", o.OperatorsClaim)
-			if o.OperatorsValue != "" {
-				consoleArgs = append(consoleArgs, "--oidc-operators-value", o.OperatorsValue)
-			}
-			if *consoleURL != "" {
-				consoleArgs = append(consoleArgs, "--oidc-redirect-url", strings.TrimSuffix(*consoleURL, "/")+"/login/oidc/callback")
-			}
-		}
-	}
+	consoleArgs, mcpArgs := opts.frontArgs(in, urls, o)
 	sup.start("console", self, consoleArgs...)
 	sup.start("mcp", self, mcpArgs...)
-	for _, probe := range []string{"http://" + *consoleListen + "/login", "http://" + *mcpListen + "/healthz"} {
+	for _, probe := range []string{"http://" + opts.consoleListen + "/login", "http://" + opts.mcpListen + "/healthz"} {
 		if err := waitHTTP(ctx, probe); err != nil {
 			return err
 		}
 	}
 	fmt.Printf("toolbus up: ready: NATS %s; console http://%s/ (tokens in %s); MCP http://%s/mcp (tokens in %s); logs in %s\n",
-		urls, *consoleListen, in.ConsoleTokens(), *mcpListen, in.MCPTokens(), sup.logDir)
+		urls, opts.consoleListen, in.ConsoleTokens(), opts.mcpListen, in.MCPTokens(), sup.logDir)
 	<-ctx.Done()
 	fmt.Println("toolbus up: stopping")
 	return nil
+}
+
+// upOptions are toolbus up's flags.
+type upOptions struct {
+	dir           string
+	workerConfig  string
+	workspace     string
+	policy        string
+	coordinators  int
+	consoleListen string
+	mcpListen     string
+	natsServer    string
+	mcpResource   string
+	consoleURL    string
+}
+
+// parseUp reads toolbus up's command line; after --help, which the flags
+// answered, there are neither options nor an error.
+func parseUp(args []string) (*upOptions, error) {
+	fs := newFlags("up")
+	dir := dirFlag(fs)
+	o := &upOptions{}
+	fs.StringVar(&o.workerConfig, "worker-config", "", "the worker's configuration (docs/workers.md), each namespace served with its own credentials; without it, the demo tools in namespace demo, which the installation must have")
+	fs.StringVar(&o.workspace, "workspace", "", "the coordinators' exposure workspace directory")
+	fs.StringVar(&o.policy, "policy", "", "the coordinators' policy file")
+	fs.IntVar(&o.coordinators, "coordinators", 2, "how many coordinators to run")
+	fs.StringVar(&o.consoleListen, "console-listen", envOr("TOOLBUS_CONSOLE_LISTEN", "127.0.0.1:8090"), "address of the console's HTTP listener; its tokens are DIR/console-tokens.yaml ($TOOLBUS_CONSOLE_LISTEN)")
+	fs.StringVar(&o.mcpListen, "mcp-listen", envOr("TOOLBUS_MCP_LISTEN", "127.0.0.1:8080"), "address of the MCP front's HTTP listener; its tokens are DIR/mcp-tokens.yaml ($TOOLBUS_MCP_LISTEN)")
+	fs.StringVar(&o.natsServer, "nats-server", "nats-server", "the nats-server program, looked up in PATH")
+	fs.StringVar(&o.mcpResource, "mcp-resource", "", "with an identity provider: the MCP front's URL as clients reach it, its OAuth resource (default http://MCP-LISTEN/mcp)")
+	fs.StringVar(&o.consoleURL, "console-url", "", "with an identity provider and its console client: the console's URL as browsers reach it (default http://CONSOLE-LISTEN)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, flagsFailed(err)
+	}
+	if len(pos) > 0 {
+		return nil, usageError(fmt.Sprintf("toolbus up takes no arguments (got %q)", pos))
+	}
+	if o.coordinators < 1 {
+		return nil, usageError("toolbus up: --coordinators must be at least 1")
+	}
+	o.dir = *dir
+	return o, nil
+}
+
+// program is the path of one of Toolbus's programs: the one beside self,
+// else the one in PATH.
+func program(self, name string) (string, error) {
+	beside := filepath.Join(filepath.Dir(self), name)
+	if _, err := os.Stat(beside); err == nil {
+		return beside, nil
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", usageError(fmt.Sprintf("up: %s is neither beside %s nor in PATH: install it with go install ./cmd/%s", name, self, name))
+	}
+	return path, nil
+}
+
+// workerArgs serve each namespace with its own credentials: those of
+// --worker-config, else the demo tools of namespace demo.
+func (opts *upOptions) workerArgs(in *setup.Installation) ([]string, error) {
+	args := []string{"--creds-dir", in.CredsDir()}
+	switch {
+	case opts.workerConfig != "":
+		abs, err := filepath.Abs(opts.workerConfig)
+		if err != nil {
+			return nil, err
+		}
+		return append(args, "--config", abs), nil
+	case contains(in.Namespaces(), "demo"):
+		return append(args, "--demo"), nil
+	}
+	return nil, usageError("up: give the worker's configuration, --worker-config FILE (the installation has no namespace demo for the demo tools)")
+}
+
+// coordinatorArgs are every coordinator's: streams replicated on every
+// node of a cluster.
+func (opts *upOptions) coordinatorArgs(in *setup.Installation, urls string) []string {
+	args := []string{"--server", urls, "--creds", in.CredsFile(setup.UserCoordinator)}
+	if nodes := len(in.State().Nodes); nodes > 1 {
+		args = append(args, "--replicas", strconv.Itoa(nodes))
+	}
+	if opts.workspace != "" {
+		args = append(args, "--workspace", opts.workspace)
+	}
+	if opts.policy != "" {
+		args = append(args, "--policy", opts.policy)
+	}
+	return args
+}
+
+// frontArgs are the console's and the MCP front's: with the installation's
+// identity provider o, the front takes its tokens, and the console logs
+// operators in with it when the provider has a console client and makes
+// operators.
+func (opts *upOptions) frontArgs(in *setup.Installation, urls string, o *setup.OIDC) (console, mcp []string) {
+	console = []string{"--server", urls, "--creds", in.CredsFile(setup.UserAdmin), "console", "--listen", opts.consoleListen, "--tokens", in.ConsoleTokens()}
+	mcp = []string{"--server", urls, "--creds", in.CredsFile(setup.UserMCP), "mcp", "--listen", opts.mcpListen, "--tokens", in.MCPTokens()}
+	if o == nil {
+		return console, mcp
+	}
+	mcp = append(mcp, "--oidc-issuer", o.Issuer, "--oidc-agents-claim", o.AgentsClaim)
+	if opts.mcpResource != "" {
+		mcp = append(mcp, "--resource", opts.mcpResource)
+	}
+	switch {
+	case o.ConsoleClientID == "":
+	case o.OperatorsClaim == "":
+		fmt.Fprintf(os.Stderr, "toolbus up: the console logs in with tokens only: the identity provider makes no operators (toolbus setup --oidc-operators-claim)\n")
+	default:
+		console = append(console, "--oidc-issuer", o.Issuer, "--oidc-client-id", o.ConsoleClientID, "--oidc-operators-claim", o.OperatorsClaim)
+		if o.OperatorsValue != "" {
+			console = append(console, "--oidc-operators-value", o.OperatorsValue)
+		}
+		if opts.consoleURL != "" {
+			console = append(console, "--oidc-redirect-url", strings.TrimSuffix(opts.consoleURL, "/")+"/login/oidc/callback")
+		}
+	}
+	return console, mcp
 }
 
 func contains(list []string, s string) bool {

@@ -65,125 +65,197 @@ var errUsage = errors.New("worker: bad usage")
 
 // run serves until ctx ends. Its errors start with "worker:".
 func run(ctx context.Context, args []string, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := o.conn.Logger()
+	// The file is read before connecting, so that its mistakes show at once.
+	namespaces, err := o.namespaces(log)
+	if err != nil {
+		return err
+	}
+	names, err := messages.NewNames(o.conn.Prefix)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	tel, err := telemetry.Start(ctx, telemetry.Config{Service: "toolbus-worker", Listen: o.metricsListen, Logger: log})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer tel.Close()
+	if o.id == "" {
+		o.id = instance.ID("worker")
+	}
+	groups, err := o.connect(namespaces, log)
+	if err != nil {
+		return err
+	}
+	defer closeAll(groups)
+	ready, err := readiness(names, groups)
+	if err != nil {
+		return err
+	}
+	if err := startAll(ctx, groups); err != nil {
+		return err
+	}
+	tel.SetReady(ready)
+	fmt.Fprintf(stderr, "worker %s ready\n", o.id)
+	<-ctx.Done()
+	return stopAll(groups, o.drain)
+}
+
+// options are the worker's flags.
+type options struct {
+	conn          *natsflags.Flags
+	id            string
+	demo          bool
+	configFile    string
+	slots         int
+	maxAttempts   int
+	ackWait       time.Duration
+	heartbeat     time.Duration
+	metricsListen string
+	credsDir      string
+	drain         time.Duration
+}
+
+// parseFlags reads the command line: --help is flag.ErrHelp, a flag that
+// does not parse errUsage (the flag package has said why).
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usageHead)
 		fs.PrintDefaults()
 	}
-	conn := natsflags.Register(fs)
-	id := fs.String("id", "", "worker ID (default: host name and a random suffix)")
-	demoNS := fs.Bool("demo", false, "serve the demo namespace")
-	configFile := fs.String("config", "", "YAML file listing the namespaces to serve and their sources (MCP servers, OpenAPI services, demo tools); see docs/workers.md")
-	slots := fs.Int("slots", 16, "calls of each namespace this worker runs at once, unless the config file says")
-	maxAttempts := fs.Int("max-attempts", 3, "deliveries of a call before it fails, unless the config file says")
-	ackWait := fs.Duration("ack-wait", 30*time.Second, "how long a call may go without a heartbeat before another worker gets it")
-	heartbeat := fs.Duration("heartbeat", 5*time.Second, "liveness heartbeat interval")
-	metricsListen := fs.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
-	credsDir := fs.String("creds-dir", os.Getenv("TOOLBUS_CREDS_DIR"), "serve each namespace on a connection of its own, with the credentials worker_<namespace>.creds of this directory (toolbus setup writes them) ($TOOLBUS_CREDS_DIR)")
-	drain := fs.Duration("drain", 30*time.Second, "on shutdown, how long running calls may finish before they are handed back")
+	o := &options{conn: natsflags.Register(fs)}
+	fs.StringVar(&o.id, "id", "", "worker ID (default: host name and a random suffix)")
+	fs.BoolVar(&o.demo, "demo", false, "serve the demo namespace")
+	fs.StringVar(&o.configFile, "config", "", "YAML file listing the namespaces to serve and their sources (MCP servers, OpenAPI services, demo tools); see docs/workers.md")
+	fs.IntVar(&o.slots, "slots", 16, "calls of each namespace this worker runs at once, unless the config file says")
+	fs.IntVar(&o.maxAttempts, "max-attempts", 3, "deliveries of a call before it fails, unless the config file says")
+	fs.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "how long a call may go without a heartbeat before another worker gets it")
+	fs.DurationVar(&o.heartbeat, "heartbeat", 5*time.Second, "liveness heartbeat interval")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
+	fs.StringVar(&o.credsDir, "creds-dir", os.Getenv("TOOLBUS_CREDS_DIR"), "serve each namespace on a connection of its own, with the credentials worker_<namespace>.creds of this directory (toolbus setup writes them) ($TOOLBUS_CREDS_DIR)")
+	fs.DurationVar(&o.drain, "drain", 30*time.Second, "on shutdown, how long running calls may finish before they are handed back")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return nil, err
 		}
-		return errUsage
+		return nil, errUsage
 	}
+	return o, nil
+}
 
-	log := conn.Logger()
-	// The file is read before connecting, so that its mistakes show at once.
+// namespaces are the namespaces to serve: the demo's with --demo, and the
+// config file's, whose slots and attempts default to the flags'.
+func (o *options) namespaces(log *slog.Logger) ([]worker.Namespace, error) {
 	var configured []worker.Namespace
-	if *configFile != "" {
-		cfg, err := workerconfig.Load(*configFile)
+	if o.configFile != "" {
+		cfg, err := workerconfig.Load(o.configFile)
 		if err != nil {
-			return fmt.Errorf("worker: %w", err)
+			return nil, fmt.Errorf("worker: %w", err)
 		}
 		if configured, err = cfg.WorkerNamespaces(log); err != nil {
-			return fmt.Errorf("worker: %w", err)
+			return nil, fmt.Errorf("worker: %w", err)
 		}
 	}
-	if !*demoNS && len(configured) == 0 {
-		return errors.New("worker: nothing to serve: pass --config FILE or --demo")
+	if !o.demo && len(configured) == 0 {
+		return nil, errors.New("worker: nothing to serve: pass --config FILE or --demo")
 	}
-	names, err := messages.NewNames(conn.Prefix)
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	tel, err := telemetry.Start(ctx, telemetry.Config{Service: "toolbus-worker", Listen: *metricsListen, Logger: log})
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	defer tel.Close()
 	var namespaces []worker.Namespace
-	if *demoNS {
-		namespaces = append(namespaces, worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: *slots, MaxAttempts: *maxAttempts})
+	if o.demo {
+		namespaces = append(namespaces, worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: o.slots, MaxAttempts: o.maxAttempts})
 	}
 	for _, ns := range configured {
 		if ns.Slots == 0 {
-			ns.Slots = *slots
+			ns.Slots = o.slots
 		}
 		if ns.MaxAttempts == 0 {
-			ns.MaxAttempts = *maxAttempts
+			ns.MaxAttempts = o.maxAttempts
 		}
 		namespaces = append(namespaces, ns)
 	}
-	if *id == "" {
-		*id = instance.ID("worker")
-	}
-	newWorker := func(nc *nats.Conn) (*worker.Worker, error) {
-		return worker.New(worker.Config{Conn: nc, Prefix: conn.Prefix, ID: *id, AckWait: *ackWait, HeartbeatInterval: *heartbeat, Logger: log})
-	}
+	return namespaces, nil
+}
+
+// connect connects the workers that serve the namespaces: one for them all
+// without --creds-dir, else one per namespace with its own credentials.
+// On an error, the connections it made are closed.
+func (o *options) connect(namespaces []worker.Namespace, log *slog.Logger) (_ []*served, err error) {
 	var groups []*served
-	if *credsDir == "" {
-		// One connection serves every namespace: its user may reach them all
-		// (toolbus dev, a configuration without accounts, one namespace).
-		violation := make(chan error, 1)
-		nc, err := conn.Connect("toolbus-worker", violations(violation, log))
+	defer func() {
 		if err != nil {
-			return fmt.Errorf("worker: %w", err)
+			closeAll(groups)
 		}
-		defer nc.Close()
-		w, err := newWorker(nc)
+	}()
+	newWorker := func(nc *nats.Conn) (*worker.Worker, error) {
+		return worker.New(worker.Config{Conn: nc, Prefix: o.conn.Prefix, ID: o.id, AckWait: o.ackWait, HeartbeatInterval: o.heartbeat, Logger: log})
+	}
+	if o.credsDir == "" {
+		g, err := connectShared(o.conn, log, newWorker)
 		if err != nil {
-			return err
-		}
-		who := "user " + conn.User
-		if conn.Creds != "" {
-			who = "credentials " + conn.Creds
-		}
-		g := &served{w: w, nc: nc, creds: who, violation: violation}
-		for _, ns := range namespaces {
-			if err := g.serve(ns, *configFile); err != nil {
-				return err
-			}
+			return nil, err
 		}
 		groups = append(groups, g)
-	} else {
-		seen := map[string]bool{}
 		for _, ns := range namespaces {
-			if seen[ns.Name] {
-				return fmt.Errorf("worker: namespace %s is served twice (--demo and %s?)", ns.Name, *configFile)
+			if err := g.serve(ns, o.configFile); err != nil {
+				return nil, err
 			}
-			seen[ns.Name] = true
-			g, err := connectNamespace(conn, *credsDir, ns.Name, log, newWorker)
-			if err != nil {
-				return err
-			}
-			defer g.nc.Close()
-			if err := g.serve(ns, *configFile); err != nil {
-				return err
-			}
-			groups = append(groups, g)
+		}
+		return groups, nil
+	}
+	seen := map[string]bool{}
+	for _, ns := range namespaces {
+		if seen[ns.Name] {
+			return nil, fmt.Errorf("worker: namespace %s is served twice (--demo and %s?)", ns.Name, o.configFile)
+		}
+		seen[ns.Name] = true
+		g, err := connectNamespace(o.conn, o.credsDir, ns.Name, log, newWorker)
+		if err != nil {
+			return nil, err
+		}
+		groups = append(groups, g)
+		if err := g.serve(ns, o.configFile); err != nil {
+			return nil, err
 		}
 	}
+	return groups, nil
+}
+
+// closeAll closes the workers' connections, the last made first.
+func closeAll(groups []*served) {
+	for i := len(groups) - 1; i >= 0; i-- {
+		groups[i].nc.Close()
+	}
+}
+
+// readiness is the check of /readyz: every connection's worker resources.
+func readiness(names messages.Names, groups []*served) (func(context.Context) error, error) {
 	var checks []func(context.Context) error
 	for _, g := range groups {
 		ready, err := telemetry.WorkerResources(names, g.names)
 		if err != nil {
-			return fmt.Errorf("worker: %w", err)
+			return nil, fmt.Errorf("worker: %w", err)
 		}
 		ready.Conn = g.nc
 		checks = append(checks, ready.Check)
 	}
+	return func(ctx context.Context) error {
+		for _, check := range checks {
+			if err := check(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+// startAll starts the workers; when one fails, those started before it
+// are stopped.
+func startAll(ctx context.Context, groups []*served) error {
 	for i, g := range groups {
 		if err := g.start(ctx); err != nil {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -194,17 +266,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	tel.SetReady(func(ctx context.Context) error {
-		for _, check := range checks {
-			if err := check(ctx); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	fmt.Fprintf(stderr, "worker %s ready\n", *id)
-	<-ctx.Done()
-	stopCtx, cancel := context.WithTimeout(context.Background(), *drain)
+	return nil
+}
+
+// stopAll stops the workers together; each lets its running calls finish
+// for up to drain before it hands them back.
+func stopAll(groups []*served, drain time.Duration) error {
+	stopCtx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
@@ -283,6 +351,27 @@ func violations(ch chan error, log *slog.Logger) nats.Option {
 		default:
 		}
 	})
+}
+
+// connectShared connects the one worker of every namespace: its user may
+// reach them all (toolbus dev, a configuration without accounts, one
+// namespace).
+func connectShared(conn *natsflags.Flags, log *slog.Logger, newWorker func(*nats.Conn) (*worker.Worker, error)) (*served, error) {
+	violation := make(chan error, 1)
+	nc, err := conn.Connect("toolbus-worker", violations(violation, log))
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	w, err := newWorker(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	who := "user " + conn.User
+	if conn.Creds != "" {
+		who = "credentials " + conn.Creds
+	}
+	return &served{w: w, nc: nc, creds: who, violation: violation}, nil
 }
 
 // connectNamespace connects namespace ns's worker with its own

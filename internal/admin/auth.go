@@ -120,13 +120,26 @@ func sessionOf(ctx context.Context) *session {
 	return ses
 }
 
+// access is who an operator is, and what a request must show to act as
+// one: the login with a token (here) or with the identity provider
+// (oidc.go), bounded by the limiter of failed logins; the session's
+// cookie; and the checks of a state-changing request (same origin, the
+// session's CSRF token).
+type access struct {
+	cfg *Config
+	*views
+	limiter *loginLimiter
+	// pending are the identity provider's logins in progress.
+	pending pendingLogins
+}
+
 // operatorFor returns the operator of a login token. Every token is
 // compared, in constant time, so that the time taken says nothing of
 // which token came close.
-func (c *Console) operatorFor(token string) (Operator, bool) {
+func (a *access) operatorFor(token string) (Operator, bool) {
 	var found Operator
 	ok := 0
-	for known, op := range c.cfg.Tokens {
+	for known, op := range a.cfg.Tokens {
 		if subtle.ConstantTimeCompare([]byte(known), []byte(token)) == 1 {
 			found, ok = op, 1
 		}
@@ -162,21 +175,21 @@ func loopbackAddr(addr string) bool {
 // request gets a session of its own on its first visit; with tokens a
 // page request without one is sent to the login page, and anything else
 // is answered 401.
-func (c *Console) authenticate(next http.Handler) http.Handler {
+func (a *access) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !c.loginRequired() && !loopbackRequest(r) {
+		if !a.loginRequired() && !loopbackRequest(r) {
 			http.Error(w, "Forbidden: this console has no tokens and serves loopback clients only", http.StatusForbidden)
 			return
 		}
 		if cookie, err := r.Cookie(sessionCookie); err == nil {
-			if ses, ok := c.sessions.get(cookie.Value); ok {
+			if ses, ok := a.sessions.get(cookie.Value); ok {
 				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, ses)))
 				return
 			}
 		}
-		if !c.loginRequired() {
-			ses := c.sessions.create(devOperator)
-			c.setSessionCookie(w, ses)
+		if !a.loginRequired() {
+			ses := a.sessions.create(devOperator)
+			a.setSessionCookie(w, ses)
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, ses)))
 			return
 		}
@@ -188,14 +201,14 @@ func (c *Console) authenticate(next http.Handler) http.Handler {
 	})
 }
 
-func (c *Console) setSessionCookie(w http.ResponseWriter, ses *session) {
+func (a *access) setSessionCookie(w http.ResponseWriter, ses *session) {
 	http.SetCookie(w, &http.Cookie{
 		Name:     sessionCookie,
 		Value:    ses.id,
 		Path:     "/",
 		Expires:  ses.expires,
 		HttpOnly: true,
-		Secure:   c.cfg.SecureCookies,
+		Secure:   a.cfg.SecureCookies,
 		SameSite: http.SameSiteStrictMode,
 	})
 }
@@ -204,9 +217,9 @@ func (c *Console) setSessionCookie(w http.ResponseWriter, ses *session) {
 // made: one whose Origin (or, without it, Referer) is not the console's,
 // one the browser marks cross-site, and one without the session's CSRF
 // token. The body is bounded first.
-func (c *Console) checkPost(w http.ResponseWriter, r *http.Request, ses *session) bool {
-	r.Body = http.MaxBytesReader(w, r.Body, c.cfg.MaxRequestBytes)
-	if !c.sameOrigin(r) {
+func (a *access) checkPost(w http.ResponseWriter, r *http.Request, ses *session) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, a.cfg.MaxRequestBytes)
+	if !a.sameOrigin(r) {
 		http.Error(w, "Forbidden: cross-origin request", http.StatusForbidden)
 		return false
 	}
@@ -229,7 +242,7 @@ func (c *Console) checkPost(w http.ResponseWriter, r *http.Request, ses *session
 // own pages, as far as the browser says: Sec-Fetch-Site, then Origin, then
 // Referer. A request that names none (not a browser's) passes, and is held
 // to the CSRF token alone.
-func (c *Console) sameOrigin(r *http.Request) bool {
+func (a *access) sameOrigin(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "cross-site", "same-site":
 		return false
@@ -242,7 +255,7 @@ func (c *Console) sameOrigin(r *http.Request) bool {
 		}
 		origin = ref.Scheme + "://" + ref.Host
 	}
-	for _, o := range c.cfg.AllowedOrigins {
+	for _, o := range a.cfg.AllowedOrigins {
 		if origin == o {
 			return true
 		}
@@ -252,4 +265,91 @@ func (c *Console) sameOrigin(r *http.Request) bool {
 		return false
 	}
 	return strings.EqualFold(u.Host, r.Host)
+}
+
+func (a *access) loginPage(w http.ResponseWriter, r *http.Request) {
+	if !a.loginRequired() {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	a.render(w, r, http.StatusOK, "login", pageData{Title: "Log in", Page: a.loginView(r.URL.Query().Get("next"))})
+}
+
+// loginView is what the login page offers: a token, the identity
+// provider, or both.
+type loginView struct {
+	Next         string
+	Tokens, OIDC bool
+}
+
+func (a *access) loginView(next string) loginView {
+	return loginView{Next: safeNext(next), Tokens: len(a.cfg.Tokens) > 0, OIDC: a.cfg.OIDC != nil}
+}
+
+// loginRequired reports whether operators log in (with a token or the
+// identity provider); otherwise the console serves loopback clients as
+// operator dev.
+func (a *access) loginRequired() bool { return len(a.cfg.Tokens) > 0 || a.cfg.OIDC != nil }
+
+// safeNext keeps a redirect after login on the console: a path, never
+// another site ("//evil.example", "https://…").
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || strings.ContainsAny(next, "\r\n") {
+		return "/"
+	}
+	return next
+}
+
+func (a *access) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, a.cfg.MaxRequestBytes)
+	if !a.sameOrigin(r) {
+		http.Error(w, "Forbidden: cross-origin request", http.StatusForbidden)
+		return
+	}
+	if !a.loginRequired() {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	if len(a.cfg.Tokens) == 0 {
+		http.Redirect(w, r, "/login", http.StatusSeeOther)
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "Bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	next := safeNext(r.PostFormValue("next"))
+	if !a.limiter.allowed(r.RemoteAddr) {
+		w.Header().Set("Retry-After", "60")
+		http.Error(w, "Too many failed logins from this address; try again in a minute", http.StatusTooManyRequests)
+		return
+	}
+	op, ok := a.operatorFor(strings.TrimSpace(r.PostFormValue("token")))
+	if !ok {
+		a.limiter.failed(r.RemoteAddr)
+		a.cfg.Logger.Warn("console login refused", "remote", r.RemoteAddr)
+		a.render(w, r, http.StatusUnauthorized, "login", pageData{Title: "Log in", Error: "Unknown token.", Page: a.loginView(next)})
+		return
+	}
+	if old, err := r.Cookie(sessionCookie); err == nil {
+		a.sessions.end(old.Value)
+	}
+	ses := a.sessions.create(op.Name)
+	a.setSessionCookie(w, ses)
+	a.cfg.Logger.Info("console login", "operator", op.Name, "remote", r.RemoteAddr)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (a *access) logout(w http.ResponseWriter, r *http.Request) {
+	ses := sessionOf(r.Context())
+	if !a.checkPost(w, r, ses) {
+		return
+	}
+	a.sessions.end(ses.id)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: a.cfg.SecureCookies, SameSite: http.SameSiteStrictMode})
+	if !a.loginRequired() {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -23,14 +24,22 @@ var staticFiles embed.FS
 
 // Console is the operators' web console; Handler serves it.
 type Console struct {
-	cfg      Config
-	sessions *sessions
-	pages    map[string]*template.Template
+	cfg Config
+	// The pages are written through views; access says who the operator
+	// of a request is (logins, sessions, the checks of a form).
+	*views
+	access *access
 	// streams counts the event streams open now (Config.MaxStreams).
 	streams atomic.Int64
-	logins  *loginLimiter
-	// pending are the identity provider's logins in progress.
-	pending pendingLogins
+}
+
+// views writes the console's pages, each with the layout and the
+// session's operator, CSRF token and notice, their fragments, and the
+// redirect that answers a form.
+type views struct {
+	pages    map[string]*template.Template
+	sessions *sessions
+	log      *slog.Logger
 }
 
 // New returns a console; it validates the configuration.
@@ -46,7 +55,9 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Console{cfg: cfg, sessions: newSessions(cfg.SessionTTL, cfg.MaxSessions), pages: pages, logins: newLoginLimiter()}, nil
+	c := &Console{cfg: cfg, views: &views{pages: pages, sessions: newSessions(cfg.SessionTTL, cfg.MaxSessions), log: cfg.Logger}}
+	c.access = &access{cfg: &c.cfg, views: c.views, limiter: newLoginLimiter()}
+	return c, nil
 }
 
 // parsePages parses each page with the layout and the shared fragments.
@@ -76,17 +87,17 @@ func (c *Console) Handler() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(staticFiles, "static")
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	mux.HandleFunc("GET /login", c.loginPage)
-	mux.HandleFunc("POST /login", c.login)
+	mux.HandleFunc("GET /login", c.access.loginPage)
+	mux.HandleFunc("POST /login", c.access.login)
 	if c.cfg.OIDC != nil {
-		mux.HandleFunc("GET /login/oidc", c.startOIDC)
-		mux.HandleFunc("GET /login/oidc/callback", c.finishOIDC)
+		mux.HandleFunc("GET /login/oidc", c.access.startOIDC)
+		mux.HandleFunc("GET /login/oidc/callback", c.access.finishOIDC)
 	}
 
 	private := http.NewServeMux()
 	private.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/dashboard", http.StatusSeeOther) })
 	private.HandleFunc("GET /dashboard", c.dashboardPage)
-	private.HandleFunc("POST /logout", c.logout)
+	private.HandleFunc("POST /logout", c.access.logout)
 	private.HandleFunc("GET /catalog", c.catalogPage)
 	private.HandleFunc("POST /tools/switch", c.switchTool)
 	private.HandleFunc("GET /calls", c.callsPage)
@@ -101,7 +112,7 @@ func (c *Console) Handler() http.Handler {
 	private.HandleFunc("GET /learning", c.learningPage)
 	private.HandleFunc("POST /learning/switch", c.switchLearning)
 	private.HandleFunc("POST /learning/reset", c.resetLearning)
-	mux.Handle("/", c.authenticate(private))
+	mux.Handle("/", c.access.authenticate(private))
 	return securityHeaders(mux)
 }
 
@@ -137,16 +148,16 @@ type pageData struct {
 
 // render writes a page, buffered so that a template error does not leave
 // half a page.
-func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page string, data pageData) {
+func (v *views) render(w http.ResponseWriter, r *http.Request, status int, page string, data pageData) {
 	if ses := sessionOf(r.Context()); ses != nil {
 		data.Operator, data.CSRF = ses.operator, ses.csrf
 		if data.Notice == "" {
-			data.Notice = c.sessions.takeNotice(ses)
+			data.Notice = v.sessions.takeNotice(ses)
 		}
 	}
 	var buf bytes.Buffer
-	if err := c.pages[page].ExecuteTemplate(&buf, "layout", data); err != nil {
-		c.cfg.Logger.Error("render", "page", page, "err", err)
+	if err := v.pages[page].ExecuteTemplate(&buf, "layout", data); err != nil {
+		v.log.Error("render", "page", page, "err", err)
 		http.Error(w, "Internal error rendering the page", http.StatusInternalServerError)
 		return
 	}
@@ -156,10 +167,10 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, pag
 }
 
 // fragment writes one named template without the layout.
-func (c *Console) fragment(w http.ResponseWriter, page, name string, data any) {
+func (v *views) fragment(w http.ResponseWriter, page, name string, data any) {
 	var buf bytes.Buffer
-	if err := c.pages[page].ExecuteTemplate(&buf, name, data); err != nil {
-		c.cfg.Logger.Error("render", "fragment", name, "err", err)
+	if err := v.pages[page].ExecuteTemplate(&buf, name, data); err != nil {
+		v.log.Error("render", "fragment", name, "err", err)
 		http.Error(w, "Internal error rendering the page", http.StatusInternalServerError)
 		return
 	}
@@ -183,96 +194,9 @@ func describe(err error) string {
 // redirect answers a form with a redirect to a page of the console; the
 // notice is shown by the session's next page. It travels in the session,
 // not in the URL, so that no link can make the console say something.
-func (c *Console) redirect(w http.ResponseWriter, r *http.Request, path, notice string) {
+func (v *views) redirect(w http.ResponseWriter, r *http.Request, path, notice string) {
 	if ses := sessionOf(r.Context()); ses != nil && notice != "" {
-		c.sessions.setNotice(ses, notice)
+		v.sessions.setNotice(ses, notice)
 	}
 	http.Redirect(w, r, path, http.StatusSeeOther)
-}
-
-func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
-	if !c.loginRequired() {
-		http.Redirect(w, r, "/", http.StatusSeeOther)
-		return
-	}
-	c.render(w, r, http.StatusOK, "login", pageData{Title: "Log in", Page: c.loginView(r.URL.Query().Get("next"))})
-}
-
-// loginView is what the login page offers: a token, the identity
-// provider, or both.
-type loginView struct {
-	Next         string
-	Tokens, OIDC bool
-}
-
-func (c *Console) loginView(next string) loginView {
-	return loginView{Next: safeNext(next), Tokens: len(c.cfg.Tokens) > 0, OIDC: c.cfg.OIDC != nil}
-}
-
-// loginRequired reports whether operators log in (with a token or the
-// identity provider); otherwise the console serves loopback clients as
-// operator dev.
-func (c *Console) loginRequired() bool { return len(c.cfg.Tokens) > 0 || c.cfg.OIDC != nil }
-
-// safeNext keeps a redirect after login on the console: a path, never
-// another site ("//evil.example", "https://…").
-func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || strings.ContainsAny(next, "\r\n") {
-		return "/"
-	}
-	return next
-}
-
-func (c *Console) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, c.cfg.MaxRequestBytes)
-	if !c.sameOrigin(r) {
-		http.Error(w, "Forbidden: cross-origin request", http.StatusForbidden)
-		return
-	}
-	if !c.loginRequired() {
-		http.Redirect(w, r, "/", http.StatusSeeOther)
-		return
-	}
-	if len(c.cfg.Tokens) == 0 {
-		http.Redirect(w, r, "/login", http.StatusSeeOther)
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "Bad request: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	next := safeNext(r.PostFormValue("next"))
-	if !c.logins.allowed(r.RemoteAddr) {
-		w.Header().Set("Retry-After", "60")
-		http.Error(w, "Too many failed logins from this address; try again in a minute", http.StatusTooManyRequests)
-		return
-	}
-	op, ok := c.operatorFor(strings.TrimSpace(r.PostFormValue("token")))
-	if !ok {
-		c.logins.failed(r.RemoteAddr)
-		c.cfg.Logger.Warn("console login refused", "remote", r.RemoteAddr)
-		c.render(w, r, http.StatusUnauthorized, "login", pageData{Title: "Log in", Error: "Unknown token.", Page: c.loginView(next)})
-		return
-	}
-	if old, err := r.Cookie(sessionCookie); err == nil {
-		c.sessions.end(old.Value)
-	}
-	ses := c.sessions.create(op.Name)
-	c.setSessionCookie(w, ses)
-	c.cfg.Logger.Info("console login", "operator", op.Name, "remote", r.RemoteAddr)
-	http.Redirect(w, r, next, http.StatusSeeOther)
-}
-
-func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
-	ses := sessionOf(r.Context())
-	if !c.checkPost(w, r, ses) {
-		return
-	}
-	c.sessions.end(ses.id)
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: c.cfg.SecureCookies, SameSite: http.SameSiteStrictMode})
-	if !c.loginRequired() {
-		http.Redirect(w, r, "/", http.StatusSeeOther)
-		return
-	}
-	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }

@@ -42,7 +42,7 @@ func (c *Console) learningPage(w http.ResponseWriter, r *http.Request) {
 // installation; off needs a reason.
 func (c *Console) switchLearning(w http.ResponseWriter, r *http.Request) {
 	ses := sessionOf(r.Context())
-	if !c.checkPost(w, r, ses) {
+	if !c.access.checkPost(w, r, ses) {
 		return
 	}
 	enable := r.PostFormValue("enable") == "true"
@@ -69,7 +69,7 @@ func (c *Console) switchLearning(w http.ResponseWriter, r *http.Request) {
 // for every tool.
 func (c *Console) resetLearning(w http.ResponseWriter, r *http.Request) {
 	ses := sessionOf(r.Context())
-	if !c.checkPost(w, r, ses) {
+	if !c.access.checkPost(w, r, ses) {
 		return
 	}
 	tool := strings.TrimSpace(r.PostFormValue("tool"))

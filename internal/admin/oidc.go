@@ -124,21 +124,21 @@ func (o *OIDCLogin) check() error {
 
 // startOIDC sends the browser to the issuer's authorization endpoint,
 // with a state bound to it by a cookie, a nonce and a PKCE challenge.
-func (c *Console) startOIDC(w http.ResponseWriter, r *http.Request) {
-	o := c.cfg.OIDC
+func (a *access) startOIDC(w http.ResponseWriter, r *http.Request) {
+	o := a.cfg.OIDC
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	meta, err := o.Verifier.Metadata(ctx)
 	if err != nil {
-		c.cfg.Logger.Warn("console login: the identity provider cannot be reached", "error", err)
-		c.render(w, r, http.StatusServiceUnavailable, "login", pageData{Title: "Log in", Error: "The identity provider cannot be reached now; try again, or log in with a token.", Page: c.loginView(r.URL.Query().Get("next"))})
+		a.cfg.Logger.Warn("console login: the identity provider cannot be reached", "error", err)
+		a.render(w, r, http.StatusServiceUnavailable, "login", pageData{Title: "Log in", Error: "The identity provider cannot be reached now; try again, or log in with a token.", Page: a.loginView(r.URL.Query().Get("next"))})
 		return
 	}
 	state, verifier, nonce := randomToken(), randomToken(), randomToken()
-	c.pending.add(state, &pendingLogin{verifier: verifier, nonce: nonce, next: safeNext(r.URL.Query().Get("next")), expires: time.Now().Add(loginTTL)})
+	a.pending.add(state, &pendingLogin{verifier: verifier, nonce: nonce, next: safeNext(r.URL.Query().Get("next")), expires: time.Now().Add(loginTTL)})
 	// Lax, not Strict: the browser comes back from the issuer's site,
 	// and a Strict cookie would not come with it.
-	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: state, Path: "/login/oidc", MaxAge: int(loginTTL.Seconds()), HttpOnly: true, Secure: c.cfg.SecureCookies, SameSite: http.SameSiteLaxMode})
+	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: state, Path: "/login/oidc", MaxAge: int(loginTTL.Seconds()), HttpOnly: true, Secure: a.cfg.SecureCookies, SameSite: http.SameSiteLaxMode})
 	sum := sha256.Sum256([]byte(verifier))
 	scopes := o.Scopes
 	if len(scopes) == 0 {
@@ -165,27 +165,27 @@ func (c *Console) startOIDC(w http.ResponseWriter, r *http.Request) {
 
 // finishOIDC takes the issuer's answer: the code is exchanged with the
 // PKCE verifier, the ID token checked, and an operator gets a session.
-func (c *Console) finishOIDC(w http.ResponseWriter, r *http.Request) {
-	o := c.cfg.OIDC
+func (a *access) finishOIDC(w http.ResponseWriter, r *http.Request) {
+	o := a.cfg.OIDC
 	refuse := func(status int, reason, shown string) {
-		c.logins.failed(r.RemoteAddr)
-		c.cfg.Logger.Warn("console login refused", "remote", r.RemoteAddr, "reason", reason)
-		c.render(w, r, status, "login", pageData{Title: "Log in", Error: shown, Page: c.loginView("/")})
+		a.limiter.failed(r.RemoteAddr)
+		a.cfg.Logger.Warn("console login refused", "remote", r.RemoteAddr, "reason", reason)
+		a.render(w, r, status, "login", pageData{Title: "Log in", Error: shown, Page: a.loginView("/")})
 	}
-	if !c.logins.allowed(r.RemoteAddr) {
+	if !a.limiter.allowed(r.RemoteAddr) {
 		w.Header().Set("Retry-After", "60")
 		http.Error(w, "Too many failed logins from this address; try again in a minute", http.StatusTooManyRequests)
 		return
 	}
 	q := r.URL.Query()
-	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: "/login/oidc", MaxAge: -1, HttpOnly: true, Secure: c.cfg.SecureCookies, SameSite: http.SameSiteLaxMode})
+	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: "/login/oidc", MaxAge: -1, HttpOnly: true, Secure: a.cfg.SecureCookies, SameSite: http.SameSiteLaxMode})
 	cookie, err := r.Cookie(loginCookie)
 	state := q.Get("state")
 	if err != nil || state == "" || subtle.ConstantTimeCompare([]byte(cookie.Value), []byte(state)) != 1 {
 		refuse(http.StatusBadRequest, "the state is not this browser's login", "This login was not started in this browser, or took too long: log in again.")
 		return
 	}
-	login := c.pending.take(state)
+	login := a.pending.take(state)
 	if login == nil {
 		refuse(http.StatusBadRequest, "no login in progress for the state", "This login took too long, or was used already: log in again.")
 		return
@@ -201,7 +201,7 @@ func (c *Console) finishOIDC(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
-	idToken, err := c.exchange(ctx, q.Get("code"), login.verifier)
+	idToken, err := a.exchange(ctx, q.Get("code"), login.verifier)
 	if err != nil {
 		refuse(http.StatusBadGateway, "code exchange: "+err.Error(), "The identity provider did not give the console a token: "+err.Error())
 		return
@@ -215,7 +215,7 @@ func (c *Console) finishOIDC(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusUnauthorized, "the ID token's nonce is not the login's", "The identity provider's token is not this login's.")
 		return
 	}
-	name := c.operatorName(tok)
+	name := a.operatorName(tok)
 	operator, err := tok.Holds(o.OperatorsClaim, o.OperatorsValue)
 	if err != nil || !operator {
 		what := fmt.Sprintf("claim %s is not true", o.OperatorsClaim)
@@ -229,22 +229,22 @@ func (c *Console) finishOIDC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if old, err := r.Cookie(sessionCookie); err == nil {
-		c.sessions.end(old.Value)
+		a.sessions.end(old.Value)
 	}
-	ses := c.sessions.create(name)
-	c.setSessionCookie(w, ses)
-	c.cfg.Logger.Info("console login", "operator", name, "issuer", tok.Issuer, "subject", tok.Subject, "remote", r.RemoteAddr)
+	ses := a.sessions.create(name)
+	a.setSessionCookie(w, ses)
+	a.cfg.Logger.Info("console login", "operator", name, "issuer", tok.Issuer, "subject", tok.Subject, "remote", r.RemoteAddr)
 	// A page of the console's own takes the browser on: a redirect would
 	// carry on the issuer's cross-site navigation, with which the browser
 	// sends no SameSite=Strict session cookie.
-	c.render(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, ses)), http.StatusOK, "continue", pageData{Title: "Logged in", Refresh: login.next, Page: login.next})
+	a.render(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, ses)), http.StatusOK, "continue", pageData{Title: "Logged in", Refresh: login.next, Page: login.next})
 }
 
 // operatorName is the name a token's user is shown and logged by.
-func (c *Console) operatorName(tok *oidc.Token) string {
+func (a *access) operatorName(tok *oidc.Token) string {
 	claims := []string{"preferred_username", "email", "sub"}
-	if c.cfg.OIDC.NameClaim != "" {
-		claims = []string{c.cfg.OIDC.NameClaim, "sub"}
+	if a.cfg.OIDC.NameClaim != "" {
+		claims = []string{a.cfg.OIDC.NameClaim, "sub"}
 	}
 	for _, claim := range claims {
 		if s, ok := tok.String(claim); ok && s != "" && len(s) <= 200 && !strings.ContainsAny(s, "\r\n\t") {
@@ -255,8 +255,8 @@ func (c *Console) operatorName(tok *oidc.Token) string {
 }
 
 // exchange trades a code for the ID token at the issuer's token endpoint.
-func (c *Console) exchange(ctx context.Context, code, verifier string) (string, error) {
-	o := c.cfg.OIDC
+func (a *access) exchange(ctx context.Context, code, verifier string) (string, error) {
+	o := a.cfg.OIDC
 	if code == "" {
 		return "", errors.New("the answer holds no code")
 	}

@@ -129,7 +129,7 @@ func byOperator(ses *session, why string) string {
 
 func (c *Console) switchTool(w http.ResponseWriter, r *http.Request) {
 	ses := sessionOf(r.Context())
-	if !c.checkPost(w, r, ses) {
+	if !c.access.checkPost(w, r, ses) {
 		return
 	}
 	name := r.PostFormValue("name")
@@ -338,7 +338,7 @@ func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) cancelCall(w http.ResponseWriter, r *http.Request) {
 	ses := sessionOf(r.Context())
-	if !c.checkPost(w, r, ses) {
+	if !c.access.checkPost(w, r, ses) {
 		return
 	}
 	id := r.PathValue("id")
@@ -378,7 +378,7 @@ func (c *Console) approvalsPage(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) decide(w http.ResponseWriter, r *http.Request) {
 	ses := sessionOf(r.Context())
-	if !c.checkPost(w, r, ses) {
+	if !c.access.checkPost(w, r, ses) {
 		return
 	}
 	id := r.PathValue("id")

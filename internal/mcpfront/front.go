@@ -92,21 +92,17 @@ type Front struct {
 	http  *server.StreamableHTTPServer
 	log   *slog.Logger
 
-	// registered holds the names of the tools mcp-go dispatches here. It
-	// is a dispatch table only: what a session sees comes from tools.list.
-	registered sync.Map
-	// lists holds the tools of tools/list requests between listRequest
-	// and afterListTools.
-	lists sync.Map
+	// gate admits the HTTP requests; tools answers tools/list and
+	// dispatches tools/call to calls, which runs them on the bus.
+	gate  *gate
+	tools *toolList
+	calls *caller
 	// inflight holds the cancel functions of the tools/call requests the
 	// front serves itself over HTTP, by session and request ID (see
 	// serveCall); requests, the channels of the calls that wait for the
 	// client's answer to a request of the front's.
 	inflight sync.Map
 	requests sync.Map
-	// draining is set by Shutdown: calls whose requests end then are left
-	// running, not cancelled.
-	draining atomic.Bool
 }
 
 // New returns a front.
@@ -147,8 +143,12 @@ func New(cfg Config) (*Front, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	f := &Front{cfg: cfg, log: cfg.Logger}
-	f.mcp = f.newServer(server.WithTaskCapabilities(true, true, true))
-	f.stdio = f.newServer(server.WithTaskCapabilities(true, true, true))
+	f.gate = &gate{cfg: &f.cfg, log: f.log}
+	f.calls = &caller{cfg: &f.cfg, log: f.log}
+	f.tools = &toolList{cfg: &f.cfg, log: f.log, call: f.calls.call}
+	f.mcp = newServer(f.tools.hooks(), server.WithTaskCapabilities(true, true, true))
+	f.stdio = newServer(f.tools.hooks(), server.WithTaskCapabilities(true, true, true))
+	f.tools.servers = []*server.MCPServer{f.mcp, f.stdio}
 	f.http = server.NewStreamableHTTPServer(f.mcp,
 		server.WithEndpointPath("/mcp"),
 		server.WithSessionIdManagerResolver(sessionResolver{}),
@@ -158,12 +158,8 @@ func New(cfg Config) (*Front, error) {
 	return f, nil
 }
 
-func (f *Front) newServer(opts ...server.ServerOption) *server.MCPServer {
-	hooks := &server.Hooks{}
-	hooks.AddOnRequestInitialization(f.listRequest)
-	hooks.AddAfterListTools(f.afterListTools)
-	hooks.AddOnError(f.listFailed)
-	hooks.AddBeforeCallTool(f.beforeCallTool)
+// newServer is an mcp-go server of the front's with hooks.
+func newServer(hooks *server.Hooks, opts ...server.ServerOption) *server.MCPServer {
 	return server.NewMCPServer("toolbus", "2", append([]server.ServerOption{
 		server.WithToolCapabilities(true),
 		server.WithElicitation(),
@@ -183,11 +179,11 @@ func (f *Front) Handler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.Handle("/mcp", f.guard(f.serveRequests))
+	mux.Handle("/mcp", f.gate.guard(f.serveRequests))
 	if f.cfg.OAuth != nil {
-		mux.HandleFunc("GET /.well-known/oauth-protected-resource", f.serveMetadata)
+		mux.HandleFunc("GET /.well-known/oauth-protected-resource", f.gate.serveMetadata)
 		if p := metadataPath(f.cfg.OAuth.Resource); p != "/.well-known/oauth-protected-resource" {
-			mux.HandleFunc("GET "+p, f.serveMetadata)
+			mux.HandleFunc("GET "+p, f.gate.serveMetadata)
 		}
 	}
 	return mux
@@ -206,11 +202,20 @@ func Loopback(addr string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
+// gate is what an HTTP request passes before the front serves it: the
+// Host and Origin checks and CORS, the body's bound, and who the request
+// acts as, by a token of Config.Tokens or, as an OAuth resource server
+// (oauth.go), by an issuer's token.
+type gate struct {
+	cfg *Config
+	log *slog.Logger
+}
+
 // guard checks the Host header and the origin, authenticates and bounds
 // the body before the front and mcp-go see the request, so that what the
 // front answers itself (tasks, a session's tools/call) is guarded as
 // mcp-go's own requests are; next serves the request as agent's.
-func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent string)) http.Handler {
+func (g *gate) guard(next func(w http.ResponseWriter, r *http.Request, agent string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 		onLoopback := loopbackAddr(local)
@@ -221,7 +226,7 @@ func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent st
 			return
 		}
 		if origin := r.Header.Get("Origin"); origin != "" {
-			if !f.originAllowed(origin) {
+			if !g.originAllowed(origin) {
 				http.Error(w, "Forbidden: origin not allowed", http.StatusForbidden)
 				return
 			}
@@ -240,34 +245,34 @@ func (f *Front) guard(next func(w http.ResponseWriter, r *http.Request, agent st
 				return
 			}
 		}
-		agent := f.cfg.Agent
-		if len(f.cfg.Tokens) > 0 || f.cfg.OAuth != nil {
+		agent := g.cfg.Agent
+		if len(g.cfg.Tokens) > 0 || g.cfg.OAuth != nil {
 			token := bearerToken(r.Header.Get("Authorization"))
-			id, known := f.cfg.Tokens[token]
+			id, known := g.cfg.Tokens[token]
 			switch {
 			case known:
 				agent = id.Agent
-			case token != "" && f.cfg.OAuth != nil:
+			case token != "" && g.cfg.OAuth != nil:
 				var ok bool
-				if agent, ok = f.tokenAgent(w, r, token); !ok {
+				if agent, ok = g.tokenAgent(w, r, token); !ok {
 					return
 				}
 			case token != "":
-				f.challenge(w, http.StatusUnauthorized, "invalid_token", "")
+				g.challenge(w, http.StatusUnauthorized, "invalid_token", "")
 				return
 			default:
-				f.challenge(w, http.StatusUnauthorized, "", "")
+				g.challenge(w, http.StatusUnauthorized, "", "")
 				return
 			}
 		} else if !onLoopback || !Loopback(r.RemoteAddr) {
 			http.Error(w, "Forbidden: without tokens only loopback clients are served", http.StatusForbidden)
 			return
 		}
-		if r.ContentLength > f.cfg.MaxRequestBytes {
+		if r.ContentLength > g.cfg.MaxRequestBytes {
 			http.Error(w, "request body: larger than the front takes", http.StatusRequestEntityTooLarge)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, f.cfg.MaxRequestBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, g.cfg.MaxRequestBytes)
 		next(w, r, agent)
 	})
 }
@@ -297,8 +302,8 @@ func bearerToken(authorization string) string {
 	return strings.TrimSpace(token)
 }
 
-func (f *Front) originAllowed(origin string) bool {
-	for _, o := range f.cfg.AllowedOrigins {
+func (g *gate) originAllowed(origin string) bool {
+	for _, o := range g.cfg.AllowedOrigins {
 		if o == origin {
 			return true
 		}
@@ -414,7 +419,7 @@ func (l *lineWriter) writeMessage(msg any) error {
 // Calls in flight whose requests end from now on are left running on the
 // bus rather than cancelled.
 func (f *Front) Shutdown(ctx context.Context) {
-	f.draining.Store(true)
+	f.calls.draining.Store(true)
 	f.http.CloseSessions(ctx)
 }
 
@@ -466,8 +471,8 @@ func turnOf(ctx context.Context, meta *mcp.Meta) string {
 // (notifications/cancelled) or, over HTTP, dropped it, where the two
 // arrive together; it does not when the front drains or a stdio
 // connection ends.
-func (f *Front) cancels(ctx context.Context) bool {
-	if ctx.Err() == nil || f.draining.Load() {
+func (c *caller) cancels(ctx context.Context) bool {
+	if ctx.Err() == nil || c.draining.Load() {
 		return false
 	}
 	transport, stdio := ctx.Value(transportKey{}).(context.Context)

@@ -44,11 +44,11 @@ func (f *Front) serveCall(ctx context.Context, w http.ResponseWriter, session st
 
 	out := &streamOut{f: f, w: w, session: session}
 	call := &callRequest{name: req.Params.Name, args: req.Params.Arguments, meta: req.Params.Meta}
-	if !f.dispatches(ctx, call) {
+	if !f.tools.dispatches(ctx, call) {
 		out.finish(req.ID, nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("tool '%s' not found: %s", call.name, "the session has no such tool")})
 		return
 	}
-	res, err := f.runCall(ctx, out, call)
+	res, err := f.calls.runCall(ctx, out, call)
 	if err != nil {
 		out.finish(req.ID, nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()})
 		return
@@ -59,14 +59,14 @@ func (f *Front) serveCall(ctx context.Context, w http.ResponseWriter, session st
 // dispatches reports whether the front calls a tool for the request: one
 // the front has met in a tools/list, or one the session sees now (it
 // listed its tools on another front).
-func (f *Front) dispatches(ctx context.Context, call *callRequest) bool {
-	if _, ok := f.registered.Load(call.name); ok {
+func (l *toolList) dispatches(ctx context.Context, call *callRequest) bool {
+	if _, ok := l.registered.Load(call.name); ok {
 		return true
 	}
-	if _, err := f.visibleTools(ctx, turnOf(ctx, call.meta)); err != nil {
-		f.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
+	if _, err := l.visibleTools(ctx, turnOf(ctx, call.meta)); err != nil {
+		l.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
 	}
-	_, ok := f.registered.Load(call.name)
+	_, ok := l.registered.Load(call.name)
 	return ok
 }
 

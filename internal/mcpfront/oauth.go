@@ -69,8 +69,8 @@ func (o *OAuth) check() error {
 }
 
 // serveMetadata answers the protected resource metadata.
-func (f *Front) serveMetadata(w http.ResponseWriter, _ *http.Request) {
-	o := f.cfg.OAuth
+func (g *gate) serveMetadata(w http.ResponseWriter, _ *http.Request) {
+	o := g.cfg.OAuth
 	doc := map[string]any{
 		"resource":                 o.Resource,
 		"authorization_servers":    []string{o.Verifier.Issuer()},
@@ -87,10 +87,10 @@ func (f *Front) serveMetadata(w http.ResponseWriter, _ *http.Request) {
 
 // challenge answers 401 with the scheme the front takes and where its
 // metadata is; error is RFC 6750's code for a token that was given.
-func (f *Front) challenge(w http.ResponseWriter, status int, code, description string) {
+func (g *gate) challenge(w http.ResponseWriter, status int, code, description string) {
 	value := `Bearer realm="toolbus"`
-	if f.cfg.OAuth != nil {
-		value = fmt.Sprintf(`Bearer resource_metadata=%q`, f.cfg.OAuth.MetadataURL())
+	if g.cfg.OAuth != nil {
+		value = fmt.Sprintf(`Bearer resource_metadata=%q`, g.cfg.OAuth.MetadataURL())
 	}
 	if code != "" {
 		value += fmt.Sprintf(`, error=%q`, code)
@@ -109,8 +109,8 @@ func (f *Front) challenge(w http.ResponseWriter, status int, code, description s
 // tokenAgent checks a bearer token of the issuer and returns the agent
 // the request acts as: the one AgentHeader names, which the token's claim
 // must allow, or the token's one agent.
-func (f *Front) tokenAgent(w http.ResponseWriter, r *http.Request, token string) (string, bool) {
-	o := f.cfg.OAuth
+func (g *gate) tokenAgent(w http.ResponseWriter, r *http.Request, token string) (string, bool) {
+	o := g.cfg.OAuth
 	tok, err := o.Verifier.Verify(r.Context(), token)
 	if errors.Is(err, oidc.ErrUnavailable) {
 		w.Header().Set("Retry-After", "5")
@@ -118,8 +118,8 @@ func (f *Front) tokenAgent(w http.ResponseWriter, r *http.Request, token string)
 		return "", false
 	}
 	if err != nil {
-		f.log.Info("bearer token refused", "remote", r.RemoteAddr, "reason", err)
-		f.challenge(w, http.StatusUnauthorized, "invalid_token", err.Error())
+		g.log.Info("bearer token refused", "remote", r.RemoteAddr, "reason", err)
+		g.challenge(w, http.StatusUnauthorized, "invalid_token", err.Error())
 		return "", false
 	}
 	patterns, _, err := tok.Strings(o.AgentsClaim)
@@ -132,13 +132,13 @@ func (f *Front) tokenAgent(w http.ResponseWriter, r *http.Request, token string)
 		}
 	}
 	if err != nil {
-		f.challenge(w, http.StatusForbidden, "insufficient_scope", err.Error())
+		g.challenge(w, http.StatusForbidden, "insufficient_scope", err.Error())
 		return "", false
 	}
 	agent := r.Header.Get(AgentHeader)
 	if agent == "" {
 		if len(patterns) != 1 || strings.ContainsAny(patterns[0], "*?") {
-			f.challenge(w, http.StatusForbidden, "insufficient_scope", fmt.Sprintf("the token's claim %s names %q: name the agent with the %s header", o.AgentsClaim, patterns, AgentHeader))
+			g.challenge(w, http.StatusForbidden, "insufficient_scope", fmt.Sprintf("the token's claim %s names %q: name the agent with the %s header", o.AgentsClaim, patterns, AgentHeader))
 			return "", false
 		}
 		return patterns[0], true
@@ -152,7 +152,7 @@ func (f *Front) tokenAgent(w http.ResponseWriter, r *http.Request, token string)
 			return agent, true
 		}
 	}
-	f.challenge(w, http.StatusForbidden, "insufficient_scope", fmt.Sprintf("the token's claim %s does not name agent %s", o.AgentsClaim, agent))
+	g.challenge(w, http.StatusForbidden, "insufficient_scope", fmt.Sprintf("the token's claim %s does not name agent %s", o.AgentsClaim, agent))
 	return "", false
 }
 

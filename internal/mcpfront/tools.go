@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -20,9 +23,36 @@ import (
 // cancelTimeout bounds the calls.cancel sent when a client cancels a call.
 const cancelTimeout = 10 * time.Second
 
+// toolList is the front's tools/list, the agent's tools.list for its turn,
+// and its table of the tools whose tools/call mcp-go dispatches to call.
+type toolList struct {
+	cfg *Config
+	log *slog.Logger
+	// call runs a tools/call; servers are where register adds the tools.
+	call    server.ToolHandlerFunc
+	servers []*server.MCPServer
+	// registered holds the names of the tools mcp-go dispatches here. It
+	// is a dispatch table only: what a session sees comes from tools.list.
+	registered sync.Map
+	// lists holds the tools of tools/list requests between listRequest
+	// and afterListTools.
+	lists sync.Map
+}
+
+// hooks are the hooks through which an mcp-go server's tools/list and
+// tools/call come to the list.
+func (l *toolList) hooks() *server.Hooks {
+	hooks := &server.Hooks{}
+	hooks.AddOnRequestInitialization(l.listRequest)
+	hooks.AddAfterListTools(l.afterListTools)
+	hooks.AddOnError(l.listFailed)
+	hooks.AddBeforeCallTool(l.beforeCallTool)
+	return hooks
+}
+
 // visibleTools is tools.list for the request's agent and turn, as MCP tools.
-func (f *Front) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, error) {
-	reply, err := f.cfg.Client.ListTools(ctx, messages.ListToolsRequest{Agent: agentOf(ctx), Turn: turn, Format: "mcp"})
+func (l *toolList) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, error) {
+	reply, err := l.cfg.Client.ListTools(ctx, messages.ListToolsRequest{Agent: agentOf(ctx), Turn: turn, Format: "mcp"})
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +80,7 @@ func (f *Front) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, erro
 		}
 		tools = append(tools, t)
 	}
-	f.register(tools)
+	l.register(tools)
 	for i := range tools {
 		// Any call may be made a task.
 		tools[i].Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
@@ -61,25 +91,26 @@ func (f *Front) visibleTools(ctx context.Context, turn string) ([]mcp.Tool, erro
 // register makes mcp-go dispatch calls of the named tools to the bus.
 // mcp-go tells its sessions that the list changed when a name is
 // registered; that happens once per name in the life of a front.
-func (f *Front) register(tools []mcp.Tool) {
+func (l *toolList) register(tools []mcp.Tool) {
 	var fresh []server.ServerTool
 	for _, t := range tools {
-		if _, loaded := f.registered.LoadOrStore(t.Name, true); !loaded {
-			fresh = append(fresh, server.ServerTool{Tool: mcp.Tool{Name: t.Name, InputSchema: mcp.ToolInputSchema{Type: "object"}}, Handler: f.call})
+		if _, loaded := l.registered.LoadOrStore(t.Name, true); !loaded {
+			fresh = append(fresh, server.ServerTool{Tool: mcp.Tool{Name: t.Name, InputSchema: mcp.ToolInputSchema{Type: "object"}}, Handler: l.call})
 		}
 	}
 	if len(fresh) > 0 {
-		f.mcp.AddTools(fresh...)
-		f.stdio.AddTools(fresh...)
+		for _, srv := range l.servers {
+			srv.AddTools(fresh...)
+		}
 	}
 }
 
 // listRequest asks tools.list for a tools/list request before mcp-go
 // handles it, so that a refusal (another agent's turn, no coordinator) is
 // the request's JSON-RPC error (-32600, invalid request): mcp-go's hooks
-// after the list cannot fail it. The tools wait in f.lists for
+// after the list cannot fail it. The tools wait in l.lists for
 // afterListTools.
-func (f *Front) listRequest(ctx context.Context, id any, message any) error {
+func (l *toolList) listRequest(ctx context.Context, id any, message any) error {
 	raw, ok := message.(json.RawMessage)
 	if !ok {
 		return nil
@@ -94,11 +125,11 @@ func (f *Front) listRequest(ctx context.Context, id any, message any) error {
 		return nil
 	}
 	turn := turnOf(ctx, req.Params.Meta)
-	tools, err := f.visibleTools(ctx, turn)
+	tools, err := l.visibleTools(ctx, turn)
 	if err != nil {
 		return fmt.Errorf("tools.list: %w", err)
 	}
-	f.lists.Store(listKey(ctx, turn, id), tools)
+	l.lists.Store(listKey(ctx, turn, id), tools)
 	return nil
 }
 
@@ -115,23 +146,23 @@ func listKey(ctx context.Context, turn string, id any) string {
 // listFailed drops the tools kept for a tools/list request that mcp-go
 // failed after listRequest (an invalid cursor), which afterListTools does
 // not see.
-func (f *Front) listFailed(ctx context.Context, id any, method mcp.MCPMethod, message any, _ error) {
+func (l *toolList) listFailed(ctx context.Context, id any, method mcp.MCPMethod, message any, _ error) {
 	if req, ok := message.(*mcp.ListToolsRequest); ok && method == mcp.MethodToolsList {
-		f.lists.Delete(listKey(ctx, turnOf(ctx, req.Params.Meta), id))
+		l.lists.Delete(listKey(ctx, turnOf(ctx, req.Params.Meta), id))
 	}
 }
 
 // afterListTools answers tools/list with the turn's tools, whatever mcp-go
 // holds.
-func (f *Front) afterListTools(ctx context.Context, id any, req *mcp.ListToolsRequest, result *mcp.ListToolsResult) {
+func (l *toolList) afterListTools(ctx context.Context, id any, req *mcp.ListToolsRequest, result *mcp.ListToolsResult) {
 	turn := turnOf(ctx, req.Params.Meta)
 	var tools []mcp.Tool
-	if listed, ok := f.lists.LoadAndDelete(listKey(ctx, turn, id)); ok {
+	if listed, ok := l.lists.LoadAndDelete(listKey(ctx, turn, id)); ok {
 		tools = listed.([]mcp.Tool)
 	} else {
 		var err error
-		if tools, err = f.visibleTools(ctx, turn); err != nil {
-			f.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
+		if tools, err = l.visibleTools(ctx, turn); err != nil {
+			l.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
 			tools = []mcp.Tool{}
 		}
 	}
@@ -142,12 +173,12 @@ func (f *Front) afterListTools(ctx context.Context, id any, req *mcp.ListToolsRe
 // not dispatched yet (a session that listed its tools on another front). A
 // tool the session does not see stays unregistered, and mcp-go answers the
 // call with the JSON-RPC error for an unknown tool.
-func (f *Front) beforeCallTool(ctx context.Context, _ any, req *mcp.CallToolRequest) {
-	if _, ok := f.registered.Load(req.Params.Name); ok {
+func (l *toolList) beforeCallTool(ctx context.Context, _ any, req *mcp.CallToolRequest) {
+	if _, ok := l.registered.Load(req.Params.Name); ok {
 		return
 	}
-	if _, err := f.visibleTools(ctx, turnOf(ctx, req.Params.Meta)); err != nil {
-		f.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
+	if _, err := l.visibleTools(ctx, turnOf(ctx, req.Params.Meta)); err != nil {
+		l.log.Warn("tools.list failed", "agent", agentOf(ctx), "error", err)
 	}
 }
 
@@ -203,30 +234,42 @@ func (sessionOut) elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.
 	return srv.RequestElicitation(ctx, req)
 }
 
+// caller runs a tools/call as a durable Toolbus call, whichever transport
+// carried it: it submits the call, has the user answer an approval in
+// prompt mode, follows the call to its result with its progress, and
+// cancels the call when the client cancels the request.
+type caller struct {
+	cfg *Config
+	log *slog.Logger
+	// draining is set by Shutdown: calls whose requests end then are left
+	// running, not cancelled.
+	draining atomic.Bool
+}
+
 // call is mcp-go's handler of tools/call.
-func (f *Front) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (c *caller) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	args, err := json.Marshal(req.Params.Arguments)
 	if err != nil || req.Params.Arguments == nil {
 		args = []byte("{}")
 	}
-	return f.runCall(ctx, sessionOut{}, &callRequest{name: req.Params.Name, args: args, meta: req.Params.Meta})
+	return c.runCall(ctx, sessionOut{}, &callRequest{name: req.Params.Name, args: args, meta: req.Params.Meta})
 }
 
 // runCall runs a tools/call as a durable Toolbus call.
-func (f *Front) runCall(ctx context.Context, out callOut, req *callRequest) (*mcp.CallToolResult, error) {
+func (c *caller) runCall(ctx context.Context, out callOut, req *callRequest) (*mcp.CallToolResult, error) {
 	args := req.args
 	if len(args) == 0 || string(args) == "null" {
 		args = []byte("{}")
 	}
 	turn := turnOf(ctx, req.meta)
 	submit := messages.SubmitRequest{Tool: req.name, Arguments: messages.JSON(args), Agent: agentOf(ctx), Turn: turn}
-	progress := &progressOut{f: f, out: out, token: req.progressToken()}
+	progress := &progressOut{log: c.log, out: out, token: req.progressToken()}
 	var res *messages.CallResult
 	var err error
 	if progress.token == nil {
-		res, err = f.callAlone(ctx, out, progress, submit)
+		res, err = c.callAlone(ctx, out, progress, submit)
 	} else {
-		res, err = f.callWithProgress(ctx, out, progress, submit)
+		res, err = c.callWithProgress(ctx, out, progress, submit)
 	}
 	var refusal *messages.Error
 	var held *heldCall
@@ -242,7 +285,7 @@ func (f *Front) runCall(ctx context.Context, out callOut, req *callRequest) (*mc
 	if !res.IsError && toolNamespace(req.name) == discoveryNamespace && turn != "" {
 		// What the turn sees has changed: its discovery page is saved.
 		if err := out.notify(ctx, string(mcp.MethodNotificationToolsListChanged), nil); err != nil {
-			f.log.Debug("list_changed not sent", "error", err)
+			c.log.Debug("list_changed not sent", "error", err)
 		}
 	}
 	return toolResult(res), nil
@@ -264,20 +307,20 @@ func (h *heldCall) Error() string {
 // pkg/client's Call does, on the front client's route, with no consumer
 // and no subscription per call on the server. A call held for an approval
 // is asked of the user (prompt mode) or answered at once (queue mode).
-func (f *Front) callAlone(ctx context.Context, out callOut, progress *progressOut, submit messages.SubmitRequest) (*messages.CallResult, error) {
-	res, err := f.cfg.Client.CallObserved(ctx, submit, &client.CallObserver{
+func (c *caller) callAlone(ctx context.Context, out callOut, progress *progressOut, submit messages.SubmitRequest) (*messages.CallResult, error) {
+	res, err := c.cfg.Client.CallObserved(ctx, submit, &client.CallObserver{
 		Named: func(callID string) { progress.callID = callID },
 		Held:  func(*messages.SubmitReply) bool { return true },
 	})
 	var approval *client.ApprovalRequiredError
 	switch {
 	case errors.As(err, &approval):
-		if approval.Approval.Mode == messages.ApprovalPrompt && f.elicit(ctx, out, approval.Approval) {
-			return f.follow(ctx, progress)
+		if approval.Approval.Mode == messages.ApprovalPrompt && c.elicit(ctx, out, approval.Approval) {
+			return c.follow(ctx, progress)
 		}
 		return nil, &heldCall{callID: approval.CallID, approval: approval.Approval}
 	case err != nil:
-		f.cancelOnEnd(ctx, progress.callID)
+		c.cancelOnEnd(ctx, progress.callID)
 		return nil, err
 	}
 	return res, nil
@@ -286,15 +329,15 @@ func (f *Front) callAlone(ctx context.Context, out callOut, progress *progressOu
 // callWithProgress submits a call and follows its events, for a request
 // with a progress token. A call held for an operator's approval keeps the
 // request open, which is told so.
-func (f *Front) callWithProgress(ctx context.Context, out callOut, progress *progressOut, submit messages.SubmitRequest) (*messages.CallResult, error) {
-	reply, err := f.cfg.Client.Submit(ctx, submit)
+func (c *caller) callWithProgress(ctx context.Context, out callOut, progress *progressOut, submit messages.SubmitRequest) (*messages.CallResult, error) {
+	reply, err := c.cfg.Client.Submit(ctx, submit)
 	if err != nil {
 		return nil, err
 	}
 	progress.callID = reply.CallID
 	if a := reply.Approval; reply.State == messages.StateAwaitingApproval && a != nil {
 		switch {
-		case a.Mode == messages.ApprovalPrompt && f.elicit(ctx, out, a):
+		case a.Mode == messages.ApprovalPrompt && c.elicit(ctx, out, a):
 			// Answered: the call runs, or its result says denied.
 		case a.Mode == messages.ApprovalQueue:
 			// The request stays open while an operator decides, saying so.
@@ -306,19 +349,19 @@ func (f *Front) callWithProgress(ctx context.Context, out callOut, progress *pro
 	if reply.Result != nil {
 		return reply.Result, nil
 	}
-	return f.follow(ctx, progress)
+	return c.follow(ctx, progress)
 }
 
 // cancelOnEnd cancels the call of a request that ended before its result
 // because the client cancelled it (see cancels).
-func (f *Front) cancelOnEnd(ctx context.Context, callID string) {
-	if callID == "" || !f.cancels(ctx) {
+func (c *caller) cancelOnEnd(ctx context.Context, callID string) {
+	if callID == "" || !c.cancels(ctx) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 	defer cancel()
-	if _, err := f.cfg.Client.Cancel(cctx, callID, "cancelled by the MCP client"); err != nil {
-		f.log.Warn("cancel failed", "call_id", callID, "error", err)
+	if _, err := c.cfg.Client.Cancel(cctx, callID, "cancelled by the MCP client"); err != nil {
+		c.log.Warn("cancel failed", "call_id", callID, "error", err)
 	}
 }
 
@@ -327,7 +370,7 @@ func (f *Front) cancelOnEnd(ctx context.Context, callID string) {
 // false when the client could not be asked (it does not support
 // elicitation, or the transport cannot carry the request), and the call
 // is then answered as awaiting approval.
-func (f *Front) elicit(ctx context.Context, out callOut, a *messages.Approval) bool {
+func (c *caller) elicit(ctx context.Context, out callOut, a *messages.Approval) bool {
 	message := fmt.Sprintf("Allow the call of %s?", a.Tool)
 	if why := approvalWhy(a); why != "" {
 		message += " " + why
@@ -346,7 +389,7 @@ func (f *Front) elicit(ctx context.Context, out callOut, a *messages.Approval) b
 		},
 	}})
 	if err != nil {
-		f.log.Debug("elicitation not possible", "approval_id", a.ApprovalID, "error", err)
+		c.log.Debug("elicitation not possible", "approval_id", a.ApprovalID, "error", err)
 		return false
 	}
 	decision, reason := messages.DecisionDeny, "the user declined"
@@ -359,8 +402,8 @@ func (f *Front) elicit(ctx context.Context, out callOut, a *messages.Approval) b
 		// The user dismissed the question: the approval stays pending.
 		return false
 	}
-	if _, err := f.cfg.Client.Answer(ctx, messages.DecideRequest{ApprovalID: a.ApprovalID, Decision: decision, Reason: reason, By: agentOf(ctx)}); err != nil {
-		f.log.Warn("approval answer failed", "approval_id", a.ApprovalID, "error", err)
+	if _, err := c.cfg.Client.Answer(ctx, messages.DecideRequest{ApprovalID: a.ApprovalID, Decision: decision, Reason: reason, By: agentOf(ctx)}); err != nil {
+		c.log.Warn("approval answer failed", "approval_id", a.ApprovalID, "error", err)
 		return false
 	}
 	return true
@@ -371,7 +414,7 @@ func (f *Front) elicit(ctx context.Context, out callOut, a *messages.Approval) b
 // not sent (the worker coalesces reports, so a late copy of an older one
 // may follow a newer one).
 type progressOut struct {
-	f      *Front
+	log    *slog.Logger
 	out    callOut
 	token  mcp.ProgressToken
 	callID string
@@ -391,7 +434,7 @@ func (p *progressOut) send(ctx context.Context, pr messages.Progress) {
 		params["message"] = pr.Message
 	}
 	if err := p.out.notify(ctx, string(mcp.MethodNotificationProgress), params); err != nil {
-		p.f.log.Debug("progress not sent", "call_id", p.callID, "error", err)
+		p.log.Debug("progress not sent", "call_id", p.callID, "error", err)
 		return
 	}
 	p.sent, p.last = true, pr.Progress
@@ -400,21 +443,21 @@ func (p *progressOut) send(ctx context.Context, pr messages.Progress) {
 // follow waits for the call's result, sending its progress events as
 // progress notifications when the request has a progress token. A client
 // that cancels the request cancels the call (see cancels).
-func (f *Front) follow(ctx context.Context, progress *progressOut) (*messages.CallResult, error) {
+func (c *caller) follow(ctx context.Context, progress *progressOut) (*messages.CallResult, error) {
 	callID := progress.callID
 	if progress.token == nil {
 		// Nobody asked for progress: wait for the result alone, which
 		// costs no consumer on the server, unlike following every event.
-		res, err := f.cfg.Client.Wait(ctx, callID)
+		res, err := c.cfg.Client.Wait(ctx, callID)
 		if err != nil {
-			f.cancelOnEnd(ctx, callID)
+			c.cancelOnEnd(ctx, callID)
 			return nil, err
 		}
 		return res, nil
 	}
-	for ev, err := range f.cfg.Client.Watch(ctx, callID) {
+	for ev, err := range c.cfg.Client.Watch(ctx, callID) {
 		if err != nil {
-			f.cancelOnEnd(ctx, callID)
+			c.cancelOnEnd(ctx, callID)
 			return nil, err
 		}
 		switch {
@@ -425,7 +468,7 @@ func (f *Front) follow(ctx context.Context, progress *progressOut) (*messages.Ca
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		f.cancelOnEnd(ctx, callID)
+		c.cancelOnEnd(ctx, callID)
 		return nil, err
 	}
 	return nil, fmt.Errorf("the events of call %s ended without a result", callID)

@@ -138,14 +138,9 @@ func (c *Corpus) replay(cfg search.Config, opts UsageOptions) (Report, *search.I
 	if len(opts.Checkpoints) == 0 {
 		opts.Checkpoints = []float64{0.1, 0.5, 1}
 	}
-	usage, err := c.loadUsage(opts.File, opts.Part)
+	usage, err := c.usageTurns(opts.File, opts.Part)
 	if err != nil {
 		return Report{}, nil, err
-	}
-	// Files list their queries by category; agents' turns come mixed.
-	slices.SortStableFunc(usage, func(a, b Query) int { return cmp.Compare(idHash(a.ID), idHash(b.ID)) })
-	if len(usage) == 0 {
-		return Report{}, nil, errors.New("usage: no query to replay")
 	}
 	ix, err := search.Build(cfg, c.Tools)
 	if err != nil {
@@ -158,50 +153,17 @@ func (c *Corpus) replay(cfg search.Config, opts UsageOptions) (Report, *search.I
 	rep := &LearningReport{UsageQueries: len(usage), EncodedBytesBefore: report.EncodedBytes}
 	rep.Before = report.metrics()
 
-	canonical := c.canonicalNames()
-	records := map[string]map[string]*search.UsageRecord{} // tool → principal → record
-	principals := map[string]bool{}
+	u := &usageReplay{
+		ix: ix, opts: opts, canonical: c.canonicalNames(),
+		records: map[string]map[string]*search.UsageRecord{}, principals: map[string]bool{},
+	}
 	step := min(time.Minute, 24*time.Hour/time.Duration(len(usage)))
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	calls, onPage := 0, 0
 	next := 0
 	for i, q := range usage {
 		now = now.Add(step)
-		principal := q.Category
-		principals[principal] = true
-		res, err := ix.Search(search.Query{Text: q.Text, PageSize: opts.Page})
-		if err != nil {
-			return Report{}, nil, fmt.Errorf("usage query %q: %w", q.ID, err)
-		}
-		first := search.TurnSearch{Terms: search.UsageTerms(q.Text), Tools: hitNames(res.Hits)}
-		for _, rel := range q.Relevant {
-			tool := canonical[rel]
-			searches := []search.TurnSearch{first}
-			calls++
-			if slices.Contains(first.Tools, tool) {
-				onPage++
-			} else {
-				again, err := ix.Search(search.Query{Text: tool, PageSize: opts.Page})
-				if err != nil {
-					return Report{}, nil, err
-				}
-				searches = append(searches, search.TurnSearch{Terms: search.UsageTerms(tool), Tools: hitNames(again.Hits)})
-			}
-			terms := search.EvidenceTerms(searches, tool)
-			byPrincipal := records[tool]
-			if byPrincipal == nil {
-				byPrincipal = map[string]*search.UsageRecord{}
-				records[tool] = byPrincipal
-			}
-			r := byPrincipal[principal]
-			if r == nil {
-				r = &search.UsageRecord{}
-				byPrincipal[principal] = r
-			}
-			r.Add(terms, 1, now, opts.Learn)
-			if err := learn(ix, tool, byPrincipal, opts.Learn); err != nil {
-				return Report{}, nil, err
-			}
+		if err := u.turn(q, now); err != nil {
+			return Report{}, nil, err
 		}
 		for next < len(opts.Checkpoints) && float64(i+1) >= opts.Checkpoints[next]*float64(len(usage)) {
 			r, err := c.evaluate(ix, 0)
@@ -217,21 +179,122 @@ func (c *Corpus) replay(cfg search.Config, opts UsageOptions) (Report, *search.I
 		return Report{}, nil, err
 	}
 	rep.After = final.metrics()
-	rep.Principals = len(principals)
-	rep.ToolsWithUsage = len(records)
-	rep.FoundOnPage = float64(onPage) / float64(max(calls, 1))
+	rep.Principals = len(u.principals)
+	rep.ToolsWithUsage = len(u.records)
+	rep.FoundOnPage = float64(u.onPage) / float64(max(u.calls, 1))
 	rep.EncodedBytesAfter = final.EncodedBytes
-	for tool := range records {
-		name, _ := messages.ParseToolName(tool)
-		terms := ix.Learned(name)
-		rep.LearnedTerms = max(rep.LearnedTerms, len(terms))
-		for _, t := range terms {
-			rep.LearnedCount = max(rep.LearnedCount, int(t.Count))
+	rep.LearnedTerms, rep.LearnedCount = u.largestLearned()
+	if rep.NoUsage, err = c.noUsage(cfg, ix, u.records); err != nil {
+		return Report{}, nil, err
+	}
+	final.Learning = rep
+	return final, ix, nil
+}
+
+// usageTurns are the queries of a usage file's part, in the order their
+// turns are replayed.
+func (c *Corpus) usageTurns(file string, part Part) ([]Query, error) {
+	usage, err := c.loadUsage(file, part)
+	if err != nil {
+		return nil, err
+	}
+	// Files list their queries by category; agents' turns come mixed.
+	slices.SortStableFunc(usage, func(a, b Query) int { return cmp.Compare(idHash(a.ID), idHash(b.ID)) })
+	if len(usage) == 0 {
+		return nil, errors.New("usage: no query to replay")
+	}
+	return usage, nil
+}
+
+// usageReplay is a replay in progress: the index it teaches, the evidence
+// recorded so far, and its counts.
+type usageReplay struct {
+	ix        *search.Index
+	opts      UsageOptions
+	canonical map[string]string
+	// records holds the evidence by tool, then by principal.
+	records    map[string]map[string]*search.UsageRecord
+	principals map[string]bool
+	// calls counts the calls replayed, onPage those whose tool the turn's
+	// own search found.
+	calls, onPage int
+}
+
+// turn replays one usage query: its agent searches it, then calls each of
+// its relevant tools, whose evidence is learned at once.
+func (u *usageReplay) turn(q Query, now time.Time) error {
+	principal := q.Category
+	u.principals[principal] = true
+	res, err := u.ix.Search(search.Query{Text: q.Text, PageSize: u.opts.Page})
+	if err != nil {
+		return fmt.Errorf("usage query %q: %w", q.ID, err)
+	}
+	first := search.TurnSearch{Terms: search.UsageTerms(q.Text), Tools: hitNames(res.Hits)}
+	for _, rel := range q.Relevant {
+		tool := u.canonical[rel]
+		searches, err := u.find(first, tool)
+		if err != nil {
+			return err
+		}
+		if err := u.record(tool, principal, searches, now); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	// The queries none of whose relevant tools, or tools counted as the
-	// same, got evidence.
+// find is the searches of a turn that led to a call of tool: the turn's
+// own, and, when its page missed the tool, a second one naming it.
+func (u *usageReplay) find(first search.TurnSearch, tool string) ([]search.TurnSearch, error) {
+	searches := []search.TurnSearch{first}
+	u.calls++
+	if slices.Contains(first.Tools, tool) {
+		u.onPage++
+		return searches, nil
+	}
+	again, err := u.ix.Search(search.Query{Text: tool, PageSize: u.opts.Page})
+	if err != nil {
+		return nil, err
+	}
+	return append(searches, search.TurnSearch{Terms: search.UsageTerms(tool), Tools: hitNames(again.Hits)}), nil
+}
+
+// record adds a call's evidence to the principal's record of the tool,
+// and folds the tool's records into its learned field.
+func (u *usageReplay) record(tool, principal string, searches []search.TurnSearch, now time.Time) error {
+	terms := search.EvidenceTerms(searches, tool)
+	byPrincipal := u.records[tool]
+	if byPrincipal == nil {
+		byPrincipal = map[string]*search.UsageRecord{}
+		u.records[tool] = byPrincipal
+	}
+	r := byPrincipal[principal]
+	if r == nil {
+		r = &search.UsageRecord{}
+		byPrincipal[principal] = r
+	}
+	r.Add(terms, 1, now, u.opts.Learn)
+	return learn(u.ix, tool, byPrincipal, u.opts.Learn)
+}
+
+// largestLearned is the size of the largest learned field: its number of
+// terms, and its highest count.
+func (u *usageReplay) largestLearned() (terms, count int) {
+	for tool := range u.records {
+		name, _ := messages.ParseToolName(tool)
+		learned := u.ix.Learned(name)
+		terms = max(terms, len(learned))
+		for _, t := range learned {
+			count = max(count, int(t.Count))
+		}
+	}
+	return terms, count
+}
+
+// noUsage measures, without learning (a new index of cfg) and with ix's,
+// the queries none of whose relevant tools, or tools counted as the same,
+// got evidence.
+func (c *Corpus) noUsage(cfg search.Config, ix *search.Index, records map[string]map[string]*search.UsageRecord) (NoUsageReport, error) {
 	used := map[string]bool{}
 	for tool := range records {
 		used[c.group[tool]] = true
@@ -242,26 +305,26 @@ func (c *Corpus) replay(cfg search.Config, opts UsageOptions) (Report, *search.I
 			untouched = append(untouched, q)
 		}
 	}
-	rep.NoUsage.Queries = len(untouched)
-	if len(untouched) > 0 {
-		sub := *c
-		sub.Queries = untouched
-		before, err := search.Build(cfg, c.Tools)
-		if err != nil {
-			return Report{}, nil, err
-		}
-		b, err := sub.evaluate(before, 0)
-		if err != nil {
-			return Report{}, nil, err
-		}
-		a, err := sub.evaluate(ix, 0)
-		if err != nil {
-			return Report{}, nil, err
-		}
-		rep.NoUsage.Before, rep.NoUsage.After = b.metrics(), a.metrics()
+	out := NoUsageReport{Queries: len(untouched)}
+	if len(untouched) == 0 {
+		return out, nil
 	}
-	final.Learning = rep
-	return final, ix, nil
+	sub := *c
+	sub.Queries = untouched
+	before, err := search.Build(cfg, c.Tools)
+	if err != nil {
+		return out, err
+	}
+	b, err := sub.evaluate(before, 0)
+	if err != nil {
+		return out, err
+	}
+	a, err := sub.evaluate(ix, 0)
+	if err != nil {
+		return out, err
+	}
+	out.Before, out.After = b.metrics(), a.metrics()
+	return out, nil
 }
 
 // learn folds a tool's records, in the order of their principals, into

@@ -35,10 +35,13 @@ func (in *Installation) lockCurrent() (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := in.reload(); err != nil {
+	// Another command may have changed the state since Open.
+	fresh, err := Open(in.dir)
+	if err != nil {
 		unlock()
 		return nil, err
 	}
+	in.state = fresh.state
 	return unlock, nil
 }
 
@@ -57,21 +60,24 @@ func (in *Installation) AddNamespace(ns string) (Change, error) {
 	if cur := in.state.Namespaces[ns]; cur != nil && cur.Removed == nil {
 		return Change{}, fmt.Errorf("namespace %s exists (account %s)", ns, NamespaceAccount(ns))
 	}
-	token, err := in.addNamespace(ns)
+	token, err := in.ids.addNamespace(ns)
 	if err != nil {
 		return Change{}, err
 	}
-	if err := in.save(); err != nil {
+	if err := in.servers.writePreload(); err != nil {
+		return Change{}, err
+	}
+	if err := in.files.save(&in.state); err != nil {
 		return Change{}, err
 	}
 	return Change{AccountJWTs: []string{token}}, nil
 }
 
-func (in *Installation) addNamespace(ns string) (string, error) {
+func (ids *identities) addNamespace(ns string) (string, error) {
 	if err := messages.ValidateNamespace(ns); err != nil {
 		return "", err
 	}
-	for other, cur := range in.state.Namespaces {
+	for other, cur := range ids.state.Namespaces {
 		if other != ns && cur.Removed == nil && strings.EqualFold(other, ns) {
 			return "", fmt.Errorf("namespace %s would have the account %s of namespace %s", ns, NamespaceAccount(ns), other)
 		}
@@ -81,29 +87,29 @@ func (in *Installation) addNamespace(ns string) (string, error) {
 	}
 	// A namespace added again after its removal is a new account: the
 	// removed one stays revoked.
-	kp, err := in.key("account "+NamespaceAccount(ns), "", nkeys.PrefixByteAccount)
+	kp, err := ids.files.key("account "+NamespaceAccount(ns), "", nkeys.PrefixByteAccount)
 	if err != nil {
 		return "", err
 	}
 	pub := mustPublic(kp)
-	token, err := in.signNamespace(ns, pub, nil)
+	token, err := ids.signNamespace(ns, pub, nil)
 	if err != nil {
 		return "", err
 	}
-	if err := in.createFile(in.accountJWTPath(pub), []byte(token), 0o644); err != nil {
+	if err := ids.files.createFile(ids.files.accountJWTPath(pub), []byte(token), 0o644); err != nil {
 		return "", err
 	}
-	_ = os.Remove(in.CredsFile(WorkerUser(ns))) // a removed namespace's, revoked
-	user, err := in.issueUser(WorkerUser(ns), pub, in.workerPermissions(ns), nil, nil)
+	_ = os.Remove(ids.files.credsFile(WorkerUser(ns))) // a removed namespace's, revoked
+	user, err := ids.issueUser(WorkerUser(ns), pub, ids.workerPermissions(ns), nil, nil)
 	if err != nil {
 		return "", err
 	}
-	in.state.Namespaces[ns] = &Namespace{Account: pub, User: user, Added: time.Now().UTC()}
-	return token, in.writePreload()
+	ids.state.Namespaces[ns] = &Namespace{Account: pub, User: user, Added: time.Now().UTC()}
+	return token, nil
 }
 
-func (in *Installation) workerPermissions(ns string) jwt.Permissions {
-	g := newGrants(in.state.Prefix)
+func (ids *identities) workerPermissions(ns string) jwt.Permissions {
+	g := newGrants(ids.state.Prefix)
 	var p jwt.Permissions
 	p.Pub.Allow = g.subjects(permissions("worker publish"), ns)
 	p.Sub.Allow = g.subjects(permissions("worker subscribe"), ns)
@@ -113,8 +119,8 @@ func (in *Installation) workerPermissions(ns string) jwt.Permissions {
 // signNamespace signs namespace ns's account (public key pub); removed,
 // it has no imports, no connections, and every user it issued before is
 // revoked.
-func (in *Installation) signNamespace(ns, pub string, removed *time.Time) (string, error) {
-	op, err := in.readKey("operator", in.state.Operator)
+func (ids *identities) signNamespace(ns, pub string, removed *time.Time) (string, error) {
+	op, err := ids.files.readKey("operator", ids.state.Operator)
 	if err != nil {
 		return "", err
 	}
@@ -123,13 +129,13 @@ func (in *Installation) signNamespace(ns, pub string, removed *time.Time) (strin
 	if removed != nil {
 		ac.Limits.Conn = 0
 		ac.RevokeAt(jwt.All, *removed)
-		return in.encodeAccount(ac, op)
+		return ids.encodeAccount(ac, op)
 	}
-	g := newGrants(in.state.Prefix)
+	g := newGrants(ids.state.Prefix)
 	for _, imp := range imports("WORKER imports") {
-		ac.Imports.Add(importFrom(in.state.Accounts[AccountToolbus], g, imp, ns))
+		ac.Imports.Add(importFrom(ids.state.Accounts[AccountToolbus], g, imp, ns))
 	}
-	return in.encodeAccount(ac, op)
+	return ids.encodeAccount(ac, op)
 }
 
 // RemoveNamespace retires namespace ns's account: pushed, its workers are
@@ -147,19 +153,19 @@ func (in *Installation) RemoveNamespace(ns string) (Change, error) {
 		return Change{}, fmt.Errorf("no namespace %s (toolbus namespace list)", ns)
 	}
 	now := time.Now().UTC()
-	token, err := in.signNamespace(ns, cur.Account, &now)
+	token, err := in.ids.signNamespace(ns, cur.Account, &now)
 	if err != nil {
 		return Change{}, err
 	}
-	if err := replaceFile(in.accountJWTPath(cur.Account), []byte(token), 0o644); err != nil {
+	if err := replaceFile(in.files.accountJWTPath(cur.Account), []byte(token), 0o644); err != nil {
 		return Change{}, err
 	}
 	cur.Removed = &now
 	_ = os.Remove(in.CredsFile(WorkerUser(ns)))
-	if err := in.writePreload(); err != nil {
+	if err := in.servers.writePreload(); err != nil {
 		return Change{}, err
 	}
-	if err := in.save(); err != nil {
+	if err := in.files.save(&in.state); err != nil {
 		return Change{}, err
 	}
 	return Change{AccountJWTs: []string{token}}, nil
@@ -192,11 +198,11 @@ func (in *Installation) AddAgent(name string, opts AgentOptions) (Agent, error) 
 		return Agent{}, err
 	}
 	defer unlock()
-	a, err := in.addAgent(name, opts)
+	a, err := in.ids.addAgent(name, opts)
 	if err != nil {
 		return Agent{}, err
 	}
-	return *a, in.save()
+	return *a, in.files.save(&in.state)
 }
 
 // reservedUsers are the services' users, whose names no agent may take.
@@ -204,14 +210,14 @@ func reservedUser(name string) bool {
 	return name == UserCoordinator || name == UserIndexer || name == UserAuditor || name == UserSystem || strings.HasPrefix(name, "worker_")
 }
 
-func (in *Installation) addAgent(name string, opts AgentOptions) (*Agent, error) {
+func (ids *identities) addAgent(name string, opts AgentOptions) (*Agent, error) {
 	if err := validUserName("agent user", name); err != nil {
 		return nil, err
 	}
 	if reservedUser(name) {
 		return nil, fmt.Errorf("agent user %q: the name of a service's user", name)
 	}
-	if cur := in.state.Agents[name]; cur != nil && cur.Revoked == nil {
+	if cur := ids.state.Agents[name]; cur != nil && cur.Revoked == nil {
 		return nil, fmt.Errorf("agent user %s exists; revoke it first (toolbus agent revoke %s)", name, name)
 	}
 	actsAs := opts.ActsAs
@@ -233,12 +239,12 @@ func (in *Installation) addAgent(name string, opts AgentOptions) (*Agent, error)
 	if err := messages.ValidateRoute(route); err != nil {
 		return nil, err
 	}
-	for other, a := range in.state.Agents {
+	for other, a := range ids.state.Agents {
 		if a.Revoked == nil && slices.Contains(a.Routes, route) {
 			return nil, fmt.Errorf("route %s is agent user %s's", route, other)
 		}
 	}
-	g := newGrants(in.state.Prefix)
+	g := newGrants(ids.state.Prefix)
 	var perms jwt.Permissions
 	perms.Pub.Allow = g.subjects(permissions("agent publish"), "")
 	perms.Sub.Allow = []string{"_INBOX_" + name + ".>", g.lower + ".results." + route + ".>"}
@@ -255,13 +261,13 @@ func (in *Installation) addAgent(name string, opts AgentOptions) (*Agent, error)
 		t := now.Add(opts.Expires).Truncate(time.Second)
 		expires = &t
 	}
-	_ = os.Remove(in.CredsFile(name)) // a revoked user's
-	user, err := in.issueUser(name, in.state.Accounts[AccountAgents], perms, tags, expires)
+	_ = os.Remove(ids.files.credsFile(name)) // a revoked user's
+	user, err := ids.issueUser(name, ids.state.Accounts[AccountAgents], perms, tags, expires)
 	if err != nil {
 		return nil, err
 	}
 	a := &Agent{User: user, ActsAs: actsAs, Operator: opts.Operator, Routes: []string{route}, Added: now, Expires: expires}
-	in.state.Agents[name] = a
+	ids.state.Agents[name] = a
 	return a, nil
 }
 
@@ -284,18 +290,18 @@ func (in *Installation) RevokeAgent(name string) (Change, error) {
 		now = a.Added
 	}
 	a.Revoked = &now
-	token, err := in.signAccount(AccountAgents)
+	token, err := in.ids.signAccount(AccountAgents)
 	if err != nil {
 		return Change{}, err
 	}
-	if err := replaceFile(in.accountJWTPath(in.state.Accounts[AccountAgents]), []byte(token), 0o644); err != nil {
+	if err := replaceFile(in.files.accountJWTPath(in.state.Accounts[AccountAgents]), []byte(token), 0o644); err != nil {
 		return Change{}, err
 	}
 	_ = os.Remove(in.CredsFile(name))
-	if err := in.writePreload(); err != nil {
+	if err := in.servers.writePreload(); err != nil {
 		return Change{}, err
 	}
-	if err := in.save(); err != nil {
+	if err := in.files.save(&in.state); err != nil {
 		return Change{}, err
 	}
 	return Change{AccountJWTs: []string{token}}, nil
@@ -310,17 +316,6 @@ func (in *Installation) Agents() map[string]Agent {
 		}
 	}
 	return out
-}
-
-// reload reads the state again under the lock: another command may have
-// changed it since Open.
-func (in *Installation) reload() error {
-	fresh, err := Open(in.dir)
-	if err != nil {
-		return err
-	}
-	in.state = fresh.state
-	return nil
 }
 
 // ParseExpiry reads a duration as Go writes them (90m, 720h), or a number

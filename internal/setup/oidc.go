@@ -117,10 +117,10 @@ func (in *Installation) AuthnKeys() (answers, users nkeys.KeyPair, err error) {
 	if in.state.OIDC == nil {
 		return nil, nil, errors.New("the installation has no identity provider: configure one with toolbus setup --oidc-issuer URL --oidc-audience A")
 	}
-	if answers, err = in.readKey("account "+AccountAuth, in.state.Accounts[AccountAuth]); err != nil {
+	if answers, err = in.files.readKey("account "+AccountAuth, in.state.Accounts[AccountAuth]); err != nil {
 		return nil, nil, err
 	}
-	if users, err = in.readKey("the callout's signing key of "+AccountAgents, in.state.OIDC.SigningKey); err != nil {
+	if users, err = in.files.readKey("the callout's signing key of "+AccountAgents, in.state.OIDC.SigningKey); err != nil {
 		return nil, nil, err
 	}
 	return answers, users, nil
@@ -139,15 +139,15 @@ func (in *Installation) ConfigureOIDC(opts OIDCOptions) (Change, error) {
 	}
 	defer unlock()
 	before := in.state.OIDC
-	tokens, err := in.configureOIDC(opts)
+	tokens, err := in.ids.configureOIDC(opts)
 	if err != nil {
 		in.state.OIDC = before
 		return Change{}, err
 	}
-	if err := in.writePreload(); err != nil {
+	if err := in.servers.writePreload(); err != nil {
 		return Change{}, err
 	}
-	if err := in.save(); err != nil {
+	if err := in.files.save(&in.state); err != nil {
 		return Change{}, err
 	}
 	return Change{AccountJWTs: tokens}, nil
@@ -155,11 +155,11 @@ func (in *Installation) ConfigureOIDC(opts OIDCOptions) (Change, error) {
 
 // configureOIDC makes or updates what the callout needs (see above). It
 // returns the account JWTs it signed anew, to push to running servers.
-func (in *Installation) configureOIDC(opts OIDCOptions) ([]string, error) {
+func (ids *identities) configureOIDC(opts OIDCOptions) ([]string, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	st := &in.state
+	st := ids.state
 	if st.OIDC != nil && st.OIDC.OIDCOptions == opts {
 		return nil, nil
 	}
@@ -171,12 +171,12 @@ func (in *Installation) configureOIDC(opts OIDCOptions) ([]string, error) {
 		st.OIDC.OIDCOptions = opts
 		return nil, nil // the keys and accounts stay; toolbus authn reads the options when it starts
 	}
-	akp, err := in.key("account "+AccountAuth, st.Accounts[AccountAuth], nkeys.PrefixByteAccount)
+	akp, err := ids.files.key("account "+AccountAuth, st.Accounts[AccountAuth], nkeys.PrefixByteAccount)
 	if err != nil {
 		return nil, err
 	}
 	st.Accounts[AccountAuth] = mustPublic(akp)
-	skp, err := in.key("the callout's signing key of "+AccountAgents, "", nkeys.PrefixByteAccount)
+	skp, err := ids.files.key("the callout's signing key of "+AccountAgents, "", nkeys.PrefixByteAccount)
 	if err != nil {
 		return nil, err
 	}
@@ -191,11 +191,11 @@ func (in *Installation) configureOIDC(opts OIDCOptions) ([]string, error) {
 	st.Users[UserAuthn] = mustPublic(ukp)
 	var tokens []string
 	for _, name := range []string{AccountAuth, AccountAgents} {
-		token, err := in.signAccount(name)
+		token, err := ids.signAccount(name)
 		if err != nil {
 			return nil, err
 		}
-		if err := replaceFile(in.accountJWTPath(st.Accounts[name]), []byte(token), 0o644); err != nil {
+		if err := replaceFile(ids.files.accountJWTPath(st.Accounts[name]), []byte(token), 0o644); err != nil {
 			return nil, err
 		}
 		tokens = append(tokens, token)
@@ -205,7 +205,7 @@ func (in *Installation) configureOIDC(opts OIDCOptions) ([]string, error) {
 	uc.Sub.Allow.Add("$SYS.REQ.USER.AUTH")
 	uc.Pub.Deny.Add(">")
 	uc.Resp = &jwt.ResponsePermission{MaxMsgs: 1}
-	if err := in.writeCreds(UserAuthn, uc, akp, ukp); err != nil {
+	if err := ids.writeCreds(UserAuthn, uc, akp, ukp); err != nil {
 		return nil, err
 	}
 	sentinel := jwt.NewUserClaims(mustPublic(mustUser()))
@@ -229,17 +229,17 @@ func mustUser() nkeys.KeyPair {
 
 // signAuth fills AUTH's claims: the callout's user is its one auth user,
 // and the users it issues are AGENTS's.
-func (in *Installation) signAuth(ac *jwt.AccountClaims) {
-	ac.Authorization.AuthUsers.Add(in.state.Users[UserAuthn])
-	ac.Authorization.AllowedAccounts.Add(in.state.Accounts[AccountAgents])
+func (ids *identities) signAuth(ac *jwt.AccountClaims) {
+	ac.Authorization.AuthUsers.Add(ids.state.Users[UserAuthn])
+	ac.Authorization.AllowedAccounts.Add(ids.state.Accounts[AccountAgents])
 }
 
 // agentsScope is the scope of the callout's signing key in AGENTS: an
 // agent's publish permissions, and its inbox alone to subscribe to.
-func (in *Installation) agentsScope() *jwt.UserScope {
-	g := newGrants(in.state.Prefix)
+func (ids *identities) agentsScope() *jwt.UserScope {
+	g := newGrants(ids.state.Prefix)
 	scope := jwt.NewUserScope()
-	scope.Key = in.state.OIDC.SigningKey
+	scope.Key = ids.state.OIDC.SigningKey
 	scope.Role = scopeRole
 	scope.Description = "the users toolbus authn issues for the identity provider's tokens"
 	scope.Template.Pub.Allow.Add(g.subjects(permissions("agent publish"), "")...)
@@ -248,7 +248,7 @@ func (in *Installation) agentsScope() *jwt.UserScope {
 }
 
 // writeCreds signs a user of an account and writes its credentials.
-func (in *Installation) writeCreds(user string, uc *jwt.UserClaims, akp, ukp nkeys.KeyPair) error {
+func (ids *identities) writeCreds(user string, uc *jwt.UserClaims, akp, ukp nkeys.KeyPair) error {
 	token, err := uc.Encode(akp)
 	if err != nil {
 		return err
@@ -261,9 +261,9 @@ func (in *Installation) writeCreds(user string, uc *jwt.UserClaims, akp, ukp nke
 	if err != nil {
 		return err
 	}
-	path := in.CredsFile(user)
+	path := ids.files.credsFile(user)
 	_ = os.Remove(path)
-	if err := in.createFile(path, creds, 0o600); err != nil {
+	if err := ids.files.createFile(path, creds, 0o600); err != nil {
 		return fmt.Errorf("setup: credentials of %s: %w", user, err)
 	}
 	return nil

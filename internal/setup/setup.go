@@ -135,6 +135,44 @@ type Agent struct {
 type Installation struct {
 	dir   string
 	state State
+	// files are the directory's keys and files written once; ids signs
+	// the installation's accounts and users; servers writes what the
+	// nats-servers read.
+	files   *store
+	ids     *identities
+	servers *serverConfig
+}
+
+// store is an installation's directory as files: the seeds of its keys,
+// named by public key and never overwritten, its accounts' JWTs, its
+// users' credentials and installation.json.
+type store struct {
+	dir string
+}
+
+// identities makes the installation's NATS identities and signs them: the
+// accounts' JWTs with the operator's key, the users' with their account's.
+// It changes the state and writes keys, JWTs and credentials; saving the
+// state is its caller's.
+type identities struct {
+	state *State
+	files *store
+}
+
+// serverConfig writes what the installation's nats-servers read: each
+// node's configuration, and the accounts every node preloads.
+type serverConfig struct {
+	dir   string
+	state *State
+	files *store
+}
+
+// installation assembles the parts of the installation in dir.
+func installation(dir string, state State) *Installation {
+	in := &Installation{dir: dir, state: state, files: &store{dir: dir}}
+	in.ids = &identities{state: &in.state, files: in.files}
+	in.servers = &serverConfig{dir: dir, state: &in.state, files: in.files}
+	return in
 }
 
 const stateFile = "installation.json"
@@ -155,10 +193,11 @@ func Open(dir string) (*Installation, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := &Installation{dir: abs}
-	if err := json.Unmarshal(data, &in.state); err != nil {
+	var state State
+	if err := json.Unmarshal(data, &state); err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
 	}
+	in := installation(abs, state)
 	if in.state.Namespaces == nil {
 		in.state.Namespaces = map[string]*Namespace{}
 	}
@@ -189,8 +228,10 @@ func (in *Installation) URLs() string {
 }
 
 // CredsFile is the credentials file of a user.
-func (in *Installation) CredsFile(user string) string {
-	return filepath.Join(in.dir, "creds", user+".creds")
+func (in *Installation) CredsFile(user string) string { return in.files.credsFile(user) }
+
+func (s *store) credsFile(user string) string {
+	return filepath.Join(s.dir, "creds", user+".creds")
 }
 
 // CredsDir holds the credentials files, one per user: worker_<namespace>.creds
@@ -244,7 +285,7 @@ func Setup(opts Options) (*Installation, error) {
 	case err != nil:
 		return nil, err
 	default:
-		if err := in.sameOptions(opts); err != nil {
+		if err := in.state.sameOptions(opts); err != nil {
 			return nil, err
 		}
 	}
@@ -260,11 +301,14 @@ func Setup(opts Options) (*Installation, error) {
 		if cur := in.state.Namespaces[ns]; cur != nil && cur.Removed == nil {
 			continue
 		}
-		if _, err := in.addNamespace(ns); err != nil {
+		if _, err := in.ids.addNamespace(ns); err != nil {
+			return nil, err
+		}
+		if err := in.servers.writePreload(); err != nil {
 			return nil, err
 		}
 	}
-	if err := in.save(); err != nil {
+	if err := in.files.save(&in.state); err != nil {
 		return nil, err
 	}
 	return in, nil
@@ -286,11 +330,11 @@ func newInstallation(opts Options) (*Installation, error) {
 	if _, err := messages.NewNames(prefix); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
-	return &Installation{dir: abs, state: State{
+	return installation(abs, State{
 		Version: 1, Prefix: prefix, Nodes: nodes,
 		Accounts: map[string]string{}, Users: map[string]string{},
 		Namespaces: map[string]*Namespace{}, Agents: map[string]*Agent{},
-	}}, nil
+	}), nil
 }
 
 // layout places the nodes: consecutive client and route ports.
@@ -331,34 +375,34 @@ func layout(opts Options) ([]Node, error) {
 
 // sameOptions refuses options that contradict the installation made
 // before: its nodes and prefix are chosen once.
-func (in *Installation) sameOptions(opts Options) error {
-	if opts.Nodes != 0 && opts.Nodes != len(in.state.Nodes) {
-		return fmt.Errorf("setup: the installation in %s has %d node(s); --nodes %d would be another installation (use another --dir)", opts.Dir, len(in.state.Nodes), opts.Nodes)
+func (st *State) sameOptions(opts Options) error {
+	if opts.Nodes != 0 && opts.Nodes != len(st.Nodes) {
+		return fmt.Errorf("setup: the installation in %s has %d node(s); --nodes %d would be another installation (use another --dir)", opts.Dir, len(st.Nodes), opts.Nodes)
 	}
-	if opts.Listen != "" && opts.Listen != in.state.Nodes[0].Client {
-		return fmt.Errorf("setup: the installation in %s listens on %s; --listen %s would be another installation (use another --dir)", opts.Dir, in.state.Nodes[0].Client, opts.Listen)
+	if opts.Listen != "" && opts.Listen != st.Nodes[0].Client {
+		return fmt.Errorf("setup: the installation in %s listens on %s; --listen %s would be another installation (use another --dir)", opts.Dir, st.Nodes[0].Client, opts.Listen)
 	}
-	if opts.Prefix != "" && opts.Prefix != in.state.Prefix {
-		return fmt.Errorf("setup: the installation in %s has prefix %s, not %s", opts.Dir, in.state.Prefix, opts.Prefix)
+	if opts.Prefix != "" && opts.Prefix != st.Prefix {
+		return fmt.Errorf("setup: the installation in %s has prefix %s, not %s", opts.Dir, st.Prefix, opts.Prefix)
 	}
 	return nil
 }
 
 // complete makes whatever of the installation's base is missing.
 func (in *Installation) complete() error {
-	op, err := in.key("operator", in.state.Operator, nkeys.PrefixByteOperator)
+	op, err := in.files.key("operator", in.state.Operator, nkeys.PrefixByteOperator)
 	if err != nil {
 		return err
 	}
 	in.state.Operator = mustPublic(op)
 	for _, name := range []string{AccountSystem, AccountToolbus, AccountAgents, AccountIndexer, AccountAuditor} {
-		kp, err := in.key("account "+name, in.state.Accounts[name], nkeys.PrefixByteAccount)
+		kp, err := in.files.key("account "+name, in.state.Accounts[name], nkeys.PrefixByteAccount)
 		if err != nil {
 			return err
 		}
 		in.state.Accounts[name] = mustPublic(kp)
 	}
-	if err := in.writeOnce(filepath.Join("jwt", "operator.jwt"), 0o644, func() ([]byte, error) {
+	if err := in.files.writeOnce(filepath.Join("jwt", "operator.jwt"), 0o644, func() ([]byte, error) {
 		oc := jwt.NewOperatorClaims(in.state.Operator)
 		oc.Name = "toolbus"
 		oc.SystemAccount = in.state.Accounts[AccountSystem]
@@ -368,8 +412,8 @@ func (in *Installation) complete() error {
 		return err
 	}
 	for _, name := range []string{AccountSystem, AccountToolbus, AccountAgents, AccountIndexer, AccountAuditor} {
-		if err := in.writeOnce(in.accountJWTPath(in.state.Accounts[name]), 0o644, func() ([]byte, error) {
-			token, err := in.signAccount(name)
+		if err := in.files.writeOnce(in.files.accountJWTPath(in.state.Accounts[name]), 0o644, func() ([]byte, error) {
+			token, err := in.ids.signAccount(name)
 			return []byte(token), err
 		}); err != nil {
 			return err
@@ -378,38 +422,38 @@ func (in *Installation) complete() error {
 	for _, u := range []struct{ user, account string }{
 		{UserCoordinator, AccountToolbus}, {UserIndexer, AccountIndexer}, {UserAuditor, AccountAuditor}, {UserSystem, AccountSystem},
 	} {
-		if err := in.serviceCreds(u.user, u.account); err != nil {
+		if err := in.ids.serviceCreds(u.user, u.account); err != nil {
 			return err
 		}
 	}
 	if a := in.state.Agents[UserAdmin]; a == nil || a.Revoked != nil {
-		if _, err := in.addAgent(UserAdmin, AgentOptions{Operator: true}); err != nil {
+		if _, err := in.ids.addAgent(UserAdmin, AgentOptions{Operator: true}); err != nil {
 			return err
 		}
 	}
 	if a := in.state.Agents[UserMCP]; a == nil || a.Revoked != nil {
-		if _, err := in.addAgent(UserMCP, AgentOptions{ActsAs: []string{MCPAgent, MCPAgent + "-*"}}); err != nil {
+		if _, err := in.ids.addAgent(UserMCP, AgentOptions{ActsAs: []string{MCPAgent, MCPAgent + "-*"}}); err != nil {
 			return err
 		}
 	}
-	if err := in.writeOnce("console-tokens.yaml", 0o600, func() ([]byte, error) {
+	if err := in.files.writeOnce("console-tokens.yaml", 0o600, func() ([]byte, error) {
 		return fmt.Appendf(nil, "# The console's login tokens (toolbus console --tokens); add a line per operator.\ntokens:\n  %s: {operator: %s}\n", randomToken(), UserAdmin), nil
 	}); err != nil {
 		return err
 	}
-	if err := in.writeOnce("mcp-tokens.yaml", 0o600, func() ([]byte, error) {
+	if err := in.files.writeOnce("mcp-tokens.yaml", 0o600, func() ([]byte, error) {
 		return fmt.Appendf(nil, "# The MCP front's bearer tokens (toolbus mcp --tokens), each an agent the front's\n# user %s may act as (%s or %s-*).\ntokens:\n  %s: {agent: %s}\n", UserMCP, MCPAgent, MCPAgent, randomToken(), MCPAgent), nil
 	}); err != nil {
 		return err
 	}
 	for i := range in.state.Nodes {
-		if err := in.writeOnce(filepath.Join("nats", in.state.Nodes[i].Name+".conf"), 0o644, func() ([]byte, error) {
-			return []byte(in.nodeConfig(i, NodePaths{})), nil
+		if err := in.files.writeOnce(filepath.Join("nats", in.state.Nodes[i].Name+".conf"), 0o644, func() ([]byte, error) {
+			return []byte(in.servers.nodeConfig(i, NodePaths{})), nil
 		}); err != nil {
 			return err
 		}
 	}
-	return in.writePreload()
+	return in.servers.writePreload()
 }
 
 func randomToken() string {
@@ -431,9 +475,9 @@ func mustPublic(kp nkeys.KeyPair) string {
 // key reads the key whose public key is pub, or makes a new one when pub
 // is empty. A key the installation knows but cannot read is an error: a
 // new one would not be the one the servers trust.
-func (in *Installation) key(what, pub string, prefix nkeys.PrefixByte) (nkeys.KeyPair, error) {
+func (s *store) key(what, pub string, prefix nkeys.PrefixByte) (nkeys.KeyPair, error) {
 	if pub != "" {
-		return in.readKey(what, pub)
+		return s.readKey(what, pub)
 	}
 	kp, err := nkeys.CreatePair(prefix)
 	if err != nil {
@@ -444,18 +488,18 @@ func (in *Installation) key(what, pub string, prefix nkeys.PrefixByte) (nkeys.Ke
 		return nil, err
 	}
 	pub = mustPublic(kp)
-	if err := in.createFile(in.keyPath(pub), seed, 0o600); err != nil {
+	if err := s.createFile(s.keyPath(pub), seed, 0o600); err != nil {
 		return nil, fmt.Errorf("setup: %s's key: %w", what, err)
 	}
 	return kp, nil
 }
 
-func (in *Installation) keyPath(pub string) string {
-	return filepath.Join(in.dir, "keys", pub+".nk")
+func (s *store) keyPath(pub string) string {
+	return filepath.Join(s.dir, "keys", pub+".nk")
 }
 
-func (in *Installation) readKey(what, pub string) (nkeys.KeyPair, error) {
-	path := in.keyPath(pub)
+func (s *store) readKey(what, pub string) (nkeys.KeyPair, error) {
+	path := s.keyPath(pub)
 	seed, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("setup: %s's key %s: %w (restore it from a backup: the servers trust this key and no other)", what, path, err)
@@ -467,13 +511,13 @@ func (in *Installation) readKey(what, pub string) (nkeys.KeyPair, error) {
 	return kp, nil
 }
 
-func (in *Installation) accountJWTPath(pub string) string {
-	return filepath.Join(in.dir, "jwt", pub+".jwt")
+func (s *store) accountJWTPath(pub string) string {
+	return filepath.Join(s.dir, "jwt", pub+".jwt")
 }
 
 // createFile writes a file that must not exist yet: a key is never
 // overwritten.
-func (in *Installation) createFile(path string, data []byte, mode os.FileMode) error {
+func (s *store) createFile(path string, data []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
@@ -495,10 +539,10 @@ func (in *Installation) createFile(path string, data []byte, mode os.FileMode) e
 
 // writeOnce writes rel (relative to the directory) with what make
 // returns, unless it exists.
-func (in *Installation) writeOnce(rel string, mode os.FileMode, make func() ([]byte, error)) error {
+func (s *store) writeOnce(rel string, mode os.FileMode, make func() ([]byte, error)) error {
 	path := rel
 	if !filepath.IsAbs(path) {
-		path = filepath.Join(in.dir, rel)
+		path = filepath.Join(s.dir, rel)
 	}
 	if _, err := os.Stat(path); err == nil {
 		return nil
@@ -507,7 +551,7 @@ func (in *Installation) writeOnce(rel string, mode os.FileMode, make func() ([]b
 	if err != nil {
 		return fmt.Errorf("setup: %s: %w", rel, err)
 	}
-	if err := in.createFile(path, data, mode); err != nil {
+	if err := s.createFile(path, data, mode); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
 	return nil
@@ -531,26 +575,27 @@ func replaceFile(path string, data []byte, mode os.FileMode) error {
 	return os.Rename(tmp, path)
 }
 
-func (in *Installation) save() error {
-	data, err := json.MarshalIndent(in.state, "", "  ")
+// save writes installation.json.
+func (s *store) save(st *State) error {
+	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	return replaceFile(filepath.Join(in.dir, stateFile), append(data, '\n'), 0o644)
+	return replaceFile(filepath.Join(s.dir, stateFile), append(data, '\n'), 0o644)
 }
 
 // signAccount signs the current claims of account name (one of the base
 // accounts) with the operator's key.
-func (in *Installation) signAccount(name string) (string, error) {
-	op, err := in.readKey("operator", in.state.Operator)
+func (ids *identities) signAccount(name string) (string, error) {
+	op, err := ids.files.readKey("operator", ids.state.Operator)
 	if err != nil {
 		return "", err
 	}
-	pub := in.state.Accounts[name]
+	pub := ids.state.Accounts[name]
 	ac := jwt.NewAccountClaims(pub)
 	ac.Name = name
-	g := newGrants(in.state.Prefix)
-	toolbus := in.state.Accounts[AccountToolbus]
+	g := newGrants(ids.state.Prefix)
+	toolbus := ids.state.Accounts[AccountToolbus]
 	switch name {
 	case AccountToolbus:
 		ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit, Streams: jwt.NoLimit, Consumer: jwt.NoLimit, MaxAckPending: jwt.NoLimit}
@@ -562,7 +607,7 @@ func (in *Installation) signAccount(name string) (string, error) {
 			ac.Exports.Add(x)
 		}
 	case AccountAgents:
-		kp, err := in.readKey("account "+AccountToolbus, toolbus)
+		kp, err := ids.files.readKey("account "+AccountToolbus, toolbus)
 		if err != nil {
 			return "", err
 		}
@@ -575,16 +620,16 @@ func (in *Installation) signAccount(name string) (string, error) {
 			}
 			ac.Imports.Add(i)
 		}
-		for _, a := range in.state.Agents {
+		for _, a := range ids.state.Agents {
 			if a.Revoked != nil {
 				ac.RevokeAt(a.User, *a.Revoked)
 			}
 		}
-		if in.state.OIDC != nil {
-			ac.SigningKeys.AddScopedSigner(in.agentsScope())
+		if ids.state.OIDC != nil {
+			ac.SigningKeys.AddScopedSigner(ids.agentsScope())
 		}
 	case AccountAuth:
-		in.signAuth(ac)
+		ids.signAuth(ac)
 	case AccountIndexer:
 		for _, imp := range imports("INDEXER imports") {
 			ac.Imports.Add(importFrom(toolbus, g, imp, ""))
@@ -594,10 +639,10 @@ func (in *Installation) signAccount(name string) (string, error) {
 			ac.Imports.Add(importFrom(toolbus, g, imp, ""))
 		}
 	}
-	return in.encodeAccount(ac, op)
+	return ids.encodeAccount(ac, op)
 }
 
-func (in *Installation) encodeAccount(ac *jwt.AccountClaims, op nkeys.KeyPair) (string, error) {
+func (ids *identities) encodeAccount(ac *jwt.AccountClaims, op nkeys.KeyPair) (string, error) {
 	vr := jwt.CreateValidationResults()
 	ac.Validate(vr)
 	if errs := vr.Errors(); len(errs) > 0 {
@@ -616,11 +661,11 @@ func importFrom(exporter string, g grants, imp importOf, ns string) *jwt.Import 
 
 // serviceCreds writes the credentials of a service user of account unless
 // it has them.
-func (in *Installation) serviceCreds(user, account string) error {
-	if _, err := os.Stat(in.CredsFile(user)); err == nil {
+func (ids *identities) serviceCreds(user, account string) error {
+	if _, err := os.Stat(ids.files.credsFile(user)); err == nil {
 		return nil
 	}
-	g := newGrants(in.state.Prefix)
+	g := newGrants(ids.state.Prefix)
 	perms := jwt.Permissions{}
 	switch user {
 	case UserCoordinator:
@@ -633,18 +678,18 @@ func (in *Installation) serviceCreds(user, account string) error {
 		// The system account's user pushes account JWTs to the servers'
 		// resolver; it has the system account's every right.
 	}
-	pub, err := in.issueUser(user, in.state.Accounts[account], perms, nil, nil)
+	pub, err := ids.issueUser(user, ids.state.Accounts[account], perms, nil, nil)
 	if err != nil {
 		return err
 	}
-	in.state.Users[user] = pub
+	ids.state.Users[user] = pub
 	return nil
 }
 
 // issueUser makes a user key and its JWT signed by the account whose
 // public key is account, and writes its credentials file.
-func (in *Installation) issueUser(user, account string, perms jwt.Permissions, tags []string, expires *time.Time) (string, error) {
-	akp, err := in.readKey("account of user "+user, account)
+func (ids *identities) issueUser(user, account string, perms jwt.Permissions, tags []string, expires *time.Time) (string, error) {
+	akp, err := ids.files.readKey("account of user "+user, account)
 	if err != nil {
 		return "", err
 	}
@@ -671,8 +716,8 @@ func (in *Installation) issueUser(user, account string, perms jwt.Permissions, t
 	if err != nil {
 		return "", err
 	}
-	path := in.CredsFile(user)
-	if err := in.createFile(path, creds, 0o600); err != nil {
+	path := ids.files.credsFile(user)
+	if err := ids.files.createFile(path, creds, 0o600); err != nil {
 		return "", fmt.Errorf("setup: credentials of %s: %w", user, err)
 	}
 	return uc.Subject, nil
@@ -681,31 +726,31 @@ func (in *Installation) issueUser(user, account string, perms jwt.Permissions, t
 // writePreload writes nats/accounts.conf, which every node includes: the
 // current JWT of every account, loaded into the node's resolver when it
 // starts (a JWT older than the one the resolver holds is ignored).
-func (in *Installation) writePreload() error {
+func (sc *serverConfig) writePreload() error {
 	var b strings.Builder
 	b.WriteString("# Written by toolbus setup, toolbus namespace and toolbus agent: the current JWT\n# of every account, loaded by each node's resolver when it starts.\nresolver_preload: {\n")
 	var pubs []string
-	for _, pub := range in.state.Accounts {
+	for _, pub := range sc.state.Accounts {
 		pubs = append(pubs, pub)
 	}
-	for _, ns := range in.state.Namespaces {
+	for _, ns := range sc.state.Namespaces {
 		pubs = append(pubs, ns.Account)
 	}
 	sort.Strings(pubs)
 	for _, pub := range slices.Compact(pubs) {
-		token, err := os.ReadFile(in.accountJWTPath(pub))
+		token, err := os.ReadFile(sc.files.accountJWTPath(pub))
 		if err != nil {
 			return fmt.Errorf("setup: %w", err)
 		}
 		fmt.Fprintf(&b, "  %s: %q\n", pub, strings.TrimSpace(string(token)))
 	}
 	b.WriteString("}\n")
-	if in.state.OIDC != nil {
+	if sc.state.OIDC != nil {
 		// A connection without credentials of its own (a token only) is
 		// this bearer user of AUTH, whose callout says who it is.
-		fmt.Fprintf(&b, "# A connection with a token and no credentials goes to the auth callout (toolbus authn).\ndefault_sentinel: %q\n", in.state.OIDC.Sentinel)
+		fmt.Fprintf(&b, "# A connection with a token and no credentials goes to the auth callout (toolbus authn).\ndefault_sentinel: %q\n", sc.state.OIDC.Sentinel)
 	}
-	return replaceFile(filepath.Join(in.dir, "nats", "accounts.conf"), []byte(b.String()), 0o644)
+	return replaceFile(filepath.Join(sc.dir, "nats", "accounts.conf"), []byte(b.String()), 0o644)
 }
 
 // NodePaths overrides where a node keeps its data, and its ports, for a
@@ -726,7 +771,7 @@ func (in *Installation) WriteNodeConfig(i int, path string, paths NodePaths) err
 	if err := replaceFile(filepath.Join(filepath.Dir(path), "accounts.conf"), mustRead(filepath.Join(in.dir, "nats", "accounts.conf")), 0o644); err != nil {
 		return err
 	}
-	return replaceFile(path, []byte(in.nodeConfig(i, paths)), 0o644)
+	return replaceFile(path, []byte(in.servers.nodeConfig(i, paths)), 0o644)
 }
 
 func mustRead(path string) []byte {
@@ -734,41 +779,41 @@ func mustRead(path string) []byte {
 	return data
 }
 
-func (in *Installation) nodeConfig(i int, paths NodePaths) string {
-	node := in.state.Nodes[i]
-	store := paths.Store
-	if store == "" {
-		store = filepath.Join(in.dir, "nats", node.Name)
+func (sc *serverConfig) nodeConfig(i int, paths NodePaths) string {
+	node := sc.state.Nodes[i]
+	storeDir := paths.Store
+	if storeDir == "" {
+		storeDir = filepath.Join(sc.dir, "nats", node.Name)
 	}
 	listen := node.Client
 	if paths.Listen != "" {
 		listen = paths.Listen
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Node %d of %d of the Toolbus installation in %s, written by toolbus setup.\n", i+1, len(in.state.Nodes), in.dir)
+	fmt.Fprintf(&b, "# Node %d of %d of the Toolbus installation in %s, written by toolbus setup.\n", i+1, len(sc.state.Nodes), sc.dir)
 	b.WriteString("# Accounts and users are signed JWTs (operator mode) held by a full account\n# resolver: toolbus namespace and toolbus agent push their changes to it live.\n")
-	fmt.Fprintf(&b, "#   nats-server -c %s\n", filepath.Join(in.dir, "nats", node.Name+".conf"))
+	fmt.Fprintf(&b, "#   nats-server -c %s\n", filepath.Join(sc.dir, "nats", node.Name+".conf"))
 	fmt.Fprintf(&b, "server_name: toolbus-%s\n", node.Name)
 	fmt.Fprintf(&b, "listen: %q\n", listen)
 	b.WriteString("max_payload: 1MB\n")
 	// A service user's JWT lists its permissions and comes with its
 	// CONNECT line: the coordinator's is longer than the default 4 KiB.
 	b.WriteString("max_control_line: 64KB\n")
-	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n}\n", store) // the server keeps its streams in store/jetstream
-	fmt.Fprintf(&b, "operator: %q\n", filepath.Join(in.dir, "jwt", "operator.jwt"))
-	fmt.Fprintf(&b, "system_account: %s\n", in.state.Accounts[AccountSystem])
-	fmt.Fprintf(&b, "resolver {\n  type: full\n  dir: %q\n  allow_delete: false\n  interval: \"2m\"\n  timeout: \"2s\"\n}\n", filepath.Join(store, "resolver"))
+	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n}\n", storeDir) // the server keeps its streams in storeDir/jetstream
+	fmt.Fprintf(&b, "operator: %q\n", filepath.Join(sc.dir, "jwt", "operator.jwt"))
+	fmt.Fprintf(&b, "system_account: %s\n", sc.state.Accounts[AccountSystem])
+	fmt.Fprintf(&b, "resolver {\n  type: full\n  dir: %q\n  allow_delete: false\n  interval: \"2m\"\n  timeout: \"2s\"\n}\n", filepath.Join(storeDir, "resolver"))
 	b.WriteString("include \"accounts.conf\"\n")
-	if len(in.state.Nodes) > 1 {
+	if len(sc.state.Nodes) > 1 {
 		host, _, _ := net.SplitHostPort(node.Client)
 		ports := paths.ClusterPorts
 		if len(ports) == 0 {
-			for _, n := range in.state.Nodes {
+			for _, n := range sc.state.Nodes {
 				ports = append(ports, n.ClusterPort)
 			}
 		}
 		var routes []string
-		for j, n := range in.state.Nodes {
+		for j, n := range sc.state.Nodes {
 			h, _, _ := net.SplitHostPort(n.Client)
 			routes = append(routes, fmt.Sprintf("    nats-route://%s", net.JoinHostPort(h, strconv.Itoa(ports[j]))))
 		}

@@ -136,111 +136,121 @@ const (
 	stateAlways
 )
 
+// admit applies the rules, in order, to the catalog tools their names
+// match, then builds the admission of the tools they admitted.
 func admit(cat *Catalog, rules []ruleRef, bundles []string) *Admission {
 	n := cat.Len()
-	states := make([]admitState, n)
-	var links []link
-	excluded := newBitmap(n)
-	count, bundleRefs := 0, 0
-	for ri, r := range rules {
-		cat.match(&r.name, func(i int32) {
-			for k := range r.exclude {
-				if r.exclude[k].Match(cat.names[i]) {
-					excluded.set(int(i))
-					return
-				}
-			}
-			st := &states[i]
-			if st.flags&stateAdmitted == 0 {
-				st.flags |= stateAdmitted
-				count++
-			}
-			switch r.rule.Tier {
-			case TierCritical:
-				st.flags |= stateCritical
-			case TierOnDemand:
-				st.flags |= stateOnDemand
-			}
-			if r.rule.AlwaysInclude {
-				st.flags |= stateAlways
-			}
-			if r.rule.Approval != nil {
-				st.approval = int32(ri + 1)
-			}
-			if r.rule.Async != nil {
-				st.async = int32(ri + 1)
-			}
-			switch {
-			case r.bundle < 0 || st.bundle == r.bundle+1:
-			case st.bundle == 0:
-				st.bundle = r.bundle + 1
-				bundleRefs++
-			default:
-				last := int32(0) // 1 + index in links of the chain's last link
-				for l := st.more; l != 0; l = links[l-1].next {
-					if links[l-1].bundle == r.bundle {
-						return
-					}
-					last = l
-				}
-				links = append(links, link{bundle: r.bundle})
-				if last == 0 {
-					st.more = int32(len(links))
-				} else {
-					links[last-1].next = int32(len(links))
-				}
-				bundleRefs++
-			}
-		})
+	m := &admitter{cat: cat, states: make([]admitState, n), excluded: newBitmap(n)}
+	for ri := range rules {
+		r := &rules[ri]
+		cat.match(&r.name, func(i int32) { m.apply(ri, r, i) })
 	}
+	return m.admission(rules, bundles)
+}
+
+// admitter is an admission in the making: what the rules applied so far
+// say of each catalog tool.
+type admitter struct {
+	cat      *Catalog
+	states   []admitState
+	links    []link
+	excluded bitmap
+	// count is the number of tools admitted; bundleRefs the number of
+	// their bundles, all tools together.
+	count, bundleRefs int
+}
+
+// apply applies rule ri, r, to catalog tool i, which its name matched: a
+// tool its exclusions match is excluded, any other admitted.
+func (m *admitter) apply(ri int, r *ruleRef, i int32) {
+	for k := range r.exclude {
+		if r.exclude[k].Match(m.cat.names[i]) {
+			m.excluded.set(int(i))
+			return
+		}
+	}
+	st := &m.states[i]
+	if st.flags&stateAdmitted == 0 {
+		st.flags |= stateAdmitted
+		m.count++
+	}
+	switch r.rule.Tier {
+	case TierCritical:
+		st.flags |= stateCritical
+	case TierOnDemand:
+		st.flags |= stateOnDemand
+	}
+	if r.rule.AlwaysInclude {
+		st.flags |= stateAlways
+	}
+	if r.rule.Approval != nil {
+		st.approval = int32(ri + 1)
+	}
+	if r.rule.Async != nil {
+		st.async = int32(ri + 1)
+	}
+	m.addBundle(st, r.bundle)
+}
+
+// addBundle adds bundle b to a tool's bundles unless they hold it; b is
+// -1 for the agent's own items, which are of no bundle.
+func (m *admitter) addBundle(st *admitState, b int32) {
+	switch {
+	case b < 0 || st.bundle == b+1:
+	case st.bundle == 0:
+		st.bundle = b + 1
+		m.bundleRefs++
+	default:
+		last := int32(0) // 1 + index in links of the chain's last link
+		for l := st.more; l != 0; l = m.links[l-1].next {
+			if m.links[l-1].bundle == b {
+				return
+			}
+			last = l
+		}
+		m.links = append(m.links, link{bundle: b})
+		if last == 0 {
+			st.more = int32(len(m.links))
+		} else {
+			m.links[last-1].next = int32(len(m.links))
+		}
+		m.bundleRefs++
+	}
+}
+
+// admission is the Admission of the tools the rules admitted, in catalog
+// order, with their bitmaps.
+func (m *admitter) admission(rules []ruleRef, bundles []string) *Admission {
+	count := m.count
 	a := &Admission{
-		catalog:    cat,
+		catalog:    m.cat,
 		tools:      make([]Tool, 0, count),
-		pos:        make([]int32, n),
-		excluded:   excluded,
+		pos:        make([]int32, len(m.states)),
+		excluded:   m.excluded,
 		always:     newBitmap(count),
 		initial:    newBitmap(count),
 		bundleBase: make(map[string]bitmap, len(bundles)),
 		bundles:    bundles,
 	}
 	baseOf := make([]bitmap, len(bundles))
-	arena := make([]string, 0, bundleRefs)
-	for i := range states {
-		st := &states[i]
+	arena := make([]string, 0, m.bundleRefs)
+	for i := range m.states {
+		st := &m.states[i]
 		if st.flags&stateAdmitted == 0 {
 			a.pos[i] = -1
 			continue
 		}
-		excluded.clear(i)
+		a.excluded.clear(i)
 		k := len(a.tools)
 		a.pos[i] = int32(k)
 		start := len(arena)
 		if st.bundle != 0 {
 			arena = append(arena, bundles[st.bundle-1])
-			for l := st.more; l != 0; l = links[l-1].next {
-				arena = append(arena, bundles[links[l-1].bundle])
+			for l := st.more; l != 0; l = m.links[l-1].next {
+				arena = append(arena, bundles[m.links[l-1].bundle])
 			}
 		}
-		t := Tool{
-			Name:          cat.keys[i],
-			Definition:    &cat.defs[i],
-			Admitted:      true,
-			Tier:          TierBase,
-			AlwaysInclude: st.flags&stateAlways != 0,
-			Bundles:       arena[start:len(arena):len(arena)],
-		}
-		if st.approval > 0 {
-			t.Approval = rules[st.approval-1].rule.Approval
-		}
-		if st.async > 0 {
-			t.Async = rules[st.async-1].rule.Async
-		}
-		switch {
-		case st.flags&stateCritical != 0:
-			t.Tier = TierCritical
-		case st.flags&stateOnDemand != 0:
-			t.Tier = TierOnDemand
-		}
+		t := m.tool(i, rules, arena[start:len(arena):len(arena)])
 		if t.Tier == TierCritical || t.AlwaysInclude {
 			a.always.set(k)
 		}
@@ -248,21 +258,49 @@ func admit(cat *Catalog, rules []ruleRef, bundles []string) *Admission {
 			a.initial.set(k)
 		}
 		if t.Tier == TierBase && st.bundle != 0 {
-			mark := func(b int32) {
-				if baseOf[b] == nil {
-					baseOf[b] = newBitmap(count)
-					a.bundleBase[bundles[b]] = baseOf[b]
-				}
-				baseOf[b].set(k)
-			}
-			mark(st.bundle - 1)
-			for l := st.more; l != 0; l = links[l-1].next {
-				mark(links[l-1].bundle)
+			a.markBase(baseOf, st.bundle-1, k, count)
+			for l := st.more; l != 0; l = m.links[l-1].next {
+				a.markBase(baseOf, m.links[l-1].bundle, k, count)
 			}
 		}
 		a.tools = append(a.tools, t)
 	}
 	return a
+}
+
+// tool is admitted catalog tool i with what the rules gave it.
+func (m *admitter) tool(i int, rules []ruleRef, bundles []string) Tool {
+	st := &m.states[i]
+	t := Tool{
+		Name:          m.cat.keys[i],
+		Definition:    &m.cat.defs[i],
+		Admitted:      true,
+		Tier:          TierBase,
+		AlwaysInclude: st.flags&stateAlways != 0,
+		Bundles:       bundles,
+	}
+	if st.approval > 0 {
+		t.Approval = rules[st.approval-1].rule.Approval
+	}
+	if st.async > 0 {
+		t.Async = rules[st.async-1].rule.Async
+	}
+	switch {
+	case st.flags&stateCritical != 0:
+		t.Tier = TierCritical
+	case st.flags&stateOnDemand != 0:
+		t.Tier = TierOnDemand
+	}
+	return t
+}
+
+// markBase marks tool k a base tool of bundle b, of count admitted tools.
+func (a *Admission) markBase(baseOf []bitmap, b int32, k, count int) {
+	if baseOf[b] == nil {
+		baseOf[b] = newBitmap(count)
+		a.bundleBase[a.bundles[b]] = baseOf[b]
+	}
+	baseOf[b].set(k)
 }
 
 func contains(list []string, s string) bool {

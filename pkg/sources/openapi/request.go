@@ -52,6 +52,41 @@ func (s *Source) call(ctx context.Context, op *operation, call *worker.Call) (*w
 
 // request builds the HTTP request of a call from its arguments.
 func (s *Source) request(ctx context.Context, op *operation, raw []byte) (*http.Request, error) {
+	p, err := placeArguments(op, raw)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Auth.Query != "" {
+		p.query = append(p.query, url.QueryEscape(s.cfg.Auth.Query)+"="+url.QueryEscape(s.credential))
+	}
+	reader, err := p.bodyReader(op.bodyType)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, op.method, s.target(p), reader)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op.method, op.path, err)
+	}
+	s.setHeaders(req, op, p)
+	return req, nil
+}
+
+// requestParts are a call's arguments, each where its operation sends it:
+// the path, the query, a header, a cookie or the body.
+type requestParts struct {
+	path    string
+	query   []string
+	header  http.Header
+	cookies []string
+	// bodyFields are the properties of a JSON body, body a body given
+	// whole.
+	bodyFields         map[string]any
+	body               any
+	hasBody, wholeBody bool
+}
+
+// placeArguments reads a call's arguments, a JSON object, and places each.
+func placeArguments(op *operation, raw []byte) (*requestParts, error) {
 	args := map[string]any{}
 	if len(raw) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(raw))
@@ -60,13 +95,7 @@ func (s *Source) request(ctx context.Context, op *operation, raw []byte) (*http.
 			return nil, fmt.Errorf("arguments are not a JSON object: %w", err)
 		}
 	}
-	path := op.path
-	var query []string
-	header := http.Header{}
-	var cookies []string
-	bodyFields := map[string]any{}
-	var body any
-	hasBody, wholeBody := false, false
+	p := &requestParts{path: op.path, header: http.Header{}, bodyFields: map[string]any{}}
 	for _, a := range op.args {
 		v, ok := args[a.property]
 		// A JSON null is a value of a JSON body, sent as given; a parameter
@@ -77,102 +106,124 @@ func (s *Source) request(ctx context.Context, op *operation, raw []byte) (*http.
 			}
 			continue
 		}
-		switch a.in {
-		case inBody:
-			bodyFields[a.name] = v
-			hasBody = true
-		case inBodyWhole:
-			body = v
-			hasBody, wholeBody = true, true
-		default:
-			if a.param.Schema == nil && len(a.param.Content) > 0 {
-				data, err := json.Marshal(v)
-				if err != nil {
-					return nil, fmt.Errorf("argument %q: %w", a.property, err)
-				}
-				v = string(data)
-			}
-			method, err := a.param.SerializationMethod()
-			if err != nil {
-				return nil, err
-			}
-			switch a.in {
-			case inPath:
-				value, err := pathValue(a.name, v, method)
-				if err != nil {
-					return nil, fmt.Errorf("argument %q: %w", a.property, err)
-				}
-				path = strings.ReplaceAll(path, "{"+a.name+"}", value)
-			case inQuery:
-				pairs, err := queryPairs(a.name, v, method, a.param.AllowReserved)
-				if err != nil {
-					return nil, fmt.Errorf("argument %q: %w", a.property, err)
-				}
-				query = append(query, pairs...)
-			case inHeader:
-				value, err := simpleValue(v, method.Explode, false)
-				if err != nil {
-					return nil, fmt.Errorf("argument %q: %w", a.property, err)
-				}
-				header.Set(a.name, value)
-			case inCookie:
-				value, err := simpleValue(v, method.Explode, false)
-				if err != nil {
-					return nil, fmt.Errorf("argument %q: %w", a.property, err)
-				}
-				cookies = append(cookies, a.name+"="+value)
-			}
+		if err := p.place(a, v); err != nil {
+			return nil, err
 		}
 	}
-	if s.cfg.Auth.Query != "" {
-		query = append(query, url.QueryEscape(s.cfg.Auth.Query)+"="+url.QueryEscape(s.credential))
+	return p, nil
+}
+
+// place puts argument a's value v where a goes, serialized as its
+// parameter says.
+func (p *requestParts) place(a argument, v any) error {
+	switch a.in {
+	case inBody:
+		p.bodyFields[a.name] = v
+		p.hasBody = true
+		return nil
+	case inBodyWhole:
+		p.body = v
+		p.hasBody, p.wholeBody = true, true
+		return nil
 	}
+	if a.param.Schema == nil && len(a.param.Content) > 0 {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("argument %q: %w", a.property, err)
+		}
+		v = string(data)
+	}
+	method, err := a.param.SerializationMethod()
+	if err != nil {
+		return err
+	}
+	switch a.in {
+	case inPath:
+		value, err := pathValue(a.name, v, method)
+		if err != nil {
+			return fmt.Errorf("argument %q: %w", a.property, err)
+		}
+		p.path = strings.ReplaceAll(p.path, "{"+a.name+"}", value)
+	case inQuery:
+		pairs, err := queryPairs(a.name, v, method, a.param.AllowReserved)
+		if err != nil {
+			return fmt.Errorf("argument %q: %w", a.property, err)
+		}
+		p.query = append(p.query, pairs...)
+	case inHeader:
+		value, err := simpleValue(v, method.Explode, false)
+		if err != nil {
+			return fmt.Errorf("argument %q: %w", a.property, err)
+		}
+		p.header.Set(a.name, value)
+	case inCookie:
+		value, err := simpleValue(v, method.Explode, false)
+		if err != nil {
+			return fmt.Errorf("argument %q: %w", a.property, err)
+		}
+		p.cookies = append(p.cookies, a.name+"="+value)
+	}
+	return nil
+}
+
+// bodyReader is the request's body, nil without one: a JSON object of the
+// body's fields, or the body given whole, as JSON or, for another media
+// type, as the string it must be.
+func (p *requestParts) bodyReader(bodyType string) (io.Reader, error) {
+	if !p.hasBody {
+		return nil, nil
+	}
+	var data []byte
+	switch {
+	case p.wholeBody && !isJSON(bodyType):
+		text, ok := p.body.(string)
+		if !ok {
+			return nil, fmt.Errorf("the request body is %s and must be given as a string", bodyType)
+		}
+		data = []byte(text)
+	case p.wholeBody:
+		var err error
+		if data, err = json.Marshal(p.body); err != nil {
+			return nil, fmt.Errorf("request body: %w", err)
+		}
+	default:
+		var err error
+		if data, err = json.Marshal(p.bodyFields); err != nil {
+			return nil, fmt.Errorf("request body: %w", err)
+		}
+	}
+	return bytes.NewReader(data), nil
+}
+
+// target is the request's URL: the base URL's, then the operation's path
+// and the base URL's query before the call's.
+func (s *Source) target(p *requestParts) string {
+	query := p.query
 	origin := *s.base
 	origin.Path, origin.RawPath, origin.RawQuery, origin.Fragment = "", "", "", ""
-	target := origin.String() + s.base.EscapedPath() + escapedTemplate(path)
+	target := origin.String() + s.base.EscapedPath() + escapedTemplate(p.path)
 	if s.base.RawQuery != "" {
 		query = append([]string{s.base.RawQuery}, query...)
 	}
 	if len(query) > 0 {
 		target += "?" + strings.Join(query, "&")
 	}
-	var reader io.Reader
-	if hasBody {
-		var data []byte
-		switch {
-		case wholeBody && !isJSON(op.bodyType):
-			text, ok := body.(string)
-			if !ok {
-				return nil, fmt.Errorf("the request body is %s and must be given as a string", op.bodyType)
-			}
-			data = []byte(text)
-		case wholeBody:
-			var err error
-			if data, err = json.Marshal(body); err != nil {
-				return nil, fmt.Errorf("request body: %w", err)
-			}
-		default:
-			var err error
-			if data, err = json.Marshal(bodyFields); err != nil {
-				return nil, fmt.Errorf("request body: %w", err)
-			}
-		}
-		reader = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, op.method, target, reader)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", op.method, op.path, err)
-	}
+	return target
+}
+
+// setHeaders sets the request's headers: the configured ones, the call's
+// header and cookie arguments, the body's type, and the credential.
+func (s *Source) setHeaders(req *http.Request, op *operation, p *requestParts) {
 	for name, value := range s.cfg.Headers {
 		req.Header.Set(name, value)
 	}
-	for name, values := range header {
+	for name, values := range p.header {
 		req.Header[name] = values
 	}
-	if len(cookies) > 0 {
-		req.Header.Set("Cookie", strings.Join(cookies, "; "))
+	if len(p.cookies) > 0 {
+		req.Header.Set("Cookie", strings.Join(p.cookies, "; "))
 	}
-	if hasBody {
+	if p.hasBody {
 		req.Header.Set("Content-Type", op.bodyType)
 	}
 	req.Header.Set("Accept", "application/json, */*;q=0.8")
@@ -182,7 +233,6 @@ func (s *Source) request(ctx context.Context, op *operation, raw []byte) (*http.
 	case s.cfg.Auth.Header != "":
 		req.Header.Set(s.cfg.Auth.Header, s.credential)
 	}
-	return req, nil
 }
 
 // escapedTemplate returns a path whose parameters are already escaped, as

@@ -57,6 +57,8 @@ type converter struct {
 	budget *schemaBudget
 }
 
+// convert is the JSON Schema of ref: {} once the budget is spent, and
+// where ref's schema is one being converted already (it contains itself).
 func (c *converter) convert(ref *openapi3.SchemaRef) any {
 	if ref == nil || ref.Value == nil {
 		return map[string]any{}
@@ -77,6 +79,29 @@ func (c *converter) convert(ref *openapi3.SchemaRef) any {
 	defer delete(c.open, s)
 
 	out := map[string]any{}
+	typeKeywords(out, s)
+	annotationKeywords(out, s)
+	boundKeywords(out, s)
+	c.subschemaKeywords(out, s)
+	if len(s.Required) > 0 {
+		out["required"] = slices.Clone(s.Required)
+	}
+	if len(s.DependentRequired) > 0 {
+		out["dependentRequired"] = s.DependentRequired
+	}
+	return out
+}
+
+// setIf sets out[key] to value if ok.
+func setIf(out map[string]any, key string, value any, ok bool) {
+	if ok {
+		out[key] = value
+	}
+}
+
+// typeKeywords writes the schema's type: OpenAPI 3.0's nullable adds
+// "null" to it.
+func typeKeywords(out map[string]any, s *openapi3.Schema) {
 	var types []string
 	if s.Type != nil {
 		types = slices.Clone(s.Type.Slice())
@@ -91,14 +116,14 @@ func (c *converter) convert(ref *openapi3.SchemaRef) any {
 	default:
 		out["type"] = types
 	}
-	set := func(key string, value any, ok bool) {
-		if ok {
-			out[key] = value
-		}
-	}
-	set("title", s.Title, s.Title != "")
-	set("description", s.Description, s.Description != "")
-	set("format", s.Format, s.Format != "")
+}
+
+// annotationKeywords writes what describes the values rather than bounds
+// them, and the enum, which nullable extends with null.
+func annotationKeywords(out map[string]any, s *openapi3.Schema) {
+	setIf(out, "title", s.Title, s.Title != "")
+	setIf(out, "description", s.Description, s.Description != "")
+	setIf(out, "format", s.Format, s.Format != "")
 	if len(s.Enum) > 0 {
 		enum := slices.Clone(s.Enum)
 		if s.Nullable && !slices.Contains(enum, nil) {
@@ -106,45 +131,54 @@ func (c *converter) convert(ref *openapi3.SchemaRef) any {
 		}
 		out["enum"] = enum
 	}
-	set("default", s.Default, s.Default != nil)
-	set("const", s.Const, s.Const != nil)
+	setIf(out, "default", s.Default, s.Default != nil)
+	setIf(out, "const", s.Const, s.Const != nil)
 	switch {
 	case len(s.Examples) > 0:
 		out["examples"] = s.Examples
 	case s.Example != nil:
 		out["examples"] = []any{s.Example}
 	}
-	set("deprecated", true, s.Deprecated)
-	set("readOnly", true, s.ReadOnly)
-	set("writeOnly", true, s.WriteOnly)
+	setIf(out, "deprecated", true, s.Deprecated)
+	setIf(out, "readOnly", true, s.ReadOnly)
+	setIf(out, "writeOnly", true, s.WriteOnly)
+}
 
+// boundKeywords writes the bounds of numbers, strings, arrays and
+// objects. OpenAPI 3.0's boolean exclusiveMinimum and exclusiveMaximum
+// make the bound they mark exclusive.
+func boundKeywords(out map[string]any, s *openapi3.Schema) {
 	bound := func(name, exclusiveName string, value *float64, exclusive openapi3.ExclusiveBound) {
 		switch {
 		case exclusive.Value != nil:
 			out[exclusiveName] = *exclusive.Value
-			set(name, deref(value), value != nil)
+			setIf(out, name, deref(value), value != nil)
 		case exclusive.IsTrue() && value != nil:
 			out[exclusiveName] = *value
 		default:
-			set(name, deref(value), value != nil)
+			setIf(out, name, deref(value), value != nil)
 		}
 	}
 	bound("minimum", "exclusiveMinimum", s.Min, s.ExclusiveMin)
 	bound("maximum", "exclusiveMaximum", s.Max, s.ExclusiveMax)
-	set("multipleOf", deref(s.MultipleOf), s.MultipleOf != nil)
-	set("minLength", s.MinLength, s.MinLength > 0)
-	set("maxLength", derefUint(s.MaxLength), s.MaxLength != nil)
-	set("pattern", s.Pattern, s.Pattern != "")
-	set("minItems", s.MinItems, s.MinItems > 0)
-	set("maxItems", derefUint(s.MaxItems), s.MaxItems != nil)
-	set("uniqueItems", true, s.UniqueItems)
-	set("minProperties", s.MinProps, s.MinProps > 0)
-	set("maxProperties", derefUint(s.MaxProps), s.MaxProps != nil)
-	set("minContains", derefUint(s.MinContains), s.MinContains != nil)
-	set("maxContains", derefUint(s.MaxContains), s.MaxContains != nil)
-	set("contentMediaType", s.ContentMediaType, s.ContentMediaType != "")
-	set("contentEncoding", s.ContentEncoding, s.ContentEncoding != "")
+	setIf(out, "multipleOf", deref(s.MultipleOf), s.MultipleOf != nil)
+	setIf(out, "minLength", s.MinLength, s.MinLength > 0)
+	setIf(out, "maxLength", derefUint(s.MaxLength), s.MaxLength != nil)
+	setIf(out, "pattern", s.Pattern, s.Pattern != "")
+	setIf(out, "minItems", s.MinItems, s.MinItems > 0)
+	setIf(out, "maxItems", derefUint(s.MaxItems), s.MaxItems != nil)
+	setIf(out, "uniqueItems", true, s.UniqueItems)
+	setIf(out, "minProperties", s.MinProps, s.MinProps > 0)
+	setIf(out, "maxProperties", derefUint(s.MaxProps), s.MaxProps != nil)
+	setIf(out, "minContains", derefUint(s.MinContains), s.MinContains != nil)
+	setIf(out, "maxContains", derefUint(s.MaxContains), s.MaxContains != nil)
+	setIf(out, "contentMediaType", s.ContentMediaType, s.ContentMediaType != "")
+	setIf(out, "contentEncoding", s.ContentEncoding, s.ContentEncoding != "")
+}
 
+// subschemaKeywords converts the schema's subschemas, in an order that
+// does not change: the budget is spent in it.
+func (c *converter) subschemaKeywords(out map[string]any, s *openapi3.Schema) {
 	one := func(key string, r *openapi3.SchemaRef) {
 		if r != nil {
 			out[key] = c.convert(r)
@@ -195,13 +229,6 @@ func (c *converter) convert(ref *openapi3.SchemaRef) any {
 	boolOrSchema("additionalProperties", s.AdditionalProperties)
 	boolOrSchema("unevaluatedItems", s.UnevaluatedItems)
 	boolOrSchema("unevaluatedProperties", s.UnevaluatedProperties)
-	if len(s.Required) > 0 {
-		out["required"] = slices.Clone(s.Required)
-	}
-	if len(s.DependentRequired) > 0 {
-		out["dependentRequired"] = s.DependentRequired
-	}
-	return out
 }
 
 func deref(f *float64) any {

@@ -410,138 +410,172 @@ func locationLabel(in, name string) string {
 // whose properties come in the order path, query, header, cookie, body, and
 // the body's in their declaration order.
 func buildOperation(method, path string, item *openapi3.PathItem, op *openapi3.Operation, order *propertyOrder) (*operation, messages.JSON, error) {
-	result := &operation{method: method, path: path}
-	properties := orderedObject{values: map[string]any{}}
-	setProperty := func(name string, schema any) {
-		properties.keys = append(properties.keys, name)
-		properties.values[name] = schema
+	b := &inputSchema{
+		op:         &operation{method: method, path: path},
+		properties: orderedObject{values: map[string]any{}},
+		order:      order,
+		budget:     newSchemaBudget(),
+		owner:      map[string]string{},
 	}
-	var required []string
-	budget := newSchemaBudget()
-	owner := map[string]string{} // property → what it holds, for descriptions of renamed ones
-	claim := func(name, in string) (string, string) {
-		property := name
-		if _, taken := owner[property]; taken {
-			prefix := in
-			if in == inBodyWhole {
-				prefix = "request"
-			}
-			property = prefix + "_" + name
-			for i := 2; ; i++ {
-				if _, taken := owner[property]; !taken {
-					break
-				}
-				property = fmt.Sprintf("%s_%s_%d", prefix, name, i)
-			}
-		}
-		note := ""
-		if property != name {
-			note = fmt.Sprintf("Sent as %s; renamed because %q is %s.", locationLabel(in, name), name, owner[name])
-		}
-		owner[property] = locationLabel(in, name)
-		return property, note
-	}
-	describeProperty := func(schema any, description, note string) any {
-		m, ok := schema.(map[string]any)
-		if !ok {
-			m = map[string]any{}
-			if schema == false {
-				m["not"] = map[string]any{}
-			}
-		}
-		text := strings.TrimSpace(description)
-		if text == "" {
-			if d, ok := m["description"].(string); ok {
-				text = d
-			}
-		}
-		if note != "" {
-			text = strings.TrimSpace(endSentence(text) + " " + note)
-		}
-		if text != "" {
-			m["description"] = text
-		}
-		return m
-	}
-
 	for _, in := range []string{inPath, inQuery, inHeader, inCookie} {
 		for _, p := range parameters(item, op) {
-			if p.In != in {
-				continue
+			if p.In == in {
+				b.parameter(p)
 			}
-			var schema any
-			switch {
-			case p.Schema != nil:
-				schema = jsonSchema(p.Schema, order, budget)
-			case len(p.Content) > 0:
-				for _, mt := range p.Content {
-					schema = jsonSchema(mt.Schema, order, budget)
-					break
-				}
-			default:
-				schema = map[string]any{"type": "string"}
-			}
-			property, note := claim(p.Name, in)
-			setProperty(property, describeProperty(schema, p.Description, note))
-			if p.Required || in == inPath {
-				required = append(required, property)
-			}
-			result.args = append(result.args, argument{property: property, in: in, name: p.Name, param: p})
 		}
 	}
 	if op.RequestBody != nil && op.RequestBody.Value != nil {
-		body := op.RequestBody.Value
-		mediaType, mt := pickBody(body.Content)
-		if mediaType != "" {
-			result.bodyType = mediaType
-			switch {
-			case isJSON(mediaType) && mt != nil && isObject(mt.Schema):
-				bodyRequired := map[string]bool{}
-				for _, r := range mt.Schema.Value.Required {
-					bodyRequired[r] = true
-				}
-				for _, name := range order.of(mt.Schema.Value.Properties) {
-					ref := mt.Schema.Value.Properties[name]
-					if ref != nil && ref.Value != nil && ref.Value.ReadOnly {
-						continue // the server sets it; a request does not carry it
-					}
-					property, note := claim(name, inBody)
-					setProperty(property, describeProperty(jsonSchema(ref, order, budget), "", note))
-					if body.Required && bodyRequired[name] {
-						required = append(required, property)
-					}
-					result.args = append(result.args, argument{property: property, in: inBody, name: name})
-				}
-			default:
-				var schema any = map[string]any{"type": "string"}
-				if isJSON(mediaType) && mt != nil && mt.Schema != nil {
-					schema = jsonSchema(mt.Schema, order, budget)
-				}
-				description := body.Description
-				if description == "" {
-					description = "The request body (" + mediaType + ")."
-				}
-				property, note := claim("body", inBodyWhole)
-				setProperty(property, describeProperty(schema, description, note))
-				if body.Required {
-					required = append(required, property)
-				}
-				result.args = append(result.args, argument{property: property, in: inBodyWhole, name: "body"})
+		b.body(op.RequestBody.Value)
+	}
+	data, err := b.marshal()
+	if err != nil {
+		return nil, nil, err
+	}
+	return b.op, data, nil
+}
+
+// inputSchema is an operation's input schema in the making, with the
+// arguments its properties stand for.
+type inputSchema struct {
+	op         *operation
+	properties orderedObject
+	required   []string
+	order      *propertyOrder
+	budget     *schemaBudget
+	// owner maps a property to what it holds, for the descriptions of
+	// renamed ones.
+	owner map[string]string
+}
+
+// parameter adds a parameter of the path, the query, a header or a cookie.
+func (b *inputSchema) parameter(p *openapi3.Parameter) {
+	var schema any
+	switch {
+	case p.Schema != nil:
+		schema = jsonSchema(p.Schema, b.order, b.budget)
+	case len(p.Content) > 0:
+		for _, mt := range p.Content {
+			schema = jsonSchema(mt.Schema, b.order, b.budget)
+			break
+		}
+	default:
+		schema = map[string]any{"type": "string"}
+	}
+	b.add(argument{in: p.In, name: p.Name, param: p}, schema, p.Description, p.Required || p.In == inPath)
+}
+
+// body adds the request body: each property of a JSON object, or else the
+// body whole, as one property.
+func (b *inputSchema) body(body *openapi3.RequestBody) {
+	mediaType, mt := pickBody(body.Content)
+	if mediaType == "" {
+		return
+	}
+	b.op.bodyType = mediaType
+	if isJSON(mediaType) && mt != nil && isObject(mt.Schema) {
+		object := mt.Schema.Value
+		bodyRequired := map[string]bool{}
+		for _, r := range object.Required {
+			bodyRequired[r] = true
+		}
+		for _, name := range b.order.of(object.Properties) {
+			ref := object.Properties[name]
+			if ref != nil && ref.Value != nil && ref.Value.ReadOnly {
+				continue // the server sets it; a request does not carry it
 			}
+			b.add(argument{in: inBody, name: name}, jsonSchema(ref, b.order, b.budget), "", body.Required && bodyRequired[name])
+		}
+		return
+	}
+	var schema any = map[string]any{"type": "string"}
+	if isJSON(mediaType) && mt != nil && mt.Schema != nil {
+		schema = jsonSchema(mt.Schema, b.order, b.budget)
+	}
+	description := body.Description
+	if description == "" {
+		description = "The request body (" + mediaType + ")."
+	}
+	b.add(argument{in: inBodyWhole, name: "body"}, schema, description, body.Required)
+}
+
+// add adds an argument, under a property name of its own, with its schema
+// and description.
+func (b *inputSchema) add(arg argument, schema any, description string, required bool) {
+	property, note := b.claim(arg.name, arg.in)
+	arg.property = property
+	b.properties.keys = append(b.properties.keys, property)
+	b.properties.values[property] = describeProperty(schema, description, note)
+	if required {
+		b.required = append(b.required, property)
+	}
+	b.op.args = append(b.op.args, arg)
+}
+
+// claim is the property of an argument named name, sent in in: its name,
+// or, when another argument has it, a name prefixed with where it goes,
+// with a note that says so.
+func (b *inputSchema) claim(name, in string) (string, string) {
+	property := name
+	if _, taken := b.owner[property]; taken {
+		prefix := in
+		if in == inBodyWhole {
+			prefix = "request"
+		}
+		property = prefix + "_" + name
+		for i := 2; ; i++ {
+			if _, taken := b.owner[property]; !taken {
+				break
+			}
+			property = fmt.Sprintf("%s_%s_%d", prefix, name, i)
 		}
 	}
-	if budget.spent {
-		return nil, nil, fmt.Errorf("%w: the input schema holds more than %d schemas once its references are inlined", errSchemaTooLarge, maxInlinedSchemas)
+	note := ""
+	if property != name {
+		note = fmt.Sprintf("Sent as %s; renamed because %q is %s.", locationLabel(in, name), name, b.owner[name])
 	}
-	schema := map[string]any{"type": "object", "properties": properties, "additionalProperties": false}
-	if len(required) > 0 {
-		schema["required"] = required
+	b.owner[property] = locationLabel(in, name)
+	return property, note
+}
+
+// marshal is the input schema, unless its references made it too large.
+func (b *inputSchema) marshal() (messages.JSON, error) {
+	if b.budget.spent {
+		return nil, fmt.Errorf("%w: the input schema holds more than %d schemas once its references are inlined", errSchemaTooLarge, maxInlinedSchemas)
+	}
+	schema := map[string]any{"type": "object", "properties": b.properties, "additionalProperties": false}
+	if len(b.required) > 0 {
+		schema["required"] = b.required
 	}
 	data, err := json.Marshal(schema)
 	if err != nil {
-		return nil, nil, fmt.Errorf("input schema: %w", err)
+		return nil, fmt.Errorf("input schema: %w", err)
 	}
-	return result, data, nil
+	return data, nil
+}
+
+// describeProperty is a property's schema with its description, and the
+// note of a renamed one after it.
+func describeProperty(schema any, description, note string) any {
+	m, ok := schema.(map[string]any)
+	if !ok {
+		m = map[string]any{}
+		if schema == false {
+			m["not"] = map[string]any{}
+		}
+	}
+	text := strings.TrimSpace(description)
+	if text == "" {
+		if d, ok := m["description"].(string); ok {
+			text = d
+		}
+	}
+	if note != "" {
+		text = strings.TrimSpace(endSentence(text) + " " + note)
+	}
+	if text != "" {
+		m["description"] = text
+	}
+	return m
 }
 
 // endSentence ends text with a full stop unless it already ends a sentence,
