@@ -13,10 +13,10 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// TestWrittenOutDecodersMatchReflection decodes MessagePack written by
+// TestGeneratedDecodersMatchReflection decodes MessagePack written by
 // another program (plain maps, extra keys, nil values) with the
-// written-out decoders and with reflection, and expects the same values.
-func TestWrittenOutDecodersMatchReflection(t *testing.T) {
+// generated decoders and with reflection, and expects the same values.
+func TestGeneratedDecodersMatchReflection(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 5, time.UTC)
 	result := map[string]any{"call_id": "c", "tool": "a-b", "status": "completed", "is_error": true, "unknown": []any{1, "x"},

@@ -12,3 +12,5 @@
 // to speak the protocol. docs/protocol.md describes the same contract for
 // clients in other languages.
 package messages
+
+//go:generate go run ./internal/msgpackgen
