@@ -336,14 +336,14 @@ func (info *pkgInfo) classify(f *field, expr ast.Expr, generated map[string]bool
 			return nil
 		}
 	}
-	return fmt.Errorf("type %s is not supported", types(expr))
+	return fmt.Errorf("type %s is not supported", exprString(expr))
 }
 
 // timeFields lists the time.Time fields of a struct.
 func (info *pkgInfo) timeFields(name string) []string {
 	var list []string
 	for _, af := range info.structs[name].Fields.List {
-		if sel, ok := af.Type.(*ast.SelectorExpr); ok && types(sel) == "time.Time" {
+		if sel, ok := af.Type.(*ast.SelectorExpr); ok && exprString(sel) == "time.Time" {
 			for _, n := range af.Names {
 				list = append(list, n.Name)
 			}
@@ -352,7 +352,8 @@ func (info *pkgInfo) timeFields(name string) []string {
 	return list
 }
 
-func types(expr ast.Expr) string {
+// exprString is the source of a type expression.
+func exprString(expr ast.Expr) string {
 	var buf bytes.Buffer
 	_ = format.Node(&buf, token.NewFileSet(), expr)
 	return buf.String()
