@@ -190,15 +190,6 @@ func (m *SubmitReply) decodeFast(d *reader) error {
 				if raw, err = d.raw(); err == nil {
 					_, err = decodeReflect(raw, v)
 				}
-				if err == nil {
-					err = checkYear(v.CreatedAt)
-				}
-				if err == nil {
-					err = checkYear(v.ExpiresAt)
-				}
-				if err == nil {
-					err = checkYear(v.DecidedAt)
-				}
 			}
 		default:
 			err = d.skipWithin(maxMessageDepth - d.depth)
@@ -713,15 +704,6 @@ func (m *CallEvent) decodeFast(d *reader) error {
 				var raw []byte
 				if raw, err = d.raw(); err == nil {
 					_, err = decodeReflect(raw, v)
-				}
-				if err == nil {
-					err = checkYear(v.CreatedAt)
-				}
-				if err == nil {
-					err = checkYear(v.ExpiresAt)
-				}
-				if err == nil {
-					err = checkYear(v.DecidedAt)
 				}
 			}
 		case "result":

@@ -16,8 +16,8 @@
 // (a value that is not finite is refused: JSON cannot hold it), time.Time
 // (years 0 to 9999, which JSON can hold), []byte, JSON, a pointer to a
 // marked struct or a slice of them, and a pointer to another struct of the
-// package, which the msgpack library reads and writes (its time fields are
-// checked as above). A line "//msgpack:values A B" in a string field's doc
+// package, which the msgpack library reads and writes (its times are
+// checked as above, by the decoder of every message the library reads). A line "//msgpack:values A B" in a string field's doc
 // comment names the constants its values are read into.
 package main
 
@@ -82,9 +82,8 @@ type field struct {
 	Key       string // its key in the map
 	OmitEmpty bool
 	Kind      kind
-	Type      string   // the named type: a string type, or the struct of a pointer or slice
-	Values    string   // the variable holding the constants of a string field, if any
-	Times     []string // time fields of a kindReflect struct
+	Type      string // the named type: a string type, or the struct of a pointer or slice
+	Values    string // the variable holding the constants of a string field, if any
 }
 
 type message struct {
@@ -327,7 +326,6 @@ func (info *pkgInfo) classify(f *field, expr ast.Expr, generated map[string]bool
 			f.Kind, f.Type = kindMessage, elem.Name
 		case info.structs[elem.Name] != nil:
 			f.Kind, f.Type = kindReflect, elem.Name
-			f.Times = info.timeFields(elem.Name)
 		}
 		if f.Type != "" {
 			if !f.OmitEmpty {
@@ -337,19 +335,6 @@ func (info *pkgInfo) classify(f *field, expr ast.Expr, generated map[string]bool
 		}
 	}
 	return fmt.Errorf("type %s is not supported", exprString(expr))
-}
-
-// timeFields lists the time.Time fields of a struct.
-func (info *pkgInfo) timeFields(name string) []string {
-	var list []string
-	for _, af := range info.structs[name].Fields.List {
-		if sel, ok := af.Type.(*ast.SelectorExpr); ok && exprString(sel) == "time.Time" {
-			for _, n := range af.Names {
-				list = append(list, n.Name)
-			}
-		}
-	}
-	return list
 }
 
 // exprString is the source of a type expression.
@@ -478,9 +463,6 @@ func (f field) decode() string {
 	case kindReflect:
 		s := "if !d.nilNext() {\nv := new(" + f.Type + ")\n" + v + " = v\nvar raw []byte\n" +
 			"if raw, err = d.raw(); err == nil {\n_, err = decodeReflect(raw, v)\n}\n"
-		for _, t := range f.Times {
-			s += "if err == nil {\nerr = checkYear(v." + t + ")\n}\n"
-		}
 		return s + "}"
 	}
 	panic("unknown kind")
