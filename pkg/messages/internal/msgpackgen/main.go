@@ -468,7 +468,7 @@ func (f field) decode() string {
 	panic("unknown kind")
 }
 
-// header is the expression of the number of fields the encoder writes.
+// Header is the expression of the number of fields the encoder writes.
 func (m *message) Header() string {
 	always := 0
 	var optional []string
