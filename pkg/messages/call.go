@@ -34,6 +34,8 @@ func (s CallState) Terminal() bool {
 }
 
 // SubmitRequest asks the coordinator (endpoint calls.submit) to run a tool.
+//
+//msgpack:generate
 type SubmitRequest struct {
 	// Tool names the tool in any spelling ParseToolName accepts.
 	Tool      string `json:"tool"`
@@ -74,6 +76,8 @@ type SubmitRequest struct {
 }
 
 // SubmitReply answers a SubmitRequest.
+//
+//msgpack:generate
 type SubmitReply struct {
 	CallID string    `json:"call_id"`
 	State  CallState `json:"state"`
@@ -85,6 +89,8 @@ type SubmitReply struct {
 }
 
 // CallRequest is the message on a call subject that a worker executes.
+//
+//msgpack:generate
 type CallRequest struct {
 	CallID    string `json:"call_id"`
 	Tool      string `json:"tool"`
@@ -120,7 +126,10 @@ const (
 )
 
 // ContentBlock is one part of a result.
+//
+//msgpack:generate pointer
 type ContentBlock struct {
+	//msgpack:values ContentText ContentJSON ContentImage ContentAudio ContentResource ContentResourceLink
 	Type string `json:"type"`
 	// Text of a text block, or of an embedded text resource.
 	Text string `json:"text,omitempty"`
@@ -162,6 +171,8 @@ func ImageBlock(data []byte, mimeType string) ContentBlock {
 
 // CallResult is the outcome of a call. Writing it is the call's commit
 // point: the first result written wins and later attempts cannot replace it.
+//
+//msgpack:generate pointer
 type CallResult struct {
 	CallID string `json:"call_id"`
 	Tool   string `json:"tool"`
@@ -228,6 +239,8 @@ func ExhaustedMessage(attempts int, lastLog *CallEvent) string {
 }
 
 // ResultError explains a result that is not a success.
+//
+//msgpack:generate
 type ResultError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
@@ -267,6 +280,8 @@ func (k EventKind) Valid() bool {
 
 // CallEvent is one event of a call, stored in the events stream in order.
 // Exactly one of the kind-specific fields is set.
+//
+//msgpack:generate
 type CallEvent struct {
 	CallID  string    `json:"call_id"`
 	Kind    EventKind `json:"kind"`
@@ -284,6 +299,8 @@ type CallEvent struct {
 
 // Progress of a running call: Progress of Total units (Total 0 when
 // unknown; a fraction is Progress of Total 1), with an optional message.
+//
+//msgpack:generate
 type Progress struct {
 	Progress float64 `json:"progress"`
 	Total    float64 `json:"total,omitempty"`

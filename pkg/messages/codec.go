@@ -299,7 +299,8 @@ const maxPooledBuffer = 64 << 10
 // fit in it: the Decoder allocates what a length prefix promises before it
 // finds the bytes missing, and a 12-byte message can promise 4 GiB. The
 // walk also bounds the nesting (maxMessageDepth), since the Decoder
-// recurses into every level of a field it skips.
+// recurses into every level of a field it skips. Afterwards, times that
+// JSON cannot hold are refused (checkTimes).
 func decodeReflect(data []byte, v any) (left int, err error) {
 	scan := reader{b: data}
 	if err := scan.skipWithin(maxMessageDepth); err != nil {
@@ -320,6 +321,9 @@ func decodeReflect(data []byte, v any) (left int, err error) {
 	d.r.Reset(data)
 	d.dec.ResetReader(&d.r)
 	err = d.dec.Decode(v)
+	if err == nil {
+		err = checkTimes(reflect.ValueOf(v))
+	}
 	left = d.r.Len()
 	d.dec.ResetReader(nil)
 	d.r.Reset(nil)

@@ -7,16 +7,17 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// TestWrittenOutDecodersMatchReflection decodes MessagePack written by
+// TestGeneratedDecodersMatchReflection decodes MessagePack written by
 // another program (plain maps, extra keys, nil values) with the
-// written-out decoders and with reflection, and expects the same values.
-func TestWrittenOutDecodersMatchReflection(t *testing.T) {
+// generated decoders and with reflection, and expects the same values.
+func TestGeneratedDecodersMatchReflection(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 5, time.UTC)
 	result := map[string]any{"call_id": "c", "tool": "a-b", "status": "completed", "is_error": true, "unknown": []any{1, "x"},
@@ -309,5 +310,44 @@ func TestDecodersNilAndMalformed(t *testing.T) {
 		if err := Msgpack.Unmarshal(data, &CallResult{}); CodeOf(err) != CodeMalformed {
 			t.Errorf("%x: %v", data, err)
 		}
+	}
+}
+
+// A decode error names the field, and the item of a list, whose value
+// could not be read, through the nested messages.
+func TestDecodeErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	block := rawMap("type", []byte{0xa4, 't', 'e', 'x', 't'}, "text", []byte{0xc3}) // text: true
+	result := rawMap("content", append([]byte{0x92}, append(rawMap("type", []byte{0xa4, 't', 'e', 'x', 't'}), block...)...))
+	cases := []struct {
+		name string
+		data []byte
+		v    any
+		want string
+	}{
+		{"field", rawMap("tool", []byte{0x05}), &SubmitRequest{}, ": tool: msgpack: invalid code=5 decoding string/bytes length"},
+		{"nested list item", rawMap("result", result), &CallEvent{}, ": result: content: item 1: text: msgpack: invalid code=c3"},
+		{"time out of range", rawMap("queued_at", binary.BigEndian.AppendUint64([]byte{0xc7, 12, 0xff, 0, 0, 0, 0}, 1<<40)), &CallRequest{}, ": queued_at: time 36812-"},
+		{"not finite", rawMap("progress", rawMap("total", be64(0xcb, math.Float64bits(math.Inf(1))))), &CallEvent{}, ": progress: total: +Inf is not a finite number"},
+		{"unknown field too deep", rawMap("\x01", bytes.Repeat([]byte{0x91}, maxMessageDepth+1)), &CallRequest{}, "message refused"},
+	}
+	for _, tc := range cases {
+		err := Msgpack.Unmarshal(tc.data, tc.v)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want it to contain %q", tc.name, err, tc.want)
+		}
+	}
+	// The key of a field read from a hostile peer is quoted when it is not printable.
+	if err := fieldError([]byte("a\nb"), errTruncated); err.Error() != `"a\nb": unexpected EOF` {
+		t.Errorf("unprintable key: %v", err)
+	}
+}
+
+// A nil in place of a block's annotations leaves them nil, as reflection has it.
+func TestNilAnnotationsStayNil(t *testing.T) {
+	t.Parallel()
+	var b ContentBlock
+	if err := Msgpack.Unmarshal(rawMap("type", []byte{0xa4, 't', 'e', 'x', 't'}, "annotations", []byte{0xc0}), &b); err != nil || b.Annotations != nil {
+		t.Errorf("annotations %+v (%v)", b.Annotations, err)
 	}
 }

@@ -12,11 +12,12 @@ import (
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
-// MessagePack encoders written out for the messages of the call path,
-// which are encoded several times per call: reflection-driven encoding
+// The messages of the call path, which are encoded several times per
+// call, have generated MessagePack encoders (msgpack_gen.go, written by
+// internal/msgpackgen from the structs): reflection-driven encoding
 // allocates for every struct with optional fields. Each writes the same
 // map that reflection would from the json tags (encode_test.go checks
-// that), so decoding needs nothing special.
+// that), so decoding needs nothing special. Below is what they write with.
 
 // packer appends MessagePack to a byte slice, as msgpack.Encoder (with
 // compact integers) would write it, without its per-value overhead.
@@ -25,12 +26,12 @@ type packer struct {
 	err error
 }
 
-// msgpackAppender is a message with a written-out encoder.
+// msgpackAppender is a message with a generated encoder.
 type msgpackAppender interface {
 	appendMsgpack(w *packer)
 }
 
-// encodeVia writes v's written-out encoding to enc, for when v is nested
+// encodeVia writes v's generated encoding to enc, for when v is nested
 // in a value that the msgpack library encodes.
 func encodeVia(enc *msgpack.Encoder, v msgpackAppender) error {
 	w := packer{}
@@ -174,7 +175,7 @@ func (w *packer) putJSON(j JSON) {
 	w.b = b
 }
 
-// putReflect writes a value that has no written-out encoder, with the
+// putReflect writes a value that has no generated encoder, with the
 // msgpack library: messages off the hot path.
 func (w *packer) putReflect(v any) {
 	if w.err != nil {
@@ -188,17 +189,7 @@ func (w *packer) putReflect(v any) {
 	w.b = append(w.b, data...)
 }
 
-func (w *packer) key(k string)               { w.putStr(k) }
-func (w *packer) str(k, v string)            { w.putStr(k); w.putStr(v) }
-func (w *packer) int(k string, v int64)      { w.putStr(k); w.putInt(v) }
-func (w *packer) bool(k string, v bool)      { w.putStr(k); w.putBool(v) }
-func (w *packer) time(k string, v time.Time) { w.putStr(k); w.putTime(v) }
-func (w *packer) json(k string, v JSON)      { w.putStr(k); w.putJSON(v) }
-func (w *packer) value(k string, v msgpackAppender) {
-	w.putStr(k)
-	v.appendMsgpack(w)
-}
-
+// count is how many of the optional fields of a message are present.
 func count(present ...bool) int {
 	n := 0
 	for _, p := range present {
@@ -207,225 +198,4 @@ func count(present ...bool) int {
 		}
 	}
 	return n
-}
-
-// EncodeMsgpack writes the submit as reflection would, faster.
-func (r SubmitRequest) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, r) }
-
-func (r SubmitRequest) appendMsgpack(w *packer) {
-	w.header(1 + count(len(r.Arguments) > 0, r.Agent != "", r.Turn != "", r.IdempotencyKey != "", r.TimeoutMS != 0, r.Wait, r.WaitMS != 0, r.Notify != "", r.Route != "", r.CallID != "", r.Quiet))
-	w.str("tool", r.Tool)
-	if len(r.Arguments) > 0 {
-		w.json("arguments", r.Arguments)
-	}
-	if r.Agent != "" {
-		w.str("agent", r.Agent)
-	}
-	if r.Turn != "" {
-		w.str("turn", r.Turn)
-	}
-	if r.IdempotencyKey != "" {
-		w.str("idempotency_key", r.IdempotencyKey)
-	}
-	if r.TimeoutMS != 0 {
-		w.int("timeout_ms", r.TimeoutMS)
-	}
-	if r.Wait {
-		w.bool("wait", r.Wait)
-	}
-	if r.WaitMS != 0 {
-		w.int("wait_ms", r.WaitMS)
-	}
-	if r.Notify != "" {
-		w.str("notify", r.Notify)
-	}
-	if r.Route != "" {
-		w.str("route", r.Route)
-	}
-	if r.CallID != "" {
-		w.str("call_id", r.CallID)
-	}
-	if r.Quiet {
-		w.bool("quiet", r.Quiet)
-	}
-}
-
-// EncodeMsgpack writes the request as reflection would, faster.
-func (r CallRequest) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, r) }
-
-func (r CallRequest) appendMsgpack(w *packer) {
-	w.header(6 + count(len(r.Arguments) > 0, r.Agent != "", r.Turn != "", r.ArgumentsDigest != "", r.MaxAttempts != 0, r.Notify != ""))
-	w.str("call_id", r.CallID)
-	w.str("tool", r.Tool)
-	w.str("namespace", r.Namespace)
-	w.str("method", r.Method)
-	if len(r.Arguments) > 0 {
-		w.json("arguments", r.Arguments)
-	}
-	if r.Agent != "" {
-		w.str("agent", r.Agent)
-	}
-	if r.Turn != "" {
-		w.str("turn", r.Turn)
-	}
-	if r.ArgumentsDigest != "" {
-		w.str("arguments_digest", r.ArgumentsDigest)
-	}
-	w.time("queued_at", r.QueuedAt)
-	w.time("deadline", r.Deadline)
-	if r.MaxAttempts != 0 {
-		w.int("max_attempts", int64(r.MaxAttempts))
-	}
-	if r.Notify != "" {
-		w.str("notify", r.Notify)
-	}
-}
-
-// EncodeMsgpack writes the event as reflection would, faster.
-func (e CallEvent) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, e) }
-
-func (e CallEvent) appendMsgpack(w *packer) {
-	w.header(3 + count(e.Attempt != 0, e.Worker != "", e.Request != nil, e.Progress != nil, e.Log != nil, e.Cancel != nil, e.Approval != nil, e.Result != nil))
-	w.str("call_id", e.CallID)
-	w.str("kind", string(e.Kind))
-	w.time("time", e.Time)
-	if e.Attempt != 0 {
-		w.int("attempt", int64(e.Attempt))
-	}
-	if e.Worker != "" {
-		w.str("worker", e.Worker)
-	}
-	if e.Request != nil {
-		w.value("request", e.Request)
-	}
-	if e.Progress != nil {
-		w.value("progress", e.Progress)
-	}
-	if e.Log != nil {
-		w.key("log")
-		w.putReflect(*e.Log)
-	}
-	if e.Cancel != nil {
-		w.key("cancel")
-		w.putReflect(*e.Cancel)
-	}
-	if e.Approval != nil {
-		w.key("approval")
-		w.putReflect(e.Approval)
-	}
-	if e.Result != nil {
-		w.value("result", e.Result)
-	}
-}
-
-// EncodeMsgpack writes the result as reflection would, faster.
-func (r CallResult) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, &r) }
-
-func (r *CallResult) appendMsgpack(w *packer) {
-	w.header(7 + count(len(r.Content) > 0, len(r.StructuredContent) > 0, r.Error != nil, r.Worker != "", !r.StartedAt.IsZero(), r.Truncated, r.FullResult != nil))
-	w.str("call_id", r.CallID)
-	w.str("tool", r.Tool)
-	w.str("status", string(r.Status))
-	w.bool("is_error", r.IsError)
-	if len(r.Content) > 0 {
-		w.key("content")
-		w.arrayLen(len(r.Content))
-		for i := range r.Content {
-			r.Content[i].appendMsgpack(w)
-		}
-	}
-	if len(r.StructuredContent) > 0 {
-		w.json("structured_content", r.StructuredContent)
-	}
-	if r.Error != nil {
-		w.key("error")
-		w.header(2)
-		w.str("code", r.Error.Code)
-		w.str("message", r.Error.Message)
-	}
-	w.int("attempt", int64(r.Attempt))
-	if r.Worker != "" {
-		w.str("worker", r.Worker)
-	}
-	w.time("queued_at", r.QueuedAt)
-	if !r.StartedAt.IsZero() {
-		w.time("started_at", r.StartedAt)
-	}
-	w.time("finished_at", r.FinishedAt)
-	if r.Truncated {
-		w.bool("truncated", true)
-	}
-	if r.FullResult != nil {
-		w.key("full_result")
-		w.putReflect(*r.FullResult)
-	}
-}
-
-// EncodeMsgpack writes the block as reflection would, faster.
-func (b ContentBlock) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, &b) }
-
-func (b *ContentBlock) appendMsgpack(w *packer) {
-	w.header(1 + count(b.Text != "", len(b.JSON) > 0, len(b.Data) > 0, b.MIMEType != "", b.URI != "", b.Name != "", b.Description != "", b.Annotations != nil))
-	w.str("type", b.Type)
-	if b.Text != "" {
-		w.str("text", b.Text)
-	}
-	if len(b.JSON) > 0 {
-		w.json("json", b.JSON)
-	}
-	if len(b.Data) > 0 {
-		w.key("data")
-		w.putBin(b.Data)
-	}
-	if b.MIMEType != "" {
-		w.str("mime_type", b.MIMEType)
-	}
-	if b.URI != "" {
-		w.str("uri", b.URI)
-	}
-	if b.Name != "" {
-		w.str("name", b.Name)
-	}
-	if b.Description != "" {
-		w.str("description", b.Description)
-	}
-	if b.Annotations != nil {
-		w.key("annotations")
-		w.putReflect(b.Annotations)
-	}
-}
-
-// EncodeMsgpack writes the progress as reflection would, faster.
-func (p Progress) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, p) }
-
-func (p Progress) appendMsgpack(w *packer) {
-	w.header(1 + count(p.Total != 0, p.Message != ""))
-	w.key("progress")
-	w.putFloat(p.Progress)
-	if p.Total != 0 {
-		w.key("total")
-		w.putFloat(p.Total)
-	}
-	if p.Message != "" {
-		w.str("message", p.Message)
-	}
-}
-
-// EncodeMsgpack writes the reply as reflection would, faster.
-func (r SubmitReply) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, r) }
-
-func (r SubmitReply) appendMsgpack(w *packer) {
-	w.header(2 + count(r.Duplicate, r.Result != nil, r.Approval != nil))
-	w.str("call_id", r.CallID)
-	w.str("state", string(r.State))
-	if r.Duplicate {
-		w.bool("duplicate", true)
-	}
-	if r.Result != nil {
-		w.value("result", r.Result)
-	}
-	if r.Approval != nil {
-		w.key("approval")
-		w.putReflect(r.Approval)
-	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// The written-out encoders must produce what reflection produces from the
+// The generated encoders must produce what reflection produces from the
 // json tags. Each plain* type has the fields of its message but not its
 // EncodeMsgpack method, so it is encoded by reflection.
 type (
@@ -38,7 +38,7 @@ func asMap(t *testing.T, v any) map[string]any {
 	return m
 }
 
-func TestWrittenOutEncodersMatchReflection(t *testing.T) {
+func TestGeneratedEncodersMatchReflection(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 5, time.UTC)
 	full := CallResult{CallID: "c", Tool: "a-b", Status: StateCompleted, IsError: true,
@@ -95,7 +95,7 @@ func TestWrittenOutEncodersMatchReflection(t *testing.T) {
 			m = asMap(t, cases[11].fast)
 		}
 		if len(m) != typ.NumField() {
-			t.Errorf("%s: %d of %d fields covered; a new field needs its place in encode.go and here", typ.Name(), len(m), typ.NumField())
+			t.Errorf("%s: %d of %d fields covered; a new field needs a value here (and go generate)", typ.Name(), len(m), typ.NumField())
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -36,7 +37,10 @@ func fuzzDecoder[T any](f *testing.F, seeds ...any) {
 			t.Fatalf("decoding %d bytes allocated %d bytes (limit %d)", len(data), spent, limit)
 		}
 		if err != nil {
-			if CodeOf(err) != CodeMalformed {
+			// A message nested too deeply is refused as a bad request
+			// (docs/protocol.md); anything else that does not decode is malformed.
+			tooDeep := CodeOf(err) == CodeBadRequest && strings.HasSuffix(err.Error(), errTooDeep.Message)
+			if CodeOf(err) != CodeMalformed && !tooDeep {
 				t.Fatalf("error without code malformed: %v", err)
 			}
 			return

@@ -124,7 +124,7 @@ func (j *JSON) decodeFast(d *reader) error {
 	// Size the JSON from the MessagePack, so that it is allocated once
 	// in most cases: a little longer, for quotes, commas and digits.
 	start := d.i
-	if err := d.skip(); err != nil {
+	if err := d.skipWithin(-1); err != nil {
 		return err
 	}
 	size := d.i - start
@@ -215,7 +215,7 @@ func msgpackToJSON(d *reader, dst []byte, depth int) ([]byte, error) {
 		}
 		return strconv.AppendFloat(dst, f, 'g', -1, 64), nil
 	case c == msgpcode.Uint64:
-		u, err := d.uint64()
+		u, err := d.uintN(8)
 		if err != nil {
 			return nil, err
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 // reader reads MessagePack values from a byte slice. It is what the
-// decoders in decode.go are written on: it reads every value as
+// generated decoders (msgpack_gen.go) are written on: it reads every value as
 // msgpack.Decoder reads it (the same codes accepted for each kind, nil as
 // the zero value where the Decoder takes it so) without the Decoder's
 // buffering and interface calls, and allocates only for the strings and
@@ -57,28 +57,17 @@ func (d *reader) take(n int) ([]byte, error) {
 	return b, nil
 }
 
-func (d *reader) uint8() (uint8, error) { return d.next() }
-
-func (d *reader) uint16() (uint16, error) {
-	b, err := d.take(2)
+// uintN reads an unsigned big-endian integer of n bytes: 2, 4 or 8.
+func (d *reader) uintN(n int) (uint64, error) {
+	b, err := d.take(n)
 	if err != nil {
 		return 0, err
 	}
-	return binary.BigEndian.Uint16(b), nil
-}
-
-func (d *reader) uint32() (uint32, error) {
-	b, err := d.take(4)
-	if err != nil {
-		return 0, err
-	}
-	return binary.BigEndian.Uint32(b), nil
-}
-
-func (d *reader) uint64() (uint64, error) {
-	b, err := d.take(8)
-	if err != nil {
-		return 0, err
+	switch n {
+	case 2:
+		return uint64(binary.BigEndian.Uint16(b)), nil
+	case 4:
+		return uint64(binary.BigEndian.Uint32(b)), nil
 	}
 	return binary.BigEndian.Uint64(b), nil
 }
@@ -118,10 +107,10 @@ func (d *reader) mapLen(c byte) (int, error) {
 	case msgpcode.IsFixedMap(c):
 		return int(c & msgpcode.FixedMapMask), nil
 	case c == msgpcode.Map16:
-		n, err := d.uint16()
+		n, err := d.uintN(2)
 		return int(n), err
 	case c == msgpcode.Map32:
-		n, err := d.uint32()
+		n, err := d.uintN(4)
 		return int(n), err
 	}
 	return 0, invalidCode(c, "map length")
@@ -143,10 +132,10 @@ func (d *reader) arrayLen(c byte) (int, error) {
 	case msgpcode.IsFixedArray(c):
 		return int(c & msgpcode.FixedArrayMask), nil
 	case c == msgpcode.Array16:
-		n, err := d.uint16()
+		n, err := d.uintN(2)
 		return int(n), err
 	case c == msgpcode.Array32:
-		n, err := d.uint32()
+		n, err := d.uintN(4)
 		return int(n), err
 	}
 	return 0, invalidCode(c, "array length")
@@ -160,13 +149,13 @@ func (d *reader) bytesLen(c byte) (int, error) {
 	case msgpcode.IsFixedString(c):
 		return int(c & msgpcode.FixedStrMask), nil
 	case c == msgpcode.Str8 || c == msgpcode.Bin8:
-		n, err := d.uint8()
+		n, err := d.next()
 		return int(n), err
 	case c == msgpcode.Str16 || c == msgpcode.Bin16:
-		n, err := d.uint16()
+		n, err := d.uintN(2)
 		return int(n), err
 	case c == msgpcode.Str32 || c == msgpcode.Bin32:
-		n, err := d.uint32()
+		n, err := d.uintN(4)
 		return int(n), err
 	}
 	return 0, invalidCode(c, "string/bytes length")
@@ -270,25 +259,25 @@ func (d *reader) intOf(c byte) (int64, error) {
 	case msgpcode.Nil:
 		return 0, nil
 	case msgpcode.Uint8:
-		n, err := d.uint8()
+		n, err := d.next()
 		return int64(n), err
 	case msgpcode.Int8:
-		n, err := d.uint8()
+		n, err := d.next()
 		return int64(int8(n)), err
 	case msgpcode.Uint16:
-		n, err := d.uint16()
+		n, err := d.uintN(2)
 		return int64(n), err
 	case msgpcode.Int16:
-		n, err := d.uint16()
+		n, err := d.uintN(2)
 		return int64(int16(n)), err
 	case msgpcode.Uint32:
-		n, err := d.uint32()
+		n, err := d.uintN(4)
 		return int64(n), err
 	case msgpcode.Int32:
-		n, err := d.uint32()
+		n, err := d.uintN(4)
 		return int64(int32(n)), err
 	case msgpcode.Uint64, msgpcode.Int64:
-		n, err := d.uint64()
+		n, err := d.uintN(8)
 		return int64(n), err
 	}
 	return 0, invalidCode(c, "int64")
@@ -306,10 +295,10 @@ func (d *reader) float() (float64, error) {
 func (d *reader) floatOf(c byte) (float64, error) {
 	switch c {
 	case msgpcode.Float:
-		n, err := d.uint32()
-		return float64(math.Float32frombits(n)), err
+		n, err := d.uintN(4)
+		return float64(math.Float32frombits(uint32(n))), err
 	case msgpcode.Double:
-		n, err := d.uint64()
+		n, err := d.uintN(8)
 		return math.Float64frombits(n), err
 	}
 	n, err := d.intOf(c)
@@ -346,13 +335,13 @@ func (d *reader) extLen(c byte) (int, error) {
 	case msgpcode.FixExt16:
 		return 16, nil
 	case msgpcode.Ext8:
-		n, err := d.uint8()
+		n, err := d.next()
 		return int(n), err
 	case msgpcode.Ext16:
-		n, err := d.uint16()
+		n, err := d.uintN(2)
 		return int(n), err
 	case msgpcode.Ext32:
-		n, err := d.uint32()
+		n, err := d.uintN(4)
 		return int(n), err
 	}
 	return 0, invalidCode(c, "ext len")
@@ -361,45 +350,49 @@ func (d *reader) extLen(c byte) (int, error) {
 // timeExt is the extension type of MessagePack timestamps.
 const timeExt = -1
 
-// time reads a time as Decoder.DecodeTime does: the timestamp extension
+// time reads a time as Decoder.DecodeTime does, and refuses one that JSON
+// cannot hold (years 0 to 9999): the timestamp extension
 // in its 32-, 64- and 96-bit forms (msgpack.Encoder writes whichever is
 // shortest; the 96-bit one in an ext 8), also under type 13, which NodeJS
 // uses; an RFC 3339 string; or the legacy array [seconds, nanoseconds].
-func (d *reader) time() (time.Time, error) {
+func (d *reader) time() (t time.Time, err error) {
 	c, err := d.next()
 	if err != nil {
-		return time.Time{}, err
+		return t, err
 	}
-	if c == msgpcode.FixedArrayLow|2 {
-		sec, err := d.int()
-		if err != nil {
-			return time.Time{}, err
+	switch {
+	case c == msgpcode.FixedArrayLow|2:
+		var sec, nsec int64
+		if sec, err = d.int(); err == nil {
+			nsec, err = d.int()
 		}
-		nsec, err := d.int()
-		if err != nil {
-			return time.Time{}, err
+		t = time.Unix(sec, nsec)
+	case msgpcode.IsString(c):
+		var b []byte
+		if b, err = d.lenBytes(c); err == nil {
+			t, err = time.Parse(time.RFC3339Nano, string(b))
 		}
-		return time.Unix(sec, nsec), nil
+	default:
+		var n int
+		var typ byte
+		if n, err = d.extLen(c); err == nil {
+			typ, err = d.next()
+		}
+		switch {
+		case err != nil:
+		case int8(typ) != timeExt && typ != 13:
+			err = fmt.Errorf("msgpack: invalid time ext id=%d", int8(typ))
+		default:
+			t, err = d.timeExt(n)
+		}
 	}
-	if msgpcode.IsString(c) {
-		b, err := d.lenBytes(c)
-		if err != nil {
-			return time.Time{}, err
-		}
-		return time.Parse(time.RFC3339Nano, string(b))
+	if err == nil {
+		err = checkYear(t)
 	}
-	n, err := d.extLen(c)
 	if err != nil {
 		return time.Time{}, err
 	}
-	typ, err := d.next()
-	if err != nil {
-		return time.Time{}, err
-	}
-	if int8(typ) != timeExt && typ != 13 {
-		return time.Time{}, fmt.Errorf("msgpack: invalid time ext id=%d", int8(typ))
-	}
-	return d.timeExt(n)
+	return t, nil
 }
 
 // timeExt reads the n bytes of a timestamp extension.
@@ -426,19 +419,6 @@ func (d *reader) timeExt(n int) (time.Time, error) {
 	return t, nil
 }
 
-// timeInRange reads a time that JSON can also hold (years 0 to 9999).
-func (d *reader) timeInRange(v *time.Time) error {
-	t, err := d.time()
-	if err != nil {
-		return err
-	}
-	if err := checkYear(t); err != nil {
-		return err
-	}
-	*v = t
-	return nil
-}
-
 // enter opens a map or array of n values in skipWithin's open levels.
 func enter(open []int, n, maxDepth int) ([]int, error) {
 	if maxDepth < 0 || n == 0 {
@@ -457,19 +437,10 @@ func checkYear(t time.Time) error {
 	return nil
 }
 
-// skip passes over one value of any kind. It counts the values still to
-// pass rather than recursing, so nesting costs no stack; as every value
-// takes a byte at least, more of them than bytes left is a truncation.
-func (d *reader) skip() error { return d.skipWithin(-1) }
-
-// skipUnknown passes over the value of a field the reader does not know,
-// refusing one that would take the message past maxMessageDepth levels in
-// all: a message nests no deeper in the fields its reader knows (a JSON
-// value's MaxJSONDepth inside the message's own levels) and those it does
-// not, whichever decoder reads it.
-func (d *reader) skipUnknown() error { return d.skipWithin(maxMessageDepth - d.depth) }
-
-// skipWithin is skip that also refuses, with errTooDeep, a value whose
+// skipWithin passes over one value of any kind. It counts the values
+// still to pass rather than recursing, so nesting costs no stack; as
+// every value takes a byte at least, more of them than bytes left is a
+// truncation. It also refuses, with errTooDeep, a value whose
 // maps and arrays nest deeper than maxDepth (none when negative): a
 // reader that recurses (msgpack.Decoder, when it skips a field it does
 // not know) would otherwise spend a stack frame per level, some 160 bytes
@@ -545,7 +516,7 @@ func (d *reader) skipWithin(maxDepth int) error {
 // raw returns the next value's bytes, without copying them.
 func (d *reader) raw() ([]byte, error) {
 	start := d.i
-	if err := d.skip(); err != nil {
+	if err := d.skipWithin(-1); err != nil {
 		return nil, err
 	}
 	return d.b[start:d.i:d.i], nil

@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -43,5 +44,23 @@ func TestUnsetTimesAreLeftOutInBothEncodings(t *testing.T) {
 	data, _ := json.Marshal(&CallInfo{CallID: "c1", StartedAt: now})
 	if !strings.Contains(string(data), `"started_at":"2026-11-29T12:00:00Z"`) {
 		t.Errorf("JSON without its start: %s", data)
+	}
+}
+
+// A message the msgpack library decodes refuses a time that JSON cannot
+// hold, wherever it is in the message, as the generated decoders do.
+func TestReflectionDecodedTimesInRange(t *testing.T) {
+	t.Parallel()
+	farFuture := binary.BigEndian.AppendUint64([]byte{0xc7, 12, 0xff, 0, 0, 0, 0}, 1<<40) // year 36812
+	approval := rawMap("approval_id", []byte{0xa1, 'a'}, "expires_at", farFuture)
+	batch := rawMap("calls", append([]byte{0x91}, rawMap("call_id", []byte{0xa1, 'c'}, "approval", approval)...))
+	var reply SubmitBatchReply
+	if err := Msgpack.Unmarshal(batch, &reply); CodeOf(err) != CodeMalformed || !strings.Contains(err.Error(), "out of range") {
+		t.Errorf("approval of a batch call in year 36812: %v", err)
+	}
+	inRange := rawMap("calls", append([]byte{0x91}, rawMap("call_id", []byte{0xa1, 'c'}, "approval", rawMap("approval_id", []byte{0xa1, 'a'}))...))
+	var fresh SubmitBatchReply
+	if err := Msgpack.Unmarshal(inRange, &fresh); err != nil || fresh.Calls[0].Approval == nil {
+		t.Errorf("approval without times: %+v (%v)", fresh, err)
 	}
 }

@@ -293,9 +293,42 @@ func (d *decoder) sortedStrings(what string) []string {
 // by another release and must be rebuilt.
 func Decode(data []byte) (*Index, error) {
 	d := &decoder{b: data}
-	if len(data) < len(encodingMagic) || string(data[:len(encodingMagic)]) != encodingMagic {
-		d.fail("not a search index: missing %q header", encodingMagic)
+	ix := d.header()
+	if d.err != nil {
 		return nil, d.err
+	}
+	namespaces, tags := d.dictionaries(ix)
+	if d.err != nil {
+		return nil, d.err
+	}
+	nDocs := d.count("tool", 4)
+	for i := 0; i < nDocs && d.err == nil; i++ {
+		d.tool(ix, i, namespaces, tags)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if d.checkDictionariesUsed(ix, namespaces, tags); d.err != nil {
+		return nil, d.err
+	}
+	ix.live = nDocs
+	termCount, total := d.terms(ix, nDocs)
+	if d.err == nil && d.off != len(d.b) {
+		d.fail("%d bytes follow the index", len(d.b)-d.off)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	ix.indexDecodedTerms(termCount, total)
+	return ix, nil
+}
+
+// header reads the magic, the versions and the parameters, and returns an
+// empty index with those parameters.
+func (d *decoder) header() *Index {
+	if len(d.b) < len(encodingMagic) || string(d.b[:len(encodingMagic)]) != encodingMagic {
+		d.fail("not a search index: missing %q header", encodingMagic)
+		return nil
 	}
 	d.off = len(encodingMagic)
 	if v := d.uvarint("format version"); d.err == nil && v != formatVersion {
@@ -315,23 +348,27 @@ func Decode(data []byte) (*Index, error) {
 		cfg.Fields[f].B = d.float("field b")
 	}
 	if d.err != nil {
-		return nil, d.err
+		return nil
 	}
 	if err := cfg.Validate(); err != nil {
 		d.fail("%v", err)
-		return nil, d.err
+		return nil
 	}
 	ix, _ := New(cfg)
+	return ix
+}
 
-	namespaces := d.sortedStrings("namespace")
+// dictionaries reads the namespaces and tags the tools refer to by ID.
+func (d *decoder) dictionaries(ix *Index) (namespaces, tags []string) {
+	namespaces = d.sortedStrings("namespace")
 	for _, ns := range namespaces {
 		if err := messages.ValidateNamespace(ns); err != nil && d.err == nil {
 			d.fail("%v", err)
 		}
 	}
-	tags := d.sortedStrings("tag")
+	tags = d.sortedStrings("tag")
 	if d.err != nil {
-		return nil, d.err
+		return nil, nil
 	}
 	for _, ns := range namespaces {
 		intern(ns, ix.namespaceIDs, &ix.namespaces)
@@ -339,58 +376,62 @@ func Decode(data []byte) (*Index, error) {
 	for _, tag := range tags {
 		intern(tag, ix.tagIDs, &ix.tags)
 	}
+	return namespaces, tags
+}
 
-	// Tools are appended as they are read rather than allocated from the
-	// count up front: a tool takes far more memory than its 4 bytes at least.
-	nDocs := d.count("tool", 4)
-	for i := 0; i < nDocs && d.err == nil; i++ {
-		ix.docs = append(ix.docs, docEntry{})
-		ix.codes = append(ix.codes, [NumFields]uint8{})
-		doc := &ix.docs[i]
-		ns := d.uvarint("namespace ID")
-		if d.err == nil && ns >= uint64(len(namespaces)) {
-			d.fail("namespace ID %d of tool %d is out of range", ns, i)
-			break
-		}
-		doc.namespace = uint32(ns)
-		doc.name = messages.ToolName{Namespace: namespaces[ns], Method: d.string("method")}
-		doc.original = d.string("original name")
-		nTags := d.count("tag", 1)
-		for j := 0; j < nTags && d.err == nil; j++ {
-			v := d.uvarint("tag ID")
-			if j > 0 {
-				if v == 0 {
-					d.fail("tag IDs of tool %d are not increasing", i)
-				}
-				v += uint64(doc.tags[j-1])
-			}
-			if d.err == nil && v >= uint64(len(tags)) {
-				d.fail("tag ID %d of tool %d is out of range", v, i)
-			}
-			doc.tags = append(doc.tags, uint32(v))
-		}
-		if d.err != nil {
-			break
-		}
-		if err := doc.name.Validate(); err != nil {
-			d.fail("tool %d: %v", i, err)
-			break
-		}
-		doc.live = true
-		doc.canonical = doc.name.String()
-		if _, dup := ix.slotOf[doc.canonical]; dup {
-			d.fail("tool %q appears twice", doc.canonical)
-			break
-		}
-		ix.slotOf[doc.canonical] = uint32(i)
-		for _, key := range exactKeys(doc) {
-			ix.exact[key] = append(ix.exact[key], uint32(i))
-		}
+// tool reads tool i. Tools are appended as they are read rather than
+// allocated from the count up front: a tool takes far more memory than its
+// 4 bytes at least.
+func (d *decoder) tool(ix *Index, i int, namespaces, tags []string) {
+	ix.docs = append(ix.docs, docEntry{})
+	ix.codes = append(ix.codes, [NumFields]uint8{})
+	doc := &ix.docs[i]
+	ns := d.uvarint("namespace ID")
+	if d.err == nil && ns >= uint64(len(namespaces)) {
+		d.fail("namespace ID %d of tool %d is out of range", ns, i)
 	}
 	if d.err != nil {
-		return nil, d.err
+		return
 	}
-	// Unused dictionary entries would not survive another encoding.
+	doc.namespace = uint32(ns)
+	doc.name = messages.ToolName{Namespace: namespaces[ns], Method: d.string("method")}
+	doc.original = d.string("original name")
+	nTags := d.count("tag", 1)
+	for j := 0; j < nTags && d.err == nil; j++ {
+		v := d.uvarint("tag ID")
+		if j > 0 {
+			if v == 0 {
+				d.fail("tag IDs of tool %d are not increasing", i)
+			}
+			v += uint64(doc.tags[j-1])
+		}
+		if d.err == nil && v >= uint64(len(tags)) {
+			d.fail("tag ID %d of tool %d is out of range", v, i)
+		}
+		doc.tags = append(doc.tags, uint32(v))
+	}
+	if d.err != nil {
+		return
+	}
+	if err := doc.name.Validate(); err != nil {
+		d.fail("tool %d: %v", i, err)
+		return
+	}
+	doc.live = true
+	doc.canonical = doc.name.String()
+	if _, dup := ix.slotOf[doc.canonical]; dup {
+		d.fail("tool %q appears twice", doc.canonical)
+		return
+	}
+	ix.slotOf[doc.canonical] = uint32(i)
+	for _, key := range exactKeys(doc) {
+		ix.exact[key] = append(ix.exact[key], uint32(i))
+	}
+}
+
+// checkDictionariesUsed refuses unused dictionary entries, which would not
+// survive another encoding.
+func (d *decoder) checkDictionariesUsed(ix *Index, namespaces, tags []string) {
 	nsUsed := make([]bool, len(namespaces))
 	tagUsed := make([]bool, len(tags))
 	for i := range ix.docs {
@@ -401,75 +442,26 @@ func Decode(data []byte) (*Index, error) {
 	}
 	if i := slices.Index(nsUsed, false); i >= 0 {
 		d.fail("namespace %q belongs to no tool", namespaces[i])
-		return nil, d.err
+		return
 	}
 	if i := slices.Index(tagUsed, false); i >= 0 {
 		d.fail("tag %q belongs to no tool", tags[i])
-		return nil, d.err
 	}
-	ix.live = nDocs
+}
 
+// terms reads the terms and their postings, and returns each tool's number
+// of terms and their total.
+func (d *decoder) terms(ix *Index, nDocs int) (termCount []int, total int) {
 	nTerms := d.count("term", 4)
-	termCount := make([]int, nDocs)
-	total := 0
+	termCount = make([]int, nDocs)
 	prev := ""
 	for i := 0; i < nTerms && d.err == nil; i++ {
-		shared := d.uvarint("term prefix length")
-		if d.err == nil && shared > uint64(len(prev)) {
-			d.fail("term prefix length %d exceeds the previous term", shared)
-			break
-		}
-		suffix := d.string("term")
+		text := d.termText(i, prev)
 		if d.err != nil {
 			break
 		}
-		if suffix != "" && int(shared) < len(prev) && prev[shared] == suffix[0] {
-			d.fail("term prefix length %d is shorter than the prefix shared with the previous term", shared)
-			break
-		}
-		text := prev[:shared] + suffix
-		if text == "" || (i > 0 && text <= prev) {
-			d.fail("term %q is empty or out of order", text)
-			break
-		}
 		prev = text
-		df := d.count("posting", 3)
-		if d.err == nil && (df == 0 || df > nDocs) {
-			d.fail("term %q has %d postings for %d tools", text, df, nDocs)
-			break
-		}
-		postings := make([]posting, 0, df) // at most 4 bytes for every byte left
-		doc := uint64(0)
-		for j := 0; j < df && d.err == nil; j++ {
-			v := d.uvarint("posting")
-			if j > 0 {
-				if v == 0 {
-					d.fail("postings of term %q are not increasing", text)
-					break
-				}
-				v += doc
-			}
-			if v >= uint64(nDocs) {
-				d.fail("posting of term %q names tool %d of %d", text, v, nDocs)
-				break
-			}
-			doc = v
-			p := posting{doc: uint32(v)}
-			mask := d.byte("field mask")
-			if d.err == nil && (mask == 0 || uint(mask) >= 1<<NumFields) {
-				d.fail("field mask %#x of term %q is invalid", mask, text)
-				break
-			}
-			for f := range NumFields {
-				if mask&(1<<f) != 0 {
-					p.tf[f] = d.byte("term frequency")
-					if d.err == nil && p.tf[f] == 0 {
-						d.fail("zero term frequency of term %q", text)
-					}
-				}
-			}
-			postings = append(postings, p)
-		}
+		postings := d.postings(text, nDocs)
 		if d.err != nil {
 			break
 		}
@@ -487,30 +479,104 @@ func Decode(data []byte) (*Index, error) {
 		}
 		ix.terms[id].maxTF = entry.maxTF
 		total += len(postings)
-		for _, p := range postings {
-			if c := p.tf[FieldLearned]; c != 0 {
-				key := ix.docs[p.doc].canonical
-				other := p.tf
-				other[FieldLearned] = 0
-				if other != (termFreqs{}) {
-					d.fail("term %q of tool %q is learned and in its definition", text, key)
-					break
+		d.learned(ix, id, postings)
+	}
+	return termCount, total
+}
+
+// termText reads term i, written as the length of the prefix it shares
+// with the previous term, prev, and the rest.
+func (d *decoder) termText(i int, prev string) string {
+	shared := d.uvarint("term prefix length")
+	if d.err == nil && shared > uint64(len(prev)) {
+		d.fail("term prefix length %d exceeds the previous term", shared)
+		return ""
+	}
+	suffix := d.string("term")
+	if d.err != nil {
+		return ""
+	}
+	if suffix != "" && int(shared) < len(prev) && prev[shared] == suffix[0] {
+		d.fail("term prefix length %d is shorter than the prefix shared with the previous term", shared)
+		return ""
+	}
+	text := prev[:shared] + suffix
+	if text == "" || (i > 0 && text <= prev) {
+		d.fail("term %q is empty or out of order", text)
+		return ""
+	}
+	return text
+}
+
+// postings reads the postings of a term: the tools it is in and its
+// frequency in each of their fields.
+func (d *decoder) postings(text string, nDocs int) []posting {
+	df := d.count("posting", 3)
+	if d.err == nil && (df == 0 || df > nDocs) {
+		d.fail("term %q has %d postings for %d tools", text, df, nDocs)
+		return nil
+	}
+	postings := make([]posting, 0, df) // at most 4 bytes for every byte left
+	doc := uint64(0)
+	for j := 0; j < df && d.err == nil; j++ {
+		v := d.uvarint("posting")
+		if j > 0 {
+			if v == 0 {
+				d.fail("postings of term %q are not increasing", text)
+				break
+			}
+			v += doc
+		}
+		if v >= uint64(nDocs) {
+			d.fail("posting of term %q names tool %d of %d", text, v, nDocs)
+			break
+		}
+		doc = v
+		p := posting{doc: uint32(v)}
+		mask := d.byte("field mask")
+		if d.err == nil && (mask == 0 || uint(mask) >= 1<<NumFields) {
+			d.fail("field mask %#x of term %q is invalid", mask, text)
+			break
+		}
+		for f := range NumFields {
+			if mask&(1<<f) != 0 {
+				p.tf[f] = d.byte("term frequency")
+				if d.err == nil && p.tf[f] == 0 {
+					d.fail("zero term frequency of term %q", text)
 				}
-				ix.terms[id].learned++
-				if c > MaxLearnedCount || len(ix.learned[key]) == MaxLearnedTerms {
-					d.fail("learned field of tool %q exceeds %d terms of at most %d", key, MaxLearnedTerms, MaxLearnedCount)
-					break
-				}
-				ix.learned[key] = append(ix.learned[key], LearnedTerm{Term: text, Count: c})
 			}
 		}
+		postings = append(postings, p)
 	}
-	if d.err == nil && d.off != len(d.b) {
-		d.fail("%d bytes follow the index", len(d.b)-d.off)
+	return postings
+}
+
+// learned records the learned terms among a term's postings: a learned
+// term is in no other field of its tool.
+func (d *decoder) learned(ix *Index, id uint32, postings []posting) {
+	text := ix.terms[id].text
+	for _, p := range postings {
+		if c := p.tf[FieldLearned]; c != 0 {
+			key := ix.docs[p.doc].canonical
+			other := p.tf
+			other[FieldLearned] = 0
+			if other != (termFreqs{}) {
+				d.fail("term %q of tool %q is learned and in its definition", text, key)
+				break
+			}
+			ix.terms[id].learned++
+			if c > MaxLearnedCount || len(ix.learned[key]) == MaxLearnedTerms {
+				d.fail("learned field of tool %q exceeds %d terms of at most %d", key, MaxLearnedTerms, MaxLearnedCount)
+				break
+			}
+			ix.learned[key] = append(ix.learned[key], LearnedTerm{Term: text, Count: c})
+		}
 	}
-	if d.err != nil {
-		return nil, d.err
-	}
+}
+
+// indexDecodedTerms fills in what a decoded index derives from its terms:
+// each tool's term list, field length codes and the norms.
+func (ix *Index) indexDecodedTerms(termCount []int, total int) {
 	// Each tool's term list is a window of one array, sized by the counts.
 	arena := make([]uint32, total)
 	for i := range ix.docs {
@@ -532,5 +598,4 @@ func Decode(data []byte) (*Index, error) {
 		}
 	}
 	ix.updateNorms()
-	return ix, nil
 }

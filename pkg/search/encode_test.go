@@ -79,6 +79,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"truncated", valid[:len(valid)-3], ""},
 		{"trailing bytes", append(bytes.Clone(valid), 0), "follow the index"},
 		{"huge count", append(bytes.Clone(valid[:len(header)+1+8*(2+2*NumFields)]), 0xff, 0xff, 0xff, 0xff, 0x0f), "exceeds"},
+		// No namespaces, no tags, one tool whose namespace ID is not a varint.
+		{"bad namespace ID", append(bytes.Clone(valid[:len(header)+1+8*(2+2*NumFields)]), 0, 0, 1, 0x80, 0x80, 0x80, 0x80), "namespace ID"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
