@@ -39,9 +39,9 @@
 //   - no answer within the attempt's bound, and the coordinator's
 //     unavailable and timeout: reads (ListTools, Get, Turn, Discover,
 //     ListApprovals) and idempotent requests (Cancel, Activate,
-//     SetToolEnabled, every Submit, which names its call by an idempotency
+//     Operator's SetToolEnabled, every Submit, which names its call by an idempotency
 //     key or its own call ID) are made again while the context allows. Any
-//     other request (Decide, Answer) is not: its attempt gets
+//     other request (Operator's Decide, Answer) is not: its attempt gets
 //     Options.CoordinatorWait (10s) on top of the bound, the time a
 //     coordinator may wait out a stream's election before it answers, and
 //     an attempt that went unanswered even so fails with code timeout
@@ -56,8 +56,8 @@
 // about a quarter of a second. A request that changes something is copied
 // only while no coordinator has sent a receipt for it.
 // A request whose connection was lost is sent again when it is back.
-// Reads that cost the coordinator a scan (ListCalls, ListAudit,
-// CallStats) ask for a receipt from their first copy, so that they are
+// Reads that cost the coordinator a scan (ListCalls, Operator's
+// ListAudit and CallStats) ask for a receipt from their first copy, so that they are
 // copied only when no coordinator has taken them, and each of their
 // attempts gets 25s more.
 //
