@@ -1,6 +1,7 @@
 package docs
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -108,6 +109,169 @@ func TestImportRules(t *testing.T) {
 		local, ours := strings.CutPrefix(imp, module+"/")
 		if ours && !slices.Contains([]string{"pkg/messages", "pkg/toolschema", "internal/jsonparse"}, local) {
 			t.Errorf("pkg/toolformat imports %s; it may import pkg/messages, pkg/toolschema and internal/jsonparse only", imp)
+		}
+	}
+}
+
+// sourceFile is a non-test Go file of the module, parsed.
+type sourceFile struct {
+	// path is the file's path within the module; pkg its directory's.
+	path, pkg string
+	fset      *token.FileSet
+	file      *ast.File
+}
+
+// sourceFiles parses the module's non-test Go files but those under
+// cmd/toolbus-bench, a benchmark harness whose runs are long scripts.
+func sourceFiles(t *testing.T) []sourceFile {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var files []sourceFile
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata" || rel == "cmd/toolbus-bench") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		files = append(files, sourceFile{path: rel, pkg: filepath.ToSlash(filepath.Dir(rel)), fset: fset, file: f})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// maxMethods is the most methods, exported and unexported, a named type
+// of pkg/, internal/ or cmd/ declares: a type with more holds several
+// roles, each of which is better a type of its own.
+const maxMethods = 25
+
+// typesWithManyMethods are the types that had more than maxMethods
+// methods when the rule came, keyed by package and type, each to be split
+// into types of one role each. The list only shrinks: an entry goes once
+// its type is split, and no entry is added.
+var typesWithManyMethods = map[string]bool{
+	"pkg/worker.Worker":                true,
+	"internal/coordinator.Coordinator": true,
+	"pkg/messages.Names":               true,
+}
+
+// methodCounts counts the methods each named type of the files declares,
+// keyed by package and type ("pkg/client.Client").
+func methodCounts(files []sourceFile) map[string]int {
+	counts := map[string]int{}
+	for _, f := range files {
+		for _, decl := range f.file.Decls {
+			fd, ok := decl.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil || len(fd.Recv.List) == 0 {
+				continue
+			}
+			if name := receiverType(fd.Recv.List[0].Type); name != "" {
+				counts[f.pkg+"."+name]++
+			}
+		}
+	}
+	return counts
+}
+
+// receiverType is the name of a receiver's type: T of T, *T, T[P] and *T[P].
+func receiverType(expr ast.Expr) string {
+	for {
+		switch e := expr.(type) {
+		case *ast.StarExpr:
+			expr = e.X
+		case *ast.IndexExpr:
+			expr = e.X
+		case *ast.IndexListExpr:
+			expr = e.X
+		case *ast.ParenExpr:
+			expr = e.X
+		case *ast.Ident:
+			return e.Name
+		default:
+			return ""
+		}
+	}
+}
+
+// TestTypesHaveFewMethods: no named type of pkg/, internal/ or cmd/ has
+// more than maxMethods methods, but those of typesWithManyMethods, each of
+// which still has more (an entry for a type already split is reported, so
+// that the list shrinks with the splits).
+func TestTypesHaveFewMethods(t *testing.T) {
+	counts := methodCounts(sourceFiles(t))
+	for typ, n := range counts {
+		if !strings.HasPrefix(typ, "pkg/") && !strings.HasPrefix(typ, "internal/") && !strings.HasPrefix(typ, "cmd/") {
+			continue
+		}
+		if n > maxMethods && !typesWithManyMethods[typ] {
+			t.Errorf("%s has %d methods, more than %d: give its parts of one role each a type of their own", typ, n, maxMethods)
+		}
+	}
+	for typ := range typesWithManyMethods {
+		if counts[typ] <= maxMethods {
+			t.Errorf("%s has %d methods, no more than %d: remove it from typesWithManyMethods", typ, counts[typ], maxMethods)
+		}
+	}
+}
+
+// maxFuncLines is the most lines a function declaration spans, from its
+// func line to its closing brace.
+const maxFuncLines = 120
+
+// longFuncs are the functions that were longer than maxFuncLines when the
+// rule came, keyed by file and name (a method by its name alone), each to
+// be cut into parts that say what they do. The list only shrinks.
+var longFuncs = map[string]bool{
+	"pkg/worker/worker.go Start": true,
+}
+
+// funcLengths measures each function declaration of the files, keyed as
+// longFuncs is.
+func funcLengths(files []sourceFile) map[string]int {
+	lengths := map[string]int{}
+	for _, f := range files {
+		for _, decl := range f.file.Decls {
+			if fd, ok := decl.(*ast.FuncDecl); ok && fd.Body != nil {
+				key := f.path + " " + fd.Name.Name
+				lengths[key] = max(lengths[key], f.fset.Position(fd.End()).Line-f.fset.Position(fd.Pos()).Line+1)
+			}
+		}
+	}
+	return lengths
+}
+
+// TestFunctionsAreShort: no function of the module but cmd/toolbus-bench's
+// spans more than maxFuncLines lines, but those of longFuncs, each of
+// which still does (an entry for a function already cut is reported).
+func TestFunctionsAreShort(t *testing.T) {
+	lengths := funcLengths(sourceFiles(t))
+	for fn, n := range lengths {
+		if n > maxFuncLines && !longFuncs[fn] {
+			t.Errorf("%s is %d lines long, more than %d: cut it into functions that say what each part does", fn, n, maxFuncLines)
+		}
+	}
+	for fn := range longFuncs {
+		if lengths[fn] <= maxFuncLines {
+			t.Errorf("%s is %d lines long, no more than %d: remove it from longFuncs", fn, lengths[fn], maxFuncLines)
 		}
 	}
 }

@@ -85,7 +85,7 @@ func runApprovals(ctx context.Context, g globals, args []string) error {
 		if pos[0] == "deny" || pos[0] == "answer" && *deny {
 			req.Decision = messages.DecisionDeny
 		}
-		decide := c.Decide
+		decide := c.Operator().Decide
 		if pos[0] == "answer" {
 			decide = c.Answer
 		}
@@ -177,7 +177,7 @@ func runToolSwitch(ctx context.Context, g globals, enable bool, args []string) e
 		return err
 	}
 	defer nc.Close()
-	if err := c.SetToolEnabled(ctx, pos[0], enable, *reason); err != nil {
+	if err := c.Operator().SetToolEnabled(ctx, pos[0], enable, *reason); err != nil {
 		return err
 	}
 	state := "disabled"
@@ -210,7 +210,7 @@ func runToolsRemove(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	reply, err := c.RemoveTools(ctx, pos[0], *reason)
+	reply, err := c.Operator().RemoveTools(ctx, pos[0], *reason)
 	if err != nil {
 		return err
 	}

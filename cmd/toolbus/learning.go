@@ -52,7 +52,7 @@ func runLearning(ctx context.Context, g globals, args []string) error {
 		if len(pos) == 1 {
 			tool = pos[0]
 		}
-		st, err := c.LearningStatus(ctx, tool)
+		st, err := c.Operator().LearningStatus(ctx, tool)
 		if err != nil {
 			return commandLineRefused(err)
 		}
@@ -62,7 +62,7 @@ func runLearning(ctx context.Context, g globals, args []string) error {
 		writeLearning(os.Stdout, st)
 		return nil
 	case "on", "off":
-		st, err := c.SetLearning(ctx, action == "on", *reason)
+		st, err := c.Operator().SetLearning(ctx, action == "on", *reason)
 		if err != nil {
 			return err
 		}
@@ -76,7 +76,7 @@ func runLearning(ctx context.Context, g globals, args []string) error {
 	if len(pos) == 1 {
 		tool = pos[0]
 	}
-	reply, err := c.ResetLearning(ctx, tool)
+	reply, err := c.Operator().ResetLearning(ctx, tool)
 	if err != nil {
 		return commandLineRefused(err)
 	}

@@ -40,7 +40,7 @@ func runAudit(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	reply, err := c.ListAudit(ctx, req)
+	reply, err := c.Operator().ListAudit(ctx, req)
 	if err != nil {
 		return forOperators(err)
 	}
@@ -87,7 +87,7 @@ func runWorkers(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	reply, err := c.ListWorkers(ctx, *ns)
+	reply, err := c.Operator().ListWorkers(ctx, *ns)
 	if err != nil {
 		return forOperators(err)
 	}

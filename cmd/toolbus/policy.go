@@ -239,7 +239,7 @@ func runPolicyExplain(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	reply, err := c.ExplainPolicy(ctx, req)
+	reply, err := c.Operator().ExplainPolicy(ctx, req)
 	if err != nil {
 		return forOperators(err)
 	}

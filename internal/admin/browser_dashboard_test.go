@@ -36,7 +36,7 @@ func TestBrowserDashboardShowsRealCalls(t *testing.T) {
 	// The coordinator samples the queues as it sweeps, every 5 s: wait
 	// for a sample that saw the sleeping call delivered.
 	pollUntil(t, testenv.Patience, func() bool {
-		stats, err := b.client.CallStats(ctx, messages.CallStatsRequest{Namespace: "demo"})
+		stats, err := b.client.Operator().CallStats(ctx, messages.CallStatsRequest{Namespace: "demo"})
 		return err == nil && len(stats.Namespaces) == 1 && stats.Namespaces[0].QueueDepth != nil && stats.Namespaces[0].QueueDepth.Delivered >= 1
 	}, func() string { return "no sample of the demo queue with the sleeping call delivered" })
 

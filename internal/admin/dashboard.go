@@ -61,7 +61,7 @@ func (c *Console) dashboardPage(w http.ResponseWriter, r *http.Request) {
 	} else {
 		ctx, cancel := c.busContext(r.Context())
 		defer cancel()
-		reply, err := c.cfg.Client.CallStats(ctx, messages.CallStatsRequest{Namespace: view.Namespace})
+		reply, err := c.cfg.Client.Operator().CallStats(ctx, messages.CallStatsRequest{Namespace: view.Namespace})
 		switch {
 		case errors.Is(err, messages.ErrNoResponders):
 			view.Error = "No coordinator answers stats.calls: a coordinator older than this console does not have it (upgrade the coordinators), or none is running."

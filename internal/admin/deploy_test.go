@@ -145,7 +145,7 @@ func TestConsoleOfADeployedOperator(t *testing.T) {
 
 	// The agent may not read the audit log, nor the statistics: a console
 	// whose user is not an operator says so on its dashboard.
-	if _, err := agent.ListAudit(ctx, messages.AuditListRequest{}); messages.CodeOf(err) != messages.CodeForbidden {
+	if _, err := agent.Operator().ListAudit(ctx, messages.AuditListRequest{}); messages.CodeOf(err) != messages.CodeForbidden {
 		t.Fatalf("the agent's audit.list: err = %v, want forbidden", err)
 	}
 	agents, err := admin.New(admin.Config{Client: agent, Tokens: map[string]admin.Operator{testToken: {Name: "bob"}}, Logger: testenv.Logger(t)})

@@ -24,7 +24,7 @@ func (c *Console) learningPage(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	ctx, cancel := c.busContext(r.Context())
 	defer cancel()
-	st, err := c.cfg.Client.LearningStatus(ctx, view.Tool)
+	st, err := c.cfg.Client.Operator().LearningStatus(ctx, view.Tool)
 	if err != nil {
 		data.Error = "Reading the learning status failed: " + describe(err)
 		status = http.StatusBadGateway
@@ -53,7 +53,7 @@ func (c *Console) switchLearning(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := c.busContext(r.Context())
 	defer cancel()
-	if _, err := c.cfg.Client.SetLearning(ctx, enable, byOperator(ses, why)); err != nil {
+	if _, err := c.cfg.Client.Operator().SetLearning(ctx, enable, byOperator(ses, why)); err != nil {
 		c.redirect(w, r, "/learning", "Switching learning failed: "+describe(err))
 		return
 	}
@@ -84,7 +84,7 @@ func (c *Console) resetLearning(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := c.busContext(r.Context())
 	defer cancel()
-	reply, err := c.cfg.Client.ResetLearning(ctx, tool)
+	reply, err := c.cfg.Client.Operator().ResetLearning(ctx, tool)
 	if err != nil {
 		c.redirect(w, r, back, "Resetting what was learned failed: "+describe(err))
 		return

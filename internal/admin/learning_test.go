@@ -32,7 +32,7 @@ func TestLearningPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	status := func(tool string) *messages.LearningStatus {
-		st, err := b.client.LearningStatus(ctx, tool)
+		st, err := b.client.Operator().LearningStatus(ctx, tool)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -88,7 +88,7 @@ func (c *Console) catalogPage(w http.ResponseWriter, r *http.Request) {
 // (workers.list, which needs an operator's rights), and a notice for the
 // page when the list is missing or incomplete.
 func (c *Console) liveWorkers(ctx context.Context) ([]messages.WorkerHeartbeat, string) {
-	reply, err := c.cfg.Client.ListWorkers(ctx, "")
+	reply, err := c.cfg.Client.Operator().ListWorkers(ctx, "")
 	if err != nil {
 		return nil, "Listing the workers failed, so their slots are not shown: " + describe(err)
 	}
@@ -141,7 +141,7 @@ func (c *Console) switchTool(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := c.busContext(r.Context())
 	defer cancel()
-	if err := c.cfg.Client.SetToolEnabled(ctx, name, enable, byOperator(ses, why)); err != nil {
+	if err := c.cfg.Client.Operator().SetToolEnabled(ctx, name, enable, byOperator(ses, why)); err != nil {
 		c.redirect(w, r, "/catalog", "Switching "+name+" failed: "+describe(err))
 		return
 	}
@@ -400,7 +400,7 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request) {
 	if req.By == "" {
 		req.By, req.Reason = ses.operator, reason(r)
 	}
-	reply, err := c.cfg.Client.Decide(ctx, req)
+	reply, err := c.cfg.Client.Operator().Decide(ctx, req)
 	if err != nil {
 		c.redirect(w, r, "/approvals", "Deciding failed: "+describe(err))
 		return
@@ -437,7 +437,7 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) {
 	if view.Error == "" {
 		ctx, cancel := c.busContext(r.Context())
 		defer cancel()
-		reply, err := c.cfg.Client.ListAudit(ctx, view.Filter)
+		reply, err := c.cfg.Client.Operator().ListAudit(ctx, view.Filter)
 		if err != nil {
 			view.Error = "Listing the audit log failed: " + describe(err)
 		} else {

@@ -137,7 +137,7 @@ func TestTokenUsersActAsTheirClaimsSay(t *testing.T) {
 	if _, err := billing.Call(ctx, "demo-echo", map[string]string{"text": "x"}); !errors.Is(err, messages.ErrForbidden) {
 		t.Errorf("a call as billing-bot, which the token does not name: %v", err)
 	}
-	if _, err := c.ListAudit(ctx, messages.AuditListRequest{}); !errors.Is(err, messages.ErrForbidden) {
+	if _, err := c.Operator().ListAudit(ctx, messages.AuditListRequest{}); !errors.Is(err, messages.ErrForbidden) {
 		t.Errorf("the audit log, to a user that is no operator: %v", err)
 	}
 	// Its inbox is its own: another's is refused by the server.
@@ -158,7 +158,7 @@ func TestTokenUsersActAsTheirClaimsSay(t *testing.T) {
 
 	ops := s.iss.Token("olga", audience, map[string]any{"groups": []any{"staff", "toolbus-operators"}})
 	_, op := s.client(t, ops, "")
-	page, err := op.ListAudit(ctx, messages.AuditListRequest{Decision: "forbidden"})
+	page, err := op.Operator().ListAudit(ctx, messages.AuditListRequest{Decision: "forbidden"})
 	if err != nil {
 		t.Fatalf("the audit log, to an operator of the issuer: %v", err)
 	}

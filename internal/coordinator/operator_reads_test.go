@@ -103,7 +103,7 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 	}
 
 	// The live workers with their slots.
-	workers, err := operator.ListWorkers(ctx, "")
+	workers, err := operator.Operator().ListWorkers(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 	if i < 0 || workers.Workers[i].Slots != 3 || workers.Workers[i].WorkerID == "" || workers.Workers[i].Time.IsZero() {
 		t.Fatalf("workers.list: %+v, want the demo worker with 3 slots", workers)
 	}
-	if other, err := operator.ListWorkers(ctx, "nothere"); err != nil || len(other.Workers) != 0 {
+	if other, err := operator.Operator().ListWorkers(ctx, "nothere"); err != nil || len(other.Workers) != 0 {
 		t.Errorf("workers.list of a namespace without workers: %+v %v", other, err)
 	}
 
@@ -119,7 +119,7 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 	// recorded without waiting for the write.
 	var audit *messages.AuditListReply
 	eventually(t, "the decisions in the audit log", func() bool {
-		audit, err = operator.ListAudit(ctx, messages.AuditListRequest{})
+		audit, err = operator.Operator().ListAudit(ctx, messages.AuditListRequest{})
 		return err != nil || len(audit.Records) >= 2
 	})
 	if err != nil {
@@ -135,14 +135,14 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 	if audit.Records[1].CallID != res.CallID || audit.Records[1].Agent != "support-bot" {
 		t.Errorf("the allowed call's record: %+v", audit.Records[1])
 	}
-	denied, err := operator.ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditDenied, Tool: "demo:word_count"})
+	denied, err := operator.Operator().ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditDenied, Tool: "demo:word_count"})
 	if err != nil || len(denied.Records) != 1 || denied.Records[0].Reason != "no counting" {
 		t.Fatalf("audit.list of denials: %+v %v", denied, err)
 	}
 
 	// The statistics of the last hour: the echo call queued, started and
 	// completed in the demo namespace, with its queue wait and run time.
-	stats, err := operator.CallStats(ctx, messages.CallStatsRequest{})
+	stats, err := operator.Operator().CallStats(ctx, messages.CallStatsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,9 +159,9 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 
 	// An agent is refused the three, and each refusal is audited.
 	for _, read := range []func() error{
-		func() error { _, err := agent.ListAudit(ctx, messages.AuditListRequest{}); return err },
-		func() error { _, err := agent.ListWorkers(ctx, ""); return err },
-		func() error { _, err := agent.CallStats(ctx, messages.CallStatsRequest{}); return err },
+		func() error { _, err := agent.Operator().ListAudit(ctx, messages.AuditListRequest{}); return err },
+		func() error { _, err := agent.Operator().ListWorkers(ctx, ""); return err },
+		func() error { _, err := agent.Operator().CallStats(ctx, messages.CallStatsRequest{}); return err },
 	} {
 		err := read()
 		if messages.CodeOf(err) != messages.CodeForbidden || !strings.Contains(err.Error(), "for operators") {
@@ -171,7 +171,7 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 	// Refusals are recorded without waiting for the write: wait for them.
 	var forbidden *messages.AuditListReply
 	eventually(t, "the refusals in the audit log", func() bool {
-		forbidden, err = operator.ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditForbidden})
+		forbidden, err = operator.Operator().ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditForbidden})
 		return err != nil || len(forbidden.Records) >= 3
 	})
 	if err != nil || len(forbidden.Records) != 3 || !strings.HasPrefix(forbidden.Records[0].Reason, messages.EndpointStatsCalls) ||

@@ -53,18 +53,18 @@ func TestToolsRemove(t *testing.T) {
 	c := testenv.Client(t, srv.URL(), client.Options{Agent: "ops"})
 	ctx := testenv.Context(t)
 
-	reply, err := c.RemoveTools(ctx, "stale-one", "its worker is gone")
+	reply, err := c.Operator().RemoveTools(ctx, "stale-one", "its worker is gone")
 	if err != nil || len(reply.Removed) != 1 || reply.Removed[0] != "stale-one" {
 		t.Fatalf("remove stale-one: %+v, %v", reply, err)
 	}
 	if _, err := kv.Get(ctx, "tools.stale.one"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("stale-one is still in the catalog: %v", err)
 	}
-	reply, err = c.RemoveTools(ctx, "old", "")
+	reply, err = c.Operator().RemoveTools(ctx, "old", "")
 	if err != nil || len(reply.Removed) != 2 {
 		t.Fatalf("remove namespace old: %+v, %v", reply, err)
 	}
-	if _, err := c.RemoveTools(ctx, "stale-one", ""); !errors.Is(err, messages.ErrToolNotFound) {
+	if _, err := c.Operator().RemoveTools(ctx, "stale-one", ""); !errors.Is(err, messages.ErrToolNotFound) {
 		t.Fatalf("removing a removed tool: %v, want tool_not_found", err)
 	}
 	if _, err := kv.Get(ctx, "tools.stale.two"); err != nil {

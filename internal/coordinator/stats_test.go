@@ -47,7 +47,7 @@ func TestCallStatsOfRealCalls(t *testing.T) {
 	var err error
 	deadline := time.Now().Add(testenv.Patience)
 	for {
-		stats, err = c.CallStats(ctx, messages.CallStatsRequest{Namespace: "slow"})
+		stats, err = c.Operator().CallStats(ctx, messages.CallStatsRequest{Namespace: "slow"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestCallStatsOfRealCalls(t *testing.T) {
 			t.Fatalf("call %s: %+v %v", id, res, err)
 		}
 	}
-	stats, err = c.CallStats(ctx, messages.CallStatsRequest{})
+	stats, err = c.Operator().CallStats(ctx, messages.CallStatsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

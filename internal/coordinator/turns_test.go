@@ -98,7 +98,7 @@ func TestATurnsCallsAreFoundByTheirQueuedEvents(t *testing.T) {
 		}
 	}
 	queue("before", "turn-1") // under the turn's name, before the turn was saved
-	ts := &turns{store: newMemStore(), calls: l}
+	ts := &turns{store: newMemStore(), calls: l.Turns()}
 	if err := ts.claimForCall(ctx, "turn-1", "agent-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestATurnsCallsAreFoundByTheirQueuedEvents(t *testing.T) {
 		t.Errorf("a turn never saved: %v, want turn_not_found", err)
 	}
 
-	legacy := &turns{store: newMemStore(), calls: l}
+	legacy := &turns{store: newMemStore(), calls: l.Turns()}
 	if err := legacy.save(ctx, &turnRecord{state: messages.TurnState{Turn: "old", EventsSeq: 0}}); err != nil {
 		t.Fatal(err)
 	}

@@ -23,10 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,7 +38,10 @@ import (
 // writer based its decision on.
 var ErrChanged = errors.New("call changed concurrently")
 
-// Ledger reads and writes call events.
+// Ledger reads and writes call events. Its parts: a writer stores them, a
+// reader reads the latest of each kind, a resultWait waits for one call's
+// result; Turns reads the stream as the index of turns, and a Watcher
+// (NewWatcher) follows a call live.
 type Ledger struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
@@ -53,72 +53,37 @@ type Ledger struct {
 	// eventsOwnReply reads batches each on a reply subscription of its
 	// own: for occasional reads that should not start the inbox.
 	eventsOwnReply *transport.Stream
-	// eventsPrefix starts the subjects of the events stream.
-	eventsPrefix string
-	// ackedSeq is the sequence at which the events stream last
-	// acknowledged one of this ledger's writes, and ackedAt (Unix
-	// nanoseconds) when that answer came: LastSeq's answer while recent.
-	ackedSeq atomic.Uint64
-	ackedAt  atomic.Int64
-
-	// reconnected is closed at the connection's next reconnect (see
-	// nextReconnect); status is the listener that closes it.
-	reconnectMu sync.Mutex
-	reconnected chan struct{}
-	status      chan nats.Status
+	// w stores events, r reads them; acks is the latest of this ledger's
+	// writes the stream acknowledged.
+	w    *writer
+	r    *reader
+	acks *lastAck
+	// reconnects tells waiters when the connection is back.
+	reconnects *reconnects
+	turns      *Turns
 }
 
 // New returns a ledger on the connection.
 func New(nc *nats.Conn, js jetstream.JetStream, names messages.Names) *Ledger {
 	inbox := transport.NewInbox(nc)
-	return &Ledger{
+	l := &Ledger{
 		nc: nc, js: js, names: names, inbox: inbox,
 		pub:            transport.NewPublisher(nc, inbox),
 		events:         transport.NewStream(nc, inbox, names.EventsStream()),
 		eventsOwnReply: transport.NewStream(nc, nil, names.EventsStream()),
-		eventsPrefix:   strings.TrimSuffix(names.EventsSubjects(), ">"),
+		acks:           &lastAck{eventsPrefix: strings.TrimSuffix(names.EventsSubjects(), ">")},
+		reconnects:     &reconnects{nc: nc},
 	}
+	l.w = &writer{nc: nc, names: names, pub: l.pub, acks: l.acks}
+	l.r = &reader{names: names, events: l.events, eventsOwnReply: l.eventsOwnReply}
+	l.turns = &Turns{js: js, names: names, events: l.events, acks: l.acks}
+	return l
 }
 
 // Close releases the ledger's subscription.
 func (l *Ledger) Close() {
 	l.inbox.Close()
-	l.reconnectMu.Lock()
-	if l.status != nil {
-		l.nc.RemoveStatusListener(l.status)
-		l.status = nil
-	}
-	l.reconnectMu.Unlock()
-}
-
-// nextReconnect returns a channel closed when the connection next comes
-// back after it was lost: the messages a waiter was sent meanwhile are
-// lost, and it should look for them.
-func (l *Ledger) nextReconnect() <-chan struct{} {
-	l.reconnectMu.Lock()
-	defer l.reconnectMu.Unlock()
-	if l.reconnected == nil {
-		l.reconnected = make(chan struct{})
-	}
-	if l.status == nil {
-		l.status = l.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
-		go l.watchReconnects(l.status)
-	}
-	return l.reconnected
-}
-
-func (l *Ledger) watchReconnects(status <-chan nats.Status) {
-	for st := range status {
-		l.reconnectMu.Lock()
-		if l.reconnected != nil {
-			close(l.reconnected)
-			l.reconnected = nil
-		}
-		l.reconnectMu.Unlock()
-		if st == nats.CLOSED {
-			return
-		}
-	}
+	l.reconnects.close()
 }
 
 // EventMsg encodes an event of a call of namespace ns as the message that
@@ -126,44 +91,17 @@ func (l *Ledger) watchReconnects(status <-chan nats.Status) {
 // (messages.TurnBucket); a queued event's bucket is that of its request's
 // turn.
 func (l *Ledger) EventMsg(bucket, ns string, ev *messages.CallEvent) (*nats.Msg, error) {
-	return l.eventMsg(bucket, ns, ev, nil)
-}
-
-func (l *Ledger) eventMsg(bucket, ns string, ev *messages.CallEvent, h nats.Header) (*nats.Msg, error) {
-	var subject string
-	var err error
-	if ev.Kind == messages.EventQueued {
-		// The queued event's subject names the call's turn too: the
-		// turn's index.
-		if ev.Request == nil {
-			return nil, fmt.Errorf("queued event of call %s without its request", ev.CallID)
-		}
-		subject, err = l.names.QueuedSubject(ev.CallID, ev.Request.Turn, ns)
-	} else {
-		subject, err = l.names.EventSubject(bucket, ev.CallID, ev.Kind, ns)
-	}
-	if err != nil {
-		return nil, err
-	}
-	data, err := messages.Msgpack.Marshal(ev)
-	if err != nil {
-		return nil, fmt.Errorf("encode %s event: %w", ev.Kind, err)
-	}
-	if h == nil {
-		h = make(nats.Header, 4)
-	}
-	messages.Msgpack.SetHeaders(h)
-	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+	return l.w.eventMsg(bucket, ns, ev, nil)
 }
 
 // Append stores an event of a call of namespace ns under bucket (see
 // EventMsg) and waits until the stream has it.
 func (l *Ledger) Append(ctx context.Context, bucket, ns string, ev *messages.CallEvent) (uint64, error) {
-	msg, err := l.eventMsg(bucket, ns, ev, nil)
+	msg, err := l.w.eventMsg(bucket, ns, ev, nil)
 	if err != nil {
 		return 0, err
 	}
-	seq, err := l.store(ctx, msg)
+	seq, err := l.w.store(ctx, msg)
 	if err != nil {
 		return 0, fmt.Errorf("store %s event of call %s: %w", ev.Kind, ev.CallID, err)
 	}
@@ -177,85 +115,27 @@ func (l *Ledger) Append(ctx context.Context, bucket, ns string, ev *messages.Cal
 func (l *Ledger) Hold(ctx context.Context, call *messages.CallRequest) (uint64, error) {
 	h := make(nats.Header, 3)
 	h.Set(messages.HeaderAwaiting, messages.AwaitingApproval)
-	msg, err := l.eventMsg("", call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call}, h)
+	msg, err := l.w.eventMsg("", call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call}, h)
 	if err != nil {
 		return 0, err
 	}
-	seq, err := l.store(ctx, msg)
+	seq, err := l.w.store(ctx, msg)
 	if err != nil {
 		return 0, fmt.Errorf("store queued event of call %s: %w", call.CallID, err)
 	}
 	return seq, nil
 }
 
-// store publishes msg and waits until the stream has it, sending it again
-// after a failure that stored nothing (see transport.WritePolicy).
-func (l *Ledger) store(ctx context.Context, msg *nats.Msg) (uint64, error) {
-	seq, duplicate, err := l.pub.PublishRetrying(ctx, transport.WritePolicy, msg)
-	if err == nil && !duplicate {
-		l.acked(msg.Subject, seq)
-	}
-	return seq, err
-}
-
-// acked notes that the stream acknowledged a write to subject at seq (see
-// LastSeq); a duplicate's answer, an earlier write's sequence, is not
-// noted. The latest answer is kept, not the highest sequence: answers to
-// writes in flight together come in any order, and each is a sequence the
-// stream has reached; a stream made anew starts its sequences again.
-func (l *Ledger) acked(subject string, seq uint64) {
-	if seq == 0 || !strings.HasPrefix(subject, l.eventsPrefix) {
-		return
-	}
-	l.ackedSeq.Store(seq)
-	l.ackedAt.Store(time.Now().UnixNano())
-}
-
 // AppendAsync stores an event without waiting for the stream's
 // acknowledgement. Events sent on one connection are stored in the order
 // they were sent, so a later Append is stored after them.
 func (l *Ledger) AppendAsync(bucket, ns string, ev *messages.CallEvent) error {
-	msg, err := l.eventMsg(bucket, ns, ev, nil)
+	msg, err := l.w.eventMsg(bucket, ns, ev, nil)
 	if err != nil {
 		return err
 	}
 	_, err = l.js.PublishMsgAsync(msg)
 	return err
-}
-
-// conditionalMsg is ev's message, to be stored only if the last sequence
-// among the subjects matching filter is lastSeq (0: none of them has a
-// message yet). An empty filter is the event's own subject.
-func (l *Ledger) conditionalMsg(bucket, ns string, ev *messages.CallEvent, filter string, lastSeq uint64) (*nats.Msg, error) {
-	h := make(nats.Header, 3)
-	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(lastSeq, 10))
-	msg, err := l.eventMsg(bucket, ns, ev, h)
-	if err != nil {
-		return nil, err
-	}
-	if filter != "" && filter != msg.Subject {
-		// Without it the condition is on the event's own subject, and the
-		// stored event (and its republished copy) is a header shorter.
-		h.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
-	}
-	return msg, nil
-}
-
-// conditional stores ev only if the last sequence among the subjects
-// matching filter is lastSeq (see conditionalMsg).
-func (l *Ledger) conditional(ctx context.Context, bucket, ns string, ev *messages.CallEvent, filter string, lastSeq uint64) (uint64, error) {
-	msg, err := l.conditionalMsg(bucket, ns, ev, filter, lastSeq)
-	if err != nil {
-		return 0, err
-	}
-	seq, err := l.store(ctx, msg)
-	if err == nil {
-		return seq, nil
-	}
-	if errors.Is(err, transport.ErrWrongLastSequence) {
-		return 0, ErrChanged
-	}
-	return 0, fmt.Errorf("store %s event of call %s: %w", ev.Kind, ev.CallID, err)
 }
 
 // Start records that an attempt started, unless the call already has a
@@ -272,7 +152,7 @@ func (l *Ledger) Start(bucket, ns string, ev *messages.CallEvent) error {
 	h := make(nats.Header, 6)
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	h.Set(jetstream.ExpectedLastSubjSeqSubjHeader, results)
-	msg, err := l.eventMsg(bucket, ns, ev, h)
+	msg, err := l.w.eventMsg(bucket, ns, ev, h)
 	if err != nil {
 		return err
 	}
@@ -292,7 +172,7 @@ func (l *Ledger) Commit(ctx context.Context, bucket, ns string, res *messages.Ca
 	if err != nil {
 		return false, err
 	}
-	err = l.commit(ctx, bucket, ns, res, results, 0, notify)
+	err = l.w.commit(ctx, bucket, ns, res, results, 0, notify)
 	if errors.Is(err, ErrChanged) {
 		return false, nil
 	}
@@ -312,19 +192,10 @@ func (l *Ledger) CommitIfUnchanged(ctx context.Context, bucket, ns string, res *
 	if err != nil {
 		return err
 	}
-	if err := l.commit(ctx, bucket, ns, res, filter, lastSeq, notify); err != nil {
+	if err := l.w.commit(ctx, bucket, ns, res, filter, lastSeq, notify); err != nil {
 		return err
 	}
 	finished(ns, res)
-	return nil
-}
-
-func (l *Ledger) commit(ctx context.Context, bucket, ns string, res *messages.CallResult, filter string, lastSeq uint64, notify string) error {
-	ev := resultEvent(res)
-	if _, err := l.conditional(ctx, bucket, ns, ev, filter, lastSeq); err != nil {
-		return err
-	}
-	l.sendCopy(bucket, ns, ev, notify)
 	return nil
 }
 
@@ -341,17 +212,6 @@ func resultEvent(res *messages.CallResult) *messages.CallEvent {
 	return ev
 }
 
-// sendCopy sends a stored result to the caller's notify subject, if any:
-// a copy, as the stored event is the record.
-func (l *Ledger) sendCopy(bucket, ns string, ev *messages.CallEvent, notify string) {
-	if notify != "" && messages.ValidateNotify(notify) == nil {
-		if msg, err := l.eventMsg(bucket, ns, ev, nil); err == nil {
-			msg.Subject = notify
-			_ = l.nc.PublishMsg(msg)
-		}
-	}
-}
-
 // CommitThen is Commit without waiting: then gets its outcome once the
 // stream answers, on the ledger's inbox goroutine, and must not block. If
 // CommitThen returns an error, then is not called.
@@ -361,14 +221,14 @@ func (l *Ledger) CommitThen(bucket, ns string, res *messages.CallResult, notify 
 	if err != nil {
 		return err
 	}
-	msg, err := l.conditionalMsg(bucket, ns, ev, results, 0)
+	msg, err := l.w.conditionalMsg(bucket, ns, ev, results, 0)
 	if err != nil {
 		return err
 	}
 	return l.PublishThen(msg, timeout, func(_ uint64, _ bool, err error) {
 		switch {
 		case err == nil:
-			l.sendCopy(bucket, ns, ev, notify)
+			l.w.sendCopy(bucket, ns, ev, notify)
 			finished(ns, res)
 			then(true, nil)
 		case errors.Is(err, transport.ErrWrongLastSequence):
@@ -386,15 +246,6 @@ type Event struct {
 	Seq       uint64
 	Namespace string
 	Bucket    string
-}
-
-// decodeEvent reads a stored event and the namespace and bucket of its subject.
-func (l *Ledger) decodeEvent(seq uint64, msg *nats.Msg) (*Event, error) {
-	ev := &Event{Seq: seq, Namespace: l.names.EventNamespace(msg.Subject), Bucket: l.names.EventBucket(msg.Subject)}
-	if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
-		return nil, fmt.Errorf("event %d: %w", seq, err)
-	}
-	return ev, nil
 }
 
 // coordinatorKind reports whether only the coordinator writes events of
@@ -552,131 +403,12 @@ const maxSubjectsPerRequest = 140
 // an empty snapshot. Each call's namespace is the one its queued event
 // names.
 func (l *Ledger) Snapshots(ctx context.Context, callIDs ...string) (map[string]*Snapshot, error) {
-	return l.snapshots(ctx, "", callIDs)
-}
-
-// SnapshotsSeen is Snapshots as the replica that answers has them: a call
-// it does not know is not looked up at the stream's leader. For a reader
-// whose stream has a single replica, whose answer is its leader's.
-func (l *Ledger) SnapshotsSeen(ctx context.Context, callIDs ...string) (map[string]*Snapshot, error) {
-	return l.snapshotsRead(ctx, l.events, "", callIDs, false)
-}
-
-// snapshots is Snapshots of calls of namespace ns, or of the namespace
-// each call's events tell when ns is empty.
-func (l *Ledger) snapshots(ctx context.Context, ns string, callIDs []string) (map[string]*Snapshot, error) {
-	return l.snapshotsFrom(ctx, l.events, ns, callIDs)
-}
-
-// snapshotsFrom is snapshots read by events.
-func (l *Ledger) snapshotsFrom(ctx context.Context, events *transport.Stream, ns string, callIDs []string) (map[string]*Snapshot, error) {
-	return l.snapshotsRead(ctx, events, ns, callIDs, true)
-}
-
-// snapshotsRead is snapshotsFrom, which with confirm looks up at the
-// stream's leader each call the batched read did not find.
-func (l *Ledger) snapshotsRead(ctx context.Context, events *transport.Stream, ns string, callIDs []string, confirm bool) (map[string]*Snapshot, error) {
-	out := make(map[string]*Snapshot, len(callIDs))
-	for start := 0; start < len(callIDs); start += maxSubjectsPerRequest {
-		end := min(start+maxSubjectsPerRequest, len(callIDs))
-		filters := make([]string, 0, end-start)
-		for _, id := range callIDs[start:end] {
-			f, err := l.names.CallEventsFilter(id)
-			if err != nil {
-				return nil, err
-			}
-			filters = append(filters, f)
-			out[id] = &Snapshot{CallID: id, Namespace: ns}
-		}
-		var decodeErr error
-		read := make(map[string][]*Event, end-start)
-		err := events.GetBatch(ctx, transport.BatchRequest{MultiLast: filters}, func(seq uint64, msg *nats.Msg) bool {
-			ev, err := l.decodeEvent(seq, msg)
-			if err != nil {
-				decodeErr = err
-				return false
-			}
-			if out[ev.CallID] != nil {
-				read[ev.CallID] = append(read[ev.CallID], ev)
-			}
-			return true
-		})
-		if err != nil {
-			return nil, fmt.Errorf("read call events: %w", err)
-		}
-		if decodeErr != nil {
-			return nil, decodeErr
-		}
-		for id, events := range read {
-			out[id].addAll(events)
-		}
-	}
-	for _, s := range out {
-		if confirm && !s.Exists() {
-			if err := l.snapshotFromLeader(ctx, s); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return out, nil
+	return l.r.snapshots(ctx, l.events, "", callIDs, true)
 }
 
 // snapshotKinds are the events a snapshot is made of, read one by one
 // when a call's events are read from the leader or by a worker.
 var snapshotKinds = []messages.EventKind{messages.EventQueued, messages.EventApproval, messages.EventStarted, messages.EventProgress, messages.EventLog, messages.EventCancel, messages.EventResult}
-
-// snapshotFromLeader fills in a call that the replica answering the batched
-// read did not know: in a cluster it may lag behind the leader, which has
-// acknowledged writes it does not hold yet. A call is taken not to exist
-// only when the leader has no queued event for it either; without a
-// namespace, the queued event of any namespace tells the call's (only the
-// coordinator writes queued events).
-func (l *Ledger) snapshotFromLeader(ctx context.Context, s *Snapshot) error {
-	for _, kind := range snapshotKinds {
-		found, err := l.addFromLeader(ctx, s, kind)
-		if err != nil {
-			return err
-		}
-		if !found && kind == messages.EventQueued {
-			return nil
-		}
-	}
-	return nil
-}
-
-// addFromLeader adds the call's last event of kind, as the stream's leader
-// has it, to s, and reports whether there was one. A queued event read
-// while s has no namespace gives it its own.
-func (l *Ledger) addFromLeader(ctx context.Context, s *Snapshot, kind messages.EventKind) (bool, error) {
-	var subject string
-	var err error
-	if s.Bucket == "" && kind == messages.EventQueued {
-		subject, err = l.names.CallKindFilter(s.CallID, kind)
-	} else if s.Bucket != "" {
-		subject, err = l.names.EventFilter(s.Bucket, s.CallID, kind, s.Namespace)
-	} else {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	msg, seq, err := l.events.GetLastFromLeader(ctx, subject)
-	if errors.Is(err, transport.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read call events: %w", err)
-	}
-	ev, err := l.decodeEvent(seq, msg)
-	if err != nil {
-		return false, err
-	}
-	if s.Bucket == "" && (s.Namespace == "" || s.Namespace == ev.Namespace) {
-		s.Namespace, s.Bucket = ev.Namespace, ev.Bucket
-	}
-	s.add(ev)
-	return ev.Namespace == s.Namespace && ev.Bucket == s.Bucket, nil
-}
 
 // Snapshot reads one call's latest events. Unlike Snapshots, whose reads
 // any replica may answer, it asks the stream's leader whether a call that
@@ -691,7 +423,7 @@ func (l *Ledger) Snapshot(ctx context.Context, callID string) (*Snapshot, error)
 // (a call it submitted, with the tool's namespace); an empty ns is
 // Snapshot's, the queued event's.
 func (l *Ledger) SnapshotIn(ctx context.Context, ns, callID string) (*Snapshot, error) {
-	m, err := l.snapshots(ctx, ns, []string{callID})
+	m, err := l.r.snapshots(ctx, l.events, ns, []string{callID}, true)
 	if err != nil {
 		return nil, err
 	}
@@ -700,7 +432,7 @@ func (l *Ledger) SnapshotIn(ctx context.Context, ns, callID string) (*Snapshot, 
 		return s, nil
 	}
 	for _, kind := range [...]messages.EventKind{messages.EventCancel, messages.EventResult} {
-		if _, err := l.addFromLeader(ctx, s, kind); err != nil {
+		if _, err := l.r.addFromLeader(ctx, s, kind); err != nil {
 			return nil, err
 		}
 	}
@@ -735,7 +467,7 @@ func (l *Ledger) ConfirmResult(ctx context.Context, s *Snapshot) error {
 		return nil
 	}
 	for _, kind := range [...]messages.EventKind{messages.EventCancel, messages.EventResult} {
-		if _, err := l.addFromLeader(ctx, s, kind); err != nil {
+		if _, err := l.r.addFromLeader(ctx, s, kind); err != nil {
 			return err
 		}
 	}
@@ -764,7 +496,7 @@ func (l *Ledger) ReadOwn(ctx context.Context, bucket, ns, callID string, kinds .
 		if err != nil {
 			return nil, fmt.Errorf("read %s event of call %s: %w", kind, callID, err)
 		}
-		ev, err := l.decodeEvent(seq, msg)
+		ev, err := l.r.decode(seq, msg)
 		if err != nil {
 			return nil, err
 		}
@@ -804,7 +536,7 @@ func (l *Ledger) AwaitResult(ctx context.Context, bucket, ns, callID string) (*m
 		return nil, err
 	}
 	defer sub.Unsubscribe()
-	return l.awaitResult(ctx, bucket, ns, callID, results, true, false)
+	return newResultWait(l.r, l.reconnects, bucket, ns, callID).run(ctx, results, true, false)
 }
 
 // resultWrites is how many writes of a call's result subject a waiter
@@ -852,7 +584,7 @@ func (c *LeaderChecks) Restart() { c.n = 0 }
 // WaitOn is AwaitResult for a caller that subscribed to the result subject
 // itself (before submitting) and passes its channel.
 func (l *Ledger) WaitOn(ctx context.Context, bucket, ns, callID string, results <-chan *nats.Msg) (*messages.CallResult, error) {
-	return l.awaitResult(ctx, bucket, ns, callID, results, false, true)
+	return newResultWait(l.r, l.reconnects, bucket, ns, callID).run(ctx, results, false, true)
 }
 
 // WaitForWrite is AwaitResult for a caller that subscribed to the result
@@ -860,127 +592,7 @@ func (l *Ledger) WaitOn(ctx context.Context, bucket, ns, callID string, results 
 // write, and the committed result is read back. The stream is asked
 // first, for a result stored before the subscription.
 func (l *Ledger) WaitForWrite(ctx context.Context, bucket, ns, callID string, writes <-chan *nats.Msg) (*messages.CallResult, error) {
-	return l.awaitResult(ctx, bucket, ns, callID, writes, true, false)
-}
-
-// awaitResult waits for a message on results, then returns the result.
-// Copies sent to a notify subject are sent only once committed; a message
-// seen on the result subject itself is any attempt's write, which JetStream
-// may have refused, so the committed result is read from the stream.
-func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, results <-chan *nats.Msg, checkFirst, committed bool) (*messages.CallResult, error) {
-	if ns == "" || bucket == "" {
-		ns, bucket = "", ""
-	}
-	// check reports the result, or whether the read failed.
-	check := func(confirm bool) (*messages.CallResult, bool, error) {
-		// A read retries transient failures; a check gives up at the next
-		// one, so that the messages on results are not left waiting. A
-		// result not found is looked for again at the next check; the
-		// leader is asked to confirm it only when confirm is set.
-		cctx, cancel := context.WithTimeout(ctx, ResultCheckInterval)
-		defer cancel()
-		if ns == "" {
-			// The call's namespace is its queued event's: one batched read
-			// finds both, for every reader of events (an account that
-			// imports the direct gets included).
-			m, err := l.snapshotsFrom(cctx, l.eventsOwnReply, "", []string{callID})
-			if err != nil {
-				return nil, false, err
-			}
-			s := m[callID]
-			ns, bucket = s.Namespace, s.Bucket
-			if s.Result != nil && s.Result.Result != nil {
-				return s.Result.Result, true, nil
-			}
-			return nil, false, nil
-		}
-		ev, err := l.last(cctx, bucket, ns, callID, messages.EventResult, confirm)
-		if err == nil && ev != nil && ev.Result != nil {
-			return ev.Result, true, nil
-		}
-		return nil, false, err
-	}
-	if checkFirst {
-		if res, ok, _ := check(false); ok {
-			return res, nil
-		}
-	}
-	committedResult := func(msg *nats.Msg) *messages.CallResult {
-		if evNS := l.names.EventNamespace(msg.Subject); evNS != "" && (evNS != ns || l.names.EventBucket(msg.Subject) != bucket) {
-			// Written under another namespace or bucket (or ones not known
-			// yet): not the call's.
-			return nil
-		}
-		var ev messages.CallEvent
-		if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev); err != nil {
-			return nil
-		}
-		// Whoever may publish to the subject could send anything there:
-		// only this call's result counts.
-		if ev.Kind != messages.EventResult || ev.CallID != callID || ev.Result == nil || ev.Result.CallID != callID {
-			return nil
-		}
-		return ev.Result
-	}
-	if committed {
-		// Often the result is already there: no ticker for that.
-		select {
-		case msg := <-results:
-			if res := committedResult(msg); res != nil {
-				return res, nil
-			}
-		default:
-		}
-	}
-	t := time.NewTicker(ResultCheckInterval)
-	defer t.Stop()
-	var checks LeaderChecks
-	reconnected := l.nextReconnect()
-	for {
-		select {
-		case <-reconnected:
-			// A result sent while the connection was away is lost: look
-			// now, at the leader, and again at the next checks.
-			reconnected = l.nextReconnect()
-			checks.Restart()
-			confirm := checks.Next()
-			res, ok, err := check(confirm)
-			if ok {
-				return res, nil
-			}
-			if err != nil {
-				checks.Failed(confirm)
-			}
-		case msg := <-results:
-			if !committed {
-				// Subscribers can see a write before the stream has stored
-				// it: read it back a few times, soon.
-				for pause := time.Millisecond; pause <= 128*time.Millisecond; pause *= 2 {
-					if res, ok, _ := check(false); ok {
-						return res, nil
-					}
-					if err := Sleep(ctx, pause); err != nil {
-						return nil, fmt.Errorf("wait for call %s: %w", callID, err)
-					}
-				}
-				continue
-			}
-			if res := committedResult(msg); res != nil {
-				return res, nil
-			}
-		case <-t.C:
-			confirm := checks.Next()
-			res, ok, err := check(confirm)
-			if ok {
-				return res, nil
-			}
-			if err != nil {
-				checks.Failed(confirm)
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("wait for call %s: %w", callID, ctx.Err())
-		}
-	}
+	return newResultWait(l.r, l.reconnects, bucket, ns, callID).run(ctx, writes, true, false)
 }
 
 // Last returns the latest event of one kind of a call of namespace ns
@@ -990,42 +602,13 @@ func (l *Ledger) awaitResult(ctx context.Context, bucket, ns, callID string, res
 // coordinator writes (queued, approval, cancel), the one that tells the
 // call's namespace (Event.Namespace).
 func (l *Ledger) Last(ctx context.Context, bucket, ns, callID string, kind messages.EventKind) (*Event, error) {
-	return l.last(ctx, bucket, ns, callID, kind, true)
+	return l.r.last(ctx, bucket, ns, callID, kind, true)
 }
 
 // LastSeen is Last without the leader's confirmation of none: for a caller
 // that will look again anyway, such as a wait's periodic check.
 func (l *Ledger) LastSeen(ctx context.Context, bucket, ns, callID string, kind messages.EventKind) (*Event, error) {
-	return l.last(ctx, bucket, ns, callID, kind, false)
-}
-
-// last is Last, or LastSeen without confirm.
-func (l *Ledger) last(ctx context.Context, bucket, ns, callID string, kind messages.EventKind, confirm bool) (*Event, error) {
-	var subject string
-	var err error
-	if ns == "" {
-		subject, err = l.names.CallKindFilter(callID, kind)
-	} else {
-		subject, err = l.names.EventFilter(bucket, callID, kind, ns)
-	}
-	if err != nil {
-		return nil, err
-	}
-	msg, seq, err := l.events.GetLast(ctx, subject)
-	if confirm && errors.Is(err, transport.ErrNotFound) {
-		msg, seq, err = l.events.GetLastFromLeader(ctx, subject)
-	}
-	if errors.Is(err, transport.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s event of call %s: %w", kind, callID, err)
-	}
-	ev, err := l.decodeEvent(seq, msg)
-	if err != nil {
-		return nil, fmt.Errorf("%s event of call %s: %w", kind, callID, err)
-	}
-	return ev, nil
+	return l.r.last(ctx, bucket, ns, callID, kind, false)
 }
 
 // CallRef names a call's events: its ID, its namespace and the bucket of

@@ -17,6 +17,13 @@ import (
 // setupLedgers returns a ledger on a server with Toolbus's streams, and
 // another on a second connection, the forger's.
 func setupLedgers(t *testing.T) (l, forger *ledger.Ledger, ctx context.Context) {
+	l, forger, _, ctx = setupLedgersWatched(t)
+	return l, forger, ctx
+}
+
+// setupLedgersWatched is setupLedgers with a watcher of the first
+// ledger's events stream.
+func setupLedgersWatched(t *testing.T) (l, forger *ledger.Ledger, w *ledger.Watcher, ctx context.Context) {
 	t.Helper()
 	srv := testenv.Server(t)
 	ctx = testenv.Context(t)
@@ -39,7 +46,7 @@ func setupLedgers(t *testing.T) (l, forger *ledger.Ledger, ctx context.Context) 
 	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	return l, open(), ctx
+	return l, open(), ledger.NewWatcher(js, names), ctx
 }
 
 func result(callID, text string) *messages.CallResult {
@@ -52,7 +59,7 @@ func result(callID, text string) *messages.CallResult {
 // read of the ledger skips them, and a conditional write ignores them.
 func TestEventsOfAnotherNamespaceAreIgnored(t *testing.T) {
 	t.Parallel()
-	l, forger, ctx := setupLedgers(t)
+	l, forger, w, ctx := setupLedgersWatched(t)
 	const id = "call-1"
 	b := messages.TurnBucket("")
 	req := &messages.CallRequest{CallID: id, Tool: "demo-echo", Namespace: "demo", Method: "echo", QueuedAt: time.Now().UTC()}
@@ -114,7 +121,7 @@ func TestEventsOfAnotherNamespaceAreIgnored(t *testing.T) {
 		}
 	}
 	var texts []string
-	for ev, err := range l.Watch(ctx, "", id) {
+	for ev, err := range w.Watch(ctx, "", id) {
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,20 +22,10 @@ func (l *Ledger) PublishThen(msg *nats.Msg, timeout time.Duration, then func(seq
 	subject := msg.Subject
 	return l.pub.PublishThen(msg, timeout, func(seq uint64, duplicate bool, err error) {
 		if err == nil && !duplicate {
-			l.acked(subject, seq)
+			l.acks.note(subject, seq)
 		}
 		then(seq, duplicate, err)
 	})
-}
-
-// PublishWait stores msg and returns its sequence and whether JetStream
-// had it already. See transport.Publisher.PublishWait.
-func (l *Ledger) PublishWait(ctx context.Context, msg *nats.Msg) (seq uint64, duplicate bool, err error) {
-	seq, duplicate, err = l.pub.PublishWait(ctx, msg)
-	if err == nil && !duplicate {
-		l.acked(msg.Subject, seq)
-	}
-	return seq, duplicate, err
 }
 
 // Sleep waits for d or until ctx ends (see transport.Sleep).

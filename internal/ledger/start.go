@@ -27,11 +27,11 @@ func (l *Ledger) StartOnce(ctx context.Context, bucket, ns string, ev *messages.
 	h := make(nats.Header, 5)
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	h.Set(jetstream.MsgIDHeader, ev.CallID+".started."+strconv.Itoa(ev.Attempt))
-	msg, err := l.eventMsg(bucket, ns, ev, h)
+	msg, err := l.w.eventMsg(bucket, ns, ev, h)
 	if err != nil {
 		return err
 	}
-	if _, err := l.store(ctx, msg); err != nil {
+	if _, err := l.w.store(ctx, msg); err != nil {
 		if errors.Is(err, transport.ErrWrongLastSequence) {
 			return ErrChanged
 		}

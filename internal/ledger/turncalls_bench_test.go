@@ -56,7 +56,7 @@ func BenchmarkTurnCalls(b *testing.B) {
 	l := New(nc, js, names)
 	b.Cleanup(l.Close)
 	// Each turn's first sequence, as its record keeps it.
-	old, err := l.LastSeq(ctx)
+	old, err := l.Turns().LastSeq(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func BenchmarkTurnCalls(b *testing.B) {
 		}
 	}
 	<-js.PublishAsyncComplete()
-	young, err := l.LastSeq(ctx)
+	young, err := l.Turns().LastSeq(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func BenchmarkTurnCalls(b *testing.B) {
 	}{{"young", young}, {"old", old}} {
 		b.Run(tc.turn, func(b *testing.B) {
 			for b.Loop() {
-				ids, err := l.TurnCalls(ctx, tc.turn, tc.from, 10_000)
+				ids, err := l.Turns().TurnCalls(ctx, tc.turn, tc.from, 10_000)
 				if err != nil || len(ids) != 8 {
 					b.Fatalf("%d calls (%v), want 8", len(ids), err)
 				}

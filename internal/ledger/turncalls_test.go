@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -58,7 +59,7 @@ func TestTurnCallsReadsAlike(t *testing.T) {
 		}
 	}
 	queue("before", "turn-1", false)
-	from, err := l.LastSeq(ctx)
+	from, err := l.Turns().LastSeq(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,17 +74,17 @@ func TestTurnCallsReadsAlike(t *testing.T) {
 	}
 	want := []string{"c1", "c2", "held"}
 	sorted := func(ids []string) []string { slices.Sort(ids); return ids }
-	scanned, err := l.TurnCalls(ctx, "turn-1", from, 100)
+	scanned, err := l.Turns().TurnCalls(ctx, "turn-1", from, 100)
 	if err != nil || !slices.Equal(sorted(scanned), want) {
 		t.Fatalf("scanned: %v (%v), want %v", scanned, err, want)
 	}
 	defer func(limit uint64) { turnScanLimit = limit }(turnScanLimit)
 	turnScanLimit = 10
-	byLast, err := l.TurnCalls(ctx, "turn-1", from, 100)
+	byLast, err := l.Turns().TurnCalls(ctx, "turn-1", from, 100)
 	if err != nil || !slices.Equal(sorted(byLast), want) {
 		t.Fatalf("read by last messages: %v (%v), want %v", byLast, err, want)
 	}
-	if two, err := l.TurnCalls(ctx, "turn-1", from, 2); err != nil || len(two) != 2 {
+	if two, err := l.Turns().TurnCalls(ctx, "turn-1", from, 2); err != nil || len(two) != 2 {
 		t.Fatalf("at most 2: %v (%v)", two, err)
 	}
 }
@@ -133,7 +134,7 @@ func TestLastSeqAfterOwnWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := other("second")
-	if got, err := l.LastSeq(ctx); err != nil || got != own {
+	if got, err := l.Turns().LastSeq(ctx); err != nil || got != own {
 		t.Fatalf("LastSeq right after the ledger's write at %d: %d (%v)", own, got, err)
 	}
 	// A duplicate of "first", sent through the ledger, is answered with
@@ -143,14 +144,16 @@ func TestLastSeqAfterOwnWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	dup.Header.Set(jetstream.MsgIDHeader, "first")
-	if _, duplicate, err := l.PublishWait(ctx, dup); err != nil || !duplicate {
+	if _, duplicate, err := l.pub.PublishRetrying(ctx, transport.WritePolicy, dup); err != nil || !duplicate {
 		t.Fatalf("duplicate: %v %v", duplicate, err)
+	} else if _, err := l.w.store(ctx, dup); err != nil {
+		t.Fatalf("duplicate through the ledger's writes: %v", err)
 	}
-	if got, err := l.LastSeq(ctx); err != nil || got != own {
+	if got, err := l.Turns().LastSeq(ctx); err != nil || got != own {
 		t.Fatalf("LastSeq after a duplicate: %d (%v), want %d", got, err, own)
 	}
-	l.ackedAt.Store(time.Now().Add(-ackedSeqFresh).UnixNano())
-	if got, err := l.LastSeq(ctx); err != nil || got != last {
+	l.acks.at.Store(time.Now().Add(-ackedSeqFresh).UnixNano())
+	if got, err := l.Turns().LastSeq(ctx); err != nil || got != last {
 		t.Fatalf("LastSeq once the answer is old: %d (%v), want the stream's last, %d", got, err, last)
 	}
 }

@@ -15,6 +15,19 @@ import (
 // without ending its watch.
 const watchInactiveThreshold = 30 * time.Second
 
+// Watcher follows calls live through the events stream, each watch with an
+// ordered consumer of its own: what a client that reads JetStream watches
+// a call with. It keeps no state between watches; any number run at once.
+type Watcher struct {
+	js    jetstream.JetStream
+	names messages.Names
+}
+
+// NewWatcher returns a watcher of the events stream that names names.
+func NewWatcher(js jetstream.JetStream, names messages.Names) *Watcher {
+	return &Watcher{js: js, names: names}
+}
+
 // Watch yields the call's events in the order they were stored, from the
 // first, then follows new ones live, until the result or until ctx ends.
 // It reads the stream directly, so it keeps going across restarts of
@@ -24,15 +37,15 @@ const watchInactiveThreshold = 30 * time.Second
 // is the one of its first event only the coordinator writes, under ns.
 // Events written under another namespace or bucket are skipped, as are
 // events other than the coordinator's before the bucket is known.
-func (l *Ledger) Watch(ctx context.Context, ns, callID string) iter.Seq2[*Event, error] {
+func (wt *Watcher) Watch(ctx context.Context, ns, callID string) iter.Seq2[*Event, error] {
 	return func(yield func(*Event, error) bool) {
 		var bucket string
-		filter, err := l.names.CallEventsFilter(callID)
+		filter, err := wt.names.CallEventsFilter(callID)
 		if err != nil {
 			yield(nil, err)
 			return
 		}
-		cons, err := l.js.OrderedConsumer(ctx, l.names.EventsStream(), jetstream.OrderedConsumerConfig{
+		cons, err := wt.js.OrderedConsumer(ctx, wt.names.EventsStream(), jetstream.OrderedConsumerConfig{
 			FilterSubjects:    []string{filter},
 			DeliverPolicy:     jetstream.DeliverAllPolicy,
 			InactiveThreshold: watchInactiveThreshold,
@@ -46,7 +59,7 @@ func (l *Ledger) Watch(ctx context.Context, ns, callID string) iter.Seq2[*Event,
 		defer func() {
 			if info := cons.CachedInfo(); info != nil {
 				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = l.js.DeleteConsumer(dctx, l.names.EventsStream(), info.Name)
+				_ = wt.js.DeleteConsumer(dctx, wt.names.EventsStream(), info.Name)
 				cancel()
 			}
 		}()
@@ -72,8 +85,8 @@ func (l *Ledger) Watch(ctx context.Context, ns, callID string) iter.Seq2[*Event,
 				yield(nil, err)
 				return
 			}
-			ev := &Event{Seq: meta.Sequence.Stream, Namespace: l.names.EventNamespace(msg.Subject()), Bucket: l.names.EventBucket(msg.Subject())}
-			if bucket == "" && (ns == "" || ns == ev.Namespace) && coordinatorKind(l.eventKind(msg.Subject())) {
+			ev := &Event{Seq: meta.Sequence.Stream, Namespace: wt.names.EventNamespace(msg.Subject()), Bucket: wt.names.EventBucket(msg.Subject())}
+			if bucket == "" && (ns == "" || ns == ev.Namespace) && coordinatorKind(wt.eventKind(msg.Subject())) {
 				ns, bucket = ev.Namespace, ev.Bucket
 			}
 			if ev.Namespace != ns || ev.Bucket != bucket || bucket == "" {
@@ -96,7 +109,7 @@ func (l *Ledger) Watch(ctx context.Context, ns, callID string) iter.Seq2[*Event,
 }
 
 // eventKind returns the kind token of an event subject.
-func (l *Ledger) eventKind(subject string) messages.EventKind {
-	_, kind, _, _ := l.names.ParseEventSubject(subject)
+func (wt *Watcher) eventKind(subject string) messages.EventKind {
+	_, kind, _, _ := wt.names.ParseEventSubject(subject)
 	return kind
 }

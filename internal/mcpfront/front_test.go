@@ -1222,7 +1222,7 @@ func TestQueueApprovalWithProgress(t *testing.T) {
 		t.Fatalf("answered before the operator decided: %+v %v", a.res, a.err)
 	default:
 	}
-	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: approval.ApprovalID, Decision: messages.DecisionApprove, Reason: "off-peak", By: "operator"}); err != nil {
+	if _, err := operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: approval.ApprovalID, Decision: messages.DecisionApprove, Reason: "off-peak", By: "operator"}); err != nil {
 		t.Fatal(err)
 	}
 	a := <-done
@@ -1259,7 +1259,7 @@ func TestQueueApprovalWithProgress(t *testing.T) {
 		second, err = operator.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "analyst", Turn: sessionTurn(t, c)})
 		return err == nil && len(second.Approvals) == 1
 	})
-	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: second.Approvals[0].ApprovalID, Decision: messages.DecisionDeny, Reason: "not today", By: "operator"}); err != nil {
+	if _, err := operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: second.Approvals[0].ApprovalID, Decision: messages.DecisionDeny, Reason: "not today", By: "operator"}); err != nil {
 		t.Fatal(err)
 	}
 	a = <-done
@@ -1576,7 +1576,7 @@ func TestTaskStates(t *testing.T) {
 	if err != nil || info.Approval == nil {
 		t.Fatalf("the held call: %+v %v", info, err)
 	}
-	if _, err := operator.Decide(testenv.Context(t), messages.DecideRequest{ApprovalID: info.Approval.ApprovalID, Decision: messages.DecisionApprove, Reason: "fine", By: "operator"}); err != nil {
+	if _, err := operator.Operator().Decide(testenv.Context(t), messages.DecideRequest{ApprovalID: info.Approval.ApprovalID, Decision: messages.DecisionApprove, Reason: "fine", By: "operator"}); err != nil {
 		t.Fatal(err)
 	}
 	var digest mcp.CallToolResult

@@ -25,7 +25,7 @@ func (c *Client) SubmitBatch(ctx context.Context, req messages.SubmitBatchReques
 		req.Agent = c.opts.Agent
 	}
 	var out messages.SubmitBatchReply
-	return &out, c.request(ctx, messages.EndpointCallsSubmitBatch, &req, &out, repeatable, time.Duration(req.WaitMS)*time.Millisecond)
+	return &out, c.api.request(ctx, messages.EndpointCallsSubmitBatch, &req, &out, repeatable, time.Duration(req.WaitMS)*time.Millisecond)
 }
 
 // Results renders calls, usually a batch's reply, as the provider's next
@@ -35,7 +35,7 @@ func (c *Client) SubmitBatch(ctx context.Context, req messages.SubmitBatchReques
 // is rendered as such, with its approval ID, without being waited for.
 func (c *Client) Results(ctx context.Context, req messages.ResultsRequest) (*messages.ResultsReply, error) {
 	var out messages.ResultsReply
-	return &out, c.request(ctx, messages.EndpointCallsResults, &req, &out, read, time.Duration(req.WaitMS)*time.Millisecond)
+	return &out, c.api.request(ctx, messages.EndpointCallsResults, &req, &out, read, time.Duration(req.WaitMS)*time.Millisecond)
 }
 
 // RunToolCalls runs the tool calls of one model iteration and returns
@@ -75,7 +75,7 @@ func (c *Client) RunToolCalls(ctx context.Context, format string, toolCalls any,
 	if scratch.Turn == "" {
 		scratch.Turn = nuid.Next()
 	}
-	wait := c.resultsWait(ctx)
+	wait := c.opts.resultsWait(ctx)
 	batch, err := c.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: format, ToolCalls: raw, Agent: scratch.Agent, Turn: scratch.Turn, TimeoutMS: scratch.TimeoutMS, WaitMS: max(wait.Milliseconds(), 1)})
 	if err != nil {
 		return nil, err
@@ -95,12 +95,12 @@ func (c *Client) RunToolCalls(ctx context.Context, format string, toolCalls any,
 // maximum wait, within three quarters of what is left of ctx (a quarter
 // is for the reply to come back in), or, without a deadline, half of
 // DefaultTimeout, which bounds the request.
-func (c *Client) resultsWait(ctx context.Context) time.Duration {
-	wait := c.opts.MaxWait
+func (o *Options) resultsWait(ctx context.Context) time.Duration {
+	wait := o.MaxWait
 	if d, ok := ctx.Deadline(); ok {
 		return min(wait, time.Until(d)*3/4)
 	}
-	return min(wait, c.opts.DefaultTimeout/2)
+	return min(wait, o.DefaultTimeout/2)
 }
 
 // AwaitResults is Results, asked again until every call has ended, was
@@ -108,7 +108,7 @@ func (c *Client) resultsWait(ctx context.Context) time.Duration {
 // holds one request for at most its maximum wait.
 func (c *Client) AwaitResults(ctx context.Context, format string, calls []messages.BatchCall) (*messages.ResultsReply, error) {
 	for {
-		wait := c.resultsWait(ctx)
+		wait := c.opts.resultsWait(ctx)
 		out, err := c.Results(ctx, messages.ResultsRequest{Format: format, Calls: calls, WaitMS: max(wait.Milliseconds(), 0)})
 		if err != nil {
 			return nil, err

@@ -40,7 +40,7 @@ func (c *Client) CallObserved(ctx context.Context, req messages.SubmitRequest, o
 	if req.Agent == "" {
 		req.Agent = c.opts.Agent
 	}
-	if req.IdempotencyKey == "" && (c.opts.Route != "" || !c.readsViaCoordinator()) {
+	if req.IdempotencyKey == "" && (c.opts.Route != "" || !c.api.readsViaCoordinator()) {
 		return c.callOnRoute(ctx, req, o)
 	}
 	// Without a route of its own, as Call: the call is made idempotent,

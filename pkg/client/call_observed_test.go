@@ -71,7 +71,7 @@ func TestCallObserved(t *testing.T) {
 		res, err = c.CallObserved(ctx, messages.SubmitRequest{Tool: "o-guarded", Turn: "t2"}, &client.CallObserver{
 			Held: func(reply *messages.SubmitReply) bool {
 				go func() {
-					_, err := c.Decide(ctx, messages.DecideRequest{ApprovalID: reply.Approval.ApprovalID, Decision: messages.DecisionApprove, By: "operator"})
+					_, err := c.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: reply.Approval.ApprovalID, Decision: messages.DecisionApprove, By: "operator"})
 					decided <- err
 				}()
 				return false

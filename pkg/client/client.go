@@ -39,9 +39,9 @@
 //   - no answer within the attempt's bound, and the coordinator's
 //     unavailable and timeout: reads (ListTools, Get, Turn, Discover,
 //     ListApprovals) and idempotent requests (Cancel, Activate,
-//     SetToolEnabled, every Submit, which names its call by an idempotency
+//     Operator's SetToolEnabled, every Submit, which names its call by an idempotency
 //     key or its own call ID) are made again while the context allows. Any
-//     other request (Decide, Answer) is not: its attempt gets
+//     other request (Operator's Decide, Answer) is not: its attempt gets
 //     Options.CoordinatorWait (10s) on top of the bound, the time a
 //     coordinator may wait out a stream's election before it answers, and
 //     an attempt that went unanswered even so fails with code timeout
@@ -56,8 +56,8 @@
 // about a quarter of a second. A request that changes something is copied
 // only while no coordinator has sent a receipt for it.
 // A request whose connection was lost is sent again when it is back.
-// Reads that cost the coordinator a scan (ListCalls, ListAudit,
-// CallStats) ask for a receipt from their first copy, so that they are
+// Reads that cost the coordinator a scan (ListCalls, Operator's
+// ListAudit and CallStats) ask for a receipt from their first copy, so that they are
 // copied only when no coordinator has taken them, and each of their
 // attempts gets 25s more.
 //
@@ -70,6 +70,21 @@
 // and follows it until its result or its context's end. It waits for the
 // result for as long as its context allows, not for RequestTimeout: a call
 // lasts as long as its tool takes, and ends with the call's own deadline.
+//
+// # Operators
+//
+// Client is an agent's API. An operator's requests — deciding approvals
+// (Decide), switching tools on and off (SetToolEnabled) and removing stale
+// ones (RemoveTools), the audit log (ListAudit), the live workers
+// (ListWorkers), the statistics of the last hour (CallStats), how the
+// policy decides a call (ExplainPolicy), and what discovery learned from
+// use (LearningStatus, SetLearning, ResetLearning) — are methods of the
+// *Operator that Client.Operator returns, which sends them on the client's
+// connection with the same attempts and retries. Until this version they
+// were methods of Client itself: c.Decide(ctx, req) is now
+// c.Operator().Decide(ctx, req), and so on. Only the Go API moved: every
+// request and reply on the wire is as it was (docs/protocol.md), and
+// clients in other languages see nothing new.
 package client
 
 import (
@@ -78,16 +93,12 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/toolbus/toolbus/internal/ledger"
-	"github.com/toolbus/toolbus/internal/tracing"
-	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -147,15 +158,8 @@ type Options struct {
 	Route string
 }
 
-// requestRetry is the backoff between the attempts of a request.
-var requestRetry = transport.RetryPolicy{Initial: 100 * time.Millisecond, Max: time.Second}
-
-// maxNoResponderAttempts is how many times a request that no coordinator
-// received is sent: enough to ride out a coordinator's restart, not so
-// many that a caller with no coordinator at all waits long to hear so.
-const maxNoResponderAttempts = 6
-
-// Client talks to Toolbus over a NATS connection.
+// Client talks to Toolbus over a NATS connection: an agent's calls and
+// turns on it, and, through Operator, an operator's API.
 type Client struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -164,14 +168,12 @@ type Client struct {
 	opts   Options
 	names  messages.Names
 	ledger *ledger.Ledger
-	// noJetStream is set once the server said that the connection's
-	// account has no JetStream: calls are then followed through the
-	// coordinator (see readsViaCoordinator).
-	noJetStream atomic.Bool
-	// answerTime is the recent time coordinators took to answer a request
-	// that no copy had to help, in nanoseconds (an exponentially weighted
-	// mean; 0 before the first): what hedgeDelay scales with.
-	answerTime atomic.Int64
+	// api sends every request to the coordinators.
+	api *coordinatorAPI
+	// reads follows calls: from JetStream, or through the coordinator.
+	reads    *callReads
+	watcher  *ledger.Watcher
+	operator *Operator
 }
 
 // New returns a client on the connection.
@@ -208,7 +210,11 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 			return nil, err
 		}
 	}
-	return &Client{nc: nc, js: js, inbox: ledger.NewInbox(nc), routes: routes, opts: opts, names: names, ledger: ledger.New(nc, js, names)}, nil
+	c := &Client{nc: nc, js: js, inbox: ledger.NewInbox(nc), routes: routes, opts: opts, names: names, ledger: ledger.New(nc, js, names), watcher: ledger.NewWatcher(js, names)}
+	c.api = &coordinatorAPI{nc: nc, inbox: c.inbox, routes: routes, opts: opts, names: names}
+	c.reads = &callReads{api: c.api, ledger: c.ledger, js: js}
+	c.operator = &Operator{api: c.api}
+	return c, nil
 }
 
 // Close releases the client's subscriptions; the connection stays open.
@@ -218,341 +224,13 @@ func (c *Client) Close() {
 	c.ledger.Close()
 }
 
-// safety says whether a request may be sent again after an attempt that
-// went unanswered.
-type safety int
-
-const (
-	// once: an unanswered attempt may have been carried out, and a second
-	// would be carried out again.
-	once safety = iota
-	// repeatable: requests whose repetition changes nothing.
-	repeatable
-	// read: requests that change nothing at all.
-	read
-	// scan: reads that cost the coordinator a scan of seconds (within a
-	// budget): copied only while no coordinator has sent a receipt, which
-	// the first copy asks for already, as a copy would cost another scan;
-	// and given scanTime more to be answered in each attempt.
-	scan
-)
-
-// scanTime is what an attempt of a scan is given on top of
-// Options.RequestTimeout.
-const scanTime = 25 * time.Second
-
-// request sends one API request and decodes the reply into out, in
-// attempts bounded by RequestTimeout plus wait (see the package doc).
-// Error replies come back as *messages.Error, so errors.Is(err,
-// messages.ErrToolNotFound) and the like work; a request that no
-// coordinator received fails with messages.ErrNoResponders, and one that
-// cannot be repeated and went unanswered with messages.ErrTimeout. A
-// read or a repeatable request that the coordinator does not hold (wait
-// 0) is hedged within each attempt (see hedged); a scan is not.
-func (c *Client) request(ctx context.Context, endpoint string, in, out any, safe safety, wait time.Duration) error {
-	subject, err := c.names.APISubject(endpoint)
-	if err != nil {
-		return err
-	}
-	data, err := c.opts.Codec.Marshal(in)
-	if err != nil {
-		return fmt.Errorf("encode %s request: %w", endpoint, err)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.opts.DefaultTimeout)
-		defer cancel()
-	}
-	policy := requestRetry
-	policy.Attempt = c.opts.RequestTimeout + wait
-	switch safe {
-	case once:
-		policy.Attempt += c.opts.CoordinatorWait
-	case scan:
-		policy.Attempt += scanTime
-	}
-	unanswered := false
-	noResponders := 0
-	var firstNoResponders time.Time
-	policy.Retryable = func(err error) bool {
-		var e *messages.Error
-		switch {
-		case errors.Is(err, messages.ErrNoResponders):
-			noResponders++
-			if safe == repeatable && wait == 0 {
-				// Safe to send again however often: while no coordinator
-				// listens (a server of the cluster restarting, coordinators
-				// reconnecting), for up to NoCoordinatorWait.
-				if firstNoResponders.IsZero() {
-					firstNoResponders = time.Now()
-				}
-				return time.Since(firstNoResponders) < c.opts.NoCoordinatorWait
-			}
-			return noResponders < maxNoResponderAttempts
-		case errors.Is(err, context.DeadlineExceeded):
-			// Retry ends before asking if the caller's context ended, so
-			// this is the attempt's bound.
-			unanswered = true
-			return safe != once
-		case errors.As(err, &e):
-			return safe != once && (e.Code == messages.CodeUnavailable || e.Code == messages.CodeTimeout)
-		}
-		return false
-	}
-	send := func(ctx context.Context) (*nats.Msg, error) {
-		msg := &nats.Msg{Subject: subject, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
-		tracing.Inject(ctx, msg.Header)
-		reply, err := c.nc.RequestMsgWithContext(ctx, msg)
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, noCoordinator(subject)
-		}
-		if err != nil {
-			return nil, c.tooLarge(endpoint, msg, err)
-		}
-		return reply, nil
-	}
-	err = transport.Retry(ctx, policy, func(actx context.Context) error {
-		var reply *nats.Msg
-		var err error
-		if safe == once {
-			reply, err = send(actx)
-		} else {
-			// Only reads are copied before a coordinator was heard from:
-			// a copy of a request that changes something may be answered
-			// by what the first did (a cancel's too_late, a submit's
-			// duplicate), so such copies go out only while no receipt has
-			// come, to a coordinator that has not taken the first.
-			reply, err = c.hedged(actx, subject, data, wait > 0 || safe == scan || safe == repeatable)
-			if err != nil {
-				err = c.tooLarge(endpoint, &nats.Msg{Data: data}, err)
-			}
-		}
-		if err != nil {
-			return err
-		}
-		return decodeReply(endpoint, reply, out)
-	})
-	switch {
-	case err == nil:
-		return nil
-	case unanswered && safe == once && ctx.Err() == nil:
-		return messages.Errorf(messages.CodeTimeout, "%s: no answer within %v; the outcome is unknown (a submit's call may have been queued)", endpoint, policy.Attempt)
-	case messages.CodeOf(err) != messages.CodeInternal:
-		return err
-	}
-	return fmt.Errorf("%s: %w", endpoint, err)
-}
-
-// hedged sends a request that is safe to repeat and returns the first
-// answer to it or to one of its copies. The coordinators' queue group
-// gives each copy to a coordinator at random; a copy goes out when no
-// answer has come after HedgeAfter: two at once, then four after another
-// HedgeAfter, then one after each HedgeAfter, until a coordinator sends a
-// receipt for one of them (messages.HeaderReceipt; the copies ask for one
-// on the client's route) or the answer comes. A live coordinator's receipt
-// stops the copies, so a request that coordinators are slow to answer
-// (waiting out an election, say) costs them a few copies at most, and a
-// hung coordinator costs the request about one HedgeAfter: with one of two
-// hung, longer than two only with a chance of 1 in 128, and longer than
-// three with 1 in 256. A held request (wait > 0), a read that may keep a
-// coordinator busy (calls.list, audit.list, stats.calls) and a request
-// that changes something (a submit, a cancel) asks for a receipt from its
-// first copy: each copy a live coordinator takes holds one of its user's
-// waits, scans the stream again, or is answered as what the first did (a
-// cancel's too_late, a submit's duplicate), and the receipt says that a
-// coordinator has it. A request
-// whose connection is lost is sent again once it is back, as its answer
-// may be lost with it. A client without a route it receives on (an agent's
-// user that named none) gets no receipts: it sends the copies of the first
-// two rounds only, and a held request once. If every copy found no
-// coordinator, that is the error.
-func (c *Client) hedged(ctx context.Context, subject string, data []byte, held bool) (*nats.Msg, error) {
-	// held: the first copy asks for a receipt, and without receipts there
-	// are no copies.
-	reply, answers, done, err := c.inbox.Register(64)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	var receipts <-chan *nats.Msg
-	receiptTo := ""
-	if c.opts.Route != "" || !c.readsViaCoordinator() {
-		route, err := c.routes.Route()
-		if err != nil {
-			return nil, err
-		}
-		id := messages.RoutedCallID(route, messages.RandomToken())
-		if receiptTo, err = c.names.CallRouteSubject(id); err != nil {
-			return nil, err
-		}
-		var stop func()
-		receipts, stop = c.routes.Await(id, "")
-		defer stop()
-	}
-	sent, unheard := 0, 0
-	launch := func(copies int, receipt bool) error {
-		for range copies {
-			msg := &nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(c.opts.Codec.NewHeader()), Data: data}
-			if receipt && receiptTo != "" {
-				msg.Header.Set(messages.HeaderReceipt, receiptTo)
-			}
-			tracing.Inject(ctx, msg.Header)
-			if err := c.nc.PublishMsg(msg); err != nil {
-				return err
-			}
-			sent++
-		}
-		return nil
-	}
-	// An answer in flight when the connection is lost is lost with it:
-	// the request is sent again on the new connection rather than waited
-	// for until ctx ends.
-	lost := c.nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED)
-	defer c.nc.RemoveStatusListener(lost)
-	if err := launch(1, held); err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	hedge := time.NewTimer(c.hedgeDelay())
-	defer hedge.Stop()
-	next := hedge.C
-	if held && receiptTo == "" {
-		next = nil
-	}
-	rounds := 0
-	for {
-		select {
-		case <-lost:
-			rounds = 0
-			if err := launch(1, true); err != nil {
-				return nil, err
-			}
-			if !held || receiptTo != "" {
-				hedge.Reset(c.opts.HedgeAfter)
-				next = hedge.C
-			}
-		case msg := <-receipts:
-			if msg.Header.Get(messages.HeaderReceipt) == messages.ReceiptSent {
-				next = nil // a live coordinator has it
-			}
-		case msg := <-answers:
-			if noCoordinatorListened(msg) {
-				if unheard++; unheard == sent {
-					return nil, noCoordinator(subject)
-				}
-				break
-			}
-			if sent == 1 && !held {
-				c.observeAnswer(time.Since(start))
-			}
-			return msg, nil
-		case <-next:
-			rounds++
-			if receiptTo == "" && rounds > 2 {
-				next = nil
-				break
-			}
-			if err := launch(hedgeCopies(rounds), true); err != nil {
-				return nil, err
-			}
-			hedge.Reset(c.opts.HedgeAfter)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// hedgeCopies is how many copies of a request the nth round of hedging
-// sends: 2, then 4, then one (a request that asked for a receipt and got
-// none). With one coordinator of two not answering, a request reaches a
-// live one within about two HedgeAfter but for a chance of 1 in 128.
-func hedgeCopies(n int) int {
-	switch n {
-	case 1:
-		return 2
-	case 2:
-		return 4
-	}
-	return 1
-}
-
-// hedgeDelay is how long a request, or a quiet submit, goes without news
-// (an answer, or a receipt) before a copy is sent or the call looked up:
-// three times the recent time coordinators took to answer or to send a
-// receipt, at least HedgeAfter and at most ResultCheckInterval. A
-// coordinator that does not answer costs about HedgeAfter while the
-// others answer quickly, and coordinators slow to answer (busy) are not
-// sent copies that would load them more.
-func (c *Client) hedgeDelay() time.Duration {
-	t := time.Duration(c.answerTime.Load())
-	return min(max(3*t, c.opts.HedgeAfter), ledger.ResultCheckInterval)
-}
-
-// observeAnswer adds the time an answer took to answerTime, with a weight
-// of one eighth.
-func (c *Client) observeAnswer(d time.Duration) {
-	for {
-		old := c.answerTime.Load()
-		next := int64(d)
-		if old != 0 {
-			next = old + (int64(d)-old)/8
-		}
-		if c.answerTime.CompareAndSwap(old, next) {
-			return
-		}
-	}
-}
-
-// noCoordinator is the error of a request that no coordinator received.
-func noCoordinator(subject string) error {
-	return messages.Errorf(messages.CodeNoResponders, "no coordinator answers on %s", subject)
-}
-
-// decodeReply decodes a reply into out, or returns the error it carries
-// as *messages.Error. The error's code is the one in the reply's body; the
-// HTTP-style status in the Nats-Service-Error-Code header stands for
-// several codes, so a reply without a readable body is reported by the
-// code that covers all of its status, or as internal.
-func decodeReply(endpoint string, reply *nats.Msg, out any) error {
-	if status := reply.Header.Get(micro.ErrorCodeHeader); status != "" {
-		var e messages.Error
-		if len(reply.Data) > 0 {
-			if _, derr := messages.Decode(messages.Header(reply.Header), reply.Data, &e); derr == nil && e.Code != "" {
-				return &e
-			}
-		}
-		return &messages.Error{Code: codeForStatus(status), Message: fmt.Sprintf("%s failed with status %s: %s", endpoint, status, reply.Header.Get(micro.ErrorHeader))}
-	}
-	if out == nil {
-		return nil
-	}
-	if _, err := messages.Decode(messages.Header(reply.Header), reply.Data, out); err != nil {
-		return fmt.Errorf("decode %s reply: %w", endpoint, err)
-	}
-	return nil
-}
-
-// codeForStatus returns the code that covers every code of an error
-// status, for a reply that carries no code of its own: bad_request for
-// 400, unavailable for 503, and internal for any other status, since no
-// code covers, say, every kind of 404.
-func codeForStatus(status string) messages.ErrorCode {
-	switch status {
-	case messages.CodeBadRequest.StatusText():
-		return messages.CodeBadRequest
-	case messages.CodeUnavailable.StatusText():
-		return messages.CodeUnavailable
-	}
-	return messages.CodeInternal
-}
-
 // ListTools lists the catalog.
 func (c *Client) ListTools(ctx context.Context, req messages.ListToolsRequest) (*messages.ListToolsReply, error) {
 	if req.Agent == "" {
 		req.Agent = c.opts.Agent
 	}
 	var out messages.ListToolsReply
-	return &out, c.request(ctx, messages.EndpointToolsList, &req, &out, read, 0)
+	return &out, c.api.request(ctx, messages.EndpointToolsList, &req, &out, read, 0)
 }
 
 // Submit queues a call and returns at once, or, with req.Wait, when the
@@ -576,7 +254,7 @@ func (c *Client) Submit(ctx context.Context, req messages.SubmitRequest) (*messa
 		// Call does.
 		route := req.Route
 		switch {
-		case route == "" && c.opts.Route == "" && c.readsViaCoordinator():
+		case route == "" && c.opts.Route == "" && c.api.readsViaCoordinator():
 			req.IdempotencyKey = messages.RandomToken()
 		case route == "":
 			route, _ = c.routes.Route()
@@ -590,7 +268,7 @@ func (c *Client) Submit(ctx context.Context, req messages.SubmitRequest) (*messa
 		safe = repeatable
 	}
 	var out messages.SubmitReply
-	err := c.request(ctx, messages.EndpointCallsSubmit, &req, &out, safe, c.waitOf(&req))
+	err := c.api.request(ctx, messages.EndpointCallsSubmit, &req, &out, safe, c.opts.submitWait(&req))
 	if err != nil && safe == repeatable && undecided(err) {
 		// An attempt that went unanswered, or whose coordinator could not
 		// store the call for now, may have queued it all the same: the
@@ -601,7 +279,7 @@ func (c *Client) Submit(ctx context.Context, req messages.SubmitRequest) (*messa
 		}
 		if ctx.Err() == nil {
 			lctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
-			reply, exists, lerr := c.lookupCall(lctx, toolNamespace(req.Tool), callID)
+			reply, exists, lerr := c.reads.lookupCall(lctx, toolNamespace(req.Tool), callID)
 			cancel()
 			if lerr == nil && exists {
 				return reply, nil
@@ -619,10 +297,10 @@ func undecided(err error) bool {
 	return mayPass(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
-// waitOf is how long the coordinator may hold the reply of a submit: its
+// submitWait is how long the coordinator may hold the reply of a submit: its
 // wait_ms, or else its timeout_ms and the second the coordinator adds, or
 // else the coordinator's longest wait.
-func (c *Client) waitOf(req *messages.SubmitRequest) time.Duration {
+func (o *Options) submitWait(req *messages.SubmitRequest) time.Duration {
 	switch {
 	case !req.Wait:
 		return 0
@@ -631,7 +309,7 @@ func (c *Client) waitOf(req *messages.SubmitRequest) time.Duration {
 	case req.TimeoutMS > 0:
 		return time.Duration(req.TimeoutMS)*time.Millisecond + time.Second
 	}
-	return c.opts.MaxWait
+	return o.MaxWait
 }
 
 // CallOption adjusts a call made with Call.
@@ -672,10 +350,10 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 	for _, opt := range opts {
 		opt(&req)
 	}
-	if req.IdempotencyKey == "" && (c.opts.Route != "" || !c.readsViaCoordinator()) {
+	if req.IdempotencyKey == "" && (c.opts.Route != "" || !c.api.readsViaCoordinator()) {
 		return c.callOnRoute(ctx, req, nil)
 	}
-	if c.readsViaCoordinator() {
+	if c.api.readsViaCoordinator() {
 		// Without a route of its own, the call is made idempotent and
 		// awaited with calls.get: notify copies stay in the coordinator's account.
 		if req.IdempotencyKey == "" {
@@ -688,7 +366,7 @@ func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOp
 		if res, settled, err := settle(reply); settled {
 			return res, err
 		}
-		return c.waitViaCoordinator(ctx, reply.CallID)
+		return c.reads.waitViaCoordinator(ctx, reply.CallID)
 	}
 	notify, results, done, err := c.inbox.Register(1)
 	if err != nil {
@@ -715,17 +393,6 @@ func toolNamespace(tool string) string {
 		return ""
 	}
 	return name.Namespace
-}
-
-// tooLarge turns the connection's refusal of a message larger than the
-// server's max_payload into payload_too_large, which says both sizes; it
-// returns any other error as it is.
-func (c *Client) tooLarge(endpoint string, msg *nats.Msg, err error) error {
-	if !errors.Is(err, nats.ErrMaxPayload) {
-		return err
-	}
-	return messages.Errorf(messages.CodePayloadTooLarge, "%s: the request is %d bytes, more than the NATS server's max_payload of %d bytes",
-		endpoint, len(msg.Data), c.nc.MaxPayload())
 }
 
 // settle reports whether a submit's reply ends the call: it carries the
@@ -757,16 +424,7 @@ func (e *ApprovalRequiredError) Error() string {
 // ListApprovals lists approvals; State defaults to pending.
 func (c *Client) ListApprovals(ctx context.Context, req messages.ListApprovalsRequest) (*messages.ListApprovalsReply, error) {
 	var out messages.ListApprovalsReply
-	return &out, c.request(ctx, messages.EndpointApprovalsList, &req, &out, read, 0)
-}
-
-// Decide approves or denies an approval.
-func (c *Client) Decide(ctx context.Context, req messages.DecideRequest) (*messages.DecideReply, error) {
-	if req.By == "" {
-		req.By = c.opts.Agent
-	}
-	var out messages.DecideReply
-	return &out, c.request(ctx, messages.EndpointApprovalsDecide, &req, &out, once, 0)
+	return &out, c.api.request(ctx, messages.EndpointApprovalsList, &req, &out, read, 0)
 }
 
 // Answer passes on the user's answer to an approval in prompt mode (see
@@ -776,49 +434,7 @@ func (c *Client) Answer(ctx context.Context, req messages.DecideRequest) (*messa
 		req.By = c.opts.Agent
 	}
 	var out messages.DecideReply
-	return &out, c.request(ctx, messages.EndpointApprovalsAnswer, &req, &out, once, 0)
-}
-
-// SetToolEnabled disables (with a reason) or enables a tool ("ns-method")
-// or, when tool names no method, a namespace.
-func (c *Client) SetToolEnabled(ctx context.Context, toolOrNamespace string, enabled bool, reason string) error {
-	req := messages.ToolSwitchRequest{Reason: reason, By: c.opts.Agent}
-	if messages.ValidateNamespace(toolOrNamespace) == nil {
-		req.Namespace = toolOrNamespace
-	} else {
-		req.Tool = toolOrNamespace
-	}
-	endpoint := messages.EndpointToolsDisable
-	if enabled {
-		endpoint = messages.EndpointToolsEnable
-	}
-	return c.request(ctx, endpoint, &req, nil, repeatable, 0)
-}
-
-// LearningStatus says whether discovery learns from use and how much
-// evidence there is, and with a tool, what was learned of it. For
-// operators.
-func (c *Client) LearningStatus(ctx context.Context, tool string) (*messages.LearningStatus, error) {
-	var out messages.LearningStatus
-	return &out, c.request(ctx, messages.EndpointLearningStatus, &messages.LearningStatusRequest{Tool: tool}, &out, read, 0)
-}
-
-// SetLearning switches learning from use on or off for the whole
-// installation; switching it off needs a reason. For operators.
-func (c *Client) SetLearning(ctx context.Context, enabled bool, reason string) (*messages.LearningStatus, error) {
-	endpoint := messages.EndpointLearningDisable
-	if enabled {
-		endpoint = messages.EndpointLearningEnable
-	}
-	var out messages.LearningStatus
-	return &out, c.request(ctx, endpoint, &messages.LearningSwitchRequest{Reason: reason, By: c.opts.Agent}, &out, repeatable, 0)
-}
-
-// ResetLearning deletes the usage evidence for a tool, or with an empty
-// tool all of it. For operators.
-func (c *Client) ResetLearning(ctx context.Context, tool string) (*messages.LearningResetReply, error) {
-	var out messages.LearningResetReply
-	return &out, c.request(ctx, messages.EndpointLearningReset, &messages.LearningResetRequest{Tool: tool, All: tool == "", By: c.opts.Agent}, &out, repeatable, 0)
+	return &out, c.api.request(ctx, messages.EndpointApprovalsAnswer, &req, &out, once, 0)
 }
 
 func toJSON(v any) (messages.JSON, error) {
@@ -844,13 +460,13 @@ func toJSON(v any) (messages.JSON, error) {
 // Get returns a call's state and, once it ended, its result.
 func (c *Client) Get(ctx context.Context, callID string) (*messages.CallInfo, error) {
 	var out messages.CallInfo
-	return &out, c.request(ctx, messages.EndpointCallsGet, &messages.GetCallRequest{CallID: callID}, &out, read, 0)
+	return &out, c.api.request(ctx, messages.EndpointCallsGet, &messages.GetCallRequest{CallID: callID}, &out, read, 0)
 }
 
 // Cancel asks to cancel a call.
 func (c *Client) Cancel(ctx context.Context, callID, reason string) (*messages.CancelReply, error) {
 	var out messages.CancelReply
-	return &out, c.request(ctx, messages.EndpointCallsCancel, &messages.CancelRequest{CallID: callID, Reason: reason, By: c.opts.Agent}, &out, repeatable, 0)
+	return &out, c.api.request(ctx, messages.EndpointCallsCancel, &messages.CancelRequest{CallID: callID, Reason: reason, By: c.opts.Agent}, &out, repeatable, 0)
 }
 
 // Discover searches the tools the agent may use. With a turn, the page's
@@ -864,26 +480,26 @@ func (c *Client) Discover(ctx context.Context, req messages.DiscoverRequest) (*m
 	if req.Turn != "" {
 		safe = repeatable // it makes the page's tools visible on the turn
 	}
-	return &out, c.request(ctx, messages.EndpointToolsDiscover, &req, &out, safe, 0)
+	return &out, c.api.request(ctx, messages.EndpointToolsDiscover, &req, &out, safe, 0)
 }
 
 // Activate makes tools visible to the model for the rest of a turn.
 func (c *Client) Activate(ctx context.Context, turn string, tools ...string) (*messages.ActivateReply, error) {
 	var out messages.ActivateReply
-	return &out, c.request(ctx, messages.EndpointToolsActivate, &messages.ActivateRequest{Agent: c.opts.Agent, Turn: turn, Tools: tools}, &out, repeatable, 0)
+	return &out, c.api.request(ctx, messages.EndpointToolsActivate, &messages.ActivateRequest{Agent: c.opts.Agent, Turn: turn, Tools: tools}, &out, repeatable, 0)
 }
 
 // Turn returns a turn's calls with their states and results.
 func (c *Client) Turn(ctx context.Context, turn string) (*messages.TurnInfo, error) {
 	var out messages.TurnInfo
-	return &out, c.request(ctx, messages.EndpointTurnsGet, &messages.GetTurnRequest{Turn: turn}, &out, read, 0)
+	return &out, c.api.request(ctx, messages.EndpointTurnsGet, &messages.GetTurnRequest{Turn: turn}, &out, read, 0)
 }
 
 // ListCalls reads a page of the execution log (calls.list), newest call
 // first; pass the reply's NextCursor in the request for the next page.
 func (c *Client) ListCalls(ctx context.Context, req messages.CallsListRequest) (*messages.CallsListReply, error) {
 	var out messages.CallsListReply
-	return &out, c.request(ctx, messages.EndpointCallsList, &req, &out, scan, 0)
+	return &out, c.api.request(ctx, messages.EndpointCallsList, &req, &out, scan, 0)
 }
 
 // Watch yields a call's events from the first, then live ones, and ends
@@ -895,15 +511,15 @@ func (c *Client) ListCalls(ctx context.Context, req messages.CallsListRequest) (
 // names) are skipped.
 func (c *Client) Watch(ctx context.Context, callID string) iter.Seq2[*messages.CallEvent, error] {
 	return func(yield func(*messages.CallEvent, error) bool) {
-		if c.readsViaCoordinator() {
-			c.watchViaCoordinator(ctx, callID)(yield)
+		if c.api.readsViaCoordinator() {
+			c.reads.watchViaCoordinator(ctx, callID)(yield)
 			return
 		}
 		seen := false
-		for ev, err := range c.ledger.Watch(ctx, "", callID) {
+		for ev, err := range c.watcher.Watch(ctx, "", callID) {
 			if err != nil && !seen && isNoJetStream(err) {
-				c.noJetStream.Store(true)
-				c.watchViaCoordinator(ctx, callID)(yield)
+				c.api.noJetStream.Store(true)
+				c.reads.watchViaCoordinator(ctx, callID)(yield)
 				return
 			}
 			if err != nil {
@@ -931,11 +547,11 @@ func (c *Client) FullResult(ctx context.Context, ref *messages.ObjectRef) (*mess
 	}
 	var data []byte
 	var err error
-	if c.readsViaCoordinator() {
-		data, err = c.fullResultViaCoordinator(ctx, ref.Name)
-	} else if data, err = c.fullResultFromStore(ctx, ref); isNoJetStream(err) {
-		c.noJetStream.Store(true)
-		data, err = c.fullResultViaCoordinator(ctx, ref.Name)
+	if c.api.readsViaCoordinator() {
+		data, err = c.reads.fullResultViaCoordinator(ctx, ref.Name)
+	} else if data, err = c.reads.fullResultFromStore(ctx, ref); isNoJetStream(err) {
+		c.api.noJetStream.Store(true)
+		data, err = c.reads.fullResultViaCoordinator(ctx, ref.Name)
 	}
 	if err != nil {
 		return nil, err
@@ -945,19 +561,6 @@ func (c *Client) FullResult(ctx context.Context, ref *messages.ObjectRef) (*mess
 		return nil, fmt.Errorf("result %s: %w", ref.Name, err)
 	}
 	return &res, nil
-}
-
-// fullResultFromStore reads a whole result from its results store.
-func (c *Client) fullResultFromStore(ctx context.Context, ref *messages.ObjectRef) ([]byte, error) {
-	obj, err := c.js.ObjectStore(ctx, ref.Bucket)
-	if err != nil {
-		return nil, fmt.Errorf("results store %s: %w", ref.Bucket, err)
-	}
-	data, err := obj.GetBytes(ctx, ref.Name)
-	if err != nil {
-		return nil, fmt.Errorf("result %s: %w", ref.Name, err)
-	}
-	return data, nil
 }
 
 // Wait returns the call's result once it is there. Unlike Watch it holds
@@ -971,8 +574,8 @@ func (c *Client) Wait(ctx context.Context, callID string) (*messages.CallResult,
 	if err := messages.ValidateID("call ID", callID); err != nil {
 		return nil, err
 	}
-	if c.readsViaCoordinator() {
-		return c.waitViaCoordinator(ctx, callID)
+	if c.api.readsViaCoordinator() {
+		return c.reads.waitViaCoordinator(ctx, callID)
 	}
 	ns, bucket := "", ""
 	gctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
@@ -985,4 +588,11 @@ func (c *Client) Wait(ctx context.Context, callID string) (*messages.CallResult,
 		ns, bucket = toolNamespace(info.Tool), messages.TurnBucket(info.Turn)
 	}
 	return c.ledger.AwaitResult(ctx, bucket, ns, callID)
+}
+
+// GetTraced is Get with the call's trace ID (CallInfo.TraceID), which
+// costs the coordinator one more read; operators get it from Get too.
+func (c *Client) GetTraced(ctx context.Context, callID string) (*messages.CallInfo, error) {
+	var out messages.CallInfo
+	return &out, c.api.request(ctx, messages.EndpointCallsGet, &messages.GetCallRequest{CallID: callID, Trace: true}, &out, read, 0)
 }

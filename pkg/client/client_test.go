@@ -552,7 +552,7 @@ func TestUnansweredRequestsEndAtTheirBound(t *testing.T) {
 	defer cancelDecide()
 	start := time.Now()
 	// An approval's decision cannot be sent again: a second one is refused.
-	_, err := c.Decide(decideCtx, messages.DecideRequest{ApprovalID: "a1", Decision: messages.DecisionApprove, By: "op"})
+	_, err := c.Operator().Decide(decideCtx, messages.DecideRequest{ApprovalID: "a1", Decision: messages.DecisionApprove, By: "op"})
 	if !errors.Is(err, messages.ErrTimeout) {
 		t.Fatalf("unanswered decision: %v, want %s", err, messages.CodeTimeout)
 	}
@@ -664,7 +664,7 @@ func TestCallStatsIsSentOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{HedgeAfter: time.Second, RequestTimeout: time.Second})
-	if _, err := c.CallStats(b.ctx, messages.CallStatsRequest{}); err != nil {
+	if _, err := c.Operator().CallStats(b.ctx, messages.CallStatsRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -26,15 +27,21 @@ import (
 // as. Watch also switches to it by itself, for the rest of the client's
 // life, when the server answers that the account has no JetStream.
 
+// callReads reads what became of the client's calls: whether a call
+// exists, its result, its whole result when it was truncated, its events.
+// It reads them from JetStream (the events stream, the results stores),
+// or, for an account without JetStream, through the coordinator's API, as
+// above.
+type callReads struct {
+	api    *coordinatorAPI
+	ledger *ledger.Ledger
+	js     jetstream.JetStream
+}
+
 // coordinatorPoll is how long one calls.get or calls.events request of a
 // wait or a watch is held by the coordinator before it answers with the
 // call as it stands; the next request follows at once.
 const coordinatorPoll = 20 * time.Second
-
-// readsViaCoordinator tells whether calls are followed through the API.
-func (c *Client) readsViaCoordinator() bool {
-	return c.opts.CoordinatorReads || c.noJetStream.Load()
-}
 
 // isNoJetStream reports the server's answer to a JetStream request from an
 // account without JetStream.
@@ -44,10 +51,10 @@ func isNoJetStream(err error) bool {
 
 // getWaiting is calls.get, held by the coordinator up to wait for the
 // call's result.
-func (c *Client) getWaiting(ctx context.Context, callID string, wait time.Duration) (*messages.CallInfo, error) {
+func (r *callReads) getWaiting(ctx context.Context, callID string, wait time.Duration) (*messages.CallInfo, error) {
 	var out messages.CallInfo
 	req := &messages.GetCallRequest{CallID: callID, WaitMS: wait.Milliseconds()}
-	return &out, c.request(ctx, messages.EndpointCallsGet, req, &out, heldRead(wait), wait)
+	return &out, r.api.request(ctx, messages.EndpointCallsGet, req, &out, heldRead(wait), wait)
 }
 
 // heldRead is the safety of a read the coordinator holds for wait: sent
@@ -72,10 +79,10 @@ func pollFor(ctx context.Context) time.Duration {
 
 // waitViaCoordinator is Wait through calls.get: one held request after
 // another until the call has its result or ctx ends.
-func (c *Client) waitViaCoordinator(ctx context.Context, callID string) (*messages.CallResult, error) {
+func (r *callReads) waitViaCoordinator(ctx context.Context, callID string) (*messages.CallResult, error) {
 	failures := 0
 	for {
-		info, err := c.getWaiting(ctx, callID, pollFor(ctx))
+		info, err := r.getWaiting(ctx, callID, pollFor(ctx))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("wait for call %s: %w", callID, ctx.Err())
@@ -103,20 +110,20 @@ func (c *Client) waitViaCoordinator(ctx context.Context, callID string) (*messag
 }
 
 // callEvents is one calls.events request.
-func (c *Client) callEvents(ctx context.Context, req *messages.CallEventsRequest) (*messages.CallEventsReply, error) {
+func (r *callReads) callEvents(ctx context.Context, req *messages.CallEventsRequest) (*messages.CallEventsReply, error) {
 	var out messages.CallEventsReply
 	wait := time.Duration(req.WaitMS) * time.Millisecond
-	return &out, c.request(ctx, messages.EndpointCallsEvents, req, &out, heldRead(wait), wait)
+	return &out, r.api.request(ctx, messages.EndpointCallsEvents, req, &out, heldRead(wait), wait)
 }
 
 // watchViaCoordinator is Watch through calls.events: events in the order
 // they were stored, from the first, until the result.
-func (c *Client) watchViaCoordinator(ctx context.Context, callID string) iter.Seq2[*messages.CallEvent, error] {
+func (r *callReads) watchViaCoordinator(ctx context.Context, callID string) iter.Seq2[*messages.CallEvent, error] {
 	return func(yield func(*messages.CallEvent, error) bool) {
 		var after uint64
 		failures := 0
 		for {
-			reply, err := c.callEvents(ctx, &messages.CallEventsRequest{CallID: callID, After: after, WaitMS: pollFor(ctx).Milliseconds()})
+			reply, err := r.callEvents(ctx, &messages.CallEventsRequest{CallID: callID, After: after, WaitMS: pollFor(ctx).Milliseconds()})
 			if err != nil && ctx.Err() == nil && undecided(err) {
 				// As in waitViaCoordinator: the call goes on.
 				failures++
@@ -148,9 +155,9 @@ func (c *Client) watchViaCoordinator(ctx context.Context, callID string) iter.Se
 // resultViaCoordinator reads the call's result, nil while it has none;
 // with confirm, the coordinator asks the stream's leader for a result its
 // replica does not show (GetCallRequest.Confirm).
-func (c *Client) resultViaCoordinator(ctx context.Context, callID string, confirm bool) (*messages.CallResult, error) {
+func (r *callReads) resultViaCoordinator(ctx context.Context, callID string, confirm bool) (*messages.CallResult, error) {
 	var info messages.CallInfo
-	if err := c.request(ctx, messages.EndpointCallsGet, &messages.GetCallRequest{CallID: callID, Confirm: confirm}, &info, read, 0); err != nil {
+	if err := r.api.request(ctx, messages.EndpointCallsGet, &messages.GetCallRequest{CallID: callID, Confirm: confirm}, &info, read, 0); err != nil {
 		return nil, err
 	}
 	return info.Result, nil
@@ -160,13 +167,13 @@ func (c *Client) resultViaCoordinator(ctx context.Context, callID string, confir
 // missed: from the events stream (with confirm, no result found is
 // confirmed with the stream's leader; see ledger.ConfirmsAtLeader), or
 // through the coordinator.
-func (c *Client) checkResult(ctx context.Context, bucket, ns, callID string, confirm bool) (*messages.CallResult, error) {
-	if c.readsViaCoordinator() {
-		return c.resultViaCoordinator(ctx, callID, confirm)
+func (r *callReads) checkResult(ctx context.Context, bucket, ns, callID string, confirm bool) (*messages.CallResult, error) {
+	if r.api.readsViaCoordinator() {
+		return r.resultViaCoordinator(ctx, callID, confirm)
 	}
-	read := c.ledger.LastSeen
+	read := r.ledger.LastSeen
 	if confirm {
-		read = c.ledger.Last
+		read = r.ledger.Last
 	}
 	ev, err := read(ctx, bucket, ns, callID, messages.EventResult)
 	if err != nil || ev == nil {
@@ -179,11 +186,11 @@ func (c *Client) checkResult(ctx context.Context, bucket, ns, callID string, con
 // with calls.full_result, and checks it against its size and digest. A
 // result stored again while it was read (conflict) is read again from
 // its start, a few times at most.
-func (c *Client) fullResultViaCoordinator(ctx context.Context, callID string) ([]byte, error) {
+func (r *callReads) fullResultViaCoordinator(ctx context.Context, callID string) ([]byte, error) {
 	var err error
 	for range 3 {
 		var data []byte
-		if data, err = c.fullResultPages(ctx, callID); err == nil || messages.AsError(err).Code != messages.CodeConflict {
+		if data, err = r.fullResultPages(ctx, callID); err == nil || messages.AsError(err).Code != messages.CodeConflict {
 			return data, err
 		}
 	}
@@ -191,12 +198,12 @@ func (c *Client) fullResultViaCoordinator(ctx context.Context, callID string) ([
 }
 
 // fullResultPages is one read of a whole result, from its first page.
-func (c *Client) fullResultPages(ctx context.Context, callID string) ([]byte, error) {
+func (r *callReads) fullResultPages(ctx context.Context, callID string) ([]byte, error) {
 	var data []byte
 	req := &messages.FullResultRequest{CallID: callID}
 	for {
 		var page messages.FullResultReply
-		if err := c.request(ctx, messages.EndpointCallsFullResult, req, &page, read, 0); err != nil {
+		if err := r.api.request(ctx, messages.EndpointCallsFullResult, req, &page, read, 0); err != nil {
 			return nil, err
 		}
 		if page.Offset != int64(len(data)) || page.Size < page.Offset+int64(len(page.Data)) {
@@ -217,4 +224,48 @@ func (c *Client) fullResultPages(ctx context.Context, callID string) ([]byte, er
 		}
 		req.Cursor = page.NextCursor
 	}
+}
+
+// lookupCall tells whether the call exists, as the events stream's leader
+// or a coordinator says, with what a reply to its submit would hold; an
+// error when neither answered.
+func (r *callReads) lookupCall(ctx context.Context, ns, callID string) (*messages.SubmitReply, bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
+	defer cancel()
+	if r.api.readsViaCoordinator() {
+		var info messages.CallInfo
+		err := r.api.request(cctx, messages.EndpointCallsGet, &messages.GetCallRequest{CallID: callID}, &info, read, 0)
+		switch {
+		case errors.Is(err, messages.ErrCallNotFound):
+			return nil, false, nil
+		case err != nil:
+			return nil, false, err
+		}
+		return &messages.SubmitReply{CallID: callID, State: info.State, Result: info.Result, Approval: info.Approval}, true, nil
+	}
+	snap, err := r.ledger.SnapshotIn(cctx, ns, callID)
+	if err != nil {
+		return nil, false, err
+	}
+	if !snap.Exists() {
+		return nil, false, nil
+	}
+	reply := &messages.SubmitReply{CallID: callID, State: snap.State()}
+	if snap.Result != nil {
+		reply.Result = snap.Result.Result
+	}
+	return reply, true, nil
+}
+
+// fullResultFromStore reads a whole result from its results store.
+func (r *callReads) fullResultFromStore(ctx context.Context, ref *messages.ObjectRef) ([]byte, error) {
+	obj, err := r.js.ObjectStore(ctx, ref.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("results store %s: %w", ref.Bucket, err)
+	}
+	data, err := obj.GetBytes(ctx, ref.Name)
+	if err != nil {
+		return nil, fmt.Errorf("result %s: %w", ref.Name, err)
+	}
+	return data, nil
 }

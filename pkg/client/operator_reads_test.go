@@ -59,7 +59,7 @@ func TestOperatorReads(t *testing.T) {
 		got = []string{}
 		req := messages.AuditListRequest{Decision: messages.AuditAllowed, Limit: 1}
 		for {
-			page, err := c.ListAudit(b.ctx, req)
+			page, err := c.Operator().ListAudit(b.ctx, req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,7 +79,7 @@ func TestOperatorReads(t *testing.T) {
 		t.Fatalf("the audit log page by page: %v, want %v", got, want)
 	}
 
-	workers, err := c.ListWorkers(b.ctx, "t")
+	workers, err := c.Operator().ListWorkers(b.ctx, "t")
 	if err != nil || len(workers.Workers) != 1 || workers.Workers[0].Namespace != "t" || workers.Workers[0].Slots != 16 {
 		t.Fatalf("ListWorkers(t): %+v %v, want the worker of t with 16 slots", workers, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"time"
 
@@ -48,11 +47,17 @@ import (
 
 // callOnRoute makes a call on the client's route (see above).
 func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o *CallObserver) (*messages.CallResult, error) {
-	w, err := c.startRouteWait(ctx, req, o)
+	w, err := startRouteWait(ctx, c, req, o)
 	if err != nil {
 		return nil, err
 	}
 	defer w.close()
+	return w.wait()
+}
+
+// wait follows the call until its result, a refusal, or ctx's end.
+func (w *routeWait) wait() (*messages.CallResult, error) {
+	ctx := w.ctx
 	for {
 		var (
 			res *messages.CallResult
@@ -85,7 +90,7 @@ func (c *Client) callOnRoute(ctx context.Context, req messages.SubmitRequest, o 
 			return res, err
 		}
 		if w.confirmed && w.check == nil {
-			w.check = c.routes.Check()
+			w.check = w.c.routes.Check()
 		}
 	}
 }
@@ -140,7 +145,7 @@ type routeWait struct {
 
 // startRouteWait names the call on the route, awaits its answers and
 // receipts there, and sends the first copy of its quiet submit.
-func (c *Client) startRouteWait(ctx context.Context, req messages.SubmitRequest, o *CallObserver) (*routeWait, error) {
+func startRouteWait(ctx context.Context, c *Client, req messages.SubmitRequest, o *CallObserver) (*routeWait, error) {
 	route, err := c.routes.Route()
 	if err != nil {
 		return nil, err
@@ -163,7 +168,7 @@ func (c *Client) startRouteWait(ctx context.Context, req messages.SubmitRequest,
 		w.stopReceipts()
 		return nil, err // nothing was sent
 	}
-	w.lookup = time.NewTimer(c.hedgeDelay())
+	w.lookup = time.NewTimer(c.api.hedgeDelay())
 	w.copies = time.NewTimer(time.Hour)
 	w.copies.Stop()
 	w.resend = time.NewTimer(time.Hour)
@@ -234,7 +239,7 @@ func (w *routeWait) receipt(msg *nats.Msg) {
 		return
 	}
 	if w.takenAt.IsZero() && w.rc.hedges == 0 {
-		w.c.observeAnswer(time.Since(w.sentAt))
+		w.c.api.observeAnswer(time.Since(w.sentAt))
 	}
 	w.takenAt = time.Now()
 	w.copies.Stop()
@@ -321,7 +326,7 @@ func (w *routeWait) lookUp() (*messages.CallResult, bool, error) {
 	if w.confirmed {
 		return nil, false, nil
 	}
-	reply, exists, err := w.c.lookupCall(w.ctx, w.ns, w.callID)
+	reply, exists, err := w.c.reads.lookupCall(w.ctx, w.ns, w.callID)
 	switch {
 	case err != nil && w.refusal != nil && w.noCoordinatorAnswers >= w.rc.sent:
 		// No copy reached a coordinator: the server said so of each, so
@@ -364,7 +369,7 @@ func (w *routeWait) checkResult() (*messages.CallResult, bool) {
 		w.checks.Restart()
 	}
 	confirm := w.checks.Next()
-	res, err := w.c.checkResult(cctx, messages.TurnBucket(w.req.Turn), w.ns, w.callID, confirm)
+	res, err := w.c.reads.checkResult(cctx, messages.TurnBucket(w.req.Turn), w.ns, w.callID, confirm)
 	if err != nil {
 		w.checks.Failed(confirm)
 	}
@@ -421,41 +426,11 @@ func (rc *routedCall) send(ctx context.Context, copies int) error {
 		msg.Header.Set(messages.HeaderReceipt, rc.receiptTo)
 		tracing.Inject(ctx, msg.Header)
 		if err := rc.c.nc.PublishMsg(msg); err != nil {
-			return fmt.Errorf("submit: %w", rc.c.tooLarge(messages.EndpointCallsSubmit, msg, err))
+			return fmt.Errorf("submit: %w", rc.c.api.tooLarge(messages.EndpointCallsSubmit, msg, err))
 		}
 		rc.sent++
 	}
 	return nil
-}
-
-// lookupCall tells whether the call exists, as the events stream's leader
-// or a coordinator says, with what a reply to its submit would hold; an
-// error when neither answered.
-func (c *Client) lookupCall(ctx context.Context, ns, callID string) (*messages.SubmitReply, bool, error) {
-	cctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
-	defer cancel()
-	if c.readsViaCoordinator() {
-		info, err := c.Get(cctx, callID)
-		switch {
-		case errors.Is(err, messages.ErrCallNotFound):
-			return nil, false, nil
-		case err != nil:
-			return nil, false, err
-		}
-		return &messages.SubmitReply{CallID: callID, State: info.State, Result: info.Result, Approval: info.Approval}, true, nil
-	}
-	snap, err := c.ledger.SnapshotIn(cctx, ns, callID)
-	if err != nil {
-		return nil, false, err
-	}
-	if !snap.Exists() {
-		return nil, false, nil
-	}
-	reply := &messages.SubmitReply{CallID: callID, State: snap.State()}
-	if snap.Result != nil {
-		reply.Result = snap.Result.Result
-	}
-	return reply, true, nil
 }
 
 // routedResult is the result a republished result event on the route

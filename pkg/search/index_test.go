@@ -471,9 +471,9 @@ func TestLengthCode(t *testing.T) {
 
 // bruteForce ranks every tool by scoring it alone, without pruning.
 func bruteForce(ix *Index, q Query) []Hit {
-	s := &scratch{tokens: Tokenize(q.Text)}
-	ix.lookupTerms(s)
-	f := ix.filter(&q, s)
+	s := &searcher{ix: ix, tokens: Tokenize(q.Text)}
+	s.lookupTerms()
+	f := s.filter(&q)
 	var hits []Hit
 	for slot := range ix.docs {
 		if !ix.docs[slot].live || !f.admits(ix, uint32(slot)) {
@@ -486,7 +486,7 @@ func bruteForce(ix *Index, q Query) []Hit {
 			}
 		}
 		if held {
-			hits = append(hits, Hit{Tool: ix.docs[slot].name, Score: float64(ix.scoreOf(s, uint32(slot)))})
+			hits = append(hits, Hit{Tool: ix.docs[slot].name, Score: float64(s.scoreOf(uint32(slot)))})
 		}
 	}
 	slices.SortFunc(hits, func(a, b Hit) int {

@@ -73,17 +73,23 @@ func (ix *Index) Search(q Query) (Result, error) {
 	if q.Page > maxPage {
 		return Result{}, fmt.Errorf("search: page %d is beyond %d", q.Page, maxPage)
 	}
-	s := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(s)
+	s := searcherPool.Get().(*searcher)
+	defer searcherPool.Put(s)
 	s.tokens = AppendTokens(s.tokens[:0], q.Text)
 
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	return ix.search(&q, s), nil
+	s.ix = ix
+	defer func() { s.ix = nil }()
+	return s.search(&q), nil
 }
 
-// scratch is the memory one search works in, reused across searches.
-type scratch struct {
+// searcher is one search of an index under its read lock: the query's
+// terms resolved against it, the ranking by BM25F with pruning, the page
+// of hits; with the memory it works in, reused across searches. The index
+// building and holding the tools (Index's own methods) is the other side.
+type searcher struct {
+	ix      *Index
 	tokens  []string
 	terms   []queryTerm
 	cursors []cursor
@@ -102,12 +108,13 @@ type queryTerm struct {
 	weight float32 // how often the query holds the term
 }
 
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+var searcherPool = sync.Pool{New: func() any { return new(searcher) }}
 
-func (ix *Index) search(q *Query, s *scratch) Result {
-	f := ix.filter(q, s)
-	ix.lookupTerms(s)
-	s.exact = ix.exactMatches(q.Text, s.exact[:0], &f)
+func (s *searcher) search(q *Query) Result {
+	ix := s.ix
+	f := s.filter(q)
+	s.lookupTerms()
+	s.exact = s.exactMatches(q.Text, s.exact[:0], &f)
 	want := (q.Page+1)*q.PageSize + 1 // one more tells whether another page follows
 	s.top.reset(ix, want)
 
@@ -118,7 +125,7 @@ func (ix *Index) search(q *Query, s *scratch) Result {
 			}
 		}
 	} else if len(s.terms) > 0 {
-		ix.rank(s, &f)
+		s.rank(&f)
 	}
 
 	ranked := s.top.sorted()
@@ -132,7 +139,7 @@ func (ix *Index) search(q *Query, s *scratch) Result {
 	for i := start; i < end; i++ {
 		if i < len(s.exact) {
 			slot := s.exact[i]
-			res.Hits = append(res.Hits, Hit{Tool: ix.docs[slot].name, Score: float64(ix.scoreOf(s, slot)), Exact: true})
+			res.Hits = append(res.Hits, Hit{Tool: ix.docs[slot].name, Score: float64(s.scoreOf(slot)), Exact: true})
 			continue
 		}
 		c := ranked[i-len(s.exact)]
@@ -148,7 +155,8 @@ const maxQueryTerms = 64
 // lookupTerms turns the query's tokens into the distinct indexed terms,
 // sorted by text: the order in which every tool's score is summed, so that
 // equal inputs give bit-equal scores.
-func (ix *Index) lookupTerms(s *scratch) {
+func (s *searcher) lookupTerms() {
+	ix := s.ix
 	s.terms = s.terms[:0]
 	slices.Sort(s.tokens)
 	for i := 0; i < len(s.tokens); {
@@ -175,7 +183,7 @@ type cursor struct {
 	pos      int
 	idf      float32 // the term's IDF times its weight in the query
 	bound    float64 // the most the term can add to a score
-	term     int     // index in scratch.terms
+	term     int     // index in searcher.terms
 }
 
 // advance moves the cursor to the first posting at or after doc, galloping
@@ -252,7 +260,8 @@ func learnedScore(learned, idf []float32, mass float32) float32 {
 // score stop proposing tools and are only probed for the tools that the
 // others propose, and a tool is dropped as soon as its bound falls short.
 // Common terms thus cost a few probes instead of a walk of their postings.
-func (ix *Index) rank(s *scratch, f *filter) {
+func (s *searcher) rank(f *filter) {
+	ix := s.ix
 	n := float64(ix.live)
 	s.cursors = s.cursors[:0]
 	s.idf = s.idf[:0]
@@ -359,7 +368,8 @@ func (ix *Index) bound(idf float32, maxTF *termFreqs) float64 {
 }
 
 // scoreOf returns the score of one tool, probing each term's postings.
-func (ix *Index) scoreOf(s *scratch, slot uint32) float32 {
+func (s *searcher) scoreOf(slot uint32) float32 {
+	ix := s.ix
 	n := float64(ix.live)
 	var total, mass float32
 	s.idf, s.learned = s.idf[:0], s.learned[:0]
@@ -386,7 +396,8 @@ func isIn(slots []uint32, slot uint32) bool {
 
 // exactMatches appends the slots of the tools that text names and f admits,
 // sorted by canonical name.
-func (ix *Index) exactMatches(text string, dst []uint32, f *filter) []uint32 {
+func (s *searcher) exactMatches(text string, dst []uint32, f *filter) []uint32 {
+	ix := s.ix
 	text = strings.TrimSpace(text)
 	if text == "" || len(text) > 4*messages.MaxToolNameLength {
 		return dst
@@ -414,7 +425,8 @@ type filter struct {
 	allow      func(messages.ToolName) bool
 }
 
-func (ix *Index) filter(q *Query, s *scratch) filter {
+func (s *searcher) filter(q *Query) filter {
+	ix := s.ix
 	f := filter{allow: q.Allow}
 	if len(q.Namespaces) > 0 {
 		s.nsAllow = slices.Grow(s.nsAllow[:0], len(ix.namespaces))[:len(ix.namespaces)]

@@ -63,7 +63,7 @@ func TestApprovedCallRunsInTheSubmittersTrace(t *testing.T) {
 	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Policy = pol; cfg.TracerProvider = tp })
 	operator := testenv.Client(t, srv.URL(), client.Options{Agent: "ops"})
 	operatorCtx, operatorSpan := tp.Tracer("console").Start(ctx, "approve")
-	if _, err := operator.Decide(operatorCtx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove, By: "alice"}); err != nil {
+	if _, err := operator.Operator().Decide(operatorCtx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove, By: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	operatorSpan.End()

@@ -153,7 +153,7 @@ func TestBatchRefusesCallsOneByOne(t *testing.T) {
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: batchTools(&runs)})
 	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
 	ctx := testenv.Context(t)
-	if err := c.SetToolEnabled(ctx, "t-chart", false, "charts are off"); err != nil {
+	if err := c.Operator().SetToolEnabled(ctx, "t-chart", false, "charts are off"); err != nil {
 		t.Fatal(err)
 	}
 	longID := strings.Repeat("x", 10_000)
@@ -351,7 +351,7 @@ func TestBatchWaitCountsAgainstTheUsersWaits(t *testing.T) {
 		t.Errorf("the refused batch changed the streams:\nbefore %v\nafter  %v", before, after)
 	}
 
-	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: held.Approval.ApprovalID, Decision: messages.DecisionDeny}); err != nil {
+	if _, err := operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: held.Approval.ApprovalID, Decision: messages.DecisionDeny}); err != nil {
 		t.Fatal(err)
 	}
 	if code := <-waited; code != "" {

@@ -58,7 +58,7 @@ func TestCatalogChangesAreFollowed(t *testing.T) {
 	tool := func(name string) func(messages.CatalogChange) bool {
 		return func(ch messages.CatalogChange) bool { return ch.Tool == name }
 	}
-	if err := c.SetToolEnabled(ctx, "demo-echo", false, "warming up"); err != nil {
+	if err := c.Operator().SetToolEnabled(ctx, "demo-echo", false, "warming up"); err != nil {
 		t.Fatal(err)
 	}
 	await(messages.CatalogDisabled, tool("demo-echo"))
@@ -75,11 +75,11 @@ func TestCatalogChangesAreFollowed(t *testing.T) {
 	}
 	await(messages.CatalogWorkerJoined, func(ch messages.CatalogChange) bool { return ch.WorkerID == "w-changes" && ch.Namespace == "extra" })
 
-	if err := c.SetToolEnabled(ctx, "demo-echo", true, ""); err != nil {
+	if err := c.Operator().SetToolEnabled(ctx, "demo-echo", true, ""); err != nil {
 		t.Fatal(err)
 	}
 	await(messages.CatalogEnabled, tool("demo-echo"))
-	if err := c.SetToolEnabled(ctx, "demo-echo", false, "returns garbage"); err != nil {
+	if err := c.Operator().SetToolEnabled(ctx, "demo-echo", false, "returns garbage"); err != nil {
 		t.Fatal(err)
 	}
 	if off := await(messages.CatalogDisabled, tool("demo-echo")); off.Reason != "returns garbage" {
@@ -89,7 +89,7 @@ func TestCatalogChangesAreFollowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	await(messages.CatalogWorkerLeft, func(ch messages.CatalogChange) bool { return ch.WorkerID == "w-changes" })
-	if _, err := c.RemoveTools(ctx, "demo-sleep", "retired"); err != nil {
+	if _, err := c.Operator().RemoveTools(ctx, "demo-sleep", "retired"); err != nil {
 		t.Fatal(err)
 	}
 	await(messages.CatalogToolRemoved, tool("demo-sleep"))

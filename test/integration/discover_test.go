@@ -138,7 +138,7 @@ rules:
 
 	// A disabled tool disappears from discovery at once.
 	admin := testenv.Client(t, srv.URL(), client.Options{Agent: "ops"})
-	if err := admin.SetToolEnabled(ctx, "weather-forecast", false, "broken"); err != nil {
+	if err := admin.Operator().SetToolEnabled(ctx, "weather-forecast", false, "broken"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the disabled tool to leave discovery", func() bool {

@@ -65,7 +65,7 @@ func TestRefusalsOfExposureRequestsAsDocumented(t *testing.T) {
 		r, err := ops.ListTools(ctx, messages.ListToolsRequest{Agent: "analyst"})
 		return err == nil && slices.Contains(namesOf(r), "catalog-details")
 	})
-	if err := ops.SetToolEnabled(ctx, "catalog-lookupAll", false, "broken"); err != nil {
+	if err := ops.Operator().SetToolEnabled(ctx, "catalog-lookupAll", false, "broken"); err != nil {
 		t.Fatal(err)
 	}
 	nc := testenv.Connect(t, srv.URL())
@@ -173,7 +173,7 @@ func TestRememberedApprovalsAsDocumented(t *testing.T) {
 		}
 	}
 	approve := func(id, remember string) error {
-		_, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: id, Decision: messages.DecisionApprove, By: "alice", Remember: remember})
+		_, err := operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: id, Decision: messages.DecisionApprove, By: "alice", Remember: remember})
 		return err
 	}
 
@@ -570,7 +570,7 @@ func TestApprovalsListAndDecideAsDocumented(t *testing.T) {
 		t.Errorf("turn t-2's: %v", got)
 	}
 
-	d, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: a1, Decision: messages.DecisionDeny, By: "alice", Reason: "not today"})
+	d, err := operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: a1, Decision: messages.DecisionDeny, By: "alice", Reason: "not today"})
 	if err != nil || d.State != messages.StateDenied || d.Approval.State != messages.ApprovalDenied || d.Approval.DecidedBy != "alice" || d.Approval.DecisionReason != "not today" {
 		t.Fatalf("a denial: %+v %v", d, err)
 	}
@@ -578,7 +578,7 @@ func TestApprovalsListAndDecideAsDocumented(t *testing.T) {
 	if err != nil || res.Status != messages.StateDenied || res.Error == nil || res.Error.Code != messages.ResultDenied || !strings.Contains(res.Error.Message, "not today") {
 		t.Errorf("the denied call: %+v %v", res, err)
 	}
-	d, err = operator.Decide(ctx, messages.DecideRequest{ApprovalID: a2, Decision: messages.DecisionApprove, By: "alice"})
+	d, err = operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: a2, Decision: messages.DecisionApprove, By: "alice"})
 	if err != nil || d.State != messages.StateQueued || d.Approval.State != messages.ApprovalApproved || d.Approval.Remember != messages.RememberCall {
 		t.Fatalf("an approval: %+v %v", d, err)
 	}
@@ -763,7 +763,7 @@ func TestWholeCatalogAndTheDiscoveryToolsMistakes(t *testing.T) {
 		l, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: "t-whole", Namespace: "catalog"})
 		return err == nil && len(l.Tools) == 4
 	})
-	if err := c.SetToolEnabled(ctx, "catalog-help", false, "being rewritten"); err != nil {
+	if err := c.Operator().SetToolEnabled(ctx, "catalog-help", false, "being rewritten"); err != nil {
 		t.Fatal(err)
 	}
 	// The client of an agent names it in every list: the whole catalog is

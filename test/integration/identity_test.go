@@ -119,9 +119,9 @@ func testAgentsActOnlyAsThemselves(t *testing.T, kind deployKind) {
 	forbidden("A cancelling B's call", err)
 	_, err = a.Answer(ctx, messages.DecideRequest{ApprovalID: pending.Approval.ApprovalID, Decision: messages.DecisionApprove})
 	forbidden("A answering B's approval", err)
-	_, err = b.Decide(ctx, messages.DecideRequest{ApprovalID: pending.Approval.ApprovalID, Decision: messages.DecisionApprove})
+	_, err = b.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: pending.Approval.ApprovalID, Decision: messages.DecisionApprove})
 	forbidden("an agent deciding as an operator", err)
-	forbidden("an agent disabling a tool", b.SetToolEnabled(ctx, "demo-echo", false, "mine now"))
+	forbidden("an agent disabling a tool", b.Operator().SetToolEnabled(ctx, "demo-echo", false, "mine now"))
 
 	// A header the client writes is replaced by the server's: A cannot
 	// pass for B's user.
@@ -153,9 +153,9 @@ func testAgentsActOnlyAsThemselves(t *testing.T, kind deployKind) {
 	if err != nil || asked.State != messages.StateAwaitingApproval {
 		t.Fatalf("B's queued approval: %+v %v", asked, err)
 	}
-	_, err = b.Decide(ctx, messages.DecideRequest{ApprovalID: asked.Approval.ApprovalID, Decision: messages.DecisionApprove})
+	_, err = b.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: asked.Approval.ApprovalID, Decision: messages.DecisionApprove})
 	forbidden("an agent deciding its own call's approval", err)
-	decided, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: asked.Approval.ApprovalID, Decision: messages.DecisionApprove})
+	decided, err := operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: asked.Approval.ApprovalID, Decision: messages.DecisionApprove})
 	if err != nil || decided.Approval.DecidedBy != "operator" {
 		t.Fatalf("the operator deciding: %+v %v", decided, err)
 	}
@@ -163,7 +163,7 @@ func testAgentsActOnlyAsThemselves(t *testing.T, kind deployKind) {
 	if res, err := b.Wait(ctx, asked.CallID); err != nil || res.Status != messages.StateCompleted {
 		t.Fatalf("B waiting for its approved call: %+v %v", res, err)
 	}
-	if err := operator.SetToolEnabled(ctx, "demo-word_count", false, "maintenance"); err != nil {
+	if err := operator.Operator().SetToolEnabled(ctx, "demo-word_count", false, "maintenance"); err != nil {
 		t.Fatalf("the operator disabling a tool: %v", err)
 	}
 }

@@ -229,7 +229,7 @@ func testAgentsReadOnlyTheirOwnCalls(t *testing.T, kind deployKind) {
 	if err != nil || len(all.Approvals) < 2 {
 		t.Fatalf("the operator listing approvals: %+v %v", all, err)
 	}
-	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: held.Approval.ApprovalID, Decision: messages.DecisionApprove}); err != nil {
+	if _, err := operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: held.Approval.ApprovalID, Decision: messages.DecisionApprove}); err != nil {
 		t.Fatal(err)
 	}
 	kinds := receive(t, watched, "A's watch of its approved call")
@@ -335,7 +335,7 @@ func testOneAgentsWaitsDoNotStarveAnother(t *testing.T, kind deployKind) {
 	t.Logf("B's call and waiting submit took %v", time.Since(start))
 
 	// The call's result ends A's waits at once, and frees its places.
-	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: held.Approval.ApprovalID, Decision: messages.DecisionDeny}); err != nil {
+	if _, err := operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: held.Approval.ApprovalID, Decision: messages.DecisionDeny}); err != nil {
 		t.Fatal(err)
 	}
 	waits.Wait()

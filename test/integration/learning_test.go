@@ -285,37 +285,37 @@ func TestLearningSwitchAndReset(t *testing.T) {
 	env.turn(t, carol, "t1", "media-view_image", "show me a picture", "image viewer")
 	evidenceOf(t, env.kv, "media-view_image", "carol", nil)
 
-	if _, err := op.SetLearning(ctx, false, ""); messages.CodeOf(err) != messages.CodeBadRequest {
+	if _, err := op.Operator().SetLearning(ctx, false, ""); messages.CodeOf(err) != messages.CodeBadRequest {
 		t.Fatalf("switching off without a reason: %v", err)
 	}
-	st, err := op.SetLearning(ctx, false, "an audit of what is kept")
+	st, err := op.Operator().SetLearning(ctx, false, "an audit of what is kept")
 	if err != nil || st.Enabled || !st.Recording || st.Reason != "an audit of what is kept" || st.Tools != 1 || st.Records != 1 {
 		t.Fatalf("switched off: %+v %v", st, err)
 	}
 	env.turn(t, carol, "t2", "media-forecast", "weather forecast")
-	if _, err := op.SetLearning(ctx, true, ""); err != nil {
+	if _, err := op.Operator().SetLearning(ctx, true, ""); err != nil {
 		t.Fatal(err)
 	}
 	env.turn(t, carol, "t3", "media-slow_marker", "marker")
 	evidenceOf(t, env.kv, "media-slow_marker", "carol", nil)
 	noEvidence(t, env.kv, "media-forecast", "carol", "a call while learning was off")
 
-	st, err = op.LearningStatus(ctx, "media:view_image")
+	st, err = op.Operator().LearningStatus(ctx, "media:view_image")
 	if err != nil || !st.Enabled || st.Tool == nil || st.Tool.Tool != "media-view_image" || st.Tool.Agents != 1 || st.Tool.Turns != 1 {
 		t.Fatalf("status of view_image: %+v %v", st, err)
 	}
 	if !slices.ContainsFunc(st.Tool.Learned, func(lt messages.LearnedTerm) bool { return lt.Term == "pictur" && lt.Count > 0 }) {
 		t.Errorf("learned %+v; want pictur", st.Tool.Learned)
 	}
-	if _, err := op.ResetLearning(ctx, "media-nope!"); messages.CodeOf(err) != messages.CodeInvalidName {
+	if _, err := op.Operator().ResetLearning(ctx, "media-nope!"); messages.CodeOf(err) != messages.CodeInvalidName {
 		t.Errorf("reset of a bad name: %v", err)
 	}
-	reply, err := op.ResetLearning(ctx, "media-view_image")
+	reply, err := op.Operator().ResetLearning(ctx, "media-view_image")
 	if err != nil || reply.Deleted != 1 {
 		t.Fatalf("reset: %+v %v", reply, err)
 	}
 	noEvidence(t, env.kv, "media-view_image", "carol", "after a reset")
-	if st, err := op.LearningStatus(ctx, "media-view_image"); err != nil || st.Tool.Agents != 0 || len(st.Tool.Learned) != 0 || st.Records != 1 {
+	if st, err := op.Operator().LearningStatus(ctx, "media-view_image"); err != nil || st.Tool.Agents != 0 || len(st.Tool.Learned) != 0 || st.Records != 1 {
 		t.Errorf("status after the reset: %+v %v", st, err)
 	}
 	// Evidence comes back with new use, on the record the reset deleted.
@@ -323,7 +323,7 @@ func TestLearningSwitchAndReset(t *testing.T) {
 	if got := evidenceOf(t, env.kv, "media-view_image", "carol", nil); got.Turns != 1 || got.Terms["show"] != 0 {
 		t.Errorf("evidence after the reset %+v; want only the new turn", got)
 	}
-	if reply, err := op.ResetLearning(ctx, ""); err != nil || reply.Deleted != 2 {
+	if reply, err := op.Operator().ResetLearning(ctx, ""); err != nil || reply.Deleted != 2 {
 		t.Fatalf("reset of all: %+v %v", reply, err)
 	}
 }
@@ -336,7 +336,7 @@ func TestNoLearningRecordsNothing(t *testing.T) {
 	ctx := testenv.Context(t)
 	dave := env.agent("dave")
 	env.turn(t, dave, "t1", "media-view_image", "image viewer")
-	st, err := dave.LearningStatus(ctx, "")
+	st, err := dave.Operator().LearningStatus(ctx, "")
 	if err != nil || st.Recording || !st.Enabled {
 		t.Fatalf("status %+v %v", st, err)
 	}
@@ -392,7 +392,7 @@ func TestDiscoveryLearnsFromUse(t *testing.T) {
 		env.turn(t, mallory, fmt.Sprint("m", i), "media-delete_file", "weather forecast delete file")
 	}
 	evidenceOf(t, kv, "media-delete_file", "mallory", func(r search.UsageRecord) bool { return r.Turns > 29.99 })
-	st, err := newcomer.LearningStatus(ctx, "media-delete_file")
+	st, err := newcomer.Operator().LearningStatus(ctx, "media-delete_file")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +407,7 @@ func TestDiscoveryLearnsFromUse(t *testing.T) {
 	}
 
 	// Switched off, the learned fields go.
-	if _, err := newcomer.SetLearning(ctx, false, "a test"); err != nil {
+	if _, err := newcomer.Operator().SetLearning(ctx, false, "a test"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the learned fields to go", func() bool { return first(newcomer, "show me a picture") != "media-view_image" })

@@ -115,7 +115,7 @@ func testDeployedUsersEnforceTheirRoles(t *testing.T, kind deployKind) {
 		t.Fatalf("violation %v", err)
 	}
 	// Nor switch tools off, which is for operators.
-	if err := c.SetToolEnabled(ctx, "demo-echo", false, ""); !errors.Is(err, &messages.Error{Code: messages.CodeForbidden}) {
+	if err := c.Operator().SetToolEnabled(ctx, "demo-echo", false, ""); !errors.Is(err, &messages.Error{Code: messages.CodeForbidden}) {
 		t.Fatalf("an agent disabling a tool: %v", err)
 	}
 	if after := snapshot(t, srv, names.EventsStream())[names.EventsStream()].LastSeq; after != before {

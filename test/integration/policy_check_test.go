@@ -136,7 +136,7 @@ func TestPolicyExplainIsForOperators(t *testing.T) {
 	_, as := identityDeploy(t)
 	ctx := testenv.Context(t)
 	operator := agentClient(t, as("operator"), "")
-	reply, err := operator.ExplainPolicy(ctx, messages.PolicyExplainRequest{Tool: "demo:echo", Arguments: messages.JSON(`{"text":"hi"}`), Agent: "support-bot"})
+	reply, err := operator.Operator().ExplainPolicy(ctx, messages.PolicyExplainRequest{Tool: "demo:echo", Arguments: messages.JSON(`{"text":"hi"}`), Agent: "support-bot"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,21 +144,21 @@ func TestPolicyExplainIsForOperators(t *testing.T) {
 		reply.Rule.Line != 3 || len(reply.Rules) != 1 || reply.Policy != "policy.yaml" || reply.Default != "allow" || !reply.Visible || reply.PolicyVersion == "" {
 		t.Fatalf("explain demo-echo: %+v", reply)
 	}
-	reply, err = operator.ExplainPolicy(ctx, messages.PolicyExplainRequest{Tool: "demo-word_count", Agent: "support-bot"})
+	reply, err = operator.Operator().ExplainPolicy(ctx, messages.PolicyExplainRequest{Tool: "demo-word_count", Agent: "support-bot"})
 	if err != nil || reply.Effect != "allow" || reply.Rule != nil || len(reply.Rules) != 1 || reply.Rules[0].Matched ||
 		reply.Rules[0].Why != "the tool demo-word_count matches none of tool: demo:echo" || !strings.Contains(reply.Reason, "no rule matched") {
 		t.Fatalf("explain demo-word_count: %+v %v", reply, err)
 	}
-	if _, err := operator.ExplainPolicy(ctx, messages.PolicyExplainRequest{Tool: "demo-nothing"}); !errors.Is(err, messages.ErrToolNotFound) {
+	if _, err := operator.Operator().ExplainPolicy(ctx, messages.PolicyExplainRequest{Tool: "demo-nothing"}); !errors.Is(err, messages.ErrToolNotFound) {
 		t.Fatalf("explain a tool that does not exist: %v", err)
 	}
 
 	agent := agentClient(t, as("agent_a"), "support-bot")
-	_, err = agent.ExplainPolicy(ctx, messages.PolicyExplainRequest{Tool: "demo-echo", Agent: "support-bot"})
+	_, err = agent.Operator().ExplainPolicy(ctx, messages.PolicyExplainRequest{Tool: "demo-echo", Agent: "support-bot"})
 	if !errors.Is(err, messages.ErrForbidden) || !strings.Contains(err.Error(), "policy.explain is for operators") {
 		t.Fatalf("an agent's user explains: %v", err)
 	}
-	page, err := operator.ListAudit(ctx, messages.AuditListRequest{Decision: "forbidden"})
+	page, err := operator.Operator().ListAudit(ctx, messages.AuditListRequest{Decision: "forbidden"})
 	if err != nil || len(page.Records) == 0 || !strings.HasPrefix(page.Records[0].Reason, messages.EndpointPolicyExplain) {
 		t.Fatalf("the refusal is not audited: %+v %v", page, err)
 	}

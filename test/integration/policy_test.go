@@ -158,7 +158,7 @@ func TestApprovalOutlivesACoordinatorRestart(t *testing.T) {
 	if a.Tool != "t-wipe" || a.Agent != "bot" || a.Turn != "t1" || a.PolicyVersion != pol.Version() || a.ArgumentsDigest == "" || a.RuleID != policy.PresetAskDestructive {
 		t.Fatalf("approval %+v", a)
 	}
-	reply, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: a.ApprovalID, Decision: messages.DecisionApprove, By: "alice", Reason: "planned maintenance"})
+	reply, err := operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: a.ApprovalID, Decision: messages.DecisionApprove, By: "alice", Reason: "planned maintenance"})
 	if err != nil || reply.Approval.State != messages.ApprovalApproved || reply.Approval.DecidedBy != "alice" {
 		t.Fatalf("decide: %+v %v", reply, err)
 	}
@@ -167,7 +167,7 @@ func TestApprovalOutlivesACoordinatorRestart(t *testing.T) {
 		t.Fatalf("approved call: %+v %v", res, err)
 	}
 	// A second decision changes nothing; the tool ran once.
-	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: a.ApprovalID, Decision: messages.DecisionApprove, By: "bob"}); !errors.Is(err, messages.ErrApprovalNotPending) {
+	if _, err := operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: a.ApprovalID, Decision: messages.DecisionApprove, By: "bob"}); !errors.Is(err, messages.ErrApprovalNotPending) {
 		t.Fatalf("second decision: %v", err)
 	}
 	// The next identical call in the turn asks again: the approval was for that call only.
@@ -175,7 +175,7 @@ func TestApprovalOutlivesACoordinatorRestart(t *testing.T) {
 	if err != nil || r2.State != messages.StateAwaitingApproval {
 		t.Fatalf("second call: %+v %v", r2, err)
 	}
-	if _, err := operator.Decide(ctx, messages.DecideRequest{ApprovalID: r2.CallID, Decision: messages.DecisionDeny, By: "alice", Reason: "once is enough"}); err != nil {
+	if _, err := operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: r2.CallID, Decision: messages.DecisionDeny, By: "alice", Reason: "once is enough"}); err != nil {
 		t.Fatal(err)
 	}
 	res, err = agent.Wait(ctx, r2.CallID)
@@ -207,7 +207,7 @@ func TestRememberedApprovalLetsTheNextCallThrough(t *testing.T) {
 	if _, err := agent.Answer(ctx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove}); !errors.Is(err, messages.ErrDenied) {
 		t.Fatalf("an agent answering a queued approval: %v", err)
 	}
-	if _, err := agent.Decide(ctx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove, By: "user", Remember: messages.RememberTurn}); err != nil {
+	if _, err := agent.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove, By: "user", Remember: messages.RememberTurn}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := agent.Wait(ctx, r.CallID); err != nil || res.Status != messages.StateCompleted {
@@ -245,7 +245,7 @@ func TestExpiredApprovalDeniesTheCall(t *testing.T) {
 	if err != nil || res.Status != messages.StateDenied || res.Error.Code != messages.ResultDenied || !strings.Contains(res.Error.Message, "expired") {
 		t.Fatalf("expired approval: %+v %v", res, err)
 	}
-	if _, err := agent.Decide(ctx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove, By: "late"}); !errors.Is(err, messages.ErrApprovalNotPending) {
+	if _, err := agent.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: r.CallID, Decision: messages.DecisionApprove, By: "late"}); !errors.Is(err, messages.ErrApprovalNotPending) {
 		t.Fatalf("approving an expired approval: %v", err)
 	}
 }

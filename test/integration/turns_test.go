@@ -252,7 +252,7 @@ func TestDiscoverySelectionsSurviveBriefUnavailability(t *testing.T) {
 	})
 
 	// Disabled, then enabled: the same.
-	if err := ops.SetToolEnabled(ctx, "weather-forecast", false, "maintenance"); err != nil {
+	if err := ops.Operator().SetToolEnabled(ctx, "weather-forecast", false, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the disabled tool to be hidden", func() bool {
@@ -263,7 +263,7 @@ func TestDiscoverySelectionsSurviveBriefUnavailability(t *testing.T) {
 		return slices.Equal(got, []string{"weather-current_conditions"})
 	})
 	kept("tool disabled")
-	if err := ops.SetToolEnabled(ctx, "weather-forecast", true, ""); err != nil {
+	if err := ops.Operator().SetToolEnabled(ctx, "weather-forecast", true, ""); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the enabled tool to show again", func() bool {
