@@ -341,11 +341,10 @@ func (v *toolView) discover(ctx context.Context, dr *messages.DiscoverRequest) (
 		agent = turn.state.Agent
 	}
 	admission := v.admission(agent)
-	allow := func(name messages.ToolName) bool {
-		t, ok := v.catalog.Lookup(name.String())
-		return ok && !admission.Excluded(name.String()) && v.permitted(agent, &t.Definition)
+	allow := func(key string, t *catalog.Tool) bool {
+		return t != nil && !admission.Excluded(key) && v.permitted(agent, &t.Definition)
 	}
-	res, err := v.index.Search(search.Query{Text: dr.Query, Namespaces: dr.Namespaces, Tags: dr.Tags, Allow: allow, Page: dr.Page, PageSize: dr.PageSize})
+	res, err := v.index.SearchTools(search.Query{Text: dr.Query, Namespaces: dr.Namespaces, Tags: dr.Tags, Page: dr.Page, PageSize: dr.PageSize}, allow)
 	if err != nil {
 		return nil, messages.Errorf(messages.CodeBadRequest, "search: %v", err)
 	}

@@ -171,21 +171,27 @@ func (x *Index) Stop(ctx context.Context) error {
 // to be disabled, even before the index dropped them, and, unless
 // Config.IncludeUnavailable, tools of namespaces no live worker serves.
 func (x *Index) Search(q search.Query) (search.Result, error) {
+	return x.SearchTools(q, nil)
+}
+
+// SearchTools is Search with one more filter, which is given each
+// candidate as the catalog view holds it (nil when the view does not hold
+// it yet), with its canonical name: the view is read once per candidate.
+// q.Allow, when set, is asked first.
+func (x *Index) SearchTools(q search.Query, allow func(key string, t *catalog.Tool) bool) (search.Result, error) {
 	ix := x.current.Load()
 	if ix == nil {
 		return search.Result{}, errors.New("discovery: search before Start")
 	}
-	allow := q.Allow
+	find := x.view.Finder(x.cfg.IncludeUnavailable)
+	allowName := q.Allow
 	q.Allow = func(n messages.ToolName) bool {
-		if off, _ := x.view.Disabled(n); off {
+		if allowName != nil && !allowName(n) {
 			return false
 		}
-		if !x.cfg.IncludeUnavailable {
-			if ok, _ := x.view.ToolAvailable(n); !ok {
-				return false
-			}
-		}
-		return allow == nil || allow(n)
+		key := n.String()
+		t, ok := find(n, key)
+		return ok && (allow == nil || allow(key, t))
 	}
 	return ix.Search(q)
 }

@@ -305,6 +305,54 @@ func (v *View) ToolAvailable(name messages.ToolName) (bool, string) {
 	return v.serving(now, def)
 }
 
+// Finder returns what a search asks of each of its candidates, each
+// under one read of the view, at the time Finder was called: the tool as
+// the view holds it (nil when the view does not hold it yet), and whether
+// it may be found: not disabled, by itself or its namespace, and, unless
+// includeUnavailable, served by a live worker (a tool the view does not
+// hold is served when its namespace is). key is name's canonical form.
+func (v *View) Finder(includeUnavailable bool) func(name messages.ToolName, key string) (*Tool, bool) {
+	now := v.now()
+	// The live workers of each namespace met, looked up once a search: a
+	// search is one goroutine's, and a worker that stops living during
+	// it is taken as it was when the search first met its namespace.
+	live := map[string][]heartbeat{}
+	return func(name messages.ToolName, key string) (*Tool, bool) {
+		v.mu.RLock()
+		defer v.mu.RUnlock()
+		if len(v.disabled) > 0 {
+			if _, off := v.disabled[name.Namespace+"."+name.Method]; off {
+				return nil, false
+			}
+			if _, off := v.disabled[name.Namespace]; off {
+				return nil, false
+			}
+		}
+		t := v.tools[key]
+		if includeUnavailable {
+			return t, true
+		}
+		alive, seen := live[name.Namespace]
+		if !seen {
+			for _, hb := range v.workers[name.Namespace] {
+				if hb.aliveAt(now) {
+					alive = append(alive, hb)
+				}
+			}
+			live[name.Namespace] = alive
+		}
+		if t == nil || t.Definition.Source.Name == "" {
+			return t, len(alive) > 0
+		}
+		for _, hb := range alive {
+			if _, down := hb.down[t.Definition.Source.Name]; !down {
+				return t, true
+			}
+		}
+		return t, false
+	}
+}
+
 // Available reports whether a live worker serves the namespace.
 func (v *View) Available(ns string) bool {
 	now := v.now()
