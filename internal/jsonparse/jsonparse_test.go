@@ -8,12 +8,10 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/toolbus/toolbus/pkg/messages"
 )
 
 // decodeWithEncodingJSON is what Parse must agree with: encoding/json,
-// held to messages.MaxJSONDepth rather than its own 10,000 levels.
+// held to MaxDepth rather than its own 10,000 levels.
 func decodeWithEncodingJSON(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -24,7 +22,7 @@ func decodeWithEncodingJSON(data []byte) (any, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, io.ErrUnexpectedEOF // anything: data after the value
 	}
-	if depthOf(v) > messages.MaxJSONDepth {
+	if depthOf(v) > MaxDepth {
 		return nil, errors.New("nested too deeply")
 	}
 	return v, nil
@@ -64,21 +62,21 @@ func TestParseAgreesWithEncodingJSON(t *testing.T) {
 	}
 }
 
-// Arrays and objects nest at most messages.MaxJSONDepth levels.
+// Arrays and objects nest at most MaxDepth levels.
 func TestParseDepthLimit(t *testing.T) {
 	t.Parallel()
-	deep := strings.Repeat(`[{"a":`, messages.MaxJSONDepth/2) + "1" + strings.Repeat("}]", messages.MaxJSONDepth/2)
-	tooDeep := strings.Repeat("[", messages.MaxJSONDepth+1) + strings.Repeat("]", messages.MaxJSONDepth+1)
+	deep := strings.Repeat(`[{"a":`, MaxDepth/2) + "1" + strings.Repeat("}]", MaxDepth/2)
+	tooDeep := strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1)
 	if _, err := Parse([]byte(deep)); err != nil {
-		t.Fatalf("%d levels: %v", messages.MaxJSONDepth, err)
+		t.Fatalf("%d levels: %v", MaxDepth, err)
 	}
 	for _, in := range []string{tooDeep, `{"a":` + tooDeep[1:len(tooDeep)-1] + `}`} {
 		if _, err := Parse([]byte(in)); err == nil {
-			t.Fatalf("%d levels parsed", messages.MaxJSONDepth+1)
+			t.Fatalf("%d levels parsed", MaxDepth+1)
 		}
 		p := Parser{Data: []byte(in)}
 		if _, err := p.Skip(0); err == nil {
-			t.Fatalf("%d levels skipped", messages.MaxJSONDepth+1)
+			t.Fatalf("%d levels skipped", MaxDepth+1)
 		}
 	}
 }
