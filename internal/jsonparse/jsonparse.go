@@ -44,12 +44,33 @@ type Parser struct {
 	// scratch holds the decoded content of strings with escapes that are
 	// skipped or handed out as bytes.
 	scratch []byte
+	// gaps, when not nil, collects the start and end of every run of
+	// white space that Space skipped.
+	gaps []int
 }
 
 // Parse reads exactly one JSON value, with white space around it.
 func Parse(data []byte) (any, error) {
 	p := Parser{Data: data}
 	return p.Whole()
+}
+
+// ParseCompact is Parse that also returns the text without insignificant
+// white space, as encoding/json's Compact writes it: a copy of data with
+// the white space between tokens left out.
+func ParseCompact(data []byte) (any, []byte, error) {
+	p := Parser{Data: data, gaps: []int{}}
+	v, err := p.Whole()
+	if err != nil {
+		return nil, nil, err
+	}
+	compact := make([]byte, 0, len(data))
+	from := 0
+	for i := 0; i < len(p.gaps); i += 2 {
+		compact = append(compact, data[from:p.gaps[i]]...)
+		from = p.gaps[i+1]
+	}
+	return v, append(compact, data[from:]...), nil
 }
 
 // Whole reads exactly one value from Pos to the end, with white space around it.
@@ -68,13 +89,17 @@ func (p *Parser) Whole() (any, error) {
 
 // Space skips white space.
 func (p *Parser) Space() {
+	start := p.Pos
 	for p.Pos < len(p.Data) {
 		switch p.Data[p.Pos] {
 		case ' ', '\t', '\n', '\r':
 			p.Pos++
-		default:
-			return
+			continue
 		}
+		break
+	}
+	if p.gaps != nil && p.Pos > start {
+		p.gaps = append(p.gaps, start, p.Pos)
 	}
 }
 

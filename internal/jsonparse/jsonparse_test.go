@@ -49,7 +49,7 @@ func depthOf(v any) int {
 var jsonCases = []string{
 	`{}`, `[]`, ` {"a": [1, -2.5e+3, 0, -0, 1E2, true, false, null, "x"]} `, `"\u00e9\ud83d\ude00\n\t\\\/\""`,
 	`"\ud83d"`, `"\ud83dx"`, `"\ude00\ud83d"`, `"\ud83d\u0041"`, "\"\xff\xfe ok\"", "\"\xef\xbf\xbd\"", `{"k":1,"k":2}`,
-	`{"a":{"b":{"c":[[],[{}]]}}}`, `1`, `-0.0e-0`, `"plain"`,
+	`{"a":{"b":{"c":[[],[{}]]}}}`, `1`, `-0.0e-0`, `"plain"`, " [ 1 ,\t{ \"a b\" :\r\n\" x \" } ] ", `"\u00e9 é"`,
 	// Refused.
 	``, ` `, `{`, `[1,]`, `{"a":1,}`, `{"a" 1}`, `01`, `1.`, `.5`, `-`, `1e`, `+1`, `tru`, `nul`, `"\x"`, `"\u12"`,
 	`"\ud83d\u12"`, "\"a\nb\"", `"open`, `{} {}`, `[1] x`, `{1:2}`, `NaN`, `[1 2]`,
@@ -94,6 +94,21 @@ func checkAgreement(t *testing.T, data []byte) {
 	}
 	if err == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q: %#v, encoding/json %#v", name, got, want)
+	}
+	if err != nil {
+		return
+	}
+	// ParseCompact reads the same value and compacts it as encoding/json does.
+	v, compact, err := ParseCompact(data)
+	if err != nil || !reflect.DeepEqual(v, got) {
+		t.Fatalf("%q: ParseCompact %#v, %v; Parse %#v", name, v, err, got)
+	}
+	var wantCompact bytes.Buffer
+	if err := json.Compact(&wantCompact, data); err != nil {
+		t.Fatalf("%q: encoding/json does not compact it: %v", name, err)
+	}
+	if !bytes.Equal(compact, wantCompact.Bytes()) {
+		t.Fatalf("%q: compacted to %q, encoding/json %q", name, compact, wantCompact.Bytes())
 	}
 }
 
