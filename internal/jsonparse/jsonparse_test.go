@@ -143,3 +143,46 @@ func TestSkipAgreesWithParse(t *testing.T) {
 		}
 	}
 }
+
+// Skip reads strings with escapes, numbers and literals without building
+// them: once its scratch has grown, it allocates nothing.
+func TestSkipAllocatesNothing(t *testing.T) {
+	doc := []byte(`{"a\u00e9": ["x\ny", -1.5e3, true, null, {"k": "\ud83d\ude00 ` + "\xff" + `"}], "b": false}`)
+	skip := func() {
+		p := Parser{Data: doc}
+		if _, err := p.Skip(0); err != nil || p.Pos != len(doc) {
+			t.Fatalf("Skip: %v at %d", err, p.Pos)
+		}
+	}
+	skip()
+	p := Parser{Data: doc}
+	if allocs := testing.AllocsPerRun(100, func() {
+		p.Pos = 0
+		if _, err := p.Skip(0); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Errorf("Skip allocated %v times", allocs)
+	}
+}
+
+// StringBytes hands out a string without escapes in place, and decodes
+// one with escapes or invalid UTF-8 as String does.
+func TestStringBytes(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`"plain é"`, "plain é"},
+		{`"a\"b\u00e9\ud83d\ude00"`, "a\"bé😀"},
+		{"\"bad \xff\"", "bad \ufffd"},
+		{`"\ud83d"`, "\ufffd"},
+	} {
+		p := Parser{Data: []byte(tc.in)}
+		got, err := p.StringBytes()
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%q: %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+		inPlace := len(got) > 0 && &got[0] == &p.Data[1]
+		if escaped := strings.ContainsAny(tc.in, "\\\xff"); inPlace == escaped {
+			t.Errorf("%q: in place %v", tc.in, inPlace)
+		}
+	}
+}
