@@ -76,7 +76,7 @@ func TestSubmitArgumentsAsTheirText(t *testing.T) {
 		if !bytes.Equal(call.Arguments, compact.Bytes()) || call.ArgumentsDigest != digest {
 			t.Errorf("%s: call's arguments %s, digest %s; want %s, %s", tc.args, call.Arguments, call.ArgumentsDigest, compact.Bytes(), digest)
 		}
-		v, err := p.authorize(context.Background(), call, tc.tool, admission, args.parsed)
+		v, err := p.authorize(context.Background(), call, tc.tool, admission, &args.parsed)
 		if err != nil || v.approval == nil {
 			t.Fatalf("%s: authorize %+v, %v; want an approval", tc.args, v, err)
 		}

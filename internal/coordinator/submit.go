@@ -135,7 +135,7 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 		}
 	}
 	call := newCall(sr, name, tool, args.compact, args.digest, time.Now().UTC(), p.limits.defaultTimeout)
-	v, err := p.authorize(ctx, call, tool, admission, args.parsed)
+	v, err := p.authorize(ctx, call, tool, admission, &args.parsed)
 	if err != nil {
 		return nil, false, err
 	}
@@ -178,14 +178,14 @@ func validateSubmit(sr *messages.SubmitRequest, maxArgumentsBytes int) (messages
 // readArguments are a submit's arguments as validateSubmit read them.
 type readArguments struct {
 	raw    messages.JSON
-	parsed *policy.Arguments // nil when they are not JSON
-	err    error             // why they are not
+	parsed policy.Arguments
+	err    error // why they are not JSON
 }
 
 // checkedArguments are a call's arguments once its tool's schema holds
 // them: read once, and the forms of them the call carries.
 type checkedArguments struct {
-	parsed  *policy.Arguments
+	parsed  policy.Arguments
 	compact messages.JSON
 	digest  string
 }
@@ -309,7 +309,7 @@ func (p *submitPipeline) authorize(ctx context.Context, call *messages.CallReque
 	var v verdict
 	ask := false
 	if pol != nil {
-		v.decision = pol.Evaluate(policy.Request{Tool: tool.Definition, Agent: call.Agent, Arguments: call.Arguments, Parsed: args})
+		v.decision = pol.Evaluate(policy.Request{Tool: tool.Definition, Agent: call.Agent, Arguments: call.Arguments, Parsed: *args})
 		switch v.decision.Effect {
 		case policy.Deny:
 			p.audit(ctx, messages.AuditDenied, call, &tool.Definition, v.decision, "")

@@ -360,7 +360,7 @@ rules:
 			}
 			call := &messages.CallRequest{CallID: "c1", Tool: tc.tool.Definition.Name, Agent: tc.agent, Arguments: messages.JSON(`{}`)}
 			args, _ := policy.ParseArguments(call.Arguments)
-			v, err := p.authorize(context.Background(), call, tc.tool, admission(tc.agent), args)
+			v, err := p.authorize(context.Background(), call, tc.tool, admission(tc.agent), &args)
 			if code := messages.CodeOf(err); err != nil && code != tc.want || err == nil && tc.want != "" {
 				t.Fatalf("err = %v, want code %q", err, tc.want)
 			}

@@ -20,24 +20,27 @@ type Arguments struct {
 	// blank is set for arguments of white space alone: {} to everything
 	// but Compact, which refuses them as encoding/json's Compact does.
 	blank bool
+	// read is set by ParseArguments; the zero Arguments holds none.
+	read bool
 }
 
 // ParseArguments reads a call's arguments once. Empty arguments are {};
 // anything else must be one JSON value (an object, for a tool), nested at
 // most messages.MaxJSONDepth levels. Arguments of white space alone are
-// read as {}; their Compact form is an error.
-func ParseArguments(arguments messages.JSON) (*Arguments, error) {
+// read as {}; their Compact form is an error. The result is a value, for
+// the caller to keep where it keeps the rest of the call.
+func ParseArguments(arguments messages.JSON) (Arguments, error) {
 	if len(arguments) == 0 {
-		return &Arguments{sent: map[string]any{}, compact: messages.JSON(emptyObject)}, nil
+		return Arguments{sent: map[string]any{}, compact: messages.JSON(emptyObject), read: true}, nil
 	}
 	if len(bytes.TrimSpace(arguments)) == 0 {
-		return &Arguments{sent: map[string]any{}, blank: true}, nil
+		return Arguments{sent: map[string]any{}, blank: true, read: true}, nil
 	}
 	v, compact, err := jsonparse.ParseCompact(arguments)
 	if err != nil {
-		return nil, fmt.Errorf("invalid JSON: %w", err)
+		return Arguments{}, fmt.Errorf("invalid JSON: %w", err)
 	}
-	return &Arguments{sent: v, compact: compact}, nil
+	return Arguments{sent: v, compact: compact, read: true}, nil
 }
 
 // Sent is the value as sent: nil for null, {} for empty arguments. It is

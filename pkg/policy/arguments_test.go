@@ -61,7 +61,7 @@ func checkReadOnce(t *testing.T, pol *Policy, schema, raw []byte) {
 	if got := pol.Evaluate(Request{Tool: tool, Arguments: raw, Parsed: parsed}); got != fromText {
 		t.Errorf("%q: decided %+v read once, %+v from the text", raw, got, fromText)
 	}
-	if got, want := CompileRedaction(schema).Redact(parsed), Redact(schema, compact); !bytes.Equal(got, want) {
+	if got, want := CompileRedaction(schema).Redact(&parsed), Redact(schema, compact); !bytes.Equal(got, want) {
 		t.Errorf("%q: redacted %s read once, %s from the text", raw, got, want)
 	}
 }
@@ -112,7 +112,7 @@ func TestRedactionIsShared(t *testing.T) {
 	const want = `{"m":{"b":2,"s_a":"[redacted]"},"pin":"[redacted]"}`
 	done := make(chan string)
 	for range 4 {
-		go func() { done <- string(c.Redact(args)) }()
+		go func() { done <- string(c.Redact(&args)) }()
 	}
 	for range 4 {
 		if got := <-done; got != want {
