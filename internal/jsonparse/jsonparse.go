@@ -14,7 +14,6 @@ package jsonparse
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"unicode"
 	"unicode/utf16"
@@ -27,7 +26,7 @@ import (
 const MaxDepth = 256
 
 // ErrTooDeep is returned for a value nested deeper than MaxDepth.
-var ErrTooDeep = errors.New(fmt.Sprintf("nested deeper than %d levels", MaxDepth))
+var ErrTooDeep = fmt.Errorf("nested deeper than %d levels", MaxDepth)
 
 // Object is an object of the caller's own type being read.
 type Object interface {

@@ -138,7 +138,7 @@ func (p *jsonPacker) number(dst []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	integer := bytes.IndexAny(num, ".eE") < 0
+	integer := !bytes.ContainsAny(num, ".eE")
 	if integer {
 		if i, ok := smallInt(num); ok {
 			return appendMsgpackInt(dst, i), nil
