@@ -94,6 +94,12 @@ func TestImportRules(t *testing.T) {
 			}
 		}
 	}
+	// The JSON scanner sits beneath the wire contract, which reads JSON with it.
+	for _, imp := range imports["internal/jsonparse"] {
+		if strings.HasPrefix(imp, module+"/") {
+			t.Errorf("internal/jsonparse imports %s; it imports no package of Toolbus", imp)
+		}
+	}
 	for _, pkg := range []string{"pkg/messages", "pkg/exposure", "pkg/policy", "pkg/search", "pkg/toolschema", "pkg/toolformat", "internal/schemacost", "internal/jsonparse", "internal/glob"} {
 		if _, ok := imports[pkg]; !ok {
 			t.Errorf("pure package %s not found", pkg)

@@ -15,6 +15,8 @@ import (
 type auditor struct {
 	names messages.Names
 	js    jetstream.JetStream
+	// cache holds the tools' schemas compiled for redaction.
+	cache *redactions
 	log   *slog.Logger
 }
 
@@ -34,7 +36,7 @@ func (a *auditor) record(_ context.Context, decision string, call *messages.Call
 		By:            by,
 	}
 	if def != nil {
-		rec.Arguments = policy.Redact(def.InputSchema, call.Arguments)
+		rec.Arguments = a.cache.of(def).RedactJSON(call.Arguments)
 	}
 	subject, err := a.names.AuditSubject(decision)
 	if err != nil {

@@ -1,6 +1,6 @@
 //go:build unix
 
-package coordinator_test
+package coordinator
 
 import (
 	"syscall"

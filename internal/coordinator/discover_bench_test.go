@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/indexer"
 	"github.com/toolbus/toolbus/internal/synthetic"
@@ -150,7 +151,7 @@ func BenchmarkDiscover(b *testing.B) {
 		b.Run(fmt.Sprintf("tools=%d/learned=%d/%s", tools, learned, mode), func(b *testing.B) {
 			durations := make([]time.Duration, 0, b.N)
 			i := 0
-			cpu := processCPU()
+			cpu := coordinator.ProcessCPU()
 			for b.Loop() {
 				req := &messages.DiscoverRequest{Query: queries[i%len(queries)], Agent: "bench"}
 				if mode == "in-process-turn" {
@@ -171,7 +172,7 @@ func BenchmarkDiscover(b *testing.B) {
 			}
 			// The process's CPU time, the embedded server's included:
 			// unlike wall time, other load on the machine leaves it as is.
-			b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(len(durations)), "cpu-µs/op")
+			b.ReportMetric(float64((coordinator.ProcessCPU()-cpu).Microseconds())/float64(len(durations)), "cpu-µs/op")
 			slices.Sort(durations)
 			b.ReportMetric(float64(durations[len(durations)/2].Microseconds()), "p50-µs")
 			b.ReportMetric(float64(durations[len(durations)*99/100].Microseconds()), "p99-µs")

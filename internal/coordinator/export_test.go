@@ -17,3 +17,7 @@ func (c *Coordinator) Discover(ctx context.Context, dr *messages.DiscoverRequest
 // DiscoveryStatus says which stored index version the coordinator's
 // discovery index answers like.
 func (c *Coordinator) DiscoveryStatus() discovery.Status { return c.view.index.Status() }
+
+// ProcessCPU is the CPU time the process has used (processCPU), for the
+// benchmarks of package coordinator_test.
+var ProcessCPU = processCPU

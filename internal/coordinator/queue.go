@@ -140,9 +140,10 @@ func (q *callQueue) sendWith(ctx context.Context, call *messages.CallRequest, fi
 	}
 	queuedMsg.Header.Set(messages.HeaderMsgID, msgID)
 	if first {
-		filter, err := q.names.CallQueuedFilter(bucket, call.CallID)
-		if err != nil {
-			return err
+		// The subject's IDs were checked as it was made.
+		filter := q.names.QueuedEventFilter(queuedMsg.Subject)
+		if filter == "" {
+			return messages.Errorf(messages.CodeInternal, "no queued event's subject: %s", queuedMsg.Subject)
 		}
 		queuedMsg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 		queuedMsg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)

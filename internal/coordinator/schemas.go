@@ -12,6 +12,7 @@ import (
 	"github.com/toolbus/toolbus/internal/schemacost"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/policy"
 	"github.com/toolbus/toolbus/pkg/toolschema"
 )
 
@@ -20,6 +21,9 @@ import (
 type schemaCache struct {
 	mu      sync.Mutex
 	entries map[string]cachedSchema
+	// redactions holds the tools' schemas compiled for redaction, which
+	// the audit log shares.
+	redactions *redactions
 }
 
 type cachedSchema struct {
@@ -31,7 +35,9 @@ type cachedSchema struct {
 	thought []byte
 }
 
-func newSchemaCache() *schemaCache { return &schemaCache{entries: map[string]cachedSchema{}} }
+func newSchemaCache() *schemaCache {
+	return &schemaCache{entries: map[string]cachedSchema{}, redactions: newRedactions()}
+}
 
 func (s *schemaCache) get(t *catalog.Tool) cachedSchema {
 	name := t.Definition.Name
@@ -51,14 +57,66 @@ func (s *schemaCache) get(t *catalog.Tool) cachedSchema {
 }
 
 // stripThought removes the thought a think-augmented schema asked the
-// model for. Arguments that cannot hold one are returned as they are
-// without being parsed.
-func (s *schemaCache) stripThought(t *catalog.Tool, args messages.JSON) (messages.JSON, error) {
+// model for; found says whether there was one. Arguments that cannot hold
+// one are returned as they are without being parsed.
+func (s *schemaCache) stripThought(t *catalog.Tool, args messages.JSON) (stripped messages.JSON, found bool, err error) {
 	if !bytes.Contains(args, s.get(t).thought) {
-		return args, nil
+		return args, false, nil
 	}
-	stripped, _, err := toolschema.StripThought(&t.Definition, toolschema.Options{Think: true}, args)
-	return stripped, err
+	stripped, _, err = toolschema.StripThought(&t.Definition, toolschema.Options{Think: true}, args)
+	// Arguments without a thought come back as they were.
+	return stripped, err == nil && !sameBytes(stripped, args), err
+}
+
+// redaction returns the tool's schema compiled for redaction; a nil
+// cache compiles it for this use alone.
+func (s *schemaCache) redaction(def *messages.ToolDefinition) *policy.Redaction {
+	if s == nil {
+		return policy.CompileRedaction(def.InputSchema)
+	}
+	return s.redactions.of(def)
+}
+
+// sameBytes reports whether a and b are the same bytes in memory.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// redactions keeps each tool's input schema compiled for redaction
+// (policy.CompileRedaction) for as long as the tool keeps the same
+// schema: the approvals' and the audit log's copies of a call's arguments
+// are redacted without reading the schema again. A nil *redactions
+// compiles the schema at every use.
+type redactions struct {
+	mu    sync.Mutex
+	tools map[string]compiledRedaction
+}
+
+type compiledRedaction struct {
+	schema    messages.JSON
+	redaction *policy.Redaction
+}
+
+func newRedactions() *redactions { return &redactions{tools: map[string]compiledRedaction{}} }
+
+// of returns the tool's schema compiled for redaction.
+func (r *redactions) of(def *messages.ToolDefinition) *policy.Redaction {
+	if r == nil {
+		return policy.CompileRedaction(def.InputSchema)
+	}
+	r.mu.Lock()
+	e, ok := r.tools[def.Name]
+	r.mu.Unlock()
+	// The same schema is, as a rule, the same bytes in memory: a compare
+	// that ends at once.
+	if ok && bytes.Equal(e.schema, def.InputSchema) {
+		return e.redaction
+	}
+	e = compiledRedaction{schema: def.InputSchema, redaction: policy.CompileRedaction(def.InputSchema)}
+	r.mu.Lock()
+	r.tools[def.Name] = e
+	r.mu.Unlock()
+	return e.redaction
 }
 
 // compileSchema compiles a tool's input schema and refuses one that could
@@ -80,7 +138,7 @@ func compileSchema(schema messages.JSON) (*jsonschema.Schema, error) {
 	return sch, nil
 }
 
-// validate checks arguments decoded by policy.DecodeArguments (numbers as
+// validate checks arguments read by policy.ParseArguments (numbers as
 // json.Number, as the schema library reads them) against the tool's input
 // schema and lists every violation.
 func (s *schemaCache) validate(t *catalog.Tool, inst any) error {

@@ -31,7 +31,7 @@ func TestPathologicalSchemaRefusedQuickly(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	start := time.Now()
-	_, _, err := checkArguments(cache, tl, args)
+	_, _, err := checkRaw(cache, tl, args)
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&after)
 	t.Logf("%d-byte argument: %v, %d KiB allocated", len(args), elapsed, (after.TotalAlloc-before.TotalAlloc)>>10)
@@ -57,6 +57,6 @@ func BenchmarkPathologicalSchema(b *testing.B) {
 	args := nestedC(12)
 	b.ReportAllocs()
 	for b.Loop() {
-		_, _, _ = checkArguments(cache, tl, args)
+		_, _, _ = checkRaw(cache, tl, args)
 	}
 }

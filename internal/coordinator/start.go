@@ -151,7 +151,8 @@ func (c *Coordinator) startSteps() []startStep {
 // buildRooms makes the rooms that do the coordinator's work, and returns
 // the sweeper for Start to start.
 func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, resolver *exposure.Resolver, catalogKV, turnsKV, approvalsKV jetstream.KeyValue, stream *callStream) *sweeper {
-	auditLog := &auditor{names: c.names, js: c.js, log: c.log}
+	schemas := newSchemaCache()
+	auditLog := &auditor{names: c.names, js: c.js, cache: schemas.redactions, log: c.log}
 	audit := auditLog.record
 	c.guard = &guard{ids: c.cfg.Identities, audit: auditLog.recordForbidden, prefix: c.names.Prefix()}
 	turns := &turns{store: bucket{turnsKV, c.cfg.UnavailableWait}, calls: retryingTurnCalls{c.ledger.Turns(), c.cfg.UnavailableWait}}
@@ -204,7 +205,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 		tools:     view,
 		turns:     turns,
 		admission: c.view.admission,
-		schemas:   newSchemaCache(),
+		schemas:   schemas,
 		policy:    &c.policy,
 		grants:    c.approvals,
 		approvals: c.approvals,

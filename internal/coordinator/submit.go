@@ -1,9 +1,7 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"sync/atomic"
 	"time"
 
@@ -114,7 +112,7 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 		span.End()
 	}()
 
-	name, err := validateSubmit(sr, p.limits.maxArgumentsBytes)
+	name, read, err := validateSubmit(sr, p.limits.maxArgumentsBytes)
 	if err != nil {
 		return nil, false, err
 	}
@@ -127,7 +125,7 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 	if err != nil {
 		return nil, false, err
 	}
-	args, digest, err := checkArguments(p.schemas, tool, sr.Arguments)
+	args, err := checkArguments(p.schemas, tool, read)
 	if err != nil {
 		return nil, false, err
 	}
@@ -136,8 +134,8 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 			return nil, false, err
 		}
 	}
-	call := newCall(sr, name, tool, args, digest, time.Now().UTC(), p.limits.defaultTimeout)
-	v, err := p.authorize(ctx, call, tool, admission)
+	call := newCall(sr, name, tool, args.compact, args.digest, time.Now().UTC(), p.limits.defaultTimeout)
+	v, err := p.authorize(ctx, call, tool, admission, &args.parsed)
 	if err != nil {
 		return nil, false, err
 	}
@@ -154,22 +152,42 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 
 // validateSubmit checks a submit request on its own, before anything is
 // read: the names, IDs and ranges it carries (SubmitRequest.Validate), and
-// the size and depth of its arguments.
-func validateSubmit(sr *messages.SubmitRequest, maxArgumentsBytes int) (messages.ToolName, error) {
-	if err := sr.Validate(); err != nil {
-		return messages.ToolName{}, err
-	}
-	name, err := messages.ParseToolName(sr.Tool)
+// the size and depth of its arguments. It reads the arguments, once for
+// the whole submit; arguments that are not JSON are refused once the tool
+// is known (checkArguments), as the tool's schema may explain them.
+func validateSubmit(sr *messages.SubmitRequest, maxArgumentsBytes int) (messages.ToolName, readArguments, error) {
+	name, err := sr.ValidateTool()
 	if err != nil {
-		return messages.ToolName{}, err
+		return messages.ToolName{}, readArguments{}, err
 	}
 	if len(sr.Arguments) > maxArgumentsBytes {
-		return messages.ToolName{}, messages.Errorf(messages.CodePayloadTooLarge, "arguments are %d bytes; at most %d", len(sr.Arguments), maxArgumentsBytes)
+		return messages.ToolName{}, readArguments{}, messages.Errorf(messages.CodePayloadTooLarge, "arguments are %d bytes; at most %d", len(sr.Arguments), maxArgumentsBytes)
 	}
-	if err := messages.CheckJSONDepth(sr.Arguments); err != nil {
-		return messages.ToolName{}, err
+	read := readArguments{raw: sr.Arguments}
+	read.parsed, read.err = policy.ParseArguments(sr.Arguments)
+	if read.err != nil {
+		// Arguments nested too deeply are refused here, whatever else is
+		// wrong with them.
+		if err := messages.CheckJSONDepth(sr.Arguments); err != nil {
+			return messages.ToolName{}, readArguments{}, err
+		}
 	}
-	return name, nil
+	return name, read, nil
+}
+
+// readArguments are a submit's arguments as validateSubmit read them.
+type readArguments struct {
+	raw    messages.JSON
+	parsed policy.Arguments
+	err    error // why they are not JSON
+}
+
+// checkedArguments are a call's arguments once its tool's schema holds
+// them: read once, and the forms of them the call carries.
+type checkedArguments struct {
+	parsed  policy.Arguments
+	compact messages.JSON
+	digest  string
 }
 
 // admit finds the tool and checks that it can be called by the agent:
@@ -209,30 +227,31 @@ func (p *submitPipeline) admit(ctx context.Context, agent string, name messages.
 
 // checkArguments checks the arguments against the tool's input schema and
 // returns them compacted, with their digest.
-func checkArguments(schemas *schemaCache, tool *catalog.Tool, raw messages.JSON) (messages.JSON, string, error) {
+func checkArguments(schemas *schemaCache, tool *catalog.Tool, read readArguments) (checkedArguments, error) {
 	name := tool.Definition.Name
+	parsed, err := read.parsed, read.err
 	// A schema shown with think augmentation makes the model send a
-	// thought; it is not an argument of the tool.
-	stripped, err := schemas.stripThought(tool, raw)
+	// thought; it is not an argument of the tool. Arguments without it
+	// are read again (those that hold a thought, of think-augmented tools).
+	stripped, found, serr := schemas.stripThought(tool, read.raw)
+	if serr != nil {
+		return checkedArguments{}, messages.Errorf(messages.CodeInvalidArguments, "arguments of %s: %v", name, serr)
+	}
+	if found {
+		parsed, err = policy.ParseArguments(stripped)
+	}
 	if err != nil {
-		return nil, "", messages.Errorf(messages.CodeInvalidArguments, "arguments of %s: %v", name, err)
+		return checkedArguments{}, messages.Errorf(messages.CodeInvalidArguments, "arguments of %s are not JSON: %v", name, err)
 	}
-	decoded, err := policy.DecodeArguments(stripped)
+	// The digest counts null as {}; the schema sees what was sent.
+	if err := schemas.validate(tool, parsed.Sent()); err != nil {
+		return checkedArguments{}, err
+	}
+	compact, err := parsed.Compact()
 	if err != nil {
-		return nil, "", messages.Errorf(messages.CodeInvalidArguments, "arguments of %s are not JSON: %v", name, err)
+		return checkedArguments{}, messages.Errorf(messages.CodeInvalidArguments, "arguments are not JSON: %v", err)
 	}
-	inst := decoded
-	if string(bytes.TrimSpace(stripped)) == "null" {
-		inst = nil // the digest counts null as {}; the schema sees what was sent
-	}
-	if err := schemas.validate(tool, inst); err != nil {
-		return nil, "", err
-	}
-	args, err := compactJSON(stripped)
-	if err != nil {
-		return nil, "", messages.Errorf(messages.CodeInvalidArguments, "arguments are not JSON: %v", err)
-	}
-	return args, policy.DigestOf(decoded), nil
+	return checkedArguments{parsed: parsed, compact: compact, digest: parsed.Digest()}, nil
 }
 
 // newCall is the call a submit asks for, queued at now. Its deadline is the
@@ -282,14 +301,15 @@ type verdict struct {
 	decision policy.Decision
 }
 
-// authorize applies the policy and the agent's approval rules to a call.
-// A denial is audited and returned as an error with code denied.
-func (p *submitPipeline) authorize(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, admission *exposure.Admission) (verdict, error) {
+// authorize applies the policy and the agent's approval rules to a call,
+// whose arguments args are as checkArguments read them. A denial is
+// audited and returned as an error with code denied.
+func (p *submitPipeline) authorize(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, admission *exposure.Admission, args *policy.Arguments) (verdict, error) {
 	pol := p.policy.Load()
 	var v verdict
 	ask := false
 	if pol != nil {
-		v.decision = pol.Evaluate(policy.Request{Tool: tool.Definition, Agent: call.Agent, Arguments: call.Arguments})
+		v.decision = pol.Evaluate(policy.Request{Tool: tool.Definition, Agent: call.Agent, Arguments: call.Arguments, Parsed: *args})
 		switch v.decision.Effect {
 		case policy.Deny:
 			p.audit(ctx, messages.AuditDenied, call, &tool.Definition, v.decision, "")
@@ -322,7 +342,7 @@ func (p *submitPipeline) authorize(ctx context.Context, call *messages.CallReque
 		Agent:           call.Agent,
 		Turn:            call.Turn,
 		ArgumentsDigest: call.ArgumentsDigest,
-		Arguments:       policy.Redact(tool.Definition.InputSchema, call.Arguments),
+		Arguments:       p.schemas.redaction(&tool.Definition).Redact(args),
 		PolicyVersion:   v.decision.Version,
 		RuleID:          v.decision.RuleID,
 		Reason:          v.decision.Reason,
@@ -413,17 +433,4 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 	reply := &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}
 	reply, err = p.queue.awaitResult(ctx, messages.TurnBucket(call.Turn), call.Namespace, reply, writes, waitDuration(sr, call.Deadline, p.limits.maxWait))
 	return reply, false, err
-}
-
-// compactJSON returns the arguments without insignificant whitespace; an
-// absent value is the empty object.
-func compactJSON(v messages.JSON) (messages.JSON, error) {
-	if len(v) == 0 {
-		return messages.JSON(`{}`), nil
-	}
-	var b bytes.Buffer
-	if err := json.Compact(&b, v); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
 }

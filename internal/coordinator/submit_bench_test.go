@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
@@ -24,9 +25,11 @@ func BenchmarkSubmit(b *testing.B) {
 	ctx := context.Background()
 	req := &messages.SubmitRequest{Tool: "b-noop", Arguments: messages.JSON(`{"text":"x"}`), Agent: "bench"}
 	b.ReportAllocs()
+	cpu := coordinator.ProcessCPU()
 	for b.Loop() {
 		if _, err := c.Submit(ctx, req, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64((coordinator.ProcessCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }

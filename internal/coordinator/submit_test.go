@@ -68,7 +68,7 @@ func TestValidateSubmit(t *testing.T) {
 			if tc.name == "arguments nested far too deep" {
 				limit = 1 << 20
 			}
-			name, err := validateSubmit(&tc.req, limit)
+			name, _, err := validateSubmit(&tc.req, limit)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("validateSubmit: %v", err)
@@ -196,6 +196,17 @@ func TestAdmit(t *testing.T) {
 	}
 }
 
+// checkRaw reads arguments and checks them as a submit does
+// (validateSubmit, then checkArguments).
+func checkRaw(schemas *schemaCache, tl *catalog.Tool, raw messages.JSON) (messages.JSON, string, error) {
+	_, read, err := validateSubmit(&messages.SubmitRequest{Tool: tl.Definition.Name, Arguments: raw}, 1<<30)
+	if err != nil {
+		return nil, "", err
+	}
+	args, err := checkArguments(schemas, tl, read)
+	return args.compact, args.digest, err
+}
+
 func TestCheckArguments(t *testing.T) {
 	schema := `{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false}`
 	tests := []struct {
@@ -212,7 +223,7 @@ func TestCheckArguments(t *testing.T) {
 	tl := tool("t-count", schema)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			args, digest, err := checkArguments(schemas, tl, messages.JSON(tc.args))
+			args, digest, err := checkRaw(schemas, tl, messages.JSON(tc.args))
 			if tc.want != "" {
 				if code := messages.CodeOf(err); code != tc.want {
 					t.Fatalf("code = %s (%v), want %s", code, err, tc.want)
@@ -228,8 +239,8 @@ func TestCheckArguments(t *testing.T) {
 		})
 	}
 	t.Run("absent arguments are the empty object", func(t *testing.T) {
-		args, digest, err := checkArguments(schemas, tool("t-any", ""), nil)
-		_, emptyDigest, _ := checkArguments(schemas, tool("t-any", ""), messages.JSON(`{}`))
+		args, digest, err := checkRaw(schemas, tool("t-any", ""), nil)
+		_, emptyDigest, _ := checkRaw(schemas, tool("t-any", ""), messages.JSON(`{}`))
 		if err != nil || string(args) != `{}` || digest != emptyDigest {
 			t.Errorf("args %s digest %q err %v; want {} with the digest of {}", args, digest, err)
 		}
@@ -348,7 +359,8 @@ rules:
 				limits: submitLimits{approvalTTL: time.Hour},
 			}
 			call := &messages.CallRequest{CallID: "c1", Tool: tc.tool.Definition.Name, Agent: tc.agent, Arguments: messages.JSON(`{}`)}
-			v, err := p.authorize(context.Background(), call, tc.tool, admission(tc.agent))
+			args, _ := policy.ParseArguments(call.Arguments)
+			v, err := p.authorize(context.Background(), call, tc.tool, admission(tc.agent), &args)
 			if code := messages.CodeOf(err); err != nil && code != tc.want || err == nil && tc.want != "" {
 				t.Fatalf("err = %v, want code %q", err, tc.want)
 			}
@@ -421,7 +433,12 @@ type fakeWriter struct {
 	committed []*messages.CallResult
 }
 
-func (f *fakeWriter) EventMsg(_, _ string, ev *messages.CallEvent) (*nats.Msg, error) {
+// EventMsg stores a queued event under its subject, any other under "events.<call ID>".
+func (f *fakeWriter) EventMsg(_, ns string, ev *messages.CallEvent) (*nats.Msg, error) {
+	if ev.Kind == messages.EventQueued {
+		subject, err := messages.MustNames("").QueuedSubject(ev.CallID, ev.Request.Turn, ns)
+		return &nats.Msg{Subject: subject, Header: nats.Header{}}, err
+	}
 	return &nats.Msg{Subject: "events." + ev.CallID, Header: nats.Header{}}, nil
 }
 
@@ -538,14 +555,14 @@ func TestEnqueue(t *testing.T) {
 	}{
 		{name: "queued", wantWrites: 1},
 		{name: "queued in its turn: the queued event is the turn's index", turn: "turn-1", wantWrites: 1},
-		{name: "queued before by another submit", duplicate: map[string]bool{"events.": true}, inLedger: another, wantDuplicate: true, wantWrites: 1},
-		{name: "queued before with other arguments", duplicate: map[string]bool{"events.": true}, inLedger: otherArgs, want: messages.CodeIdempotencyConflict, wantWrites: 1},
-		{name: "queued before, its message ID forgotten: the conditional write is refused", fail: map[string]error{"events.": wrongLast}, inLedger: another, wantDuplicate: true, wantWrites: 1},
-		{name: "another submit's call in process", fail: map[string]error{"events.": inProcess}, inLedger: another, hiddenReads: 3, wantDuplicate: true, wantWrites: 1},
-		{name: "queued after the stream had no leader", failFirst: map[string][]error{"events.": {noLeader, noLeader, noLeader}}, wantWrites: 4},
-		{name: "retried write stored twice", failFirst: map[string][]error{"events.": {noLeader}}, duplicate: map[string]bool{"events.": true}, wantWrites: 2},
-		{name: "never queued", fail: map[string]error{"events.": noLeader}, want: messages.CodeUnavailable},
-		{name: "refused", fail: map[string]error{"events.": refused}, want: messages.CodeUnavailable, wantWrites: 1},
+		{name: "queued before by another submit", duplicate: map[string]bool{"toolbus.events.": true}, inLedger: another, wantDuplicate: true, wantWrites: 1},
+		{name: "queued before with other arguments", duplicate: map[string]bool{"toolbus.events.": true}, inLedger: otherArgs, want: messages.CodeIdempotencyConflict, wantWrites: 1},
+		{name: "queued before, its message ID forgotten: the conditional write is refused", fail: map[string]error{"toolbus.events.": wrongLast}, inLedger: another, wantDuplicate: true, wantWrites: 1},
+		{name: "another submit's call in process", fail: map[string]error{"toolbus.events.": inProcess}, inLedger: another, hiddenReads: 3, wantDuplicate: true, wantWrites: 1},
+		{name: "queued after the stream had no leader", failFirst: map[string][]error{"toolbus.events.": {noLeader, noLeader, noLeader}}, wantWrites: 4},
+		{name: "retried write stored twice", failFirst: map[string][]error{"toolbus.events.": {noLeader}}, duplicate: map[string]bool{"toolbus.events.": true}, wantWrites: 2},
+		{name: "never queued", fail: map[string]error{"toolbus.events.": noLeader}, want: messages.CodeUnavailable},
+		{name: "refused", fail: map[string]error{"toolbus.events.": refused}, want: messages.CodeUnavailable, wantWrites: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -576,8 +593,9 @@ func TestEnqueue(t *testing.T) {
 			}
 			writer.mu.Lock()
 			defer writer.mu.Unlock()
+			queued, _ := names.QueuedSubject("c1", tc.turn, "t")
 			for _, s := range writer.published {
-				if s != "events.c1" {
+				if s != queued {
 					t.Errorf("published %v, want the queued event only", writer.published)
 					break
 				}

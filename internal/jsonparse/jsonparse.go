@@ -1,10 +1,15 @@
-// Package jsonparse reads JSON in place into the values encoding/json's
-// Decoder with UseNumber decodes it to: nil, bool, json.Number, string,
-// []any and map[string]any (or objects of the caller's own type). Strings
-// are read as encoding/json reads them: invalid UTF-8 and lone surrogates
-// become U+FFFD, and the last of duplicate keys wins. Schemas and call
-// arguments are read on every call; the Decoder copies its input into a
-// buffer of its own and builds values through reflection.
+// Package jsonparse is Toolbus's one JSON scanner. It reads JSON in place
+// into the values encoding/json's Decoder with UseNumber decodes it to:
+// nil, bool, json.Number, string, []any and map[string]any (or objects of
+// the caller's own type). Strings are read as encoding/json reads them:
+// invalid UTF-8 and lone surrogates become U+FFFD, and the last of
+// duplicate keys wins. Schemas and call arguments are read on every call;
+// the Decoder copies its input into a buffer of its own and builds values
+// through reflection.
+//
+// Its parts (Space, StringBytes, NumberBytes, Literal, Skip) also serve
+// readers that walk JSON without building values: the MessagePack bridge
+// of package messages and the schema walk of package search.
 package jsonparse
 
 import (
@@ -13,9 +18,15 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
-
-	"github.com/toolbus/toolbus/pkg/messages"
 )
+
+// MaxDepth is how deeply arrays and objects may nest ([[1]] nests two
+// levels): the limit of every JSON value on the wire (messages.MaxJSONDepth
+// is this constant), which bounds the recursion of whatever walks a value.
+const MaxDepth = 256
+
+// ErrTooDeep is returned for a value nested deeper than MaxDepth.
+var ErrTooDeep = fmt.Errorf("nested deeper than %d levels", MaxDepth)
 
 // Object is an object of the caller's own type being read.
 type Object interface {
@@ -29,12 +40,36 @@ type Parser struct {
 	// NewObject returns the value an object is read into; without it
 	// objects are map[string]any.
 	NewObject func() Object
+	// scratch holds the decoded content of strings with escapes that are
+	// skipped or handed out as bytes.
+	scratch []byte
+	// gaps, when not nil, collects the start and end of every run of
+	// white space that Space skipped.
+	gaps []int
 }
 
 // Parse reads exactly one JSON value, with white space around it.
 func Parse(data []byte) (any, error) {
 	p := Parser{Data: data}
 	return p.Whole()
+}
+
+// ParseCompact is Parse that also returns the text without insignificant
+// white space, as encoding/json's Compact writes it: a copy of data with
+// the white space between tokens left out.
+func ParseCompact(data []byte) (any, []byte, error) {
+	p := Parser{Data: data, gaps: []int{}}
+	v, err := p.Whole()
+	if err != nil {
+		return nil, nil, err
+	}
+	compact := make([]byte, 0, len(data))
+	from := 0
+	for i := 0; i < len(p.gaps); i += 2 {
+		compact = append(compact, data[from:p.gaps[i]]...)
+		from = p.gaps[i+1]
+	}
+	return v, append(compact, data[from:]...), nil
 }
 
 // Whole reads exactly one value from Pos to the end, with white space around it.
@@ -53,13 +88,17 @@ func (p *Parser) Whole() (any, error) {
 
 // Space skips white space.
 func (p *Parser) Space() {
+	start := p.Pos
 	for p.Pos < len(p.Data) {
 		switch p.Data[p.Pos] {
 		case ' ', '\t', '\n', '\r':
 			p.Pos++
-		default:
-			return
+			continue
 		}
+		break
+	}
+	if p.gaps != nil && p.Pos > start {
+		p.gaps = append(p.gaps, start, p.Pos)
 	}
 }
 
@@ -72,12 +111,11 @@ func (p *Parser) Fail(expected string) error {
 }
 
 // Deeper checks that a container at depth (the containers around it
-// included) is allowed: arrays and objects nest at most
-// messages.MaxJSONDepth levels, the limit of every JSON value on the wire,
-// which bounds the recursion of whatever walks the result.
+// included) is allowed: arrays and objects nest at most MaxDepth levels.
+// It returns ErrTooDeep otherwise.
 func (p *Parser) Deeper(depth int) error {
-	if depth > messages.MaxJSONDepth {
-		return fmt.Errorf("nested deeper than %d levels", messages.MaxJSONDepth)
+	if depth > MaxDepth {
+		return ErrTooDeep
 	}
 	return nil
 }
@@ -107,7 +145,7 @@ func (p *Parser) Value(depth int) (any, error) {
 }
 
 // Skip checks one value inside depth containers without building it,
-// and returns its bytes.
+// and returns its bytes. It allocates nothing but an error.
 func (p *Parser) Skip(depth int) ([]byte, error) {
 	start := p.Pos
 	if p.Pos >= len(p.Data) {
@@ -131,7 +169,10 @@ func (p *Parser) Skip(depth int) ([]byte, error) {
 		for {
 			p.Space()
 			if c == '{' {
-				if _, err := p.key(); err != nil {
+				if _, err := p.StringBytes(); err != nil {
+					return nil, err
+				}
+				if err := p.Colon(); err != nil {
 					return nil, err
 				}
 			}
@@ -149,11 +190,27 @@ func (p *Parser) Skip(depth int) ([]byte, error) {
 			}
 			return nil, p.Fail("',' or a closing bracket")
 		}
+	case '"':
+		if _, err := p.StringBytes(); err != nil {
+			return nil, err
+		}
+		return p.Data[start:p.Pos], nil
+	case 't', 'f', 'n':
+		word := "true"
+		if c == 'f' {
+			word = "false"
+		} else if c == 'n' {
+			word = "null"
+		}
+		if err := p.Literal(word); err != nil {
+			return nil, err
+		}
+		return p.Data[start:p.Pos], nil
 	}
-	if _, err := p.Value(depth); err != nil {
-		return nil, err
+	if c := p.Data[p.Pos]; c == '-' || '0' <= c && c <= '9' {
+		return p.NumberBytes()
 	}
-	return p.Data[start:p.Pos], nil
+	return nil, p.Fail("a value")
 }
 
 // Literal reads true, false or null.
@@ -225,13 +282,18 @@ func (p *Parser) key() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return k, p.Colon()
+}
+
+// Colon reads the ':' after an object's key, with white space around it.
+func (p *Parser) Colon() error {
 	p.Space()
 	if p.Pos >= len(p.Data) || p.Data[p.Pos] != ':' {
-		return "", p.Fail("':'")
+		return p.Fail("':'")
 	}
 	p.Pos++
 	p.Space()
-	return k, nil
+	return nil
 }
 
 func (p *Parser) array(depth int) (any, error) {
@@ -267,6 +329,13 @@ func (p *Parser) array(depth int) (any, error) {
 
 // Number reads -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? as written.
 func (p *Parser) Number() (json.Number, error) {
+	b, err := p.NumberBytes()
+	return json.Number(b), err
+}
+
+// NumberBytes reads a number as Number does and returns its bytes, a
+// slice of Data.
+func (p *Parser) NumberBytes() ([]byte, error) {
 	start := p.Pos
 	if p.Pos < len(p.Data) && p.Data[p.Pos] == '-' {
 		p.Pos++
@@ -275,12 +344,12 @@ func (p *Parser) Number() (json.Number, error) {
 	case p.Pos < len(p.Data) && p.Data[p.Pos] == '0':
 		p.Pos++
 	case !p.digits():
-		return "", p.Fail("a digit")
+		return nil, p.Fail("a digit")
 	}
 	if p.Pos < len(p.Data) && p.Data[p.Pos] == '.' {
 		p.Pos++
 		if !p.digits() {
-			return "", p.Fail("a digit")
+			return nil, p.Fail("a digit")
 		}
 	}
 	if p.Pos < len(p.Data) && (p.Data[p.Pos] == 'e' || p.Data[p.Pos] == 'E') {
@@ -289,10 +358,10 @@ func (p *Parser) Number() (json.Number, error) {
 			p.Pos++
 		}
 		if !p.digits() {
-			return "", p.Fail("a digit")
+			return nil, p.Fail("a digit")
 		}
 	}
-	return json.Number(p.Data[start:p.Pos]), nil
+	return p.Data[start:p.Pos], nil
 }
 
 func (p *Parser) digits() bool {
@@ -306,8 +375,16 @@ func (p *Parser) digits() bool {
 // String reads a string. One without escapes or bytes to replace is
 // copied as it is.
 func (p *Parser) String() (string, error) {
+	b, err := p.StringBytes()
+	return string(b), err
+}
+
+// StringBytes reads a string and returns its content decoded. It is a
+// slice of Data when the string holds no escape and only valid UTF-8;
+// otherwise it is valid until the Parser reads the next string.
+func (p *Parser) StringBytes() ([]byte, error) {
 	if p.Pos >= len(p.Data) || p.Data[p.Pos] != '"' {
-		return "", p.Fail("a string")
+		return nil, p.Fail("a string")
 	}
 	p.Pos++
 	start := p.Pos
@@ -315,34 +392,42 @@ func (p *Parser) String() (string, error) {
 		c := p.Data[p.Pos]
 		switch {
 		case c == '"':
-			s := string(p.Data[start:p.Pos])
 			p.Pos++
-			return s, nil
-		case c == '\\' || c >= utf8.RuneSelf:
+			return p.Data[start : p.Pos-1], nil
+		case c == '\\':
 			return p.slowString(start)
 		case c < 0x20:
-			return "", p.Fail("a character inside a string")
+			return nil, p.Fail("a character inside a string")
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRune(p.Data[p.Pos:])
+			if r == utf8.RuneError && size == 1 {
+				return p.slowString(start)
+			}
+			p.Pos += size
+			continue
 		}
 		p.Pos++
 	}
-	return "", p.Fail(`'"'`)
+	return nil, p.Fail(`'"'`)
 }
 
-func (p *Parser) slowString(start int) (string, error) {
-	out := make([]byte, 0, p.Pos-start+16)
-	out = append(out, p.Data[start:p.Pos]...)
+// slowString decodes a string from its first escape or invalid byte into
+// scratch; what lies before, from start, is copied.
+func (p *Parser) slowString(start int) ([]byte, error) {
+	out := append(p.scratch[:0], p.Data[start:p.Pos]...)
+	defer func() { p.scratch = out[:0] }()
 	for p.Pos < len(p.Data) {
 		c := p.Data[p.Pos]
 		switch {
 		case c == '"':
 			p.Pos++
-			return string(out), nil
+			return out, nil
 		case c < 0x20:
-			return "", p.Fail("a character inside a string")
+			return nil, p.Fail("a character inside a string")
 		case c == '\\':
 			p.Pos++
 			if p.Pos >= len(p.Data) {
-				return "", p.Fail("an escape")
+				return nil, p.Fail("an escape")
 			}
 			e := p.Data[p.Pos]
 			p.Pos++
@@ -362,7 +447,7 @@ func (p *Parser) slowString(start int) (string, error) {
 			case 'u':
 				r, ok := p.hex4()
 				if !ok {
-					return "", p.Fail("four hex digits")
+					return nil, p.Fail("four hex digits")
 				}
 				if utf16.IsSurrogate(r) {
 					// A pair makes one rune; anything else is replaced.
@@ -382,7 +467,7 @@ func (p *Parser) slowString(start int) (string, error) {
 				out = utf8.AppendRune(out, r)
 			default:
 				p.Pos--
-				return "", p.Fail("an escape")
+				return nil, p.Fail("an escape")
 			}
 		case c < utf8.RuneSelf:
 			out = append(out, c)
@@ -397,7 +482,7 @@ func (p *Parser) slowString(start int) (string, error) {
 			p.Pos += size
 		}
 	}
-	return "", p.Fail(`'"'`)
+	return nil, p.Fail(`'"'`)
 }
 
 func (p *Parser) hex4() (rune, bool) {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/toolbus/toolbus/internal/jsonparse"
 )
 
 // MaxJSONDepth is how deeply arrays and objects may nest in a JSON value:
@@ -19,7 +21,7 @@ import (
 // is decoded, in either encoding, if it nests deeper ([[1]] nests two
 // levels), with a CodeBadRequest error; everything that walks a decoded
 // value (schema validation, policy, discovery) can rely on the bound.
-const MaxJSONDepth = 256
+const MaxJSONDepth = jsonparse.MaxDepth
 
 // errTooDeep refuses a value nested deeper than MaxJSONDepth.
 var errTooDeep = &Error{Code: CodeBadRequest, Message: fmt.Sprintf("a JSON value nests arrays and objects deeper than %d levels", MaxJSONDepth)}

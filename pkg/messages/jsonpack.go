@@ -1,135 +1,105 @@
 package messages
 
 import (
+	"bytes"
 	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/toolbus/toolbus/internal/jsonparse"
 )
 
 // appendJSONAsMsgpack appends the MessagePack form of one JSON value.
-// It runs for every call's arguments, so it works on the bytes directly
-// rather than through a tokenizer that allocates for each token.
+// It runs for every call's arguments, so it works on the bytes directly,
+// with the scanner of jsonparse, rather than through a tokenizer that
+// allocates for each token.
 func appendJSONAsMsgpack(dst, src []byte) ([]byte, error) {
-	p := jsonPacker{src: src}
+	p := jsonPacker{jsonparse.Parser{Data: src}}
+	p.Space()
 	dst, err := p.value(dst, 0)
 	if err != nil {
 		return nil, err
 	}
-	p.space()
-	if p.i != len(p.src) {
-		return nil, fmt.Errorf("trailing data at offset %d", p.i)
+	p.Space()
+	if p.Pos != len(p.Data) {
+		return nil, fmt.Errorf("trailing data at offset %d", p.Pos)
 	}
 	return dst, nil
 }
 
-type jsonPacker struct {
-	src []byte
-	i   int
-}
+type jsonPacker struct{ jsonparse.Parser }
 
-var errJSONEnd = errors.New("unexpected end of JSON")
-
-func (p *jsonPacker) space() {
-	for p.i < len(p.src) {
-		switch p.src[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-// value packs the value at p.i; depth counts the arrays and objects around it.
+// value packs the value at Pos; depth counts the arrays and objects around it.
 func (p *jsonPacker) value(dst []byte, depth int) ([]byte, error) {
-	p.space()
-	if p.i >= len(p.src) {
-		return nil, errJSONEnd
+	if p.Pos >= len(p.Data) {
+		return nil, p.Fail("a value")
 	}
-	switch c := p.src[p.i]; {
+	switch c := p.Data[p.Pos]; {
 	case c == '{':
 		return p.container(dst, depth, '}', true)
 	case c == '[':
 		return p.container(dst, depth, ']', false)
 	case c == '"':
-		s, err := p.str()
+		s, err := p.StringBytes()
 		if err != nil {
 			return nil, err
 		}
 		return appendMsgpackString(dst, s), nil
 	case c == 't':
-		return p.literal(dst, "true", 0xc3)
+		return append(dst, 0xc3), p.Literal("true")
 	case c == 'f':
-		return p.literal(dst, "false", 0xc2)
+		return append(dst, 0xc2), p.Literal("false")
 	case c == 'n':
-		return p.literal(dst, "null", 0xc0)
+		return append(dst, 0xc0), p.Literal("null")
 	case c == '-' || '0' <= c && c <= '9':
 		return p.number(dst)
 	default:
-		return nil, fmt.Errorf("unexpected %q at offset %d", c, p.i)
+		return nil, p.Fail("a value")
 	}
-}
-
-func (p *jsonPacker) literal(dst []byte, word string, code byte) ([]byte, error) {
-	if len(p.src)-p.i < len(word) || string(p.src[p.i:p.i+len(word)]) != word {
-		return nil, fmt.Errorf("invalid literal at offset %d", p.i)
-	}
-	p.i += len(word)
-	return append(dst, code), nil
 }
 
 // container packs an object or array. Its element count comes before its
 // elements in MessagePack, so the elements are written after room for the
 // largest header, and moved back once the count is known.
 func (p *jsonPacker) container(dst []byte, depth int, closing byte, object bool) ([]byte, error) {
-	if depth >= MaxJSONDepth {
+	if err := p.Deeper(depth + 1); err != nil {
 		return nil, errTooDeep
 	}
-	p.i++ // the opening bracket
+	p.Pos++ // the opening bracket
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, 0)
 	n := 0
-	p.space()
-	if p.i < len(p.src) && p.src[p.i] == closing {
-		p.i++
+	p.Space()
+	if p.Pos < len(p.Data) && p.Data[p.Pos] == closing {
+		p.Pos++
 	} else {
 		for {
 			var err error
 			if object {
-				p.space()
-				if p.i >= len(p.src) || p.src[p.i] != '"' {
-					return nil, fmt.Errorf("expected a member name at offset %d", p.i)
-				}
-				key, err := p.str()
+				key, err := p.StringBytes()
 				if err != nil {
 					return nil, err
 				}
 				dst = appendMsgpackString(dst, key)
-				p.space()
-				if p.i >= len(p.src) || p.src[p.i] != ':' {
-					return nil, fmt.Errorf("expected ':' at offset %d", p.i)
+				if err := p.Colon(); err != nil {
+					return nil, err
 				}
-				p.i++
 			}
 			if dst, err = p.value(dst, depth+1); err != nil {
 				return nil, err
 			}
 			n++
-			p.space()
-			if p.i >= len(p.src) {
-				return nil, errJSONEnd
-			}
-			if p.src[p.i] == ',' {
-				p.i++
+			p.Space()
+			if p.Pos < len(p.Data) && p.Data[p.Pos] == ',' {
+				p.Pos++
+				p.Space()
 				continue
 			}
-			if p.src[p.i] != closing {
-				return nil, fmt.Errorf("expected ',' or %q at offset %d", closing, p.i)
+			if p.Pos >= len(p.Data) || p.Data[p.Pos] != closing {
+				return nil, p.Fail(fmt.Sprintf("',' or '%c'", closing))
 			}
-			p.i++
+			p.Pos++
 			break
 		}
 	}
@@ -163,61 +133,18 @@ func (p *jsonPacker) container(dst []byte, depth int, closing byte, object bool)
 	return dst, nil
 }
 
-// str reads a string; only a string with escapes is handed to encoding/json.
-func (p *jsonPacker) str() ([]byte, error) {
-	start := p.i
-	p.i++
-	escaped := false
-	for p.i < len(p.src) {
-		c := p.src[p.i]
-		switch {
-		case c == '"':
-			p.i++
-			if !escaped {
-				return p.src[start+1 : p.i-1], nil
-			}
-			var s string
-			if err := json.Unmarshal(p.src[start:p.i], &s); err != nil {
-				return nil, fmt.Errorf("invalid string at offset %d: %w", start, err)
-			}
-			return []byte(s), nil
-		case c == '\\':
-			escaped = true
-			p.i += 2
-		case c < 0x20:
-			return nil, fmt.Errorf("control character in string at offset %d", p.i)
-		default:
-			p.i++
-		}
-	}
-	return nil, errJSONEnd
-}
-
 func (p *jsonPacker) number(dst []byte) ([]byte, error) {
-	start := p.i
-	integer := true
-	for p.i < len(p.src) {
-		c := p.src[p.i]
-		if '0' <= c && c <= '9' || c == '-' || c == '+' {
-			p.i++
-			continue
-		}
-		if c == '.' || c == 'e' || c == 'E' {
-			integer = false
-			p.i++
-			continue
-		}
-		break
+	num, err := p.NumberBytes()
+	if err != nil {
+		return nil, err
 	}
-	if !json.Valid(p.src[start:p.i]) {
-		return nil, fmt.Errorf("invalid number %q at offset %d", p.src[start:p.i], start)
-	}
+	integer := !bytes.ContainsAny(num, ".eE")
 	if integer {
-		if i, ok := smallInt(p.src[start:p.i]); ok {
+		if i, ok := smallInt(num); ok {
 			return appendMsgpackInt(dst, i), nil
 		}
 	}
-	text := string(p.src[start:p.i])
+	text := string(num)
 	if integer && text != "-0" {
 		if i, err := strconv.ParseInt(text, 10, 64); err == nil {
 			return appendMsgpackInt(dst, i), nil

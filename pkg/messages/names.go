@@ -646,6 +646,19 @@ func TurnCallKey(turn, callID string) (string, error) {
 	return "calls." + turn + "." + callID, nil
 }
 
+// QueuedEventFilter is CallQueuedFilter of the call whose queued event is
+// stored under subject (QueuedSubject, which checked the names in it):
+// the subject with its turn and namespace made wildcards. It returns ""
+// for a subject that is not a queued event's.
+func (n Names) QueuedEventFilter(subject string) string {
+	last := strings.LastIndexByte(subject, '.')
+	turn := strings.LastIndexByte(subject[:max(last, 0)], '.')
+	if last < 0 || turn < 0 || !strings.HasPrefix(subject, n.prefix+".events.") || !strings.HasSuffix(subject[:turn], "."+string(EventQueued)) {
+		return ""
+	}
+	return subject[:turn] + ".*.*"
+}
+
 // ApprovalKey is the approvals-bucket key of a call's approval.
 func ApprovalKey(callID string) (string, error) {
 	if err := ValidateID("call ID", callID); err != nil {

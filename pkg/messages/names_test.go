@@ -215,6 +215,14 @@ func TestQueuedSubjectNamesTheTurn(t *testing.T) {
 		results != "toolbus.events.0c.c1.result.demo" || queued != "toolbus.events.0c.c1.queued.*.*" || events != "toolbus.events.*.c1.>" {
 		t.Errorf("filters: %s %s %s %s %s %s %s %s", ns, turn, kind, call, own, results, queued, events)
 	}
+	if got := n.QueuedEventFilter(inTurn); got != queued {
+		t.Errorf("QueuedEventFilter(%s) = %q, want %q", inTurn, got, queued)
+	}
+	for _, notQueued := range []string{results, "toolbus.events", "other.events.0c.c1.queued.~.demo", ""} {
+		if got := n.QueuedEventFilter(notQueued); got != "" {
+			t.Errorf("QueuedEventFilter(%s) = %q, want none", notQueued, got)
+		}
+	}
 	if result, _ := n.EventKindFilter(EventResult); result != "toolbus.events.*.*.result.*" {
 		t.Errorf("results filter %s", result)
 	}

@@ -110,12 +110,24 @@ func firstError(errs ...error) error {
 // timeout_ms (0, the default, to MaxTimeoutMS) and wait_ms (0 to
 // MaxTimeoutMS; the coordinator waits at most its own maximum).
 func (r *SubmitRequest) Validate() error {
+	_, err := r.ValidateTool()
+	return err
+}
+
+// ValidateTool is Validate that also returns the tool's name as it read
+// it, for a caller that goes on with the name (the name is read once).
+func (r *SubmitRequest) ValidateTool() (ToolName, error) {
 	if r.Tool == "" {
-		return Errorf(CodeBadRequest, "tool is required")
+		return ToolName{}, Errorf(CodeBadRequest, "tool is required")
 	}
-	if _, err := ParseToolName(r.Tool); err != nil {
-		return err
+	name, err := ParseToolName(r.Tool)
+	if err != nil {
+		return ToolName{}, err
 	}
+	return name, r.validateRest()
+}
+
+func (r *SubmitRequest) validateRest() error {
 	if err := firstError(
 		optionalID("agent", r.Agent),
 		optionalID("turn", r.Turn),

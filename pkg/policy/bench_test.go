@@ -50,6 +50,33 @@ func BenchmarkEvaluate(b *testing.B) {
 	}
 }
 
+// BenchmarkEvaluateParsed is BenchmarkEvaluate with the arguments read
+// before, as a submit hands them to the policy.
+func BenchmarkEvaluateParsed(b *testing.B) {
+	p := benchPolicy(b)
+	req := Request{
+		Tool: messages.ToolDefinition{
+			Name: "bench-write", Namespace: "bench", Method: "write",
+			Metadata: messages.ToolMetadata{Tags: []string{messages.TagFileSystem, "custom3"}},
+			Source:   messages.ToolSource{Kind: messages.SourceMCP},
+		},
+		Agent:     "team3-agent-17",
+		Arguments: messages.JSON(`{"path": "/home/user/project/notes.txt", "content": "hello, world", "force": false, "mode": "r"}`),
+	}
+	parsed, err := ParseArguments(req.Arguments)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Parsed = parsed
+	if d := p.Evaluate(req); d.RuleIndex != -1 {
+		b.Fatalf("benchmarked call matched %+v, want the default", d)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Evaluate(req)
+	}
+}
+
 func BenchmarkVisible(b *testing.B) {
 	p := benchPolicy(b)
 	def := messages.ToolDefinition{Name: "ns11-put", Namespace: "ns11", Method: "put", Source: messages.ToolSource{Kind: messages.SourceGo}}

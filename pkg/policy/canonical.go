@@ -313,24 +313,25 @@ func newCanonicalValue(raw messages.JSON) (canonicalValue, error) {
 	return c, nil
 }
 
-// equal compares the value with raw, a valid JSON value; only objects and
-// arrays allocate.
-func (c *canonicalValue) equal(raw []byte) bool {
-	switch raw[0] {
-	case '"':
-		return c.kind == '"' && string(stringContent(raw)) == c.text
-	case '{', '[':
-		if c.kind != '{' {
+// equal compares the value with v, a value decodeJSON produced; only
+// objects and arrays allocate.
+func (c *canonicalValue) equal(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return c.kind == '"' && x == c.text
+	case json.Number:
+		if c.kind != '0' {
 			return false
 		}
-		got, err := canonicalize(raw)
-		return err == nil && string(got) == c.json
-	case 't', 'f', 'n':
-		return c.kind == 'l' && string(raw) == c.text
+		var buf [48]byte
+		return string(appendNumber(buf[:0], string(x))) == c.text
+	case nil:
+		return c.kind == 'l' && c.text == "null"
+	case bool:
+		return c.kind == 'l' && c.text == strconv.FormatBool(x)
 	}
-	if c.kind != '0' {
+	if c.kind != '{' {
 		return false
 	}
-	var buf [48]byte
-	return string(appendNumber(buf[:0], raw)) == c.text
+	return string(appendCanonical(nil, v)) == c.json
 }

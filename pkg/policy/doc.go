@@ -9,8 +9,10 @@
 // ([New]); both reject unknown effects, bad patterns, regular expressions
 // and JSON pointers, unknown presets and unknown fields with an error that
 // names the rule and the field. Everything is compiled at load, so
-// [Policy.Evaluate] is cheap enough for every call and allocates nothing in
-// the common case.
+// [Policy.Evaluate] is cheap enough for every call; given the arguments
+// read once ([ParseArguments], [Request].Parsed), as a coordinator reads
+// them for everything else it does with them, it allocates nothing in the
+// common case.
 //
 // [Policy.Visible] tells discovery and tools.list whether to show a tool to
 // an agent at all: a tool is hidden only when a rule denies it regardless of
@@ -29,7 +31,8 @@
 //
 // [ArgumentsDigest] hashes the canonical form of a call's arguments, so that
 // an approval binds to exactly those arguments whatever their key order, and
-// [Redact] blanks secrets out of arguments before they reach the audit log.
+// [Redact] blanks secrets out of arguments before they reach the audit log
+// ([CompileRedaction] reads a tool's schema for it once, for many calls).
 //
 // The package is pure: it does no I/O and imports no NATS package.
 package policy

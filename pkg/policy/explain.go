@@ -49,7 +49,7 @@ func (p *Policy) Explain(req Request) Explanation {
 		return Explanation{Decision: nilDecision, Visible: true}
 	}
 	ns, method := toolParts(&req.Tool)
-	args := arguments{raw: req.Arguments}
+	args := newArguments(req)
 	var steps []Step
 	for i := range p.rules {
 		r := &p.rules[i]

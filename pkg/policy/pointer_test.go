@@ -6,6 +6,10 @@ func TestLookup(t *testing.T) {
 	t.Parallel()
 	doc := []byte(` {"a": {"b": [10, {"c": "x"}, [true]], "": 1, "k~/": 2},
 		"s": "a\"}b", "n": null, "a\u00e9": 3, "dup": 1, "dup": {"x": 2}} `)
+	value, err := decodeJSON(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		pointer string
 		want    string // "" means not found
@@ -32,9 +36,20 @@ func TestLookup(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parsePointer(%q): %v", tc.pointer, err)
 		}
-		got, ok := lookup(doc, tokens)
-		if (tc.want == "") == ok || string(got) != tc.want {
-			t.Errorf("lookup(%q) = %q, %v; want %q", tc.pointer, got, ok, tc.want)
+		got, ok := lookup(value, tokens)
+		if (tc.want == "") == ok {
+			t.Errorf("lookup(%q) found %v; want %q", tc.pointer, ok, tc.want)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		want, err := canonicalize([]byte(tc.want))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := appendCanonical(nil, got); string(c) != string(want) {
+			t.Errorf("lookup(%q) = %s; want %s", tc.pointer, c, want)
 		}
 	}
 }

@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"bytes"
-	"encoding/json"
 	"strings"
 
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -35,6 +33,11 @@ type Request struct {
 	// Arguments are the call's arguments, a JSON object. Empty or null
 	// stands for {}.
 	Arguments messages.JSON
+	// Parsed, when it holds the arguments already read (ParseArguments),
+	// stands for Arguments, which is not read: a call's arguments are read
+	// once. A value rather than a pointer, so that handing it over costs
+	// no allocation.
+	Parsed Arguments
 }
 
 // Decision is the outcome of [Policy.Evaluate].
@@ -93,7 +96,7 @@ func (p *Policy) Evaluate(req Request) Decision {
 		return nilDecision
 	}
 	ns, method := toolParts(&req.Tool)
-	args := arguments{raw: req.Arguments}
+	args := newArguments(req)
 	for i := range p.rules {
 		r := &p.rules[i]
 		if !r.matchesTool(ns, method, &req.Tool, req.Agent) {
@@ -193,14 +196,16 @@ func toolParts(def *messages.ToolDefinition) (ns, method string) {
 	return ns, method
 }
 
-// arguments holds a call's arguments while rules test them: validated once,
-// and only when a rule needs them, with the values that the first
-// lookupSlots distinct pointers of the policy select remembered, so that
-// rules testing the same property do not scan the arguments again.
+// arguments holds a call's arguments while rules test them: read once,
+// and only when a rule needs them (unless they come parsed), with the
+// values that the first lookupSlots distinct pointers of the policy select
+// remembered, so that rules testing the same property do not walk the
+// arguments again.
 type arguments struct {
 	raw     []byte
 	checked bool
 	valid   bool
+	value   any
 	lookups [lookupSlots]cachedLookup
 }
 
@@ -208,32 +213,36 @@ const lookupSlots = 16
 
 type cachedLookup struct {
 	done, found bool
-	value       []byte
+	value       any
 }
 
 var emptyObject = []byte("{}")
 
+func newArguments(req Request) arguments {
+	if req.Parsed.read {
+		return arguments{checked: true, valid: true, value: req.Parsed.Value()}
+	}
+	return arguments{raw: req.Arguments}
+}
+
 func (a *arguments) validate() bool {
 	if !a.checked {
 		a.checked = true
-		trimmed := bytes.TrimSpace(a.raw)
-		if len(trimmed) == 0 || string(trimmed) == "null" {
-			a.raw = emptyObject
-		}
-		a.valid = json.Valid(a.raw)
+		v, err := DecodeArguments(a.raw)
+		a.value, a.valid = v, err == nil
 	}
 	return a.valid
 }
 
 // lookup returns the value that m's pointer selects; validate must have
 // returned true.
-func (a *arguments) lookup(m *argumentMatcher) ([]byte, bool) {
+func (a *arguments) lookup(m *argumentMatcher) (any, bool) {
 	if m.slot < 0 {
-		return lookup(a.raw, m.tokens)
+		return lookup(a.value, m.tokens)
 	}
 	c := &a.lookups[m.slot]
 	if !c.done {
-		c.value, c.found = lookup(a.raw, m.tokens)
+		c.value, c.found = lookup(a.value, m.tokens)
 		c.done = true
 	}
 	return c.value, c.found

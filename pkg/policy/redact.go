@@ -46,26 +46,91 @@ const maxSchemaVisits = 10000
 // not valid JSON are replaced whole by the JSON string "[redacted]". A schema
 // that is not valid JSON is ignored: only names count then.
 func Redact(schema, arguments messages.JSON) messages.JSON {
+	return CompileRedaction(schema).RedactJSON(arguments)
+}
+
+// Redaction is a tool's input schema read for [Redact] once, to redact
+// many calls of the tool: its regular expressions compiled too. It is
+// read-only, safe for concurrent use.
+type Redaction struct {
+	root     any
+	patterns map[string]*regexp.Regexp
+}
+
+// CompileRedaction reads an input schema for [Redaction.Redact]. A schema
+// that is not valid JSON is ignored, as Redact ignores it: only names
+// count then.
+func CompileRedaction(schema messages.JSON) *Redaction {
+	c := &Redaction{}
+	if len(schema) > 0 {
+		if s, err := decodeJSON(schema); err == nil {
+			c.root = s
+			c.patterns = map[string]*regexp.Regexp{}
+			compilePatterns(s, c.patterns)
+		}
+	}
+	return c
+}
+
+// compilePatterns compiles the keys of every patternProperties object in
+// the schema; a key that is no regular expression is kept as nil.
+func compilePatterns(s any, out map[string]*regexp.Regexp) {
+	switch x := s.(type) {
+	case map[string]any:
+		if pp, ok := x["patternProperties"].(map[string]any); ok {
+			for pattern := range pp {
+				if _, done := out[pattern]; !done {
+					re, err := regexp.Compile(pattern)
+					if err != nil {
+						re = nil
+					}
+					out[pattern] = re
+				}
+			}
+		}
+		for _, v := range x {
+			compilePatterns(v, out)
+		}
+	case []any:
+		for _, v := range x {
+			compilePatterns(v, out)
+		}
+	}
+}
+
+// RedactJSON is [Redact] with the schema compiled.
+func (c *Redaction) RedactJSON(arguments messages.JSON) messages.JSON {
 	if len(bytes.TrimSpace(arguments)) == 0 {
 		return nil
 	}
-	redactedJSON := messages.JSON(appendString(nil, Redacted))
 	args, err := decodeJSON(arguments)
 	if err != nil {
-		return redactedJSON
+		return messages.JSON(appendString(nil, Redacted))
 	}
-	r := redactor{budget: maxSchemaVisits}
-	if len(schema) > 0 {
-		if s, err := decodeJSON(schema); err == nil {
-			r.root = s
-		}
+	return c.redact(args)
+}
+
+// Redact is [Redact] of arguments already read: what Redact returns for
+// their Compact form (nothing for empty arguments, or white space alone,
+// which has none).
+func (c *Redaction) Redact(arguments *Arguments) messages.JSON {
+	if arguments.blank {
+		return nil
 	}
+	return c.redact(arguments.sent)
+}
+
+func (c *Redaction) redact(args any) messages.JSON {
+	r := redactor{root: c.root, compiled: c.patterns, budget: maxSchemaVisits}
 	return messages.JSON(appendCanonical(nil, r.value(args, r.expand(r.root, nil, 0))))
 }
 
 type redactor struct {
-	root     any
-	budget   int
+	root   any
+	budget int
+	// compiled are the schema's patterns, compiled with it; patterns
+	// those compiled for this call, which the schema did not hold.
+	compiled map[string]*regexp.Regexp
 	patterns map[string]*regexp.Regexp
 }
 
@@ -213,6 +278,9 @@ func (r *redactor) itemSchemas(schemas []map[string]any, i int) []map[string]any
 }
 
 func (r *redactor) regexp(pattern string) *regexp.Regexp {
+	if re, ok := r.compiled[pattern]; ok {
+		return re
+	}
 	if re, ok := r.patterns[pattern]; ok {
 		return re
 	}

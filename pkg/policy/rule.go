@@ -624,7 +624,7 @@ func compileArgument(a Argument) (argumentMatcher, Argument, *argumentError) {
 }
 
 func (m *argumentMatcher) match(args *arguments) bool {
-	raw, found := args.lookup(m)
+	v, found := args.lookup(m)
 	if m.op == opExists {
 		return found == m.exists
 	}
@@ -632,13 +632,11 @@ func (m *argumentMatcher) match(args *arguments) bool {
 		return false
 	}
 	if m.op == opRegex {
-		if raw[0] != '"' {
-			return false
-		}
-		return m.re.Match(stringContent(raw))
+		s, ok := v.(string)
+		return ok && m.re.MatchString(s)
 	}
 	for i := range m.values {
-		if m.values[i].equal(raw) {
+		if m.values[i].equal(v) {
 			return true
 		}
 	}
