@@ -65,11 +65,11 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 		messages.EndpointToolsList:       decoding(c.view.list),
 		messages.EndpointCallsSubmit:     c.submit,
 		messages.EndpointCallsGet:        decoding(c.getCallTraced),
-		messages.EndpointCallsEvents:     decoding(c.callEvents),
-		messages.EndpointCallsFullResult: decoding(c.fullResult),
-		messages.EndpointCallsList:       decoding(c.listCalls),
+		messages.EndpointCallsEvents:     decoding(c.follower.callEvents),
+		messages.EndpointCallsFullResult: decoding(c.follower.fullResult),
+		messages.EndpointCallsList:       decoding(c.logReads.listCalls),
 		messages.EndpointCallsCancel:     decoding(c.calls.cancel),
-		messages.EndpointTurnsGet:        decoding(c.getTurn),
+		messages.EndpointTurnsGet:        decoding(c.follower.getTurn),
 		messages.EndpointToolsActivate:   decoding(c.view.activate),
 		messages.EndpointApprovalsList:   decoding(c.approvals.list),
 		messages.EndpointApprovalsDecide: traced(decoding(c.approvals.decide)),
@@ -84,9 +84,9 @@ func (c *Coordinator) endpoints() map[string]handlerFunc {
 
 		messages.EndpointAuditList:   decoding(c.listAudit),
 		messages.EndpointWorkersList: decoding(c.listWorkers),
-		messages.EndpointStatsCalls:  decoding(c.callStats),
+		messages.EndpointStatsCalls:  decoding(c.logReads.callStats),
 
-		messages.EndpointPolicyExplain: decoding(c.explainPolicy),
+		messages.EndpointPolicyExplain: decoding(c.view.explainPolicy),
 
 		messages.EndpointLearningStatus:  decoding(c.learning.status),
 		messages.EndpointLearningEnable:  decoding(c.learning.enable),

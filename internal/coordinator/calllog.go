@@ -71,20 +71,33 @@ type callLog struct {
 	budget, windowBytes int
 }
 
+// logReads answers the operators' reads of the events stream as a whole:
+// calls.list (the execution log) and stats.calls.
+type logReads struct {
+	nc              *nats.Conn
+	js              jetstream.JetStream
+	names           messages.Names
+	ledger          *ledger.Ledger
+	view            *toolView
+	depths          *depthHistory
+	statsScans      *statsShare
+	unavailableWait time.Duration
+}
+
 // listCalls is calls.list: a page of the execution log, newest call first.
-func (c *Coordinator) listCalls(ctx context.Context, r *messages.CallsListRequest) (*messages.CallsListReply, error) {
+func (lr *logReads) listCalls(ctx context.Context, r *messages.CallsListRequest) (*messages.CallsListReply, error) {
 	l := &callLog{
-		names:  c.names,
-		js:     c.js,
-		events: transport.NewStream(c.nc, nil, c.names.EventsStream()),
-		ledger: c.ledger,
-		wait:   c.cfg.UnavailableWait,
+		names:  lr.names,
+		js:     lr.js,
+		events: transport.NewStream(lr.nc, nil, lr.names.EventsStream()),
+		ledger: lr.ledger,
+		wait:   lr.unavailableWait,
 		budget: CallsListScanBudget,
 
 		windowBytes: callsListWindowBytes,
 	}
-	if c.view != nil {
-		l.catalog = c.view.catalog
+	if lr.view != nil {
+		l.catalog = lr.view.catalog
 	}
 	return l.list(ctx, r)
 }

@@ -260,6 +260,8 @@ type Coordinator struct {
 	switches  *toolSwitches
 	calls     *calls
 	batches   *batches
+	follower  *follower
+	logReads  *logReads
 	// depths are the queue depths the sweeper sampled (stats.calls);
 	// statsScans the scans of stats.calls under way.
 	depths     *depthHistory

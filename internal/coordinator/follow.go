@@ -17,6 +17,17 @@ import (
 // (with identities, the users of the call's or turn's agent, and
 // operators), and each user's bound on the long waits it holds open.
 
+// follower answers the reads that may wait: calls.get with a wait,
+// calls.events and turns.get.
+type follower struct {
+	nc      *nats.Conn
+	names   messages.Names
+	ledger  *ledger.Ledger
+	calls   *calls
+	waits   *waitLimit
+	maxWait time.Duration
+}
+
 // DefaultMaxWaitsPerUser is Config.MaxWaitsPerUser's default.
 const DefaultMaxWaitsPerUser = 256
 
@@ -40,41 +51,41 @@ func mayReadCall(ctx context.Context, snap *ledger.Snapshot) error {
 
 // getCall answers calls.get: the call as it stands, after waiting up to
 // wait_ms (and MaxWait) for its result when it has none yet.
-func (c *Coordinator) getCall(ctx context.Context, gr *messages.GetCallRequest) (*messages.CallInfo, error) {
-	info, err := c.calls.get(ctx, gr)
+func (f *follower) getCall(ctx context.Context, gr *messages.GetCallRequest) (*messages.CallInfo, error) {
+	info, err := f.calls.get(ctx, gr)
 	if err != nil || gr.WaitMS == 0 || info.Result != nil {
 		return info, err
 	}
-	release, err := c.waits.hold(ctx)
+	release, err := f.waits.hold(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	wctx, cancel := context.WithTimeout(ctx, min(time.Duration(gr.WaitMS)*time.Millisecond, c.cfg.MaxWait))
+	wctx, cancel := context.WithTimeout(ctx, min(time.Duration(gr.WaitMS)*time.Millisecond, f.maxWait))
 	// No result within the wait is not an error: the reply says where the call stands.
 	// The call's namespace, under which alone its result counts; a tool
 	// name that does not parse leaves it to the ledger to find.
 	tool, _ := messages.ParseToolName(info.Tool)
-	res, _ := c.ledger.AwaitResult(wctx, messages.TurnBucket(info.Turn), tool.Namespace, gr.CallID)
+	res, _ := f.ledger.AwaitResult(wctx, messages.TurnBucket(info.Turn), tool.Namespace, gr.CallID)
 	cancel()
 	// A result the wait found may be one the replica that answers the
 	// next read does not hold yet: that read then asks the leader.
-	return c.calls.get(ctx, &messages.GetCallRequest{CallID: gr.CallID, Confirm: gr.Confirm || res != nil})
+	return f.calls.get(ctx, &messages.GetCallRequest{CallID: gr.CallID, Confirm: gr.Confirm || res != nil})
 }
 
 // callEvents answers calls.events: the call's events after the request's
 // After, at once or, with wait_ms, as soon as there is one.
-func (c *Coordinator) callEvents(ctx context.Context, r *messages.CallEventsRequest) (*messages.CallEventsReply, error) {
+func (f *follower) callEvents(ctx context.Context, r *messages.CallEventsRequest) (*messages.CallEventsReply, error) {
 	limit := r.Max
 	if limit == 0 {
 		limit = messages.DefaultCallEvents
 	}
-	snap, err := c.calls.snapshot(ctx, r.CallID)
+	snap, err := f.calls.snapshot(ctx, r.CallID)
 	if err != nil {
 		return nil, unavailable(err, "read call %s", r.CallID)
 	}
 	if !snap.Exists() {
-		return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s (calls are kept for %v)", r.CallID, c.calls.kept)
+		return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s (calls are kept for %v)", r.CallID, f.calls.kept)
 	}
 	if err := mayReadCall(ctx, snap); err != nil {
 		return nil, err
@@ -83,24 +94,24 @@ func (c *Coordinator) callEvents(ctx context.Context, r *messages.CallEventsRequ
 	var arrivals <-chan struct{}
 	if r.WaitMS > 0 && !finishedBy(r.After) {
 		// Subscribed before the read, so that no event stored after it slips past.
-		ch, stop, err := c.eventArrivals(r.CallID)
+		ch, stop, err := f.eventArrivals(r.CallID)
 		if err != nil {
 			return nil, err
 		}
 		defer stop()
 		arrivals = ch
 	}
-	events, err := c.eventsAfter(ctx, snap.Bucket, snap.Namespace, r.CallID, r.After, limit)
+	events, err := f.eventsAfter(ctx, snap.Bucket, snap.Namespace, r.CallID, r.After, limit)
 	if err != nil {
 		return nil, err
 	}
 	if len(events) == 0 && arrivals != nil {
-		release, err := c.waits.hold(ctx)
+		release, err := f.waits.hold(ctx)
 		if err != nil {
 			return nil, err
 		}
 		defer release()
-		if events, err = c.awaitEvents(ctx, snap.Bucket, snap.Namespace, r, limit, arrivals); err != nil {
+		if events, err = f.awaitEvents(ctx, snap.Bucket, snap.Namespace, r, limit, arrivals); err != nil {
 			return nil, err
 		}
 	}
@@ -116,10 +127,10 @@ func (c *Coordinator) callEvents(ctx context.Context, r *messages.CallEventsRequ
 
 // eventsAfter reads the call's events after a sequence, retrying while
 // the events stream does not answer.
-func (c *Coordinator) eventsAfter(ctx context.Context, bucket, ns, callID string, after uint64, limit int) ([]*ledger.Event, error) {
+func (f *follower) eventsAfter(ctx context.Context, bucket, ns, callID string, after uint64, limit int) ([]*ledger.Event, error) {
 	var events []*ledger.Event
-	err := c.calls.retry(ctx, func(ctx context.Context) (err error) {
-		events, err = c.ledger.EventsAfter(ctx, bucket, ns, callID, after, limit, replyBudget(c.nc))
+	err := f.calls.retry(ctx, func(ctx context.Context) (err error) {
+		events, err = f.ledger.EventsAfter(ctx, bucket, ns, callID, after, limit, replyBudget(f.nc))
 		return err
 	})
 	return events, unavailable(err, "read events of call %s", callID)
@@ -131,13 +142,13 @@ func (c *Coordinator) eventsAfter(ctx context.Context, bucket, ns, callID string
 func replyBudget(nc *nats.Conn) int { return int(nc.MaxPayload() / 2) }
 
 // eventArrivals signals each event written for the call, as it is written.
-func (c *Coordinator) eventArrivals(callID string) (<-chan struct{}, func(), error) {
-	filter, err := c.names.CallEventsFilter(callID)
+func (f *follower) eventArrivals(callID string) (<-chan struct{}, func(), error) {
+	filter, err := f.names.CallEventsFilter(callID)
 	if err != nil {
 		return nil, nil, err
 	}
 	arrived := make(chan struct{}, 1)
-	sub, err := c.nc.Subscribe(filter, func(*nats.Msg) {
+	sub, err := f.nc.Subscribe(filter, func(*nats.Msg) {
 		select {
 		case arrived <- struct{}{}:
 		default:
@@ -151,8 +162,8 @@ func (c *Coordinator) eventArrivals(callID string) (<-chan struct{}, func(), err
 
 // awaitEvents waits for the first events after r.After, until wait_ms (at
 // most MaxWait) passes; none by then is an empty answer, not an error.
-func (c *Coordinator) awaitEvents(ctx context.Context, bucket, ns string, r *messages.CallEventsRequest, limit int, arrivals <-chan struct{}) ([]*ledger.Event, error) {
-	wctx, cancel := context.WithTimeout(ctx, min(time.Duration(r.WaitMS)*time.Millisecond, c.cfg.MaxWait))
+func (f *follower) awaitEvents(ctx context.Context, bucket, ns string, r *messages.CallEventsRequest, limit int, arrivals <-chan struct{}) ([]*ledger.Event, error) {
+	wctx, cancel := context.WithTimeout(ctx, min(time.Duration(r.WaitMS)*time.Millisecond, f.maxWait))
 	defer cancel()
 	for {
 		select {
@@ -160,7 +171,7 @@ func (c *Coordinator) awaitEvents(ctx context.Context, bucket, ns string, r *mes
 			// A subscriber can see an event before the stream has stored
 			// it: read it back a few times, soon.
 			for pause := time.Millisecond; pause <= 128*time.Millisecond; pause *= 2 {
-				events, err := c.eventsAfter(ctx, bucket, ns, r.CallID, r.After, limit)
+				events, err := f.eventsAfter(ctx, bucket, ns, r.CallID, r.After, limit)
 				if err != nil || len(events) > 0 {
 					return events, err
 				}
@@ -176,10 +187,10 @@ func (c *Coordinator) awaitEvents(ctx context.Context, bucket, ns string, r *mes
 
 // getTurn answers turns.get for a caller that may act as the turn's
 // agent, and as the agent of each of its calls.
-func (c *Coordinator) getTurn(ctx context.Context, tr *messages.GetTurnRequest) (*messages.TurnInfo, error) {
+func (f *follower) getTurn(ctx context.Context, tr *messages.GetTurnRequest) (*messages.TurnInfo, error) {
 	what := "turn " + tr.Turn
 	if identityOf(ctx) != nil {
-		t, err := c.calls.turns.load(ctx, tr.Turn)
+		t, err := f.calls.turns.load(ctx, tr.Turn)
 		if err != nil {
 			return nil, err
 		}
@@ -189,7 +200,7 @@ func (c *Coordinator) getTurn(ctx context.Context, tr *messages.GetTurnRequest) 
 			}
 		}
 	}
-	info, err := c.calls.turn(ctx, tr.Turn)
+	info, err := f.calls.turn(ctx, tr.Turn)
 	if err != nil {
 		return nil, err
 	}

@@ -25,17 +25,17 @@ const fullResultOverhead = 1024
 // call, and reads only the object named by the call's ID in the store of
 // the call's own namespace, whatever reference a worker wrote: a worker
 // cannot make it read another namespace's results.
-func (c *Coordinator) fullResult(ctx context.Context, r *messages.FullResultRequest) (*messages.FullResultReply, error) {
+func (f *follower) fullResult(ctx context.Context, r *messages.FullResultRequest) (*messages.FullResultReply, error) {
 	cur, err := parseResultCursor(r.Cursor)
 	if err != nil {
 		return nil, err
 	}
-	snap, err := c.calls.snapshot(ctx, r.CallID)
+	snap, err := f.calls.snapshot(ctx, r.CallID)
 	if err != nil {
 		return nil, unavailable(err, "read call %s", r.CallID)
 	}
 	if !snap.Exists() {
-		return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s (calls are kept for %v)", r.CallID, c.calls.kept)
+		return nil, messages.Errorf(messages.CodeCallNotFound, "no call %s (calls are kept for %v)", r.CallID, f.calls.kept)
 	}
 	if err := mayReadCall(ctx, snap); err != nil {
 		return nil, err
@@ -52,20 +52,20 @@ func (c *Coordinator) fullResult(ctx context.Context, r *messages.FullResultRequ
 	case res.FullResult == nil:
 		return nil, messages.Errorf(messages.CodeCallNotFound, "the result of call %s was cut without a copy: its worker could not store the whole", r.CallID)
 	}
-	bucket, err := c.names.NamespaceResultsBucket(snap.Namespace)
+	bucket, err := f.names.NamespaceResultsBucket(snap.Namespace)
 	if err != nil {
 		return nil, messages.Errorf(messages.CodeCallNotFound, "call %s has no results store: %v", r.CallID, err)
 	}
 	// A store that never answers (a read its user may not send goes
 	// unanswered) fails the request as unavailable, within the bound of
 	// the coordinator's other reads.
-	bound := c.calls.wait
+	bound := f.calls.wait
 	if bound <= 0 {
 		bound = DefaultUnavailableWait
 	}
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	store := transport.NewStream(c.nc, nil, "OBJ_"+bucket)
+	store := transport.NewStream(f.nc, nil, "OBJ_"+bucket)
 	info, err := readObjectInfo(ctx, store, bucket, r.CallID)
 	if err != nil {
 		return nil, err
@@ -77,7 +77,7 @@ func (c *Coordinator) fullResult(ctx context.Context, r *messages.FullResultRequ
 	if uint64(cur.offset) >= info.Size {
 		return reply, nil
 	}
-	budget := max(replyBudget(c.nc)-fullResultOverhead, 1)
+	budget := max(replyBudget(f.nc)-fullResultOverhead, 1)
 	chunk := int(jetstreamChunkSize(info))
 	last := cur.seq
 	err = store.GetBatch(ctx, transport.BatchRequest{

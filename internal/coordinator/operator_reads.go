@@ -384,7 +384,7 @@ func liveHeartbeat(msg *nats.Msg, now time.Time) (messages.WorkerHeartbeat, bool
 // getCallTraced is calls.get with the call's trace ID, for a request that
 // asks for it and for operators.
 func (c *Coordinator) getCallTraced(ctx context.Context, gr *messages.GetCallRequest) (*messages.CallInfo, error) {
-	info, err := c.getCall(ctx, gr)
+	info, err := c.follower.getCall(ctx, gr)
 	if err != nil || !(gr.Trace || isOperator(ctx)) {
 		return info, err
 	}

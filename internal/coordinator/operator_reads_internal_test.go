@@ -184,7 +184,7 @@ func TestOperatorReadsAreForOperators(t *testing.T) {
 		if _, err := c.listWorkers(ctx, &messages.WorkersListRequest{}); !isForbidden(err) {
 			t.Errorf("workers.list as %s: err = %v, want forbidden", user, err)
 		}
-		if _, err := c.callStats(ctx, &messages.CallStatsRequest{}); !isForbidden(err) {
+		if _, err := c.logReads.callStats(ctx, &messages.CallStatsRequest{}); !isForbidden(err) {
 			t.Errorf("stats.calls as %s: err = %v, want forbidden", user, err)
 		}
 		if len(*audited) != before+3 || (*audited)[before].Decision != auditForbidden || (*audited)[before].By != "AGENTS/"+user {

@@ -15,7 +15,7 @@ import (
 // decides a call, and why. It is for operators: the explanation shows the
 // policy's rules, conditions and other agents' patterns, which an agent
 // learns only by making the call (docs/security.md).
-func (c *Coordinator) explainPolicy(ctx context.Context, r *messages.PolicyExplainRequest) (*messages.PolicyExplainReply, error) {
+func (v *toolView) explainPolicy(ctx context.Context, r *messages.PolicyExplainRequest) (*messages.PolicyExplainReply, error) {
 	if err := requireOperator(ctx, messages.EndpointPolicyExplain); err != nil {
 		return nil, err
 	}
@@ -23,14 +23,14 @@ func (c *Coordinator) explainPolicy(ctx context.Context, r *messages.PolicyExpla
 	if err != nil {
 		return nil, err
 	}
-	t, ok, err := c.view.catalog.Get(ctx, name)
+	t, ok, err := v.catalog.Get(ctx, name)
 	if err != nil {
 		return nil, unavailable(err, "read tool %s", name)
 	}
 	if !ok {
 		return nil, messages.Errorf(messages.CodeToolNotFound, "no tool %s in the catalog", name)
 	}
-	p := c.policy.Load()
+	p := v.policy.Load()
 	e := p.Explain(policy.Request{Tool: t.Definition, Agent: r.Agent, Arguments: r.Arguments})
 	reply := &messages.PolicyExplainReply{
 		Tool: name.String(), Agent: r.Agent,

@@ -217,6 +217,8 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 	c.switches = &toolSwitches{catalog: view, store: catalog.NewStore(catalogKV)}
 	c.calls = &calls{ledger: c.ledger, wait: c.cfg.UnavailableWait, turns: turns, approvals: c.approvals, nc: c.nc, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
 	c.batches = &batches{nc: c.nc, names: c.names, ledger: c.ledger, calls: c.calls, submitter: c.submitter, waits: c.waits, handlers: c.handlers, maxWait: c.cfg.MaxWait, log: c.log}
+	c.follower = &follower{nc: c.nc, names: c.names, ledger: c.ledger, calls: c.calls, waits: c.waits, maxWait: c.cfg.MaxWait}
+	c.logReads = &logReads{nc: c.nc, js: c.js, names: c.names, ledger: c.ledger, view: c.view, depths: c.depths, statsScans: c.statsScans, unavailableWait: c.cfg.UnavailableWait}
 	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, catalog: view, depths: c.depths, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, unavailableWait: c.cfg.UnavailableWait, log: c.log}
 }
 

@@ -36,17 +36,17 @@ const (
 )
 
 // callStats is stats.calls.
-func (c *Coordinator) callStats(ctx context.Context, r *messages.CallStatsRequest) (*messages.CallStatsReply, error) {
+func (lr *logReads) callStats(ctx context.Context, r *messages.CallStatsRequest) (*messages.CallStatsReply, error) {
 	if err := requireOperator(ctx, messages.EndpointStatsCalls); err != nil {
 		return nil, err
 	}
-	return c.statsScans.do(ctx, *r, func(ctx context.Context) (*messages.CallStatsReply, error) {
+	return lr.statsScans.do(ctx, *r, func(ctx context.Context) (*messages.CallStatsReply, error) {
 		sr := &statsReader{
 			log: &callLog{
-				names: c.names, js: c.js, events: transport.NewStream(c.nc, nil, c.names.EventsStream()),
-				wait: c.cfg.UnavailableWait, windowBytes: callsListWindowBytes,
+				names: lr.names, js: lr.js, events: transport.NewStream(lr.nc, nil, lr.names.EventsStream()),
+				wait: lr.unavailableWait, windowBytes: callsListWindowBytes,
 			},
-			budget: StatsScanBudget, maxBytes: statsScanBytes, depths: c.depths,
+			budget: StatsScanBudget, maxBytes: statsScanBytes, depths: lr.depths,
 		}
 		return sr.read(ctx, r, time.Now())
 	})
