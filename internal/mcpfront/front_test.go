@@ -26,7 +26,6 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
@@ -38,9 +37,7 @@ import (
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
-func TestMain(m *testing.M) {
-	leaks.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"))
-}
+func TestMain(m *testing.M) { leaks.Main(m) }
 
 const token = "secret-token-of-analyst"
 

@@ -16,7 +16,7 @@ import (
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
-func TestMain(m *testing.M) { leaks.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaks.Main(m) }
 
 func tool(ns, method, description string) *messages.ToolDefinition {
 	return &messages.ToolDefinition{
