@@ -38,7 +38,18 @@ func Server(t testing.TB) *natsserver.Server {
 // can restart it on the same data.
 func ServerIn(t testing.TB, dir string) *natsserver.Server {
 	t.Helper()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: dir})
+	return ServerWith(t, natsserver.Config{DataDir: dir})
+}
+
+// ServerWith starts an embedded server configured by cfg (a
+// configuration file, a port), with its store in a temporary directory
+// unless cfg names one. It is stopped when the test ends.
+func ServerWith(t testing.TB, cfg natsserver.Config) *natsserver.Server {
+	t.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	srv, err := natsserver.Start(cfg)
 	if err != nil {
 		t.Fatalf("start NATS server: %v", err)
 	}
@@ -196,10 +207,5 @@ func InstallationServer(t testing.TB, in *setup.Installation) *natsserver.Server
 	if err := in.WriteNodeConfig(0, conf, setup.NodePaths{Store: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	return srv
+	return ServerWith(t, natsserver.Config{ConfigFile: conf})
 }
