@@ -335,19 +335,14 @@ func TestCallsFlowAgainAfterTheServerRestarts(t *testing.T) {
 	t.Parallel()
 	dir, port := t.TempDir(), testenv.FreePort(t)
 	start := func() *natsserver.Server {
-		srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Port: port})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return srv
+		return testenv.ServerWith(t, natsserver.Config{DataDir: dir, Port: port})
 	}
 	srv := start()
 	b := setupOn(t, srv.URL())
 	w := b.worker(t, worker.Config{FetchWait: time.Second}, 2)
 	b.runsNext(t, "the start")
 	srv.Stop()
-	srv = start()
-	t.Cleanup(srv.Stop)
+	start()
 	var id string
 	testenv.Eventually(t, "a submit after the restart", func() bool {
 		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
