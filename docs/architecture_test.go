@@ -102,6 +102,13 @@ func TestImportRules(t *testing.T) {
 			t.Errorf("internal/testenv/leaks imports Toolbus: %s", chain)
 		}
 	}
+	// The tests of the packages testenv imports start their servers with
+	// internal/testenv/embedded: it imports of Toolbus only natsserver.
+	for dep, chain := range reaches(imports, "internal/testenv/embedded") {
+		if strings.HasPrefix(dep, module+"/") && dep != module+"/internal/natsserver" {
+			t.Errorf("internal/testenv/embedded imports more of Toolbus than natsserver: %s", chain)
+		}
+	}
 	for _, pkg := range []string{"pkg/messages", "pkg/exposure", "pkg/policy", "pkg/search", "pkg/toolschema", "internal/schemacost", "internal/jsonparse", "internal/glob"} {
 		if _, ok := imports[pkg]; !ok {
 			t.Errorf("pure package %s not found", pkg)
