@@ -11,13 +11,10 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.CleanupBinaries()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { leaks.Main(m, testenv.CleanupBinaries) }
 
 // docFlag is one row of a flag table of operations.md.
 type docFlag struct {

@@ -8,13 +8,10 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.CleanupBinaries()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { leaks.Main(m, testenv.CleanupBinaries) }
 
 // runToJSON runs toolbus-bench to the end and decodes the JSON line it
 // prints last into out.

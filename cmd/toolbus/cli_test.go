@@ -13,16 +13,13 @@ import (
 
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.CleanupBinaries()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { leaks.Main(m, testenv.CleanupBinaries) }
 
 type failArgs struct {
 	Why string `json:"why"`

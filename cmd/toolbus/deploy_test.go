@@ -34,11 +34,7 @@ func deployedStackServing(t *testing.T, tools []worker.Tool, mutate ...func(*coo
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "users.conf")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := testenv.ServerWith(t, natsserver.Config{ConfigFile: filepath.Join(deploy, "users.conf")})
 	ids, err := coordinator.LoadIdentities(filepath.Join(deploy, "identities.yaml"))
 	if err != nil {
 		t.Fatal(err)

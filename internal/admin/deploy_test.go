@@ -34,11 +34,7 @@ import (
 func TestConsoleOfADeployedOperator(t *testing.T) {
 	t.Parallel()
 	deploy := filepath.Join("..", "..", "deploy", "nats")
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "users.conf")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := testenv.ServerWith(t, natsserver.Config{ConfigFile: filepath.Join(deploy, "users.conf")})
 	as := func(user string) *nats.Conn {
 		password := strings.ReplaceAll(user, "_", "-") + "-secret"
 		return testenv.Connect(t, srv.URL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))

@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/ledger"
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/testenv/embedded"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -19,16 +19,8 @@ import (
 // and to no subject of another namespace.
 func TestCopySubject(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := embedded.Server(t)
+	nc := embedded.Connect(t, srv.URL())
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

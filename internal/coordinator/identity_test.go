@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/testenv/embedded"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -283,16 +283,8 @@ func TestHeaderShapeRefusesHiddenLines(t *testing.T) {
 // headerShape sees what arrived (it reads a field of micro's and nats.go's
 // that they do not export, and would refuse every request were it gone).
 func TestWireHeaderSizeIsTheHeaderBlocksSize(t *testing.T) {
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := embedded.Server(t)
+	nc := embedded.Connect(t, srv.URL())
 	sizes := make(chan int, 2)
 	shapes := make(chan error, 2)
 	svc, err := micro.AddService(nc, micro.Config{Name: "sizes", Version: "1.0.0", Endpoint: &micro.EndpointConfig{Subject: "sizes.x", Handler: micro.HandlerFunc(func(r micro.Request) {

@@ -7,7 +7,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
-func TestMain(m *testing.M) { leaks.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaks.Main(m) }
 
 // patience bounds a wait for something that happens unless the code is
 // wrong, as testenv.Patience does for the tests that can import testenv:

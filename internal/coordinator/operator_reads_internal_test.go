@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/testenv/embedded"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/policy"
 )
@@ -21,16 +20,8 @@ import (
 // stream, and the auditor that writes there.
 func auditLogOn(t *testing.T, budget int) (*auditLog, *auditor) {
 	t.Helper()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := embedded.Server(t)
+	nc := embedded.Connect(t, srv.URL())
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

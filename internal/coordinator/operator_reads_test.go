@@ -46,11 +46,7 @@ func tracedContext(ctx context.Context, t *testing.T) (context.Context, string) 
 func TestOperatorReadsOfADeployment(t *testing.T) {
 	t.Parallel()
 	deploy := filepath.Join("..", "..", "deploy", "nats")
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "users.conf")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := testenv.ServerWith(t, natsserver.Config{ConfigFile: filepath.Join(deploy, "users.conf")})
 	as := func(user string) *nats.Conn {
 		password := strings.ReplaceAll(user, "_", "-") + "-secret"
 		return testenv.Connect(t, srv.URL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
@@ -118,7 +114,7 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 	// The audit log: the decisions about the calls, newest first. They are
 	// recorded without waiting for the write.
 	var audit *messages.AuditListReply
-	eventually(t, "the decisions in the audit log", func() bool {
+	testenv.Eventually(t, "the decisions in the audit log", func() bool {
 		audit, err = operator.Operator().ListAudit(ctx, messages.AuditListRequest{})
 		return err != nil || len(audit.Records) >= 2
 	})
@@ -170,7 +166,7 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 	}
 	// Refusals are recorded without waiting for the write: wait for them.
 	var forbidden *messages.AuditListReply
-	eventually(t, "the refusals in the audit log", func() bool {
+	testenv.Eventually(t, "the refusals in the audit log", func() bool {
 		forbidden, err = operator.Operator().ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditForbidden})
 		return err != nil || len(forbidden.Records) >= 3
 	})
@@ -179,10 +175,4 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 		!strings.HasPrefix(forbidden.Records[2].Reason, messages.EndpointAuditList) || forbidden.Records[0].By != "AGENTS/agent_a" {
 		t.Errorf("the audited refusals: %+v %v", forbidden, err)
 	}
-}
-
-// eventually polls check until it holds, for what gives no signal.
-func eventually(t *testing.T, what string, check func() bool) {
-	t.Helper()
-	testenv.Eventually(t, what, check)
 }

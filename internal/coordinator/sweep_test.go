@@ -13,6 +13,7 @@ import (
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/testenv/embedded"
 	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -20,16 +21,8 @@ import (
 // jetStreamEnv is an embedded server with Toolbus's streams and buckets.
 func jetStreamEnv(t *testing.T) (*natsserver.Server, *nats.Conn, jetstream.JetStream, messages.Names) {
 	t.Helper()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := embedded.Server(t)
+	nc := embedded.Connect(t, srv.URL())
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -7,12 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/discovery"
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/testenv/embedded"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/search"
@@ -28,19 +27,12 @@ type bundle struct {
 }
 
 // setup starts a server with the catalog and index buckets. It does not
-// use testenv, which would tie this package's tests to the coordinator.
+// use testenv, which would tie this package's tests to the coordinator,
+// but testenv/embedded, as testenv does.
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := embedded.Server(t)
+	nc := embedded.Connect(t, srv.ClientURL())
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -262,16 +254,8 @@ func TestWriter(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := embedded.Server(t)
+	nc := embedded.Connect(t, srv.ClientURL())
 	for _, c := range []struct {
 		name string
 		cfg  Config

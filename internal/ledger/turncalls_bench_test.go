@@ -7,11 +7,10 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/testenv/embedded"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -34,16 +33,7 @@ func BenchmarkTurnCalls(b *testing.B) {
 		}
 		calls = n
 	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
+	nc := embedded.Connect(b, embedded.Server(b).URL())
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)

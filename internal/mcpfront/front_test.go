@@ -26,7 +26,6 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/internal/coordinator"
 	"github.com/toolbus/toolbus/internal/demo"
@@ -38,9 +37,7 @@ import (
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
-func TestMain(m *testing.M) {
-	leaks.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"))
-}
+func TestMain(m *testing.M) { leaks.Main(m) }
 
 const token = "secret-token-of-analyst"
 
@@ -123,7 +120,7 @@ tool:
 	// The coordinator sees the catalog through a watch: the stack is up
 	// once it lists the last tool registered, and so every other.
 	bus := testenv.Client(t, srv.URL(), client.Options{})
-	eventually(t, "the coordinator to list the stack's tools", func() bool {
+	testenv.Eventually(t, "the coordinator to list the stack's tools", func() bool {
 		reply, err := bus.ListTools(testenv.Context(t), messages.ListToolsRequest{Agent: "analyst", Format: "mcp"})
 		return err == nil && slices.ContainsFunc(reply.Schemas, func(schema messages.JSON) bool { return bytes.Contains(schema, []byte(`"media-slow"`)) })
 	})
@@ -555,7 +552,7 @@ func TestProgressAndCancel(t *testing.T) {
 	// The Toolbus call, filed under the session's turn, ends cancelled.
 	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
 	turn := sessionTurn(t, c)
-	eventually(t, "the call to be cancelled", func() bool {
+	testenv.Eventually(t, "the call to be cancelled", func() bool {
 		info, err := bus.Turn(testenv.Context(t), turn)
 		return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateCancelled
 	})
@@ -578,7 +575,7 @@ func TestCancelWithoutProgress(t *testing.T) {
 		_, err := callTool(ctx, c, "demo-sleep", map[string]any{"seconds": 30}, nil)
 		done <- err
 	}()
-	eventually(t, "the call to run", func() bool {
+	testenv.Eventually(t, "the call to run", func() bool {
 		info, err := bus.Turn(testenv.Context(t), turn)
 		return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateRunning
 	})
@@ -586,7 +583,7 @@ func TestCancelWithoutProgress(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled call: %v", err)
 	}
-	eventually(t, "the call to be cancelled", func() bool {
+	testenv.Eventually(t, "the call to be cancelled", func() bool {
 		info, err := bus.Turn(testenv.Context(t), turn)
 		return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateCancelled
 	})
@@ -601,11 +598,6 @@ func sessionTurn(t *testing.T, c *mcpclient.Client) string {
 	return turn
 }
 
-func eventually(t testing.TB, what string, check func() bool) {
-	t.Helper()
-	testenv.Eventually(t, what, check)
-}
-
 // TestDiscoveryChangesTheList: a call of the discovery tool in the
 // session's turn is followed by list_changed, and the next tools/list
 // shows the tool found. A second front, reached with the same session ID,
@@ -616,7 +608,7 @@ func TestDiscoveryChangesTheList(t *testing.T) {
 	_, url := s.front(t)
 	c, notes := connect(t, url, bearer(), legacySessions())
 	ctx := testenv.Context(t)
-	eventually(t, "the forecast to be discoverable", func() bool {
+	testenv.Eventually(t, "the forecast to be discoverable", func() bool {
 		res, err := callTool(ctx, c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
 		return err == nil && !res.IsError && strings.Contains(text(res), "weather-forecast")
 	})
@@ -729,7 +721,7 @@ func TestStdio(t *testing.T) {
 		t.Fatalf("demo-sleep: %+v %v", res, err)
 	}
 	notes.waitFor(t, string(mcp.MethodNotificationProgress))
-	eventually(t, "the forecast to be discoverable", func() bool {
+	testenv.Eventually(t, "the forecast to be discoverable", func() bool {
 		res, err := callTool(ctx, c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
 		return err == nil && !res.IsError && strings.Contains(text(res), "weather-forecast")
 	})
@@ -760,12 +752,12 @@ func TestStdio(t *testing.T) {
 			})
 		}
 	}
-	eventually(t, "the long sleep to run", running(messages.StateRunning))
+	testenv.Eventually(t, "the long sleep to run", running(messages.StateRunning))
 	cancelCall()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled call: %v", err)
 	}
-	eventually(t, "the long sleep to be cancelled", running(messages.StateCancelled))
+	testenv.Eventually(t, "the long sleep to be cancelled", running(messages.StateCancelled))
 	if got := names(t, c); !slices.Contains(got, "demo-sleep") {
 		t.Fatalf("tools/list after the cancel: %v", got)
 	}
@@ -856,7 +848,7 @@ func TestTasksFromTheLedger(t *testing.T) {
 	first.Close()
 
 	_, other := s.front(t)
-	eventually(t, "the task to complete", func() bool {
+	testenv.Eventually(t, "the task to complete", func() bool {
 		var got mcp.GetTaskResult
 		if e := rpc(t, other, session, "tasks/get", map[string]any{"taskId": id}, &got); e != nil {
 			t.Fatalf("tasks/get: %+v", e)
@@ -1002,7 +994,7 @@ func TestAnotherAgentsSession(t *testing.T) {
 		called <- rpcAs(t, hs.URL, token, session, "tools/call", map[string]any{"name": "demo-sleep", "arguments": map[string]any{"seconds": 1}}, &slept)
 	}()
 	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
-	eventually(t, "the sleep to run", func() bool {
+	testenv.Eventually(t, "the sleep to run", func() bool {
 		info, err := bus.Turn(testenv.Context(t), sessionTurn(t, c))
 		return err == nil && slices.ContainsFunc(info.Calls, func(c messages.CallInfo) bool {
 			return c.Tool == "demo-sleep" && c.State == messages.StateRunning
@@ -1232,7 +1224,7 @@ func TestQueueApprovalWithProgress(t *testing.T) {
 	// The notifications come on the session's stream, not the answer's:
 	// one may come after the answer on a busy machine.
 	var progress []mcp.JSONRPCNotification
-	eventually(t, "progress of the call after the approval", func() bool {
+	testenv.Eventually(t, "progress of the call after the approval", func() bool {
 		progress = notes.all(string(mcp.MethodNotificationProgress))
 		return len(progress) >= 2
 	})
@@ -1254,7 +1246,7 @@ func TestQueueApprovalWithProgress(t *testing.T) {
 		done <- answer{res, err}
 	}()
 	var second *messages.ListApprovalsReply
-	eventually(t, "the second approval", func() bool {
+	testenv.Eventually(t, "the second approval", func() bool {
 		var err error
 		second, err = operator.ListApprovals(ctx, messages.ListApprovalsRequest{Agent: "analyst", Turn: sessionTurn(t, c)})
 		return err == nil && len(second.Approvals) == 1
@@ -1557,7 +1549,7 @@ func TestTaskStates(t *testing.T) {
 	if sleep.Status != mcp.TaskStatusWorking {
 		t.Errorf("a running call's task: %+v", sleep)
 	}
-	eventually(t, "the sleep's progress as the task's status message", func() bool {
+	testenv.Eventually(t, "the sleep's progress as the task's status message", func() bool {
 		got := get(sleep.TaskId)
 		return got.Status == mcp.TaskStatusWorking && got.StatusMessage != ""
 	})
@@ -1631,7 +1623,7 @@ func TestTaskStates(t *testing.T) {
 	if e := rpc(t, url, session, "tasks/cancel", map[string]any{"taskId": sleep.TaskId}, &cancelled); e != nil || cancelled.Status != mcp.TaskStatusCancelled {
 		t.Errorf("tasks/cancel: %+v %+v", cancelled, e)
 	}
-	eventually(t, "the cancelled task's call to end", func() bool { return get(sleep.TaskId).Status == mcp.TaskStatusCancelled })
+	testenv.Eventually(t, "the cancelled task's call to end", func() bool { return get(sleep.TaskId).Status == mcp.TaskStatusCancelled })
 
 	// A refused submit is a JSON-RPC error with the Toolbus code.
 	for _, tc := range []struct {
@@ -1806,7 +1798,7 @@ func TestDrainLeavesCallsRunning(t *testing.T) {
 	}()
 	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
 	var callID string
-	eventually(t, "the call to run", func() bool {
+	testenv.Eventually(t, "the call to run", func() bool {
 		info, err := bus.Turn(testenv.Context(t), turn)
 		if err != nil || len(info.Calls) != 1 || info.Calls[0].State != messages.StateRunning {
 			return false
@@ -1853,7 +1845,7 @@ func TestStdioSessionEnds(t *testing.T) {
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo-sleep","arguments":{"seconds":1}}}`)
 	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
 	var callID string
-	eventually(t, "the call to run", func() bool {
+	testenv.Eventually(t, "the call to run", func() bool {
 		info, err := bus.Turn(testenv.Context(t), "t-stdio-ends")
 		if err != nil || len(info.Calls) != 1 || info.Calls[0].State != messages.StateRunning {
 			return false
@@ -2018,7 +2010,7 @@ func TestFirstMeetingAnnounced(t *testing.T) {
 	// Another session discovers the forecast and lists it: the front meets
 	// its name for the first time.
 	c, _ := connect(t, url, bearer(), legacySessions())
-	eventually(t, "the forecast to be discoverable", func() bool {
+	testenv.Eventually(t, "the forecast to be discoverable", func() bool {
 		res, err := callTool(testenv.Context(t), c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
 		return err == nil && !res.IsError && strings.Contains(text(res), "weather-forecast")
 	})
@@ -2134,13 +2126,13 @@ func TestDroppedRequestCancels(t *testing.T) {
 				resp.Body.Close()
 			}
 		}()
-		eventually(t, "the call to run", func() bool {
+		testenv.Eventually(t, "the call to run", func() bool {
 			info, err := bus.Turn(testenv.Context(t), turn)
 			return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateRunning
 		})
 		drop()
 		<-done
-		eventually(t, "the dropped call to be cancelled", func() bool {
+		testenv.Eventually(t, "the dropped call to be cancelled", func() bool {
 			info, err := bus.Turn(testenv.Context(t), turn)
 			return err == nil && len(info.Calls) == 1 && info.Calls[0].State == messages.StateCancelled
 		})
@@ -2179,7 +2171,7 @@ func TestResumedConversation(t *testing.T) {
 	s := startStack(t)
 	_, first := s.front(t)
 	c, _ := connect(t, first, bearer(mcpfront.TurnHeader, "t-resumed"), legacySessions())
-	eventually(t, "the forecast to be discoverable", func() bool {
+	testenv.Eventually(t, "the forecast to be discoverable", func() bool {
 		res, err := callTool(testenv.Context(t), c, "llm_tools-list", map[string]any{"query": "weather forecast"}, nil)
 		return err == nil && !res.IsError && strings.Contains(text(res), "weather-forecast")
 	})

@@ -34,11 +34,7 @@ func TestWithIdentities(t *testing.T) {
 		t.Fatal(err)
 	}
 	deploy := filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "deploy", "nats")
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "users.conf")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := testenv.ServerWith(t, natsserver.Config{ConfigFile: filepath.Join(deploy, "users.conf")})
 	ids, err := coordinator.LoadIdentities(filepath.Join(deploy, "identities.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +66,7 @@ func TestWithIdentities(t *testing.T) {
 	url := hs.URL
 
 	c, notes := connect(t, url, bearer(), legacySessions())
-	eventually(t, "the demo tools to be listed", func() bool {
+	testenv.Eventually(t, "the demo tools to be listed", func() bool {
 		res, err := c.ListTools(testenv.Context(t), mcp.ListToolsRequest{})
 		if err != nil {
 			t.Fatal(err)

@@ -144,7 +144,7 @@ func startShapes(t *testing.T) stack {
 		},
 	}})
 	bus := testenv.Client(t, srv.URL(), client.Options{})
-	eventually(t, "the coordinator to list every tool", func() bool {
+	testenv.Eventually(t, "the coordinator to list every tool", func() bool {
 		reply, err := bus.ListTools(testenv.Context(t), messages.ListToolsRequest{Agent: "analyst"})
 		if err != nil {
 			return false

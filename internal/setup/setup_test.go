@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -283,11 +282,7 @@ func TestGrantsAreThoseOfUsersInc(t *testing.T) {
 		t.Fatal(err)
 	}
 	deploy := filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "deploy", "nats")
-	static, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deploy, "users.conf")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(static.Stop)
+	static := testenv.ServerWith(t, natsserver.Config{ConfigFile: filepath.Join(deploy, "users.conf")})
 
 	in, err := setup.Setup(setup.Options{Dir: t.TempDir(), Namespaces: []string{"demo"}})
 	if err != nil {
@@ -371,26 +366,14 @@ func TestThreeNodesTakeAChangeLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ports []int
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		ln.Close()
-	}
+	ports := testenv.FreePorts(t, 3)
 	var urls []string
 	for i := range 3 {
 		conf := filepath.Join(t.TempDir(), fmt.Sprintf("n%d.conf", i+1))
 		if err := in.WriteNodeConfig(i, conf, setup.NodePaths{Store: t.TempDir(), ClusterPorts: ports}); err != nil {
 			t.Fatal(err)
 		}
-		srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Stop)
+		srv := testenv.ServerWith(t, natsserver.Config{ConfigFile: conf})
 		if got := srv.Name(); got != fmt.Sprintf("toolbus-n%d", i+1) {
 			t.Errorf("node %d is %s", i+1, got)
 		}

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,10 +33,9 @@ func Cluster(t testing.TB, size int) ([]*natsserver.Server, string) {
 
 func startCluster(t testing.TB, size int) ([]*natsserver.Server, string, error) {
 	t.Helper()
-	routePorts := make([]int, size)
+	routePorts := FreePorts(t, size)
 	var routes []string
 	for i := range routePorts {
-		routePorts[i] = freePort(t)
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", routePorts[i]))
 	}
 	dir := t.TempDir()
@@ -79,15 +77,4 @@ func startCluster(t testing.TB, size int) ([]*natsserver.Server, string, error) 
 		}
 		time.Sleep(50 * time.Millisecond) // the server sends no signal on election
 	}
-}
-
-// freePort returns a port nobody listened on a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

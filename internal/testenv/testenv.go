@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/resources"
 	"github.com/toolbus/toolbus/internal/setup"
+	"github.com/toolbus/toolbus/internal/testenv/embedded"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -31,31 +32,28 @@ import (
 // Server starts an embedded server on a free port with its store in a temporary directory.
 func Server(t testing.TB) *natsserver.Server {
 	t.Helper()
-	return ServerIn(t, t.TempDir())
+	return embedded.Server(t)
 }
 
 // ServerIn starts an embedded server with its store in dir, so that a test
 // can restart it on the same data.
 func ServerIn(t testing.TB, dir string) *natsserver.Server {
 	t.Helper()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: dir})
-	if err != nil {
-		t.Fatalf("start NATS server: %v", err)
-	}
-	t.Cleanup(srv.Stop)
-	return srv
+	return embedded.ServerWith(t, natsserver.Config{DataDir: dir})
+}
+
+// ServerWith starts an embedded server configured by cfg (a
+// configuration file, a port), with its store in a temporary directory
+// unless cfg names one. It is stopped when the test ends.
+func ServerWith(t testing.TB, cfg natsserver.Config) *natsserver.Server {
+	t.Helper()
+	return embedded.ServerWith(t, cfg)
 }
 
 // Connect opens a connection that is closed when the test ends.
 func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", url, err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return embedded.Connect(t, url, opts...)
 }
 
 // Logger returns a logger that writes through t.Log.
@@ -196,10 +194,5 @@ func InstallationServer(t testing.TB, in *setup.Installation) *natsserver.Server
 	if err := in.WriteNodeConfig(0, conf, setup.NodePaths{Store: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	return srv
+	return ServerWith(t, natsserver.Config{ConfigFile: conf})
 }

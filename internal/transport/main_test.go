@@ -6,4 +6,4 @@ import (
 	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
-func TestMain(m *testing.M) { leaks.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaks.Main(m) }

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"github.com/toolbus/toolbus/internal/natsserver"
+	"github.com/toolbus/toolbus/internal/testenv/embedded"
 	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
@@ -36,11 +36,7 @@ func setupPull(t *testing.T) *pullBundle {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { leaks.VerifyNone(t, ignore) })
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := embedded.Server(t)
 	nc := pullConnect(t, srv.URL())
 	js, err := jetstream.New(nc)
 	if err != nil {

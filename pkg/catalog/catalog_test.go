@@ -16,7 +16,7 @@ import (
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
-func TestMain(m *testing.M) { leaks.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaks.Main(m) }
 
 func tool(ns, method, description string) *messages.ToolDefinition {
 	return &messages.ToolDefinition{
@@ -40,7 +40,7 @@ func catalogOf(t *testing.T) (*catalog.Store, *catalog.View, jetstream.KeyValue)
 // waitFor waits on the view's change signal until cond holds.
 func waitFor(t *testing.T, v *catalog.View, what string, cond func() bool) {
 	t.Helper()
-	timeout := time.After(30 * time.Second)
+	timeout := time.After(testenv.Patience)
 	for {
 		changed := v.Changed()
 		if cond() {
@@ -49,7 +49,7 @@ func waitFor(t *testing.T, v *catalog.View, what string, cond func() bool) {
 		select {
 		case <-changed:
 		case <-timeout:
-			t.Fatalf("gave up waiting for %s", what)
+			t.Fatalf("gave up waiting for %s after %v", what, testenv.Patience)
 		}
 	}
 }

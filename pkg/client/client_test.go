@@ -21,7 +21,7 @@ import (
 // TestMain checks that the client, and the stack each test starts for it,
 // leave no goroutine behind.
 func TestMain(m *testing.M) {
-	leaks.VerifyTestMain(m)
+	leaks.Main(m)
 }
 
 // bundle is one test's Toolbus: an embedded server, and the tools of

@@ -8,5 +8,5 @@ import (
 
 // Every test stops what it started; nothing it started may outlive it.
 func TestMain(m *testing.M) {
-	leaks.VerifyTestMain(m)
+	leaks.Main(m)
 }

@@ -37,12 +37,12 @@ func TestACallDeliveredWithoutAFreeSlotWaitsForOneWithoutSpendingAnAttempt(t *te
 	if err := nc.PublishRequest(transport.PullSubject(names.EventsStream(), durable), worker.PullInbox(w, "t")+".1", body); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the call to be held for a slot", func() bool {
+	testenv.Eventually(t, "the call to be held for a slot", func() bool {
 		held, _ := worker.Held(w, "t")
 		return held == 1
 	})
 	// Held past its AckWait, its lease renewed meanwhile: not delivered again.
-	eventually(t, "the held call's lease to be renewed past AckWait", func() bool {
+	testenv.Eventually(t, "the held call's lease to be renewed past AckWait", func() bool {
 		_, renewals := worker.Held(w, "t")
 		return time.Duration(renewals)*ackWait/3 > 2*ackWait
 	})
@@ -105,7 +105,7 @@ func TestACallWhoseDeliveriesNeverStartedRunsOnItsLastDelivery(t *testing.T) {
 	if err := nc.PublishRequest(transport.PullSubject(names.EventsStream(), durable), worker.PullInbox(w, "t")+".1", body); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the call's second delivery to be held for a slot", func() bool {
+	testenv.Eventually(t, "the call's second delivery to be held for a slot", func() bool {
 		held, _ := worker.Held(w, "t")
 		return held == 1
 	})

@@ -44,7 +44,7 @@ func TestAResultNotStoredAtFirstIsRetriedAndTheToolRunsOnce(t *testing.T) {
 	receive(t, b.tools.returned, "the tool to return")
 	// Retried for longer than AckWait: the lease must be renewed meanwhile.
 	start := time.Now()
-	eventually(t, "the result's write to be retried for twice AckWait", func() bool {
+	testenv.Eventually(t, "the result's write to be retried for twice AckWait", func() bool {
 		return worker.CommitRetries(w) >= 3 && time.Since(start) > 2*ackWait
 	})
 	if _, err := js.CreateStream(b.ctx, cfg); err != nil {

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,17 +157,11 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 	return testenv.Receive(t, ch, what)
 }
 
-// eventually polls cond until it holds, for what no event signals.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	testenv.Eventually(t, what, cond)
-}
-
 // allFree waits until every slot taken so far was released exactly once.
 func allFree(t *testing.T, w *worker.Worker) worker.SlotCounts {
 	t.Helper()
 	var c worker.SlotCounts
-	eventually(t, "every slot to be free", func() bool {
+	testenv.Eventually(t, "every slot to be free", func() bool {
 		c = worker.Slots(w, "t")
 		return c.Free == c.Size && c.ReleasedTotal() == c.Taken
 	})
@@ -277,7 +270,7 @@ func TestStopGivesUpOnAToolThatIgnoresItsContext(t *testing.T) {
 	// When the tool returns at last, its slot is not freed a second time.
 	close(b.tools.stubborn)
 	receive(t, b.tools.returned, "the tool to return")
-	eventually(t, "the returned tool's release", func() bool { return worker.Slots(w, "t").Again == 1 })
+	testenv.Eventually(t, "the returned tool's release", func() bool { return worker.Slots(w, "t").Again == 1 })
 	if c := worker.Slots(w, "t"); c.Free != 1 || c.ReleasedTotal() != 1 {
 		t.Fatalf("slot counts after the tool returned: %+v", c)
 	}
@@ -338,36 +331,20 @@ func TestLeaseOutlivesAckWait(t *testing.T) {
 	allFree(t, w)
 }
 
-// freePort returns a port nothing listens on, for a server restarted on it.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func TestCallsFlowAgainAfterTheServerRestarts(t *testing.T) {
 	t.Parallel()
-	dir, port := t.TempDir(), freePort(t)
+	dir, port := t.TempDir(), testenv.FreePort(t)
 	start := func() *natsserver.Server {
-		srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Port: port})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return srv
+		return testenv.ServerWith(t, natsserver.Config{DataDir: dir, Port: port})
 	}
 	srv := start()
 	b := setupOn(t, srv.URL())
 	w := b.worker(t, worker.Config{FetchWait: time.Second}, 2)
 	b.runsNext(t, "the start")
 	srv.Stop()
-	srv = start()
-	t.Cleanup(srv.Stop)
+	start()
 	var id string
-	eventually(t, "a submit after the restart", func() bool {
+	testenv.Eventually(t, "a submit after the restart", func() bool {
 		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
 		defer cancel()
 		r, err := b.client.Submit(ctx, messages.SubmitRequest{Tool: "t-quick"})
@@ -414,7 +391,7 @@ func TestRefusedPullRequestsBackOffAndRecover(t *testing.T) {
 	}
 	// And asked again all the same: a few within the 2s on an idle
 	// machine, later on a busy one.
-	eventually(t, "the refused pull requests to be asked again", func() bool { return nc.Stats().OutMsgs-before >= 2 })
+	testenv.Eventually(t, "the refused pull requests to be asked again", func() bool { return nc.Stats().OutMsgs-before >= 2 })
 
 	if _, err := resources.EnsureNamespaceConsumer(b.ctx, js, names, resources.NamespaceConsumer{
 		Namespace: "t", MaxConcurrency: 1024, AckWait: 30 * time.Second, MaxAttempts: 3,

@@ -1,15 +1,10 @@
 package cluster
 
 import (
-	"os"
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.CleanupBinaries()
-	cleanupServerBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { leaks.Main(m, testenv.CleanupBinaries, cleanupServerBinary) }

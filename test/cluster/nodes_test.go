@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -53,23 +52,6 @@ func cleanupServerBinary() {
 	}
 }
 
-// freePorts asks the kernel for n ports nobody listens on, all different:
-// each is held until all are chosen, so that the kernel does not hand out
-// one twice. A node keeps its ports across restarts, as a real node does.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports
-}
-
 // node is one nats-server process of the cluster, with its configuration
 // and store kept in the test's temporary directory so that it restarts on
 // the same data after a SIGKILL.
@@ -91,7 +73,7 @@ type cluster struct {
 func startCluster(t *testing.T, size int) *cluster {
 	t.Helper()
 	c := &cluster{bin: serverBinary(t)}
-	ports := freePorts(t, 3*size)
+	ports := testenv.FreePorts(t, 3*size)
 	for i := range size {
 		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("n%d", i+1), clientPort: ports[3*i], routePort: ports[3*i+1], http: ports[3*i+2]})
 	}
@@ -133,7 +115,7 @@ func startDeployedCluster(t *testing.T) *cluster {
 	t.Helper()
 	deploy := deployDir(t)
 	c := &cluster{bin: serverBinary(t)}
-	free := freePorts(t, 9)
+	free := testenv.FreePorts(t, 9)
 	for i := range 3 {
 		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("toolbus-n%d", i+1), clientPort: free[3*i], routePort: free[3*i+1], http: free[3*i+2]})
 	}

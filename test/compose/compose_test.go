@@ -51,11 +51,11 @@ func TestComposeSurvivesANodeKilled(t *testing.T) {
 		fmt.Sprintf("TOOLBUS_NATS_LISTEN=127.0.0.1:%d", client[0]),
 		fmt.Sprintf("TOOLBUS_CLUSTER_PORT=%d", cluster[0]),
 		"TOOLBUS_URL="+strings.Join(urls, ","))
-	mcpAddr := freeAddr(t)
-	env = append(env, "TOOLBUS_CONSOLE_LISTEN="+freeAddr(t), "TOOLBUS_MCP_LISTEN="+mcpAddr)
+	mcpAddr := testenv.FreeAddress(t)
+	env = append(env, "TOOLBUS_CONSOLE_LISTEN="+testenv.FreeAddress(t), "TOOLBUS_MCP_LISTEN="+mcpAddr)
 	probes := map[string]string{}
 	for _, svc := range probed {
-		probes[svc] = freeAddr(t)
+		probes[svc] = testenv.FreeAddress(t)
 		env = append(env, "TOOLBUS_PROBE_"+strings.ToUpper(strings.ReplaceAll(svc, "-", "_"))+"="+probes[svc])
 	}
 	compose := func(args ...string) (string, error) {
@@ -203,17 +203,6 @@ func waitReady(t *testing.T, svc, url string, bound time.Duration) {
 		}
 		time.Sleep(500 * time.Millisecond) // polling a process in another container: no event to wait on
 	}
-}
-
-// freeAddr is a loopback address no one listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // consecutivePorts finds n consecutive free loopback ports: toolbus setup

@@ -73,7 +73,7 @@ func TestApprovedCallRunsInTheSubmittersTrace(t *testing.T) {
 	}
 
 	var process, decision sdktrace.ReadOnlySpan
-	eventually(t, "the worker's and the decision's spans to end", func() bool {
+	testenv.Eventually(t, "the worker's and the decision's spans to end", func() bool {
 		for _, s := range rec.Ended() {
 			switch {
 			case strings.HasPrefix(s.Name(), "process ") && hasAttribute(s, "toolbus.call_id", r.CallID):

@@ -45,13 +45,13 @@ func TestAnotherAttemptDoesNotShowTheFirstsProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	receive(t, firstReported, "the first attempt's progress")
-	eventually(t, "the first attempt's progress to be stored", func() bool {
+	testenv.Eventually(t, "the first attempt's progress to be stored", func() bool {
 		info, err := c.Get(ctx, r.CallID)
 		return err == nil && info.Progress != nil && info.Attempt == 1
 	})
 	close(firstMayEnd)
 	receive(t, secondRuns, "the second attempt")
-	eventually(t, "the second attempt's start to be stored", func() bool {
+	testenv.Eventually(t, "the second attempt's start to be stored", func() bool {
 		info, err := c.Get(ctx, r.CallID)
 		if err != nil {
 			t.Fatal(err)

@@ -336,7 +336,7 @@ func TestBatchWaitCountsAgainstTheUsersWaits(t *testing.T) {
 			return
 		}
 	}()
-	eventually(t, "A's wait to hold its only place", func() bool {
+	testenv.Eventually(t, "A's wait to hold its only place", func() bool {
 		code, err := rawWait(ctx, connA, "calls.events", map[string]any{"call_id": held.CallID, "after": 1 << 40, "wait_ms": 1})
 		return err == nil && code == messages.CodeTooManyRequests
 	})

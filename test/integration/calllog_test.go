@@ -86,7 +86,7 @@ func TestCallsList(t *testing.T) {
 		worker.Namespace{Name: "logbeta", Tools: []worker.Tool{sayTool()}})
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
-	eventually(t, "the tools to be listed", func() bool {
+	testenv.Eventually(t, "the tools to be listed", func() bool {
 		reply, err := c.ListTools(ctx, messages.ListToolsRequest{})
 		return err == nil && len(reply.Tools) >= 3
 	})
@@ -112,7 +112,7 @@ func TestCallsList(t *testing.T) {
 	}
 	<-g.started
 	// The worker records the start as the tool begins.
-	eventually(t, "the gate call's start to be stored", func() bool {
+	testenv.Eventually(t, "the gate call's start to be stored", func() bool {
 		info, err := c.Get(ctx, running.CallID)
 		return err == nil && info.State == messages.StateRunning
 	})

@@ -41,10 +41,10 @@ func TestLivenessFollowsWorkers(t *testing.T) {
 	w.WaitLine(t, "worker w1 ready")
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
-	eventually(t, "demo tools to be available", func() bool { return available(t, c, "demo-echo") })
+	testenv.Eventually(t, "demo tools to be available", func() bool { return available(t, c, "demo-echo") })
 
 	w.Kill() // no goodbye: only the missing heartbeats tell
-	eventually(t, "demo tools to become unavailable", func() bool { return !available(t, c, "demo-echo") })
+	testenv.Eventually(t, "demo tools to become unavailable", func() bool { return !available(t, c, "demo-echo") })
 	if _, err := c.Call(ctx, "demo-echo", map[string]string{"text": "x"}); !errors.Is(err, messages.ErrToolUnavailable) {
 		t.Fatalf("call without a worker: %v", err)
 	}
@@ -57,7 +57,7 @@ func TestLivenessFollowsWorkers(t *testing.T) {
 	// The default heartbeat: a short one could lapse on a busy machine
 	// between the check below and the call; its goodbye is what is tested.
 	w2 := testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
-	eventually(t, "demo tools to be available again", func() bool { return available(t, c, "demo-echo") })
+	testenv.Eventually(t, "demo tools to be available again", func() bool { return available(t, c, "demo-echo") })
 	if res, err := c.Call(ctx, "demo-echo", map[string]string{"text": "back"}); err != nil || res.Worker != w2.ID() {
 		t.Fatalf("%+v %v", res, err)
 	}
@@ -65,7 +65,7 @@ func TestLivenessFollowsWorkers(t *testing.T) {
 	if err := w2.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the stopped worker's goodbye", func() bool { return !available(t, c, "demo-echo") })
+	testenv.Eventually(t, "the stopped worker's goodbye", func() bool { return !available(t, c, "demo-echo") })
 }
 
 func TestDisableAndEnable(t *testing.T) {
@@ -88,7 +88,7 @@ func TestDisableAndEnable(t *testing.T) {
 		t.Fatalf("disable without a reason: %v %s", err, out)
 	}
 	cli("tools", "disable", "demo-echo", "--reason", "returns garbage")
-	eventually(t, "echo to be disabled", func() bool {
+	testenv.Eventually(t, "echo to be disabled", func() bool {
 		_, err := c.Call(ctx, "demo-echo", map[string]string{"text": "x"})
 		return errors.Is(err, messages.ErrToolDisabled)
 	})
@@ -101,13 +101,13 @@ func TestDisableAndEnable(t *testing.T) {
 	}
 	// A whole namespace.
 	cli("tools", "disable", "demo", "--reason", "maintenance")
-	eventually(t, "demo to be disabled", func() bool {
+	testenv.Eventually(t, "demo to be disabled", func() bool {
 		_, err := c.Call(ctx, "demo-sha256", map[string]string{"text": "x"})
 		return errors.Is(err, messages.ErrToolDisabled) && strings.Contains(err.Error(), "maintenance")
 	})
 	cli("tools", "enable", "demo")
 	cli("tools", "enable", "demo-echo")
-	eventually(t, "echo to be enabled", func() bool {
+	testenv.Eventually(t, "echo to be enabled", func() bool {
 		res, err := c.Call(ctx, "demo-echo", map[string]string{"text": "x"})
 		return err == nil && !res.IsError
 	})

@@ -125,7 +125,7 @@ match:
 
 		// The coordinator sees the worker's tools once its catalog view
 		// has followed the worker's registration.
-		eventually(t, "tools.list lists demo-word_count", func() bool {
+		testenv.Eventually(t, "tools.list lists demo-word_count", func() bool {
 			var list messages.ListToolsReply
 			v2.must(messages.EndpointToolsList, messages.ListToolsRequest{Agent: agent, Turn: turn}, &list)
 			return slices.ContainsFunc(list.Tools, func(e messages.ToolEntry) bool { return e.Name == "demo-word_count" })
@@ -170,7 +170,7 @@ match:
 			t.Fatalf("%s tools.activate: %+v", codec, activated)
 		}
 		// The discovery index follows the catalog too.
-		eventually(t, "tools.discover finds demo-word_count", func() bool {
+		testenv.Eventually(t, "tools.discover finds demo-word_count", func() bool {
 			var found messages.DiscoverReply
 			v2.must(messages.EndpointToolsDiscover, messages.DiscoverRequest{Query: "count the words of a text", Agent: agent, Turn: turn}, &found)
 			return len(found.Hits) > 0 && found.Hits[0].Name == "demo-word_count"

@@ -70,7 +70,7 @@ namespaces:
 	}
 	got := map[string]messages.Delivery{}
 	// The coordinator's catalog follows the worker's registration a moment later.
-	eventually(t, "the coordinator to list the worker's tools", func() bool {
+	testenv.Eventually(t, "the coordinator to list the worker's tools", func() bool {
 		list, err := c.ListTools(testenv.Context(t), messages.ListToolsRequest{})
 		if err != nil {
 			t.Fatal(err)

@@ -17,11 +17,7 @@ import (
 // command has what its user is allowed, inbox prefix included.
 func TestCommandsRunWithTheDeployUsers(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: deployWithNamespace(t, "payments")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := testenv.ServerWith(t, natsserver.Config{ConfigFile: deployWithNamespace(t, "payments")})
 	url := srv.URL()
 	coordinator := testenv.Start(t, testenv.Binary(t, "./cmd/coordinator"), "--server", url, "--user", "coordinator", "--password", "coordinator-secret", "--identities", filepath.Join(deployDir(t), "identities.yaml"), "--metrics-listen", "127.0.0.1:0")
 	probes := []string{metricsAddr(t, coordinator)}

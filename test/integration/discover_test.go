@@ -77,7 +77,7 @@ rules:
 	ctx := testenv.Context(t)
 
 	// Each coordinator answers; queries go to either.
-	eventually(t, "the tools to be discoverable", func() bool {
+	testenv.Eventually(t, "the tools to be discoverable", func() bool {
 		for range 4 {
 			r, err := c.Discover(ctx, messages.DiscoverRequest{Query: "weather forecast"})
 			if err != nil || len(r.Hits) == 0 || r.Hits[0].Name != "weather-forecast" {
@@ -141,7 +141,7 @@ rules:
 	if err := admin.Operator().SetToolEnabled(ctx, "weather-forecast", false, "broken"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the disabled tool to leave discovery", func() bool {
+	testenv.Eventually(t, "the disabled tool to leave discovery", func() bool {
 		for range 4 {
 			r, err := c.Discover(ctx, messages.DiscoverRequest{Query: "weather forecast"})
 			if err != nil || slices.Contains(discovered(r), "weather-forecast") {

@@ -61,7 +61,7 @@ func TestRefusalsOfExposureRequestsAsDocumented(t *testing.T) {
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "catalog", Tools: catalogTools()})
 	ops := testenv.Client(t, srv.URL(), client.Options{Agent: "ops"})
 	ctx := testenv.Context(t)
-	eventually(t, "the catalog's tools to be listed", func() bool {
+	testenv.Eventually(t, "the catalog's tools to be listed", func() bool {
 		r, err := ops.ListTools(ctx, messages.ListToolsRequest{Agent: "analyst"})
 		return err == nil && slices.Contains(namesOf(r), "catalog-details")
 	})
@@ -214,7 +214,7 @@ func TestRememberedApprovalsAsDocumented(t *testing.T) {
 
 	// A new policy voids what was remembered.
 	writeFile(t, file, testPolicy+"  - {tool: \"t:root\", effect: deny, reason: still privileged}\n")
-	eventually(t, "the new policy to void the grant", func() bool {
+	testenv.Eventually(t, "the new policy to void the grant", func() bool {
 		r, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "t-wipe", Turn: "t-g"})
 		if err != nil {
 			t.Fatal(err)
@@ -240,7 +240,7 @@ func TestTurnBelongsToTheFirstAgentThatNamesIt(t *testing.T) {
 	alice := testenv.Client(t, srv.URL(), client.Options{Agent: "alice"})
 	bob := testenv.Client(t, srv.URL(), client.Options{Agent: "bob"})
 	ctx := testenv.Context(t)
-	eventually(t, "the catalog to be discoverable", func() bool {
+	testenv.Eventually(t, "the catalog to be discoverable", func() bool {
 		r, err := alice.Discover(ctx, messages.DiscoverRequest{Query: "catalog-details"})
 		return err == nil && len(r.Hits) > 0
 	})
@@ -359,7 +359,7 @@ tool:
 		return r
 	}
 	mayUse := []string{"llm_tools-list", "mail-send", "weather-current_conditions", "weather-forecast"}
-	eventually(t, "every tool to be discoverable", func() bool {
+	testenv.Eventually(t, "every tool to be discoverable", func() bool {
 		return slices.Equal(discovered(discover(messages.DiscoverRequest{})), mayUse)
 	})
 
@@ -457,7 +457,7 @@ func TestToolsListInEveryFormat(t *testing.T) {
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "catalog", Tools: catalogTools()})
 	c := testenv.Client(t, srv.URL(), client.Options{Agent: "support"})
 	ctx := testenv.Context(t)
-	eventually(t, "the catalog to be listed", func() bool {
+	testenv.Eventually(t, "the catalog to be listed", func() bool {
 		l, err := c.ListTools(ctx, messages.ListToolsRequest{Namespace: "catalog", Turn: "t-formats"})
 		return err == nil && len(l.Tools) == 4
 	})
@@ -665,7 +665,7 @@ tool:
 		}
 		return l
 	}
-	eventually(t, "the catalog to be listed", func() bool {
+	testenv.Eventually(t, "the catalog to be listed", func() bool {
 		return slices.Equal(namesOf(list(messages.ListToolsRequest{})), []string{"catalog-lookup"})
 	})
 	// Outside the tiers: chosen for one iteration, activated for the turn.
@@ -690,7 +690,7 @@ tool:
 	// Policy comes to deny an activated tool: dropped.
 	writeFile(t, policyFile, "default: allow\nrules:\n  - {tool: \"catalog:details\", effect: deny, reason: details are private}\n")
 	var dropped []string
-	eventually(t, "the denied tool to be dropped", func() bool {
+	testenv.Eventually(t, "the denied tool to be dropped", func() bool {
 		l := list(messages.ListToolsRequest{})
 		dropped = append(dropped, l.Dropped...)
 		return !slices.Contains(namesOf(l), "catalog-details")
@@ -707,7 +707,7 @@ tool:
       exclude: ["catalog:lookupAll", "catalog:details"]
 `)
 	dropped = nil
-	eventually(t, "the excluded tool to be dropped", func() bool {
+	testenv.Eventually(t, "the excluded tool to be dropped", func() bool {
 		l := list(messages.ListToolsRequest{})
 		dropped = append(dropped, l.Dropped...)
 		return !slices.Contains(namesOf(l), "catalog-lookupAll")
@@ -732,7 +732,7 @@ tool:
       exclude: ["catalog:lookupAll", "catalog:details", "catalog:help"]
 `)
 	dropped = nil
-	eventually(t, "the excluded intake tool to be dropped", func() bool {
+	testenv.Eventually(t, "the excluded intake tool to be dropped", func() bool {
 		l := list(messages.ListToolsRequest{})
 		dropped = append(dropped, l.Dropped...)
 		return !slices.Contains(namesOf(l), "catalog-help")
@@ -759,7 +759,7 @@ func TestWholeCatalogAndTheDiscoveryToolsMistakes(t *testing.T) {
 	ctx := testenv.Context(t)
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "idle", Tools: catalogTools()}).Stop(ctx)
 	c := testenv.Client(t, srv.URL(), client.Options{Agent: "support"})
-	eventually(t, "the catalog to be listed", func() bool {
+	testenv.Eventually(t, "the catalog to be listed", func() bool {
 		l, err := c.ListTools(ctx, messages.ListToolsRequest{Turn: "t-whole", Namespace: "catalog"})
 		return err == nil && len(l.Tools) == 4
 	})
@@ -818,7 +818,7 @@ func TestTiersDecideWhatIsShownNotWhatIsAllowed(t *testing.T) {
 			describedTool("send", "Sends an email message to a recipient."),
 		}})
 		c := testenv.Client(t, srv.URL(), client.Options{Agent: "support"})
-		eventually(t, "both namespaces to be in the catalog", func() bool {
+		testenv.Eventually(t, "both namespaces to be in the catalog", func() bool {
 			l, err := c.ListTools(ctx, messages.ListToolsRequest{Chosen: []string{"catalog-details", "mail-send"}})
 			return err == nil && slices.Contains(namesOf(l), "catalog-details") && slices.Contains(namesOf(l), "mail-send")
 		})

@@ -55,13 +55,6 @@ func catalogTools() []worker.Tool {
 	return []worker.Tool{tool("lookup"), tool("lookupAll"), tool("details"), tool("help")}
 }
 
-// eventually retries a check of something that changes in the background
-// (a file watcher, a heartbeat window) until it holds.
-func eventually(t *testing.T, what string, check func() bool) {
-	t.Helper()
-	testenv.Eventually(t, what, check)
-}
-
 func TestExposureThroughTheCoordinator(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -114,7 +107,7 @@ tool:
 		return reply
 	}
 	admin := testenv.Client(t, srv.URL(), client.Options{})
-	eventually(t, "the coordinator to see the workers' tools", func() bool {
+	testenv.Eventually(t, "the coordinator to see the workers' tools", func() bool {
 		r, err := admin.ListTools(ctx, messages.ListToolsRequest{})
 		n := 0
 		for _, e := range r.Tools {
@@ -185,7 +178,7 @@ tool:
 	if err := kv.Delete(ctx, "tools.catalog.details"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "details to leave the view", func() bool {
+	testenv.Eventually(t, "details to leave the view", func() bool {
 		r := list(messages.ListToolsRequest{Turn: "turn-a"})
 		return !slices.Contains(namesOf(r), "catalog-details")
 	})
@@ -219,7 +212,7 @@ match:
   - name: "demo/*"
     exclude: ["demo:echo", "demo:sleep"]
 `)
-	eventually(t, "the reloaded workspace", func() bool {
+	testenv.Eventually(t, "the reloaded workspace", func() bool {
 		// word_count stays: a list without the demo namespace at all (its
 		// worker's heartbeat late on a busy machine) is not the reload.
 		// Two coordinators serve the lists (the second started above), each

@@ -139,7 +139,7 @@ func TestEventsUnderAnotherBucketDoNotCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	receive(t, b.gate.started, "the call to start")
-	eventually(t, "the call's start to be recorded", func() bool {
+	testenv.Eventually(t, "the call's start to be recorded", func() bool {
 		info, err := b.agent.Get(b.ctx, r.CallID)
 		return err == nil && info.State == messages.StateRunning
 	})
@@ -365,7 +365,7 @@ func testWorkerIsConfinedToItsNamespacesEvents(t *testing.T, kind deployKind) {
 		t.Fatal(err)
 	}
 	receive(t, hold.started, "the payments call to start")
-	eventually(t, "the payments call's start to be recorded", func() bool {
+	testenv.Eventually(t, "the payments call's start to be recorded", func() bool {
 		info, err := agent.Get(ctx, held.CallID)
 		return err == nil && info.State == messages.StateRunning
 	})

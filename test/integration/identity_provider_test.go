@@ -50,7 +50,7 @@ func TestIdentityProviderOnOneHost(t *testing.T) {
 	}
 	iss := oidctest.Start(t)
 	dir := filepath.Join(t.TempDir(), "toolbus")
-	natsAddr, consoleAddr, mcpAddr := freeAddress(t), freeAddress(t), freeAddress(t)
+	natsAddr, consoleAddr, mcpAddr := testenv.FreeAddress(t), testenv.FreeAddress(t), testenv.FreeAddress(t)
 	root := filepath.Dir(filepath.Dir(deployDir(t)))
 	bin := installDocumented(t, production[0][0], root, os.Environ())
 	agentToken := iss.Token("alice", "toolbus", map[string]any{"toolbus_agents": "support-bot"})
@@ -213,7 +213,7 @@ func TestIssuerAgentsAreConfined(t *testing.T) {
 		t.Fatalf("agent_a's call: %+v %v", aCall, err)
 	}
 	// Finished calls' audit records are written asynchronously: no event says they are stored.
-	eventually(t, "the calls' audit records", func() bool { return snapshot(t, srv, names.AuditStream())[names.AuditStream()].Msgs >= 2 })
+	testenv.Eventually(t, "the calls' audit records", func() bool { return snapshot(t, srv, names.AuditStream())[names.AuditStream()].Msgs >= 2 })
 	js, err := jetstream.New(coordinatorConn)
 	if err != nil {
 		t.Fatal(err)

@@ -183,7 +183,7 @@ func countAudited(t *testing.T, nc *nats.Conn, decision string, want int) int {
 	subject := "toolbus.audit." + decision
 	var n int
 	// Records are written without waiting; wait for them to be stored.
-	eventually(t, "audit records", func() bool {
+	testenv.Eventually(t, "audit records", func() bool {
 		info, err := stream.Info(testenv.Context(t), jetstream.WithSubjectFilter(subject))
 		if err != nil {
 			t.Fatal(err)
@@ -201,11 +201,7 @@ func countAudited(t *testing.T, nc *nats.Conn, decision string, want int) int {
 // refusal; it does not trust the agent a request names.
 func TestCoordinatorWithoutIdentitiesFailsClosed(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: filepath.Join(deployDir(t), "users.conf")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := testenv.ServerWith(t, natsserver.Config{ConfigFile: filepath.Join(deployDir(t), "users.conf")})
 	as := func(user string) *nats.Conn {
 		return testenv.Connect(t, srv.URL(), deployUser(user, deployPassword(user))...)
 	}

@@ -311,7 +311,7 @@ func TestIndexOldVersionsCollected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the purge markers to expire", func() bool {
+	testenv.Eventually(t, "the purge markers to expire", func() bool {
 		info, err := stream.Info(ctx)
 		return err == nil && info.State.Msgs == uint64(2+written[current].Chunks)
 	})

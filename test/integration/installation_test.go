@@ -85,11 +85,7 @@ func startDeploy(t *testing.T, kind deployKind, payments bool) *deployed {
 			t.Fatal(err)
 		}
 	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir(), ConfigFile: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := testenv.ServerWith(t, natsserver.Config{ConfigFile: conf})
 	d.srv, d.url = srv, srv.URL()
 	return d
 }

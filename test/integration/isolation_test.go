@@ -310,7 +310,7 @@ func testOneAgentsWaitsDoNotStarveAnother(t *testing.T, kind deployKind) {
 	}
 	// No signal says that the coordinator holds A's waits: ask until it
 	// refuses one more.
-	eventually(t, "A's waits to reach its limit", func() bool {
+	testenv.Eventually(t, "A's waits to reach its limit", func() bool {
 		code, err := rawWait(ctx, connA, "calls.events", map[string]any{"call_id": held.CallID, "after": 1 << 40, "wait_ms": 1})
 		return err == nil && code == messages.CodeTooManyRequests
 	})

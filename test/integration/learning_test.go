@@ -122,7 +122,7 @@ func startLearningEnv(t *testing.T, mutate func(*coordinator.Config)) *learningE
 	env.agent = func(name string) *client.Client { return testenv.Client(t, srv.URL(), client.Options{Agent: name}) }
 	// The worker's tools are in the coordinator's index.
 	c := env.agent("setup")
-	eventually(t, "the tools to be discoverable", func() bool {
+	testenv.Eventually(t, "the tools to be discoverable", func() bool {
 		r, err := c.Discover(testenv.Context(t), messages.DiscoverRequest{Query: "image"})
 		return err == nil && len(r.Hits) > 0
 	})
@@ -373,7 +373,7 @@ func TestDiscoveryLearnsFromUse(t *testing.T) {
 		return r.Hits[0].Name
 	}
 	newcomer := newAgent("newcomer")
-	eventually(t, "the tools in the index", func() bool { return first(newcomer, "image viewer") == "media-view_image" })
+	testenv.Eventually(t, "the tools in the index", func() bool { return first(newcomer, "image viewer") == "media-view_image" })
 	if got := first(newcomer, "show me a picture"); got == "media-view_image" {
 		t.Fatalf("show me a picture finds %s before any use: the test shows nothing", got)
 	}
@@ -383,7 +383,7 @@ func TestDiscoveryLearnsFromUse(t *testing.T) {
 		env.turn(t, newAgent(name), "turn-"+name, "media-view_image", "show me a picture", "image viewer")
 		evidenceOf(t, kv, "media-view_image", name, nil)
 	}
-	eventually(t, "show me a picture to find the viewer first", func() bool { return first(newcomer, "show me a picture") == "media-view_image" })
+	testenv.Eventually(t, "show me a picture to find the viewer first", func() bool { return first(newcomer, "show me a picture") == "media-view_image" })
 
 	// Mallory searches for the forecast and calls the file deleter, again
 	// and again: its evidence is one agent's, capped at one unit a term.
@@ -410,7 +410,7 @@ func TestDiscoveryLearnsFromUse(t *testing.T) {
 	if _, err := newcomer.Operator().SetLearning(ctx, false, "a test"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the learned fields to go", func() bool { return first(newcomer, "show me a picture") != "media-view_image" })
+	testenv.Eventually(t, "the learned fields to go", func() bool { return first(newcomer, "show me a picture") != "media-view_image" })
 }
 
 // TestUsageEvidenceNamesTheUser: with identities, each record names, as a
@@ -424,7 +424,7 @@ func TestUsageEvidenceNamesTheUser(t *testing.T) {
 	}})
 	ctx := testenv.Context(t)
 	c := agentClient(t, as("agent_a"), "support-bot")
-	eventually(t, "the viewer to be discoverable", func() bool {
+	testenv.Eventually(t, "the viewer to be discoverable", func() bool {
 		r, err := c.Discover(ctx, messages.DiscoverRequest{Query: "image"})
 		return err == nil && len(r.Hits) > 0
 	})

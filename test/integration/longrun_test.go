@@ -130,7 +130,7 @@ func TestCancelBeforeAWorkerTakesIt(t *testing.T) {
 	if _, err := c.Call(ctx, "t-count", map[string]string{"label": "next"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the cancelled call to be acknowledged unrun", func() bool {
+	testenv.Eventually(t, "the cancelled call to be acknowledged unrun", func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Consumer == 2
 	})
@@ -487,7 +487,7 @@ func TestCommittedCallIsNotRunAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the redelivered call to be acknowledged", func() bool {
+	testenv.Eventually(t, "the redelivered call to be acknowledged", func() bool {
 		info, err := consumer.Info(ctx)
 		return err == nil && info.NumRedelivered == 0 && info.NumAckPending == 0 && info.NumPending == 0 && info.Delivered.Consumer >= 2
 	})
@@ -658,7 +658,7 @@ func TestSweepEndsACallNoWorkerTook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the swept call to be acknowledged unrun", func() bool {
+	testenv.Eventually(t, "the swept call to be acknowledged unrun", func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Consumer >= 1
 	})

@@ -1,16 +1,12 @@
 package integration
 
 import (
-	"os"
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.CleanupBinaries()
-	removeInstallation()
-	removeInstalled()
-	os.Exit(code)
+	leaks.Main(m, testenv.CleanupBinaries, removeInstallation, removeInstalled)
 }

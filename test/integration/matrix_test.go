@@ -196,7 +196,7 @@ match:
 		c := agentClient(t, as(a.user), a.agent)
 		d := &agentData{user: a.user, agent: a.agent, route: deployRoutes[a.user], turn: "turn-" + a.user}
 		// A search of the turn makes the call that follows usage evidence.
-		eventually(t, "word_count to be discoverable", func() bool {
+		testenv.Eventually(t, "word_count to be discoverable", func() bool {
 			r, err := c.Discover(ctx, messages.DiscoverRequest{Query: "count words"})
 			return err == nil && slices.Contains(discovered(r), "demo-word_count")
 		})
@@ -257,7 +257,7 @@ match:
 	}
 	awaitManifest(t, watchManifests(t, index), "an index of every tool", func(m discovery.Manifest) bool { return m.Tools == tools })
 	// Finished calls' audit records are written asynchronously: no event says they are stored.
-	eventually(t, "the calls' audit records", func() bool { return snapshot(t, srv, names.AuditStream())[names.AuditStream()].Msgs > 0 })
+	testenv.Eventually(t, "the calls' audit records", func() bool { return snapshot(t, srv, names.AuditStream())[names.AuditStream()].Msgs > 0 })
 	usageKV, err := js.KeyValue(ctx, names.UsageBucket())
 	if err != nil {
 		t.Fatal(err)

@@ -102,7 +102,7 @@ namespaces:
 	want := map[string]messages.Delivery{"pets-createPet": messages.DeliveryAtMostOnce, "pets-replacePets": messages.DeliveryAtLeastOnce}
 	got := map[string]messages.Delivery{}
 	// The coordinator's catalog follows the worker's registration a moment later.
-	eventually(t, "the coordinator to list the API's tools", func() bool {
+	testenv.Eventually(t, "the coordinator to list the API's tools", func() bool {
 		list, err := c.ListTools(ctx, messages.ListToolsRequest{})
 		if err != nil {
 			t.Fatal(err)

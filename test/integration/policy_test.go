@@ -302,7 +302,7 @@ func TestPolicyFileReloadsAndApprovalsFromTheCLI(t *testing.T) {
 	}
 	writeFile(t, file, "default: allow\nrules:\n  - {tool: \"demo:echo\", effect: ask, reason: echo needs a nod}\n")
 	var callID string
-	eventually(t, "the new policy", func() bool {
+	testenv.Eventually(t, "the new policy", func() bool {
 		r, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"nodded"}`)})
 		if err == nil && r.State == messages.StateAwaitingApproval {
 			callID = r.CallID

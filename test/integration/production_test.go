@@ -46,17 +46,6 @@ func documentedCommands(t *testing.T, section string) [][]string {
 	return blocks
 }
 
-// freeAddress is a loopback address nobody listened on a moment ago.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // installed holds the binaries the first command of "Production on one
 // host" installs, for every test of the package that runs them.
 var installedBin struct {
@@ -177,7 +166,7 @@ func TestProductionOnOneHost(t *testing.T) {
 		t.Fatalf("the section's first block has %d commands (at most 5), then the usage: %v", len(blocks[0]), blocks)
 	}
 	dir := filepath.Join(t.TempDir(), "toolbus")
-	natsAddr, consoleAddr, mcpAddr := freeAddress(t), freeAddress(t), freeAddress(t)
+	natsAddr, consoleAddr, mcpAddr := testenv.FreeAddress(t), testenv.FreeAddress(t), testenv.FreeAddress(t)
 	root := filepath.Dir(filepath.Dir(deployDir(t)))
 	install := blocks[0]
 	bin := installDocumented(t, install[0], root, os.Environ())
@@ -294,7 +283,7 @@ func TestProductionOnOneHost(t *testing.T) {
 		up.waitLine(t, testenv.Patience, "did not start the killed indexer again", func(line string) bool {
 			return strings.Contains(line, "indexer stopped") && strings.Contains(line, "starting it again")
 		})
-		eventually(t, "a new indexer process", func() bool {
+		testenv.Eventually(t, "a new indexer process", func() bool {
 			pid := childOf(t, up.cmd.Process.Pid, "indexer")
 			return pid > 0 && pid != indexer
 		})

@@ -155,7 +155,7 @@ func testHandWrittenRequestInfoIsRefused(t *testing.T, kind deployKind) {
 	const honest = "NATS/1.0\r\nContent-Type: application/json\r\n\r\n"
 	// Hand-written but honest: answered, so the refusals below are the
 	// forgeries'. The demo worker registers its tools on its own time.
-	eventually(t, "an honest hand-written request answered with the demo tools", func() bool {
+	testenv.Eventually(t, "an honest hand-written request answered with the demo tools", func() bool {
 		code, reply := rawAPIRequest(t, d, "agent_a", "tools.list", honest, `{"agent":"support-bot"}`)
 		if code != "" {
 			t.Fatalf("an honest hand-written request: %s %s", code, reply)

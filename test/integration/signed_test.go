@@ -110,7 +110,7 @@ func TestNamespaceAddedWhileCallsRun(t *testing.T) {
 	ctx := testenv.Context(t)
 	a := agentClient(t, d.as(t, "agent_a"), "support-bot")
 	bg := runCallsInBackground(t, a)
-	eventually(t, "the demo calls to run", func() bool { return bg.done.Load() > 0 })
+	testenv.Eventually(t, "the demo calls to run", func() bool { return bg.done.Load() > 0 })
 
 	if _, err := os.Stat(in.CredsFile("worker_payments")); err == nil {
 		t.Fatal("credentials of payments before it was added")
@@ -125,7 +125,7 @@ func TestNamespaceAddedWhileCallsRun(t *testing.T) {
 	workerConn := d.as(t, "worker_payments")
 	testenv.Worker(t, "", worker.Config{Conn: workerConn}, worker.Namespace{Name: "payments", Tools: []worker.Tool{count.tool()}})
 	var res *messages.CallResult
-	eventually(t, "the first payments call served", func() bool {
+	testenv.Eventually(t, "the first payments call served", func() bool {
 		res, err = a.Call(ctx, "payments-count", map[string]string{"label": "first"})
 		return err == nil
 	})
@@ -160,7 +160,7 @@ func TestNamespaceAddedWhileCallsRun(t *testing.T) {
 	if paymentsConn.IsConnected() {
 		t.Fatal("a connection of the removed namespace is still connected")
 	}
-	eventually(t, "the removed namespace's worker to be disconnected", func() bool { return !workerConn.IsConnected() })
+	testenv.Eventually(t, "the removed namespace's worker to be disconnected", func() bool { return !workerConn.IsConnected() })
 	workerConn.Close() // it would try to reconnect for ever
 	if nc, err := nats.Connect(d.url, nats.UserCredentials(kept)); err == nil {
 		nc.Close()
@@ -170,7 +170,7 @@ func TestNamespaceAddedWhileCallsRun(t *testing.T) {
 		t.Error("the removed namespace's credentials are still in the installation")
 	}
 	before := bg.done.Load()
-	eventually(t, "demo calls after the removal", func() bool { return bg.done.Load() > before+2 })
+	testenv.Eventually(t, "demo calls after the removal", func() bool { return bg.done.Load() > before+2 })
 	bg.stop()
 	if n := bg.failed.Load(); n > 0 {
 		t.Fatalf("%d demo calls failed while namespaces were added and removed: %v", n, bg.firstErr.Load())
@@ -208,7 +208,7 @@ func TestAgentRevokedWhileCallsRun(t *testing.T) {
 	if res, err := b.Call(ctx, "demo-echo", map[string]string{"text": "before"}); err != nil || res.Status != messages.StateCompleted {
 		t.Fatalf("B before its revocation: %+v %v", res, err)
 	}
-	eventually(t, "A's calls to run", func() bool { return bgA.done.Load() > 0 })
+	testenv.Eventually(t, "A's calls to run", func() bool { return bgA.done.Load() > 0 })
 
 	change, err := d.in.RevokeAgent("agent_b")
 	if err != nil {
@@ -229,7 +229,7 @@ func TestAgentRevokedWhileCallsRun(t *testing.T) {
 		t.Fatal("the revoked user's call was served")
 	}
 	before := bgA.done.Load()
-	eventually(t, "A's calls after B's revocation", func() bool { return bgA.done.Load() > before+2 })
+	testenv.Eventually(t, "A's calls after B's revocation", func() bool { return bgA.done.Load() > before+2 })
 	bgA.stop()
 	if n := bgA.failed.Load(); n > 0 {
 		t.Fatalf("%d of A's calls failed while B was revoked: %v", n, bgA.firstErr.Load())
@@ -268,7 +268,7 @@ func TestExpiredUserIsRefused(t *testing.T) {
 	receive(t, closed, "the expired user's connection to be closed")
 	// A JWT expires by the second: the server accepts it within the second
 	// its expiry names, and refuses it from the next.
-	eventually(t, "the expired credentials to be refused", func() bool {
+	testenv.Eventually(t, "the expired credentials to be refused", func() bool {
 		nc, err := nats.Connect(d.url, nats.UserCredentials(d.in.CredsFile("shortlived")))
 		if err == nil {
 			nc.Close()

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -275,7 +274,7 @@ func listNamespace(t *testing.T, c *client.Client, url, ns string) map[string]me
 		}
 	}
 	out := map[string]messages.ToolEntry{}
-	eventually(t, "the coordinator to list namespace "+ns, func() bool {
+	testenv.Eventually(t, "the coordinator to list namespace "+ns, func() bool {
 		reply, err := c.ListTools(testenv.Context(t), messages.ListToolsRequest{Namespace: ns})
 		if err != nil {
 			t.Fatal(err)
@@ -453,22 +452,11 @@ func TestMCPSourceOverStdio(t *testing.T) {
 	}
 }
 
-// freePort returns a loopback port that nothing listened on a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // startEverythingHTTP runs the reference server's streamable HTTP transport
 // on a free port and returns its address.
 func startEverythingHTTP(t *testing.T, server string) (*testenv.Process, string) {
 	t.Helper()
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	p := testenv.Start(t, "/usr/bin/env", "PORT="+strconv.Itoa(port), server, "streamableHttp")
 	p.WaitLine(t, "listening on port "+strconv.Itoa(port))
 	return p, "http://127.0.0.1:" + strconv.Itoa(port)

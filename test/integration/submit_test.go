@@ -53,7 +53,7 @@ func TestPlainNATSClient(t *testing.T) {
 	// registration in the background.
 	var reply *nats.Msg
 	var out map[string]any
-	eventually(t, "the demo tools to be listed", func() bool {
+	testenv.Eventually(t, "the demo tools to be listed", func() bool {
 		reply, out = request("toolbus.api.tools.list", `{"namespace":"demo"}`)
 		tools, _ := out["tools"].([]any)
 		return len(tools) == len(demo.Tools())

@@ -316,9 +316,14 @@ func TestMetricsCountTheCallsMade(t *testing.T) {
 
 	echo := map[string]string{"toolbus_tool": "demo-echo", "toolbus_namespace": "demo"}
 	completed := map[string]string{"toolbus_tool": "demo-echo", "toolbus_namespace": "demo", "toolbus_state": "completed"}
+	demoNS := map[string]string{"toolbus_namespace": "demo"}
+	// A call's slot is released after its end is counted: both are waited for.
 	workerFigures := awaitFigures(t, workerAddr, func(f map[string]*dto.MetricFamily) error {
 		if got := figure(f, "toolbus_calls_finished_total", completed); got != calls {
 			return fmt.Errorf("%v calls finished, want %d", got, calls)
+		}
+		if got := figure(f, "toolbus_worker_slots_busy", demoNS); got != 0 {
+			return fmt.Errorf("worker slots busy %v with no call running", got)
 		}
 		return nil
 	})
@@ -332,12 +337,8 @@ func TestMetricsCountTheCallsMade(t *testing.T) {
 			t.Errorf("worker %s = %v, want %v", name, got, want)
 		}
 	}
-	demoNS := map[string]string{"toolbus_namespace": "demo"}
 	if got := figure(workerFigures, "toolbus_worker_slots_total", demoNS); got != 7 {
 		t.Errorf("worker slots total %v, want 7", got)
-	}
-	if got := figure(workerFigures, "toolbus_worker_slots_busy", demoNS); got != 0 {
-		t.Errorf("worker slots busy %v with no call running", got)
 	}
 
 	coordFigures := scrape(t, coordAddr)

@@ -140,7 +140,7 @@ namespaces:
 	want := []string{"kit-add", "kit-createPet", "kit-echo", "kit-get-annotated-message", "kit-get-resource-links",
 		"kit-get-resource-reference", "kit-get-structured-content", "kit-get-tiny-image", "kit-pets_list", "kit-simulate-research-query"}
 	tools := map[string]messages.ToolEntry{}
-	eventually(t, "the coordinator to list the worker's tools", func() bool {
+	testenv.Eventually(t, "the coordinator to list the worker's tools", func() bool {
 		list, err := c.ListTools(ctx, messages.ListToolsRequest{Namespace: "kit"})
 		if err != nil {
 			t.Fatal(err)
@@ -195,7 +195,7 @@ namespaces:
 
 	// Discovery finds a tool by its configured description, under its
 	// new name, and never a tool left out.
-	eventually(t, "discovery to find kit-add", func() bool {
+	testenv.Eventually(t, "discovery to find kit-add", func() bool {
 		r, err := c.Discover(ctx, messages.DiscoverRequest{Query: "sum of the numbers arithmetic"})
 		return err == nil && len(r.Hits) > 0 && r.Hits[0].Name == "kit-add"
 	})

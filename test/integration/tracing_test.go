@@ -41,7 +41,7 @@ func TestTraceContextFollowsTheCall(t *testing.T) {
 	// The coordinator may end its span after the worker ended its own: a
 	// quiet submit's call runs once it is queued, while the coordinator
 	// still finishes the submit.
-	eventually(t, "the coordinator's and the worker's spans to end", func() bool {
+	testenv.Eventually(t, "the coordinator's and the worker's spans to end", func() bool {
 		for _, s := range rec.Ended() {
 			name := s.Name()
 			if strings.HasPrefix(name, "send ") || strings.HasPrefix(name, "process ") {
@@ -83,7 +83,7 @@ func TestWorkerSpansCarryTheOutcome(t *testing.T) {
 		worker.Namespace{Name: "spans", Tools: []worker.Tool{sayTool(), fail, g.tool()}})
 	c := testenv.Client(t, srv.URL(), client.Options{})
 	ctx := testenv.Context(t)
-	eventually(t, "the tools to be listed", func() bool {
+	testenv.Eventually(t, "the tools to be listed", func() bool {
 		reply, err := c.ListTools(ctx, messages.ListToolsRequest{Namespace: "spans"})
 		return err == nil && len(reply.Tools) == 3
 	})
@@ -128,7 +128,7 @@ func TestWorkerSpansCarryTheOutcome(t *testing.T) {
 	// Each call's two spans, by call ID.
 	type pair struct{ process, execute sdktrace.ReadOnlySpan }
 	var spans map[string]*pair
-	eventually(t, "the worker's spans to end", func() bool {
+	testenv.Eventually(t, "the worker's spans to end", func() bool {
 		spans = map[string]*pair{}
 		for _, s := range rec.Ended() {
 			var id string

@@ -46,7 +46,7 @@ func TestTurnsGetAnswersTheSavedState(t *testing.T) {
 	c := testenv.Client(t, srv.URL(), client.Options{Agent: "support"})
 	ctx := testenv.Context(t)
 
-	eventually(t, "the tools to be in the catalog", func() bool {
+	testenv.Eventually(t, "the tools to be in the catalog", func() bool {
 		_, err := c.Activate(ctx, "t-state", "catalog-details")
 		return err == nil
 	})
@@ -195,7 +195,7 @@ func TestDiscoverySelectionsSurviveBriefUnavailability(t *testing.T) {
 	ctx := testenv.Context(t)
 	const turn = "t-brief"
 
-	eventually(t, "the forecast to be discoverable", func() bool {
+	testenv.Eventually(t, "the forecast to be discoverable", func() bool {
 		r, err := c.Discover(ctx, messages.DiscoverRequest{Query: "weather-forecast"})
 		return err == nil && len(r.Hits) > 0
 	})
@@ -235,7 +235,7 @@ func TestDiscoverySelectionsSurviveBriefUnavailability(t *testing.T) {
 	if err := w.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the stopped worker's tools to be hidden", func() bool {
+	testenv.Eventually(t, "the stopped worker's tools to be hidden", func() bool {
 		got, l := visible()
 		if len(l.Dropped) > 0 {
 			t.Fatalf("unavailable tools reported dropped: %v", l.Dropped)
@@ -246,7 +246,7 @@ func TestDiscoverySelectionsSurviveBriefUnavailability(t *testing.T) {
 
 	// It starts again: shown again.
 	testenv.Worker(t, srv.URL(), worker.Config{}, weather())
-	eventually(t, "the tools to show again", func() bool {
+	testenv.Eventually(t, "the tools to show again", func() bool {
 		got, _ := visible()
 		return slices.Equal(got, both)
 	})
@@ -255,7 +255,7 @@ func TestDiscoverySelectionsSurviveBriefUnavailability(t *testing.T) {
 	if err := ops.Operator().SetToolEnabled(ctx, "weather-forecast", false, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the disabled tool to be hidden", func() bool {
+	testenv.Eventually(t, "the disabled tool to be hidden", func() bool {
 		got, l := visible()
 		if len(l.Dropped) > 0 {
 			t.Fatalf("a disabled tool reported dropped: %v", l.Dropped)
@@ -266,7 +266,7 @@ func TestDiscoverySelectionsSurviveBriefUnavailability(t *testing.T) {
 	if err := ops.Operator().SetToolEnabled(ctx, "weather-forecast", true, ""); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the enabled tool to show again", func() bool {
+	testenv.Eventually(t, "the enabled tool to show again", func() bool {
 		got, _ := visible()
 		return slices.Equal(got, both)
 	})
@@ -276,7 +276,7 @@ func TestDiscoverySelectionsSurviveBriefUnavailability(t *testing.T) {
 	if err := fx.Store.DeleteTool(ctx, messages.ToolName{Namespace: "weather", Method: "forecast"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the removed tool to be dropped", func() bool {
+	testenv.Eventually(t, "the removed tool to be dropped", func() bool {
 		got, l := visible()
 		if slices.Contains(got, "weather-forecast") {
 			return false
@@ -354,7 +354,7 @@ func TestDiscoveryToolFilters(t *testing.T) {
 		slices.Sort(names)
 		return names
 	}
-	eventually(t, "both tools to be discoverable", func() bool {
+	testenv.Eventually(t, "both tools to be discoverable", func() bool {
 		return slices.Equal(find(map[string]any{"query": "send message"}), []string{"mail-send", "weather-send_alert"})
 	})
 	if got := find(map[string]any{"query": "send message", "namespaces": []string{"mail"}}); !slices.Equal(got, []string{"mail-send"}) {
@@ -423,7 +423,7 @@ tool:
 		return namesOf(l)
 	}
 	critical, base, onDemand := "weather-current_conditions", "weather-forecast", "weather-history"
-	eventually(t, "the tools to be listed", func() bool {
+	testenv.Eventually(t, "the tools to be listed", func() bool {
 		return slices.Equal(shown(messages.ListToolsRequest{}), []string{critical, base})
 	})
 	if got := shown(messages.ListToolsRequest{Chosen: []string{onDemand}}); !slices.Equal(got, []string{critical, base, onDemand}) {

@@ -100,7 +100,7 @@ namespaces:
 	)
 	// The worker has registered its tools; the coordinator's view of the
 	// catalog follows them.
-	eventually(t, "toolbus tools to list the renamed operation", func() bool {
+	testenv.Eventually(t, "toolbus tools to list the renamed operation", func() bool {
 		out, err = exec.Command(testenv.Binary(t, "./cmd/toolbus"), "--server", srv.URL(), "tools").CombinedOutput()
 		if err != nil {
 			t.Fatalf("toolbus tools: %v\n%s", err, out)
@@ -201,7 +201,7 @@ paths:
 		return string(out)
 	}
 	var out string
-	eventually(t, "toolbus tools to list demo-greet", func() bool {
+	testenv.Eventually(t, "toolbus tools to list demo-greet", func() bool {
 		out = cli("tools")
 		return strings.Contains(out, "demo-greet")
 	})
@@ -222,7 +222,7 @@ paths:
 func TestConfiguredHTTPServerAwayAtStart(t *testing.T) {
 	t.Parallel()
 	server := everythingServer(t)
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(testenv.FreePort(t))
 	startServer := func() *testenv.Process {
 		p := testenv.Start(t, "/usr/bin/env", "PORT="+port, server, "streamableHttp")
 		p.WaitLine(t, "listening on port "+port)
@@ -267,7 +267,7 @@ namespaces:
 	first := startServer()
 	w := testenv.Start(t, bin, "--server", srv.URL(), "--config", config, "--id", "first")
 	w.WaitLine(t, "worker first ready")
-	eventually(t, "remote-get-sum to be available", func() bool { ok, _ := availability("remote-get-sum"); return ok })
+	testenv.Eventually(t, "remote-get-sum to be available", func() bool { ok, _ := availability("remote-get-sum"); return ok })
 	if err := w.Interrupt(t); err != nil {
 		t.Fatalf("first worker: %v", err)
 	}
@@ -282,7 +282,7 @@ namespaces:
 		t.Fatalf("local-echo: %+v %v", res, err)
 	}
 	var reason string
-	eventually(t, "remote-get-sum to be listed unavailable", func() bool {
+	testenv.Eventually(t, "remote-get-sum to be listed unavailable", func() bool {
 		var ok bool
 		ok, reason = availability("remote-get-sum")
 		return !ok && reason != "not in the catalog"
@@ -296,7 +296,7 @@ namespaces:
 
 	// The server comes; the worker, still running, serves its tools.
 	startServer()
-	eventually(t, "remote-get-sum to be available again", func() bool { ok, _ := availability("remote-get-sum"); return ok })
+	testenv.Eventually(t, "remote-get-sum to be available again", func() bool { ok, _ := availability("remote-get-sum"); return ok })
 	res, err := c.Call(ctx, "remote-get-sum", map[string]any{"a": 40, "b": 2})
 	if err != nil || res.IsError || textOf(res) != "The sum of 40 and 2 is 42." {
 		t.Fatalf("remote-get-sum once the server answers: %+v %v", res, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolbus/toolbus/internal/testenv/leaks"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -55,7 +56,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	leaks.Main(m)
 }
 
 // TestStdioServerEnvironment checks that a stdio server sees the allowed

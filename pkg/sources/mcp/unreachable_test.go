@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -88,12 +87,7 @@ func TestStdioServerThatCannotStartFailsStart(t *testing.T) {
 // connection refused: the HTTP client's words, without the MCP client's
 // layers that repeat themselves, and still a transport error.
 func TestUnreachableServerErrorSaysWhyOnce(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testenv.FreeAddress(t)
 	src, err := New(Config{Name: "gone", URL: "http://" + addr + "/mcp"})
 	if err != nil {
 		t.Fatal(err)

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/toolbus/toolbus/internal/testenv"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/sources/openapi"
 	"github.com/toolbus/toolbus/pkg/worker"
@@ -152,14 +152,9 @@ func TestRelativeServerNeedsABaseURL(t *testing.T) {
 // is handed back for another attempt.
 func TestRefusedConnectionIsRetried(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testenv.FreeAddress(t)
 	tools := startSource(t, openapi.Config{Name: "x", Namespace: "x", Spec: writeSpec(t, claimsSpec), BaseURL: "http://" + addr})
-	_, err = tools["respond"].Handler.Handle(context.Background(), &worker.Call{ID: "c1", Arguments: []byte(`{"kind":"text"}`), Attempt: 1})
+	_, err := tools["respond"].Handler.Handle(context.Background(), &worker.Call{ID: "c1", Arguments: []byte(`{"kind":"text"}`), Attempt: 1})
 	if !errors.Is(err, worker.ErrRetry) {
 		t.Fatalf("a refused connection: %v, want a retry", err)
 	}
