@@ -139,6 +139,9 @@ func (q *callQueue) sendWith(ctx context.Context, call *messages.CallRequest, fi
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}
 	queuedMsg.Header.Set(messages.HeaderMsgID, msgID)
+	// This coordinator sends a cancel notice before it decides whether the
+	// call was delivered: workers may trust their notices (calls.cancel).
+	queuedMsg.Header.Set(messages.HeaderVersion, messages.NoticeVersion)
 	if first {
 		filter, err := q.names.CallQueuedFilter(bucket, call.CallID)
 		if err != nil {

@@ -214,7 +214,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 		usage:     c.learning.recorder,
 	}
 	c.switches = &toolSwitches{catalog: view, store: catalog.NewStore(catalogKV)}
-	c.calls = &calls{ledger: c.ledger, wait: c.cfg.UnavailableWait, turns: turns, approvals: c.approvals, nc: c.nc, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
+	c.calls = &calls{ledger: c.ledger, wait: c.cfg.UnavailableWait, turns: turns, approvals: c.approvals, nc: c.nc, js: c.js, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
 	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, catalog: view, depths: c.depths, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, unavailableWait: c.cfg.UnavailableWait, log: c.log}
 }
 
