@@ -134,7 +134,7 @@ func (q *callQueue) sendWith(ctx context.Context, call *messages.CallRequest, fi
 		return err
 	}
 	bucket := messages.TurnBucket(call.Turn)
-	queuedMsg, err := q.writes.EventMsg(bucket, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
+	queuedMsg, err := q.writes.EventMsg(bucket, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call, Audit: queuedAuditOf(ctx)})
 	if err != nil {
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}

@@ -235,6 +235,11 @@ func (e *CallEvent) decodeFast(d *reader) error {
 				e.Result = new(CallResult)
 				err = e.Result.decodeFast(d)
 			}
+		case "audit":
+			if !d.nilNext() {
+				e.Audit = new(QueuedAudit)
+				err = d.decodeReflect(e.Audit)
+			}
 		default:
 			err = d.skipUnknown()
 		}

@@ -285,7 +285,7 @@ func (r CallRequest) appendMsgpack(w *packer) {
 func (e CallEvent) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, e) }
 
 func (e CallEvent) appendMsgpack(w *packer) {
-	w.header(3 + count(e.Attempt != 0, e.Worker != "", e.Request != nil, e.Progress != nil, e.Log != nil, e.Cancel != nil, e.Approval != nil, e.Result != nil))
+	w.header(3 + count(e.Attempt != 0, e.Worker != "", e.Request != nil, e.Progress != nil, e.Log != nil, e.Cancel != nil, e.Approval != nil, e.Result != nil, e.Audit != nil))
 	w.str("call_id", e.CallID)
 	w.str("kind", string(e.Kind))
 	w.time("time", e.Time)
@@ -315,6 +315,10 @@ func (e CallEvent) appendMsgpack(w *packer) {
 	}
 	if e.Result != nil {
 		w.value("result", e.Result)
+	}
+	if e.Audit != nil {
+		w.key("audit")
+		w.putReflect(e.Audit)
 	}
 }
 
