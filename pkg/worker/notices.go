@@ -43,6 +43,8 @@ const (
 	// noticeMargin is how long past its call's deadline a notice is held,
 	// beyond which no worker starts the call anyway.
 	noticeMargin = time.Minute
+	// confirmTimeout bounds a confirmation's flush and request.
+	confirmTimeout = 10 * time.Second
 )
 
 // cancelNotices are the cancel notices of one namespace that its worker
@@ -220,6 +222,8 @@ func (n *cancelNotices) distrust() {
 // never trusted.
 func (n *cancelNotices) confirm(ctx context.Context) {
 	n.trust.Store(nil)
+	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	defer cancel()
 	reconnects := n.nc.Stats().Reconnects
 	dropped, err := n.sub.Dropped()
 	if err != nil {
