@@ -488,12 +488,12 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 			defer w.bg.Done()
 			notices.run(runCtx)
 		}()
-		// Confirmed before the first pull: the calls queued from now on
-		// need no read before they run (see cancelNotices).
-		notices.confirm(ctx)
 		if err := w.sendHeartbeat(ctx, store, ns); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
+		// Confirmed before the first pull: the calls queued from now on
+		// need no read before they run (see cancelNotices).
+		notices.confirm(ctx)
 	}
 	for _, ns := range nss {
 		durable, _ := w.names.NamespaceConsumer(ns.Name)
