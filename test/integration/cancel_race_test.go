@@ -131,3 +131,46 @@ func TestCancelAroundDeliveryNeverRunsACancelledCall(t *testing.T) {
 		t.Fatalf("the cancels did not straddle delivery (%d cancelled unrun, %d run): nothing was raced", cancelledUnrun, runs)
 	}
 }
+
+// TestCancelWhileTheWorkerIsAwayIsNotRun: a call cancelled while its
+// namespace's only worker is cut off from the server (its notice is lost)
+// is not run when the worker comes back and takes it: the worker's
+// notices are not complete for a call queued before it confirmed its
+// subscription again, so it reads the call's record first. The calls
+// queued after that run as usual.
+func TestCancelWhileTheWorkerIsAwayIsNotRun(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	proxy := testenv.NewProxy(t, srv.Addr().String())
+	cnt := newCounter()
+	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL())}, worker.Namespace{Name: "t", Tools: []worker.Tool{cnt.tool()}})
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	ctx := testenv.Context(t)
+	if _, err := c.Call(ctx, "t-count", map[string]string{"label": "before"}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(`{"label":"while away"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := c.Cancel(ctx, r.CallID, "while the worker was away")
+	if err != nil || (reply.Outcome != messages.CancelDone && reply.Outcome != messages.CancelSignalled) {
+		t.Fatalf("cancel: %+v %v", reply, err)
+	}
+	proxy.Restore()
+	res, err := c.Wait(ctx, r.CallID)
+	if err != nil || res.Status != messages.StateCancelled {
+		t.Fatalf("the cancelled call's result: %+v %v", res, err)
+	}
+	// The worker is back: it runs the next call, and has acknowledged the
+	// cancelled one unrun.
+	if _, err := c.Call(ctx, "t-count", map[string]string{"label": "after"}); err != nil {
+		t.Fatal(err)
+	}
+	assertConsumerDrained(t, srv.URL(), "t")
+	if n := cnt.runs(r.CallID); n != 0 {
+		t.Fatalf("the call cancelled while the worker was away ran %d times", n)
+	}
+}
