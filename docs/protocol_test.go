@@ -60,6 +60,7 @@ func TestProtocolExamples(t *testing.T) {
 		"DecideRequest":        func() any { return &messages.DecideRequest{} },
 		"DecideReply":          func() any { return &messages.DecideReply{} },
 		"AuditRecord":          func() any { return &messages.AuditRecord{} },
+		"AuditBatch":           func() any { return &messages.AuditBatch{} },
 		"DiscoverRequest":      func() any { return &messages.DiscoverRequest{} },
 		"DiscoverReply":        func() any { return &messages.DiscoverReply{} },
 		"SubmitBatchRequest":   func() any { return &messages.SubmitBatchRequest{} },

@@ -55,6 +55,21 @@ func TestAudit(t *testing.T) {
 	if err != nil || allowed.IsError {
 		t.Fatalf("%+v %v", allowed, err)
 	}
+	// The allowed call's record is copied into the audit log a moment
+	// after the call is queued; the denial, written at once, comes after
+	// it once it is there.
+	for deadline := time.Now().Add(testenv.Patience); ; time.Sleep(20 * time.Millisecond) {
+		page, err := c.Operator().ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditAllowed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Records) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the allowed call's audit record never came")
+		}
+	}
 	if _, err := c.Call(ctx, "demo-word_count", map[string]string{"text": "one two"}); !strings.Contains(err.Error(), "no counting today") {
 		t.Fatalf("a denied call: %v", err)
 	}

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"time"
@@ -51,4 +52,33 @@ func (a *auditor) record(_ context.Context, decision string, call *messages.Call
 	if _, err := a.js.PublishMsgAsync(msg); err != nil {
 		a.log.Warn("audit record not stored", "decision", decision, "call", call.CallID, "error", err)
 	}
+}
+
+// queuedAudit is what the queued event of a call carries of the decision
+// that let it through: the redacted arguments only when redaction
+// changed them.
+func queuedAudit(decision string, call *messages.CallRequest, def *messages.ToolDefinition, d policy.Decision) *messages.QueuedAudit {
+	qa := &messages.QueuedAudit{Decision: decision, PolicyVersion: d.Version, RuleID: d.RuleID, Reason: d.Reason}
+	if def != nil {
+		if redacted := policy.Redact(def.InputSchema, call.Arguments); !bytes.Equal(redacted, call.Arguments) {
+			qa.Arguments = redacted
+		}
+	}
+	return qa
+}
+
+// queuedAuditKey is the context key of the decision a call's queued event
+// carries.
+type queuedAuditKey struct{}
+
+// withQueuedAudit is ctx carrying the decision that the queued event of
+// the call being submitted records.
+func withQueuedAudit(ctx context.Context, qa *messages.QueuedAudit) context.Context {
+	return context.WithValue(ctx, queuedAuditKey{}, qa)
+}
+
+// queuedAuditOf returns the decision withQueuedAudit gave ctx, or nil.
+func queuedAuditOf(ctx context.Context) *messages.QueuedAudit {
+	qa, _ := ctx.Value(queuedAuditKey{}).(*messages.QueuedAudit)
+	return qa
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/ledger"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -23,7 +24,9 @@ type calls struct {
 	// before anyone decided.
 	approvals *approvals
 	nc        *nats.Conn
-	names     messages.Names
+	// js reads the namespaces' consumers: whether a call was delivered.
+	js    jetstream.JetStream
+	names messages.Names
 	// kept is how long the ledger keeps a call's events.
 	kept time.Duration
 	// wait bounds the retries of a read while JetStream does not answer
@@ -131,6 +134,28 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 			reply.Outcome, reply.State, reply.Result = messages.CancelTooLate, snap.State(), snap.Result.Result
 			return reply, nil
 		case snap.Started == nil:
+			// The notice goes first, then the consumer says whether the
+			// queued event was delivered: if not, every worker hears the
+			// notice before the call reaches it, and none runs it (see
+			// docs/reliability.md, "Cancel before run"); if so, a worker
+			// may hold it, and decides.
+			if err := cs.notify(ctx, snap, info); err != nil {
+				return nil, unavailable(err, "cancel call %s", cr.CallID)
+			}
+			var delivered bool
+			if err := cs.retry(ctx, func(ctx context.Context) (err error) {
+				delivered, err = cs.delivered(ctx, snap)
+				return err
+			}); err != nil {
+				return nil, unavailable(err, "cancel call %s", cr.CallID)
+			}
+			if delivered {
+				if err := cs.requestCancel(ctx, snap, info); err != nil {
+					return nil, err
+				}
+				reply.Outcome, reply.State = messages.CancelSignalled, snap.State()
+				return reply, nil
+			}
 			res := cancelledResult(snap, info)
 			notify := ""
 			if snap.Queued != nil && snap.Queued.Request != nil {
@@ -147,21 +172,11 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 			if err != nil {
 				return nil, unavailable(err, "cancel call %s", cr.CallID)
 			}
-			// A worker may have just taken the call without having recorded
-			// its start yet: it stops the tool on the signal.
-			cs.signalCancel(snap, info)
 			reply.Outcome, reply.State, reply.Result = messages.CancelDone, messages.StateCancelled, &res
 			return reply, nil
 		default:
-			if snap.Cancel == nil {
-				ev := &messages.CallEvent{CallID: cr.CallID, Kind: messages.EventCancel, Time: time.Now().UTC(), Cancel: info}
-				// A cancel event stored twice is the same request twice.
-				if err := cs.retry(ctx, func(ctx context.Context) error {
-					_, err := cs.ledger.Append(ctx, snap.Bucket, snap.Namespace, ev)
-					return err
-				}); err != nil {
-					return nil, unavailable(err, "cancel call %s", cr.CallID)
-				}
+			if err := cs.requestCancel(ctx, snap, info); err != nil {
+				return nil, err
 			}
 			cs.signalCancel(snap, info)
 			reply.Outcome, reply.State = messages.CancelSignalled, messages.StateRunning
@@ -171,22 +186,89 @@ func (cs *calls) cancel(ctx context.Context, cr *messages.CancelRequest) (*messa
 	return nil, messages.Errorf(messages.CodeConflict, "call %s kept changing; try again", cr.CallID)
 }
 
-// signalCancel tells the worker that holds the call, if any, to stop it.
-func (cs *calls) signalCancel(snap *ledger.Snapshot, info *messages.CancelInfo) {
+// requestCancel stores the call's cancel event, unless it has one: what
+// a worker holding the call, or taking it again, finds.
+func (cs *calls) requestCancel(ctx context.Context, snap *ledger.Snapshot, info *messages.CancelInfo) error {
+	if snap.Cancel != nil {
+		return nil
+	}
+	ev := &messages.CallEvent{CallID: snap.CallID, Kind: messages.EventCancel, Time: time.Now().UTC(), Cancel: info}
+	// A cancel event stored twice is the same request twice.
+	if err := cs.retry(ctx, func(ctx context.Context) error {
+		_, err := cs.ledger.Append(ctx, snap.Bucket, snap.Namespace, ev)
+		return err
+	}); err != nil {
+		return unavailable(err, "cancel call %s", snap.CallID)
+	}
+	return nil
+}
+
+// notify sends the call's cancel notice to its namespace's workers and
+// waits until the server has it (a flush): from then on, the server
+// delivers the notice to every worker subscribed before anything it sends
+// them later.
+func (cs *calls) notify(ctx context.Context, snap *ledger.Snapshot, info *messages.CancelInfo) error {
+	if !cs.signalCancel(snap, info) {
+		return errors.New("the cancel notice could not be sent")
+	}
+	fctx, cancel := context.WithTimeout(ctx, cs.waitBound())
+	defer cancel()
+	return cs.nc.FlushWithContext(fctx)
+}
+
+// delivered tells whether the call's queued event was delivered by its
+// namespace's consumer: whether a worker may hold it. A namespace without
+// a consumer delivered nothing.
+func (cs *calls) delivered(ctx context.Context, snap *ledger.Snapshot) (bool, error) {
+	if snap.Queued == nil {
+		return false, nil
+	}
+	durable, err := cs.names.NamespaceConsumer(snap.Namespace)
+	if err != nil {
+		return false, err
+	}
+	c, err := cs.js.Consumer(ctx, cs.names.EventsStream(), durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return c.CachedInfo().Delivered.Stream >= snap.Queued.Seq, nil
+}
+
+// waitBound is cs.wait or its default.
+func (cs *calls) waitBound() time.Duration {
+	if cs.wait > 0 {
+		return cs.wait
+	}
+	return DefaultUnavailableWait
+}
+
+// signalCancel tells the namespace's workers that the call is cancelled:
+// the one that holds it stops it, and one that takes it later does not
+// run it. The notice carries the call's deadline, until which workers
+// keep it. It reports whether the notice was sent.
+func (cs *calls) signalCancel(snap *ledger.Snapshot, info *messages.CancelInfo) bool {
 	if snap.Queued == nil || snap.Queued.Request == nil {
-		return
+		return false
 	}
 	subject, err := cs.names.CancelSubject(snap.Queued.Request.Namespace, snap.CallID)
 	if err != nil {
-		return
+		return false
 	}
 	msg, err := newMsg(subject, info)
 	if err != nil {
-		return
+		return false
+	}
+	if d := snap.Queued.Request.Deadline; !d.IsZero() {
+		msg.Header.Set(messages.HeaderDeadline, d.UTC().Format(time.RFC3339Nano))
 	}
 	if err := cs.nc.PublishMsg(msg); err != nil {
 		cs.log.Warn("cancel signal not sent", "call", snap.CallID, "error", err)
+		return false
 	}
+	return true
 }
 
 func cancelledResult(snap *ledger.Snapshot, info *messages.CancelInfo) messages.CallResult {

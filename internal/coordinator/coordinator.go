@@ -59,6 +59,12 @@ type Config struct {
 	// whose deadline passed without a worker, and for approvals that
 	// expired. Defaults to 5s.
 	SweepInterval time.Duration
+	// AuditCopyInterval is how often an idle coordinator looks for the
+	// decisions of calls queued since, to copy them from their queued
+	// events into the audit stream (docs/security.md, "The audit log").
+	// Defaults to DefaultAuditCopyInterval; a negative value leaves the
+	// copying to other coordinators.
+	AuditCopyInterval time.Duration
 	// SweepGrace is how long past its deadline a queued call may stay before
 	// the sweeper ends it; workers end the calls they hold themselves.
 	// Defaults to 30s.
@@ -153,6 +159,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWaitsPerUser == 0 {
 		c.MaxWaitsPerUser = DefaultMaxWaitsPerUser
+	}
+	if c.AuditCopyInterval == 0 {
+		c.AuditCopyInterval = DefaultAuditCopyInterval
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = 5 * time.Second

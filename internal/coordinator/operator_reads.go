@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -50,9 +51,17 @@ const (
 	// auditConsumerIdle is how long the server keeps a read's consumer
 	// once nothing reads it, should its deletion fail.
 	auditConsumerIdle = 10 * time.Second
-	// auditListCursorPrefix starts every audit.list cursor: the version of its form.
-	auditListCursorPrefix = "a1."
+	// auditListCursorPrefix starts every audit.list cursor: the version of
+	// its form, a position (auditPos) in base 36. Cursors of the form
+	// before, oldAuditListCursorPrefix and a sequence, are still read.
+	auditListCursorPrefix    = "a2."
+	oldAuditListCursorPrefix = "a1."
 )
+
+// auditPos is a record's position in the audit log: its message's
+// sequence, and its index in the message (an AuditBatch holds many
+// records, fewer than 1<<16).
+func auditPos(seq uint64, idx int) uint64 { return seq<<16 | uint64(idx) }
 
 // auditLog answers audit.list for one request. The audit stream allows
 // no direct gets: it is read backwards in windows of sequences, each one
@@ -76,9 +85,9 @@ func (c *Coordinator) listAudit(ctx context.Context, r *messages.AuditListReques
 	return l.list(ctx, r)
 }
 
-// auditEntry is a record the scan kept, with its sequence.
+// auditEntry is a record the scan kept, with its position (auditPos).
 type auditEntry struct {
-	seq uint64
+	pos uint64
 	rec messages.AuditRecord
 }
 
@@ -98,17 +107,25 @@ func (l *auditLog) list(ctx context.Context, r *messages.AuditListRequest) (*mes
 			return nil, messages.Errorf(messages.CodeBadRequest, "decision: %v", err)
 		}
 		filter = []string{subject}
+		if r.Decision == messages.AuditAllowed || r.Decision == messages.AuditRemembered {
+			// Those of queued calls are copied in batches.
+			calls, _ := l.names.AuditSubject(messages.AuditCalls)
+			filter = append(filter, calls)
+		}
 	}
 	limit := r.Limit
 	if limit == 0 {
 		limit = messages.DefaultAuditListLimit
 	}
 	reply := &messages.AuditListReply{Records: []messages.AuditRecord{}}
-	top, floor, err := l.scanRange(ctx, r)
+	top, floor, below, err := l.scanRange(ctx, r)
 	if err != nil || top <= floor {
 		return reply, err
 	}
 	keep := func(rec *messages.AuditRecord) bool {
+		if r.Decision != "" && rec.Decision != r.Decision {
+			return false
+		}
 		if r.Agent != "" && rec.Agent != r.Agent {
 			return false
 		}
@@ -126,7 +143,7 @@ func (l *auditLog) list(ctx context.Context, r *messages.AuditListRequest) (*mes
 	for hi > floor && len(found) < want && scanned < l.budget {
 		span := min(window, hi-floor, uint64(l.budget-scanned))
 		lo := hi - span
-		got, err := l.window(ctx, lo, hi, want-len(found), filter, keep)
+		got, err := l.window(ctx, lo, hi, below, want-len(found), filter, keep)
 		if err != nil {
 			return nil, err
 		}
@@ -138,9 +155,9 @@ func (l *auditLog) list(ctx context.Context, r *messages.AuditListRequest) (*mes
 	switch {
 	case len(found) > limit:
 		found = found[:limit]
-		reply.NextCursor = auditListCursor(found[limit-1].seq)
+		reply.NextCursor = auditListCursor(found[limit-1].pos)
 	case hi > floor:
-		reply.NextCursor = auditListCursor(hi) // the budget ran out first
+		reply.NextCursor = auditListCursor(auditPos(hi, 0)) // the budget ran out first
 	}
 	for _, e := range found {
 		reply.Records = append(reply.Records, e.rec)
@@ -150,12 +167,18 @@ func (l *auditLog) list(ctx context.Context, r *messages.AuditListRequest) (*mes
 
 // scanRange returns the sequences the request's scan reads, [floor, top):
 // from the newest record, or the cursor, or until, down to the first, or
-// since.
-func (l *auditLog) scanRange(ctx context.Context, r *messages.AuditListRequest) (top, floor uint64, err error) {
+// since; and the position (auditPos) the records must be below.
+func (l *auditLog) scanRange(ctx context.Context, r *messages.AuditListRequest) (top, floor, below uint64, err error) {
+	below = math.MaxUint64
 	var cursor uint64
 	if r.Cursor != "" {
-		if cursor, err = parseAuditListCursor(r.Cursor); err != nil {
-			return 0, 0, err
+		if below, err = parseAuditListCursor(r.Cursor); err != nil {
+			return 0, 0, 0, err
+		}
+		// The records of the cursor's message below its index are left.
+		cursor = below >> 16
+		if below&0xffff != 0 {
+			cursor++
 		}
 	}
 	err = l.retry(ctx, func(ctx context.Context) error {
@@ -167,15 +190,15 @@ func (l *auditLog) scanRange(ctx context.Context, r *messages.AuditListRequest) 
 		return nil
 	})
 	if err != nil {
-		return 0, 0, unavailable(err, "read the audit stream's state")
+		return 0, 0, 0, unavailable(err, "read the audit stream's state")
 	}
 	st := l.stream.CachedInfo().State
 	if st.LastSeq == 0 {
-		return 0, 0, nil // nothing was ever recorded
+		return 0, 0, 0, nil // nothing was ever recorded
 	}
 	top, floor = st.LastSeq+1, max(st.FirstSeq, 1)
 	if cursor > top {
-		return 0, 0, messages.Errorf(messages.CodeBadRequest, "cursor %q is past the end of the audit log: pass the next_cursor of a reply unchanged", r.Cursor)
+		return 0, 0, 0, messages.Errorf(messages.CodeBadRequest, "cursor %q is past the end of the audit log: pass the next_cursor of a reply unchanged", r.Cursor)
 	}
 	if cursor != 0 {
 		top = cursor
@@ -183,18 +206,18 @@ func (l *auditLog) scanRange(ctx context.Context, r *messages.AuditListRequest) 
 	if !r.Until.IsZero() {
 		seq, err := l.seqAt(ctx, r.Until, st.LastSeq)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		top = min(top, seq)
 	}
 	if !r.Since.IsZero() {
 		seq, err := l.seqAt(ctx, r.Since, st.LastSeq)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		floor = max(floor, seq)
 	}
-	return top, floor, nil
+	return top, floor, below, nil
 }
 
 // seqAt returns the sequence of the first record stored at or after t,
@@ -212,22 +235,40 @@ func (l *auditLog) seqAt(ctx context.Context, t time.Time, last uint64) (uint64,
 	return seq, nil
 }
 
-// window reads the records of sequences [lo, hi) that the filter
-// subjects and keep let through, and returns the newest room of them,
-// newest first: those older would not be on the page.
-func (l *auditLog) window(ctx context.Context, lo, hi uint64, room int, filter []string, keep func(*messages.AuditRecord) bool) ([]auditEntry, error) {
+// window reads the records of sequences [lo, hi), below the position
+// below, that the filter subjects and keep let through, and returns the
+// newest room of them, newest first: those older would not be on the
+// page. A message on the calls subject is an AuditBatch, whose records
+// are read in order.
+func (l *auditLog) window(ctx context.Context, lo, hi, below uint64, room int, filter []string, keep func(*messages.AuditRecord) bool) ([]auditEntry, error) {
 	var out []auditEntry
+	add := func(pos uint64, rec *messages.AuditRecord) {
+		if pos >= below || !keep(rec) {
+			return
+		}
+		if len(out) == room {
+			out = append(out[:0], out[1:]...)
+		}
+		out = append(out, auditEntry{pos: pos, rec: *rec})
+	}
+	calls, _ := l.names.AuditSubject(messages.AuditCalls)
 	cfg := jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: lo, FilterSubjects: filter}
 	err := l.read(ctx, cfg, auditFetchBatch, func() { out = out[:0] }, func(seq uint64, msg jetstream.Msg) bool {
 		if seq >= hi {
 			return false
 		}
-		var rec messages.AuditRecord
-		if _, err := messages.Decode(messages.Header(msg.Headers()), msg.Data(), &rec); err == nil && keep(&rec) {
-			if len(out) == room {
-				out = append(out[:0], out[1:]...)
+		if msg.Subject() == calls {
+			var batch messages.AuditBatch
+			if _, err := messages.Decode(messages.Header(msg.Headers()), msg.Data(), &batch); err == nil {
+				for i := range batch.Records {
+					add(auditPos(seq, i), &batch.Records[i])
+				}
 			}
-			out = append(out, auditEntry{seq: seq, rec: rec})
+			return true
+		}
+		var rec messages.AuditRecord
+		if _, err := messages.Decode(messages.Header(msg.Headers()), msg.Data(), &rec); err == nil {
+			add(auditPos(seq, 0), &rec)
 		}
 		return true
 	})
@@ -296,11 +337,20 @@ func (l *auditLog) retry(ctx context.Context, op func(ctx context.Context) error
 	return retryRead(ctx, l.wait, op)
 }
 
-// auditListCursor is the cursor that continues a scan below seq.
-func auditListCursor(seq uint64) string { return seqCursor(auditListCursorPrefix, seq) }
+// auditListCursor is the cursor that continues a scan below the position
+// pos (auditPos).
+func auditListCursor(pos uint64) string { return seqCursor(auditListCursorPrefix, pos) }
 
-// parseAuditListCursor reads a cursor made by auditListCursor.
+// parseAuditListCursor reads a cursor made by auditListCursor, or by the
+// form before it (a sequence), and returns its position.
 func parseAuditListCursor(cursor string) (uint64, error) {
+	if strings.HasPrefix(cursor, oldAuditListCursorPrefix) {
+		seq, err := parseSeqCursor(oldAuditListCursorPrefix, messages.EndpointAuditList, cursor)
+		if err != nil || seq > math.MaxUint64>>16 {
+			return 0, messages.Errorf(messages.CodeBadRequest, "cursor %q is not one %s gave: pass the next_cursor of a reply unchanged", cursor, messages.EndpointAuditList)
+		}
+		return auditPos(seq, 0), nil
+	}
 	return parseSeqCursor(auditListCursorPrefix, messages.EndpointAuditList, cursor)
 }
 

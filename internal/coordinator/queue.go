@@ -134,11 +134,14 @@ func (q *callQueue) sendWith(ctx context.Context, call *messages.CallRequest, fi
 		return err
 	}
 	bucket := messages.TurnBucket(call.Turn)
-	queuedMsg, err := q.writes.EventMsg(bucket, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call})
+	queuedMsg, err := q.writes.EventMsg(bucket, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call, Audit: queuedAuditOf(ctx)})
 	if err != nil {
 		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
 	}
 	queuedMsg.Header.Set(messages.HeaderMsgID, msgID)
+	// This coordinator sends a cancel notice before it decides whether the
+	// call was delivered: workers may trust their notices (calls.cancel).
+	queuedMsg.Header.Set(messages.HeaderVersion, messages.NoticeVersion)
 	if first {
 		// The subject's IDs were checked as it was made.
 		filter := q.names.QueuedEventFilter(queuedMsg.Subject)

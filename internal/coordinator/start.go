@@ -119,6 +119,7 @@ func (c *Coordinator) startSteps() []startStep {
 			return func(context.Context) error { return sweep.stop() }, nil
 		}},
 		{"", c.startStaleToolSweep},
+		{"", c.startAuditCopier},
 		{"", func(context.Context) (func(context.Context) error, error) {
 			// Started means answering: the server has the subscriptions.
 			return nil, c.nc.FlushTimeout(requestTimeout)
@@ -215,7 +216,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 		usage:     c.learning.recorder,
 	}
 	c.switches = &toolSwitches{catalog: view, store: catalog.NewStore(catalogKV)}
-	c.calls = &calls{ledger: c.ledger, wait: c.cfg.UnavailableWait, turns: turns, approvals: c.approvals, nc: c.nc, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
+	c.calls = &calls{ledger: c.ledger, wait: c.cfg.UnavailableWait, turns: turns, approvals: c.approvals, nc: c.nc, js: c.js, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
 	c.batches = &batches{nc: c.nc, names: c.names, ledger: c.ledger, calls: c.calls, submitter: c.submitter, waits: c.waits, handlers: c.handlers, maxWait: c.cfg.MaxWait, log: c.log}
 	c.follower = &follower{nc: c.nc, names: c.names, ledger: c.ledger, calls: c.calls, waits: c.waits, maxWait: c.cfg.MaxWait}
 	c.logReads = &logReads{nc: c.nc, js: c.js, names: c.names, ledger: c.ledger, view: c.view, depths: c.depths, statsScans: c.statsScans, unavailableWait: c.cfg.UnavailableWait}
@@ -307,4 +308,31 @@ func (c *Coordinator) serveBuiltinTools(ctx context.Context) (func(context.Conte
 		return nil, err
 	}
 	return w.Stop, nil
+}
+
+// startAuditCopier starts copying the decisions of queued calls into the
+// audit stream (auditCopier), unless the configuration leaves it to other
+// coordinators.
+func (c *Coordinator) startAuditCopier(context.Context) (func(context.Context) error, error) {
+	if c.cfg.AuditCopyInterval < 0 {
+		return nil, nil
+	}
+	inbox := transport.NewInbox(c.nc)
+	a := &auditCopier{
+		names: c.names, js: c.js, interval: c.cfg.AuditCopyInterval, log: c.log,
+		events: transport.NewStream(c.nc, inbox, c.names.EventsStream()),
+		audit:  transport.NewStream(c.nc, inbox, c.names.AuditStream()),
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.run(runCtx)
+	}()
+	return func(context.Context) error {
+		cancel()
+		<-done
+		inbox.Close()
+		return nil
+	}, nil
 }

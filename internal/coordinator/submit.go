@@ -144,8 +144,12 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 			return reply, false, err
 		}
 	}
-	if reply, err := p.record(ctx, call, tool, v); reply != nil || err != nil {
+	reply, allowed, err := p.record(ctx, call, tool, v)
+	if reply != nil || err != nil {
 		return reply, false, err
+	}
+	if allowed != nil {
+		ctx = withQueuedAudit(ctx, allowed)
 	}
 	return p.enqueue(ctx, call, sr, then)
 }
@@ -361,21 +365,23 @@ func (p *submitPipeline) authorize(ctx context.Context, call *messages.CallReque
 }
 
 // record keeps what authorize decided: a call that waits for an approval
-// is held, and its reply returned; for any other call the decision is
-// audited and record returns no reply, for the call to be enqueued.
-func (p *submitPipeline) record(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, v verdict) (*messages.SubmitReply, error) {
+// is held, its decision audited, and its reply returned; for any other
+// call record returns no reply, for the call to be enqueued, and the
+// decision to audit, if any, which the call's queued event carries (the
+// audit stream's record is derived from it: auditCopier).
+func (p *submitPipeline) record(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, v verdict) (*messages.SubmitReply, *messages.QueuedAudit, error) {
 	if v.approval != nil {
 		if err := p.approvals.hold(ctx, call, v.approval); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		p.audit(ctx, v.audit, call, &tool.Definition, v.decision, "")
 		p.accepted(ctx, call)
-		return &messages.SubmitReply{CallID: call.CallID, State: messages.StateAwaitingApproval, Approval: v.approval}, nil
+		return &messages.SubmitReply{CallID: call.CallID, State: messages.StateAwaitingApproval, Approval: v.approval}, nil, nil
 	}
-	if v.audit != "" {
-		p.audit(ctx, v.audit, call, &tool.Definition, v.decision, "")
+	if v.audit == "" {
+		return nil, nil, nil
 	}
-	return nil, nil
+	return nil, queuedAudit(v.audit, call, &tool.Definition, v.decision), nil
 }
 
 // enqueue queues the call. Without wait and with then, it returns pending

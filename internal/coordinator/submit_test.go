@@ -386,19 +386,22 @@ rules:
 func TestRecord(t *testing.T) {
 	echo := tool("t-echo", "")
 	call := &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", QueuedAt: time.Now()}
-	t.Run("allowed: audited, nothing held", func(t *testing.T) {
+	t.Run("allowed: the queued event carries the decision, nothing held", func(t *testing.T) {
 		audited := &audits{}
 		p := &submitPipeline{audit: audited.record}
-		reply, err := p.record(context.Background(), call, echo, verdict{audit: messages.AuditAllowed})
-		if reply != nil || err != nil || audited.list() != messages.AuditAllowed {
-			t.Errorf("reply %v, err %v, audited %q", reply, err, audited.list())
+		reply, qa, err := p.record(context.Background(), call, echo, verdict{audit: messages.AuditAllowed, decision: policy.Decision{Version: "v7", RuleID: "r2"}})
+		if reply != nil || err != nil || audited.list() != "" {
+			t.Errorf("reply %v, err %v, audited at once %q; want nothing written", reply, err, audited.list())
+		}
+		if qa == nil || qa.Decision != messages.AuditAllowed || qa.PolicyVersion != "v7" || qa.RuleID != "r2" {
+			t.Errorf("decision for the queued event %+v", qa)
 		}
 	})
 	t.Run("nothing to account for", func(t *testing.T) {
 		audited := &audits{}
 		p := &submitPipeline{audit: audited.record}
-		if reply, err := p.record(context.Background(), call, echo, verdict{}); reply != nil || err != nil || audited.list() != "" {
-			t.Errorf("reply %v, err %v, audited %q", reply, err, audited.list())
+		if reply, qa, err := p.record(context.Background(), call, echo, verdict{}); reply != nil || qa != nil || err != nil || audited.list() != "" {
+			t.Errorf("reply %v, decision %v, err %v, audited %q", reply, qa, err, audited.list())
 		}
 	})
 	t.Run("asked: held for approval", func(t *testing.T) {
@@ -406,7 +409,7 @@ func TestRecord(t *testing.T) {
 		ap, ledger, store := newTestApprovals(t)
 		p := &submitPipeline{audit: audited.record, approvals: ap}
 		approval := &messages.Approval{ApprovalID: "c1", CallID: "c1", State: messages.ApprovalPending}
-		reply, err := p.record(context.Background(), call, echo, verdict{audit: messages.AuditAsked, approval: approval})
+		reply, _, err := p.record(context.Background(), call, echo, verdict{audit: messages.AuditAsked, approval: approval})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -139,6 +139,35 @@ const (
 	AuditRefused = "refused"
 )
 
+// AuditCalls is the subject token ("<prefix>.audit.calls") of the audit
+// stream's AuditBatch messages: the decisions that let calls be queued,
+// copied from their queued events.
+const AuditCalls = "calls"
+
+// QueuedAudit is what a queued event carries of the decision that let its
+// call be queued (allowed or remembered): its audit record, derived from
+// the event into the audit stream (an AuditBatch) by a coordinator.
+type QueuedAudit struct {
+	Decision      string `json:"decision"`
+	PolicyVersion string `json:"policy_version,omitempty"`
+	RuleID        string `json:"rule_id,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+	// Arguments are the arguments as the audit record keeps them, when
+	// redaction changed them; absent, the request's arguments are kept.
+	Arguments JSON `json:"arguments,omitempty"`
+}
+
+// AuditBatch is a message of the audit stream on "<prefix>.audit.calls":
+// the audit records of the calls whose queued events, up to the events
+// stream's sequence Through, carry their decision (QueuedAudit), oldest
+// first. Each batch continues from the one before it (its write is
+// conditional on the subject's last sequence), so a call's record is in
+// exactly one batch.
+type AuditBatch struct {
+	Through uint64        `json:"through"`
+	Records []AuditRecord `json:"records"`
+}
+
 // AuditRecord is one decision about a call, on "<prefix>.audit.<decision>"
 // in the audit stream. Sensitive argument values are redacted.
 type AuditRecord struct {

@@ -295,6 +295,9 @@ type CallEvent struct {
 	Cancel   *CancelInfo  `json:"cancel,omitempty"`
 	Approval *Approval    `json:"approval,omitempty"`
 	Result   *CallResult  `json:"result,omitempty"`
+	// Audit is set on the queued event of a call that the policy let
+	// through: the decision its audit record is derived from.
+	Audit *QueuedAudit `json:"audit,omitempty"`
 }
 
 // Progress of a running call: Progress of Total units (Total 0 when

@@ -22,6 +22,9 @@ import (
 const (
 	HeaderContentType = "Content-Type"
 	HeaderVersion     = "Toolbus-Version"
+	// HeaderDeadline carries, on a cancel notice, the deadline of the call
+	// it cancels (RFC 3339), past which no worker starts the call.
+	HeaderDeadline = "Toolbus-Deadline"
 	// HeaderMsgID is JetStream's de-duplication header; a call's queued
 	// event carries "<call ID>.queued" in it.
 	HeaderMsgID = "Nats-Msg-Id"
@@ -78,6 +81,35 @@ const (
 	// Compatibility): its request and reply bodies are version 3's.
 	PreviousProtocolVersion = "2"
 )
+
+// NoticeVersion labels (Toolbus-Version) the queued events of
+// coordinators that send a call's cancel notice before they decide whether
+// its queued event was delivered (protocol.md, "Cancel notices"): a
+// worker that heard every notice may run such a call without reading its
+// record first. Its major version is ProtocolVersion: a reader of version 3
+// reads it as its own.
+const NoticeVersion = ProtocolVersion + ".1"
+
+// SendsNotices tells whether a queued event's Toolbus-Version says its
+// coordinator sends cancel notices first: version 3.1 or later.
+func SendsNotices(version string) bool {
+	major, ok := MajorVersion(version)
+	if !ok {
+		return false
+	}
+	m, _ := strconv.Atoi(major)
+	current, _ := strconv.Atoi(ProtocolVersion)
+	if m != current {
+		return m > current
+	}
+	_, rest, found := strings.Cut(version, ".")
+	if !found {
+		return false
+	}
+	minor, _, _ := strings.Cut(rest, ".")
+	n, err := strconv.Atoi(minor)
+	return err == nil && n >= 1
+}
 
 // APIVersions are the major versions whose requests the coordinator's
 // API endpoints answer, newest first: this one and the one before.

@@ -291,3 +291,14 @@ func TestAPIAnswersThePreviousVersion(t *testing.T) {
 		t.Errorf("any version: %q %v", v, err)
 	}
 }
+
+func TestSendsNotices(t *testing.T) {
+	for v, want := range map[string]bool{
+		NoticeVersion: true, "3.2": true, "3.10.4": true, "4": true, "12": true,
+		"3": false, "3.0": false, "03": false, "2.5": false, "": false, "v3.1": false, "3.x": false,
+	} {
+		if got := SendsNotices(v); got != want {
+			t.Errorf("SendsNotices(%q) = %v, want %v", v, got, want)
+		}
+	}
+}

@@ -592,7 +592,7 @@ func (m *ResultError) decodeFast(d *reader) error {
 func (m CallEvent) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
 
 func (m CallEvent) appendMsgpack(w *packer) {
-	w.header(3 + count(m.Attempt != 0, m.Worker != "", m.Request != nil, m.Progress != nil, m.Log != nil, m.Cancel != nil, m.Approval != nil, m.Result != nil))
+	w.header(3 + count(m.Attempt != 0, m.Worker != "", m.Request != nil, m.Progress != nil, m.Log != nil, m.Cancel != nil, m.Approval != nil, m.Result != nil, m.Audit != nil))
 	w.b = append(w.b, "\xa7call_id"...)
 	w.putStr(m.CallID)
 	w.b = append(w.b, "\xa4kind"...)
@@ -630,6 +630,10 @@ func (m CallEvent) appendMsgpack(w *packer) {
 	if m.Result != nil {
 		w.b = append(w.b, "\xa6result"...)
 		m.Result.appendMsgpack(w)
+	}
+	if m.Audit != nil {
+		w.b = append(w.b, "\xa5audit"...)
+		w.putReflect(m.Audit)
 	}
 }
 
@@ -710,6 +714,15 @@ func (m *CallEvent) decodeFast(d *reader) error {
 			if !d.nilNext() {
 				m.Result = new(CallResult)
 				err = m.Result.decodeFast(d)
+			}
+		case "audit":
+			if !d.nilNext() {
+				v := new(QueuedAudit)
+				m.Audit = v
+				var raw []byte
+				if raw, err = d.raw(); err == nil {
+					_, err = decodeReflect(raw, v)
+				}
 			}
 		default:
 			err = d.skipWithin(maxMessageDepth - d.depth)

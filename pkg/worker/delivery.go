@@ -32,6 +32,8 @@ type delivery struct {
 
 	// Read from the message (read).
 	attempt int
+	// stored is when the server stored the call's queued event.
+	stored time.Time
 	// bucket is the call's events bucket: its turn's, which the queued
 	// event's subject names.
 	bucket     string
@@ -91,6 +93,7 @@ func (d *delivery) read() bool {
 		return false
 	}
 	d.attempt = int(meta.NumDelivered)
+	d.stored = meta.Timestamp
 	d.bucket = w.names.EventBucket(d.msg.Subject())
 	if d.msg.Headers().Get(messages.HeaderAwaiting) != "" {
 		// The record of a call that waits for an approval: once approved,
@@ -186,13 +189,17 @@ func (d *delivery) begin() (end func()) {
 	}
 }
 
-// checkRecord reads the call's record before its tool runs, and is false,
-// the delivery ended, when the tool is not to run. A call cancelled while
-// it was queued has its cancelled result (the coordinator's first write
-// wins) and stays in the namespace's queue; an earlier attempt may have
-// committed the result and stopped before acknowledging the message. One
-// read tells. A redelivered call's read also says whether a cancellation
-// holds and, for an at-most-once tool, whether an attempt started it.
+// checkRecord tells, before the call's tool runs, whether it is to run,
+// and is false, the delivery ended, when not. A first delivery's call is
+// not run if the namespace's cancel notices hold it (see cancelNotices):
+// its cancelled result is written, first write winning. If the notices
+// are complete for the call, that is all; otherwise the call's record is
+// read: a call cancelled while it was queued has its cancelled result
+// (the coordinator's first write wins) and stays in the namespace's
+// queue, and an earlier attempt may have committed the result and
+// stopped before acknowledging the message. A redelivered call's read
+// also says whether a cancellation holds and, for an at-most-once tool,
+// whether an attempt started it.
 func (d *delivery) checkRecord() bool {
 	var snap *ledger.Snapshot
 	var err error
@@ -206,6 +213,13 @@ func (d *delivery) checkRecord() bool {
 		unread = "the call's earlier attempts could not be read; handing it back rather than running the tool again"
 		ran = "the call already has its result; acknowledged without running the tool again"
 	} else {
+		if info, ok := d.ns.notices.heard(d.req.CallID); ok {
+			d.cancelledBeforeStart(info)
+			return false
+		}
+		if d.noticesComplete() {
+			return true
+		}
 		snap, err = d.w.readBeforeRun(d.ctx, d.log, d.bucket, d.ns.Name, d.req.CallID)
 	}
 	switch {
@@ -246,6 +260,29 @@ func (d *delivery) checkRecord() bool {
 		d.w.recordStart(d.flight)
 	}
 	return true
+}
+
+// noticesComplete tells whether the namespace's cancel notices hold
+// every notice of the call there can be: its coordinator sends notices
+// first (its queued event's version), and the worker heard every notice
+// since before the call was queued.
+func (d *delivery) noticesComplete() bool {
+	return messages.SendsNotices(d.msg.Headers().Get(messages.HeaderVersion)) && d.ns.notices.trusted(d.stored)
+}
+
+// cancelledBeforeStart ends a delivery whose call was cancelled before
+// its tool ran: its cancelled result is committed, unless the coordinator
+// committed it first.
+func (d *delivery) cancelledBeforeStart(info *messages.CancelInfo) {
+	reason := info.Reason
+	if reason == "" {
+		reason = "cancelled by request"
+	}
+	d.log.Info("the call was cancelled before it started; it is not run")
+	res := failure(d.base, messages.StateCancelled, messages.ResultCancelled, "the call was cancelled before it started: "+reason)
+	res.Error.Message = reason
+	res.StartedAt = time.Time{}
+	d.finish(res)
 }
 
 // claimStart records, before an at-most-once tool runs, that this

@@ -221,6 +221,9 @@ type Worker struct {
 	bg        sync.WaitGroup
 	subs      []*nats.Subscription
 	statusCh  chan nats.Status
+	// noticeRecheck asks for the namespaces' cancel notices to be
+	// confirmed again (see cancelNotices.distrust).
+	noticeRecheck chan struct{}
 	// abandon is closed when Stop gives up on tools that ignore their context.
 	abandon chan struct{}
 	// startSweep records the starts of calls that have run for StartDelay
@@ -241,6 +244,8 @@ type namespace struct {
 	owner  map[string]string
 	poller *poller
 	busy   int
+	// notices are the namespace's cancel notices this worker heard.
+	notices *cancelNotices
 	// heartbeats serialises the namespace's heartbeat writes, so that an
 	// older view of its sources never lands after a newer one.
 	heartbeats sync.Mutex
@@ -279,6 +284,8 @@ func New(cfg Config) (*Worker, error) {
 		abandon:    make(chan struct{}),
 		tracer:     tracing.Tracer(cfg.TracerProvider),
 		goroutines: reuse.New(10 * time.Second),
+
+		noticeRecheck: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -462,14 +469,31 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 			}
 		}
 		filter, _ := w.names.CancelFilter(ns.Name)
-		sub, err := w.cfg.Conn.Subscribe(filter, w.onCancelSignal)
+		durable, _ := w.names.NamespaceConsumer(ns.Name)
+		consumerInfo := func(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+			c, err := w.js.Consumer(ctx, w.names.EventsStream(), durable)
+			if err != nil {
+				return nil, err
+			}
+			return c.CachedInfo(), nil
+		}
+		notices, err := subscribeNotices(w.cfg.Conn, filter, consumerInfo, w.cancelCall, w.noticeRecheck, w.log.With("namespace", ns.Name))
 		if err != nil {
 			return fmt.Errorf("worker: subscribe to cancellations: %w", err)
 		}
-		w.subs = append(w.subs, sub)
+		ns.notices = notices
+		w.subs = append(w.subs, notices.sub)
+		w.bg.Add(1)
+		go func() {
+			defer w.bg.Done()
+			notices.run(runCtx)
+		}()
 		if err := w.sendHeartbeat(ctx, store, ns); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
+		// Confirmed before the first pull: the calls queued from now on
+		// need no read before they run (see cancelNotices).
+		notices.confirm(ctx)
 	}
 	for _, ns := range nss {
 		durable, _ := w.names.NamespaceConsumer(ns.Name)
@@ -642,28 +666,45 @@ func (w *Worker) heartbeatLoop(ctx context.Context, store *catalog.Store) {
 
 // reconnectLoop re-checks cancellations after the connection comes back:
 // signals sent while it was down are lost, their ledger records are not.
+// It also confirms the namespaces' cancel notices again then, and when a
+// notice was lost.
 func (w *Worker) reconnectLoop(ctx context.Context) {
 	defer w.bg.Done()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-w.noticeRecheck:
+			for _, ns := range w.namespaces {
+				if ns.notices.trust.Load() == nil {
+					ns.notices.confirm(ctx)
+				}
+			}
+			// A notice was dropped: the calls in flight read whether they
+			// were cancelled.
+			w.checkCancelled(ctx, w.inflightIDs())
 		case _, ok := <-w.statusCh:
 			if !ok {
 				return
 			}
 			for _, ns := range w.namespaces {
 				ns.poller.requestsLost()
+				ns.notices.confirm(ctx)
 			}
-			var ids []string
-			w.mu.Lock()
-			for id := range w.inflight {
-				ids = append(ids, id)
-			}
-			w.mu.Unlock()
-			w.checkCancelled(ctx, ids)
+			w.checkCancelled(ctx, w.inflightIDs())
 		}
 	}
+}
+
+// inflightIDs returns the IDs of the calls in flight.
+func (w *Worker) inflightIDs() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := make([]string, 0, len(w.inflight))
+	for id := range w.inflight {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // checkReads bounds the reads of checkCancelled in flight at once.
@@ -715,17 +756,6 @@ func (w *Worker) checkCall(ctx context.Context, f *inflight) {
 	case s.Cancel != nil:
 		w.cancelCall(id, s.Cancel.Cancel)
 	}
-}
-
-func (w *Worker) onCancelSignal(msg *nats.Msg) {
-	id := lastToken(msg.Subject)
-	var info messages.CancelInfo
-	if len(msg.Data) > 0 {
-		if _, err := messages.Decode(msg.Header, msg.Data, &info); err != nil {
-			w.log.Warn("unreadable cancel signal", "subject", msg.Subject, "error", err)
-		}
-	}
-	w.cancelCall(id, &info)
 }
 
 func (w *Worker) cancelCall(id string, info *messages.CancelInfo) {

@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/internal/demo"
 	"github.com/toolbus/toolbus/internal/natsserver"
 	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/transport"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
@@ -182,6 +183,30 @@ func countAudited(t *testing.T, nc *nats.Conn, decision string, want int) int {
 	}
 	subject := "toolbus.audit." + decision
 	var n int
+	if decision == messages.AuditAllowed || decision == messages.AuditRemembered {
+		// Copied from the calls' queued events, in batches.
+		batches := transport.NewStream(nc, nil, "TOOLBUS_AUDIT")
+		testenv.Eventually(t, "audit records copied", func() bool {
+			n = 0
+			err := batches.GetBatch(testenv.Context(t), transport.BatchRequest{Seq: 1, NextBySubject: "toolbus.audit." + messages.AuditCalls, Batch: 1000}, func(_ uint64, msg *nats.Msg) bool {
+				var batch messages.AuditBatch
+				if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &batch); err != nil {
+					t.Fatal(err)
+				}
+				for _, rec := range batch.Records {
+					if rec.Decision == decision {
+						n++
+					}
+				}
+				return true
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n >= want
+		})
+		return n
+	}
 	// Records are written without waiting; wait for them to be stored.
 	testenv.Eventually(t, "audit records", func() bool {
 		info, err := stream.Info(testenv.Context(t), jetstream.WithSubjectFilter(subject))

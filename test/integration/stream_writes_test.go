@@ -148,9 +148,16 @@ func testAuditorReadsTheAuditLogOnly(t *testing.T, kind deployKind) {
 	auditor.request("$JS.API.DIRECT.GET."+audit, []byte(`{"seq":1,"batch":50}`), records)
 	var read int
 	for msg := receive(t, records, "the first audit record"); msg.Header.Get("Status") == ""; msg = receive(t, records, "the next audit record or the batch's end") {
-		var rec messages.AuditRecord
-		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &rec); err != nil || rec.Decision == "" {
-			t.Fatalf("an audit record: %v %s", err, msg.Data)
+		if msg.Header.Get(jetstream.SubjectHeader) == names.Prefix()+".audit."+messages.AuditCalls {
+			var batch messages.AuditBatch
+			if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &batch); err != nil || len(batch.Records) == 0 || batch.Records[0].Decision == "" {
+				t.Fatalf("a batch of audit records: %v %s", err, msg.Data)
+			}
+		} else {
+			var rec messages.AuditRecord
+			if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &rec); err != nil || rec.Decision == "" {
+				t.Fatalf("an audit record: %v %s", err, msg.Data)
+			}
 		}
 		read++
 	}
