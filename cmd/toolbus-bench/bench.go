@@ -593,7 +593,7 @@ func writesPerCall(ctx context.Context, nc *nats.Conn, names messages.Names, cal
 	if err != nil {
 		return 0, 0, err
 	}
-	auditBefore, err := stored(names.AuditStream())
+	auditBefore, err := stored(names.Audit().Stream())
 	if err != nil {
 		return 0, 0, err
 	}
@@ -607,7 +607,7 @@ func writesPerCall(ctx context.Context, nc *nats.Conn, names messages.Names, cal
 	// Audit records are published without waiting: wait for them.
 	var auditAfter uint64
 	for range 100 {
-		if auditAfter, err = stored(names.AuditStream()); err != nil || auditAfter-auditBefore >= uint64(calls) {
+		if auditAfter, err = stored(names.Audit().Stream()); err != nil || auditAfter-auditBefore >= uint64(calls) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)

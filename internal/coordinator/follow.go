@@ -132,7 +132,7 @@ func replyBudget(nc *nats.Conn) int { return int(nc.MaxPayload() / 2) }
 
 // eventArrivals signals each event written for the call, as it is written.
 func (c *Coordinator) eventArrivals(callID string) (<-chan struct{}, func(), error) {
-	filter, err := c.names.CallEventsFilter(callID)
+	filter, err := c.names.Filters().CallEvents(callID)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -93,7 +93,7 @@ func (l *auditLog) list(ctx context.Context, r *messages.AuditListRequest) (*mes
 	}
 	var filter []string
 	if r.Decision != "" {
-		subject, err := l.names.AuditSubject(r.Decision)
+		subject, err := l.names.Audit().Subject(r.Decision)
 		if err != nil {
 			return nil, messages.Errorf(messages.CodeBadRequest, "decision: %v", err)
 		}
@@ -159,7 +159,7 @@ func (l *auditLog) scanRange(ctx context.Context, r *messages.AuditListRequest) 
 		}
 	}
 	err = l.retry(ctx, func(ctx context.Context) error {
-		s, err := l.js.Stream(ctx, l.names.AuditStream())
+		s, err := l.js.Stream(ctx, l.names.Audit().Stream())
 		if err != nil {
 			return err
 		}
@@ -409,7 +409,7 @@ func (c *Coordinator) traceID(ctx context.Context, info *messages.CallInfo) stri
 	if err != nil {
 		return ""
 	}
-	subject, err := c.names.QueuedSubject(info.CallID, info.Turn, name.Namespace)
+	subject, err := c.names.Events().Queued(info.CallID, info.Turn, name.Namespace)
 	if err != nil {
 		return ""
 	}

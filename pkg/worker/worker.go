@@ -461,7 +461,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 				return fmt.Errorf("worker: %w", err)
 			}
 		}
-		filter, _ := w.names.CancelFilter(ns.Name)
+		filter, _ := w.names.Filters().Cancel(ns.Name)
 		sub, err := w.cfg.Conn.Subscribe(filter, w.onCancelSignal)
 		if err != nil {
 			return fmt.Errorf("worker: subscribe to cancellations: %w", err)
@@ -472,7 +472,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 		}
 	}
 	for _, ns := range nss {
-		durable, _ := w.names.NamespaceConsumer(ns.Name)
+		durable, _ := w.names.Consumers().Durable(ns.Name)
 		p, err := newPoller(w.cfg.Conn, w.names.EventsStream(), durable, ns.Slots, w.cfg.FetchWait, holdAckWaits*w.cfg.AckWait, w.goroutines,
 			func(m *transport.PullMsg, s *slot) { w.execute(ns, m, s) }, w.log.With("namespace", ns.Name))
 		if err != nil {
