@@ -174,8 +174,10 @@ func (e *NameError) Is(target error) bool {
 // ErrInvalidName is matched by every NameError.
 var ErrInvalidName = &Error{Code: CodeInvalidName}
 
-// Names builds every subject and resource name of one Toolbus installation.
-// The zero value is not usable; get one from NewNames.
+// Names builds every subject and resource name of one Toolbus installation:
+// its streams, buckets and API subjects itself, the names of one role each
+// through the small value types it returns (Events, Filters, Routes,
+// Consumers, Audit). The zero value is not usable; get one from NewNames.
 type Names struct {
 	prefix string
 	upper  string
