@@ -42,7 +42,7 @@ func (n FilterNames) TurnQueue(turn string) (string, error) {
 // event of any turn.
 func (n FilterNames) Event(bucket, callID string, kind EventKind, ns string) (string, error) {
 	if kind != EventQueued {
-		return EventNames{prefix: n.prefix}.Subject(bucket, callID, kind, ns)
+		return EventNames(n).Subject(bucket, callID, kind, ns)
 	}
 	if err := validateBucket(bucket); err != nil {
 		return "", err
@@ -88,7 +88,7 @@ func (n FilterNames) CallNamespaceEvents(bucket, callID, ns string) (string, err
 // on every bucket (a leading wildcard, whose check walks every bucket on
 // each write) would protect no reader.
 func (n FilterNames) CallResult(bucket, callID, ns string) (string, error) {
-	return EventNames{prefix: n.prefix}.Subject(bucket, callID, EventResult, ns)
+	return EventNames(n).Subject(bucket, callID, EventResult, ns)
 }
 
 // CallQueued matches the queued events of one call in one bucket,

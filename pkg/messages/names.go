@@ -224,7 +224,7 @@ func (n Names) Routes() RouteNames { return RouteNames{prefix: n.prefix} }
 func (n Names) Consumers() ConsumerNames { return ConsumerNames{prefix: n.prefix} }
 
 // Audit returns the names of the audit stream of policy decisions.
-func (n Names) Audit() AuditNames { return AuditNames{prefix: n.prefix, upper: n.upper} }
+func (n Names) Audit() AuditNames { return AuditNames(n) }
 
 // CallsStream is the work-queue stream that held call requests until a
 // worker acknowledged them, up to protocol version 2. Since version 3 a
