@@ -628,7 +628,7 @@ func writesPerCall(ctx context.Context, nc *nats.Conn, names messages.Names, cal
 	if err != nil {
 		return 0, 0, err
 	}
-	auditBefore, err := stored(names.AuditStream())
+	auditBefore, err := stored(names.Audit().Stream())
 	if err != nil {
 		return 0, 0, err
 	}
@@ -641,7 +641,7 @@ func writesPerCall(ctx context.Context, nc *nats.Conn, names messages.Names, cal
 	}
 	// The audit records are copied in batches, an interval or so later.
 	time.Sleep(3 * coordinator.DefaultAuditCopyInterval)
-	auditAfter, err := stored(names.AuditStream())
+	auditAfter, err := stored(names.Audit().Stream())
 	if err != nil {
 		return 0, 0, err
 	}

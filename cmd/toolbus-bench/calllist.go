@@ -234,7 +234,7 @@ func dropNamespaceConsumers(ctx context.Context, nc *nats.Conn) error {
 	}
 	names := messages.MustNames("")
 	for i := range callsListNamespaces {
-		name, err := names.NamespaceConsumer(fmt.Sprintf("ns%d", i))
+		name, err := names.Consumers().Durable(fmt.Sprintf("ns%d", i))
 		if err != nil {
 			return err
 		}

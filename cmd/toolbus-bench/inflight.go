@@ -106,7 +106,7 @@ func runInflight(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	startedFilter, err := names.EventKindFilter(messages.EventStarted)
+	startedFilter, err := names.Filters().EventKind(messages.EventStarted)
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func runInflight(ctx context.Context, args []string) error {
 	fmt.Fprintf(os.Stderr, "%d calls running after %.1fs (submitted in %.1fs); counting the server's messages for %s\n", *calls, r.RunningS, r.SubmitS, *plateau)
 
 	// The plateau: every call sleeps, renews its lease and reports progress.
-	progressFilter, err := names.EventKindFilter(messages.EventProgress)
+	progressFilter, err := names.Filters().EventKind(messages.EventProgress)
 	if err != nil {
 		return err
 	}

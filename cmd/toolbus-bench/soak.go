@@ -104,11 +104,11 @@ type soakConfig struct {
 // worker processes are killed and replaced, and counts what callers see.
 func runSoak(ctx context.Context, cfg soakConfig) error {
 	calls, concurrency, killEvery, ackWait, workers := cfg.calls, cfg.concurrency, cfg.killEvery, cfg.ackWait, cfg.workers
-	resultsFilter, err := cfg.names.EventKindFilter(messages.EventResult)
+	resultsFilter, err := cfg.names.Filters().EventKind(messages.EventResult)
 	if err != nil {
 		return err
 	}
-	startedFilter, err := cfg.names.EventKindFilter(messages.EventStarted)
+	startedFilter, err := cfg.names.Filters().EventKind(messages.EventStarted)
 	if err != nil {
 		return err
 	}

@@ -248,7 +248,7 @@ func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request, r
 // (messages.HeaderReceipt), on the route subject it named if the
 // requester's user may receive it.
 func (c *Coordinator) receipt(mr micro.Request, to string) {
-	callID, ok := c.names.ParseCallRouteSubject(to)
+	callID, ok := c.names.Routes().ParseCallSubject(to)
 	if !ok {
 		return
 	}

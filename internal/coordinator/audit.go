@@ -39,7 +39,7 @@ func (a *auditor) record(_ context.Context, decision string, call *messages.Call
 	if def != nil {
 		rec.Arguments = a.cache.of(def).RedactJSON(call.Arguments)
 	}
-	subject, err := a.names.AuditSubject(decision)
+	subject, err := a.names.Audit().Subject(decision)
 	if err != nil {
 		a.log.Warn("audit record not stored", "decision", decision, "call", call.CallID, "error", err)
 		return

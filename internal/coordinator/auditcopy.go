@@ -86,7 +86,7 @@ func (a *auditCopier) run(ctx context.Context) {
 func (a *auditCopier) round(ctx context.Context) (more bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	subject, err := a.names.AuditSubject(messages.AuditCalls)
+	subject, err := a.names.Audit().Subject(messages.AuditCalls)
 	if err != nil {
 		return false, err
 	}

@@ -143,11 +143,12 @@ func deadlineOf(ctx context.Context) time.Time {
 }
 
 // copyWaits waits, for each call a batch queues, for the copy of its
-// committed result that the events stream republishes (RepublishSource),
-// on a subscription made before the call is queued, so that no result
-// slips past it: a result is taken without reading the stream (each wait
-// also asks the stream now and then, Ledger.WaitOn). The waits go on
-// while the batch's writes are acknowledged.
+// committed result that the events stream republishes
+// (messages.RouteNames.RepublishFrom), on a subscription made before the
+// call is queued, so that no result slips past it: a result is taken
+// without reading the stream (each wait also asks the stream now and then,
+// Ledger.WaitOn). The waits go on while the batch's writes are
+// acknowledged.
 type copyWaits struct {
 	subs []*nats.Subscription
 	log  *slog.Logger
@@ -160,7 +161,7 @@ type copyWaits struct {
 
 // copySubject is the subject the events stream republishes the result of
 // a call without a route to: its ID split after RouteLength characters,
-// as RepublishDestination splits every result's (see messages.Names),
+// as messages.RouteNames.RepublishTo splits every result's,
 // and the namespace that wrote it.
 func copySubject(names messages.Names, callID, ns string) (string, bool) {
 	if len(callID) <= messages.RouteLength {
@@ -525,7 +526,7 @@ type resultWatch struct {
 func (b *batches) watchResults(callIDs []string) (*resultWatch, error) {
 	w := &resultWatch{writes: make(map[string]chan *nats.Msg, len(callIDs)), log: b.log}
 	for _, id := range callIDs {
-		subject, err := b.names.CallKindFilter(id, messages.EventResult)
+		subject, err := b.names.Filters().CallKind(id, messages.EventResult)
 		if err != nil {
 			w.stop()
 			return nil, err

@@ -536,7 +536,7 @@ func (sc *logScan) windowWithSubjects(ctx context.Context, lo, hi uint64) ([]*lo
 	var out []*logCandidate
 	for i := len(window) - 1; i >= 0; i-- {
 		seq, msg := window[i].seq, window[i].msg
-		callID, kind, ns, ok := sc.l.names.ParseEventSubject(msg.Subject)
+		callID, kind, ns, ok := sc.l.names.Events().Parse(msg.Subject)
 		if !ok {
 			continue
 		}
@@ -731,12 +731,12 @@ func (l *callLog) readCalls(ctx context.Context, cands []*logCandidate) (map[str
 		filters := make([]string, 0, 2*len(batch))
 		for _, c := range batch {
 			bucket := messages.TurnBucket(c.turn)
-			queued, err := l.names.QueuedSubject(c.callID, c.turn, c.ns)
+			queued, err := l.names.Events().Queued(c.callID, c.turn, c.ns)
 			if err != nil {
 				c.dropped = true
 				continue
 			}
-			others, err := l.names.CallNamespaceEventsFilter(bucket, c.callID, c.ns)
+			others, err := l.names.Filters().CallNamespaceEvents(bucket, c.callID, c.ns)
 			if err != nil {
 				c.dropped = true
 				continue
@@ -749,9 +749,9 @@ func (l *callLog) readCalls(ctx context.Context, cands []*logCandidate) (map[str
 		}
 		err := l.retry(ctx, func(ctx context.Context) error {
 			return l.events.GetBatch(ctx, transport.BatchRequest{MultiLast: filters}, func(seq uint64, msg *nats.Msg) bool {
-				callID, kind, ns, ok := l.names.ParseEventSubject(msg.Subject)
+				callID, kind, ns, ok := l.names.Events().Parse(msg.Subject)
 				s := snaps[callID]
-				if !ok || s == nil || ns != s.Namespace || l.names.EventBucket(msg.Subject) != s.Bucket {
+				if !ok || s == nil || ns != s.Namespace || l.names.Events().Bucket(msg.Subject) != s.Bucket {
 					return true
 				}
 				ev := &ledger.Event{Seq: seq, Namespace: ns, Bucket: s.Bucket}

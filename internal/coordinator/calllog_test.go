@@ -240,7 +240,7 @@ func TestCallsListPayloadForgeries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if msg.Subject, err = log.names.EventSubject(messages.TurnBucket(""), id, messages.EventResult, "mallory"); err != nil {
+		if msg.Subject, err = log.names.Events().Subject(messages.TurnBucket(""), id, messages.EventResult, "mallory"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := log.js.PublishMsg(ctx, msg); err != nil {

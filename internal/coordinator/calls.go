@@ -223,7 +223,7 @@ func (cs *calls) delivered(ctx context.Context, snap *ledger.Snapshot) (bool, er
 	if snap.Queued == nil {
 		return false, nil
 	}
-	durable, err := cs.names.NamespaceConsumer(snap.Namespace)
+	durable, err := cs.names.Consumers().Durable(snap.Namespace)
 	if err != nil {
 		return false, err
 	}

@@ -10,7 +10,7 @@ import (
 
 // endpointConsumers names the workers' requests for their namespace's
 // consumer in logs, metrics and audit records. Their subject is
-// messages.Names.ConsumersSubject, outside the API that agents reach.
+// messages.ConsumerNames.RequestSubject, outside the API that agents reach.
 const endpointConsumers = "consumers"
 
 // consumer creates or updates the consumer of the namespace the request's
@@ -24,7 +24,7 @@ const endpointConsumers = "consumers"
 // The subject is the authority: the deploy configurations let each
 // namespace's account reach its own namespace's subject only.
 func (c *Coordinator) consumer(ctx context.Context, req *request) (any, error) {
-	ns := c.names.ConsumersNamespace(req.Subject())
+	ns := c.names.Consumers().RequestNamespace(req.Subject())
 	if ns == "" {
 		return nil, messages.Errorf(messages.CodeInvalidName, "%s names no namespace", req.Subject())
 	}

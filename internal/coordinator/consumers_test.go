@@ -20,7 +20,7 @@ import (
 func consumerRequest(t *testing.T, nc *nats.Conn, ns string, req any) *nats.Msg {
 	t.Helper()
 	names := messages.MustNames(messages.DefaultPrefix)
-	subject, err := names.ConsumersSubject(ns)
+	subject, err := names.Consumers().RequestSubject(ns)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func TestExhaustedCallCountsItsAttemptsAndGivesTheCause(t *testing.T) {
 // queuedEventMsg is the queued event of call, as the coordinator queues it.
 func queuedEventMsg(t *testing.T, names messages.Names, call *messages.CallRequest) *nats.Msg {
 	t.Helper()
-	subject, err := names.QueuedSubject(call.CallID, call.Turn, call.Namespace)
+	subject, err := names.Events().Queued(call.CallID, call.Turn, call.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func replyBudget(nc *nats.Conn) int { return int(nc.MaxPayload() / 2) }
 
 // eventArrivals signals each event written for the call, as it is written.
 func (f *follower) eventArrivals(callID string) (<-chan struct{}, func(), error) {
-	filter, err := f.names.CallEventsFilter(callID)
+	filter, err := f.names.Filters().CallEvents(callID)
 	if err != nil {
 		return nil, nil, err
 	}

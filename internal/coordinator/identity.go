@@ -45,7 +45,7 @@ type UserIdentity struct {
 	Agents []string `yaml:"agents"`
 	// Operator users may decide approvals, switch tools, and act as any agent.
 	Operator bool `yaml:"operator"`
-	// Routes are the routes (messages.RouteSubject) the user's submits
+	// Routes are the routes (messages.RouteNames.Subject) the user's submits
 	// may name: those whose results the server lets the user receive
 	// (toolbus.results.<route>.> in its permissions). A submit naming
 	// another route, or a call ID on another route, is refused.
@@ -624,7 +624,7 @@ func (g *guard) refused(endpoint string, c *caller, req any, err error) {
 // recordForbidden records a refused request without waiting for it to be stored.
 func (a *auditor) recordForbidden(rec *messages.AuditRecord) {
 	rec.Time = time.Now().UTC()
-	subject, err := a.names.AuditSubject(rec.Decision)
+	subject, err := a.names.Audit().Subject(rec.Decision)
 	if err == nil {
 		var msg *nats.Msg
 		if msg, err = newMsg(subject, rec); err == nil {

@@ -102,14 +102,14 @@ func (l *auditLog) list(ctx context.Context, r *messages.AuditListRequest) (*mes
 	}
 	var filter []string
 	if r.Decision != "" {
-		subject, err := l.names.AuditSubject(r.Decision)
+		subject, err := l.names.Audit().Subject(r.Decision)
 		if err != nil {
 			return nil, messages.Errorf(messages.CodeBadRequest, "decision: %v", err)
 		}
 		filter = []string{subject}
 		if r.Decision == messages.AuditAllowed || r.Decision == messages.AuditRemembered {
 			// Those of queued calls are copied in batches.
-			calls, _ := l.names.AuditSubject(messages.AuditCalls)
+			calls, _ := l.names.Audit().Subject(messages.AuditCalls)
 			filter = append(filter, calls)
 		}
 	}
@@ -182,7 +182,7 @@ func (l *auditLog) scanRange(ctx context.Context, r *messages.AuditListRequest) 
 		}
 	}
 	err = l.retry(ctx, func(ctx context.Context) error {
-		s, err := l.js.Stream(ctx, l.names.AuditStream())
+		s, err := l.js.Stream(ctx, l.names.Audit().Stream())
 		if err != nil {
 			return err
 		}
@@ -251,7 +251,7 @@ func (l *auditLog) window(ctx context.Context, lo, hi, below uint64, room int, f
 		}
 		out = append(out, auditEntry{pos: pos, rec: *rec})
 	}
-	calls, _ := l.names.AuditSubject(messages.AuditCalls)
+	calls, _ := l.names.Audit().Subject(messages.AuditCalls)
 	cfg := jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: lo, FilterSubjects: filter}
 	err := l.read(ctx, cfg, auditFetchBatch, func() { out = out[:0] }, func(seq uint64, msg jetstream.Msg) bool {
 		if seq >= hi {
@@ -459,7 +459,7 @@ func (c *Coordinator) traceID(ctx context.Context, info *messages.CallInfo) stri
 	if err != nil {
 		return ""
 	}
-	subject, err := c.names.QueuedSubject(info.CallID, info.Turn, name.Namespace)
+	subject, err := c.names.Events().Queued(info.CallID, info.Turn, name.Namespace)
 	if err != nil {
 		return ""
 	}

@@ -371,7 +371,7 @@ func (q *callQueue) idTakenBy(ctx context.Context, call *messages.CallRequest, s
 	if err != nil {
 		return false, err
 	}
-	callID, kind, _, ok := q.names.ParseEventSubject(subject)
+	callID, kind, _, ok := q.names.Events().Parse(subject)
 	return !ok || kind != messages.EventQueued || callID != call.CallID, nil
 }
 
@@ -466,7 +466,7 @@ func (q *callQueue) duplicate(ctx context.Context, call *messages.CallRequest, s
 // resultWrites subscribes to the writes of the result of a call of
 // namespace ns.
 func (q *callQueue) resultWrites(bucket, ns, callID string) (<-chan *nats.Msg, func(), error) {
-	subject, err := q.names.EventSubject(bucket, callID, messages.EventResult, ns)
+	subject, err := q.names.Events().Subject(bucket, callID, messages.EventResult, ns)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -74,7 +74,7 @@ func (s *sweeper) sweepSettled(ctx context.Context, ns string, floor uint64) err
 	if from > floor {
 		return nil
 	}
-	filter, err := s.stream.names.NamespaceQueueFilter(ns)
+	filter, err := s.stream.names.Filters().NamespaceQueue(ns)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func (s *sweeper) sweepSettled(ctx context.Context, ns string, floor uint64) err
 			if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err != nil || ev.Request == nil || messages.ValidateID("call ID", ev.Request.CallID) != nil {
 				return true // nothing a result could be written for
 			}
-			ref := ledger.CallRef{Bucket: s.stream.names.EventBucket(msg.Subject), Namespace: ns, CallID: ev.Request.CallID}
+			ref := ledger.CallRef{Bucket: s.stream.names.Events().Bucket(msg.Subject), Namespace: ns, CallID: ev.Request.CallID}
 			calls = append(calls, ref)
 			requests[ref.CallID] = ev.Request
 			return true

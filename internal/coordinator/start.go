@@ -321,7 +321,7 @@ func (c *Coordinator) startAuditCopier(context.Context) (func(context.Context) e
 	a := &auditCopier{
 		names: c.names, js: c.js, interval: c.cfg.AuditCopyInterval, log: c.log,
 		events: transport.NewStream(c.nc, inbox, c.names.EventsStream()),
-		audit:  transport.NewStream(c.nc, inbox, c.names.AuditStream()),
+		audit:  transport.NewStream(c.nc, inbox, c.names.Audit().Stream()),
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -280,7 +280,7 @@ func (t *statsTally) add(names messages.Names, msg *nats.Msg) time.Time {
 	if err != nil {
 		return time.Time{}
 	}
-	callID, kind, ns, ok := names.ParseEventSubject(msg.Subject)
+	callID, kind, ns, ok := names.Events().Parse(msg.Subject)
 	if !ok || (t.namespace != "" && ns != t.namespace) {
 		return stored
 	}

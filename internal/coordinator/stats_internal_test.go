@@ -51,9 +51,9 @@ func statsEvent(t *testing.T, names messages.Names, ns string, stored time.Time,
 	var subject string
 	var err error
 	if ev.Kind == messages.EventQueued {
-		subject, err = names.QueuedSubject(ev.CallID, "", ns)
+		subject, err = names.Events().Queued(ev.CallID, "", ns)
 	} else {
-		subject, err = names.EventSubject(messages.TurnBucket(""), ev.CallID, ev.Kind, ns)
+		subject, err = names.Events().Subject(messages.TurnBucket(""), ev.CallID, ev.Kind, ns)
 	}
 	if err != nil {
 		t.Fatal(err)

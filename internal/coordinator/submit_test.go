@@ -439,7 +439,7 @@ type fakeWriter struct {
 // EventMsg stores a queued event under its subject, any other under "events.<call ID>".
 func (f *fakeWriter) EventMsg(_, ns string, ev *messages.CallEvent) (*nats.Msg, error) {
 	if ev.Kind == messages.EventQueued {
-		subject, err := messages.MustNames("").QueuedSubject(ev.CallID, ev.Request.Turn, ns)
+		subject, err := messages.MustNames("").Events().Queued(ev.CallID, ev.Request.Turn, ns)
 		return &nats.Msg{Subject: subject, Header: nats.Header{}}, err
 	}
 	return &nats.Msg{Subject: "events." + ev.CallID, Header: nats.Header{}}, nil
@@ -596,7 +596,7 @@ func TestEnqueue(t *testing.T) {
 			}
 			writer.mu.Lock()
 			defer writer.mu.Unlock()
-			queued, _ := names.QueuedSubject("c1", tc.turn, "t")
+			queued, _ := names.Events().Queued("c1", tc.turn, "t")
 			for _, s := range writer.published {
 				if s != queued {
 					t.Errorf("published %v, want the queued event only", writer.published)

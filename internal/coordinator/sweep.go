@@ -183,7 +183,7 @@ func (s *sweeper) failExhausted(ctx context.Context, adv maxDeliveriesAdvisory) 
 	if err != nil {
 		return fmt.Errorf("read exhausted call %d: %w", adv.StreamSeq, err)
 	}
-	callID, kind, ns, ok := s.stream.names.ParseEventSubject(raw.Subject)
+	callID, kind, ns, ok := s.stream.names.Events().Parse(raw.Subject)
 	if !ok || kind != messages.EventQueued || messages.ValidateID("call ID", callID) != nil || messages.ValidateNamespace(ns) != nil {
 		return nil // not a queued event: no call of a namespace's consumer
 	}
@@ -317,7 +317,7 @@ func (s *sweeper) sweepNamespace(ctx context.Context, ns, consumer string, cutof
 	if info.NumPending == 0 && info.NumAckPending == 0 {
 		return nil
 	}
-	filter, err := s.stream.names.NamespaceQueueFilter(ns)
+	filter, err := s.stream.names.Filters().NamespaceQueue(ns)
 	if err != nil {
 		return err
 	}
@@ -392,7 +392,7 @@ func (c *callStream) namespaceConsumers(ctx context.Context) (map[string]string,
 	for name := range lister.Name() {
 		ns, ok := strings.CutPrefix(name, "ns_")
 		if ok && messages.ValidateNamespace(ns) == nil {
-			if want, _ := c.names.NamespaceConsumer(ns); want == name {
+			if want, _ := c.names.Consumers().Durable(ns); want == name {
 				out[ns] = name
 			}
 		}

@@ -145,7 +145,7 @@ func TestSweepEndsQueuedCallsPastTheirDeadline(t *testing.T) {
 	// The sweep passes over a namespace whose consumer shows nothing
 	// pending, and the server counts a stored call there a moment later on
 	// a busy machine: the sweep is tried once the five calls of t show.
-	consumerName, err := names.NamespaceConsumer("t")
+	consumerName, err := names.Consumers().Durable("t")
 	if err != nil {
 		t.Fatal(err)
 	}

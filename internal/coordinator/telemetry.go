@@ -53,7 +53,7 @@ func (s *sweeper) measureNamespaces(ctx context.Context) {
 	}
 	for ns, alive := range s.catalog.LiveWorkers() {
 		metrics.WorkersAlive(ns, alive)
-		name, err := s.stream.names.NamespaceConsumer(ns)
+		name, err := s.stream.names.Consumers().Durable(ns)
 		if err != nil {
 			continue
 		}

@@ -21,7 +21,7 @@ func (l *Ledger) EventsAfter(ctx context.Context, bucket, ns, callID string, aft
 	// namespace's worker may have written under the call's ID (see
 	// Snapshot.Namespace). One filter cannot name them (the queued event's
 	// subject has a token more), so the others are skipped here.
-	filter, err := l.names.CallEventsFilter(callID)
+	filter, err := l.names.Filters().CallEvents(callID)
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +31,7 @@ func (l *Ledger) EventsAfter(ctx context.Context, bucket, ns, callID string, aft
 		decodeErr error
 	)
 	err = l.events.GetBatch(ctx, transport.BatchRequest{Seq: after + 1, NextBySubject: filter, Batch: max}, func(seq uint64, msg *nats.Msg) bool {
-		if l.names.EventNamespace(msg.Subject) != ns || l.names.EventBucket(msg.Subject) != bucket {
+		if l.names.Events().Namespace(msg.Subject) != ns || l.names.Events().Bucket(msg.Subject) != bucket {
 			return true
 		}
 		ev := &Event{Seq: seq, Namespace: ns, Bucket: bucket}
@@ -50,7 +50,7 @@ func (l *Ledger) EventsAfter(ctx context.Context, bucket, ns, callID string, aft
 }
 
 // NewRoutesOn is NewRoutes under a route the caller chose: with
-// identities, the route its NATS user may receive (see messages.RouteSubject).
+// identities, the route its NATS user may receive (see messages.RouteNames.Subject).
 func NewRoutesOn(nc *nats.Conn, names messages.Names, route string) (*Routes, error) {
 	if err := messages.ValidateRoute(route); err != nil {
 		return nil, err

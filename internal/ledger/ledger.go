@@ -145,7 +145,7 @@ func (l *Ledger) AppendAsync(bucket, ns string, ev *messages.CallEvent) error {
 // a result when it next checks its calls.
 func (l *Ledger) Start(bucket, ns string, ev *messages.CallEvent) error {
 	ev.Kind = messages.EventStarted
-	results, err := l.names.CallResultFilter(bucket, ev.CallID, ns)
+	results, err := l.names.Filters().CallResult(bucket, ev.CallID, ns)
 	if err != nil {
 		return err
 	}
@@ -164,11 +164,11 @@ func (l *Ledger) Start(bucket, ns string, ev *messages.CallEvent) error {
 
 // Commit writes the result of a call of namespace ns under bucket unless
 // it already has one under that bucket and ns (the write's condition is on
-// messages.Names.CallResultFilter). It reports whether this result is the
+// messages.FilterNames.CallResult). It reports whether this result is the
 // one that counts; if it is and notify is set (the caller's subject from
 // the call request), a copy goes there.
 func (l *Ledger) Commit(ctx context.Context, bucket, ns string, res *messages.CallResult, notify string) (bool, error) {
-	results, err := l.names.CallResultFilter(bucket, res.CallID, ns)
+	results, err := l.names.Filters().CallResult(bucket, res.CallID, ns)
 	if err != nil {
 		return false, err
 	}
@@ -188,7 +188,7 @@ func (l *Ledger) Commit(ctx context.Context, bucket, ns string, res *messages.Ca
 // returns ErrChanged. Events written under another namespace or bucket do
 // not count.
 func (l *Ledger) CommitIfUnchanged(ctx context.Context, bucket, ns string, res *messages.CallResult, lastSeq uint64, notify string) error {
-	filter, err := l.names.CallNamespaceEventsFilter(bucket, res.CallID, ns)
+	filter, err := l.names.Filters().CallNamespaceEvents(bucket, res.CallID, ns)
 	if err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func resultEvent(res *messages.CallResult) *messages.CallEvent {
 // CommitThen returns an error, then is not called.
 func (l *Ledger) CommitThen(bucket, ns string, res *messages.CallResult, notify string, timeout time.Duration, then func(won bool, err error)) error {
 	ev := resultEvent(res)
-	results, err := l.names.CallResultFilter(bucket, res.CallID, ns)
+	results, err := l.names.Filters().CallResult(bucket, res.CallID, ns)
 	if err != nil {
 		return err
 	}
@@ -485,7 +485,7 @@ func (l *Ledger) ConfirmResult(ctx context.Context, s *Snapshot) error {
 func (l *Ledger) ReadOwn(ctx context.Context, bucket, ns, callID string, kinds ...messages.EventKind) (*Snapshot, error) {
 	s := &Snapshot{CallID: callID, Namespace: ns, Bucket: bucket}
 	for _, kind := range kinds {
-		subject, err := l.names.EventFilter(bucket, callID, kind, ns)
+		subject, err := l.names.Filters().Event(bucket, callID, kind, ns)
 		if err != nil {
 			return nil, err
 		}
@@ -519,9 +519,9 @@ func (l *Ledger) AwaitResult(ctx context.Context, bucket, ns, callID string) (*m
 	var subject string
 	var err error
 	if ns != "" {
-		subject, err = l.names.EventSubject(bucket, callID, messages.EventResult, ns)
+		subject, err = l.names.Events().Subject(bucket, callID, messages.EventResult, ns)
 	} else {
-		subject, err = l.names.CallKindFilter(callID, messages.EventResult)
+		subject, err = l.names.Filters().CallKind(callID, messages.EventResult)
 	}
 	if err != nil {
 		return nil, err
@@ -632,7 +632,7 @@ func (l *Ledger) WithoutResult(ctx context.Context, calls []CallRef) ([]CallRef,
 		chunk := calls[start:min(start+maxResultsPerRequest, len(calls))]
 		filters := make([]string, len(chunk))
 		for i, c := range chunk {
-			f, err := l.names.CallResultFilter(c.Bucket, c.CallID, c.Namespace)
+			f, err := l.names.Filters().CallResult(c.Bucket, c.CallID, c.Namespace)
 			if err != nil {
 				return nil, err
 			}

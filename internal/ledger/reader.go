@@ -32,7 +32,7 @@ func (r *reader) snapshots(ctx context.Context, events *transport.Stream, ns str
 		end := min(start+maxSubjectsPerRequest, len(callIDs))
 		filters := make([]string, 0, end-start)
 		for _, id := range callIDs[start:end] {
-			f, err := r.names.CallEventsFilter(id)
+			f, err := r.names.Filters().CallEvents(id)
 			if err != nil {
 				return nil, err
 			}
@@ -98,9 +98,9 @@ func (r *reader) addFromLeader(ctx context.Context, s *Snapshot, kind messages.E
 	var subject string
 	var err error
 	if s.Bucket == "" && kind == messages.EventQueued {
-		subject, err = r.names.CallKindFilter(s.CallID, kind)
+		subject, err = r.names.Filters().CallKind(s.CallID, kind)
 	} else if s.Bucket != "" {
-		subject, err = r.names.EventFilter(s.Bucket, s.CallID, kind, s.Namespace)
+		subject, err = r.names.Filters().Event(s.Bucket, s.CallID, kind, s.Namespace)
 	} else {
 		return false, nil
 	}
@@ -130,9 +130,9 @@ func (r *reader) last(ctx context.Context, bucket, ns, callID string, kind messa
 	var subject string
 	var err error
 	if ns == "" {
-		subject, err = r.names.CallKindFilter(callID, kind)
+		subject, err = r.names.Filters().CallKind(callID, kind)
 	} else {
-		subject, err = r.names.EventFilter(bucket, callID, kind, ns)
+		subject, err = r.names.Filters().Event(bucket, callID, kind, ns)
 	}
 	if err != nil {
 		return nil, err
@@ -156,7 +156,7 @@ func (r *reader) last(ctx context.Context, bucket, ns, callID string, kind messa
 
 // decode reads a stored event and the namespace and bucket of its subject.
 func (r *reader) decode(seq uint64, msg *nats.Msg) (*Event, error) {
-	ev := &Event{Seq: seq, Namespace: r.names.EventNamespace(msg.Subject), Bucket: r.names.EventBucket(msg.Subject)}
+	ev := &Event{Seq: seq, Namespace: r.names.Events().Namespace(msg.Subject), Bucket: r.names.Events().Bucket(msg.Subject)}
 	if _, err := messages.DecodeStored(messages.Header(msg.Header), msg.Data, &ev.CallEvent); err != nil {
 		return nil, fmt.Errorf("event %d: %w", seq, err)
 	}

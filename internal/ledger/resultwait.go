@@ -137,7 +137,7 @@ func (w *resultWait) check(ctx context.Context, confirm bool) (*messages.CallRes
 // committedResult is the result a message on results carries, if it is
 // the call's own.
 func (w *resultWait) committedResult(msg *nats.Msg) *messages.CallResult {
-	if evNS := w.r.names.EventNamespace(msg.Subject); evNS != "" && (evNS != w.ns || w.r.names.EventBucket(msg.Subject) != w.bucket) {
+	if evNS := w.r.names.Events().Namespace(msg.Subject); evNS != "" && (evNS != w.ns || w.r.names.Events().Bucket(msg.Subject) != w.bucket) {
 		// Written under another namespace or bucket (or ones not known
 		// yet): not the call's.
 		return nil

@@ -11,7 +11,7 @@ import (
 )
 
 // Routes receives the messages of one client's routed calls on one
-// subscription (see messages.RouteSubject): the committed results, and the
+// subscription (see messages.RouteNames.Subject): the committed results, and the
 // coordinator's answers to quiet submits. A caller names its call's ID
 // itself and awaits it before submitting, so a message for an ID nobody
 // awaits belongs to a call its caller gave up on, and is dropped.
@@ -41,7 +41,7 @@ func (r *Routes) Route() (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sub == nil {
-		subject, err := r.names.RouteSubject(r.route)
+		subject, err := r.names.Routes().Subject(r.route)
 		if err != nil {
 			return "", err
 		}
@@ -108,7 +108,7 @@ func (r *Routes) Await(callID, ns string) (<-chan *nats.Msg, func()) {
 }
 
 func (r *Routes) dispatch(msg *nats.Msg) {
-	callID, ns, ok := r.names.ParseRouteSubject(r.route, msg.Subject)
+	callID, ns, ok := r.names.Routes().ParseSubject(r.route, msg.Subject)
 	if !ok {
 		return
 	}

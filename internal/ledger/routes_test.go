@@ -40,9 +40,9 @@ func TestRoutesDispatchByCall(t *testing.T) {
 	pub := testenv.Connect(t, srv.URL())
 	send := func(id, ns, body string) {
 		t.Helper()
-		subject, err := names.CallRouteSubject(id)
+		subject, err := names.Routes().CallSubject(id)
 		if ns != "" {
-			subject, err = names.RoutedResultSubject(id, ns)
+			subject, err = names.Routes().ResultSubject(id, ns)
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -29,10 +29,11 @@ type Turns struct {
 func (l *Ledger) Turns() *Turns { return l.turns }
 
 // TurnCalls returns the IDs of the calls queued in a turn, in no order
-// its callers rely on (turns.get sorts them), at most max of them: those whose queued events name
-// the turn (TurnQueueFilter), stored at the sequence from or later. A
-// turn's record keeps the first sequence its calls may have. A call held for an
-// approval, queued again once approved, is listed once.
+// its callers rely on (turns.get sorts them), at most max of them: those
+// whose queued events name the turn (messages.FilterNames.TurnQueue),
+// stored at the sequence from or later. A turn's record keeps the first
+// sequence its calls may have. A call held for an approval, queued again
+// once approved, is listed once.
 //
 // Two reads serve: batched direct gets from from on, whose cost grows with
 // the events stored since (the server scans them), and, when more than
@@ -41,7 +42,7 @@ func (l *Ledger) Turns() *Turns { return l.turns }
 // with the subjects in the stream but not with the turn's age; it holds
 // at most 1,024 messages, and a turn with more is scanned.
 func (t *Turns) TurnCalls(ctx context.Context, turn string, from uint64, max int) ([]string, error) {
-	filter, err := t.names.TurnQueueFilter(turn)
+	filter, err := t.names.Filters().TurnQueue(turn)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +69,7 @@ func (t *Turns) turnCallsByLast(ctx context.Context, filter string, from uint64,
 	var found []queued
 	seen := make(map[string]bool)
 	err := t.events.GetBatch(ctx, transport.BatchRequest{MultiLast: []string{filter}}, func(seq uint64, msg *nats.Msg) bool {
-		if id, _, _, ok := t.names.ParseEventSubject(msg.Subject); ok && seq >= from && !seen[id] {
+		if id, _, _, ok := t.names.Events().Parse(msg.Subject); ok && seq >= from && !seen[id] {
 			seen[id] = true
 			found = append(found, queued{id, seq})
 		}
@@ -94,7 +95,7 @@ func (t *Turns) turnCallsScan(ctx context.Context, turn, filter string, from uin
 		read, last := 0, uint64(0)
 		err := t.events.GetBatch(ctx, transport.BatchRequest{Seq: next, NextBySubject: filter, Batch: turnCallsBatch}, func(seq uint64, msg *nats.Msg) bool {
 			read, last = read+1, seq
-			if id, _, _, ok := t.names.ParseEventSubject(msg.Subject); ok && !seen[id] {
+			if id, _, _, ok := t.names.Events().Parse(msg.Subject); ok && !seen[id] {
 				seen[id] = true
 				ids = append(ids, id)
 			}

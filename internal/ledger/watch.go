@@ -40,7 +40,7 @@ func NewWatcher(js jetstream.JetStream, names messages.Names) *Watcher {
 func (wt *Watcher) Watch(ctx context.Context, ns, callID string) iter.Seq2[*Event, error] {
 	return func(yield func(*Event, error) bool) {
 		var bucket string
-		filter, err := wt.names.CallEventsFilter(callID)
+		filter, err := wt.names.Filters().CallEvents(callID)
 		if err != nil {
 			yield(nil, err)
 			return
@@ -85,7 +85,7 @@ func (wt *Watcher) Watch(ctx context.Context, ns, callID string) iter.Seq2[*Even
 				yield(nil, err)
 				return
 			}
-			ev := &Event{Seq: meta.Sequence.Stream, Namespace: wt.names.EventNamespace(msg.Subject()), Bucket: wt.names.EventBucket(msg.Subject())}
+			ev := &Event{Seq: meta.Sequence.Stream, Namespace: wt.names.Events().Namespace(msg.Subject()), Bucket: wt.names.Events().Bucket(msg.Subject())}
 			if bucket == "" && (ns == "" || ns == ev.Namespace) && coordinatorKind(wt.eventKind(msg.Subject())) {
 				ns, bucket = ev.Namespace, ev.Bucket
 			}
@@ -110,6 +110,6 @@ func (wt *Watcher) Watch(ctx context.Context, ns, callID string) iter.Seq2[*Even
 
 // eventKind returns the kind token of an event subject.
 func (wt *Watcher) eventKind(subject string) messages.EventKind {
-	_, kind, _, _ := wt.names.ParseEventSubject(subject)
+	_, kind, _, _ := wt.names.Events().Parse(subject)
 	return kind
 }

@@ -36,9 +36,9 @@ func (w *writer) eventMsg(bucket, ns string, ev *messages.CallEvent, h nats.Head
 		if ev.Request == nil {
 			return nil, fmt.Errorf("queued event of call %s without its request", ev.CallID)
 		}
-		subject, err = w.names.QueuedSubject(ev.CallID, ev.Request.Turn, ns)
+		subject, err = w.names.Events().Queued(ev.CallID, ev.Request.Turn, ns)
 	} else {
-		subject, err = w.names.EventSubject(bucket, ev.CallID, ev.Kind, ns)
+		subject, err = w.names.Events().Subject(bucket, ev.CallID, ev.Kind, ns)
 	}
 	if err != nil {
 		return nil, err

@@ -22,13 +22,13 @@ func TestAuditStreamRefusesPurgeAndDelete(t *testing.T) {
 	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	subject, _ := names.AuditSubject("allowed")
+	subject, _ := names.Audit().Subject("allowed")
 	for range 3 {
 		if _, err := js.Publish(ctx, subject, []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	stream, err := js.Stream(ctx, names.AuditStream())
+	stream, err := js.Stream(ctx, names.Audit().Stream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,14 +66,14 @@ func TestEnsureProtectsAnExistingAuditStream(t *testing.T) {
 	if _, err := js.CreateStream(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	subject, _ := names.AuditSubject("denied")
+	subject, _ := names.Audit().Subject("denied")
 	if _, err := js.Publish(ctx, subject, []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := resources.Ensure(ctx, js, names, resources.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	stream, err := js.Stream(ctx, names.AuditStream())
+	stream, err := js.Stream(ctx, names.Audit().Stream())
 	if err != nil {
 		t.Fatal(err)
 	}

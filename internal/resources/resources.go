@@ -356,9 +356,9 @@ func EventsStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig
 		Replicas:     cfg.Replicas,
 		AllowDirect:  true,
 		// Each committed result is also sent to its call's route (see
-		// messages.RouteSubject), so that callers need no message from the
+		// messages.RouteNames.Subject), so that callers need no message from the
 		// worker and no subscription per call.
-		RePublish: &jetstream.RePublish{Source: names.RepublishSource(), Destination: names.RepublishDestination()},
+		RePublish: &jetstream.RePublish{Source: names.Routes().RepublishFrom(), Destination: names.Routes().RepublishTo()},
 	}
 }
 
@@ -370,9 +370,9 @@ func EventsStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig
 func AuditStreamConfig(names messages.Names, cfg Config) jetstream.StreamConfig {
 	cfg = cfg.WithDefaults()
 	return jetstream.StreamConfig{
-		Name:        names.AuditStream(),
+		Name:        names.Audit().Stream(),
 		Description: "Toolbus policy decisions",
-		Subjects:    []string{names.AuditSubjects()},
+		Subjects:    []string{names.Audit().Subjects()},
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardOld,
 		MaxAge:      cfg.AuditMaxAge,
@@ -448,11 +448,11 @@ func CreateNamespaceConsumer(ctx context.Context, js jetstream.JetStream, names 
 }
 
 func namespaceConsumerConfig(names messages.Names, nc NamespaceConsumer) (jetstream.ConsumerConfig, error) {
-	durable, err := names.NamespaceConsumer(nc.Namespace)
+	durable, err := names.Consumers().Durable(nc.Namespace)
 	if err != nil {
 		return jetstream.ConsumerConfig{}, err
 	}
-	filter, err := names.NamespaceQueueFilter(nc.Namespace)
+	filter, err := names.Filters().NamespaceQueue(nc.Namespace)
 	if err != nil {
 		return jetstream.ConsumerConfig{}, err
 	}

@@ -30,7 +30,7 @@ type NATSReady struct {
 // CoordinatorResources are the streams and buckets a coordinator uses.
 func CoordinatorResources(names messages.Names) NATSReady {
 	return NATSReady{
-		Streams: []string{names.EventsStream(), names.AuditStream()},
+		Streams: []string{names.EventsStream(), names.Audit().Stream()},
 		Buckets: []string{names.CatalogBucket(), names.TurnsBucket(), names.ApprovalsBucket()},
 	}
 }
@@ -45,7 +45,7 @@ func WorkerResources(names messages.Names, namespaces []string) (NATSReady, erro
 		ConsumersStream: names.EventsStream(),
 	}
 	for _, ns := range namespaces {
-		consumer, err := names.NamespaceConsumer(ns)
+		consumer, err := names.Consumers().Durable(ns)
 		if err != nil {
 			return NATSReady{}, err
 		}

@@ -216,7 +216,7 @@ func (a *coordinatorAPI) hedged(ctx context.Context, subject string, data []byte
 			return nil, err
 		}
 		id := messages.RoutedCallID(route, messages.RandomToken())
-		if receiptTo, err = a.names.CallRouteSubject(id); err != nil {
+		if receiptTo, err = a.names.Routes().CallSubject(id); err != nil {
 			return nil, err
 		}
 		var stop func()

@@ -244,7 +244,7 @@ func readsOnly(url string) func(b *testing.B) {
 			start := time.Now()
 			var wg sync.WaitGroup
 			for range 8 {
-				subject, _ := names.EventFilter(bucket, nuid.Next()+nuid.Next(), messages.EventResult, "writes")
+				subject, _ := names.Filters().Event(bucket, nuid.Next()+nuid.Next(), messages.EventResult, "writes")
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -305,8 +305,8 @@ func writesOnly(url string, records int) func(b *testing.B) {
 			start := time.Now()
 			acks := make([]jetstream.PubAckFuture, 0, records)
 			for _, id := range ids[:records] {
-				subject, _ := names.QueuedSubject(id, turn, "writes")
-				filter, _ := names.CallQueuedFilter(bucket, id)
+				subject, _ := names.Events().Queued(id, turn, "writes")
+				filter, _ := names.Filters().CallQueued(bucket, id)
 				acks = append(acks, publish(subject, map[string]string{
 					"Nats-Msg-Id": id + ".queued", "Nats-Expected-Last-Subject-Sequence": "0",
 					"Nats-Expected-Last-Subject-Sequence-Subject": filter}, queued))
@@ -319,7 +319,7 @@ func writesOnly(url string, records int) func(b *testing.B) {
 				}
 			}
 			for _, id := range ids {
-				subject, _ := names.EventSubject(bucket, id, messages.EventResult, "writes")
+				subject, _ := names.Events().Subject(bucket, id, messages.EventResult, "writes")
 				publish(subject, map[string]string{"Nats-Expected-Last-Subject-Sequence": "0"}, result)
 			}
 			for range ids {

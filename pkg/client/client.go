@@ -152,7 +152,7 @@ type Options struct {
 	// up after six attempts. Defaults to 30s.
 	NoCoordinatorWait time.Duration
 	// Route is the route the client's calls are made on (see
-	// messages.RouteSubject): with identities, one of the routes the
+	// messages.RouteNames.Subject): with identities, one of the routes the
 	// identities file gives its user, whose results the server lets it
 	// receive. Defaults to a new route of the client's own.
 	Route string

@@ -157,7 +157,7 @@ func startRouteWait(ctx context.Context, c *Client, req messages.SubmitRequest, 
 	// Every copy asks for a receipt on the route, which a coordinator
 	// sends as soon as it has the copy.
 	receiptID := messages.RoutedCallID(route, messages.RandomToken())
-	if w.rc.receiptTo, err = c.names.CallRouteSubject(receiptID); err != nil {
+	if w.rc.receiptTo, err = c.names.Routes().CallSubject(receiptID); err != nil {
 		return nil, err
 	}
 	w.answers, w.done = c.routes.Await(w.callID, w.ns)
@@ -412,7 +412,7 @@ func (rc *routedCall) send(ctx context.Context, copies int) error {
 	if err != nil {
 		return err
 	}
-	reply, err := rc.c.names.CallRouteSubject(rc.req.CallID)
+	reply, err := rc.c.names.Routes().CallSubject(rc.req.CallID)
 	if err != nil {
 		return err
 	}

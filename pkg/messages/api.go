@@ -89,7 +89,7 @@ type TurnState struct {
 	// EventsSeq is the first sequence of the events stream that the
 	// turn's calls' queued events may have: the stream's last sequence,
 	// plus one, when the turn was first saved. turns.get reads them from
-	// there (see Names.TurnQueueFilter). 0 in a turn saved before protocol
+	// there (see FilterNames.TurnQueue). 0 in a turn saved before protocol
 	// version 3, whose calls were filed in the turns bucket.
 	EventsSeq uint64 `json:"events_seq,omitempty"`
 }

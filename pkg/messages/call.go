@@ -58,7 +58,7 @@ type SubmitRequest struct {
 	// call. The copy is a convenience; the result event in the events
 	// stream is the record.
 	Notify string `json:"notify,omitempty"`
-	// Route names the caller's route (see RouteSubject): the call's ID
+	// Route names the caller's route (see RouteNames.Subject): the call's ID
 	// starts with it, and its committed result is republished to the
 	// route. Not allowed with IdempotencyKey, whose call ID comes from
 	// the key; such a call can use Notify.

@@ -43,7 +43,7 @@ const (
 	// carry it: the server does not check whose a reply subject is.
 	HeaderReplyToken = "Toolbus-Reply-Token"
 	// HeaderReceipt on a request names a subject of one of the
-	// requester's routes (Names.CallRouteSubject of a call ID on the
+	// requester's routes (RouteNames.CallSubject of a call ID on the
 	// route) to which the coordinator that takes the request says so at
 	// once: before it works on the request it sends there a message
 	// without a body whose HeaderReceipt is ReceiptSent, and later its

@@ -1,9 +1,12 @@
 package messages
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // ConsumerRequest is what a namespace's worker sends the coordinators on
-// ConsumersSubject(namespace) when it starts: the settings of the
+// ConsumerNames.RequestSubject(namespace) when it starts: the settings of the
 // namespace's consumer on the events stream, which the coordinator
 // creates or updates to them (the namespace's last started worker's
 // settings apply). Workers do not create consumers themselves: a
@@ -46,4 +49,44 @@ func (r *ConsumerRequest) Validate() error {
 		validateRange("max_attempts", int64(r.MaxAttempts), 1, MaxConsumerAttempts),
 		optionalID("worker_id", r.Worker),
 	)
+}
+
+// ConsumerNames are the names of the namespaces' consumers on the events
+// stream and of the subjects on which workers ask the coordinators for
+// them. Get them from Names.Consumers.
+type ConsumerNames struct {
+	prefix string
+}
+
+// Durable is the durable pull consumer on the events stream
+// that a namespace's workers share (filter FilterNames.NamespaceQueue).
+func (n ConsumerNames) Durable(ns string) (string, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return "ns_" + ns, nil
+}
+
+// RequestSubject is where a namespace's workers ask the coordinators for
+// the namespace's consumer (a ConsumerRequest): <prefix>.consumers.<namespace>.
+// The namespace is the subject's, so that the server can confine a
+// worker's user to asking for its own namespace's consumer.
+func (n ConsumerNames) RequestSubject(ns string) (string, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", err
+	}
+	return n.prefix + ".consumers." + ns, nil
+}
+
+// RequestFilter matches every namespace's RequestSubject.
+func (n ConsumerNames) RequestFilter() string { return n.prefix + ".consumers.*" }
+
+// RequestNamespace is the namespace of a RequestSubject, or "" if
+// subject is not one.
+func (n ConsumerNames) RequestNamespace(subject string) string {
+	ns, ok := strings.CutPrefix(subject, n.prefix+".consumers.")
+	if !ok || ValidateNamespace(ns) != nil {
+		return ""
+	}
+	return ns
 }

@@ -5,8 +5,34 @@
 // Every message is MessagePack unless its Content-Type header says
 // application/json; field names are snake_case in both encodings and every
 // message carries the Toolbus-Version header. Subjects, stream, consumer and
-// bucket names are built only by [Names], whose methods reject tokens that
-// would change a subject's meaning (dots, wildcards, spaces).
+// bucket names are built only by [Names] and the types it returns, whose
+// methods reject tokens that would change a subject's meaning (dots,
+// wildcards, spaces).
+//
+// # Names
+//
+// [Names] holds an installation's prefix and names its streams, buckets
+// and API subjects itself. The names of one role each are methods of a
+// small value type that Names returns:
+//
+//   - Names.Events ([EventNames]): the subjects a call's events are stored
+//     under, and their parsing.
+//   - Names.Filters ([FilterNames]): the subject filters by which
+//     consumers, direct gets and subscriptions pick a call's, a turn's or
+//     a namespace's messages.
+//   - Names.Routes ([RouteNames]): the subjects of routed results and the
+//     events stream's republish rule.
+//   - Names.Consumers ([ConsumerNames]): the namespaces' consumers and the
+//     subjects on which workers ask for them.
+//   - Names.Audit ([AuditNames]): the audit stream.
+//
+// Until this version those were methods of Names itself:
+// n.CallResultFilter(b, id, ns) is now n.Filters().CallResult(b, id, ns),
+// n.EventSubject is n.Events().Subject, n.RouteSubject is
+// n.Routes().Subject, n.NamespaceConsumer is n.Consumers().Durable,
+// n.AuditStream is n.Audit().Stream, and so on. Only the Go API moved:
+// every subject and resource name is as it was (docs/protocol.md), and
+// clients in other languages see nothing new.
 //
 // The MessagePack encoders and decoders of the call path's messages (those
 // whose struct is marked //msgpack:generate) are generated into

@@ -174,8 +174,10 @@ func (e *NameError) Is(target error) bool {
 // ErrInvalidName is matched by every NameError.
 var ErrInvalidName = &Error{Code: CodeInvalidName}
 
-// Names builds every subject and resource name of one Toolbus installation.
-// The zero value is not usable; get one from NewNames.
+// Names builds every subject and resource name of one Toolbus installation:
+// its streams, buckets and API subjects itself, the names of one role each
+// through the small value types it returns (Events, Filters, Routes,
+// Consumers, Audit). The zero value is not usable; get one from NewNames.
 type Names struct {
 	prefix string
 	upper  string
@@ -206,6 +208,24 @@ func MustNames(prefix string) Names {
 // Prefix returns the subject prefix.
 func (n Names) Prefix() string { return n.prefix }
 
+// Filters returns the subject filters by which consumers, direct gets and
+// subscriptions pick a call's, a turn's or a namespace's messages.
+func (n Names) Filters() FilterNames { return FilterNames{prefix: n.prefix} }
+
+// Events returns the subjects a call's events are stored under, and reads
+// them back.
+func (n Names) Events() EventNames { return EventNames{prefix: n.prefix} }
+
+// Routes returns the subjects of routed results.
+func (n Names) Routes() RouteNames { return RouteNames{prefix: n.prefix} }
+
+// Consumers returns the names of the namespaces' consumers and of the
+// subjects on which workers ask for them.
+func (n Names) Consumers() ConsumerNames { return ConsumerNames{prefix: n.prefix} }
+
+// Audit returns the names of the audit stream of policy decisions.
+func (n Names) Audit() AuditNames { return AuditNames(n) }
+
 // CallsStream is the work-queue stream that held call requests until a
 // worker acknowledged them, up to protocol version 2. Since version 3 a
 // call's queued event is its work item and nothing writes this stream; the
@@ -230,16 +250,6 @@ func (n Names) CallSubject(tool ToolName) (string, error) {
 	return n.prefix + ".call." + tool.Namespace + "." + tool.Method, nil
 }
 
-// NamespaceCallsFilter matched every call of one namespace in the calls
-// stream of version 2. Since version 3 the namespace's consumer filters
-// NamespaceQueueFilter.
-func (n Names) NamespaceCallsFilter(ns string) (string, error) {
-	if err := ValidateNamespace(ns); err != nil {
-		return "", err
-	}
-	return n.prefix + ".call." + ns + ".>", nil
-}
-
 // CallSubjectNamespace returns the namespace token of a call subject made
 // by CallSubject, or "" when subject is not one.
 func (n Names) CallSubjectNamespace(subject string) string {
@@ -254,258 +264,6 @@ func (n Names) CallSubjectNamespace(subject string) string {
 	return ns
 }
 
-// NoTurn is the turn token of the queued event of a call made outside
-// any turn: a character no turn ID may hold, so no turn's calls are
-// mistaken for turnless ones.
-const NoTurn = "~"
-
-// QueuedSubject is where a call's queued event is stored:
-// <prefix>.events.<bucket>.<call ID>.queued.<turn>.<namespace>, the turn
-// being NoTurn for a call made outside any turn and the bucket the turn's
-// (TurnBucket). The event is the call's record, its work item (its
-// namespace's consumer filters NamespaceQueueFilter) and its entry in its
-// turn's index (TurnQueueFilter). Every other event of the call is stored
-// under the same bucket (EventSubject).
-func (n Names) QueuedSubject(callID, turn, ns string) (string, error) {
-	if err := ValidateID("call ID", callID); err != nil {
-		return "", err
-	}
-	if turn == "" {
-		turn = NoTurn
-	} else if err := ValidateID("turn", turn); err != nil {
-		return "", err
-	}
-	if err := ValidateNamespace(ns); err != nil {
-		return "", err
-	}
-	return n.prefix + ".events." + TurnBucket(turn) + "." + callID + "." + string(EventQueued) + "." + turn + "." + ns, nil
-}
-
-// validateBucket reports whether b is a bucket TurnBucket can return.
-func validateBucket(b string) error {
-	if len(b) != 2 || b[0] < '0' || b[0] > '3' || !(b[1] >= '0' && b[1] <= '9' || b[1] >= 'a' && b[1] <= 'f') {
-		return &NameError{Kind: "turn bucket", Value: b, Reason: `must be two lowercase hexadecimal digits from "00" to "3f"`}
-	}
-	return nil
-}
-
-// NamespaceQueueFilter matches the queued events of one namespace's calls:
-// the filter of the namespace's consumer on the events stream, whose
-// messages are the namespace's work items.
-func (n Names) NamespaceQueueFilter(ns string) (string, error) {
-	if err := ValidateNamespace(ns); err != nil {
-		return "", err
-	}
-	return n.prefix + ".events.*.*." + string(EventQueued) + ".*." + ns, nil
-}
-
-// TurnQueueFilter matches the queued events of one turn's calls, of every
-// namespace: the turn's index. Its bucket is literal, so the server walks
-// only the calls of the turn's bucket.
-func (n Names) TurnQueueFilter(turn string) (string, error) {
-	if err := ValidateID("turn", turn); err != nil {
-		return "", err
-	}
-	return n.prefix + ".events." + TurnBucket(turn) + ".*." + string(EventQueued) + "." + turn + ".*", nil
-}
-
-// NamespaceConsumer is the durable pull consumer on the events stream
-// that a namespace's workers share (filter NamespaceQueueFilter).
-func (n Names) NamespaceConsumer(ns string) (string, error) {
-	if err := ValidateNamespace(ns); err != nil {
-		return "", err
-	}
-	return "ns_" + ns, nil
-}
-
-// EventSubject is where events of one kind but queued of one call are
-// stored: <prefix>.events.<bucket>.<call ID>.<kind>.<namespace>, the
-// bucket being that of the call's turn (the one its queued event's
-// subject names, see QueuedSubject) and the namespace that of the called
-// tool. The last token lets the server confine a worker's writes and
-// reads to its own namespace's calls; namespace and bucket let every
-// reader tell a call's events from events written under its ID
-// elsewhere.
-func (n Names) EventSubject(bucket, callID string, kind EventKind, ns string) (string, error) {
-	if kind == EventQueued {
-		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "names the turn too: see QueuedSubject"}
-	}
-	if err := validateBucket(bucket); err != nil {
-		return "", err
-	}
-	if err := ValidateID("call ID", callID); err != nil {
-		return "", err
-	}
-	if !kind.Valid() {
-		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "is not a known event kind"}
-	}
-	if err := ValidateNamespace(ns); err != nil {
-		return "", err
-	}
-	return n.prefix + ".events." + bucket + "." + callID + "." + string(kind) + "." + ns, nil
-}
-
-// EventFilter matches the events of one kind of one call written under
-// bucket and namespace ns: EventSubject, and for kind queued the queued
-// event of any turn.
-func (n Names) EventFilter(bucket, callID string, kind EventKind, ns string) (string, error) {
-	if kind != EventQueued {
-		return n.EventSubject(bucket, callID, kind, ns)
-	}
-	if err := validateBucket(bucket); err != nil {
-		return "", err
-	}
-	if err := ValidateID("call ID", callID); err != nil {
-		return "", err
-	}
-	if err := ValidateNamespace(ns); err != nil {
-		return "", err
-	}
-	return n.prefix + ".events." + bucket + "." + callID + "." + string(EventQueued) + ".*." + ns, nil
-}
-
-// ParseEventSubject reads the call ID, kind and namespace of an event
-// subject made by EventSubject or QueuedSubject. ok is false for any other
-// subject.
-func (n Names) ParseEventSubject(subject string) (callID string, kind EventKind, ns string, ok bool) {
-	tokens, found := n.eventTokens(subject)
-	if !found {
-		return "", "", "", false
-	}
-	if len(tokens) == 5 {
-		return tokens[1], EventQueued, tokens[4], true
-	}
-	return tokens[1], EventKind(tokens[2]), tokens[3], true
-}
-
-// eventTokens returns the tokens after "<prefix>.events." of an event
-// subject: bucket, call ID, kind and namespace, with the turn before the
-// namespace for a queued event. found is false for any other subject.
-func (n Names) eventTokens(subject string) (tokens []string, found bool) {
-	rest, found := strings.CutPrefix(subject, n.prefix+".events.")
-	if !found {
-		return nil, false
-	}
-	tokens = strings.Split(rest, ".")
-	if validateBucket(tokens[0]) != nil {
-		return nil, false
-	}
-	switch {
-	case len(tokens) == 4 && tokens[2] != string(EventQueued):
-		return tokens, true
-	case len(tokens) == 5 && tokens[2] == string(EventQueued):
-		return tokens, true
-	}
-	return nil, false
-}
-
-// EventBucket returns the bucket token of an event subject, or "" when
-// subject is not one.
-func (n Names) EventBucket(subject string) string {
-	tokens, found := n.eventTokens(subject)
-	if !found {
-		return ""
-	}
-	return tokens[0]
-}
-
-// QueuedTurn returns the turn a queued event's subject names, "" for a
-// call outside any turn; ok is false when subject is no queued event's.
-func (n Names) QueuedTurn(subject string) (turn string, ok bool) {
-	tokens, found := n.eventTokens(subject)
-	if !found || len(tokens) != 5 {
-		return "", false
-	}
-	if tokens[3] == NoTurn {
-		return "", true
-	}
-	return tokens[3], true
-}
-
-// EventNamespace returns the namespace token of an event subject, or ""
-// when subject is not one.
-func (n Names) EventNamespace(subject string) string {
-	_, _, ns, _ := n.ParseEventSubject(subject)
-	return ns
-}
-
-// CallEventsFilter matches every event of one call, of any bucket and
-// namespace: the server walks the buckets, not every call.
-func (n Names) CallEventsFilter(callID string) (string, error) {
-	if err := ValidateID("call ID", callID); err != nil {
-		return "", err
-	}
-	return n.prefix + ".events.*." + callID + ".>", nil
-}
-
-// CallNamespaceEventsFilter matches every event of one call written
-// under bucket and namespace ns but its queued event, whose subject names
-// the turn too (QueuedSubject).
-func (n Names) CallNamespaceEventsFilter(bucket, callID, ns string) (string, error) {
-	if err := validateBucket(bucket); err != nil {
-		return "", err
-	}
-	if err := ValidateID("call ID", callID); err != nil {
-		return "", err
-	}
-	if err := ValidateNamespace(ns); err != nil {
-		return "", err
-	}
-	return n.prefix + ".events." + bucket + "." + callID + ".*." + ns, nil
-}
-
-// CallResultFilter is the subject of a call's result under its bucket
-// and namespace: the condition of a result's (and a start's) write, so
-// that the first result wins. Readers take a call's bucket and namespace
-// from its queued event and ignore events under any other, so a condition
-// on every bucket (a leading wildcard, whose check walks every bucket on
-// each write) would protect no reader.
-func (n Names) CallResultFilter(bucket, callID, ns string) (string, error) {
-	return n.EventSubject(bucket, callID, EventResult, ns)
-}
-
-// CallQueuedFilter matches the queued events of one call in one bucket,
-// of any turn and namespace: the condition of a queued event's write.
-func (n Names) CallQueuedFilter(bucket, callID string) (string, error) {
-	if err := ValidateID("call ID", callID); err != nil {
-		return "", err
-	}
-	if err := validateBucket(bucket); err != nil {
-		return "", err
-	}
-	return n.prefix + ".events." + bucket + "." + callID + "." + string(EventQueued) + ".*.*", nil
-}
-
-// CallKindFilter matches the events of one kind of one call, of any
-// bucket and namespace (and for kind queued, of any turn).
-func (n Names) CallKindFilter(callID string, kind EventKind) (string, error) {
-	if err := ValidateID("call ID", callID); err != nil {
-		return "", err
-	}
-	if !kind.Valid() {
-		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "is not a known event kind"}
-	}
-	return n.prefix + ".events.*." + callID + "." + string(kind) + kindTail(kind), nil
-}
-
-// EventKindFilter matches the events of one kind of every call, e.g. every
-// result (and for kind queued, of every turn).
-func (n Names) EventKindFilter(kind EventKind) (string, error) {
-	if !kind.Valid() {
-		return "", &NameError{Kind: "event kind", Value: string(kind), Reason: "is not a known event kind"}
-	}
-	return n.prefix + ".events.*.*." + string(kind) + kindTail(kind), nil
-}
-
-// kindTail is what follows the kind in an event subject: the namespace,
-// after the turn for a queued event.
-func kindTail(kind EventKind) string {
-	if kind == EventQueued {
-		return ".*.*"
-	}
-	return ".*"
-}
-
 // CancelSubject carries the signal that asks the worker holding a call to
 // stop it. The durable record of the cancellation is the call's cancel event.
 func (n Names) CancelSubject(ns, callID string) (string, error) {
@@ -518,14 +276,6 @@ func (n Names) CancelSubject(ns, callID string) (string, error) {
 	return n.prefix + ".cancel." + ns + "." + callID, nil
 }
 
-// CancelFilter matches the cancel signals of one namespace.
-func (n Names) CancelFilter(ns string) (string, error) {
-	if err := ValidateNamespace(ns); err != nil {
-		return "", err
-	}
-	return n.prefix + ".cancel." + ns + ".*", nil
-}
-
 // BucketChanges is where the stream of a key-value bucket of the
 // installation republishes the headers of the messages it stores under
 // the keys matching keys (a subject filter of keys, ">" for all):
@@ -533,30 +283,6 @@ func (n Names) CancelFilter(ns string) (string, error) {
 // follows the bucket by reading it after each.
 func (n Names) BucketChanges(bucket, keys string) string {
 	return n.prefix + ".kv." + bucket + "." + keys
-}
-
-// ConsumersSubject is where a namespace's workers ask the coordinators for
-// the namespace's consumer (a ConsumerRequest): <prefix>.consumers.<namespace>.
-// The namespace is the subject's, so that the server can confine a
-// worker's user to asking for its own namespace's consumer.
-func (n Names) ConsumersSubject(ns string) (string, error) {
-	if err := ValidateNamespace(ns); err != nil {
-		return "", err
-	}
-	return n.prefix + ".consumers." + ns, nil
-}
-
-// ConsumersFilter matches every namespace's ConsumersSubject.
-func (n Names) ConsumersFilter() string { return n.prefix + ".consumers.*" }
-
-// ConsumersNamespace is the namespace of a ConsumersSubject, or "" if
-// subject is not one.
-func (n Names) ConsumersNamespace(subject string) string {
-	ns, ok := strings.CutPrefix(subject, n.prefix+".consumers.")
-	if !ok || ValidateNamespace(ns) != nil {
-		return ""
-	}
-	return ns
 }
 
 // APIGroup is the subject prefix of the coordinator's service endpoints.
@@ -570,19 +296,26 @@ func (n Names) APISubject(endpoint string) (string, error) {
 	return n.APIGroup() + "." + endpoint, nil
 }
 
-// AuditStream is the stream of policy decisions.
-func (n Names) AuditStream() string { return n.upper + "_AUDIT" }
+// AuditNames are the names of the audit stream, which records the
+// policy's decisions. Get them from Names.Audit.
+type AuditNames struct {
+	prefix string
+	upper  string
+}
 
-// AuditSubject is where decisions of one kind are recorded.
-func (n Names) AuditSubject(decision string) (string, error) {
+// Stream is the stream of policy decisions.
+func (n AuditNames) Stream() string { return n.upper + "_AUDIT" }
+
+// Subject is where decisions of one kind are recorded.
+func (n AuditNames) Subject(decision string) (string, error) {
 	if err := ValidateID("audit decision", decision); err != nil {
 		return "", err
 	}
 	return n.prefix + ".audit." + decision, nil
 }
 
-// AuditSubjects is the subject space of AuditStream.
-func (n Names) AuditSubjects() string { return n.prefix + ".audit.>" }
+// Subjects is the subject space of Stream.
+func (n AuditNames) Subjects() string { return n.prefix + ".audit.>" }
 
 // CatalogBucket is the KV bucket of tool definitions and worker liveness.
 func (n Names) CatalogBucket() string { return n.prefix + "_catalog" }
@@ -646,8 +379,8 @@ func TurnCallKey(turn, callID string) (string, error) {
 	return "calls." + turn + "." + callID, nil
 }
 
-// QueuedEventFilter is CallQueuedFilter of the call whose queued event is
-// stored under subject (QueuedSubject, which checked the names in it):
+// QueuedEventFilter is Filters().CallQueued of the call whose queued event is
+// stored under subject (Events().Queued, which checked the names in it):
 // the subject with its turn and namespace made wildcards. It returns ""
 // for a subject that is not a queued event's.
 func (n Names) QueuedEventFilter(subject string) string {

@@ -64,10 +64,10 @@ func TestSubjectsRejectUnsafeTokens(t *testing.T) {
 	if _, err := n.CallSubject(ToolName{Namespace: "de*", Method: "x"}); err == nil {
 		t.Error("a namespace with a wildcard made a subject")
 	}
-	if _, err := n.EventSubject("21", "abc.def", EventResult, "demo"); err == nil {
+	if _, err := n.Events().Subject("21", "abc.def", EventResult, "demo"); err == nil {
 		t.Error("a call ID with a dot made a subject")
 	}
-	if _, err := n.EventSubject("21", "abc", EventKind("bogus"), "demo"); err == nil {
+	if _, err := n.Events().Subject("21", "abc", EventKind("bogus"), "demo"); err == nil {
 		t.Error("an unknown event kind made a subject")
 	}
 	if _, err := NewNames("Tool.bus"); err == nil {
@@ -77,27 +77,27 @@ func TestSubjectsRejectUnsafeTokens(t *testing.T) {
 	if err != nil || got != "toolbus.call.demo.word_count" {
 		t.Errorf("CallSubject = %q, %v", got, err)
 	}
-	if _, err := n.EventSubject("21", "abc", EventResult, "de.mo"); err == nil {
+	if _, err := n.Events().Subject("21", "abc", EventResult, "de.mo"); err == nil {
 		t.Error("a namespace with a dot made a subject")
 	}
 	for _, bucket := range []string{"", "40", "2A", "*", "0"} {
-		if _, err := n.EventSubject(bucket, "abc", EventResult, "demo"); err == nil {
+		if _, err := n.Events().Subject(bucket, "abc", EventResult, "demo"); err == nil {
 			t.Errorf("bucket %q made a subject", bucket)
 		}
 	}
-	if _, err := n.EventSubject("21", "abc", EventQueued, "demo"); err == nil {
-		t.Error("EventSubject made a queued event's subject without its turn")
+	if _, err := n.Events().Subject("21", "abc", EventQueued, "demo"); err == nil {
+		t.Error("Events().Subject made a queued event's subject without its turn")
 	}
-	if got, _ := n.EventSubject("0c", "c1", EventProgress, "demo"); got != "toolbus.events.0c.c1.progress.demo" {
-		t.Errorf("EventSubject = %q", got)
+	if got, _ := n.Events().Subject("0c", "c1", EventProgress, "demo"); got != "toolbus.events.0c.c1.progress.demo" {
+		t.Errorf("Events().Subject = %q", got)
 	}
-	if n.EventBucket("toolbus.events.0c.c1.progress.demo") != "0c" || n.EventBucket("toolbus.events.c1.progress.demo") != "" {
-		t.Error("EventBucket misread a subject")
+	if n.Events().Bucket("toolbus.events.0c.c1.progress.demo") != "0c" || n.Events().Bucket("toolbus.events.c1.progress.demo") != "" {
+		t.Error("Events().Bucket misread a subject")
 	}
-	if id, kind, ns, ok := n.ParseEventSubject("toolbus.events.0c.c1.progress.demo"); !ok || id != "c1" || kind != EventProgress || ns != "demo" {
-		t.Errorf("ParseEventSubject = %q %q %q %v", id, kind, ns, ok)
+	if id, kind, ns, ok := n.Events().Parse("toolbus.events.0c.c1.progress.demo"); !ok || id != "c1" || kind != EventProgress || ns != "demo" {
+		t.Errorf("Events().Parse = %q %q %q %v", id, kind, ns, ok)
 	}
-	if _, _, _, ok := n.ParseEventSubject("toolbus.events.c1.progress.demo"); ok {
+	if _, _, _, ok := n.Events().Parse("toolbus.events.c1.progress.demo"); ok {
 		t.Error("an unbucketed event subject was parsed")
 	}
 	if n.CallsStream() != "TOOLBUS_CALLS" || n.EventsStream() != "TOOLBUS_EVENTS" {
@@ -121,12 +121,12 @@ func TestIdempotentCallID(t *testing.T) {
 
 func TestEventKindFilter(t *testing.T) {
 	t.Parallel()
-	got, err := MustNames("tb2").EventKindFilter(EventResult)
+	got, err := MustNames("tb2").Filters().EventKind(EventResult)
 	if err != nil || got != "tb2.events.*.*.result.*" {
-		t.Fatalf("EventKindFilter(result) = %q, %v", got, err)
+		t.Fatalf("Filters().EventKind(result) = %q, %v", got, err)
 	}
-	if _, err := MustNames("").EventKindFilter("res.*"); !errors.Is(err, ErrInvalidName) {
-		t.Fatalf("EventKindFilter of an unknown kind: %v", err)
+	if _, err := MustNames("").Filters().EventKind("res.*"); !errors.Is(err, ErrInvalidName) {
+		t.Fatalf("Filters().EventKind of an unknown kind: %v", err)
 	}
 }
 
@@ -135,22 +135,22 @@ func TestRoutedResultSubjects(t *testing.T) {
 	n := MustNames("")
 	route := "R0123456789abcdefghijk"
 	id := RoutedCallID(route, "S0123456789abcdefghijk")
-	got, err := n.RoutedResultSubject(id, "demo")
+	got, err := n.Routes().ResultSubject(id, "demo")
 	if err != nil || got != "toolbus.results."+route+".S0123456789abcdefghijk.demo" {
-		t.Fatalf("RoutedResultSubject = %q, %v", got, err)
+		t.Fatalf("Routes().ResultSubject = %q, %v", got, err)
 	}
-	if sub, _ := n.RouteSubject(route); sub != "toolbus.results."+route+".>" {
-		t.Errorf("RouteSubject = %q", sub)
+	if sub, _ := n.Routes().Subject(route); sub != "toolbus.results."+route+".>" {
+		t.Errorf("Routes().Subject = %q", sub)
 	}
-	if callID, ns, ok := n.ParseRouteSubject(route, got); !ok || callID != id || ns != "demo" {
-		t.Errorf("ParseRouteSubject(result) = %q %q %v", callID, ns, ok)
+	if callID, ns, ok := n.Routes().ParseSubject(route, got); !ok || callID != id || ns != "demo" {
+		t.Errorf("Routes().ParseSubject(result) = %q %q %v", callID, ns, ok)
 	}
-	answer, _ := n.CallRouteSubject(id)
-	if callID, ns, ok := n.ParseRouteSubject(route, answer); !ok || callID != id || ns != "" {
-		t.Errorf("ParseRouteSubject(answer) = %q %q %v", callID, ns, ok)
+	answer, _ := n.Routes().CallSubject(id)
+	if callID, ns, ok := n.Routes().ParseSubject(route, answer); !ok || callID != id || ns != "" {
+		t.Errorf("Routes().ParseSubject(answer) = %q %q %v", callID, ns, ok)
 	}
-	if n.RepublishSource() != "toolbus.events.*.*.result.*" || n.RepublishDestination() != "toolbus.results.{{SplitFromLeft(2,22)}}.{{Wildcard(3)}}" {
-		t.Errorf("republish %s -> %s", n.RepublishSource(), n.RepublishDestination())
+	if n.Routes().RepublishFrom() != "toolbus.events.*.*.result.*" || n.Routes().RepublishTo() != "toolbus.results.{{SplitFromLeft(2,22)}}.{{Wildcard(3)}}" {
+		t.Errorf("republish %s -> %s", n.Routes().RepublishFrom(), n.Routes().RepublishTo())
 	}
 	if ns := n.CallSubjectNamespace("toolbus.call.demo.echo"); ns != "demo" {
 		t.Errorf("CallSubjectNamespace = %q", ns)
@@ -168,15 +168,15 @@ func TestRoutedResultSubjects(t *testing.T) {
 // match it, and every reader takes the same call and namespace from it.
 func TestQueuedSubjectNamesTheTurn(t *testing.T) {
 	n := MustNames("")
-	inTurn, err := n.QueuedSubject("c1", "turn-1", "demo")
+	inTurn, err := n.Events().Queued("c1", "turn-1", "demo")
 	if err != nil || inTurn != "toolbus.events.0c.c1.queued.turn-1.demo" {
-		t.Fatalf("QueuedSubject = %q, %v", inTurn, err)
+		t.Fatalf("Events().Queued = %q, %v", inTurn, err)
 	}
-	noTurn, _ := n.QueuedSubject("c2", "", "demo")
+	noTurn, _ := n.Events().Queued("c2", "", "demo")
 	if noTurn != "toolbus.events.21.c2.queued.~.demo" {
 		t.Fatalf("a call outside any turn: %q", noTurn)
 	}
-	if _, err := n.QueuedSubject("c1", "t.1", "demo"); err == nil {
+	if _, err := n.Events().Queued("c1", "t.1", "demo"); err == nil {
 		t.Error("a turn with a dot was accepted")
 	}
 	for _, tc := range []struct {
@@ -194,22 +194,22 @@ func TestQueuedSubjectNamesTheTurn(t *testing.T) {
 		{"toolbus.events.c1.queued.turn-1.demo", "", "", "", "", false, false}, // unbucketed
 		{"toolbus.events.c1.result.demo", "", "", "", "", false, false},
 	} {
-		id, kind, ns, ok := n.ParseEventSubject(tc.subject)
+		id, kind, ns, ok := n.Events().Parse(tc.subject)
 		if ok != tc.ok || id != tc.id || kind != tc.kind || ns != tc.ns {
-			t.Errorf("ParseEventSubject(%s) = %s %s %s %v", tc.subject, id, kind, ns, ok)
+			t.Errorf("Events().Parse(%s) = %s %s %s %v", tc.subject, id, kind, ns, ok)
 		}
-		if turn, ok := n.QueuedTurn(tc.subject); ok != tc.isQd || turn != tc.turn {
-			t.Errorf("QueuedTurn(%s) = %q %v", tc.subject, turn, ok)
+		if turn, ok := n.Events().Turn(tc.subject); ok != tc.isQd || turn != tc.turn {
+			t.Errorf("Events().Turn(%s) = %q %v", tc.subject, turn, ok)
 		}
 	}
-	ns, _ := n.NamespaceQueueFilter("demo")
-	turn, _ := n.TurnQueueFilter("turn-1")
-	kind, _ := n.EventKindFilter(EventQueued)
-	call, _ := n.CallKindFilter("c1", EventQueued)
-	own, _ := n.EventFilter("0c", "c1", EventQueued, "demo")
-	results, _ := n.CallResultFilter("0c", "c1", "demo")
-	queued, _ := n.CallQueuedFilter("0c", "c1")
-	events, _ := n.CallEventsFilter("c1")
+	ns, _ := n.Filters().NamespaceQueue("demo")
+	turn, _ := n.Filters().TurnQueue("turn-1")
+	kind, _ := n.Filters().EventKind(EventQueued)
+	call, _ := n.Filters().CallKind("c1", EventQueued)
+	own, _ := n.Filters().Event("0c", "c1", EventQueued, "demo")
+	results, _ := n.Filters().CallResult("0c", "c1", "demo")
+	queued, _ := n.Filters().CallQueued("0c", "c1")
+	events, _ := n.Filters().CallEvents("c1")
 	if ns != "toolbus.events.*.*.queued.*.demo" || turn != "toolbus.events.0c.*.queued.turn-1.*" || kind != "toolbus.events.*.*.queued.*.*" ||
 		call != "toolbus.events.*.c1.queued.*.*" || own != "toolbus.events.0c.c1.queued.*.demo" ||
 		results != "toolbus.events.0c.c1.result.demo" || queued != "toolbus.events.0c.c1.queued.*.*" || events != "toolbus.events.*.c1.>" {
@@ -223,7 +223,7 @@ func TestQueuedSubjectNamesTheTurn(t *testing.T) {
 			t.Errorf("QueuedEventFilter(%s) = %q, want none", notQueued, got)
 		}
 	}
-	if result, _ := n.EventKindFilter(EventResult); result != "toolbus.events.*.*.result.*" {
+	if result, _ := n.Filters().EventKind(EventResult); result != "toolbus.events.*.*.result.*" {
 		t.Errorf("results filter %s", result)
 	}
 }
@@ -254,5 +254,58 @@ func TestTurnBucket(t *testing.T) {
 	}
 	if len(seen) != TurnBuckets {
 		t.Errorf("4096 turns fell in %d buckets, want all %d", len(seen), TurnBuckets)
+	}
+}
+
+// The role types that Names returns name what Names named before they
+// came, under the installation's own prefix: the subjects and resources
+// on the wire did not change with the Go API.
+func TestRoleNamesKeepTheWire(t *testing.T) {
+	t.Parallel()
+	n := MustNames("tb2")
+	route := "R0123456789abcdefghijk"
+	id := RoutedCallID(route, "S0123456789abcdefghijk")
+	must := func(s string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	routedCall, routedOK := n.Routes().ParseCallSubject("tb2.results." + id[:RouteLength] + "." + id[RouteLength:])
+	if !routedOK || routedCall != id {
+		t.Errorf("Routes().ParseCallSubject = %q %v", routedCall, routedOK)
+	}
+	for _, tc := range []struct{ what, got, want string }{
+		{"Filters().NamespaceCalls", must(n.Filters().NamespaceCalls("demo")), "tb2.call.demo.>"},
+		{"Filters().CallNamespaceEvents", must(n.Filters().CallNamespaceEvents("0c", "c1", "demo")), "tb2.events.0c.c1.*.demo"},
+		{"Filters().Event", must(n.Filters().Event("0c", "c1", EventResult, "demo")), "tb2.events.0c.c1.result.demo"},
+		{"Filters().Cancel", must(n.Filters().Cancel("demo")), "tb2.cancel.demo.*"},
+		{"Events().Subject", must(n.Events().Subject("0c", "c1", EventStarted, "demo")), "tb2.events.0c.c1.started.demo"},
+		{"Events().Bucket", n.Events().Bucket("tb2.events.0c.c1.started.demo"), "0c"},
+		{"Events().Namespace", n.Events().Namespace("tb2.events.0c.c1.started.demo"), "demo"},
+		{"Events().Namespace of another prefix", n.Events().Namespace("toolbus.events.0c.c1.started.demo"), ""},
+		{"Routes().CallSubject", must(n.Routes().CallSubject(id)), "tb2.results." + route + ".S0123456789abcdefghijk"},
+		{"Routes().Subject", must(n.Routes().Subject(route)), "tb2.results." + route + ".>"},
+		{"Routes().RepublishFrom", n.Routes().RepublishFrom(), "tb2.events.*.*.result.*"},
+		{"Routes().RepublishTo", n.Routes().RepublishTo(), "tb2.results.{{SplitFromLeft(2,22)}}.{{Wildcard(3)}}"},
+		{"Consumers().Durable", must(n.Consumers().Durable("demo")), "ns_demo"},
+		{"Consumers().RequestSubject", must(n.Consumers().RequestSubject("demo")), "tb2.consumers.demo"},
+		{"Consumers().RequestFilter", n.Consumers().RequestFilter(), "tb2.consumers.*"},
+		{"Consumers().RequestNamespace", n.Consumers().RequestNamespace("tb2.consumers.demo"), "demo"},
+		{"Consumers().RequestNamespace of a bad namespace", n.Consumers().RequestNamespace("tb2.consumers.de.mo"), ""},
+		{"Audit().Stream", n.Audit().Stream(), "TB2_AUDIT"},
+		{"Audit().Subject", must(n.Audit().Subject("deny")), "tb2.audit.deny"},
+		{"Audit().Subjects", n.Audit().Subjects(), "tb2.audit.>"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %q, want %q", tc.what, tc.got, tc.want)
+		}
+	}
+	if _, err := n.Consumers().Durable("de.mo"); !errors.Is(err, ErrInvalidName) {
+		t.Errorf("Consumers().Durable of a namespace with a dot: %v", err)
+	}
+	if _, err := n.Audit().Subject("de*ny"); !errors.Is(err, ErrInvalidName) {
+		t.Errorf("Audit().Subject of a decision with a wildcard: %v", err)
 	}
 }

@@ -12,9 +12,9 @@ import (
 // submits. The call IDs of those calls start with the route, and the
 // events stream republishes each committed result to
 // <prefix>.results.<route>.<rest of the call ID>.<namespace>, so one
-// subscription to RouteSubject receives the results of all the client's
+// subscription to RouteNames.Subject receives the results of all the client's
 // calls; the coordinator's answers to quiet submits come on the call's
-// CallRouteSubject, under the same route. A routed result whose namespace
+// RouteNames.CallSubject, under the same route. A routed result whose namespace
 // is not that of the called tool was written by another namespace under
 // the call's ID, and is ignored. The server
 // republishes a result only once it is stored, so a routed copy is always
@@ -45,9 +45,15 @@ func ValidateRoutedCallID(route, id string) error {
 	return nil
 }
 
-// CallRouteSubject is the subject on which the routed result of a call
+// RouteNames are the subjects of routed results. Get them from
+// Names.Routes.
+type RouteNames struct {
+	prefix string
+}
+
+// CallSubject is the subject on which the routed result of a call
 // made on a route arrives.
-func (n Names) CallRouteSubject(callID string) (string, error) {
+func (n RouteNames) CallSubject(callID string) (string, error) {
 	if len(callID) != 2*RouteLength {
 		return "", &NameError{Kind: "call ID", Value: callID, Reason: "not the ID of a call made on a route"}
 	}
@@ -57,11 +63,11 @@ func (n Names) CallRouteSubject(callID string) (string, error) {
 	return n.prefix + ".results." + callID[:RouteLength] + "." + callID[RouteLength:], nil
 }
 
-// RoutedResultSubject is the subject on which the result of a call made
-// on a route arrives, republished by the events stream: CallRouteSubject
+// ResultSubject is the subject on which the result of a call made
+// on a route arrives, republished by the events stream: CallSubject
 // followed by the namespace that wrote it.
-func (n Names) RoutedResultSubject(callID, ns string) (string, error) {
-	subject, err := n.CallRouteSubject(callID)
+func (n RouteNames) ResultSubject(callID, ns string) (string, error) {
+	subject, err := n.CallSubject(callID)
 	if err != nil {
 		return "", err
 	}
@@ -71,19 +77,19 @@ func (n Names) RoutedResultSubject(callID, ns string) (string, error) {
 	return subject + "." + ns, nil
 }
 
-// RouteSubject matches the messages of one route: routed results and the
+// Subject matches the messages of one route: routed results and the
 // coordinator's answers to quiet submits.
-func (n Names) RouteSubject(route string) (string, error) {
+func (n RouteNames) Subject(route string) (string, error) {
 	if err := ValidateRoute(route); err != nil {
 		return "", err
 	}
 	return n.prefix + ".results." + route + ".>", nil
 }
 
-// ParseRouteSubject reads a subject under a route: the call ID, and the
+// ParseSubject reads a subject under a route: the call ID, and the
 // namespace of a routed result ("" for a coordinator's answer). ok is
 // false for a subject of another form.
-func (n Names) ParseRouteSubject(route, subject string) (callID, ns string, ok bool) {
+func (n RouteNames) ParseSubject(route, subject string) (callID, ns string, ok bool) {
 	rest, found := strings.CutPrefix(subject, n.prefix+".results."+route+".")
 	if !found {
 		return "", "", false
@@ -95,22 +101,9 @@ func (n Names) ParseRouteSubject(route, subject string) (callID, ns string, ok b
 	return route + suffix, ns, true
 }
 
-// RepublishSource and RepublishDestination are the events stream's
-// republish rule: a result event's call ID is split after the route, and
-// its namespace follows. (The ID of a call made without a route is not
-// split, and its copy goes to a subject no route matches.)
-func (n Names) RepublishSource() string {
-	return n.prefix + ".events.*.*." + string(EventResult) + ".*"
-}
-
-// RepublishDestination: see RepublishSource.
-func (n Names) RepublishDestination() string {
-	return fmt.Sprintf("%s.results.{{SplitFromLeft(2,%d)}}.{{Wildcard(3)}}", n.prefix, RouteLength)
-}
-
-// ParseCallRouteSubject reads a subject of CallRouteSubject's form: the
+// ParseCallSubject reads a subject of CallSubject's form: the
 // call ID on a route it names, or ok false.
-func (n Names) ParseCallRouteSubject(subject string) (callID string, ok bool) {
+func (n RouteNames) ParseCallSubject(subject string) (callID string, ok bool) {
 	rest, found := strings.CutPrefix(subject, n.prefix+".results.")
 	if !found {
 		return "", false
@@ -120,6 +113,19 @@ func (n Names) ParseCallRouteSubject(subject string) (callID string, ok bool) {
 		return "", false
 	}
 	return route + suffix, true
+}
+
+// RepublishFrom and RepublishTo are the source and destination of the events
+// stream's republish rule: a result event's call ID is split after the route, and
+// its namespace follows. (The ID of a call made without a route is not
+// split, and its copy goes to a subject no route matches.)
+func (n RouteNames) RepublishFrom() string {
+	return n.prefix + ".events.*.*." + string(EventResult) + ".*"
+}
+
+// RepublishTo: see RepublishFrom.
+func (n RouteNames) RepublishTo() string {
+	return fmt.Sprintf("%s.results.{{SplitFromLeft(2,%d)}}.{{Wildcard(3)}}", n.prefix, RouteLength)
 }
 
 // base62 are the characters of RandomToken.

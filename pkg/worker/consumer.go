@@ -22,7 +22,7 @@ const (
 
 // ensureConsumer has a coordinator create or update the namespace's
 // consumer to the namespace's settings (messages.ConsumerRequest on
-// messages.Names.ConsumersSubject), and returns once it has them. A
+// messages.ConsumerNames.RequestSubject), and returns once it has them. A
 // worker does not manage consumers itself where a coordinator answers:
 // a user that may create a consumer names where the stream delivers, and
 // the deploy configurations give no worker that right. Only when no
@@ -30,7 +30,7 @@ const (
 // a server that lets it) does the worker create its consumer itself, as
 // it would create a missing stream.
 func (w *Worker) ensureConsumer(ctx context.Context, ns *namespace) error {
-	subject, err := w.names.ConsumersSubject(ns.Name)
+	subject, err := w.names.Consumers().RequestSubject(ns.Name)
 	if err != nil {
 		return err
 	}

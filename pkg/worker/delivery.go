@@ -94,7 +94,7 @@ func (d *delivery) read() bool {
 	}
 	d.attempt = int(meta.NumDelivered)
 	d.stored = meta.Timestamp
-	d.bucket = w.names.EventBucket(d.msg.Subject())
+	d.bucket = w.names.Events().Bucket(d.msg.Subject())
 	if d.msg.Headers().Get(messages.HeaderAwaiting) != "" {
 		// The record of a call that waits for an approval: once approved,
 		// it is queued again.

@@ -31,7 +31,7 @@ func TestACallDeliveredWithoutAFreeSlotWaitsForOneWithoutSpendingAnAttempt(t *te
 
 	// The stale request: one more call, to the inbox of the worker's requests.
 	names := messages.MustNames("")
-	durable, _ := names.NamespaceConsumer("t")
+	durable, _ := names.Consumers().Durable("t")
 	nc := testenv.Connect(t, b.url)
 	body := transport.AppendPullRequest(nil, 1, 5*time.Second, 0)
 	if err := nc.PublishRequest(transport.PullSubject(names.EventsStream(), durable), worker.PullInbox(w, "t")+".1", body); err != nil {
@@ -78,7 +78,7 @@ func TestACallWhoseDeliveriesNeverStartedRunsOnItsLastDelivery(t *testing.T) {
 	id := b.submit(t, "t-quick")
 
 	names := messages.MustNames("")
-	durable, _ := names.NamespaceConsumer("t")
+	durable, _ := names.Consumers().Durable("t")
 	nc := testenv.Connect(t, b.url)
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -308,7 +308,7 @@ func acked(log interface{ Warn(string, ...any) }, what string, err error) {
 // attempt could run it.
 func (w *Worker) rejectUnreadable(msg jetstream.Msg, bucket, ns string, attempt int, decodeErr error) {
 	// The message is a queued event: its subject names the call.
-	callID, _, _, _ := w.names.ParseEventSubject(msg.Subject())
+	callID, _, _, _ := w.names.Events().Parse(msg.Subject())
 	w.log.Error("unreadable call message", "call", callID, "error", decodeErr)
 	if messages.ValidateID("call ID", callID) == nil {
 		res := failure(messages.CallResult{CallID: callID, Attempt: attempt, Worker: w.cfg.ID}, messages.StateFailed, messages.ResultInvalidRequest,

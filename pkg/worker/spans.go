@@ -22,7 +22,7 @@ func (w *Worker) startSpans(msg jetstream.Msg, ns string, req *messages.CallRequ
 	if !process.IsRecording() {
 		return ctx, process
 	}
-	consumer, _ := w.names.NamespaceConsumer(ns)
+	consumer, _ := w.names.Consumers().Durable(ns)
 	process.SetAttributes(
 		attribute.String("messaging.system", "nats"),
 		attribute.String("messaging.operation.type", "process"),

@@ -468,8 +468,8 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 				return fmt.Errorf("worker: %w", err)
 			}
 		}
-		filter, _ := w.names.CancelFilter(ns.Name)
-		durable, _ := w.names.NamespaceConsumer(ns.Name)
+		filter, _ := w.names.Filters().Cancel(ns.Name)
+		durable, _ := w.names.Consumers().Durable(ns.Name)
 		consumerInfo := func(ctx context.Context) (*jetstream.ConsumerInfo, error) {
 			c, err := w.js.Consumer(ctx, w.names.EventsStream(), durable)
 			if err != nil {
@@ -496,7 +496,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 		notices.confirm(ctx)
 	}
 	for _, ns := range nss {
-		durable, _ := w.names.NamespaceConsumer(ns.Name)
+		durable, _ := w.names.Consumers().Durable(ns.Name)
 		p, err := newPoller(w.cfg.Conn, w.names.EventsStream(), durable, ns.Slots, w.cfg.FetchWait, holdAckWaits*w.cfg.AckWait, w.goroutines,
 			func(m *transport.PullMsg, s *slot) { w.execute(ns, m, s) }, w.log.With("namespace", ns.Name))
 		if err != nil {

@@ -376,7 +376,7 @@ func TestRefusedPullRequestsBackOffAndRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := messages.MustNames("")
-	durable, _ := names.NamespaceConsumer("t")
+	durable, _ := names.Consumers().Durable("t")
 	if err := js.DeleteConsumer(b.ctx, names.EventsStream(), durable); err != nil {
 		t.Fatal(err)
 	}

@@ -230,7 +230,7 @@ func leaderKills(t *testing.T, st *stack) {
 	nodes := st.nodes
 	names := messages.MustNames("")
 	streams := []string{names.EventsStream()}
-	consumerName, err := names.NamespaceConsumer(demo.Name)
+	consumerName, err := names.Consumers().Durable(demo.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

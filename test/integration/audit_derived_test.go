@@ -136,7 +136,7 @@ func TestAuditOfAllowedCallsIsDerivedOnceAcrossCopierStops(t *testing.T) {
 	}
 	// And so in the stream itself, read as an auditor reads it.
 	js, _ := jetstream.New(testenv.Connect(t, srv.URL()))
-	cons, err := js.OrderedConsumer(ctx, names.AuditStream(), jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, names.Audit().Stream(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func TestAuditProtectionCannotBeTurnedOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := js.Stream(ctx, names.AuditStream())
+	stream, err := js.Stream(ctx, names.Audit().Stream())
 	if err != nil {
 		t.Fatal(err)
 	}

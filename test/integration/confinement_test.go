@@ -273,7 +273,7 @@ func testWorkerCannotWidenItsConsumer(t *testing.T, kind deployKind) {
 		cfg.Identities = d.ids
 	})
 	demoWorker := d.intruder(t, "worker_demo")
-	events, audit := names.EventsStream(), names.AuditStream()
+	events, audit := names.EventsStream(), names.Audit().Stream()
 	watched := []string{events, audit}
 	before := snapshot(t, srv, watched...)
 

@@ -910,7 +910,7 @@ match:
 	nc := testenv.Connect(t, srv.URL())
 	countAudited(t, nc, messages.AuditAsked, 1)
 	countAudited(t, nc, messages.AuditApproved, 1)
-	if n := streamLastSeq(t, srv.URL(), names.AuditStream()); n != 2 {
+	if n := streamLastSeq(t, srv.URL(), names.Audit().Stream()); n != 2 {
 		t.Errorf("%d audit records; want 2 (asked and approved)", n)
 	}
 }

@@ -219,7 +219,7 @@ func TestForgedRoutedResultIsIgnoredByCall(t *testing.T) {
 	// forges each one's result at once, before the tool can end.
 	watcher := testenv.Connect(t, b.url)
 	forged := make(chan string, 1)
-	queuedFilter, _ := names.EventKindFilter(messages.EventQueued)
+	queuedFilter, _ := names.Filters().EventKind(messages.EventQueued)
 	if _, err := watcher.Subscribe(queuedFilter, func(m *nats.Msg) {
 		var ev messages.CallEvent
 		if _, err := messages.Decode(messages.Header(m.Header), m.Data, &ev); err == nil {

@@ -85,7 +85,7 @@ func queuedCallsOn(t *testing.T, nc *nats.Conn) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	filter, _ := names.EventKindFilter(messages.EventQueued)
+	filter, _ := names.Filters().EventKind(messages.EventQueued)
 	info, err := s.Info(testenv.Context(t), jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func assertConsumerDrained(t *testing.T, url, ns string) {
 		t.Fatal(err)
 	}
 	names := messages.MustNames("")
-	consumer, err := names.NamespaceConsumer(ns)
+	consumer, err := names.Consumers().Durable(ns)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -213,12 +213,12 @@ func TestIssuerAgentsAreConfined(t *testing.T) {
 		t.Fatalf("agent_a's call: %+v %v", aCall, err)
 	}
 	// Finished calls' audit records are written asynchronously: no event says they are stored.
-	testenv.Eventually(t, "the calls' audit records", func() bool { return snapshot(t, srv, names.AuditStream())[names.AuditStream()].Msgs >= 2 })
+	testenv.Eventually(t, "the calls' audit records", func() bool { return snapshot(t, srv, names.Audit().Stream())[names.Audit().Stream()].Msgs >= 2 })
 	js, err := jetstream.New(coordinatorConn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, audit := names.EventsStream(), names.AuditStream()
+	events, audit := names.EventsStream(), names.Audit().Stream()
 	watched := []string{events, "KV_" + names.TurnsBucket(), "KV_" + names.ApprovalsBucket()}
 	before := readMatrixState(t, srv, js, watched)
 	if before.Streams[events].Msgs == 0 || len(before.AuditRecords) == 0 {

@@ -38,7 +38,7 @@ func TestAnswersSentToAnotherAgentsRouteAreNotTaken(t *testing.T) {
 		done <- outcome{res, err}
 	}()
 	callID := receive(t, named, "agent_a's call ID")
-	route, err := names.CallRouteSubject(callID)
+	route, err := names.Routes().CallSubject(callID)
 	if err != nil {
 		t.Fatal(err)
 	}

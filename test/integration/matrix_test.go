@@ -77,7 +77,7 @@ func readMatrixState(t *testing.T, srv *natsserver.Server, js jetstream.JetStrea
 	t.Helper()
 	ctx := testenv.Context(t)
 	state := matrixState{Streams: snapshot(t, srv, streams...), AuditRecords: map[string]uint64{}}
-	audit, err := js.Stream(ctx, names.AuditStream())
+	audit, err := js.Stream(ctx, names.Audit().Stream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ match:
 	}
 	awaitManifest(t, watchManifests(t, index), "an index of every tool", func(m discovery.Manifest) bool { return m.Tools == tools })
 	// Finished calls' audit records are written asynchronously: no event says they are stored.
-	testenv.Eventually(t, "the calls' audit records", func() bool { return snapshot(t, srv, names.AuditStream())[names.AuditStream()].Msgs > 0 })
+	testenv.Eventually(t, "the calls' audit records", func() bool { return snapshot(t, srv, names.Audit().Stream())[names.Audit().Stream()].Msgs > 0 })
 	usageKV, err := js.KeyValue(ctx, names.UsageBucket())
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +274,7 @@ match:
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls, events, audit := names.CallsStream(), names.EventsStream(), names.AuditStream()
+	calls, events, audit := names.CallsStream(), names.EventsStream(), names.Audit().Stream()
 	usageStream := "KV_" + names.UsageBucket()
 	watched := []string{events, "KV_" + names.TurnsBucket(), "KV_" + names.ApprovalsBucket(), usageStream, "OBJ_" + demoStore, "OBJ_" + paymentsStore}
 	before := readMatrixState(t, srv, js, watched)
@@ -286,9 +286,9 @@ match:
 	// The calls are outside any turn: their events are under the bucket
 	// of no turn.
 	event := func(callID string, kind messages.EventKind, ns string) string {
-		subject, err := names.EventSubject(messages.TurnBucket(""), callID, kind, ns)
+		subject, err := names.Events().Subject(messages.TurnBucket(""), callID, kind, ns)
 		if kind == messages.EventQueued {
-			subject, err = names.QueuedSubject(callID, "", ns)
+			subject, err = names.Events().Queued(callID, "", ns)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -427,7 +427,7 @@ match:
 		publish(role, "list the calls by the events stream's subjects", "$JS.API.STREAM.INFO."+events, []byte(`{"subjects_filter":">"}`))
 		publish(role, "list the approvals by their bucket's subjects", "$JS.API.STREAM.INFO.KV_"+names.ApprovalsBucket(), []byte(`{"subjects_filter":">"}`))
 		publish(role, "list the turns by their bucket's subjects", "$JS.API.STREAM.INFO.KV_"+names.TurnsBucket(), []byte(`{"subjects_filter":">"}`))
-		publish(role, "read the audit stream's information", "$JS.API.STREAM.INFO."+names.AuditStream(), []byte(`{"subjects_filter":">"}`))
+		publish(role, "read the audit stream's information", "$JS.API.STREAM.INFO."+names.Audit().Stream(), []byte(`{"subjects_filter":">"}`))
 		publish(role, "read queued calls by sequence", "$JS.API.DIRECT.GET."+events, []byte(`{"seq":1}`))
 		publish(role, "read a queued call from the leader", "$JS.API.STREAM.MSG.GET."+events, []byte(`{"seq":1}`))
 		publish(role, "delete a queued call", "$JS.API.STREAM.MSG.DELETE."+events, []byte(`{"seq":1}`))

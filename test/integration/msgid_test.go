@@ -31,7 +31,7 @@ func TestGuessedQueuedMessageIDHoldsNothingUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject, err := names.EventSubject(messages.TurnBucket(""), messages.RoutedCallID(route, nuid.Next()), messages.EventLog, "demo")
+	subject, err := names.Events().Subject(messages.TurnBucket(""), messages.RoutedCallID(route, nuid.Next()), messages.EventLog, "demo")
 	if err != nil {
 		t.Fatal(err)
 	}

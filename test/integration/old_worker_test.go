@@ -32,8 +32,8 @@ func v3Worker(t *testing.T, js jetstream.JetStream, cons jetstream.Consumer, hol
 	}
 	req := queued.Request
 	hold()
-	bucket := names.EventBucket(msg.Subject())
-	resultSubject, err := names.EventSubject(bucket, req.CallID, messages.EventResult, req.Namespace)
+	bucket := names.Events().Bucket(msg.Subject())
+	resultSubject, err := names.Events().Subject(bucket, req.CallID, messages.EventResult, req.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}

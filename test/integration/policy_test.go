@@ -91,7 +91,7 @@ func TestPolicyDeniesAndAudits(t *testing.T) {
 
 	// Every decision is audited, with the password redacted.
 	js, _ := jetstream.New(testenv.Connect(t, srv.URL()))
-	cons, err := js.OrderedConsumer(ctx, names.AuditStream(), jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, names.Audit().Stream(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

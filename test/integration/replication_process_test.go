@@ -48,7 +48,7 @@ func TestProcessesRefuseAnotherReplication(t *testing.T) {
 		t.Fatal(err)
 	}
 	names, _ := messages.NewNames(messages.DefaultPrefix)
-	for _, stream := range []string{names.EventsStream(), names.AuditStream(), "KV_" + names.CatalogBucket(), "KV_" + names.IndexBucket()} {
+	for _, stream := range []string{names.EventsStream(), names.Audit().Stream(), "KV_" + names.CatalogBucket(), "KV_" + names.IndexBucket()} {
 		s, err := js.Stream(ctx, stream)
 		if err != nil {
 			t.Fatal(err)
@@ -107,7 +107,7 @@ func TestReconfigureOnAClusterAsDocumented(t *testing.T) {
 	names, _ := messages.NewNames(messages.DefaultPrefix)
 	results, _ := names.NamespaceResultsBucket("demo")
 	want := map[string]int{
-		names.EventsStream(): 3, names.AuditStream(): 3,
+		names.EventsStream(): 3, names.Audit().Stream(): 3,
 		"KV_" + names.CatalogBucket(): 3, "KV_" + names.TurnsBucket(): 3, "KV_" + names.ApprovalsBucket(): 3, "KV_" + names.IndexBucket(): 3,
 		"OBJ_" + results: 1,
 	}
@@ -121,7 +121,7 @@ func TestReconfigureOnAClusterAsDocumented(t *testing.T) {
 			t.Errorf("after --replicas 3 --reconfigure, %s has %d replicas, want %d", stream, got, replicas)
 		}
 	}
-	consumer, err := names.NamespaceConsumer("demo")
+	consumer, err := names.Consumers().Durable("demo")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestCallSettledWithoutAResultIsEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := messages.MustNames("")
-	consumer, _ := names.NamespaceConsumer("lost")
+	consumer, _ := names.Consumers().Durable("lost")
 	cons, err := js.Consumer(ctx, names.EventsStream(), consumer)
 	if err != nil {
 		t.Fatal(err)

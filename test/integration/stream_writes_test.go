@@ -77,7 +77,7 @@ func testWorkerCannotHaveAStreamWriteForIt(t *testing.T, kind deployKind) {
 	events := names.EventsStream()
 	// The catalog is left out: heartbeats change it on a timer. Its keys
 	// are checked below.
-	watched := []string{events, names.AuditStream(), "KV_" + names.ApprovalsBucket()}
+	watched := []string{events, names.Audit().Stream(), "KV_" + names.ApprovalsBucket()}
 	before := snapshot(t, srv, watched...)
 	demo := d.intruder(t, "worker_demo")
 	bucket := messages.TurnBucket("")
@@ -143,7 +143,7 @@ func testAuditorReadsTheAuditLogOnly(t *testing.T, kind deployKind) {
 	}
 	countAudited(t, as("auditor"), messages.AuditAllowed, 1)
 	auditor := d.intruder(t, "auditor")
-	audit := names.AuditStream()
+	audit := names.Audit().Stream()
 	records := make(chan *nats.Msg, 64)
 	auditor.request("$JS.API.DIRECT.GET."+audit, []byte(`{"seq":1,"batch":50}`), records)
 	var read int
@@ -246,7 +246,7 @@ func testIndexerCannotHaveAStreamWriteForIt(t *testing.T, kind deployKind) {
 	awaitManifest(t, watchManifests(t, index), "an index of the tools", func(m discovery.Manifest) bool { return m.Tools == len(demo.Tools())+1 })
 
 	events := names.EventsStream()
-	watched := []string{events, names.AuditStream(), "KV_" + names.ApprovalsBucket()}
+	watched := []string{events, names.Audit().Stream(), "KV_" + names.ApprovalsBucket()}
 	before := snapshot(t, srv, watched...)
 	intruder := d.intruder(t, "indexer")
 	bucket := messages.TurnBucket("")

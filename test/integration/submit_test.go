@@ -557,7 +557,7 @@ func TestCallFollowsTheIDAnOlderCoordinatorGives(t *testing.T) {
 		now := time.Now().UTC()
 		call := messages.CallRequest{CallID: messages.RoutedCallID(sr.Route, nuid.Next()), Tool: name.String(), Namespace: name.Namespace, Method: name.Method,
 			Arguments: sr.Arguments, Agent: sr.Agent, QueuedAt: now, Deadline: now.Add(time.Minute)}
-		subject, _ := names.QueuedSubject(call.CallID, call.Turn, name.Namespace)
+		subject, _ := names.Events().Queued(call.CallID, call.Turn, name.Namespace)
 		msg := &nats.Msg{Subject: subject, Header: nats.Header(messages.Msgpack.NewHeader())}
 		msg.Header.Set(messages.HeaderMsgID, call.CallID+".queued")
 		if msg.Data, err = messages.Msgpack.Marshal(&messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: now, Request: &call}); err != nil {
