@@ -82,54 +82,80 @@ func reaches(imports map[string][]string, pkg string) map[string]string {
 	return chains
 }
 
+// roles are the folders of internal/: a package's folder says what it is.
+var roles = []string{"internal/service/", "internal/wire/", "internal/support/", "internal/dev/"}
+
 // TestImportRules holds the package graph to what docs/architecture.md says.
 func TestImportRules(t *testing.T) {
 	imports := packageImports(t)
-	services := []string{"internal/coordinator", "internal/indexer", "internal/devstack", "internal/testenv", "internal/workerconfig", "internal/demo", "internal/admin", "cmd/"}
-	for _, pkg := range []string{"pkg/client", "pkg/worker"} {
+	reachesAny := func(pkg string, prefixes ...string) {
+		t.Helper()
 		for dep, chain := range reaches(imports, pkg) {
-			for _, s := range services {
-				if strings.HasPrefix(dep, module+"/"+s) {
-					t.Errorf("%s imports the service package %s: %s", pkg, dep, chain)
+			for _, p := range prefixes {
+				if strings.HasPrefix(dep, p) {
+					t.Errorf("%s reaches %s: %s", pkg, dep, chain)
+				}
+			}
+		}
+	}
+	// Each folder of internal/ is a role, and says what its packages may
+	// reach: the public packages (the SDK among them) nothing that depends
+	// on a service.
+	for pkg := range imports {
+		switch {
+		case strings.HasPrefix(pkg, "internal/") && !slices.ContainsFunc(roles, func(r string) bool { return strings.HasPrefix(pkg, r) }):
+			t.Errorf("%s is in no role's folder (%s)", pkg, strings.Join(roles, ", "))
+		case strings.HasPrefix(pkg, "pkg/"), strings.HasPrefix(pkg, "internal/wire/"):
+			reachesAny(pkg, module+"/internal/service/", module+"/internal/dev/", module+"/cmd/")
+		case strings.HasPrefix(pkg, "internal/support/"):
+			reachesAny(pkg, module+"/internal/service/", module+"/internal/dev/", module+"/internal/wire/", module+"/cmd/", "github.com/nats-io/")
+		case strings.HasPrefix(pkg, "internal/service/"):
+			reachesAny(pkg, module+"/internal/dev/", module+"/cmd/")
+		}
+		// Development packages are for tests and the bench only.
+		if !strings.HasPrefix(pkg, "internal/dev/") && pkg != "cmd/toolbus-bench" {
+			for _, dep := range imports[pkg] {
+				if strings.HasPrefix(dep, module+"/internal/dev/") {
+					t.Errorf("%s imports %s, which only tests and cmd/toolbus-bench may", pkg, dep)
 				}
 			}
 		}
 	}
 	// The JSON scanner sits beneath the wire contract, which reads JSON with it.
-	for _, imp := range imports["internal/jsonparse"] {
+	for _, imp := range imports["internal/support/jsonparse"] {
 		if strings.HasPrefix(imp, module+"/") {
-			t.Errorf("internal/jsonparse imports %s; it imports no package of Toolbus", imp)
+			t.Errorf("internal/support/jsonparse imports %s; it imports no package of Toolbus", imp)
 		}
 	}
-	// The tests of every package run through internal/testenv/leaks, those
+	// The tests of every package run through internal/dev/testenv/leaks, those
 	// of the packages testenv imports included: it imports none of them.
-	for dep, chain := range reaches(imports, "internal/testenv/leaks") {
+	for dep, chain := range reaches(imports, "internal/dev/testenv/leaks") {
 		if strings.HasPrefix(dep, module+"/") {
-			t.Errorf("internal/testenv/leaks imports Toolbus: %s", chain)
+			t.Errorf("internal/dev/testenv/leaks imports Toolbus: %s", chain)
 		}
 	}
 	// The tests of the packages testenv imports start their servers with
-	// internal/testenv/embedded: it imports of Toolbus only natsserver.
-	for dep, chain := range reaches(imports, "internal/testenv/embedded") {
-		if strings.HasPrefix(dep, module+"/") && dep != module+"/internal/natsserver" {
-			t.Errorf("internal/testenv/embedded imports more of Toolbus than natsserver: %s", chain)
+	// internal/dev/testenv/embedded: it imports of Toolbus only natsserver.
+	for dep, chain := range reaches(imports, "internal/dev/testenv/embedded") {
+		if strings.HasPrefix(dep, module+"/") && dep != module+"/internal/wire/natsserver" {
+			t.Errorf("internal/dev/testenv/embedded imports more of Toolbus than natsserver: %s", chain)
 		}
 	}
-	for _, pkg := range []string{"pkg/messages", "pkg/exposure", "pkg/policy", "pkg/search", "pkg/toolschema", "pkg/toolformat", "internal/schemacost", "internal/jsonparse", "internal/glob"} {
+	for _, pkg := range []string{"pkg/messages", "pkg/exposure", "pkg/policy", "pkg/search", "pkg/toolschema", "pkg/toolformat", "internal/support/schemacost", "internal/support/jsonparse", "internal/support/glob"} {
 		if _, ok := imports[pkg]; !ok {
 			t.Errorf("pure package %s not found", pkg)
 		}
 		for dep, chain := range reaches(imports, pkg) {
-			if strings.HasPrefix(dep, "github.com/nats-io/") || strings.HasPrefix(dep, module+"/internal/transport") {
-				t.Errorf("pure package %s reaches NATS: %s", pkg, chain)
+			if strings.HasPrefix(dep, "github.com/nats-io/") || strings.HasPrefix(dep, module+"/internal/wire/") {
+				t.Errorf("pure package %s reaches NATS or the wire: %s", pkg, chain)
 			}
 		}
 	}
 	// The provider formats stand on the wire contract and the format names alone.
 	for _, imp := range imports["pkg/toolformat"] {
 		local, ours := strings.CutPrefix(imp, module+"/")
-		if ours && !slices.Contains([]string{"pkg/messages", "pkg/toolschema", "internal/jsonparse"}, local) {
-			t.Errorf("pkg/toolformat imports %s; it may import pkg/messages, pkg/toolschema and internal/jsonparse only", imp)
+		if ours && !slices.Contains([]string{"pkg/messages", "pkg/toolschema", "internal/support/jsonparse"}, local) {
+			t.Errorf("pkg/toolformat imports %s; it may import pkg/messages, pkg/toolschema and internal/support/jsonparse only", imp)
 		}
 	}
 }
@@ -295,7 +321,7 @@ func TestFunctionsAreShort(t *testing.T) {
 	}
 }
 
-const leaksPackage = module + "/internal/testenv/leaks"
+const leaksPackage = module + "/internal/dev/testenv/leaks"
 
 // TestEveryTestedPackageRunsLeaksMain holds the test harness to what
 // docs/architecture.md says: every package of the module with tests has a

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/testenv"
-	"github.com/toolbus/toolbus/internal/testenv/leaks"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv/leaks"
 )
 
 func TestMain(m *testing.M) { leaks.Main(m, testenv.CleanupBinaries) }
@@ -256,14 +256,14 @@ func TestOperatorCommandFlags(t *testing.T) {
 }
 
 // TestOperationsMetricsTable holds the metrics table of operations.md to
-// the instruments of internal/telemetry/metrics: the same names, each of
+// the instruments of internal/wire/telemetry/metrics: the same names, each of
 // the documented kind and unit.
 func TestOperationsMetricsTable(t *testing.T) {
 	raw, err := os.ReadFile("operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("../internal/telemetry/metrics/metrics.go")
+	src, err := os.ReadFile("../internal/wire/telemetry/metrics/metrics.go")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/coordinator"
-	"github.com/toolbus/toolbus/internal/natsflags"
-	"github.com/toolbus/toolbus/internal/resources"
-	"github.com/toolbus/toolbus/internal/telemetry"
-	"github.com/toolbus/toolbus/internal/usage"
+	"github.com/toolbus/toolbus/internal/service/coordinator"
+	"github.com/toolbus/toolbus/internal/wire/natsflags"
+	"github.com/toolbus/toolbus/internal/wire/resources"
+	"github.com/toolbus/toolbus/internal/wire/telemetry"
+	"github.com/toolbus/toolbus/internal/wire/usage"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

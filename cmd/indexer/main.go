@@ -13,10 +13,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/indexer"
-	"github.com/toolbus/toolbus/internal/natsflags"
-	"github.com/toolbus/toolbus/internal/resources"
-	"github.com/toolbus/toolbus/internal/telemetry"
+	"github.com/toolbus/toolbus/internal/service/indexer"
+	"github.com/toolbus/toolbus/internal/wire/natsflags"
+	"github.com/toolbus/toolbus/internal/wire/resources"
+	"github.com/toolbus/toolbus/internal/wire/telemetry"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

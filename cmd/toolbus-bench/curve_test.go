@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
 )
 
 // scale measures each combination of worker and coordinator processes it

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolbus/toolbus/internal/testenv"
-	"github.com/toolbus/toolbus/internal/testenv/leaks"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv/leaks"
 )
 
 func TestMain(m *testing.M) { leaks.Main(m, testenv.CleanupBinaries) }

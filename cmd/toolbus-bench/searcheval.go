@@ -5,7 +5,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/toolbus/toolbus/internal/searcheval"
+	"github.com/toolbus/toolbus/internal/dev/searcheval"
 	"github.com/toolbus/toolbus/pkg/search"
 )
 

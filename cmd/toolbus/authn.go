@@ -9,9 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/authn"
-	"github.com/toolbus/toolbus/internal/oidc"
-	"github.com/toolbus/toolbus/internal/setup"
+	"github.com/toolbus/toolbus/internal/service/authn"
+	"github.com/toolbus/toolbus/internal/service/setup"
+	"github.com/toolbus/toolbus/internal/support/oidc"
 )
 
 // runAuthn runs the installation's auth callout: agents connect with a

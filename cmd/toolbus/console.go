@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/admin"
-	"github.com/toolbus/toolbus/internal/oidc"
+	"github.com/toolbus/toolbus/internal/service/admin"
+	"github.com/toolbus/toolbus/internal/support/oidc"
 )
 
 // consoleSecretEnv may hold the console's client secret at the issuer.

@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/admin"
-	"github.com/toolbus/toolbus/internal/devstack"
-	"github.com/toolbus/toolbus/internal/telemetry"
+	"github.com/toolbus/toolbus/internal/service/admin"
+	"github.com/toolbus/toolbus/internal/service/devstack"
+	"github.com/toolbus/toolbus/internal/wire/telemetry"
 )
 
 func runDev(ctx context.Context, g globals, args []string) error {

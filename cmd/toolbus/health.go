@@ -13,7 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/telemetry"
+	"github.com/toolbus/toolbus/internal/wire/telemetry"
 )
 
 // runHealth asks a health endpoint (a process's /healthz or /readyz) and

@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/setup"
+	"github.com/toolbus/toolbus/internal/service/setup"
 )
 
 // The commands that make and change an installation with signed

@@ -7,8 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/testenv"
-	usagekeys "github.com/toolbus/toolbus/internal/usage"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	usagekeys "github.com/toolbus/toolbus/internal/wire/usage"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 )

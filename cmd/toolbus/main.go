@@ -40,7 +40,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/natsflags"
+	"github.com/toolbus/toolbus/internal/wire/natsflags"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 )

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/mcpfront"
-	"github.com/toolbus/toolbus/internal/oidc"
-	"github.com/toolbus/toolbus/internal/setup"
+	"github.com/toolbus/toolbus/internal/service/mcpfront"
+	"github.com/toolbus/toolbus/internal/service/setup"
+	"github.com/toolbus/toolbus/internal/support/oidc"
 )
 
 // runMCP serves Toolbus to MCP clients: over streamable HTTP on --listen,

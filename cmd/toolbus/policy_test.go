@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolbus/toolbus/internal/coordinator"
+	"github.com/toolbus/toolbus/internal/service/coordinator"
 	"github.com/toolbus/toolbus/pkg/policy"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/setup"
-	"github.com/toolbus/toolbus/internal/transport"
+	"github.com/toolbus/toolbus/internal/service/setup"
+	"github.com/toolbus/toolbus/internal/wire/transport"
 )
 
 // runUp runs an installation made by toolbus setup on this host: its

@@ -23,11 +23,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/demo"
-	"github.com/toolbus/toolbus/internal/instance"
-	"github.com/toolbus/toolbus/internal/natsflags"
-	"github.com/toolbus/toolbus/internal/telemetry"
-	"github.com/toolbus/toolbus/internal/workerconfig"
+	"github.com/toolbus/toolbus/internal/service/demo"
+	"github.com/toolbus/toolbus/internal/service/workerconfig"
+	"github.com/toolbus/toolbus/internal/wire/instance"
+	"github.com/toolbus/toolbus/internal/wire/natsflags"
+	"github.com/toolbus/toolbus/internal/wire/telemetry"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
 )

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/devstack"
-	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/service/devstack"
 )
 
 // TestExample runs the example against the stack toolbus dev starts and

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/devstack"
-	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/service/devstack"
 )
 
 const (

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/testenv"
-	"github.com/toolbus/toolbus/internal/testenv/leaks"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv/leaks"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/messages"
 )

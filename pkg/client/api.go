@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/toolbus/toolbus/internal/ledger"
-	"github.com/toolbus/toolbus/internal/tracing"
-	"github.com/toolbus/toolbus/internal/transport"
+	"github.com/toolbus/toolbus/internal/wire/ledger"
+	"github.com/toolbus/toolbus/internal/wire/tracing"
+	"github.com/toolbus/toolbus/internal/wire/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

@@ -98,7 +98,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/wire/ledger"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/natsserver"
-	"github.com/toolbus/toolbus/internal/testenv"
-	"github.com/toolbus/toolbus/internal/testenv/leaks"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv/leaks"
+	"github.com/toolbus/toolbus/internal/wire/natsserver"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"

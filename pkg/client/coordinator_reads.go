@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/ledger"
-	"github.com/toolbus/toolbus/internal/transport"
+	"github.com/toolbus/toolbus/internal/wire/ledger"
+	"github.com/toolbus/toolbus/internal/wire/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

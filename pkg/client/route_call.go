@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/ledger"
-	"github.com/toolbus/toolbus/internal/tracing"
+	"github.com/toolbus/toolbus/internal/wire/ledger"
+	"github.com/toolbus/toolbus/internal/wire/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/toolbus/toolbus/internal/glob"
+	"github.com/toolbus/toolbus/internal/support/glob"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

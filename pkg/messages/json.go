@@ -13,7 +13,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
-	"github.com/toolbus/toolbus/internal/jsonparse"
+	"github.com/toolbus/toolbus/internal/support/jsonparse"
 )
 
 // MaxJSONDepth is how deeply arrays and objects may nest in a JSON value:

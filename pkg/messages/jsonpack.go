@@ -7,7 +7,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/toolbus/toolbus/internal/jsonparse"
+	"github.com/toolbus/toolbus/internal/support/jsonparse"
 )
 
 // appendJSONAsMsgpack appends the MessagePack form of one JSON value.

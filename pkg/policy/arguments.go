@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
-	"github.com/toolbus/toolbus/internal/jsonparse"
+	"github.com/toolbus/toolbus/internal/support/jsonparse"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

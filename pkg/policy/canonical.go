@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/toolbus/toolbus/internal/jsonparse"
+	"github.com/toolbus/toolbus/internal/support/jsonparse"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/toolbus/toolbus/internal/glob"
+	"github.com/toolbus/toolbus/internal/support/glob"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

@@ -3,7 +3,7 @@ package policy
 import (
 	"testing"
 
-	"github.com/toolbus/toolbus/internal/testenv/leaks"
+	"github.com/toolbus/toolbus/internal/dev/testenv/leaks"
 )
 
 func TestMain(m *testing.M) { leaks.Main(m) }

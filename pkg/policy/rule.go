@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/toolbus/toolbus/internal/glob"
+	"github.com/toolbus/toolbus/internal/support/glob"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

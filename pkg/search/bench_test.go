@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/synthetic"
+	"github.com/toolbus/toolbus/internal/dev/synthetic"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

@@ -3,7 +3,7 @@ package search
 import (
 	"sync"
 
-	"github.com/toolbus/toolbus/internal/synthetic"
+	"github.com/toolbus/toolbus/internal/dev/synthetic"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolbus/toolbus/internal/synthetic"
+	"github.com/toolbus/toolbus/internal/dev/synthetic"
 )
 
 func TestEncodeRoundTrip(t *testing.T) {

@@ -38,7 +38,7 @@ type Config struct {
 }
 
 // DefaultConfig returns the parameters measured best on the public
-// tool-retrieval corpora (see internal/searcheval).
+// tool-retrieval corpora (see internal/dev/searcheval).
 func DefaultConfig() Config {
 	var c Config
 	c.K1 = 1.5

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/toolbus/toolbus/internal/synthetic"
+	"github.com/toolbus/toolbus/internal/dev/synthetic"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

@@ -1,6 +1,6 @@
 package search
 
-import "github.com/toolbus/toolbus/internal/jsonparse"
+import "github.com/toolbus/toolbus/internal/support/jsonparse"
 
 // walkSchema adds the property names of an input schema to FieldParamName
 // and their descriptions, titles and enumerated strings to

@@ -43,7 +43,7 @@ type LearnConfig struct {
 }
 
 // DefaultLearnConfig returns the rule measured on the development halves
-// of the public corpora (see internal/searcheval).
+// of the public corpora (see internal/dev/searcheval).
 func DefaultLearnConfig() LearnConfig {
 	return LearnConfig{
 		HalfLife:       14 * 24 * time.Hour,

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/toolbus/toolbus/internal/jsonparse"
+	"github.com/toolbus/toolbus/internal/support/jsonparse"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

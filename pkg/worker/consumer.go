@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/toolbus/toolbus/internal/resources"
+	"github.com/toolbus/toolbus/internal/wire/resources"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

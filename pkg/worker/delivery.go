@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/toolbus/toolbus/internal/ledger"
+	"github.com/toolbus/toolbus/internal/wire/ledger"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/toolbus/toolbus/internal/ledger"
-	"github.com/toolbus/toolbus/internal/tracing"
+	"github.com/toolbus/toolbus/internal/wire/ledger"
+	"github.com/toolbus/toolbus/internal/wire/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/telemetry/metrics"
+	"github.com/toolbus/toolbus/internal/wire/telemetry/metrics"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

@@ -3,7 +3,7 @@ package worker_test
 import (
 	"testing"
 
-	"github.com/toolbus/toolbus/internal/testenv/leaks"
+	"github.com/toolbus/toolbus/internal/dev/testenv/leaks"
 )
 
 // Every test stops what it started; nothing it started may outlive it.

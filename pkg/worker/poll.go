@@ -10,9 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/reuse"
-	"github.com/toolbus/toolbus/internal/telemetry/metrics"
-	"github.com/toolbus/toolbus/internal/transport"
+	"github.com/toolbus/toolbus/internal/support/reuse"
+	"github.com/toolbus/toolbus/internal/wire/telemetry/metrics"
+	"github.com/toolbus/toolbus/internal/wire/transport"
 )
 
 // poller takes a namespace's calls for a worker and hands each, with the

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/resources"
-	"github.com/toolbus/toolbus/internal/transport"
+	"github.com/toolbus/toolbus/internal/wire/resources"
+	"github.com/toolbus/toolbus/internal/wire/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

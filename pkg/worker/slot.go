@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/telemetry/metrics"
+	"github.com/toolbus/toolbus/internal/wire/telemetry/metrics"
 )
 
 // slotReason says why a slot was released.

@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/toolbus/toolbus/internal/tracing"
+	"github.com/toolbus/toolbus/internal/wire/tracing"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

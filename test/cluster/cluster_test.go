@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/toolbus/toolbus/internal/demo"
-	"github.com/toolbus/toolbus/internal/natsflags"
-	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/service/demo"
+	"github.com/toolbus/toolbus/internal/wire/natsflags"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 )

@@ -3,8 +3,8 @@ package cluster
 import (
 	"testing"
 
-	"github.com/toolbus/toolbus/internal/testenv"
-	"github.com/toolbus/toolbus/internal/testenv/leaks"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv/leaks"
 )
 
 func TestMain(m *testing.M) { leaks.Main(m, testenv.CleanupBinaries, cleanupServerBinary) }

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolbus/toolbus/internal/natsserver"
-	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/wire/natsserver"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

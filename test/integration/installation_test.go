@@ -13,11 +13,11 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/coordinator"
-	"github.com/toolbus/toolbus/internal/natsflags"
-	"github.com/toolbus/toolbus/internal/natsserver"
-	"github.com/toolbus/toolbus/internal/setup"
-	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/service/coordinator"
+	"github.com/toolbus/toolbus/internal/service/setup"
+	"github.com/toolbus/toolbus/internal/wire/natsflags"
+	"github.com/toolbus/toolbus/internal/wire/natsserver"
 )
 
 // The confinement tests run against both ways of installing Toolbus, with

@@ -7,8 +7,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/toolbus/toolbus/internal/coordinator"
-	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/service/coordinator"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 

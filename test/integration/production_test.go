@@ -19,7 +19,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
 )
 
 // documentedCommands returns the command lines of the shell blocks of a

@@ -28,7 +28,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"golang.org/x/sys/unix"
 
-	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"

@@ -11,11 +11,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/coordinator"
-	"github.com/toolbus/toolbus/internal/demo"
-	"github.com/toolbus/toolbus/internal/discovery"
-	"github.com/toolbus/toolbus/internal/indexer"
-	"github.com/toolbus/toolbus/internal/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/service/coordinator"
+	"github.com/toolbus/toolbus/internal/service/demo"
+	"github.com/toolbus/toolbus/internal/service/indexer"
+	"github.com/toolbus/toolbus/internal/wire/discovery"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
 )

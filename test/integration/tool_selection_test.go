@@ -20,9 +20,9 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/toolbus/toolbus/internal/mcpfront"
-	"github.com/toolbus/toolbus/internal/testenv"
-	"github.com/toolbus/toolbus/internal/workerconfig"
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/service/mcpfront"
+	"github.com/toolbus/toolbus/internal/service/workerconfig"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"

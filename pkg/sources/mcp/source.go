@@ -18,7 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
-	bus "github.com/toolbus/toolbus/internal/transport"
+	bus "github.com/toolbus/toolbus/internal/wire/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/sources"
 	"github.com/toolbus/toolbus/pkg/worker"

@@ -1,9 +1,0 @@
-package jsonparse
-
-import (
-	"testing"
-
-	"github.com/toolbus/toolbus/internal/testenv/leaks"
-)
-
-func TestMain(m *testing.M) { leaks.Main(m) }

@@ -1,9 +1,0 @@
-package transport_test
-
-import (
-	"testing"
-
-	"github.com/toolbus/toolbus/internal/testenv/leaks"
-)
-
-func TestMain(m *testing.M) { leaks.Main(m) }
