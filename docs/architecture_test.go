@@ -215,9 +215,7 @@ const maxMethods = 25
 // methods when the rule came, keyed by package and type, each to be split
 // into types of one role each. The list only shrinks: an entry goes once
 // its type is split, and no entry is added.
-var typesWithManyMethods = map[string]bool{
-	"pkg/worker.Worker": true,
-}
+var typesWithManyMethods = map[string]bool{}
 
 // methodCounts counts the methods each named type of the files declares,
 // keyed by package and type ("pkg/client.Client").

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -208,11 +207,15 @@ type Worker struct {
 	// goroutines runs deliveries and the tools they call.
 	goroutines *reuse.Pool
 
+	// results writes the calls' results and settles their messages.
+	results *results
+	// leases are the calls in flight.
+	leases *leases
+	// stragglers hold the slots of tools that outlived their calls.
+	stragglers *stragglers
+
 	mu         sync.Mutex
 	namespaces []*namespace
-	inflight   map[string]*inflight
-	// stragglers hold the slots of tools that outlived their calls.
-	stragglers map[string]*slot
 	started    bool
 
 	cancel    context.CancelFunc
@@ -224,17 +227,6 @@ type Worker struct {
 	// noticeRecheck asks for the namespaces' cancel notices to be
 	// confirmed again (see cancelNotices.distrust).
 	noticeRecheck chan struct{}
-	// abandon is closed when Stop gives up on tools that ignore their context.
-	abandon chan struct{}
-	// startSweep records the starts of calls that have run for StartDelay
-	// (see recordStart); it is armed while some call's start is due.
-	startSweep      *time.Timer
-	startSweepArmed bool
-	// commitRetries counts the retried writes of results.
-	commitRetries atomic.Int64
-	// checking is set while the lease loop's check of the calls in flight
-	// runs (see leaseLoop).
-	checking atomic.Bool
 }
 
 type namespace struct {
@@ -243,7 +235,8 @@ type namespace struct {
 	tools  map[string]*Tool
 	owner  map[string]string
 	poller *poller
-	busy   int
+	// busy counts the namespace's calls in flight; leases guards it.
+	busy int
 	// notices are the namespace's cancel notices this worker heard.
 	notices *cancelNotices
 	// heartbeats serialises the namespace's heartbeat writes, so that an
@@ -273,20 +266,38 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	return &Worker{
+	w := &Worker{
 		cfg:        cfg,
 		log:        cfg.Logger.With("worker", cfg.ID),
 		names:      names,
 		js:         js,
 		ledger:     ledger.New(cfg.Conn, js, names),
-		inflight:   map[string]*inflight{},
-		stragglers: map[string]*slot{},
-		abandon:    make(chan struct{}),
+		stragglers: newStragglers(),
 		tracer:     tracing.Tracer(cfg.TracerProvider),
 		goroutines: reuse.New(10 * time.Second),
 
 		noticeRecheck: make(chan struct{}, 1),
-	}, nil
+	}
+	w.results = &results{
+		workerID:   cfg.ID,
+		ackWait:    cfg.AckWait,
+		js:         js,
+		names:      names,
+		ledger:     w.ledger,
+		log:        w.log,
+		goroutines: w.goroutines,
+		abandoned:  w.stragglers.abandoned,
+	}
+	w.leases = &leases{
+		workerID:   cfg.ID,
+		startDelay: cfg.StartDelay,
+		ackWait:    cfg.AckWait,
+		ledger:     w.ledger,
+		log:        w.log,
+		bg:         &w.bg,
+		inflight:   map[string]*inflight{},
+	}
+	return w, nil
 }
 
 // ID returns the worker's ID.
@@ -477,7 +488,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 			}
 			return c.CachedInfo(), nil
 		}
-		notices, err := subscribeNotices(w.cfg.Conn, filter, consumerInfo, w.cancelCall, w.noticeRecheck, w.log.With("namespace", ns.Name))
+		notices, err := subscribeNotices(w.cfg.Conn, filter, consumerInfo, w.leases.cancelCall, w.noticeRecheck, w.log.With("namespace", ns.Name))
 		if err != nil {
 			return fmt.Errorf("worker: subscribe to cancellations: %w", err)
 		}
@@ -511,7 +522,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	w.statusCh = w.cfg.Conn.StatusChanged(nats.CONNECTED)
 	w.bg.Add(3)
 	go w.heartbeatLoop(runCtx, store)
-	go w.leaseLoop(runCtx)
+	go w.leases.loop(runCtx, nss)
 	go w.reconnectLoop(runCtx)
 	for _, ns := range nss {
 		for _, src := range ns.Sources {
@@ -549,14 +560,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		w.mu.Lock()
-		for _, f := range w.inflight {
-			f.cancel(ErrStopping)
-		}
-		w.mu.Unlock()
+		w.leases.cancelAll(ErrStopping)
 		// Tools that ignore their context give up their slots now; their
 		// goroutines are left behind.
-		w.abandonStragglers()
+		w.stragglers.abandon()
 		<-done
 	}
 	for _, sub := range w.subs {
@@ -630,9 +637,7 @@ func (w *Worker) stopSources(ctx context.Context) {
 }
 
 func (w *Worker) heartbeat(ns *namespace) *messages.WorkerHeartbeat {
-	w.mu.Lock()
-	busy := ns.busy
-	w.mu.Unlock()
+	busy := w.leases.busy(ns)
 	return &messages.WorkerHeartbeat{
 		WorkerID:   w.cfg.ID,
 		Namespace:  ns.Name,
@@ -682,7 +687,7 @@ func (w *Worker) reconnectLoop(ctx context.Context) {
 			}
 			// A notice was dropped: the calls in flight read whether they
 			// were cancelled.
-			w.checkCancelled(ctx, w.inflightIDs())
+			w.leases.checkCancelled(ctx, w.leases.ids())
 		case _, ok := <-w.statusCh:
 			if !ok {
 				return
@@ -691,85 +696,9 @@ func (w *Worker) reconnectLoop(ctx context.Context) {
 				ns.poller.requestsLost()
 				ns.notices.confirm(ctx)
 			}
-			w.checkCancelled(ctx, w.inflightIDs())
+			w.leases.checkCancelled(ctx, w.leases.ids())
 		}
 	}
-}
-
-// inflightIDs returns the IDs of the calls in flight.
-func (w *Worker) inflightIDs() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ids := make([]string, 0, len(w.inflight))
-	for id := range w.inflight {
-		ids = append(ids, id)
-	}
-	return ids
-}
-
-// checkReads bounds the reads of checkCancelled in flight at once.
-const checkReads = 8
-
-// checkCancelled reads whether the calls in flight got a result or a
-// cancellation, with two direct gets of each call's own namespace's event
-// subjects (see ledger.ReadOwn), at most checkReads calls at a time.
-func (w *Worker) checkCancelled(ctx context.Context, ids []string) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, checkReads)
-	for _, id := range ids {
-		w.mu.Lock()
-		f := w.inflight[id]
-		w.mu.Unlock()
-		if f == nil {
-			continue
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			w.checkCall(ctx, f)
-		})
-	}
-	wg.Wait()
-}
-
-// checkCall ends a call in flight that got a result or a cancellation
-// this worker did not hear of.
-func (w *Worker) checkCall(ctx context.Context, f *inflight) {
-	id := f.call.ID
-	s, err := w.ledger.ReadOwn(ctx, f.bucket, f.ns.Name, id, messages.EventResult, messages.EventCancel)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn("check cancellations", "call", id, "error", err)
-		}
-		return
-	}
-	switch {
-	case s.Result != nil:
-		// Finished without this worker: cancelled while its start was
-		// not yet stored, or completed by another attempt.
-		f.cancel(errSuperseded)
-	case s.Cancel != nil:
-		w.cancelCall(id, s.Cancel.Cancel)
-	}
-}
-
-func (w *Worker) cancelCall(id string, info *messages.CancelInfo) {
-	w.mu.Lock()
-	f := w.inflight[id]
-	w.mu.Unlock()
-	if f == nil {
-		return
-	}
-	reason := "cancelled"
-	if info != nil && info.Reason != "" {
-		reason = info.Reason
-	}
-	f.cancel(&cancelError{reason: reason})
 }
 
 // cancelError is the cause of a cancelled call's context; it matches ErrCancelled.
