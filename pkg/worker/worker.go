@@ -213,6 +213,8 @@ type Worker struct {
 	leases *leases
 	// stragglers hold the slots of tools that outlived their calls.
 	stragglers *stragglers
+	// heartbeats tell the catalog that the worker serves its namespaces.
+	heartbeats *heartbeats
 
 	mu         sync.Mutex
 	namespaces []*namespace
@@ -242,17 +244,6 @@ type namespace struct {
 	// heartbeats serialises the namespace's heartbeat writes, so that an
 	// older view of its sources never lands after a newer one.
 	heartbeats sync.Mutex
-}
-
-type heartbeatStore interface {
-	Heartbeat(ctx context.Context, hb *messages.WorkerHeartbeat) error
-}
-
-// sendHeartbeat writes the namespace's heartbeat as it stands now.
-func (w *Worker) sendHeartbeat(ctx context.Context, store heartbeatStore, ns *namespace) error {
-	ns.heartbeats.Lock()
-	defer ns.heartbeats.Unlock()
-	return store.Heartbeat(ctx, w.heartbeat(ns))
 }
 
 // New returns a worker.
@@ -297,6 +288,7 @@ func New(cfg Config) (*Worker, error) {
 		bg:         &w.bg,
 		inflight:   map[string]*inflight{},
 	}
+	w.heartbeats = &heartbeats{workerID: cfg.ID, interval: cfg.HeartbeatInterval, leases: w.leases, log: w.log}
 	return w, nil
 }
 
@@ -416,44 +408,12 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	// A start that fails half-way undoes what it did, and the worker can
 	// be started again.
 	defer func() {
-		if err == nil {
-			return
+		if err != nil {
+			w.undoStart(ctx, nss, started, cancel)
 		}
-		cancel()
-		for _, sub := range w.subs {
-			_ = sub.Unsubscribe()
-		}
-		w.subs = nil
-		for _, ns := range nss {
-			if ns.poller != nil {
-				ns.poller.stop()
-				ns.poller = nil
-			}
-		}
-		stopCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer stop()
-		for _, src := range started {
-			_ = src.Stop(stopCtx)
-		}
-		w.mu.Lock()
-		w.started, w.cancel, w.store = false, nil, nil
-		w.mu.Unlock()
 	}()
-	// Registration is all or nothing: every source starts before the first
-	// tool is written, so a source that fails to start leaves none of the
-	// others' tools in the catalog. Until w.store is set, setSourceTools
-	// (also when a source reports a change) only records the tools.
-	for _, ns := range nss {
-		for _, src := range ns.Sources {
-			tools, err := src.Start(runCtx, w.sourceUpdater(runCtx, ns, src))
-			if err != nil {
-				return fmt.Errorf("worker: namespace %s: start source %s: %w", ns.Name, src.Name(), err)
-			}
-			started = append(started, src)
-			if err := w.setSourceTools(ctx, ns, src.Name(), tools); err != nil {
-				return fmt.Errorf("worker: %w", err)
-			}
-		}
+	if started, err = w.startSources(ctx, runCtx, nss); err != nil {
+		return err
 	}
 	w.cancel = cancel
 	w.fetchCtx, w.stopFetch = context.WithCancel(runCtx)
@@ -462,8 +422,83 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("worker: %w", err)
 		}
 	}
-	// From here on, a source's update goes straight to the catalog; the
-	// tools present now are written below.
+	if err := w.register(ctx, runCtx, store, nss); err != nil {
+		return err
+	}
+	if err := w.startPollers(nss); err != nil {
+		return err
+	}
+	// Nothing below fails.
+	w.statusCh = w.cfg.Conn.StatusChanged(nats.CONNECTED)
+	w.bg.Add(3)
+	go func() {
+		defer w.bg.Done()
+		w.heartbeats.loop(runCtx, store, nss)
+	}()
+	go w.leases.loop(runCtx, nss)
+	go w.reconnectLoop(runCtx)
+	for _, ns := range nss {
+		for _, src := range ns.Sources {
+			if h, ok := src.(SourceHealth); ok {
+				w.bg.Add(1)
+				go w.followHealth(runCtx, store, ns, h)
+			}
+		}
+	}
+	w.log.Info("worker started", "namespaces", len(nss))
+	return nil
+}
+
+// undoStart undoes what a start that failed half-way did, so that the
+// worker can be started again.
+func (w *Worker) undoStart(ctx context.Context, nss []*namespace, started []Source, cancel context.CancelFunc) {
+	cancel()
+	for _, sub := range w.subs {
+		_ = sub.Unsubscribe()
+	}
+	w.subs = nil
+	for _, ns := range nss {
+		if ns.poller != nil {
+			ns.poller.stop()
+			ns.poller = nil
+		}
+	}
+	stopCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer stop()
+	for _, src := range started {
+		_ = src.Stop(stopCtx)
+	}
+	w.mu.Lock()
+	w.started, w.cancel, w.store = false, nil, nil
+	w.mu.Unlock()
+}
+
+// startSources starts the namespaces' sources and records their tools, and
+// returns the sources started, also when one fails. Registration is all or
+// nothing: every source starts before the first tool is written, so a
+// source that fails to start leaves none of the others' tools in the
+// catalog. Until w.store is set, setSourceTools (also when a source
+// reports a change) only records the tools.
+func (w *Worker) startSources(ctx, runCtx context.Context, nss []*namespace) (started []Source, err error) {
+	for _, ns := range nss {
+		for _, src := range ns.Sources {
+			tools, err := src.Start(runCtx, w.sourceUpdater(runCtx, ns, src))
+			if err != nil {
+				return started, fmt.Errorf("worker: namespace %s: start source %s: %w", ns.Name, src.Name(), err)
+			}
+			started = append(started, src)
+			if err := w.setSourceTools(ctx, ns, src.Name(), tools); err != nil {
+				return started, fmt.Errorf("worker: %w", err)
+			}
+		}
+	}
+	return started, nil
+}
+
+// register writes the namespaces' tools to the catalog, listens to their
+// cancel notices and sends their first heartbeats. From then on, a
+// source's update goes straight to the catalog.
+func (w *Worker) register(ctx, runCtx context.Context, store *catalog.Store, nss []*namespace) error {
 	registered := make([][]*Tool, len(nss))
 	w.mu.Lock()
 	w.store = store
@@ -499,13 +534,18 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 			defer w.bg.Done()
 			notices.run(runCtx)
 		}()
-		if err := w.sendHeartbeat(ctx, store, ns); err != nil {
+		if err := w.heartbeats.send(ctx, store, ns); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
 		// Confirmed before the first pull: the calls queued from now on
 		// need no read before they run (see cancelNotices).
 		notices.confirm(ctx)
 	}
+	return nil
+}
+
+// startPollers starts taking the namespaces' calls.
+func (w *Worker) startPollers(nss []*namespace) error {
 	for _, ns := range nss {
 		durable, _ := w.names.Consumers().Durable(ns.Name)
 		p, err := newPoller(w.cfg.Conn, w.names.EventsStream(), durable, ns.Slots, w.cfg.FetchWait, holdAckWaits*w.cfg.AckWait, w.goroutines,
@@ -518,21 +558,6 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 		metrics.SlotsTotal(ns.Name, int64(ns.Slots))
 		p.start(w.fetchCtx)
 	}
-	// Nothing below fails.
-	w.statusCh = w.cfg.Conn.StatusChanged(nats.CONNECTED)
-	w.bg.Add(3)
-	go w.heartbeatLoop(runCtx, store)
-	go w.leases.loop(runCtx, nss)
-	go w.reconnectLoop(runCtx)
-	for _, ns := range nss {
-		for _, src := range ns.Sources {
-			if h, ok := src.(SourceHealth); ok {
-				w.bg.Add(1)
-				go w.followHealth(runCtx, store, ns, h)
-			}
-		}
-	}
-	w.log.Info("worker started", "namespaces", len(nss))
 	return nil
 }
 
@@ -606,7 +631,7 @@ func (w *Worker) sourceUpdater(ctx context.Context, ns *namespace, src Source) f
 		store := w.store
 		w.mu.Unlock()
 		if h, ok := src.(SourceHealth); ok && store != nil && h.Unavailable() == "" {
-			if err := w.sendHeartbeat(uctx, store, ns); err != nil && ctx.Err() == nil {
+			if err := w.heartbeats.send(uctx, store, ns); err != nil && ctx.Err() == nil {
 				w.log.Warn("heartbeat failed", "namespace", ns.Name, "error", err)
 			}
 		}
@@ -634,39 +659,6 @@ func (w *Worker) stopSources(ctx context.Context) {
 		}
 	}
 	wg.Wait()
-}
-
-func (w *Worker) heartbeat(ns *namespace) *messages.WorkerHeartbeat {
-	busy := w.leases.busy(ns)
-	return &messages.WorkerHeartbeat{
-		WorkerID:   w.cfg.ID,
-		Namespace:  ns.Name,
-		Slots:      ns.Slots,
-		Busy:       busy,
-		Time:       time.Now().UTC(),
-		IntervalMS: w.cfg.HeartbeatInterval.Milliseconds(),
-		Down:       downSources(ns),
-	}
-}
-
-func (w *Worker) heartbeatLoop(ctx context.Context, store *catalog.Store) {
-	defer w.bg.Done()
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			for _, ns := range w.namespaces {
-				hctx, cancel := context.WithTimeout(ctx, w.cfg.HeartbeatInterval)
-				if err := w.sendHeartbeat(hctx, store, ns); err != nil && ctx.Err() == nil {
-					w.log.Warn("heartbeat failed", "namespace", ns.Name, "error", err)
-				}
-				cancel()
-			}
-		}
-	}
 }
 
 // reconnectLoop re-checks cancellations after the connection comes back:
