@@ -107,7 +107,7 @@ func (d *delivery) read() bool {
 		if err == nil {
 			err = errors.New("the queued event carries no call request")
 		}
-		w.rejectUnreadable(d.msg, d.bucket, d.ns.Name, d.attempt, err)
+		w.results.rejectUnreadable(d.msg, d.bucket, d.ns.Name, d.attempt, err)
 		return false
 	}
 	d.req = *queued.Request
@@ -179,10 +179,10 @@ func (d *delivery) begin() (end func()) {
 	}
 	// Registered before the started event is stored, so that a cancel
 	// signal sent as soon as the call shows as running finds it.
-	d.w.track(d.flight)
+	d.w.leases.track(d.flight)
 	d.base.StartedAt = d.received
 	return func() {
-		d.w.untrack(d.flight)
+		d.w.leases.untrack(d.flight)
 		stopDeadline()
 		cancel(nil)
 		span.End()
@@ -249,7 +249,7 @@ func (d *delivery) checkRecord() bool {
 	}
 	// A cancellation requested while an earlier attempt ran still holds.
 	if snap.Cancel != nil {
-		d.w.cancelCall(d.req.CallID, snap.Cancel.Cancel)
+		d.w.leases.cancelCall(d.req.CallID, snap.Cancel.Cancel)
 	}
 	if !d.atMostOnce {
 		// A rerun's start is recorded before its tool runs, not after
@@ -257,7 +257,7 @@ func (d *delivery) checkRecord() bool {
 		// attempt (its number and its progress) as the current one at
 		// once. The write is not waited for, and reruns are rare: the
 		// first attempt keeps its hot path without the write.
-		d.w.recordStart(d.flight)
+		d.w.leases.recordStart(d.flight)
 	}
 	return true
 }
@@ -327,8 +327,8 @@ func (d *delivery) run() {
 		}
 		reporter.close()
 		d.interrupted(true)
-		d.w.untrack(d.flight)
-		d.w.straggling(d.req.CallID, run, d.slot, d.log)
+		d.w.leases.untrack(d.flight)
+		d.w.stragglers.straggling(d.req.CallID, run, d.slot, d.log)
 	})
 	out := runTool(withScope(d.ctx, scope), d.tool, d.call)
 	stopWatching()
@@ -336,7 +336,7 @@ func (d *delivery) run() {
 		// The context decided the outcome; the tool has now returned. The
 		// slot was kept until then, unless Stop gave up on the tool.
 		run.deciding.Wait()
-		d.w.straggled(d.req.CallID, run)
+		d.w.stragglers.straggled(d.req.CallID, run)
 		d.slotEnd = slotStraggled
 		return
 	}
@@ -350,7 +350,7 @@ func (d *delivery) run() {
 // first.
 func (d *delivery) scope() (*callScope, *progressReporter) {
 	event := func(ev *messages.CallEvent, what string) {
-		d.w.recordStart(d.flight)
+		d.w.leases.recordStart(d.flight)
 		ev.CallID, ev.Time, ev.Attempt, ev.Worker = d.req.CallID, time.Now().UTC(), d.attempt, d.w.cfg.ID
 		if err := d.w.ledger.AppendAsync(d.bucket, d.ns.Name, ev); err != nil {
 			d.log.Warn(what+" event not stored", "error", err)
@@ -383,7 +383,7 @@ func (d *delivery) returned(out outcome, scope *callScope) {
 			d.base.Error = &messages.ResultError{Code: messages.ResultToolError, Message: firstText(res.Content)}
 		}
 		spanOutcome(d.span, &d.base)
-		d.finishAsync(d.w.fit(d.ns.Name, d.base, &d.tool.Definition, d.log))
+		d.finishAsync(d.w.results.fit(d.ns.Name, d.base, &d.tool.Definition, d.log))
 	case d.ctx.Err() != nil:
 		d.interrupted(true)
 	case errors.As(out.err, &perr):
@@ -403,7 +403,7 @@ func (d *delivery) returned(out outcome, scope *callScope) {
 		spanFailed(d.span, messages.LogRetry, out.err.Error())
 		// Stored, so that the call's final failure can say why, should its attempts run out.
 		scope.log(messages.LogRetry, strings.TrimPrefix(out.err.Error(), ErrRetry.Error()+": "))
-		d.w.recordStart(d.flight) // the tool ran: this attempt counts (see startedBefore)
+		d.w.leases.recordStart(d.flight) // the tool ran: this attempt counts (see startedBefore)
 		d.handBack(retryDelay)
 	default:
 		d.base.Status = messages.StateCompleted
@@ -421,7 +421,7 @@ func (d *delivery) returned(out outcome, scope *callScope) {
 // at-most-once call, which another delivery could only find started,
 // fails with its outcome unknown.
 func (d *delivery) interrupted(ran bool) {
-	res, retry := d.w.interrupted(d.base, d.ctx)
+	res, retry := interrupted(d.base, d.ctx)
 	if ran {
 		spanOutcome(d.span, &res)
 	}
@@ -429,7 +429,7 @@ func (d *delivery) interrupted(ran bool) {
 	case retry && ran && d.atMostOnce:
 		d.finish(outcomeUnknown(d.base, nil))
 	case retry && ran:
-		d.w.recordStart(d.flight) // the tool ran: this attempt counts (see startedBefore)
+		d.w.leases.recordStart(d.flight) // the tool ran: this attempt counts (see startedBefore)
 		d.handBack(0)
 	case retry:
 		d.handBack(0)
@@ -438,17 +438,17 @@ func (d *delivery) interrupted(ran bool) {
 	}
 }
 
-// finish commits res and settles the message (Worker.finish).
+// finish commits res and settles the message (results.finish).
 func (d *delivery) finish(res messages.CallResult) {
-	d.w.finish(d.msg, d.log, d.bucket, d.ns.Name, d.req.Notify, res)
+	d.w.results.finish(d.msg, d.log, d.bucket, d.ns.Name, d.req.Notify, res)
 }
 
 // finishAsync commits res without waiting for the stream: the result's
 // write takes the slot over and releases it once answered
-// (Worker.finishThen).
+// (results.finishThen).
 func (d *delivery) finishAsync(res messages.CallResult) {
 	d.handedOn = true
-	d.w.finishThen(d.msg, d.log, d.bucket, d.ns.Name, d.req.Notify, res, d.slot)
+	d.w.results.finishThen(d.msg, d.log, d.bucket, d.ns.Name, d.req.Notify, res, d.slot)
 }
 
 // handBack returns the message for another delivery, after delay when

@@ -152,10 +152,10 @@ func (w *Worker) readBeforeRun(ctx context.Context, log *callLog, bucket, ns, ca
 // readRecord reads the latest events of kinds of a call of namespace ns
 // under bucket, retrying as readBeforeRerun says.
 func (w *Worker) readRecord(ctx context.Context, log *callLog, bucket, ns, callID string, kinds []messages.EventKind) (*ledger.Snapshot, error) {
-	retry := w.retryPolicy(readGiveUp).Start()
+	retry := w.results.retryPolicy(readGiveUp).Start()
 	var timer *time.Timer
 	for tries := 1; ; tries++ {
-		readCtx, cancel := context.WithTimeout(ctx, w.commitTimeout())
+		readCtx, cancel := context.WithTimeout(ctx, w.results.commitTimeout())
 		snap, err := w.ledger.ReadOwn(readCtx, bucket, ns, callID, kinds...)
 		cancel()
 		if err == nil {
@@ -202,7 +202,7 @@ func (w *Worker) readRecord(ctx context.Context, log *callLog, bucket, ns, callI
 // started. It also returns the call's latest log event, whose cause (see
 // messages.ExhaustedMessage) the call's failure gives.
 func (w *Worker) startedBefore(log *callLog, bucket, ns, callID string) (started bool, lastLog *messages.CallEvent) {
-	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), w.results.commitTimeout())
 	defer cancel()
 	snap, err := w.ledger.ReadOwn(ctx, bucket, ns, callID, messages.EventStarted, messages.EventResult, messages.EventLog)
 	if err != nil {

@@ -72,4 +72,4 @@ func pollerOf(w *Worker, namespace string) *poller {
 }
 
 // CommitRetries returns how many times the worker retried writing a result.
-func CommitRetries(w *Worker) int64 { return w.commitRetries.Load() }
+func CommitRetries(w *Worker) int64 { return w.results.retries.Load() }

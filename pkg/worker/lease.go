@@ -2,15 +2,41 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/wire/ledger"
 	"github.com/toolbus/toolbus/internal/wire/telemetry/metrics"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
+
+// leases are the calls whose tools run in this worker: it keeps their
+// messages leased, records their starts, counts each namespace's busy
+// slots, and ends the calls cancelled or finished without this worker.
+type leases struct {
+	workerID   string
+	startDelay time.Duration
+	ackWait    time.Duration
+	ledger     *ledger.Ledger
+	log        *slog.Logger
+	// bg counts the worker's goroutines, the checks of calls in flight among them.
+	bg *sync.WaitGroup
+
+	// mu guards inflight, the busy count of every namespace and the sweep's timer.
+	mu       sync.Mutex
+	inflight map[string]*inflight
+	// startSweep records the starts of calls that have run for startDelay
+	// (see recordStart); it is armed while some call's start is due.
+	startSweep      *time.Timer
+	startSweepArmed bool
+	// checking is set while the loop's check of the calls in flight runs
+	// (see loop).
+	checking atomic.Bool
+}
 
 // inflight is a call whose tool runs in this worker: its lease is renewed
 // and its start recorded while it is tracked.
@@ -30,21 +56,21 @@ type inflight struct {
 
 // track registers a call that is about to run, and makes sure its start
 // gets recorded if it runs for StartDelay.
-func (w *Worker) track(f *inflight) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.inflight[f.call.ID] = f
+func (l *leases) track(f *inflight) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inflight[f.call.ID] = f
 	f.ns.busy++
 	metrics.CallRunning(f.call.Tool, f.ns.Name, 1)
 	if f.call.Attempt > 1 {
 		metrics.Redelivered(f.call.Tool, f.ns.Name)
 	}
-	if !w.startSweepArmed {
-		w.startSweepArmed = true
-		if w.startSweep == nil {
-			w.startSweep = time.AfterFunc(w.cfg.StartDelay, w.sweepStarts)
+	if !l.startSweepArmed {
+		l.startSweepArmed = true
+		if l.startSweep == nil {
+			l.startSweep = time.AfterFunc(l.startDelay, l.sweepStarts)
 		} else {
-			w.startSweep.Reset(w.cfg.StartDelay)
+			l.startSweep.Reset(l.startDelay)
 		}
 	}
 }
@@ -56,10 +82,10 @@ func (w *Worker) track(f *inflight) {
 // conditional anyway, and a call that already has a result (cancelled
 // while queued) is stopped by the cancel signal or when the lease loop
 // checks it.
-func (w *Worker) recordStart(f *inflight) {
+func (l *leases) recordStart(f *inflight) {
 	f.startOnce.Do(func() {
 		f.startRecorded.Store(true)
-		if err := w.ledger.Start(f.bucket, f.ns.Name, &messages.CallEvent{CallID: f.call.ID, Time: f.started, Attempt: f.call.Attempt, Worker: w.cfg.ID}); err != nil {
+		if err := l.ledger.Start(f.bucket, f.ns.Name, &messages.CallEvent{CallID: f.call.ID, Time: f.started, Attempt: f.call.Attempt, Worker: l.workerID}); err != nil {
 			f.log.Warn("start of the call not recorded", "error", err)
 		}
 	})
@@ -68,52 +94,68 @@ func (w *Worker) recordStart(f *inflight) {
 // sweepStarts records the starts that are due, and waits for the next one.
 // One timer for all calls costs less than one per call, which most calls
 // would stop unfired.
-func (w *Worker) sweepStarts() {
+func (l *leases) sweepStarts() {
 	now := time.Now()
 	var due []*inflight
 	var next time.Duration
-	w.mu.Lock()
-	for _, f := range w.inflight {
+	l.mu.Lock()
+	for _, f := range l.inflight {
 		if f.startRecorded.Load() {
 			continue
 		}
-		if wait := w.cfg.StartDelay - now.Sub(f.started); wait <= 0 {
+		if wait := l.startDelay - now.Sub(f.started); wait <= 0 {
 			due = append(due, f)
 		} else if next == 0 || wait < next {
 			next = wait
 		}
 	}
 	if next > 0 {
-		w.startSweep.Reset(next)
+		l.startSweep.Reset(next)
 	} else {
-		w.startSweepArmed = false
+		l.startSweepArmed = false
 	}
-	w.mu.Unlock()
+	l.mu.Unlock()
 	for _, f := range due {
-		w.recordStart(f)
+		l.recordStart(f)
 	}
 }
 
 // untrack forgets a call once its tool's outcome is decided; a later
 // attempt of the same call tracked meanwhile is left alone.
-func (w *Worker) untrack(f *inflight) {
-	w.mu.Lock()
-	if w.inflight[f.call.ID] == f {
-		delete(w.inflight, f.call.ID)
+func (l *leases) untrack(f *inflight) {
+	l.mu.Lock()
+	if l.inflight[f.call.ID] == f {
+		delete(l.inflight, f.call.ID)
 		f.ns.busy--
 		metrics.CallRunning(f.call.Tool, f.ns.Name, -1)
 	}
-	w.mu.Unlock()
+	l.mu.Unlock()
 }
 
-// leaseLoop keeps the calls in flight, and those held for a slot, leased:
+// busy returns how many calls of the namespace run in this worker.
+func (l *leases) busy(ns *namespace) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return ns.busy
+}
+
+// cancelAll ends the context of every call in flight with cause.
+func (l *leases) cancelAll(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range l.inflight {
+		f.cancel(cause)
+	}
+}
+
+// loop keeps the calls in flight, and those held for a slot, leased:
 // every third of AckWait it tells JetStream they are in progress, and it checks the ledger for
 // cancellations whose signal this worker may have missed. The check runs
 // apart, so that its reads never hold up the next renewal, and one at a
 // time: a tick that finds the last check still running skips its own.
-func (w *Worker) leaseLoop(ctx context.Context) {
-	defer w.bg.Done()
-	t := time.NewTicker(w.cfg.AckWait / 3)
+func (l *leases) loop(ctx context.Context, nss []*namespace) {
+	defer l.bg.Done()
+	t := time.NewTicker(l.ackWait / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -121,29 +163,105 @@ func (w *Worker) leaseLoop(ctx context.Context) {
 			return
 		case now := <-t.C:
 			var ids []string
-			w.mu.Lock()
-			for _, ns := range w.namespaces {
+			l.mu.Lock()
+			for _, ns := range nss {
 				if ns.poller != nil {
 					ns.poller.renewHeld(now)
 				}
 			}
-			for id, f := range w.inflight {
+			for id, f := range l.inflight {
 				if err := f.msg.InProgress(); err != nil {
-					w.log.Warn("lease renewal failed", "call", id, "error", err)
+					l.log.Warn("lease renewal failed", "call", id, "error", err)
 				}
-				if time.Since(f.started) > w.cfg.AckWait/3 {
+				if time.Since(f.started) > l.ackWait/3 {
 					ids = append(ids, id)
 				}
 			}
-			w.mu.Unlock()
-			if len(ids) > 0 && w.checking.CompareAndSwap(false, true) {
-				w.bg.Add(1)
+			l.mu.Unlock()
+			if len(ids) > 0 && l.checking.CompareAndSwap(false, true) {
+				l.bg.Add(1)
 				go func() {
-					defer w.bg.Done()
-					defer w.checking.Store(false)
-					w.checkCancelled(ctx, ids)
+					defer l.bg.Done()
+					defer l.checking.Store(false)
+					l.checkCancelled(ctx, ids)
 				}()
 			}
 		}
 	}
+}
+
+// ids returns the IDs of the calls in flight.
+func (l *leases) ids() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]string, 0, len(l.inflight))
+	for id := range l.inflight {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// checkReads bounds the reads of checkCancelled in flight at once.
+const checkReads = 8
+
+// checkCancelled reads whether the calls in flight got a result or a
+// cancellation, with two direct gets of each call's own namespace's event
+// subjects (see ledger.ReadOwn), at most checkReads calls at a time.
+func (l *leases) checkCancelled(ctx context.Context, ids []string) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, checkReads)
+	for _, id := range ids {
+		l.mu.Lock()
+		f := l.inflight[id]
+		l.mu.Unlock()
+		if f == nil {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			l.checkCall(ctx, f)
+		})
+	}
+	wg.Wait()
+}
+
+// checkCall ends a call in flight that got a result or a cancellation
+// this worker did not hear of.
+func (l *leases) checkCall(ctx context.Context, f *inflight) {
+	id := f.call.ID
+	s, err := l.ledger.ReadOwn(ctx, f.bucket, f.ns.Name, id, messages.EventResult, messages.EventCancel)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.log.Warn("check cancellations", "call", id, "error", err)
+		}
+		return
+	}
+	switch {
+	case s.Result != nil:
+		// Finished without this worker: cancelled while its start was
+		// not yet stored, or completed by another attempt.
+		f.cancel(errSuperseded)
+	case s.Cancel != nil:
+		l.cancelCall(id, s.Cancel.Cancel)
+	}
+}
+
+func (l *leases) cancelCall(id string, info *messages.CancelInfo) {
+	l.mu.Lock()
+	f := l.inflight[id]
+	l.mu.Unlock()
+	if f == nil {
+		return
+	}
+	reason := "cancelled"
+	if info != nil && info.Reason != "" {
+		reason = info.Reason
+	}
+	f.cancel(&cancelError{reason: reason})
 }

@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/support/reuse"
+	"github.com/toolbus/toolbus/internal/wire/ledger"
 	"github.com/toolbus/toolbus/internal/wire/resources"
 	"github.com/toolbus/toolbus/internal/wire/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -21,10 +25,28 @@ var errSuperseded = errors.New("the call already has a result")
 // writeTimeout bounds each write to the ledger.
 const writeTimeout = 10 * time.Second
 
+// results writes the results of calls to the ledger and settles the calls'
+// messages once a result stands: this attempt's, or another's.
+type results struct {
+	workerID string
+	ackWait  time.Duration
+	js       jetstream.JetStream
+	names    messages.Names
+	ledger   *ledger.Ledger
+	log      *slog.Logger
+	// goroutines run what follows a write the stream answered.
+	goroutines *reuse.Pool
+	// abandoned is closed when Stop gives up on the calls still running
+	// (see stragglers).
+	abandoned <-chan struct{}
+	// retries counts the retried writes of results.
+	retries atomic.Int64
+}
+
 // interrupted builds the result of a call whose context ended before the
 // tool answered. retry is true when the worker is stopping: the call goes
 // back to JetStream without a result.
-func (w *Worker) interrupted(base messages.CallResult, ctx context.Context) (messages.CallResult, bool) {
+func interrupted(base messages.CallResult, ctx context.Context) (messages.CallResult, bool) {
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(cause, ErrStopping):
@@ -46,7 +68,7 @@ const maxResultContent = 768 << 10
 // fit keeps a result within the tool's size limit: a larger one is stored
 // whole in the results object store, and the result the caller and the
 // model get is cut down to the limit, saying where the whole one is.
-func (w *Worker) fit(ns string, res messages.CallResult, def *messages.ToolDefinition, log interface{ Warn(string, ...any) }) messages.CallResult {
+func (r *results) fit(ns string, res messages.CallResult, def *messages.ToolDefinition, log interface{ Warn(string, ...any) }) messages.CallResult {
 	limit := def.Metadata.MaxResultSize
 	if limit <= 0 {
 		limit = messages.DefaultMaxResultSize
@@ -60,7 +82,7 @@ func (w *Worker) fit(ns string, res messages.CallResult, def *messages.ToolDefin
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	if data, err := json.Marshal(&res); err == nil {
-		if obj, err := resources.EnsureResultsBucket(ctx, w.js, w.names, ns); err != nil {
+		if obj, err := resources.EnsureResultsBucket(ctx, r.js, r.names, ns); err != nil {
 			log.Warn("results store unavailable; the result is cut without a copy", "error", err)
 		} else if info, err := obj.PutBytes(ctx, res.CallID, data); err != nil {
 			log.Warn("whole result not stored; the result is cut without a copy", "error", err)
@@ -92,18 +114,18 @@ type logger interface {
 // finish commits the result and removes the call from the queue. A result
 // already committed by another attempt stands; this one is dropped. A
 // write that fails is retried (see commitAgain).
-func (w *Worker) finish(msg jetstream.Msg, log logger, bucket, ns, notify string, res messages.CallResult) {
+func (r *results) finish(msg jetstream.Msg, log logger, bucket, ns, notify string, res messages.CallResult) {
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = time.Now().UTC()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), r.commitTimeout())
 	defer cancel()
-	won, err := w.ledger.Commit(ctx, bucket, ns, &res, notify)
+	won, err := r.ledger.Commit(ctx, bucket, ns, &res, notify)
 	switch {
 	case err != nil:
-		w.commitAgain(msg, log, bucket, ns, &res, notify, err)
+		r.commitAgain(msg, log, bucket, ns, &res, notify, err)
 	case !won:
-		w.refused(msg, log, bucket, ns, &res, notify)
+		r.refused(msg, log, bucket, ns, &res, notify)
 	default:
 		settle(msg, log, res.Status, true, nil)
 	}
@@ -113,26 +135,26 @@ func (w *Worker) finish(msg jetstream.Msg, log logger, bucket, ns, notify string
 // settled, and the call's slot released, once the stream has answered the
 // result's write, on the ledger's goroutine. The slot stays taken until
 // then, and while a failed write is retried or a refused one confirmed.
-func (w *Worker) finishThen(msg jetstream.Msg, log *callLog, bucket, ns, notify string, res messages.CallResult, s *slot) {
+func (r *results) finishThen(msg jetstream.Msg, log *callLog, bucket, ns, notify string, res messages.CallResult, s *slot) {
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = time.Now().UTC()
 	}
 	status := res.Status
 	later := func(then func()) {
-		w.goroutines.Go(func() {
+		r.goroutines.Go(func() {
 			then()
 			s.Release(slotCommitted)
 		})
 	}
 	retry := func(err error) {
-		later(func() { w.commitAgain(msg, log, bucket, ns, &res, notify, err) })
+		later(func() { r.commitAgain(msg, log, bucket, ns, &res, notify, err) })
 	}
-	err := w.ledger.CommitThen(bucket, ns, &res, notify, w.commitTimeout(), func(won bool, err error) {
+	err := r.ledger.CommitThen(bucket, ns, &res, notify, r.commitTimeout(), func(won bool, err error) {
 		switch {
 		case err != nil:
 			retry(err)
 		case !won:
-			later(func() { w.refused(msg, log, bucket, ns, &res, notify) })
+			later(func() { r.refused(msg, log, bucket, ns, &res, notify) })
 		default:
 			settle(msg, log, status, true, nil)
 			s.Release(slotCommitted)
@@ -153,8 +175,8 @@ func (w *Worker) finishThen(msg jetstream.Msg, log *callLog, bucket, ns, notify 
 // another's, and otherwise keeps the call and retries the write (see
 // commitAgain): a replica behind the leader shows the result a moment
 // later, and a write made again is refused again while it stands.
-func (w *Worker) refused(msg jetstream.Msg, log logger, bucket, ns string, res *messages.CallResult, notify string) {
-	stands, ours, err := w.standing(bucket, ns, res)
+func (r *results) refused(msg jetstream.Msg, log logger, bucket, ns string, res *messages.CallResult, notify string) {
+	stands, ours, err := r.standing(bucket, ns, res)
 	if err == nil && stands {
 		settle(msg, log, res.Status, ours, nil)
 		return
@@ -162,16 +184,16 @@ func (w *Worker) refused(msg jetstream.Msg, log logger, bucket, ns string, res *
 	if err == nil {
 		err = errors.New("the stream refused the result as if another stood, and none can be read yet")
 	}
-	w.commitAgain(msg, log, bucket, ns, res, notify, err)
+	r.commitAgain(msg, log, bucket, ns, res, notify, err)
 }
 
 // standing reads the result that stands for the call, and tells whether
 // there is one and whether it is res itself (the same attempt of the same
 // worker).
-func (w *Worker) standing(bucket, ns string, res *messages.CallResult) (stands, ours bool, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
+func (r *results) standing(bucket, ns string, res *messages.CallResult) (stands, ours bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.commitTimeout())
 	defer cancel()
-	snap, err := w.ledger.ReadOwn(ctx, bucket, ns, res.CallID, messages.EventResult)
+	snap, err := r.ledger.ReadOwn(ctx, bucket, ns, res.CallID, messages.EventResult)
 	if err != nil || snap.Result == nil {
 		return false, false, err
 	}
@@ -205,7 +227,7 @@ const commitAttempt = 2 * time.Second
 // commitTimeout bounds one write of a result: commitAttempt, or a third of
 // AckWait when shorter, so that a lease renewed before the write still
 // holds when it times out.
-func (w *Worker) commitTimeout() time.Duration { return min(commitAttempt, w.cfg.AckWait/3) }
+func (r *results) commitTimeout() time.Duration { return min(commitAttempt, r.ackWait/3) }
 
 // commitAgain keeps trying to store the result of a call whose tool ran,
 // while it holds the call's message: before each try it renews the lease,
@@ -215,9 +237,9 @@ func (w *Worker) commitTimeout() time.Duration { return min(commitAttempt, w.cfg
 // if the call has none (a try whose answer was lost makes the next one
 // find this result standing). It hands the call back after commitGiveUp,
 // or when Stop gives up on the calls still running.
-func (w *Worker) commitAgain(msg jetstream.Msg, log logger, bucket, ns string, res *messages.CallResult, notify string, err error) {
+func (r *results) commitAgain(msg jetstream.Msg, log logger, bucket, ns string, res *messages.CallResult, notify string, err error) {
 	log.Warn("result not stored; retrying while the call's lease is held", "error", err)
-	retry := w.retryPolicy(commitGiveUp).Start()
+	retry := r.retryPolicy(commitGiveUp).Start()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for tries := 1; ; tries++ {
@@ -230,7 +252,7 @@ func (w *Worker) commitAgain(msg jetstream.Msg, log logger, bucket, ns string, r
 		timer.Reset(pause)
 		select {
 		case <-timer.C:
-		case <-w.abandon:
+		case <-r.abandoned:
 			log.Warn("worker stopping: result not stored; the call will be delivered again", "error", err, "tries", tries)
 			acked(log, "handed back", msg.Nak())
 			return
@@ -238,16 +260,16 @@ func (w *Worker) commitAgain(msg jetstream.Msg, log logger, bucket, ns string, r
 		if lerr := msg.InProgress(); lerr != nil {
 			log.Warn("lease renewal failed while storing the result", "error", lerr)
 		}
-		w.commitRetries.Add(1)
-		ctx, cancel := context.WithTimeout(context.Background(), w.commitTimeout())
+		r.retries.Add(1)
+		ctx, cancel := context.WithTimeout(context.Background(), r.commitTimeout())
 		var won bool
-		won, err = w.ledger.Commit(ctx, bucket, ns, res, notify)
+		won, err = r.ledger.Commit(ctx, bucket, ns, res, notify)
 		cancel()
 		if err == nil && !won {
 			// An earlier try may have stored it and lost its answer, or
 			// another attempt's stands: either way the read says which.
 			var stands, ours bool
-			if stands, ours, err = w.standing(bucket, ns, res); err == nil && stands {
+			if stands, ours, err = r.standing(bucket, ns, res); err == nil && stands {
 				log.Info("a result of the call is stored", "tries", tries+1, "this_attempt", ours)
 				settle(msg, log, res.Status, ours, nil)
 				return
@@ -269,8 +291,8 @@ func (w *Worker) commitAgain(msg jetstream.Msg, log logger, bucket, ns string, r
 // so that the lease is renewed in time), each between half and all of
 // that so that the workers that failed together do not retry in step,
 // until within has passed.
-func (w *Worker) retryPolicy(within time.Duration) transport.RetryPolicy {
-	return transport.RetryPolicy{Initial: commitRetryMin, Max: min(commitRetryMax, w.cfg.AckWait/3), Within: within, Retryable: retryAny}
+func (r *results) retryPolicy(within time.Duration) transport.RetryPolicy {
+	return transport.RetryPolicy{Initial: commitRetryMin, Max: min(commitRetryMax, r.ackWait/3), Within: within, Retryable: retryAny}
 }
 
 func retryAny(error) bool { return true }
@@ -306,20 +328,20 @@ func acked(log interface{ Warn(string, ...any) }, what string, err error) {
 
 // rejectUnreadable fails a call whose message cannot be decoded: no
 // attempt could run it.
-func (w *Worker) rejectUnreadable(msg jetstream.Msg, bucket, ns string, attempt int, decodeErr error) {
+func (r *results) rejectUnreadable(msg jetstream.Msg, bucket, ns string, attempt int, decodeErr error) {
 	// The message is a queued event: its subject names the call.
-	callID, _, _, _ := w.names.Events().Parse(msg.Subject())
-	w.log.Error("unreadable call message", "call", callID, "error", decodeErr)
+	callID, _, _, _ := r.names.Events().Parse(msg.Subject())
+	r.log.Error("unreadable call message", "call", callID, "error", decodeErr)
 	if messages.ValidateID("call ID", callID) == nil {
-		res := failure(messages.CallResult{CallID: callID, Attempt: attempt, Worker: w.cfg.ID}, messages.StateFailed, messages.ResultInvalidRequest,
+		res := failure(messages.CallResult{CallID: callID, Attempt: attempt, Worker: r.workerID}, messages.StateFailed, messages.ResultInvalidRequest,
 			fmt.Sprintf("the call message could not be read: %v", decodeErr))
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
-		if _, err := w.ledger.Commit(ctx, bucket, ns, &res, ""); err != nil {
-			w.log.Warn("result of unreadable call not stored", "call", callID, "error", err)
+		if _, err := r.ledger.Commit(ctx, bucket, ns, &res, ""); err != nil {
+			r.log.Warn("result of unreadable call not stored", "call", callID, "error", err)
 		}
 	}
-	acked(w.log.With("call", callID), "terminated", msg.TermWithReason("unreadable call message"))
+	acked(r.log.With("call", callID), "terminated", msg.TermWithReason("unreadable call message"))
 }
 
 func firstText(blocks []messages.ContentBlock) string {

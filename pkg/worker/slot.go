@@ -120,26 +120,39 @@ type toolRun struct {
 	deciding sync.WaitGroup
 }
 
+// stragglers are the tools that outlived their calls, with the slots they
+// hold until they return or Stop gives up on them.
+type stragglers struct {
+	mu    sync.Mutex
+	slots map[string]*slot
+	// abandoned is closed when Stop gives up on tools that ignore their context.
+	abandoned chan struct{}
+}
+
+func newStragglers() *stragglers {
+	return &stragglers{slots: map[string]*slot{}, abandoned: make(chan struct{})}
+}
+
 // straggling records a tool that outlived its call: it keeps its slot
 // until it returns, so that the worker never runs more tools than it has
 // slots, unless Stop gives up on it and releases the slot.
-func (w *Worker) straggling(callID string, run *toolRun, s *slot, log interface{ Warn(string, ...any) }) {
+func (g *stragglers) straggling(callID string, run *toolRun, s *slot, log interface{ Warn(string, ...any) }) {
 	run.mu.Lock()
 	defer run.mu.Unlock()
 	if run.returned {
 		return
 	}
-	w.mu.Lock()
+	g.mu.Lock()
 	select {
-	case <-w.abandon:
+	case <-g.abandoned:
 		// Stop has given up on tools that ignore their context.
-		w.mu.Unlock()
+		g.mu.Unlock()
 		s.Release(slotAbandoned)
 		return
 	default:
 	}
-	w.stragglers[callID] = s
-	w.mu.Unlock()
+	g.slots[callID] = s
+	g.mu.Unlock()
 	run.warn = time.AfterFunc(stragglerWarning, func() {
 		log.Warn("tool still running after its call ended; it ignores its context and holds a slot")
 	})
@@ -147,27 +160,27 @@ func (w *Worker) straggling(callID string, run *toolRun, s *slot, log interface{
 
 // straggled forgets a tool that outlived its call once it returned; its
 // slot is then released, unless Stop already did.
-func (w *Worker) straggled(callID string, run *toolRun) {
+func (g *stragglers) straggled(callID string, run *toolRun) {
 	run.mu.Lock()
 	defer run.mu.Unlock()
 	run.returned = true
 	if run.warn != nil {
 		run.warn.Stop()
 	}
-	w.mu.Lock()
-	delete(w.stragglers, callID)
-	w.mu.Unlock()
+	g.mu.Lock()
+	delete(g.slots, callID)
+	g.mu.Unlock()
 }
 
-// abandonStragglers gives up on the tools that ignore their context: their
-// slots are freed now and their goroutines left behind. Called by Stop.
-func (w *Worker) abandonStragglers() {
-	w.mu.Lock()
-	close(w.abandon)
-	stragglers := w.stragglers
-	w.stragglers = map[string]*slot{}
-	w.mu.Unlock()
-	for _, s := range stragglers {
+// abandon gives up on the tools that ignore their context: their slots
+// are freed now and their goroutines left behind. Called by Stop.
+func (g *stragglers) abandon() {
+	g.mu.Lock()
+	close(g.abandoned)
+	slots := g.slots
+	g.slots = map[string]*slot{}
+	g.mu.Unlock()
+	for _, s := range slots {
 		s.Release(slotAbandoned)
 	}
 }

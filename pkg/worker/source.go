@@ -48,7 +48,7 @@ func (w *Worker) followHealth(ctx context.Context, store heartbeatStore, ns *nam
 		if now := h.Unavailable(); (now == "") != (down == "") {
 			down = now
 			hctx, cancel := context.WithTimeout(ctx, writeTimeout)
-			if err := w.sendHeartbeat(hctx, store, ns); err != nil && ctx.Err() == nil {
+			if err := w.heartbeats.send(hctx, store, ns); err != nil && ctx.Err() == nil {
 				w.log.Warn("heartbeat failed", "namespace", ns.Name, "error", err)
 			}
 			cancel()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -208,11 +207,17 @@ type Worker struct {
 	// goroutines runs deliveries and the tools they call.
 	goroutines *reuse.Pool
 
+	// results writes the calls' results and settles their messages.
+	results *results
+	// leases are the calls in flight.
+	leases *leases
+	// stragglers hold the slots of tools that outlived their calls.
+	stragglers *stragglers
+	// heartbeats tell the catalog that the worker serves its namespaces.
+	heartbeats *heartbeats
+
 	mu         sync.Mutex
 	namespaces []*namespace
-	inflight   map[string]*inflight
-	// stragglers hold the slots of tools that outlived their calls.
-	stragglers map[string]*slot
 	started    bool
 
 	cancel    context.CancelFunc
@@ -224,17 +229,6 @@ type Worker struct {
 	// noticeRecheck asks for the namespaces' cancel notices to be
 	// confirmed again (see cancelNotices.distrust).
 	noticeRecheck chan struct{}
-	// abandon is closed when Stop gives up on tools that ignore their context.
-	abandon chan struct{}
-	// startSweep records the starts of calls that have run for StartDelay
-	// (see recordStart); it is armed while some call's start is due.
-	startSweep      *time.Timer
-	startSweepArmed bool
-	// commitRetries counts the retried writes of results.
-	commitRetries atomic.Int64
-	// checking is set while the lease loop's check of the calls in flight
-	// runs (see leaseLoop).
-	checking atomic.Bool
 }
 
 type namespace struct {
@@ -243,23 +237,13 @@ type namespace struct {
 	tools  map[string]*Tool
 	owner  map[string]string
 	poller *poller
-	busy   int
+	// busy counts the namespace's calls in flight; leases guards it.
+	busy int
 	// notices are the namespace's cancel notices this worker heard.
 	notices *cancelNotices
 	// heartbeats serialises the namespace's heartbeat writes, so that an
 	// older view of its sources never lands after a newer one.
 	heartbeats sync.Mutex
-}
-
-type heartbeatStore interface {
-	Heartbeat(ctx context.Context, hb *messages.WorkerHeartbeat) error
-}
-
-// sendHeartbeat writes the namespace's heartbeat as it stands now.
-func (w *Worker) sendHeartbeat(ctx context.Context, store heartbeatStore, ns *namespace) error {
-	ns.heartbeats.Lock()
-	defer ns.heartbeats.Unlock()
-	return store.Heartbeat(ctx, w.heartbeat(ns))
 }
 
 // New returns a worker.
@@ -273,20 +257,39 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	return &Worker{
+	w := &Worker{
 		cfg:        cfg,
 		log:        cfg.Logger.With("worker", cfg.ID),
 		names:      names,
 		js:         js,
 		ledger:     ledger.New(cfg.Conn, js, names),
-		inflight:   map[string]*inflight{},
-		stragglers: map[string]*slot{},
-		abandon:    make(chan struct{}),
+		stragglers: newStragglers(),
 		tracer:     tracing.Tracer(cfg.TracerProvider),
 		goroutines: reuse.New(10 * time.Second),
 
 		noticeRecheck: make(chan struct{}, 1),
-	}, nil
+	}
+	w.results = &results{
+		workerID:   cfg.ID,
+		ackWait:    cfg.AckWait,
+		js:         js,
+		names:      names,
+		ledger:     w.ledger,
+		log:        w.log,
+		goroutines: w.goroutines,
+		abandoned:  w.stragglers.abandoned,
+	}
+	w.leases = &leases{
+		workerID:   cfg.ID,
+		startDelay: cfg.StartDelay,
+		ackWait:    cfg.AckWait,
+		ledger:     w.ledger,
+		log:        w.log,
+		bg:         &w.bg,
+		inflight:   map[string]*inflight{},
+	}
+	w.heartbeats = &heartbeats{workerID: cfg.ID, interval: cfg.HeartbeatInterval, leases: w.leases, log: w.log}
+	return w, nil
 }
 
 // ID returns the worker's ID.
@@ -405,44 +408,12 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	// A start that fails half-way undoes what it did, and the worker can
 	// be started again.
 	defer func() {
-		if err == nil {
-			return
+		if err != nil {
+			w.undoStart(ctx, nss, started, cancel)
 		}
-		cancel()
-		for _, sub := range w.subs {
-			_ = sub.Unsubscribe()
-		}
-		w.subs = nil
-		for _, ns := range nss {
-			if ns.poller != nil {
-				ns.poller.stop()
-				ns.poller = nil
-			}
-		}
-		stopCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer stop()
-		for _, src := range started {
-			_ = src.Stop(stopCtx)
-		}
-		w.mu.Lock()
-		w.started, w.cancel, w.store = false, nil, nil
-		w.mu.Unlock()
 	}()
-	// Registration is all or nothing: every source starts before the first
-	// tool is written, so a source that fails to start leaves none of the
-	// others' tools in the catalog. Until w.store is set, setSourceTools
-	// (also when a source reports a change) only records the tools.
-	for _, ns := range nss {
-		for _, src := range ns.Sources {
-			tools, err := src.Start(runCtx, w.sourceUpdater(runCtx, ns, src))
-			if err != nil {
-				return fmt.Errorf("worker: namespace %s: start source %s: %w", ns.Name, src.Name(), err)
-			}
-			started = append(started, src)
-			if err := w.setSourceTools(ctx, ns, src.Name(), tools); err != nil {
-				return fmt.Errorf("worker: %w", err)
-			}
-		}
+	if started, err = w.startSources(ctx, runCtx, nss); err != nil {
+		return err
 	}
 	w.cancel = cancel
 	w.fetchCtx, w.stopFetch = context.WithCancel(runCtx)
@@ -451,8 +422,83 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("worker: %w", err)
 		}
 	}
-	// From here on, a source's update goes straight to the catalog; the
-	// tools present now are written below.
+	if err := w.register(ctx, runCtx, store, nss); err != nil {
+		return err
+	}
+	if err := w.startPollers(nss); err != nil {
+		return err
+	}
+	// Nothing below fails.
+	w.statusCh = w.cfg.Conn.StatusChanged(nats.CONNECTED)
+	w.bg.Add(3)
+	go func() {
+		defer w.bg.Done()
+		w.heartbeats.loop(runCtx, store, nss)
+	}()
+	go w.leases.loop(runCtx, nss)
+	go w.reconnectLoop(runCtx)
+	for _, ns := range nss {
+		for _, src := range ns.Sources {
+			if h, ok := src.(SourceHealth); ok {
+				w.bg.Add(1)
+				go w.followHealth(runCtx, store, ns, h)
+			}
+		}
+	}
+	w.log.Info("worker started", "namespaces", len(nss))
+	return nil
+}
+
+// undoStart undoes what a start that failed half-way did, so that the
+// worker can be started again.
+func (w *Worker) undoStart(ctx context.Context, nss []*namespace, started []Source, cancel context.CancelFunc) {
+	cancel()
+	for _, sub := range w.subs {
+		_ = sub.Unsubscribe()
+	}
+	w.subs = nil
+	for _, ns := range nss {
+		if ns.poller != nil {
+			ns.poller.stop()
+			ns.poller = nil
+		}
+	}
+	stopCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer stop()
+	for _, src := range started {
+		_ = src.Stop(stopCtx)
+	}
+	w.mu.Lock()
+	w.started, w.cancel, w.store = false, nil, nil
+	w.mu.Unlock()
+}
+
+// startSources starts the namespaces' sources and records their tools, and
+// returns the sources started, also when one fails. Registration is all or
+// nothing: every source starts before the first tool is written, so a
+// source that fails to start leaves none of the others' tools in the
+// catalog. Until w.store is set, setSourceTools (also when a source
+// reports a change) only records the tools.
+func (w *Worker) startSources(ctx, runCtx context.Context, nss []*namespace) (started []Source, err error) {
+	for _, ns := range nss {
+		for _, src := range ns.Sources {
+			tools, err := src.Start(runCtx, w.sourceUpdater(runCtx, ns, src))
+			if err != nil {
+				return started, fmt.Errorf("worker: namespace %s: start source %s: %w", ns.Name, src.Name(), err)
+			}
+			started = append(started, src)
+			if err := w.setSourceTools(ctx, ns, src.Name(), tools); err != nil {
+				return started, fmt.Errorf("worker: %w", err)
+			}
+		}
+	}
+	return started, nil
+}
+
+// register writes the namespaces' tools to the catalog, listens to their
+// cancel notices and sends their first heartbeats. From then on, a
+// source's update goes straight to the catalog.
+func (w *Worker) register(ctx, runCtx context.Context, store *catalog.Store, nss []*namespace) error {
 	registered := make([][]*Tool, len(nss))
 	w.mu.Lock()
 	w.store = store
@@ -477,7 +523,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 			}
 			return c.CachedInfo(), nil
 		}
-		notices, err := subscribeNotices(w.cfg.Conn, filter, consumerInfo, w.cancelCall, w.noticeRecheck, w.log.With("namespace", ns.Name))
+		notices, err := subscribeNotices(w.cfg.Conn, filter, consumerInfo, w.leases.cancelCall, w.noticeRecheck, w.log.With("namespace", ns.Name))
 		if err != nil {
 			return fmt.Errorf("worker: subscribe to cancellations: %w", err)
 		}
@@ -488,13 +534,18 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 			defer w.bg.Done()
 			notices.run(runCtx)
 		}()
-		if err := w.sendHeartbeat(ctx, store, ns); err != nil {
+		if err := w.heartbeats.send(ctx, store, ns); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
 		// Confirmed before the first pull: the calls queued from now on
 		// need no read before they run (see cancelNotices).
 		notices.confirm(ctx)
 	}
+	return nil
+}
+
+// startPollers starts taking the namespaces' calls.
+func (w *Worker) startPollers(nss []*namespace) error {
 	for _, ns := range nss {
 		durable, _ := w.names.Consumers().Durable(ns.Name)
 		p, err := newPoller(w.cfg.Conn, w.names.EventsStream(), durable, ns.Slots, w.cfg.FetchWait, holdAckWaits*w.cfg.AckWait, w.goroutines,
@@ -507,21 +558,6 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 		metrics.SlotsTotal(ns.Name, int64(ns.Slots))
 		p.start(w.fetchCtx)
 	}
-	// Nothing below fails.
-	w.statusCh = w.cfg.Conn.StatusChanged(nats.CONNECTED)
-	w.bg.Add(3)
-	go w.heartbeatLoop(runCtx, store)
-	go w.leaseLoop(runCtx)
-	go w.reconnectLoop(runCtx)
-	for _, ns := range nss {
-		for _, src := range ns.Sources {
-			if h, ok := src.(SourceHealth); ok {
-				w.bg.Add(1)
-				go w.followHealth(runCtx, store, ns, h)
-			}
-		}
-	}
-	w.log.Info("worker started", "namespaces", len(nss))
 	return nil
 }
 
@@ -549,14 +585,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		w.mu.Lock()
-		for _, f := range w.inflight {
-			f.cancel(ErrStopping)
-		}
-		w.mu.Unlock()
+		w.leases.cancelAll(ErrStopping)
 		// Tools that ignore their context give up their slots now; their
 		// goroutines are left behind.
-		w.abandonStragglers()
+		w.stragglers.abandon()
 		<-done
 	}
 	for _, sub := range w.subs {
@@ -599,7 +631,7 @@ func (w *Worker) sourceUpdater(ctx context.Context, ns *namespace, src Source) f
 		store := w.store
 		w.mu.Unlock()
 		if h, ok := src.(SourceHealth); ok && store != nil && h.Unavailable() == "" {
-			if err := w.sendHeartbeat(uctx, store, ns); err != nil && ctx.Err() == nil {
+			if err := w.heartbeats.send(uctx, store, ns); err != nil && ctx.Err() == nil {
 				w.log.Warn("heartbeat failed", "namespace", ns.Name, "error", err)
 			}
 		}
@@ -629,41 +661,6 @@ func (w *Worker) stopSources(ctx context.Context) {
 	wg.Wait()
 }
 
-func (w *Worker) heartbeat(ns *namespace) *messages.WorkerHeartbeat {
-	w.mu.Lock()
-	busy := ns.busy
-	w.mu.Unlock()
-	return &messages.WorkerHeartbeat{
-		WorkerID:   w.cfg.ID,
-		Namespace:  ns.Name,
-		Slots:      ns.Slots,
-		Busy:       busy,
-		Time:       time.Now().UTC(),
-		IntervalMS: w.cfg.HeartbeatInterval.Milliseconds(),
-		Down:       downSources(ns),
-	}
-}
-
-func (w *Worker) heartbeatLoop(ctx context.Context, store *catalog.Store) {
-	defer w.bg.Done()
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			for _, ns := range w.namespaces {
-				hctx, cancel := context.WithTimeout(ctx, w.cfg.HeartbeatInterval)
-				if err := w.sendHeartbeat(hctx, store, ns); err != nil && ctx.Err() == nil {
-					w.log.Warn("heartbeat failed", "namespace", ns.Name, "error", err)
-				}
-				cancel()
-			}
-		}
-	}
-}
-
 // reconnectLoop re-checks cancellations after the connection comes back:
 // signals sent while it was down are lost, their ledger records are not.
 // It also confirms the namespaces' cancel notices again then, and when a
@@ -682,7 +679,7 @@ func (w *Worker) reconnectLoop(ctx context.Context) {
 			}
 			// A notice was dropped: the calls in flight read whether they
 			// were cancelled.
-			w.checkCancelled(ctx, w.inflightIDs())
+			w.leases.checkCancelled(ctx, w.leases.ids())
 		case _, ok := <-w.statusCh:
 			if !ok {
 				return
@@ -691,85 +688,9 @@ func (w *Worker) reconnectLoop(ctx context.Context) {
 				ns.poller.requestsLost()
 				ns.notices.confirm(ctx)
 			}
-			w.checkCancelled(ctx, w.inflightIDs())
+			w.leases.checkCancelled(ctx, w.leases.ids())
 		}
 	}
-}
-
-// inflightIDs returns the IDs of the calls in flight.
-func (w *Worker) inflightIDs() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ids := make([]string, 0, len(w.inflight))
-	for id := range w.inflight {
-		ids = append(ids, id)
-	}
-	return ids
-}
-
-// checkReads bounds the reads of checkCancelled in flight at once.
-const checkReads = 8
-
-// checkCancelled reads whether the calls in flight got a result or a
-// cancellation, with two direct gets of each call's own namespace's event
-// subjects (see ledger.ReadOwn), at most checkReads calls at a time.
-func (w *Worker) checkCancelled(ctx context.Context, ids []string) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, checkReads)
-	for _, id := range ids {
-		w.mu.Lock()
-		f := w.inflight[id]
-		w.mu.Unlock()
-		if f == nil {
-			continue
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			w.checkCall(ctx, f)
-		})
-	}
-	wg.Wait()
-}
-
-// checkCall ends a call in flight that got a result or a cancellation
-// this worker did not hear of.
-func (w *Worker) checkCall(ctx context.Context, f *inflight) {
-	id := f.call.ID
-	s, err := w.ledger.ReadOwn(ctx, f.bucket, f.ns.Name, id, messages.EventResult, messages.EventCancel)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn("check cancellations", "call", id, "error", err)
-		}
-		return
-	}
-	switch {
-	case s.Result != nil:
-		// Finished without this worker: cancelled while its start was
-		// not yet stored, or completed by another attempt.
-		f.cancel(errSuperseded)
-	case s.Cancel != nil:
-		w.cancelCall(id, s.Cancel.Cancel)
-	}
-}
-
-func (w *Worker) cancelCall(id string, info *messages.CancelInfo) {
-	w.mu.Lock()
-	f := w.inflight[id]
-	w.mu.Unlock()
-	if f == nil {
-		return
-	}
-	reason := "cancelled"
-	if info != nil && info.Reason != "" {
-		reason = info.Reason
-	}
-	f.cancel(&cancelError{reason: reason})
 }
 
 // cancelError is the cause of a cancelled call's context; it matches ErrCancelled.
