@@ -109,7 +109,10 @@ func (a *auditCopier) round(ctx context.Context) (more bool, err error) {
 	from := max(a.next, last.Through+1)
 	batch := messages.AuditBatch{Records: []messages.AuditRecord{}}
 	read, size := 0, 0
-	filter := a.names.Prefix() + ".events.*.*." + string(messages.EventQueued) + ".*.*"
+	filter, err := a.names.Filters().EventKind(messages.EventQueued)
+	if err != nil {
+		return false, err
+	}
 	err = a.events.GetBatch(ctx, transport.BatchRequest{Seq: from, NextBySubject: filter, Batch: auditCopyRead}, func(seq uint64, m *nats.Msg) bool {
 		read++
 		batch.Through = seq
