@@ -166,3 +166,63 @@ func TestAuditOfAllowedCallsIsDerivedOnceAcrossCopierStops(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditCopierFollowsAfterItsConsumerIsLost: the copier reads the
+// queued events through an ephemeral consumer, which a server can lose
+// (a restart, a leader change, an operator's cleanup). Calls made after
+// the consumer is deleted, once and then while calls run, still appear
+// in audit.list exactly once.
+func TestAuditCopierFollowsAfterItsConsumerIsLost(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	pol := mustPolicy(t, "default: allow\n")
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.Policy, cfg.AuditCopyInterval = pol, 5*time.Millisecond })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{newCounter().tool()}})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+	js, _ := jetstream.New(testenv.Connect(t, srv.URL()))
+	stream, err := js.Stream(ctx, names.EventsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// deleteCopierConsumers deletes the consumers without acknowledgements:
+	// the namespaces' work queues acknowledge, the copier's does not.
+	deleteCopierConsumers := func() int {
+		deleted := 0
+		for info := range stream.ListConsumers(ctx).Info() {
+			if info.Config.AckPolicy == jetstream.AckNonePolicy {
+				if err := stream.DeleteConsumer(ctx, info.Name); err == nil {
+					deleted++
+				}
+			}
+		}
+		return deleted
+	}
+	made := 0
+	call := func(n int) {
+		for i := range n {
+			r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(fmt.Sprintf(`{"label":"l-%d"}`, made+i)), Wait: true})
+			if err != nil || r.Result == nil || r.Result.Status != messages.StateCompleted {
+				t.Fatalf("call %d: %+v %v", made+i, r, err)
+			}
+		}
+		made += n
+	}
+	call(20)
+	testenv.Eventually(t, "the first 20 allowed calls in audit.list", func() bool { return len(allowedInAuditList(t, c)) == 20 })
+	if n := deleteCopierConsumers(); n != 1 {
+		t.Fatalf("deleted %d copier consumers, want 1", n)
+	}
+	call(20)
+	// Deleted again while calls run.
+	var wg sync.WaitGroup
+	wg.Go(func() { call(40) })
+	testenv.Eventually(t, "the copier to follow again", func() bool { return deleteCopierConsumers() == 1 })
+	wg.Wait()
+	testenv.Eventually(t, "all the allowed calls in audit.list", func() bool { return len(allowedInAuditList(t, c)) == made })
+	for id, n := range allowedInAuditList(t, c) {
+		if n != 1 {
+			t.Errorf("call %s appears %d times in audit.list", id, n)
+		}
+	}
+}

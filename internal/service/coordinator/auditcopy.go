@@ -16,65 +16,154 @@ import (
 )
 
 const (
-	// DefaultAuditCopyInterval is how often an idle audit copier looks
-	// for queued events to copy (Config.AuditCopyInterval).
+	// DefaultAuditCopyInterval is the longest an audit record waits in a
+	// copier before it is written (Config.AuditCopyInterval).
 	DefaultAuditCopyInterval = 100 * time.Millisecond
-	// auditCopyRead is the most queued events one round reads.
-	auditCopyRead = 1000
+	// auditBatchRecords is the most records one AuditBatch holds.
+	auditBatchRecords = 1000
 	// auditBatchBytes bounds the arguments of one AuditBatch's records,
 	// far below the server's max_payload.
 	auditBatchBytes = 256 << 10
+	// auditCopyRetry is the longest a copier whose reads or writes fail
+	// waits before it tries again.
+	auditCopyRetry = 5 * time.Second
 )
 
 // auditCopier derives the audit records of the calls a policy let through
-// from their queued events, which carry the decision (QueuedAudit): it
-// reads the events stream's queued events in order and appends their
-// records to the audit stream in AuditBatch messages on
-// "<prefix>.audit.calls". The audit stream holds its own cursor: each
-// batch names the last events sequence it covers, and is written only if
-// the subject's last message is still the batch it continues from
-// (Nats-Expected-Last-Subject-Sequence). So every coordinator runs a
-// copier, a copier that stops or dies leaves the cursor where its last
-// batch put it, and two copiers at once write each record once: the
-// second one's batch is refused, and it reads again.
+// from their queued events, which carry the decision (QueuedAudit): an
+// ordered consumer of the events stream delivers the queued events in
+// order, and the copier appends their records to the audit stream in
+// AuditBatch messages on "<prefix>.audit.calls", at most an interval
+// after the first record of a batch arrived. The audit stream holds its
+// own cursor: each batch names the last events sequence it covers, and
+// is written only if the subject's last message is still the batch it
+// continues from (Nats-Expected-Last-Subject-Sequence). So every
+// coordinator runs a copier, a copier that stops or dies leaves the
+// cursor where its last batch put it, and two copiers at once write each
+// record once: the second one's batch is refused, and it drops what the
+// first one wrote.
 type auditCopier struct {
-	names  messages.Names
-	js     jetstream.JetStream
-	events *transport.Stream
-	audit  *transport.Stream
-	// interval is how long an idle copier waits before it looks again.
+	names messages.Names
+	js    jetstream.JetStream
+	audit *transport.Stream
+	// interval is the longest a record waits before its batch is written.
 	interval time.Duration
 	log      *slog.Logger
 
-	// next is the events sequence this copier reads from next: past its
-	// last batch, or past events that held no decision to copy.
-	next uint64
-	// failing tells that the last round failed, so that only the first
+	// lastSeq is the audit stream's sequence of the subject's last batch,
+	// as this copier last knew it (0: none), and through the last events
+	// sequence that batch covers.
+	lastSeq, through uint64
+	// read is the last events sequence delivered to this copier.
+	read uint64
+	// pending holds the records read and not yet written, seqs their
+	// events sequences, and size their estimated bytes.
+	pending []messages.AuditRecord
+	seqs    []uint64
+	size    int
+	// failing tells that the last attempt failed, so that only the first
 	// failure of a run of them is logged as a warning.
 	failing bool
 }
 
-// run copies until ctx ends.
+// run copies until ctx ends, starting again after a failure.
 func (a *auditCopier) run(ctx context.Context) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	var wait time.Duration
 	for {
+		err := a.follow(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if !a.failing {
+			wait = min(a.interval, auditCopyRetry)
+		}
+		a.failed(err)
 		select {
 		case <-ctx.Done():
 			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, auditCopyRetry)
+	}
+}
+
+// failed logs the first of a run of failures.
+func (a *auditCopier) failed(err error) {
+	if !a.failing {
+		a.log.Warn("audit records not copied yet; trying again", "error", err)
+	}
+	a.failing = true
+}
+
+// follow reads where the audit stream's last batch ends, then copies
+// what a consumer of the events stream's queued events holds from there
+// in rounds an interval apart, until ctx ends or a read fails.
+func (a *auditCopier) follow(ctx context.Context) error {
+	if err := a.readLast(ctx); err != nil {
+		return err
+	}
+	a.read = max(a.read, a.through)
+	a.drop()
+	filter, err := a.names.Filters().EventKind(messages.EventQueued)
+	if err != nil {
+		return err
+	}
+	// An ephemeral consumer without acknowledgements, in memory: what it
+	// delivers is checked for gaps (its delivery sequence), and a gap, a
+	// lost consumer or a restart reads again from the last sequence read.
+	cons, err := a.js.CreateConsumer(ctx, a.names.EventsStream(), jetstream.ConsumerConfig{
+		FilterSubjects:    []string{filter},
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       a.read + 1,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: max(30*time.Second, 10*a.interval),
+	})
+	if err != nil {
+		return fmt.Errorf("follow the queued events from %d: %w", a.read+1, err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.js.DeleteConsumer(ctx, a.names.EventsStream(), cons.CachedInfo().Name)
+	}()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var delivered uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
 		case <-timer.C:
 		}
-		more, err := a.round(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			if !a.failing {
-				a.log.Warn("audit records not copied yet; trying again", "error", err)
-			}
-			a.failing = true
-		case err == nil:
-			a.failing = false
+		batch, err := cons.FetchNoWait(auditBatchRecords)
+		if err != nil {
+			return fmt.Errorf("read queued events after %d: %w", a.read, err)
 		}
-		if more {
+		got := 0
+		for msg := range batch.Messages() {
+			meta, err := msg.Metadata()
+			if err != nil || meta.Sequence.Consumer != delivered+1 {
+				return fmt.Errorf("queued events after %d came with a gap", a.read)
+			}
+			delivered++
+			got++
+			a.add(meta.Sequence.Stream, msg)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("read queued events after %d: %w", a.read, err)
+		}
+		if err := a.flush(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			a.failed(err)
+			timer.Reset(min(max(a.interval, time.Second), auditCopyRetry))
+			continue
+		}
+		a.failing = false
+		if got == auditBatchRecords || a.full() {
 			timer.Reset(0)
 		} else {
 			timer.Reset(a.interval)
@@ -82,16 +171,56 @@ func (a *auditCopier) run(ctx context.Context) {
 	}
 }
 
-// round copies one batch, and tells whether more may be waiting.
-func (a *auditCopier) round(ctx context.Context) (more bool, err error) {
+// add takes a delivered queued event's record, and tells whether it held
+// one to copy that no batch covers yet.
+func (a *auditCopier) add(seq uint64, msg jetstream.Msg) bool {
+	a.read = max(a.read, seq)
+	if seq <= a.through {
+		return false
+	}
+	var ev messages.CallEvent
+	if _, err := messages.DecodeStored(messages.Header(msg.Headers()), msg.Data(), &ev); err != nil || ev.Audit == nil || ev.Request == nil {
+		return false
+	}
+	rec := auditRecordOf(&ev)
+	a.pending = append(a.pending, rec)
+	a.seqs = append(a.seqs, seq)
+	a.size += len(rec.Arguments) + 256
+	return true
+}
+
+// full tells whether the pending records make a whole batch.
+func (a *auditCopier) full() bool {
+	return len(a.pending) >= auditBatchRecords || a.size >= auditBatchBytes
+}
+
+// drop forgets the pending records a batch already covers.
+func (a *auditCopier) drop() {
+	n := 0
+	for n < len(a.seqs) && a.seqs[n] <= a.through {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	a.pending = append(a.pending[:0], a.pending[n:]...)
+	a.seqs = append(a.seqs[:0], a.seqs[n:]...)
+	a.size = 0
+	for _, rec := range a.pending {
+		a.size += len(rec.Arguments) + 256
+	}
+}
+
+// readLast reads the audit subject's last batch.
+func (a *auditCopier) readLast(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	subject, err := a.names.Audit().Subject(messages.AuditCalls)
 	if err != nil {
-		return false, err
+		return err
 	}
-	// The last batch, read with the subject in the request's body: the
-	// coordinator's user may read any stream that way (docs/security.md).
+	// Read with the subject in the request's body: the coordinator's user
+	// may read any stream that way (docs/security.md).
 	var last messages.AuditBatch
 	var lastSeq uint64
 	var decodeErr error
@@ -102,59 +231,56 @@ func (a *auditCopier) round(ctx context.Context) (more bool, err error) {
 	})
 	switch {
 	case err != nil:
-		return false, fmt.Errorf("read the last audit batch: %w", err)
+		return fmt.Errorf("read the last audit batch: %w", err)
 	case decodeErr != nil:
-		return false, fmt.Errorf("audit batch %d: %w", lastSeq, decodeErr)
+		return fmt.Errorf("audit batch %d: %w", lastSeq, decodeErr)
 	}
-	from := max(a.next, last.Through+1)
-	batch := messages.AuditBatch{Records: []messages.AuditRecord{}}
-	read, size := 0, 0
-	filter, err := a.names.Filters().EventKind(messages.EventQueued)
+	a.lastSeq = lastSeq
+	// Never back: a batch that aged out of the audit stream does not make
+	// this copier write again what it already wrote.
+	a.through = max(a.through, last.Through)
+	return nil
+}
+
+// flush writes the pending records as one batch, continuing the last one
+// this copier knows of. A batch written by another copier first makes it
+// read the last batch again and drop what that one covers.
+func (a *auditCopier) flush(ctx context.Context) error {
+	if len(a.pending) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	subject, err := a.names.Audit().Subject(messages.AuditCalls)
 	if err != nil {
-		return false, err
+		return err
 	}
-	err = a.events.GetBatch(ctx, transport.BatchRequest{Seq: from, NextBySubject: filter, Batch: auditCopyRead}, func(seq uint64, m *nats.Msg) bool {
-		read++
-		batch.Through = seq
-		var ev messages.CallEvent
-		if _, err := messages.DecodeStored(messages.Header(m.Header), m.Data, &ev); err != nil || ev.Audit == nil || ev.Request == nil {
-			return true
-		}
-		rec := auditRecordOf(&ev)
-		batch.Records = append(batch.Records, rec)
-		size += len(rec.Arguments) + 256
-		return size < auditBatchBytes
-	})
-	if err != nil {
-		return false, fmt.Errorf("read queued events from %d: %w", from, err)
-	}
-	full := read == auditCopyRead || size >= auditBatchBytes
-	if read == 0 {
-		return false, nil
-	}
-	if len(batch.Records) == 0 {
-		// Nothing to record up to here: no batch is written for it.
-		a.next = batch.Through + 1
-		return full, nil
-	}
+	batch := messages.AuditBatch{Through: a.read, Records: a.pending}
 	out, err := newMsg(subject, &batch)
 	if err != nil {
-		return false, err
+		return err
 	}
 	// One ID per range: a write answered too late and sent again is
 	// stored once.
 	out.Header.Set(messages.HeaderMsgID, "audit.calls."+strconv.FormatUint(batch.Through, 10))
-	_, err = a.js.PublishMsg(ctx, out, jetstream.WithExpectLastSequencePerSubject(lastSeq))
+	ack, err := a.js.PublishMsg(ctx, out, jetstream.WithExpectLastSequencePerSubject(a.lastSeq))
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		// Another copier wrote the next batch: read from where it ended.
-		return true, nil
+	switch {
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence,
+		err == nil && ack.Duplicate:
+		// Another copier wrote the next batch, or this one's earlier
+		// attempt was stored after all: read where the subject ends.
+		if err := a.readLast(ctx); err != nil {
+			return err
+		}
+		a.drop()
+		return nil
+	case err != nil:
+		return fmt.Errorf("write the audit batch through %d: %w", batch.Through, err)
 	}
-	if err != nil {
-		return false, fmt.Errorf("write the audit batch through %d: %w", batch.Through, err)
-	}
-	a.next = batch.Through + 1
-	return full, nil
+	a.lastSeq, a.through = ack.Sequence, batch.Through
+	a.pending, a.seqs, a.size = nil, nil, 0
+	return nil
 }
 
 // auditRecordOf is the audit record of a queued event that carries its

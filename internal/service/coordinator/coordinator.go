@@ -59,8 +59,8 @@ type Config struct {
 	// whose deadline passed without a worker, and for approvals that
 	// expired. Defaults to 5s.
 	SweepInterval time.Duration
-	// AuditCopyInterval is how often an idle coordinator looks for the
-	// decisions of calls queued since, to copy them from their queued
+	// AuditCopyInterval is how often the coordinator takes the decisions
+	// of calls queued since it last looked, to copy them from their queued
 	// events into the audit stream (docs/security.md, "The audit log").
 	// Defaults to DefaultAuditCopyInterval; a negative value leaves the
 	// copying to other coordinators.

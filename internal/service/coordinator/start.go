@@ -320,8 +320,7 @@ func (c *Coordinator) startAuditCopier(context.Context) (func(context.Context) e
 	inbox := transport.NewInbox(c.nc)
 	a := &auditCopier{
 		names: c.names, js: c.js, interval: c.cfg.AuditCopyInterval, log: c.log,
-		events: transport.NewStream(c.nc, inbox, c.names.EventsStream()),
-		audit:  transport.NewStream(c.nc, inbox, c.names.Audit().Stream()),
+		audit: transport.NewStream(c.nc, inbox, c.names.Audit().Stream()),
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
