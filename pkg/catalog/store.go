@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -18,6 +19,7 @@ type Bucket interface {
 	Put(ctx context.Context, key string, value []byte) (uint64, error)
 	Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
 	WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error)
+	ListKeysFiltered(ctx context.Context, filters ...string) (jetstream.KeyLister, error)
 }
 
 // Store writes to the catalog.
@@ -77,6 +79,25 @@ func (s *Store) HasTool(ctx context.Context, name messages.ToolName) (bool, erro
 		return false, fmt.Errorf("read tool %s: %w", name, err)
 	}
 	return true, nil
+}
+
+// NamespaceTools lists the tools of a namespace the bucket holds now,
+// read from the bucket itself rather than a view that may lag it.
+func (s *Store) NamespaceTools(ctx context.Context, ns string) ([]messages.ToolName, error) {
+	if err := messages.ValidateNamespace(ns); err != nil {
+		return nil, err
+	}
+	prefix := "tools." + ns + "."
+	keys, err := s.bucket.ListKeysFiltered(ctx, prefix+">")
+	if err != nil {
+		return nil, fmt.Errorf("list the tools of %s: %w", ns, err)
+	}
+	defer func() { _ = keys.Stop() }()
+	var names []messages.ToolName
+	for key := range keys.Keys() {
+		names = append(names, messages.ToolName{Namespace: ns, Method: strings.TrimPrefix(key, prefix)})
+	}
+	return names, nil
 }
 
 // SetDisabled switches a tool (method non-empty) or a whole namespace off

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -35,7 +36,14 @@ func (s *toolSwitches) remove(ctx context.Context, sr *messages.ToolSwitchReques
 		}
 		names = append(names, name)
 	} else {
-		names = namespaceTools(s.catalog, sr.Namespace)
+		var err error
+		if names, err = s.store.NamespaceTools(ctx, sr.Namespace); err != nil {
+			var invalid *messages.NameError
+			if errors.As(err, &invalid) {
+				return nil, err
+			}
+			return nil, unavailable(err, "list the tools of %s", sr.Namespace)
+		}
 		if len(names) == 0 {
 			return nil, messages.Errorf(messages.CodeToolNotFound, "no tool of namespace %s in the catalog", sr.Namespace)
 		}

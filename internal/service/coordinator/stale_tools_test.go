@@ -70,6 +70,16 @@ func TestToolsRemove(t *testing.T) {
 	if _, err := kv.Get(ctx, "tools.stale.two"); err != nil {
 		t.Fatalf("stale-two was removed with stale-one: %v", err)
 	}
+	// A namespace is a name, not a pattern of keys.
+	for _, ns := range []string{"stale.>", "*", "st ale"} {
+		var coded *messages.Error
+		if _, err := c.Operator().RemoveTools(ctx, ns, ""); !errors.As(err, &coded) || coded.Code != messages.CodeInvalidName {
+			t.Errorf("removing namespace %q: %v, want invalid_name", ns, err)
+		}
+	}
+	if _, err := kv.Get(ctx, "tools.stale.two"); err != nil {
+		t.Fatalf("stale-two was removed by a pattern: %v", err)
+	}
 }
 
 // TestStaleToolsAreSwept checks that the tools of a namespace without a
