@@ -144,7 +144,7 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 			return reply, false, err
 		}
 	}
-	reply, allowed, err := p.record(ctx, call, tool, v)
+	reply, allowed, err := p.record(ctx, call, tool, &args.parsed, v)
 	if reply != nil || err != nil {
 		return reply, false, err
 	}
@@ -368,8 +368,9 @@ func (p *submitPipeline) authorize(ctx context.Context, call *messages.CallReque
 // is held, its decision audited, and its reply returned; for any other
 // call record returns no reply, for the call to be enqueued, and the
 // decision to audit, if any, which the call's queued event carries (the
-// audit stream's record is derived from it: auditCopier).
-func (p *submitPipeline) record(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, v verdict) (*messages.SubmitReply, *messages.QueuedAudit, error) {
+// audit stream's record is derived from it: auditCopier). args are the
+// call's arguments as checkArguments read them.
+func (p *submitPipeline) record(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, args *policy.Arguments, v verdict) (*messages.SubmitReply, *messages.QueuedAudit, error) {
 	if v.approval != nil {
 		if err := p.approvals.hold(ctx, call, v.approval); err != nil {
 			return nil, nil, err
@@ -381,7 +382,7 @@ func (p *submitPipeline) record(ctx context.Context, call *messages.CallRequest,
 	if v.audit == "" {
 		return nil, nil, nil
 	}
-	return nil, queuedAudit(v.audit, call, &tool.Definition, v.decision), nil
+	return nil, queuedAudit(v.audit, call, p.schemas.redaction(&tool.Definition).Redact(args), v.decision), nil
 }
 
 // enqueue queues the call. Without wait and with then, it returns pending
