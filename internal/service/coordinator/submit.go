@@ -70,6 +70,8 @@ type submitLimits struct {
 
 // toolCatalog is what admission reads of the catalog.
 type toolCatalog interface {
+	// Lookup finds a tool the catalog holds in memory, without reading.
+	Lookup(name string) (*catalog.Tool, bool)
 	Get(ctx context.Context, name messages.ToolName) (*catalog.Tool, bool, error)
 	Disabled(name messages.ToolName) (bool, string)
 	Available(namespace string) bool
@@ -198,18 +200,21 @@ type checkedArguments struct {
 // it is in the catalog, enabled, served if it must be, and the agent's
 // exposure rules do not exclude it.
 func (p *submitPipeline) admit(ctx context.Context, agent string, name messages.ToolName) (*catalog.Tool, *exposure.Admission, error) {
-	var tool *catalog.Tool
-	var ok bool
-	wait := p.limits.unavailableWait
-	if wait <= 0 {
-		wait = DefaultUnavailableWait
-	}
-	err := retryTransient(ctx, wait, func(ctx context.Context) (err error) {
-		tool, ok, err = p.tools.Get(ctx, name)
-		return err
-	})
-	if err != nil {
-		return nil, nil, unavailable(err, "read tool %s", name)
+	// A tool the catalog holds is found without a read, and without the
+	// retries' timer.
+	tool, ok := p.tools.Lookup(name.String())
+	if !ok {
+		wait := p.limits.unavailableWait
+		if wait <= 0 {
+			wait = DefaultUnavailableWait
+		}
+		err := retryTransient(ctx, wait, func(ctx context.Context) (err error) {
+			tool, ok, err = p.tools.Get(ctx, name)
+			return err
+		})
+		if err != nil {
+			return nil, nil, unavailable(err, "read tool %s", name)
+		}
 	}
 	if !ok {
 		return nil, nil, messages.Errorf(messages.CodeToolNotFound, "no tool %s in the catalog", name)

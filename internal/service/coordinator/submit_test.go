@@ -101,6 +101,15 @@ func (f *fakeCatalog) Get(_ context.Context, name messages.ToolName) (*catalog.T
 	return t, ok, nil
 }
 
+// Lookup finds what Get would find without reading: nothing while reads fail.
+func (f *fakeCatalog) Lookup(name string) (*catalog.Tool, bool) {
+	if f.err != nil {
+		return nil, false
+	}
+	t, ok := f.tools[name]
+	return t, ok
+}
+
 func (f *fakeCatalog) Disabled(name messages.ToolName) (bool, string) {
 	reason, off := f.disabled[name.String()]
 	return off, reason
