@@ -69,9 +69,9 @@ func (w *routeWait) wait() (*messages.CallResult, error) {
 			w.receipt(msg)
 		case msg := <-w.answers:
 			res, end, err = w.answer(msg)
-		case <-w.resend.C:
+		case <-timerC(w.resend):
 			_ = w.rc.send(ctx, 1)
-		case <-w.copies.C:
+		case <-timerC(w.copies):
 			if w.takenAt.IsZero() && !w.confirmed {
 				w.sendCopies()
 			}
@@ -116,10 +116,11 @@ type routeWait struct {
 	// be queued: soon if no receipt comes, later if one came.
 	lookup *time.Timer
 	// copies is when to send the next round of copies, while a lookup
-	// found no call and no receipt came since.
+	// found no call and no receipt came since; nil until first armed.
 	copies *time.Timer
 	// resend is a submit to send again after a pause: no coordinator
-	// listened, or one could not store the call for now.
+	// listened, or one could not store the call for now; nil until first
+	// armed.
 	resend  *time.Timer
 	resends int
 	// check is the route's next periodic look for a missed result, once
@@ -169,18 +170,14 @@ func startRouteWait(ctx context.Context, c *Client, req messages.SubmitRequest, 
 		return nil, err // nothing was sent
 	}
 	w.lookup = time.NewTimer(c.api.hedgeDelay())
-	w.copies = time.NewTimer(time.Hour)
-	w.copies.Stop()
-	w.resend = time.NewTimer(time.Hour)
-	w.resend.Stop()
 	w.reconnects = c.routes.Reconnects()
 	return w, nil
 }
 
 func (w *routeWait) close() {
 	w.lookup.Stop()
-	w.copies.Stop()
-	w.resend.Stop()
+	stopTimer(w.copies)
+	stopTimer(w.resend)
 	w.stopReceipts()
 	w.done()
 }
@@ -198,7 +195,7 @@ func (w *routeWait) adopt(reply *messages.SubmitReply) {
 
 func (w *routeWait) resendSoon() {
 	w.resends++
-	w.resend.Reset(requestRetry.Delay(w.resends))
+	armTimer(&w.resend, requestRetry.Delay(w.resends))
 }
 
 // sendCopies sends the next round of copies (1, 2, 4, then the submit as a
@@ -209,7 +206,7 @@ func (w *routeWait) sendCopies() {
 	w.rc.hedges++
 	if w.rc.hedges <= 3 {
 		_ = w.rc.send(w.ctx, quietCopies(w.rc.hedges))
-		w.copies.Reset(w.c.opts.HedgeAfter)
+		armTimer(&w.copies, w.c.opts.HedgeAfter)
 		return
 	}
 	if w.loud == nil {
@@ -242,7 +239,7 @@ func (w *routeWait) receipt(msg *nats.Msg) {
 		w.c.api.observeAnswer(time.Since(w.sentAt))
 	}
 	w.takenAt = time.Now()
-	w.copies.Stop()
+	stopTimer(w.copies)
 	if !w.confirmed {
 		// A live coordinator has a copy and queues it: looked up later,
 		// in case it stopped before it did.
@@ -381,6 +378,32 @@ func (w *routeWait) checkResult() (*messages.CallResult, bool) {
 // than a coordinator waits for JetStream before it answers that it could
 // not store the call (its UnavailableWait, 10s by default).
 const lostAfter = 12 * time.Second
+
+// armTimer has *t fire after d, made when first armed: most calls never
+// need it.
+func armTimer(t **time.Timer, d time.Duration) {
+	if *t == nil {
+		*t = time.NewTimer(d)
+		return
+	}
+	(*t).Reset(d)
+}
+
+// timerC is t's channel; nil, which is never ready, for a timer never
+// armed.
+func timerC(t *time.Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
+}
+
+// stopTimer stops t, if it was ever armed.
+func stopTimer(t *time.Timer) {
+	if t != nil {
+		t.Stop()
+	}
+}
 
 // quietCopies is how many copies of a quiet submit the nth round sends:
 // 1, then 2, then 4.

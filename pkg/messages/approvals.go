@@ -147,6 +147,8 @@ const AuditCalls = "calls"
 // QueuedAudit is what a queued event carries of the decision that let its
 // call be queued (allowed or remembered): its audit record, derived from
 // the event into the audit stream (an AuditBatch) by a coordinator.
+//
+//msgpack:generate
 type QueuedAudit struct {
 	Decision      string `json:"decision"`
 	PolicyVersion string `json:"policy_version,omitempty"`

@@ -6,7 +6,8 @@ import (
 )
 
 // The messages of one call as the call path decodes them: the submit, the
-// request a worker pulls, and the result event.
+// request a worker pulls (in its queued event, with the decision of the
+// policy that allowed it), and the result event.
 var (
 	benchTime    = time.Date(2026, 11, 29, 12, 0, 0, 123456789, time.UTC)
 	benchArgs    = JSON(`{"path":"/home/user/project/notes.txt","content":"hello, world","force":false,"mode":"rw","lines":[1,2,30000],"ratio":0.25}`)
@@ -14,6 +15,8 @@ var (
 	benchRequest = CallRequest{CallID: "01JDQ8ZKX5T3V9W2Y4B6N8M0PC", Tool: "files-write", Namespace: "files", Method: "write", Arguments: benchArgs,
 		Agent: "team3-agent-17", Turn: "turn-42", ArgumentsDigest: "sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",
 		QueuedAt: benchTime, Deadline: benchTime.Add(30 * time.Second), MaxAttempts: 3, Notify: "_INBOX.abcdef.123"}
+	benchQueued = CallEvent{CallID: benchRequest.CallID, Kind: EventQueued, Time: benchTime, Request: &benchRequest,
+		Audit: &QueuedAudit{Decision: AuditAllowed, PolicyVersion: "sha256:9f86d081884c7d65", Reason: "the default"}}
 	benchEvent = CallEvent{CallID: benchRequest.CallID, Kind: EventResult, Time: benchTime, Attempt: 1, Worker: "worker-7",
 		Result: &CallResult{CallID: benchRequest.CallID, Tool: "files-write", Status: StateCompleted,
 			Content:           []ContentBlock{TextBlock("wrote 12 bytes to /home/user/project/notes.txt")},
@@ -40,6 +43,7 @@ func benchDecode[T any](b *testing.B, v *T) {
 func BenchmarkDecodeSubmitRequest(b *testing.B)   { benchDecode(b, &benchSubmit) }
 func BenchmarkDecodeCallRequest(b *testing.B)     { benchDecode(b, &benchRequest) }
 func BenchmarkDecodeCallEventResult(b *testing.B) { benchDecode(b, &benchEvent) }
+func BenchmarkDecodeCallEventQueued(b *testing.B) { benchDecode(b, &benchQueued) }
 
 func benchEncode[T any](b *testing.B, v *T) {
 	b.Helper()
@@ -57,3 +61,4 @@ func BenchmarkEncodeCallEventResult(b *testing.B) { benchEncode(b, &benchEvent) 
 func BenchmarkEncodeCallEventQueued(b *testing.B) {
 	benchEncode(b, &CallEvent{CallID: benchRequest.CallID, Kind: EventQueued, Time: benchTime, Request: &benchRequest})
 }
+func BenchmarkEncodeCallEventQueuedAudited(b *testing.B) { benchEncode(b, &benchQueued) }

@@ -23,6 +23,7 @@ type (
 	plainContentBlock ContentBlock
 	plainProgress     Progress
 	plainSubmitReply  SubmitReply
+	plainQueuedAudit  QueuedAudit
 )
 
 func asMap(t *testing.T, v any) map[string]any {
@@ -70,6 +71,9 @@ func TestGeneratedEncodersMatchReflection(t *testing.T) {
 		{"sparse event", CallEvent{CallID: "c", Kind: EventStarted}, plainCallEvent{CallID: "c", Kind: EventStarted}},
 		{"reply", SubmitReply{CallID: "c", State: StateCompleted, Duplicate: true, Result: &full, Approval: &Approval{ApprovalID: "a"}},
 			plainSubmitReply{CallID: "c", State: StateCompleted, Duplicate: true, Result: &full, Approval: &Approval{ApprovalID: "a"}}},
+		{"audit", QueuedAudit{Decision: AuditAllowed, PolicyVersion: "v1", RuleID: "r", Reason: "why", Arguments: JSON(`{"p":"[redacted]","n":[1.5]}`)},
+			plainQueuedAudit{Decision: AuditAllowed, PolicyVersion: "v1", RuleID: "r", Reason: "why", Arguments: JSON(`{"p":"[redacted]","n":[1.5]}`)}},
+		{"sparse audit", QueuedAudit{Decision: AuditRemembered}, plainQueuedAudit{Decision: AuditRemembered}},
 	}
 	for _, tc := range cases {
 		if got, want := asMap(t, tc.fast), asMap(t, tc.reflect); !reflect.DeepEqual(got, want) {
@@ -77,7 +81,7 @@ func TestGeneratedEncodersMatchReflection(t *testing.T) {
 		}
 	}
 	// Every field of each type is covered by the full values above.
-	for _, typ := range []reflect.Type{reflect.TypeFor[SubmitRequest](), reflect.TypeFor[CallRequest](), reflect.TypeFor[CallResult](), reflect.TypeFor[CallEvent](), reflect.TypeFor[ContentBlock](), reflect.TypeFor[SubmitReply]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[SubmitRequest](), reflect.TypeFor[CallRequest](), reflect.TypeFor[CallResult](), reflect.TypeFor[CallEvent](), reflect.TypeFor[ContentBlock](), reflect.TypeFor[SubmitReply](), reflect.TypeFor[QueuedAudit]()} {
 		var m map[string]any
 		switch typ.Name() {
 		case "SubmitRequest":
@@ -93,6 +97,8 @@ func TestGeneratedEncodersMatchReflection(t *testing.T) {
 			m = asMap(t, cases[9].fast)
 		case "SubmitReply":
 			m = asMap(t, cases[11].fast)
+		case "QueuedAudit":
+			m = asMap(t, cases[12].fast)
 		}
 		if len(m) != typ.NumField() {
 			t.Errorf("%s: %d of %d fields covered; a new field needs a value here (and go generate)", typ.Name(), len(m), typ.NumField())

@@ -66,7 +66,8 @@ func FuzzDecodeCallRequest(f *testing.F) {
 func FuzzDecodeCallEvent(f *testing.F) {
 	fuzzDecoder[CallEvent](f,
 		&CallEvent{CallID: "c", Kind: EventProgress, Progress: &Progress{Progress: 1, Total: 2, Message: "m"}},
-		&CallEvent{CallID: "c", Kind: EventResult, Result: &CallResult{Content: []ContentBlock{ImageBlock([]byte{1}, "image/png")}}})
+		&CallEvent{CallID: "c", Kind: EventResult, Result: &CallResult{Content: []ContentBlock{ImageBlock([]byte{1}, "image/png")}}},
+		&CallEvent{CallID: "c", Kind: EventQueued, Request: &CallRequest{CallID: "c"}, Audit: &QueuedAudit{Decision: AuditAllowed, RuleID: "r", Arguments: JSON(`{"p":"[redacted]"}`)}})
 }
 
 func FuzzDecodeToolDefinition(f *testing.F) {

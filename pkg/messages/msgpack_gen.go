@@ -14,6 +14,74 @@ var contentBlockTypeValues = []string{ContentText, ContentJSON, ContentImage, Co
 // eventKindValues are the constants of EventKind: read strings equal to one are not copied.
 var eventKindValues = []string{string(EventQueued), string(EventStarted), string(EventProgress), string(EventLog), string(EventCancel), string(EventApproval), string(EventResult)}
 
+// EncodeMsgpack writes the QueuedAudit as the msgpack library would from its json tags, without reflection.
+func (m QueuedAudit) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
+
+func (m QueuedAudit) appendMsgpack(w *packer) {
+	w.header(1 + count(m.PolicyVersion != "", m.RuleID != "", m.Reason != "", len(m.Arguments) > 0))
+	w.b = append(w.b, "\xa8decision"...)
+	w.putStr(m.Decision)
+	if m.PolicyVersion != "" {
+		w.b = append(w.b, "\xaepolicy_version"...)
+		w.putStr(m.PolicyVersion)
+	}
+	if m.RuleID != "" {
+		w.b = append(w.b, "\xa7rule_id"...)
+		w.putStr(m.RuleID)
+	}
+	if m.Reason != "" {
+		w.b = append(w.b, "\xa6reason"...)
+		w.putStr(m.Reason)
+	}
+	if len(m.Arguments) > 0 {
+		w.b = append(w.b, "\xa9arguments"...)
+		w.putJSON(m.Arguments)
+	}
+}
+
+// DecodeMsgpack reads a QueuedAudit with its generated decoder.
+func (m *QueuedAudit) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, m) }
+
+func (m *QueuedAudit) decodeBytes(data []byte) (int, error) {
+	d := reader{b: data}
+	err := m.decodeFast(&d)
+	return d.i, err
+}
+
+// decodeFast reads a QueuedAudit; nil leaves it as it is.
+func (m *QueuedAudit) decodeFast(d *reader) error {
+	n, err := d.mapHeader()
+	if err != nil {
+		return err
+	}
+	d.depth++
+	for i := 0; i < n; i++ {
+		var key []byte
+		if key, err = d.key(); err != nil {
+			return err
+		}
+		switch string(key) {
+		case "decision":
+			m.Decision, err = d.str()
+		case "policy_version":
+			m.PolicyVersion, err = d.str()
+		case "rule_id":
+			m.RuleID, err = d.str()
+		case "reason":
+			m.Reason, err = d.str()
+		case "arguments":
+			err = m.Arguments.decodeFast(d)
+		default:
+			err = d.skipWithin(maxMessageDepth - d.depth)
+		}
+		if err != nil {
+			return fieldError(key, err)
+		}
+	}
+	d.depth--
+	return nil
+}
+
 // EncodeMsgpack writes the SubmitRequest as the msgpack library would from its json tags, without reflection.
 func (m SubmitRequest) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
 
@@ -633,7 +701,7 @@ func (m CallEvent) appendMsgpack(w *packer) {
 	}
 	if m.Audit != nil {
 		w.b = append(w.b, "\xa5audit"...)
-		w.putReflect(m.Audit)
+		m.Audit.appendMsgpack(w)
 	}
 }
 
@@ -717,12 +785,8 @@ func (m *CallEvent) decodeFast(d *reader) error {
 			}
 		case "audit":
 			if !d.nilNext() {
-				v := new(QueuedAudit)
-				m.Audit = v
-				var raw []byte
-				if raw, err = d.raw(); err == nil {
-					_, err = decodeReflect(raw, v)
-				}
+				m.Audit = new(QueuedAudit)
+				err = m.Audit.decodeFast(d)
 			}
 		default:
 			err = d.skipWithin(maxMessageDepth - d.depth)

@@ -90,7 +90,15 @@ func (n RouteNames) Subject(route string) (string, error) {
 // namespace of a routed result ("" for a coordinator's answer). ok is
 // false for a subject of another form.
 func (n RouteNames) ParseSubject(route, subject string) (callID, ns string, ok bool) {
-	rest, found := strings.CutPrefix(subject, n.prefix+".results."+route+".")
+	// The prefix "<prefix>.results.<route>." matched in its parts, not
+	// put together for every message.
+	rest, found := strings.CutPrefix(subject, n.prefix)
+	for _, part := range [...]string{".results.", route, "."} {
+		if !found {
+			return "", "", false
+		}
+		rest, found = strings.CutPrefix(rest, part)
+	}
 	if !found {
 		return "", "", false
 	}

@@ -22,8 +22,8 @@ func thinkingTool(name, schema string) *catalog.Tool {
 }
 
 // A submit's arguments, read once, give the call what reading their text
-// gives: its compact form, its digest, and the redacted copy of its
-// approval.
+// gives: its compact form, its digest, the redacted copy of its approval,
+// and that of its queued event, when the policy allows it.
 func TestSubmitArgumentsAsTheirText(t *testing.T) {
 	const schema = `{"type":"object","properties":{"n":{"type":"integer"},"pin":{"type":"string","writeOnly":true},"m":{"type":"object"}}}`
 	count, think := tool("t-count", schema), thinkingTool("t-think", schema)
@@ -35,6 +35,8 @@ func TestSubmitArgumentsAsTheirText(t *testing.T) {
 		audit:   (&audits{}).record,
 		limits:  submitLimits{approvalTTL: time.Hour},
 	}
+	allowing := *p
+	allowing.policy = mustPolicy(t, "default: allow\nrules: []\n")
 	for _, tc := range []struct {
 		tool *catalog.Tool
 		args string
@@ -82,6 +84,22 @@ func TestSubmitArgumentsAsTheirText(t *testing.T) {
 		}
 		if want := policy.Redact(tc.tool.Definition.InputSchema, compact.Bytes()); !bytes.Equal(v.approval.Arguments, want) {
 			t.Errorf("%s: the approval's arguments %s, want %s", tc.args, v.approval.Arguments, want)
+		}
+		v, err = allowing.authorize(context.Background(), call, tc.tool, admission, &args.parsed)
+		if err != nil || v.approval != nil || v.audit != messages.AuditAllowed {
+			t.Fatalf("%s: authorize %+v, %v; want the call allowed", tc.args, v, err)
+		}
+		_, qa, err := allowing.record(context.Background(), call, tc.tool, &args.parsed, v)
+		if err != nil || qa == nil {
+			t.Fatalf("%s: record %+v, %v; want the decision for the queued event", tc.args, qa, err)
+		}
+		// The queued event carries the redacted copy only when it differs.
+		want := policy.Redact(tc.tool.Definition.InputSchema, compact.Bytes())
+		if bytes.Equal(want, call.Arguments) {
+			want = nil
+		}
+		if !bytes.Equal(qa.Arguments, want) {
+			t.Errorf("%s: the queued event's audited arguments %s, want %s", tc.args, qa.Arguments, want)
 		}
 	}
 }

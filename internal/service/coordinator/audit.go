@@ -55,14 +55,12 @@ func (a *auditor) record(_ context.Context, decision string, call *messages.Call
 }
 
 // queuedAudit is what the queued event of a call carries of the decision
-// that let it through: the redacted arguments only when redaction
-// changed them.
-func queuedAudit(decision string, call *messages.CallRequest, def *messages.ToolDefinition, d policy.Decision) *messages.QueuedAudit {
+// that let it through: the call's arguments as redacted for the audit log
+// only when redaction changed them.
+func queuedAudit(decision string, call *messages.CallRequest, redacted messages.JSON, d policy.Decision) *messages.QueuedAudit {
 	qa := &messages.QueuedAudit{Decision: decision, PolicyVersion: d.Version, RuleID: d.RuleID, Reason: d.Reason}
-	if def != nil {
-		if redacted := policy.Redact(def.InputSchema, call.Arguments); !bytes.Equal(redacted, call.Arguments) {
-			qa.Arguments = redacted
-		}
+	if !bytes.Equal(redacted, call.Arguments) {
+		qa.Arguments = redacted
 	}
 	return qa
 }

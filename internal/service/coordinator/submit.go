@@ -70,6 +70,8 @@ type submitLimits struct {
 
 // toolCatalog is what admission reads of the catalog.
 type toolCatalog interface {
+	// Lookup finds a tool the catalog holds in memory, without reading.
+	Lookup(name string) (*catalog.Tool, bool)
 	Get(ctx context.Context, name messages.ToolName) (*catalog.Tool, bool, error)
 	Disabled(name messages.ToolName) (bool, string)
 	Available(namespace string) bool
@@ -144,7 +146,7 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 			return reply, false, err
 		}
 	}
-	reply, allowed, err := p.record(ctx, call, tool, v)
+	reply, allowed, err := p.record(ctx, call, tool, &args.parsed, v)
 	if reply != nil || err != nil {
 		return reply, false, err
 	}
@@ -198,18 +200,21 @@ type checkedArguments struct {
 // it is in the catalog, enabled, served if it must be, and the agent's
 // exposure rules do not exclude it.
 func (p *submitPipeline) admit(ctx context.Context, agent string, name messages.ToolName) (*catalog.Tool, *exposure.Admission, error) {
-	var tool *catalog.Tool
-	var ok bool
-	wait := p.limits.unavailableWait
-	if wait <= 0 {
-		wait = DefaultUnavailableWait
-	}
-	err := retryTransient(ctx, wait, func(ctx context.Context) (err error) {
-		tool, ok, err = p.tools.Get(ctx, name)
-		return err
-	})
-	if err != nil {
-		return nil, nil, unavailable(err, "read tool %s", name)
+	// A tool the catalog holds is found without a read, and without the
+	// retries' timer.
+	tool, ok := p.tools.Lookup(name.String())
+	if !ok {
+		wait := p.limits.unavailableWait
+		if wait <= 0 {
+			wait = DefaultUnavailableWait
+		}
+		err := retryTransient(ctx, wait, func(ctx context.Context) (err error) {
+			tool, ok, err = p.tools.Get(ctx, name)
+			return err
+		})
+		if err != nil {
+			return nil, nil, unavailable(err, "read tool %s", name)
+		}
 	}
 	if !ok {
 		return nil, nil, messages.Errorf(messages.CodeToolNotFound, "no tool %s in the catalog", name)
@@ -368,8 +373,9 @@ func (p *submitPipeline) authorize(ctx context.Context, call *messages.CallReque
 // is held, its decision audited, and its reply returned; for any other
 // call record returns no reply, for the call to be enqueued, and the
 // decision to audit, if any, which the call's queued event carries (the
-// audit stream's record is derived from it: auditCopier).
-func (p *submitPipeline) record(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, v verdict) (*messages.SubmitReply, *messages.QueuedAudit, error) {
+// audit stream's record is derived from it: auditCopier). args are the
+// call's arguments as checkArguments read them.
+func (p *submitPipeline) record(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, args *policy.Arguments, v verdict) (*messages.SubmitReply, *messages.QueuedAudit, error) {
 	if v.approval != nil {
 		if err := p.approvals.hold(ctx, call, v.approval); err != nil {
 			return nil, nil, err
@@ -381,7 +387,7 @@ func (p *submitPipeline) record(ctx context.Context, call *messages.CallRequest,
 	if v.audit == "" {
 		return nil, nil, nil
 	}
-	return nil, queuedAudit(v.audit, call, &tool.Definition, v.decision), nil
+	return nil, queuedAudit(v.audit, call, p.schemas.redaction(&tool.Definition).Redact(args), v.decision), nil
 }
 
 // enqueue queues the call. Without wait and with then, it returns pending

@@ -101,6 +101,15 @@ func (f *fakeCatalog) Get(_ context.Context, name messages.ToolName) (*catalog.T
 	return t, ok, nil
 }
 
+// Lookup finds what Get would find without reading: nothing while reads fail.
+func (f *fakeCatalog) Lookup(name string) (*catalog.Tool, bool) {
+	if f.err != nil {
+		return nil, false
+	}
+	t, ok := f.tools[name]
+	return t, ok
+}
+
 func (f *fakeCatalog) Disabled(name messages.ToolName) (bool, string) {
 	reason, off := f.disabled[name.String()]
 	return off, reason
@@ -385,11 +394,15 @@ rules:
 
 func TestRecord(t *testing.T) {
 	echo := tool("t-echo", "")
-	call := &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", QueuedAt: time.Now()}
+	call := &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", Arguments: messages.JSON(`{"n":1}`), QueuedAt: time.Now()}
+	args, err := policy.ParseArguments(call.Arguments)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Run("allowed: the queued event carries the decision, nothing held", func(t *testing.T) {
 		audited := &audits{}
 		p := &submitPipeline{audit: audited.record}
-		reply, qa, err := p.record(context.Background(), call, echo, verdict{audit: messages.AuditAllowed, decision: policy.Decision{Version: "v7", RuleID: "r2"}})
+		reply, qa, err := p.record(context.Background(), call, echo, &args, verdict{audit: messages.AuditAllowed, decision: policy.Decision{Version: "v7", RuleID: "r2"}})
 		if reply != nil || err != nil || audited.list() != "" {
 			t.Errorf("reply %v, err %v, audited at once %q; want nothing written", reply, err, audited.list())
 		}
@@ -400,7 +413,7 @@ func TestRecord(t *testing.T) {
 	t.Run("nothing to account for", func(t *testing.T) {
 		audited := &audits{}
 		p := &submitPipeline{audit: audited.record}
-		if reply, qa, err := p.record(context.Background(), call, echo, verdict{}); reply != nil || qa != nil || err != nil || audited.list() != "" {
+		if reply, qa, err := p.record(context.Background(), call, echo, &args, verdict{}); reply != nil || qa != nil || err != nil || audited.list() != "" {
 			t.Errorf("reply %v, decision %v, err %v, audited %q", reply, qa, err, audited.list())
 		}
 	})
@@ -409,7 +422,7 @@ func TestRecord(t *testing.T) {
 		ap, ledger, store := newTestApprovals(t)
 		p := &submitPipeline{audit: audited.record, approvals: ap}
 		approval := &messages.Approval{ApprovalID: "c1", CallID: "c1", State: messages.ApprovalPending}
-		reply, _, err := p.record(context.Background(), call, echo, verdict{audit: messages.AuditAsked, approval: approval})
+		reply, _, err := p.record(context.Background(), call, echo, &args, verdict{audit: messages.AuditAsked, approval: approval})
 		if err != nil {
 			t.Fatal(err)
 		}
