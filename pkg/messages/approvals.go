@@ -172,6 +172,8 @@ type AuditBatch struct {
 
 // AuditRecord is one decision about a call, on "<prefix>.audit.<decision>"
 // in the audit stream. Sensitive argument values are redacted.
+//
+//msgpack:generate
 type AuditRecord struct {
 	Time          time.Time `json:"time"`
 	Decision      string    `json:"decision"`

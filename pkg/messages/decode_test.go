@@ -43,6 +43,8 @@ func TestGeneratedDecodersMatchReflection(t *testing.T) {
 			"audit": map[string]any{"decision": "allowed", "policy_version": "v1", "rule_id": "r", "reason": "why", "arguments": map[string]any{"p": "[redacted]"}, "later": 1}},
 			&CallEvent{}, &plainCallEvent{}},
 		{"audit", map[string]any{"decision": "remembered", "policy_version": nil, "arguments": nil, "extra": []any{1}}, &QueuedAudit{}, &plainQueuedAudit{}},
+		{"audit record", map[string]any{"time": now, "decision": "allowed", "call_id": "c", "tool": "a-b", "agent": "bot", "turn": "t", "arguments": map[string]any{"p": "[redacted]"},
+			"policy_version": "v1", "rule_id": "r", "reason": "why", "by": "alice", "later": []any{1}}, &AuditRecord{}, &plainAuditRecord{}},
 		{"sparse event", map[string]any{"call_id": "c", "kind": "started", "request": nil, "result": nil, "progress": nil}, &CallEvent{}, &plainCallEvent{}},
 		{"reply", map[string]any{"call_id": "c", "state": "completed", "duplicate": true, "result": result, "approval": map[string]any{"approval_id": "a"}},
 			&SubmitReply{}, &plainSubmitReply{}},

@@ -24,6 +24,7 @@ type (
 	plainProgress     Progress
 	plainSubmitReply  SubmitReply
 	plainQueuedAudit  QueuedAudit
+	plainAuditRecord  AuditRecord
 )
 
 func asMap(t *testing.T, v any) map[string]any {
@@ -74,6 +75,9 @@ func TestGeneratedEncodersMatchReflection(t *testing.T) {
 		{"audit", QueuedAudit{Decision: AuditAllowed, PolicyVersion: "v1", RuleID: "r", Reason: "why", Arguments: JSON(`{"p":"[redacted]","n":[1.5]}`)},
 			plainQueuedAudit{Decision: AuditAllowed, PolicyVersion: "v1", RuleID: "r", Reason: "why", Arguments: JSON(`{"p":"[redacted]","n":[1.5]}`)}},
 		{"sparse audit", QueuedAudit{Decision: AuditRemembered}, plainQueuedAudit{Decision: AuditRemembered}},
+		{"audit record", AuditRecord{Time: now, Decision: AuditAllowed, CallID: "c", Tool: "a-b", Agent: "bot", Turn: "t", Arguments: JSON(`{"p":"[redacted]"}`), PolicyVersion: "v1", RuleID: "r", Reason: "why", By: "alice"},
+			plainAuditRecord{Time: now, Decision: AuditAllowed, CallID: "c", Tool: "a-b", Agent: "bot", Turn: "t", Arguments: JSON(`{"p":"[redacted]"}`), PolicyVersion: "v1", RuleID: "r", Reason: "why", By: "alice"}},
+		{"sparse audit record", AuditRecord{Time: now, Decision: AuditAllowed, Tool: "a-b"}, plainAuditRecord{Time: now, Decision: AuditAllowed, Tool: "a-b"}},
 	}
 	for _, tc := range cases {
 		if got, want := asMap(t, tc.fast), asMap(t, tc.reflect); !reflect.DeepEqual(got, want) {
@@ -81,7 +85,7 @@ func TestGeneratedEncodersMatchReflection(t *testing.T) {
 		}
 	}
 	// Every field of each type is covered by the full values above.
-	for _, typ := range []reflect.Type{reflect.TypeFor[SubmitRequest](), reflect.TypeFor[CallRequest](), reflect.TypeFor[CallResult](), reflect.TypeFor[CallEvent](), reflect.TypeFor[ContentBlock](), reflect.TypeFor[SubmitReply](), reflect.TypeFor[QueuedAudit]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[SubmitRequest](), reflect.TypeFor[CallRequest](), reflect.TypeFor[CallResult](), reflect.TypeFor[CallEvent](), reflect.TypeFor[ContentBlock](), reflect.TypeFor[SubmitReply](), reflect.TypeFor[QueuedAudit](), reflect.TypeFor[AuditRecord]()} {
 		var m map[string]any
 		switch typ.Name() {
 		case "SubmitRequest":
@@ -99,6 +103,8 @@ func TestGeneratedEncodersMatchReflection(t *testing.T) {
 			m = asMap(t, cases[11].fast)
 		case "QueuedAudit":
 			m = asMap(t, cases[12].fast)
+		case "AuditRecord":
+			m = asMap(t, cases[14].fast)
 		}
 		if len(m) != typ.NumField() {
 			t.Errorf("%s: %d of %d fields covered; a new field needs a value here (and go generate)", typ.Name(), len(m), typ.NumField())

@@ -82,6 +82,106 @@ func (m *QueuedAudit) decodeFast(d *reader) error {
 	return nil
 }
 
+// EncodeMsgpack writes the AuditRecord as the msgpack library would from its json tags, without reflection.
+func (m AuditRecord) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
+
+func (m AuditRecord) appendMsgpack(w *packer) {
+	w.header(3 + count(m.CallID != "", m.Agent != "", m.Turn != "", len(m.Arguments) > 0, m.PolicyVersion != "", m.RuleID != "", m.Reason != "", m.By != ""))
+	w.b = append(w.b, "\xa4time"...)
+	w.putTime(m.Time)
+	w.b = append(w.b, "\xa8decision"...)
+	w.putStr(m.Decision)
+	if m.CallID != "" {
+		w.b = append(w.b, "\xa7call_id"...)
+		w.putStr(m.CallID)
+	}
+	w.b = append(w.b, "\xa4tool"...)
+	w.putStr(m.Tool)
+	if m.Agent != "" {
+		w.b = append(w.b, "\xa5agent"...)
+		w.putStr(m.Agent)
+	}
+	if m.Turn != "" {
+		w.b = append(w.b, "\xa4turn"...)
+		w.putStr(m.Turn)
+	}
+	if len(m.Arguments) > 0 {
+		w.b = append(w.b, "\xa9arguments"...)
+		w.putJSON(m.Arguments)
+	}
+	if m.PolicyVersion != "" {
+		w.b = append(w.b, "\xaepolicy_version"...)
+		w.putStr(m.PolicyVersion)
+	}
+	if m.RuleID != "" {
+		w.b = append(w.b, "\xa7rule_id"...)
+		w.putStr(m.RuleID)
+	}
+	if m.Reason != "" {
+		w.b = append(w.b, "\xa6reason"...)
+		w.putStr(m.Reason)
+	}
+	if m.By != "" {
+		w.b = append(w.b, "\xa2by"...)
+		w.putStr(m.By)
+	}
+}
+
+// DecodeMsgpack reads a AuditRecord with its generated decoder.
+func (m *AuditRecord) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, m) }
+
+func (m *AuditRecord) decodeBytes(data []byte) (int, error) {
+	d := reader{b: data}
+	err := m.decodeFast(&d)
+	return d.i, err
+}
+
+// decodeFast reads a AuditRecord; nil leaves it as it is.
+func (m *AuditRecord) decodeFast(d *reader) error {
+	n, err := d.mapHeader()
+	if err != nil {
+		return err
+	}
+	d.depth++
+	for i := 0; i < n; i++ {
+		var key []byte
+		if key, err = d.key(); err != nil {
+			return err
+		}
+		switch string(key) {
+		case "time":
+			m.Time, err = d.time()
+		case "decision":
+			m.Decision, err = d.str()
+		case "call_id":
+			m.CallID, err = d.str()
+		case "tool":
+			m.Tool, err = d.str()
+		case "agent":
+			m.Agent, err = d.str()
+		case "turn":
+			m.Turn, err = d.str()
+		case "arguments":
+			err = m.Arguments.decodeFast(d)
+		case "policy_version":
+			m.PolicyVersion, err = d.str()
+		case "rule_id":
+			m.RuleID, err = d.str()
+		case "reason":
+			m.Reason, err = d.str()
+		case "by":
+			m.By, err = d.str()
+		default:
+			err = d.skipWithin(maxMessageDepth - d.depth)
+		}
+		if err != nil {
+			return fieldError(key, err)
+		}
+	}
+	d.depth--
+	return nil
+}
+
 // EncodeMsgpack writes the SubmitRequest as the msgpack library would from its json tags, without reflection.
 func (m SubmitRequest) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
 
