@@ -71,6 +71,9 @@ type Recorder struct {
 	disabled atomic.Bool
 	jobs     chan job
 	waiting  chan struct{}
+	turns    *turnSet
+	// turnReads counts the turn records read for calls.
+	turnReads atomic.Int64
 
 	searches, evidence, dropped atomic.Int64
 
@@ -85,6 +88,8 @@ type job struct {
 	page        []string
 	call        *messages.CallRequest
 	user        string
+	// at is when a call was put aside (Recorder.run).
+	at time.Time
 }
 
 // NewRecorder returns a recorder; Start starts it.
@@ -116,6 +121,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		log:     cfg.Logger,
 		jobs:    make(chan job, cfg.Queue),
 		waiting: make(chan struct{}, cfg.MaxWaiting),
+		turns:   newTurnSet(cfg.TurnWindow),
 	}, nil
 }
 
@@ -135,7 +141,21 @@ func (r *Recorder) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	r.bg.Add(2)
+	// The turn records' keys only: which turns have searches.
+	turns, err := r.kv.Watch(ctx, turnsPrefix+">", jetstream.MetaOnly())
+	if err != nil {
+		cancel()
+		_ = w.Stop()
+		return fmt.Errorf("usage recorder: watch the turns' records: %w", err)
+	}
+	r.bg.Add(3)
+	go r.followTurns(runCtx, turns)
+	// Calls before the turns' records are all read cost a read each.
+	select {
+	case <-r.turns.readyCh:
+	case <-time.After(5 * time.Second):
+	case <-ctx.Done():
+	}
 	go func() {
 		defer r.bg.Done()
 		defer w.Stop()
@@ -153,6 +173,33 @@ func (r *Recorder) Start(ctx context.Context) error {
 	}()
 	go r.run(runCtx)
 	return nil
+}
+
+// followTurns keeps the set of turns with searches until ctx ends or the
+// watch stops, after which the set knows nothing.
+func (r *Recorder) followTurns(ctx context.Context, w jetstream.KeyWatcher) {
+	defer r.bg.Done()
+	defer w.Stop()
+	defer r.turns.setReady(false)
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			switch {
+			case e == nil:
+				// The records there were are all delivered.
+				r.turns.setReady(true)
+			case e.Operation() == jetstream.KeyValuePut:
+				r.turns.searched(e.Key(), time.Now())
+			default:
+				r.turns.removed(e.Key())
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Stop stops recording; evidence waiting for a call's result is dropped.
@@ -191,6 +238,11 @@ func (r *Recorder) Enabled() bool { return !r.disabled.Load() }
 // SetEnabled changes what the recorder holds of the switch at once, as
 // the coordinator that changed it knows before the switch's watch says so.
 func (r *Recorder) SetEnabled(on bool) { r.disabled.Store(!on) }
+
+// TurnReads counts the turn records read for calls: a call in a turn with
+// no search known (none recorded by any coordinator within the turn
+// window) is let go without one.
+func (r *Recorder) TurnReads() int64 { return r.turnReads.Load() }
 
 // Stats counts what the recorder did: the searches and the evidence it
 // stored, and what it dropped (a full queue, too many calls waiting for
@@ -232,24 +284,66 @@ func (r *Recorder) enqueue(j job) {
 	}
 }
 
+// turnLag is how long a call in a turn with no search known is kept
+// before it is looked at again: the time another coordinator's search
+// takes to reach this one's watch, with room to spare.
+const turnLag = 250 * time.Millisecond
+
 func (r *Recorder) run(ctx context.Context) {
 	defer r.bg.Done()
+	// later holds the calls whose turns had no search known when they
+	// came, in the order they came, to be looked at again after turnLag.
+	var later []job
+	again := time.NewTimer(time.Hour)
+	again.Stop()
+	defer again.Stop()
 	for {
 		select {
 		case j := <-r.jobs:
-			var err error
-			if j.call == nil {
-				err = r.search(ctx, j)
-			} else {
-				err = r.call(ctx, j)
+			if j.call != nil && r.turns.without(TurnKey(j.call.Turn), time.Now()) {
+				if len(later) >= cap(r.jobs) {
+					continue // a call in a turn that most likely searched nothing
+				}
+				j.at = time.Now()
+				if later = append(later, j); len(later) == 1 {
+					again.Reset(turnLag)
+				}
+				continue
 			}
-			if err != nil && ctx.Err() == nil {
-				r.dropped.Add(1)
-				r.log.Debug("usage: evidence not recorded", "error", err)
+			r.do(ctx, j)
+		case <-again.C:
+			now := time.Now()
+			n := 0
+			for _, j := range later {
+				if now.Sub(j.at) < turnLag {
+					break
+				}
+				n++
+				if !r.turns.without(TurnKey(j.call.Turn), now) {
+					r.do(ctx, j)
+				}
+			}
+			later = append(later[:0], later[n:]...)
+			if len(later) > 0 {
+				again.Reset(turnLag - now.Sub(later[0].at))
 			}
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// do records a search or a call.
+func (r *Recorder) do(ctx context.Context, j job) {
+	var err error
+	if j.call == nil {
+		err = r.search(ctx, j)
+	} else {
+		err = r.call(ctx, j)
+	}
+	if err != nil && ctx.Err() == nil {
+		r.dropped.Add(1)
+		r.log.Debug("usage: evidence not recorded", "error", err)
 	}
 }
 
@@ -278,6 +372,7 @@ func (r *Recorder) search(ctx context.Context, j job) error {
 		return json.Marshal(&rec)
 	})
 	if err == nil && wrote {
+		r.turns.searched(key, time.Now())
 		r.searches.Add(1)
 	}
 	return err
@@ -286,6 +381,7 @@ func (r *Recorder) search(ctx context.Context, j job) error {
 // call finds the evidence a call is, and waits for its result to record it.
 func (r *Recorder) call(ctx context.Context, j job) error {
 	c := j.call
+	r.turnReads.Add(1)
 	value, _, err := r.get(ctx, TurnKey(c.Turn))
 	if err != nil || value == nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 // complete, and which notes the calls whose results it was asked for:
 // the calls it took for evidence.
 type recorderEnv struct {
+	url   string
 	kv    jetstream.KeyValue
 	rec   *usage.Recorder
 	mu    sync.Mutex
@@ -38,6 +40,16 @@ func startRecorder(t *testing.T) *recorderEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	env := startRecorderOn(t, js, kv)
+	env.url = srv.URL()
+	return env
+}
+
+// startRecorderOn starts a recorder on a bucket another may use too, as
+// the coordinators of one installation share theirs.
+func startRecorderOn(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue) *recorderEnv {
+	t.Helper()
+	var err error
 	env := &recorderEnv{kv: kv, asked: map[string]bool{}}
 	env.rec, err = usage.NewRecorder(usage.RecorderConfig{Bucket: kv, JS: js, Logger: testenv.Logger(t),
 		Outcome: func(ctx context.Context, call *messages.CallRequest) (*messages.CallResult, error) {
@@ -140,5 +152,55 @@ func TestRecorderCountsOnlyItsTurnsFinds(t *testing.T) {
 	}
 	if again, _ := env.evidence(t, view, "alice"); again.Turns != 1 {
 		t.Errorf("a turn that called the viewer twice counts %v turns", again.Turns)
+	}
+}
+
+// TestRecorderReadsNoTurnRecordForATurnWithoutSearches: a call in a turn
+// that no coordinator recorded a search of costs no read of the turn's
+// record; one in a turn with a search does.
+func TestRecorderReadsNoTurnRecordForATurnWithoutSearches(t *testing.T) {
+	t.Parallel()
+	env := startRecorder(t)
+	view := messages.ToolName{Namespace: "media", Method: "view_image"}
+	for i := range 50 {
+		env.rec.Called(&messages.CallRequest{CallID: fmt.Sprintf("quiet-%d", i), Tool: view.String(), Agent: "alice", Turn: fmt.Sprintf("quiet-%d", i)}, "")
+	}
+	env.rec.Searched("t1", "alice", "show me the picture", []string{view.String()})
+	env.rec.Called(&messages.CallRequest{CallID: "c1", Tool: view.String(), Agent: "alice", Turn: "t1"}, "")
+	env.evidence(t, view, "alice")
+	asked := env.stop(t)
+	if n := env.rec.TurnReads(); n != 1 {
+		t.Errorf("%d turn records read for 51 calls, one of them in a turn that searched; want 1", n)
+	}
+	if len(asked) != 1 || !asked["c1"] {
+		t.Errorf("calls taken for evidence: %v", asked)
+	}
+}
+
+// TestRecorderTakesACallInATurnAnotherCoordinatorSearched: a search
+// recorded by one coordinator's recorder and a call made at once through
+// another's are evidence: the second learns of the turn's search through
+// its watch, and a call that comes before the watch says so is looked at
+// again.
+func TestRecorderTakesACallInATurnAnotherCoordinatorSearched(t *testing.T) {
+	t.Parallel()
+	first := startRecorder(t)
+	js, err := jetstream.New(testenv.Connect(t, first.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := startRecorderOn(t, js, first.kv)
+	view := messages.ToolName{Namespace: "media", Method: "view_image"}
+	for i := range 20 {
+		turn := fmt.Sprintf("t%d", i)
+		agent := fmt.Sprintf("agent%d", i)
+		first.rec.Searched(turn, agent, "show me the picture", []string{view.String()})
+		// The search is stored before the call comes to the other.
+		testenv.Eventually(t, "the turn's record", func() bool {
+			_, err := first.kv.Get(testenv.Context(t), usage.TurnKey(turn))
+			return err == nil
+		})
+		second.rec.Called(&messages.CallRequest{CallID: "c-" + turn, Tool: view.String(), Agent: agent, Turn: turn}, "")
+		second.evidence(t, view, agent)
 	}
 }
