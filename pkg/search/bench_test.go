@@ -245,6 +245,7 @@ func BenchmarkSearchLearned(b *testing.B) {
 			durations := make([]time.Duration, 0, b.N)
 			b.ReportAllocs()
 			i := 0
+			cpu := processCPU()
 			for b.Loop() {
 				t0 := time.Now()
 				if _, err := c.ix.Search(Query{Text: queries[i%len(queries)], Allow: allow}); err != nil {
@@ -253,6 +254,8 @@ func BenchmarkSearchLearned(b *testing.B) {
 				durations = append(durations, time.Since(t0))
 				i++
 			}
+			// Unlike wall time, other load on the machine leaves it as is.
+			b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(len(durations)), "cpu-µs/op")
 			reportLatencies(b, durations)
 		})
 	}
