@@ -54,6 +54,17 @@ func waitFor(t *testing.T, v *catalog.View, what string, cond func() bool) {
 	}
 }
 
+// findable asks a fresh Finder, as a search does, whether the tool may be
+// found, and checks that it returns the tool the view holds.
+func findable(t *testing.T, v *catalog.View, def *messages.ToolDefinition, includeUnavailable bool) bool {
+	t.Helper()
+	got, ok := v.Finder(includeUnavailable)(def.ToolName(), def.ToolName().String())
+	if held, _ := v.Lookup(def.ToolName().String()); got != held {
+		t.Errorf("Finder returned %v for %s; the view holds %v", got, def.ToolName(), held)
+	}
+	return ok
+}
+
 // Names that cannot be keys are refused before anything is written, with
 // an error that names the part that is wrong.
 func TestStoreRefusesBadNames(t *testing.T) {
@@ -292,6 +303,9 @@ func TestServingFollowsHeartbeats(t *testing.T) {
 	if ok, why := view.Serving(def); ok || why != "no live worker serves namespace maps" {
 		t.Errorf("without a worker: %v, %q", ok, why)
 	}
+	if findable(t, view, def, false) || findable(t, view, local, false) || !findable(t, view, def, true) {
+		t.Error("without a worker, a search finds the namespace's tools, or finds none even when it includes unavailable tools")
+	}
 	if n := view.LiveWorkers()["maps"]; n != 0 {
 		t.Errorf("%d live workers before any heartbeat", n)
 	}
@@ -301,6 +315,9 @@ func TestServingFollowsHeartbeats(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, view, "the worker", func() bool { ok, _ := view.Serving(def); return ok })
+	if !findable(t, view, def, false) || !findable(t, view, local, false) {
+		t.Error("a search does not find the tools of a live worker")
+	}
 	if n := view.LiveWorkers()["maps"]; n != 1 {
 		t.Errorf("%d live workers, want 1", n)
 	}
@@ -319,6 +336,31 @@ func TestServingFollowsHeartbeats(t *testing.T) {
 	}
 	if ok, _ := view.Serving(local); !ok {
 		t.Error("a tool of no source is unavailable while another source is down")
+	}
+	if findable(t, view, def, false) || !findable(t, view, def, true) || !findable(t, view, local, false) {
+		t.Error("a search finds a tool of a source that is down, or misses one of no source")
+	}
+	// A second worker that reaches the source serves the tool again.
+	if err := store.Heartbeat(ctx, &messages.WorkerHeartbeat{Namespace: "maps", WorkerID: "w2", IntervalMS: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, view, "the second worker", func() bool { ok, _ := view.Serving(def); return ok })
+	if !findable(t, view, def, false) {
+		t.Error("a search misses a tool whose source one of two workers reaches")
+	}
+	if err := store.RemoveWorker(ctx, "maps", "w2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, view, "the second worker gone", func() bool { ok, _ := view.Serving(def); return !ok })
+	if err := store.SetDisabled(ctx, "maps", "locate", true, messages.DisabledState{Reason: "testing"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, view, "the tool disabled", func() bool { off, _ := view.Disabled(local.ToolName()); return off })
+	if findable(t, view, local, false) || findable(t, view, local, true) {
+		t.Error("a search finds a disabled tool")
+	}
+	if e := view.Entry(&catalog.Tool{Definition: *local}); !e.Disabled || e.Reason != "testing" || !e.Available {
+		t.Errorf("entry of the disabled tool %+v", e)
 	}
 	entry := view.Entry(&catalog.Tool{Definition: *def})
 	if entry.Available || entry.Unavailable == "" {

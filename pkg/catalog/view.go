@@ -313,10 +313,6 @@ func (v *View) ToolAvailable(name messages.ToolName) (bool, string) {
 // hold is served when its namespace is). key is name's canonical form.
 func (v *View) Finder(includeUnavailable bool) func(name messages.ToolName, key string) (*Tool, bool) {
 	now := v.now()
-	// The live workers of each namespace met, looked up once a search: a
-	// search is one goroutine's, and a worker that stops living during
-	// it is taken as it was when the search first met its namespace.
-	live := map[string][]heartbeat{}
 	return func(name messages.ToolName, key string) (*Tool, bool) {
 		v.mu.RLock()
 		defer v.mu.RUnlock()
@@ -332,25 +328,27 @@ func (v *View) Finder(includeUnavailable bool) func(name messages.ToolName, key 
 		if includeUnavailable {
 			return t, true
 		}
-		alive, seen := live[name.Namespace]
-		if !seen {
-			for _, hb := range v.workers[name.Namespace] {
-				if hb.aliveAt(now) {
-					alive = append(alive, hb)
-				}
-			}
-			live[name.Namespace] = alive
+		source := ""
+		if t != nil {
+			source = t.Definition.Source.Name
 		}
-		if t == nil || t.Definition.Source.Name == "" {
-			return t, len(alive) > 0
-		}
-		for _, hb := range alive {
-			if _, down := hb.down[t.Definition.Source.Name]; !down {
-				return t, true
-			}
-		}
-		return t, false
+		return t, v.servedAt(now, name.Namespace, source)
 	}
+}
+
+// servedAt reports whether a worker alive at now serves namespace ns and,
+// for a tool of a source, has not reported that source down: Serving
+// without its reason, which a search asks of each candidate.
+func (v *View) servedAt(now time.Time, ns, source string) bool {
+	for _, hb := range v.workers[ns] {
+		if !hb.aliveAt(now) {
+			continue
+		}
+		if _, down := hb.down[source]; source == "" || !down {
+			return true
+		}
+	}
+	return false
 }
 
 // Available reports whether a live worker serves the namespace.
@@ -392,6 +390,13 @@ func (v *View) LiveWorkers() map[string]int {
 func (v *View) Disabled(name messages.ToolName) (bool, string) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	return v.disabledLocked(name)
+}
+
+func (v *View) disabledLocked(name messages.ToolName) (bool, string) {
+	if len(v.disabled) == 0 {
+		return false, ""
+	}
 	if d, ok := v.disabled[name.Namespace+"."+name.Method]; ok {
 		return true, d.Reason
 	}
@@ -404,7 +409,10 @@ func (v *View) Disabled(name messages.ToolName) (bool, string) {
 // Entry returns the tool as the API lists it.
 func (v *View) Entry(t *Tool) messages.ToolEntry {
 	e := messages.ToolEntry{ToolDefinition: t.Definition}
-	e.Available, e.Unavailable = v.Serving(&t.Definition)
-	e.Disabled, e.Reason = v.Disabled(t.Definition.ToolName())
+	now := v.now()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	e.Available, e.Unavailable = v.serving(now, &t.Definition)
+	e.Disabled, e.Reason = v.disabledLocked(t.Definition.ToolName())
 	return e
 }

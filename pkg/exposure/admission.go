@@ -1,6 +1,7 @@
 package exposure
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -39,6 +40,10 @@ type Admission struct {
 	// excluded has a bit per catalog tool that some rule excluded and no
 	// rule admitted; discovery must not offer those.
 	excluded bitmap
+	// anyExcluded is false when excluded is empty, as it is for an agent
+	// without exclusions: Excluded then answers without looking the
+	// name up, which discovery asks of each tool that would make a page.
+	anyExcluded bool
 	// Bitmaps over tools: shown on every iteration; shown when intake does
 	// not narrow; base tools of each bundle, kept when intake selects it.
 	always, initial bitmap
@@ -265,6 +270,7 @@ func (m *admitter) admission(rules []ruleRef, bundles []string) *Admission {
 		}
 		a.tools = append(a.tools, t)
 	}
+	a.anyExcluded = slices.ContainsFunc(a.excluded, func(word uint64) bool { return word != 0 })
 	return a
 }
 
@@ -338,6 +344,9 @@ func (a *Admission) Lookup(name string) (*Tool, bool) {
 // Excluded reports whether a rule of the agent excluded the tool and no
 // rule admitted it. Discovery must not offer such a tool.
 func (a *Admission) Excluded(name string) bool {
+	if !a.anyExcluded {
+		return false
+	}
 	ci, ok := a.catalog.index(name)
 	return ok && a.excluded.has(int(ci))
 }

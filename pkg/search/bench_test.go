@@ -197,3 +197,66 @@ func BenchmarkDecode(b *testing.B) {
 		})
 	}
 }
+
+// learnedBenchIndex is the index of 10,000 synthetic tools, 3,000 of which
+// learned as the coordinator's BenchmarkDiscover teaches them: three
+// agents' records each, two turns a record, each turn a query's terms and
+// one word that no definition holds.
+func learnedBenchIndex(b *testing.B) (*Index, []string) {
+	const tools, learned = 10_000, 3_000
+	defs := cachedCatalog(tools)
+	ix, err := Build(Config{}, defs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	queries := synthetic.Queries(defs, 2*learned)
+	now := time.Now().UTC()
+	for i := range learned {
+		def := &defs[(i*7)%tools]
+		records := make([]UsageRecord, 3)
+		gap := fmt.Sprintf("zq%d", i)
+		for a := range records {
+			records[a].Add(append(UsageTerms(queries[(2*i+a)%len(queries)]), gap), 1, now, LearnConfig{})
+			records[a].Add(append(UsageTerms(queries[(2*i+a+1)%len(queries)]), gap), 1, now, LearnConfig{})
+		}
+		if _, err := ix.SetLearned(def.ToolName(), FoldUsage(records, LearnConfig{})); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return ix, queries
+}
+
+// BenchmarkSearchLearned searches 10,000 tools, 3,000 with learned
+// fields, with and without them, each search asking an allow function
+// that looks the tool up in a map, as a catalog would.
+func BenchmarkSearchLearned(b *testing.B) {
+	defs := cachedCatalog(10_000)
+	known := make(map[string]bool, len(defs))
+	for i := range defs {
+		known[defs[i].Name] = true
+	}
+	allow := func(n messages.ToolName) bool { return known[n.String()] }
+	learnedIx, queries := learnedBenchIndex(b)
+	for _, c := range []struct {
+		name string
+		ix   *Index
+	}{{"learned=0", benchIndex(b, 10_000)}, {"learned=3000", learnedIx}} {
+		b.Run(c.name, func(b *testing.B) {
+			durations := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			i := 0
+			cpu := processCPU()
+			for b.Loop() {
+				t0 := time.Now()
+				if _, err := c.ix.Search(Query{Text: queries[i%len(queries)], Allow: allow}); err != nil {
+					b.Fatal(err)
+				}
+				durations = append(durations, time.Since(t0))
+				i++
+			}
+			// Unlike wall time, other load on the machine leaves it as is.
+			b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(len(durations)), "cpu-µs/op")
+			reportLatencies(b, durations)
+		})
+	}
+}

@@ -181,6 +181,46 @@ func TestSearchAllowCalledOnlyForContenders(t *testing.T) {
 	}
 }
 
+// AllowCanonical is given each contender's canonical name, as the index
+// holds it, after Allow; what either refuses is not found.
+func TestSearchAllowCanonical(t *testing.T) {
+	defs := cachedCatalog(1000)
+	ix := mustBuild(t, defs)
+	q := Query{Text: "list user files", PageSize: 5}
+	unfiltered := search(t, ix, q)
+	if len(unfiltered.Hits) != 5 {
+		t.Fatalf("got %d hits; want 5", len(unfiltered.Hits))
+	}
+	first, second := unfiltered.Hits[0].Tool, unfiltered.Hits[1].Tool
+	allowed, asked := 0, 0
+	q.Allow = func(n messages.ToolName) bool {
+		allowed++
+		return n != first
+	}
+	q.AllowCanonical = func(n messages.ToolName, canonical string) bool {
+		asked++
+		if canonical != n.String() {
+			t.Errorf("AllowCanonical(%v, %q): the canonical name is %q", n, canonical, n.String())
+		}
+		if n == first {
+			t.Errorf("AllowCanonical asked about %v, which Allow refused", n)
+		}
+		return n != second
+	}
+	res := search(t, ix, q)
+	if len(res.Hits) != 5 || asked == 0 || allowed < asked {
+		t.Fatalf("got %d hits, Allow asked %d times, AllowCanonical %d; want 5 hits, and AllowCanonical asked after Allow", len(res.Hits), allowed, asked)
+	}
+	for _, h := range res.Hits {
+		if h.Tool == first || h.Tool == second {
+			t.Errorf("found %v, which a filter refused", h.Tool)
+		}
+	}
+	if res.Hits[0].Tool != unfiltered.Hits[2].Tool {
+		t.Errorf("first hit %v; want %v, the best that both filters admit", res.Hits[0].Tool, unfiltered.Hits[2].Tool)
+	}
+}
+
 func TestSearchPagination(t *testing.T) {
 	ix := mustBuild(t, cachedCatalog(1000))
 	all := search(t, ix, Query{Text: "create user report", PageSize: 30})

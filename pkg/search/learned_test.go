@@ -293,3 +293,68 @@ func TestRankMatchesBruteForceWithLearnedFields(t *testing.T) {
 		}
 	}
 }
+
+// A posting holds a term in the definition's fields or in the learned
+// field, never both: a term's bound is the larger of the two parts'
+// bounds. Counting both made every word that some tools learned (the
+// common words of queries) bound far above what any tool scores for it,
+// and the search scored most tools that hold it instead of pruning them.
+func TestLearnedTermBoundIsTheLargerPart(t *testing.T) {
+	ix := mustBuild(t, cachedCatalog(200))
+	var definition, learned, both termFreqs
+	definition[FieldDescription], definition[FieldName] = 3, 1
+	learned[FieldLearned] = MaxLearnedCount
+	both = definition
+	both[FieldLearned] = learned[FieldLearned]
+	d, l := ix.bound(2, &definition), ix.bound(2, &learned)
+	if d <= 0 || l <= 0 {
+		t.Fatalf("bounds %v and %v; want both above 0", d, l)
+	}
+	if got := ix.bound(2, &both); got != max(d, l) {
+		t.Errorf("bound of a term held by definitions and learned fields = %v; want %v, the larger of %v and %v", got, max(d, l), d, l)
+	}
+	// Every posting's contribution stays within its term's bound.
+	for id := range ix.terms {
+		term := &ix.terms[id]
+		for i := range term.postings {
+			v, lv := ix.contribution(1, &term.postings[i])
+			if b := ix.bound(1, &term.maxTF); float64(v)+float64(lv) > b {
+				t.Fatalf("term %q: posting of tool %d adds %v, above its bound %v", term.text, term.postings[i].doc, float64(v)+float64(lv), b)
+			}
+		}
+	}
+}
+
+// The pruning that follows from the tighter bound keeps rankings exact on
+// a catalog where common words are learned by many tools, as agents'
+// queries teach them.
+func TestRankMatchesBruteForceWithCommonWordsLearned(t *testing.T) {
+	defs := synthetic.Catalog(1000)
+	ix := mustBuild(t, defs)
+	queries := synthetic.Queries(defs, 400)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 300 {
+		records := make([]UsageRecord, 3)
+		for a := range records {
+			records[a].Add(append(UsageTerms(queries[(2*i+a)%len(queries)]), fmt.Sprintf("zq%d", i)), 1, now, LearnConfig{})
+			records[a].Add(UsageTerms(queries[(2*i+a+1)%len(queries)]), 1, now, LearnConfig{})
+		}
+		if _, err := ix.SetLearned(defs[(i*7)%len(defs)].ToolName(), FoldUsage(records, LearnConfig{})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, text := range queries[:150] {
+		for _, q := range []Query{{Text: text, PageSize: 1}, {Text: text}, {Text: text, PageSize: 30, Page: 1}} {
+			all := bruteForce(ix, q)
+			size := q.PageSize
+			if size == 0 {
+				size = DefaultPageSize
+			}
+			start := min(q.Page*size, len(all))
+			want := all[start:min(start+size, len(all))]
+			if got := search(t, ix, q); !slices.Equal(got.Hits, want) && !(len(want) == 0 && len(got.Hits) == 0) {
+				t.Fatalf("%q page %d size %d:\ngot  %v\nwant %v", text, q.Page, size, got.Hits, want)
+			}
+		}
+	}
+}

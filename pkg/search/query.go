@@ -33,6 +33,11 @@ type Query struct {
 	// tools the agent may see. It is called only for tools that would make
 	// the requested page, so it may be a map lookup or a policy check.
 	Allow func(messages.ToolName) bool
+	// AllowCanonical is Allow for a caller that looks tools up by their
+	// canonical name: it is given that name too, as the index holds it,
+	// so that no string is built for each candidate. It is called under
+	// the same terms as Allow, after it when both are set.
+	AllowCanonical func(name messages.ToolName, canonical string) bool
 	// Page is the zero-based page number.
 	Page int
 	// PageSize is the number of hits a page holds. Defaults to
@@ -350,7 +355,11 @@ func (s *searcher) rank(f *filter) {
 
 // bound is the most a term can add to one tool's score: its frequencies
 // can be no higher than maxTF, a field holding tf occurrences is at least
-// tf long, and the learned part counts at most whole.
+// tf long, and the learned part counts at most whole. A posting holds the
+// term either in the definition's fields or in the learned field, never
+// both (termEntry.learned), so the bound is the larger of the two parts'
+// bounds, not their sum: a common word that some tools learned would
+// otherwise count both, and stop pruning the tools that hold it.
 func (ix *Index) bound(idf float32, maxTF *termFreqs) float64 {
 	t := 0.0
 	for f, tf := range maxTF[:FieldLearned] {
@@ -359,10 +368,13 @@ func (ix *Index) bound(idf float32, maxTF *termFreqs) float64 {
 		}
 	}
 	k1 := ix.cfg.K1
-	b := (k1+1)*t/(k1+t) + ix.cfg.Delta
+	b := 0.0
+	if t > 0 {
+		b = (k1+1)*t/(k1+t) + ix.cfg.Delta
+	}
 	if tf := maxTF[FieldLearned]; tf != 0 {
 		l := float64(tf) * float64(ix.norm[FieldLearned][lengthCode(uint32(tf))])
-		b += (k1 + 1) * l / (k1 + l)
+		b = max(b, (k1+1)*l/(k1+l))
 	}
 	return float64(idf) * b * (1 + 1e-4)
 }
@@ -423,11 +435,13 @@ type filter struct {
 	tags       []uint32
 	anyTag     bool
 	allow      func(messages.ToolName) bool
+	// allowCanonical is Query.AllowCanonical.
+	allowCanonical func(messages.ToolName, string) bool
 }
 
 func (s *searcher) filter(q *Query) filter {
 	ix := s.ix
-	f := filter{allow: q.Allow}
+	f := filter{allow: q.Allow, allowCanonical: q.AllowCanonical}
 	if len(q.Namespaces) > 0 {
 		s.nsAllow = slices.Grow(s.nsAllow[:0], len(ix.namespaces))[:len(ix.namespaces)]
 		clear(s.nsAllow)
@@ -468,7 +482,10 @@ func (f *filter) admits(ix *Index, slot uint32) bool {
 			return false
 		}
 	}
-	return f.allow == nil || f.allow(d.name)
+	if f.allow != nil && !f.allow(d.name) {
+		return false
+	}
+	return f.allowCanonical == nil || f.allowCanonical(d.name, d.canonical)
 }
 
 // topK keeps the k best candidates in a min-heap whose root is the worst.

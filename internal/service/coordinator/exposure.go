@@ -348,20 +348,23 @@ func (v *toolView) discover(ctx context.Context, dr *messages.DiscoverRequest) (
 	if err != nil {
 		return nil, messages.Errorf(messages.CodeBadRequest, "search: %v", err)
 	}
-	reply := &messages.DiscoverReply{Hits: []messages.DiscoverHit{}, Tools: []messages.ToolEntry{}, Page: dr.Page, More: res.More}
+	reply := &messages.DiscoverReply{Hits: make([]messages.DiscoverHit, 0, len(res.Hits)), Tools: make([]messages.ToolEntry, 0, len(res.Hits)), Page: dr.Page, More: res.More}
 	var defs []messages.ToolDefinition
 	var revisions []uint64
-	var page []string
+	page := make([]string, 0, len(res.Hits))
 	for _, h := range res.Hits {
-		t, ok := v.catalog.Lookup(h.Tool.String())
+		name := h.Tool.String()
+		t, ok := v.catalog.Lookup(name)
 		if !ok {
 			continue // removed since the index saw it
 		}
-		reply.Hits = append(reply.Hits, messages.DiscoverHit{Name: h.Tool.String(), Score: h.Score, Exact: h.Exact})
+		reply.Hits = append(reply.Hits, messages.DiscoverHit{Name: name, Score: h.Score, Exact: h.Exact})
 		reply.Tools = append(reply.Tools, v.catalog.Entry(t))
-		defs = append(defs, t.Definition)
-		revisions = append(revisions, t.Revision)
-		page = append(page, h.Tool.String())
+		if dr.Format != "" {
+			defs = append(defs, t.Definition)
+			revisions = append(revisions, t.Revision)
+		}
+		page = append(page, name)
 	}
 	if dr.Format != "" && len(defs) > 0 {
 		schemas, err := v.formats.format(defs, revisions, dr.Format, toolschema.Options{Think: dr.Think, Strict: dr.Strict})

@@ -177,19 +177,18 @@ func (x *Index) Search(q search.Query) (search.Result, error) {
 // SearchTools is Search with one more filter, which is given each
 // candidate as the catalog view holds it (nil when the view does not hold
 // it yet), with its canonical name: the view is read once per candidate.
-// q.Allow, when set, is asked first.
+// q.Allow and q.AllowCanonical, when set, are asked first.
 func (x *Index) SearchTools(q search.Query, allow func(key string, t *catalog.Tool) bool) (search.Result, error) {
 	ix := x.current.Load()
 	if ix == nil {
 		return search.Result{}, errors.New("discovery: search before Start")
 	}
 	find := x.view.Finder(x.cfg.IncludeUnavailable)
-	allowName := q.Allow
-	q.Allow = func(n messages.ToolName) bool {
-		if allowName != nil && !allowName(n) {
+	allowCanonical := q.AllowCanonical
+	q.AllowCanonical = func(n messages.ToolName, key string) bool {
+		if allowCanonical != nil && !allowCanonical(n, key) {
 			return false
 		}
-		key := n.String()
 		t, ok := find(n, key)
 		return ok && (allow == nil || allow(key, t))
 	}
