@@ -88,8 +88,10 @@ type job struct {
 	page        []string
 	call        *messages.CallRequest
 	user        string
-	// at is when a call was put aside (Recorder.run).
-	at time.Time
+	// at is when a call was put aside (Recorder.run), turnKey its
+	// turn's record key.
+	at      time.Time
+	turnKey string
 }
 
 // NewRecorder returns a recorder; Start starts it.
@@ -292,41 +294,47 @@ const turnLag = 250 * time.Millisecond
 func (r *Recorder) run(ctx context.Context) {
 	defer r.bg.Done()
 	// later holds the calls whose turns had no search known when they
-	// came, in the order they came, to be looked at again after turnLag.
+	// came, in the order they came, from head on, to be looked at again
+	// after turnLag; they are looked at in groups, turnLag/4 apart.
 	var later []job
+	head := 0
 	again := time.NewTimer(time.Hour)
 	again.Stop()
 	defer again.Stop()
 	for {
 		select {
 		case j := <-r.jobs:
-			if j.call != nil && r.turns.without(TurnKey(j.call.Turn), time.Now()) {
-				if len(later) >= cap(r.jobs) {
-					continue // a call in a turn that most likely searched nothing
+			if j.call != nil {
+				j.turnKey = TurnKey(j.call.Turn)
+				if r.turns.without(j.turnKey, time.Now()) {
+					if len(later)-head >= cap(r.jobs) {
+						continue // a call in a turn that most likely searched nothing
+					}
+					j.at = time.Now()
+					if later = append(later, j); len(later)-head == 1 {
+						again.Reset(turnLag)
+					}
+					continue
 				}
-				j.at = time.Now()
-				if later = append(later, j); len(later) == 1 {
-					again.Reset(turnLag)
-				}
-				continue
 			}
 			r.do(ctx, j)
 		case <-again.C:
 			now := time.Now()
-			n := 0
-			for _, j := range later {
-				if now.Sub(j.at) < turnLag {
-					break
-				}
-				n++
-				if !r.turns.without(TurnKey(j.call.Turn), now) {
+			for head < len(later) && now.Sub(later[head].at) >= turnLag {
+				if j := later[head]; !r.turns.without(j.turnKey, now) {
 					r.do(ctx, j)
 				}
+				later[head] = job{}
+				head++
 			}
-			later = append(later[:0], later[n:]...)
-			if len(later) > 0 {
-				again.Reset(turnLag - now.Sub(later[0].at))
+			if head == len(later) {
+				later, head = later[:0], 0
+				continue
 			}
+			if head > len(later)/2 {
+				later, head = append(later[:0], later[head:]...), 0
+			}
+			again.Reset(max(turnLag-now.Sub(later[head].at), turnLag/4))
 		case <-ctx.Done():
 			return
 		}
@@ -382,7 +390,7 @@ func (r *Recorder) search(ctx context.Context, j job) error {
 func (r *Recorder) call(ctx context.Context, j job) error {
 	c := j.call
 	r.turnReads.Add(1)
-	value, _, err := r.get(ctx, TurnKey(c.Turn))
+	value, _, err := r.get(ctx, j.turnKey)
 	if err != nil || value == nil {
 		return err
 	}
