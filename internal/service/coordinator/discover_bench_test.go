@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/dev/synthetic"
@@ -147,7 +148,18 @@ func BenchmarkDiscover(b *testing.B) {
 		plain.Size, taught.Size, learned, 100*float64(taught.Size-plain.Size)/float64(plain.Size), (taught.Size-plain.Size)/learned)
 
 	sdk := testenv.Client(b, url, client.Options{Agent: "bench"})
-	for _, mode := range []string{"in-process", "sdk", "in-process-turn"} {
+	// The transport's own share of the SDK's figures: a request holding
+	// the query, answered at once with a page's JSON, on the same server,
+	// by a responder that does nothing else.
+	echoConn := testenv.Connect(b, url)
+	page, _ := json.Marshal(must(c.Discover(ctx, &messages.DiscoverRequest{Query: queries[0], Agent: "bench"})))
+	echo, err := echoConn.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(page) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = echo.Unsubscribe() }()
+	requester := testenv.Connect(b, url)
+	for _, mode := range []string{"in-process", "sdk", "in-process-turn", "nats-echo"} {
 		b.Run(fmt.Sprintf("tools=%d/learned=%d/%s", tools, learned, mode), func(b *testing.B) {
 			durations := make([]time.Duration, 0, b.N)
 			i := 0
@@ -160,9 +172,12 @@ func BenchmarkDiscover(b *testing.B) {
 				i++
 				t0 := time.Now()
 				var err error
-				if mode == "sdk" {
+				switch mode {
+				case "sdk":
 					_, err = sdk.Discover(ctx, *req)
-				} else {
+				case "nats-echo":
+					_, err = requester.RequestWithContext(ctx, "bench.echo", []byte(req.Query))
+				default:
 					_, err = c.Discover(ctx, req)
 				}
 				durations = append(durations, time.Since(t0))
@@ -180,6 +195,13 @@ func BenchmarkDiscover(b *testing.B) {
 			b.ReportMetric(float64(taught.Size), "index-bytes")
 		})
 	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 // gapWord is a word of letters that no definition holds, one for each i.
