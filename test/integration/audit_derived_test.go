@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,6 +225,58 @@ func TestAuditCopierFollowsAfterItsConsumerIsLost(t *testing.T) {
 	for id, n := range allowedInAuditList(t, c) {
 		if n != 1 {
 			t.Errorf("call %s appears %d times in audit.list", id, n)
+		}
+	}
+}
+
+// TestAuditBatchesAreBounded: records that arrive together are written in
+// batches of at most about 256 KiB of arguments each, never one message
+// for all of them, and each record once.
+func TestAuditBatchesAreBounded(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	pol := mustPolicy(t, "default: allow\n")
+	withCopier := func(every time.Duration) func(*coordinator.Config) {
+		return func(cfg *coordinator.Config) { cfg.Policy, cfg.AuditCopyInterval = pol, every }
+	}
+	testenv.Coordinator(t, srv.URL(), withCopier(-1))
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{newCounter().tool()}})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+	const calls, argBytes = 30, 24 << 10
+	for i := range calls {
+		label := fmt.Sprintf("%d-%s", i, strings.Repeat("x", argBytes))
+		args, _ := json.Marshal(map[string]string{"label": label})
+		r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(args), Wait: true})
+		if err != nil || r.Result == nil || r.Result.Status != messages.StateCompleted {
+			t.Fatalf("call %d: %+v %v", i, r, err)
+		}
+	}
+	// A copier starts with 30 records of 24 KiB waiting.
+	testenv.Coordinator(t, srv.URL(), withCopier(5*time.Millisecond))
+	testenv.Eventually(t, "the 30 allowed calls in audit.list", func() bool { return len(allowedInAuditList(t, c)) == calls })
+
+	js, _ := jetstream.New(testenv.Connect(t, srv.URL()))
+	cons, err := js.OrderedConsumer(ctx, names.Audit().Stream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.Prefix() + ".audit." + messages.AuditCalls}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for batches := 0; len(seen) < calls; batches++ {
+		msg, err := cons.Next(jetstream.FetchMaxWait(testenv.Patience))
+		if err != nil {
+			t.Fatalf("audit batches read %d: %v", batches, err)
+		}
+		if len(msg.Data()) > 300<<10 {
+			t.Errorf("an audit batch of %d bytes holds %d records", len(msg.Data()), len(auditRecordsOf(t, msg)))
+		}
+		for _, rec := range auditRecordsOf(t, msg) {
+			seen[rec.CallID]++
+		}
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("call %s is in %d batches", id, n)
 		}
 	}
 }

@@ -137,22 +137,27 @@ func (a *auditCopier) follow(ctx context.Context) error {
 			return nil
 		case <-timer.C:
 		}
-		batch, err := cons.FetchNoWait(auditBatchRecords)
-		if err != nil {
-			return fmt.Errorf("read queued events after %d: %w", a.read, err)
-		}
+		// Records wait in memory only up to a batch: while the audit
+		// stream refuses them, the consumer holds the rest.
+		room := auditBatchRecords - len(a.pending)
 		got := 0
-		for msg := range batch.Messages() {
-			meta, err := msg.Metadata()
-			if err != nil || meta.Sequence.Consumer != delivered+1 {
-				return fmt.Errorf("queued events after %d came with a gap", a.read)
+		if room > 0 && a.size < auditBatchBytes {
+			batch, err := cons.FetchNoWait(room)
+			if err != nil {
+				return fmt.Errorf("read queued events after %d: %w", a.read, err)
 			}
-			delivered++
-			got++
-			a.add(meta.Sequence.Stream, msg)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return fmt.Errorf("read queued events after %d: %w", a.read, err)
+			for msg := range batch.Messages() {
+				meta, err := msg.Metadata()
+				if err != nil || meta.Sequence.Consumer != delivered+1 {
+					return fmt.Errorf("queued events after %d came with a gap", a.read)
+				}
+				delivered++
+				got++
+				a.add(meta.Sequence.Stream, msg)
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+				return fmt.Errorf("read queued events after %d: %w", a.read, err)
+			}
 		}
 		if err := a.flush(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -163,7 +168,7 @@ func (a *auditCopier) follow(ctx context.Context) error {
 			continue
 		}
 		a.failing = false
-		if got == auditBatchRecords || a.full() {
+		if (room > 0 && got == room) || len(a.pending) > 0 {
 			timer.Reset(0)
 		} else {
 			timer.Reset(a.interval)
@@ -187,11 +192,6 @@ func (a *auditCopier) add(seq uint64, msg jetstream.Msg) bool {
 	a.seqs = append(a.seqs, seq)
 	a.size += len(rec.Arguments) + 256
 	return true
-}
-
-// full tells whether the pending records make a whole batch.
-func (a *auditCopier) full() bool {
-	return len(a.pending) >= auditBatchRecords || a.size >= auditBatchBytes
 }
 
 // drop forgets the pending records a batch already covers.
@@ -255,7 +255,18 @@ func (a *auditCopier) flush(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	batch := messages.AuditBatch{Through: a.read, Records: a.pending}
+	// At most a batch's records and bytes (and at least one record): the
+	// rest go in the next batch.
+	n, size := 0, 0
+	for n < len(a.pending) && n < auditBatchRecords && (n == 0 || size < auditBatchBytes) {
+		size += len(a.pending[n].Arguments) + 256
+		n++
+	}
+	through := a.read
+	if n < len(a.pending) {
+		through = a.seqs[n-1]
+	}
+	batch := messages.AuditBatch{Through: through, Records: a.pending[:n]}
 	out, err := newMsg(subject, &batch)
 	if err != nil {
 		return err
@@ -279,7 +290,7 @@ func (a *auditCopier) flush(ctx context.Context) error {
 		return fmt.Errorf("write the audit batch through %d: %w", batch.Through, err)
 	}
 	a.lastSeq, a.through = ack.Sequence, batch.Through
-	a.pending, a.seqs, a.size = nil, nil, 0
+	a.drop()
 	return nil
 }
 
