@@ -238,18 +238,25 @@ func (d *delivery) checkRecord() bool {
 		d.acknowledge()
 		return false
 	}
-	if d.attempt <= 1 {
-		return true
-	}
-	if d.atMostOnce && snap.Started != nil {
+	if d.atMostOnce && snap.Started != nil && d.attempt > 1 {
 		d.log.Warn("an earlier attempt of this at-most-once call started its tool and did not report; it is not run again",
 			"started_attempt", snap.Started.Attempt, "started_worker", snap.Started.Worker)
 		d.finish(outcomeUnknown(d.base, &snap.Started.CallEvent))
 		return false
 	}
-	// A cancellation requested while an earlier attempt ran still holds.
+	// A cancel stored while the call was held by a worker that did not
+	// start it (a delivery lost with its connection), or while an earlier
+	// attempt ran: the call is not run (again).
 	if snap.Cancel != nil {
-		d.w.leases.cancelCall(d.req.CallID, snap.Cancel.Cancel)
+		info := snap.Cancel.Cancel
+		if info == nil {
+			info = &messages.CancelInfo{}
+		}
+		d.cancelledUnrun(info)
+		return false
+	}
+	if d.attempt <= 1 {
+		return true
 	}
 	if !d.atMostOnce {
 		// A rerun's start is recorded before its tool runs, not after
@@ -273,6 +280,25 @@ func (d *delivery) noticesComplete() bool {
 // cancelledBeforeStart ends a delivery whose call was cancelled before
 // its tool ran: its cancelled result is committed, unless the coordinator
 // committed it first.
+// cancelledUnrun ends a call whose record holds a cancel: on a first
+// delivery, the call was cancelled before it started; on a later one, it
+// may have started on an earlier attempt, and is not run again.
+func (d *delivery) cancelledUnrun(info *messages.CancelInfo) {
+	if d.attempt <= 1 {
+		d.cancelledBeforeStart(info)
+		return
+	}
+	reason := info.Reason
+	if reason == "" {
+		reason = "cancelled by request"
+	}
+	d.log.Info("the call was cancelled before this attempt; it is not run again")
+	res := failure(d.base, messages.StateCancelled, messages.ResultCancelled, "the call was cancelled before this attempt: "+reason)
+	res.Error.Message = reason
+	res.StartedAt = time.Time{}
+	d.finish(res)
+}
+
 func (d *delivery) cancelledBeforeStart(info *messages.CancelInfo) {
 	reason := info.Reason
 	if reason == "" {

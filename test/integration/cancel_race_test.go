@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolbus/toolbus/internal/dev/testenv"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -175,5 +177,66 @@ func TestCancelWhileTheWorkerIsAwayIsNotRun(t *testing.T) {
 	assertConsumerDrained(t, srv.URL(), "t")
 	if n := cnt.runs(r.CallID); n != 0 {
 		t.Fatalf("the call cancelled while the worker was away ran %d times", n)
+	}
+}
+
+// TestACancelledCallWhoseDeliveryWasLostIsNotRunAgain: when the consumer
+// had delivered a call and the delivery was lost (its worker's connection
+// went down with it), a cancel answers cancelling and stores a cancel
+// event; the worker that takes the call again after AckWait finds the
+// event and does not run the call. The test takes the first delivery
+// itself, and never acknowledges it, to lose it without a race.
+func TestACancelledCallWhoseDeliveryWasLostIsNotRunAgain(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	proxy := testenv.NewProxy(t, srv.Addr().String())
+	cnt := newCounter()
+	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: time.Second}, worker.Namespace{Name: "t", Tools: []worker.Tool{cnt.tool()}})
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	ctx := testenv.Context(t)
+	if _, err := c.Call(ctx, "t-count", map[string]string{"label": "before"}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(testenv.Connect(t, srv.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumer, err := names.Consumers().Durable("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, names.EventsStream(), consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	// The server has let the worker's pulls go: the next delivery is ours.
+	testenv.Eventually(t, "the worker's pull requests to end", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumWaiting == 0
+	})
+	r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(`{"label":"cancelled, delivery lost"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(testenv.Patience))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := <-batch.Messages(); msg == nil || !strings.Contains(msg.Subject(), r.CallID) {
+		t.Fatalf("the first delivery: %v %v", msg, batch.Error())
+	}
+	reply, err := c.Cancel(ctx, r.CallID, "its delivery was lost")
+	if err != nil || reply.Outcome != messages.CancelSignalled {
+		t.Fatalf("cancel of a delivered call: %+v %v; want cancelling", reply, err)
+	}
+	proxy.Restore()
+	res, err := c.Wait(ctx, r.CallID)
+	if err != nil || res.Status != messages.StateCancelled {
+		t.Fatalf("the cancelled call's result: %+v %v", res, err)
+	}
+	if n := cnt.runs(r.CallID); n != 0 {
+		t.Fatalf("the call cancelled after its delivery was lost ran %d times", n)
 	}
 }
