@@ -303,6 +303,9 @@ func TestServingFollowsHeartbeats(t *testing.T) {
 	if ok, why := view.Serving(def); ok || why != "no live worker serves namespace maps" {
 		t.Errorf("without a worker: %v, %q", ok, why)
 	}
+	if serving, live, _ := view.ServingState(def); serving || live {
+		t.Errorf("without a worker: serving %v, a live worker %v", serving, live)
+	}
 	if findable(t, view, def, false) || findable(t, view, local, false) || !findable(t, view, def, true) {
 		t.Error("without a worker, a search finds the namespace's tools, or finds none even when it includes unavailable tools")
 	}
@@ -330,6 +333,9 @@ func TestServingFollowsHeartbeats(t *testing.T) {
 	waitFor(t, view, "the source down", func() bool { ok, _ := view.Serving(def); return !ok })
 	if _, why := view.ToolAvailable(def.ToolName()); why != "source osm is down: connection refused" {
 		t.Errorf("reason %q", why)
+	}
+	if serving, live, why := view.ServingState(def); serving || !live || why != "source osm is down: connection refused" {
+		t.Errorf("a live worker whose source is down: serving %v, a live worker %v, %q", serving, live, why)
 	}
 	if view.ToolsVersion() == version {
 		t.Error("a source going down left ToolsVersion as it was: model views would keep its tools")

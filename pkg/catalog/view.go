@@ -275,21 +275,39 @@ func (v *View) Serving(def *messages.ToolDefinition) (bool, string) {
 }
 
 func (v *View) serving(now time.Time, def *messages.ToolDefinition) (bool, string) {
-	reason := ""
+	ok, _, reason := v.servingState(now, def)
+	return ok, reason
+}
+
+// ServingState is Serving, and also whether a live worker serves the
+// tool's namespace (one whose source is down included), all under one
+// read of the view: a caller deciding between "no worker yet" and "the
+// workers cannot run it" sees one state, not a heartbeat that came
+// between two reads.
+func (v *View) ServingState(def *messages.ToolDefinition) (serving, live bool, reason string) {
+	now := v.now()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.servingState(now, def)
+}
+
+func (v *View) servingState(now time.Time, def *messages.ToolDefinition) (serving, live bool, reason string) {
+	why := ""
 	for _, hb := range v.workers[def.Namespace] {
 		if !hb.aliveAt(now) {
 			continue
 		}
-		why, down := hb.down[def.Source.Name]
+		live = true
+		cause, down := hb.down[def.Source.Name]
 		if def.Source.Name == "" || !down {
-			return true, ""
+			return true, true, ""
 		}
-		reason = why
+		why = cause
 	}
-	if reason == "" {
-		return false, "no live worker serves namespace " + def.Namespace
+	if !live {
+		return false, false, "no live worker serves namespace " + def.Namespace
 	}
-	return false, "source " + def.Source.Name + " is down: " + reason
+	return false, true, "source " + def.Source.Name + " is down: " + why
 }
 
 // ToolAvailable is Serving for a tool named; a tool the view does not

@@ -74,8 +74,7 @@ type toolCatalog interface {
 	Lookup(name string) (*catalog.Tool, bool)
 	Get(ctx context.Context, name messages.ToolName) (*catalog.Tool, bool, error)
 	Disabled(name messages.ToolName) (bool, string)
-	Available(namespace string) bool
-	Serving(def *messages.ToolDefinition) (bool, string)
+	ServingState(def *messages.ToolDefinition) (serving, live bool, reason string)
 }
 
 // grants tells whether an approval remembered for the call's agent and
@@ -224,7 +223,7 @@ func (p *submitPipeline) admit(ctx context.Context, agent string, name messages.
 	}
 	// A tool whose source its live workers report down is refused even when
 	// calls may wait for a worker: the workers that would take it cannot run it.
-	if ok, reason := p.tools.Serving(&tool.Definition); !ok && (p.limits.failWhenUnavailable || p.tools.Available(name.Namespace)) {
+	if serving, live, reason := p.tools.ServingState(&tool.Definition); !serving && (p.limits.failWhenUnavailable || live) {
 		return nil, nil, messages.Errorf(messages.CodeToolUnavailable, "tool %s is unavailable: %s", name, reason)
 	}
 	admission := p.admission(agent)

@@ -117,11 +117,11 @@ func (f *fakeCatalog) Disabled(name messages.ToolName) (bool, string) {
 
 func (f *fakeCatalog) Available(ns string) bool { return f.available[ns] }
 
-func (f *fakeCatalog) Serving(def *messages.ToolDefinition) (bool, string) {
+func (f *fakeCatalog) ServingState(def *messages.ToolDefinition) (serving, live bool, reason string) {
 	if f.available[def.Namespace] {
-		return true, ""
+		return true, true, ""
 	}
-	return false, "no live worker serves namespace " + def.Namespace
+	return false, false, "no live worker serves namespace " + def.Namespace
 }
 
 func tool(name, schema string) *catalog.Tool {
