@@ -292,17 +292,15 @@ func (v *View) ServingState(def *messages.ToolDefinition) (serving, live bool, r
 }
 
 func (v *View) servingState(now time.Time, def *messages.ToolDefinition) (serving, live bool, reason string) {
+	if v.servedAt(now, def.Namespace, def.Source.Name) {
+		return true, true, ""
+	}
+	// Not served: why, from the live workers' reports of the source.
 	why := ""
 	for _, hb := range v.workers[def.Namespace] {
-		if !hb.aliveAt(now) {
-			continue
+		if hb.aliveAt(now) {
+			live, why = true, hb.down[def.Source.Name]
 		}
-		live = true
-		cause, down := hb.down[def.Source.Name]
-		if def.Source.Name == "" || !down {
-			return true, true, ""
-		}
-		why = cause
 	}
 	if !live {
 		return false, false, "no live worker serves namespace " + def.Namespace

@@ -246,13 +246,10 @@ func (d *delivery) checkRecord() bool {
 	}
 	// A cancel stored while the call was held by a worker that did not
 	// start it (a delivery lost with its connection), or while an earlier
-	// attempt ran: the call is not run (again).
+	// attempt ran: the call is not run again. (A first delivery's read
+	// holds no cancel event: its notice says so.)
 	if snap.Cancel != nil {
-		info := snap.Cancel.Cancel
-		if info == nil {
-			info = &messages.CancelInfo{}
-		}
-		d.cancelledUnrun(info)
+		d.cancelledUnrun(snap.Cancel.Cancel, "the call was cancelled before this attempt", "it is not run again")
 		return false
 	}
 	if d.attempt <= 1 {
@@ -280,32 +277,23 @@ func (d *delivery) noticesComplete() bool {
 // cancelledBeforeStart ends a delivery whose call was cancelled before
 // its tool ran: its cancelled result is committed, unless the coordinator
 // committed it first.
-// cancelledUnrun ends a call whose record holds a cancel: on a first
-// delivery, the call was cancelled before it started; on a later one, it
-// may have started on an earlier attempt, and is not run again.
-func (d *delivery) cancelledUnrun(info *messages.CancelInfo) {
-	if d.attempt <= 1 {
-		d.cancelledBeforeStart(info)
-		return
-	}
-	reason := info.Reason
-	if reason == "" {
-		reason = "cancelled by request"
-	}
-	d.log.Info("the call was cancelled before this attempt; it is not run again")
-	res := failure(d.base, messages.StateCancelled, messages.ResultCancelled, "the call was cancelled before this attempt: "+reason)
-	res.Error.Message = reason
-	res.StartedAt = time.Time{}
-	d.finish(res)
+func (d *delivery) cancelledBeforeStart(info *messages.CancelInfo) {
+	d.cancelledUnrun(info, "the call was cancelled before it started", "it is not run")
 }
 
-func (d *delivery) cancelledBeforeStart(info *messages.CancelInfo) {
-	reason := info.Reason
+// cancelledUnrun ends a delivery whose tool does not run because its call
+// was cancelled (what says when; outcome what the worker does), with the
+// call's cancelled result.
+func (d *delivery) cancelledUnrun(info *messages.CancelInfo, what, outcome string) {
+	reason := ""
+	if info != nil {
+		reason = info.Reason
+	}
 	if reason == "" {
 		reason = "cancelled by request"
 	}
-	d.log.Info("the call was cancelled before it started; it is not run")
-	res := failure(d.base, messages.StateCancelled, messages.ResultCancelled, "the call was cancelled before it started: "+reason)
+	d.log.Info(what + "; " + outcome)
+	res := failure(d.base, messages.StateCancelled, messages.ResultCancelled, what+": "+reason)
 	res.Error.Message = reason
 	res.StartedAt = time.Time{}
 	d.finish(res)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/wire/natsserver"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
@@ -137,6 +138,24 @@ func TestCancelAroundDeliveryNeverRunsACancelledCall(t *testing.T) {
 	}
 }
 
+// workerBehindProxy starts a server, a coordinator and namespace t's only
+// worker (cfg, its connection through a proxy the test can cut) with a
+// counting tool, and a client that made one call of it.
+func workerBehindProxy(t *testing.T, cfg worker.Config) (*natsserver.Server, *testenv.Proxy, *counter, *client.Client) {
+	t.Helper()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	proxy := testenv.NewProxy(t, srv.Addr().String())
+	cnt := newCounter()
+	cfg.Conn = testenv.Connect(t, proxy.URL())
+	testenv.Worker(t, "", cfg, worker.Namespace{Name: "t", Tools: []worker.Tool{cnt.tool()}})
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	if _, err := c.Call(testenv.Context(t), "t-count", map[string]string{"label": "before"}); err != nil {
+		t.Fatal(err)
+	}
+	return srv, proxy, cnt, c
+}
+
 // TestCancelWhileTheWorkerIsAwayIsNotRun: a call cancelled while its
 // namespace's only worker is cut off from the server (its notice is lost)
 // is not run when the worker comes back and takes it: the worker's
@@ -145,16 +164,8 @@ func TestCancelAroundDeliveryNeverRunsACancelledCall(t *testing.T) {
 // queued after that run as usual.
 func TestCancelWhileTheWorkerIsAwayIsNotRun(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Server(t)
-	testenv.Coordinator(t, srv.URL())
-	proxy := testenv.NewProxy(t, srv.Addr().String())
-	cnt := newCounter()
-	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL())}, worker.Namespace{Name: "t", Tools: []worker.Tool{cnt.tool()}})
-	c := testenv.Client(t, srv.URL(), client.Options{})
+	srv, proxy, cnt, c := workerBehindProxy(t, worker.Config{})
 	ctx := testenv.Context(t)
-	if _, err := c.Call(ctx, "t-count", map[string]string{"label": "before"}); err != nil {
-		t.Fatal(err)
-	}
 	proxy.Cut()
 	r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(`{"label":"while away"}`)})
 	if err != nil {
@@ -188,16 +199,8 @@ func TestCancelWhileTheWorkerIsAwayIsNotRun(t *testing.T) {
 // itself, and never acknowledges it, to lose it without a race.
 func TestACancelledCallWhoseDeliveryWasLostIsNotRunAgain(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Server(t)
-	testenv.Coordinator(t, srv.URL())
-	proxy := testenv.NewProxy(t, srv.Addr().String())
-	cnt := newCounter()
-	testenv.Worker(t, "", worker.Config{Conn: testenv.Connect(t, proxy.URL()), AckWait: time.Second}, worker.Namespace{Name: "t", Tools: []worker.Tool{cnt.tool()}})
-	c := testenv.Client(t, srv.URL(), client.Options{})
+	srv, proxy, cnt, c := workerBehindProxy(t, worker.Config{AckWait: time.Second})
 	ctx := testenv.Context(t)
-	if _, err := c.Call(ctx, "t-count", map[string]string{"label": "before"}); err != nil {
-		t.Fatal(err)
-	}
 	js, err := jetstream.New(testenv.Connect(t, srv.URL()))
 	if err != nil {
 		t.Fatal(err)

@@ -4,25 +4,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/dev/testenv"
 	"github.com/toolbus/toolbus/internal/service/admin"
-	"github.com/toolbus/toolbus/internal/service/coordinator"
-	"github.com/toolbus/toolbus/internal/service/demo"
-	"github.com/toolbus/toolbus/internal/wire/natsflags"
-	"github.com/toolbus/toolbus/internal/wire/natsserver"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
-	"github.com/toolbus/toolbus/pkg/worker"
 )
 
 // TestConsoleOfADeployedOperator: with the deploy configuration's users
@@ -33,24 +25,7 @@ import (
 // decision; the agent's own audit.list is refused.
 func TestConsoleOfADeployedOperator(t *testing.T) {
 	t.Parallel()
-	deploy := filepath.Join("..", "..", "..", "deploy", "nats")
-	srv := testenv.ServerWith(t, natsserver.Config{ConfigFile: filepath.Join(deploy, "users.conf")})
-	as := func(user string) *nats.Conn {
-		password := strings.ReplaceAll(user, "_", "-") + "-secret"
-		return testenv.Connect(t, srv.URL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
-	}
-	ids, err := coordinator.LoadIdentities(filepath.Join(deploy, "identities.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte("default: allow\nrules:\n  - {tool: \"demo:echo\", effect: ask, reason: echo needs a nod}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
-		cfg.Conn, cfg.Identities, cfg.PolicyFile = as("coordinator"), ids, policy
-	})
-	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: 5})
+	as := testenv.Deployed(t, "default: allow\nrules:\n  - {tool: \"demo:echo\", effect: ask, reason: echo needs a nod}\n", 5)
 
 	operator := as("operator")
 	c, err := client.New(operator, client.Options{CoordinatorReads: true, Route: "operatorroute000000001"})

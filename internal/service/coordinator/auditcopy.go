@@ -30,11 +30,10 @@ const (
 )
 
 // auditCopier derives the audit records of the calls a policy let through
-// from their queued events, which carry the decision (QueuedAudit): an
-// ordered consumer of the events stream delivers the queued events in
-// order, and the copier appends their records to the audit stream in
-// AuditBatch messages on "<prefix>.audit.calls", at most an interval
-// after the first record of a batch arrived. The audit stream holds its
+// from their queued events, which carry the decision (QueuedAudit): it
+// takes the queued events that arrived, in order, from a consumer of its
+// own once an interval, and appends their records to the audit stream in
+// AuditBatch messages on "<prefix>.audit.calls". The audit stream holds its
 // own cursor: each batch names the last events sequence it covers, and
 // is written only if the subject's last message is still the batch it
 // continues from (Nats-Expected-Last-Subject-Sequence). So every
@@ -57,10 +56,9 @@ type auditCopier struct {
 	// read is the last events sequence delivered to this copier.
 	read uint64
 	// pending holds the records read and not yet written, seqs their
-	// events sequences, and size their estimated bytes.
+	// events sequences.
 	pending []messages.AuditRecord
 	seqs    []uint64
-	size    int
 	// failing tells that the last attempt failed, so that only the first
 	// failure of a run of them is logged as a warning.
 	failing bool
@@ -141,7 +139,7 @@ func (a *auditCopier) follow(ctx context.Context) error {
 		// stream refuses them, the consumer holds the rest.
 		room := auditBatchRecords - len(a.pending)
 		got := 0
-		if room > 0 && a.size < auditBatchBytes {
+		if room > 0 && batchBytes(a.pending) < auditBatchBytes {
 			batch, err := cons.FetchNoWait(room)
 			if err != nil {
 				return fmt.Errorf("read queued events after %d: %w", a.read, err)
@@ -176,22 +174,32 @@ func (a *auditCopier) follow(ctx context.Context) error {
 	}
 }
 
-// add takes a delivered queued event's record, and tells whether it held
-// one to copy that no batch covers yet.
-func (a *auditCopier) add(seq uint64, msg jetstream.Msg) bool {
+// add takes a delivered queued event's record, if it holds one to copy
+// that no batch covers yet.
+func (a *auditCopier) add(seq uint64, msg jetstream.Msg) {
 	a.read = max(a.read, seq)
 	if seq <= a.through {
-		return false
+		return
 	}
 	var ev messages.CallEvent
 	if _, err := messages.DecodeStored(messages.Header(msg.Headers()), msg.Data(), &ev); err != nil || ev.Audit == nil || ev.Request == nil {
-		return false
+		return
 	}
-	rec := auditRecordOf(&ev)
-	a.pending = append(a.pending, rec)
+	a.pending = append(a.pending, auditRecordOf(&ev))
 	a.seqs = append(a.seqs, seq)
-	a.size += len(rec.Arguments) + 256
-	return true
+}
+
+// recordBytes is what a record counts toward auditBatchBytes: its
+// arguments, and about what the rest of it takes.
+func recordBytes(rec *messages.AuditRecord) int { return len(rec.Arguments) + 256 }
+
+// batchBytes is what records count toward auditBatchBytes.
+func batchBytes(records []messages.AuditRecord) int {
+	n := 0
+	for i := range records {
+		n += recordBytes(&records[i])
+	}
+	return n
 }
 
 // drop forgets the pending records a batch already covers.
@@ -205,10 +213,6 @@ func (a *auditCopier) drop() {
 	}
 	a.pending = append(a.pending[:0], a.pending[n:]...)
 	a.seqs = append(a.seqs[:0], a.seqs[n:]...)
-	a.size = 0
-	for _, rec := range a.pending {
-		a.size += len(rec.Arguments) + 256
-	}
 }
 
 // readLast reads the audit subject's last batch.
@@ -259,7 +263,7 @@ func (a *auditCopier) flush(ctx context.Context) error {
 	// rest go in the next batch.
 	n, size := 0, 0
 	for n < len(a.pending) && n < auditBatchRecords && (n == 0 || size < auditBatchBytes) {
-		size += len(a.pending[n].Arguments) + 256
+		size += recordBytes(&a.pending[n])
 		n++
 	}
 	through := a.read

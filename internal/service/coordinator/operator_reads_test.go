@@ -2,23 +2,16 @@ package coordinator_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/dev/testenv"
-	"github.com/toolbus/toolbus/internal/service/coordinator"
 	"github.com/toolbus/toolbus/internal/service/demo"
-	"github.com/toolbus/toolbus/internal/wire/natsflags"
-	"github.com/toolbus/toolbus/internal/wire/natsserver"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
-	"github.com/toolbus/toolbus/pkg/worker"
 )
 
 // tracedContext carries a sampled span context whose trace ID the client
@@ -45,24 +38,7 @@ func tracedContext(ctx context.Context, t *testing.T) (context.Context, string) 
 // only when it asks.
 func TestOperatorReadsOfADeployment(t *testing.T) {
 	t.Parallel()
-	deploy := filepath.Join("..", "..", "..", "deploy", "nats")
-	srv := testenv.ServerWith(t, natsserver.Config{ConfigFile: filepath.Join(deploy, "users.conf")})
-	as := func(user string) *nats.Conn {
-		password := strings.ReplaceAll(user, "_", "-") + "-secret"
-		return testenv.Connect(t, srv.URL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
-	}
-	ids, err := coordinator.LoadIdentities(filepath.Join(deploy, "identities.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte("default: allow\nrules:\n  - {tool: \"demo:word_count\", effect: deny, reason: no counting}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
-		cfg.Conn, cfg.Identities, cfg.PolicyFile = as("coordinator"), ids, policy
-	})
-	testenv.Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: 3})
+	as := testenv.Deployed(t, "default: allow\nrules:\n  - {tool: \"demo:word_count\", effect: deny, reason: no counting}\n", 3)
 	newClient := func(user string, opts client.Options) *client.Client {
 		opts.CoordinatorReads = true
 		c, err := client.New(as(user), opts)

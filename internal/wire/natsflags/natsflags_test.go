@@ -3,7 +3,7 @@ package natsflags
 import (
 	"testing"
 
-	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/dev/testenv/embedded"
 )
 
 func TestInboxPrefix(t *testing.T) {
@@ -25,7 +25,7 @@ func TestInboxPrefix(t *testing.T) {
 // TestConnectUsesTheUsersInbox checks the prefix a connection receives its
 // replies under: the user's own, unless the flags name another.
 func TestConnectUsesTheUsersInbox(t *testing.T) {
-	srv := testenv.Server(t)
+	srv := embedded.Server(t)
 	for _, tc := range []struct {
 		flags Flags
 		want  string

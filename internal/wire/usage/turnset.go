@@ -25,7 +25,14 @@ type turnSet struct {
 	ready bool
 	full  bool
 	seen  map[string]time.Time
+	// prunedAt is when the set was last pruned: a full set is pruned at
+	// most once per pruneEvery, not at every search.
+	prunedAt time.Time
 }
+
+// pruneEvery is how often a full set may look for expired turns: each
+// look walks the whole set.
+const pruneEvery = time.Minute
 
 func newTurnSet(window time.Duration) *turnSet {
 	return &turnSet{window: window, seen: make(map[string]time.Time), readyCh: make(chan struct{})}
@@ -36,7 +43,9 @@ func (s *turnSet) searched(key string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.seen[key]; !ok && len(s.seen) >= maxTurnsKnown {
-		s.prune(now)
+		if now.Sub(s.prunedAt) >= pruneEvery {
+			s.prune(now)
+		}
 		if len(s.seen) >= maxTurnsKnown {
 			s.full = true
 			return
@@ -86,6 +95,7 @@ func (s *turnSet) without(key string, now time.Time) bool {
 
 // prune forgets the turns whose records have expired.
 func (s *turnSet) prune(now time.Time) {
+	s.prunedAt = now
 	for key, at := range s.seen {
 		if now.Sub(at) > s.window {
 			delete(s.seen, key)
