@@ -673,3 +673,128 @@ func TestCallStatsIsSentOnce(t *testing.T) {
 		t.Fatalf("stats.calls was sent %d times, want once", received)
 	}
 }
+
+// routeWatch records, from a connection of its own, the submits that
+// reach the coordinators' subject and the receipts sent to routes.
+type routeWatch struct {
+	mu       sync.Mutex
+	submits  []nats.Header
+	receipts int
+	results  chan struct{}
+}
+
+func watchRoutes(t *testing.T, url string) *routeWatch {
+	t.Helper()
+	w := &routeWatch{results: make(chan struct{}, 16)}
+	nc := testenv.Connect(t, url)
+	if _, err := nc.Subscribe("toolbus.api.calls.submit", func(m *nats.Msg) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.submits = append(w.submits, m.Header)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe("toolbus.results.>", func(m *nats.Msg) {
+		switch {
+		case m.Header.Get(messages.HeaderReceipt) == messages.ReceiptSent:
+			w.mu.Lock()
+			w.receipts++
+			w.mu.Unlock()
+		case m.Header.Get("Nats-Sequence") != "":
+			w.results <- struct{}{}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// A call that ends before anyone looks for it costs its submit and its
+// result, and no receipt: the first submit asks for none, and no
+// coordinator sends one.
+func TestACallThatEndsSoonAsksForNoReceipt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	testenv.Coordinator(t, b.srv.URL())
+	b.serve(t)
+	watch := watchRoutes(t, b.srv.URL())
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{HedgeAfter: 5 * time.Second})
+	res, err := c.Call(b.ctx, "t-count", labelArgs{"soon"})
+	if err != nil || res.Content[0].Text != "soon" {
+		t.Fatalf("result %+v, error %v", res, err)
+	}
+	// The coordinator would have sent a receipt before it queued the
+	// call, so before the result: once the watch has the result, it has
+	// any receipt.
+	receive(t, b.ctx, watch.results, "result on the route")
+	watch.mu.Lock()
+	defer watch.mu.Unlock()
+	if len(watch.submits) != 1 {
+		t.Fatalf("%d submits, want 1", len(watch.submits))
+	}
+	if to := watch.submits[0].Get(messages.HeaderReceipt); to != "" {
+		t.Fatalf("the first submit asks for a receipt on %s", to)
+	}
+	if watch.receipts != 0 {
+		t.Fatalf("%d receipts sent, want none", watch.receipts)
+	}
+}
+
+// A first submit that no coordinator got is found missing by a lookup
+// after HedgeAfter; the copies sent then ask for a receipt, a coordinator
+// that has come up receipts one and queues the call, and the call runs
+// once.
+func TestALostFirstSubmitIsCopiedWithReceipts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.serve(t)
+	watch := watchRoutes(t, b.srv.URL())
+	first := make(chan struct{})
+	var once sync.Once
+	hole := testenv.Connect(t, b.srv.URL())
+	if _, err := hole.Subscribe("toolbus.api.calls.submit", func(*nats.Msg) { once.Do(func() { close(first) }) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := hole.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{HedgeAfter: 100 * time.Millisecond})
+	type outcome struct {
+		res *messages.CallResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.Call(b.ctx, "t-count", labelArgs{"copied"})
+		done <- outcome{res, err}
+	}()
+	receive(t, b.ctx, first, "first submit")
+	testenv.Coordinator(t, b.srv.URL())
+	o := receive(t, b.ctx, done, "result")
+	if o.err != nil || o.res.Content[0].Text != "copied" {
+		t.Fatalf("result %+v, error %v", o.res, o.err)
+	}
+	if of, all := b.runsOf(o.res.CallID); of != 1 || all != 1 {
+		t.Fatalf("the tool ran %d times for the call, %d in all; want once", of, all)
+	}
+	receive(t, b.ctx, watch.results, "result on the route")
+	watch.mu.Lock()
+	defer watch.mu.Unlock()
+	if len(watch.submits) < 2 {
+		t.Fatalf("%d submits, want the first and its copies", len(watch.submits))
+	}
+	if to := watch.submits[0].Get(messages.HeaderReceipt); to != "" {
+		t.Fatalf("the first submit asks for a receipt on %s", to)
+	}
+	for i, h := range watch.submits[1:] {
+		if h.Get(messages.HeaderReceipt) == "" {
+			t.Fatalf("copy %d asks for no receipt", i+1)
+		}
+	}
+	if watch.receipts == 0 {
+		t.Fatal("no coordinator receipted a copy")
+	}
+}

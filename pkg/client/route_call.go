@@ -29,6 +29,10 @@ import (
 // is the coordinator's word, whatever protocol the coordinator speaks. The copies cannot
 // queue the call twice (they name its ID), and a coordinator that does not
 // answer (stopped, hung, cut off) costs the call about one HedgeAfter.
+// The first submit asks for no receipt, so a call that ends before its
+// first lookup costs no message more than its submit and its result; the
+// copies ask for one, and a receipt defers the next lookup (a coordinator
+// that has a copy may be waiting out an election before it stores it).
 //
 // No answer ends the call early that could be wrong: a submit that found
 // no coordinator, or that a coordinator could not store for now
@@ -70,6 +74,7 @@ func (w *routeWait) wait() (*messages.CallResult, error) {
 		case msg := <-w.answers:
 			res, end, err = w.answer(msg)
 		case <-timerC(w.resend):
+			w.askReceipts()
 			_ = w.rc.send(ctx, 1)
 		case <-timerC(w.copies):
 			if w.takenAt.IsZero() && !w.confirmed {
@@ -111,7 +116,6 @@ type routeWait struct {
 	// receipts are the coordinators' receipts of the copies.
 	receipts     <-chan *nats.Msg
 	stopReceipts func()
-	sentAt       time.Time
 	// lookup is when to look the call up next, while it is not known to
 	// be queued: soon if no receipt comes, later if one came.
 	lookup *time.Timer
@@ -155,18 +159,12 @@ func startRouteWait(ctx context.Context, c *Client, req messages.SubmitRequest, 
 	o.named(req.CallID)
 	w := &routeWait{c: c, ctx: ctx, req: req, o: o, callID: req.CallID, ns: toolNamespace(req.Tool)}
 	w.rc = &routedCall{c: c, req: req, token: newReplyToken(), callID: w.callID, ns: w.ns}
-	// Every copy asks for a receipt on the route, which a coordinator
-	// sends as soon as it has the copy.
-	receiptID := messages.RoutedCallID(route, messages.RandomToken())
-	if w.rc.receiptTo, err = c.names.Routes().CallSubject(receiptID); err != nil {
-		return nil, err
-	}
 	w.answers, w.done = c.routes.Await(w.callID, w.ns)
-	w.receipts, w.stopReceipts = c.routes.Await(receiptID, "")
-	w.sentAt = time.Now()
+	// The first copy asks for no receipt: most calls end before the first
+	// lookup, and one that does not is looked up once, which costs what a
+	// receipt would. The copies after it ask for one (askReceipts).
 	if err := w.rc.send(ctx, 1); err != nil {
 		w.done()
-		w.stopReceipts()
 		return nil, err // nothing was sent
 	}
 	w.lookup = time.NewTimer(c.api.hedgeDelay())
@@ -178,8 +176,29 @@ func (w *routeWait) close() {
 	w.lookup.Stop()
 	stopTimer(w.copies)
 	stopTimer(w.resend)
-	w.stopReceipts()
+	if w.stopReceipts != nil {
+		w.stopReceipts()
+	}
 	w.done()
+}
+
+// askReceipts has the copies sent from now on ask for a receipt on the
+// route, which a coordinator sends as soon as it has the copy.
+func (w *routeWait) askReceipts() {
+	if w.rc.receiptTo != "" {
+		return
+	}
+	route, err := w.c.routes.Route()
+	if err != nil {
+		return // the copies go without: lookups still follow them
+	}
+	receiptID := messages.RoutedCallID(route, messages.RandomToken())
+	receiptTo, err := w.c.names.Routes().CallSubject(receiptID)
+	if err != nil {
+		return
+	}
+	w.rc.receiptTo = receiptTo
+	w.receipts, w.stopReceipts = w.c.routes.Await(receiptID, "")
 }
 
 // adopt follows the call under the name a coordinator from before quiet
@@ -203,6 +222,7 @@ func (w *routeWait) resendSoon() {
 // coordinator, one that refuses this protocol version say, sends), and
 // arms the round after it.
 func (w *routeWait) sendCopies() {
+	w.askReceipts()
 	w.rc.hedges++
 	if w.rc.hedges <= 3 {
 		_ = w.rc.send(w.ctx, quietCopies(w.rc.hedges))
@@ -234,9 +254,6 @@ func (w *routeWait) replied(reply *messages.SubmitReply) (*messages.CallResult, 
 func (w *routeWait) receipt(msg *nats.Msg) {
 	if msg.Header.Get(messages.HeaderReceipt) != messages.ReceiptSent {
 		return
-	}
-	if w.takenAt.IsZero() && w.rc.hedges == 0 {
-		w.c.api.observeAnswer(time.Since(w.sentAt))
 	}
 	w.takenAt = time.Now()
 	stopTimer(w.copies)
@@ -424,7 +441,8 @@ type routedCall struct {
 	ns     string
 	// sent counts the copies sent; hedges the lookups that sent more.
 	sent, hedges int
-	// receiptTo is where the copies ask for a receipt.
+	// receiptTo is where the copies ask for a receipt; empty while they
+	// ask for none.
 	receiptTo string
 }
 
@@ -446,7 +464,9 @@ func (rc *routedCall) send(ctx context.Context, copies int) error {
 	for range copies {
 		msg := &nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(rc.c.opts.Codec.NewHeader()), Data: data}
 		msg.Header.Set(messages.HeaderReplyToken, rc.token)
-		msg.Header.Set(messages.HeaderReceipt, rc.receiptTo)
+		if rc.receiptTo != "" {
+			msg.Header.Set(messages.HeaderReceipt, rc.receiptTo)
+		}
 		tracing.Inject(ctx, msg.Header)
 		if err := rc.c.nc.PublishMsg(msg); err != nil {
 			return fmt.Errorf("submit: %w", rc.c.api.tooLarge(messages.EndpointCallsSubmit, msg, err))

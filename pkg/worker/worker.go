@@ -534,7 +534,12 @@ func (w *Worker) register(ctx, runCtx context.Context, store *catalog.Store, nss
 			defer w.bg.Done()
 			notices.run(runCtx)
 		}()
-		if err := w.heartbeats.send(ctx, store, ns); err != nil {
+		// The catalog bucket may be electing a leader (a coordinator
+		// just changed its replicas, a server restarts): a first
+		// heartbeat that finds no answer is written again.
+		if err := transport.Retry(ctx, firstHeartbeatRetry, func(ctx context.Context) error {
+			return w.heartbeats.send(ctx, store, ns)
+		}); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
 		// Confirmed before the first pull: the calls queued from now on
@@ -542,6 +547,15 @@ func (w *Worker) register(ctx, runCtx context.Context, store *catalog.Store, nss
 		notices.confirm(ctx)
 	}
 	return nil
+}
+
+// firstHeartbeatRetry bounds the writes of a namespace's first heartbeat
+// at start: a bucket without a leader for a moment does not answer
+// (an election takes a few seconds), and the heartbeat, which overwrites
+// its key, is written again for up to a minute.
+var firstHeartbeatRetry = transport.RetryPolicy{
+	Attempt: 5 * time.Second, Initial: 250 * time.Millisecond, Max: 2 * time.Second, Within: time.Minute,
+	Retryable: transport.Transient,
 }
 
 // startPollers starts taking the namespaces' calls.

@@ -2,10 +2,12 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/wire/ledger"
 	"github.com/toolbus/toolbus/internal/wire/transport"
@@ -86,11 +88,14 @@ func (s *sweeper) sweepSettled(ctx context.Context, ns string, floor uint64) err
 	read := 0
 	for read < settledBudget {
 		var (
-			calls    []ledger.CallRef
-			requests = make(map[string]*messages.CallRequest)
-			last     uint64
-			n        int
+			calls []ledger.CallRef
+			// seqs are the calls' queued events, read again (and
+			// decoded) only for the rare call found without a result.
+			seqs = make(map[string]uint64)
+			last uint64
+			n    int
 		)
+		events := s.stream.names.Events()
 		err := s.stream.scanQueue(ctx, req, func(seq uint64, msg *nats.Msg) bool {
 			if seq > floor {
 				return false
@@ -99,13 +104,12 @@ func (s *sweeper) sweepSettled(ctx context.Context, ns string, floor uint64) err
 			if msg.Header.Get(messages.HeaderAwaiting) != "" {
 				return true
 			}
-			var ev messages.CallEvent
-			if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &ev); err != nil || ev.Request == nil || messages.ValidateID("call ID", ev.Request.CallID) != nil {
+			callID, kind, _, ok := events.Parse(msg.Subject)
+			if !ok || kind != messages.EventQueued || messages.ValidateID("call ID", callID) != nil {
 				return true // nothing a result could be written for
 			}
-			ref := ledger.CallRef{Bucket: s.stream.names.Events().Bucket(msg.Subject), Namespace: ns, CallID: ev.Request.CallID}
-			calls = append(calls, ref)
-			requests[ref.CallID] = ev.Request
+			calls = append(calls, ledger.CallRef{Bucket: events.Bucket(msg.Subject), Namespace: ns, CallID: callID})
+			seqs[callID] = seq
 			return true
 		})
 		if err != nil {
@@ -120,7 +124,14 @@ func (s *sweeper) sweepSettled(ctx context.Context, ns string, floor uint64) err
 			return err
 		}
 		for _, ref := range missing {
-			if err := s.endSettled(ctx, ref, requests[ref.CallID]); err != nil {
+			call, err := s.queuedRequest(ctx, seqs[ref.CallID], ref.CallID)
+			if err != nil {
+				return err
+			}
+			if call == nil {
+				continue // nothing a result could be written for
+			}
+			if err := s.endSettled(ctx, ref, call); err != nil {
 				return err
 			}
 		}
@@ -132,6 +143,27 @@ func (s *sweeper) sweepSettled(ctx context.Context, ns string, floor uint64) err
 		req = transport.BatchRequest{Seq: last + 1, NextBySubject: filter, Batch: sweepBatch}
 	}
 	return nil
+}
+
+// queuedRequest reads the request a call's queued event at seq carries;
+// nil when the event is gone or holds no request of that call.
+func (s *sweeper) queuedRequest(ctx context.Context, seq uint64, callID string) (*messages.CallRequest, error) {
+	var raw *jetstream.RawStreamMsg
+	err := retryTransient(ctx, s.wait(), func(ctx context.Context) (err error) {
+		raw, err = s.stream.stream.GetMsg(ctx, seq)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil // gone with its age
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read settled call %s: %w", callID, err)
+	}
+	var ev messages.CallEvent
+	if _, err := messages.Decode(messages.Header(raw.Header), raw.Data, &ev); err != nil || ev.Request == nil || ev.Request.CallID != callID {
+		return nil, nil
+	}
+	return ev.Request, nil
 }
 
 // endSettled fails a call that its queue settled without a result.
