@@ -3,6 +3,7 @@ package catalog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -490,5 +491,37 @@ func TestFollowYieldsChanges(t *testing.T) {
 	}
 	if c := next(messages.CatalogWorkerLeft); c.WorkerID != "w2" {
 		t.Errorf("left by silence: %+v", c)
+	}
+}
+
+// Sync returns once the view holds every write the bucket had when it was
+// called: the last of a burst of writes made through another connection,
+// which the watch delivers after all the others, is in the view at once.
+func TestSyncWaitsForTheBucketsLastWrite(t *testing.T) {
+	t.Parallel()
+	store, view, kv := catalogOf(t)
+	ctx := testenv.Context(t)
+	// Written through the bucket's own connection, which the view's watch
+	// shares; the view learns of them only as the watch delivers them.
+	for i := range 500 {
+		if _, err := kv.PutString(ctx, fmt.Sprintf("workers.busy.w%d", i), `{"worker_id":"w","namespace":"busy","interval_ms":60000}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := tool("late", "tool", "Written last.")
+	if err := store.PutTool(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	if err := view.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := view.Lookup(last.Name); !ok {
+		t.Fatal("Sync returned before the view held the bucket's last write")
+	}
+	// A context that ends first ends the wait with its error.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := view.Sync(done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sync with an ended context: %v", err)
 	}
 }

@@ -49,6 +49,9 @@ type View struct {
 	// so that caches keyed by it survive heartbeats.
 	toolsVersion uint64
 	changed      chan struct{}
+	// applied is the bucket's sequence up to which the watch has been
+	// applied (the highest revision seen).
+	applied uint64
 }
 
 // NewView returns a view of the bucket; Start fills it.
@@ -117,6 +120,7 @@ func (v *View) apply(e jetstream.KeyValueEntry) {
 	deleted := e.Operation() != jetstream.KeyValuePut
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.applied = max(v.applied, e.Revision())
 	switch {
 	case strings.HasPrefix(key, "tools."):
 		v.toolsVersion++
@@ -205,6 +209,46 @@ func (v *View) bump() {
 	close(v.changed)
 	v.changed = make(chan struct{})
 	v.mu.Unlock()
+}
+
+// bucketStatus is what Sync asks of a bucket: jetstream.KeyValue has it.
+type bucketStatus interface {
+	Status(ctx context.Context) (jetstream.KeyValueStatus, error)
+}
+
+// Sync waits until the view holds every write the bucket had stored when
+// it was called: a worker that registered its tools in another process,
+// a tool switched off through another coordinator. It reads the bucket's
+// last sequence (one request) and waits for the watch to pass it, until
+// ctx ends; it returns ctx's error then, or the read's, and the view is
+// as current as the watch made it either way.
+func (v *View) Sync(ctx context.Context) error {
+	b, ok := v.bucket.(bucketStatus)
+	if !ok {
+		return nil
+	}
+	st, err := b.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("read the catalog's last write: %w", err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo() == nil {
+		return nil
+	}
+	last := bs.StreamInfo().State.LastSeq
+	for {
+		v.mu.RLock()
+		applied, changed := v.applied, v.changed
+		v.mu.RUnlock()
+		if applied >= last {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // ToolsVersion increases with every change of a tool definition.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/toolbus/toolbus/internal/wire/discovery"
 	"github.com/toolbus/toolbus/internal/wire/usage"
@@ -93,6 +94,13 @@ func (v *toolView) list(ctx context.Context, lr *messages.ListToolsRequest) (*me
 	if isModelView(lr) {
 		return v.modelView(ctx, lr)
 	}
+	// The whole catalog is read after every write the bucket had: a
+	// worker whose Start returned in another process is listed. A view
+	// the watch cannot bring up to date in catalogSyncWait is listed as
+	// it is.
+	sctx, cancel := context.WithTimeout(ctx, catalogSyncWait)
+	_ = v.catalog.Sync(sctx)
+	cancel()
 	reply := &messages.ListToolsReply{Tools: []messages.ToolEntry{}}
 	for _, t := range v.catalog.Tools() {
 		if lr.Namespace != "" && t.Definition.Namespace != lr.Namespace {
@@ -102,6 +110,10 @@ func (v *toolView) list(ctx context.Context, lr *messages.ListToolsRequest) (*me
 	}
 	return reply, nil
 }
+
+// catalogSyncWait bounds how long tools.list waits for the catalog's
+// watch to pass the bucket's last write (catalog.View.Sync).
+const catalogSyncWait = 2 * time.Second
 
 func isModelView(lr *messages.ListToolsRequest) bool {
 	return lr.Agent != "" || lr.Turn != "" || lr.Format != "" || lr.Intake != nil || lr.Clarification || len(lr.Chosen) > 0
