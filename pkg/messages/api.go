@@ -234,6 +234,8 @@ type DiscoverRequest struct {
 }
 
 // DiscoverHit is one ranked tool.
+//
+//msgpack:generate
 type DiscoverHit struct {
 	Name  string  `json:"name"`
 	Score float64 `json:"score"`
@@ -242,6 +244,8 @@ type DiscoverHit struct {
 }
 
 // DiscoverReply is one page of results, best first.
+//
+//msgpack:generate
 type DiscoverReply struct {
 	Hits []DiscoverHit `json:"hits"`
 	// Tools are the hits' definitions, in the order of Hits.

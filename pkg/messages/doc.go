@@ -34,8 +34,9 @@
 // every subject and resource name is as it was (docs/protocol.md), and
 // clients in other languages see nothing new.
 //
-// The MessagePack encoders and decoders of the call path's messages (those
-// whose struct is marked //msgpack:generate) are generated into
+// The MessagePack encoders and decoders of the call path's messages and of
+// tools.discover's reply with its tool entries (those whose struct is
+// marked //msgpack:generate) are generated into
 // msgpack_gen.go by internal/msgpackgen: run go generate in this package
 // after changing one of those structs. They write the bytes the msgpack
 // library writes from the json tags; every other message is encoded by the

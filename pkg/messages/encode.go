@@ -60,6 +60,8 @@ func appendMarshal(v msgpackAppender) ([]byte, error) {
 	return out, err
 }
 
+func (w *packer) putNil() { w.b = append(w.b, msgpcode.Nil) }
+
 func (w *packer) header(n int) { w.b = appendLen(w.b, n, 0x80, 15, msgpcode.Map16, msgpcode.Map32) }
 
 func (w *packer) arrayLen(n int) {

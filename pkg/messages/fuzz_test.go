@@ -167,3 +167,9 @@ func FuzzJSONString(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeDiscoverReply(f *testing.F) {
+	entry := fullToolEntry()
+	fuzzDecoder[DiscoverReply](f, &DiscoverReply{Hits: []DiscoverHit{{Name: "fs-read_file", Score: 1.5, Exact: true}}, Tools: []ToolEntry{entry}, Schemas: []JSON{JSON(`{"type":"function"}`)}, Page: 1, More: true},
+		&DiscoverReply{Hits: []DiscoverHit{}, Tools: []ToolEntry{}})
+}

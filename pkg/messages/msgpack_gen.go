@@ -11,8 +11,182 @@ var callStateValues = []string{string(StateQueued), string(StateAwaitingApproval
 // contentBlockTypeValues are the values of ContentBlock.Type: read strings equal to one are not copied.
 var contentBlockTypeValues = []string{ContentText, ContentJSON, ContentImage, ContentAudio, ContentResource, ContentResourceLink}
 
+// deliveryValues are the constants of Delivery: read strings equal to one are not copied.
+var deliveryValues = []string{string(DeliveryAtLeastOnce), string(DeliveryAtMostOnce)}
+
 // eventKindValues are the constants of EventKind: read strings equal to one are not copied.
 var eventKindValues = []string{string(EventQueued), string(EventStarted), string(EventProgress), string(EventLog), string(EventCancel), string(EventApproval), string(EventResult)}
+
+// EncodeMsgpack writes the DiscoverHit as the msgpack library would from its json tags, without reflection.
+func (m DiscoverHit) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
+
+func (m DiscoverHit) appendMsgpack(w *packer) {
+	w.header(2 + count(m.Exact))
+	w.b = append(w.b, "\xa4name"...)
+	w.putStr(m.Name)
+	w.b = append(w.b, "\xa5score"...)
+	w.putFloat(m.Score)
+	if m.Exact {
+		w.b = append(w.b, "\xa5exact"...)
+		w.putBool(m.Exact)
+	}
+}
+
+// DecodeMsgpack reads a DiscoverHit with its generated decoder.
+func (m *DiscoverHit) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, m) }
+
+func (m *DiscoverHit) decodeBytes(data []byte) (int, error) {
+	d := reader{b: data}
+	err := m.decodeFast(&d)
+	return d.i, err
+}
+
+// decodeFast reads a DiscoverHit; nil leaves it as it is.
+func (m *DiscoverHit) decodeFast(d *reader) error {
+	n, err := d.mapHeader()
+	if err != nil {
+		return err
+	}
+	d.depth++
+	for i := 0; i < n; i++ {
+		var key []byte
+		if key, err = d.key(); err != nil {
+			return err
+		}
+		switch string(key) {
+		case "name":
+			m.Name, err = d.str()
+		case "score":
+			if m.Score, err = d.float(); err == nil {
+				err = finite(m.Score)
+			}
+		case "exact":
+			m.Exact, err = d.bool()
+		default:
+			err = d.skipWithin(maxMessageDepth - d.depth)
+		}
+		if err != nil {
+			return fieldError(key, err)
+		}
+	}
+	d.depth--
+	return nil
+}
+
+// EncodeMsgpack writes the DiscoverReply as the msgpack library would from its json tags, without reflection.
+func (m DiscoverReply) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
+
+func (m DiscoverReply) appendMsgpack(w *packer) {
+	w.header(3 + count(len(m.Schemas) > 0, m.More))
+	w.b = append(w.b, "\xa4hits"...)
+	if m.Hits == nil {
+		w.putNil()
+	} else {
+		w.arrayLen(len(m.Hits))
+		for i := range m.Hits {
+			m.Hits[i].appendMsgpack(w)
+		}
+	}
+	w.b = append(w.b, "\xa5tools"...)
+	if m.Tools == nil {
+		w.putNil()
+	} else {
+		w.arrayLen(len(m.Tools))
+		for i := range m.Tools {
+			m.Tools[i].appendMsgpack(w)
+		}
+	}
+	if len(m.Schemas) > 0 {
+		w.b = append(w.b, "\xa7schemas"...)
+		w.arrayLen(len(m.Schemas))
+		for i := range m.Schemas {
+			w.putJSON(m.Schemas[i])
+		}
+	}
+	w.b = append(w.b, "\xa4page"...)
+	w.putInt(int64(m.Page))
+	if m.More {
+		w.b = append(w.b, "\xa4more"...)
+		w.putBool(m.More)
+	}
+}
+
+// DecodeMsgpack reads a DiscoverReply with its generated decoder.
+func (m *DiscoverReply) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, m) }
+
+func (m *DiscoverReply) decodeBytes(data []byte) (int, error) {
+	d := reader{b: data}
+	err := m.decodeFast(&d)
+	return d.i, err
+}
+
+// decodeFast reads a DiscoverReply; nil leaves it as it is.
+func (m *DiscoverReply) decodeFast(d *reader) error {
+	n, err := d.mapHeader()
+	if err != nil {
+		return err
+	}
+	d.depth++
+	for i := 0; i < n; i++ {
+		var key []byte
+		if key, err = d.key(); err != nil {
+			return err
+		}
+		switch string(key) {
+		case "hits":
+			var length int
+			if length, err = d.arrayHeader(); err == nil && length >= 0 {
+				if err = listLen(d, length); err == nil {
+					m.Hits = make([]DiscoverHit, length)
+					for j := 0; j < length && err == nil; j++ {
+						if err = m.Hits[j].decodeFast(d); err != nil {
+							err = itemError(j, err)
+						}
+					}
+				}
+			}
+		case "tools":
+			var length int
+			if length, err = d.arrayHeader(); err == nil && length >= 0 {
+				if err = listLen(d, length); err == nil {
+					m.Tools = make([]ToolEntry, length)
+					for j := 0; j < length && err == nil; j++ {
+						if err = m.Tools[j].decodeFast(d); err != nil {
+							err = itemError(j, err)
+						}
+					}
+				}
+			}
+		case "schemas":
+			var length int
+			if length, err = d.arrayHeader(); err == nil {
+				if length < 0 {
+					m.Schemas = nil
+				} else if err = listLen(d, length); err == nil {
+					m.Schemas = make([]JSON, length)
+					for j := 0; j < length && err == nil; j++ {
+						if err = m.Schemas[j].decodeFast(d); err != nil {
+							err = itemError(j, err)
+						}
+					}
+				}
+			}
+		case "page":
+			var i64 int64
+			i64, err = d.int()
+			m.Page = int(i64)
+		case "more":
+			m.More, err = d.bool()
+		default:
+			err = d.skipWithin(maxMessageDepth - d.depth)
+		}
+		if err != nil {
+			return fieldError(key, err)
+		}
+	}
+	d.depth--
+	return nil
+}
 
 // EncodeMsgpack writes the QueuedAudit as the msgpack library would from its json tags, without reflection.
 func (m QueuedAudit) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
@@ -948,6 +1122,381 @@ func (m *Progress) decodeFast(d *reader) error {
 			}
 		case "message":
 			m.Message, err = d.str()
+		default:
+			err = d.skipWithin(maxMessageDepth - d.depth)
+		}
+		if err != nil {
+			return fieldError(key, err)
+		}
+	}
+	d.depth--
+	return nil
+}
+
+// EncodeMsgpack writes the ToolMetadata as the msgpack library would from its json tags, without reflection.
+func (m ToolMetadata) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
+
+func (m ToolMetadata) appendMsgpack(w *packer) {
+	w.header(0 + count(len(m.Tags) > 0, m.TimeoutMS != 0, m.MaxResultSize != 0, m.SearchHint != "", m.ConcurrencySafe, m.ThinkAugment != nil, len(m.Extra) > 0))
+	if len(m.Tags) > 0 {
+		w.b = append(w.b, "\xa4tags"...)
+		w.arrayLen(len(m.Tags))
+		for i := range m.Tags {
+			w.putStr(m.Tags[i])
+		}
+	}
+	if m.TimeoutMS != 0 {
+		w.b = append(w.b, "\xaatimeout_ms"...)
+		w.putInt(m.TimeoutMS)
+	}
+	if m.MaxResultSize != 0 {
+		w.b = append(w.b, "\xafmax_result_size"...)
+		w.putInt(int64(m.MaxResultSize))
+	}
+	if m.SearchHint != "" {
+		w.b = append(w.b, "\xabsearch_hint"...)
+		w.putStr(m.SearchHint)
+	}
+	if m.ConcurrencySafe {
+		w.b = append(w.b, "\xb0concurrency_safe"...)
+		w.putBool(m.ConcurrencySafe)
+	}
+	if m.ThinkAugment != nil {
+		w.b = append(w.b, "\xadthink_augment"...)
+		w.putBool(*m.ThinkAugment)
+	}
+	if len(m.Extra) > 0 {
+		w.b = append(w.b, "\xa5extra"...)
+		w.putReflect(m.Extra)
+	}
+}
+
+// DecodeMsgpack reads a ToolMetadata with its generated decoder.
+func (m *ToolMetadata) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, m) }
+
+func (m *ToolMetadata) decodeBytes(data []byte) (int, error) {
+	d := reader{b: data}
+	err := m.decodeFast(&d)
+	return d.i, err
+}
+
+// decodeFast reads a ToolMetadata; nil leaves it as it is.
+func (m *ToolMetadata) decodeFast(d *reader) error {
+	n, err := d.mapHeader()
+	if err != nil {
+		return err
+	}
+	d.depth++
+	for i := 0; i < n; i++ {
+		var key []byte
+		if key, err = d.key(); err != nil {
+			return err
+		}
+		switch string(key) {
+		case "tags":
+			var length int
+			if length, err = d.arrayHeader(); err == nil {
+				if length < 0 {
+					m.Tags = nil
+				} else if err = listLen(d, length); err == nil {
+					m.Tags = make([]string, length)
+					for j := 0; j < length && err == nil; j++ {
+						if m.Tags[j], err = d.str(); err != nil {
+							err = itemError(j, err)
+						}
+					}
+				}
+			}
+		case "timeout_ms":
+			m.TimeoutMS, err = d.int()
+		case "max_result_size":
+			var i64 int64
+			i64, err = d.int()
+			m.MaxResultSize = int(i64)
+		case "search_hint":
+			m.SearchHint, err = d.str()
+		case "concurrency_safe":
+			m.ConcurrencySafe, err = d.bool()
+		case "think_augment":
+			if !d.nilNext() {
+				var b bool
+				if b, err = d.bool(); err == nil {
+					m.ThinkAugment = &b
+				}
+			}
+		case "extra":
+			var raw []byte
+			if raw, err = d.raw(); err == nil {
+				_, err = decodeReflect(raw, &m.Extra)
+			}
+		default:
+			err = d.skipWithin(maxMessageDepth - d.depth)
+		}
+		if err != nil {
+			return fieldError(key, err)
+		}
+	}
+	d.depth--
+	return nil
+}
+
+// EncodeMsgpack writes the ToolSource as the msgpack library would from its json tags, without reflection.
+func (m ToolSource) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
+
+func (m ToolSource) appendMsgpack(w *packer) {
+	w.header(1 + count(m.Name != ""))
+	w.b = append(w.b, "\xa4kind"...)
+	w.putStr(m.Kind)
+	if m.Name != "" {
+		w.b = append(w.b, "\xa4name"...)
+		w.putStr(m.Name)
+	}
+}
+
+// DecodeMsgpack reads a ToolSource with its generated decoder.
+func (m *ToolSource) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, m) }
+
+func (m *ToolSource) decodeBytes(data []byte) (int, error) {
+	d := reader{b: data}
+	err := m.decodeFast(&d)
+	return d.i, err
+}
+
+// decodeFast reads a ToolSource; nil leaves it as it is.
+func (m *ToolSource) decodeFast(d *reader) error {
+	n, err := d.mapHeader()
+	if err != nil {
+		return err
+	}
+	d.depth++
+	for i := 0; i < n; i++ {
+		var key []byte
+		if key, err = d.key(); err != nil {
+			return err
+		}
+		switch string(key) {
+		case "kind":
+			m.Kind, err = d.str()
+		case "name":
+			m.Name, err = d.str()
+		default:
+			err = d.skipWithin(maxMessageDepth - d.depth)
+		}
+		if err != nil {
+			return fieldError(key, err)
+		}
+	}
+	d.depth--
+	return nil
+}
+
+// EncodeMsgpack writes the ToolEntry as the msgpack library would from its json tags, without reflection.
+func (m ToolEntry) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, &m) }
+
+func (m *ToolEntry) appendMsgpack(w *packer) {
+	w.header(8 + count(m.OriginalName != "", m.Title != "", len(m.OutputSchema) > 0, m.Delivery != "", m.Unavailable != "", m.Disabled, m.Reason != "", m.Exposure != nil))
+	w.b = append(w.b, "\xa4name"...)
+	w.putStr(m.Name)
+	w.b = append(w.b, "\xa9namespace"...)
+	w.putStr(m.Namespace)
+	w.b = append(w.b, "\xa6method"...)
+	w.putStr(m.Method)
+	if m.OriginalName != "" {
+		w.b = append(w.b, "\xadoriginal_name"...)
+		w.putStr(m.OriginalName)
+	}
+	if m.Title != "" {
+		w.b = append(w.b, "\xa5title"...)
+		w.putStr(m.Title)
+	}
+	w.b = append(w.b, "\xabdescription"...)
+	w.putStr(m.Description)
+	w.b = append(w.b, "\xacinput_schema"...)
+	w.putJSON(m.InputSchema)
+	if len(m.OutputSchema) > 0 {
+		w.b = append(w.b, "\xadoutput_schema"...)
+		w.putJSON(m.OutputSchema)
+	}
+	w.b = append(w.b, "\xa8metadata"...)
+	m.Metadata.appendMsgpack(w)
+	w.b = append(w.b, "\xa6source"...)
+	m.Source.appendMsgpack(w)
+	if m.Delivery != "" {
+		w.b = append(w.b, "\xa8delivery"...)
+		w.putStr(string(m.Delivery))
+	}
+	w.b = append(w.b, "\xa9available"...)
+	w.putBool(m.Available)
+	if m.Unavailable != "" {
+		w.b = append(w.b, "\xabunavailable"...)
+		w.putStr(m.Unavailable)
+	}
+	if m.Disabled {
+		w.b = append(w.b, "\xa8disabled"...)
+		w.putBool(m.Disabled)
+	}
+	if m.Reason != "" {
+		w.b = append(w.b, "\xa6reason"...)
+		w.putStr(m.Reason)
+	}
+	if m.Exposure != nil {
+		w.b = append(w.b, "\xa8exposure"...)
+		m.Exposure.appendMsgpack(w)
+	}
+}
+
+// DecodeMsgpack reads a ToolEntry with its generated decoder.
+func (m *ToolEntry) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, m) }
+
+func (m *ToolEntry) decodeBytes(data []byte) (int, error) {
+	d := reader{b: data}
+	err := m.decodeFast(&d)
+	return d.i, err
+}
+
+// decodeFast reads a ToolEntry; nil leaves it as it is.
+func (m *ToolEntry) decodeFast(d *reader) error {
+	n, err := d.mapHeader()
+	if err != nil {
+		return err
+	}
+	d.depth++
+	for i := 0; i < n; i++ {
+		var key []byte
+		if key, err = d.key(); err != nil {
+			return err
+		}
+		switch string(key) {
+		case "name":
+			m.Name, err = d.str()
+		case "namespace":
+			m.Namespace, err = d.str()
+		case "method":
+			m.Method, err = d.str()
+		case "original_name":
+			m.OriginalName, err = d.str()
+		case "title":
+			m.Title, err = d.str()
+		case "description":
+			m.Description, err = d.str()
+		case "input_schema":
+			err = m.InputSchema.decodeFast(d)
+		case "output_schema":
+			err = m.OutputSchema.decodeFast(d)
+		case "metadata":
+			if d.nilNext() {
+				m.Metadata = ToolMetadata{}
+			} else {
+				err = m.Metadata.decodeFast(d)
+			}
+		case "source":
+			if d.nilNext() {
+				m.Source = ToolSource{}
+			} else {
+				err = m.Source.decodeFast(d)
+			}
+		case "delivery":
+			var s string
+			s, err = d.strOf(deliveryValues)
+			m.Delivery = Delivery(s)
+		case "available":
+			m.Available, err = d.bool()
+		case "unavailable":
+			m.Unavailable, err = d.str()
+		case "disabled":
+			m.Disabled, err = d.bool()
+		case "reason":
+			m.Reason, err = d.str()
+		case "exposure":
+			if !d.nilNext() {
+				m.Exposure = new(ToolExposure)
+				err = m.Exposure.decodeFast(d)
+			}
+		default:
+			err = d.skipWithin(maxMessageDepth - d.depth)
+		}
+		if err != nil {
+			return fieldError(key, err)
+		}
+	}
+	d.depth--
+	return nil
+}
+
+// EncodeMsgpack writes the ToolExposure as the msgpack library would from its json tags, without reflection.
+func (m ToolExposure) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
+
+func (m ToolExposure) appendMsgpack(w *packer) {
+	w.header(0 + count(m.Tier != "", m.AlwaysInclude, len(m.Bundles) > 0, m.Approval != "", m.Async))
+	if m.Tier != "" {
+		w.b = append(w.b, "\xa4tier"...)
+		w.putStr(m.Tier)
+	}
+	if m.AlwaysInclude {
+		w.b = append(w.b, "\xaealways_include"...)
+		w.putBool(m.AlwaysInclude)
+	}
+	if len(m.Bundles) > 0 {
+		w.b = append(w.b, "\xa7bundles"...)
+		w.arrayLen(len(m.Bundles))
+		for i := range m.Bundles {
+			w.putStr(m.Bundles[i])
+		}
+	}
+	if m.Approval != "" {
+		w.b = append(w.b, "\xa8approval"...)
+		w.putStr(m.Approval)
+	}
+	if m.Async {
+		w.b = append(w.b, "\xa5async"...)
+		w.putBool(m.Async)
+	}
+}
+
+// DecodeMsgpack reads a ToolExposure with its generated decoder.
+func (m *ToolExposure) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, m) }
+
+func (m *ToolExposure) decodeBytes(data []byte) (int, error) {
+	d := reader{b: data}
+	err := m.decodeFast(&d)
+	return d.i, err
+}
+
+// decodeFast reads a ToolExposure; nil leaves it as it is.
+func (m *ToolExposure) decodeFast(d *reader) error {
+	n, err := d.mapHeader()
+	if err != nil {
+		return err
+	}
+	d.depth++
+	for i := 0; i < n; i++ {
+		var key []byte
+		if key, err = d.key(); err != nil {
+			return err
+		}
+		switch string(key) {
+		case "tier":
+			m.Tier, err = d.str()
+		case "always_include":
+			m.AlwaysInclude, err = d.bool()
+		case "bundles":
+			var length int
+			if length, err = d.arrayHeader(); err == nil {
+				if length < 0 {
+					m.Bundles = nil
+				} else if err = listLen(d, length); err == nil {
+					m.Bundles = make([]string, length)
+					for j := 0; j < length && err == nil; j++ {
+						if m.Bundles[j], err = d.str(); err != nil {
+							err = itemError(j, err)
+						}
+					}
+				}
+			}
+		case "approval":
+			m.Approval, err = d.str()
+		case "async":
+			m.Async, err = d.bool()
 		default:
 			err = d.skipWithin(maxMessageDepth - d.depth)
 		}

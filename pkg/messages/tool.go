@@ -90,6 +90,8 @@ const (
 )
 
 // ToolMetadata holds execution hints and classification.
+//
+//msgpack:generate
 type ToolMetadata struct {
 	Tags []string `json:"tags,omitempty"`
 	// TimeoutMS bounds one call of the tool; a caller may ask for less, never more.
@@ -126,6 +128,8 @@ const (
 )
 
 // ToolSource says where a tool comes from.
+//
+//msgpack:generate
 type ToolSource struct {
 	// Kind is one of SourceGo, SourceMCP, SourceOpenAPI, SourceBuiltin.
 	Kind string `json:"kind"`
@@ -134,6 +138,8 @@ type ToolSource struct {
 }
 
 // ToolEntry is a tool as the catalog lists it: its definition and whether it can be called now.
+//
+//msgpack:generate pointer
 type ToolEntry struct {
 	ToolDefinition
 	// Available is true when a live worker serves the tool's namespace and,
@@ -157,6 +163,8 @@ type DisabledState struct {
 }
 
 // ToolExposure is what an agent's exposure rules say of a tool.
+//
+//msgpack:generate
 type ToolExposure struct {
 	// Tier is critical, base or onDemand; empty for a tool that no rule
 	// admitted but discovery, activation or a caller choice made visible.

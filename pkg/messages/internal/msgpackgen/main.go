@@ -12,13 +12,18 @@
 // know, and names the field whose value it could not read.
 //
 // Fields are of these kinds: string, a string type (read into the named
-// constants of the type without copying them), bool, int, int64, float64
-// (a value that is not finite is refused: JSON cannot hold it), time.Time
-// (years 0 to 9999, which JSON can hold), []byte, JSON, a pointer to a
-// marked struct or a slice of them, and a pointer to another struct of the
-// package, which the msgpack library reads and writes (its times are
-// checked as above, by the decoder of every message the library reads). A line "//msgpack:values A B" in a string field's doc
-// comment names the constants its values are read into.
+// constants of the type without copying them), bool, *bool, int, int64,
+// float64 (a value that is not finite is refused: JSON cannot hold it),
+// time.Time (years 0 to 9999, which JSON can hold), []byte, JSON, []JSON,
+// []string, a marked struct by value, a pointer to a marked struct or a
+// slice of them, and a pointer to another struct of the package or a map
+// (with omitempty), which the msgpack library reads and writes (its times
+// are checked as above, by the decoder of every message the library
+// reads). A slice without omitempty is written as the library writes it:
+// nil when nil, an array when empty. An untagged embedded struct of the
+// package that is not marked itself has its fields inlined, as the
+// library inlines them. A line "//msgpack:values A B" in a string field's
+// doc comment names the constants its values are read into.
 package main
 
 import (
@@ -75,6 +80,11 @@ const (
 	kindMessage      // pointer to a generated struct
 	kindMessageSlice // slice of a generated struct
 	kindReflect      // pointer to another struct, by the msgpack library
+	kindMessageValue // a generated struct, by value
+	kindStrings      // []string
+	kindJSONSlice    // []JSON
+	kindBoolPointer  // *bool
+	kindReflectValue // a map, by the msgpack library
 )
 
 type field struct {
@@ -233,9 +243,32 @@ func (info *pkgInfo) used(name string) bool {
 
 func (info *pkgInfo) message(name string, pointer bool, generated map[string]bool) (*message, error) {
 	msg := &message{Name: name, Pointer: pointer}
-	for _, af := range info.structs[name].Fields.List {
+	fields, err := info.fieldsOf(name, info.structs[name], generated, map[string]bool{})
+	if err != nil {
+		return nil, err
+	}
+	msg.Fields = fields
+	return msg, nil
+}
+
+// fieldsOf lists the fields of struct st, named name, as the library
+// writes them: those of an embedded struct without a tag in its place,
+// inlined, unless that struct is generated (the library then writes it
+// as the value its encoder writes, which this generator does not do).
+func (info *pkgInfo) fieldsOf(name string, st *ast.StructType, generated, keys map[string]bool) ([]field, error) {
+	var fields []field
+	for _, af := range st.Fields.List {
 		if len(af.Names) == 0 {
-			return nil, fmt.Errorf("%s: embedded fields are not supported", name)
+			embedded, ok := af.Type.(*ast.Ident)
+			if !ok || af.Tag != nil || info.structs[embedded.Name] == nil || generated[embedded.Name] {
+				return nil, fmt.Errorf("%s: only an untagged embedded struct of the package that is not generated itself is supported", name)
+			}
+			inner, err := info.fieldsOf(name+"."+embedded.Name, info.structs[embedded.Name], generated, keys)
+			if err != nil {
+				return nil, err
+			}
+			fields = append(fields, inner...)
+			continue
 		}
 		for _, n := range af.Names {
 			if !n.IsExported() {
@@ -267,10 +300,14 @@ func (info *pkgInfo) message(name string, pointer bool, generated map[string]boo
 				info.valueSets = append(info.valueSets, set)
 				f.Values = set.Var
 			}
-			msg.Fields = append(msg.Fields, f)
+			if keys[f.Key] {
+				return nil, fmt.Errorf("%s.%s: key %q is used twice", name, n.Name, f.Key)
+			}
+			keys[f.Key] = true
+			fields = append(fields, f)
 		}
 	}
-	return msg, nil
+	return fields, nil
 }
 
 func (info *pkgInfo) classify(f *field, expr ast.Expr, generated map[string]bool) error {
@@ -294,6 +331,11 @@ func (info *pkgInfo) classify(f *field, expr ast.Expr, generated map[string]bool
 			if len(info.consts[t.Name]) > 0 {
 				f.Values = lowerFirst(t.Name) + "Values"
 			}
+		case generated[t.Name]:
+			if f.OmitEmpty {
+				return fmt.Errorf("a struct value with omitempty is not supported")
+			}
+			f.Kind, f.Type = kindMessageValue, t.Name
 		default:
 			return fmt.Errorf("type %s is not supported", t.Name)
 		}
@@ -309,19 +351,34 @@ func (info *pkgInfo) classify(f *field, expr ast.Expr, generated map[string]bool
 		case t.Len != nil || !ok:
 		case elem.Name == "byte":
 			f.Kind = kindBytes
+		case elem.Name == "string":
+			f.Kind = kindStrings
+		case elem.Name == "JSON":
+			f.Kind = kindJSONSlice
 		case generated[elem.Name]:
 			f.Kind, f.Type = kindMessageSlice, elem.Name
 		}
-		if f.Kind == kindBytes || f.Kind == kindMessageSlice {
+		switch f.Kind {
+		case kindBytes:
 			if !f.OmitEmpty {
-				return fmt.Errorf("a slice needs omitempty")
+				return fmt.Errorf("a byte slice needs omitempty")
 			}
 			return nil
+		case kindStrings, kindJSONSlice, kindMessageSlice:
+			return nil
 		}
+	case *ast.MapType:
+		if f.OmitEmpty {
+			f.Kind, f.Type = kindReflectValue, exprString(expr)
+			return nil
+		}
+		return fmt.Errorf("a map needs omitempty")
 	case *ast.StarExpr:
 		elem, ok := t.X.(*ast.Ident)
 		switch {
 		case !ok:
+		case elem.Name == "bool":
+			f.Kind, f.Type = kindBoolPointer, "bool"
 		case generated[elem.Name]:
 			f.Kind, f.Type = kindMessage, elem.Name
 		case info.structs[elem.Name] != nil:
@@ -386,7 +443,7 @@ func (f field) emptyTest() string {
 		return v + " != 0"
 	case kindTime:
 		return "!" + v + ".IsZero()"
-	case kindMessage, kindReflect:
+	case kindMessage, kindReflect, kindBoolPointer:
 		return v + " != nil"
 	}
 	return "len(" + v + ") > 0"
@@ -417,10 +474,20 @@ func (f field) encode() string {
 		return "w.putJSON(" + v + ")"
 	case kindMessage:
 		return v + ".appendMsgpack(w)"
-	case kindMessageSlice:
-		return "w.arrayLen(len(" + v + "))\nfor i := range " + v + " {\n" + v + "[i].appendMsgpack(w)\n}"
-	case kindReflect:
+	case kindMessageSlice, kindStrings, kindJSONSlice:
+		item := map[kind]string{kindMessageSlice: v + "[i].appendMsgpack(w)", kindStrings: "w.putStr(" + v + "[i])", kindJSONSlice: "w.putJSON(" + v + "[i])"}[f.Kind]
+		list := "w.arrayLen(len(" + v + "))\nfor i := range " + v + " {\n" + item + "\n}"
+		if f.OmitEmpty {
+			return list
+		}
+		// The library writes a nil slice as nil, an empty one as an empty array.
+		return "if " + v + " == nil {\nw.putNil()\n} else {\n" + list + "\n}"
+	case kindReflect, kindReflectValue:
 		return "w.putReflect(" + v + ")"
+	case kindMessageValue:
+		return v + ".appendMsgpack(w)"
+	case kindBoolPointer:
+		return "w.putBool(*" + v + ")"
 	}
 	panic("unknown kind")
 }
@@ -464,6 +531,20 @@ func (f field) decode() string {
 		s := "if !d.nilNext() {\nv := new(" + f.Type + ")\n" + v + " = v\nvar raw []byte\n" +
 			"if raw, err = d.raw(); err == nil {\n_, err = decodeReflect(raw, v)\n}\n"
 		return s + "}"
+	case kindReflectValue:
+		return "var raw []byte\nif raw, err = d.raw(); err == nil {\n_, err = decodeReflect(raw, &" + v + ")\n}"
+	case kindMessageValue:
+		return "if d.nilNext() {\n" + v + " = " + f.Type + "{}\n} else {\nerr = " + v + ".decodeFast(d)\n}"
+	case kindBoolPointer:
+		return "if !d.nilNext() {\nvar b bool\nif b, err = d.bool(); err == nil {\n" + v + " = &b\n}\n}"
+	case kindStrings, kindJSONSlice:
+		elem := map[kind]string{kindStrings: "string", kindJSONSlice: "JSON"}[f.Kind]
+		read := map[kind]string{kindStrings: v + "[j], err = d.str()", kindJSONSlice: "err = " + v + "[j].decodeFast(d)"}[f.Kind]
+		return "var length int\nif length, err = d.arrayHeader(); err == nil {\n" +
+			"if length < 0 {\n" + v + " = nil\n} else if err = listLen(d, length); err == nil {\n" +
+			v + " = make([]" + elem + ", length)\n" +
+			"for j := 0; j < length && err == nil; j++ {\n" +
+			"if " + read + "; err != nil {\nerr = itemError(j, err)\n}\n}\n}\n}"
 	}
 	panic("unknown kind")
 }
