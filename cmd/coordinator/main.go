@@ -41,6 +41,7 @@ func run() error {
 	staleToolTTL := flag.Duration("stale-tool-ttl", coordinator.DefaultStaleToolTTL, "remove the tools of a namespace that has had no live worker this long; 0 keeps them")
 	noLearning := flag.Bool("no-learning", false, "record no usage evidence (what agents searched for and then called), whatever the installation's learning switch says")
 	usageRetention := flag.Duration("usage-retention", usage.DefaultRetention, "how long an agent's usage evidence for a tool is kept after it last changed")
+	dutyLeaseTTL := flag.Duration("duty-lease-ttl", coordinator.DefaultDutyLeaseTTL, "how long a coordinator that died keeps the duties one coordinator at a time does (the audit copy, the sweep of settled calls) before another takes them over; at least 1s")
 	metricsListen := flag.String("metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (host:port); see docs/operations.md")
 	flag.Parse()
 	if *usageRetention <= 0 {
@@ -82,6 +83,7 @@ func run() error {
 		MaxWaitsPerUser:     *maxWaitsPerUser,
 		NoLearning:          *noLearning,
 		UsageRetention:      *usageRetention,
+		DutyLeaseTTL:        *dutyLeaseTTL,
 		Resources:           resources.Config{Replicas: *replicas, Reconfigure: *reconfigure},
 		Logger:              log,
 	})

@@ -88,6 +88,8 @@ func runBench(ctx context.Context, args []string) error {
 	ackWait := fs.Duration("ack-wait", 2*time.Second, "soak: how long a killed worker's calls wait before redelivery")
 	workers := fs.Int("workers", 2, "soak: worker processes")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the Toolbus throughput run to this file")
+	settle := fs.Duration("settle", coordinator.DefaultSweepInterval+3*coordinator.DefaultAuditCopyInterval, "how long the count of messages and bytes a call waits after its calls for the work that follows them (the audit copier's batches, a sweep's reads)")
+	byConnection := fs.Bool("traffic-by-connection", false, "print, for the count of messages a call, each connection's share (messages in and out per call, and the subjects it subscribes to)")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the Toolbus throughput run to this file")
 	authConfig := fs.String("auth", "", "run the server with this deployment configuration (accounts and users, e.g. deploy/nats/users.conf); the coordinator, the worker and the agent each connect as their role's user")
 	bare := fs.Bool("bare", false, "measure the bare call path: no agent, turn, workspace or policy (by default every call is an agent's, in a turn, under exposure rules and a 20-rule policy)")
@@ -167,29 +169,71 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	defer counter.Close()
-	traffic := func(call func(context.Context) error) (msgs, bytes float64, err error) {
+	// settle is how long traffic waits after the calls for what follows
+	// them: the audit copier's batches, and for Toolbus a sweep, whose
+	// reads of settled calls are a cost of each call too. What the
+	// processes send while idle (heartbeats, the copier's polls, the
+	// sweep's own requests) is measured over as long again without calls,
+	// and taken off.
+	traffic := func(call func(context.Context) error, settle time.Duration) (msgs, bytes float64, err error) {
 		const n = 500
-		before, err := srv.Varz(nil)
+		var conns [2]map[uint64]connTraffic // the busy window's, then the idle one's
+		window := func(work func() error) (msgs, bytes uint64, took time.Duration, err error) {
+			before, err := srv.Varz(nil)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			connsBefore, err := connectionTraffic(srv, *byConnection)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			t0 := time.Now()
+			if err := work(); err != nil {
+				return 0, 0, 0, err
+			}
+			took = time.Since(t0)
+			after, err := srv.Varz(nil)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			connsAfter, err := connectionTraffic(srv, *byConnection)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			if conns[0] == nil {
+				conns[0] = trafficSince(connsBefore, connsAfter)
+			} else {
+				conns[1] = trafficSince(connsBefore, connsAfter)
+			}
+			return uint64(after.InMsgs - before.InMsgs + after.OutMsgs - before.OutMsgs), uint64(after.InBytes - before.InBytes + after.OutBytes - before.OutBytes), took, nil
+		}
+		// What earlier calls (the warm-up's) left to follow them is done
+		// before the count starts, or the first sweep's reads of them
+		// would be counted as these calls'.
+		time.Sleep(settle)
+		busyMsgs, busyBytes, took, err := window(func() error {
+			if _, err := sequential(ctx, n, call); err != nil {
+				return err
+			}
+			time.Sleep(settle)
+			return nil
+		})
 		if err != nil {
 			return 0, 0, err
 		}
-		if _, err := sequential(ctx, n, call); err != nil {
-			return 0, 0, err
-		}
-		// The audit copier's batches come up to an interval later.
-		time.Sleep(3 * coordinator.DefaultAuditCopyInterval)
-		after, err := srv.Varz(nil)
+		idleMsgs, idleBytes, _, err := window(func() error { time.Sleep(took); return nil })
 		if err != nil {
 			return 0, 0, err
 		}
-		msgs = float64(after.InMsgs-before.InMsgs+after.OutMsgs-before.OutMsgs) / n
-		bytes = float64(after.InBytes-before.InBytes+after.OutBytes-before.OutBytes) / n
-		return msgs, bytes, nil
+		if *byConnection {
+			printConnectionTraffic(conns[0], conns[1], n)
+		}
+		return (float64(busyMsgs) - float64(idleMsgs)) / n, (float64(busyBytes) - float64(idleBytes)) / n, nil
 	}
-	if r.BaselineMsgsPerCall, r.BaselineBytesPerCall, err = traffic(base.call); err != nil {
+	if r.BaselineMsgsPerCall, r.BaselineBytesPerCall, err = traffic(base.call, min(*settle, 3*coordinator.DefaultAuditCopyInterval)); err != nil {
 		return err
 	}
-	if r.ToolbusMsgsPerCall, r.ToolbusBytesPerCall, err = traffic(tb.call); err != nil {
+	if r.ToolbusMsgsPerCall, r.ToolbusBytesPerCall, err = traffic(tb.call, *settle); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "per sequential call, in and out of the server\n  baseline %.1f messages, %.0f bytes\n  toolbus  %.1f messages, %.0f bytes\n", r.BaselineMsgsPerCall, r.BaselineBytesPerCall, r.ToolbusMsgsPerCall, r.ToolbusBytesPerCall)

@@ -32,7 +32,7 @@ func runToJSON(t *testing.T, out any, args ...string) {
 func TestBenchReports(t *testing.T) {
 	t.Parallel()
 	var r benchReport
-	runToJSON(t, &r, "--calls", "20", "--rounds", "1", "--concurrency", "4", "--slots", "4", "--prefix", "tbbench")
+	runToJSON(t, &r, "--calls", "20", "--rounds", "1", "--concurrency", "4", "--slots", "4", "--prefix", "tbbench", "--settle", "300ms")
 	if r.Calls != 20 || r.ToolbusSeqP50US <= 0 || r.BaselineSeqP50US <= 0 || r.ToolbusC64CallsPerS <= 0 {
 		t.Fatalf("report %+v", r)
 	}
@@ -43,7 +43,7 @@ func TestBenchReports(t *testing.T) {
 		t.Fatalf("by default the realistic path, with its two writes per call and batches of audit records: %+v", r)
 	}
 	var bare benchReport
-	runToJSON(t, &bare, "--bare", "--calls", "20", "--rounds", "1", "--concurrency", "4", "--slots", "4", "--prefix", "tbbare")
+	runToJSON(t, &bare, "--bare", "--calls", "20", "--rounds", "1", "--concurrency", "4", "--slots", "4", "--prefix", "tbbare", "--settle", "300ms")
 	if bare.Path != "bare" || bare.ToolbusJetStreamWrite != 2 || bare.ToolbusAuditWrites != 0 || bare.ToolbusC64CallsPerS <= 0 {
 		t.Fatalf("--bare: %+v", bare)
 	}
@@ -58,7 +58,7 @@ func TestBenchRunsUnderTheDeployedUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r benchReport
-	runToJSON(t, &r, "--calls", "20", "--rounds", "1", "--concurrency", "4", "--slots", "4",
+	runToJSON(t, &r, "--calls", "20", "--rounds", "1", "--concurrency", "4", "--slots", "4", "--settle", "300ms",
 		"--auth", filepath.Join(deploy, "users.conf"), "--identities", filepath.Join(deploy, "identities.yaml"))
 	if !r.Auth || r.Calls != 20 || r.ToolbusSeqP50US <= 0 || r.BaselineSeqP50US <= 0 || r.ToolbusC64CallsPerS <= 0 {
 		t.Fatalf("report %+v", r)

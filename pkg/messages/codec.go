@@ -26,7 +26,8 @@ const (
 	// it cancels (RFC 3339), past which no worker starts the call.
 	HeaderDeadline = "Toolbus-Deadline"
 	// HeaderMsgID is JetStream's de-duplication header; a call's queued
-	// event carries "<call ID>.queued" in it.
+	// event carries "<call ID>.queued" in it, a cancelled result
+	// CancelledMsgID.
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderAwaiting marks the queued event of a call that waits for a
 	// decision (value AwaitingApproval): the record of the call, not yet
@@ -481,3 +482,13 @@ func ValidReplyToken(token string) bool {
 	}
 	return true
 }
+
+// CancelledMsgID is the Nats-Msg-Id of a call's cancelled result, written
+// by the coordinator that cancels the call before its delivery and by the
+// worker that finds the cancel notice as the call reaches it. On a
+// replicated stream the coordinator's condition (on every event of the
+// call, a subject filter) does not see the worker's result while it is
+// being replicated, so both could be stored; with one message ID the
+// second is dropped as a duplicate, or refused while the first is in
+// process.
+func CancelledMsgID(callID string) string { return callID + ".cancelled" }

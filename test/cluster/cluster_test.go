@@ -544,11 +544,22 @@ func stallAround(calls, probes []*callRecord, at, until time.Time) (longest, fir
 	return longest, firstComplete
 }
 
+// resultMessage is a result's error message, or "" for a success.
+func resultMessage(r *messages.CallResult) string {
+	if r.Error == nil {
+		return ""
+	}
+	return r.Error.Message
+}
+
 // callLedger is what the events stream holds of one call.
 type callLedger struct {
 	queued  int
 	started []int // attempts
-	results []messages.CallState
+	// results describe each result event: its state, sequence, subject,
+	// writer and time, so that a call committed twice tells whether both
+	// writes met the same condition (one subject) or not.
+	results []string
 	// result is the first result stored, with its times.
 	result *messages.CallResult
 	// queuedAt is when the call's queued event was written.
@@ -603,7 +614,7 @@ func readLedger(t *testing.T, js jetstream.JetStream, names messages.Names) map[
 			l.started = append(l.started, ev.Attempt)
 		case messages.EventResult:
 			if ev.Result != nil {
-				l.results = append(l.results, ev.Result.Status)
+				l.results = append(l.results, fmt.Sprintf("%s #%d %s by %q attempt %d at %s (%s)", ev.Result.Status, seq, msg.Subject, ev.Result.Worker, ev.Result.Attempt, msg.Time.Format("15:04:05.000"), resultMessage(ev.Result)))
 				if l.result == nil {
 					l.result = ev.Result
 					l.storedAt = msg.Time

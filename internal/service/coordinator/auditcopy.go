@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/wire/lease"
 	"github.com/toolbus/toolbus/internal/wire/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -19,6 +20,9 @@ const (
 	// DefaultAuditCopyInterval is the longest an audit record waits in a
 	// copier before it is written (Config.AuditCopyInterval).
 	DefaultAuditCopyInterval = 100 * time.Millisecond
+	// DefaultSweepInterval is how often a coordinator sweeps
+	// (Config.SweepInterval).
+	DefaultSweepInterval = 5 * time.Second
 	// auditBatchRecords is the most records one AuditBatch holds.
 	auditBatchRecords = 1000
 	// auditBatchBytes bounds the arguments of one AuditBatch's records,
@@ -36,18 +40,21 @@ const (
 // AuditBatch messages on "<prefix>.audit.calls". The audit stream holds its
 // own cursor: each batch names the last events sequence it covers, and
 // is written only if the subject's last message is still the batch it
-// continues from (Nats-Expected-Last-Subject-Sequence). So every
-// coordinator runs a copier, a copier that stops or dies leaves the
-// cursor where its last batch put it, and two copiers at once write each
-// record once: the second one's batch is refused, and it drops what the
-// first one wrote.
+// continues from (Nats-Expected-Last-Subject-Sequence). So a copier that
+// stops or dies leaves the cursor where its last batch put it, and two
+// copiers at once write each record once: the second one's batch is
+// refused, and it drops what the first one wrote. Every coordinator has a
+// copier, and the holder of the audit copy duty runs it (duties).
 type auditCopier struct {
 	names messages.Names
 	js    jetstream.JetStream
 	audit *transport.Stream
 	// interval is the longest a record waits before its batch is written.
 	interval time.Duration
-	log      *slog.Logger
+	// duty, when set, is the lease under which this copier copies: one
+	// coordinator's at a time (duties).
+	duty *lease.Lease
+	log  *slog.Logger
 
 	// lastSeq is the audit stream's sequence of the subject's last batch,
 	// as this copier last knew it (0: none), and through the last events
@@ -64,11 +71,26 @@ type auditCopier struct {
 	failing bool
 }
 
-// run copies until ctx ends, starting again after a failure.
+// run copies until ctx ends, starting again after a failure, while this
+// coordinator holds the duty when one is set.
 func (a *auditCopier) run(ctx context.Context) {
 	var wait time.Duration
 	for {
-		err := a.follow(ctx)
+		var err error
+		if a.duty == nil {
+			err = a.follow(ctx)
+		} else {
+			whileHeld(ctx, a.duty, func(ctx context.Context) { err = a.follow(ctx) })
+			// follow ends without an error only when its context does:
+			// here, when the lease stopped being valid.
+			if ctx.Err() == nil && err == nil {
+				// Another coordinator copies now; what this one read and
+				// did not write, the other reads from the audit stream's
+				// last batch on.
+				a.forget()
+				continue
+			}
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -83,6 +105,12 @@ func (a *auditCopier) run(ctx context.Context) {
 		}
 		wait = min(2*wait, auditCopyRetry)
 	}
+}
+
+// forget drops what was read and not written, so that a copier that
+// takes the duty again starts from the audit stream's last batch.
+func (a *auditCopier) forget() {
+	a.pending, a.seqs, a.read, a.failing = nil, nil, 0, false
 }
 
 // failed logs the first of a run of failures.

@@ -65,6 +65,12 @@ type Config struct {
 	// Defaults to DefaultAuditCopyInterval; a negative value leaves the
 	// copying to other coordinators.
 	AuditCopyInterval time.Duration
+	// DutyLeaseTTL is how long a coordinator that died keeps the duties
+	// one coordinator at a time does (the audit copy and the sweep of
+	// settled calls), before another takes them over: within 4/3 of it. A
+	// coordinator that stops hands them over at once. Defaults to
+	// DefaultDutyLeaseTTL (10s); at least 1s.
+	DutyLeaseTTL time.Duration
 	// SweepGrace is how long past its deadline a queued call may stay before
 	// the sweeper ends it; workers end the calls they hold themselves.
 	// Defaults to 30s.
@@ -164,7 +170,10 @@ func (c Config) withDefaults() Config {
 		c.AuditCopyInterval = DefaultAuditCopyInterval
 	}
 	if c.SweepInterval == 0 {
-		c.SweepInterval = 5 * time.Second
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.DutyLeaseTTL == 0 {
+		c.DutyLeaseTTL = DefaultDutyLeaseTTL
 	}
 	if c.SweepGrace == 0 {
 		c.SweepGrace = 30 * time.Second
@@ -240,6 +249,9 @@ func (c Config) validate() error {
 			return fmt.Errorf("%w: %s is %v; it must be positive", ErrInvalidConfig, f.name, f.value)
 		}
 	}
+	if c.DutyLeaseTTL != 0 && c.DutyLeaseTTL < time.Second {
+		return fmt.Errorf("%w: DutyLeaseTTL is %v; it must be at least 1s, above a few of the server's round trips", ErrInvalidConfig, c.DutyLeaseTTL)
+	}
 	// A write retried after the events stream forgot its message ID would
 	// be stored twice.
 	if window := min(c.Resources.WithDefaults().DuplicateWindow, 2*time.Minute); c.UnavailableWait >= window {
@@ -276,6 +288,9 @@ type Coordinator struct {
 	depths     *depthHistory
 	statsScans *statsShare
 	learning   *learning
+	// duties names the work this coordinator does while it holds its
+	// lease: the audit copy, the sweep of settled calls.
+	duties *duties
 
 	// The API's requests: at most MaxConcurrentRequests at once, each on
 	// a goroutine of handlers.

@@ -45,7 +45,12 @@ type callQueue struct {
 	// way (a *consumerCheck), which the other submits of the namespace
 	// wait for.
 	consumerChecks sync.Map
-	log            *slog.Logger
+	// flights holds, by message ID, the writes of queued events under way
+	// in this process, each with the outcome callbacks of the submits that
+	// joined it (see sendWith).
+	flightsMu sync.Mutex
+	flights   map[string][]func(duplicate bool, err error)
+	log       *slog.Logger
 }
 
 // callWriter is what sending a call writes with: the ledger's events and
@@ -129,7 +134,49 @@ func (q *callQueue) sendAs(ctx context.Context, call *messages.CallRequest, firs
 }
 
 // sendWith is sendAs with the queued event's message ID.
+//
+// While a write of the same message ID is under way in this process, the
+// submit joins it instead of writing: its outcome is a duplicate once
+// that write has stored the event (or found it stored), and that write's
+// failure otherwise. A client sends copies of a submit that goes
+// unanswered (see the client package's retries), so a busy coordinator
+// gets the copies of the submits it is slowest to store; were each copy
+// written, and each write retried after its acknowledgement's timeout,
+// the load would grow with the delay that it causes. The joined outcome
+// is reported on a goroutine of its own, as a duplicate is read.
 func (q *callQueue) sendWith(ctx context.Context, call *messages.CallRequest, first bool, msgID string, then func(duplicate bool, err error)) error {
+	q.flightsMu.Lock()
+	if joined, ok := q.flights[msgID]; ok {
+		q.flights[msgID] = append(joined, then)
+		q.flightsMu.Unlock()
+		return nil
+	}
+	if q.flights == nil {
+		q.flights = map[string][]func(bool, error){}
+	}
+	q.flights[msgID] = nil
+	q.flightsMu.Unlock()
+	landed := func(err error) {
+		q.flightsMu.Lock()
+		all := q.flights[msgID]
+		delete(q.flights, msgID)
+		q.flightsMu.Unlock()
+		for _, joined := range all {
+			go joined(err == nil, err)
+		}
+	}
+	err := q.sendAlone(ctx, call, first, msgID, func(duplicate bool, err error) {
+		landed(err)
+		then(duplicate, err)
+	})
+	if err != nil {
+		landed(err)
+	}
+	return err
+}
+
+// sendAlone is sendWith's write.
+func (q *callQueue) sendAlone(ctx context.Context, call *messages.CallRequest, first bool, msgID string, then func(duplicate bool, err error)) error {
 	if err := q.haveConsumer(ctx, call.Namespace); err != nil {
 		return err
 	}
@@ -253,7 +300,7 @@ func (r *retryingPublish) acked(seq uint64, duplicate bool, err error) {
 		r.seq = seq
 		r.then(duplicate, nil)
 		return
-	case duplicateInProcess(err), r.conditional && errors.Is(err, transport.ErrWrongLastSequence):
+	case transport.DuplicateInProcess(err), r.conditional && errors.Is(err, transport.ErrWrongLastSequence):
 		r.then(true, nil)
 		return
 	}

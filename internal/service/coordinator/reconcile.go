@@ -76,6 +76,23 @@ func (s *sweeper) sweepSettled(ctx context.Context, ns string, floor uint64) err
 	if from > floor {
 		return nil
 	}
+	if s.index != nil {
+		if coveredFrom, through, failing, ok := s.index.covers(ns); ok {
+			if from >= coveredFrom {
+				if err := s.sweepOpen(ctx, ns, finder, from, min(floor, through)); err != nil || floor <= through || !failing {
+					return err
+				}
+				// The index stopped following: read what came after it.
+				if from = s.settledUpTo(ns) + 1; from > floor {
+					return nil
+				}
+			} else {
+				// Read what came before the index's start; it takes over
+				// from there at a later sweep.
+				floor = min(floor, coveredFrom-1)
+			}
+		}
+	}
 	filter, err := s.stream.names.Filters().NamespaceQueue(ns)
 	if err != nil {
 		return err
@@ -142,6 +159,46 @@ func (s *sweeper) sweepSettled(ctx context.Context, ns string, floor uint64) err
 		}
 		req = transport.BatchRequest{Seq: last + 1, NextBySubject: filter, Batch: sweepBatch}
 	}
+	return nil
+}
+
+// sweepOpen is sweepSettled over the calls the index covers: of the
+// calls queued from from through upTo, it asks the stream about those
+// the index saw without a result, and ends those that have none.
+func (s *sweeper) sweepOpen(ctx context.Context, ns string, finder withoutResult, from, upTo uint64) error {
+	if upTo < from {
+		return nil
+	}
+	open := s.index.openUpTo(ns, from, upTo)
+	if len(open) > 0 {
+		refs := make([]ledger.CallRef, 0, len(open))
+		seqs := make(map[string]uint64, len(open))
+		for _, c := range open {
+			if messages.ValidateID("call ID", c.callID) != nil {
+				continue // nothing a result could be written for
+			}
+			refs = append(refs, ledger.CallRef{Bucket: c.bucket, Namespace: ns, CallID: c.callID})
+			seqs[c.bucket+"."+c.callID] = c.seq
+		}
+		missing, err := finder.WithoutResult(ctx, refs)
+		if err != nil {
+			return err
+		}
+		for _, ref := range missing {
+			call, err := s.queuedRequest(ctx, seqs[ref.Bucket+"."+ref.CallID], ref.CallID)
+			if err != nil {
+				return err
+			}
+			if call == nil {
+				continue
+			}
+			if err := s.endSettled(ctx, ref, call); err != nil {
+				return err
+			}
+		}
+		s.index.closed(ns, open)
+	}
+	s.settledTo(ns, upTo)
 	return nil
 }
 

@@ -2,10 +2,7 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/wire/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -16,24 +13,12 @@ import (
 // "no responders" or 503. A request does not refuse on that: it waits
 // and tries again, within its own deadline and at most UnavailableWait.
 
-// errCodeDuplicateInProcess is JetStream's answer to a publish whose
-// Nats-Msg-Id another publish is storing at that moment: a duplicate, not
-// a failure (JSStreamDuplicateMessageConflict).
-const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
-
-// duplicateInProcess reports whether err is JetStream refusing a publish
-// because another publish of the same message ID is being stored.
-func duplicateInProcess(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDuplicateInProcess
-}
-
 // transient reports whether err is JetStream being unavailable for a
 // moment rather than refusing (transport.Transient: nothing answered, an
 // attempt timed out, 503 or 408), or a publish of the same message ID in
 // process.
 func transient(err error) bool {
-	return transport.Transient(err) || duplicateInProcess(err)
+	return transport.Transient(err) || transport.DuplicateInProcess(err)
 }
 
 // Defaults of the retry policy. DefaultUnavailableWait is the default of

@@ -50,10 +50,10 @@ func TestTransient(t *testing.T) {
 }
 
 func TestDuplicateInProcessIsMatchedByCode(t *testing.T) {
-	if !duplicateInProcess(fmt.Errorf("queue call: %w", &jetstream.APIError{ErrorCode: 10158, Description: "something else entirely"})) {
+	if !transport.DuplicateInProcess(fmt.Errorf("queue call: %w", &jetstream.APIError{ErrorCode: 10158, Description: "something else entirely"})) {
 		t.Error("err_code 10158 with another text is not matched")
 	}
-	if duplicateInProcess(errors.New("nats: API error: code=409 err_code=10158 description=duplicate message id is in process")) {
+	if transport.DuplicateInProcess(errors.New("nats: API error: code=409 err_code=10158 description=duplicate message id is in process")) {
 		t.Error("the text alone is matched")
 	}
 }

@@ -112,6 +112,13 @@ func (c *Coordinator) startSteps() []startStep {
 			return nil, nil
 		}},
 		{"", c.serveAPI},
+		{"duties", func(ctx context.Context) (_ func(context.Context) error, err error) {
+			if c.duties, err = startDuties(ctx, catalogKV, c.cfg); err != nil {
+				return nil, err
+			}
+			sweep.duty = c.duties.settledSweep
+			return c.duties.stop, nil
+		}},
 		{"", func(context.Context) (func(context.Context) error, error) {
 			if err := sweep.start(); err != nil {
 				return nil, err
@@ -220,7 +227,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 	c.batches = &batches{nc: c.nc, names: c.names, ledger: c.ledger, calls: c.calls, submitter: c.submitter, waits: c.waits, handlers: c.handlers, maxWait: c.cfg.MaxWait, log: c.log}
 	c.follower = &follower{nc: c.nc, names: c.names, ledger: c.ledger, calls: c.calls, waits: c.waits, maxWait: c.cfg.MaxWait}
 	c.logReads = &logReads{nc: c.nc, js: c.js, names: c.names, ledger: c.ledger, view: c.view, depths: c.depths, statsScans: c.statsScans, unavailableWait: c.cfg.UnavailableWait}
-	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, catalog: view, depths: c.depths, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, unavailableWait: c.cfg.UnavailableWait, log: c.log}
+	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, catalog: view, depths: c.depths, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, unavailableWait: c.cfg.UnavailableWait, log: c.log, index: newSettledIndex(stream.stream, c.names, c.cfg.SweepInterval)}
 }
 
 // startLearning makes the usage bucket and, unless the configuration
@@ -321,6 +328,7 @@ func (c *Coordinator) startAuditCopier(context.Context) (func(context.Context) e
 	a := &auditCopier{
 		names: c.names, js: c.js, interval: c.cfg.AuditCopyInterval, log: c.log,
 		audit: transport.NewStream(c.nc, inbox, c.names.Audit().Stream()),
+		duty:  c.duties.auditCopy,
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

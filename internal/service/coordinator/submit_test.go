@@ -705,3 +705,104 @@ func TestFirstSubmitsOfANamespaceCheckItsConsumerOnce(t *testing.T) {
 		t.Fatalf("a later submit: %v, asked %d times", err, asked.Load())
 	}
 }
+
+// heldWriter is a fakeWriter whose acknowledgements wait for release.
+type heldWriter struct {
+	fakeWriter
+	release chan struct{}
+	ackErr  error
+}
+
+func (h *heldWriter) PublishThen(msg *nats.Msg, _ time.Duration, then func(uint64, bool, error)) error {
+	h.mu.Lock()
+	h.published = append(h.published, msg.Subject)
+	h.mu.Unlock()
+	go func() {
+		<-h.release
+		then(1, false, h.ackErr)
+	}()
+	return nil
+}
+
+func (h *heldWriter) writes() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.published)
+}
+
+// TestCopiesOfASubmitJoinItsWrite: the copies of a submit that come while
+// its queued event's write is under way (a client copies a request that
+// goes unanswered) are not written again: they are answered as
+// duplicates once the write has stored the event, or with its failure,
+// and a copy that comes after the write writes again (JetStream's message
+// ID keeps the call once).
+func TestCopiesOfASubmitJoinItsWrite(t *testing.T) {
+	names, _ := messages.NewNames("toolbus")
+	queuedAt := time.Now().UTC()
+	c := &messages.CallRequest{CallID: "c1", Tool: "t-echo", Namespace: "t", Method: "echo", ArgumentsDigest: "d1", QueuedAt: queuedAt}
+	for _, tc := range []struct {
+		name   string
+		ackErr error
+		want   messages.ErrorCode
+	}{
+		{name: "stored"},
+		{name: "refused", ackErr: &jetstream.APIError{Code: 400, ErrorCode: 10054, Description: "message size exceeds maximum allowed"}, want: messages.CodeUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			writer := &heldWriter{release: make(chan struct{}), ackErr: tc.ackErr}
+			reader := &fakeReader{queued: map[string]*messages.CallRequest{"c1": c}}
+			q := &callQueue{names: names, writes: writer, reads: reader, turns: &turns{store: newMemStore()}, unavailableWait: patience, log: discardLogger()}
+			p := &submitPipeline{queue: q}
+			type outcome struct {
+				reply *messages.SubmitReply
+				err   error
+			}
+			const copies = 20
+			outcomes := make(chan outcome, copies)
+			for i := range copies {
+				req := *c
+				if i > 0 {
+					req.QueuedAt = queuedAt.Add(time.Duration(i) * time.Millisecond) // each copy is taken a moment later
+				}
+				_, pending, err := p.enqueue(context.Background(), &req, &messages.SubmitRequest{}, func(r *messages.SubmitReply, err error) { outcomes <- outcome{r, err} })
+				if !pending || err != nil {
+					t.Fatalf("copy %d: pending %v, %v", i, pending, err)
+				}
+			}
+			if n := writer.writes(); n != 1 {
+				t.Fatalf("%d copies of a submit wrote its queued event %d times while the first write was under way, want once", copies, n)
+			}
+			close(writer.release)
+			queued, duplicates := 0, 0
+			for range copies {
+				o := <-outcomes
+				switch {
+				case tc.want != "":
+					if messages.CodeOf(o.err) != tc.want {
+						t.Errorf("outcome %+v, %v; want code %s", o.reply, o.err, tc.want)
+					}
+				case o.err != nil:
+					t.Errorf("outcome %v", o.err)
+				case o.reply.CallID != "c1" || o.reply.State != messages.StateQueued:
+					t.Errorf("reply %+v, want call c1 queued", o.reply)
+				case o.reply.Duplicate:
+					duplicates++
+				default:
+					queued++
+				}
+			}
+			if tc.want == "" && (queued != 1 || duplicates != copies-1) {
+				t.Errorf("%d replies queued and %d duplicates, want 1 and %d", queued, duplicates, copies-1)
+			}
+			// The write has ended: a copy now writes again.
+			later := make(chan outcome, 1)
+			if _, _, err := p.enqueue(context.Background(), c, &messages.SubmitRequest{}, func(r *messages.SubmitReply, err error) { later <- outcome{r, err} }); err != nil {
+				t.Fatal(err)
+			}
+			<-later
+			if n := writer.writes(); n != 2 {
+				t.Errorf("a copy after the write ended wrote %d times in all, want 2", n)
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/wire/lease"
 	"github.com/toolbus/toolbus/internal/wire/ledger"
 	"github.com/toolbus/toolbus/internal/wire/transport"
 	"github.com/toolbus/toolbus/pkg/catalog"
@@ -59,6 +60,14 @@ type sweeper struct {
 	// sweep's look back (settledLookback).
 	settled         map[string]uint64
 	settledLookback time.Duration
+	// index, when set, follows the calls queued without a result, so that
+	// the sweep of settled calls reads only about those (settledIndex).
+	index *settledIndex
+	// duty, when set, is the lease under which this sweeper sweeps settled
+	// calls: one coordinator's at a time (duties). settling is whether it
+	// held the lease at its last sweep.
+	duty     *lease.Lease
+	settling bool
 }
 
 // resultCommitter writes a call's result unless it has one.
@@ -74,6 +83,13 @@ func (s *sweeper) start() error {
 		return err
 	}
 	s.cancel = cancel
+	if s.index != nil && s.duty == nil {
+		// Follow from now on, so that the first sweep reads only what came
+		// before; a failure here is tried again at each sweep.
+		cctx, ccancel := context.WithTimeout(ctx, requestTimeout)
+		_ = s.index.catchUp(cctx)
+		ccancel()
+	}
 	s.wg.Add(1)
 	go s.loop(ctx)
 	return nil
@@ -84,6 +100,9 @@ func (s *sweeper) stop() error {
 	err := s.sub.Unsubscribe()
 	s.cancel()
 	s.wg.Wait()
+	if s.index != nil {
+		s.index.stop(context.Background())
+	}
 	return err
 }
 
@@ -285,20 +304,51 @@ func (s *sweeper) sweepCalls(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	settling := s.holdsSettledDuty(ctx)
+	if s.index != nil && settling {
+		s.index.keepOnly(consumers)
+		if err := s.index.catchUp(ctx); err != nil && ctx.Err() == nil {
+			// The sweep reads what the index does not cover, as before.
+			s.log.Debug("calls without a result not followed", "error", err)
+		}
+	}
 	cutoff := time.Now().Add(-s.grace)
 	for ns, consumer := range consumers {
-		if err := s.sweepNamespace(ctx, ns, consumer, cutoff); err != nil {
+		if err := s.sweepNamespace(ctx, ns, consumer, cutoff, settling); err != nil {
 			return fmt.Errorf("namespace %s: %w", ns, err)
 		}
 	}
 	return nil
 }
 
+// holdsSettledDuty says whether this sweep sweeps settled calls: always
+// without a duty, else while this coordinator holds its lease. A sweeper
+// that loses it stops following; one that takes it starts again as a
+// coordinator that starts does: following from then on, and reading back
+// what came before.
+func (s *sweeper) holdsSettledDuty(ctx context.Context) bool {
+	if s.duty == nil {
+		return true
+	}
+	held := s.duty.Valid()
+	if held != s.settling {
+		if held {
+			s.mu.Lock()
+			s.settled = nil
+			s.mu.Unlock()
+		} else if s.index != nil {
+			s.index.reset(ctx)
+		}
+		s.settling = held
+	}
+	return held
+}
+
 // sweepNamespace ends the expired calls among those a namespace's
 // consumer has not seen acknowledged, reading from where the last sweep
 // left off: past the calls it has seen ended, up to the first it has not.
 // It reads sweepBatch queued events at most.
-func (s *sweeper) sweepNamespace(ctx context.Context, ns, consumer string, cutoff time.Time) error {
+func (s *sweeper) sweepNamespace(ctx context.Context, ns, consumer string, cutoff time.Time, settling bool) error {
 	cctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	info, err := s.stream.consumerInfo(cctx, consumer)
 	cancel()
@@ -311,8 +361,10 @@ func (s *sweeper) sweepNamespace(ctx context.Context, ns, consumer string, cutof
 	if s.depths != nil {
 		s.depths.record(ns, messages.QueueDepth{Waiting: int64(info.NumPending), Delivered: int64(info.NumAckPending), Time: time.Now()})
 	}
-	if err := s.sweepSettled(ctx, ns, info.AckFloor.Stream); err != nil {
-		return err
+	if settling {
+		if err := s.sweepSettled(ctx, ns, info.AckFloor.Stream); err != nil {
+			return err
+		}
 	}
 	if info.NumPending == 0 && info.NumAckPending == 0 {
 		return nil

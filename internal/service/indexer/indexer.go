@@ -2,8 +2,6 @@ package indexer
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/wire/discovery"
 	"github.com/toolbus/toolbus/internal/wire/instance"
+	"github.com/toolbus/toolbus/internal/wire/lease"
 	"github.com/toolbus/toolbus/internal/wire/resources"
 	"github.com/toolbus/toolbus/internal/wire/transport"
 	"github.com/toolbus/toolbus/internal/wire/usage"
@@ -87,12 +86,6 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // chunkHeadroom is what a chunk must leave of the maximum payload for the
 // subject and headers of its message.
 const chunkHeadroom = 4 << 10
@@ -128,7 +121,7 @@ type Indexer struct {
 	kv      jetstream.KeyValue
 	view    *catalog.View
 	tracker *discovery.Tracker
-	lease   *lease
+	lease   *lease.Lease
 	writer  *writer
 	// usage follows the usage bucket, once it exists (the coordinator
 	// creates it): the evidence folded into the learned fields.
@@ -254,12 +247,12 @@ func (ix *Indexer) Start(ctx context.Context) error {
 	// that a restart writes what the last version holds, not a version
 	// without it first.
 	ix.followUsage(ctx, runCtx)
-	leaseWatch, err := kv.Watch(runCtx, discovery.LeaseKey)
+	ix.lease = lease.New(kv, discovery.LeaseKey, "index", ix.cfg.ID, ix.cfg.LeaseTTL, ix.log)
+	leaseWatch, err := ix.lease.Watch(runCtx)
 	if err != nil {
 		cancel()
 		return fmt.Errorf("indexer: watch the lease: %w", err)
 	}
-	ix.lease = newLease(kv, ix.cfg.ID, randomHex(16), ix.cfg.LeaseTTL, ix.log)
 	ix.writer = &writer{
 		kv:         kv,
 		id:         ix.cfg.ID,
@@ -274,7 +267,7 @@ func (ix *Indexer) Start(ctx context.Context) error {
 	ix.bg.Add(2)
 	go func() {
 		defer ix.bg.Done()
-		ix.lease.run(runCtx, leaseWatch)
+		ix.lease.Run(runCtx, leaseWatch)
 	}()
 	go ix.run(runCtx)
 	ix.log.Info("indexer started", "id", ix.cfg.ID, "tools", ix.tracker.Len(), "bucket", ix.names.IndexBucket())
@@ -289,7 +282,7 @@ func (ix *Indexer) Stop(ctx context.Context) error {
 	}
 	ix.cancel()
 	ix.bg.Wait()
-	ix.lease.release(ctx)
+	ix.lease.Release(ctx)
 	return nil
 }
 
@@ -364,7 +357,7 @@ func (ix *Indexer) run(ctx context.Context) {
 		}
 		select {
 		case <-changed:
-		case <-ix.lease.events:
+		case <-ix.lease.Changes():
 			if ix.lease.Valid() {
 				dirty = true
 				arm(0)

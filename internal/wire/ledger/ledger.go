@@ -225,8 +225,10 @@ func (l *Ledger) CommitThen(bucket, ns string, res *messages.CallResult, notify 
 	if err != nil {
 		return err
 	}
-	return l.PublishThen(msg, timeout, func(_ uint64, _ bool, err error) {
+	return l.PublishThen(msg, timeout, func(_ uint64, duplicate bool, err error) {
 		switch {
+		case lostToADuplicate(duplicate, err):
+			then(false, nil)
 		case err == nil:
 			l.w.sendCopy(bucket, ns, ev, notify)
 			finished(ns, res)

@@ -69,7 +69,18 @@ func (w *writer) conditionalMsg(bucket, ns string, ev *messages.CallEvent, filte
 		// stored event (and its republished copy) is a header shorter.
 		h.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
 	}
+	if ev.Kind == messages.EventResult && ev.Result != nil && ev.Result.Status == messages.StateCancelled {
+		h.Set(messages.HeaderMsgID, messages.CancelledMsgID(ev.CallID))
+	}
 	return msg, nil
+}
+
+// lostToADuplicate reports whether a conditional write was refused or
+// dropped because a message of the same ID was stored, or is being
+// stored, first: a cancelled result that another writer's won (see
+// messages.CancelledMsgID).
+func lostToADuplicate(duplicate bool, err error) bool {
+	return (err == nil && duplicate) || transport.DuplicateInProcess(err)
 }
 
 // conditional stores ev only if the last sequence among the subjects
@@ -79,7 +90,10 @@ func (w *writer) conditional(ctx context.Context, bucket, ns string, ev *message
 	if err != nil {
 		return 0, err
 	}
-	seq, err := w.store(ctx, msg)
+	seq, duplicate, err := w.storeOnce(ctx, msg)
+	if lostToADuplicate(duplicate, err) {
+		return 0, ErrChanged
+	}
 	if err == nil {
 		return seq, nil
 	}
@@ -92,11 +106,18 @@ func (w *writer) conditional(ctx context.Context, bucket, ns string, ev *message
 // store publishes msg and waits until the stream has it, sending it again
 // after a failure that stored nothing (see transport.WritePolicy).
 func (w *writer) store(ctx context.Context, msg *nats.Msg) (uint64, error) {
+	seq, _, err := w.storeOnce(ctx, msg)
+	return seq, err
+}
+
+// storeOnce is store, telling also whether the stream answered that it
+// had a message of msg's ID already.
+func (w *writer) storeOnce(ctx context.Context, msg *nats.Msg) (uint64, bool, error) {
 	seq, duplicate, err := w.pub.PublishRetrying(ctx, transport.WritePolicy, msg)
 	if err == nil && !duplicate {
 		w.acks.note(msg.Subject, seq)
 	}
-	return seq, err
+	return seq, duplicate, err
 }
 
 func (w *writer) commit(ctx context.Context, bucket, ns string, res *messages.CallResult, filter string, lastSeq uint64, notify string) error {

@@ -96,6 +96,19 @@ func apiError(e *jetstream.APIError) error {
 	return e
 }
 
+// errCodeDuplicateInProcess is JetStream's answer to a publish whose
+// Nats-Msg-Id another publish is storing at that moment
+// (JSStreamDuplicateMessageConflict).
+const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
+
+// DuplicateInProcess reports whether err is JetStream refusing a publish
+// because another publish of the same message ID is being stored: a
+// duplicate, not a failure.
+func DuplicateInProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDuplicateInProcess
+}
+
 // stored reads the headers of a direct-get reply. A reply without data
 // but with a status is the end of a batch (204), no message (404), no
 // stream (503) or a failure; end reports whether it ends the request, and

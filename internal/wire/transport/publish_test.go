@@ -351,6 +351,14 @@ func TestConditionalWriteInProcessOnAReplicatedStream(t *testing.T) {
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
 		return msg
 	}
+	// A stream just made may answer nothing for a moment on a cluster
+	// (its subjects' interest reaches the other nodes after it): the
+	// writes measured start once one write was stored.
+	warm := nats.NewMsg("inprocess.warm")
+	warm.Data = []byte("x")
+	if _, _, err := p.PublishRetrying(ctx, transport.WritePolicy, warm); err != nil {
+		t.Fatal(err)
+	}
 	inProcess := 0
 	for i := range 200 {
 		filter := "inprocess." + strconv.Itoa(i) + ".result"

@@ -26,7 +26,11 @@ import (
 // watches its connection).
 type RetryPolicy struct {
 	// Attempt bounds each attempt, whatever the caller's deadline. Zero
-	// leaves attempts bounded by the caller's context only.
+	// leaves attempts bounded by the caller's context only. An attempt
+	// after one that went unanswered within its bound gets twice that
+	// bound, up to four times Attempt: a server that is slow rather than
+	// gone is not sent the same request again every Attempt, which would
+	// add to what makes it slow.
 	Attempt time.Duration
 	// Initial is the pause after the first failure. Defaults to 50ms.
 	Initial time.Duration
@@ -105,7 +109,7 @@ func Retry(ctx context.Context, p RetryPolicy, op func(ctx context.Context) erro
 	// GaveUp makes the error).
 	var failed error
 	for {
-		err := attemptOnce(ctx, p.Attempt, op)
+		err := attemptOnce(ctx, r.attemptBound(), op)
 		if err == nil {
 			return nil
 		}
@@ -169,6 +173,18 @@ type Retrier struct {
 	// outOfTime is set when Failed refused another attempt because of
 	// Within.
 	outOfTime bool
+	// unanswered counts the failed attempts that ran out of time.
+	unanswered int
+}
+
+// maxAttemptDoublings is how often an attempt's bound doubles after
+// attempts that went unanswered (see RetryPolicy.Attempt).
+const maxAttemptDoublings = 2
+
+// attemptBound is the policy's Attempt, doubled for each attempt that
+// went unanswered, at most maxAttemptDoublings times.
+func (r *Retrier) attemptBound() time.Duration {
+	return r.policy.Attempt << min(r.unanswered, maxAttemptDoublings)
 }
 
 // Failed records a failed attempt and returns the pause before the next
@@ -177,6 +193,9 @@ type Retrier struct {
 // Within. GiveUp then makes the error to return.
 func (r *Retrier) Failed(err error) (pause time.Duration, again bool) {
 	r.attempts++
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		r.unanswered++
+	}
 	p := r.policy
 	if !p.retryable(err) || p.MaxAttempts > 0 && r.attempts >= p.MaxAttempts {
 		return 0, false
@@ -204,11 +223,11 @@ func (r *Retrier) Attempts() int { return r.attempts }
 // Waited returns the time since the retries started (Start or Reset).
 func (r *Retrier) Waited() time.Duration { return time.Since(r.start) }
 
-// AttemptTimeout bounds the next attempt: the policy's Attempt, cut to the
-// time left Within, and never under a millisecond. Zero when neither
-// bounds it.
+// AttemptTimeout bounds the next attempt: the policy's Attempt (doubled
+// after attempts that went unanswered), cut to the time left Within, and
+// never under a millisecond. Zero when neither bounds it.
 func (r *Retrier) AttemptTimeout() time.Duration {
-	d := r.policy.Attempt
+	d := r.attemptBound()
 	if w := r.policy.Within; w > 0 {
 		left := w - r.Waited()
 		if d <= 0 || left < d {
@@ -223,7 +242,7 @@ func (r *Retrier) AttemptTimeout() time.Duration {
 // attempt were the first: for an operation that succeeded for a while (a
 // connection that lasted) and fails anew.
 func (r *Retrier) Reset() {
-	r.start, r.attempts, r.outOfTime = time.Now(), 0, false
+	r.start, r.attempts, r.outOfTime, r.unanswered = time.Now(), 0, false, 0
 }
 
 // Transient reports whether err is a failure that may pass if the same

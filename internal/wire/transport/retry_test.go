@@ -154,6 +154,45 @@ func TestRetrier(t *testing.T) {
 			t.Fatalf("attempt timeout %v once Within passed, want 1ms", d)
 		}
 	})
+	t.Run("an unanswered attempt doubles the next one's bound", func(t *testing.T) {
+		t.Parallel()
+		r := transport.RetryPolicy{Attempt: time.Second, Initial: time.Millisecond, Within: time.Hour}.Start()
+		// A failure that came in time leaves the bound as it was.
+		r.Failed(transport.ErrNoResponders)
+		if d := r.AttemptTimeout(); d != time.Second {
+			t.Fatalf("after an answered failure: attempt timeout %v, want 1s", d)
+		}
+		for _, want := range []time.Duration{2 * time.Second, 4 * time.Second, 4 * time.Second} {
+			r.Failed(fmt.Errorf("publish: %w", context.DeadlineExceeded))
+			if d := r.AttemptTimeout(); d > want || d < want-time.Second {
+				t.Fatalf("after %d attempts: attempt timeout %v, want %v", r.Attempts(), d, want)
+			}
+		}
+		r.Reset()
+		if d := r.AttemptTimeout(); d > time.Second {
+			t.Fatalf("after Reset: attempt timeout %v, want 1s", d)
+		}
+	})
+}
+
+// Retry gives an attempt after one cut short by its bound twice as long.
+func TestRetryDoublesTheBoundOfAnAttemptAfterAnUnansweredOne(t *testing.T) {
+	t.Parallel()
+	var bounds []time.Duration
+	err := transport.Retry(context.Background(), transport.RetryPolicy{Attempt: 20 * time.Millisecond, Initial: time.Millisecond, MaxAttempts: 4}, func(ctx context.Context) error {
+		deadline, _ := ctx.Deadline()
+		bounds = append(bounds, time.Until(deadline))
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || len(bounds) != 4 {
+		t.Fatalf("Retry = %v after %d attempts, want deadline exceeded after 4", err, len(bounds))
+	}
+	for i, want := range []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond, 80 * time.Millisecond} {
+		if bounds[i] > want || bounds[i] < want/2 {
+			t.Errorf("attempt %d had %v, want about %v", i+1, bounds[i], want)
+		}
+	}
 }
 
 func TestTransient(t *testing.T) {

@@ -1,7 +1,14 @@
-package indexer
+// Package lease elects one holder among processes that may all do a duty
+// but should not do it at once: the holder of a lease kept under a key of
+// a KV bucket, which only ever moves by compare-and-set. The indexers
+// elect the one that writes the index with it, the coordinators the one
+// that copies audit records and the one that follows settled calls.
+package lease
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -9,12 +16,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/toolbus/toolbus/internal/wire/discovery"
 )
 
-// lease elects the one indexer that writes, through the value under
-// discovery.LeaseKey, which only ever moves by compare-and-set.
+// Lease elects one holder of a duty through the value under its key.
 //
 // The holder renews it every ttl/3. A standby watches the key and takes the
 // lease over, by compare-and-set on the revision it last saw, once it has
@@ -25,14 +29,16 @@ import (
 // is: a standby saw that renewal no earlier than it started, so the holder
 // stops writing a quarter ttl before a standby may start. No clocks are
 // compared between machines.
-type lease struct {
+type Lease struct {
 	kv     jetstream.KeyValue
-	record leaseRecord // what this indexer writes when it takes or renews the lease
+	key    string
+	duty   string // for the log
+	record record // what this holder writes when it takes or renews the lease
 	ttl    time.Duration
 	log    *slog.Logger
 
 	mu         sync.Mutex
-	held       bool   // this indexer wrote the last revision it knows of
+	held       bool   // this holder wrote the last revision it knows of
 	revision   uint64 // of that write, while held
 	validUntil time.Time
 	reported   bool // the last validity sent on events
@@ -41,27 +47,45 @@ type lease struct {
 	events chan struct{}
 }
 
-// leaseRecord is the lease's value; Holder and RenewedAt are for people
+// record is the lease's value; Holder and RenewedAt are for people
 // looking at the bucket.
-type leaseRecord struct {
+type record struct {
 	Holder    string    `json:"holder"`
 	Token     string    `json:"token"`
 	TTLMS     int64     `json:"ttl_ms"`
 	RenewedAt time.Time `json:"renewed_at"`
 }
 
-func newLease(kv jetstream.KeyValue, holder, token string, ttl time.Duration, log *slog.Logger) *lease {
-	return &lease{kv: kv, record: leaseRecord{Holder: holder, Token: token, TTLMS: ttl.Milliseconds()}, ttl: ttl, log: log, events: make(chan struct{}, 1)}
+// New makes the lease of a duty under key for holder, a name for people
+// reading the bucket; duty names the lease in the log ("index lease
+// taken"). Each Lease has a token of its own, so two processes with one
+// name do not take each other's lease for theirs.
+func New(kv jetstream.KeyValue, key, duty, holder string, ttl time.Duration, log *slog.Logger) *Lease {
+	token := make([]byte, 16)
+	_, _ = rand.Read(token)
+	return &Lease{kv: kv, key: key, record: record{Holder: holder, Token: hex.EncodeToString(token), TTLMS: ttl.Milliseconds()}, duty: duty, ttl: ttl, log: log.With("key", key), events: make(chan struct{}, 1)}
 }
 
-// Valid reports whether this indexer holds the lease and may write.
-func (l *lease) Valid() bool {
+// Holder is the name this lease writes as its holder's.
+func (l *Lease) Holder() string { return l.record.Holder }
+
+// Changes receives a value whenever the lease becomes valid or stops being
+// valid; read Valid to know which.
+func (l *Lease) Changes() <-chan struct{} { return l.events }
+
+// Watch starts watching the lease's key, for Run.
+func (l *Lease) Watch(ctx context.Context) (jetstream.KeyWatcher, error) {
+	return l.kv.Watch(ctx, l.key)
+}
+
+// Valid reports whether this process holds the lease and may do its duty.
+func (l *Lease) Valid() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.held && time.Now().Before(l.validUntil)
 }
 
-func (l *lease) notify() {
+func (l *Lease) notify() {
 	valid := l.Valid()
 	l.mu.Lock()
 	changed := valid != l.reported
@@ -75,8 +99,9 @@ func (l *lease) notify() {
 	}
 }
 
-// run takes, renews and watches the lease until ctx ends.
-func (l *lease) run(ctx context.Context, w jetstream.KeyWatcher) {
+// Run takes, renews and watches the lease until ctx ends, through w from
+// Watch.
+func (l *Lease) Run(ctx context.Context, w jetstream.KeyWatcher) {
 	defer w.Stop()
 	var (
 		exists   bool // the key holds a lease, someone's
@@ -111,7 +136,7 @@ func (l *lease) run(ctx context.Context, w jetstream.KeyWatcher) {
 		select {
 		case e, ok := <-updates:
 			if !ok {
-				l.log.Warn("indexer: lease watch ended")
+				l.log.Warn(l.duty + " lease watch ended")
 				updates = nil
 				continue
 			}
@@ -124,7 +149,7 @@ func (l *lease) run(ctx context.Context, w jetstream.KeyWatcher) {
 			}
 			seenRev, seenAt = e.Revision(), time.Now()
 			exists = e.Operation() == jetstream.KeyValuePut
-			var rec leaseRecord
+			var rec record
 			if exists {
 				_ = json.Unmarshal(e.Value(), &rec)
 			}
@@ -135,7 +160,7 @@ func (l *lease) run(ctx context.Context, w jetstream.KeyWatcher) {
 			}
 			l.mu.Unlock()
 			if lost {
-				l.log.Warn("indexer: index lease lost", "holder", rec.Holder)
+				l.log.Warn(l.duty+" lease lost", "holder", rec.Holder)
 				l.notify()
 			}
 			if !exists && !initial {
@@ -152,33 +177,33 @@ func (l *lease) run(ctx context.Context, w jetstream.KeyWatcher) {
 }
 
 // take tries to take the lease: create it, or replace the revision seen.
-func (l *lease) take(ctx context.Context, exists bool, seenRev uint64) {
+func (l *Lease) take(ctx context.Context, exists bool, seenRev uint64) {
 	opCtx, cancel := context.WithTimeout(ctx, l.ttl/3)
 	defer cancel()
 	start := time.Now()
 	var rev uint64
 	var err error
 	if exists {
-		rev, err = l.kv.Update(opCtx, discovery.LeaseKey, l.stamped(), seenRev)
+		rev, err = l.kv.Update(opCtx, l.key, l.stamped(), seenRev)
 	} else {
-		rev, err = l.kv.Create(opCtx, discovery.LeaseKey, l.stamped())
+		rev, err = l.kv.Create(opCtx, l.key, l.stamped())
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return // another standby was quicker; the watch will say who
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			l.log.Warn("indexer: take the index lease", "error", err)
+			l.log.Warn("take the "+l.duty+" lease", "error", err)
 		}
 		return
 	}
 	l.mu.Lock()
 	l.held, l.revision, l.validUntil = true, rev, start.Add(l.ttl*3/4)
 	l.mu.Unlock()
-	l.log.Info("indexer: index lease taken; this indexer writes the index")
+	l.log.Info(l.duty+" lease taken", "holder", l.record.Holder)
 }
 
-func (l *lease) renew(ctx context.Context) {
+func (l *Lease) renew(ctx context.Context) {
 	opCtx, cancel := context.WithTimeout(ctx, l.ttl/3)
 	defer cancel()
 	l.mu.Lock()
@@ -188,7 +213,7 @@ func (l *lease) renew(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	rev, err := l.kv.Update(opCtx, discovery.LeaseKey, l.stamped(), revision)
+	rev, err := l.kv.Update(opCtx, l.key, l.stamped(), revision)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -196,18 +221,18 @@ func (l *lease) renew(ctx context.Context) {
 		l.revision, l.validUntil = rev, start.Add(l.ttl*3/4)
 	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyNotFound):
 		l.held = false
-		l.log.Warn("indexer: index lease lost")
+		l.log.Warn(l.duty + " lease lost")
 	default:
 		// Still ours unless a standby takes it; the validity runs out meanwhile.
 		if ctx.Err() == nil {
-			l.log.Warn("indexer: renew the index lease", "error", err)
+			l.log.Warn("renew the "+l.duty+" lease", "error", err)
 		}
 	}
 }
 
-// release deletes the lease if this indexer holds it, so that a standby
-// takes over at once.
-func (l *lease) release(ctx context.Context) {
+// Release deletes the lease if this process holds it, so that a standby
+// takes over at once. Call it once Run has returned.
+func (l *Lease) Release(ctx context.Context) {
 	l.mu.Lock()
 	held, revision := l.held, l.revision
 	l.held = false
@@ -215,12 +240,12 @@ func (l *lease) release(ctx context.Context) {
 	if !held {
 		return
 	}
-	if err := l.kv.Delete(ctx, discovery.LeaseKey, jetstream.LastRevision(revision)); err != nil {
-		l.log.Warn("indexer: release the index lease", "error", err)
+	if err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(revision)); err != nil {
+		l.log.Warn("release the "+l.duty+" lease", "error", err)
 	}
 }
 
-func (l *lease) stamped() []byte {
+func (l *Lease) stamped() []byte {
 	rec := l.record
 	rec.RenewedAt = time.Now().UTC()
 	b, _ := json.Marshal(rec)

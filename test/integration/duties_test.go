@@ -1,0 +1,198 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/service/coordinator"
+	"github.com/toolbus/toolbus/pkg/client"
+	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/worker"
+)
+
+// dutyFollowers counts the consumers on the events stream through which
+// coordinators read every call's events for their duties: the audit
+// copier's (the queued events, whole) and the sweep's follower (queued and
+// result events, headers only). Each is named, so that a test can tell a
+// new one from an old one.
+func dutyFollowers(t *testing.T, js jetstream.JetStream) (copiers, followers []string) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	stream, err := js.Stream(ctx, names.EventsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := names.Filters().EventKind(messages.EventQueued)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := stream.ListConsumers(ctx)
+	for info := range list.Info() {
+		cfg := info.Config
+		switch {
+		case cfg.Durable != "":
+		case cfg.HeadersOnly:
+			followers = append(followers, info.Name)
+		case len(cfg.FilterSubjects) == 1 && cfg.FilterSubjects[0] == queued:
+			copiers = append(copiers, info.Name)
+		}
+	}
+	if err := list.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return copiers, followers
+}
+
+// TestDutiesAreDoneByOneCoordinatorAtATime: of two coordinators, one
+// copies audit records and follows the calls for the sweep of settled
+// calls, so that a call's events are delivered once for each, not once
+// per coordinator. When it stops, the other takes both duties over at
+// once; when that one dies (its connection closed, nothing released), a
+// third takes them over after the lease's time. Through each change,
+// every allowed call appears in audit.list once, and a call its queue
+// settled without a result is ended.
+func TestDutiesAreDoneByOneCoordinatorAtATime(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	url := srv.URL()
+	pol := mustPolicy(t, "default: allow\n")
+	config := func(cfg *coordinator.Config) {
+		cfg.Policy, cfg.SweepInterval, cfg.DutyLeaseTTL = pol, 100*time.Millisecond, 2*time.Second
+	}
+	first := testenv.Coordinator(t, url, config)
+	testenv.Worker(t, url, worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{newCounter().tool()}})
+	c := testenv.Client(t, url, client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+	js, err := jetstream.New(testenv.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	call := func(n int, label string) {
+		t.Helper()
+		for i := range n {
+			r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(fmt.Sprintf(`{"label":"%s-%d"}`, label, i)), Wait: true})
+			if err != nil || r.Result == nil || r.Result.Status != messages.StateCompleted {
+				t.Fatalf("call %s-%d: %+v %v", label, i, r, err)
+			}
+			ids = append(ids, r.CallID)
+		}
+	}
+	// Every call made so far appears in audit.list, once (so do the calls
+	// of settledWithoutResult, which are not counted here).
+	audited := func(what string) {
+		t.Helper()
+		var seen map[string]int
+		testenv.Eventually(t, what, func() bool {
+			seen = allowedInAuditList(t, c)
+			for _, id := range ids {
+				if seen[id] == 0 {
+					return false
+				}
+			}
+			return true
+		})
+		for id, n := range seen {
+			if n != 1 {
+				t.Fatalf("call %s appears %d times in audit.list", id, n)
+			}
+		}
+	}
+	var copiers, followers []string
+	testenv.Eventually(t, "the first coordinator to copy and follow", func() bool {
+		copiers, followers = dutyFollowers(t, js)
+		return len(copiers) == 1 && len(followers) == 1
+	})
+
+	secondConn := testenv.Connect(t, url)
+	testenv.Coordinator(t, url, config, func(cfg *coordinator.Config) { cfg.Conn = secondConn })
+	call(40, "two coordinators")
+	audited("the calls made beside a standby to be audited")
+	// The standby swept every 100 ms while the calls ran and were copied.
+	if nowCopiers, nowFollowers := dutyFollowers(t, js); !equalNames(nowCopiers, copiers) || !equalNames(nowFollowers, followers) {
+		t.Fatalf("with a standby: copiers %v and followers %v, want %v and %v", nowCopiers, nowFollowers, copiers, followers)
+	}
+
+	// The holder stops: the standby takes over at once.
+	stopped := time.Now()
+	if err := first.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the second coordinator to copy and follow", func() bool {
+		nowCopiers, nowFollowers := dutyFollowers(t, js)
+		return len(nowCopiers) == 1 && len(nowFollowers) == 1 && !equalNames(nowCopiers, copiers) && !equalNames(nowFollowers, followers)
+	})
+	t.Logf("a stopped holder's duties taken over after %v", time.Since(stopped).Round(time.Millisecond))
+	call(20, "after a stop")
+	audited("the calls made after the holder stopped to be audited")
+	settledWithoutResult(t, url, c, "lost1")
+
+	// The new holder dies: a third coordinator takes over after the lease's time.
+	testenv.Coordinator(t, url, config)
+	secondConn.Close()
+	died := time.Now()
+	call(20, "after a death")
+	audited("the calls made after the holder died to be audited")
+	t.Logf("a dead holder's audit copy taken over: the last call audited %v after the death", time.Since(died).Round(time.Millisecond))
+	settledWithoutResult(t, url, c, "lost2")
+}
+
+func equalNames(a, b []string) bool {
+	return strings.Join(a, ",") == strings.Join(b, ",")
+}
+
+// settledWithoutResult makes a call of namespace ns that its queue settles
+// without a result (its worker stops, and the delivery is terminated), and
+// waits for a coordinator's sweep of settled calls to end it.
+func settledWithoutResult(t *testing.T, url string, c *client.Client, ns string) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	echo := worker.Func("echo", "Echoes.", func(ctx context.Context, in struct {
+		Text string `json:"text"`
+	}) (string, error) {
+		return in.Text, nil
+	})
+	w := testenv.Worker(t, url, worker.Config{}, worker.Namespace{Name: ns, Tools: []worker.Tool{echo}})
+	if res, err := c.Call(ctx, ns+"-echo", map[string]string{"text": "served"}); err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("a call while the worker serves: %+v %v", res, err)
+	}
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := c.Submit(ctx, messages.SubmitRequest{Tool: ns + "-echo", Arguments: messages.JSON(`{"text":"lost"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(testenv.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumer, _ := names.Consumers().Durable(ns)
+	cons, err := js.Consumer(ctx, names.EventsStream(), consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := cons.Next(jetstream.FetchMaxWait(testenv.Patience))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(msg.Subject(), reply.CallID) {
+		t.Fatalf("delivered %s, not the call %s", msg.Subject(), reply.CallID)
+	}
+	if err := msg.Term(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Wait(ctx, reply.CallID)
+	if err != nil {
+		t.Fatalf("a call settled without a result did not end: %v", err)
+	}
+	if res.Status != messages.StateFailed || res.Error == nil || res.Error.Code != messages.ResultAttempts {
+		t.Fatalf("result %+v, want failed with %s", res, messages.ResultAttempts)
+	}
+}
