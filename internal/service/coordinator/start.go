@@ -133,26 +133,33 @@ func (c *Coordinator) startSteps() []startStep {
 		}},
 		{"built-in tools", c.serveBuiltinTools},
 		{"", func(context.Context) (func(context.Context) error, error) {
-			var stops []func()
-			if c.cfg.WorkspaceDir != "" {
-				stops = append(stops, workspaceWatcher(c.cfg.WorkspaceDir, c.view.resolver, c.cfg.WorkspaceReloadInterval, c.log).start(workspaceFP))
-			}
-			reloaded := func() {}
-			if c.cfg.PolicyFile != "" || c.policy.Load() != nil {
-				lint := newPolicyLint(&c.policy, c.view.catalog, c.cfg.WorkspaceReloadInterval, c.log)
-				stops = append(stops, lint.start())
-				reloaded = lint.policyReloaded
-			}
-			if c.cfg.PolicyFile != "" {
-				stops = append(stops, policyWatcher(c.cfg.PolicyFile, &c.policy, c.cfg.WorkspaceReloadInterval, c.log, reloaded).start(policyFP))
-			}
-			return func(context.Context) error {
-				for _, stop := range stops {
-					stop()
-				}
-				return nil
-			}, nil
+			return c.watchFiles(workspaceFP, policyFP), nil
 		}},
+	}
+}
+
+// watchFiles starts reloading the workspace and the policy when their
+// files change (workspaceFP and policyFP are what was loaded), and the
+// policy's lint; it returns what stops them.
+func (c *Coordinator) watchFiles(workspaceFP, policyFP string) func(context.Context) error {
+	var stops []func()
+	if c.cfg.WorkspaceDir != "" {
+		stops = append(stops, workspaceWatcher(c.cfg.WorkspaceDir, c.view.resolver, c.cfg.WorkspaceReloadInterval, c.log).start(workspaceFP))
+	}
+	reloaded := func() {}
+	if c.cfg.PolicyFile != "" || c.policy.Load() != nil {
+		lint := newPolicyLint(&c.policy, c.view.catalog, c.cfg.WorkspaceReloadInterval, c.log)
+		stops = append(stops, lint.start())
+		reloaded = lint.policyReloaded
+	}
+	if c.cfg.PolicyFile != "" {
+		stops = append(stops, policyWatcher(c.cfg.PolicyFile, &c.policy, c.cfg.WorkspaceReloadInterval, c.log, reloaded).start(policyFP))
+	}
+	return func(context.Context) error {
+		for _, stop := range stops {
+			stop()
+		}
+		return nil
 	}
 }
 
