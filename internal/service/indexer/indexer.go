@@ -124,9 +124,15 @@ type Indexer struct {
 	lease   *lease.Lease
 	writer  *writer
 	// usage follows the usage bucket, once it exists (the coordinator
-	// creates it): the evidence folded into the learned fields.
-	usage      *usage.Follower
-	usageWatch jetstream.KeyWatcher
+	// creates it): the evidence folded into the learned fields. Once
+	// the first reading is learned, a goroutine of its own takes the
+	// watch's entries as they come, so that evidence stored while the
+	// index is written waits for no write; usageMu guards usage from then
+	// on, and usageChanged tells the loop that something is to be learned.
+	usageMu      sync.Mutex
+	usage        *usage.Follower
+	usageWatch   jetstream.KeyWatcher
+	usageChanged chan struct{}
 
 	cancel context.CancelFunc
 	bg     sync.WaitGroup
@@ -149,18 +155,40 @@ func (ix *Indexer) followUsage(ctx, runCtx context.Context) bool {
 		if e == nil {
 			break
 		}
+		ix.usageMu.Lock()
 		ix.usage.Apply(e)
+		ix.usageMu.Unlock()
 	}
 	ix.usageWatch = w
 	ix.learn()
+	ix.bg.Go(func() { ix.takeUsage(w) })
 	return true
+}
+
+// takeUsage applies the evidence the watch brings until it ends, and
+// tells the loop when some of it is to be learned.
+func (ix *Indexer) takeUsage(w jetstream.KeyWatcher) {
+	for e := range w.Updates() {
+		ix.usageMu.Lock()
+		changed := ix.usage.Apply(e)
+		ix.usageMu.Unlock()
+		if changed {
+			select {
+			case ix.usageChanged <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // learn folds the evidence that changed into the learned fields, and
 // reports whether the index changed.
 func (ix *Indexer) learn() bool {
+	ix.usageMu.Lock()
+	changes := ix.usage.Changes()
+	ix.usageMu.Unlock()
 	changed := false
-	for name, terms := range ix.usage.Changes() {
+	for name, terms := range changes {
 		ok, err := ix.tracker.SetLearned(name, terms)
 		if err != nil {
 			ix.log.Warn("indexer: learned terms not indexed", "tool", name, "error", err)
@@ -243,6 +271,7 @@ func (ix *Indexer) Start(ctx context.Context) error {
 		return fmt.Errorf("indexer: %w", err)
 	}
 	ix.usage = usage.NewFollower(ix.cfg.Learn)
+	ix.usageChanged = make(chan struct{}, 1)
 	// The evidence stored so far is learned before the first write, so
 	// that a restart writes what the last version holds, not a version
 	// without it first.
@@ -321,11 +350,10 @@ func (ix *Indexer) run(ctx context.Context) {
 		// Usage evidence that changed is learned at most every
 		// LearnInterval; the bucket is looked for again every retry
 		// until a coordinator made it.
-		usageUpdates <-chan jetstream.KeyValueEntry
-		learnTimer   *time.Timer
-		learnC       <-chan time.Time
-		lastLearn    = time.Now()
-		usageRetry   = time.NewTicker(usageRetryInterval)
+		learnTimer *time.Timer
+		learnC     <-chan time.Time
+		lastLearn  = time.Now()
+		usageRetry = time.NewTicker(usageRetryInterval)
 	)
 	defer sweep.Stop()
 	defer usageRetry.Stop()
@@ -334,9 +362,6 @@ func (ix *Indexer) run(ctx context.Context) {
 			_ = ix.usageWatch.Stop()
 		}
 	}()
-	if ix.usageWatch != nil {
-		usageUpdates = ix.usageWatch.Updates()
-	}
 	// arm schedules a write WriteInterval after the last one, or at once.
 	arm := func(after time.Duration) {
 		if timerC != nil || !ix.lease.Valid() {
@@ -379,12 +404,8 @@ func (ix *Indexer) run(ctx context.Context) {
 			}
 			dirty = false
 			retry.Reset()
-		case e, ok := <-usageUpdates:
-			if !ok {
-				usageUpdates = nil
-				continue
-			}
-			if ix.usage.Apply(e) && learnC == nil {
+		case <-ix.usageChanged:
+			if learnC == nil {
 				learnTimer = time.NewTimer(max(0, time.Until(lastLearn.Add(ix.cfg.LearnInterval))))
 				learnC = learnTimer.C
 			}
@@ -397,7 +418,6 @@ func (ix *Indexer) run(ctx context.Context) {
 			}
 		case <-usageRetry.C:
 			if ix.usageWatch == nil && ix.followUsage(ctx, ctx) {
-				usageUpdates = ix.usageWatch.Updates()
 				dirty = true
 				arm(ix.cfg.WriteInterval)
 			}
