@@ -14,9 +14,10 @@ import (
 // connTraffic is one client connection's counts as the server keeps them:
 // In is what the connection published, Out what the server delivered to it.
 type connTraffic struct {
-	In, Out uint64
-	Account string
-	Subs    []string
+	In, Out           uint64
+	InBytes, OutBytes uint64
+	Account           string
+	Subs              []string
 	// SubMsgs is each subscription's count of delivered messages, by subject.
 	SubMsgs map[string]uint64
 }
@@ -58,7 +59,7 @@ func connectionTraffic(srv *natsserver.Server, asked bool) (map[uint64]connTraff
 	}
 	out[0] = consumers
 	for _, c := range cz.Conns {
-		t := connTraffic{In: uint64(c.InMsgs), Out: uint64(c.OutMsgs), Account: c.Account, SubMsgs: map[string]uint64{}}
+		t := connTraffic{In: uint64(c.InMsgs), Out: uint64(c.OutMsgs), InBytes: uint64(c.InBytes), OutBytes: uint64(c.OutBytes), Account: c.Account, SubMsgs: map[string]uint64{}}
 		for _, sd := range c.SubsDetail {
 			t.Subs = append(t.Subs, sd.Subject)
 			t.SubMsgs[sd.Subject] += uint64(sd.Msgs)
@@ -77,6 +78,8 @@ func trafficSince(before, after map[uint64]connTraffic) map[uint64]connTraffic {
 		b := before[cid]
 		a.In -= b.In
 		a.Out -= b.Out
+		a.InBytes -= b.InBytes
+		a.OutBytes -= b.OutBytes
 		subs := make(map[string]uint64, len(a.SubMsgs))
 		for k, v := range a.SubMsgs {
 			subs[k] = v - b.SubMsgs[k]
@@ -91,9 +94,10 @@ func trafficSince(before, after map[uint64]connTraffic) map[uint64]connTraffic {
 // idle window's taken off, busiest first.
 func printConnectionTraffic(busy, idle map[uint64]connTraffic, calls int) {
 	type row struct {
-		cid     uint64
-		in, out float64
-		c       connTraffic
+		cid               uint64
+		in, out           float64
+		inBytes, outBytes float64
+		c                 connTraffic
 	}
 	var rows []row
 	for cid, c := range busy {
@@ -103,7 +107,9 @@ func printConnectionTraffic(busy, idle map[uint64]connTraffic, calls int) {
 		if in < 0.005 && out < 0.005 {
 			continue
 		}
-		rows = append(rows, row{cid, in, out, c})
+		inBytes := (float64(c.InBytes) - float64(i.InBytes)) / float64(calls)
+		outBytes := (float64(c.OutBytes) - float64(i.OutBytes)) / float64(calls)
+		rows = append(rows, row{cid, in, out, inBytes, outBytes, c})
 	}
 	slices.SortFunc(rows, func(a, b row) int {
 		switch {
@@ -114,14 +120,14 @@ func printConnectionTraffic(busy, idle map[uint64]connTraffic, calls int) {
 		}
 		return 0
 	})
-	fmt.Fprintln(os.Stderr, "per call, by connection (in = published by it, out = delivered to it):")
+	fmt.Fprintln(os.Stderr, "per call, by connection (in = published by it, out = delivered to it; messages, then bytes):")
 	for _, r := range rows {
 		subs := slices.Clone(r.c.Subs)
 		slices.Sort(subs)
 		if len(subs) > 6 {
 			subs = append(subs[:6], fmt.Sprintf("… %d more", len(r.c.Subs)-6))
 		}
-		fmt.Fprintf(os.Stderr, "  cid %-4d %-10s in %5.2f out %5.2f  subs %s\n", r.cid, r.c.Account, r.in, r.out, strings.Join(subs, " "))
+		fmt.Fprintf(os.Stderr, "  cid %-4d %-10s in %5.2f (%6.0f B) out %5.2f (%6.0f B)  subs %s\n", r.cid, r.c.Account, r.in, r.inBytes, r.out, r.outBytes, strings.Join(subs, " "))
 		for subject, n := range r.c.SubMsgs {
 			per := (float64(n) - float64(idle[r.cid].SubMsgs[subject])) / float64(calls)
 			if per >= 0.005 {
