@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/pkg/catalog"
 	"github.com/toolbus/toolbus/pkg/exposure"
 	"github.com/toolbus/toolbus/pkg/messages"
+	"github.com/toolbus/toolbus/pkg/policy"
 	"github.com/toolbus/toolbus/pkg/search"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
@@ -133,7 +136,7 @@ func (c *Coordinator) startSteps() []startStep {
 		}},
 		{"built-in tools", c.serveBuiltinTools},
 		{"", func(context.Context) (func(context.Context) error, error) {
-			return c.watchFiles(workspaceFP, policyFP), nil
+			return watchFiles(c.cfg, c.view, &c.policy, c.log, workspaceFP, policyFP), nil
 		}},
 	}
 }
@@ -141,19 +144,19 @@ func (c *Coordinator) startSteps() []startStep {
 // watchFiles starts reloading the workspace and the policy when their
 // files change (workspaceFP and policyFP are what was loaded), and the
 // policy's lint; it returns what stops them.
-func (c *Coordinator) watchFiles(workspaceFP, policyFP string) func(context.Context) error {
+func watchFiles(cfg Config, view *toolView, pol *atomic.Pointer[policy.Policy], log *slog.Logger, workspaceFP, policyFP string) func(context.Context) error {
 	var stops []func()
-	if c.cfg.WorkspaceDir != "" {
-		stops = append(stops, workspaceWatcher(c.cfg.WorkspaceDir, c.view.resolver, c.cfg.WorkspaceReloadInterval, c.log).start(workspaceFP))
+	if cfg.WorkspaceDir != "" {
+		stops = append(stops, workspaceWatcher(cfg.WorkspaceDir, view.resolver, cfg.WorkspaceReloadInterval, log).start(workspaceFP))
 	}
 	reloaded := func() {}
-	if c.cfg.PolicyFile != "" || c.policy.Load() != nil {
-		lint := newPolicyLint(&c.policy, c.view.catalog, c.cfg.WorkspaceReloadInterval, c.log)
+	if cfg.PolicyFile != "" || pol.Load() != nil {
+		lint := newPolicyLint(pol, view.catalog, cfg.WorkspaceReloadInterval, log)
 		stops = append(stops, lint.start())
 		reloaded = lint.policyReloaded
 	}
-	if c.cfg.PolicyFile != "" {
-		stops = append(stops, policyWatcher(c.cfg.PolicyFile, &c.policy, c.cfg.WorkspaceReloadInterval, c.log, reloaded).start(policyFP))
+	if cfg.PolicyFile != "" {
+		stops = append(stops, policyWatcher(cfg.PolicyFile, pol, cfg.WorkspaceReloadInterval, log, reloaded).start(policyFP))
 	}
 	return func(context.Context) error {
 		for _, stop := range stops {
