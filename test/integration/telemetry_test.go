@@ -521,3 +521,55 @@ func TestQueueDepthAndWorkersAliveAreMeasured(t *testing.T) {
 		return nil
 	})
 }
+
+// TestDutyLeasesAreMeasured: of two coordinators, one reports holding each
+// duty's lease and the other standing by; when the holder of the audit
+// copy stops, the other reports holding it.
+func TestDutyLeasesAreMeasured(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	start := func() (*testenv.Process, string) {
+		p := testenv.Start(t, testenv.Binary(t, "./cmd/coordinator"), "--server", srv.URL(), "--metrics-listen", "127.0.0.1:0", "--duty-lease-ttl", "1s")
+		addr := metricsAddr(t, p)
+		p.WaitLine(t, "coordinator started")
+		return p, addr
+	}
+	first, firstAddr := start()
+	second, secondAddr := start()
+	held := func(addr, duty string) (float64, bool) {
+		f := scrape(t, addr)
+		for _, m := range f["toolbus_lease_held"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "toolbus_duty" && l.GetValue() == duty {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+		return 0, false
+	}
+	var auditHolder *testenv.Process
+	var standbyAddr string
+	testenv.Eventually(t, "one coordinator holds each duty, the other stands by", func() bool {
+		for _, duty := range []string{"audit_copy", "settled_sweep"} {
+			a, aOK := held(firstAddr, duty)
+			b, bOK := held(secondAddr, duty)
+			if !aOK || !bOK || a+b != 1 {
+				return false
+			}
+			if duty == "audit_copy" {
+				auditHolder, standbyAddr = first, secondAddr
+				if b == 1 {
+					auditHolder, standbyAddr = second, firstAddr
+				}
+			}
+		}
+		return true
+	})
+	if err := auditHolder.Interrupt(t); err != nil {
+		t.Fatalf("the audit copy's holder did not stop cleanly: %v", err)
+	}
+	testenv.Eventually(t, "the standby holds the audit copy", func() bool {
+		v, ok := held(standbyAddr, "audit_copy")
+		return ok && v == 1
+	})
+}

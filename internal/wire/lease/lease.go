@@ -12,10 +12,13 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/wire/telemetry/metrics"
 )
 
 // Lease elects one holder of a duty through the value under its key.
@@ -33,6 +36,7 @@ type Lease struct {
 	kv     jetstream.KeyValue
 	key    string
 	duty   string // for the log
+	metric string // the duty in toolbus.lease.held: its words joined by "_"
 	record record // what this holder writes when it takes or renews the lease
 	ttl    time.Duration
 	log    *slog.Logger
@@ -63,7 +67,7 @@ type record struct {
 func New(kv jetstream.KeyValue, key, duty, holder string, ttl time.Duration, log *slog.Logger) *Lease {
 	token := make([]byte, 16)
 	_, _ = rand.Read(token)
-	return &Lease{kv: kv, key: key, record: record{Holder: holder, Token: hex.EncodeToString(token), TTLMS: ttl.Milliseconds()}, duty: duty, ttl: ttl, log: log.With("key", key), events: make(chan struct{}, 1)}
+	return &Lease{kv: kv, key: key, record: record{Holder: holder, Token: hex.EncodeToString(token), TTLMS: ttl.Milliseconds()}, duty: duty, metric: strings.ReplaceAll(duty, " ", "_"), ttl: ttl, log: log.With("key", key), events: make(chan struct{}, 1)}
 }
 
 // Holder is the name this lease writes as its holder's.
@@ -92,6 +96,7 @@ func (l *Lease) notify() {
 	l.reported = valid
 	l.mu.Unlock()
 	if changed {
+		metrics.LeaseHeld(l.metric, valid)
 		select {
 		case l.events <- struct{}{}:
 		default:
@@ -113,6 +118,7 @@ func (l *Lease) Run(ctx context.Context, w jetstream.KeyWatcher) {
 		validity *time.Timer // fires when the lease would lapse without a renewal
 	)
 	defer tick.Stop()
+	metrics.LeaseHeld(l.metric, false) // a standby until it takes the lease
 	validity = time.NewTimer(time.Hour)
 	validity.Stop()
 	defer validity.Stop()
@@ -240,6 +246,7 @@ func (l *Lease) Release(ctx context.Context) {
 	if !held {
 		return
 	}
+	metrics.LeaseHeld(l.metric, false)
 	if err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(revision)); err != nil {
 		l.log.Warn("release the "+l.duty+" lease", "error", err)
 	}

@@ -68,6 +68,8 @@ var (
 	discoveryDuration = must(meter.Float64Histogram("toolbus.discovery.duration",
 		metric.WithUnit("s"), metric.WithDescription("Time to answer a tools.discover request."),
 		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)))
+	leaseHeld = must(meter.Int64Gauge("toolbus.lease.held",
+		metric.WithUnit("{lease}"), metric.WithDescription("Whether this process holds a duty's lease and does the duty (1) or stands by (0), by duty.")))
 	requestErrors = must(meter.Int64Counter("toolbus.coordinator.request.errors",
 		metric.WithUnit("{request}"), metric.WithDescription("Coordinator requests answered with an error, by endpoint and error code.")))
 )
@@ -87,7 +89,21 @@ const (
 	keyEndpoint  = attribute.Key("toolbus.endpoint")
 	keyCode      = attribute.Key("toolbus.error.code")
 	keyOutcome   = attribute.Key("toolbus.outcome")
+	keyDuty      = attribute.Key("toolbus.duty")
 )
+
+// LeaseHeld records whether this process holds the lease of a duty
+// ("index", "audit_copy", "settled_sweep") and may do it.
+func LeaseHeld(duty string, held bool) {
+	if !on.Load() {
+		return
+	}
+	var v int64
+	if held {
+		v = 1
+	}
+	leaseHeld.Record(context.Background(), v, metric.WithAttributes(keyDuty.String(duty)))
+}
 
 // CallSubmitted counts a call a coordinator accepted.
 func CallSubmitted(tool, namespace string) {
