@@ -131,7 +131,7 @@ type Indexer struct {
 	// on, and usageChanged tells the loop that something is to be learned.
 	usageMu      sync.Mutex
 	usage        *usage.Follower
-	usageWatch   jetstream.KeyWatcher
+	usageWatches []jetstream.KeyWatcher
 	usageChanged chan struct{}
 
 	cancel context.CancelFunc
@@ -146,22 +146,36 @@ func (ix *Indexer) followUsage(ctx, runCtx context.Context) bool {
 		ix.log.Debug("indexer: no usage bucket yet; nothing learned from use", "error", err)
 		return false
 	}
-	w, err := followed{KeyValue: kv, nc: ix.cfg.Conn, names: ix.names}.Watch(runCtx, ">")
-	if err != nil {
-		ix.log.Warn("indexer: usage bucket not followed; nothing learned from use", "error", err)
-		return false
-	}
-	for e := range w.Updates() {
-		if e == nil {
-			break
+	// The learning switch and the tools' evidence, not the turns'
+	// records: those change with every search of a turn, and each read of
+	// a bucket with many keys costs the server a walk of them.
+	var watches []jetstream.KeyWatcher
+	for _, keys := range []string{usage.SettingsKey, usage.ToolsFilter} {
+		w, err := followed{KeyValue: kv, nc: ix.cfg.Conn, names: ix.names}.Watch(runCtx, keys)
+		if err != nil {
+			for _, w := range watches {
+				_ = w.Stop()
+			}
+			ix.log.Warn("indexer: usage bucket not followed; nothing learned from use", "error", err)
+			return false
 		}
-		ix.usageMu.Lock()
-		ix.usage.Apply(e)
-		ix.usageMu.Unlock()
+		watches = append(watches, w)
 	}
-	ix.usageWatch = w
+	for _, w := range watches {
+		for e := range w.Updates() {
+			if e == nil {
+				break
+			}
+			ix.usageMu.Lock()
+			ix.usage.Apply(e)
+			ix.usageMu.Unlock()
+		}
+	}
+	ix.usageWatches = watches
 	ix.learn()
-	ix.bg.Go(func() { ix.takeUsage(w) })
+	for _, w := range watches {
+		ix.bg.Go(func() { ix.takeUsage(w) })
+	}
 	return true
 }
 
@@ -358,8 +372,8 @@ func (ix *Indexer) run(ctx context.Context) {
 	defer sweep.Stop()
 	defer usageRetry.Stop()
 	defer func() {
-		if ix.usageWatch != nil {
-			_ = ix.usageWatch.Stop()
+		for _, w := range ix.usageWatches {
+			_ = w.Stop()
 		}
 	}()
 	// arm schedules a write WriteInterval after the last one, or at once.
@@ -417,7 +431,7 @@ func (ix *Indexer) run(ctx context.Context) {
 				arm(ix.cfg.WriteInterval)
 			}
 		case <-usageRetry.C:
-			if ix.usageWatch == nil && ix.followUsage(ctx, ctx) {
+			if ix.usageWatches == nil && ix.followUsage(ctx, ctx) {
 				dirty = true
 				arm(ix.cfg.WriteInterval)
 			}
