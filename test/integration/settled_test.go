@@ -27,21 +27,29 @@ func TestCallSettledWithoutAResultIsEnded(t *testing.T) {
 	srv := testenv.Server(t)
 	url := srv.URL()
 	testenv.Coordinator(t, url, func(cfg *coordinator.Config) { cfg.SweepInterval = 50 * time.Millisecond })
+	c := testenv.Client(t, url, client.Options{Agent: "bot"})
+	settledWithoutResult(t, url, c, "lost")
+}
+
+// settledWithoutResult makes a call of namespace ns that its queue settles
+// without a result (its worker stops, and the delivery is terminated), and
+// waits for a coordinator's sweep of settled calls to end it.
+func settledWithoutResult(t *testing.T, url string, c *client.Client, ns string) {
+	t.Helper()
+	ctx := testenv.Context(t)
 	echo := worker.Func("echo", "Echoes.", func(ctx context.Context, in struct {
 		Text string `json:"text"`
 	}) (string, error) {
 		return in.Text, nil
 	})
-	w := testenv.Worker(t, url, worker.Config{}, worker.Namespace{Name: "lost", Tools: []worker.Tool{echo}})
-	c := testenv.Client(t, url, client.Options{Agent: "bot"})
-	ctx := testenv.Context(t)
-	if res, err := c.Call(ctx, "lost-echo", map[string]string{"text": "served"}); err != nil || res.Status != messages.StateCompleted {
+	w := testenv.Worker(t, url, worker.Config{}, worker.Namespace{Name: ns, Tools: []worker.Tool{echo}})
+	if res, err := c.Call(ctx, ns+"-echo", map[string]string{"text": "served"}); err != nil || res.Status != messages.StateCompleted {
 		t.Fatalf("a call while the worker serves: %+v %v", res, err)
 	}
 	if err := w.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	reply, err := c.Submit(ctx, messages.SubmitRequest{Tool: "lost-echo", Arguments: messages.JSON(`{"text":"lost"}`)})
+	reply, err := c.Submit(ctx, messages.SubmitRequest{Tool: ns + "-echo", Arguments: messages.JSON(`{"text":"lost"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +57,7 @@ func TestCallSettledWithoutAResultIsEnded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := messages.MustNames("")
-	consumer, _ := names.Consumers().Durable("lost")
+	consumer, _ := names.Consumers().Durable(ns)
 	cons, err := js.Consumer(ctx, names.EventsStream(), consumer)
 	if err != nil {
 		t.Fatal(err)
@@ -72,5 +79,4 @@ func TestCallSettledWithoutAResultIsEnded(t *testing.T) {
 	if res.Status != messages.StateFailed || res.Error == nil || res.Error.Code != messages.ResultAttempts {
 		t.Fatalf("result %+v, want failed with %s", res, messages.ResultAttempts)
 	}
-	t.Logf("ended: %s", res.Error.Message)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,23 +45,7 @@ func BenchmarkDiscover(b *testing.B) {
 	defer cancel()
 	defs := synthetic.Catalog(tools)
 	namespaces := map[string]bool{}
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for w := range 8 {
-		wg.Go(func() {
-			for i := w; i < len(defs); i += 8 {
-				if err := fixture.Store.PutTool(ctx, &defs[i]); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatal(err)
-	}
+	putAll(b, 8, len(defs), func(i int) error { return fixture.Store.PutTool(ctx, &defs[i]) })
 	for i := range defs {
 		namespaces[defs[i].Namespace] = true
 	}
