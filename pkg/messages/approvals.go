@@ -165,6 +165,8 @@ type QueuedAudit struct {
 // first. Each batch continues from the one before it (its write is
 // conditional on the subject's last sequence), so a call's record is in
 // exactly one batch.
+//
+//msgpack:generate
 type AuditBatch struct {
 	Through uint64        `json:"through"`
 	Records []AuditRecord `json:"records"`

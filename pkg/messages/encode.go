@@ -120,6 +120,16 @@ func (w *packer) putInt(n int64) {
 	}
 }
 
+// putUint writes n as the library's compact integers do: as the int64 it
+// equals when it fits one.
+func (w *packer) putUint(n uint64) {
+	if n <= math.MaxInt64 {
+		w.putInt(int64(n))
+		return
+	}
+	w.b = binary.BigEndian.AppendUint64(append(w.b, msgpcode.Uint64), n)
+}
+
 func (w *packer) putBool(v bool) {
 	if v {
 		w.b = append(w.b, msgpcode.True)

@@ -25,6 +25,7 @@ type (
 	plainSubmitReply  SubmitReply
 	plainQueuedAudit  QueuedAudit
 	plainAuditRecord  AuditRecord
+	plainAuditBatch   AuditBatch
 )
 
 func asMap(t *testing.T, v any) map[string]any {
@@ -78,6 +79,9 @@ func TestGeneratedEncodersMatchReflection(t *testing.T) {
 		{"audit record", AuditRecord{Time: now, Decision: AuditAllowed, CallID: "c", Tool: "a-b", Agent: "bot", Turn: "t", Arguments: JSON(`{"p":"[redacted]"}`), PolicyVersion: "v1", RuleID: "r", Reason: "why", By: "alice"},
 			plainAuditRecord{Time: now, Decision: AuditAllowed, CallID: "c", Tool: "a-b", Agent: "bot", Turn: "t", Arguments: JSON(`{"p":"[redacted]"}`), PolicyVersion: "v1", RuleID: "r", Reason: "why", By: "alice"}},
 		{"sparse audit record", AuditRecord{Time: now, Decision: AuditAllowed, Tool: "a-b"}, plainAuditRecord{Time: now, Decision: AuditAllowed, Tool: "a-b"}},
+		{"audit batch", AuditBatch{Through: 1<<63 + 5, Records: []AuditRecord{{Time: now, Decision: AuditAllowed, Tool: "a-b"}, {Time: now, Decision: AuditRemembered, Tool: "c-d", CallID: "c"}}},
+			plainAuditBatch{Through: 1<<63 + 5, Records: []AuditRecord{{Time: now, Decision: AuditAllowed, Tool: "a-b"}, {Time: now, Decision: AuditRemembered, Tool: "c-d", CallID: "c"}}}},
+		{"empty audit batch", AuditBatch{Through: 7}, plainAuditBatch{Through: 7}},
 	}
 	for _, tc := range cases {
 		if got, want := asMap(t, tc.fast), asMap(t, tc.reflect); !reflect.DeepEqual(got, want) {
@@ -85,7 +89,7 @@ func TestGeneratedEncodersMatchReflection(t *testing.T) {
 		}
 	}
 	// Every field of each type is covered by the full values above.
-	for _, typ := range []reflect.Type{reflect.TypeFor[SubmitRequest](), reflect.TypeFor[CallRequest](), reflect.TypeFor[CallResult](), reflect.TypeFor[CallEvent](), reflect.TypeFor[ContentBlock](), reflect.TypeFor[SubmitReply](), reflect.TypeFor[QueuedAudit](), reflect.TypeFor[AuditRecord]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[SubmitRequest](), reflect.TypeFor[CallRequest](), reflect.TypeFor[CallResult](), reflect.TypeFor[CallEvent](), reflect.TypeFor[ContentBlock](), reflect.TypeFor[SubmitReply](), reflect.TypeFor[QueuedAudit](), reflect.TypeFor[AuditRecord](), reflect.TypeFor[AuditBatch]()} {
 		var m map[string]any
 		switch typ.Name() {
 		case "SubmitRequest":
@@ -105,6 +109,8 @@ func TestGeneratedEncodersMatchReflection(t *testing.T) {
 			m = asMap(t, cases[12].fast)
 		case "AuditRecord":
 			m = asMap(t, cases[14].fast)
+		case "AuditBatch":
+			m = asMap(t, cases[16].fast)
 		}
 		if len(m) != typ.NumField() {
 			t.Errorf("%s: %d of %d fields covered; a new field needs a value here (and go generate)", typ.Name(), len(m), typ.NumField())
@@ -130,6 +136,9 @@ func TestPackerWritesWhatTheLibraryWrites(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int64{0, 1, 127, 128, 255, 256, 65535, 65536, 1<<32 - 1, 1 << 32, math.MaxInt64, -1, -32, -33, -128, -129, -32768, -32769, math.MinInt32, math.MinInt32 - 1, math.MinInt64} {
 		checkPacker(t, fmt.Sprint("int ", n), func(w *packer) { w.putInt(n) }, func(e *msgpack.Encoder) error { return e.EncodeInt(n) })
+	}
+	for _, n := range []uint64{0, 127, 128, 255, 256, 65535, 65536, 1<<32 - 1, 1 << 32, math.MaxInt64, math.MaxInt64 + 1, math.MaxUint64} {
+		checkPacker(t, fmt.Sprint("uint ", n), func(w *packer) { w.putUint(n) }, func(e *msgpack.Encoder) error { return e.EncodeUint(n) })
 	}
 	for _, size := range []int{0, 1, 31, 32, 255, 256, 65535, 65536} {
 		s := strings.Repeat("x", size)

@@ -256,6 +256,73 @@ func (m *QueuedAudit) decodeFast(d *reader) error {
 	return nil
 }
 
+// EncodeMsgpack writes the AuditBatch as the msgpack library would from its json tags, without reflection.
+func (m AuditBatch) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
+
+func (m AuditBatch) appendMsgpack(w *packer) {
+	w.header(2)
+	w.b = append(w.b, "\xa7through"...)
+	w.putUint(m.Through)
+	w.b = append(w.b, "\xa7records"...)
+	if m.Records == nil {
+		w.putNil()
+	} else {
+		w.arrayLen(len(m.Records))
+		for i := range m.Records {
+			m.Records[i].appendMsgpack(w)
+		}
+	}
+}
+
+// DecodeMsgpack reads a AuditBatch with its generated decoder.
+func (m *AuditBatch) DecodeMsgpack(dec *msgpack.Decoder) error { return decodeVia(dec, m) }
+
+func (m *AuditBatch) decodeBytes(data []byte) (int, error) {
+	d := reader{b: data}
+	err := m.decodeFast(&d)
+	return d.i, err
+}
+
+// decodeFast reads a AuditBatch; nil leaves it as it is.
+func (m *AuditBatch) decodeFast(d *reader) error {
+	n, err := d.mapHeader()
+	if err != nil {
+		return err
+	}
+	d.depth++
+	for i := 0; i < n; i++ {
+		var key []byte
+		if key, err = d.key(); err != nil {
+			return err
+		}
+		switch string(key) {
+		case "through":
+			var i64 int64
+			i64, err = d.int()
+			m.Through = uint64(i64)
+		case "records":
+			var length int
+			if length, err = d.arrayHeader(); err == nil && length >= 0 {
+				if err = listLen(d, length); err == nil {
+					m.Records = make([]AuditRecord, length)
+					for j := 0; j < length && err == nil; j++ {
+						if err = m.Records[j].decodeFast(d); err != nil {
+							err = itemError(j, err)
+						}
+					}
+				}
+			}
+		default:
+			err = d.skipWithin(maxMessageDepth - d.depth)
+		}
+		if err != nil {
+			return fieldError(key, err)
+		}
+	}
+	d.depth--
+	return nil
+}
+
 // EncodeMsgpack writes the AuditRecord as the msgpack library would from its json tags, without reflection.
 func (m AuditRecord) EncodeMsgpack(enc *msgpack.Encoder) error { return encodeVia(enc, m) }
 

@@ -73,6 +73,7 @@ const (
 	kindBool
 	kindInt
 	kindInt64
+	kindUint64
 	kindFloat
 	kindTime
 	kindBytes
@@ -322,6 +323,8 @@ func (info *pkgInfo) classify(f *field, expr ast.Expr, generated map[string]bool
 			f.Kind = kindInt
 		case t.Name == "int64":
 			f.Kind = kindInt64
+		case t.Name == "uint64":
+			f.Kind = kindUint64
 		case t.Name == "float64":
 			f.Kind = kindFloat
 		case t.Name == "JSON":
@@ -439,7 +442,7 @@ func (f field) emptyTest() string {
 		return v + ` != ""`
 	case kindBool:
 		return v
-	case kindInt, kindInt64, kindFloat:
+	case kindInt, kindInt64, kindUint64, kindFloat:
 		return v + " != 0"
 	case kindTime:
 		return "!" + v + ".IsZero()"
@@ -464,6 +467,8 @@ func (f field) encode() string {
 		return "w.putInt(int64(" + v + "))"
 	case kindInt64:
 		return "w.putInt(" + v + ")"
+	case kindUint64:
+		return "w.putUint(" + v + ")"
 	case kindFloat:
 		return "w.putFloat(" + v + ")"
 	case kindTime:
@@ -511,6 +516,9 @@ func (f field) decode() string {
 		return "var i64 int64\ni64, err = d.int()\n" + v + " = int(i64)"
 	case kindInt64:
 		return v + ", err = d.int()"
+	case kindUint64:
+		// As the library reads it: a negative integer wraps.
+		return "var i64 int64\ni64, err = d.int()\n" + v + " = uint64(i64)"
 	case kindFloat:
 		return "if " + v + ", err = d.float(); err == nil {\nerr = finite(" + v + ")\n}"
 	case kindTime:
