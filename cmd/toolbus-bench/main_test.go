@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,6 +115,35 @@ func TestSearchEvalReports(t *testing.T) {
 		t.Fatalf("report with usage %+v", learned.Learning)
 	}
 
+	// Cross-validation: each fold evaluated after the others replayed.
+	foldsDir := t.TempDir()
+	var foldQueries strings.Builder
+	for i := range 6 {
+		fmt.Fprintf(&foldQueries, `{"id": "p%d", "query": "show me picture %d", "relevant": ["media.view_image"], "category": "a%d"}`+"\n", i, i, i%3)
+	}
+	for name, body := range map[string]string{
+		"tools.jsonl":   `{"name": "media.view_image", "description": "Displays an image file.", "parameters": {}}` + "\n" + `{"name": "fs.edit_file", "description": "Show a file's lines and edit them.", "parameters": {}}` + "\n",
+		"queries.jsonl": foldQueries.String(),
+	} {
+		if err := os.WriteFile(filepath.Join(foldsDir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var folds struct {
+		Folds   int `json:"folds"`
+		Queries int `json:"queries"`
+		Before  struct {
+			RecallAt1 float64 `json:"recall_at_1"`
+		} `json:"before"`
+		After struct {
+			RecallAt1 float64 `json:"recall_at_1"`
+		} `json:"after"`
+	}
+	runToJSON(t, &folds, "search-eval", "--corpus", foldsDir, "--usage", filepath.Join(foldsDir, "queries.jsonl"), "--folds", "2")
+	if folds.Folds != 2 || folds.Queries != 6 || folds.After.RecallAt1 <= folds.Before.RecallAt1 {
+		t.Fatalf("report of two folds %+v; want 6 queries, R@1 rising with what the other fold taught", folds)
+	}
+
 	// Another corpus's tools join the catalog; its queries are replayed.
 	other := t.TempDir()
 	for name, body := range map[string]string{
@@ -142,7 +172,9 @@ func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"bench"}, {"--calls", "x"}, {"search-eval"}, {"search-eval", "--corpus", "a", "b"},
 		{"search-eval", "--corpus", "a", "--eval-part", "c"}, {"search-eval", "--corpus", "a", "--usage-part", "a"},
-		{"search-eval", "--corpus", "a", "--usage", "f", "--usage-page", "0"}} {
+		{"search-eval", "--corpus", "a", "--usage", "f", "--usage-page", "0"},
+		{"search-eval", "--corpus", "a", "--folds", "10"}, {"search-eval", "--corpus", "a", "--usage", "f", "--folds", "1"},
+		{"search-eval", "--corpus", "a", "--usage", "f", "--folds", "2", "--eval-part", "a"}} {
 		if err := run(testenv.Context(t), args); err != exitError(2) {
 			t.Errorf("toolbus-bench %s: %v, want exit status 2", strings.Join(args, " "), err)
 		}

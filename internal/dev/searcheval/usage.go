@@ -8,15 +8,18 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/search"
 )
 
-// Part selects half of a file's queries by a hash of their IDs: "a" or
-// "b", or "" for all of them. The halves are stable, so that usage can be
-// replayed from one half of a corpus and the other half evaluated.
+// Part selects queries of a file by a hash of their IDs: "a" or "b" for
+// one half, "k/n" for the k-th of n folds and "not-k/n" for the others,
+// or "" for all of them. The parts are stable, so that usage can be
+// replayed from one part of a corpus and the rest evaluated.
 type Part string
 
 // Parts of a query file.
@@ -26,17 +29,51 @@ const (
 	PartB   Part = "b"
 )
 
+// maxFolds bounds n in a part "k/n".
+const maxFolds = 100
+
 // ParsePart reads a part as a command line gives it.
 func ParsePart(s string) (Part, error) {
-	switch p := Part(s); p {
-	case PartAll, PartA, PartB:
-		return p, nil
+	p := Part(s)
+	if _, _, _, err := p.fold(); err != nil {
+		return "", err
 	}
-	return "", fmt.Errorf("part %q is neither a nor b", s)
+	return p, nil
+}
+
+// Fold is the part "k/n": the k-th of n folds.
+func Fold(k, n int) Part { return Part(fmt.Sprintf("%d/%d", k, n)) }
+
+// Others is the part "not-k/n": every fold but the k-th of n.
+func Others(k, n int) Part { return Part(fmt.Sprintf("not-%d/%d", k, n)) }
+
+// fold reads the part as the k-th of n folds (a and b are 1/2 and 2/2,
+// all is 1/1), or all but it.
+func (p Part) fold() (k, n int, not bool, err error) {
+	switch p {
+	case PartAll:
+		return 1, 1, false, nil
+	case PartA:
+		return 1, 2, false, nil
+	case PartB:
+		return 2, 2, false, nil
+	}
+	s, not := strings.CutPrefix(string(p), "not-")
+	ks, ns, ok := strings.Cut(s, "/")
+	k, kerr := strconv.Atoi(ks)
+	n, nerr := strconv.Atoi(ns)
+	if !ok || kerr != nil || nerr != nil || n < 2 || n > maxFolds || k < 1 || k > n {
+		return 0, 0, false, fmt.Errorf("part %q is none of a, b, k/n and not-k/n (1 <= k <= n, 2 <= n <= %d)", string(p), maxFolds)
+	}
+	return k, n, not, nil
 }
 
 func (p Part) holds(id string) bool {
-	return p == PartAll || (idHash(id)%2 == 0) == (p == PartA)
+	k, n, not, err := p.fold()
+	if err != nil {
+		return false
+	}
+	return (int(idHash(id)%uint32(n)) == k-1) != not
 }
 
 func idHash(id string) uint32 {
@@ -383,4 +420,89 @@ func (c *Corpus) loadUsage(file string, part Part) ([]Query, error) {
 		return nil
 	})
 	return out, err
+}
+
+// FoldsReport holds the figures of a cross-validation: each of n folds of
+// the corpus's queries evaluated after the other folds of the usage file
+// were replayed, pooled over the folds (each query counts once).
+type FoldsReport struct {
+	Folds   int `json:"folds"`
+	Queries int `json:"queries"`
+	// ToolsWithUsage is the mean, over the folds, of the tools that
+	// evidence was recorded for.
+	ToolsWithUsage float64 `json:"tools_with_usage_mean"`
+	Before         Metrics `json:"before"`
+	After          Metrics `json:"after"`
+	// Taught holds the figures on the queries some of whose relevant
+	// tools got evidence, NoUsage those on the others.
+	Taught  NoUsageReport `json:"taught"`
+	NoUsage NoUsageReport `json:"no_usage"`
+}
+
+// EvaluateFolds splits the corpus's queries into n folds by a hash of
+// their IDs and, for each, replays the usage file's queries outside that
+// fold (opts.Part is ignored) and evaluates those in it. With the usage
+// file the corpus's own queries.jsonl, no query evaluated was replayed,
+// and the share replayed, (n-1)/n, nears that of a corpus's whole dev half
+// replayed before a held-out half is evaluated.
+func (c *Corpus) EvaluateFolds(cfg search.Config, n int, opts UsageOptions) (FoldsReport, error) {
+	if n < 2 || n > maxFolds {
+		return FoldsReport{}, fmt.Errorf("folds %d out of range 2..%d", n, maxFolds)
+	}
+	out := FoldsReport{Folds: n}
+	var before, after, taughtBefore, taughtAfter, plainBefore, plainAfter weighted
+	for k := 1; k <= n; k++ {
+		fold := *c
+		fold.Queries = slices.Clone(c.Queries)
+		fold.Select(Fold(k, n))
+		if len(fold.Queries) == 0 {
+			continue
+		}
+		opts.Part = Others(k, n)
+		r, err := fold.EvaluateWithUsage(cfg, opts)
+		if err != nil {
+			return FoldsReport{}, fmt.Errorf("fold %d of %d: %w", k, n, err)
+		}
+		l := r.Learning
+		q, nu := len(fold.Queries), l.NoUsage.Queries
+		out.Queries += q
+		out.ToolsWithUsage += float64(l.ToolsWithUsage) / float64(n)
+		before.add(l.Before, q)
+		after.add(l.After, q)
+		plainBefore.add(l.NoUsage.Before, nu)
+		plainAfter.add(l.NoUsage.After, nu)
+		// The taught queries' sums are the fold's less its untaught ones'.
+		taughtBefore.add(l.Before, q)
+		taughtBefore.add(l.NoUsage.Before, -nu)
+		taughtAfter.add(l.After, q)
+		taughtAfter.add(l.NoUsage.After, -nu)
+	}
+	out.Before, out.After = before.mean(), after.mean()
+	out.NoUsage = NoUsageReport{Queries: plainBefore.n, Before: plainBefore.mean(), After: plainAfter.mean()}
+	out.Taught = NoUsageReport{Queries: taughtBefore.n, Before: taughtBefore.mean(), After: taughtAfter.mean()}
+	return out, nil
+}
+
+// weighted sums figures over queries, for their mean.
+type weighted struct {
+	sum Metrics
+	n   int
+}
+
+func (w *weighted) add(m Metrics, queries int) {
+	q := float64(queries)
+	w.sum.RecallAt1 += m.RecallAt1 * q
+	w.sum.RecallAt5 += m.RecallAt5 * q
+	w.sum.RecallAt10 += m.RecallAt10 * q
+	w.sum.MRRAt10 += m.MRRAt10 * q
+	w.sum.NDCGAt10 += m.NDCGAt10 * q
+	w.n += queries
+}
+
+func (w *weighted) mean() Metrics {
+	if w.n == 0 {
+		return Metrics{}
+	}
+	q := float64(w.n)
+	return Metrics{RecallAt1: w.sum.RecallAt1 / q, RecallAt5: w.sum.RecallAt5 / q, RecallAt10: w.sum.RecallAt10 / q, MRRAt10: w.sum.MRRAt10 / q, NDCGAt10: w.sum.NDCGAt10 / q}
 }

@@ -86,8 +86,18 @@ func TestUsageRefusals(t *testing.T) {
 	if _, err := c.EvaluateWithUsage(search.DefaultConfig(), UsageOptions{File: filepath.Join(dir, "missing.jsonl")}); err == nil {
 		t.Error("a missing usage file is no error")
 	}
-	if _, err := ParsePart("c"); err == nil || !strings.Contains(err.Error(), `"c"`) {
-		t.Errorf("ParsePart(c) = %v", err)
+	for _, bad := range []string{"c", "0/3", "4/3", "1/1", "1/101", "not-a", "not-0/2", "1/x", "x/2", "/2", "1/"} {
+		if _, err := ParsePart(bad); err == nil || !strings.Contains(err.Error(), `"`+bad+`"`) {
+			t.Errorf("ParsePart(%s) = %v", bad, err)
+		}
+	}
+	for _, good := range []string{"", "a", "b", "1/2", "3/10", "not-3/10", "100/100"} {
+		if _, err := ParsePart(good); err != nil {
+			t.Errorf("ParsePart(%s): %v", good, err)
+		}
+	}
+	if _, err := c.EvaluateFolds(search.DefaultConfig(), 1, UsageOptions{File: bad}); err == nil {
+		t.Error("one fold is no error")
 	}
 }
 
@@ -108,6 +118,70 @@ func TestParts(t *testing.T) {
 	}
 	if a < 400 || b < 400 {
 		t.Errorf("parts of %d and %d queries", a, b)
+	}
+	// Folds: a and b are the folds of two; each query is in one fold of
+	// ten, and in every "not" part but its fold's.
+	sizes := map[int]int{}
+	for i := range 1000 {
+		id := "q" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + string(rune('0'+i%10)) + string(rune(i))
+		if Fold(1, 2).holds(id) != PartA.holds(id) || Fold(2, 2).holds(id) != PartB.holds(id) {
+			t.Fatalf("query %q: folds of two are not the halves", id)
+		}
+		in := 0
+		for k := 1; k <= 10; k++ {
+			if Fold(k, 10).holds(id) {
+				in++
+				sizes[k]++
+			}
+			if Fold(k, 10).holds(id) == Others(k, 10).holds(id) {
+				t.Fatalf("query %q is in fold %d and in the others, or in neither", id, k)
+			}
+		}
+		if in != 1 {
+			t.Fatalf("query %q is in %d folds of 10", id, in)
+		}
+	}
+	for k := 1; k <= 10; k++ {
+		if sizes[k] < 60 {
+			t.Errorf("fold %d of 10 holds %d of 1,000 queries", k, sizes[k])
+		}
+	}
+}
+
+// Cross-validation: each fold is evaluated after the others were replayed,
+// and the figures are pooled over every query once. A query for the image
+// viewer in other words than its definition's is found through what the
+// other folds' agents taught; the currency query's tool is never taught
+// (no other query names it), so it counts among the untaught.
+func TestEvaluateFolds(t *testing.T) {
+	queries := `{"id": "p1", "query": "show me a picture", "relevant": ["media.view_image"], "category": "agent-a"}
+{"id": "p2", "query": "show the picture of the cat", "relevant": ["media.view_image"], "category": "agent-b"}
+{"id": "p3", "query": "can I see a picture", "relevant": ["media.view_image"], "category": "agent-c"}
+{"id": "p4", "query": "show me a picture again", "relevant": ["media.view_image"], "category": "agent-a"}
+{"id": "p5", "query": "show that picture please", "relevant": ["media.view_image"], "category": "agent-d"}
+{"id": "p6", "query": "a picture to show", "relevant": ["media.view_image"], "category": "agent-e"}
+{"id": "m1", "query": "convert currency", "relevant": ["money.convert"], "category": "agent-f"}
+`
+	dir := writeCorpus(t, gapTools, queries)
+	c, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.EvaluateFolds(search.DefaultConfig(), 2, UsageOptions{File: filepath.Join(dir, "queries.jsonl")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Folds != 2 || r.Queries != 7 || r.Taught.Queries+r.NoUsage.Queries != 7 || r.NoUsage.Queries < 1 {
+		t.Fatalf("report %+v: want 7 queries in 2 folds, the currency query among the untaught", r)
+	}
+	if r.After.RecallAt1 <= r.Before.RecallAt1 || r.Taught.After.RecallAt1 <= r.Taught.Before.RecallAt1 {
+		t.Errorf("R@1 %v before and %v after learning (taught queries: %v, %v); want a rise", r.Before.RecallAt1, r.After.RecallAt1, r.Taught.Before.RecallAt1, r.Taught.After.RecallAt1)
+	}
+	if !near(r.NoUsage.After.RecallAt1, 1) {
+		t.Errorf("the untaught currency query: %+v", r.NoUsage)
+	}
+	if len(c.Queries) != 7 {
+		t.Errorf("the corpus holds %d queries after the folds; want its 7", len(c.Queries))
 	}
 }
 
