@@ -341,16 +341,20 @@ func (v *toolView) discover(ctx context.Context, dr *messages.DiscoverRequest) (
 	// the turn is then saved as the agent's even if the page holds nothing
 	// to select.
 	claimed := false
+	var turn *turnRecord
 	if dr.Turn != "" {
-		turn, err := v.turns.load(ctx, dr.Turn)
-		if err != nil {
+		var err error
+		if turn, err = v.turns.load(ctx, dr.Turn); err != nil {
 			return nil, err
 		}
 		claimed = turn.state.Agent == "" && dr.Agent != ""
-		if err := turn.claim(dr.Agent); err != nil {
+		// Claimed on a copy: the record read is what the page is saved
+		// onto, and claiming it is part of that save.
+		probe := *turn
+		if err := probe.claim(dr.Agent); err != nil {
 			return nil, err
 		}
-		agent = turn.state.Agent
+		agent = probe.state.Agent
 	}
 	admission := v.admission(agent)
 	allow := func(key string, t *catalog.Tool) bool {
@@ -386,7 +390,7 @@ func (v *toolView) discover(ctx context.Context, dr *messages.DiscoverRequest) (
 		reply.Schemas = schemas
 	}
 	if dr.Turn != "" && (len(page) > 0 || claimed) {
-		if err := v.turns.addDiscovered(ctx, dr.Turn, agent, page); err != nil {
+		if err := v.turns.addDiscovered(ctx, turn, dr.Turn, agent, page); err != nil {
 			return nil, err
 		}
 	}

@@ -191,15 +191,36 @@ func (ts *turns) save(ctx context.Context, t *turnRecord) error {
 // update reads the turn, claims it for agent, applies change and saves
 // it, again from the start if another request wrote it meanwhile.
 func (ts *turns) update(ctx context.Context, turn, agent string, change func(*turnRecord) error) (*turnRecord, error) {
+	return ts.updateFrom(ctx, nil, turn, agent, change)
+}
+
+// errUnchanged is what a change returns when it leaves a saved turn as it
+// was: the turn is not written again.
+var errUnchanged = errors.New("turn unchanged")
+
+// updateFrom is update, starting from a record of the turn the caller
+// read (nil: none), which it may change; a write that finds the turn
+// changed since reads it again.
+func (ts *turns) updateFrom(ctx context.Context, read *turnRecord, turn, agent string, change func(*turnRecord) error) (*turnRecord, error) {
 	for range turnAttempts {
-		t, err := ts.load(ctx, turn)
-		if err != nil {
-			return nil, err
+		t := read
+		read = nil
+		if t == nil {
+			var err error
+			if t, err = ts.load(ctx, turn); err != nil {
+				return nil, err
+			}
 		}
+		claimed := t.state.Agent == "" && agent != ""
 		if err := t.claim(agent); err != nil {
 			return nil, err
 		}
-		if err := change(t); err != nil {
+		err := change(t)
+		switch {
+		case errors.Is(err, errUnchanged) && t.revision != 0 && !claimed:
+			return t, nil
+		case errors.Is(err, errUnchanged):
+		case err != nil:
 			return nil, err
 		}
 		err = ts.save(ctx, t)
@@ -217,13 +238,20 @@ func (ts *turns) update(ctx context.Context, turn, agent string, change func(*tu
 	return nil, turnKeptChanging(turn)
 }
 
-// addDiscovered records a returned discovery page with the turn.
-func (ts *turns) addDiscovered(ctx context.Context, turn, agent string, names []string) error {
-	_, err := ts.update(ctx, turn, agent, func(t *turnRecord) error {
+// addDiscovered records a returned discovery page with the turn, read is
+// the turn's record as the request read it (nil: not read). A page that
+// adds nothing to a saved turn writes nothing.
+func (ts *turns) addDiscovered(ctx context.Context, read *turnRecord, turn, agent string, names []string) error {
+	_, err := ts.updateFrom(ctx, read, turn, agent, func(t *turnRecord) error {
+		added := false
 		for _, n := range names {
 			if !slices.Contains(t.state.Discovered, n) {
 				t.state.Discovered = append(t.state.Discovered, n)
+				added = true
 			}
+		}
+		if !added {
+			return errUnchanged
 		}
 		return nil
 	})

@@ -14,13 +14,13 @@ import (
 func TestTurnBelongsToTheFirstAgent(t *testing.T) {
 	ts := &turns{store: newMemStore()}
 	ctx := context.Background()
-	if err := ts.addDiscovered(ctx, "turn-1", "a", []string{"t-echo"}); err != nil {
+	if err := ts.addDiscovered(ctx, nil, "turn-1", "a", []string{"t-echo"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ts.addDiscovered(ctx, "turn-1", "b", []string{"t-other"}); !errors.Is(err, messages.ErrConflict) {
+	if err := ts.addDiscovered(ctx, nil, "turn-1", "b", []string{"t-other"}); !errors.Is(err, messages.ErrConflict) {
 		t.Errorf("another agent used the turn: %v", err)
 	}
-	if err := ts.addDiscovered(ctx, "turn-1", "", []string{"t-echo", "t-more"}); err != nil {
+	if err := ts.addDiscovered(ctx, nil, "turn-1", "", []string{"t-echo", "t-more"}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := ts.load(ctx, "turn-1")
@@ -36,7 +36,7 @@ func TestTurnUpdateRetriesWhenTheTurnChanged(t *testing.T) {
 	store := newMemStore()
 	ts := &turns{store: store}
 	ctx := context.Background()
-	if err := ts.addDiscovered(ctx, "turn-1", "a", []string{"t-one"}); err != nil {
+	if err := ts.addDiscovered(ctx, nil, "turn-1", "a", []string{"t-one"}); err != nil {
 		t.Fatal(err)
 	}
 	writes := 0
@@ -47,7 +47,7 @@ func TestTurnUpdateRetriesWhenTheTurnChanged(t *testing.T) {
 			_, _ = store.Put(ctx, key, v)
 		}
 	}
-	if err := ts.addDiscovered(ctx, "turn-1", "a", []string{"t-two"}); err != nil {
+	if err := ts.addDiscovered(ctx, nil, "turn-1", "a", []string{"t-two"}); err != nil {
 		t.Fatal(err)
 	}
 	if writes != 3 {
@@ -58,8 +58,62 @@ func TestTurnUpdateRetriesWhenTheTurnChanged(t *testing.T) {
 		v, _, _ := store.Get(ctx, key)
 		_, _ = store.Put(ctx, key, v)
 	}
-	if err := ts.addDiscovered(ctx, "turn-1", "a", []string{"t-three"}); !errors.Is(err, messages.ErrConflict) {
+	if err := ts.addDiscovered(ctx, nil, "turn-1", "a", []string{"t-three"}); !errors.Is(err, messages.ErrConflict) {
 		t.Errorf("err = %v, want a conflict", err)
+	}
+}
+
+// A page that adds no tool to a saved turn writes nothing; one that adds a
+// tool, or a first page that only claims the turn, is written. A record the
+// request read before another request wrote the turn is read again.
+func TestTurnIsWrittenOnlyWhenAPageChangesIt(t *testing.T) {
+	store := newMemStore()
+	ts := &turns{store: store}
+	ctx := context.Background()
+	if err := ts.addDiscovered(ctx, nil, "turn-1", "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if store.last != 1 {
+		t.Fatalf("%d writes for the page that claimed a new turn, want 1", store.last)
+	}
+	if err := ts.addDiscovered(ctx, nil, "turn-1", "a", []string{"t-one"}); err != nil {
+		t.Fatal(err)
+	}
+	read, err := ts.load(ctx, "turn-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, page := range [][]string{{"t-one"}, nil} {
+		if err := ts.addDiscovered(ctx, read, "turn-1", "a", page); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.addDiscovered(ctx, nil, "turn-1", "a", page); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if store.last != 2 {
+		t.Errorf("%d writes after pages that added nothing, want 2", store.last)
+	}
+	// Another request adds a tool after this one read the turn: this one's
+	// page is saved onto the turn read again, and both tools stay.
+	stale := *read
+	stale.state.Discovered = slices.Clone(read.state.Discovered)
+	if err := ts.addDiscovered(ctx, nil, "turn-1", "a", []string{"t-two"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.addDiscovered(ctx, &stale, "turn-1", "a", []string{"t-three"}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ts.load(ctx, "turn-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rec.state.Discovered, []string{"t-one", "t-two", "t-three"}) {
+		t.Errorf("discovered %v, want t-one, t-two and t-three", rec.state.Discovered)
+	}
+	// The turn's owner is checked on the record read, too.
+	if err := ts.addDiscovered(ctx, rec, "turn-1", "b", []string{"t-four"}); !errors.Is(err, messages.ErrConflict) {
+		t.Errorf("another agent's page on a record read: %v", err)
 	}
 }
 

@@ -139,4 +139,16 @@ func TestLastSeqAfterOwnWrite(t *testing.T) {
 	if got, err := l.Turns().LastSeq(ctx); err != nil || got != last {
 		t.Fatalf("LastSeq once the answer is old: %d (%v), want the stream's last, %d", got, err, last)
 	}
+	// The sequence read is remembered like an acknowledgement: new turns
+	// that search without calls do not each read the stream's state, and
+	// what they get stays a lower bound of later writes.
+	if seq, ok := l.acks.recent(time.Hour); !ok || seq != last {
+		t.Fatalf("remembered %d (%v) after reading the stream's last, %d", seq, ok, last)
+	}
+	third := other("third")
+	// However slow that write: the remembered read counts as just made.
+	l.acks.at.Store(time.Now().UnixNano())
+	if got, err := l.Turns().LastSeq(ctx); err != nil || got != last || got >= third {
+		t.Fatalf("LastSeq right after a read: %d (%v), want the sequence read, %d, below the later write's %d", got, err, last, third)
+	}
 }

@@ -122,18 +122,23 @@ const turnCallsBatch = 1000
 
 // LastSeq returns a sequence of the events stream no later than its last:
 // the one at which the stream last acknowledged one of this ledger's writes,
-// when that answer came within ackedSeqFresh, or else the last sequence as
-// the stream's leader knows it, read from the stream's info. Either is a
-// lower bound of every sequence written after LastSeq returns, which is
-// what a new turn records (the first sequence its calls may have); the
-// acknowledged one spares a busy coordinator a request whose answer (the
-// stream's whole configuration and state, in JSON) costs the server more
-// than a write.
+// or the last one read from the stream's info, when that came within
+// ackedSeqFresh, or else the last sequence as the stream's leader knows
+// it, read from the stream's info. Any of these is a lower bound of every
+// sequence written after LastSeq returns, which is what a new turn records
+// (the first sequence its calls may have); the remembered ones spare a
+// coordinator a request whose answer (the stream's whole configuration and
+// state, in JSON) costs the server more than a write: at most one such
+// read per ackedSeqFresh is made while new turns search without calls.
 func (t *Turns) LastSeq(ctx context.Context) (uint64, error) {
 	if seq, ok := t.acks.recent(ackedSeqFresh); ok {
 		return seq, nil
 	}
-	return t.leaderLastSeq(ctx)
+	seq, err := t.leaderLastSeq(ctx)
+	if err == nil {
+		t.acks.noteRead(seq)
+	}
+	return seq, err
 }
 
 // leaderLastSeq returns the events stream's last sequence, as its leader

@@ -141,13 +141,14 @@ func (w *writer) sendCopy(bucket, ns string, ev *messages.CallEvent, notify stri
 }
 
 // lastAck is the events stream's latest answer to one of the ledger's
-// writes: Turns.LastSeq's answer while it is recent.
+// writes, or its last sequence as last read from its state: Turns.LastSeq's
+// answer while it is recent.
 type lastAck struct {
 	// eventsPrefix starts the subjects of the events stream.
 	eventsPrefix string
 	// seq is the sequence at which the events stream last acknowledged
-	// one of the ledger's writes, and at (Unix nanoseconds) when that
-	// answer came.
+	// one of the ledger's writes (or the last sequence read), and at (Unix
+	// nanoseconds) when that answer came.
 	seq atomic.Uint64
 	at  atomic.Int64
 }
@@ -161,6 +162,12 @@ func (a *lastAck) note(subject string, seq uint64) {
 	if seq == 0 || !strings.HasPrefix(subject, a.eventsPrefix) {
 		return
 	}
+	a.seq.Store(seq)
+	a.at.Store(time.Now().UnixNano())
+}
+
+// noteRead notes the stream's last sequence as read from its state.
+func (a *lastAck) noteRead(seq uint64) {
 	a.seq.Store(seq)
 	a.at.Store(time.Now().UnixNano())
 }
