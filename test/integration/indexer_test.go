@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/dev/testenv"
@@ -487,5 +490,100 @@ func syntheticWord(n int) string {
 		if n == 0 {
 			return b.String() + "x"
 		}
+	}
+}
+
+// TestIndexerFollowsOnlyWhatTheIndexIsBuiltFrom: the indexer's reads of the
+// catalog name the tools' and the disabled switches' keys, never a filter
+// that holds the workers' heartbeats or the coordinators' leases, which
+// change every few seconds and would each make the server walk the keys
+// under it. The index still follows every tool change and switch.
+func TestIndexerFollowsOnlyWhatTheIndexIsBuiltFrom(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	ctx := testenv.Context(t)
+	const inbox = "_INBOX_indexer_under_test"
+	spy := testenv.Connect(t, srv.URL())
+	catalogSubjects := "$KV." + names.CatalogBucket() + "."
+	var mu sync.Mutex
+	var filters []string
+	for _, subject := range []string{"$JS.API.DIRECT.GET." + "KV_" + names.CatalogBucket(), "$JS.API.DIRECT.GET." + "KV_" + names.CatalogBucket() + ".>"} {
+		if _, err := spy.Subscribe(subject, func(m *nats.Msg) {
+			if !strings.HasPrefix(m.Reply, inbox) {
+				return
+			}
+			var req struct {
+				MultiLast     []string `json:"multi_last"`
+				NextBySubject string   `json:"next_by_subj"`
+			}
+			_ = json.Unmarshal(m.Data, &req)
+			mu.Lock()
+			defer mu.Unlock()
+			if req.NextBySubject != "" {
+				filters = append(filters, req.NextBySubject)
+			}
+			filters = append(filters, req.MultiLast...)
+			if rest, ok := strings.CutPrefix(m.Subject, "$JS.API.DIRECT.GET.KV_"+names.CatalogBucket()+"."); ok {
+				filters = append(filters, rest)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	startIndexer(t, srv.URL(), func(c *indexer.Config) {
+		c.Conn = testenv.Connect(t, srv.URL(), nats.CustomInboxPrefix(inbox))
+	})
+	bucket := indexBucket(t, srv.URL())
+	manifests := watchManifests(t, bucket)
+	store := catalogStore(t, srv.URL())
+	def := messages.ToolDefinition{Name: "notes-find", Namespace: "notes", Method: "find", Description: "Finds notes.", InputSchema: messages.JSON(`{"type":"object"}`)}
+	if err := store.PutTool(ctx, &def); err != nil {
+		t.Fatal(err)
+	}
+	awaitManifest(t, manifests, "the tool indexed", func(m discovery.Manifest) bool { return m.Tools == 1 })
+	// Heartbeats and a lease written before a switch and a new tool: the
+	// index takes the latter without reading the former.
+	for i := range 5 {
+		if err := store.Heartbeat(ctx, &messages.WorkerHeartbeat{WorkerID: fmt.Sprintf("w%d", i), Namespace: "notes", Slots: 4, Time: time.Now(), IntervalMS: 5000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv, err := jetstream.New(spy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	catalogKV, err := kv.KeyValue(ctx, names.CatalogBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catalogKV.Put(ctx, "coordinators.audit_copy", []byte(`{"holder":"c1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetDisabled(ctx, "notes", "find", true, messages.DisabledState{Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	awaitManifest(t, manifests, "the disabled tool out of the index", func(m discovery.Manifest) bool { return m.Tools == 0 })
+	if err := store.SetDisabled(ctx, "notes", "find", false, messages.DisabledState{}); err != nil {
+		t.Fatal(err)
+	}
+	awaitManifest(t, manifests, "the tool back in the index", func(m discovery.Manifest) bool { return m.Tools == 1 })
+
+	mu.Lock()
+	defer mu.Unlock()
+	read := false
+	for _, f := range filters {
+		key := strings.TrimPrefix(f, catalogSubjects)
+		switch {
+		case strings.HasPrefix(key, "tools."), strings.HasPrefix(key, "disabled."):
+			read = true
+		default:
+			t.Errorf("the indexer read the catalog under %q", f)
+		}
+	}
+	if !read {
+		t.Errorf("no read of the catalog by the indexer was seen (%d filters): the check saw nothing", len(filters))
 	}
 }

@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"context"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -66,3 +67,116 @@ func newKeyList(keys []string) keyList {
 
 func (l keyList) Keys() <-chan string { return l.keys }
 func (l keyList) Stop() error         { return nil }
+
+// catalogKeys are the catalog's keys the index is built from: the tools'
+// definitions and the switches that disable them. The workers'
+// heartbeats and the coordinators' leases, written every few seconds, are
+// not followed: each would wake the watch for a read that walks the keys
+// under its filter.
+var catalogKeys = []string{"tools.>", "disabled.>"}
+
+// indexedCatalog is the catalog bucket as the indexer follows it: its
+// WatchAll follows catalogKeys only.
+type indexedCatalog struct{ followed }
+
+func (b indexedCatalog) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	var watches []jetstream.KeyWatcher
+	for _, keys := range catalogKeys {
+		w, err := b.Watch(ctx, keys, opts...)
+		if err != nil {
+			for _, w := range watches {
+				_ = w.Stop()
+			}
+			return nil, err
+		}
+		watches = append(watches, w)
+	}
+	return mergeWatches(watches), nil
+}
+
+// mergedWatch is watches of disjoint keys as one: their current values,
+// then one nil once each has sent its own, then their updates; its
+// updates end when every watch's have.
+type mergedWatch struct {
+	watches  []jetstream.KeyWatcher
+	updates  chan jetstream.KeyValueEntry
+	stop     chan struct{}
+	stopOnce sync.Once
+}
+
+func mergeWatches(watches []jetstream.KeyWatcher) *mergedWatch {
+	m := &mergedWatch{watches: watches, updates: make(chan jetstream.KeyValueEntry, 256), stop: make(chan struct{})}
+	// loaded carries, for each watch, whether it sent its current values
+	// (false: it ended first).
+	loaded := make(chan bool, len(watches))
+	var senders sync.WaitGroup
+	for _, w := range watches {
+		senders.Go(func() { m.forward(w, loaded) })
+	}
+	senders.Go(func() {
+		for range watches {
+			if ok := <-loaded; !ok {
+				return
+			}
+		}
+		select {
+		case m.updates <- nil:
+		case <-m.stop:
+		}
+	})
+	go func() {
+		senders.Wait()
+		close(m.updates)
+	}()
+	return m
+}
+
+// forward passes one watch's entries on until it or the merged watch
+// ends, telling loaded once it sent its current values or ended.
+func (m *mergedWatch) forward(w jetstream.KeyWatcher, loaded chan<- bool) {
+	told := false
+	defer func() {
+		if !told {
+			loaded <- false
+		}
+	}()
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case got, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if got == nil {
+				if !told {
+					told = true
+					loaded <- true
+				}
+				continue
+			}
+			e = got
+		case <-m.stop:
+			return
+		}
+		select {
+		case m.updates <- e:
+		case <-m.stop:
+			return
+		}
+	}
+}
+
+func (m *mergedWatch) Updates() <-chan jetstream.KeyValueEntry { return m.updates }
+
+func (m *mergedWatch) Stop() error {
+	var first error
+	m.stopOnce.Do(func() {
+		close(m.stop)
+		for _, w := range m.watches {
+			if err := w.Stop(); err != nil && first == nil {
+				first = err
+			}
+		}
+	})
+	return first
+}

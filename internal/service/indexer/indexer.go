@@ -269,7 +269,7 @@ func (ix *Indexer) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("indexer: catalog: %w", err)
 	}
-	catalogKV = followed{KeyValue: catalogKV, nc: ix.cfg.Conn, names: ix.names}
+	catalogKV = indexedCatalog{followed{KeyValue: catalogKV, nc: ix.cfg.Conn, names: ix.names}}
 	runCtx, cancel := context.WithCancel(context.Background())
 	ix.view = catalog.NewView(catalogKV, ix.log)
 	if err := ix.view.Start(runCtx); err != nil {
