@@ -103,6 +103,38 @@ func (s *Stream) getLast(ctx context.Context, subject string) (*nats.Msg, uint64
 	return msg, seq, nil
 }
 
+// GetNext returns the first message stored at sequence seq or later whose
+// subject matches filter, and its sequence, as GetBatch would hand it; it
+// returns ErrNotFound if there is none, and fails and retries as GetLast.
+// A single read makes the server count no pending messages, where every
+// batch counts those under its filter, a walk of each of their subjects:
+// reading a bucket's few new messages one at a time costs less than one
+// batch once many keys match.
+func (s *Stream) GetNext(ctx context.Context, seq uint64, filter string) (msg *nats.Msg, got uint64, err error) {
+	body, err := json.Marshal(BatchRequest{Seq: seq, NextBySubject: filter})
+	if err != nil {
+		return nil, 0, err
+	}
+	ctx, cancel := withDefaultDeadline(ctx, DefaultReadTimeout)
+	defer cancel()
+	err = Retry(ctx, s.policy, func(ctx context.Context) error {
+		m, err := s.nc.RequestWithContext(ctx, s.api, body)
+		if err != nil {
+			if errors.Is(err, nats.ErrNoResponders) {
+				err = ErrNoResponders
+			}
+			return err
+		}
+		got, _, err = stored(m)
+		msg = m
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the next message of %s on %s from %d: %w", s.name, filter, seq, err)
+	}
+	return msg, got, nil
+}
+
 // BatchRequest asks for several messages in one direct get: either the
 // last message of every subject matching MultiLast, or up to Batch
 // messages whose subjects match NextBySubject, from sequence Seq or from

@@ -152,7 +152,7 @@ func (w *kvWatch) run(ctx context.Context, initial []*kvEntry) {
 		case <-poll.C:
 		}
 		// A read that fails is made again at the next signal or poll.
-		_ = w.scan.read(ctx, send)
+		_ = w.scan.readNew(ctx, send)
 	}
 }
 
@@ -199,6 +199,33 @@ func (s *kvScan) read(ctx context.Context, emit func(*kvEntry) bool) error {
 			return nil
 		}
 	}
+}
+
+// kvSingleReads is how many messages readNew reads one at a time before
+// it reads the rest in batches.
+const kvSingleReads = 4
+
+// readNew is read for a watch that keeps up: the messages stored since the
+// last read, one single read each (and one that finds none), which
+// costs the server no count of the pending messages (see Stream.GetNext);
+// past kvSingleReads, the rest in batches.
+func (s *kvScan) readNew(ctx context.Context, emit func(*kvEntry) bool) error {
+	for range kvSingleReads {
+		msg, seq, err := s.stream.GetNext(ctx, s.last+1, s.filter)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		case seq <= s.last:
+			return fmt.Errorf("read the next message of %s after %d: got %d", s.stream.Name(), s.last, seq)
+		}
+		s.last = seq
+		if e := kvEntryOf(s.bucket, s.prefix, seq, msg); e != nil && !emit(e) {
+			return ctx.Err()
+		}
+	}
+	return s.read(ctx, emit)
 }
 
 // kvEntryOf reads a stored message of a bucket as the entry it is, or nil

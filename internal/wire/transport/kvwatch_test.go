@@ -2,11 +2,15 @@ package transport_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/dev/testenv"
@@ -122,6 +126,99 @@ func TestWatchKV(t *testing.T) {
 				t.Fatal("the watch sent after Stop")
 			}
 		})
+	}
+}
+
+// A watch that keeps up reads each new message alone, so that the server
+// counts no pending messages under its filter (a walk of every key), and
+// a burst past a few messages in batches; every entry arrives once, in
+// order, either way.
+func TestWatchKVFollowsWithSingleReads(t *testing.T) {
+	t.Parallel()
+	kv, conn := kvBucket(t, "single", "changes.single.>")
+	ctx := testenv.Context(t)
+	for i := range 10 {
+		if _, err := kv.Put(ctx, fmt.Sprintf("a.%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const inbox = "_INBOX_watch_under_test"
+	spy := testenv.Connect(t, conn.url)
+	var mu sync.Mutex
+	var batches, singles int
+	live := false
+	if _, err := spy.Subscribe("$JS.API.DIRECT.GET.KV_single", func(m *nats.Msg) {
+		if !strings.HasPrefix(m.Reply, inbox) {
+			return
+		}
+		var req transport.BatchRequest
+		_ = json.Unmarshal(m.Data, &req)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case !live:
+		case req.Batch > 0:
+			batches++
+		default:
+			singles++
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc := testenv.Connect(t, conn.url, nats.CustomInboxPrefix(inbox))
+	w, err := transport.WatchKV(ctx, nc, transport.KVWatchConfig{Bucket: "single", Keys: "a.>", Changes: "changes.single.>", Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	initial := 0
+	for e := next(t, w); e != nil; e = next(t, w) {
+		initial++
+	}
+	if initial != 10 {
+		t.Fatalf("%d current values, want 10", initial)
+	}
+	mu.Lock()
+	live = true
+	mu.Unlock()
+	for _, key := range []string{"a.new", "b.other", "a.next"} {
+		if _, err := kv.Put(ctx, key, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"a.new", "a.next"} {
+		if e := next(t, w); e.Key() != want {
+			t.Fatalf("got %s, want %s", e.Key(), want)
+		}
+	}
+	mu.Lock()
+	if batches != 0 || singles == 0 {
+		t.Errorf("keeping up: %d batched and %d single reads; want single reads only", batches, singles)
+	}
+	mu.Unlock()
+	var want []string
+	for i := range 100 {
+		key := fmt.Sprintf("a.burst.%03d", i)
+		want = append(want, key)
+		if _, err := kv.Put(ctx, key, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	var last uint64
+	for len(got) < len(want) {
+		e := next(t, w)
+		if e.Revision() <= last {
+			t.Fatalf("revision %d after %d", e.Revision(), last)
+		}
+		last = e.Revision()
+		got = append(got, e.Key())
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the burst: %v", got)
 	}
 }
 
