@@ -218,6 +218,9 @@ func (ts *turns) updateFrom(ctx context.Context, read *turnRecord, turn, agent s
 		err := change(t)
 		switch {
 		case errors.Is(err, errUnchanged) && t.revision != 0 && !claimed:
+			if t.state.Agent != "" {
+				ts.remember(turn, t.state.Agent)
+			}
 			return t, nil
 		case errors.Is(err, errUnchanged):
 		case err != nil:

@@ -162,11 +162,11 @@ func (a *lastAck) note(subject string, seq uint64) {
 	if seq == 0 || !strings.HasPrefix(subject, a.eventsPrefix) {
 		return
 	}
-	a.seq.Store(seq)
-	a.at.Store(time.Now().UnixNano())
+	a.noteRead(seq)
 }
 
-// noteRead notes the stream's last sequence as read from its state.
+// noteRead notes the stream's last sequence as read from its state (or
+// acknowledged).
 func (a *lastAck) noteRead(seq uint64) {
 	a.seq.Store(seq)
 	a.at.Store(time.Now().UnixNano())

@@ -89,7 +89,13 @@ func (s *Stream) GetLast(ctx context.Context, subject string) (msg *nats.Msg, se
 }
 
 func (s *Stream) getLast(ctx context.Context, subject string) (*nats.Msg, uint64, error) {
-	msg, err := s.nc.RequestWithContext(ctx, s.api+"."+subject, nil)
+	return s.getOne(ctx, s.api+"."+subject, nil)
+}
+
+// getOne sends one direct get that is answered with one message, and
+// returns it with its sequence.
+func (s *Stream) getOne(ctx context.Context, api string, body []byte) (*nats.Msg, uint64, error) {
+	msg, err := s.nc.RequestWithContext(ctx, api, body)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			err = ErrNoResponders
@@ -118,15 +124,7 @@ func (s *Stream) GetNext(ctx context.Context, seq uint64, filter string) (msg *n
 	ctx, cancel := withDefaultDeadline(ctx, DefaultReadTimeout)
 	defer cancel()
 	err = Retry(ctx, s.policy, func(ctx context.Context) error {
-		m, err := s.nc.RequestWithContext(ctx, s.api, body)
-		if err != nil {
-			if errors.Is(err, nats.ErrNoResponders) {
-				err = ErrNoResponders
-			}
-			return err
-		}
-		got, _, err = stored(m)
-		msg = m
+		msg, got, err = s.getOne(ctx, s.api, body)
 		return err
 	})
 	if err != nil {

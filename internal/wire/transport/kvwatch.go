@@ -180,15 +180,8 @@ func (s *kvScan) read(ctx context.Context, emit func(*kvEntry) bool) error {
 		stopped := false
 		err := s.stream.GetBatch(ctx, BatchRequest{Seq: s.last + 1, NextBySubject: s.filter, Batch: kvBatch}, func(seq uint64, msg *nats.Msg) bool {
 			n++
-			if seq <= s.last {
-				return true
-			}
-			s.last = seq
-			if e := kvEntryOf(s.bucket, s.prefix, seq, msg); e != nil && !emit(e) {
-				stopped = true
-				return false
-			}
-			return true
+			stopped = !s.take(seq, msg, emit)
+			return !stopped
 		})
 		switch {
 		case stopped:
@@ -217,15 +210,23 @@ func (s *kvScan) readNew(ctx context.Context, emit func(*kvEntry) bool) error {
 			return nil
 		case err != nil:
 			return err
-		case seq <= s.last:
-			return fmt.Errorf("read the next message of %s after %d: got %d", s.stream.Name(), s.last, seq)
 		}
-		s.last = seq
-		if e := kvEntryOf(s.bucket, s.prefix, seq, msg); e != nil && !emit(e) {
+		if !s.take(seq, msg, emit) {
 			return ctx.Err()
 		}
 	}
 	return s.read(ctx, emit)
+}
+
+// take hands emit the message read at seq, unless an earlier read took
+// it, and reports whether emit wants more.
+func (s *kvScan) take(seq uint64, msg *nats.Msg, emit func(*kvEntry) bool) bool {
+	if seq <= s.last {
+		return true
+	}
+	s.last = seq
+	e := kvEntryOf(s.bucket, s.prefix, seq, msg)
+	return e == nil || emit(e)
 }
 
 // kvEntryOf reads a stored message of a bucket as the entry it is, or nil
