@@ -56,23 +56,34 @@ func BenchmarkSearch(b *testing.B) {
 }
 
 // BenchmarkSearchFiltered searches with an allow-set that admits every
-// other tool, as an agent's policy would.
+// other tool, as an agent's policy would, and with one that admits every
+// tool, as the coordinator's check of each tool's namespace and policy
+// does for most agents; it reports how often the allow-set was asked.
 func BenchmarkSearchFiltered(b *testing.B) {
 	n := 10000
 	ix := benchIndex(b, n)
 	defs := cachedCatalog(n)
-	allowed := make(map[messages.ToolName]bool)
-	for i := 0; i < len(defs); i += 2 {
-		allowed[defs[i].ToolName()] = true
-	}
 	queries := synthetic.Queries(defs, 1000)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		q := Query{Text: queries[i%len(queries)], Allow: func(n messages.ToolName) bool { return allowed[n] }, Tags: []string{messages.TagReadOnly}}
-		if _, err := ix.Search(q); err != nil {
-			b.Fatal(err)
+	for _, every := range []int{2, 1} {
+		allowed := make(map[messages.ToolName]bool)
+		for i := 0; i < len(defs); i += every {
+			allowed[defs[i].ToolName()] = true
 		}
+		b.Run(fmt.Sprintf("admitted=1/%d", every), func(b *testing.B) {
+			asked := 0
+			allow := func(n messages.ToolName) bool {
+				asked++
+				return allowed[n]
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				q := Query{Text: queries[i%len(queries)], Allow: allow, Tags: []string{messages.TagReadOnly}}
+				if _, err := ix.Search(q); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(asked)/float64(b.N), "allow-calls/op")
+		})
 	}
 }
 

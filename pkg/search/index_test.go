@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -176,8 +177,10 @@ func TestSearchAllowCalledOnlyForContenders(t *testing.T) {
 	if len(res.Hits) != 5 {
 		t.Fatalf("got %d hits; want 5", len(res.Hits))
 	}
-	if calls > 200 {
-		t.Errorf("Allow was called %d times for a page of 5 in 1000 tools", calls)
+	// The probes, then the page and the one more that says whether
+	// another page follows, in rank order.
+	if want := admissionProbes + 6; calls > want {
+		t.Errorf("Allow was called %d times for a page of 5 in 1000 tools, which it all admits; want at most %d", calls, want)
 	}
 }
 
@@ -553,12 +556,29 @@ func TestRankMatchesBruteForce(t *testing.T) {
 		}
 	}
 	queries := append(synthetic.Queries(defs, 150), "list user", "get", "the user of a file in a report with a table")
+	// Callers' filters: one that refuses a tool in a hundred (its answers
+	// are deferred, and a page now and then holds more refusals than the
+	// ranking's slack), one in three (asked of each tool from its first
+	// refusal on), and nine in ten.
+	share := func(n messages.ToolName) uint32 {
+		h := fnv.New32a()
+		h.Write([]byte(n.String()))
+		return h.Sum32() % 100
+	}
+	fewRefused := func(n messages.ToolName) bool { return share(n) != 0 }
+	someRefused := func(n messages.ToolName, _ string) bool { return share(n) >= 33 }
+	mostRefused := func(n messages.ToolName) bool { return share(n) < 10 }
 	for _, text := range queries {
 		for _, q := range []Query{
 			{Text: text, PageSize: 1},
 			{Text: text},
 			{Text: text, PageSize: 100, Page: 1},
 			{Text: text, Tags: []string{messages.TagReadOnly}, PageSize: 7},
+			{Text: text, Allow: fewRefused},
+			{Text: text, Allow: fewRefused, PageSize: 1},
+			{Text: text, AllowCanonical: someRefused, PageSize: 3},
+			{Text: text, Allow: mostRefused, Page: 1, PageSize: 2},
+			{Text: text, Allow: fewRefused, AllowCanonical: someRefused, PageSize: 20},
 		} {
 			all := bruteForce(ix, q)
 			start := min(q.Page*max(q.PageSize, 1), len(all))
@@ -601,5 +621,40 @@ func TestSearchLongQueryKeepsRarestTerms(t *testing.T) {
 	res := search(t, ix, Query{Text: strings.Join(words, " ") + " zebra finder"})
 	if len(res.Hits) == 0 || res.Hits[0].Tool.String() != "rare-zebra_finder" {
 		t.Errorf("got %v; want the tool of the query's rarest terms first", names(res.Hits[:min(3, len(res.Hits))]))
+	}
+}
+
+// A caller that admits the tools it is asked about first and refuses the
+// best-ranked ones has the ranking done again, asking it of each tool:
+// the page is still the one a ranking that asked of each tool makes.
+func TestSearchRanksAgainWhenTheBestToolsAreRefused(t *testing.T) {
+	defs := synthetic.Catalog(2000)
+	ix := mustBuild(t, defs)
+	ranAgain := 0
+	for _, text := range synthetic.Queries(defs, 100) {
+		best := search(t, ix, Query{Text: text, PageSize: 12})
+		refused := map[messages.ToolName]bool{}
+		for _, h := range best.Hits {
+			refused[h.Tool] = true
+		}
+		var answers []bool
+		q := Query{Text: text, PageSize: 5, Allow: func(n messages.ToolName) bool {
+			answers = append(answers, !refused[n])
+			return !refused[n]
+		}}
+		want := bruteForce(ix, q)
+		got := search(t, ix, q)
+		if !slices.Equal(got.Hits, want[:min(5, len(want))]) {
+			t.Fatalf("%q:\ngot  %v\nwant %v", text, got.Hits, want[:min(5, len(want))])
+		}
+		// The probes all admitted, then more answers than the tools the
+		// ranking kept: it ranked again.
+		probes := answers[:min(admissionProbes, len(answers))]
+		if !slices.Contains(probes, false) && len(answers) > admissionProbes+5+1+admissionSlack {
+			ranAgain++
+		}
+	}
+	if ranAgain == 0 {
+		t.Error("no query's ranking was done again; the test does not cover it")
 	}
 }

@@ -30,8 +30,11 @@ type Query struct {
 	// Tags, when not empty, admits only tools that carry at least one of them.
 	Tags []string
 	// Allow, when not nil, admits only the tools it returns true for: the
-	// tools the agent may see. It is called only for tools that would make
-	// the requested page, so it may be a map lookup or a policy check.
+	// tools the agent may see. It is asked only about tools that would
+	// make the requested page (as a rule the first few tools found, then
+	// the best-ranked in order until the page is full), so it may be a map
+	// lookup or a policy check. Its answers must not change during a
+	// search.
 	Allow func(messages.ToolName) bool
 	// AllowCanonical is Allow for a caller that looks tools up by their
 	// canonical name: it is given that name too, as the index holds it,
@@ -130,7 +133,7 @@ func (s *searcher) search(q *Query) Result {
 			}
 		}
 	} else if len(s.terms) > 0 {
-		s.rank(&f)
+		s.rankAdmitting(&f, want)
 	}
 
 	ranked := s.top.sorted()
@@ -151,6 +154,59 @@ func (s *searcher) search(q *Query) Result {
 		res.Hits = append(res.Hits, Hit{Tool: ix.docs[c.slot].name, Score: float64(c.score)})
 	}
 	return res
+}
+
+// Deferred admission. The caller's Allow (a catalog lookup, a policy
+// check) costs more than scoring a tool, and asked of each tool as it
+// enters the heap it is asked of some eighty tools for a page of ten at
+// 10,000 tools, most of which leave the heap again. So it is asked of the
+// first admissionProbes tools that enter; if it admits them all, the
+// ranking goes on without it, keeping admissionSlack more tools than the
+// page needs, and it is then asked of those in rank order until the page
+// is full. That is the same page: every tool the ranking did not keep
+// ranks below those it kept. A caller that refuses one of the probes (an
+// agent that may see part of the catalog) is asked of each tool as
+// before, and one that refuses more than the slack of the tools kept has
+// the ranking done again, asking of each.
+const (
+	admissionProbes = 8
+	admissionSlack  = 2
+)
+
+// rankAdmitting ranks the tools that hold a query term into s.top, keeping
+// the want best that f admits (see "Deferred admission").
+func (s *searcher) rankAdmitting(f *filter, want int) {
+	if f.allow == nil && f.allowCanonical == nil {
+		s.rank(f)
+		return
+	}
+	f.probes, f.deferred, f.want = admissionProbes, false, want
+	s.top.reset(s.ix, want+admissionSlack)
+	s.rank(f)
+	if !f.deferred {
+		// Asked of each tool that entered: the best want are the page.
+		f.probes = 0
+		for len(s.top.items) > want {
+			s.top.pop()
+		}
+		s.top.k = want
+		return
+	}
+	f.deferred = false
+	found := len(s.top.items)
+	admitted := s.top.sorted()[:0]
+	for _, c := range s.top.items {
+		if len(admitted) < want && f.allows(s.ix, c.slot) {
+			admitted = append(admitted, c)
+		}
+	}
+	if len(admitted) == want || found < want+admissionSlack {
+		// Best first, which is also an order sorted() keeps.
+		s.top.k, s.top.items = want, admitted
+		return
+	}
+	s.top.reset(s.ix, want)
+	s.rank(f)
 }
 
 // maxQueryTerms bounds the distinct terms a search scores: a query pasted
@@ -437,6 +493,12 @@ type filter struct {
 	allow      func(messages.ToolName) bool
 	// allowCanonical is Query.AllowCanonical.
 	allowCanonical func(messages.ToolName, string) bool
+	// probes counts the tools still to ask the caller about before its
+	// answers may be deferred; deferred is set once they may be; want is
+	// the page's size with the one more (see rankAdmitting).
+	probes   int
+	deferred bool
+	want     int
 }
 
 func (s *searcher) filter(q *Query) filter {
@@ -466,6 +528,11 @@ func (s *searcher) filter(q *Query) filter {
 }
 
 func (f *filter) admits(ix *Index, slot uint32) bool {
+	return f.matches(ix, slot) && (f.deferred || f.allows(ix, slot))
+}
+
+// matches applies the query's own filters: its namespaces and tags.
+func (f *filter) matches(ix *Index, slot uint32) bool {
 	d := &ix.docs[slot]
 	if f.namespaces != nil && !f.namespaces[d.namespace] {
 		return false
@@ -482,10 +549,31 @@ func (f *filter) admits(ix *Index, slot uint32) bool {
 			return false
 		}
 	}
+	return true
+}
+
+// allows asks the caller's Allow and AllowCanonical about a tool.
+func (f *filter) allows(ix *Index, slot uint32) bool {
+	d := &ix.docs[slot]
 	if f.allow != nil && !f.allow(d.name) {
 		return false
 	}
 	return f.allowCanonical == nil || f.allowCanonical(d.name, d.canonical)
+}
+
+// probed counts a probe of deferred admission (see rankAdmitting) that
+// the caller's filter answered: after admissionProbes admitted tools in a
+// row the ranking goes on without asking it; after a refusal it is asked
+// of each tool.
+func (f *filter) probed(admitted bool) {
+	switch {
+	case f.probes == 0:
+	case !admitted:
+		f.probes = 0
+	default:
+		f.probes--
+		f.deferred = f.probes == 0
+	}
 }
 
 // topK keeps the k best candidates in a min-heap whose root is the worst.
@@ -550,7 +638,22 @@ func (t *topK) offer(slot uint32, score float32, f *filter) {
 	if len(t.items) >= t.k && !t.worse(t.items[0], c) {
 		return
 	}
-	if !f.admits(t.ix, slot) {
+	if !f.matches(t.ix, slot) {
+		return
+	}
+	probing := f.probes > 0
+	admitted := f.deferred || f.allows(t.ix, slot)
+	if probing {
+		f.probed(admitted)
+		if !admitted && t.k > f.want {
+			// Asked of each tool from now on: the page's size is enough.
+			for len(t.items) > f.want {
+				t.pop()
+			}
+			t.k = f.want
+		}
+	}
+	if !admitted {
 		return
 	}
 	if len(t.items) < t.k {
@@ -559,6 +662,14 @@ func (t *topK) offer(slot uint32, score float32, f *filter) {
 		return
 	}
 	t.items[0] = c
+	t.down(0)
+}
+
+// pop drops the worst candidate.
+func (t *topK) pop() {
+	n := len(t.items) - 1
+	t.items[0] = t.items[n]
+	t.items = t.items[:n]
 	t.down(0)
 }
 

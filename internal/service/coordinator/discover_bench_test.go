@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -109,24 +111,28 @@ func BenchmarkDiscover(b *testing.B) {
 	taught := awaitStored(b, manifests, func(m discovery.Manifest) bool {
 		return m.Tools > tools && m.Version > plain.Version && m.Size > plain.Size
 	})
-	taughtAt := time.Now()
 	last := defs[((learned-1)*7)%tools].Name
-	for {
-		r, err := c.Discover(ctx, &messages.DiscoverRequest{Query: gapWord(learned - 1)})
-		if err != nil {
-			b.Fatal(err)
+	// awaitLearned waits until c answers with the learned fields.
+	awaitLearned := func(c *coordinator.Coordinator) {
+		taughtAt := time.Now()
+		for {
+			r, err := c.Discover(ctx, &messages.DiscoverRequest{Query: gapWord(learned - 1)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(r.Hits) > 0 && r.Hits[0].Name == last {
+				return
+			}
+			if time.Since(taughtAt) > time.Minute {
+				m, _, _ := discovery.ReadManifest(ctx, fixture.Index)
+				other, _ := c.Discover(ctx, &messages.DiscoverRequest{Query: queries[0]})
+				b.Fatalf("a minute after the learned fields were stored, %s finds %+v; want %s first (index %+v, stored %+v; %q finds %d tools)",
+					gapWord(learned-1), r.Hits, last, c.DiscoveryStatus(), m, queries[0], len(other.Hits))
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		if len(r.Hits) > 0 && r.Hits[0].Name == last {
-			break
-		}
-		if time.Since(taughtAt) > time.Minute {
-			m, _, _ := discovery.ReadManifest(ctx, fixture.Index)
-			other, _ := c.Discover(ctx, &messages.DiscoverRequest{Query: queries[0]})
-			b.Fatalf("a minute after the learned fields were stored, %s finds %+v; want %s first (index %+v, stored %+v; %q finds %d tools)",
-				gapWord(learned-1), r.Hits, last, c.DiscoveryStatus(), m, queries[0], len(other.Hits))
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	awaitLearned(c)
 	b.Logf("stored index: %d bytes without learned fields, %d with %d tools' (+%.1f%%, %d bytes a tool that learned)",
 		plain.Size, taught.Size, learned, 100*float64(taught.Size-plain.Size)/float64(plain.Size), (taught.Size-plain.Size)/learned)
 
@@ -142,8 +148,32 @@ func BenchmarkDiscover(b *testing.B) {
 	}
 	defer func() { _ = echo.Unsubscribe() }()
 	requester := testenv.Connect(b, url)
-	for _, mode := range []string{"in-process", "sdk", "in-process-turn", "nats-echo"} {
+	// A second coordinator, started after the others' modes so that the
+	// SDK's requests all reach the first, holds a policy of twenty rules
+	// that hide no tool of the catalog: each tool a search admits is
+	// checked against all of them.
+	var withPolicy *coordinator.Coordinator
+	policyCoordinator := func() *coordinator.Coordinator {
+		if withPolicy == nil {
+			rules := "default: allow\nrules:\n  - preset: deny_privileged\n  - preset: ask_destructive\n"
+			for i := range 18 {
+				rules += fmt.Sprintf("  - {id: deny-other-%d, tool: \"other%d:*\", effect: deny, reason: not this catalog}\n", i, i)
+			}
+			file := filepath.Join(b.TempDir(), "policy.yaml")
+			if err := os.WriteFile(file, []byte(rules), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			withPolicy = testenv.Coordinator(b, url, func(cfg *coordinator.Config) { cfg.PolicyFile = file })
+			awaitLearned(withPolicy)
+		}
+		return withPolicy
+	}
+	for _, mode := range []string{"in-process", "sdk", "in-process-turn", "nats-echo", "in-process-policy"} {
 		b.Run(fmt.Sprintf("tools=%d/learned=%d/%s", tools, learned, mode), func(b *testing.B) {
+			discover := c.Discover
+			if mode == "in-process-policy" {
+				discover = policyCoordinator().Discover
+			}
 			durations := make([]time.Duration, 0, b.N)
 			i := 0
 			cpu := coordinator.ProcessCPU()
@@ -161,7 +191,7 @@ func BenchmarkDiscover(b *testing.B) {
 				case "nats-echo":
 					_, err = requester.RequestWithContext(ctx, "bench.echo", []byte(req.Query))
 				default:
-					_, err = c.Discover(ctx, req)
+					_, err = discover(ctx, req)
 				}
 				durations = append(durations, time.Since(t0))
 				if err != nil {
