@@ -362,7 +362,9 @@ const casAttempts = 8
 func (r *Recorder) search(ctx context.Context, j job) error {
 	key, agent := TurnKey(j.turn), Token("agent", j.agent)
 	wrote := false
-	err := r.update(ctx, key, r.cfg.TurnWindow, func(value []byte) ([]byte, error) {
+	// A turn's first search, as a rule: its record is created unread.
+	absent := r.turns.without(key, time.Now())
+	err := r.update(ctx, key, r.cfg.TurnWindow, absent, func(value []byte) ([]byte, error) {
 		rec := TurnRecord{Agent: agent}
 		if value != nil {
 			if err := json.Unmarshal(value, &rec); err != nil {
@@ -439,7 +441,7 @@ func (r *Recorder) evidenceFor(ctx context.Context, c *messages.CallRequest, use
 		return err
 	}
 	counted := false
-	err = r.update(ctx, TurnKey(c.Turn), r.cfg.TurnWindow, func(value []byte) ([]byte, error) {
+	err = r.update(ctx, TurnKey(c.Turn), r.cfg.TurnWindow, false, func(value []byte) ([]byte, error) {
 		if value == nil {
 			// The turn's record expired while the call ran: nothing
 			// can count it twice any more.
@@ -464,7 +466,7 @@ func (r *Recorder) evidenceFor(ctx context.Context, c *messages.CallRequest, use
 	if user != "" {
 		userToken = Token("user", user)
 	}
-	err = r.update(ctx, EvidenceKey(name, c.Agent), r.cfg.Retention, func(value []byte) ([]byte, error) {
+	err = r.update(ctx, EvidenceKey(name, c.Agent), r.cfg.Retention, false, func(value []byte) ([]byte, error) {
 		var rec search.UsageRecord
 		if value != nil {
 			if err := json.Unmarshal(value, &rec); err != nil {
@@ -521,12 +523,18 @@ func (r *Recorder) get(ctx context.Context, key string) ([]byte, uint64, error) 
 
 // update rewrites a key by compare-and-set, with a TTL: change gets the
 // current value (nil for none) and returns the new one, or nil to leave
-// the key as it is.
-func (r *Recorder) update(ctx context.Context, key string, ttl time.Duration, change func([]byte) ([]byte, error)) error {
-	for range casAttempts {
-		value, revision, err := r.get(ctx, key)
-		if err != nil {
-			return err
+// the key as it is. With absent, the key is taken to have no value
+// without reading it first: a write that finds one reads it and tries
+// again, as any write that finds the key changed does.
+func (r *Recorder) update(ctx context.Context, key string, ttl time.Duration, absent bool, change func([]byte) ([]byte, error)) error {
+	for attempt := range casAttempts {
+		var value []byte
+		var revision uint64
+		if attempt > 0 || !absent {
+			var err error
+			if value, revision, err = r.get(ctx, key); err != nil {
+				return err
+			}
 		}
 		next, err := change(value)
 		if err != nil || next == nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/dev/testenv"
@@ -202,5 +203,76 @@ func TestRecorderTakesACallInATurnAnotherCoordinatorSearched(t *testing.T) {
 		})
 		second.rec.Called(&messages.CallRequest{CallID: "c-" + turn, Tool: view.String(), Agent: agent, Turn: turn}, "")
 		second.evidence(t, view, agent)
+	}
+}
+
+// TestRecorderCreatesANewTurnsRecordUnread: the first search of a turn
+// that no recorder has a record of creates the record without reading it
+// first; a second search of the turn through another coordinator's
+// recorder, whether or not its watch has seen the first, reads the record
+// and is added to it; another agent's search of the turn reads it and is
+// not recorded.
+func TestRecorderCreatesANewTurnsRecordUnread(t *testing.T) {
+	t.Parallel()
+	first := startRecorder(t)
+	js, err := jetstream.New(testenv.Connect(t, first.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := startRecorderOn(t, js, first.kv)
+	// Every read of a key by a recorder is a direct get on the server (the
+	// test waits for records through a watch, which reads otherwise).
+	var mu sync.Mutex
+	reads := 0
+	spyConn := testenv.Connect(t, first.url)
+	if _, err := spyConn.Subscribe("$JS.API.DIRECT.GET.KV_usage_test.>", func(m *nats.Msg) {
+		if strings.Contains(m.Subject, "turns") {
+			mu.Lock()
+			reads++
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := spyConn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	record := func(turn string, searches int) usage.TurnRecord {
+		t.Helper()
+		w, err := first.kv.Watch(testenv.Context(t), usage.TurnKey(turn))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		for {
+			select {
+			case e := <-w.Updates():
+				var rec usage.TurnRecord
+				if e != nil && json.Unmarshal(e.Value(), &rec) == nil && len(rec.Searches) >= searches {
+					return rec
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("turn %s has no record of %d searches", turn, searches)
+			}
+		}
+	}
+	view := messages.ToolName{Namespace: "media", Method: "view_image"}
+	const turns = 20
+	for i := range turns {
+		turn := fmt.Sprint("new-", i)
+		first.rec.Searched(turn, "alice", "show me the picture", []string{view.String()})
+		record(turn, 1)
+		second.rec.Searched(turn, "bob", "bob's own query", []string{view.String()})
+		second.rec.Searched(turn, "alice", "a photo please", []string{view.String()})
+		if rec := record(turn, 2); rec.Agent != usage.Token("agent", "alice") || len(rec.Searches) != 2 {
+			t.Fatalf("turn %s: %+v; want alice's two searches", turn, rec)
+		}
+	}
+	first.stop(t)
+	second.stop(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := 2 * turns; reads != want {
+		t.Errorf("%d reads of the turns' records for %d turns; want %d: the second recorder's, none to create a record", reads, turns, want)
 	}
 }
