@@ -186,10 +186,7 @@ func (s *searcher) rankAdmitting(f *filter, want int) {
 	if !f.deferred {
 		// Asked of each tool that entered: the best want are the page.
 		f.probes = 0
-		for len(s.top.items) > want {
-			s.top.pop()
-		}
-		s.top.k = want
+		s.top.shrink(want)
 		return
 	}
 	f.deferred = false
@@ -645,12 +642,9 @@ func (t *topK) offer(slot uint32, score float32, f *filter) {
 	admitted := f.deferred || f.allows(t.ix, slot)
 	if probing {
 		f.probed(admitted)
-		if !admitted && t.k > f.want {
+		if !admitted {
 			// Asked of each tool from now on: the page's size is enough.
-			for len(t.items) > f.want {
-				t.pop()
-			}
-			t.k = f.want
+			t.shrink(f.want)
 		}
 	}
 	if !admitted {
@@ -665,12 +659,15 @@ func (t *topK) offer(slot uint32, score float32, f *filter) {
 	t.down(0)
 }
 
-// pop drops the worst candidate.
-func (t *topK) pop() {
-	n := len(t.items) - 1
-	t.items[0] = t.items[n]
-	t.items = t.items[:n]
-	t.down(0)
+// shrink keeps the k best candidates, and no more from now on.
+func (t *topK) shrink(k int) {
+	for len(t.items) > k {
+		n := len(t.items) - 1
+		t.items[0] = t.items[n]
+		t.items = t.items[:n]
+		t.down(0)
+	}
+	t.k = k
 }
 
 // sorted orders the kept candidates best first; the heap is spent.
