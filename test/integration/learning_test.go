@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -230,6 +231,9 @@ func TestUsageEvidence(t *testing.T) {
 	noEvidence(t, env.kv, "media-hold", "alice", "a cancelled call")
 }
 
+// recordTime matches a time as a usage record holds it (RFC 3339, in JSON).
+var recordTime = regexp.MustCompile(`"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)"`)
+
 // TestUsageEvidenceKeepsNoQueryOrArgument: the usage bucket holds the
 // normalised terms of queries, without their numbers, and nothing of the
 // calls' arguments.
@@ -263,8 +267,20 @@ func TestUsageEvidenceKeepsNoQueryOrArgument(t *testing.T) {
 			continue
 		}
 		n++
+		// A key's digests (of an agent, a user or a turn) are hex, which
+		// may spell a number of the query by chance: they are checked for
+		// being digests, not for the secrets.
+		words := strings.Split(key, ".")
+		for i, w := range words {
+			if len(w) >= 32 && strings.Trim(w, "0123456789abcdef") == "" {
+				words[i] = "<digest>"
+			}
+		}
+		named := strings.Join(words, ".")
+		// So are the times a record holds, whose digits may too.
+		value := recordTime.ReplaceAllString(string(e.Value()), `"<time>"`)
 		for _, secret := range []string{"4471", "ACME", "example.com", "1997", "hunter2", "passport", "/home", query, "bob", "alice@", "t1"} {
-			if strings.Contains(key, secret) || strings.Contains(string(e.Value()), secret) {
+			if strings.Contains(named, secret) || strings.Contains(value, secret) {
 				t.Errorf("usage key %s holds %q: %s", key, secret, e.Value())
 			}
 		}

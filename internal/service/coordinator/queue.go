@@ -30,6 +30,9 @@ type callQueue struct {
 	// sending that write no duplicate.
 	reads callReader
 	nc    *nats.Conn
+	// publish sends a message and asks for no acknowledgement (the
+	// connection's PublishMsg): see sendUnacknowledged.
+	publish func(*nats.Msg) error
 	// maxWait bounds how long a submit with wait holds its reply.
 	maxWait time.Duration
 	// unavailableWait bounds how long a write or read is retried while
@@ -180,25 +183,10 @@ func (q *callQueue) sendAlone(ctx context.Context, call *messages.CallRequest, f
 	if err := q.haveConsumer(ctx, call.Namespace); err != nil {
 		return err
 	}
-	bucket := messages.TurnBucket(call.Turn)
-	queuedMsg, err := q.writes.EventMsg(bucket, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call, Audit: queuedAuditOf(ctx)})
+	queuedMsg, err := q.queuedMsg(ctx, call, first, msgID)
 	if err != nil {
-		return messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
+		return err
 	}
-	queuedMsg.Header.Set(messages.HeaderMsgID, msgID)
-	// This coordinator sends a cancel notice before it decides whether the
-	// call was delivered: workers may trust their notices (calls.cancel).
-	queuedMsg.Header.Set(messages.HeaderVersion, messages.NoticeVersion)
-	if first {
-		// The subject's IDs were checked as it was made.
-		filter := q.names.QueuedEventFilter(queuedMsg.Subject)
-		if filter == "" {
-			return messages.Errorf(messages.CodeInternal, "no queued event's subject: %s", queuedMsg.Subject)
-		}
-		queuedMsg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-		queuedMsg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
-	}
-	tracing.Inject(sendSpan(ctx, queuedMsg.Subject, call), queuedMsg.Header)
 	// The quiet submit's context ends when its handler returns; the
 	// writes go on until their own deadline.
 	bound := q.retryBound()
@@ -214,6 +202,56 @@ func (q *callQueue) sendAlone(ctx context.Context, call *messages.CallRequest, f
 		record.acked(0, false, err)
 	}
 	return nil
+}
+
+// sendUnacknowledged writes the call's first queued event without asking
+// the stream to acknowledge it: for a quiet submit whose caller asked for
+// no receipt, whose look for the call (docs/protocol.md, "Quiet
+// submits") finds a write the stream refused or lost as it finds a lost
+// submit, and sends copies, which are written as sendFirst writes. The
+// write is conditional on the call having no queued event, which keeps
+// one queued event per call without a message ID: nothing would hear
+// the stream say it had the ID already. It returns only the errors of
+// sending.
+func (q *callQueue) sendUnacknowledged(ctx context.Context, call *messages.CallRequest) error {
+	if err := q.haveConsumer(ctx, call.Namespace); err != nil {
+		return err
+	}
+	queuedMsg, err := q.queuedMsg(ctx, call, true, "")
+	if err != nil {
+		return err
+	}
+	if err := q.publish(queuedMsg); err != nil {
+		return messages.Errorf(messages.CodeUnavailable, "queue call: %v", err)
+	}
+	return nil
+}
+
+// queuedMsg is the call's queued event as it is written: first, only if
+// the call has no queued event yet; with msgID unless it is empty.
+func (q *callQueue) queuedMsg(ctx context.Context, call *messages.CallRequest, first bool, msgID string) (*nats.Msg, error) {
+	bucket := messages.TurnBucket(call.Turn)
+	queuedMsg, err := q.writes.EventMsg(bucket, call.Namespace, &messages.CallEvent{CallID: call.CallID, Kind: messages.EventQueued, Time: call.QueuedAt, Request: call, Audit: queuedAuditOf(ctx)})
+	if err != nil {
+		return nil, messages.Errorf(messages.CodeBadRequest, "encode call: %v", err)
+	}
+	if msgID != "" {
+		queuedMsg.Header.Set(messages.HeaderMsgID, msgID)
+	}
+	// This coordinator sends a cancel notice before it decides whether the
+	// call was delivered: workers may trust their notices (calls.cancel).
+	queuedMsg.Header.Set(messages.HeaderVersion, messages.NoticeVersion)
+	if first {
+		// The subject's IDs were checked as it was made.
+		filter := q.names.QueuedEventFilter(queuedMsg.Subject)
+		if filter == "" {
+			return nil, messages.Errorf(messages.CodeInternal, "no queued event's subject: %s", queuedMsg.Subject)
+		}
+		queuedMsg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		queuedMsg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
+	}
+	tracing.Inject(sendSpan(ctx, queuedMsg.Subject, call), queuedMsg.Header)
+	return queuedMsg, nil
 }
 
 // haveConsumer makes sure the namespace's consumer exists before a call
@@ -352,6 +390,9 @@ func (s *sending) recorded(duplicate bool, err error) {
 // this one) or a failure.
 func (s *sending) settle(ctx context.Context) (duplicate bool, err error) {
 	q, call := s.q, s.call
+	if transport.TooLarge(s.recordErr) {
+		return false, messages.Errorf(messages.CodePayloadTooLarge, "queue call %s: the events stream refuses its queued event: %v", call.CallID, s.recordErr)
+	}
 	if s.recordErr != nil {
 		return false, messages.Errorf(messages.CodeUnavailable, "queue call %s: %v", call.CallID, s.recordErr)
 	}

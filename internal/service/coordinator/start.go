@@ -174,7 +174,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 	audit := auditLog.record
 	c.guard = &guard{ids: c.cfg.Identities, audit: auditLog.recordForbidden, prefix: c.names.Prefix()}
 	turns := &turns{store: bucket{turnsKV, c.cfg.UnavailableWait}, calls: retryingTurnCalls{c.ledger.Turns(), c.cfg.UnavailableWait}}
-	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, maxWait: c.cfg.MaxWait, unavailableWait: c.cfg.UnavailableWait, log: c.log}
+	queue := &callQueue{names: c.names, writes: c.ledger, turns: turns, reads: c.ledger, nc: c.nc, publish: c.nc.PublishMsg, maxWait: c.cfg.MaxWait, unavailableWait: c.cfg.UnavailableWait, log: c.log}
 	queue.ensureConsumer = func(ctx context.Context, ns string) error {
 		if err := resources.CreateNamespaceConsumer(ctx, c.js, c.names, resources.DefaultNamespaceConsumer(ns)); err != nil {
 			return err

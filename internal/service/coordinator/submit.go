@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -152,7 +153,22 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 	if allowed != nil {
 		ctx = withQueuedAudit(ctx, allowed)
 	}
+	if then != nil && sr.Quiet && nats.Header(headers).Get(messages.HeaderReceipt) == "" {
+		return p.enqueueUnacknowledged(ctx, call)
+	}
 	return p.enqueue(ctx, call, sr, then)
+}
+
+// enqueueUnacknowledged queues the call of a quiet submit that asked for
+// no receipt, whose caller looks for the call if no result comes (see
+// callQueue.sendUnacknowledged): it returns the queued state once the
+// queued event is sent, which a quiet submit does not answer.
+func (p *submitPipeline) enqueueUnacknowledged(ctx context.Context, call *messages.CallRequest) (*messages.SubmitReply, bool, error) {
+	if err := p.queue.sendUnacknowledged(ctx, call); err != nil {
+		return nil, false, err
+	}
+	p.accepted(ctx, call)
+	return &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}, false, nil
 }
 
 // validateSubmit checks a submit request on its own, before anything is

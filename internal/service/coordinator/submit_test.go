@@ -447,6 +447,8 @@ type fakeWriter struct {
 	failFirst map[string][]error // by subject prefix, one attempt each
 	duplicate map[string]bool    // by subject prefix
 	committed []*messages.CallResult
+	// unacknowledged are the messages sent without an acknowledgement.
+	unacknowledged []*nats.Msg
 }
 
 // EventMsg stores a queued event under its subject, any other under "events.<call ID>".
@@ -480,6 +482,15 @@ func (f *fakeWriter) PublishThen(msg *nats.Msg, _ time.Duration, then func(uint6
 	}
 	f.mu.Unlock()
 	go then(1, dup, err) // acknowledgements arrive on another goroutine
+	return nil
+}
+
+// PublishUnacknowledged records the write as sent; a fake stream says nothing of it.
+func (f *fakeWriter) PublishUnacknowledged(msg *nats.Msg) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.published = append(f.published, msg.Subject)
+	f.unacknowledged = append(f.unacknowledged, msg)
 	return nil
 }
 
@@ -578,7 +589,8 @@ func TestEnqueue(t *testing.T) {
 		{name: "queued after the stream had no leader", failFirst: map[string][]error{"toolbus.events.": {noLeader, noLeader, noLeader}}, wantWrites: 4},
 		{name: "retried write stored twice", failFirst: map[string][]error{"toolbus.events.": {noLeader}}, duplicate: map[string]bool{"toolbus.events.": true}, wantWrites: 2},
 		{name: "never queued", fail: map[string]error{"toolbus.events.": noLeader}, want: messages.CodeUnavailable},
-		{name: "refused", fail: map[string]error{"toolbus.events.": refused}, want: messages.CodeUnavailable, wantWrites: 1},
+		{name: "refused for its size", fail: map[string]error{"toolbus.events.": refused}, want: messages.CodePayloadTooLarge, wantWrites: 1},
+		{name: "refused", fail: map[string]error{"toolbus.events.": &jetstream.APIError{Code: 400, ErrorCode: 10077, Description: "maximum messages exceeded"}}, want: messages.CodeUnavailable, wantWrites: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -665,6 +677,83 @@ func TestRunStopsAtTheFirstFailingStage(t *testing.T) {
 	}
 }
 
+// TestAQuietSubmitWithoutAReceiptIsWrittenUnacknowledged: the first
+// quiet submit of a call, which asks for no receipt, writes its queued
+// event without asking for an acknowledgement, on the condition that the
+// call has none yet and without a message ID; its copies, which ask for
+// receipts, and every other submit wait for the stream's acknowledgement.
+func TestAQuietSubmitWithoutAReceiptIsWrittenUnacknowledged(t *testing.T) {
+	echo := tool("t-echo", `{"type":"object"}`)
+	names, _ := messages.NewNames("toolbus")
+	route := messages.RandomToken()
+	routed := func() string { return messages.RoutedCallID(route, messages.RandomToken()) }
+	for _, tc := range []struct {
+		name       string
+		sr         messages.SubmitRequest
+		headers    map[string][]string
+		unacked    bool
+		wantReply  bool
+		wantThenOK bool
+	}{
+		{name: "quiet, no receipt", sr: messages.SubmitRequest{Quiet: true, Route: route, CallID: routed()}, unacked: true, wantReply: true},
+		{name: "quiet copy asking for a receipt", sr: messages.SubmitRequest{Quiet: true, Route: route, CallID: routed()}, headers: map[string][]string{messages.HeaderReceipt: {"toolbus.results." + route + ".x"}}},
+		{name: "not quiet", sr: messages.SubmitRequest{Route: route, CallID: routed()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			writer := &fakeWriter{}
+			p := &submitPipeline{
+				limits:    submitLimits{maxArgumentsBytes: 1 << 10, defaultTimeout: time.Minute},
+				tools:     &fakeCatalog{tools: map[string]*catalog.Tool{"t-echo": echo}, available: map[string]bool{"t": true}},
+				admission: resolverOf(t, echo),
+				schemas:   newSchemaCache(),
+				policy:    mustPolicy(t, ""),
+				grants:    grantsFunc(func(string) bool { return false }),
+				audit:     (&audits{}).record,
+				queue:     &callQueue{names: names, writes: writer, publish: writer.PublishUnacknowledged, turns: &turns{store: newMemStore()}, unavailableWait: 500 * time.Millisecond, log: discardLogger()},
+				tracer:    noop.NewTracerProvider().Tracer(""),
+			}
+			sr := tc.sr
+			sr.Tool, sr.Arguments = "t-echo", messages.JSON(`{}`)
+			outcome := make(chan error, 1)
+			reply, pending, err := p.run(context.Background(), &sr, tc.headers, func(_ *messages.SubmitReply, err error) { outcome <- err })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantReply {
+				if pending || reply == nil || reply.State != messages.StateQueued || reply.CallID != sr.CallID {
+					t.Fatalf("run = %+v, pending %v; want the call queued at once", reply, pending)
+				}
+			} else if !pending {
+				t.Fatalf("run = %+v; want the outcome after the acknowledgement", reply)
+			} else if err := <-outcome; err != nil {
+				t.Fatal(err)
+			}
+			writer.mu.Lock()
+			defer writer.mu.Unlock()
+			if len(writer.published) != 1 {
+				t.Fatalf("published %v, want the queued event once", writer.published)
+			}
+			if !tc.unacked {
+				if len(writer.unacknowledged) != 0 {
+					t.Fatalf("written without an acknowledgement: %v", writer.published)
+				}
+				return
+			}
+			if len(writer.unacknowledged) != 1 {
+				t.Fatalf("the queued event was written with an acknowledgement")
+			}
+			h := writer.unacknowledged[0].Header
+			filter := names.QueuedEventFilter(writer.unacknowledged[0].Subject)
+			if h.Get(jetstream.ExpectedLastSubjSeqHeader) != "0" || filter == "" || h.Get(jetstream.ExpectedLastSubjSeqSubjHeader) != filter {
+				t.Errorf("headers %v: want the write conditional on no queued event matching %q", h, filter)
+			}
+			if id := h.Get(messages.HeaderMsgID); id != "" {
+				t.Errorf("message ID %q: no one would hear the stream tell of a duplicate", id)
+			}
+		})
+	}
+}
+
 // TestFirstSubmitsOfANamespaceCheckItsConsumerOnce: the first submits of
 // a namespace, come together, ask for its consumer once and wait for that
 // check, rather than each asking JetStream (a busy server then times out
@@ -746,7 +835,7 @@ func TestCopiesOfASubmitJoinItsWrite(t *testing.T) {
 		want   messages.ErrorCode
 	}{
 		{name: "stored"},
-		{name: "refused", ackErr: &jetstream.APIError{Code: 400, ErrorCode: 10054, Description: "message size exceeds maximum allowed"}, want: messages.CodeUnavailable},
+		{name: "refused", ackErr: &jetstream.APIError{Code: 400, ErrorCode: 10054, Description: "message size exceeds maximum allowed"}, want: messages.CodePayloadTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			writer := &heldWriter{release: make(chan struct{}), ackErr: tc.ackErr}

@@ -135,3 +135,11 @@ func stored(msg *nats.Msg) (seq uint64, end bool, err error) {
 	msg.Subject = msg.Header.Get(jetstream.SubjectHeader)
 	return seq, false, nil
 }
+
+// TooLarge reports whether err is a stream refusing a message for its
+// size (the stream's max_msg_size, or the server's max_payload): a refusal
+// that no retry of the same message overcomes.
+func TooLarge(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
+}
