@@ -70,7 +70,7 @@ type Approval struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	// Set once decided.
 	DecidedBy      string    `json:"decided_by,omitempty"`
-	DecidedAt      time.Time `json:"decided_at,omitempty"`
+	DecidedAt      time.Time `json:"decided_at,omitempty,omitzero"`
 	DecisionReason string    `json:"decision_reason,omitempty"`
 	Remember       string    `json:"remember,omitempty"`
 }

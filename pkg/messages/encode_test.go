@@ -189,3 +189,17 @@ func FuzzPackerWritesWhatTheLibraryWrites(f *testing.F) {
 		}
 	})
 }
+
+// A pending approval has no decision time: the field is left out, in
+// either encoding, never sent as the zero time.
+func TestAPendingApprovalHasNoDecisionTime(t *testing.T) {
+	for _, codec := range []Codec{JSONCodec, Msgpack} {
+		data, err := codec.Marshal(&Approval{ApprovalID: "a1", State: ApprovalPending})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), "decided_at") {
+			t.Errorf("codec %d: a pending approval carries decided_at: %q", codec, data)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/service/coordinator"
 	"github.com/toolbus/toolbus/internal/service/demo"
 	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -164,5 +166,105 @@ func TestAQuietSubmitSentTwiceRunsOnce(t *testing.T) {
 	}
 	if n := info.State.Subjects["toolbus.events.21."+callID+".result.demo"]; n != 1 {
 		t.Fatalf("the call has %d results, want 1 (%v)", n, info.State.Subjects)
+	}
+}
+
+// A call held for an approval is held once: a second quiet submit of its
+// ID is answered as the held call, with the approval as it was stored,
+// and writes nothing.
+func TestAHeldCallSubmittedAgainIsHeldOnce(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	policyFile := t.TempDir() + "/policy.yaml"
+	writeFile(t, policyFile, "default: allow\nrules:\n  - {tool: \"demo:sha256\", effect: ask, reason: hashing needs a nod}\n")
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.PolicyFile = policyFile })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	ctx := testenv.Context(t)
+	nc := testenv.Connect(t, srv.URL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := nuid.Next()
+	callID := route + nuid.Next()
+	routeSubject := "toolbus.results." + route + "." + callID[len(route):]
+	answers, err := nc.SubscribeSync(routeSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first messages.Approval
+	for i := range 2 {
+		msg := nats.NewMsg("toolbus.api.calls.submit")
+		msg.Header.Set("Content-Type", "application/json")
+		msg.Reply = routeSubject
+		msg.Data = []byte(`{"tool":"demo-sha256","arguments":{"text":"x"},"agent":"a","route":"` + route + `","call_id":"` + callID + `","quiet":true}`)
+		if err := nc.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+		answer, err := answers.NextMsgWithContext(ctx)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i+1, err)
+		}
+		var reply messages.SubmitReply
+		if err := json.Unmarshal(answer.Data, &reply); err != nil || reply.State != messages.StateAwaitingApproval || reply.Approval == nil {
+			t.Fatalf("answer %d: %s (%v), want the call awaiting its approval", i+1, answer.Data, err)
+		}
+		if i == 0 {
+			first = *reply.Approval
+			continue
+		}
+		if !reply.Duplicate || reply.Approval.ApprovalID != first.ApprovalID || !reply.Approval.CreatedAt.Equal(first.CreatedAt) || !reply.Approval.ExpiresAt.Equal(first.ExpiresAt) {
+			t.Fatalf("second answer %+v (approval %+v), want the first's approval %+v, as a duplicate", reply, reply.Approval, first)
+		}
+	}
+	stream, err := js.Stream(ctx, names.EventsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter("toolbus.events.*."+callID+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := "toolbus.events.21." + callID + ".queued.~.demo"
+	approval := "toolbus.events.21." + callID + ".approval.demo"
+	if len(info.State.Subjects) != 2 || info.State.Subjects[queued] != 1 || info.State.Subjects[approval] != 1 {
+		t.Fatalf("the held call's events: %v, want one queued event and one approval", info.State.Subjects)
+	}
+}
+
+// A receipt is labelled with the protocol version, as every message of
+// Toolbus is, and carries the request's reply token, as its other answers
+// on the route do: a client that takes only answers with its token takes
+// the receipt too.
+func TestAReceiptCarriesTheVersionAndTheReplyToken(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	ctx := testenv.Context(t)
+	nc := testenv.Connect(t, srv.URL())
+	route := nuid.Next()
+	callID := route + nuid.Next()
+	routeSubject := "toolbus.results." + route + "." + callID[len(route):]
+	answers, err := nc.SubscribeSync(routeSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := nuid.Next()
+	msg := nats.NewMsg("toolbus.api.calls.submit")
+	msg.Header.Set("Content-Type", "application/json")
+	msg.Header.Set(messages.HeaderReceipt, routeSubject)
+	msg.Header.Set(messages.HeaderReplyToken, token)
+	msg.Reply = routeSubject
+	msg.Data = []byte(`{"tool":"demo-echo","arguments":{"text":"x"},"route":"` + route + `","call_id":"` + callID + `","quiet":true}`)
+	if err := nc.PublishMsg(msg); err != nil {
+		t.Fatal(err)
+	}
+	receipt, err := answers.NextMsgWithContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if receipt.Header.Get(messages.HeaderReceipt) != messages.ReceiptSent || receipt.Header.Get(messages.HeaderVersion) != messages.ProtocolVersion || receipt.Header.Get(messages.HeaderReplyToken) != token {
+		t.Fatalf("receipt headers %v, want %s, %s %s and the request's token", receipt.Header, messages.HeaderReceipt, messages.HeaderVersion, messages.ProtocolVersion)
 	}
 }

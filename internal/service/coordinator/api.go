@@ -263,6 +263,12 @@ func (c *Coordinator) receipt(mr micro.Request, to string) {
 	}
 	h := nats.Header{}
 	h.Set(messages.HeaderReceipt, messages.ReceiptSent)
+	h.Set(messages.HeaderVersion, messages.ProtocolVersion)
+	// The receipt is one of the request's answers on a route: it carries
+	// the request's token, as they do (see reply).
+	if token := mr.Headers().Get(messages.HeaderReplyToken); messages.ValidReplyToken(token) {
+		h.Set(messages.HeaderReplyToken, token)
+	}
 	if err := c.nc.PublishMsg(&nats.Msg{Subject: to, Header: h}); err != nil {
 		c.log.Warn("receipt not sent", "error", err)
 	}

@@ -273,7 +273,12 @@ func (q *callQueue) haveConsumer(ctx context.Context, ns string) error {
 		c, running := q.consumerChecks.LoadOrStore(ns, fresh)
 		check := c.(*consumerCheck)
 		if !running {
-			err := retryTransient(ctx, q.retryBound(), func(ctx context.Context) error { return q.ensureConsumer(ctx, ns) })
+			// A check may have ended between the look above and this one:
+			// it stored the namespace before it went.
+			var err error
+			if _, ok := q.consumers.Load(ns); !ok {
+				err = retryTransient(ctx, q.retryBound(), func(ctx context.Context) error { return q.ensureConsumer(ctx, ns) })
+			}
 			if err == nil {
 				q.consumers.Store(ns, struct{}{})
 			}

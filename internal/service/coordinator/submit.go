@@ -141,7 +141,10 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 	if err != nil {
 		return nil, false, err
 	}
-	if v.approval != nil && sr.IdempotencyKey != "" {
+	if v.approval != nil && (sr.IdempotencyKey != "" || sr.CallID != "") {
+		// A call that waits for an approval is held, not queued with a
+		// condition: a second submit of its ID (a copy, or a repeat of the
+		// caller's) is answered as the held call, rather than held again.
 		if reply, err := p.queue.existing(ctx, call, sr, false); reply != nil || err != nil {
 			return reply, false, err
 		}
