@@ -105,7 +105,7 @@ func ValidateNotify(subject string) error {
 		valid = valid && onlyOf(token, "_=-")
 	}
 	if !valid {
-		return &NameError{Kind: "notify subject", Value: subject, Reason: `must be a subject under "_INBOX." without wildcards`}
+		return &NameError{Kind: "notify subject", Value: subject, Reason: `must be a subject under "_INBOX." without wildcards, of at most 256 characters`}
 	}
 	return nil
 }

@@ -132,6 +132,9 @@ func TestBatchAsPythonSendsIt(t *testing.T) {
 		if err := json.Unmarshal(data, &e); err != nil || code != "400" || e.Code != messages.CodeBadRequest {
 			t.Errorf("%s: header %q, reply %.300s", name, code, data)
 		}
+		if name == "an unknown format" && !strings.Contains(e.Message, `unknown format "cohere"`) {
+			t.Errorf("%s: %q does not name the field that holds it", name, e.Message)
+		}
 	}
 	if got := queuedCallsOn(t, nc); got != queued {
 		t.Errorf("refused batches queued %d calls", got-queued)

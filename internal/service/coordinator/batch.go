@@ -85,12 +85,13 @@ func (b *batches) submitBatch(ctx context.Context, req *request) (any, error) {
 	if err := br.Validate(); err != nil {
 		return nil, err
 	}
-	format := br.ResultsFormat
+	format, field := br.ResultsFormat, "results_format"
 	if format == "" {
-		format = br.Format
+		// The results are rendered in the batch's own format.
+		format, field = br.Format, "format"
 	}
 	if _, ok := toolformat.RendererOf(format); !ok {
-		return nil, messages.Errorf(messages.CodeBadRequest, "unknown results_format %q; use one of %v", format, toolschema.Formats())
+		return nil, messages.Errorf(messages.CodeBadRequest, "unknown %s %q; use one of %v", field, format, toolschema.Formats())
 	}
 	if br.WaitMS <= 0 {
 		return b.submitBatchCalls(ctx, &br, req.Headers(), nil)
