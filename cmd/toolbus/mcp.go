@@ -95,7 +95,7 @@ func runMCP(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	if *stdio {
-		log.Info("serving MCP on standard input and output", "agent", g.agent)
+		log.Info("serving MCP on standard input and output (--turn resumes the turn)", "agent", g.agent, "turn", front.StdioTurn())
 		return front.ServeStdio(ctx, os.Stdin, os.Stdout)
 	}
 	if len(tokens) == 0 && oauth == nil && !mcpfront.Loopback(*listen) {

@@ -2,6 +2,7 @@ package mcpfront
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -352,6 +353,11 @@ func (f *Front) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) err
 	return stdio.Listen(ctx, toServer, lines)
 }
 
+// StdioTurn is the turn of the stdio session: the one Config named, or
+// the new one the front made. Give it to --turn to resume the session's
+// turn in a later process.
+func (f *Front) StdioTurn() string { return f.cfg.StdioTurn }
+
 func (f *Front) stdioContext(ctx context.Context) context.Context {
 	ctx = context.WithValue(ctx, agentKey{}, f.cfg.Agent)
 	return context.WithValue(ctx, sessionTurnKey{}, f.cfg.StdioTurn)
@@ -371,7 +377,11 @@ func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWrite
 	for scanner.Scan() {
 		line := scanner.Bytes()
 		var req rpcMessage
-		if json.Unmarshal(line, &req) == nil && req.isTaskRequest() {
+		parsed := json.Unmarshal(line, &req) == nil
+		if parsed && req.Method == "notifications/cancelled" && len(req.Params.RequestID) > 0 {
+			out.cancel(req.Params.RequestID)
+		}
+		if parsed && req.isTaskRequest() {
 			go func() {
 				result, rpcErr := f.task(ctx, &req)
 				if err := out.writeMessage(newResponse(req.ID, result, rpcErr)); err != nil {
@@ -398,13 +408,46 @@ func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWrite
 type lineWriter struct {
 	mu sync.Mutex
 	w  io.Writer
+	// cancelled holds the IDs of requests the client cancelled, whose
+	// answers are not sent.
+	cancelled map[string]struct{}
 }
 
 func (l *lineWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if len(l.cancelled) > 0 {
+		var answer struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(p, &answer) == nil && answer.Method == "" && len(answer.ID) > 0 {
+			id := string(bytes.TrimSpace(answer.ID))
+			if _, ok := l.cancelled[id]; ok {
+				// The answer to a request its client cancelled: MCP
+				// has it unsent.
+				delete(l.cancelled, id)
+				return len(p), nil
+			}
+		}
+	}
 	return l.w.Write(p)
 }
+
+// cancel notes that the client cancelled the request id, whose answer, if
+// one comes, is dropped. At most maxCancelled are held: a client that
+// cancels requests already answered leaves their IDs behind.
+func (l *lineWriter) cancel(id json.RawMessage) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cancelled == nil || len(l.cancelled) >= maxCancelled {
+		l.cancelled = make(map[string]struct{})
+	}
+	l.cancelled[string(bytes.TrimSpace(id))] = struct{}{}
+}
+
+// maxCancelled bounds the cancelled requests a stdio session remembers.
+const maxCancelled = 1024
 
 func (l *lineWriter) writeMessage(msg any) error {
 	data, err := json.Marshal(msg)

@@ -80,6 +80,8 @@ match:
     approval: {mode: queue, message: "Digests need an operator"}
   - name: "ops:restart"
     approval: {mode: prompt, message: "Restarts interrupt users"}
+  - name: "ops:inventory"
+    approval: {mode: queue, message: "Counting needs an operator"}
   - name: "batch:reindex"
     approval: {mode: queue, message: "Reindexing loads the database"}
   - name: "media/*"
@@ -107,6 +109,16 @@ tool:
 	}})
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "ops", Tools: []worker.Tool{
 		weatherTool("restart", "Restarts a service."),
+		// A tool with an output schema, held for an operator.
+		worker.Func("inventory", "Counts a service's instances.", func(context.Context, struct {
+			Service string `json:"service"`
+		}) (struct {
+			Instances int `json:"instances"`
+		}, error) {
+			return struct {
+				Instances int `json:"instances"`
+			}{Instances: 3}, nil
+		}),
 	}})
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "batch", Tools: []worker.Tool{
 		worker.Func("reindex", "Rebuilds the search index, reporting progress.", func(ctx context.Context, _ struct{}) (string, error) {
@@ -462,7 +474,7 @@ func TestErrorsMapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, _ := res.Meta.AdditionalFields[mcpfront.MetaApprovalID].(string)
-	if id == "" || !strings.Contains(text(res), id) || !strings.Contains(text(res), "awaits approval") || !strings.Contains(text(res), "(queue mode)") || res.IsError {
+	if id == "" || !strings.Contains(text(res), id) || !strings.Contains(text(res), "awaits approval") || !strings.Contains(text(res), "(queue mode)") || !res.IsError {
 		t.Fatalf("approval: %q %+v", text(res), res.Meta)
 	}
 	if res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) || res.Meta.AdditionalFields[mcpfront.MetaCallID] == nil {
@@ -675,7 +687,7 @@ func TestNamedTurn(t *testing.T) {
 	// client that could answer: it is told that its call awaits approval.
 	asking, _ := connect(t, url, bearer(), mcpclient.WithElicitationHandler(elicitor{approve: true}))
 	res, err := callTool(ctx, asking, "ops-restart", map[string]any{"city": "web"}, nil)
-	if err != nil || res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) {
+	if err != nil || !res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) {
 		t.Fatalf("a prompt approval of a stateless request: %+v %v", res, err)
 	}
 }
@@ -936,7 +948,7 @@ func TestPromptApprovalByElicitation(t *testing.T) {
 	operator := testenv.Client(t, s.url, client.Options{})
 	for name, c := range map[string]*mcpclient.Client{"without elicitation": plain, "cancelled": dismissed} {
 		res, err = callTool(ctx, c, "ops-restart", map[string]any{"city": "web"}, nil)
-		if err != nil || res.IsError || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) {
+		if err != nil || !res.IsError || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) {
 			t.Fatalf("%s: %+v %v", name, res, err)
 		}
 		id, _ := res.Meta.AdditionalFields[mcpfront.MetaApprovalID].(string)
@@ -2238,8 +2250,72 @@ func TestStdioElicitation(t *testing.T) {
 		// multi round-trip request, which the front does not make.
 		"in the protocol 2026-07-28": {mcpclient.WithElicitationHandler(elicitor{approve: true})},
 	} {
-		if res := call(opts...); res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) {
+		if res := call(opts...); !res.IsError || res.Meta == nil || res.Meta.AdditionalFields[mcpfront.MetaState] != string(messages.StateAwaitingApproval) {
 			t.Errorf("%s over stdio: %+v", name, res)
 		}
 	}
+}
+
+// TestACancelledRequestIsNotAnswered: a tools/call its client cancels
+// (notifications/cancelled) gets no answer, as MCP has it: its response
+// stream ends with the progress it carried and no result or error; the
+// Toolbus call ends cancelled.
+func TestACancelledRequestIsNotAnswered(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	_, url := s.front(t)
+	c, _ := connect(t, url, bearer(), legacySessions())
+	session := c.GetSessionId()
+	if _, err := c.ListTools(testenv.Context(t), mcp.ListToolsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"name":"demo-sleep","arguments":{"seconds":30},"_meta":{"progressToken":"p41"}}}`
+	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", session)
+	req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// The first progress notification says the call runs.
+	stream := bufio.NewReader(resp.Body)
+	for {
+		line, err := stream.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the call's stream ended before its first progress: %v", err)
+		}
+		if strings.Contains(line, "notifications/progress") {
+			break
+		}
+	}
+	notify(t, url, token, session, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":41,"reason":"the user stopped it"}}`)
+	rest, err := io.ReadAll(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(rest), "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+		}
+		if json.Unmarshal([]byte(data), &msg) == nil && (msg.Result != nil || msg.Error != nil) {
+			t.Fatalf("the cancelled request was answered: %s", data)
+		}
+	}
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	testenv.Eventually(t, "the cancelled call to end cancelled", func() bool {
+		info, err := bus.Turn(testenv.Context(t), sessionTurn(t, c))
+		return err == nil && slices.ContainsFunc(info.Calls, func(c messages.CallInfo) bool {
+			return c.Tool == "demo-sleep" && c.State == messages.StateCancelled
+		})
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/nuid"
@@ -49,6 +50,12 @@ func (f *Front) serveCall(ctx context.Context, w http.ResponseWriter, session st
 		return
 	}
 	res, err := f.calls.runCall(ctx, out, call)
+	if entry.byClient.Load() {
+		// A request its client cancelled is not answered (MCP's
+		// cancellation); its response, if one was begun, just ends.
+		out.abandon()
+		return
+	}
 	if err != nil {
 		out.finish(req.ID, nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()})
 		return
@@ -75,13 +82,19 @@ func (l *toolList) dispatches(ctx context.Context, call *callRequest) bool {
 func (f *Front) cancelRequest(agent, session string, requestID json.RawMessage) bool {
 	entry, ok := f.inflight.LoadAndDelete(inflightKey(agent, session, requestID))
 	if ok {
-		entry.(*inflightCall).cancel()
+		call := entry.(*inflightCall)
+		call.byClient.Store(true)
+		call.cancel()
 	}
 	return ok
 }
 
-// inflightCall is a tools/call the front serves.
-type inflightCall struct{ cancel context.CancelFunc }
+// inflightCall is a tools/call the front serves; byClient is set when
+// its client cancelled it.
+type inflightCall struct {
+	cancel   context.CancelFunc
+	byClient atomic.Bool
+}
 
 // answerRequest passes the client's answer to a request the front sent it
 // (an elicitation) to the call waiting for it; it reports whether one was.
@@ -132,6 +145,18 @@ func (o *streamOut) send(msg any) error {
 		fl.Flush()
 	}
 	return nil
+}
+
+// abandon ends a response without an answer: an event stream with what
+// was sent of it, or none at all.
+func (o *streamOut) abandon() {
+	if o.streaming || o.failed != nil {
+		return
+	}
+	h := o.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	o.w.WriteHeader(http.StatusOK)
 }
 
 func (o *streamOut) notify(_ context.Context, method string, params map[string]any) error {

@@ -66,8 +66,8 @@ func TestTypeScriptSDKClient(t *testing.T) {
 	// The SDK's calls are the turn's calls on the bus: the echo, the echo
 	// made a task, the mixed content, the broken tool (its own error is a completed call),
 	// the restart approved through elicitation and the sleep with progress
-	// completed; the restart of the client without elicitation awaits its
-	// approval; the aborted sleep was cancelled by the front, on the
+	// completed; the restart of the client without elicitation and the
+	// inventory held for an operator await their approvals; the aborted sleep was cancelled by the front, on the
 	// client's notifications/cancelled.
 	info, err := testenv.Client(t, s.url, client.Options{Agent: "analyst"}).Turn(testenv.Context(t), turn)
 	if err != nil {
@@ -80,7 +80,7 @@ func TestTypeScriptSDKClient(t *testing.T) {
 			t.Errorf("the cancelled call: %+v %+v", c, c.Result)
 		}
 	}
-	if len(info.Calls) != 8 || states[messages.StateCompleted] != 6 || states[messages.StateAwaitingApproval] != 1 || states[messages.StateCancelled] != 1 {
+	if len(info.Calls) != 9 || states[messages.StateCompleted] != 6 || states[messages.StateAwaitingApproval] != 2 || states[messages.StateCancelled] != 1 {
 		t.Fatalf("the turn's calls: %+v", info.Calls)
 	}
 }

@@ -73,6 +73,12 @@ func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent stri
 		http.Error(w, "request body: "+err.Error(), http.StatusRequestEntityTooLarge)
 		return
 	}
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '[' && json.Valid(trimmed) {
+		// MCP dropped JSON-RPC batches (2025-06-18); mcp-go would call
+		// the array invalid JSON.
+		writeStatus(w, http.StatusBadRequest, newResponse(json.RawMessage("null"), nil, &rpcError{Code: mcp.PARSE_ERROR, Message: "JSON-RPC batches are not supported: send each request in a POST of its own"}))
+		return
+	}
 	var req rpcMessage
 	if json.Unmarshal(body, &req) != nil {
 		f.toMCPGo(w, r, agent, body)

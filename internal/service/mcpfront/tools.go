@@ -529,9 +529,12 @@ func awaitingText(a *messages.Approval) string {
 }
 
 // awaitingApproval is the result of a call held for an approval: it has
-// not run; the text names the approval to answer.
+// not run; the text names the approval to answer. It is an error result:
+// not the tool's, which a client holding the tool's outputSchema (the
+// official SDKs do) would refuse for its lack of structured content.
 func awaitingApproval(callID string, a *messages.Approval) *mcp.CallToolResult {
 	return &mcp.CallToolResult{
+		IsError: true,
 		Result: mcp.Result{Meta: &mcp.Meta{AdditionalFields: map[string]any{
 			MetaCallID: callID, MetaState: string(messages.StateAwaitingApproval), MetaApprovalID: a.ApprovalID,
 		}}},

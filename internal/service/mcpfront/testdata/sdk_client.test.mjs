@@ -134,12 +134,28 @@ test('a call held for the user\'s approval is asked through elicitation, and run
 
 test('without elicitation, a call held for the user\'s approval answers at once naming the approval', async () => {
   const result = await client.callTool({ name: 'ops-restart', arguments: { city: 'db' } });
-  assert.notEqual(result.isError, true, JSON.stringify(result));
+  // Not the tool's result: an error result, which the SDK takes whatever
+  // the tool's output schema (see the next test).
+  assert.equal(result.isError, true, JSON.stringify(result));
   assert.equal(result._meta?.['toolbus/state'], 'awaiting_approval');
   const approval = result._meta?.['toolbus/approval_id'];
   assert.ok(approval, JSON.stringify(result._meta));
   assert.ok(result.content[0].text.includes(approval), result.content[0].text);
   assert.match(result.content[0].text, /\(prompt mode\) and has not run yet/);
+});
+
+test('a call held for an operator\'s approval of a tool with an output schema answers without the SDK throwing', async () => {
+  const { tools } = await client.listTools();
+  const held = tools.find((t) => t.name === 'ops-inventory');
+  assert.ok(held?.outputSchema, `ops-inventory has no outputSchema: ${JSON.stringify(held)}`);
+  // The SDK refuses a result without structuredContent for a tool with an
+  // output schema, unless it is an error result.
+  const result = await client.callTool({ name: 'ops-inventory', arguments: { service: 'web' } });
+  assert.equal(result.isError, true, JSON.stringify(result));
+  assert.equal(result._meta?.['toolbus/state'], 'awaiting_approval');
+  const approval = result._meta?.['toolbus/approval_id'];
+  assert.ok(approval && result.content[0].text.includes(approval), JSON.stringify(result));
+  assert.match(result.content[0].text, /\(queue mode\) and has not run yet/);
 });
 
 test('a call with progress gets its progress notifications in order, then its result', async () => {
