@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -256,7 +257,7 @@ func (f *Front) listTasks(ctx context.Context, cursor string) (any, *rpcError) {
 	if err != nil {
 		if messages.CodeOf(err) == messages.CodeBadRequest {
 			// MCP: an invalid cursor is invalid params.
-			return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "invalid cursor: " + err.Error(), Data: map[string]any{MetaCode: string(messages.CodeBadRequest)}}
+			return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("invalid cursor %q: pass the nextCursor of an earlier tasks/list, or none for the first page", cursor), Data: map[string]any{MetaCode: string(messages.CodeBadRequest)}}
 		}
 		return nil, busError(err)
 	}
