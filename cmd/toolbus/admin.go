@@ -30,6 +30,14 @@ func runApprovals(ctx context.Context, g globals, args []string) error {
 		return exitError(2)
 	}
 	if pos[0] == "answer" && (len(pos) != 2 || *approve == *deny) {
+		switch {
+		case len(pos) != 2:
+			fmt.Fprintln(os.Stderr, "toolbus approvals answer: name one approval ID")
+		case *approve:
+			fmt.Fprintln(os.Stderr, "toolbus approvals answer: --approve or --deny, not both")
+		default:
+			fmt.Fprintln(os.Stderr, "toolbus approvals answer: say the user's answer with --approve or --deny")
+		}
 		fmt.Fprintln(os.Stderr, "usage: toolbus approvals answer ID --approve|--deny [--remember call|turn|agent_tool] [--reason R] [--by NAME]")
 		return exitError(2)
 	}
@@ -37,6 +45,7 @@ func runApprovals(ctx context.Context, g globals, args []string) error {
 		return usageError("--approve and --deny go with approvals answer; operators decide with approvals approve|deny ID")
 	}
 	if (pos[0] == "approve" || pos[0] == "deny") && len(pos) != 2 {
+		fmt.Fprintf(os.Stderr, "toolbus approvals %s: name one approval ID (toolbus approvals list shows them)\n", pos[0])
 		fmt.Fprintln(os.Stderr, approvalsUsage)
 		return exitError(2)
 	}

@@ -117,7 +117,13 @@ func runCall(ctx context.Context, g globals, args []string) error {
 	}
 	if *detach {
 		if reply.State == messages.StateAwaitingApproval {
-			fmt.Fprintln(os.Stderr, approvalLine(reply.CallID, reply.Approval))
+			line := approvalLine(reply.CallID, reply.Approval)
+			if cut, ok := strings.CutSuffix(line, "; waiting for the decision"); ok {
+				line = cut + "; toolbus calls watch " + reply.CallID + " follows it"
+			} else if cut, ok := strings.CutSuffix(line, "; waiting for the answer"); ok {
+				line = cut + "; toolbus calls watch " + reply.CallID + " follows it"
+			}
+			fmt.Fprintln(os.Stderr, line)
 		}
 		if g.json {
 			return printJSON(reply)
@@ -158,7 +164,14 @@ func callAndWait(ctx context.Context, c *client.Client, tool string, args messag
 	var held *client.ApprovalRequiredError
 	if errors.As(err, &held) {
 		fmt.Fprintln(os.Stderr, approvalLine(held.CallID, held.Approval))
-		return c.Wait(ctx, held.CallID)
+		res, err := c.Wait(ctx, held.CallID)
+		if err == nil {
+			// The decision, as --watch says it: who decided.
+			if info, gerr := c.Get(ctx, held.CallID); gerr == nil && info.Approval != nil && info.Approval.State != messages.ApprovalPending {
+				fmt.Fprintln(os.Stderr, decisionLine(info.Approval))
+			}
+		}
+		return res, err
 	}
 	return res, err
 }

@@ -53,6 +53,10 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 	case os.Getenv(admin.TokensEnv) != "":
 		tokens, err = admin.ParseTokens(os.Getenv(admin.TokensEnv))
 	}
+	if errors.Is(err, admin.ErrInvalidConfig) {
+		// A tokens file the command was given: its mistake, not Toolbus's.
+		return usageError(err.Error())
+	}
 	if err != nil {
 		return err
 	}
@@ -110,6 +114,9 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 		Client: c, Prefix: g.prefix, Tokens: tokens, OIDC: login, TraceURL: *traceURL, By: g.natsUser(),
 		AllowedOrigins: allowed, SecureCookies: *secure, MaxRequestBytes: *maxBytes, Logger: log,
 	})
+	if errors.Is(err, admin.ErrInvalidConfig) {
+		return usageError(err.Error())
+	}
 	if err != nil {
 		return err
 	}

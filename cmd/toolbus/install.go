@@ -119,12 +119,12 @@ func runSetup(ctx context.Context, g globals, args []string) error {
 }
 
 func runNamespace(ctx context.Context, g globals, args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return runHelpOf("namespace", args)
-	}
-	action := args[0]
 	fs := newFlags("namespace")
 	dir := dirFlag(fs)
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return helpWith(fs, args)
+	}
+	action := args[0]
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return flagsFailed(err)
@@ -244,7 +244,11 @@ func runAgent(ctx context.Context, g globals, args []string) error {
 // runHelpOf prints a command's usage: on standard output, exit 0, when
 // asked for; on standard error, as a usage error, otherwise.
 func runHelpOf(name string, args []string) error {
-	fs := newFlags(name)
+	return helpWith(newFlags(name), args)
+}
+
+// helpWith is runHelpOf of a command whose flags fs holds.
+func helpWith(fs *flag.FlagSet, args []string) error {
 	if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "-help") {
 		fs.SetOutput(os.Stdout)
 		fs.Usage()

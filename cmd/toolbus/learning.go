@@ -32,6 +32,14 @@ func runLearning(ctx context.Context, g globals, args []string) error {
 		(action == "on" || action == "off") && len(pos) == 0,
 		action == "reset" && (len(pos) == 1) != *all:
 	default:
+		switch action {
+		case "disable", "enable", "stop", "start":
+			fmt.Fprintf(os.Stderr, "toolbus learning: unknown action %q: learning is switched with off and on\n", action)
+		case "status", "on", "off", "reset":
+			fmt.Fprintf(os.Stderr, "toolbus learning %s: wrong arguments\n", action)
+		default:
+			fmt.Fprintf(os.Stderr, "toolbus learning: unknown action %q (status, off, on or reset)\n", action)
+		}
 		fmt.Fprintln(os.Stderr, learningUsage)
 		return exitError(exitUsage)
 	}

@@ -414,8 +414,11 @@ func (g globals) connectError(err error) error {
 			return fmt.Errorf("%w: the server refused user %s's credentials (a wrong password, or no such user): check --user and --password ($TOOLBUS_USER, $TOOLBUS_PASSWORD)", err, g.user)
 		}
 		return fmt.Errorf("%w: the server asks for credentials: connect as a user with --user and --password ($TOOLBUS_USER, $TOOLBUS_PASSWORD) or --creds ($TOOLBUS_CREDS)", err)
+	case errors.Is(err, nats.ErrNoServers) && (g.creds != "" || g.token != "" || g.user != ""):
+		// A user of an installation: its server is elsewhere than dev's.
+		return fmt.Errorf("%w at %s (is the installation's NATS server there? name it with --server URL or $TOOLBUS_URL)", err, g.server)
 	case errors.Is(err, nats.ErrNoServers):
-		return fmt.Errorf("%w (is Toolbus running? start it with: go run ./cmd/toolbus dev)", err)
+		return fmt.Errorf("%w at %s (is Toolbus running? start it with: go run ./cmd/toolbus dev; or name its server with --server URL or $TOOLBUS_URL)", err, g.server)
 	}
 	return err
 }
@@ -442,6 +445,9 @@ var synopses = map[string]string{
 	"authn":                "toolbus authn --dir DIR [--max-ttl D] [--workers N] [--queue N] [--fetch-timeout D] [-v]: the auth callout, which makes a connection with a token of the installation's identity provider a user of its agents (docs/operations.md)",
 	"up":                   "toolbus up --dir DIR [--worker-config FILE] [--workspace DIR] [--policy FILE] [--console-listen ADDR] [--mcp-listen ADDR] [--mcp-resource URL] [--console-url URL]: run an installation's servers and services, restarting any that stops",
 	"health":               "toolbus health [--timeout D] URL: ask a health endpoint (/healthz, /readyz); exit status 0 when it answers 200, else 1 (a container's health check)",
+	"policy":               "toolbus policy check FILE [--catalog FILE] | toolbus policy explain TOOL [JSON-ARGS] [--agent A]: check a policy file against the catalog, or ask which rule decides a call",
+	"policy check":         "toolbus policy check FILE [--catalog FILE]: load a policy file as the coordinator does and hold its rules against the catalog; exit 1 when it finds a problem",
+	"policy explain":       "toolbus policy explain TOOL [JSON-ARGS] [--agent A]: which rule of the policy in force decides the call, and why (operators)",
 	"learning":             "toolbus learning [status [TOOL]] | learning off --reason R | learning on | learning reset TOOL | learning reset --all: what discovery learned from use, and switching it off, on, or forgetting it (operators)",
 }
 

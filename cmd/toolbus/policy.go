@@ -28,7 +28,7 @@ func runPolicy(ctx context.Context, g globals, args []string) error {
 			return runPolicyExplain(ctx, g, args[1:])
 		}
 	}
-	return usageError("usage: toolbus policy check FILE [--catalog FILE] | toolbus policy explain TOOL [JSON-ARGS] [--agent A]")
+	return runHelpOf("policy", args)
 }
 
 // policyProblem is one problem of a policy file, as policy check prints
@@ -62,10 +62,10 @@ type policyCheck struct {
 // finds a problem.
 func runPolicyCheck(ctx context.Context, g globals, args []string) error {
 	fs := newFlags("policy check")
-	catalogFile := fs.String("catalog", "", "check against the tools of this file (what `toolbus --json tools` prints) instead of a running Toolbus's catalog")
+	catalogFile := fs.String("catalog", "", "check against the tools of this `FILE` (what toolbus --json tools prints) instead of a running Toolbus's catalog")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitError(exitUsage)
+		return flagsFailed(err)
 	}
 	if len(pos) != 1 {
 		return usageError("usage: toolbus policy check FILE [--catalog FILE]")
@@ -222,7 +222,7 @@ func runPolicyExplain(ctx context.Context, g globals, args []string) error {
 	agent := fs.String("agent", g.agent, "the agent that would call the tool")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
-		return exitError(exitUsage)
+		return flagsFailed(err)
 	}
 	if len(pos) < 1 || len(pos) > 2 {
 		return usageError("usage: toolbus policy explain TOOL [JSON-ARGS] [--agent A]")
