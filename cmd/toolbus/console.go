@@ -45,18 +45,7 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	var tokens map[string]admin.Operator
-	var err error
-	switch {
-	case *tokensFile != "":
-		tokens, err = admin.LoadTokens(*tokensFile)
-	case os.Getenv(admin.TokensEnv) != "":
-		tokens, err = admin.ParseTokens(os.Getenv(admin.TokensEnv))
-	}
-	if errors.Is(err, admin.ErrInvalidConfig) {
-		// A tokens file the command was given: its mistake, not Toolbus's.
-		return usageError(err.Error())
-	}
+	tokens, err := consoleTokens(*tokensFile)
 	if err != nil {
 		return err
 	}
@@ -145,4 +134,22 @@ func runConsole(ctx context.Context, g globals, args []string) error {
 		return err
 	}
 	return nil
+}
+
+// consoleTokens reads the operators' tokens of --tokens FILE, else of
+// $TOOLBUS_CONSOLE_TOKENS. A mistake in them is the command line's (a
+// usage error), not Toolbus's.
+func consoleTokens(file string) (map[string]admin.Operator, error) {
+	var tokens map[string]admin.Operator
+	var err error
+	switch {
+	case file != "":
+		tokens, err = admin.LoadTokens(file)
+	case os.Getenv(admin.TokensEnv) != "":
+		tokens, err = admin.ParseTokens(os.Getenv(admin.TokensEnv))
+	}
+	if errors.Is(err, admin.ErrInvalidConfig) {
+		return nil, usageError(err.Error())
+	}
+	return tokens, err
 }
