@@ -2,7 +2,11 @@ package policy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
 
 	"github.com/toolbus/toolbus/internal/support/jsonparse"
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -67,3 +71,62 @@ func (a *Arguments) Compact() (messages.JSON, error) {
 
 // Digest is [ArgumentsDigest] of the arguments.
 func (a *Arguments) Digest() string { return DigestOf(a.Value()) }
+
+// InexactNumber returns the first number of the arguments (as a JSON
+// pointer and its text) that a 64-bit float cannot carry to the tool as
+// written: the call's work item holds an argument that is not a 64-bit
+// integer as a float, so a number with more digits than a float holds
+// reaches the tool rounded, while the policy compares it as written. ""
+// when every number arrives as written: integers of 64 bits, and numbers
+// such as 0.1 or 1.0 that read back as the same value.
+func (a *Arguments) InexactNumber() (pointer, number string) {
+	return inexactNumber(a.sent, "")
+}
+
+func inexactNumber(v any, at string) (string, string) {
+	switch v := v.(type) {
+	case json.Number:
+		if !carriedExactly(string(v)) {
+			return at, string(v)
+		}
+	case map[string]any:
+		for k, e := range v {
+			if p, n := inexactNumber(e, at+"/"+pointerEscaper.Replace(k)); n != "" {
+				return p, n
+			}
+		}
+	case []any:
+		for i, e := range v {
+			if p, n := inexactNumber(e, at+"/"+strconv.Itoa(i)); n != "" {
+				return p, n
+			}
+		}
+	}
+	return "", ""
+}
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+// carriedExactly reports whether the JSON number text reaches a tool with
+// its value: as a 64-bit integer, or as a float whose shortest decimal form
+// is the same number.
+func carriedExactly(text string) bool {
+	if !strings.ContainsAny(text, ".eE") {
+		if _, err := strconv.ParseInt(text, 10, 64); err == nil {
+			return true
+		}
+		if _, err := strconv.ParseUint(text, 10, 64); err == nil {
+			return true
+		}
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil {
+		return false // out of a float's range
+	}
+	written, ok := new(big.Rat).SetString(text)
+	if !ok {
+		return false
+	}
+	carried, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+	return carried != nil && written.Cmp(carried) == 0
+}

@@ -120,3 +120,27 @@ func TestRedactionIsShared(t *testing.T) {
 		}
 	}
 }
+
+// TestInexactNumbers: a number the work item cannot carry as written (a
+// 64-bit float rounds it) is found, with its pointer; integers of 64 bits
+// and numbers a float reads back as written are not.
+func TestInexactNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		args, pointer, number string
+	}{
+		{`{"a":1,"b":-7,"c":0.1,"d":1.0,"e":1e0,"f":0.30000000000000004,"g":9007199254740993,"h":18446744073709551615,"i":-9223372036854775808,"j":2.5e-8,"k":-0}`, "", ""},
+		{`{"amount":1.0000000000000000001}`, "/amount", "1.0000000000000000001"},
+		{`{"n":18446744073709551616}`, "/n", "18446744073709551616"},
+		{`{"n":1e400}`, "/n", "1e400"},
+		{`{"list":[1,2,{"a/b~c":0.1000000000000000000001}]}`, "/list/2/a~1b~0c", "0.1000000000000000000001"},
+		{`{"s":"1.0000000000000000001"}`, "", ""},
+	} {
+		a, err := ParseArguments(messages.JSON(tc.args))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.args, err)
+		}
+		if p, n := a.InexactNumber(); p != tc.pointer || n != tc.number {
+			t.Errorf("%s: InexactNumber = %q, %q; want %q, %q", tc.args, p, n, tc.pointer, tc.number)
+		}
+	}
+}

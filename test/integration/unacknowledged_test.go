@@ -268,3 +268,26 @@ func TestAReceiptCarriesTheVersionAndTheReplyToken(t *testing.T) {
 		t.Fatalf("receipt headers %v, want %s, %s %s and the request's token", receipt.Header, messages.HeaderReceipt, messages.HeaderVersion, messages.ProtocolVersion)
 	}
 }
+
+// A JSON submit whose arguments hold a number with more digits than a
+// 64-bit float holds is refused: the policy would compare it as written,
+// and the tool, whose work item carries it as a float, would get it
+// rounded (a deny rule on 0.01 would miss 0.0100000000000000000001, which
+// the tool reads as 0.01). Numbers a float carries as written pass.
+func TestArgumentsTheToolWouldGetRoundedAreRefused(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL())
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	nc := testenv.Connect(t, srv.URL())
+	data, code := jsonRequest(t, nc, "calls.submit", `{"tool":"demo-sleep","arguments":{"seconds":0.0100000000000000000001},"wait":true}`)
+	var e messages.Error
+	if err := json.Unmarshal(data, &e); err != nil || code != "422" || e.Code != messages.CodeInvalidArguments || !strings.Contains(e.Message, "0.0100000000000000000001 at /seconds") || !strings.Contains(e.Message, "as 0.01:") {
+		t.Fatalf("a number the tool would get rounded: %s %s", code, data)
+	}
+	data, code = jsonRequest(t, nc, "calls.submit", `{"tool":"demo-sleep","arguments":{"seconds":0.01},"wait":true}`)
+	var reply messages.SubmitReply
+	if err := json.Unmarshal(data, &reply); err != nil || code != "" || reply.State != messages.StateCompleted {
+		t.Fatalf("numbers a float carries as written: %s %s", code, data)
+	}
+}

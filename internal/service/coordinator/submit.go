@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -274,6 +275,12 @@ func checkArguments(schemas *schemaCache, tool *catalog.Tool, read readArguments
 	if err := schemas.validate(tool, parsed.Sent()); err != nil {
 		return checkedArguments{}, err
 	}
+	if at, number := parsed.InexactNumber(); number != "" {
+		// The policy would compare the number as written, and the tool
+		// get it rounded: the work item carries it as a 64-bit float.
+		return checkedArguments{}, messages.Errorf(messages.CodeInvalidArguments,
+			"arguments of %s: the number %s at %s has more digits than a 64-bit float holds, and would reach the tool as %s: send it rounded, or as a string", name, number, pointerOrRoot(at), roundedNumber(number))
+	}
 	compact, err := parsed.Compact()
 	if err != nil {
 		return checkedArguments{}, messages.Errorf(messages.CodeInvalidArguments, "arguments are not JSON: %v", err)
@@ -463,4 +470,21 @@ func (p *submitPipeline) enqueue(ctx context.Context, call *messages.CallRequest
 	reply := &messages.SubmitReply{CallID: call.CallID, State: messages.StateQueued}
 	reply, err = p.queue.awaitResult(ctx, messages.TurnBucket(call.Turn), call.Namespace, reply, writes, waitDuration(sr, call.Deadline, p.limits.maxWait))
 	return reply, false, err
+}
+
+// pointerOrRoot is a JSON pointer as a message names it.
+func pointerOrRoot(pointer string) string {
+	if pointer == "" {
+		return "(the arguments themselves)"
+	}
+	return pointer
+}
+
+// roundedNumber is a JSON number as a 64-bit float carries it.
+func roundedNumber(text string) string {
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil {
+		return "an error (out of a float's range)"
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }
