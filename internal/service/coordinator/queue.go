@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,7 +54,12 @@ type callQueue struct {
 	// joined it (see sendWith).
 	flightsMu sync.Mutex
 	flights   map[string][]func(duplicate bool, err error)
-	log       *slog.Logger
+	// inHand counts the submits being checked and written, those whose
+	// write is acknowledged until its answer: past
+	// maxUnacknowledgedInHand a quiet submit's write waits for its
+	// acknowledgement too (submitPipeline.runClaimed).
+	inHand atomic.Int64
+	log    *slog.Logger
 }
 
 // callWriter is what sending a call writes with: the ledger's events and

@@ -42,6 +42,14 @@ type submitPipeline struct {
 	usage *usage.Recorder
 }
 
+// maxUnacknowledgedInHand is how many submits a coordinator may have in
+// hand for a quiet submit's write to go unacknowledged. A burst beyond it
+// is paced by the stream's acknowledgements, as every write was before
+// unacknowledged writes: a stream that falls behind a burst of
+// unacknowledged writes leaves the calls unreadable for a while, their
+// callers' looks find nothing, and their copies add to the burst.
+const maxUnacknowledgedInHand = 128
+
 // accepted counts a call the coordinator took (queued, or held for an
 // approval) and hands it to the usage recorder with its authenticated
 // user. The built-in tools' calls are no evidence: searching is not
@@ -104,6 +112,8 @@ func (p *submitPipeline) run(ctx context.Context, sr *messages.SubmitRequest, he
 // of it is decided or written (a batch claims its turn while its calls
 // are checked).
 func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequest, headers map[string][]string, then func(*messages.SubmitReply, error), claimTurn func(context.Context) error) (_ *messages.SubmitReply, pending bool, err error) {
+	p.queue.inHand.Add(1)
+	defer p.queue.inHand.Add(-1)
 	ctx, span := p.tracer.Start(tracing.Extract(ctx, headers), "toolbus.submit", trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("toolbus.tool", sr.Tool), attribute.String("toolbus.agent", sr.Agent), attribute.String("gen_ai.tool.name", sr.Tool))
@@ -157,10 +167,23 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 	if allowed != nil {
 		ctx = withQueuedAudit(ctx, allowed)
 	}
-	if then != nil && sr.Quiet && nats.Header(headers).Get(messages.HeaderReceipt) == "" {
+	if then != nil && sr.Quiet && nats.Header(headers).Get(messages.HeaderReceipt) == "" && p.queue.inHand.Load() <= maxUnacknowledgedInHand {
 		return p.enqueueUnacknowledged(ctx, call)
 	}
-	return p.enqueue(ctx, call, sr, then)
+	if then != nil {
+		// Held in hand until the write's answer.
+		p.queue.inHand.Add(1)
+		answered := then
+		then = func(r *messages.SubmitReply, err error) {
+			p.queue.inHand.Add(-1)
+			answered(r, err)
+		}
+	}
+	queued, later, err := p.enqueue(ctx, call, sr, then)
+	if then != nil && !later {
+		p.queue.inHand.Add(-1) // then is not called
+	}
+	return queued, later, err
 }
 
 // enqueueUnacknowledged queues the call of a quiet submit that asked for
