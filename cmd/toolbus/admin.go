@@ -200,6 +200,13 @@ func runToolSwitch(ctx context.Context, g globals, enable bool, args []string) e
 		}{pos[0], state})
 	}
 	fmt.Printf("%s %s\n", pos[0], state)
+	if !enable && messages.ValidateNamespace(pos[0]) == nil {
+		// A namespace is switched off before its tools come too, so a
+		// misspelt one is no error: say what was switched off.
+		if reply, err := c.ListTools(ctx, messages.ListToolsRequest{Namespace: pos[0]}); err == nil && len(reply.Tools) == 0 {
+			fmt.Fprintf(os.Stderr, "note: no tool of namespace %s is in the catalog; its tools are disabled when a worker publishes them (toolbus tools enable %s undoes it)\n", pos[0], pos[0])
+		}
+	}
 	return nil
 }
 

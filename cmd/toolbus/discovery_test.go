@@ -10,6 +10,7 @@ import (
 	"github.com/toolbus/toolbus/internal/dev/testenv"
 	"github.com/toolbus/toolbus/internal/service/coordinator"
 	"github.com/toolbus/toolbus/internal/service/demo"
+	"github.com/toolbus/toolbus/pkg/client"
 	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
@@ -78,6 +79,53 @@ func TestSearch(t *testing.T) {
 	}
 	if _, stderr, status = cli(t, bin, url, "search"); status != exitUsage || !strings.Contains(stderr, "needs a query") {
 		t.Fatalf("search without a query: exit status %d\n%s", status, stderr)
+	}
+}
+
+// TestDisablingANamespaceWithoutToolsSaysSo: a namespace is switched off
+// before its tools come too, so naming one with no tool (a typo, or one
+// whose worker has not started) succeeds, with a note saying so; one with
+// tools gets no note. A worker that then publishes the namespace's tools
+// finds them disabled.
+func TestDisablingANamespaceWithoutToolsSaysSo(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.NoBuiltinTools = true })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
+	bin := testenv.Binary(t, "./cmd/toolbus")
+	url := srv.URL()
+	stdout, stderr, status := cli(t, bin, url, "tools", "disable", "later", "--reason", "not yet reviewed")
+	if status != exitOK || stdout != "later disabled\n" || !strings.Contains(stderr, "no tool of namespace later is in the catalog") {
+		t.Fatalf("disable a namespace without tools: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	c := testenv.Client(t, url, client.Options{})
+	ctx := testenv.Context(t)
+	for {
+		reply, err := c.ListTools(ctx, messages.ListToolsRequest{Namespace: demo.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(reply.Tools) > 0 {
+			break
+		}
+	}
+	if stdout, stderr, status = cli(t, bin, url, "tools", "disable", demo.Name, "--reason", "maintenance"); status != exitOK || strings.Contains(stderr, "note:") {
+		t.Fatalf("disable a namespace with tools: exit status %d\n%s%s", status, stdout, stderr)
+	}
+	testenv.Worker(t, url, worker.Config{}, worker.Namespace{Name: "later", Tools: demo.Tools()})
+	for {
+		reply, err := c.ListTools(ctx, messages.ListToolsRequest{Namespace: "later"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(reply.Tools) > 0 {
+			for _, tool := range reply.Tools {
+				if !tool.Disabled || !strings.Contains(tool.Reason, "not yet reviewed") {
+					t.Fatalf("a tool of the namespace disabled before it came: %+v", tool)
+				}
+			}
+			return
+		}
 	}
 }
 

@@ -104,7 +104,13 @@ func runLearning(ctx context.Context, g globals, args []string) error {
 func writeLearning(w io.Writer, st *messages.LearningStatus) {
 	switch {
 	case !st.Enabled:
-		fmt.Fprintf(w, "learning from use: off since %s, by %s: %s\n", st.ChangedAt.Local().Format(time.DateTime), printable(st.By), printable(st.Reason))
+		// Without identities, a client that names no agent switches it off
+		// as no one.
+		by := ""
+		if st.By != "" {
+			by = ", by " + printable(st.By)
+		}
+		fmt.Fprintf(w, "learning from use: off since %s%s: %s\n", st.ChangedAt.Local().Format(time.DateTime), by, printable(st.Reason))
 	case !st.Recording:
 		fmt.Fprintln(w, "learning from use: on, but this coordinator records nothing (--no-learning)")
 	default:

@@ -62,9 +62,12 @@ func TestCancelAroundDeliveryNeverRunsACancelledCall(t *testing.T) {
 					errs <- err
 					return
 				}
-				// At once, after a few yields, or after a pause of up to
-				// half a millisecond: before, during and after delivery.
-				switch rng.IntN(3) {
+				// At once, after a few yields, after a pause of up to half a
+				// millisecond, or of up to 20 ms: before, during and after
+				// delivery. The long pauses let the tool run first however
+				// slow a loaded machine makes the worker, so that the race
+				// has calls on both sides of it.
+				switch rng.IntN(4) {
 				case 1:
 					for range rng.IntN(200) {
 						runtime.Gosched()
@@ -73,6 +76,8 @@ func TestCancelAroundDeliveryNeverRunsACancelledCall(t *testing.T) {
 					for start, d := time.Now(), time.Duration(rng.IntN(500))*time.Microsecond; time.Since(start) < d; {
 						runtime.Gosched()
 					}
+				case 3:
+					time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
 				}
 				reply, err := c.Cancel(ctx, r.CallID, "raced")
 				if err != nil {

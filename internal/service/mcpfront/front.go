@@ -163,7 +163,6 @@ func New(cfg Config) (*Front, error) {
 func newServer(hooks *server.Hooks, opts ...server.ServerOption) *server.MCPServer {
 	return server.NewMCPServer("toolbus", "2", append([]server.ServerOption{
 		server.WithToolCapabilities(true),
-		server.WithElicitation(),
 		server.WithHooks(hooks),
 		server.WithRecovery(),
 		server.WithInstructions("Toolbus tools. Call llm_tools-list to find more tools; those it finds are listed from your next step."),

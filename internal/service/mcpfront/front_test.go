@@ -1377,12 +1377,18 @@ func TestStdioTasks(t *testing.T) {
 	first := startStdio(t, newFront())
 	var init struct {
 		Capabilities struct {
-			Tasks json.RawMessage `json:"tasks"`
+			Tasks       json.RawMessage `json:"tasks"`
+			Elicitation json.RawMessage `json:"elicitation"`
 		} `json:"capabilities"`
 	}
 	first.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}, &init)
 	if len(init.Capabilities.Tasks) == 0 {
 		t.Fatal("no tasks capability over stdio")
+	}
+	// Elicitation is a capability of clients: a server that lists it
+	// among its own says something the protocol does not define.
+	if init.Capabilities.Elicitation != nil {
+		t.Fatalf("the server lists elicitation among its capabilities: %s", init.Capabilities.Elicitation)
 	}
 	var listed mcp.ListToolsResult
 	first.call("tools/list", map[string]any{}, &listed)
