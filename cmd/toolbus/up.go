@@ -384,7 +384,11 @@ func (s *supervisor) start(name, program string, args ...string) {
 				restarts.Reset()
 			}
 			pause, _ := restarts.Failed(err)
-			fmt.Fprintf(os.Stderr, "toolbus up: %s stopped (%v); starting it again in %v (log: %s)\n", name, err, pause, filepath.Join(s.logDir, name+".log"))
+			how := "exited"
+			if err != nil {
+				how = err.Error()
+			}
+			fmt.Fprintf(os.Stderr, "toolbus up: %s stopped (%s); starting it again in %v (log: %s)\n", name, how, pause, filepath.Join(s.logDir, name+".log"))
 			select {
 			case <-p.quit:
 				return

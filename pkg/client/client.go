@@ -99,6 +99,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/wire/ledger"
+	"github.com/toolbus/toolbus/internal/wire/transport"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
@@ -178,6 +179,9 @@ type Client struct {
 
 // New returns a client on the connection.
 func New(nc *nats.Conn, opts Options) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("client: a NATS connection is required")
+	}
 	names, err := messages.NewNames(opts.Prefix)
 	if err != nil {
 		return nil, err
@@ -241,6 +245,11 @@ func (c *Client) ListTools(ctx context.Context, req messages.ListToolsRequest) (
 // it was given), so that every submit can be sent again after an attempt
 // that went unanswered without running the call twice.
 func (c *Client) Submit(ctx context.Context, req messages.SubmitRequest) (*messages.SubmitReply, error) {
+	if err := ctx.Err(); err != nil {
+		// Nothing is sent: a caller that gave up before the call was made
+		// is not left with a call it was told failed.
+		return nil, fmt.Errorf("submit %s: not sent: %w", req.Tool, err)
+	}
 	if req.Agent == "" {
 		req.Agent = c.opts.Agent
 	}
@@ -318,9 +327,16 @@ type CallOption func(*messages.SubmitRequest)
 // WithTurn files the call under an agent turn.
 func WithTurn(turn string) CallOption { return func(r *messages.SubmitRequest) { r.Turn = turn } }
 
-// WithTimeout sets the call's deadline.
+// WithTimeout sets the call's deadline. The wire counts it in
+// milliseconds: a positive d under a millisecond is sent as one, not as 0,
+// which would ask for the coordinator's default.
 func WithTimeout(d time.Duration) CallOption {
-	return func(r *messages.SubmitRequest) { r.TimeoutMS = d.Milliseconds() }
+	return func(r *messages.SubmitRequest) {
+		r.TimeoutMS = d.Milliseconds()
+		if d > 0 && r.TimeoutMS == 0 {
+			r.TimeoutMS = 1
+		}
+	}
 }
 
 // WithIdempotencyKey replaces the key Call generates.
@@ -332,19 +348,28 @@ func WithIdempotencyKey(key string) CallOption {
 func WithAgent(agent string) CallOption { return func(r *messages.SubmitRequest) { r.Agent = agent } }
 
 // Call runs a tool and returns its result. args is anything that encodes
-// to a JSON object (or messages.JSON). The result comes on the client's
+// to a JSON object; a string, []byte, json.RawMessage or messages.JSON is
+// taken as the JSON text itself. A ctx already ended sends nothing; one
+// that ends while Call waits ends the wait, not the call, which goes on to
+// its result (Cancel cancels it; Wait awaits it again). The result comes on the client's
 // route, one subscription for all its calls (an idempotent call's on its
 // own inbox, as its ID comes from its key), with the events stream asked
 // now and then in case the copy was missed, so waiting costs the server no
 // consumer and no subscription per call. A submit that found no
 // coordinator, or went unanswered, is sent again with the same call ID (or
-// key), which guarantees the tool runs once. The wait for the result is
+// key), which guarantees the call is queued once: its tool runs as its
+// delivery says (docs/reliability.md), once unless a worker dies or loses
+// the call while running it, when an at-least-once tool runs again and an
+// at-most-once one ends outcome_unknown. The wait for the result is
 // bounded by ctx only, not by RequestTimeout: the call's own deadline
 // (WithTimeout, or the tool's) ends it with a result.
 func (c *Client) Call(ctx context.Context, tool string, args any, opts ...CallOption) (*messages.CallResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("call %s: not sent: %w", tool, err)
+	}
 	raw, err := toJSON(args)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("call %s: arguments: %w", tool, err)
 	}
 	req := messages.SubmitRequest{Tool: tool, Arguments: raw, Agent: c.opts.Agent}
 	for _, opt := range opts {
@@ -444,17 +469,29 @@ func toJSON(v any) (messages.JSON, error) {
 	case messages.JSON:
 		return a, nil
 	case json.RawMessage:
-		return messages.JSON(a), nil
+		return jsonText(a)
 	case []byte:
-		return messages.JSON(a), nil
+		return jsonText(a)
 	case string:
-		return messages.JSON(a), nil
+		return jsonText([]byte(a))
 	}
 	data, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode arguments: %w", err)
 	}
 	return data, nil
+}
+
+// jsonText takes arguments given as text: JSON, which is checked here so
+// that the mistake of a plain string is named as such.
+func jsonText(text []byte) (messages.JSON, error) {
+	if len(text) == 0 {
+		return nil, nil
+	}
+	if !json.Valid(text) {
+		return nil, fmt.Errorf("a string, []byte or json.RawMessage is taken as the JSON text of the arguments, and %.40q is not JSON: pass a map or a struct, or JSON such as {\"text\": \"hello\"}", text)
+	}
+	return messages.JSON(text), nil
 }
 
 // Get returns a call's state and, once it ended, its result.
@@ -513,6 +550,10 @@ func (c *Client) Watch(ctx context.Context, callID string) iter.Seq2[*messages.C
 	return func(yield func(*messages.CallEvent, error) bool) {
 		if c.api.readsViaCoordinator() {
 			c.reads.watchViaCoordinator(ctx, callID)(yield)
+			return
+		}
+		if _, err := c.knownCall(ctx, callID); err != nil {
+			yield(nil, fmt.Errorf("watch call %s: %w", callID, err))
 			return
 		}
 		seen := false
@@ -578,10 +619,11 @@ func (c *Client) Wait(ctx context.Context, callID string) (*messages.CallResult,
 		return c.reads.waitViaCoordinator(ctx, callID)
 	}
 	ns, bucket := "", ""
-	gctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
-	info, err := c.Get(gctx, callID)
-	cancel()
-	if err == nil {
+	info, err := c.knownCall(ctx, callID)
+	if err != nil {
+		return nil, fmt.Errorf("wait for call %s: %w", callID, err)
+	}
+	if info != nil {
 		if info.Result != nil {
 			return info.Result, nil
 		}
@@ -589,6 +631,42 @@ func (c *Client) Wait(ctx context.Context, callID string) (*messages.CallResult,
 	}
 	return c.ledger.AwaitResult(ctx, bucket, ns, callID)
 }
+
+// knownCall asks calls.get about a call before it is awaited or watched,
+// so that an ID no call has (a typo, another installation's) is reported
+// rather than awaited until ctx ends. A call not found is looked for once
+// more a moment later: a quiet submit's call is stored just after its
+// submit was sent. The info is nil, and no error, when no coordinator
+// answered within ResultCheckInterval (or none could read JetStream): the wait goes on from the events
+// stream, as it survives a coordinator's restart.
+func (c *Client) knownCall(ctx context.Context, callID string) (*messages.CallInfo, error) {
+	for look := 0; ; look++ {
+		gctx, cancel := context.WithTimeout(ctx, ledger.ResultCheckInterval)
+		info, err := c.Get(gctx, callID)
+		cancel()
+		switch {
+		case err == nil:
+			return info, nil
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, messages.ErrCallNotFound):
+			if look > 0 {
+				return nil, err
+			}
+		case undecided(err):
+			return nil, nil
+		default:
+			return nil, err
+		}
+		if err := transport.Sleep(ctx, unknownCallRecheck); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// unknownCallRecheck is how long knownCall waits before it looks again
+// for a call calls.get did not find.
+const unknownCallRecheck = 500 * time.Millisecond
 
 // GetTraced is Get with the call's trace ID (CallInfo.TraceID), which
 // costs the coordinator one more read; operators get it from Get too.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -796,5 +797,64 @@ func TestALostFirstSubmitIsCopiedWithReceipts(t *testing.T) {
 	}
 	if watch.receipts == 0 {
 		t.Fatal("no coordinator receipted a copy")
+	}
+}
+
+// TestMistakesOfANewCallerAreNamed: what a caller gets wrong is reported
+// at once and names the mistake, instead of a wait until its context ends
+// or a call it did not mean to make: Wait and Watch of an ID no call has
+// (call_not_found), Call and Submit with a context already ended (nothing
+// is queued), a plain string as arguments, and a nil connection.
+func TestMistakesOfANewCallerAreNamed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	testenv.Coordinator(t, b.srv.URL())
+	b.serve(t)
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{})
+	// The test's context is long: a wait that is not refused hangs the test.
+	if _, err := c.Wait(b.ctx, "nosuchcall"); !errors.Is(err, messages.ErrCallNotFound) {
+		t.Fatalf("Wait of an unknown call: %v, want %s", err, messages.CodeCallNotFound)
+	}
+	for ev, err := range c.Watch(b.ctx, "nosuchcall") {
+		if ev != nil || !errors.Is(err, messages.ErrCallNotFound) {
+			t.Fatalf("Watch of an unknown call: %+v %v, want %s", ev, err, messages.CodeCallNotFound)
+		}
+	}
+
+	ended, cancel := context.WithCancel(b.ctx)
+	cancel()
+	if _, err := c.Call(ended, "t-count", labelArgs{"ended"}); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("Call with an ended context: %v", err)
+	}
+	if r, err := c.Submit(ended, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(`{"label":"ended"}`)}); r != nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Submit with an ended context: %+v %v", r, err)
+	}
+	// A call made after them is the first the namespace's worker runs.
+	res, err := c.Call(b.ctx, "t-count", labelArgs{"after"})
+	if err != nil || res.Status != messages.StateCompleted {
+		t.Fatalf("a call after them: %+v %v", res, err)
+	}
+	if list, err := c.ListCalls(b.ctx, messages.CallsListRequest{Tool: "t-count"}); err != nil || len(list.Calls) != 1 {
+		t.Fatalf("calls of t-count: %+v %v, want only the one made with a live context", list, err)
+	}
+
+	if _, err := c.Call(b.ctx, "t-count", "hello"); err == nil || !strings.Contains(err.Error(), "is not JSON") {
+		t.Fatalf("Call with a plain string as arguments: %v", err)
+	}
+	if _, err := client.New(nil, client.Options{}); err == nil {
+		t.Fatal("New without a connection: no error")
+	}
+}
+
+// TestATimeoutUnderAMillisecondIsNotTheDefault: the wire counts a call's
+// timeout in milliseconds, where 0 asks for the coordinator's default (10
+// minutes): a shorter positive timeout is sent as one millisecond.
+func TestATimeoutUnderAMillisecondIsNotTheDefault(t *testing.T) {
+	for d, want := range map[time.Duration]int64{500 * time.Microsecond: 1, 0: 0, 1500 * time.Microsecond: 1, 2 * time.Second: 2000} {
+		var req messages.SubmitRequest
+		client.WithTimeout(d)(&req)
+		if req.TimeoutMS != want {
+			t.Errorf("WithTimeout(%v): timeout_ms %d, want %d", d, req.TimeoutMS, want)
+		}
 	}
 }

@@ -43,7 +43,9 @@ type SubmitRequest struct {
 	Agent     string `json:"agent,omitempty"`
 	Turn      string `json:"turn,omitempty"`
 	// IdempotencyKey makes submits with the same agent and key return the
-	// same call, which runs once, for as long as the call's events are kept.
+	// same call, which is queued once, for as long as the call's events are
+	// kept. Its tool runs as its delivery says: once, unless a worker dies
+	// or loses the call while running it (docs/reliability.md).
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// TimeoutMS is the caller's deadline for the call, counted from the
 	// submit; the tool's own timeout applies when it is shorter.

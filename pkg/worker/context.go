@@ -14,8 +14,16 @@ var (
 	ErrCancelled = errors.New("call cancelled")
 	// ErrDeadline: the call's deadline passed.
 	ErrDeadline = errors.New("call deadline exceeded")
-	// ErrStopping: the worker is shutting down; the call will run again elsewhere.
+	// ErrStopping: the worker is shutting down. An at-least-once call
+	// runs again on another worker (or this one's next start); an
+	// at-most-once call ends failed with outcome_unknown.
 	ErrStopping = errors.New("worker stopping")
+	// ErrSuperseded: the call got a result while this attempt ran, so
+	// this attempt's result will not be kept: it was cancelled, or its
+	// deadline was swept, or another worker took it over after this one
+	// stopped renewing its lease (a process paused past AckWait) and
+	// finished first.
+	ErrSuperseded = errors.New("the call already has a result")
 )
 
 type callKey struct{}

@@ -88,8 +88,11 @@
 // with [Retry]: the effects of a run that did not report are unknown, and
 // the call's caller decides what to do about them.
 //
-// Each call runs under a context that ends at the call's deadline or when
-// the call is cancelled; [context.Cause] tells which. The worker writes the
+// Each call runs under a context that ends at the call's deadline
+// ([ErrDeadline]), when the call is cancelled ([ErrCancelled]), when the
+// worker stops ([ErrStopping]), or when the call got a result from
+// elsewhere while the tool ran ([ErrSuperseded]); [context.Cause] tells
+// which. The worker writes the
 // timed_out or cancelled result at that moment, even if the tool ignores its
 // context. Such a tool keeps running until it returns and keeps its slot
 // until then, so that a worker never runs more calls than it has slots; its

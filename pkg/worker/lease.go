@@ -246,7 +246,7 @@ func (l *leases) checkCall(ctx context.Context, f *inflight) {
 	case s.Result != nil:
 		// Finished without this worker: cancelled while its start was
 		// not yet stored, or completed by another attempt.
-		f.cancel(errSuperseded)
+		f.cancel(ErrSuperseded)
 	case s.Cancel != nil:
 		l.cancelCall(id, s.Cancel.Cancel)
 	}

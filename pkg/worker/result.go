@@ -18,10 +18,6 @@ import (
 	"github.com/toolbus/toolbus/pkg/messages"
 )
 
-// errSuperseded ends a tool's context when the call turns out to have a
-// result already, e.g. because it was cancelled while queued.
-var errSuperseded = errors.New("the call already has a result")
-
 // writeTimeout bounds each write to the ledger.
 const writeTimeout = 10 * time.Second
 
@@ -51,7 +47,7 @@ func interrupted(base messages.CallResult, ctx context.Context) (messages.CallRe
 	switch {
 	case errors.Is(cause, ErrStopping):
 		return base, true
-	case errors.Is(cause, errSuperseded):
+	case errors.Is(cause, ErrSuperseded):
 		// The commit will find the result that already stands and drop this one.
 		return failure(base, messages.StateCancelled, messages.ResultCancelled, cause.Error()), false
 	case errors.Is(cause, ErrCancelled):

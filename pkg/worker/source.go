@@ -78,15 +78,17 @@ func downSources(ns *namespace) []messages.SourceDown {
 
 // setSourceTools replaces one source's tools in a namespace and brings
 // the catalog in line: new and changed tools are written, vanished ones
-// removed. A tool whose input schema is too costly to validate against is
-// left out, with a warning, and the source's other tools are served.
+// removed. A tool whose input schema no call could pass (too costly to
+// validate against, not a schema the coordinator compiles, or of another
+// type than object) is left out, with a warning, and the source's other
+// tools are served.
 func (w *Worker) setSourceTools(ctx context.Context, ns *namespace, source string, tools []Tool) error {
 	prepared := make([]*Tool, 0, len(tools))
 	for i := range tools {
 		t := tools[i]
 		err := prepareTool(ns.Name, &t)
-		if errors.Is(err, ErrSchemaTooCostly) {
-			w.log.Warn("tool skipped: it is not served", "namespace", ns.Name, "source", source, "tool", t.Definition.Name, "reason", err.Error())
+		if unusable := (*unusableSchemaError)(nil); errors.As(err, &unusable) {
+			w.log.Warn("tool skipped: it is not served", "namespace", ns.Name, "source", source, "tool", t.Definition.Name, "reason", fmt.Sprintf("tool %s: %v", t.Definition.Name, unusable))
 			continue
 		}
 		if err != nil {

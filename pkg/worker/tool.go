@@ -65,6 +65,8 @@ func Retry(err error) error { return fmt.Errorf("%w: %w", ErrRetry, err) }
 type Tool struct {
 	Definition messages.ToolDefinition
 	Handler    Handler
+	// misfit is why Func made a tool no call could fit; Serve refuses it.
+	misfit error
 }
 
 // ToolOption adjusts a tool's definition.
@@ -152,7 +154,7 @@ func Func[In, Out any](method, description string, fn func(ctx context.Context, 
 		}
 		return toResult(out)
 	})
-	return Tool{Definition: def, Handler: handler}
+	return Tool{Definition: def, Handler: handler, misfit: argumentsMisfit[In](method)}
 }
 
 func toResult(out any) (*Result, error) {
@@ -218,6 +220,23 @@ var reflector = &jsonschema.Reflector{
 	DoNotReference:            true,
 	AllowAdditionalProperties: false,
 	Anonymous:                 true,
+}
+
+// argumentsMisfit says why a tool whose arguments decode into In could
+// never be called: arguments are a JSON object, which decodes into a
+// struct, a map with string keys or an interface only.
+func argumentsMisfit[In any](method string) error {
+	t := reflect.TypeFor[In]()
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t.Kind() == reflect.Struct, t.Kind() == reflect.Interface:
+		return nil
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String:
+		return nil
+	}
+	return fmt.Errorf("the arguments of %s decode into %v, and a tool's arguments are a JSON object: take a struct (or a map with string keys)", method, t)
 }
 
 func schemaFor[T any]() messages.JSON {

@@ -2,9 +2,11 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -298,7 +300,7 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // Serve adds a namespace. It must be called before Start.
 func (w *Worker) Serve(ns Namespace) error {
 	if err := messages.ValidateNamespace(ns.Name); err != nil {
-		return fmt.Errorf("worker: %w", err)
+		return fmt.Errorf("%w: Namespace.Name: %w", ErrInvalidConfig, err)
 	}
 	if ns.Slots == 0 {
 		ns.Slots = 16
@@ -321,10 +323,13 @@ func (w *Worker) Serve(ns Namespace) error {
 	for i := range ns.Tools {
 		t := &ns.Tools[i]
 		if err := prepareTool(ns.Name, t); err != nil {
-			return fmt.Errorf("worker: %w", err)
+			if !errors.Is(err, ErrInvalidConfig) {
+				err = fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			}
+			return err
 		}
 		if _, dup := n.tools[t.Definition.Method]; dup {
-			return fmt.Errorf("worker: tool %s is defined twice", t.Definition.Name)
+			return configError("Namespace.Tools", "of %s: tool %s is defined twice", ns.Name, t.Definition.Name)
 		}
 		n.tools[t.Definition.Method] = t
 		n.owner[t.Definition.Method] = ""
@@ -332,18 +337,18 @@ func (w *Worker) Serve(ns Namespace) error {
 	seen := map[string]bool{}
 	for _, src := range ns.Sources {
 		if src.Name() == "" || seen[src.Name()] {
-			return fmt.Errorf("worker: namespace %s: every source needs its own non-empty name", ns.Name)
+			return configError("Namespace.Sources", "of %s: every source needs its own non-empty name", ns.Name)
 		}
 		seen[src.Name()] = true
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started {
-		return errors.New("worker: Serve after Start")
+		return fmt.Errorf("%w: Serve after Start: namespace %s", ErrInvalidConfig, ns.Name)
 	}
 	for _, other := range w.namespaces {
 		if other.Name == ns.Name {
-			return fmt.Errorf("worker: namespace %s is served twice", ns.Name)
+			return configError("Namespace.Name", "%s is served twice", ns.Name)
 		}
 	}
 	w.namespaces = append(w.namespaces, n)
@@ -358,7 +363,10 @@ func prepareTool(ns string, t *Tool) error {
 	}
 	t.Definition.Name = name.String()
 	if t.Handler == nil {
-		return fmt.Errorf("tool %s has no handler", t.Definition.Name)
+		return configError("Handler", "of tool %s is nil", t.Definition.Name)
+	}
+	if t.misfit != nil {
+		return fmt.Errorf("%w: tool %s: %w", ErrInvalidConfig, t.Definition.Name, t.misfit)
 	}
 	if t.Definition.Delivery == "" {
 		t.Definition.Delivery = messages.DefaultDelivery(&t.Definition.Metadata)
@@ -368,13 +376,46 @@ func prepareTool(ns string, t *Tool) error {
 	if len(t.Definition.InputSchema) == 0 {
 		t.Definition.InputSchema = messages.JSON(`{"type":"object"}`)
 	}
-	// A schema that does not compile is left to the coordinator, which
-	// reports it on each call as it always has; one that compiles but
-	// costs too much is refused here, where its author sees why.
-	if err := schemacost.CheckJSON(t.Definition.InputSchema); errors.Is(err, schemacost.ErrTooCostly) {
-		return fmt.Errorf("tool %s: %w", t.Definition.Name, err)
+	// A schema the coordinator could not use would have every call
+	// refused: it is refused here, where its author sees why.
+	err := schemacost.CheckJSON(t.Definition.InputSchema)
+	if err == nil {
+		err = objectSchema(t.Definition.InputSchema)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: InputSchema of tool %s: %w", ErrInvalidConfig, t.Definition.Name, &unusableSchemaError{err})
 	}
 	return nil
+}
+
+// unusableSchemaError is a tool's input schema that no call could pass:
+// it does not compile, costs too much to validate against, or does not
+// let the arguments be an object. A source's tool with one is skipped.
+type unusableSchemaError struct{ err error }
+
+func (e *unusableSchemaError) Error() string { return e.err.Error() }
+func (e *unusableSchemaError) Unwrap() error { return e.err }
+
+// objectSchema checks that a schema's type, when it names one, lets the
+// arguments be the JSON object every call sends.
+func objectSchema(schema messages.JSON) error {
+	var s struct {
+		Type any `json:"type"`
+	}
+	if json.Unmarshal(schema, &s) != nil || s.Type == nil {
+		return nil
+	}
+	switch typ := s.Type.(type) {
+	case string:
+		if typ == "object" {
+			return nil
+		}
+	case []any:
+		if slices.Contains(typ, any("object")) {
+			return nil
+		}
+	}
+	return fmt.Errorf("its type is %v, and a tool's arguments are a JSON object", s.Type)
 }
 
 // Start creates what the worker needs in JetStream and is missing, asks a
@@ -576,8 +617,10 @@ func (w *Worker) startPollers(nss []*namespace) error {
 }
 
 // Stop stops taking calls and waits for running calls to finish until ctx
-// ends. Calls still running then are interrupted with ErrStopping and
-// handed back to JetStream, which delivers them to another worker at once.
+// ends. Calls still running then are interrupted with ErrStopping: an
+// at-least-once call is handed back to JetStream, which delivers it to
+// another worker at once; an at-most-once call ends failed with
+// outcome_unknown, since its tool may have acted.
 // The worker's heartbeats are removed from the catalog.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()

@@ -445,6 +445,49 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 	}
 }
 
+// TestServeRefusesWhatCouldNeverRun: every namespace or tool Serve cannot
+// run with is refused with ErrInvalidConfig, naming what is wrong; among
+// them the tools no call could ever fit: a Func whose arguments are not an
+// object, and input schemas that do not compile or whose type is not
+// object. Their calls would otherwise each be refused.
+func TestServeRefusesWhatCouldNeverRun(t *testing.T) {
+	t.Parallel()
+	nc := testenv.Connect(t, testenv.Server(t).URL())
+	w, err := worker.New(worker.Config{Conn: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo := worker.Func("echo", "Echoes.", func(ctx context.Context, in struct{ Text string }) (string, error) { return in.Text, nil })
+	withSchema := func(schema string) worker.Tool {
+		t := echo
+		t.Definition.InputSchema = messages.JSON(schema)
+		return t
+	}
+	for _, tc := range []struct {
+		what string
+		ns   worker.Namespace
+		says string
+	}{
+		{"a bad namespace name", worker.Namespace{Name: "bad name"}, "Namespace.Name"},
+		{"a bad method name", worker.Namespace{Name: "t", Tools: []worker.Tool{worker.Func("bad name", "", func(ctx context.Context, in struct{}) (string, error) { return "", nil })}}, "bad name"},
+		{"a tool twice", worker.Namespace{Name: "t", Tools: []worker.Tool{echo, echo}}, "defined twice"},
+		{"a Func taking a string", worker.Namespace{Name: "t", Tools: []worker.Tool{worker.Func("say", "", func(ctx context.Context, in string) (string, error) { return in, nil })}}, "decode into string"},
+		{"a schema that does not compile", worker.Namespace{Name: "t", Tools: []worker.Tool{withSchema(`{"type":"object","properties":{"n":{"type":"integer","minimum":"one"}}}`)}}, "InputSchema of tool t-echo"},
+		{"a schema of arrays", worker.Namespace{Name: "t", Tools: []worker.Tool{withSchema(`{"type":"array"}`)}}, "a tool's arguments are a JSON object"},
+	} {
+		if err := w.Serve(tc.ns); !errors.Is(err, worker.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("Serve with %s: %v, want ErrInvalidConfig saying %q", tc.what, err, tc.says)
+		}
+	}
+	// Schemas that let the arguments be an object are served.
+	if err := w.Serve(worker.Namespace{Name: "ok", Tools: []worker.Tool{withSchema(`{"type":["object","null"]}`), worker.Func("any", "", func(ctx context.Context, in map[string]any) (string, error) { return "", nil })}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Serve(worker.Namespace{Name: "ok"}); !errors.Is(err, worker.ErrInvalidConfig) || !strings.Contains(err.Error(), "served twice") {
+		t.Errorf("a namespace served twice: %v", err)
+	}
+}
+
 func containsWord(s, word string) bool {
 	for i := 0; i+len(word) <= len(s); i++ {
 		if s[i:i+len(word)] == word && (i+len(word) == len(s) || s[i+len(word)] == ' ') {

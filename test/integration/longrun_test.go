@@ -666,3 +666,32 @@ func TestSweepEndsACallNoWorkerTook(t *testing.T) {
 		t.Fatalf("the swept call ran %d times", n)
 	}
 }
+
+// TestACallNoWorkerTookSaysNoneServesItsNamespace: a call of a tool whose
+// namespace lost its last worker is queued (the coordinator does not
+// refuse it without FailWhenUnavailable) and ended by the sweep at its
+// deadline, with a message that names the likeliest cause.
+func TestACallNoWorkerTookSaysNoneServesItsNamespace(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
+		cfg.SweepInterval, cfg.SweepGrace = 50*time.Millisecond, time.Millisecond
+	})
+	echo := worker.Func("echo", "Echoes.", func(ctx context.Context, in struct{}) (string, error) { return "", nil })
+	w := testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "gone", Tools: []worker.Tool{echo}})
+	c := testenv.Client(t, srv.URL(), client.Options{})
+	ctx := testenv.Context(t)
+	if _, err := c.Call(ctx, "gone-echo", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Call(ctx, "gone-echo", nil, client.WithTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != messages.StateTimedOut || !strings.Contains(res.Error.Message, "no live worker serves namespace gone") {
+		t.Fatalf("a call no worker took: %+v", res)
+	}
+}

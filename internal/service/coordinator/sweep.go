@@ -391,7 +391,12 @@ func (s *sweeper) sweepNamespace(ctx context.Context, ns, consumer string, cutof
 		case call.Deadline.IsZero() || call.Deadline.After(cutoff):
 		default:
 			call.Namespace = ns
-			res := endResult(call, messages.StateTimedOut, messages.ResultTimedOut, "the call's deadline passed and no worker finished it")
+			why := "the call's deadline passed and no worker finished it"
+			if s.catalog != nil && !s.catalog.Available(ns) {
+				// The likeliest cause for a new user: nothing serves it.
+				why += " (no live worker serves namespace " + ns + ")"
+			}
+			res := endResult(call, messages.StateTimedOut, messages.ResultTimedOut, why)
 			if _, err := s.ledger.Commit(ctx, messages.TurnBucket(call.Turn), ns, &res, call.Notify); err != nil {
 				s.log.Warn("could not end expired call", "call", call.CallID, "error", err)
 			} else {
