@@ -145,3 +145,53 @@ func TestDutiesAreDoneByOneCoordinatorAtATime(t *testing.T) {
 func equalNames(a, b []string) bool {
 	return strings.Join(a, ",") == strings.Join(b, ",")
 }
+
+// TestDutiesOnAConnectionOfTheirOwn: a coordinator given a second
+// connection for its duties (Config.DutyConn, as the coordinator command
+// does) reads the audit copy's and the sweep follower's deliveries on it:
+// every allowed call is audited once, a call its queue settled without a
+// result is ended, and the deliveries came on the duties' connection.
+func TestDutiesOnAConnectionOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Server(t)
+	url := srv.URL()
+	pol := mustPolicy(t, "default: allow\n")
+	dutyConn := testenv.Connect(t, url)
+	testenv.Coordinator(t, url, func(cfg *coordinator.Config) {
+		cfg.Policy, cfg.SweepInterval, cfg.DutyConn = pol, 100*time.Millisecond, dutyConn
+	})
+	testenv.Worker(t, url, worker.Config{}, worker.Namespace{Name: "t", Tools: []worker.Tool{newCounter().tool()}})
+	c := testenv.Client(t, url, client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+	const calls = 30
+	var ids []string
+	for i := range calls {
+		r, err := c.Submit(ctx, messages.SubmitRequest{Tool: "t-count", Arguments: messages.JSON(fmt.Sprintf(`{"label":"own-%d"}`, i)), Wait: true})
+		if err != nil || r.Result == nil || r.Result.Status != messages.StateCompleted {
+			t.Fatalf("call %d: %+v %v", i, r, err)
+		}
+		ids = append(ids, r.CallID)
+	}
+	var seen map[string]int
+	testenv.Eventually(t, "every call to be audited", func() bool {
+		seen = allowedInAuditList(t, c)
+		for _, id := range ids {
+			if seen[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("call %s appears %d times in audit.list", id, n)
+		}
+	}
+	// The copier's queued event and the follower's queued and result
+	// events' headers (taken at the next sweep): three a call, on the
+	// duties' connection.
+	testenv.Eventually(t, "the duties' connection to receive three messages a call", func() bool {
+		return dutyConn.Stats().InMsgs >= 3*calls
+	})
+	settledWithoutResult(t, url, c, "lost")
+}
