@@ -154,4 +154,7 @@ var (
 	ErrTimeout             = &Error{Code: CodeTimeout}
 	ErrForbidden           = &Error{Code: CodeForbidden}
 	ErrTooManyRequests     = &Error{Code: CodeTooManyRequests}
+	ErrBadRequest          = &Error{Code: CodeBadRequest}
+	ErrUnsupportedVersion  = &Error{Code: CodeUnsupportedVersion}
+	ErrInternal            = &Error{Code: CodeInternal}
 )

@@ -305,7 +305,7 @@ func settle(msg jetstream.Msg, log logger, status messages.CallState, won bool, 
 		return
 	}
 	if !won {
-		log.Info("another attempt already committed the result; this one is discarded")
+		log.Info("the call already has a result (another attempt's, a cancel's or the deadline's); this attempt's is discarded")
 	}
 	if status == messages.StateCancelled || !won {
 		acked(log, "terminated", msg.Term())

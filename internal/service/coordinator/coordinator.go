@@ -271,10 +271,10 @@ func (c Config) validate() error {
 // turns), approvals, tool switches, calls, the batch and the sweeper. The
 // coordinator keeps their lifecycle and the API table.
 type Coordinator struct {
-	cfg    Config
-	log    *slog.Logger
-	nc     *nats.Conn
-	js     jetstream.JetStream
+	cfg Config
+	log *slog.Logger
+	nc  *nats.Conn
+	js  jetstream.JetStream
 	// dutyJS is the duties' JetStream: on Config.DutyConn, else js.
 	dutyJS jetstream.JetStream
 	names  messages.Names

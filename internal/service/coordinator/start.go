@@ -42,12 +42,12 @@ func (c *Coordinator) startSteps() []startStep {
 		catalogKV, turnsKV, approvalsKV jetstream.KeyValue
 		eventsStream                    jetstream.Stream
 		// dutyEvents is the events stream on the duties' connection.
-		dutyEvents jetstream.Stream
-		workspace                       *exposure.Workspace
-		workspaceFP, policyFP           string
-		view                            *catalog.View
-		index                           *discovery.Index
-		sweep                           *sweeper
+		dutyEvents            jetstream.Stream
+		workspace             *exposure.Workspace
+		workspaceFP, policyFP string
+		view                  *catalog.View
+		index                 *discovery.Index
+		sweep                 *sweeper
 	)
 	return []startStep{
 		{"", func(ctx context.Context) (func(context.Context) error, error) {
