@@ -70,17 +70,8 @@ func run() error {
 		return err
 	}
 	defer nc.Close()
-	// The duties' deliveries (the audit copy's batches, the sweep's) come
-	// in bursts: on a connection of their own, requests are not read
-	// behind them.
-	dutyConn, err := conn.Connect("toolbus-coordinator-duties")
-	if err != nil {
-		return err
-	}
-	defer dutyConn.Close()
 	c, err := coordinator.New(coordinator.Config{
 		Conn:                nc,
-		DutyConn:            dutyConn,
 		Prefix:              conn.Prefix,
 		DefaultTimeout:      *defaultTimeout,
 		WorkspaceDir:        *workspace,

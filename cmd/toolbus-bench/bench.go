@@ -523,7 +523,7 @@ func newToolbusBench(ctx context.Context, connectAs func(role string) func() (*n
 		return nc
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	coordCfg := coordinator.Config{Conn: conn("coordinator"), DutyConn: conn("coordinator"), Prefix: names.Prefix(), Logger: quiet}
+	coordCfg := coordinator.Config{Conn: conn("coordinator"), Prefix: names.Prefix(), Logger: quiet}
 	namespace := "bench"
 	if auth != nil {
 		coordCfg.Identities = auth.identities

@@ -92,13 +92,8 @@ func runCoordinatorRole(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	dutyConn, err := nats.Connect(*server)
-	if err != nil {
-		return err
-	}
-	defer dutyConn.Close()
 	exitWithParent(nil)
-	c, err := coordinator.New(coordinator.Config{Conn: nc, DutyConn: dutyConn, Prefix: *prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, Logger: quietLogger()})
+	c, err := coordinator.New(coordinator.Config{Conn: nc, Prefix: *prefix, WorkspaceDir: *workspace, PolicyFile: *policyFile, Logger: quietLogger()})
 	if err != nil {
 		return err
 	}

@@ -134,7 +134,7 @@ func runSoak(ctx context.Context, cfg soakConfig) error {
 		return nc
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	coord, err := coordinator.New(coordinator.Config{Conn: connect(), DutyConn: connect(), Prefix: cfg.names.Prefix(), Logger: quiet})
+	coord, err := coordinator.New(coordinator.Config{Conn: connect(), Prefix: cfg.names.Prefix(), Logger: quiet})
 	if err != nil {
 		return err
 	}

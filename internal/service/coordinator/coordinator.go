@@ -34,12 +34,6 @@ const Version = "0.1.0"
 type Config struct {
 	// Conn is the NATS connection. Required.
 	Conn *nats.Conn
-	// DutyConn, optional, is a second connection to the same server as the
-	// same user, for the duties (the audit copy and the sweep's follower):
-	// their deliveries, three a call, are then read by a goroutine of their
-	// own instead of in line with the API's requests on Conn. Without it
-	// the duties use Conn. The coordinator neither drains nor closes it.
-	DutyConn *nats.Conn
 	// Prefix of subjects and resources. Defaults to "toolbus".
 	Prefix string
 	// MaxArgumentsBytes bounds a call's arguments. Defaults to 256 KiB.
@@ -271,12 +265,10 @@ func (c Config) validate() error {
 // turns), approvals, tool switches, calls, the batch and the sweeper. The
 // coordinator keeps their lifecycle and the API table.
 type Coordinator struct {
-	cfg Config
-	log *slog.Logger
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	// dutyJS is the duties' JetStream: on Config.DutyConn, else js.
-	dutyJS jetstream.JetStream
+	cfg    Config
+	log    *slog.Logger
+	nc     *nats.Conn
+	js     jetstream.JetStream
 	names  messages.Names
 	ledger *ledger.Ledger
 	tracer trace.Tracer
@@ -328,14 +320,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
-	dutyJS := js
-	if cfg.DutyConn != nil {
-		if dutyJS, err = jetstream.New(cfg.DutyConn); err != nil {
-			return nil, fmt.Errorf("coordinator: %w", err)
-		}
-	}
 	c := &Coordinator{
-		dutyJS:   dutyJS,
 		cfg:      cfg,
 		log:      cfg.Logger,
 		nc:       cfg.Conn,

@@ -41,13 +41,11 @@ func (c *Coordinator) startSteps() []startStep {
 	var (
 		catalogKV, turnsKV, approvalsKV jetstream.KeyValue
 		eventsStream                    jetstream.Stream
-		// dutyEvents is the events stream on the duties' connection.
-		dutyEvents            jetstream.Stream
-		workspace             *exposure.Workspace
-		workspaceFP, policyFP string
-		view                  *catalog.View
-		index                 *discovery.Index
-		sweep                 *sweeper
+		workspace                       *exposure.Workspace
+		workspaceFP, policyFP           string
+		view                            *catalog.View
+		index                           *discovery.Index
+		sweep                           *sweeper
 	)
 	return []startStep{
 		{"", func(ctx context.Context) (func(context.Context) error, error) {
@@ -70,9 +68,6 @@ func (c *Coordinator) startSteps() []startStep {
 				return nil, fmt.Errorf("approvals: %w", err)
 			}
 			if eventsStream, err = c.js.Stream(ctx, c.names.EventsStream()); err != nil {
-				return nil, fmt.Errorf("events stream: %w", err)
-			}
-			if dutyEvents, err = c.dutyJS.Stream(ctx, c.names.EventsStream()); err != nil {
 				return nil, fmt.Errorf("events stream: %w", err)
 			}
 			return nil, nil
@@ -116,7 +111,7 @@ func (c *Coordinator) startSteps() []startStep {
 		{"usage", c.startLearning},
 		{"", func(context.Context) (func(context.Context) error, error) {
 			stream := &callStream{nc: c.nc, names: c.names, stream: eventsStream, log: c.log}
-			sweep = c.buildRooms(view, index, exposure.NewResolver(workspace), catalogKV, turnsKV, approvalsKV, stream, dutyEvents)
+			sweep = c.buildRooms(view, index, exposure.NewResolver(workspace), catalogKV, turnsKV, approvalsKV, stream)
 			return nil, nil
 		}},
 		{"", c.serveAPI},
@@ -173,7 +168,7 @@ func watchFiles(cfg Config, view *toolView, pol *atomic.Pointer[policy.Policy], 
 
 // buildRooms makes the rooms that do the coordinator's work, and returns
 // the sweeper for Start to start.
-func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, resolver *exposure.Resolver, catalogKV, turnsKV, approvalsKV jetstream.KeyValue, stream *callStream, dutyEvents jetstream.Stream) *sweeper {
+func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, resolver *exposure.Resolver, catalogKV, turnsKV, approvalsKV jetstream.KeyValue, stream *callStream) *sweeper {
 	schemas := newSchemaCache()
 	auditLog := &auditor{names: c.names, js: c.js, cache: schemas.redactions, log: c.log}
 	audit := auditLog.record
@@ -242,7 +237,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 	c.batches = &batches{nc: c.nc, names: c.names, ledger: c.ledger, calls: c.calls, submitter: c.submitter, waits: c.waits, handlers: c.handlers, maxWait: c.cfg.MaxWait, log: c.log}
 	c.follower = &follower{nc: c.nc, names: c.names, ledger: c.ledger, calls: c.calls, waits: c.waits, maxWait: c.cfg.MaxWait}
 	c.logReads = &logReads{nc: c.nc, js: c.js, names: c.names, ledger: c.ledger, view: c.view, depths: c.depths, statsScans: c.statsScans, unavailableWait: c.cfg.UnavailableWait}
-	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, catalog: view, depths: c.depths, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, unavailableWait: c.cfg.UnavailableWait, log: c.log, index: newSettledIndex(dutyEvents, c.names, c.cfg.SweepInterval)}
+	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, catalog: view, depths: c.depths, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, unavailableWait: c.cfg.UnavailableWait, log: c.log, index: newSettledIndex(stream.stream, c.names, c.cfg.SweepInterval)}
 }
 
 // startLearning makes the usage bucket and, unless the configuration
@@ -341,7 +336,7 @@ func (c *Coordinator) startAuditCopier(context.Context) (func(context.Context) e
 	}
 	inbox := transport.NewInbox(c.nc)
 	a := &auditCopier{
-		names: c.names, js: c.dutyJS, interval: c.cfg.AuditCopyInterval, log: c.log,
+		names: c.names, js: c.js, interval: c.cfg.AuditCopyInterval, log: c.log,
 		audit: transport.NewStream(c.nc, inbox, c.names.Audit().Stream()),
 		duty:  c.duties.auditCopy,
 	}

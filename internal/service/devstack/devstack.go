@@ -135,13 +135,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	dutyConn, err := connect("toolbus-coordinator-duties")
-	if err != nil {
-		return nil, err
-	}
 	s.Coordinator, err = coordinator.New(coordinator.Config{
 		Conn:         coordConn,
-		DutyConn:     dutyConn,
 		Prefix:       cfg.Prefix,
 		WorkspaceDir: cfg.WorkspaceDir,
 		PolicyFile:   cfg.PolicyFile,
