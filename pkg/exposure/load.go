@@ -175,6 +175,43 @@ func scalar(m *yaml.Node, key string) string {
 }
 
 // unknownKeys reports the keys of mapping m that are not in allowed.
+// editDistance is the Levenshtein distance between two short strings.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+// agentToolKeys are the keys of an agent's tool section.
+var agentToolKeys = []string{"bundles", "items"}
+
+// key returns the key node named name in mapping m, or nil.
+func key(m *yaml.Node, name string) *yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == name {
+			return m.Content[i]
+		}
+	}
+	return nil
+}
+
 func unknownKeys(m *yaml.Node, allowed []string, report func(line int, key string)) {
 	if m == nil || m.Kind != yaml.MappingNode {
 		return
@@ -252,6 +289,25 @@ func readAgent(fsys fs.FS, file string) (sourced[Agent], error) {
 		errs = append(errs, &ValidationError{File: file, Line: line, Agent: id, Rule: rule, Field: field, Reason: reason})
 	}
 	tool := value(root, "tool")
+	// An agent's file may hold what else defines the agent, in its tool
+	// section too (callExposure, say), so other keys are let be; but a key
+	// one or two letters from bundles or items is a misspelling that
+	// would leave the agent without its own rules (its exclusions with
+	// them).
+	unknownKeys(tool, agentToolKeys, func(line int, k string) {
+		for _, want := range agentToolKeys {
+			if d := editDistance(strings.ToLower(k), want); d > 0 && d <= 2 {
+				newErr(-1, line, "tool."+k, fmt.Sprintf("unknown field; did you mean %s?", want))
+			}
+		}
+	})
+	if tool == nil {
+		for _, near := range []string{"tools", "Tool", "Tools"} {
+			if k := key(root, near); k != nil {
+				newErr(-1, k.Line, near, "unknown field; an agent's bundles and items go under tool:")
+			}
+		}
+	}
 	src := source{file: file, line: root.Line, ruleLines: checkRules(value(tool, "items"), newErr)}
 	if refs := value(tool, "bundles"); refs != nil && refs.Kind == yaml.SequenceNode {
 		for _, r := range refs.Content {

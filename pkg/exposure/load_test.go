@@ -282,3 +282,24 @@ func TestNewWorkspaceReportsEveryProblem(t *testing.T) {
 		}
 	}
 }
+
+// TestMisspeltAgentSectionsAreRefused: an agent file may hold keys of its
+// own beside Toolbus's, but a misspelling of the tool section or of its
+// bundles and items would silently leave the agent without its own rules,
+// exclusions included: it is refused, naming the key.
+func TestMisspeltAgentSectionsAreRefused(t *testing.T) {
+	for name, doc := range map[string]string{
+		"tool.itemz":  "id: analyst\ntool:\n  itemz:\n    - name: \"vault:*\"\n",
+		"tool.bundle": "id: analyst\ntool:\n  bundle: [text]\n",
+		"tools":       "id: analyst\ntools:\n  items:\n    - name: \"vault:*\"\n",
+	} {
+		_, err := LoadWorkspace(fstest.MapFS{"agents/analyst.yaml": {Data: []byte(doc)}})
+		if err == nil || !strings.Contains(err.Error(), name+":") {
+			t.Errorf("%s: %v, want an error naming it", name, err)
+		}
+	}
+	// Keys of the agent's own definition are let be.
+	if _, err := LoadWorkspace(fstest.MapFS{"agents/analyst.yaml": {Data: []byte("id: analyst\nmodel: some-model\ntool:\n  callExposure: full\n  items:\n    - name: \"vault:*\"\n")}}); err != nil {
+		t.Fatal(err)
+	}
+}
