@@ -534,7 +534,15 @@ func TestApprovalsListAndDecideAsDocumented(t *testing.T) {
 		return r.CallID
 	}
 	// The model sees the tool that policy asks about, and its exposure
-	// names no approval: that is the exposure rules' alone.
+	// names no approval: that is the exposure rules' alone. (The
+	// coordinator's catalog follows the worker's registration a moment
+	// after it: the list is asked until the worker's tools are in it.)
+	var l *messages.ListToolsReply
+	testenv.Eventually(t, "the worker's tools to be listed", func() bool {
+		var err error
+		l, err = bot.ListTools(ctx, messages.ListToolsRequest{Turn: "t-probe"})
+		return err == nil && slices.Contains(namesOf(l), "t-wipe")
+	})
 	l, err := bot.ListTools(ctx, messages.ListToolsRequest{Turn: "t-1"})
 	if err != nil {
 		t.Fatal(err)
