@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/toolbus/toolbus/internal/support/editdistance"
 )
 
 // Workspace layout read by LoadWorkspace.
@@ -175,27 +177,6 @@ func scalar(m *yaml.Node, key string) string {
 }
 
 // unknownKeys reports the keys of mapping m that are not in allowed.
-// editDistance is the Levenshtein distance between two short strings.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
-}
-
 // agentToolKeys are the keys of an agent's tool section.
 var agentToolKeys = []string{"bundles", "items"}
 
@@ -294,9 +275,10 @@ func readAgent(fsys fs.FS, file string) (sourced[Agent], error) {
 	// one or two letters from bundles or items is a misspelling that
 	// would leave the agent without its own rules (its exclusions with
 	// them).
+	var dist editdistance.Rows
 	unknownKeys(tool, agentToolKeys, func(line int, k string) {
 		for _, want := range agentToolKeys {
-			if d := editDistance(strings.ToLower(k), want); d > 0 && d <= 2 {
+			if d := dist.Between(strings.ToLower(k), want); d > 0 && d <= 2 {
 				newErr(-1, line, "tool."+k, fmt.Sprintf("unknown field; did you mean %s?", want))
 			}
 		}

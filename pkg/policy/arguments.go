@@ -72,8 +72,8 @@ func (a *Arguments) Compact() (messages.JSON, error) {
 // Digest is [ArgumentsDigest] of the arguments.
 func (a *Arguments) Digest() string { return DigestOf(a.Value()) }
 
-// InexactNumber returns the first number of the arguments (as a JSON
-// pointer and its text) that a 64-bit float cannot carry to the tool as
+// InexactNumber returns a number of the arguments (as a JSON pointer and
+// its text; which one, of several, is not fixed) that a 64-bit float cannot carry to the tool as
 // written: the call's work item holds an argument that is not a 64-bit
 // integer as a float, so a number with more digits than a float holds
 // reaches the tool rounded, while the policy compares it as written. ""
@@ -123,10 +123,14 @@ func carriedExactly(text string) bool {
 	if err != nil {
 		return false // out of a float's range
 	}
+	shortest := strconv.FormatFloat(f, 'g', -1, 64)
+	if shortest == text {
+		return true // the common case, without exact arithmetic
+	}
 	written, ok := new(big.Rat).SetString(text)
 	if !ok {
 		return false
 	}
-	carried, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+	carried, _ := new(big.Rat).SetString(shortest)
 	return carried != nil && written.Cmp(carried) == 0
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/toolbus/toolbus/internal/support/editdistance"
 	"github.com/toolbus/toolbus/internal/support/glob"
 	"github.com/toolbus/toolbus/pkg/messages"
 )
@@ -224,7 +225,7 @@ func suggestTool(tp toolPattern, written string, tools []messages.ToolDefinition
 	}
 	want := strings.ToLower(tp.String())
 	limit := max(2, len(want)/4)
-	var dist distances
+	var dist editdistance.Rows
 	best, bestDist := "", -1
 	for i := range tools {
 		name := tools[i].Name
@@ -235,7 +236,7 @@ func suggestTool(tp toolPattern, written string, tools []messages.ToolDefinition
 		if diff := len(name) - len(want); diff > limit || -diff > limit {
 			continue // at least that many edits apart
 		}
-		d := dist.between(want, strings.ToLower(name))
+		d := dist.Between(want, strings.ToLower(name))
 		if bestDist < 0 || d < bestDist || d == bestDist && name < best {
 			best, bestDist = name, d
 		}
@@ -248,10 +249,10 @@ func suggestTool(tp toolPattern, written string, tools []messages.ToolDefinition
 
 // suggestNamespace names the catalog namespace closest to ns, when one is.
 func suggestNamespace(ns string, namespaces map[string]bool) string {
-	var dist distances
+	var dist editdistance.Rows
 	best, bestDist := "", -1
 	for candidate := range namespaces {
-		d := dist.between(strings.ToLower(ns), strings.ToLower(candidate))
+		d := dist.Between(strings.ToLower(ns), strings.ToLower(candidate))
 		if bestDist < 0 || d < bestDist || d == bestDist && candidate < best {
 			best, bestDist = candidate, d
 		}
@@ -260,29 +261,4 @@ func suggestNamespace(ns string, namespaces map[string]bool) string {
 		return ""
 	}
 	return fmt.Sprintf("; did you mean %s?", best)
-}
-
-// distances computes Levenshtein distances, in bytes, reusing its rows.
-type distances struct{ prev, cur []int }
-
-func (d *distances) between(a, b string) int {
-	if cap(d.prev) < len(b)+1 {
-		d.prev, d.cur = make([]int, len(b)+1), make([]int, len(b)+1)
-	}
-	prev, cur := d.prev[:len(b)+1], d.cur[:len(b)+1]
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
