@@ -180,15 +180,15 @@ func (a *coordinatorAPI) request(ctx context.Context, endpoint string, in, out a
 // hedged sends a request that is safe to repeat and returns the first
 // answer to it or to one of its copies. The coordinators' queue group
 // gives each copy to a coordinator at random; a copy goes out when no
-// answer has come after HedgeAfter: two at once, then four after another
-// HedgeAfter, then one after each HedgeAfter, until a coordinator sends a
-// receipt for one of them (messages.HeaderReceipt; the copies ask for one
-// on the client's route) or the answer comes. A live coordinator's receipt
-// stops the copies, so a request that coordinators are slow to answer
-// (waiting out an election, say) costs them a few copies at most, and a
-// hung coordinator costs the request about one HedgeAfter: with one of two
-// hung, longer than two only with a chance of 1 in 128, and longer than
-// three with 1 in 256. A held request (wait > 0), a read that may keep a
+// answer has come after the hedge delay: two at once, then four after
+// HedgeAfter, then one after each hedgeWait (twice as long each round, up
+// to 2s), until a coordinator sends a receipt for one of them
+// (messages.HeaderReceipt; the copies ask for one on the client's route)
+// or the answer comes. A live coordinator's receipt stops the copies, so a
+// request that coordinators are slow to answer (waiting out an election,
+// say) costs them a few copies at most, and a hung coordinator costs the
+// request about one HedgeAfter: with one of two hung, longer than two
+// only with a chance of 1 in 128, and longer than four with 1 in 256. A held request (wait > 0), a read that may keep a
 // coordinator busy (calls.list, audit.list, stats.calls) and a request
 // that changes something (a submit, a cancel) asks for a receipt from its
 // first copy: each copy a live coordinator takes holds one of its user's
@@ -289,7 +289,7 @@ func (a *coordinatorAPI) hedged(ctx context.Context, subject string, data []byte
 			if err := launch(hedgeCopies(rounds), true); err != nil {
 				return nil, err
 			}
-			hedge.Reset(a.opts.HedgeAfter)
+			hedge.Reset(a.hedgeWait(rounds))
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -308,6 +308,21 @@ func hedgeCopies(n int) int {
 		return 4
 	}
 	return 1
+}
+
+// hedgeWait is how long the nth round of copies waits for an answer or a
+// receipt before the next round: HedgeAfter after the first, then twice
+// as long after each, up to ResultCheckInterval. Coordinators
+// that send no receipt for a while are most often behind on their
+// requests, and every copy is one more request for them: a copy of every
+// waiting request each HedgeAfter would put them further behind the more
+// requests wait (a thousand calls would be 4,000 copies a second).
+func (a *coordinatorAPI) hedgeWait(round int) time.Duration {
+	wait := a.opts.HedgeAfter
+	for i := 1; i < round && wait < ledger.ResultCheckInterval; i++ {
+		wait *= 2
+	}
+	return max(min(wait, ledger.ResultCheckInterval), a.opts.HedgeAfter)
 }
 
 // hedgeDelay is how long a request, or a quiet submit, goes without news

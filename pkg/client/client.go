@@ -50,10 +50,12 @@
 // Within an attempt, a request that is safe to repeat is copied while no
 // answer has come after its hedge delay (three times the recent time to an
 // answer or a receipt, at least Options.HedgeAfter, 250ms, at most 2s): two
-// copies, then four, then one after each HedgeAfter, each to a
-// coordinator the queue group picks, until a coordinator's receipt says it
-// has the request; so a hung coordinator among several costs a request
-// about a quarter of a second. A request that changes something is copied
+// copies, then four after HedgeAfter, then one after a wait that doubles
+// each time up to 2s, each to a coordinator the queue group picks, until a
+// coordinator's receipt says it has the request; so a hung coordinator
+// among several costs a request about a quarter of a second, and
+// coordinators behind on their requests are not sent a copy of each
+// waiting request every HedgeAfter. A request that changes something is copied
 // only while no coordinator has sent a receipt for it.
 // A request whose connection was lost is sent again when it is back.
 // Reads that cost the coordinator a scan (ListCalls, Operator's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -797,6 +798,41 @@ func TestALostFirstSubmitIsCopiedWithReceipts(t *testing.T) {
 	}
 	if watch.receipts == 0 {
 		t.Fatal("no coordinator receipted a copy")
+	}
+}
+
+// TestCopiesSlowDownWhileNoCoordinatorReceipts: a request that a
+// coordinator has taken but not yet reached (one behind on its requests,
+// here one that never answers) is copied twice, then four times, and then
+// ever more slowly, rather than once every HedgeAfter: each copy is one
+// more request for coordinators that are behind already.
+func TestCopiesSlowDownWhileNoCoordinatorReceipts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	behind := testenv.Connect(t, b.srv.URL())
+	var copies atomic.Int32
+	if _, err := behind.Subscribe("toolbus.api.tools.list", func(*nats.Msg) { copies.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := behind.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const hedgeAfter, within = 50 * time.Millisecond, 3 * time.Second
+	c := newClient(t, testenv.Connect(t, b.srv.URL()), client.Options{HedgeAfter: hedgeAfter, RequestTimeout: time.Minute})
+	ctx, cancel := context.WithTimeout(b.ctx, within)
+	defer cancel()
+	if _, err := c.ListTools(ctx, messages.ListToolsRequest{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a request no coordinator answers: %v, want the context's end", err)
+	}
+	if err := behind.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The first at 0, two at 50 ms, four at 100 ms, then one at 200 ms,
+	// 400 ms, 800 ms and 1.6 s: 11. A copy every 50 ms would be 65.
+	n := copies.Load()
+	t.Logf("%d copies in %v", n, within)
+	if n < 7 || n > 11 {
+		t.Fatalf("%d copies of an unanswered request in %v, want the first, 2, 4, then one after each doubled wait (11 at most)", n, within)
 	}
 }
 
