@@ -76,7 +76,7 @@ func BenchmarkSubmitArguments(b *testing.B) {
 					b.Fatal(err)
 				}
 				call := newCall(sr, name, tl, args.compact, args.digest, time.Now(), time.Minute)
-				v, err := p.authorize(ctx, call, tl, admission, &args.parsed)
+				v, err := decideAndAuthorize(p, ctx, call, tl, admission, &args.parsed)
 				if err != nil || v.audit == "" || (def == "ask") != (v.approval != nil) {
 					b.Fatalf("verdict %+v, %v", v, err)
 				}

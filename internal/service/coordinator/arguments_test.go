@@ -78,14 +78,14 @@ func TestSubmitArgumentsAsTheirText(t *testing.T) {
 		if !bytes.Equal(call.Arguments, compact.Bytes()) || call.ArgumentsDigest != digest {
 			t.Errorf("%s: call's arguments %s, digest %s; want %s, %s", tc.args, call.Arguments, call.ArgumentsDigest, compact.Bytes(), digest)
 		}
-		v, err := p.authorize(context.Background(), call, tc.tool, admission, &args.parsed)
+		v, err := decideAndAuthorize(p, context.Background(), call, tc.tool, admission, &args.parsed)
 		if err != nil || v.approval == nil {
 			t.Fatalf("%s: authorize %+v, %v; want an approval", tc.args, v, err)
 		}
 		if want := policy.Redact(tc.tool.Definition.InputSchema, compact.Bytes()); !bytes.Equal(v.approval.Arguments, want) {
 			t.Errorf("%s: the approval's arguments %s, want %s", tc.args, v.approval.Arguments, want)
 		}
-		v, err = allowing.authorize(context.Background(), call, tc.tool, admission, &args.parsed)
+		v, err = decideAndAuthorize(&allowing, context.Background(), call, tc.tool, admission, &args.parsed)
 		if err != nil || v.approval != nil || v.audit != messages.AuditAllowed {
 			t.Fatalf("%s: authorize %+v, %v; want the call allowed", tc.args, v, err)
 		}

@@ -138,17 +138,22 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 	if err != nil {
 		return nil, false, err
 	}
-	args, err := checkArguments(p.schemas, tool, read)
-	if err != nil {
-		return nil, false, err
-	}
 	if claimTurn != nil {
 		if err := claimTurn(ctx); err != nil {
 			return nil, false, err
 		}
 	}
+	read = toolArguments(p.schemas, tool, read)
+	v, err := p.decide(ctx, sr, name, tool, read)
+	if err != nil {
+		return nil, false, err
+	}
+	args, err := checkToolArguments(p.schemas, tool, read)
+	if err != nil {
+		return nil, false, err
+	}
 	call := newCall(sr, name, tool, args.compact, args.digest, time.Now().UTC(), p.limits.defaultTimeout)
-	v, err := p.authorize(ctx, call, tool, admission, &args.parsed)
+	v, err = p.authorize(ctx, call, tool, admission, &args.parsed, v)
 	if err != nil {
 		return nil, false, err
 	}
@@ -223,12 +228,18 @@ func validateSubmit(sr *messages.SubmitRequest, maxArgumentsBytes int) (messages
 	return name, read, nil
 }
 
-// readArguments are a submit's arguments as validateSubmit read them.
+// readArguments are a submit's arguments as validateSubmit read them, or
+// as toolArguments leaves them.
 type readArguments struct {
 	raw    messages.JSON
 	parsed policy.Arguments
 	err    error // why they are not JSON
+	// unreadable is why a thinking tool's thought could not be taken out.
+	unreadable error
 }
+
+// valid tells whether the arguments were read.
+func (a *readArguments) valid() bool { return a.err == nil && a.unreadable == nil }
 
 // checkedArguments are a call's arguments once its tool's schema holds
 // them: read once, and the forms of them the call carries.
@@ -279,20 +290,35 @@ func (p *submitPipeline) admit(ctx context.Context, agent string, name messages.
 // checkArguments checks the arguments against the tool's input schema and
 // returns them compacted, with their digest.
 func checkArguments(schemas *schemaCache, tool *catalog.Tool, read readArguments) (checkedArguments, error) {
-	name := tool.Definition.Name
-	parsed, err := read.parsed, read.err
-	// A schema shown with think augmentation makes the model send a
-	// thought; it is not an argument of the tool. Arguments without it
-	// are read again (those that hold a thought, of think-augmented tools).
-	stripped, found, serr := schemas.stripThought(tool, read.raw)
-	if serr != nil {
-		return checkedArguments{}, messages.Errorf(messages.CodeInvalidArguments, "arguments of %s: %v", name, serr)
+	return checkToolArguments(schemas, tool, toolArguments(schemas, tool, read))
+}
+
+// toolArguments are the arguments as the tool gets them. A schema shown
+// with think augmentation makes the model send a thought; it is not an
+// argument of the tool. Arguments without it are read again (those that
+// hold a thought, of think-augmented tools).
+func toolArguments(schemas *schemaCache, tool *catalog.Tool, read readArguments) readArguments {
+	stripped, found, err := schemas.stripThought(tool, read.raw)
+	if err != nil {
+		read.unreadable = err
+		return read
 	}
 	if found {
-		parsed, err = policy.ParseArguments(stripped)
+		read.raw = stripped
+		read.parsed, read.err = policy.ParseArguments(stripped)
 	}
-	if err != nil {
-		return checkedArguments{}, messages.Errorf(messages.CodeInvalidArguments, "arguments of %s are not JSON: %v", name, err)
+	return read
+}
+
+// checkToolArguments is checkArguments of arguments toolArguments read.
+func checkToolArguments(schemas *schemaCache, tool *catalog.Tool, read readArguments) (checkedArguments, error) {
+	name := tool.Definition.Name
+	parsed := read.parsed
+	if read.unreadable != nil {
+		return checkedArguments{}, messages.Errorf(messages.CodeInvalidArguments, "arguments of %s: %v", name, read.unreadable)
+	}
+	if read.err != nil {
+		return checkedArguments{}, messages.Errorf(messages.CodeInvalidArguments, "arguments of %s are not JSON: %v", name, read.err)
 	}
 	// The digest counts null as {}; the schema sees what was sent.
 	if err := schemas.validate(tool, parsed.Sent()); err != nil {
@@ -356,26 +382,40 @@ type verdict struct {
 	// audit is the decision to record; empty when there is no policy or rule to account for.
 	audit    string
 	decision policy.Decision
+	// policed is set when a policy decided the call.
+	policed bool
 }
 
-// authorize applies the policy and the agent's approval rules to a call,
-// whose arguments args are as checkArguments read them. A denial is
-// audited and returned as an error with code denied.
-func (p *submitPipeline) authorize(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, admission *exposure.Admission, args *policy.Arguments) (verdict, error) {
+// decide asks the policy about a call before its arguments are held to
+// the tool's schema: a call the policy denies is denied, and audited,
+// whatever its arguments are, and arguments that are not JSON are denied
+// by the first rule that would test them (docs/policy.md). A denial is
+// returned as an error with code denied.
+func (p *submitPipeline) decide(ctx context.Context, sr *messages.SubmitRequest, name messages.ToolName, tool *catalog.Tool, args readArguments) (verdict, error) {
 	pol := p.policy.Load()
-	var v verdict
-	ask := false
-	if pol != nil {
-		v.decision = pol.Evaluate(policy.Request{Tool: tool.Definition, Agent: call.Agent, Arguments: call.Arguments, Parsed: *args})
-		switch v.decision.Effect {
-		case policy.Deny:
-			p.audit(ctx, messages.AuditDenied, call, &tool.Definition, v.decision, "")
-			return v, messages.Errorf(messages.CodeDenied, "policy denies %s to agent %q: %s", call.Tool, call.Agent, v.decision.Reason)
-		case policy.Ask:
-			ask = true
-		}
-		v.audit = messages.AuditAllowed
+	if pol == nil {
+		return verdict{}, nil
 	}
+	req := policy.Request{Tool: tool.Definition, Agent: sr.Agent, Arguments: args.raw}
+	if args.valid() {
+		req.Parsed = args.parsed
+	}
+	v := verdict{decision: pol.Evaluate(req), audit: messages.AuditAllowed, policed: true}
+	if v.decision.Effect == policy.Deny {
+		// The audit record holds the arguments as sent, redacted as the
+		// tool's schema says (all of them, if they are not JSON).
+		call := newCall(sr, name, tool, args.raw, "", time.Now().UTC(), p.limits.defaultTimeout)
+		p.audit(ctx, messages.AuditDenied, call, &tool.Definition, v.decision, "")
+		return v, messages.Errorf(messages.CodeDenied, "policy denies %s to agent %q: %s", call.Tool, call.Agent, v.decision.Reason)
+	}
+	return v, nil
+}
+
+// authorize applies the agent's approval rules, and the policy's decision
+// v (decide), to a call whose arguments args are as checkArguments read
+// them.
+func (p *submitPipeline) authorize(ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, admission *exposure.Admission, args *policy.Arguments, v verdict) (verdict, error) {
+	ask := v.policed && v.decision.Effect == policy.Ask
 	mode := messages.ApprovalQueue
 	var rule *exposure.Approval
 	if t, ok := admission.Lookup(call.Tool); ok && t.Approval != nil && t.Approval.Mode != exposure.ApprovalNone {
@@ -410,7 +450,7 @@ func (p *submitPipeline) authorize(ctx context.Context, call *messages.CallReque
 	}
 	if rule != nil {
 		v.approval.Title, v.approval.Message = rule.Title, rule.Message
-		if v.approval.Reason == "" || pol == nil || v.decision.Effect != policy.Ask {
+		if v.approval.Reason == "" || !v.policed || v.decision.Effect != policy.Ask {
 			v.approval.Reason = "the exposure rules ask for an approval of " + call.Tool
 		}
 	}

@@ -369,7 +369,7 @@ rules:
 			}
 			call := &messages.CallRequest{CallID: "c1", Tool: tc.tool.Definition.Name, Agent: tc.agent, Arguments: messages.JSON(`{}`)}
 			args, _ := policy.ParseArguments(call.Arguments)
-			v, err := p.authorize(context.Background(), call, tc.tool, admission(tc.agent), &args)
+			v, err := decideAndAuthorize(p, context.Background(), call, tc.tool, admission(tc.agent), &args)
 			if code := messages.CodeOf(err); err != nil && code != tc.want || err == nil && tc.want != "" {
 				t.Fatalf("err = %v, want code %q", err, tc.want)
 			}
@@ -893,5 +893,67 @@ func TestCopiesOfASubmitJoinItsWrite(t *testing.T) {
 				t.Errorf("a copy after the write ended wrote %d times in all, want 2", n)
 			}
 		})
+	}
+}
+
+// decideAndAuthorize is what a submit asks of the policy and the approval
+// rules about a call whose arguments are read: decide, then authorize.
+func decideAndAuthorize(p *submitPipeline, ctx context.Context, call *messages.CallRequest, tool *catalog.Tool, admission *exposure.Admission, args *policy.Arguments) (verdict, error) {
+	sr := &messages.SubmitRequest{Tool: call.Tool, Agent: call.Agent, Arguments: call.Arguments}
+	name, err := sr.ValidateTool()
+	if err != nil {
+		return verdict{}, err
+	}
+	v, err := p.decide(ctx, sr, name, tool, readArguments{raw: call.Arguments, parsed: *args})
+	if err != nil {
+		return v, err
+	}
+	return p.authorize(ctx, call, tool, admission, args, v)
+}
+
+// TestArgumentsThatAreNotJSONMeetThePolicyFirst: arguments that are not
+// JSON reach the policy before they are refused: a rule that denies the
+// tool whatever its arguments denies the call (and audits it), the first
+// rule that would test them denies it, and a call the policy lets through
+// is refused as invalid_arguments, unaudited.
+func TestArgumentsThatAreNotJSONMeetThePolicyFirst(t *testing.T) {
+	const rules = `
+default: allow
+rules:
+  - {id: deny-wipe, tool: "t:wipe", effect: deny, reason: "nothing is wiped"}
+  - id: echo-small
+    tool: "t:echo"
+    arguments: [{pointer: /n, one_of: [1, 2, 3]}]
+    effect: allow
+`
+	echo, wipe, open := tool("t-echo", `{"type":"object"}`), tool("t-wipe", `{"type":"object"}`), tool("t-open", `{"type":"object"}`)
+	for _, tc := range []struct {
+		tool    *catalog.Tool
+		want    messages.ErrorCode
+		says    string
+		audited string
+	}{
+		{wipe, messages.CodeDenied, "nothing is wiped", messages.AuditDenied},
+		{echo, messages.CodeDenied, "not valid JSON", messages.AuditDenied},
+		{open, messages.CodeInvalidArguments, "not JSON", ""},
+	} {
+		audited := &audits{}
+		p := &submitPipeline{schemas: newSchemaCache(), policy: mustPolicy(t, rules), audit: audited.record}
+		sr := &messages.SubmitRequest{Tool: tc.tool.Definition.Name, Agent: "a", Arguments: messages.JSON(`{"n": 1`)}
+		name, read, err := validateSubmit(sr, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read = toolArguments(p.schemas, tc.tool, read)
+		_, err = p.decide(context.Background(), sr, name, tc.tool, read)
+		if err == nil {
+			_, err = checkToolArguments(p.schemas, tc.tool, read)
+		}
+		if messages.CodeOf(err) != tc.want || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want %s saying %q", sr.Tool, err, tc.want, tc.says)
+		}
+		if got := audited.list(); got != tc.audited {
+			t.Errorf("%s: audited %q, want %q", sr.Tool, got, tc.audited)
+		}
 	}
 }
