@@ -153,6 +153,13 @@ func (c *Coordinator) submit(ctx context.Context, req *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !sr.Quiet {
+		done, isCopy := c.inHand.take(namedCallID(&sr), req.Reply(), callerKey(ctx), req.Data())
+		if isCopy {
+			return noReply{}, nil // the first's answer answers it
+		}
+		defer done()
+	}
 	if sr.Wait {
 		release, err := c.waits.hold(ctx)
 		if err != nil {

@@ -21,3 +21,7 @@ func (c *Coordinator) DiscoveryStatus() discovery.Status { return c.view.index.S
 // ProcessCPU is the CPU time the process has used (processCPU), for the
 // benchmarks of package coordinator_test.
 var ProcessCPU = processCPU
+
+// CopiesLeftToTheirFirst counts the submits the coordinator did not
+// handle because they were copies of one it was handling (submitsInHand).
+func (c *Coordinator) CopiesLeftToTheirFirst() int64 { return c.inHand.copies.Load() }
