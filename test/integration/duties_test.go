@@ -113,9 +113,17 @@ func TestDutiesAreDoneByOneCoordinatorAtATime(t *testing.T) {
 	testenv.Coordinator(t, url, config, func(cfg *coordinator.Config) { cfg.Conn = secondConn })
 	call(40, "two coordinators")
 	audited("the calls made beside a standby to be audited")
-	// The standby swept every 100 ms while the calls ran and were copied.
-	if nowCopiers, nowFollowers := dutyFollowers(t, js); !equalNames(nowCopiers, copiers) || !equalNames(nowFollowers, followers) {
-		t.Fatalf("with a standby: copiers %v and followers %v, want %v and %v", nowCopiers, nowFollowers, copiers, followers)
+	// The standby swept every 100 ms while the calls ran and were copied,
+	// and did neither duty: the first renewed its lease. On a machine so
+	// loaded that the first missed its renewals for the lease's 2 s, the
+	// standby took the duties over, as it should, but still alone.
+	nowCopiers, nowFollowers := dutyFollowers(t, js)
+	if len(nowCopiers) != 1 || len(nowFollowers) != 1 {
+		t.Fatalf("with a standby: copiers %v and followers %v, want one of each", nowCopiers, nowFollowers)
+	}
+	firstHolds := equalNames(nowCopiers, copiers) && equalNames(nowFollowers, followers)
+	if !firstHolds {
+		t.Logf("with a standby: the duties moved while the holder was busy (copiers %v and followers %v, were %v and %v)", nowCopiers, nowFollowers, copiers, followers)
 	}
 
 	// The holder stops: the standby takes over at once.
@@ -125,7 +133,8 @@ func TestDutiesAreDoneByOneCoordinatorAtATime(t *testing.T) {
 	}
 	testenv.Eventually(t, "the second coordinator to copy and follow", func() bool {
 		nowCopiers, nowFollowers := dutyFollowers(t, js)
-		return len(nowCopiers) == 1 && len(nowFollowers) == 1 && !equalNames(nowCopiers, copiers) && !equalNames(nowFollowers, followers)
+		moved := !equalNames(nowCopiers, copiers) && !equalNames(nowFollowers, followers)
+		return len(nowCopiers) == 1 && len(nowFollowers) == 1 && (moved || !firstHolds)
 	})
 	t.Logf("a stopped holder's duties taken over after %v", time.Since(stopped).Round(time.Millisecond))
 	call(20, "after a stop")
