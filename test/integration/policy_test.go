@@ -349,3 +349,58 @@ func TestPolicyFileReloadsAndApprovalsFromTheCLI(t *testing.T) {
 		t.Fatalf("approved call: %+v %v", res, err)
 	}
 }
+
+// TestSelectionsThePolicyDeniesAreDroppedFromTheTurn: a tool the turn
+// selected (activated while the policy allowed it) that the policy, once
+// reloaded, denies the agent whatever the arguments is gone for good: the
+// next iteration hides it, lists it in dropped, and the turn no longer
+// selects it. A tool the caller chooses for one iteration that the policy
+// denies is listed in dropped too.
+func TestSelectionsThePolicyDeniesAreDroppedFromTheTurn(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, file, "default: allow\nrules:\n  - {tool: \"t:root\", effect: deny}\n")
+	srv := testenv.Server(t)
+	testenv.Coordinator(t, srv.URL(), func(cfg *coordinator.Config) { cfg.PolicyFile = file })
+	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: "t", Tools: policyTools(newCounter())})
+	c := testenv.Client(t, srv.URL(), client.Options{Agent: "bot"})
+	ctx := testenv.Context(t)
+	const turn = "selected-then-denied"
+
+	testenv.Eventually(t, "t-wipe in the catalog", func() bool {
+		_, err := c.Activate(ctx, turn, "t-wipe")
+		return err == nil
+	})
+	list := func(req messages.ListToolsRequest) *messages.ListToolsReply {
+		t.Helper()
+		req.Turn = turn
+		l, err := c.ListTools(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	if l := list(messages.ListToolsRequest{}); !slices.Contains(namesOf(l), "t-wipe") || len(l.Dropped) != 0 {
+		t.Fatalf("the activated tool: %v, dropped %v", namesOf(l), l.Dropped)
+	}
+	if l := list(messages.ListToolsRequest{Chosen: []string{"t-root"}}); slices.Contains(namesOf(l), "t-root") || !slices.Equal(l.Dropped, []string{"t-root"}) {
+		t.Fatalf("a chosen tool the policy denies: %v, dropped %v", namesOf(l), l.Dropped)
+	}
+
+	writeFile(t, file, "default: allow\nrules:\n  - {tool: \"t:root\", effect: deny}\n  - {tool: \"t:wipe\", effect: deny}\n")
+	var l *messages.ListToolsReply
+	testenv.Eventually(t, "the reloaded policy to hide t-wipe", func() bool {
+		l = list(messages.ListToolsRequest{})
+		return !slices.Contains(namesOf(l), "t-wipe")
+	})
+	if !slices.Equal(l.Dropped, []string{"t-wipe"}) {
+		t.Fatalf("the iteration that hid the denied selection dropped %v, want [t-wipe]", l.Dropped)
+	}
+	info, err := c.Turn(ctx, turn)
+	if err != nil || info.State == nil || slices.Contains(info.State.Activated, "t-wipe") {
+		t.Fatalf("the turn after the drop: %+v %v", info, err)
+	}
+	if l := list(messages.ListToolsRequest{}); len(l.Dropped) != 0 {
+		t.Fatalf("dropped again: %v", l.Dropped)
+	}
+}

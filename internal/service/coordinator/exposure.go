@@ -174,13 +174,22 @@ func (v *toolView) resolveIteration(ctx context.Context, lr *messages.ListToolsR
 	reply := &messages.ListToolsReply{Tools: []messages.ToolEntry{}}
 	var defs []messages.ToolDefinition
 	var revisions []uint64
+	var denied []string
 	for _, t := range vis.Tools {
 		def := t.Definition
 		if lr.Namespace != "" && def.Namespace != lr.Namespace {
 			continue
 		}
 		// Tools that nothing can run now, or that policy denies, are not shown to a model.
-		if ok, _ := v.catalog.Serving(def); !ok || !v.permitted(agent, def) {
+		if ok, _ := v.catalog.Serving(def); !ok {
+			continue
+		}
+		if !v.permitted(agent, def) {
+			// A selection the policy now denies the agent is gone from
+			// the turn, as an exclusion is.
+			if turn != nil && (turn.selects(def.Name) || slices.Contains(lr.Chosen, def.Name)) {
+				denied = append(denied, def.Name)
+			}
 			continue
 		}
 		entry := messages.ToolEntry{ToolDefinition: *def, Available: true, Exposure: &messages.ToolExposure{
@@ -213,7 +222,7 @@ func (v *toolView) resolveIteration(ctx context.Context, lr *messages.ListToolsR
 		reply.Schemas = schemas
 	}
 	if turn != nil {
-		reply.Dropped = v.gone(agent, vis.Dropped, &turn.state)
+		reply.Dropped = append(v.gone(agent, vis.Dropped, &turn.state), denied...)
 		changed := false
 		if lr.Intake != nil {
 			// Saved before the prune, so that what this intake names and

@@ -102,6 +102,13 @@ func (t *turnRecord) claim(agent string) error {
 	return nil
 }
 
+// selects tells whether the turn selected the tool: discovered,
+// activated, or named by its intake.
+func (t *turnRecord) selects(name string) bool {
+	return slices.Contains(t.state.Discovered, name) || slices.Contains(t.state.Activated, name) ||
+		t.state.Intake != nil && slices.Contains(t.state.Intake.Tools, name)
+}
+
 // prune removes vanished tools from the turn's saved selections.
 func (t *turnRecord) prune(dropped []string) bool {
 	if len(dropped) == 0 {
