@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/dev/testenv"
@@ -61,6 +62,9 @@ func TestCallObserved(t *testing.T) {
 	var held *client.ApprovalRequiredError
 	if !errors.As(err, &held) || held.Approval.Mode != messages.ApprovalQueue || len(named) != 1 || held.CallID != named[0] {
 		t.Fatalf("held: %v (named %v)", err, named)
+	}
+	if !strings.Contains(err.Error(), "an operator's approval") {
+		t.Fatalf("a hold for an operator's approval says %q", err)
 	}
 
 	// Not stopped at the hold, the call is waited for through the decision.

@@ -445,7 +445,11 @@ type ApprovalRequiredError struct {
 }
 
 func (e *ApprovalRequiredError) Error() string {
-	return fmt.Sprintf("call %s of %s needs the user's approval: %s", e.CallID, e.Approval.Tool, e.Approval.Reason)
+	who := "the user's approval"
+	if e.Approval.Mode != messages.ApprovalPrompt {
+		who = "an operator's approval"
+	}
+	return fmt.Sprintf("call %s of %s needs %s: %s", e.CallID, e.Approval.Tool, who, e.Approval.Reason)
 }
 
 // ListApprovals lists approvals; State defaults to pending.
