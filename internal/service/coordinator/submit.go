@@ -468,7 +468,11 @@ func (p *submitPipeline) record(ctx context.Context, call *messages.CallRequest,
 		if err := p.approvals.hold(ctx, call, v.approval); err != nil {
 			return nil, nil, err
 		}
-		p.audit(ctx, v.audit, call, &tool.Definition, v.decision, "")
+		// Asked for by the exposure rules, the approval says why; the
+		// policy's reason would be that it allowed the call.
+		d := v.decision
+		d.Reason = v.approval.Reason
+		p.audit(ctx, v.audit, call, &tool.Definition, d, "")
 		p.accepted(ctx, call)
 		return &messages.SubmitReply{CallID: call.CallID, State: messages.StateAwaitingApproval, Approval: v.approval}, nil, nil
 	}

@@ -299,12 +299,14 @@ func TestNewCall(t *testing.T) {
 type audits struct {
 	mu        sync.Mutex
 	decisions []string
+	reasons   []string
 }
 
-func (a *audits) record(_ context.Context, decision string, _ *messages.CallRequest, _ *messages.ToolDefinition, _ policy.Decision, by string) {
+func (a *audits) record(_ context.Context, decision string, _ *messages.CallRequest, _ *messages.ToolDefinition, d policy.Decision, by string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.decisions = append(a.decisions, decision+by)
+	a.reasons = append(a.reasons, d.Reason)
 }
 
 func (a *audits) list() string {
@@ -421,13 +423,19 @@ func TestRecord(t *testing.T) {
 		audited := &audits{}
 		ap, ledger, store := newTestApprovals(t)
 		p := &submitPipeline{audit: audited.record, approvals: ap}
-		approval := &messages.Approval{ApprovalID: "c1", CallID: "c1", State: messages.ApprovalPending}
-		reply, _, err := p.record(context.Background(), call, echo, &args, verdict{audit: messages.AuditAsked, approval: approval})
+		// Asked for by the exposure rules of a call the policy allowed: the
+		// audit record gives the approval's reason, not the policy's.
+		const why = "the exposure rules ask for an approval of t-echo"
+		approval := &messages.Approval{ApprovalID: "c1", CallID: "c1", State: messages.ApprovalPending, Reason: why}
+		reply, _, err := p.record(context.Background(), call, echo, &args, verdict{audit: messages.AuditAsked, approval: approval, policed: true, decision: policy.Decision{Effect: policy.Allow, Reason: "no rule matched; the default is allow"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if reply.State != messages.StateAwaitingApproval || reply.Approval != approval || audited.list() != messages.AuditAsked {
 			t.Errorf("reply %+v, audited %q", reply, audited.list())
+		}
+		if len(audited.reasons) != 1 || audited.reasons[0] != why {
+			t.Errorf("audited with the reasons %q, want %q", audited.reasons, why)
 		}
 		if snap := ledger.snaps["c1"]; snap == nil || snap.Queued == nil || snap.Approval == nil {
 			t.Errorf("ledger holds %+v; want the queued call and its approval", snap)
