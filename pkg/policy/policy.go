@@ -122,8 +122,16 @@ func (p *Policy) Evaluate(req Request) Decision {
 // allows or asks makes it visible, since some call can then go through.
 // Discovery and tools.list use this to hide denied tools.
 func (p *Policy) Visible(agent string, def messages.ToolDefinition) bool {
+	_, hidden := p.Hidden(agent, def)
+	return !hidden
+}
+
+// Hidden returns the decision that hides the tool from the agent (see
+// [Policy.Visible]), the rule that denies it whatever the arguments or the
+// default, and whether there is one.
+func (p *Policy) Hidden(agent string, def messages.ToolDefinition) (Decision, bool) {
 	if p == nil {
-		return true
+		return Decision{}, false
 	}
 	ns, method := toolParts(&def)
 	for i := range p.rules {
@@ -135,11 +143,17 @@ func (p *Policy) Visible(agent string, def messages.ToolDefinition) bool {
 			if r.decision.Effect == Deny {
 				continue
 			}
-			return true
+			return Decision{}, false
 		}
-		return r.decision.Effect != Deny
+		if r.decision.Effect == Deny {
+			return r.decision, true
+		}
+		return Decision{}, false
 	}
-	return p.def != Deny
+	if p.def == Deny {
+		return p.defaultDecision, true
+	}
+	return Decision{}, false
 }
 
 // Version identifies the policy's meaning: the hex SHA-256 of its

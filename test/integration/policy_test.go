@@ -387,7 +387,7 @@ func TestSelectionsThePolicyDeniesAreDroppedFromTheTurn(t *testing.T) {
 		t.Fatalf("a chosen tool the policy denies: %v, dropped %v", namesOf(l), l.Dropped)
 	}
 
-	writeFile(t, file, "default: allow\nrules:\n  - {tool: \"t:root\", effect: deny}\n  - {tool: \"t:wipe\", effect: deny}\n")
+	writeFile(t, file, "default: allow\nrules:\n  - {tool: \"t:root\", effect: deny}\n  - {tool: \"t:wipe\", effect: deny, reason: wiping is off}\n")
 	var l *messages.ListToolsReply
 	testenv.Eventually(t, "the reloaded policy to hide t-wipe", func() bool {
 		l = list(messages.ListToolsRequest{})
@@ -402,5 +402,9 @@ func TestSelectionsThePolicyDeniesAreDroppedFromTheTurn(t *testing.T) {
 	}
 	if l := list(messages.ListToolsRequest{}); len(l.Dropped) != 0 {
 		t.Fatalf("dropped again: %v", l.Dropped)
+	}
+	// Activating it again is refused with the rule's reason.
+	if _, err := c.Activate(ctx, turn, "t-wipe"); !errors.Is(err, messages.ErrDenied) || !strings.Contains(err.Error(), "wiping is off") {
+		t.Fatalf("activating a tool the policy denies: %v", err)
 	}
 }

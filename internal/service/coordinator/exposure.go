@@ -315,8 +315,8 @@ func (v *toolView) activate(ctx context.Context, ar *messages.ActivateRequest) (
 			if admission.Excluded(tn.String()) {
 				return messages.Errorf(messages.CodeNotAdmitted, "the exposure rules of agent %q exclude %s", turn.state.Agent, tn)
 			}
-			if !v.permitted(turn.state.Agent, def) {
-				return messages.Errorf(messages.CodeDenied, "policy denies %s to agent %q", tn, turn.state.Agent)
+			if d, hidden := v.policy.Load().Hidden(turn.state.Agent, *def); hidden {
+				return messages.Errorf(messages.CodeDenied, "policy denies %s to agent %q: %s", tn, turn.state.Agent, d.Reason)
 			}
 			if !slices.Contains(turn.state.Activated, tn.String()) {
 				turn.state.Activated = append(turn.state.Activated, tn.String())
