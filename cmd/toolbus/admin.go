@@ -80,8 +80,12 @@ func runApprovals(ctx context.Context, g globals, args []string) error {
 			return printJSON(reply)
 		}
 		for _, a := range reply.Approvals {
+			state := a.State
+			if a.Voided {
+				state += " (voided by a change of policy: it cannot be approved; deny it to end its call)"
+			}
 			fmt.Printf("%s  %-24s agent=%s turn=%s mode=%s state=%s expires=%s\n    %s %s\n",
-				a.ApprovalID, a.Tool, a.Agent, a.Turn, a.Mode, a.State, a.ExpiresAt.Local().Format(time.DateTime), printable(a.Reason), printable(string(a.Arguments)))
+				a.ApprovalID, a.Tool, a.Agent, a.Turn, a.Mode, state, a.ExpiresAt.Local().Format(time.DateTime), printable(a.Reason), printable(string(a.Arguments)))
 		}
 		if len(reply.Approvals) == 0 && *state == "all" {
 			fmt.Println("no approvals")

@@ -73,6 +73,11 @@ type Approval struct {
 	DecidedAt      time.Time `json:"decided_at,omitempty,omitzero"`
 	DecisionReason string    `json:"decision_reason,omitempty"`
 	Remember       string    `json:"remember,omitempty"`
+	// Voided is set, in approvals.list only, on a pending approval that a
+	// change of policy voided: asked under another policy version than
+	// the one in force, it can no longer be approved. Deny it to end its
+	// call now.
+	Voided bool `json:"voided,omitempty"`
 }
 
 // ListApprovalsRequest lists approvals (endpoint approvals.list); empty

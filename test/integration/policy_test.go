@@ -348,6 +348,31 @@ func TestPolicyFileReloadsAndApprovalsFromTheCLI(t *testing.T) {
 	if err != nil || res.Content[0].Text != "nodded" {
 		t.Fatalf("approved call: %+v %v", res, err)
 	}
+
+	// A change of policy voids a pending approval: the list marks it, and
+	// it can be denied, not approved.
+	held, err := agent.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"voided"}`)})
+	if err != nil || held.State != messages.StateAwaitingApproval {
+		t.Fatalf("a call to hold: %+v %v", held, err)
+	}
+	if out := cli("approvals", "list"); !strings.Contains(out, held.CallID) || strings.Contains(out, "voided by") {
+		t.Fatalf("approvals list before the change:\n%s", out)
+	}
+	writeFile(t, file, "default: allow\nrules:\n  - {tool: \"demo:echo\", effect: ask, reason: echo needs two nods}\n")
+	testenv.Eventually(t, "the held call's approval voided", func() bool {
+		l, err := agent.ListApprovals(ctx, messages.ListApprovalsRequest{})
+		return err == nil && len(l.Approvals) == 1 && l.Approvals[0].CallID == held.CallID && l.Approvals[0].Voided
+	})
+	if out := cli("approvals", "list"); !strings.Contains(out, "voided by a change of policy") {
+		t.Fatalf("approvals list after the change:\n%s", out)
+	}
+	if _, err := agent.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: held.CallID, Decision: messages.DecisionApprove, By: "alice"}); !errors.Is(err, messages.ErrConflict) {
+		t.Fatalf("approving a voided approval: %v", err)
+	}
+	cli("approvals", "deny", held.CallID, "--by", "alice", "--reason", "voided")
+	if res, err := agent.Wait(ctx, held.CallID); err != nil || res.Status != messages.StateDenied {
+		t.Fatalf("the denied call: %+v %v", res, err)
+	}
 }
 
 // TestSelectionsThePolicyDeniesAreDroppedFromTheTurn: a tool the turn

@@ -169,8 +169,11 @@ func (ap *approvals) list(ctx context.Context, lr *messages.ListApprovalsRequest
 		return nil, err
 	}
 	reply := &messages.ListApprovalsReply{Approvals: []messages.Approval{}}
+	pol := ap.policy.Load()
 	for _, a := range all {
 		if (state == "all" || a.rec.State == state) && (lr.Agent == "" || a.rec.Agent == lr.Agent) && (lr.Turn == "" || a.rec.Turn == lr.Turn) && mayReadQuietly(ctx, a.rec.Agent) {
+			// As decide refuses to approve it.
+			a.rec.Voided = a.rec.State == messages.ApprovalPending && a.rec.PolicyVersion != "" && pol != nil && pol.Version() != a.rec.PolicyVersion
 			reply.Approvals = append(reply.Approvals, a.rec)
 		}
 	}
