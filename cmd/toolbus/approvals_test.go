@@ -195,6 +195,23 @@ func TestHeldCallSaysWhoDecides(t *testing.T) {
 	if _, _, status = cli(t, bin, url, "approvals", "approve", callID, "--by", "nb"); status != exitOK {
 		t.Fatalf("approve: exit status %d", status)
 	}
+	// Watched while it waits, it is not said to be queued before the
+	// approval.
+	_, stderr, status = cli(t, bin, url, "call", "--detach", "demo-echo", `{"text":"held"}`)
+	heldID := strings.Fields(stderr)[1]
+	watching := testenv.Start(t, bin, "--server", url, "calls", "watch", heldID)
+	watching.WaitLine(t, "waits for approval "+heldID)
+	if _, _, status = cli(t, bin, url, "approvals", "approve", heldID, "--by", "nb"); status != exitOK {
+		t.Fatalf("approve: exit status %d", status)
+	}
+	if err := watching.Wait(testenv.Context(t)); err != nil {
+		t.Fatalf("calls watch: %v\n%s", err, watching.Output())
+	}
+	lines := strings.Split(strings.TrimSpace(watching.Output()), "\n")
+	if len(lines) < 3 || lines[0] != "call "+heldID || !strings.Contains(lines[1], "waits for approval") {
+		t.Fatalf("calls watch of a held call:\n%s", watching.Output())
+	}
+
 	stdout, stderr, status = cli(t, bin, url, "--json", "calls", "watch", callID)
 	if status != exitOK || !strings.Contains(stderr, "approval "+callID+" approved by nb") {
 		t.Fatalf("calls watch --json: exit status %d\n%s", status, stderr)

@@ -100,9 +100,19 @@ func watchLines(ctx context.Context, c *client.Client, callID string, cancelOnIn
 	fmt.Fprintf(out, "call %s\n", callID)
 	watchCtx, stop := watchContext(ctx, c, callID, cancelOnInterrupt, out)
 	defer stop()
+	first := true
 	for ev, err := range c.Watch(watchCtx, callID) {
 		if err != nil {
 			return nil, err
+		}
+		if ev.Kind == messages.EventQueued && first {
+			first = false
+			// A call held for an approval has a queued event that records
+			// it, but it is not queued until approved: the approval's line,
+			// next, says what it waits for.
+			if info, err := c.Get(watchCtx, callID); err == nil && info.State == messages.StateAwaitingApproval {
+				continue
+			}
 		}
 		if line := eventLine(ev); line != "" {
 			fmt.Fprintln(out, line)
