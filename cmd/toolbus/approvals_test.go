@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"os/user"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -210,6 +212,32 @@ func TestHeldCallSaysWhoDecides(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(watching.Output()), "\n")
 	if len(lines) < 3 || lines[0] != "call "+heldID || !strings.Contains(lines[1], "waits for approval") {
 		t.Fatalf("calls watch of a held call:\n%s", watching.Output())
+	}
+
+	// A watch of a held call ends on SIGTERM, as on Ctrl-C, and leaves the
+	// call waiting (only call --watch cancels the call it made).
+	_, stderr, _ = cli(t, bin, url, "call", "--detach", "demo-echo", `{"text":"left"}`)
+	leftID := strings.Fields(stderr)[1]
+	for _, json := range []bool{false, true} {
+		args := []string{"--server", url, "calls", "watch", leftID}
+		if json {
+			args = append([]string{"--json"}, args...)
+		}
+		watching := testenv.Start(t, bin, args...)
+		watching.WaitLine(t, "waits for approval "+leftID)
+		if err := watching.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(testenv.Context(t), testenv.Patience)
+		err := watching.Wait(ctx)
+		wentOn := ctx.Err() != nil
+		cancel()
+		if wentOn || err == nil || err.Error() != "exit status 130" || !strings.Contains(watching.Output(), "stopped watching call "+leftID+", which goes on") {
+			t.Fatalf("calls watch %v after SIGTERM: %v\n%s", args, err, watching.Output())
+		}
+	}
+	if stdout, _, status := cli(t, bin, url, "--json", "calls", "get", leftID); status != exitOK || !strings.Contains(stdout, `"awaiting_approval"`) {
+		t.Fatalf("the watched call after the watches ended: exit status %d\n%s", status, stdout)
 	}
 
 	stdout, stderr, status = cli(t, bin, url, "--json", "calls", "watch", callID)

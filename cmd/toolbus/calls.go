@@ -216,7 +216,11 @@ func decisionLine(a *messages.Approval) string {
 // cancels the call and keeps watching for the cancelled result.
 func watchCall(ctx context.Context, c *client.Client, callID string, cancelOnInterrupt bool) (*messages.CallResult, error) {
 	fmt.Fprintf(os.Stderr, "call %s\n", callID)
-	watchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	base := ctx // a watch alone ends with an interrupt; the call goes on
+	if cancelOnInterrupt {
+		base = context.WithoutCancel(ctx)
+	}
+	watchCtx, stop := context.WithCancel(base)
 	defer stop()
 	if cancelOnInterrupt {
 		go func() {
@@ -379,6 +383,11 @@ func runCalls(ctx context.Context, g globals, args []string) error {
 		return nil
 	case "watch":
 		res, printed, err := followCall(ctx, g, c, id, false)
+		if err != nil && ctx.Err() != nil {
+			// Interrupted (Ctrl-C, SIGTERM): only the watch ends.
+			fmt.Fprintf(os.Stderr, "stopped watching call %s, which goes on (toolbus calls watch %s follows it again)\n", id, id)
+			return exitError(exitInterrupted)
+		}
 		if err != nil {
 			return err
 		}

@@ -168,6 +168,9 @@ const (
 	// exitRequestFailed: Toolbus could not be reached, or refused the
 	// request (the error's code says why).
 	exitRequestFailed = 3
+	// exitInterrupted: a watch was interrupted (Ctrl-C, SIGTERM); the call
+	// it followed goes on.
+	exitInterrupted = 130
 )
 
 // exitError ends the program with a status and no further message.

@@ -44,26 +44,28 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// watchContext is the context of a watch, which outlives an interrupt of
-// ctx so that the cancelled result can still be read. With
-// cancelOnInterrupt, ctx ending cancels the call.
+// watchContext is the context of a watch. With cancelOnInterrupt, ctx
+// ending (an interrupt) cancels the call, and the watch outlives it so
+// that the cancelled result can still be read; without, the watch ends
+// with ctx, and the call goes on.
 func watchContext(ctx context.Context, c *client.Client, callID string, cancelOnInterrupt bool, say io.Writer) (context.Context, context.CancelFunc) {
-	watchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	if cancelOnInterrupt {
-		go func() {
-			select {
-			case <-ctx.Done():
-				fmt.Fprintln(say, "cancelling…")
-				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				if _, err := c.Cancel(cctx, callID, "interrupted from the command line"); err != nil {
-					fmt.Fprintln(say, "cancel failed:", err)
-					stop()
-				}
-			case <-watchCtx.Done():
-			}
-		}()
+	if !cancelOnInterrupt {
+		return context.WithCancel(ctx)
 	}
+	watchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(say, "cancelling…")
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := c.Cancel(cctx, callID, "interrupted from the command line"); err != nil {
+				fmt.Fprintln(say, "cancel failed:", err)
+				stop()
+			}
+		case <-watchCtx.Done():
+		}
+	}()
 	return watchCtx, stop
 }
 
