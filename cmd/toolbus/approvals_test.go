@@ -200,6 +200,9 @@ func TestHeldCallSaysWhoDecides(t *testing.T) {
 	// Watched while it waits, it is not said to be queued before the
 	// approval.
 	_, stderr, status = cli(t, bin, url, "call", "--detach", "demo-echo", `{"text":"held"}`)
+	if status != exitOK || len(strings.Fields(stderr)) < 2 {
+		t.Fatalf("call --detach: exit status %d\n%s", status, stderr)
+	}
 	heldID := strings.Fields(stderr)[1]
 	watching := testenv.Start(t, bin, "--server", url, "calls", "watch", heldID)
 	watching.WaitLine(t, "waits for approval "+heldID)
