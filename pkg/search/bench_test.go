@@ -230,7 +230,8 @@ func learnedBenchIndex(b *testing.B) (*Index, []string) {
 			records[a].Add(append(UsageTerms(queries[(2*i+a)%len(queries)]), gap), 1, now, LearnConfig{})
 			records[a].Add(append(UsageTerms(queries[(2*i+a+1)%len(queries)]), gap), 1, now, LearnConfig{})
 		}
-		if _, err := ix.SetLearned(def.ToolName(), FoldUsage(records, LearnConfig{})); err != nil {
+		learned := Fold(records, LearnConfig{})
+		if _, err := ix.SetLearnedBy(def.ToolName(), learned.Terms, learned.Teachers); err != nil {
 			b.Fatal(err)
 		}
 	}

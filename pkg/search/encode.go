@@ -19,8 +19,9 @@ import (
 // would quietly miss matches.
 const (
 	encodingMagic = "TBSI"
-	// formatVersion 2 added FieldLearned.
-	formatVersion   = 2
+	// formatVersion 2 added FieldLearned; 3 how many principals taught
+	// each learned field.
+	formatVersion   = 3
 	analyzerVersion = 1
 )
 
@@ -133,6 +134,13 @@ func (ix *Index) Encode() []byte {
 					b = append(b, tf)
 				}
 			}
+		}
+	}
+	// How many principals taught each tool whose learned field is in
+	// effect, one byte each, in the tools' order.
+	for _, slot := range live {
+		if ix.docs[slot].lens[FieldLearned] > 0 {
+			b = append(b, max(ix.taughtBy.at(slot), 1))
 		}
 	}
 	return b
@@ -313,6 +321,7 @@ func Decode(data []byte) (*Index, error) {
 	}
 	ix.live = nDocs
 	termCount, total := d.terms(ix, nDocs)
+	d.teachers(ix)
 	if d.err == nil && d.off != len(d.b) {
 		d.fail("%d bytes follow the index", len(d.b)-d.off)
 	}
@@ -571,6 +580,24 @@ func (d *decoder) learned(ix *Index, id uint32, postings []posting) {
 			}
 			ix.learned[key] = append(ix.learned[key], LearnedTerm{Term: text, Count: c})
 		}
+	}
+}
+
+// teachers reads how many principals taught each tool that has a learned
+// field, in the tools' order.
+func (d *decoder) teachers(ix *Index) {
+	for i := 0; i < len(ix.docs) && d.err == nil; i++ {
+		doc := &ix.docs[i]
+		if len(ix.learned[doc.canonical]) == 0 {
+			continue
+		}
+		n := d.byte("teachers")
+		if d.err == nil && (n == 0 || n > MaxTeachers) {
+			d.fail("tool %q was taught by %d principals; want 1 to %d", doc.canonical, n, MaxTeachers)
+			return
+		}
+		ix.taughtBy.set(uint32(i), n)
+		ix.teachers[doc.canonical] = n
 	}
 }
 

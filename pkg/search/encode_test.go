@@ -116,6 +116,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add(mustBuild(f, nil).Encode())
 	f.Add(mustBuild(f, cachedCatalog(1000)[:20]).Encode())
 	f.Add([]byte(encodingMagic))
+	taught := mustBuild(f, gapCatalog())
+	learnFrom(f, taught, "media-view_image", 2, "show me a picture")
+	learnFrom(f, taught, "pets-listPets", 1, "find pets that are cats")
+	f.Add(taught.Encode())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ix, err := Decode(data)
 		if err != nil {

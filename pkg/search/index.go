@@ -123,6 +123,12 @@ type Index struct {
 	// learned holds each tool's learned field by canonical name, for tools
 	// not indexed too, so that a tool upserted again keeps what use taught.
 	learned map[string][]LearnedTerm
+	// teachers holds, by canonical name alike, how many principals taught
+	// each learned field (SetLearnedBy).
+	teachers map[string]uint8
+	// taughtBy holds the same by slot, for scoring (apart from docs, as
+	// codes is); a slot past its end, or a free one, has 0.
+	taughtBy slotTeachers
 
 	totalLen [NumFields]uint64
 	// norm[f][code] is Weight/(1-B+B*length/average) of field f for a
@@ -222,6 +228,7 @@ func New(cfg Config) (*Index, error) {
 		namespaceIDs: make(map[string]uint32),
 		tagIDs:       make(map[string]uint32),
 		learned:      make(map[string][]LearnedTerm),
+		teachers:     make(map[string]uint8),
 	}
 	ix.updateNorms()
 	return ix, nil
@@ -338,6 +345,7 @@ func (ix *Index) apply(docs []analyzed) {
 		} else {
 			ix.insert(&docs[i])
 		}
+		ix.taughtBy.set(ix.slotOf[docs[i].canonical], ix.teachers[docs[i].canonical])
 	}
 	ix.updateNorms()
 }
@@ -511,6 +519,7 @@ func (ix *Index) remove(slot uint32) {
 	}
 	*d = docEntry{}
 	ix.codes[slot] = [NumFields]uint8{}
+	ix.taughtBy.set(slot, 0)
 	ix.freeDocs = append(ix.freeDocs, slot)
 	ix.live--
 }

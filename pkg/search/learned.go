@@ -28,13 +28,24 @@ const (
 )
 
 // SetLearned replaces the learned field of the named tool, indexed or not
-// (a tool upserted later gets it), and reports whether it changed. Terms
-// with a zero count are left out; an empty list clears the field. Terms
-// are kept sorted, and a term listed twice, one that is not a normalised
-// term (empty, longer than a word the tokenizer keeps, holding a capital
-// letter, a space or punctuation), more than MaxLearnedTerms terms or a
-// count above MaxLearnedCount are refused, changing nothing.
+// (a tool upserted later gets it), as one principal's teaching (see
+// SetLearnedBy), and reports whether it changed. Terms with a zero count
+// are left out; an empty list clears the field. Terms are kept sorted, and
+// a term listed twice, one that is not a normalised term (empty, longer
+// than a word the tokenizer keeps, holding a capital letter, a space or
+// punctuation), more than MaxLearnedTerms terms or a count above
+// MaxLearnedCount are refused, changing nothing.
 func (ix *Index) SetLearned(name messages.ToolName, terms []LearnedTerm) (bool, error) {
+	return ix.SetLearnedBy(name, terms, 1)
+}
+
+// SetLearnedBy is SetLearned for a field that teachers principals taught
+// (Teachers counts them): a taught tool gives way to untaught ones on the
+// part of a query its field does not cover, and more so when more than one
+// principal taught it (see toolScore). The index keeps the count up to
+// MaxTeachers, which is all the ranking tells apart. A count below 1 is
+// refused for a field that holds terms.
+func (ix *Index) SetLearnedBy(name messages.ToolName, terms []LearnedTerm, teachers int) (bool, error) {
 	if err := name.Validate(); err != nil {
 		return false, fmt.Errorf("set learned terms: %w", err)
 	}
@@ -42,23 +53,78 @@ func (ix *Index) SetLearned(name messages.ToolName, terms []LearnedTerm) (bool, 
 	if err != nil {
 		return false, fmt.Errorf("set learned terms of %s: %w", name, err)
 	}
+	if len(clean) > 0 && teachers < 1 {
+		return false, fmt.Errorf("set learned terms of %s: %d principals taught them; at least one did", name, teachers)
+	}
+	var by uint8
+	if len(clean) > 0 {
+		by = uint8(min(teachers, MaxTeachers))
+	}
 	key := name.String()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	old := ix.learned[key]
-	if slices.Equal(old, clean) {
+	if slices.Equal(old, clean) && ix.teachers[key] == by {
 		return false, nil
 	}
 	if len(clean) == 0 {
 		delete(ix.learned, key)
+		delete(ix.teachers, key)
 	} else {
 		ix.learned[key] = clean
+		ix.teachers[key] = by
 	}
 	if slot, ok := ix.slotOf[key]; ok {
 		ix.relearn(slot, old, clean)
+		ix.taughtBy.set(slot, by)
 		ix.updateNorms()
 	}
 	return true, nil
+}
+
+// MaxTeachers is the most principals an index counts as having taught a
+// tool (SetLearnedBy).
+const MaxTeachers = 2
+
+// slotTeachers holds, by slot, how many principals taught each tool's
+// learned field (SetLearnedBy), for scoring; a slot past its end has 0.
+type slotTeachers []uint8
+
+// set records n for slot.
+func (st *slotTeachers) set(slot uint32, n uint8) {
+	if int(slot) >= len(*st) {
+		if n == 0 {
+			return
+		}
+		*st = append(*st, make([]uint8, int(slot)+1-len(*st))...)
+	}
+	(*st)[slot] = n
+}
+
+// at returns what set recorded for slot.
+func (st slotTeachers) at(slot uint32) uint8 {
+	if int(slot) < len(st) {
+		return st[slot]
+	}
+	return 0
+}
+
+// scored returns how many principals taught the learned field in effect
+// of the tool in slot, whose learned field's length code is code: 0 when
+// none is in effect, at least 1 otherwise.
+func (st slotTeachers) scored(slot uint32, code uint8) uint8 {
+	if code == 0 {
+		return 0
+	}
+	return max(st.at(slot), 1)
+}
+
+// Teachers returns how many principals taught the named tool's learned
+// field, up to MaxTeachers; 0 for a tool without one.
+func (ix *Index) Teachers(name messages.ToolName) int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return int(ix.teachers[name.String()])
 }
 
 // Learned returns the learned field of the named tool as SetLearned set
@@ -71,9 +137,10 @@ func (ix *Index) Learned(name messages.ToolName) []LearnedTerm {
 
 // EachLearned calls fn with the terms of the learned field in effect of
 // every indexed tool that has any (those its definition does not hold),
-// by canonical name in increasing order: what the index answers with,
-// which a fingerprint of it must cover. fn must not use the index.
-func (ix *Index) EachLearned(fn func(canonical string, terms []LearnedTerm)) {
+// and how many principals taught them (Teachers), by canonical name in
+// increasing order: what the index answers with, which a fingerprint of it
+// must cover. fn must not use the index.
+func (ix *Index) EachLearned(fn func(canonical string, terms []LearnedTerm, teachers int)) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	var terms []LearnedTerm
@@ -91,7 +158,7 @@ func (ix *Index) EachLearned(fn func(canonical string, terms []LearnedTerm)) {
 			}
 		}
 		if len(terms) > 0 {
-			fn(key, terms)
+			fn(key, terms, int(ix.taughtBy.at(slot)))
 		}
 	}
 }

@@ -2,7 +2,9 @@ package search
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -44,7 +46,8 @@ func learnFrom(t testing.TB, ix *Index, tool string, agents int, queries ...stri
 		r.User = fmt.Sprint("user-", a)
 		records = append(records, r)
 	}
-	if _, err := ix.SetLearned(toolName(t, tool), FoldUsage(records, LearnConfig{})); err != nil {
+	learned := Fold(records, LearnConfig{})
+	if _, err := ix.SetLearnedBy(toolName(t, tool), learned.Terms, learned.Teachers); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -133,6 +136,100 @@ func TestLearnedBoostFollowsCoverage(t *testing.T) {
 	full, partial := boost("picture sunset"), boost("sunset weather forecast in a city")
 	if !(full > 0 && partial > 0 && partial < full/2) {
 		t.Errorf("boost of a query of learned words %.3f, of one sharing a word %.3f", full, partial)
+	}
+}
+
+// Of two tools with one definition, the one agents called for other words
+// gives way, for a query those words do not reach, to the one no agent has
+// called yet (whose name would win the tie), while a query in its agents'
+// words still finds it first.
+func TestUntaughtTwinKeepsItsPlace(t *testing.T) {
+	params := map[string]string{"artist": "The artist.", "city": "City of the concert."}
+	for _, principals := range []int{1, 2} {
+		ix := mustBuild(t, append(testCatalog(),
+			tool("concert", "book_ticket", "Book a ticket for a concert.", params),
+			tool("venue", "book_ticket", "Book a ticket for a concert.", params),
+		))
+		query := "a ticket for Adele's concert"
+		if first := names(search(t, ix, Query{Text: query}).Hits); len(first) < 2 || first[0] != "concert-book_ticket" || first[1] != "venue-book_ticket" {
+			t.Fatalf("%q finds %v before learning; the test wants the twins first, concert-book_ticket by its name", query, first)
+		}
+		learnFrom(t, ix, "concert-book_ticket", principals, "seats at a rock show tonight")
+		if first := names(search(t, ix, Query{Text: query}).Hits); len(first) < 2 || first[0] != "venue-book_ticket" {
+			t.Errorf("taught by %d: %q finds %v; want the untaught venue-book_ticket first", principals, query, first)
+		}
+		if first := names(search(t, ix, Query{Text: "rock show seats"}).Hits); len(first) == 0 || first[0] != "concert-book_ticket" {
+			t.Errorf("taught by %d: %q finds %v; want concert-book_ticket first", principals, "rock show seats", first)
+		}
+	}
+}
+
+// What is learned of a tool lowers its score for a query its learned
+// field does not cover by at most an eleventh of its definition's part
+// when one principal taught it, and a sixth when several did, however
+// many: an agent, or a user's agents, that teach another's tool words of
+// nothing cost it little.
+func TestLearnedFieldLowersAToolByABoundedShare(t *testing.T) {
+	query := "display an image file"
+	for _, c := range []struct {
+		principals int
+		least      float64 // of the score before
+	}{{1, 1 / 1.1}, {2, 1 / 1.2}, {5, 1 / 1.2}} {
+		ix := mustBuild(t, gapCatalog())
+		score := func() float64 {
+			for _, h := range search(t, ix, Query{Text: query, PageSize: MaxPageSize}).Hits {
+				if h.Tool.String() == "media-view_image" {
+					return h.Score
+				}
+			}
+			return 0
+		}
+		before := score()
+		learnFrom(t, ix, "media-view_image", c.principals, "zebra quokka wombat")
+		after := score()
+		if !(before > 0 && after < before && math.Abs(after-before*c.least) <= 1e-5*before) {
+			t.Errorf("%d principals: view_image scored %v before it learned words of nothing and %v after; want %v of it", c.principals, before, after, c.least)
+		}
+	}
+}
+
+// The agents of one user count as one principal, and records without a
+// user each as one.
+func TestTeachersCountsPrincipals(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rec := func(user string, terms ...string) UsageRecord {
+		var r UsageRecord
+		r.Add(terms, 1, now, LearnConfig{})
+		r.User = user
+		return r
+	}
+	for _, c := range []struct {
+		records []UsageRecord
+		want    int
+	}{
+		{nil, 0},
+		{[]UsageRecord{rec("u1", "pictur"), rec("u1", "show")}, 1},
+		{[]UsageRecord{rec("u1", "pictur"), rec("u2", "pictur")}, 2},
+		{[]UsageRecord{rec("", "pictur"), rec("", "pictur"), rec("u1", "show")}, 3},
+		{[]UsageRecord{rec("u1"), rec("u2", "pictur")}, 1}, // a record of no term teaches nothing
+	} {
+		if got := Teachers(c.records); got != c.want {
+			t.Errorf("Teachers of %v = %d; want %d", c.records, got, c.want)
+		}
+	}
+	ix := mustBuild(t, gapCatalog())
+	name := toolName(t, "media-view_image")
+	if _, err := ix.SetLearnedBy(name, []LearnedTerm{{Term: "pictur", Count: 2}}, 0); err == nil {
+		t.Error("a learned field that no principal taught was set")
+	}
+	if changed, err := ix.SetLearnedBy(name, []LearnedTerm{{Term: "pictur", Count: 2}}, 7); err != nil || !changed || ix.Teachers(name) != MaxTeachers {
+		t.Errorf("taught by 7: changed %v, %v, teachers %d; want %d", changed, err, ix.Teachers(name), MaxTeachers)
+	}
+	if changed, _ := ix.SetLearnedBy(name, []LearnedTerm{{Term: "pictur", Count: 2}}, 1); !changed || ix.Teachers(name) != 1 {
+		t.Errorf("the same terms taught by fewer principals: changed %v, teachers %d", changed, ix.Teachers(name))
+	}
+	if changed, _ := ix.SetLearnedBy(name, nil, 0); !changed || ix.Teachers(name) != 0 {
+		t.Errorf("the field cleared: changed %v, teachers %d", changed, ix.Teachers(name))
 	}
 }
 
@@ -237,8 +334,13 @@ func TestLearnedEncodeRoundTrip(t *testing.T) {
 	}
 	inEffect := func(ix *Index) map[string][]LearnedTerm {
 		out := map[string][]LearnedTerm{}
-		ix.EachLearned(func(name string, terms []LearnedTerm) { out[name] = slices.Clone(terms) })
+		ix.EachLearned(func(name string, terms []LearnedTerm, _ int) { out[name] = slices.Clone(terms) })
 		return out
+	}
+	for name, want := range map[string]int{"media-view_image": 2, "pets-listPets": 1, "fs-edit_file": 0} {
+		if got := decoded.Teachers(toolName(t, name)); got != want {
+			t.Errorf("%s was taught by %d principals after decoding; want %d", name, got, want)
+		}
 	}
 	want := inEffect(ix)
 	if got := inEffect(decoded); len(got) != 2 || fmt.Sprint(got) != fmt.Sprint(want) {
@@ -258,6 +360,29 @@ func TestLearnedEncodeRoundTrip(t *testing.T) {
 	for _, q := range append(synthetic.Queries(defs, 100), "show me a picture", "find pets that are cats") {
 		if got, want := search(t, decoded, Query{Text: q}), search(t, ix, Query{Text: q}); !sameResult(got, want) {
 			t.Fatalf("%q: decoded %v; want %v", q, got.Hits, want.Hits)
+		}
+	}
+}
+
+// The count of principals that taught a tool is the encoding's last byte
+// here; a count the index never writes, or one missing, is damage.
+func TestDecodeRefusesABadTeachersCount(t *testing.T) {
+	ix := mustBuild(t, gapCatalog())
+	learnFrom(t, ix, "media-view_image", 1, "show me a picture")
+	data := ix.Encode()
+	if data[len(data)-1] != 1 {
+		t.Fatalf("the encoding ends with %d; the test wants the teachers count, 1", data[len(data)-1])
+	}
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{
+		{"zero", append(slices.Clone(data[:len(data)-1]), 0)},
+		{"above MaxTeachers", append(slices.Clone(data[:len(data)-1]), MaxTeachers+1)},
+		{"missing", slices.Clone(data[:len(data)-1])},
+	} {
+		if _, err := Decode(c.data); !errors.Is(err, ErrCorruptIndex) {
+			t.Errorf("%s: Decode = %v; want ErrCorruptIndex", c.name, err)
 		}
 	}
 }

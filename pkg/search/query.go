@@ -267,7 +267,7 @@ func (c *cursor) advance(doc uint32) {
 // weighted, length-normalised frequencies plus the BM25+ lower bound; and
 // from the learned field, saturated on its own, which the tool's score
 // then discounts by how little of the query its learned field covers
-// (see learnedScore).
+// (see toolScore).
 func (ix *Index) contribution(idf float32, p *posting) (fromDefinition, learned float32) {
 	c := &ix.codes[p.doc]
 	norm := &ix.norm
@@ -290,14 +290,35 @@ func (ix *Index) contribution(idf float32, p *posting) (fromDefinition, learned 
 	return fromDefinition, learned
 }
 
-// learnedScore is the learned part of a tool's score: the learned
-// contributions of its terms, times the square root of the share of the
-// query's IDF, mass, that they cover. A query much like those that led
-// agents to the tool gets most of it, a query that shares a word with
-// them (a city, a name) less: measured on the development halves, this
-// keeps most of what learning gains while costing queries for tools
-// without evidence least (docs/BENCHMARKS.md).
-func learnedScore(learned, idf []float32, mass float32) float32 {
+// toolScore is a tool's score from its definition's part, def, and the
+// learned contributions of its terms (learned, parallel to the query
+// terms' idf, whose sum is mass), for a tool whose learned field
+// teachers principals taught (0 for a tool without one, which scores def).
+//
+// The learned part is the learned contributions times the square root of
+// the share of the query's IDF mass that they cover, cov: a query much
+// like those that led agents to the tool gets most of it, a query that
+// shares a word with them (a city, a name) less.
+//
+// A taught tool's definition part counts (1 + p × √cov) / (1 + p) of
+// itself, p being untaughtPrior for a field that MaxTeachers principals
+// taught and half of it for one principal's: a sixth less (an eleventh for
+// one principal's field) when its learned field covers none of the query,
+// whole when it covers all of it. Use says what agents call a tool for; a
+// tool they called for other words is a little less likely to be the one
+// asked for than a tool no one has called yet, whose definition is all
+// there is to go by. Without this, a taught tool whose definition is
+// nearly that of an untaught one (BFCL pools the functions of many test
+// cases, so one job often has several tools) climbs above it on a word or
+// two its agents shared with the query, and the queries for tools without
+// usage lose what the others gain. What one principal can do to a tool's
+// rank this way is half of what several can (docs/security.md). Measured
+// on the development halves and folds (docs/BENCHMARKS.md). A score only
+// falls by it, so the bounds of pruning hold.
+func toolScore(teachers uint8, def float32, learned, idf []float32, mass float32) float32 {
+	if teachers == 0 {
+		return def
+	}
 	var sum, covered float32
 	for i, v := range learned {
 		if v != 0 {
@@ -305,11 +326,18 @@ func learnedScore(learned, idf []float32, mass float32) float32 {
 			covered += idf[i]
 		}
 	}
-	if sum == 0 || mass <= 0 {
-		return 0
+	var root float32
+	if mass > 0 {
+		root = float32(math.Sqrt(float64(min(covered/mass, 1))))
 	}
-	return sum * float32(math.Sqrt(float64(min(covered/mass, 1))))
+	p := untaughtPrior * float32(min(teachers, MaxTeachers)) / MaxTeachers
+	return def*(1+p*root)/(1+p) + sum*root
 }
+
+// untaughtPrior is what a taught tool's definition part gives up, as a
+// share of an untaught tool's, for the part of a query its learned field
+// does not cover, when several principals taught it (see toolScore).
+const untaughtPrior = 0.2
 
 // rank offers the tools that hold a query term to s.top, best first as far
 // as it can tell, with MaxScore pruning (Turtle and Flood, 1995): terms are
@@ -389,12 +417,11 @@ func (s *searcher) rank(f *filter) {
 		if pruned || isIn(s.exact, doc) {
 			continue
 		}
-		var total float32
+		var def float32
 		for _, v := range contrib {
-			total += v
+			def += v
 		}
-		total += learnedScore(learned, s.idf, mass)
-		s.top.offer(doc, total, f)
+		s.top.offer(doc, toolScore(ix.taughtBy.scored(doc, ix.codes[doc][FieldLearned]), def, learned, s.idf, mass), f)
 		if len(s.top.items) >= s.top.k {
 			// The slack covers float32 rounding: a tool whose bound equals
 			// the worst score may still win the tie on its name.
@@ -452,7 +479,7 @@ func (s *searcher) scoreOf(slot uint32) float32 {
 		}
 		s.idf, s.learned = append(s.idf, idf), append(s.learned, l)
 	}
-	return total + learnedScore(s.learned, s.idf, mass)
+	return toolScore(ix.taughtBy.scored(slot, ix.codes[slot][FieldLearned]), total, s.learned, s.idf, mass)
 }
 
 func isIn(slots []uint32, slot uint32) bool {

@@ -192,6 +192,41 @@ func (r *UsageRecord) lightest(n int) []string {
 	return terms[:n]
 }
 
+// Learned is a tool's learned field as its evidence makes it: the terms
+// (FoldUsage) and how many principals taught them (Teachers), which
+// SetLearnedBy takes.
+type Learned struct {
+	Terms    []LearnedTerm
+	Teachers int
+}
+
+// Fold returns the learned field the records of one tool make, with its
+// teachers.
+func Fold(records []UsageRecord, c LearnConfig) Learned {
+	return Learned{Terms: FoldUsage(records, c), Teachers: Teachers(records)}
+}
+
+// Teachers returns how many principals the records of one tool hold
+// evidence of, counted as FoldUsage groups them: the users that records
+// name, and each record without one. It suits SetLearnedBy with the field
+// FoldUsage makes of the same records.
+func Teachers(records []UsageRecord) int {
+	users := map[string]bool{}
+	n := 0
+	for _, r := range records {
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(r.Terms)), func(t string) bool { return r.Terms[t] > 0 && normalisedTerm(t) }) {
+			continue
+		}
+		if r.User == "" {
+			n++
+		} else if !users[r.User] {
+			users[r.User] = true
+			n++
+		}
+	}
+	return n
+}
+
 // FoldUsage returns the learned field that the records of one tool, one
 // per principal (an agent), make: each principal adds to a term at most
 // one unit, w/(w+Saturation) of it for a weight of w turns, so a term

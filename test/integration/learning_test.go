@@ -402,7 +402,26 @@ func TestDiscoveryLearnsFromUse(t *testing.T) {
 	testenv.Eventually(t, "show me a picture to find the viewer first", func() bool { return first(newcomer, "show me a picture") == "media-view_image" })
 
 	// Mallory searches for the forecast and calls the file deleter, again
-	// and again: its evidence is one agent's, capped at one unit a term.
+	// and again: its evidence is one agent's, capped at one unit a term,
+	// and what it costs the deleter where the other agents look for it
+	// (a query none of Mallory's words reach) is at most an eleventh of
+	// its score.
+	scoreOf := func(query, tool string) float64 {
+		r, err := newcomer.Discover(ctx, messages.DiscoverRequest{Query: query})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range r.Hits {
+			if h.Name == tool {
+				return h.Score
+			}
+		}
+		return 0
+	}
+	before := scoreOf("delete the file", "media-delete_file")
+	if before == 0 {
+		t.Fatal("delete the file does not find the deleter: the test shows nothing")
+	}
 	mallory := newAgent("mallory")
 	for i := range 30 {
 		env.turn(t, mallory, fmt.Sprint("m", i), "media-delete_file", "weather forecast delete file")
@@ -420,6 +439,17 @@ func TestDiscoveryLearnsFromUse(t *testing.T) {
 	}
 	if got := first(newcomer, "weather forecast"); got != "media-forecast" {
 		t.Errorf("weather forecast finds %s first after one agent's campaign", got)
+	}
+	var after float64
+	testenv.Eventually(t, "the campaign to reach the index", func() bool {
+		after = scoreOf("delete the file", "media-delete_file")
+		return after != before
+	})
+	if least := before / 1.1; after < least*(1-1e-5) || after >= before {
+		t.Errorf("one agent's campaign took the deleter's score for delete the file from %v to %v; want at least %v", before, after, least)
+	}
+	if got := first(newcomer, "delete the file"); got != "media-delete_file" {
+		t.Errorf("delete the file finds %s first after one agent's campaign", got)
 	}
 
 	// Switched off, the learned fields go.

@@ -375,7 +375,8 @@ func learn(ix *search.Index, tool string, byPrincipal map[string]*search.UsageRe
 	if err != nil {
 		return err
 	}
-	_, err = ix.SetLearned(name, search.FoldUsage(list, c))
+	learned := search.Fold(list, c)
+	_, err = ix.SetLearnedBy(name, learned.Terms, learned.Teachers)
 	return err
 }
 

@@ -202,8 +202,8 @@ func (ix *Indexer) learn() bool {
 	changes := ix.usage.Changes()
 	ix.usageMu.Unlock()
 	changed := false
-	for name, terms := range changes {
-		ok, err := ix.tracker.SetLearned(name, terms)
+	for name, learned := range changes {
+		ok, err := ix.tracker.SetLearned(name, learned)
 		if err != nil {
 			ix.log.Warn("indexer: learned terms not indexed", "tool", name, "error", err)
 			continue

@@ -38,7 +38,7 @@ type Tracker struct {
 	revisions map[string]uint64 // canonical name → catalog revision indexed
 	// learned holds the learned fields set (SetLearned), to set them again
 	// on an index built anew.
-	learned map[messages.ToolName][]search.LearnedTerm
+	learned map[messages.ToolName]search.Learned
 	// rejected holds the revisions of definitions the index refused (an
 	// invalid name), so that each is reported once.
 	rejected map[string]uint64
@@ -60,7 +60,7 @@ func NewTracker(view *catalog.View, cfg search.Config, log *slog.Logger) (*Track
 	if err != nil {
 		return nil, fmt.Errorf("discovery tracker: %w", err)
 	}
-	return &Tracker{view: view, cfg: ix.Config(), log: log, ix: ix, revisions: map[string]uint64{}, rejected: map[string]uint64{}, learned: map[messages.ToolName][]search.LearnedTerm{}}, nil
+	return &Tracker{view: view, cfg: ix.Config(), log: log, ix: ix, revisions: map[string]uint64{}, rejected: map[string]uint64{}, learned: map[messages.ToolName]search.Learned{}}, nil
 }
 
 // Index returns the index. It changes in place with Sync; Sync replaces it
@@ -158,8 +158,8 @@ func (t *Tracker) reconcile(ix *search.Index, revisions map[string]uint64, mayBu
 	ix.Remove(removals...)
 	if mayBuild && ix.Len() == 0 && len(upserts) > buildThreshold {
 		if built, err := search.Build(t.cfg, upserts); err == nil {
-			for name, terms := range t.learned {
-				if _, err := built.SetLearned(name, terms); err != nil {
+			for name, learned := range t.learned {
+				if _, err := built.SetLearnedBy(name, learned.Terms, learned.Teachers); err != nil {
 					t.log.Warn("discovery: learned terms left out", "tool", name, "error", err)
 				}
 			}
@@ -181,18 +181,18 @@ func (t *Tracker) reconcile(ix *search.Index, revisions map[string]uint64, mayBu
 	return true, nil
 }
 
-// SetLearned sets a tool's learned field (search.Index.SetLearned), for
-// the tool's definitions to come too, and reports whether the index
-// changed.
-func (t *Tracker) SetLearned(name messages.ToolName, terms []search.LearnedTerm) (bool, error) {
-	changed, err := t.ix.SetLearned(name, terms)
+// SetLearned sets a tool's learned field and its teachers
+// (search.Index.SetLearnedBy), for the tool's definitions to come too, and
+// reports whether the index changed.
+func (t *Tracker) SetLearned(name messages.ToolName, learned search.Learned) (bool, error) {
+	changed, err := t.ix.SetLearnedBy(name, learned.Terms, learned.Teachers)
 	if err != nil {
 		return false, err
 	}
-	if len(terms) == 0 {
+	if len(learned.Terms) == 0 {
 		delete(t.learned, name)
 	} else {
-		t.learned[name] = terms
+		t.learned[name] = learned
 	}
 	if changed {
 		t.fingerprint = ""
@@ -230,7 +230,7 @@ func fingerprint(cfg search.Config, revisions map[string]uint64, ix *search.Inde
 	}
 	// Learned fields come after a byte that begins no name's length.
 	first := true
-	ix.EachLearned(func(name string, terms []search.LearnedTerm) {
+	ix.EachLearned(func(name string, terms []search.LearnedTerm, teachers int) {
 		if first {
 			h.Write([]byte{0xff})
 			first = false
@@ -244,6 +244,7 @@ func fingerprint(cfg search.Config, revisions map[string]uint64, ix *search.Inde
 			b = append(b, lt.Term...)
 			b = append(b, lt.Count)
 		}
+		b = binary.AppendUvarint(b, uint64(teachers))
 		h.Write(b)
 	})
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))

@@ -89,8 +89,8 @@ func (f *Follower) Apply(e jetstream.KeyValueEntry) bool {
 // Changes returns the learned field of every tool whose evidence changed
 // since the last call (of every tool after the switch changed), empty for
 // a tool without evidence or when learning is off, and forgets the changes.
-func (f *Follower) Changes() map[messages.ToolName][]search.LearnedTerm {
-	out := map[messages.ToolName][]search.LearnedTerm{}
+func (f *Follower) Changes() map[messages.ToolName]search.Learned {
+	out := map[messages.ToolName]search.Learned{}
 	if f.refold {
 		for tool := range f.records {
 			f.dirty[tool] = true
@@ -101,12 +101,12 @@ func (f *Follower) Changes() map[messages.ToolName][]search.LearnedTerm {
 		f.refold = false
 	}
 	for tool := range f.dirty {
-		var terms []search.LearnedTerm
+		var learned search.Learned
 		if !f.disabled {
-			terms = f.Fold(tool)
+			learned = f.Fold(tool)
 		}
-		out[tool] = terms
-		if len(terms) > 0 {
+		out[tool] = learned
+		if len(learned.Terms) > 0 {
 			f.learned[tool] = true
 		} else {
 			delete(f.learned, tool)
@@ -116,15 +116,15 @@ func (f *Follower) Changes() map[messages.ToolName][]search.LearnedTerm {
 	return out
 }
 
-// Fold returns the learned field the tool's evidence makes, whatever the
-// switch says.
-func (f *Follower) Fold(tool messages.ToolName) []search.LearnedTerm {
+// Fold returns the learned field the tool's evidence makes, and how many
+// principals taught it, whatever the switch says.
+func (f *Follower) Fold(tool messages.ToolName) search.Learned {
 	byKey := f.records[tool]
 	list := make([]search.UsageRecord, 0, len(byKey))
 	for _, key := range slices.Sorted(maps.Keys(byKey)) {
 		list = append(list, byKey[key])
 	}
-	return search.FoldUsage(list, f.learn)
+	return search.Fold(list, f.learn)
 }
 
 // Records returns how many tools have evidence, and how many records

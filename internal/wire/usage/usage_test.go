@@ -125,10 +125,10 @@ func TestFollower(t *testing.T) {
 	put(t, kv, usage.EvidenceKey(edit, "b"), record("u1", "edit"))
 	next(t, w, f)
 	changes := f.Changes()
-	if want := search.FoldUsage([]search.UsageRecord{a, b}, search.LearnConfig{}); len(changes) != 2 || !slices.Equal(changes[view], want) || len(want) == 0 {
-		t.Fatalf("changes %v; want view_image's %v and edit's", changes, want)
+	if want := search.FoldUsage([]search.UsageRecord{a, b}, search.LearnConfig{}); len(changes) != 2 || !slices.Equal(changes[view].Terms, want) || len(want) == 0 || changes[view].Teachers != 2 {
+		t.Fatalf("changes %v; want view_image's %v, taught by two users, and edit's", changes, want)
 	}
-	if got := changes[edit]; len(got) != 1 || got[0].Term != "edit" {
+	if got := changes[edit]; len(got.Terms) != 1 || got.Terms[0].Term != "edit" || got.Teachers != 1 {
 		t.Errorf("edit learned %v: the damaged record should count as none", got)
 	}
 	if tools, records := f.Records(); tools != 2 || records != 3 {
@@ -142,24 +142,24 @@ func TestFollower(t *testing.T) {
 		t.Fatal(err)
 	}
 	next(t, w, f)
-	if got := f.Changes()[view]; !slices.Equal(got, search.FoldUsage([]search.UsageRecord{b}, search.LearnConfig{})) {
+	if got := f.Changes()[view]; !slices.Equal(got.Terms, search.FoldUsage([]search.UsageRecord{b}, search.LearnConfig{})) || got.Teachers != 1 {
 		t.Errorf("after a deletion, view_image learned %v", got)
 	}
 
 	put(t, kv, usage.SettingsKey, usage.Settings{Disabled: true, Reason: "test"})
 	next(t, w, f)
 	off := f.Changes()
-	if len(off) != 2 || len(off[view]) != 0 || len(off[edit]) != 0 || !f.Disabled() {
+	if len(off) != 2 || len(off[view].Terms) != 0 || len(off[edit].Terms) != 0 || !f.Disabled() {
 		t.Errorf("learning off: changes %v; want every learned field cleared", off)
 	}
 	put(t, kv, usage.EvidenceKey(edit, "c"), record("u3", "edit"))
 	next(t, w, f)
-	if got := f.Changes()[edit]; len(got) != 0 {
+	if got := f.Changes()[edit]; len(got.Terms) != 0 {
 		t.Errorf("learned %v while learning is off", got)
 	}
 	put(t, kv, usage.SettingsKey, usage.Settings{})
 	next(t, w, f)
-	if on := f.Changes(); len(on[view]) == 0 || len(on[edit]) == 0 {
+	if on := f.Changes(); len(on[view].Terms) == 0 || len(on[edit].Terms) == 0 {
 		t.Errorf("learning on again: changes %v", on)
 	}
 }
