@@ -216,27 +216,9 @@ func decisionLine(a *messages.Approval) string {
 // cancels the call and keeps watching for the cancelled result.
 func watchCall(ctx context.Context, c *client.Client, callID string, cancelOnInterrupt bool) (*messages.CallResult, error) {
 	fmt.Fprintf(os.Stderr, "call %s\n", callID)
-	base := ctx // a watch alone ends with an interrupt; the call goes on
-	if cancelOnInterrupt {
-		base = context.WithoutCancel(ctx)
-	}
-	watchCtx, stop := context.WithCancel(base)
+	// The progress bar's line is left open: the cancel's note starts a new one.
+	watchCtx, stop := watchContext(ctx, c, callID, cancelOnInterrupt, os.Stderr, "\ncancelling…")
 	defer stop()
-	if cancelOnInterrupt {
-		go func() {
-			select {
-			case <-ctx.Done():
-				fmt.Fprintln(os.Stderr, "\ncancelling…")
-				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				if _, err := c.Cancel(cctx, callID, "interrupted from the command line"); err != nil {
-					fmt.Fprintln(os.Stderr, "cancel failed:", err)
-					stop()
-				}
-			case <-watchCtx.Done():
-			}
-		}()
-	}
 	bar := progressbar.NewOptions64(-1,
 		progressbar.OptionSetWriter(os.Stderr),
 		progressbar.OptionSetDescription("queued"),

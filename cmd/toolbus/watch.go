@@ -45,10 +45,10 @@ func isTerminal(f *os.File) bool {
 }
 
 // watchContext is the context of a watch. With cancelOnInterrupt, ctx
-// ending (an interrupt) cancels the call, and the watch outlives it so
-// that the cancelled result can still be read; without, the watch ends
-// with ctx, and the call goes on.
-func watchContext(ctx context.Context, c *client.Client, callID string, cancelOnInterrupt bool, say io.Writer) (context.Context, context.CancelFunc) {
+// ending (an interrupt) cancels the call, saying cancelling to say, and
+// the watch outlives it so that the cancelled result can still be read;
+// without, the watch ends with ctx, and the call goes on.
+func watchContext(ctx context.Context, c *client.Client, callID string, cancelOnInterrupt bool, say io.Writer, cancelling string) (context.Context, context.CancelFunc) {
 	if !cancelOnInterrupt {
 		return context.WithCancel(ctx)
 	}
@@ -56,7 +56,7 @@ func watchContext(ctx context.Context, c *client.Client, callID string, cancelOn
 	go func() {
 		select {
 		case <-ctx.Done():
-			fmt.Fprintln(say, "cancelling…")
+			fmt.Fprintln(say, cancelling)
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if _, err := c.Cancel(cctx, callID, "interrupted from the command line"); err != nil {
@@ -72,7 +72,7 @@ func watchContext(ctx context.Context, c *client.Client, callID string, cancelOn
 // watchEvents prints each event of the call as one line of JSON, the
 // result's event last.
 func watchEvents(ctx context.Context, c *client.Client, callID string, cancelOnInterrupt bool, out io.Writer) (*messages.CallResult, error) {
-	watchCtx, stop := watchContext(ctx, c, callID, cancelOnInterrupt, os.Stderr)
+	watchCtx, stop := watchContext(ctx, c, callID, cancelOnInterrupt, os.Stderr, "cancelling…")
 	defer stop()
 	for ev, err := range c.Watch(watchCtx, callID) {
 		if err != nil {
@@ -100,7 +100,7 @@ func watchEvents(ctx context.Context, c *client.Client, callID string, cancelOnI
 // watchLines prints one plain line for each event of the call.
 func watchLines(ctx context.Context, c *client.Client, callID string, cancelOnInterrupt bool, out io.Writer) (*messages.CallResult, error) {
 	fmt.Fprintf(out, "call %s\n", callID)
-	watchCtx, stop := watchContext(ctx, c, callID, cancelOnInterrupt, out)
+	watchCtx, stop := watchContext(ctx, c, callID, cancelOnInterrupt, out, "cancelling…")
 	defer stop()
 	first := true
 	for ev, err := range c.Watch(watchCtx, callID) {

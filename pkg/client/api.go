@@ -188,17 +188,17 @@ func (a *coordinatorAPI) request(ctx context.Context, endpoint string, in, out a
 // request that coordinators are slow to answer (waiting out an election,
 // say) costs them a few copies at most, and a hung coordinator costs the
 // request about one HedgeAfter: with one of two hung, longer than two
-// only with a chance of 1 in 128, and longer than four with 1 in 256. A held request (wait > 0), a read that may keep a
-// coordinator busy (calls.list, audit.list, stats.calls) and a request
-// that changes something (a submit, a cancel) asks for a receipt from its
-// first copy: each copy a live coordinator takes holds one of its user's
-// waits, scans the stream again, or is answered as what the first did (a
-// cancel's too_late, a submit's duplicate), and the receipt says that a
-// coordinator has it. A request
-// whose connection is lost is sent again once it is back, as its answer
-// may be lost with it. A client without a route it receives on (an agent's
-// user that named none) gets no receipts: it sends the copies of the first
-// two rounds only, and a held request once. If every copy found no
+// only with a chance of 1 in 128, and longer than four with 1 in 256. A
+// held request (wait > 0), a read that may keep a coordinator busy
+// (calls.list, audit.list, stats.calls) and a request that changes
+// something (a submit, a cancel) asks for a receipt from its first copy:
+// each copy a live coordinator takes holds one of its user's waits, scans
+// the stream again, or is answered as what the first did (a cancel's
+// too_late, a submit's duplicate), and the receipt says that a coordinator
+// has it. A request whose connection is lost is sent again once it is
+// back, as its answer may be lost with it. A client without a route it
+// receives on (an agent's user that named none) gets no receipts: it sends
+// the copies of the first two rounds only, and a held request once. If every copy found no
 // coordinator, that is the error.
 func (a *coordinatorAPI) hedged(ctx context.Context, subject string, data []byte, held bool) (*nats.Msg, error) {
 	// held: the first copy asks for a receipt, and without receipts there

@@ -55,8 +55,8 @@
 // coordinator's receipt says it has the request; so a hung coordinator
 // among several costs a request about a quarter of a second, and
 // coordinators behind on their requests are not sent a copy of each
-// waiting request every HedgeAfter. A request that changes something is copied
-// only while no coordinator has sent a receipt for it.
+// waiting request every HedgeAfter. A request that changes something is
+// copied only while no coordinator has sent a receipt for it.
 // A request whose connection was lost is sent again when it is back.
 // Reads that cost the coordinator a scan (ListCalls, Operator's
 // ListAudit and CallStats) ask for a receipt from their first copy, so that they are

@@ -214,7 +214,7 @@ func Teachers(records []UsageRecord) int {
 	users := map[string]bool{}
 	n := 0
 	for _, r := range records {
-		if !slices.ContainsFunc(slices.Collect(maps.Keys(r.Terms)), func(t string) bool { return r.Terms[t] > 0 && normalisedTerm(t) }) {
+		if !teaches(r) {
 			continue
 		}
 		if r.User == "" {
@@ -225,6 +225,16 @@ func Teachers(records []UsageRecord) int {
 		}
 	}
 	return n
+}
+
+// teaches reports whether the record holds a term FoldUsage would count.
+func teaches(r UsageRecord) bool {
+	for t, w := range r.Terms {
+		if w > 0 && normalisedTerm(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // FoldUsage returns the learned field that the records of one tool, one
