@@ -223,10 +223,17 @@ func (a *coordinatorAPI) hedged(ctx context.Context, subject string, data []byte
 		receipts, stop = a.routes.Await(id, "")
 		defer stop()
 	}
+	// One token for the request and all its copies: a coordinator that
+	// holds the first leaves a copy with the same token to the first's
+	// answer, and across the import from the agents' account the token is
+	// what tells it that a copy is one (the reply subject it sees is new
+	// for each).
+	token := newReplyToken()
 	sent, unheard := 0, 0
 	launch := func(copies int, receipt bool) error {
 		for range copies {
 			msg := &nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(a.opts.Codec.NewHeader()), Data: data}
+			msg.Header.Set(messages.HeaderReplyToken, token)
 			if receipt && receiptTo != "" {
 				msg.Header.Set(messages.HeaderReceipt, receiptTo)
 			}

@@ -58,8 +58,9 @@ func (r *callReads) getWaiting(ctx context.Context, callID string, wait time.Dur
 }
 
 // heldRead is the safety of a read the coordinator holds for wait: sent
-// again, but not hedged, since each copy would hold one of the user's
-// waits (too_many_requests).
+// again, and copied only while no coordinator has sent a receipt for it
+// (see hedged), since a copy that reaches another coordinator than the
+// one holding the first holds one of the user's waits there.
 func heldRead(wait time.Duration) safety {
 	if wait > 0 {
 		return repeatable

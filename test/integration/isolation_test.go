@@ -267,6 +267,80 @@ func rawWait(ctx context.Context, nc *nats.Conn, endpoint string, body any) (mes
 	return e.Code, nil
 }
 
+// TestCopiesOfAHeldReadTakeNoWaitOfTheirOwn: copies of a held calls.get,
+// sent by its caller with the first's reply token to the first's reply
+// subject while the coordinator holds the first (as the SDK copies a
+// request it has no receipt for),
+// are answered by the first's answer and take none of the user's waits:
+// at a limit of one wait, no copy is refused with too_many_requests. A
+// request of its own, to another reply subject, is.
+func TestCopiesOfAHeldReadTakeNoWaitOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	_, as := identityDeploy(t, func(cfg *coordinator.Config) { cfg.MaxWaitsPerUser = 1 })
+	ctx := testenv.Context(t)
+	connA := as("agent_a")
+	a := agentClient(t, connA, "support-bot")
+	operator := agentClient(t, as("operator"), "")
+	held, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"hold"}`)})
+	if err != nil || held.State != messages.StateAwaitingApproval {
+		t.Fatalf("A's call held for approval: %+v %v", held, err)
+	}
+	answers, err := connA.SubscribeSync(connA.NewRespInbox())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"call_id": held.CallID, "wait_ms": 240_000})
+	// The request crosses the import from the agents' account, which gives
+	// each copy a reply subject of its own: the token, the same on each
+	// copy as the SDK sends it, is what makes them copies.
+	token := nuid.Next()
+	send := func() {
+		msg := &nats.Msg{Subject: "toolbus.api.calls.get", Reply: answers.Subject, Header: nats.Header(messages.JSONCodec.NewHeader()), Data: body}
+		msg.Header.Set(messages.HeaderReplyToken, token)
+		if err := connA.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send()
+	testenv.Eventually(t, "the first to hold A's only wait", func() bool {
+		code, err := rawWait(ctx, connA, "calls.events", map[string]any{"call_id": held.CallID, "after": 1 << 40, "wait_ms": 1})
+		return err == nil && code == messages.CodeTooManyRequests
+	})
+	const copies = 3
+	for range copies {
+		send()
+	}
+	// A request of A's own after the copies is refused: the first still
+	// holds the place, and the coordinator has had the copies.
+	if code, err := rawWait(ctx, connA, "calls.get", map[string]any{"call_id": held.CallID, "wait_ms": 240_000}); err != nil || code != messages.CodeTooManyRequests {
+		t.Fatalf("A's own held read beside the first: %q %v, want too_many_requests", code, err)
+	}
+	if _, err := operator.Operator().Decide(ctx, messages.DecideRequest{ApprovalID: held.Approval.ApprovalID, Decision: messages.DecisionDeny}); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := answers.NextMsgWithContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info messages.CallInfo
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" || json.Unmarshal(msg.Data, &info) != nil || info.Result == nil {
+		t.Fatalf("the first answer to the copied read: %s %s, want the call with its result", code, msg.Data)
+	}
+	// Flushed after the answer: a copy refused at once would have come first.
+	if err := connA.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for n, _, _ := answers.Pending(); n > 0; n-- {
+		more, err := answers.NextMsg(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := more.Header.Get("Nats-Service-Error-Code"); code != "" {
+			t.Fatalf("a copy of the held read was answered on its own: %s %s", code, more.Data)
+		}
+	}
+}
+
 // TestOneAgentsWaitsDoNotStarveAnother: a user holds at most
 // MaxWaitsPerUser long waits, one more is refused with
 // too_many_requests, and another agent's calls go on meanwhile.

@@ -28,6 +28,9 @@ type request struct {
 	release func()
 	// guard checks the decoded request against its caller's identity.
 	guard *guard
+	// inHand is the coordinator's requests in hand, which a copy of the
+	// request may repeat.
+	inHand *requestsInHand
 }
 
 // admit checks the decoded request v against the caller's identity (see
@@ -133,6 +136,13 @@ func decoding[Req, Reply any](answer func(context.Context, *Req) (Reply, error))
 				return nil, err
 			}
 		}
+		if holdsAWait(&r) {
+			done, isCopy := req.takeHeld(ctx)
+			if isCopy {
+				return noReply{}, nil // the first's answer answers it
+			}
+			defer done()
+		}
 		reply, err := answer(ctx, &r)
 		if err != nil {
 			return nil, err
@@ -154,7 +164,7 @@ func (c *Coordinator) submit(ctx context.Context, req *request) (any, error) {
 		return nil, err
 	}
 	if !sr.Quiet {
-		done, isCopy := c.inHand.take(namedCallID(&sr), req.Reply(), callerKey(ctx), req.Data())
+		done, isCopy := req.takeSubmit(ctx, namedCallID(&sr))
 		if isCopy {
 			return noReply{}, nil // the first's answer answers it
 		}
@@ -222,7 +232,7 @@ func (c *Coordinator) serve(endpoint string, h handlerFunc) micro.Handler {
 // handle answers one request. release is called once the request is done
 // with, which may be after handle returns (see request.later).
 func (c *Coordinator) handle(endpoint string, h handlerFunc, mr micro.Request, release func()) {
-	req := &request{Request: mr, endpoint: endpoint, release: release, guard: c.guard}
+	req := &request{Request: mr, endpoint: endpoint, release: release, guard: c.guard, inHand: &c.inHand}
 	req.holds.Store(1)
 	defer req.done()
 	codec, version, err := messages.RequestCodec(messages.Header(mr.Headers()), versionsOf(endpoint)...)

@@ -96,6 +96,11 @@ func (b *batches) submitBatch(ctx context.Context, req *request) (any, error) {
 	if br.WaitMS <= 0 {
 		return b.submitBatchCalls(ctx, &br, req.Headers(), nil)
 	}
+	done, isCopy := req.takeHeld(ctx)
+	if isCopy {
+		return noReply{}, nil // the first's answer answers it
+	}
+	defer done()
 	// The wait is held from the start, against the user's waits, and
 	// bounded by MaxWait: the results may come before the batch's writes
 	// are acknowledged, and are taken as they come.

@@ -300,9 +300,9 @@ type Coordinator struct {
 	// waits counts each user's long waits (Config.MaxWaitsPerUser).
 	waits    *waitLimit
 	inflight sync.WaitGroup
-	// inHand is the named submits being handled, which a copy need not
-	// be (submitsInHand).
-	inHand   submitsInHand
+	// inHand is the named submits and the held requests being handled,
+	// which a copy need not be (requestsInHand).
+	inHand   requestsInHand
 	handlers *reuse.Pool
 
 	// running is what Start started, to stop in reverse order.

@@ -23,5 +23,5 @@ func (c *Coordinator) DiscoveryStatus() discovery.Status { return c.view.index.S
 var ProcessCPU = processCPU
 
 // CopiesLeftToTheirFirst counts the submits the coordinator did not
-// handle because they were copies of one it was handling (submitsInHand).
+// handle because they were copies of one it was handling (requestsInHand).
 func (c *Coordinator) CopiesLeftToTheirFirst() int64 { return c.inHand.copies.Load() }
