@@ -142,8 +142,11 @@ type routeWait struct {
 	// listening; noCoordinatorAnswers counts the copies that found none.
 	noCoordinatorSince   time.Time
 	noCoordinatorAnswers int
-	// loud is the outcome of a submit sent as a request, while one is.
-	loud chan loudAnswer
+	// loud is the outcome of a submit sent as a request, while one is;
+	// stopLoud ends that request once the wait ends: a result that came
+	// meanwhile leaves it nothing to learn, and its copies would go on.
+	loud     chan loudAnswer
+	stopLoud context.CancelFunc
 	// reconnects is the route's count of reconnects at the last check.
 	reconnects uint64
 }
@@ -173,6 +176,9 @@ func startRouteWait(ctx context.Context, c *Client, req messages.SubmitRequest, 
 }
 
 func (w *routeWait) close() {
+	if w.stopLoud != nil {
+		w.stopLoud()
+	}
 	w.lookup.Stop()
 	stopTimer(w.copies)
 	stopTimer(w.resend)
@@ -231,9 +237,11 @@ func (w *routeWait) sendCopies() {
 	}
 	if w.loud == nil {
 		w.loud = make(chan loudAnswer, 1)
+		ctx, stop := context.WithCancel(w.ctx)
+		w.stopLoud = stop
 		go func(req messages.SubmitRequest, loud chan<- loudAnswer) {
 			req.Quiet = false
-			reply, err := w.c.Submit(w.ctx, req)
+			reply, err := w.c.Submit(ctx, req)
 			loud <- loudAnswer{reply, err}
 		}(w.req, w.loud)
 	}
