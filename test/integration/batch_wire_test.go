@@ -321,10 +321,7 @@ func TestBatchWaitCountsAgainstTheUsersWaits(t *testing.T) {
 	a := agentClient(t, connA, "support-bot")
 	operator := agentClient(t, as("operator"), "")
 
-	held, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"hold"}`)})
-	if err != nil || held.State != messages.StateAwaitingApproval {
-		t.Fatalf("A's call held for approval: %+v %v", held, err)
-	}
+	held := holdForApproval(t, ctx, a)
 	waited := make(chan messages.ErrorCode, 1)
 	go func() {
 		for {
@@ -346,7 +343,7 @@ func TestBatchWaitCountsAgainstTheUsersWaits(t *testing.T) {
 	streams := []string{"TOOLBUS_EVENTS", "KV_toolbus_turns", "KV_toolbus_approvals"}
 	before := snapshot(t, srv, streams...)
 	toolCalls := messages.JSON(`[{"type":"tool_use","id":"toolu_1","name":"demo-word_count","input":{"text":"two words"}}]`)
-	_, err = a.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", Turn: "turn-waits", ToolCalls: toolCalls, WaitMS: 10_000})
+	_, err := a.SubmitBatch(ctx, messages.SubmitBatchRequest{Format: "anthropic", Turn: "turn-waits", ToolCalls: toolCalls, WaitMS: 10_000})
 	if !isCode(err, messages.CodeTooManyRequests) {
 		t.Errorf("a batch with wait_ms at the user's limit: err = %v, want too_many_requests", err)
 	}

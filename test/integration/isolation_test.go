@@ -267,11 +267,23 @@ func rawWait(ctx context.Context, nc *nats.Conn, endpoint string, body any) (mes
 	return e.Code, nil
 }
 
+// holdForApproval submits a call of agent A's that the identity deploy's
+// policy holds for an operator's approval: one that can be waited on until
+// the test decides it.
+func holdForApproval(t *testing.T, ctx context.Context, a *client.Client) *messages.SubmitReply {
+	t.Helper()
+	held, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"hold"}`)})
+	if err != nil || held.State != messages.StateAwaitingApproval {
+		t.Fatalf("A's call held for approval: %+v %v", held, err)
+	}
+	return held
+}
+
 // TestCopiesOfAHeldReadTakeNoWaitOfTheirOwn: copies of a held calls.get,
 // sent by its caller with the first's reply token to the first's reply
 // subject while the coordinator holds the first (as the SDK copies a
-// request it has no receipt for),
-// are answered by the first's answer and take none of the user's waits:
+// request it has no receipt for), are answered by the first's answer and
+// take none of the user's waits:
 // at a limit of one wait, no copy is refused with too_many_requests. A
 // request of its own, to another reply subject, is.
 func TestCopiesOfAHeldReadTakeNoWaitOfTheirOwn(t *testing.T) {
@@ -281,10 +293,7 @@ func TestCopiesOfAHeldReadTakeNoWaitOfTheirOwn(t *testing.T) {
 	connA := as("agent_a")
 	a := agentClient(t, connA, "support-bot")
 	operator := agentClient(t, as("operator"), "")
-	held, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"hold"}`)})
-	if err != nil || held.State != messages.StateAwaitingApproval {
-		t.Fatalf("A's call held for approval: %+v %v", held, err)
-	}
+	held := holdForApproval(t, ctx, a)
 	answers, err := connA.SubscribeSync(connA.NewRespInbox())
 	if err != nil {
 		t.Fatal(err)
@@ -359,10 +368,7 @@ func testOneAgentsWaitsDoNotStarveAnother(t *testing.T, kind deployKind) {
 	b := agentClient(t, as("agent_b"), "billing-bot")
 	operator := agentClient(t, as("operator"), "")
 
-	held, err := a.Submit(ctx, messages.SubmitRequest{Tool: "demo-echo", Arguments: messages.JSON(`{"text":"hold"}`)})
-	if err != nil || held.State != messages.StateAwaitingApproval {
-		t.Fatalf("A's call held for approval: %+v %v", held, err)
-	}
+	held := holdForApproval(t, ctx, a)
 	var waits sync.WaitGroup
 	codes := make(chan messages.ErrorCode, most)
 	for range most {

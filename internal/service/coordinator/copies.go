@@ -110,12 +110,10 @@ func (r *request) takeSubmit(ctx context.Context, callID string) (done func(), i
 // takeHeld notes a request held for a wait (see requestsInHand), under its
 // endpoint and where it is answered: isCopy when it is a copy of one in
 // hand, otherwise done is to be called once its answer is decided. A NUL
-// cannot be in an endpoint's name or a call ID.
+// cannot be in an endpoint's name or a call ID. A request answered nowhere
+// (no answer key) is never taken for a copy (see take).
 func (r *request) takeHeld(ctx context.Context) (done func(), isCopy bool) {
 	answer := answerKey(r.Reply(), r.Headers())
-	if answer == "" {
-		return func() {}, false
-	}
 	return r.inHand.take(r.endpoint+"\x00"+answer, answer, callerKey(ctx), r.Data())
 }
 
