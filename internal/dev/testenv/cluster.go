@@ -63,17 +63,22 @@ func startCluster(t testing.TB, size int) ([]*natsserver.Server, string, error) 
 	}
 	deadline := time.Now().Add(Patience)
 	for {
+		// Ready once the meta leader has every node's JetStream stats: it
+		// places no replicated stream on a node it has none of ("no
+		// suitable peers for placement").
 		leader := false
 		current := true
 		for _, s := range servers {
-			leader = leader || s.JetStreamIsLeader()
+			if s.JetStreamIsLeader() {
+				leader = len(s.JetStreamClusterPeers()) == size
+			}
 			current = current && s.JetStreamIsCurrent()
 		}
 		if leader && current {
 			return servers, strings.Join(urls, ","), nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the cluster elected no JetStream meta leader within %v", Patience)
+			t.Fatalf("the cluster elected no JetStream meta leader that knows all %d nodes within %v", size, Patience)
 		}
 		time.Sleep(50 * time.Millisecond) // the server sends no signal on election
 	}
