@@ -57,6 +57,15 @@ type inflightReport struct {
 	ShortIdleP99US float64 `json:"short_idle_p99_us"`
 	ShortP50US     float64 `json:"short_p50_us"`
 	ShortP99US     float64 `json:"short_p99_us"`
+
+	// Watchers of the long calls (each through the SDK's Watch), the
+	// progress events they received a second on the plateau, and the CPU
+	// the server and the coordinator used a second meanwhile.
+	Watchers            int     `json:"watchers"`
+	WatchVia            string  `json:"watch_via"`
+	WatchedProgressPerS float64 `json:"watched_progress_per_s"`
+	ServerCPUPerS       float64 `json:"server_cpu_s_per_s"`
+	CoordinatorCPUPerS  float64 `json:"coordinator_cpu_s_per_s"`
 }
 
 // runInflight puts many long-running calls in flight at once and measures
@@ -71,6 +80,8 @@ func runInflight(ctx context.Context, args []string) error {
 	submitters := fs.Int("submitters", 64, "concurrent submitters of the long calls")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "the workers' ack wait (the worker's default): a call's lease is renewed every third of it")
 	prefix := fs.String("prefix", messages.DefaultPrefix, "subject prefix and resource-name stem of the Toolbus measured")
+	watchers := fs.Int("watchers", 0, "long calls followed through the SDK's Watch (their progress events) on the plateau")
+	watchVia := fs.String("watch-via", "stream", "how the watchers follow their calls: stream (an ordered consumer each, as a client whose account has JetStream does) or coordinator (calls.events with a wait, as Options.CoordinatorReads does)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -78,13 +89,16 @@ func runInflight(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *calls < 1 || *workers < 1 || *shortCalls < 1 || *submitters < 1 || *ackWait <= 0 || *plateau <= 0 || *slots < 0 {
-		return exitErrorf("inflight: --calls, --workers, --short-calls, --submitters, --ack-wait and --plateau must be positive, --slots not negative")
+	if *calls < 1 || *workers < 1 || *shortCalls < 1 || *submitters < 1 || *ackWait <= 0 || *plateau <= 0 || *slots < 0 || *watchers < 0 || *watchers > *calls {
+		return exitErrorf("inflight: --calls, --workers, --short-calls, --submitters, --ack-wait and --plateau must be positive, --slots not negative, --watchers from 0 to --calls")
+	}
+	if *watchVia != "stream" && *watchVia != "coordinator" {
+		return exitErrorf("inflight: --watch-via is stream or coordinator, not %q", *watchVia)
 	}
 	if *slots == 0 {
 		*slots = (*calls + *workers - 1) / *workers
 	}
-	r := inflightReport{Calls: *calls, Workers: *workers, SlotsPerWkr: *slots, AckWaitMS: ackWait.Milliseconds(), ShortCalls: *shortCalls}
+	r := inflightReport{Calls: *calls, Workers: *workers, SlotsPerWkr: *slots, AckWaitMS: ackWait.Milliseconds(), ShortCalls: *shortCalls, Watchers: *watchers, WatchVia: *watchVia}
 	s, err := startStack(stackConfig{names: names, coordinators: 1, workers: *workers, slots: 64, sleepSlots: *slots, sleepConcurrency: *calls, ackWait: *ackWait})
 	if err != nil {
 		return err
@@ -137,8 +151,15 @@ func runInflight(ctx context.Context, args []string) error {
 	// The calls sleep until the stack is stopped: far longer than the run.
 	sleep := messages.JSON(`{"seconds":3600}`)
 	begin := time.Now()
+	var idsMu sync.Mutex
+	var ids []string
 	if _, err := concurrentLatencies(ctx, *calls, *submitters, func(ctx context.Context) error {
-		_, err := submitter.Submit(ctx, messages.SubmitRequest{Tool: sleepNamespace + "-sleep", Arguments: sleep, TimeoutMS: 2 * time.Hour.Milliseconds()})
+		ref, err := submitter.Submit(ctx, messages.SubmitRequest{Tool: sleepNamespace + "-sleep", Arguments: sleep, TimeoutMS: 2 * time.Hour.Milliseconds()})
+		if err == nil {
+			idsMu.Lock()
+			ids = append(ids, ref.CallID)
+			idsMu.Unlock()
+		}
 		return err
 	}); err != nil {
 		return fmt.Errorf("submit a long call: %w", err)
@@ -156,6 +177,13 @@ func runInflight(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "%d calls running after %.1fs (submitted in %.1fs); counting the server's messages for %s\n", *calls, r.RunningS, r.SubmitS, *plateau)
+
+	watcher, err := client.New(nc, client.Options{Prefix: names.Prefix(), CoordinatorReads: *watchVia == "coordinator"})
+	if err != nil {
+		return err
+	}
+	watched, stopWatching := watchCalls(ctx, watcher, ids[:*watchers])
+	defer stopWatching()
 
 	// The plateau: every call sleeps, renews its lease and reports progress.
 	progressFilter, err := names.Filters().EventKind(messages.EventProgress)
@@ -184,7 +212,8 @@ func runInflight(ctx context.Context, args []string) error {
 		return err
 	}
 	observed0 := observer.Stats().InMsgs
-	progress0, leases0 := progress.Load(), leases.Load()
+	progress0, leases0, watched0 := progress.Load(), leases.Load(), watched.Load()
+	serverCPU0, coordinatorCPU0, _, _ := s.cpu()
 	t0 := time.Now()
 	select {
 	case <-time.After(*plateau):
@@ -196,6 +225,10 @@ func runInflight(ctx context.Context, args []string) error {
 		return err
 	}
 	secs := time.Since(t0).Seconds()
+	serverCPU1, coordinatorCPU1, _, _ := s.cpu()
+	r.ServerCPUPerS = (serverCPU1 - serverCPU0).Seconds() / secs
+	r.CoordinatorCPUPerS = (coordinatorCPU1 - coordinatorCPU0).Seconds() / secs
+	r.WatchedProgressPerS = float64(watched.Load()-watched0) / secs
 	observed := float64(observer.Stats().InMsgs - observed0)
 	r.PlateauS = secs
 	r.ServerInMsgsPerS = float64(after.InMsgs-before.InMsgs) / secs
@@ -222,6 +255,7 @@ func runInflight(ctx context.Context, args []string) error {
 	fmt.Fprintf(os.Stderr, "%-28s %10.1f %10.1f (varz mem %.1f)\n", "server", r.ServerIdleRSSMB, r.ServerRSSMB, r.ServerMemMB)
 	fmt.Fprintf(os.Stderr, "server messages/s over %.0fs: in %.0f (leases %.0f = %.0f%%, progress %.0f = %.0f%%), out %.0f\n",
 		r.PlateauS, r.ServerInMsgsPerS, r.LeasesPerS, 100*r.LeaseShareOfIn, r.ProgressPerS, 100*r.ProgressShareOfIn, r.ServerOutMsgsPerS)
+	fmt.Fprintf(os.Stderr, "CPU a second on the plateau: server %.2f s, coordinator %.2f s; %d watchers (via the %s) received %.0f progress events a second\n", r.ServerCPUPerS, r.CoordinatorCPUPerS, r.Watchers, r.WatchVia, r.WatchedProgressPerS)
 	fmt.Fprintf(os.Stderr, "short call, one at a time: idle p50 %.0fµs p99 %.0fµs; in flight p50 %.0fµs p99 %.0fµs\n", r.ShortIdleP50US, r.ShortIdleP99US, r.ShortP50US, r.ShortP99US)
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
@@ -239,4 +273,25 @@ func (s *stack) rssMB() (coordinators, workers, server float64) {
 		return float64(kb) / 1024
 	}
 	return sum(s.coordinators), sum(s.workers), sum([]*process{s.server})
+}
+
+// watchCalls follows each call through the SDK's Watch, counting the
+// progress events received, until stop is called.
+func watchCalls(ctx context.Context, c *client.Client, callIDs []string) (*atomic.Int64, func()) {
+	var received atomic.Int64
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, id := range callIDs {
+		wg.Go(func() {
+			for ev, err := range c.Watch(wctx, id) {
+				if err != nil {
+					return
+				}
+				if ev.Progress != nil {
+					received.Add(1)
+				}
+			}
+		})
+	}
+	return &received, func() { cancel(); wg.Wait() }
 }
