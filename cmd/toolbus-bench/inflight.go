@@ -151,18 +151,9 @@ func runInflight(ctx context.Context, args []string) error {
 	// The calls sleep until the stack is stopped: far longer than the run.
 	sleep := messages.JSON(`{"seconds":3600}`)
 	begin := time.Now()
-	var idsMu sync.Mutex
-	var ids []string
-	if _, err := concurrentLatencies(ctx, *calls, *submitters, func(ctx context.Context) error {
-		ref, err := submitter.Submit(ctx, messages.SubmitRequest{Tool: sleepNamespace + "-sleep", Arguments: sleep, TimeoutMS: 2 * time.Hour.Milliseconds()})
-		if err == nil {
-			idsMu.Lock()
-			ids = append(ids, ref.CallID)
-			idsMu.Unlock()
-		}
+	ids, err := submitLongCalls(ctx, submitter, *calls, *submitters, sleep)
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("submit a long call: %w", err)
 	}
 	r.SubmitS = time.Since(begin).Seconds()
 	select {
@@ -186,6 +177,44 @@ func runInflight(ctx context.Context, args []string) error {
 	defer stopWatching()
 
 	// The plateau: every call sleeps, renews its lease and reports progress.
+	if err := measurePlateau(ctx, s, observer, names, *plateau, watched, &r); err != nil {
+		return err
+	}
+
+	// The short call, while the long ones run.
+	if lat, err = sequential(ctx, *shortCalls, tb.call); err != nil {
+		return err
+	}
+	r.ShortP50US, r.ShortP99US = percentileUS(lat, 50), percentileUS(lat, 99)
+
+	r.print(*ackWait)
+	return nil
+}
+
+// submitLongCalls submits n calls of the sleep tool from submitters
+// concurrent submitters and returns their IDs.
+func submitLongCalls(ctx context.Context, submitter *client.Client, n, submitters int, sleep messages.JSON) ([]string, error) {
+	var mu sync.Mutex
+	ids := make([]string, 0, n)
+	if _, err := concurrentLatencies(ctx, n, submitters, func(ctx context.Context) error {
+		ref, err := submitter.Submit(ctx, messages.SubmitRequest{Tool: sleepNamespace + "-sleep", Arguments: sleep, TimeoutMS: 2 * time.Hour.Milliseconds()})
+		if err == nil {
+			mu.Lock()
+			ids = append(ids, ref.CallID)
+			mu.Unlock()
+		}
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("submit a long call: %w", err)
+	}
+	return ids, nil
+}
+
+// measurePlateau counts, for the plateau's length, the server's messages
+// (the leases and progress events apart), the CPU of the server and the
+// coordinator, and the progress events the watchers received, and reads
+// the processes' memory after it, into r.
+func measurePlateau(ctx context.Context, s *stack, observer *nats.Conn, names messages.Names, plateau time.Duration, watched *atomic.Int64, r *inflightReport) error {
 	progressFilter, err := names.Filters().EventKind(messages.EventProgress)
 	if err != nil {
 		return err
@@ -216,7 +245,7 @@ func runInflight(ctx context.Context, args []string) error {
 	serverCPU0, coordinatorCPU0, _, _ := s.cpu()
 	t0 := time.Now()
 	select {
-	case <-time.After(*plateau):
+	case <-time.After(plateau):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -241,14 +270,13 @@ func runInflight(ctx context.Context, args []string) error {
 	}
 	r.CoordinatorRSSMB, r.WorkersRSSMB, r.ServerRSSMB = s.rssMB()
 	r.ServerMemMB = float64(after.Mem) / (1 << 20)
+	return nil
+}
 
-	// The short call, while the long ones run.
-	if lat, err = sequential(ctx, *shortCalls, tb.call); err != nil {
-		return err
-	}
-	r.ShortP50US, r.ShortP99US = percentileUS(lat, 50), percentileUS(lat, 99)
-
-	fmt.Fprintf(os.Stderr, "\n%d calls in flight on %d workers × %d slots (ack wait %s: a lease every %s)\n", r.Calls, r.Workers, r.SlotsPerWkr, *ackWait, *ackWait/3)
+// print writes the report's table on standard error and its JSON line on
+// standard output.
+func (r *inflightReport) print(ackWait time.Duration) {
+	fmt.Fprintf(os.Stderr, "\n%d calls in flight on %d workers × %d slots (ack wait %s: a lease every %s)\n", r.Calls, r.Workers, r.SlotsPerWkr, ackWait, ackWait/3)
 	fmt.Fprintf(os.Stderr, "%-28s %10s %10s\n", "memory (RSS, MB)", "idle", "in flight")
 	fmt.Fprintf(os.Stderr, "%-28s %10.1f %10.1f\n", "coordinator", r.CoordinatorIdleRSSMB, r.CoordinatorRSSMB)
 	fmt.Fprintf(os.Stderr, "%-28s %10.1f %10.1f\n", fmt.Sprintf("workers (%d, summed)", r.Workers), r.WorkersIdleRSSMB, r.WorkersRSSMB)
@@ -259,7 +287,6 @@ func runInflight(ctx context.Context, args []string) error {
 	fmt.Fprintf(os.Stderr, "short call, one at a time: idle p50 %.0fµs p99 %.0fµs; in flight p50 %.0fµs p99 %.0fµs\n", r.ShortIdleP50US, r.ShortIdleP99US, r.ShortP50US, r.ShortP99US)
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
-	return nil
 }
 
 // rssMB sums the resident sets of the coordinators, of the workers and of
