@@ -3,9 +3,11 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/pkg/messages"
@@ -18,12 +20,17 @@ type auditor struct {
 	js    jetstream.JetStream
 	// cache holds the tools' schemas compiled for redaction.
 	cache *redactions
-	log   *slog.Logger
+	// unavailableWait bounds how long a decision's record is written
+	// again while JetStream does not answer (Config.UnavailableWait).
+	unavailableWait time.Duration
+	log             *slog.Logger
 }
 
-// record records a decision without waiting for it to be stored; by is who
-// decided, when a person did.
-func (a *auditor) record(_ context.Context, decision string, call *messages.CallRequest, def *messages.ToolDefinition, d policy.Decision, by string) {
+// record stores the record of a decision before it returns, so that the
+// answer that follows it (a denial, an approval's outcome) is in
+// audit.list by the time its asker reads it; by is who decided, when a
+// person did. The request's end does not cut the write short.
+func (a *auditor) record(ctx context.Context, decision string, call *messages.CallRequest, def *messages.ToolDefinition, d policy.Decision, by string) {
 	rec := &messages.AuditRecord{
 		Time:          time.Now().UTC(),
 		Decision:      decision,
@@ -39,18 +46,38 @@ func (a *auditor) record(_ context.Context, decision string, call *messages.Call
 	if def != nil {
 		rec.Arguments = a.cache.of(def).RedactJSON(call.Arguments)
 	}
-	subject, err := a.names.Audit().Subject(decision)
-	if err != nil {
-		a.log.Warn("audit record not stored", "decision", decision, "call", call.CallID, "error", err)
-		return
+	a.store(ctx, rec, a.unavailableWait)
+}
+
+// recordForbidden records a refused request before it returns. Its write
+// is tried once, for at most one attempt's time: a flood of forbidden
+// requests while JetStream is away does not hold the coordinator's
+// handlers for long.
+func (a *auditor) recordForbidden(rec *messages.AuditRecord) {
+	rec.Time = time.Now().UTC()
+	a.store(context.Background(), rec, 0)
+}
+
+// store writes rec to the audit stream and waits for the server to store
+// it, trying again within bound while JetStream is unavailable (once when
+// bound is zero). A failure is logged: the decision stands either way.
+// Each record has a message ID of its own, so a write tried again after
+// an answer that was lost is stored once.
+func (a *auditor) store(ctx context.Context, rec *messages.AuditRecord, bound time.Duration) {
+	subject, err := a.names.Audit().Subject(rec.Decision)
+	var msg *nats.Msg
+	if err == nil {
+		msg, err = newMsg(subject, rec)
 	}
-	msg, err := newMsg(subject, rec)
-	if err != nil {
-		a.log.Warn("audit record not stored", "decision", decision, "call", call.CallID, "error", err)
-		return
+	if err == nil {
+		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("audit.%s.%s.%d", rec.Decision, rec.CallID, rec.Time.UnixNano()))
+		err = retryTransient(context.WithoutCancel(ctx), bound, func(ctx context.Context) error {
+			_, err := a.js.PublishMsg(ctx, msg)
+			return err
+		})
 	}
-	if _, err := a.js.PublishMsgAsync(msg); err != nil {
-		a.log.Warn("audit record not stored", "decision", decision, "call", call.CallID, "error", err)
+	if err != nil {
+		a.log.Warn("audit record not stored", "decision", rec.Decision, "call", rec.CallID, "by", rec.By, "error", err)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -619,19 +618,4 @@ func (g *guard) refused(endpoint string, c *caller, req any, err error) {
 		rec.Agent = r.Agent
 	}
 	g.audit(rec)
-}
-
-// recordForbidden records a refused request without waiting for it to be stored.
-func (a *auditor) recordForbidden(rec *messages.AuditRecord) {
-	rec.Time = time.Now().UTC()
-	subject, err := a.names.Audit().Subject(rec.Decision)
-	if err == nil {
-		var msg *nats.Msg
-		if msg, err = newMsg(subject, rec); err == nil {
-			_, err = a.js.PublishMsgAsync(msg)
-		}
-	}
-	if err != nil {
-		a.log.Warn("audit record not stored", "decision", rec.Decision, "by", rec.By, "error", err)
-	}
 }

@@ -60,6 +60,11 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 	if _, err := agent.Call(ctx, "demo-word_count", map[string]string{"text": "a b"}); messages.CodeOf(err) != messages.CodeDenied {
 		t.Fatalf("word_count: err = %v, want denied", err)
 	}
+	// A denial is stored before it is answered: it is in the audit log at
+	// once.
+	if denied, err := operator.Operator().ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditDenied}); err != nil || len(denied.Records) != 1 {
+		t.Fatalf("audit.list of denials right after the denial: %+v %v, want its record", denied, err)
+	}
 
 	// A call's trace ID: the operator's calls.get has it; an agent's has
 	// it for its own call when it asks.
@@ -88,9 +93,9 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 	}
 
 	// The audit log: the decisions about the calls, newest stored first.
-	// The denial is recorded at once, without waiting for the write; the
-	// allowed call's record is copied from its queued event, within an
-	// interval: their order in the log is the order they were stored in.
+	// The allowed call's record is copied from its queued event, within
+	// an interval: the order of the two in the log is the order they were
+	// stored in.
 	var audit *messages.AuditListReply
 	testenv.Eventually(t, "the decisions in the audit log", func() bool {
 		audit, err = operator.Operator().ListAudit(ctx, messages.AuditListRequest{})
@@ -133,8 +138,9 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 		t.Errorf("stats.calls: states %v, namespaces %+v; want the echo call queued, running and completed in demo", counted, stats.Namespaces)
 	}
 
-	// An agent is refused the three, and each refusal is audited.
-	for _, read := range []func() error{
+	// An agent is refused the three, and each refusal is audited before
+	// it is answered.
+	for i, read := range []func() error{
 		func() error { _, err := agent.Operator().ListAudit(ctx, messages.AuditListRequest{}); return err },
 		func() error { _, err := agent.Operator().ListWorkers(ctx, ""); return err },
 		func() error { _, err := agent.Operator().CallStats(ctx, messages.CallStatsRequest{}); return err },
@@ -143,13 +149,11 @@ func TestOperatorReadsOfADeployment(t *testing.T) {
 		if messages.CodeOf(err) != messages.CodeForbidden || !strings.Contains(err.Error(), "for operators") {
 			t.Errorf("an agent's read: err = %v, want forbidden for operators", err)
 		}
+		if got, err := operator.Operator().ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditForbidden}); err != nil || len(got.Records) != i+1 {
+			t.Fatalf("audit.list right after refusal %d: %+v %v, want %d records", i+1, got, err, i+1)
+		}
 	}
-	// Refusals are recorded without waiting for the write: wait for them.
-	var forbidden *messages.AuditListReply
-	testenv.Eventually(t, "the refusals in the audit log", func() bool {
-		forbidden, err = operator.Operator().ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditForbidden})
-		return err != nil || len(forbidden.Records) >= 3
-	})
+	forbidden, err := operator.Operator().ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditForbidden})
 	if err != nil || len(forbidden.Records) != 3 || !strings.HasPrefix(forbidden.Records[0].Reason, messages.EndpointStatsCalls) ||
 		!strings.HasPrefix(forbidden.Records[1].Reason, messages.EndpointWorkersList) ||
 		!strings.HasPrefix(forbidden.Records[2].Reason, messages.EndpointAuditList) || forbidden.Records[0].By != "AGENTS/agent_a" {

@@ -170,7 +170,7 @@ func watchFiles(cfg Config, view *toolView, pol *atomic.Pointer[policy.Policy], 
 // the sweeper for Start to start.
 func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, resolver *exposure.Resolver, catalogKV, turnsKV, approvalsKV jetstream.KeyValue, stream *callStream) *sweeper {
 	schemas := newSchemaCache()
-	auditLog := &auditor{names: c.names, js: c.js, cache: schemas.redactions, log: c.log}
+	auditLog := &auditor{names: c.names, js: c.js, cache: schemas.redactions, unavailableWait: c.cfg.UnavailableWait, log: c.log}
 	audit := auditLog.record
 	c.guard = &guard{ids: c.cfg.Identities, audit: auditLog.recordForbidden, prefix: c.names.Prefix()}
 	turns := &turns{store: bucket{turnsKV, c.cfg.UnavailableWait}, calls: retryingTurnCalls{c.ledger.Turns(), c.cfg.UnavailableWait}}
