@@ -38,6 +38,7 @@ func run() error {
 	approvalTTL := flag.Duration("approval-ttl", 24*time.Hour, "how long an approval waits for a decision")
 	identitiesFile := flag.String("identities", os.Getenv("TOOLBUS_IDENTITIES"), "identities file (YAML): which agents each NATS user may act as, and which users are operators; without it the agent a request names is trusted")
 	maxWaitsPerUser := flag.Int("max-waits-per-user", coordinator.DefaultMaxWaitsPerUser, "with --identities: the long waits (submits with wait, calls.get and calls.events with wait_ms) one user may hold in this coordinator at once; more are refused with too_many_requests")
+	eventFeed := flag.Int("event-feed-threshold", coordinator.DefaultEventFeedThreshold, "past this many calls.events requests waiting at once, read the events stream once for all of them instead of walking it for each; a negative value never does")
 	staleToolTTL := flag.Duration("stale-tool-ttl", coordinator.DefaultStaleToolTTL, "remove the tools of a namespace that has had no live worker this long; 0 keeps them")
 	noLearning := flag.Bool("no-learning", false, "record no usage evidence (what agents searched for and then called), whatever the installation's learning switch says")
 	usageRetention := flag.Duration("usage-retention", usage.DefaultRetention, "how long an agent's usage evidence for a tool is kept after it last changed")
@@ -81,6 +82,7 @@ func run() error {
 		StaleToolTTL:        *staleToolTTL,
 		Identities:          identities,
 		MaxWaitsPerUser:     *maxWaitsPerUser,
+		EventFeedThreshold:  *eventFeed,
 		NoLearning:          *noLearning,
 		UsageRetention:      *usageRetention,
 		DutyLeaseTTL:        *dutyLeaseTTL,

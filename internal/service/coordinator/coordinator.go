@@ -55,6 +55,12 @@ type Config struct {
 	// requests need. It applies with Identities only, which name the user.
 	// Defaults to DefaultMaxWaitsPerUser.
 	MaxWaitsPerUser int
+	// EventFeedThreshold is how many calls.events requests may wait at
+	// once before the coordinator reads the events stream once for all of
+	// them, instead of each wait walking it (docs/operations.md, "Limits
+	// and sizing"). Defaults to DefaultEventFeedThreshold; a negative
+	// value never does.
+	EventFeedThreshold int
 	// SweepInterval is how often the coordinator looks for queued calls
 	// whose deadline passed without a worker, and for approvals that
 	// expired. Defaults to 5s.

@@ -26,6 +26,9 @@ type follower struct {
 	calls   *calls
 	waits   *waitLimit
 	maxWait time.Duration
+	// feed, once enough waits are held, keeps the events of the calls
+	// asked about, so that their waits walk the stream no more.
+	feed *eventFeed
 }
 
 // DefaultMaxWaitsPerUser is Config.MaxWaitsPerUser's default.
@@ -93,6 +96,15 @@ func (f *follower) callEvents(ctx context.Context, r *messages.CallEventsRequest
 	finishedBy := func(seq uint64) bool { return snap.Result != nil && snap.Result.Seq <= seq }
 	var arrivals <-chan struct{}
 	if r.WaitMS > 0 && !finishedBy(r.After) {
+		leave := f.feed.enter()
+		defer leave()
+		events, ok, err := f.keptEvents(ctx, snap, r, limit)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return eventsReply(r, events, finishedBy), nil
+		}
 		// Subscribed before the read, so that no event stored after it slips past.
 		ch, stop, err := f.eventArrivals(r.CallID)
 		if err != nil {
@@ -101,7 +113,7 @@ func (f *follower) callEvents(ctx context.Context, r *messages.CallEventsRequest
 		defer stop()
 		arrivals = ch
 	}
-	events, err := f.eventsAfter(ctx, snap.Bucket, snap.Namespace, r.CallID, r.After, limit)
+	events, _, err := f.eventsAfter(ctx, snap.Bucket, snap.Namespace, r.CallID, r.After, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +127,12 @@ func (f *follower) callEvents(ctx context.Context, r *messages.CallEventsRequest
 			return nil, err
 		}
 	}
+	return eventsReply(r, events, finishedBy), nil
+}
+
+// eventsReply is the reply to r with events, the call being finished by
+// the event at a sequence when finishedBy says so.
+func eventsReply(r *messages.CallEventsRequest, events []*ledger.Event, finishedBy func(seq uint64) bool) *messages.CallEventsReply {
 	reply := &messages.CallEventsReply{CallID: r.CallID, Events: make([]messages.CallEvent, 0, len(events)), Last: r.After}
 	for _, ev := range events {
 		reply.Events = append(reply.Events, ev.CallEvent)
@@ -122,18 +140,69 @@ func (f *follower) callEvents(ctx context.Context, r *messages.CallEventsRequest
 		reply.Finished = reply.Finished || ev.Kind == messages.EventResult
 	}
 	reply.Finished = reply.Finished || finishedBy(reply.Last)
-	return reply, nil
+	return reply
+}
+
+// keptEvents answers a waiting calls.events from the event feed when it
+// runs: ok is false when the request must be answered by walking the
+// stream. The call's first request through the feed walks once, which
+// tells the feed from where it has every event of the call.
+func (f *follower) keptEvents(ctx context.Context, snap *ledger.Snapshot, r *messages.CallEventsRequest, limit int) (events []*ledger.Event, ok bool, err error) {
+	// The feed leaves queued events out: it answers only after the call's.
+	if snap.Queued == nil || !f.feed.track(r.CallID, time.Now()) {
+		return nil, false, nil
+	}
+	budget := replyBudget(f.nc)
+	var changed <-chan struct{}
+	if r.After >= snap.Queued.Seq {
+		events, changed, ok = f.feed.after(r.CallID, snap.Namespace, snap.Bucket, r.After, limit, budget)
+	}
+	if !ok {
+		events, complete, err := f.eventsAfter(ctx, snap.Bucket, snap.Namespace, r.CallID, r.After, limit)
+		if err != nil || len(events) > 0 {
+			f.feed.walked(r.CallID, r.After, events, complete && err == nil)
+			return events, true, err
+		}
+		f.feed.walked(r.CallID, r.After, nil, complete)
+		if events, changed, ok = f.feed.after(r.CallID, snap.Namespace, snap.Bucket, r.After, limit, budget); !ok {
+			return nil, false, nil
+		}
+	}
+	if len(events) > 0 {
+		return events, true, nil
+	}
+	release, err := f.waits.hold(ctx)
+	if err != nil {
+		return nil, true, err
+	}
+	defer release()
+	wctx, cancel := context.WithTimeout(ctx, min(time.Duration(r.WaitMS)*time.Millisecond, f.maxWait))
+	defer cancel()
+	for {
+		select {
+		case <-changed:
+		case <-wctx.Done():
+			return nil, true, nil
+		}
+		if events, changed, ok = f.feed.after(r.CallID, snap.Namespace, snap.Bucket, r.After, limit, budget); !ok {
+			// The feed stopped: what it would have told is in the stream.
+			events, _, err := f.eventsAfter(ctx, snap.Bucket, snap.Namespace, r.CallID, r.After, limit)
+			return events, true, err
+		}
+		if len(events) > 0 {
+			return events, true, nil
+		}
+	}
 }
 
 // eventsAfter reads the call's events after a sequence, retrying while
-// the events stream does not answer.
-func (f *follower) eventsAfter(ctx context.Context, bucket, ns, callID string, after uint64, limit int) ([]*ledger.Event, error) {
-	var events []*ledger.Event
-	err := f.calls.retry(ctx, func(ctx context.Context) (err error) {
-		events, err = f.ledger.EventsAfter(ctx, bucket, ns, callID, after, limit, replyBudget(f.nc))
+// the events stream does not answer; complete is ledger.EventsAfter's.
+func (f *follower) eventsAfter(ctx context.Context, bucket, ns, callID string, after uint64, limit int) (events []*ledger.Event, complete bool, err error) {
+	err = f.calls.retry(ctx, func(ctx context.Context) (err error) {
+		events, complete, err = f.ledger.EventsAfter(ctx, bucket, ns, callID, after, limit, replyBudget(f.nc))
 		return err
 	})
-	return events, unavailable(err, "read events of call %s", callID)
+	return events, complete, unavailable(err, "read events of call %s", callID)
 }
 
 // replyBudget bounds the stored size of the events of one calls.events
@@ -171,7 +240,7 @@ func (f *follower) awaitEvents(ctx context.Context, bucket, ns string, r *messag
 			// A subscriber can see an event before the stream has stored
 			// it: read it back a few times, soon.
 			for pause := time.Millisecond; pause <= 128*time.Millisecond; pause *= 2 {
-				events, err := f.eventsAfter(ctx, bucket, ns, r.CallID, r.After, limit)
+				events, _, err := f.eventsAfter(ctx, bucket, ns, r.CallID, r.After, limit)
 				if err != nil || len(events) > 0 {
 					return events, err
 				}

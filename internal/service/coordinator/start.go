@@ -112,7 +112,7 @@ func (c *Coordinator) startSteps() []startStep {
 		{"", func(context.Context) (func(context.Context) error, error) {
 			stream := &callStream{nc: c.nc, names: c.names, stream: eventsStream, log: c.log}
 			sweep = c.buildRooms(view, index, exposure.NewResolver(workspace), catalogKV, turnsKV, approvalsKV, stream)
-			return nil, nil
+			return c.follower.feed.close, nil
 		}},
 		{"", c.serveAPI},
 		{"duties", func(ctx context.Context) (_ func(context.Context) error, err error) {
@@ -235,7 +235,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 	c.switches = &toolSwitches{catalog: view, store: catalog.NewStore(catalogKV)}
 	c.calls = &calls{ledger: c.ledger, wait: c.cfg.UnavailableWait, turns: turns, approvals: c.approvals, nc: c.nc, js: c.js, names: c.names, kept: c.cfg.Resources.WithDefaults().EventsMaxAge, log: c.log}
 	c.batches = &batches{nc: c.nc, names: c.names, ledger: c.ledger, calls: c.calls, submitter: c.submitter, waits: c.waits, handlers: c.handlers, maxWait: c.cfg.MaxWait, log: c.log}
-	c.follower = &follower{nc: c.nc, names: c.names, ledger: c.ledger, calls: c.calls, waits: c.waits, maxWait: c.cfg.MaxWait}
+	c.follower = &follower{nc: c.nc, names: c.names, ledger: c.ledger, calls: c.calls, waits: c.waits, maxWait: c.cfg.MaxWait, feed: newEventFeed(stream.stream, c.names, c.cfg.EventFeedThreshold, c.log)}
 	c.logReads = &logReads{nc: c.nc, js: c.js, names: c.names, ledger: c.ledger, view: c.view, depths: c.depths, statsScans: c.statsScans, unavailableWait: c.cfg.UnavailableWait}
 	return &sweeper{stream: stream, ledger: c.ledger, approvals: c.approvals, catalog: view, depths: c.depths, interval: c.cfg.SweepInterval, grace: c.cfg.SweepGrace, unavailableWait: c.cfg.UnavailableWait, log: c.log, index: newSettledIndex(stream.stream, c.names, c.cfg.SweepInterval)}
 }

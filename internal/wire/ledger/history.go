@@ -15,22 +15,25 @@ import (
 // that any replica may answer, and stops after the event that brings the
 // stored size of those read to maxBytes or more (0: no bound), so that
 // they fit in one reply. It holds no consumer on the server, so the
-// coordinator can serve it for any number of followers.
-func (l *Ledger) EventsAfter(ctx context.Context, bucket, ns, callID string, after uint64, max, maxBytes int) ([]*Event, error) {
+// coordinator can serve it for any number of followers. complete tells
+// that the read reached the stream's end: the call had no other event
+// after after when it was made.
+func (l *Ledger) EventsAfter(ctx context.Context, bucket, ns, callID string, after uint64, max, maxBytes int) (events []*Event, complete bool, err error) {
 	// Only the call's own namespace's and bucket's events: another
 	// namespace's worker may have written under the call's ID (see
 	// Snapshot.Namespace). One filter cannot name them (the queued event's
 	// subject has a token more), so the others are skipped here.
 	filter, err := l.names.Filters().CallEvents(callID)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var (
-		events    []*Event
-		size      int
-		decodeErr error
+		size, seen int
+		cut        bool
+		decodeErr  error
 	)
 	err = l.events.GetBatch(ctx, transport.BatchRequest{Seq: after + 1, NextBySubject: filter, Batch: max}, func(seq uint64, msg *nats.Msg) bool {
+		seen++
 		if l.names.Events().Namespace(msg.Subject) != ns || l.names.Events().Bucket(msg.Subject) != bucket {
 			return true
 		}
@@ -41,12 +44,13 @@ func (l *Ledger) EventsAfter(ctx context.Context, bucket, ns, callID string, aft
 		}
 		events = append(events, ev)
 		size += len(msg.Data)
-		return len(events) < max && (maxBytes <= 0 || size < maxBytes)
+		cut = maxBytes > 0 && size >= maxBytes
+		return len(events) < max && !cut
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read events of call %s: %w", callID, err)
+		return nil, false, fmt.Errorf("read events of call %s: %w", callID, err)
 	}
-	return events, decodeErr
+	return events, decodeErr == nil && !cut && seen < max, decodeErr
 }
 
 // NewRoutesOn is NewRoutes under a route the caller chose: with

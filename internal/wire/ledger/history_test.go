@@ -13,7 +13,8 @@ import (
 // sequence come oldest first, whether or not another namespace's event
 // under the call's ID comes first after it, bounded by max and by the
 // stored size, with always at least one event; nothing after the last is
-// an empty answer, not an error.
+// an empty answer, not an error. A read is complete only when nothing cut
+// it short.
 func TestEventsAfterReadsTheCallsOwnEventsInOrder(t *testing.T) {
 	t.Parallel()
 	l, forger, ctx := setupLedgers(t)
@@ -41,9 +42,9 @@ func TestEventsAfterReadsTheCallsOwnEventsInOrder(t *testing.T) {
 		}
 		own = append(own, seq)
 	}
-	read := func(after uint64, max, maxBytes int) []uint64 {
+	read := func(after uint64, max, maxBytes int) ([]uint64, bool) {
 		t.Helper()
-		events, err := l.EventsAfter(ctx, b, "demo", id, after, max, maxBytes)
+		events, complete, err := l.EventsAfter(ctx, b, "demo", id, after, max, maxBytes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,22 +55,26 @@ func TestEventsAfterReadsTheCallsOwnEventsInOrder(t *testing.T) {
 			}
 			got = append(got, ev.Seq)
 		}
-		return got
+		return got, complete
 	}
 	for _, c := range []struct {
 		name          string
 		after         uint64
 		max, maxBytes int
 		want          []uint64
+		complete      bool
 	}{
-		{"all after the queued event", queued, 256, 0, own},
-		{"at most two", forged, 2, 0, own[:2]},
-		{"from the middle", own[1], 256, 0, own[2:]},
-		{"one byte's worth is still one event", forged, 256, 1, own[:1]},
-		{"nothing after the last", own[4], 256, 0, nil},
+		{"all after the queued event", queued, 256, 0, own, true},
+		{"at most two", forged, 2, 0, own[:2], false},
+		{"from the middle", own[1], 256, 0, own[2:], true},
+		{"one byte's worth is still one event", forged, 256, 1, own[:1], false},
+		{"nothing after the last", own[4], 256, 0, nil, true},
+		// The forged event counts against max: the read stops before the
+		// stream's end.
+		{"max reached with a skipped event", queued, 6, 0, own, false},
 	} {
-		if got := read(c.after, c.max, c.maxBytes); fmt.Sprint(got) != fmt.Sprint(c.want) {
-			t.Errorf("%s: read %v, want %v", c.name, got, c.want)
+		if got, complete := read(c.after, c.max, c.maxBytes); fmt.Sprint(got) != fmt.Sprint(c.want) || complete != c.complete {
+			t.Errorf("%s: read %v (complete %v), want %v (complete %v)", c.name, got, complete, c.want, c.complete)
 		}
 	}
 }
