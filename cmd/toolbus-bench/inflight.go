@@ -64,6 +64,7 @@ type inflightReport struct {
 	Watchers            int     `json:"watchers"`
 	WatchVia            string  `json:"watch_via"`
 	WatchedProgressPerS float64 `json:"watched_progress_per_s"`
+	WatchersCaughtUpS   float64 `json:"watchers_caught_up_s"`
 	ServerCPUPerS       float64 `json:"server_cpu_s_per_s"`
 	CoordinatorCPUPerS  float64 `json:"coordinator_cpu_s_per_s"`
 }
@@ -173,8 +174,22 @@ func runInflight(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	watched, stopWatching := watchCalls(ctx, watcher, ids[:*watchers])
+	watched, caughtUp, stopWatching := watchCalls(ctx, watcher, ids[:*watchers])
 	defer stopWatching()
+	// The plateau begins once every watcher follows live: their first
+	// reads of their calls' histories are measured apart.
+	watchBegan := time.Now()
+	select {
+	case <-caughtUp:
+	case <-time.After(5 * time.Minute):
+		return fmt.Errorf("the %d watchers did not all follow their calls live within 5 minutes", *watchers)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	r.WatchersCaughtUpS = time.Since(watchBegan).Seconds()
+	if *watchers > 0 {
+		fmt.Fprintf(os.Stderr, "%d watchers (via the %s) follow their calls live after %.1fs\n", *watchers, *watchVia, r.WatchersCaughtUpS)
+	}
 
 	// The plateau: every call sleeps, renews its lease and reports progress.
 	if err := measurePlateau(ctx, s, observer, names, *plateau, watched, &r); err != nil {
@@ -303,22 +318,38 @@ func (s *stack) rssMB() (coordinators, workers, server float64) {
 }
 
 // watchCalls follows each call through the SDK's Watch, counting the
-// progress events received, until stop is called.
-func watchCalls(ctx context.Context, c *client.Client, callIDs []string) (*atomic.Int64, func()) {
-	var received atomic.Int64
+// progress events received, until stop is called. caughtUp is closed once
+// every watcher has read its call's history and a progress event reported
+// after the watching began.
+func watchCalls(ctx context.Context, c *client.Client, callIDs []string) (received *atomic.Int64, caughtUp <-chan struct{}, stop func()) {
+	received = new(atomic.Int64)
+	began := time.Now()
 	wctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	var wg, live sync.WaitGroup
+	live.Add(len(callIDs))
 	for _, id := range callIDs {
 		wg.Go(func() {
+			caught := false
+			defer func() {
+				if !caught {
+					live.Done()
+				}
+			}()
 			for ev, err := range c.Watch(wctx, id) {
 				if err != nil {
 					return
 				}
 				if ev.Progress != nil {
 					received.Add(1)
+					if !caught && !ev.Time.Before(began) {
+						caught = true
+						live.Done()
+					}
 				}
 			}
 		})
 	}
-	return &received, func() { cancel(); wg.Wait() }
+	all := make(chan struct{})
+	go func() { live.Wait(); close(all) }()
+	return received, all, func() { cancel(); wg.Wait() }
 }

@@ -553,10 +553,12 @@ func (c *Client) ListCalls(ctx context.Context, req messages.CallsListRequest) (
 // under another namespace than the call's (the one its queued event
 // names) are skipped.
 //
-// Each event followed costs the server a walk of the events stream's
-// messages stored since the call's previous event (docs/BENCHMARKS.md,
-// "Watchers of long-running calls"): to wait for the result alone, use
-// Wait, which walks nothing.
+// Each event followed through the client's own consumer costs the server
+// a walk of the events stream's messages stored since the call's previous
+// event (docs/BENCHMARKS.md, "Watchers of long-running calls"); through
+// the coordinator it does only while the coordinator holds few waits
+// (docs/reliability.md, "The event feed"). To wait for the result alone,
+// use Wait, which walks nothing.
 func (c *Client) Watch(ctx context.Context, callID string) iter.Seq2[*messages.CallEvent, error] {
 	return func(yield func(*messages.CallEvent, error) bool) {
 		if c.api.readsViaCoordinator() {

@@ -70,11 +70,11 @@ type eventFeed struct {
 	mu sync.Mutex
 	// waiting counts the calls.events requests that may wait, now.
 	waiting int
-	// running is set while a follow loop runs; through is the last stream
-	// sequence it applied (0 before its first consumer is made).
-	running bool
-	through uint64
-	calls   map[string]*keptCall
+	// running is set while a follow loop runs; started once it made its
+	// first consumer; through is the last stream sequence it applied.
+	running, started bool
+	through          uint64
+	calls            map[string]*keptCall
 	// bytes is the stored size of every event kept.
 	bytes  int
 	stop   context.CancelFunc
@@ -121,6 +121,7 @@ func (f *eventFeed) enter() (leave func()) {
 	if !f.running && !f.closed && f.waiting >= f.threshold {
 		ctx, cancel := context.WithCancel(context.Background())
 		f.running, f.stop, f.done = true, cancel, make(chan struct{})
+		f.log.Info("following the events stream once for every watcher", "waits", f.waiting, "threshold", f.threshold)
 		go f.run(ctx, f.done)
 	}
 	return func() {
@@ -138,7 +139,7 @@ func (f *eventFeed) track(callID string, now time.Time) (ok bool) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.running || f.through == 0 {
+	if !f.running || !f.started {
 		return false
 	}
 	c := f.calls[callID]
@@ -220,7 +221,8 @@ func (f *eventFeed) run(ctx context.Context, done chan struct{}) {
 		for _, c := range f.calls {
 			close(c.changed)
 		}
-		f.running, f.through, f.calls, f.bytes = false, 0, nil, 0
+		f.running, f.started, f.through, f.calls, f.bytes = false, false, 0, nil, 0
+		f.log.Info("no longer following the events stream for the watchers; their waits read it again", "waits", f.waiting)
 	}()
 	for failures := 0; ctx.Err() == nil; failures++ {
 		err := f.follow(ctx)
@@ -307,8 +309,10 @@ func (f *eventFeed) follow(ctx context.Context) error {
 // the last applied; in memory and without acknowledgements, each delivery
 // checked for gaps.
 func (f *eventFeed) consumer(ctx context.Context) (jetstream.Consumer, error) {
-	from := f.position() + 1
-	if from == 1 {
+	f.mu.Lock()
+	started, from := f.started, f.through+1
+	f.mu.Unlock()
+	if !started {
 		info, err := f.stream.Info(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read the events stream's last sequence: %w", err)
@@ -336,8 +340,8 @@ func (f *eventFeed) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		return nil, fmt.Errorf("follow the events from %d: %w", from, err)
 	}
 	f.mu.Lock()
-	if f.through == 0 {
-		f.through = from - 1
+	if !f.started {
+		f.started, f.through = true, from-1
 	}
 	f.mu.Unlock()
 	return cons, nil
@@ -392,6 +396,8 @@ func (f *eventFeed) prune(now time.Time) (stop bool) {
 	defer f.mu.Unlock()
 	for id, c := range f.calls {
 		if now.Sub(c.asked) > f.idle {
+			// A wait still on it reads the stream instead.
+			close(c.changed)
 			f.bytes -= c.bytes
 			delete(f.calls, id)
 		}

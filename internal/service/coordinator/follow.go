@@ -185,9 +185,9 @@ func (f *follower) keptEvents(ctx context.Context, snap *ledger.Snapshot, r *mes
 			return nil, true, nil
 		}
 		if events, changed, ok = f.feed.after(r.CallID, snap.Namespace, snap.Bucket, r.After, limit, budget); !ok {
-			// The feed stopped: what it would have told is in the stream.
-			events, _, err := f.eventsAfter(ctx, snap.Bucket, snap.Namespace, r.CallID, r.After, limit)
-			return events, true, err
+			// The feed stopped, or forgot the call: the wait goes on
+			// reading the stream.
+			return nil, false, nil
 		}
 		if len(events) > 0 {
 			return events, true, nil
