@@ -158,10 +158,10 @@ func (f *follower) keptEvents(ctx context.Context, snap *ledger.Snapshot, r *mes
 		events, changed, ok = f.feed.after(r.CallID, snap.Namespace, snap.Bucket, r.After, limit, budget)
 	}
 	if !ok {
-		events, complete, err := f.eventsAfter(ctx, snap.Bucket, snap.Namespace, r.CallID, r.After, limit)
-		if err != nil || len(events) > 0 {
-			f.feed.walked(r.CallID, r.After, events, complete && err == nil)
-			return events, true, err
+		walked, complete, err := f.eventsAfter(ctx, snap.Bucket, snap.Namespace, r.CallID, r.After, limit)
+		if err != nil || len(walked) > 0 {
+			f.feed.walked(r.CallID, r.After, walked, complete && err == nil)
+			return walked, true, err
 		}
 		f.feed.walked(r.CallID, r.After, nil, complete)
 		if events, changed, ok = f.feed.after(r.CallID, snap.Namespace, snap.Bucket, r.After, limit, budget); !ok {
