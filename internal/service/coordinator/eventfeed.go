@@ -84,6 +84,9 @@ type eventFeed struct {
 
 // keptCall is what the feed keeps of one call.
 type keptCall struct {
+	// ns and bucket are the call's: events written under its ID elsewhere
+	// are not kept (docs/protocol.md, "Whose events count").
+	ns, bucket string
 	// since is the feed's position when the call was first asked about.
 	since, known uint64
 	// dropped is the last sequence dropped to bound what is kept.
@@ -131,9 +134,9 @@ func (f *eventFeed) enter() (leave func()) {
 	}
 }
 
-// track keeps the call's events from now on, if the feed runs and has
-// room; ok tells whether it does.
-func (f *eventFeed) track(callID string, now time.Time) (ok bool) {
+// track keeps the events of the call of namespace ns and bucket from now
+// on, if the feed runs and has room; ok tells whether it does.
+func (f *eventFeed) track(callID, ns, bucket string, now time.Time) (ok bool) {
 	if f == nil {
 		return false
 	}
@@ -147,11 +150,14 @@ func (f *eventFeed) track(callID string, now time.Time) (ok bool) {
 		if len(f.calls) >= eventFeedMaxCalls {
 			return false
 		}
-		c = &keptCall{since: f.through, known: f.through, changed: make(chan struct{})}
+		c = &keptCall{ns: ns, bucket: bucket, since: f.through, known: f.through, changed: make(chan struct{})}
 		if f.calls == nil {
 			f.calls = make(map[string]*keptCall)
 		}
 		f.calls[callID] = c
+	}
+	if c.ns != ns || c.bucket != bucket {
+		return false
 	}
 	c.asked = now
 	return true
@@ -182,11 +188,11 @@ func (f *eventFeed) walked(callID string, after uint64, events []*ledger.Event, 
 	}
 }
 
-// after returns the call's kept events of namespace ns and bucket after
-// seq, within max and maxBytes as ledger.EventsAfter bounds them. ok is
-// false when the feed cannot tell them (the request walks); with none yet,
-// changed is closed when one is kept.
-func (f *eventFeed) after(callID, ns, bucket string, seq uint64, limit, maxBytes int) (events []*ledger.Event, changed <-chan struct{}, ok bool) {
+// after returns the call's kept events after seq, within max and
+// maxBytes as ledger.EventsAfter bounds them. ok is false when the feed
+// cannot tell them (the request walks); with none yet, changed is closed
+// when one is kept.
+func (f *eventFeed) after(callID string, seq uint64, limit, maxBytes int) (events []*ledger.Event, changed <-chan struct{}, ok bool) {
 	if f == nil {
 		return nil, nil, false
 	}
@@ -198,7 +204,7 @@ func (f *eventFeed) after(callID, ns, bucket string, seq uint64, limit, maxBytes
 	}
 	size := 0
 	for _, k := range c.events {
-		if k.ev.Seq <= seq || k.ev.Namespace != ns || k.ev.Bucket != bucket {
+		if k.ev.Seq <= seq {
 			continue
 		}
 		events = append(events, k.ev)
@@ -361,10 +367,10 @@ func (f *eventFeed) apply(seq uint64, msg jetstream.Msg) {
 	defer f.mu.Unlock()
 	f.through = max(f.through, seq)
 	c := f.calls[callID]
-	if !parsed || c == nil || seq <= c.since {
+	if !parsed || c == nil || seq <= c.since || ns != c.ns || events.Bucket(msg.Subject()) != c.bucket {
 		return
 	}
-	ev := &ledger.Event{Seq: seq, Namespace: ns, Bucket: events.Bucket(msg.Subject())}
+	ev := &ledger.Event{Seq: seq, Namespace: ns, Bucket: c.bucket}
 	if _, err := messages.DecodeStored(messages.Header(msg.Headers()), msg.Data(), &ev.CallEvent); err != nil {
 		// The walk reports what cannot be read: from here on, this call
 		// walks.

@@ -33,11 +33,11 @@ func TestTheEventFeedStopsWhenItsWatchersLeave(t *testing.T) {
 	}
 
 	leave := feed.enter()
-	eventually(t, "the feed to follow", func() bool { return feed.track("call-1", time.Now()) })
+	eventually(t, "the feed to follow", func() bool { return feed.track("call-1", "demo", messages.TurnBucket(""), time.Now()) })
 	if consumers() != 1 {
 		t.Fatalf("%d consumers on the events stream while the feed runs, want 1", consumers())
 	}
-	_, changed, ok := feed.after("call-1", "demo", messages.TurnBucket(""), feed.position(), 10, 0)
+	_, changed, ok := feed.after("call-1", feed.position(), 10, 0)
 	if !ok {
 		t.Fatal("the feed cannot answer for a call it tracks from its position on")
 	}
@@ -47,14 +47,14 @@ func TestTheEventFeedStopsWhenItsWatchersLeave(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("a wait on the feed was not woken when the feed stopped")
 	}
-	if _, _, ok := feed.after("call-1", "demo", messages.TurnBucket(""), 0, 10, 0); ok {
+	if _, _, ok := feed.after("call-1", 0, 10, 0); ok {
 		t.Fatal("a stopped feed still answers")
 	}
 	eventually(t, "the feed's consumer to be deleted", func() bool { return consumers() == 0 })
 
 	leave = feed.enter()
 	defer leave()
-	eventually(t, "the feed to follow again", func() bool { return feed.track("call-2", time.Now()) })
+	eventually(t, "the feed to follow again", func() bool { return feed.track("call-2", "demo", messages.TurnBucket(""), time.Now()) })
 }
 
 // eventually polls check until it holds, for a minute at most: the

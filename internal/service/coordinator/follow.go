@@ -149,13 +149,13 @@ func eventsReply(r *messages.CallEventsRequest, events []*ledger.Event, finished
 // tells the feed from where it has every event of the call.
 func (f *follower) keptEvents(ctx context.Context, snap *ledger.Snapshot, r *messages.CallEventsRequest, limit int) (events []*ledger.Event, ok bool, err error) {
 	// The feed leaves queued events out: it answers only after the call's.
-	if snap.Queued == nil || !f.feed.track(r.CallID, time.Now()) {
+	if snap.Queued == nil || !f.feed.track(r.CallID, snap.Namespace, snap.Bucket, time.Now()) {
 		return nil, false, nil
 	}
 	budget := replyBudget(f.nc)
 	var changed <-chan struct{}
 	if r.After >= snap.Queued.Seq {
-		events, changed, ok = f.feed.after(r.CallID, snap.Namespace, snap.Bucket, r.After, limit, budget)
+		events, changed, ok = f.feed.after(r.CallID, r.After, limit, budget)
 	}
 	if !ok {
 		walked, complete, err := f.eventsAfter(ctx, snap.Bucket, snap.Namespace, r.CallID, r.After, limit)
@@ -164,7 +164,7 @@ func (f *follower) keptEvents(ctx context.Context, snap *ledger.Snapshot, r *mes
 			return walked, true, err
 		}
 		f.feed.walked(r.CallID, r.After, nil, complete)
-		if events, changed, ok = f.feed.after(r.CallID, snap.Namespace, snap.Bucket, r.After, limit, budget); !ok {
+		if events, changed, ok = f.feed.after(r.CallID, r.After, limit, budget); !ok {
 			return nil, false, nil
 		}
 	}
@@ -184,7 +184,7 @@ func (f *follower) keptEvents(ctx context.Context, snap *ledger.Snapshot, r *mes
 		case <-wctx.Done():
 			return nil, true, nil
 		}
-		if events, changed, ok = f.feed.after(r.CallID, snap.Namespace, snap.Bucket, r.After, limit, budget); !ok {
+		if events, changed, ok = f.feed.after(r.CallID, r.After, limit, budget); !ok {
 			// The feed stopped, or forgot the call: the wait goes on
 			// reading the stream.
 			return nil, false, nil
