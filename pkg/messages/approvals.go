@@ -142,6 +142,9 @@ const (
 	// AuditRefused: a decision on an approval was refused (it was no
 	// longer pending, say); the record's reason is the refusal's message.
 	AuditRefused = "refused"
+	// AuditNotAdmitted: the agent's exposure rules exclude the tool it
+	// called; the call was refused with not_admitted and never queued.
+	AuditNotAdmitted = "not_admitted"
 )
 
 // AuditCalls is the subject token ("<prefix>.audit.calls") of the audit

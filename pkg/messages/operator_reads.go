@@ -27,7 +27,7 @@ const AuditForbidden = "forbidden"
 // audit.list may filter on.
 var AuditDecisions = []string{
 	AuditAllowed, AuditDenied, AuditAsked, AuditApproved, AuditRejected, AuditExpired, AuditRemembered, AuditForbidden,
-	AuditWithdrawn, AuditRefused,
+	AuditWithdrawn, AuditRefused, AuditNotAdmitted,
 }
 
 // Bounds of an audit.list page.

@@ -248,8 +248,25 @@ tool:
 	testenv.Worker(t, srv.URL(), worker.Config{}, worker.Namespace{Name: demo.Name, Tools: demo.Tools()})
 	c := testenv.Client(t, srv.URL(), client.Options{Agent: "narrow"})
 	ctx := testenv.Context(t)
-	if _, err := c.Call(ctx, "demo-sha256", map[string]string{"text": "x"}); !errors.Is(err, &messages.Error{Code: messages.CodeNotAdmitted}) {
+	if _, err := c.Call(ctx, "demo-sha256", map[string]string{"text": "x", "api_key": "sk-live-123"}); !errors.Is(err, &messages.Error{Code: messages.CodeNotAdmitted}) {
 		t.Fatalf("excluded tool: %v", err)
+	}
+	// The refusal is in the audit log by the time it is answered, its
+	// arguments redacted as a denial's are. (A copy of the submit that
+	// the SDK sent before the answer came is refused, and recorded, too.)
+	page, err := c.Operator().ListAudit(ctx, messages.AuditListRequest{Decision: messages.AuditNotAdmitted})
+	if err != nil || len(page.Records) == 0 {
+		t.Fatalf("the refused call is not audited: %+v %v", page, err)
+	}
+	for _, rec := range page.Records {
+		var args map[string]string
+		if err := json.Unmarshal(rec.Arguments, &args); err != nil {
+			t.Fatalf("record's arguments %s: %v", rec.Arguments, err)
+		}
+		if rec.Decision != messages.AuditNotAdmitted || rec.Tool != "demo-sha256" || rec.Agent != "narrow" || rec.CallID == "" ||
+			rec.Reason != `the exposure rules of agent "narrow" exclude demo-sha256` || args["text"] != "x" || args["api_key"] != "[redacted]" {
+			t.Fatalf("record %+v, arguments %v", rec, args)
+		}
 	}
 	if _, err := c.Activate(ctx, "t1", "demo-sha256"); !errors.Is(err, &messages.Error{Code: messages.CodeNotAdmitted}) {
 		t.Fatalf("activating an excluded tool: %v", err)

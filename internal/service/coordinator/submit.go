@@ -136,6 +136,12 @@ func (p *submitPipeline) runClaimed(ctx context.Context, sr *messages.SubmitRequ
 	}
 	tool, admission, err := p.admit(ctx, sr.Agent, name)
 	if err != nil {
+		if tool != nil && messages.CodeOf(err) == messages.CodeNotAdmitted {
+			// Audited as a denial is, with the arguments as sent, redacted
+			// as the tool's schema says.
+			call := newCall(sr, name, tool, read.raw, "", time.Now().UTC(), p.limits.defaultTimeout)
+			p.audit(ctx, messages.AuditNotAdmitted, call, &tool.Definition, policy.Decision{Reason: messages.AsError(err).Message}, "")
+		}
 		return nil, false, err
 	}
 	if claimTurn != nil {
@@ -251,7 +257,8 @@ type checkedArguments struct {
 
 // admit finds the tool and checks that it can be called by the agent:
 // it is in the catalog, enabled, served if it must be, and the agent's
-// exposure rules do not exclude it.
+// exposure rules do not exclude it. A tool they exclude is returned with
+// the not_admitted refusal, for its record.
 func (p *submitPipeline) admit(ctx context.Context, agent string, name messages.ToolName) (*catalog.Tool, *exposure.Admission, error) {
 	// A tool the catalog holds is found without a read, and without the
 	// retries' timer.
@@ -282,7 +289,7 @@ func (p *submitPipeline) admit(ctx context.Context, agent string, name messages.
 	}
 	admission := p.admission(agent)
 	if agent != "" && admission.Excluded(name.String()) {
-		return nil, nil, messages.Errorf(messages.CodeNotAdmitted, "the exposure rules of agent %q exclude %s", agent, name)
+		return tool, nil, messages.Errorf(messages.CodeNotAdmitted, "the exposure rules of agent %q exclude %s", agent, name)
 	}
 	return tool, admission, nil
 }

@@ -193,6 +193,11 @@ func TestAdmit(t *testing.T) {
 				if code := messages.CodeOf(err); code != tc.want {
 					t.Fatalf("code = %s (%v), want %s", code, err, tc.want)
 				}
+				// An excluded tool comes with its refusal, for the record
+				// of it (runClaimed audits it).
+				if excluded := tc.want == messages.CodeNotAdmitted; excluded != (got != nil) {
+					t.Fatalf("refused with %v, tool %v", err, got)
+				}
 				return
 			}
 			if err != nil {
