@@ -67,11 +67,11 @@ func (n EventNames) Subject(bucket, callID string, kind EventKind, ns string) (s
 // subject made by Subject or Queued. ok is false for any other
 // subject.
 func (n EventNames) Parse(subject string) (callID string, kind EventKind, ns string, ok bool) {
-	tokens, found := n.tokens(subject)
+	tokens, count, found := n.tokens(subject)
 	if !found {
 		return "", "", "", false
 	}
-	if len(tokens) == 5 {
+	if count == 5 {
 		return tokens[1], EventQueued, tokens[4], true
 	}
 	return tokens[1], EventKind(tokens[2]), tokens[3], true
@@ -79,29 +79,37 @@ func (n EventNames) Parse(subject string) (callID string, kind EventKind, ns str
 
 // tokens returns the tokens after "<prefix>.events." of an event
 // subject: bucket, call ID, kind and namespace, with the turn before the
-// namespace for a queued event. found is false for any other subject.
-func (n EventNames) tokens(subject string) (tokens []string, found bool) {
+// namespace for a queued event; count is how many there are (4, or 5 for
+// a queued event). found is false for any other subject. The tokens are
+// returned in an array, not a slice: every event a process reads is
+// parsed, and a slice would be an allocation each.
+func (n EventNames) tokens(subject string) (tokens [5]string, count int, found bool) {
 	rest, found := strings.CutPrefix(subject, n.prefix+".events.")
 	if !found {
-		return nil, false
+		return tokens, 0, false
 	}
-	tokens = strings.Split(rest, ".")
+	for more := true; more; count++ {
+		if count == len(tokens) {
+			return tokens, 0, false
+		}
+		tokens[count], rest, more = strings.Cut(rest, ".")
+	}
 	if validateBucket(tokens[0]) != nil {
-		return nil, false
+		return tokens, 0, false
 	}
 	switch {
-	case len(tokens) == 4 && tokens[2] != string(EventQueued):
-		return tokens, true
-	case len(tokens) == 5 && tokens[2] == string(EventQueued):
-		return tokens, true
+	case count == 4 && tokens[2] != string(EventQueued):
+		return tokens, count, true
+	case count == 5 && tokens[2] == string(EventQueued):
+		return tokens, count, true
 	}
-	return nil, false
+	return tokens, 0, false
 }
 
 // Bucket returns the bucket token of an event subject, or "" when
 // subject is not one.
 func (n EventNames) Bucket(subject string) string {
-	tokens, found := n.tokens(subject)
+	tokens, _, found := n.tokens(subject)
 	if !found {
 		return ""
 	}
@@ -111,8 +119,8 @@ func (n EventNames) Bucket(subject string) string {
 // Turn returns the turn a queued event's subject names, "" for a
 // call outside any turn; ok is false when subject is no queued event's.
 func (n EventNames) Turn(subject string) (turn string, ok bool) {
-	tokens, found := n.tokens(subject)
-	if !found || len(tokens) != 5 {
+	tokens, count, found := n.tokens(subject)
+	if !found || count != 5 {
 		return "", false
 	}
 	if tokens[3] == NoTurn {

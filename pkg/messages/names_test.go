@@ -166,6 +166,16 @@ func TestRoutedResultSubjects(t *testing.T) {
 // A queued event's subject names its call, its turn and its namespace,
 // last; the filters of the namespace's consumer and of the turn's index
 // match it, and every reader takes the same call and namespace from it.
+// Every event a worker, a coordinator or a client reads has its subject
+// parsed: the parse allocates nothing.
+func TestParsingAnEventSubjectAllocatesNothing(t *testing.T) {
+	n := MustNames("")
+	subject := "toolbus.events.0c.c1.queued.turn-1.demo"
+	if allocs := testing.AllocsPerRun(100, func() { n.Events().Parse(subject) }); allocs != 0 {
+		t.Errorf("Events().Parse allocates %.0f times", allocs)
+	}
+}
+
 func TestQueuedSubjectNamesTheTurn(t *testing.T) {
 	n := MustNames("")
 	inTurn, err := n.Events().Queued("c1", "turn-1", "demo")
@@ -193,6 +203,9 @@ func TestQueuedSubjectNamesTheTurn(t *testing.T) {
 		{"toolbus.events.0c.c1.result.turn-1.demo", "", "", "", "", false, false},
 		{"toolbus.events.c1.queued.turn-1.demo", "", "", "", "", false, false}, // unbucketed
 		{"toolbus.events.c1.result.demo", "", "", "", "", false, false},
+		{"toolbus.events.0c.c1.queued.turn-1.demo.extra", "", "", "", "", false, false},
+		{"toolbus.events.0c.c1.result.demo.extra.more", "", "", "", "", false, false},
+		{"toolbus.events.0c", "", "", "", "", false, false},
 	} {
 		id, kind, ns, ok := n.Events().Parse(tc.subject)
 		if ok != tc.ok || id != tc.id || kind != tc.kind || ns != tc.ns {
