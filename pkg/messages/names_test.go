@@ -163,9 +163,6 @@ func TestRoutedResultSubjects(t *testing.T) {
 	}
 }
 
-// A queued event's subject names its call, its turn and its namespace,
-// last; the filters of the namespace's consumer and of the turn's index
-// match it, and every reader takes the same call and namespace from it.
 // Every event a worker, a coordinator or a client reads has its subject
 // parsed: the parse allocates nothing.
 func TestParsingAnEventSubjectAllocatesNothing(t *testing.T) {
@@ -176,6 +173,9 @@ func TestParsingAnEventSubjectAllocatesNothing(t *testing.T) {
 	}
 }
 
+// A queued event's subject names its call, its turn and its namespace,
+// last; the filters of the namespace's consumer and of the turn's index
+// match it, and every reader takes the same call and namespace from it.
 func TestQueuedSubjectNamesTheTurn(t *testing.T) {
 	n := MustNames("")
 	inTurn, err := n.Events().Queued("c1", "turn-1", "demo")
