@@ -23,11 +23,20 @@ import (
 // (the password its name says, its inbox prefix).
 func Deployed(t testing.TB, policy string, slots int) (as func(user string) *nats.Conn) {
 	t.Helper()
+	as, _ = DeployedWithoutWorkers(t, policy)
+	Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: slots})
+	return as
+}
+
+// DeployedWithoutWorkers is Deployed without the demo namespace's
+// worker, for a worker of another kind to serve it as its user; url is
+// the server's.
+func DeployedWithoutWorkers(t testing.TB, policy string) (as func(user string) *nats.Conn, url string) {
+	t.Helper()
 	deploy := filepath.Join(moduleRoot(t), "deploy", "nats")
 	srv := ServerWith(t, natsserver.Config{ConfigFile: filepath.Join(deploy, "users.conf")})
 	as = func(user string) *nats.Conn {
-		password := strings.ReplaceAll(user, "_", "-") + "-secret"
-		return Connect(t, srv.URL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
+		return Connect(t, srv.URL(), nats.UserInfo(user, DeployedPassword(user)), nats.CustomInboxPrefix(natsflags.InboxPrefix(user)))
 	}
 	ids, err := coordinator.LoadIdentities(filepath.Join(deploy, "identities.yaml"))
 	if err != nil {
@@ -40,6 +49,11 @@ func Deployed(t testing.TB, policy string, slots int) (as func(user string) *nat
 	Coordinator(t, srv.URL(), func(cfg *coordinator.Config) {
 		cfg.Conn, cfg.Identities, cfg.PolicyFile = as("coordinator"), ids, policyFile
 	})
-	Worker(t, "", worker.Config{Conn: as("worker_demo")}, worker.Namespace{Name: demo.Name, Tools: demo.Tools(), Slots: slots})
-	return as
+	return as, srv.URL()
+}
+
+// DeployedPassword is the password deploy/nats gives a user: its name,
+// with "-" for "_", and "-secret".
+func DeployedPassword(user string) string {
+	return strings.ReplaceAll(user, "_", "-") + "-secret"
 }

@@ -1,0 +1,9 @@
+package python
+
+import (
+	"testing"
+
+	"github.com/toolbus/toolbus/internal/dev/testenv/leaks"
+)
+
+func TestMain(m *testing.M) { leaks.Main(m) }

@@ -1,0 +1,162 @@
+package python
+
+import (
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/dev/testenv"
+	"github.com/toolbus/toolbus/internal/wire/natsflags"
+	"github.com/toolbus/toolbus/pkg/messages"
+)
+
+// The deployed configuration's agent that the caller acts as, and its
+// route (deploy/nats/identities.yaml).
+const (
+	agentUser  = "agent_a"
+	agentName  = "support-bot"
+	agentRoute = "agentAroute00000000001"
+	workerUser = "worker_demo"
+)
+
+type deployment struct {
+	url string
+	as  func(user string) *nats.Conn
+}
+
+// deploy starts a server with the deployed users and a coordinator, and
+// no worker: namespace demo is the Python worker's.
+func deploy(t *testing.T) *deployment {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatal("python3 is needed to run the Python worker and caller (.ci/run installs it):", err)
+	}
+	t.Parallel()
+	as, url := testenv.DeployedWithoutWorkers(t, "default: allow\n")
+	return &deployment{url: url, as: as}
+}
+
+// worker starts a Python worker of namespace demo, connected as the
+// namespace's deployed user, and waits until it pulls.
+func (d *deployment) worker(t *testing.T, id string, args ...string) *testenv.Process {
+	t.Helper()
+	args = append([]string{"testdata/worker.py", "--url", d.url,
+		"--user", workerUser, "--password", testenv.DeployedPassword(workerUser),
+		"--inbox-prefix", natsflags.InboxPrefix(workerUser), "--worker-id", id}, args...)
+	p := testenv.Start(t, "python3", args...)
+	p.WaitLine(t, "READY "+id)
+	return p
+}
+
+// call runs the Python caller as the deployed agent and returns what it
+// printed; the caller exits non-zero, saying why, when a check fails.
+func (d *deployment) call(t *testing.T, args ...string) string {
+	t.Helper()
+	args = append([]string{"testdata/caller.py", "--url", d.url,
+		"--user", agentUser, "--password", testenv.DeployedPassword(agentUser),
+		"--inbox-prefix", natsflags.InboxPrefix(agentUser), "--agent", agentName, "--route", agentRoute}, args...)
+	out, err := exec.CommandContext(testenv.Context(t), "python3", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("caller %v: %v\n%s", args[len(args)-1], err, out)
+	}
+	return string(out)
+}
+
+// field returns what follows label on the line of out that starts with it.
+func field(t *testing.T, out, label string) string {
+	t.Helper()
+	for line := range strings.Lines(out) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), label+" "); ok {
+			return rest
+		}
+	}
+	t.Fatalf("no %s line in:\n%s", label, out)
+	return ""
+}
+
+func (d *deployment) result(t *testing.T, callID string) messages.CallResult {
+	t.Helper()
+	var res messages.CallResult
+	if err := json.Unmarshal([]byte(field(t, d.call(t, "result", callID), "RESULT")), &res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// A worker and a caller written from the protocol's documentation serve
+// and call tools, with the permissions a deployed worker user has: its
+// tools are listed available, a call with wait and a routed call get the
+// worker's output, invalid arguments are refused against the schema it
+// registered, a running call is followed and cancelled, and a worker
+// that stops deletes its heartbeat.
+func TestAPythonWorkerServesCallsUnderTheDeployedPermissions(t *testing.T) {
+	d := deploy(t)
+	w := d.worker(t, "py-one")
+	d.call(t, "basic")
+	d.call(t, "cancel-running")
+
+	if err := w.Interrupt(t); err != nil {
+		t.Fatalf("worker stop: %v\n%s", err, w.Output())
+	}
+	js, err := jetstream.New(d.as("coordinator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t)
+	kv, err := js.KeyValue(ctx, "toolbus_catalog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, "workers.demo.py-one"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the stopped worker's heartbeat: %v, want it deleted", err)
+	}
+}
+
+// A call cancelled while no worker runs is not run when a worker
+// written from the documentation starts: it finds the call's result
+// before running it.
+func TestAPythonWorkerDoesNotRunACallCancelledWhileQueued(t *testing.T) {
+	d := deploy(t)
+	// The tools are in the catalog only once a worker registered them.
+	first := d.worker(t, "py-first")
+	if err := first.Interrupt(t); err != nil {
+		t.Fatal(err)
+	}
+	callID := field(t, d.call(t, "submit", "demo-upper", `{"text": "never"}`), "CALL")
+	if outcome := field(t, d.call(t, "cancel", callID), "OUTCOME"); outcome != "cancelled" {
+		t.Fatalf("cancel of a queued call with no worker: %s, want cancelled", outcome)
+	}
+	w := d.worker(t, "py-later")
+	// The worker's first line about the call says whether it ran it.
+	if line := w.WaitLine(t, callID); !strings.HasPrefix(line, "SKIP ") {
+		t.Fatalf("the cancelled call was not skipped: %s\n%s", line, w.Output())
+	}
+	res := d.result(t, callID)
+	if res.Status != messages.StateCancelled || res.Worker != "" {
+		t.Errorf("result %+v, want the coordinator's cancelled result", res)
+	}
+}
+
+// A call whose worker is killed while its tool runs is delivered again,
+// once the lease lapses, to another worker, which runs it as attempt 2
+// (the delivery count of its acknowledgement subject).
+func TestAPythonWorkersCallIsDeliveredAgainAfterItsWorkerDies(t *testing.T) {
+	d := deploy(t)
+	a := d.worker(t, "py-a", "--ack-wait-ms", "1500")
+	callID := field(t, d.call(t, "submit", "demo-slow", `{"seconds": 1.5}`), "CALL")
+	a.WaitLine(t, "RAN "+callID+" attempt=1")
+	a.Kill()
+	b := d.worker(t, "py-b", "--ack-wait-ms", "1500")
+	res := d.result(t, callID)
+	if res.Status != messages.StateCompleted || res.Attempt != 2 || res.Worker != "py-b" {
+		t.Fatalf("result %+v, want completed by py-b as attempt 2\nworker a:\n%s\nworker b:\n%s", res, a.Output(), b.Output())
+	}
+	if n := strings.Count(b.Output(), "RAN "+callID); n != 1 {
+		t.Errorf("worker b ran the call %d times:\n%s", n, b.Output())
+	}
+}
