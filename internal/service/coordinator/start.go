@@ -35,6 +35,20 @@ var setupRetry = transport.RetryPolicy{
 	Retryable: func(err error) bool { return transport.Transient(err) || transport.PlacementPending(err) },
 }
 
+// setUp makes what (streams or buckets) under setupRetry. Each of the
+// start's makings is retried, not only the first: a cluster that has just
+// formed may count a peer offline again a moment after it placed the first
+// streams.
+func (c *Coordinator) setUp(ctx context.Context, what string, create func(context.Context) error) error {
+	return transport.Retry(ctx, setupRetry, func(ctx context.Context) error {
+		err := create(ctx)
+		if err != nil && setupRetry.Retryable(err) {
+			c.log.Warn(what+" not ready yet; trying again", "error", err)
+		}
+		return err
+	})
+}
+
 // startSteps are the steps of Start, in order. The state they share lives
 // here, between the steps that make it and those that use it.
 func (c *Coordinator) startSteps() []startStep {
@@ -49,12 +63,8 @@ func (c *Coordinator) startSteps() []startStep {
 	)
 	return []startStep{
 		{"", func(ctx context.Context) (func(context.Context) error, error) {
-			return nil, transport.Retry(ctx, setupRetry, func(ctx context.Context) error {
-				err := resources.Ensure(ctx, c.js, c.names, c.cfg.Resources)
-				if err != nil && setupRetry.Retryable(err) {
-					c.log.Warn("streams and buckets not ready yet; trying again", "error", err)
-				}
-				return err
+			return nil, c.setUp(ctx, "streams and buckets", func(ctx context.Context) error {
+				return resources.Ensure(ctx, c.js, c.names, c.cfg.Resources)
 			})
 		}},
 		{"", func(ctx context.Context) (_ func(context.Context) error, err error) {
@@ -96,8 +106,11 @@ func (c *Coordinator) startSteps() []startStep {
 			return func(context.Context) error { cancel(); return nil }, nil
 		}},
 		{"discovery", func(ctx context.Context) (_ func(context.Context) error, err error) {
-			indexKV, err := resources.EnsureIndexBucket(ctx, c.js, c.names, c.cfg.Resources)
-			if err != nil {
+			var indexKV jetstream.KeyValue
+			if err := c.setUp(ctx, "the index bucket", func(ctx context.Context) (err error) {
+				indexKV, err = resources.EnsureIndexBucket(ctx, c.js, c.names, c.cfg.Resources)
+				return err
+			}); err != nil {
 				return nil, err
 			}
 			if index, err = discovery.New(discovery.Config{Catalog: view, Bucket: indexKV, Logger: c.log}); err != nil {
@@ -243,8 +256,11 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 // startLearning makes the usage bucket and, unless the configuration
 // says not to, starts recording usage evidence.
 func (c *Coordinator) startLearning(ctx context.Context) (func(context.Context) error, error) {
-	kv, err := resources.EnsureUsageBucket(ctx, c.js, c.names, c.cfg.Resources)
-	if err != nil {
+	var kv jetstream.KeyValue
+	if err := c.setUp(ctx, "the usage bucket", func(ctx context.Context) (err error) {
+		kv, err = resources.EnsureUsageBucket(ctx, c.js, c.names, c.cfg.Resources)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	c.learning = &learning{store: usage.NewStore(kv, c.js, search.LearnConfig{}), retention: c.cfg.UsageRetention, turnWindow: c.cfg.UsageTurnWindow, log: c.log}
