@@ -39,11 +39,11 @@ var setupRetry = transport.RetryPolicy{
 // start's makings is retried, not only the first: a cluster that has just
 // formed may count a peer offline again a moment after it placed the first
 // streams.
-func (c *Coordinator) setUp(ctx context.Context, what string, create func(context.Context) error) error {
+func setUp(ctx context.Context, log *slog.Logger, what string, create func(context.Context) error) error {
 	return transport.Retry(ctx, setupRetry, func(ctx context.Context) error {
 		err := create(ctx)
 		if err != nil && setupRetry.Retryable(err) {
-			c.log.Warn(what+" not ready yet; trying again", "error", err)
+			log.Warn(what+" not ready yet; trying again", "error", err)
 		}
 		return err
 	})
@@ -63,7 +63,7 @@ func (c *Coordinator) startSteps() []startStep {
 	)
 	return []startStep{
 		{"", func(ctx context.Context) (func(context.Context) error, error) {
-			return nil, c.setUp(ctx, "streams and buckets", func(ctx context.Context) error {
+			return nil, setUp(ctx, c.log, "streams and buckets", func(ctx context.Context) error {
 				return resources.Ensure(ctx, c.js, c.names, c.cfg.Resources)
 			})
 		}},
@@ -107,7 +107,7 @@ func (c *Coordinator) startSteps() []startStep {
 		}},
 		{"discovery", func(ctx context.Context) (_ func(context.Context) error, err error) {
 			var indexKV jetstream.KeyValue
-			if err := c.setUp(ctx, "the index bucket", func(ctx context.Context) (err error) {
+			if err := setUp(ctx, c.log, "the index bucket", func(ctx context.Context) (err error) {
 				indexKV, err = resources.EnsureIndexBucket(ctx, c.js, c.names, c.cfg.Resources)
 				return err
 			}); err != nil {
@@ -257,7 +257,7 @@ func (c *Coordinator) buildRooms(view *catalog.View, index *discovery.Index, res
 // says not to, starts recording usage evidence.
 func (c *Coordinator) startLearning(ctx context.Context) (func(context.Context) error, error) {
 	var kv jetstream.KeyValue
-	if err := c.setUp(ctx, "the usage bucket", func(ctx context.Context) (err error) {
+	if err := setUp(ctx, c.log, "the usage bucket", func(ctx context.Context) (err error) {
 		kv, err = resources.EnsureUsageBucket(ctx, c.js, c.names, c.cfg.Resources)
 		return err
 	}); err != nil {
