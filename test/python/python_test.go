@@ -31,13 +31,13 @@ type deployment struct {
 
 // deploy starts a server with the deployed users and a coordinator, and
 // no worker: namespace demo is the Python worker's.
-func deploy(t *testing.T) *deployment {
+func deploy(t *testing.T, policy string) *deployment {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Fatal("python3 is needed to run the Python worker and caller (.ci/run installs it):", err)
 	}
 	t.Parallel()
-	as, url := testenv.DeployedWithoutWorkers(t, "default: allow\n")
+	as, url := testenv.DeployedWithoutWorkers(t, policy)
 	return &deployment{url: url, as: as}
 }
 
@@ -57,9 +57,15 @@ func (d *deployment) worker(t *testing.T, id string, args ...string) *testenv.Pr
 // printed; the caller exits non-zero, saying why, when a check fails.
 func (d *deployment) call(t *testing.T, args ...string) string {
 	t.Helper()
+	return d.callAs(t, agentUser, append([]string{"--agent", agentName, "--route", agentRoute}, args...)...)
+}
+
+// callAs runs the Python caller as one of the deployed users.
+func (d *deployment) callAs(t *testing.T, user string, args ...string) string {
+	t.Helper()
 	args = append([]string{"testdata/caller.py", "--url", d.url,
-		"--user", agentUser, "--password", testenv.DeployedPassword(agentUser),
-		"--inbox-prefix", natsflags.InboxPrefix(agentUser), "--agent", agentName, "--route", agentRoute}, args...)
+		"--user", user, "--password", testenv.DeployedPassword(user),
+		"--inbox-prefix", natsflags.InboxPrefix(user)}, args...)
 	out, err := exec.CommandContext(testenv.Context(t), "python3", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("caller %v: %v\n%s", args[len(args)-1], err, out)
@@ -95,7 +101,7 @@ func (d *deployment) result(t *testing.T, callID string) messages.CallResult {
 // registered, a running call is followed and cancelled, and a worker
 // that stops deletes its heartbeat.
 func TestAPythonWorkerServesCallsUnderTheDeployedPermissions(t *testing.T) {
-	d := deploy(t)
+	d := deploy(t, "default: allow\n")
 	w := d.worker(t, "py-one")
 	d.call(t, "basic")
 	d.call(t, "cancel-running")
@@ -121,7 +127,7 @@ func TestAPythonWorkerServesCallsUnderTheDeployedPermissions(t *testing.T) {
 // written from the documentation starts: it finds the call's result
 // before running it.
 func TestAPythonWorkerDoesNotRunACallCancelledWhileQueued(t *testing.T) {
-	d := deploy(t)
+	d := deploy(t, "default: allow\n")
 	// The tools are in the catalog only once a worker registered them.
 	first := d.worker(t, "py-first")
 	if err := first.Interrupt(t); err != nil {
@@ -146,7 +152,7 @@ func TestAPythonWorkerDoesNotRunACallCancelledWhileQueued(t *testing.T) {
 // once the lease lapses, to another worker, which runs it as attempt 2
 // (the delivery count of its acknowledgement subject).
 func TestAPythonWorkersCallIsDeliveredAgainAfterItsWorkerDies(t *testing.T) {
-	d := deploy(t)
+	d := deploy(t, "default: allow\n")
 	a := d.worker(t, "py-a", "--ack-wait-ms", "1500")
 	callID := field(t, d.call(t, "submit", "demo-slow", `{"seconds": 1.5}`), "CALL")
 	a.WaitLine(t, "RAN "+callID+" attempt=1")
@@ -158,5 +164,27 @@ func TestAPythonWorkersCallIsDeliveredAgainAfterItsWorkerDies(t *testing.T) {
 	}
 	if n := strings.Count(b.Output(), "RAN "+callID); n != 1 {
 		t.Errorf("worker b ran the call %d times:\n%s", n, b.Output())
+	}
+}
+
+// A call held for a person's approval reaches the worker as a record
+// marked Toolbus-Awaiting, which the worker acknowledges without running
+// it; once an operator approves, the call is queued again and runs.
+func TestAPythonWorkerRunsAHeldCallOnlyOnceApproved(t *testing.T) {
+	d := deploy(t, "default: allow\nrules:\n  - {id: nod, tool: \"demo:upper\", effect: ask, reason: upper needs a nod}\n")
+	w := d.worker(t, "py-w")
+	callID := field(t, d.call(t, "submit", "demo-upper", `{"text": "held"}`), "CALL")
+	if line := w.WaitLine(t, callID); line != "SKIP "+callID+" awaiting approval" {
+		t.Fatalf("the held call's record: %s, want it skipped as awaiting approval\n%s", line, w.Output())
+	}
+	if state := field(t, d.callAs(t, "operator", "--agent", "", "approve", callID), "STATE"); state != "approved" {
+		t.Fatalf("approval state %s, want approved", state)
+	}
+	res := d.result(t, callID)
+	if res.Status != messages.StateCompleted || res.Worker != "py-w" || len(res.Content) != 1 || res.Content[0].Text != "HELD" {
+		t.Fatalf("result %+v, want HELD from py-w", res)
+	}
+	if n := strings.Count(w.Output(), "RAN "+callID); n != 1 {
+		t.Errorf("the approved call ran %d times:\n%s", n, w.Output())
 	}
 }

@@ -7,6 +7,7 @@ Each command checks what it names and exits non-zero, saying what differed, when
   submit TOOL ARGS        submits a call and prints "CALL <call_id>"
   cancel CALL_ID          cancels a call and prints "OUTCOME <outcome>"
   result CALL_ID          waits for the call's result and prints it as "RESULT <json>"
+  approve CALL_ID         approves the call's pending approval (as an operator) and prints "STATE <approval state>"
 """
 import argparse
 import json
@@ -73,7 +74,9 @@ class Caller:
             return self.routed[call_id]["result"]
 
     def submit(self, tool, arguments, **more):
-        body = {"tool": tool, "arguments": arguments, "agent": self.agent}
+        body = {"tool": tool, "arguments": arguments}
+        if self.agent:
+            body["agent"] = self.agent
         body.update(more)
         return self.api("calls.submit", body)
 
@@ -129,7 +132,7 @@ def main():
     p.add_argument("--user")
     p.add_argument("--password")
     p.add_argument("--inbox-prefix", default="_INBOX")
-    p.add_argument("--agent", required=True)
+    p.add_argument("--agent", default="")
     p.add_argument("--route")
     p.add_argument("--namespace", default="demo")
     p.add_argument("command")
@@ -144,6 +147,9 @@ def main():
         print("CALL", c.submit(args.rest[0], json.loads(args.rest[1]))["call_id"], flush=True)
     elif args.command == "cancel":
         print("OUTCOME", c.api("calls.cancel", {"call_id": args.rest[0], "reason": "not wanted"})["outcome"], flush=True)
+    elif args.command == "approve":
+        reply = c.api("approvals.decide", {"approval_id": args.rest[0], "decision": "approve", "by": "python-operator"})
+        print("STATE", reply["approval"]["state"], flush=True)
     elif args.command == "result":
         print("RESULT", json.dumps(mp.to_jsonable(c.result(args.rest[0]))), flush=True)
     else:
