@@ -188,3 +188,22 @@ func TestAPythonWorkerRunsAHeldCallOnlyOnceApproved(t *testing.T) {
 		t.Errorf("the approved call ran %d times:\n%s", n, w.Output())
 	}
 }
+
+// An at-most-once tool's start is stored before it runs: a call whose
+// worker is killed while that tool runs is not run again by the next
+// delivery's worker, which ends it failed with outcome_unknown.
+func TestAPythonWorkerNeverRunsAnAtMostOnceCallTwice(t *testing.T) {
+	d := deploy(t, "default: allow\n")
+	a := d.worker(t, "py-a", "--ack-wait-ms", "1500")
+	callID := field(t, d.call(t, "submit", "demo-once", `{"seconds": 30}`), "CALL")
+	a.WaitLine(t, "RAN "+callID+" attempt=1")
+	a.Kill()
+	b := d.worker(t, "py-b", "--ack-wait-ms", "1500")
+	res := d.result(t, callID)
+	if res.Status != messages.StateFailed || res.Error == nil || res.Error.Code != messages.ResultOutcomeUnknown || res.Worker != "py-b" {
+		t.Fatalf("result %+v, want failed with outcome_unknown by py-b\nworker b:\n%s", res, b.Output())
+	}
+	if strings.Contains(b.Output(), "RAN "+callID) {
+		t.Errorf("the at-most-once call ran again:\n%s", b.Output())
+	}
+}

@@ -2,7 +2,8 @@
 
 It serves one namespace with two tools:
   <ns>-upper  upper-cases a text, reporting progress;
-  <ns>-slow   sleeps for `seconds`, reporting progress, renewing its lease and stopping on a cancel notice.
+  <ns>-slow   sleeps for `seconds`, reporting progress, renewing its lease and stopping on a cancel notice;
+  <ns>-once   the same, delivered at most once: its start is stored before it runs, and never run again.
 
 Every time a tool starts it prints "RAN <call_id> attempt=<n> worker=<id>"; every call it settles without
 running prints "SKIP <call_id> <why>". It prints "READY <worker_id>" once it pulls. SIGTERM or SIGINT stops it
@@ -28,17 +29,18 @@ def say(*parts):
 
 
 def tool_definitions(ns):
-    def define(method, description, schema):
+    def define(method, description, schema, delivery="at_least_once"):
         return {"name": ns + "-" + method, "namespace": ns, "method": method,
                 "description": description, "input_schema": schema,
-                "metadata": {"tags": ["read_only"]}, "source": {"kind": "go"}, "delivery": "at_least_once"}
+                "metadata": {"tags": ["read_only"]}, "source": {"kind": "go"}, "delivery": delivery}
+    seconds = {"type": "object", "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 120}},
+               "required": ["seconds"], "additionalProperties": False}
     return {
         "upper": define("upper", "Upper-cases a text.", {
             "type": "object", "properties": {"text": {"type": "string"}},
             "required": ["text"], "additionalProperties": False}),
-        "slow": define("slow", "Sleeps for the given seconds, reporting progress; stops when cancelled.", {
-            "type": "object", "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 120}},
-            "required": ["seconds"], "additionalProperties": False}),
+        "slow": define("slow", "Sleeps for the given seconds, reporting progress; stops when cancelled.", seconds),
+        "once": define("once", "Sleeps for the given seconds; never run twice.", seconds, "at_most_once"),
     }
 
 
@@ -204,6 +206,11 @@ class Worker:
             self.nc.publish(msg.reply, b"+ACK")
             say("SKIP", d.call_id, "has a result")
             return
+        at_most_once = self.tools.get(d.request["method"], {}).get("delivery") == "at_most_once"
+        if d.attempt > 1 and at_most_once and self.last(d, "started") is not None:
+            self.finish(d, None, "failed", ("outcome_unknown", "the tool may or may not have run: its worker stopped before reporting"))
+            say("SKIP", d.call_id, "an earlier attempt started it")
+            return
         if d.attempt > 1:
             ev = self.last(d, "cancel")
             if ev is not None:
@@ -236,8 +243,21 @@ class Worker:
 
     def run_tool(self, d, method):
         started = mp.Timestamp.now()
-        self.event(d, "started", {}, {"Nats-Expected-Last-Subject-Sequence": "0",
-                                      "Nats-Expected-Last-Subject-Sequence-Subject": d.subject("result")})
+        if self.tools[method]["delivery"] == "at_most_once":
+            # The start is stored, and acknowledged, before the tool runs, and only if no attempt started it.
+            ack, status = self.event(d, "started", {}, {"Nats-Expected-Last-Subject-Sequence": "0",
+                                                        "Nats-Msg-Id": "%s.started.%d" % (d.call_id, d.attempt)}, wait=True)
+            if status or "error" in ack:
+                if ack.get("error", {}).get("err_code") == 10071:
+                    self.finish(d, None, "failed", ("outcome_unknown", "the tool may or may not have run: another attempt started it"))
+                    say("SKIP", d.call_id, "another attempt started it")
+                else:
+                    self.nc.publish(d.msg.reply, b"-NAK")
+                    say("SKIP", d.call_id, "start not stored", status, ack)
+                return
+        else:
+            self.event(d, "started", {}, {"Nats-Expected-Last-Subject-Sequence": "0",
+                                          "Nats-Expected-Last-Subject-Sequence-Subject": d.subject("result")})
         say("RAN", d.call_id, "attempt=%d" % d.attempt, "worker=%s" % self.id)
         args = d.request.get("arguments") or {}
         if method == "upper":
