@@ -42,10 +42,11 @@ func deploy(t *testing.T, policy string) *deployment {
 }
 
 // worker starts a Python worker of namespace demo, connected as the
-// namespace's deployed user, and waits until it pulls.
+// namespace's deployed user, and waits until it pulls. (python3 -B, here
+// and for the caller, leaves no __pycache__ in testdata.)
 func (d *deployment) worker(t *testing.T, id string, args ...string) *testenv.Process {
 	t.Helper()
-	args = append([]string{"testdata/worker.py", "--url", d.url,
+	args = append([]string{"-B", "testdata/worker.py", "--url", d.url,
 		"--user", workerUser, "--password", testenv.DeployedPassword(workerUser),
 		"--inbox-prefix", natsflags.InboxPrefix(workerUser), "--worker-id", id}, args...)
 	p := testenv.Start(t, "python3", args...)
@@ -63,7 +64,7 @@ func (d *deployment) call(t *testing.T, args ...string) string {
 // callAs runs the Python caller as one of the deployed users.
 func (d *deployment) callAs(t *testing.T, user string, args ...string) string {
 	t.Helper()
-	args = append([]string{"testdata/caller.py", "--url", d.url,
+	args = append([]string{"-B", "testdata/caller.py", "--url", d.url,
 		"--user", user, "--password", testenv.DeployedPassword(user),
 		"--inbox-prefix", natsflags.InboxPrefix(user)}, args...)
 	out, err := exec.CommandContext(testenv.Context(t), "python3", args...).CombinedOutput()
@@ -143,8 +144,11 @@ func TestAPythonWorkerDoesNotRunACallCancelledWhileQueued(t *testing.T) {
 		t.Fatalf("the cancelled call was not skipped: %s\n%s", line, w.Output())
 	}
 	res := d.result(t, callID)
-	if res.Status != messages.StateCancelled || res.Worker != "" {
+	if res.Status != messages.StateCancelled || res.Error == nil || res.Error.Code != messages.ResultCancelled || res.Worker != "" {
 		t.Errorf("result %+v, want the coordinator's cancelled result", res)
+	}
+	if strings.Contains(w.Output(), "RAN "+callID) {
+		t.Errorf("the cancelled call ran:\n%s", w.Output())
 	}
 }
 
@@ -173,11 +177,12 @@ func TestAPythonWorkersCallIsDeliveredAgainAfterItsWorkerDies(t *testing.T) {
 func TestAPythonWorkerRunsAHeldCallOnlyOnceApproved(t *testing.T) {
 	d := deploy(t, "default: allow\nrules:\n  - {id: nod, tool: \"demo:upper\", effect: ask, reason: upper needs a nod}\n")
 	w := d.worker(t, "py-w")
-	callID := field(t, d.call(t, "submit", "demo-upper", `{"text": "held"}`), "CALL")
+	submitted := d.call(t, "submit", "demo-upper", `{"text": "held"}`)
+	callID, approvalID := field(t, submitted, "CALL"), field(t, submitted, "APPROVAL")
 	if line := w.WaitLine(t, callID); line != "SKIP "+callID+" awaiting approval" {
 		t.Fatalf("the held call's record: %s, want it skipped as awaiting approval\n%s", line, w.Output())
 	}
-	if state := field(t, d.callAs(t, "operator", "--agent", "", "approve", callID), "STATE"); state != "approved" {
+	if state := field(t, d.callAs(t, "operator", "--agent", "", "approve", approvalID), "STATE"); state != "approved" {
 		t.Fatalf("approval state %s, want approved", state)
 	}
 	res := d.result(t, callID)
@@ -191,7 +196,8 @@ func TestAPythonWorkerRunsAHeldCallOnlyOnceApproved(t *testing.T) {
 
 // An at-most-once tool's start is stored before it runs: a call whose
 // worker is killed while that tool runs is not run again by the next
-// delivery's worker, which ends it failed with outcome_unknown.
+// delivery's worker, which ends it failed with outcome_unknown, giving
+// the attempt and start time of the attempt that started it.
 func TestAPythonWorkerNeverRunsAnAtMostOnceCallTwice(t *testing.T) {
 	d := deploy(t, "default: allow\n")
 	a := d.worker(t, "py-a", "--ack-wait-ms", "1500")
@@ -202,6 +208,9 @@ func TestAPythonWorkerNeverRunsAnAtMostOnceCallTwice(t *testing.T) {
 	res := d.result(t, callID)
 	if res.Status != messages.StateFailed || res.Error == nil || res.Error.Code != messages.ResultOutcomeUnknown || res.Worker != "py-b" {
 		t.Fatalf("result %+v, want failed with outcome_unknown by py-b\nworker b:\n%s", res, b.Output())
+	}
+	if res.Attempt != 1 || res.StartedAt.IsZero() || !strings.Contains(res.Error.Message, "(attempt 1, on worker py-a)") {
+		t.Errorf("result %+v, want the attempt and start of py-a's attempt 1", res)
 	}
 	if strings.Contains(b.Output(), "RAN "+callID) {
 		t.Errorf("the at-most-once call ran again:\n%s", b.Output())

@@ -4,10 +4,10 @@ Each command checks what it names and exits non-zero, saying what differed, when
 
   basic                   the worker's tools are available; a call with wait, a routed call and a refusal
   cancel-running          a slow call followed through calls.events and cancelled once it reports progress
-  submit TOOL ARGS        submits a call and prints "CALL <call_id>"
+  submit TOOL ARGS        submits a call and prints "CALL <call_id>" (and "APPROVAL <approval_id>" when held)
   cancel CALL_ID          cancels a call and prints "OUTCOME <outcome>"
   result CALL_ID          waits for the call's result and prints it as "RESULT <json>"
-  approve CALL_ID         approves the call's pending approval (as an operator) and prints "STATE <approval state>"
+  approve APPROVAL_ID     approves a pending approval (as an operator) and prints "STATE <approval state>"
 """
 import argparse
 import json
@@ -110,7 +110,7 @@ def basic(c):
 
 
 def cancel_running(c):
-    call_id = c.submit(c.ns + "-slow", {"seconds": 60})["call_id"]
+    call_id = c.submit(c.ns + "-slow", {"seconds": 20})["call_id"]
     after, kinds = 0, []
     while "progress" not in kinds:
         reply = c.api("calls.events", {"call_id": call_id, "after": after, "wait_ms": 10000})
@@ -144,7 +144,10 @@ def main():
     elif args.command == "cancel-running":
         cancel_running(c)
     elif args.command == "submit":
-        print("CALL", c.submit(args.rest[0], json.loads(args.rest[1]))["call_id"], flush=True)
+        reply = c.submit(args.rest[0], json.loads(args.rest[1]))
+        print("CALL", reply["call_id"], flush=True)
+        if reply.get("approval"):
+            print("APPROVAL", reply["approval"]["approval_id"], flush=True)
     elif args.command == "cancel":
         print("OUTCOME", c.api("calls.cancel", {"call_id": args.rest[0], "reason": "not wanted"})["outcome"], flush=True)
     elif args.command == "approve":

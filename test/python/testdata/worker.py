@@ -1,8 +1,9 @@
 """A Toolbus worker written from docs/protocol.md ("A worker in another language"), standard library only.
 
-It serves one namespace with two tools:
+It serves one namespace with three tools:
   <ns>-upper  upper-cases a text, reporting progress;
-  <ns>-slow   sleeps for `seconds`, reporting progress, renewing its lease and stopping on a cancel notice;
+  <ns>-slow   sleeps for `seconds`, reporting progress, renewing its lease and stopping on a cancel notice
+              or when the call's deadline passes;
   <ns>-once   the same, delivered at most once: its start is stored before it runs, and never run again.
 
 Every time a tool starts it prints "RAN <call_id> attempt=<n> worker=<id>"; every call it settles without
@@ -46,6 +47,13 @@ def tool_definitions(ns):
 
 def seconds_of(ts):
     return ts.seconds + ts.nanos / 1e9
+
+
+def past(deadline):
+    return deadline is not None and time.time() >= seconds_of(deadline)
+
+
+OUTCOME_UNKNOWN = "the tool may or may not have run: its worker stopped before reporting"
 
 
 class Delivery:
@@ -152,12 +160,12 @@ class Worker:
                 continue
             body = json.dumps({"batch": n, "expires": 2_000_000_000, "idle_heartbeat": 1_000_000_000}).encode()
             got = 0
-            for m in self.nc.request_many(pull, body, timeout=4, until=lambda m: m.status in ("404", "408", "409", "503")):
+            for m in self.nc.request_many(pull, body, timeout=4, until=lambda m: m.status not in (None, "100")):
                 if m.status == "100":
                     continue
                 if m.status:
-                    if m.status in ("409", "503"):
-                        time.sleep(0.2)
+                    if m.status not in ("404", "408"):
+                        time.sleep(0.2)  # 409, 503, or a request the server refused (400): ask again after a pause
                     break
                 with self.lock:
                     self.busy += 1
@@ -207,18 +215,19 @@ class Worker:
             say("SKIP", d.call_id, "has a result")
             return
         at_most_once = self.tools.get(d.request["method"], {}).get("delivery") == "at_most_once"
-        if d.attempt > 1 and at_most_once and self.last(d, "started") is not None:
-            self.finish(d, None, "failed", ("outcome_unknown", "the tool may or may not have run: its worker stopped before reporting"))
-            say("SKIP", d.call_id, "an earlier attempt started it")
-            return
+        if d.attempt > 1 and at_most_once:
+            started = self.last(d, "started")
+            if started is not None:
+                self.outcome_unknown(d, started)
+                say("SKIP", d.call_id, "an earlier attempt started it")
+                return
         if d.attempt > 1:
             ev = self.last(d, "cancel")
             if ev is not None:
                 self.finish(d, None, "cancelled", ("cancelled", ev["cancel"].get("reason") or "cancelled by request"))
                 say("SKIP", d.call_id, "cancelled before this attempt")
                 return
-        deadline = d.request.get("deadline")
-        if deadline is not None and time.time() >= seconds_of(deadline):
+        if past(d.request.get("deadline")):
             self.finish(d, None, "timed_out", ("timed_out", "the call's deadline passed before a worker could start it"))
             say("SKIP", d.call_id, "deadline passed")
             return
@@ -249,7 +258,7 @@ class Worker:
                                                         "Nats-Msg-Id": "%s.started.%d" % (d.call_id, d.attempt)}, wait=True)
             if status or "error" in ack:
                 if ack.get("error", {}).get("err_code") == 10071:
-                    self.finish(d, None, "failed", ("outcome_unknown", "the tool may or may not have run: another attempt started it"))
+                    self.outcome_unknown(d, self.last(d, "started"))
                     say("SKIP", d.call_id, "another attempt started it")
                 else:
                     self.nc.publish(d.msg.reply, b"-NAK")
@@ -274,6 +283,9 @@ class Worker:
             if cancel is not None:
                 self.finish(d, started, "cancelled", ("cancelled", "call cancelled: " + (cancel.get("reason") or "cancelled by request")))
                 return
+            if past(d.request.get("deadline")):
+                self.finish(d, started, "timed_out", ("timed_out", "the call's deadline passed while the tool ran"))
+                return
             time.sleep(0.05)
             if time.time() - last_renewal >= renew:
                 self.nc.publish(d.msg.reply, b"+WPI")
@@ -283,6 +295,16 @@ class Worker:
                 self.event(d, "progress", {"progress": {"progress": min(step * 0.25, seconds), "total": seconds,
                                                         "message": "slept %.2fs" % (step * 0.25)}})
         self.finish(d, started, "completed", None, content=[{"type": "text", "text": "slept %gs" % seconds}])
+
+    def outcome_unknown(self, d, started):
+        """Ends an at-most-once call that an attempt started and did not finish: the result names that
+        attempt (its number and start), and the tool is not run again."""
+        text = OUTCOME_UNKNOWN
+        at, attempt = None, None
+        if started is not None:
+            text += " (attempt %d, on worker %s)" % (started["attempt"], started["worker"])
+            at, attempt = started["time"], started["attempt"]
+        self.finish(d, at, "failed", ("outcome_unknown", text + "; an at-most-once tool is not run again"), attempt=attempt)
 
     # --- 9, 10. the result, then the acknowledgement
     def finish(self, d, started, status, error, content=None, attempt=None):
