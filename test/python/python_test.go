@@ -156,13 +156,7 @@ func TestAPythonWorkerDoesNotRunACallCancelledWhileQueued(t *testing.T) {
 // once the lease lapses, to another worker, which runs it as attempt 2
 // (the delivery count of its acknowledgement subject).
 func TestAPythonWorkersCallIsDeliveredAgainAfterItsWorkerDies(t *testing.T) {
-	d := deploy(t, "default: allow\n")
-	a := d.worker(t, "py-a", "--ack-wait-ms", "1500")
-	callID := field(t, d.call(t, "submit", "demo-slow", `{"seconds": 1.5}`), "CALL")
-	a.WaitLine(t, "RAN "+callID+" attempt=1")
-	a.Kill()
-	b := d.worker(t, "py-b", "--ack-wait-ms", "1500")
-	res := d.result(t, callID)
+	callID, res, a, b := killedMidRun(t, "demo-slow", `{"seconds": 1.5}`)
 	if res.Status != messages.StateCompleted || res.Attempt != 2 || res.Worker != "py-b" {
 		t.Fatalf("result %+v, want completed by py-b as attempt 2\nworker a:\n%s\nworker b:\n%s", res, a.Output(), b.Output())
 	}
@@ -199,13 +193,7 @@ func TestAPythonWorkerRunsAHeldCallOnlyOnceApproved(t *testing.T) {
 // delivery's worker, which ends it failed with outcome_unknown, giving
 // the attempt and start time of the attempt that started it.
 func TestAPythonWorkerNeverRunsAnAtMostOnceCallTwice(t *testing.T) {
-	d := deploy(t, "default: allow\n")
-	a := d.worker(t, "py-a", "--ack-wait-ms", "1500")
-	callID := field(t, d.call(t, "submit", "demo-once", `{"seconds": 30}`), "CALL")
-	a.WaitLine(t, "RAN "+callID+" attempt=1")
-	a.Kill()
-	b := d.worker(t, "py-b", "--ack-wait-ms", "1500")
-	res := d.result(t, callID)
+	callID, res, _, b := killedMidRun(t, "demo-once", `{"seconds": 30}`)
 	if res.Status != messages.StateFailed || res.Error == nil || res.Error.Code != messages.ResultOutcomeUnknown || res.Worker != "py-b" {
 		t.Fatalf("result %+v, want failed with outcome_unknown by py-b\nworker b:\n%s", res, b.Output())
 	}
@@ -215,4 +203,18 @@ func TestAPythonWorkerNeverRunsAnAtMostOnceCallTwice(t *testing.T) {
 	if strings.Contains(b.Output(), "RAN "+callID) {
 		t.Errorf("the at-most-once call ran again:\n%s", b.Output())
 	}
+}
+
+// killedMidRun calls tool with arguments on Python worker py-a, kills
+// py-a once the tool runs, starts py-b, and returns the call's result.
+// The lease is short, so that the call is delivered again soon.
+func killedMidRun(t *testing.T, tool, arguments string) (callID string, res messages.CallResult, a, b *testenv.Process) {
+	t.Helper()
+	d := deploy(t, "default: allow\n")
+	a = d.worker(t, "py-a", "--ack-wait-ms", "1500")
+	callID = field(t, d.call(t, "submit", tool, arguments), "CALL")
+	a.WaitLine(t, "RAN "+callID+" attempt=1")
+	a.Kill()
+	b = d.worker(t, "py-b", "--ack-wait-ms", "1500")
+	return callID, d.result(t, callID), a, b
 }

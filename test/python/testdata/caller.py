@@ -16,7 +16,7 @@ import threading
 import time
 
 import msgpack_mini as mp
-from natsmini import Client, nuid
+from natsmini import add_connection_args, connect, nuid
 
 JSON = {"Content-Type": "application/json", "Toolbus-Version": "3"}
 
@@ -39,8 +39,7 @@ def check(cond, *what):
 
 class Caller:
     def __init__(self, args):
-        url = args.url.replace("nats://", "nats://%s:%s@" % (args.user, args.password)) if args.user else args.url
-        self.nc = Client(url, name="python-caller", inbox_prefix=args.inbox_prefix)
+        self.nc = connect(args, "python-caller")
         self.agent, self.route, self.ns = args.agent, args.route, args.namespace
         self.routed = {}
         self.cv = threading.Condition()
@@ -128,10 +127,7 @@ def cancel_running(c):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--url", required=True)
-    p.add_argument("--user")
-    p.add_argument("--password")
-    p.add_argument("--inbox-prefix", default="_INBOX")
+    add_connection_args(p)
     p.add_argument("--agent", default="")
     p.add_argument("--route")
     p.add_argument("--namespace", default="demo")

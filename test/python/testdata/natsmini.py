@@ -85,8 +85,22 @@ class Subscription:
         self.nc.unsubscribe(self)
 
 
+def add_connection_args(parser):
+    """The flags of a connection: server URL, user, password and inbox prefix."""
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--user")
+    parser.add_argument("--password")
+    parser.add_argument("--inbox-prefix", default="_INBOX")
+
+
+def connect(args, name):
+    """A client connected as add_connection_args's flags say."""
+    return Client(args.url, name=name, inbox_prefix=args.inbox_prefix, user=args.user, password=args.password)
+
+
 class Client:
-    def __init__(self, url="nats://127.0.0.1:4222", name="pyclient", inbox_prefix="_INBOX", verbose=False):
+    def __init__(self, url="nats://127.0.0.1:4222", name="pyclient", inbox_prefix="_INBOX", verbose=False,
+                 user=None, password=None):
         u = urllib.parse.urlparse(url)
         self.sock = socket.create_connection((u.hostname, u.port or 4222), timeout=10)
         self.sock.settimeout(None)
@@ -103,11 +117,12 @@ class Client:
         if not line.startswith(b"INFO "):
             raise NatsError("expected INFO, got %r" % line)
         self.info = json.loads(line[5:])
-        connect = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True,
+        options = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True,
                    "lang": "python-mini", "version": "0.1", "protocol": 1, "name": name}
-        if u.username:
-            connect["user"], connect["pass"] = u.username, u.password
-        self._write(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
+        user, password = user or u.username, password or u.password
+        if user:
+            options["user"], options["pass"] = user, password
+        self._write(b"CONNECT " + json.dumps(options).encode() + b"\r\nPING\r\n")
         # The first PONG confirms CONNECT was accepted (an -ERR would come first).
         while True:
             line = self._readline()

@@ -20,7 +20,7 @@ import threading
 import time
 
 import msgpack_mini as mp
-from natsmini import Client, nuid
+from natsmini import add_connection_args, connect, nuid
 
 VERSION = {"Toolbus-Version": "3"}
 
@@ -79,13 +79,10 @@ class Worker:
         self.args = args
         self.ns = args.namespace
         self.prefix = args.prefix
-        url = args.url
-        if args.user:
-            url = url.replace("nats://", "nats://%s:%s@" % (args.user, args.password))
-        self.nc = Client(url, name="python-worker", inbox_prefix=args.inbox_prefix)
+        self.nc = connect(args, "python-worker")
         self.id = args.worker_id or "py-" + nuid(10)
         self.tools = tool_definitions(self.ns)
-        self.notices = {}  # call ID -> (cancel, deadline in seconds)
+        self.notices = {}  # call ID -> the cancel of its notice
         self.lock = threading.Lock()
         self.busy = 0
         self.stopping = threading.Event()
@@ -353,10 +350,7 @@ class Worker:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--url", required=True)
-    p.add_argument("--user")
-    p.add_argument("--password")
-    p.add_argument("--inbox-prefix", default="_INBOX")
+    add_connection_args(p)
     p.add_argument("--prefix", default="toolbus")
     p.add_argument("--namespace", default="demo")
     p.add_argument("--worker-id")
