@@ -7,4 +7,4 @@ import (
 	"github.com/toolbus/toolbus/internal/dev/testenv/leaks"
 )
 
-func TestMain(m *testing.M) { leaks.Main(m, testenv.CleanupBinaries, cleanupServerBinary) }
+func TestMain(m *testing.M) { leaks.Main(m, testenv.CleanupBinaries) }

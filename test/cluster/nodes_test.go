@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,39 +17,6 @@ import (
 
 	"github.com/toolbus/toolbus/internal/dev/testenv"
 )
-
-var (
-	serverMu  sync.Mutex
-	serverDir string
-)
-
-// serverBinary builds nats-server from the module's own dependency, once.
-func serverBinary(t *testing.T) string {
-	t.Helper()
-	serverMu.Lock()
-	defer serverMu.Unlock()
-	if serverDir == "" {
-		dir, err := os.MkdirTemp("", "toolbus-nats-server-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			os.RemoveAll(dir)
-			t.Fatalf("build nats-server: %v\n%s", err, out)
-		}
-		serverDir = dir
-	}
-	return filepath.Join(serverDir, "nats-server")
-}
-
-func cleanupServerBinary() {
-	serverMu.Lock()
-	defer serverMu.Unlock()
-	if serverDir != "" {
-		os.RemoveAll(serverDir)
-	}
-}
 
 // node is one nats-server process of the cluster, with its configuration
 // and store kept in the test's temporary directory so that it restarts on
@@ -72,7 +38,7 @@ type cluster struct {
 
 func startCluster(t *testing.T, size int) *cluster {
 	t.Helper()
-	c := &cluster{bin: serverBinary(t)}
+	c := &cluster{bin: testenv.NATSServerBinary(t)}
 	ports := testenv.FreePorts(t, 3*size)
 	for i := range size {
 		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("n%d", i+1), clientPort: ports[3*i], routePort: ports[3*i+1], http: ports[3*i+2]})
@@ -114,7 +80,7 @@ cluster {
 func startDeployedCluster(t *testing.T) *cluster {
 	t.Helper()
 	deploy := deployDir(t)
-	c := &cluster{bin: serverBinary(t)}
+	c := &cluster{bin: testenv.NATSServerBinary(t)}
 	free := testenv.FreePorts(t, 9)
 	for i := range 3 {
 		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("toolbus-n%d", i+1), clientPort: free[3*i], routePort: free[3*i+1], http: free[3*i+2]})

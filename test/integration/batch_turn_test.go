@@ -66,7 +66,7 @@ func TestBatchInACluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node cluster")
 	}
-	_, urls := testenv.Cluster(t, 3)
+	urls := testenv.Cluster(t, 3)
 	testenv.Coordinator(t, urls, func(cfg *coordinator.Config) { cfg.Resources.Replicas = 3 })
 	var runs atomic.Int64
 	testenv.Worker(t, urls, worker.Config{}, worker.Namespace{Name: "t", Tools: batchTools(&runs)})

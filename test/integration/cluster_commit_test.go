@@ -28,7 +28,7 @@ func TestResultRightAfterItsStartInACluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node cluster")
 	}
-	_, urls := testenv.Cluster(t, 3)
+	urls := testenv.Cluster(t, 3)
 	testenv.Coordinator(t, urls, func(cfg *coordinator.Config) { cfg.Resources.Replicas = 3 })
 	quick := worker.Func("quick", "Reports progress and returns at once.", func(ctx context.Context, in struct {
 		N int `json:"n"`

@@ -83,7 +83,7 @@ func TestReconfigureOnAClusterAsDocumented(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node cluster")
 	}
-	_, urls := testenv.Cluster(t, 3)
+	urls := testenv.Cluster(t, 3)
 	coordinator := testenv.Binary(t, "./cmd/coordinator")
 	first := testenv.Start(t, coordinator, "--server", urls)
 	first.WaitLine(t, "coordinator started")

@@ -16,8 +16,9 @@ import (
 )
 
 var (
-	buildMu  sync.Mutex
-	buildDir string
+	buildMu sync.Mutex
+	// buildDir holds what Binary built, serverDir what NATSServerBinary did.
+	buildDir, serverDir string
 )
 
 // Binary returns the path of a command of this module, "./cmd/NAME". The
@@ -47,12 +48,39 @@ func Binary(t testing.TB, pkg string) string {
 	return path
 }
 
-// CleanupBinaries removes what Binary built.
+// NATSServerBinary returns the path of a nats-server built from the
+// module's own dependency, so that it is the version the embedded server
+// is. It is built once per test binary, without the test's -race: the
+// point of running it as a process is that its own data races are not
+// the test's. Call CleanupBinaries from TestMain.
+func NATSServerBinary(t testing.TB) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if serverDir == "" {
+		dir, err := os.MkdirTemp("", "toolbus-nats-server-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2")
+		cmd.Dir = moduleRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			t.Fatalf("build nats-server: %v\n%s", err, out)
+		}
+		serverDir = dir
+	}
+	return filepath.Join(serverDir, "nats-server")
+}
+
+// CleanupBinaries removes what Binary and NATSServerBinary built.
 func CleanupBinaries() {
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
+	for _, dir := range []string{buildDir, serverDir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 // moment, again and again; each call ends with one result event, not two.
 func TestACancelledCallIsCommittedOnceByRacingWriters(t *testing.T) {
 	t.Parallel()
-	_, url := testenv.Cluster(t, 3)
+	url := testenv.Cluster(t, 3)
 	names := messages.MustNames("")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

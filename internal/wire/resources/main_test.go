@@ -3,7 +3,9 @@ package resources_test
 import (
 	"testing"
 
+	"github.com/toolbus/toolbus/internal/dev/testenv"
 	"github.com/toolbus/toolbus/internal/dev/testenv/leaks"
 )
 
-func TestMain(m *testing.M) { leaks.Main(m) }
+// CleanupBinaries removes the nats-server that testenv.Cluster builds.
+func TestMain(m *testing.M) { leaks.Main(m, testenv.CleanupBinaries) }

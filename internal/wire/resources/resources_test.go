@@ -153,7 +153,7 @@ func TestReplicationInACluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node cluster")
 	}
-	_, urls := testenv.Cluster(t, 3)
+	urls := testenv.Cluster(t, 3)
 	js, err := jetstream.New(testenv.Connect(t, urls))
 	if err != nil {
 		t.Fatal(err)

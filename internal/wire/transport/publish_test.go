@@ -331,7 +331,7 @@ func TestConditionalWriteInProcessOnAReplicatedStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node cluster")
 	}
-	_, urls := testenv.Cluster(t, 3)
+	urls := testenv.Cluster(t, 3)
 	nc := testenv.Connect(t, urls)
 	js, err := jetstream.New(nc)
 	if err != nil {
