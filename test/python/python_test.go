@@ -1,9 +1,12 @@
 package python
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -156,7 +159,7 @@ func TestAPythonWorkerDoesNotRunACallCancelledWhileQueued(t *testing.T) {
 // once the lease lapses, to another worker, which runs it as attempt 2
 // (the delivery count of its acknowledgement subject).
 func TestAPythonWorkersCallIsDeliveredAgainAfterItsWorkerDies(t *testing.T) {
-	callID, res, a, b := killedMidRun(t, "demo-slow", `{"seconds": 1.5}`)
+	callID, res, a, b := killedMidRun(t, "demo-slow", `{"seconds": 1.5}`, false)
 	if res.Status != messages.StateCompleted || res.Attempt != 2 || res.Worker != "py-b" {
 		t.Fatalf("result %+v, want completed by py-b as attempt 2\nworker a:\n%s\nworker b:\n%s", res, a.Output(), b.Output())
 	}
@@ -193,7 +196,7 @@ func TestAPythonWorkerRunsAHeldCallOnlyOnceApproved(t *testing.T) {
 // delivery's worker, which ends it failed with outcome_unknown, giving
 // the attempt and start time of the attempt that started it.
 func TestAPythonWorkerNeverRunsAnAtMostOnceCallTwice(t *testing.T) {
-	callID, res, _, b := killedMidRun(t, "demo-once", `{"seconds": 30}`)
+	callID, res, _, b := killedMidRun(t, "demo-once", `{"seconds": 30}`, false)
 	if res.Status != messages.StateFailed || res.Error == nil || res.Error.Code != messages.ResultOutcomeUnknown || res.Worker != "py-b" {
 		t.Fatalf("result %+v, want failed with outcome_unknown by py-b\nworker b:\n%s", res, b.Output())
 	}
@@ -205,16 +208,120 @@ func TestAPythonWorkerNeverRunsAnAtMostOnceCallTwice(t *testing.T) {
 	}
 }
 
+// The consumer delivers a call once more than its namespace's attempts,
+// only for the failure to be recorded. With max_attempts 1, a call whose
+// worker is killed while its tool runs reaches the next worker as attempt
+// 2, the extra delivery: a worker written from the documentation does not
+// run it, and ends it failed with max_attempts, giving attempt 1 and the
+// message the documentation gives.
+func TestAPythonWorkerEndsACallPastItsAttemptsWithoutRunningIt(t *testing.T) {
+	callID, res, a, b := killedMidRun(t, "demo-slow", `{"seconds": 10}`, true, "--max-attempts", "1")
+	const message = "the call was delivered 1 times and no attempt finished: the workers that took it stopped, lost their lease, or do not serve the tool"
+	if res.Status != messages.StateFailed || !res.IsError || res.Error == nil || res.Error.Code != messages.ResultAttempts || res.Worker != "py-b" {
+		t.Fatalf("result %+v, want failed with max_attempts by py-b\nworker b:\n%s", res, b.Output())
+	}
+	if res.Attempt != 1 || !res.StartedAt.IsZero() || res.Error.Message != message || len(res.Content) != 1 || res.Content[0].Text != message {
+		t.Errorf("result %+v (error %+v), want attempt 1, no started_at, and the message %q", res, *res.Error, message)
+	}
+	if line := b.WaitLine(t, callID); line != "SKIP "+callID+" attempts exhausted" {
+		t.Errorf("worker b's first line about the call: %s, want it skipped as exhausted\n%s", line, b.Output())
+	}
+	if n := strings.Count(a.Output()+"\n"+b.Output(), "RAN "+callID); n != 1 {
+		t.Errorf("the call's tool ran %d times, want once\nworker a:\n%s\nworker b:\n%s", n, a.Output(), b.Output())
+	}
+}
+
+// A result larger than its tool's max_result_size is cut by a worker
+// written from the documentation, which keeps the whole result in its
+// namespace's results object store with the deployed worker user's
+// permissions: the caller, the deployed agent, gets the cut result and
+// reads the whole one back a page at a time through calls.full_result
+// (the caller checks the pages, and that they join to the tool's output).
+// The object is one that a NATS client's object store reads, its size and
+// digest checked.
+func TestAPythonWorkersLargeResultIsCutAndReadBackWhole(t *testing.T) {
+	d := deploy(t, "default: allow\n")
+	w := d.worker(t, "py-w")
+	// 40,000 lines of 25 bytes, a megabyte: 8 chunks of 128 KiB, 3 pages.
+	out := d.call(t, "full-result", "demo-repeat", `{"text": "a line of a long output.\n", "times": 40000}`)
+	callID := field(t, out, "CALL")
+	if pages, err := strconv.Atoi(field(t, out, "PAGES")); err != nil || pages < 2 {
+		t.Errorf("the whole result came in %s pages, want several", field(t, out, "PAGES"))
+	}
+	w.WaitLine(t, "STORED "+callID)
+	if n := strings.Count(w.Output(), "RAN "+callID); n != 1 {
+		t.Errorf("the tool ran %d times:\n%s", n, w.Output())
+	}
+
+	res := d.result(t, callID)
+	if !res.Truncated || res.FullResult == nil || res.FullResult.Bucket != "toolbus_results_demo" || res.FullResult.Name != callID {
+		t.Fatalf("the call's result is not the cut one naming the whole: truncated %v, full_result %+v", res.Truncated, res.FullResult)
+	}
+	if size := messages.ContentSize(&res); size > 4096 {
+		t.Errorf("the cut result's content is %d bytes, over the tool's max_result_size 4096", size)
+	}
+
+	// The object as a NATS object store describes it, and its chunks, read
+	// as the coordinator may: by direct get.
+	js, err := jetstream.New(d.as("coordinator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t)
+	store, err := js.ObjectStore(ctx, "toolbus_results_demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := store.GetInfo(ctx, callID)
+	if err != nil {
+		t.Fatalf("the whole result's description in the object store: %v", err)
+	}
+	stream, err := js.Stream(ctx, "OBJ_toolbus_results_demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whole []byte
+	for seq, chunks := uint64(1), uint32(0); chunks < info.Chunks; chunks++ {
+		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject("$O.toolbus_results_demo.C."+info.NUID))
+		if err != nil {
+			t.Fatalf("chunk %d of %d: %v", chunks+1, info.Chunks, err)
+		}
+		whole, seq = append(whole, msg.Data...), msg.Sequence+1
+	}
+	sum := sha256.Sum256(whole)
+	if digest := "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:]); digest != info.Digest || uint64(len(whole)) != info.Size || int64(info.Size) != res.FullResult.Size {
+		t.Errorf("the object's chunks: %d bytes, %s; its description: %d bytes, %s; full_result: %d bytes", len(whole), digest, info.Size, info.Digest, res.FullResult.Size)
+	}
+	if got, want := strconv.FormatUint(info.Size, 10)+" "+info.Digest, field(t, out, "WHOLE"); got != want {
+		t.Errorf("the object store holds %s; the pages joined were %s", got, want)
+	}
+	var full messages.CallResult
+	if err := json.Unmarshal(whole, &full); err != nil {
+		t.Fatal(err)
+	}
+	if full.Truncated || len(full.Content) != 1 || full.Content[0].Text != strings.Repeat("a line of a long output.\n", 40000) {
+		t.Errorf("the stored whole is not the tool's output: truncated %v, %d blocks", full.Truncated, len(full.Content))
+	}
+}
+
 // killedMidRun calls tool with arguments on Python worker py-a, kills
 // py-a once the tool runs, starts py-b, and returns the call's result.
-// The lease is short, so that the call is delivered again soon.
-func killedMidRun(t *testing.T, tool, arguments string) (callID string, res messages.CallResult, a, b *testenv.Process) {
+// Both workers get workerArgs. The lease is short, so that the call is
+// delivered again soon. An at-least-once tool's started event is
+// published without waiting for the stream: with waitStarted, py-a is
+// killed only once the caller has seen it stored (which takes a caller's
+// start, so the tool must run long enough).
+func killedMidRun(t *testing.T, tool, arguments string, waitStarted bool, workerArgs ...string) (callID string, res messages.CallResult, a, b *testenv.Process) {
 	t.Helper()
 	d := deploy(t, "default: allow\n")
-	a = d.worker(t, "py-a", "--ack-wait-ms", "1500")
+	workerArgs = append([]string{"--ack-wait-ms", "1500"}, workerArgs...)
+	a = d.worker(t, "py-a", workerArgs...)
 	callID = field(t, d.call(t, "submit", tool, arguments), "CALL")
 	a.WaitLine(t, "RAN "+callID+" attempt=1")
+	if waitStarted {
+		d.call(t, "started", callID)
+	}
 	a.Kill()
-	b = d.worker(t, "py-b", "--ack-wait-ms", "1500")
+	b = d.worker(t, "py-b", workerArgs...)
 	return callID, d.result(t, callID), a, b
 }

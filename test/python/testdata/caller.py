@@ -4,12 +4,18 @@ Each command checks what it names and exits non-zero, saying what differed, when
 
   basic                   the worker's tools are available; a call with wait, a routed call and a refusal
   cancel-running          a slow call followed through calls.events and cancelled once it reports progress
+  full-result TOOL ARGS   a call whose result is cut to the tool's max_result_size, with wait, then its whole
+                          result read a page at a time through calls.full_result; prints "CALL <call_id>",
+                          "PAGES <n>" and "WHOLE <size> <digest>"
   submit TOOL ARGS        submits a call and prints "CALL <call_id>" (and "APPROVAL <approval_id>" when held)
   cancel CALL_ID          cancels a call and prints "OUTCOME <outcome>"
   result CALL_ID          waits for the call's result and prints it as "RESULT <json>"
+  started CALL_ID         follows the call's events until its started event and prints "STARTED <event json>"
   approve APPROVAL_ID     approves a pending approval (as an operator) and prints "STATE <approval state>"
 """
 import argparse
+import base64
+import hashlib
 import json
 import sys
 import threading
@@ -125,6 +131,70 @@ def cancel_running(c):
     print("OK cancel-running", kinds, flush=True)
 
 
+def content_size(res):
+    """The size of a result's content, as max_result_size bounds it: the bytes of its blocks' text, json and
+    data, and of its structured content."""
+    n = 0
+    for b in res.get("content") or []:
+        n += len(b.get("text", "").encode()) + len(base64.b64decode(b.get("data", "")))
+        n += len(json.dumps(b["json"]).encode()) if "json" in b else 0
+    if res.get("structured_content") is not None:
+        n += len(json.dumps(res["structured_content"]).encode())
+    return n
+
+
+def full_result(c, tool, arguments):
+    tools = {t["name"]: t for t in c.api("tools.list", {"agent": c.agent, "namespace": c.ns})["tools"]}
+    limit = tools[tool]["metadata"]["max_result_size"]
+    reply = c.submit(tool, arguments, wait=True)
+    call_id, res = reply["call_id"], reply.get("result") or {}
+    print("CALL", call_id, flush=True)
+    # The result the caller gets is the cut one, naming where the whole is.
+    summary = dict({k: v for k, v in res.items() if k != "content"}, content_size=content_size(res))
+    check(res.get("status") == "completed" and not res.get("is_error"), "the call's result:", summary)
+    check(res.get("truncated") is True, "the result is not marked truncated:", summary)
+    ref = res.get("full_result") or {}
+    check(ref.get("bucket") == "toolbus_results_" + c.ns and ref.get("name") == call_id, "full_result:", ref)
+    check(0 < content_size(res) <= limit, "the cut content's size", content_size(res), "is not within", limit)
+    # The whole, a page at a time: the call ID alone, then each reply's next_cursor until none.
+    whole, cursor, pages = b"", None, 0
+    while True:
+        body = {"call_id": call_id}
+        if cursor:
+            body["cursor"] = cursor
+        page = c.api("calls.full_result", body)
+        check(page["call_id"] == call_id and page.get("offset", 0) == len(whole), "page", pages + 1, "at offset",
+              page.get("offset"), "after", len(whole), "bytes")
+        whole += base64.b64decode(page["data"])
+        pages += 1
+        cursor = page.get("next_cursor")
+        if not cursor:
+            break
+    digest = "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(whole).digest()).decode()
+    check(len(whole) == page["size"] == ref["size"], "the whole's size:", len(whole), page["size"], ref["size"])
+    check(digest == page["digest"], "the whole's digest:", digest, page["digest"])
+    full = json.loads(whole)
+    check(full.get("call_id") == call_id and full.get("status") == "completed" and not full.get("truncated"),
+          "the whole result:", {k: v for k, v in full.items() if k != "content"})
+    want = [{"type": "text", "text": arguments["text"] * arguments["times"]}]
+    check(full.get("content") == want, "the whole result's content is not the tool's output")
+    print("PAGES", pages, flush=True)
+    print("WHOLE", len(whole), digest, flush=True)
+    print("OK full-result", flush=True)
+
+
+def started(c, call_id):
+    after = 0
+    while True:
+        reply = c.api("calls.events", {"call_id": call_id, "after": after, "wait_ms": 10000})
+        for e in reply.get("events", []):
+            if e["kind"] == "started":
+                print("STARTED", json.dumps(e), flush=True)
+                return
+        check(not reply.get("finished"), "the call ended without a started event")
+        after = reply.get("last", after)
+
+
 def main():
     p = argparse.ArgumentParser()
     add_connection_args(p)
@@ -139,6 +209,10 @@ def main():
         basic(c)
     elif args.command == "cancel-running":
         cancel_running(c)
+    elif args.command == "full-result":
+        full_result(c, args.rest[0], json.loads(args.rest[1]))
+    elif args.command == "started":
+        started(c, args.rest[0])
     elif args.command == "submit":
         reply = c.submit(args.rest[0], json.loads(args.rest[1]))
         print("CALL", reply["call_id"], flush=True)

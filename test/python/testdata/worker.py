@@ -1,10 +1,12 @@
 """A Toolbus worker written from docs/protocol.md ("A worker in another language"), standard library only.
 
-It serves one namespace with three tools:
-  <ns>-upper  upper-cases a text, reporting progress;
-  <ns>-slow   sleeps for `seconds`, reporting progress, renewing its lease and stopping on a cancel notice
-              or when the call's deadline passes;
-  <ns>-once   the same, delivered at most once: its start is stored before it runs, and never run again.
+It serves one namespace with four tools:
+  <ns>-upper   upper-cases a text, reporting progress;
+  <ns>-slow    sleeps for `seconds`, reporting progress, renewing its lease and stopping on a cancel notice
+               or when the call's deadline passes;
+  <ns>-once    the same, delivered at most once: its start is stored before it runs, and never run again;
+  <ns>-repeat  returns `text` repeated `times` times; its max_result_size is MAX_RESULT_SIZE, so a longer
+               output is cut, the whole result stored in the namespace's results object store.
 
 Every time a tool starts it prints "RAN <call_id> attempt=<n> worker=<id>"; every call it settles without
 running prints "SKIP <call_id> <why>". It prints "READY <worker_id>" once it pulls. SIGTERM or SIGINT stops it
@@ -20,9 +22,13 @@ import threading
 import time
 
 import msgpack_mini as mp
+import objstore_mini
 from natsmini import add_connection_args, connect, nuid
 
 VERSION = {"Toolbus-Version": "3"}
+
+# The max_result_size of <ns>-repeat, in bytes of content.
+MAX_RESULT_SIZE = 4096
 
 
 def say(*parts):
@@ -30,10 +36,10 @@ def say(*parts):
 
 
 def tool_definitions(ns):
-    def define(method, description, schema, delivery="at_least_once"):
+    def define(method, description, schema, delivery="at_least_once", **metadata):
         return {"name": ns + "-" + method, "namespace": ns, "method": method,
                 "description": description, "input_schema": schema,
-                "metadata": {"tags": ["read_only"]}, "source": {"kind": "go"}, "delivery": delivery}
+                "metadata": {"tags": ["read_only"], **metadata}, "source": {"kind": "go"}, "delivery": delivery}
     seconds = {"type": "object", "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 120}},
                "required": ["seconds"], "additionalProperties": False}
     return {
@@ -42,6 +48,9 @@ def tool_definitions(ns):
             "required": ["text"], "additionalProperties": False}),
         "slow": define("slow", "Sleeps for the given seconds, reporting progress; stops when cancelled.", seconds),
         "once": define("once", "Sleeps for the given seconds; never run twice.", seconds, "at_most_once"),
+        "repeat": define("repeat", "Repeats a text the given number of times.", {
+            "type": "object", "properties": {"text": {"type": "string"}, "times": {"type": "integer", "minimum": 1, "maximum": 100000}},
+            "required": ["text", "times"], "additionalProperties": False}, max_result_size=MAX_RESULT_SIZE),
     }
 
 
@@ -54,6 +63,64 @@ def past(deadline):
 
 
 OUTCOME_UNKNOWN = "the tool may or may not have run: its worker stopped before reporting"
+EXHAUSTED = "the call was delivered %d times and no attempt finished: the workers that took it stopped, lost their lease, or do not serve the tool"
+
+
+# --- large results: the content's size, and how a result is cut to the tool's max_result_size
+def block_size(b):
+    n = len(b.get("text", "").encode()) + len(b.get("data", b""))
+    return n + (len(json.dumps(b["json"]).encode()) if "json" in b else 0)
+
+
+def content_size(result):
+    n = sum(block_size(b) for b in result.get("content") or [])
+    if result.get("structured_content") is not None:
+        n += len(json.dumps(result["structured_content"]).encode())
+    return n
+
+
+def clip(b, n):
+    """The longest prefix of the UTF-8 bytes b of at most n bytes that ends on a character boundary."""
+    return b[:n].decode("utf-8", "ignore")
+
+
+def cut_middle(text, limit, where):
+    """Keeps the head and the tail of text around a marker saying how much is missing: at most limit bytes."""
+    b = text.encode()
+    marker = lambda n: "\n…[%d bytes cut%s]…\n" % (n, where)
+    keep = limit - len(marker(len(b)).encode())
+    if keep <= 0:
+        return clip(marker(len(b)).encode(), limit)
+    head = clip(b, keep * 6 // 10)
+    tail = b[len(b) - (keep - len(head.encode())):].decode("utf-8", "ignore")
+    return head + marker(len(b) - len(head.encode()) - len(tail.encode())) + tail
+
+
+def cut(result, limit, ref):
+    """The result with its content cut to limit bytes, marked truncated, naming ref (where the whole is) if set."""
+    where = "; the whole result is object %s in bucket %s" % (ref["name"], ref["bucket"]) if ref else ""
+    result = dict(result)
+    budget = limit
+    if result.get("structured_content") is not None and len(json.dumps(result["structured_content"]).encode()) > budget // 2:
+        del result["structured_content"]
+    if result.get("structured_content") is not None:
+        budget -= len(json.dumps(result["structured_content"]).encode())
+    blocks = list(result["content"])
+    for i, b in enumerate(blocks):
+        share = budget // (len(blocks) - i)
+        if block_size(b) > share:
+            if "text" in b or "json" in b:
+                text = b["text"] if "text" in b else json.dumps(b["json"])
+                blocks[i] = {"type": "text", "text": cut_middle(text, share, where)}
+            else:
+                note = "[%s of %d bytes left out: too large%s]" % (b["type"], block_size(b), where)
+                blocks[i] = {"type": "text", "text": clip(note.encode(), share)}
+        budget -= block_size(blocks[i])
+    result["content"] = blocks
+    result["truncated"] = True
+    if ref:
+        result["full_result"] = ref
+    return result
 
 
 class Delivery:
@@ -197,9 +264,13 @@ class Worker:
             return
         d.request = mp.unpackb(msg.data)["request"]
         if d.attempt > self.args.max_attempts:
-            if self.last(d, "started") is not None and self.last(d, "result") is None:
-                text = "the call was delivered %d times and no attempt finished" % (d.attempt - 1)
-                self.finish(d, None, "failed", ("max_attempts", text), attempt=d.attempt - 1)
+            # The extra delivery, past the namespace's attempts: it records the failure if an attempt started.
+            started = self.last(d, "started")
+            if started is not None and self.last(d, "result") is None:
+                if self.tools.get(d.request["method"], {}).get("delivery") == "at_most_once":
+                    self.outcome_unknown(d, started)
+                else:
+                    self.finish(d, None, "failed", ("max_attempts", EXHAUSTED % (d.attempt - 1)), attempt=d.attempt - 1)
                 say("SKIP", d.call_id, "attempts exhausted")
                 return
         cancel = self.notice(d.call_id)
@@ -271,6 +342,9 @@ class Worker:
             text = args["text"].upper()
             self.finish(d, started, "completed", None, content=[{"type": "text", "text": text}])
             return
+        if method == "repeat":
+            self.finish(d, started, "completed", None, content=[{"type": "text", "text": args["text"] * args["times"]}])
+            return
         seconds = float(args["seconds"])
         renew = self.args.ack_wait_ms / 3000
         began = last_renewal = time.time()
@@ -316,6 +390,9 @@ class Worker:
             result["error"] = {"code": code, "message": text}
         else:
             result["content"] = content
+            limit = self.tools[d.request["method"]]["metadata"].get("max_result_size")
+            if limit and content_size(result) > limit:
+                result = cut(result, limit, self.store_whole(d, result))
         headers = {"Nats-Expected-Last-Subject-Sequence": "0"}
         if status == "cancelled":
             headers["Nats-Msg-Id"] = d.call_id + ".cancelled"
@@ -340,6 +417,19 @@ class Worker:
             time.sleep(0.1)
         say("ERROR result of", d.call_id, "not stored; handing the call back")
         self.nc.publish(d.msg.reply, b"-NAK")
+
+    def store_whole(self, d, result):
+        """Stores the whole result, its JSON encoding, in the namespace's results store under the call ID, and
+        returns the result's full_result; None if it could not be stored (the result is then cut without a copy)."""
+        bucket = "%s_results_%s" % (self.prefix, self.ns)
+        whole = json.dumps(mp.to_jsonable(result)).encode()
+        try:
+            info = objstore_mini.put(self.nc, bucket, d.call_id, whole)
+        except Exception as e:
+            say("whole result of", d.call_id, "not stored; cut without a copy:", e)
+            return None
+        say("STORED", d.call_id, "bytes=%d" % info["size"], "chunks=%d" % info["chunks"])
+        return {"bucket": bucket, "name": d.call_id, "size": info["size"]}
 
     # --- 11. stopping
     def stop(self):
