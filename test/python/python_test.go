@@ -1,6 +1,7 @@
 package python
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -98,6 +99,17 @@ func (d *deployment) result(t *testing.T, callID string) messages.CallResult {
 	return res
 }
 
+// coordinatorJetStream is JetStream as the coordinator's user sees it,
+// to check what the Python programs stored.
+func (d *deployment) coordinatorJetStream(t *testing.T) (jetstream.JetStream, context.Context) {
+	t.Helper()
+	js, err := jetstream.New(d.as("coordinator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, testenv.Context(t)
+}
+
 // A worker and a caller written from the protocol's documentation serve
 // and call tools, with the permissions a deployed worker user has: its
 // tools are listed available, a call with wait and a routed call get the
@@ -113,11 +125,7 @@ func TestAPythonWorkerServesCallsUnderTheDeployedPermissions(t *testing.T) {
 	if err := w.Interrupt(t); err != nil {
 		t.Fatalf("worker stop: %v\n%s", err, w.Output())
 	}
-	js, err := jetstream.New(d.as("coordinator"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := testenv.Context(t)
+	js, ctx := d.coordinatorJetStream(t)
 	kv, err := js.KeyValue(ctx, "toolbus_catalog")
 	if err != nil {
 		t.Fatal(err)
@@ -263,11 +271,7 @@ func TestAPythonWorkersLargeResultIsCutAndReadBackWhole(t *testing.T) {
 
 	// The object as a NATS object store describes it, and its chunks, read
 	// as the coordinator may: by direct get.
-	js, err := jetstream.New(d.as("coordinator"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := testenv.Context(t)
+	js, ctx := d.coordinatorJetStream(t)
 	store, err := js.ObjectStore(ctx, "toolbus_results_demo")
 	if err != nil {
 		t.Fatal(err)

@@ -28,19 +28,7 @@ func Binary(t testing.TB, pkg string) string {
 	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if buildDir == "" {
-		dir, err := os.MkdirTemp("", "toolbus-bin-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/...")
-		cmd.Dir = moduleRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			os.RemoveAll(dir)
-			t.Fatalf("build the commands: %v\n%s", err, out)
-		}
-		buildDir = dir
-	}
+	buildInto(t, &buildDir, "toolbus-bin-", "the commands", "", "./cmd/...")
 	path := filepath.Join(buildDir, filepath.Base(pkg))
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("no command %s: %v", pkg, err)
@@ -57,20 +45,30 @@ func NATSServerBinary(t testing.TB) string {
 	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if serverDir == "" {
-		dir, err := os.MkdirTemp("", "toolbus-nats-server-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2")
-		cmd.Dir = moduleRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			os.RemoveAll(dir)
-			t.Fatalf("build nats-server: %v\n%s", err, out)
-		}
-		serverDir = dir
-	}
+	buildInto(t, &serverDir, "toolbus-nats-server-", "nats-server", "nats-server", "github.com/nats-io/nats-server/v2")
 	return filepath.Join(serverDir, "nats-server")
+}
+
+// buildInto builds pkg, from the module root, into a new temporary
+// directory named like pattern, as its file out (empty: each command
+// under its own name), once: *dir is empty until it has. buildMu must be
+// held.
+func buildInto(t testing.TB, dir *string, pattern, what, out, pkg string) {
+	t.Helper()
+	if *dir != "" {
+		return
+	}
+	d, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-o", d+string(filepath.Separator)+out, pkg)
+	cmd.Dir = moduleRoot(t)
+	if output, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(d)
+		t.Fatalf("build %s: %v\n%s", what, err, output)
+	}
+	*dir = d
 }
 
 // CleanupBinaries removes what Binary and NATSServerBinary built.

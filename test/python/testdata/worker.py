@@ -263,11 +263,12 @@ class Worker:
             say("SKIP", d.call_id, "awaiting approval")
             return
         d.request = mp.unpackb(msg.data)["request"]
+        at_most_once = self.tools.get(d.request["method"], {}).get("delivery") == "at_most_once"
         if d.attempt > self.args.max_attempts:
             # The extra delivery, past the namespace's attempts: it records the failure if an attempt started.
             started = self.last(d, "started")
             if started is not None and self.last(d, "result") is None:
-                if self.tools.get(d.request["method"], {}).get("delivery") == "at_most_once":
+                if at_most_once:
                     self.outcome_unknown(d, started)
                 else:
                     self.finish(d, None, "failed", ("max_attempts", EXHAUSTED % (d.attempt - 1)), attempt=d.attempt - 1)
@@ -282,7 +283,6 @@ class Worker:
             self.nc.publish(msg.reply, b"+ACK")
             say("SKIP", d.call_id, "has a result")
             return
-        at_most_once = self.tools.get(d.request["method"], {}).get("delivery") == "at_most_once"
         if d.attempt > 1 and at_most_once:
             started = self.last(d, "started")
             if started is not None:
