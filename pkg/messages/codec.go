@@ -144,7 +144,7 @@ func (c Codec) String() string { return c.ContentType() }
 // one to answer the refusal in: the request's own, and JSON for a content
 // type that is neither encoding.
 func CodecOf(h Header) (Codec, error) {
-	c, _, err := RequestCodec(h, ProtocolVersion)
+	c, _, err := requestCodec(h, headerValue, ProtocolVersion)
 	return c, err
 }
 
@@ -154,10 +154,15 @@ func CodecOf(h Header) (Codec, error) {
 // without Toolbus-Version is read as ProtocolVersion, whatever versions
 // holds. With no versions, every version is answered (the version the
 // answer is in is then the request's when it is ProtocolVersion or
-// PreviousProtocolVersion, else ProtocolVersion).
+// PreviousProtocolVersion, else ProtocolVersion). Its header names are
+// matched without regard to case when none matches exactly.
 func RequestCodec(h Header, versions ...string) (Codec, string, error) {
-	c, ctErr := codecOf(h)
-	v := headerValue(h, HeaderVersion)
+	return requestCodec(h, requestHeaderValue, versions...)
+}
+
+func requestCodec(h Header, value func(Header, string) string, versions ...string) (Codec, string, error) {
+	c, ctErr := codecOf(value(h, HeaderContentType))
+	v := value(h, HeaderVersion)
 	if v == "" {
 		return c, ProtocolVersion, ctErr
 	}
@@ -184,9 +189,41 @@ func answered(versions []string) string {
 	return "this peer answers versions " + strings.Join(versions, " and ")
 }
 
-// codecOf reads the Content-Type.
-func codecOf(h Header) (Codec, error) {
-	ct := headerValue(h, HeaderContentType)
+// marshalJSON is json.Marshal without its escaping of <, > and & as
+// \u003c, \u003e and \u0026, which is for JSON put inside HTML: a text
+// full of them would grow sixfold, and a reply that fits in MessagePack
+// could pass the server's message size in JSON.
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// requestHeaderValue is a request header's first value, its name matched
+// without regard to case when no header has it exactly: NATS header names
+// are case-sensitive, and clients that write them in lower case are
+// understood rather than answered in the wrong encoding.
+func requestHeaderValue(h Header, key string) string {
+	if v := headerValue(h, key); v != "" {
+		return v
+	}
+	if _, exact := h[key]; exact {
+		return ""
+	}
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, key) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// codecOf reads a Content-Type.
+func codecOf(ct string) (Codec, error) {
 	switch ct {
 	case "", ContentTypeMsgpack:
 		return Msgpack, nil
@@ -370,7 +407,7 @@ func decodeReflect(data []byte, v any) (left int, err error) {
 // encodings, so the two never drift apart.
 func (c Codec) Marshal(v any) ([]byte, error) {
 	if c == JSONCodec {
-		return json.Marshal(v)
+		return marshalJSON(v)
 	}
 	if m, ok := v.(msgpackAppender); ok {
 		return appendMarshal(m)
@@ -440,8 +477,8 @@ func (c Codec) Unmarshal(data []byte, v any) error {
 // malformed is the error of a message that could not be decoded: CodeMalformed,
 // or CodeBadRequest when a value exceeds a limit (MaxJSONDepth).
 func malformed(c Codec, err error) error {
-	if e := (*Error)(nil); errors.As(err, &e) && e == errTooDeep {
-		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s message refused: %s", c.ContentType(), errTooDeep.Message)}
+	if e := (*Error)(nil); errors.As(err, &e) && (e == errTooDeep || e == errMessageTooDeep) {
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("%s message refused: %s", c.ContentType(), e.Message)}
 	}
 	return &Error{Code: CodeMalformed, Message: fmt.Sprintf("malformed %s message: %v", c.ContentType(), err)}
 }

@@ -26,6 +26,11 @@ const MaxJSONDepth = jsonparse.MaxDepth
 // errTooDeep refuses a value nested deeper than MaxJSONDepth.
 var errTooDeep = &Error{Code: CodeBadRequest, Message: fmt.Sprintf("a JSON value nests arrays and objects deeper than %d levels", MaxJSONDepth)}
 
+// errMessageTooDeep refuses a message whose maps and arrays, its own
+// levels included, nest deeper than maxMessageDepth: met where a reader
+// passes over a field it does not know, which may hold anything.
+var errMessageTooDeep = &Error{Code: CodeBadRequest, Message: fmt.Sprintf("the message nests maps and arrays deeper than %d levels", maxMessageDepth)}
+
 // CheckJSONDepth reports an error of code bad_request if the JSON text
 // nests arrays and objects deeper than MaxJSONDepth. It reads only brackets
 // and strings: the text is otherwise checked by whoever parses it. Decoding
@@ -277,15 +282,15 @@ func appendMapKey(d *reader, dst []byte) ([]byte, error) {
 	return nil, fmt.Errorf("map key with MessagePack code 0x%x is not a string", c)
 }
 
-// appendJSONString appends s as encoding/json writes a string. Printable
-// ASCII other than the characters it escapes, and valid UTF-8 other than
+// appendJSONString appends s as encoding/json writes a string with HTML
+// escaping off. Printable ASCII but '"' and '\\', and valid UTF-8 other than
 // the two line separators it escapes, are copied as they are; a string
 // with anything else is handed to encoding/json.
 func appendJSONString(dst, s []byte) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			if c < 0x20 || c == '"' || c == '\\' {
 				return appendJSONStringSlow(dst, s)
 			}
 			i++
@@ -302,7 +307,12 @@ func appendJSONString(dst, s []byte) []byte {
 	return append(dst, '"')
 }
 
+// appendJSONStringSlow escapes s as encoding/json does, but for <, > and
+// &, which only JSON put inside HTML needs escaped (see marshalJSON).
 func appendJSONStringSlow(dst, s []byte) []byte {
-	b, _ := json.Marshal(string(s)) // a string always marshals
-	return append(dst, b...)
+	buf := bytes.NewBuffer(dst)
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(string(s)) // a string always encodes
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }

@@ -425,7 +425,7 @@ func enter(open []int, n, maxDepth int) ([]int, error) {
 		return open, nil
 	}
 	if len(open) >= maxDepth {
-		return open, errTooDeep
+		return open, errMessageTooDeep
 	}
 	return append(open, n), nil
 }
@@ -440,7 +440,7 @@ func checkYear(t time.Time) error {
 // skipWithin passes over one value of any kind. It counts the values
 // still to pass rather than recursing, so nesting costs no stack; as
 // every value takes a byte at least, more of them than bytes left is a
-// truncation. It also refuses, with errTooDeep, a value whose
+// truncation. It also refuses, with errMessageTooDeep, a value whose
 // maps and arrays nest deeper than maxDepth (none when negative): a
 // reader that recurses (msgpack.Decoder, when it skips a field it does
 // not know) would otherwise spend a stack frame per level, some 160 bytes

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -313,7 +314,16 @@ func (c *Coordinator) reply(req *request, msg *nats.Msg) {
 		}
 		msg.Header.Set(messages.HeaderReplyToken, token)
 	}
-	if err := c.nc.PublishMsg(msg); err != nil {
+	err := c.nc.PublishMsg(msg)
+	if errors.Is(err, nats.ErrMaxPayload) && msg.Header.Get(micro.ErrorCodeHeader) == "" {
+		// Unanswered, the requester would wait out its timeout and never
+		// know why: it hears the reply's size instead.
+		c.respondError(req, messages.Errorf(messages.CodePayloadTooLarge,
+			"the reply to %s is %d bytes, more than the %d a message may carry: ask for less (a smaller limit or max), or in %s if the reply is in JSON",
+			req.endpoint, len(msg.Data), c.nc.MaxPayload(), messages.ContentTypeMsgpack))
+		return
+	}
+	if err != nil {
 		c.log.Warn("reply not sent", "endpoint", req.endpoint, "error", err)
 	}
 }

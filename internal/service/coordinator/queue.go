@@ -526,11 +526,15 @@ func (q *callQueue) existing(ctx context.Context, call *messages.CallRequest, sr
 		return nil, err
 	}
 	if prev.Tool != call.Tool || prev.ArgumentsDigest != call.ArgumentsDigest {
+		what := "with other arguments"
+		if prev.Tool != call.Tool {
+			what = "not of " + call.Tool
+		}
 		if sr.IdempotencyKey == "" {
-			return nil, messages.Errorf(messages.CodeIdempotencyConflict, "call %s is a call of %s with other arguments", call.CallID, prev.Tool)
+			return nil, messages.Errorf(messages.CodeIdempotencyConflict, "call %s is a call of %s, %s", call.CallID, prev.Tool, what)
 		}
 		return nil, messages.Errorf(messages.CodeIdempotencyConflict,
-			"idempotency key %q was used for call %s of %s with other arguments", sr.IdempotencyKey, call.CallID, prev.Tool)
+			"idempotency key %q was used for call %s of %s, %s", sr.IdempotencyKey, call.CallID, prev.Tool, what)
 	}
 	reply := &messages.SubmitReply{CallID: call.CallID, State: snap.State(), Duplicate: true}
 	if snap.Approval != nil && reply.State == messages.StateAwaitingApproval {

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/nats-io/nats.go"
 
@@ -26,6 +27,10 @@ func (l *Ledger) EventsAfter(ctx context.Context, bucket, ns, callID string, aft
 	filter, err := l.names.Filters().CallEvents(callID)
 	if err != nil {
 		return nil, false, err
+	}
+	if after == math.MaxUint64 {
+		// No sequence comes after it; after+1 would wrap to the first.
+		return nil, true, nil
 	}
 	var (
 		size, seen int
