@@ -156,7 +156,7 @@ func blockText(b messages.ContentBlock) string {
 	case messages.ContentText:
 		return b.Text
 	case messages.ContentJSON:
-		return string(b.JSON)
+		return string(toolschema.BlockJSON(b))
 	case messages.ContentResource:
 		if b.Text != "" {
 			return b.Text

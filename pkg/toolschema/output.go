@@ -37,8 +37,16 @@ type MCPStructured struct {
 // structuredContent against that schema whatever isError says. Its JSON
 // goes in a text block instead, unless one of the result's blocks holds
 // JSON already.
+//
+// A null structured result does not cross the wire (messages.JSON holds
+// null as nothing): a successful result that has none but a json block
+// holding null (a block without JSON, see BlockJSON) is taken for a null
+// structured result, and wrapped.
 func ForMCP(structured messages.JSON, isError bool, blocks []messages.ContentBlock) MCPStructured {
 	value := bytes.TrimSpace(structured)
+	if len(value) == 0 && !isError && holdsNull(blocks) {
+		value = null
+	}
 	if len(value) == 0 {
 		return MCPStructured{}
 	}
@@ -58,6 +66,27 @@ func ForMCP(structured messages.JSON, isError bool, blocks []messages.ContentBlo
 	wrapped = append(wrapped, value...)
 	wrapped = append(wrapped, '}')
 	return MCPStructured{Content: wrapped, Wrapped: true}
+}
+
+var null = messages.JSON("null")
+
+// BlockJSON is the JSON of a json block: null for one without JSON, as a
+// json block holding null reads back from the wire.
+func BlockJSON(b messages.ContentBlock) messages.JSON {
+	if len(b.JSON) == 0 {
+		return null
+	}
+	return b.JSON
+}
+
+// holdsNull reports whether a json block of blocks holds null.
+func holdsNull(blocks []messages.ContentBlock) bool {
+	for _, b := range blocks {
+		if b.Type == messages.ContentJSON && len(bytes.TrimSpace(b.JSON)) == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Keywords that constrain one kind of JSON value only. A schema without

@@ -168,4 +168,19 @@ func TestForMCP(t *testing.T) {
 	if got := ForMCP(messages.JSON(`[1]`), true, withJSON); got.Content != nil || got.Text != nil {
 		t.Errorf("an error's structured content beside a JSON block: %+v", got)
 	}
+	// A null structured result, read back from the wire: none, beside a
+	// json block that has no JSON.
+	null := []messages.ContentBlock{messages.JSONBlock(nil)}
+	if got := ForMCP(nil, false, null); string(got.Content) != `{"result":null}` || !got.Wrapped {
+		t.Errorf("a json block holding null: %+v", got)
+	}
+	if got := string(BlockJSON(null[0])); got != "null" {
+		t.Errorf("the JSON of a json block holding null: %s", got)
+	}
+	if got := ForMCP(nil, true, null); got.Content != nil || got.Text != nil {
+		t.Errorf("an error with a json block holding null: %+v", got)
+	}
+	if got := ForMCP(nil, false, text); got.Content != nil || got.Text != nil {
+		t.Errorf("no structured content beside a text: %+v", got)
+	}
 }

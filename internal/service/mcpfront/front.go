@@ -42,6 +42,12 @@ const (
 	// MetaWrapped is true on a result whose structuredContent wraps a
 	// value that is not a JSON object under "result".
 	MetaWrapped = "toolbus/wrapped"
+	// MetaTruncated is true on a result cut to its tool's
+	// max_result_size; MetaFullResult then names the object that holds
+	// the whole result ({"bucket", "name", "size"}), which
+	// calls.full_result reads.
+	MetaTruncated  = "toolbus/truncated"
+	MetaFullResult = "toolbus/full_result"
 )
 
 // discoveryNamespace is the namespace of the coordinator's built-in
@@ -165,9 +171,14 @@ func newServer(hooks *server.Hooks, opts ...server.ServerOption) *server.MCPServ
 		server.WithToolCapabilities(true),
 		server.WithHooks(hooks),
 		server.WithRecovery(),
-		server.WithInstructions("Toolbus tools. Call llm_tools-list to find more tools; those it finds are listed from your next step."),
+		server.WithInstructions(instructions),
 	}, opts...)...)
 }
+
+// instructions are those of every session. The discovery tool may not be
+// among a session's tools (its agent's rules may not show it), so they do
+// not say it is.
+const instructions = "Toolbus tools. If llm_tools-list is among your tools, call it to find more tools; those it finds are listed from your next step."
 
 // newTurn names the turn of a session that names none.
 func newTurn() string { return "mcp-" + nuid.Next() }
@@ -364,7 +375,8 @@ func (f *Front) stdioContext(ctx context.Context) context.Context {
 
 // stdioTasks reads the stdio session's messages, one a line: it answers
 // task requests, each in a goroutine of its own (tasks/result waits for
-// the result), and passes the rest on to mcp-go. A line longer than
+// the result), refuses a tools/list with a cursor (see hasListCursor), and
+// passes the rest on to mcp-go. A line longer than
 // MaxRequestBytes ends the session. ended is called when in ends, before
 // mcp-go reads the end of next.
 func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWriter, out *lineWriter, ended context.CancelFunc) {
@@ -379,6 +391,12 @@ func (f *Front) stdioTasks(ctx context.Context, in io.Reader, next *io.PipeWrite
 		parsed := json.Unmarshal(line, &req) == nil
 		if parsed && req.Method == "notifications/cancelled" && len(req.Params.RequestID) > 0 {
 			out.cancel(req.Params.RequestID)
+		}
+		if parsed && req.hasListCursor() {
+			if err := out.writeMessage(newResponse(req.ID, nil, badListCursor(req.Params.Cursor))); err != nil {
+				f.log.Debug("tools/list answer not sent", "error", err)
+			}
+			continue
 		}
 		if parsed && req.isTaskRequest() {
 			go func() {

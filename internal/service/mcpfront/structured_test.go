@@ -56,6 +56,15 @@ paths:
             application/json:
               schema: {$ref: "#/components/schemas/Pet"}
         "404": {description: no such pet}
+  /owner:
+    get:
+      operationId: findOwner
+      responses:
+        "200":
+          description: the pets' owner, null when none
+          content:
+            application/json:
+              schema: {type: string, nullable: true}
   /count:
     get:
       operationId: countPets
@@ -92,6 +101,8 @@ func startShapes(t *testing.T) stack {
 			io.WriteString(w, `{"name":"Rex"}`)
 		case "/count":
 			io.WriteString(w, `2`)
+		case "/owner":
+			io.WriteString(w, `null`)
 		default:
 			w.WriteHeader(http.StatusNotFound)
 			io.WriteString(w, `{"message":"no such pet"}`)
@@ -155,7 +166,7 @@ func startShapes(t *testing.T) stack {
 				n++
 			}
 		}
-		return n == 11
+		return n == 12
 	})
 	return stack{url: srv.URL()}
 }
@@ -183,6 +194,8 @@ var structuredCases = []structuredCase{
 	{tool: "shapes-tree", structured: `{"result":[{"name":"Rex"}]}`, wrapped: true, text: `[{"name":"Rex"}]`},
 	{tool: "pets-listPets", structured: `{"result":[{"name":"Rex"},{"name":"Tom"}]}`, wrapped: true, text: `[{"name":"Rex"},{"name":"Tom"}]`},
 	{tool: "pets-countPets", structured: `{"result":2}`, wrapped: true, text: `2`},
+	// A null body is wrapped too: it fits the outputSchema, which admits null.
+	{tool: "pets-findOwner", structured: `{"result":null}`, wrapped: true, text: `null`},
 	{tool: "pets-getPet", args: map[string]any{"id": "1"}, structured: `{"name":"Rex"}`, text: `{"name":"Rex"}`},
 	// An error has no structuredContent: its status and body do not fit
 	// the pet's schema; they come as text.
@@ -245,7 +258,7 @@ func TestStructuredContentIsAnObject(t *testing.T) {
 			t.Errorf("%s: outputSchema %s is not an object schema", tool.Name, tool.OutputSchema)
 		}
 	}
-	for _, name := range []string{"shapes-list", "shapes-none", "shapes-count", "shapes-one", "shapes-tree", "pets-listPets", "pets-countPets", "pets-getPet", "remote-list"} {
+	for _, name := range []string{"shapes-list", "shapes-none", "shapes-count", "shapes-one", "shapes-tree", "pets-listPets", "pets-countPets", "pets-findOwner", "pets-getPet", "remote-list"} {
 		if len(schemas[name]) == 0 {
 			t.Errorf("%s: no outputSchema", name)
 		}

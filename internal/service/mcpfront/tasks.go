@@ -60,9 +60,23 @@ func (r *rpcMessage) isTaskRequest() bool {
 	return false
 }
 
+// hasListCursor reports whether a request is a tools/list with a cursor.
+// The front gives none (its tools/list is one page), so it refuses every
+// one itself: mcp-go would take any base64 text for a tool's name to
+// start after, and refuse other text with its decoder's error.
+func (r *rpcMessage) hasListCursor() bool {
+	return r.Method == string(mcp.MethodToolsList) && len(r.ID) > 0 && r.Params.Cursor != ""
+}
+
+// badListCursor is the error of a tools/list with a cursor.
+func badListCursor(cursor string) *rpcError {
+	return &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("invalid cursor %q: not a cursor this server gave (its tools/list is one page, without nextCursor); list without a cursor", cursor)}
+}
+
 // serveRequests answers over HTTP the requests the front serves itself:
-// task requests, from the ledger, and a session's tools/call with what the
-// client posts about it (its cancellation, its answer to an elicitation).
+// task requests, from the ledger, a session's tools/call with what the
+// client posts about it (its cancellation, its answer to an elicitation),
+// and a tools/list with a cursor, which it refuses.
 // The rest go to mcp-go.
 func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent string) {
 	if r.Method != http.MethodPost {
@@ -127,6 +141,10 @@ func (f *Front) serveRequests(w http.ResponseWriter, r *http.Request, agent stri
 		// answered (mcp-go would say 404, which tells a client that its
 		// session ended).
 		writeStatus(w, http.StatusBadRequest, newResponse(req.ID, nil, &rpcError{Code: mcp.INVALID_REQUEST, Message: "Bad Request: Mcp-Session-Id header is required (initialize first, or name the protocol version 2026-07-28)"}))
+	case req.hasListCursor():
+		if err := writeResponse(w, newResponse(req.ID, nil, badListCursor(req.Params.Cursor))); err != nil {
+			f.log.Debug("tools/list answer not sent", "error", err)
+		}
 	case !inSession:
 		f.toMCPGo(w, r, agent, body)
 	case req.Method == string(mcp.MethodToolsCall) && len(req.ID) > 0:
@@ -242,7 +260,7 @@ func (f *Front) task(ctx context.Context, req *rpcMessage) (any, *rpcError) {
 			return nil, busError(err)
 		}
 	}
-	out := toolResult(res)
+	out := toolResult(res, res.Truncated && f.calls.declaresOutputSchema(ctx, info.Tool, info.Turn))
 	out.Meta.AdditionalFields[mcp.RelatedTaskMetaKey] = map[string]any{"taskId": id}
 	return out, nil
 }

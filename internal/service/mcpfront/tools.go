@@ -144,8 +144,8 @@ func listKey(ctx context.Context, turn string, id any) string {
 }
 
 // listFailed drops the tools kept for a tools/list request that mcp-go
-// failed after listRequest (an invalid cursor), which afterListTools does
-// not see.
+// failed after listRequest (params it cannot parse), which afterListTools
+// does not see.
 func (l *toolList) listFailed(ctx context.Context, id any, method mcp.MCPMethod, message any, _ error) {
 	if req, ok := message.(*mcp.ListToolsRequest); ok && method == mcp.MethodToolsList {
 		l.lists.Delete(listKey(ctx, turnOf(ctx, req.Params.Meta), id))
@@ -288,7 +288,29 @@ func (c *caller) runCall(ctx context.Context, out callOut, req *callRequest) (*m
 			c.log.Debug("list_changed not sent", "error", err)
 		}
 	}
-	return toolResult(res), nil
+	return toolResult(res, res.Truncated && c.declaresOutputSchema(ctx, req.name, turn)), nil
+}
+
+// declaresOutputSchema reports whether the tool's tools/list entry for the
+// request's agent and turn has an outputSchema. It is asked of truncated
+// results only. A tool it cannot find counts as declaring one: the error
+// result that follows is one every client takes.
+func (c *caller) declaresOutputSchema(ctx context.Context, tool, turn string) bool {
+	reply, err := c.cfg.Client.ListTools(ctx, messages.ListToolsRequest{Agent: agentOf(ctx), Turn: turn, Namespace: toolNamespace(tool), Format: "mcp"})
+	if err != nil {
+		c.log.Debug("tools.list failed", "tool", tool, "error", err)
+		return true
+	}
+	for _, schema := range reply.Schemas {
+		var t struct {
+			Name         string          `json:"name"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
+		}
+		if json.Unmarshal(schema, &t) == nil && t.Name == tool {
+			return len(t.OutputSchema) > 0 && string(t.OutputSchema) != "null"
+		}
+	}
+	return true
 }
 
 // heldCall is the end of a tools/call whose call waits for an approval
@@ -547,12 +569,32 @@ func awaitingApproval(callID string, a *messages.Approval) *mcp.CallToolResult {
 // allows it (toolschema.ForMCP: an object as it is, another value wrapped
 // under "result", as the tool's outputSchema declares it; an error's as
 // text); the call ID, and the Toolbus code of an error, in _meta.
-func toolResult(res *messages.CallResult) *mcp.CallToolResult {
+//
+// A truncated result says so in _meta (MetaTruncated, MetaFullResult).
+// One of a tool that declares an outputSchema (outputSchema) is an error
+// result whose first block says where the whole result is: what is left
+// of it is not what the schema describes, and MCP clients refuse a
+// result of such a tool that has no structuredContent and no isError.
+func toolResult(res *messages.CallResult, outputSchema bool) *mcp.CallToolResult {
 	meta := map[string]any{MetaCallID: res.CallID, MetaState: string(res.Status)}
 	if res.IsError && res.Error != nil {
 		meta[MetaCode] = res.Error.Code
 	}
 	out := &mcp.CallToolResult{Result: mcp.Result{Meta: &mcp.Meta{AdditionalFields: meta}}, Content: []mcp.Content{}, IsError: res.IsError}
+	if res.Truncated {
+		meta[MetaTruncated] = true
+		if ref := res.FullResult; ref != nil {
+			meta[MetaFullResult] = map[string]any{"bucket": ref.Bucket, "name": ref.Name, "size": ref.Size}
+		}
+		if outputSchema && !res.IsError {
+			out.IsError = true
+			out.Content = append(out.Content, mcp.TextContent{Type: "text", Text: truncatedText(res)})
+			for _, b := range res.Content {
+				out.Content = append(out.Content, content(b))
+			}
+			return out
+		}
+	}
 	structured := toolschema.ForMCP(res.StructuredContent, res.IsError, res.Content)
 	if structured.Content != nil {
 		out.StructuredContent = json.RawMessage(structured.Content)
@@ -570,6 +612,16 @@ func toolResult(res *messages.CallResult) *mcp.CallToolResult {
 		out.Content = append(out.Content, mcp.TextContent{Type: "text", Text: res.Error.Message})
 	}
 	return out
+}
+
+// truncatedText says that a result was cut, and where the whole of it is.
+func truncatedText(res *messages.CallResult) string {
+	ref := res.FullResult
+	if ref == nil {
+		return fmt.Sprintf("The result of call %s was larger than the tool's max_result_size and was cut to it; the whole result was not kept. What is left of it follows.", res.CallID)
+	}
+	return fmt.Sprintf("The result of call %s was larger than the tool's max_result_size and was cut to it. The whole result, %d bytes of JSON, is object %s in bucket %s: calls.full_result reads it (toolbus calls get --full %s). What is left of it follows.",
+		res.CallID, ref.Size, ref.Name, ref.Bucket, res.CallID)
 }
 
 func content(b messages.ContentBlock) mcp.Content {
@@ -594,7 +646,7 @@ func content(b messages.ContentBlock) mcp.Content {
 	case messages.ContentResourceLink:
 		return mcp.ResourceLink{Annotated: annotated, Type: "resource_link", URI: b.URI, Name: b.Name, Description: b.Description, MIMEType: b.MIMEType}
 	case messages.ContentJSON:
-		return mcp.TextContent{Annotated: annotated, Type: "text", Text: string(b.JSON)}
+		return mcp.TextContent{Annotated: annotated, Type: "text", Text: string(toolschema.BlockJSON(b))}
 	}
 	return mcp.TextContent{Annotated: annotated, Type: "text", Text: b.Text}
 }
