@@ -104,7 +104,14 @@ func runCall(ctx context.Context, g globals, args []string) error {
 	}
 	defer nc.Close()
 	if !*watch && !*detach {
-		res, err := callAndWait(ctx, c, pos[0], rawArgs, *turn, *key, *timeout)
+		var callID string
+		res, err := callAndWait(ctx, c, pos[0], rawArgs, *turn, *key, *timeout, &callID)
+		if err != nil && ctx.Err() != nil && callID != "" {
+			// Interrupted (Ctrl-C, SIGTERM): only the wait ends, as for
+			// calls watch; --watch is the form that cancels.
+			fmt.Fprintf(os.Stderr, "stopped waiting for call %s, which goes on (toolbus calls watch %s follows it, toolbus calls cancel %s cancels it)\n", callID, callID, callID)
+			return interrupted(g, callID)
+		}
 		if err != nil {
 			return err
 		}
@@ -155,11 +162,14 @@ func runCall(ctx context.Context, g globals, args []string) error {
 // call's ID is printed on standard error before it is submitted; a call
 // held for an approval is announced at once (who decides, and how), then
 // awaited.
-func callAndWait(ctx context.Context, c *client.Client, tool string, args messages.JSON, turn, key string, timeout time.Duration) (*messages.CallResult, error) {
+func callAndWait(ctx context.Context, c *client.Client, tool string, args messages.JSON, turn, key string, timeout time.Duration, named *string) (*messages.CallResult, error) {
 	req := messages.SubmitRequest{Tool: tool, Arguments: args, Turn: turn, IdempotencyKey: key, TimeoutMS: timeout.Milliseconds()}
 	res, err := c.CallObserved(ctx, req, &client.CallObserver{
-		Named: func(callID string) { fmt.Fprintf(os.Stderr, "call %s\n", callID) },
-		Held:  func(*messages.SubmitReply) bool { return true },
+		Named: func(callID string) {
+			*named = callID
+			fmt.Fprintf(os.Stderr, "call %s\n", callID)
+		},
+		Held: func(*messages.SubmitReply) bool { return true },
 	})
 	var held *client.ApprovalRequiredError
 	if errors.As(err, &held) {
@@ -303,7 +313,9 @@ func writeContent(w io.Writer, res *messages.CallResult) {
 			fmt.Fprintln(w, b.Text)
 		case messages.ContentJSON:
 			var v any
-			if json.Unmarshal(b.JSON, &v) == nil {
+			if len(b.JSON) == 0 {
+				fmt.Fprintln(w, "null") // a json block holding null
+			} else if json.Unmarshal(b.JSON, &v) == nil {
 				out, _ := json.MarshalIndent(v, "", "  ")
 				fmt.Fprintln(w, string(out))
 			} else {
@@ -368,7 +380,7 @@ func runCalls(ctx context.Context, g globals, args []string) error {
 		if err != nil && ctx.Err() != nil {
 			// Interrupted (Ctrl-C, SIGTERM): only the watch ends.
 			fmt.Fprintf(os.Stderr, "stopped watching call %s, which goes on (toolbus calls watch %s follows it again)\n", id, id)
-			return exitError(exitInterrupted)
+			return interrupted(g, id)
 		}
 		if err != nil {
 			return err
@@ -559,4 +571,13 @@ func runTurns(ctx context.Context, g globals, args []string) error {
 		fmt.Printf("%s  %-28s %s\n", call.CallID, call.Tool, call.State)
 	}
 	return nil
+}
+
+// interrupted ends a wait for a call that goes on: exit 130, and with
+// --json the error where the result would have been.
+func interrupted(g globals, callID string) error {
+	if g.json {
+		fmt.Printf(`{"error":{"code":"interrupted","message":"stopped waiting for call %s, which goes on"},"exit_code":%d}`+"\n", callID, exitInterrupted)
+	}
+	return exitError(exitInterrupted)
 }

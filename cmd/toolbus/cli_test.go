@@ -101,6 +101,8 @@ func TestJSONErrors(t *testing.T) {
 		{[]string{"--json", "call", "demo-nosuch", `{}`}, "tool_not_found", exitRequestFailed},
 		{[]string{"call", "--json", "demo-echo", `{"txt":"typo"}`}, "invalid_arguments", exitRequestFailed},
 		{[]string{"--json", "call", "demo-echo", `{"text":`}, "usage", exitUsage},
+		{[]string{"--server", "nats://127.0.0.1:1", "--json", "tools"}, "unreachable", exitRequestFailed},
+		{[]string{"--json", "--creds", filepath.Join(t.TempDir(), "none.creds"), "tools"}, "unreachable", exitRequestFailed},
 	} {
 		stdout, stderr, status := cli(t, bin, url, tc.args...)
 		var out errorOutput
@@ -110,6 +112,34 @@ func TestJSONErrors(t *testing.T) {
 		if out.Error.Code != tc.code || out.Error.Message == "" || out.ExitCode != tc.exitCode || status != tc.exitCode {
 			t.Errorf("%v: %+v, exit status %d; want code %s and exit status %d", tc.args, out, status, tc.code, tc.exitCode)
 		}
+	}
+}
+
+// TestAnInterruptedCallGoesOn: Ctrl-C on a plain toolbus call ends its
+// wait, not the call: exit 130, the call's ID and how to follow or cancel
+// it on standard error, and the call still runs.
+func TestAnInterruptedCallGoesOn(t *testing.T) {
+	t.Parallel()
+	url, bin := stack(t)
+	p := testenv.Start(t, bin, "--server", url, "call", "demo-sleep", `{"seconds":60}`)
+	callID := strings.TrimPrefix(p.WaitLine(t, "call "), "call ")
+	c := testenv.Client(t, url, client.Options{})
+	testenv.Eventually(t, "the call runs", func() bool {
+		info, err := c.Get(testenv.Context(t), callID)
+		if err == nil && info.State.Terminal() {
+			t.Fatalf("call %s ended %s before the interrupt", callID, info.State)
+		}
+		return err == nil && info.State == messages.StateRunning
+	})
+	if err := p.Interrupt(t); err == nil || p.Cmd.ProcessState.ExitCode() != exitInterrupted {
+		t.Fatalf("interrupted call: %v, want exit status %d\n%s", err, exitInterrupted, p.Output())
+	}
+	if out := p.Output(); !strings.Contains(out, "stopped waiting for call "+callID+", which goes on") || !strings.Contains(out, "toolbus calls cancel "+callID) {
+		t.Errorf("output %q, want the call named as going on, and how to cancel it", out)
+	}
+	info, err := c.Get(testenv.Context(t), callID)
+	if err != nil || info.State != messages.StateRunning {
+		t.Errorf("call after the interrupt: %+v %v, want it still running", info, err)
 	}
 }
 

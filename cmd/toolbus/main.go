@@ -195,6 +195,18 @@ func (e misuse) Unwrap() error { return e.err }
 // printed as JSON.
 type jsonErrors struct{ err error }
 
+// cliError is an error with a code of the command line's own, for --json
+// (the coordinator's codes are for what it answers): "unreachable" when no
+// server answers at the URL or the credentials cannot be read,
+// "unauthorized" when the server refuses them.
+type cliError struct {
+	code string
+	err  error
+}
+
+func (e cliError) Error() string { return e.err.Error() }
+func (e cliError) Unwrap() error { return e.err }
+
 func (e jsonErrors) Error() string { return e.err.Error() }
 func (e jsonErrors) Unwrap() error { return e.err }
 
@@ -237,9 +249,12 @@ func finish(err error, stdout, stderr io.Writer) int {
 		ExitCode int       `json:"exit_code"`
 	}{Error: errorJSON{Message: asJSON.err.Error()}, ExitCode: status}
 	var e *messages.Error
+	var own cliError
 	switch {
 	case errors.As(err, &e):
 		out.Error = errorJSON{Code: string(e.Code), Message: e.Message, Details: e.Details}
+	case errors.As(err, &own):
+		out.Error.Code = own.code
 	case status == exitUsage:
 		out.Error.Code = "usage"
 	}
@@ -359,7 +374,11 @@ func (g globals) connect() (*nats.Conn, *client.Client, error) {
 	conn := natsflags.Flags{Server: g.server, Creds: g.creds, User: g.user, Password: g.password, Inbox: g.inbox, Token: g.token}
 	nc, err := conn.Connect("toolbus-cli")
 	if err != nil {
-		return nil, nil, g.connectError(err)
+		code := "unreachable"
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired) {
+			code = "unauthorized"
+		}
+		return nil, nil, cliError{code: code, err: g.connectError(err)}
 	}
 	// A user of a deployment is an agent's or an operator's, whose account
 	// reads calls through the coordinator only.

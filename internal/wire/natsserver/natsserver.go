@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -34,6 +35,8 @@ type Config struct {
 // Server is a running embedded server.
 type Server struct {
 	*server.Server
+	// unlock frees the data directory (lockDataDir).
+	unlock func()
 }
 
 // Start starts a server and waits until it accepts connections.
@@ -41,6 +44,34 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("natsserver: DataDir is required")
 	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	unlock := func() {
+		once.Do(func() {
+			if lock != nil {
+				lock.Close() // closing the file releases its lock
+			}
+		})
+	}
+	srv, err := start(cfg)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	srv.unlock = unlock
+	// However the server stops (Stop, or its own Shutdown), the directory
+	// is free again once it has; Stop frees it before it returns.
+	go func() {
+		srv.WaitForShutdown()
+		unlock()
+	}()
+	return srv, nil
+}
+
+func start(cfg Config) (*Server, error) {
 	opts := &server.Options{}
 	if cfg.ConfigFile != "" {
 		fileOpts, err := server.ProcessConfigFile(cfg.ConfigFile)
@@ -144,4 +175,7 @@ func (s *Server) URL() string { return s.ClientURL() }
 func (s *Server) Stop() {
 	s.Shutdown()
 	s.WaitForShutdown()
+	if s.unlock != nil {
+		s.unlock()
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,4 +39,30 @@ func TestStartSaysWhy(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Stop()
+}
+
+// TestADataDirectoryServesOneServer: a second server on a data directory
+// in use is refused, naming the directory and the process that holds it;
+// once the first has stopped, the directory can be used again.
+func TestADataDirectoryServesOneServer(t *testing.T) {
+	dir := t.TempDir()
+	first, err := Start(Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Start(Config{DataDir: dir})
+	if err == nil {
+		second.Stop()
+		first.Stop()
+		t.Fatal("a second server started on a data directory in use")
+	}
+	if !strings.Contains(err.Error(), "data directory "+dir+" is in use by another server (process "+strconv.Itoa(os.Getpid())+")") {
+		t.Errorf("second server: %v", err)
+	}
+	first.Stop()
+	again, err := Start(Config{DataDir: dir})
+	if err != nil {
+		t.Fatalf("after the first stopped: %v", err)
+	}
+	again.Stop()
 }

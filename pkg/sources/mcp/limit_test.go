@@ -470,3 +470,16 @@ func TestHTTPToolListLargerThanAMessage(t *testing.T) {
 		t.Fatalf("unavailable: %q", reason)
 	}
 }
+
+// TestAMissingWorkingDirectoryIsNamed: a stdio server whose dir does not
+// exist fails its start with an error that names the directory, not the
+// command, which exists.
+func TestAMissingWorkingDirectoryIsNamed(t *testing.T) {
+	t.Parallel()
+	cfg := fakeServer(t, "silent")
+	cfg.Dir = filepath.Join(t.TempDir(), "nosuchdir")
+	_, _, err := startFake(t, cfg)
+	if err == nil || !strings.Contains(err.Error(), "its directory "+cfg.Dir) || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Start with a missing dir: %v", err)
+	}
+}

@@ -69,6 +69,14 @@ func startProcess(cfg *Config, log *slog.Logger) (*process, error) {
 	cmd.SysProcAttr = processAttributes()
 	if err := cmd.Start(); err != nil {
 		closeAll()
+		// The exec error names the command whichever of the two is missing.
+		if cfg.Dir != "" {
+			if info, serr := os.Stat(cfg.Dir); serr != nil {
+				return nil, fmt.Errorf("start %s: its directory %s: %w", cfg.Command, cfg.Dir, serr)
+			} else if !info.IsDir() {
+				return nil, fmt.Errorf("start %s: its directory %s is not a directory", cfg.Command, cfg.Dir)
+			}
+		}
 		return nil, fmt.Errorf("start %s: %w", cfg.Command, err)
 	}
 	// The child has its own copies now; ours would keep the pipes open after it exits.

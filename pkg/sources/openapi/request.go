@@ -24,17 +24,22 @@ func (s *Source) call(ctx context.Context, op *operation, call *worker.Call) (*w
 	if err != nil {
 		return nil, err
 	}
+	shown := s.shown(req.URL)
 	resp, err := s.cfg.HTTPClient.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
+		// The client's error quotes the URL it was sent to.
+		if urlErr := (*url.Error)(nil); errors.As(err, &urlErr) {
+			urlErr.URL = s.shown(nil, urlErr.URL)
+		}
 		var opErr *net.OpError
 		if errors.As(err, &opErr) && opErr.Op == "dial" {
 			// Nothing reached the server: another attempt is safe.
-			return nil, worker.Retry(fmt.Errorf("%s %s: %w", op.method, req.URL.Redacted(), err))
+			return nil, worker.Retry(fmt.Errorf("%s %s: %w", op.method, shown, err))
 		}
-		return nil, fmt.Errorf("%s %s: %w", op.method, req.URL.Redacted(), err)
+		return nil, fmt.Errorf("%s %s: %w", op.method, shown, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxResponseSize+1))
@@ -42,12 +47,39 @@ func (s *Source) call(ctx context.Context, op *operation, call *worker.Call) (*w
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		return nil, fmt.Errorf("%s %s: reading the response: %w", op.method, req.URL.Redacted(), err)
+		return nil, fmt.Errorf("%s %s: reading the response: %w", op.method, shown, err)
 	}
 	if int64(len(body)) > s.cfg.MaxResponseSize {
-		return nil, fmt.Errorf("%s %s: the response is larger than %d bytes", op.method, req.URL.Redacted(), s.cfg.MaxResponseSize)
+		return nil, fmt.Errorf("%s %s: the response is larger than %d bytes", op.method, shown, s.cfg.MaxResponseSize)
 	}
-	return toResult(resp, body), nil
+	return toResult(resp, body, s.shown(resp.Request.URL)), nil
+}
+
+// shown is a request's URL as results, errors and logs show it, which the
+// agent and its model read: without a password, and with the API key
+// masked when it goes in the query. A URL given as text (raw) is read
+// first; one that does not parse is shown without its query.
+func (s *Source) shown(u *url.URL, raw ...string) string {
+	if u == nil {
+		parsed, err := url.Parse(strings.Join(raw, ""))
+		if err != nil {
+			return "(a URL that does not parse)"
+		}
+		u = parsed
+	}
+	if s.cfg.Auth.Query == "" || u.RawQuery == "" {
+		return u.Redacted()
+	}
+	c := *u
+	parts := strings.Split(c.RawQuery, "&")
+	for i, part := range parts {
+		k, _, _ := strings.Cut(part, "=")
+		if key, err := url.QueryUnescape(k); err == nil && key == s.cfg.Auth.Query {
+			parts[i] = k + "=xxxxx"
+		}
+	}
+	c.RawQuery = strings.Join(parts, "&")
+	return c.Redacted()
 }
 
 // request builds the HTTP request of a call from its arguments.

@@ -12,8 +12,9 @@ import (
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
-// toResult maps a response to a call's result.
-func toResult(resp *http.Response, body []byte) *worker.Result {
+// toResult maps a response to a call's result; uri is the request's URL as
+// shown (Source.shown), which names a resource block.
+func toResult(resp *http.Response, body []byte, uri string) *worker.Result {
 	mediaType, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if err != nil {
 		mediaType = ""
@@ -46,7 +47,7 @@ func toResult(resp *http.Response, body []byte) *worker.Result {
 	case isText(mediaType, body):
 		return worker.Text(string(body))
 	}
-	return &worker.Result{Content: []messages.ContentBlock{{Type: messages.ContentResource, URI: resp.Request.URL.Redacted(), MIMEType: mediaType, Data: body}}}
+	return &worker.Result{Content: []messages.ContentBlock{{Type: messages.ContentResource, URI: uri, MIMEType: mediaType, Data: body}}}
 }
 
 // isText reports whether a body is text: a text/* type, XML, JSON that did
