@@ -88,7 +88,7 @@ func runCall(ctx context.Context, g globals, args []string) error {
 		return flagsFailed(err)
 	}
 	if len(pos) < 1 || len(pos) > 2 {
-		fmt.Fprintln(os.Stderr, "usage: toolbus call [--watch] [--timeout D] [--turn T] TOOL [JSON-ARGS]")
+		fmt.Fprintln(os.Stderr, "usage: toolbus call [--watch | --detach] [--timeout D] [--turn T] [--idempotency-key K] TOOL [JSON-ARGS]")
 		return exitError(2)
 	}
 	var rawArgs messages.JSON

@@ -292,7 +292,13 @@ func (w *routeWait) answer(msg *nats.Msg) (*messages.CallResult, bool, error) {
 		}
 		// No coordinator for so long: the call is reported refused,
 		// unless a lookup finds it queued after all.
-		w.refusal = noCoordinator(msg.Subject)
+		// The status comes on the route; the subject no one answered is
+		// the submit's.
+		subject, err := w.c.names.APISubject(messages.EndpointCallsSubmit)
+		if err != nil {
+			subject = msg.Subject
+		}
+		w.refusal = noCoordinator(subject)
 		w.lookup.Reset(0)
 		return nil, false, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -98,6 +100,9 @@ type Front struct {
 	stdio *server.MCPServer
 	http  *server.StreamableHTTPServer
 	log   *slog.Logger
+	// stdioEnd is the end of the stdio session's input being handed to
+	// mcp-go (see drainStdio).
+	stdioEnd atomic.Pointer[stdioEnd]
 
 	// gate admits the HTTP requests; tools answers tools/list and
 	// dispatches tools/call to calls, which runs them on the bus.
@@ -155,6 +160,7 @@ func New(cfg Config) (*Front, error) {
 	f.tools = &toolList{cfg: &f.cfg, log: f.log, call: f.calls.call}
 	f.mcp = newServer(f.tools.hooks(), server.WithTaskCapabilities(true, true, true))
 	f.stdio = newServer(f.tools.hooks(), server.WithTaskCapabilities(true, true, true))
+	f.stdio.AddNotificationHandler(stdioInputEndedMethod, f.stdioInputEnded)
 	f.tools.servers = []*server.MCPServer{f.mcp, f.stdio}
 	f.http = server.NewStreamableHTTPServer(f.mcp,
 		server.WithEndpointPath("/mcp"),
@@ -358,9 +364,67 @@ func (f *Front) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) err
 	})
 	lines := &lineWriter{w: out}
 	toServer, fromFront := io.Pipe()
-	go f.stdioTasks(f.stdioContext(ctx), in, fromFront, lines, inputEnded)
+	end := &stdioEnd{token: rand.Text(), handled: make(chan struct{})}
+	f.stdioEnd.Store(end)
+	go f.stdioTasks(f.stdioContext(ctx), in, fromFront, lines, func() {
+		f.drainStdio(fromFront, end)
+		f.calls.markClientCancelled()
+		inputEnded()
+	})
 	defer toServer.Close()
 	return stdio.Listen(ctx, toServer, lines)
+}
+
+// stdioInputEndedMethod is the notification the front hands mcp-go after
+// the last line of a stdio session's input (drainStdio); clients do not
+// send it, and one that did would need the session's token.
+const stdioInputEndedMethod = "notifications/toolbus/input_ended"
+
+// stdioDrainWait bounds how long the end of a stdio session's input waits
+// for mcp-go to handle the lines before it.
+const stdioDrainWait = 5 * time.Second
+
+// stdioEnd is the end of one stdio session's input: handled is closed once
+// mcp-go has handled the notification carrying token.
+type stdioEnd struct {
+	token   string
+	handled chan struct{}
+	once    sync.Once
+}
+
+// drainStdio waits, before the session's input is taken as ended, until
+// mcp-go has handled every line before the end. mcp-go reads its lines in
+// order and handles a notification on its reading goroutine, a
+// notifications/cancelled too: once it has handled one of the front's own
+// after the last line, a cancel the client sent just before closing its
+// input has cancelled its request, and that request's call is cancelled
+// rather than left running as those of a session that merely ends.
+func (f *Front) drainStdio(next *io.PipeWriter, end *stdioEnd) {
+	line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": stdioInputEndedMethod, "params": map[string]string{"token": end.token}})
+	// The write returns when mcp-go reads it; it fails at once when mcp-go
+	// no longer reads, and once the pipe is closed after a wait that ran
+	// out.
+	failed := make(chan struct{})
+	go func() {
+		if _, err := next.Write(append(line, '\n')); err != nil {
+			close(failed)
+		}
+	}()
+	timer := time.NewTimer(stdioDrainWait)
+	defer timer.Stop()
+	select {
+	case <-end.handled:
+	case <-failed:
+	case <-timer.C:
+		f.log.Debug("stdio: the end of the input was not handled in time")
+	}
+}
+
+func (f *Front) stdioInputEnded(_ context.Context, n mcp.JSONRPCNotification) {
+	end := f.stdioEnd.Load()
+	if token, _ := n.Params.AdditionalFields["token"].(string); end != nil && token == end.token {
+		end.once.Do(func() { close(end.handled) })
+	}
 }
 
 // StdioTurn is the turn of the stdio session: the one Config named, or
@@ -536,5 +600,10 @@ func (c *caller) cancels(ctx context.Context) bool {
 		return false
 	}
 	transport, stdio := ctx.Value(transportKey{}).(context.Context)
-	return !stdio || transport.Err() == nil
+	if !stdio || transport.Err() == nil {
+		return true
+	}
+	// The input ended: only a request the client cancelled before it did.
+	mark, _ := ctx.Value(clientCancelledKey{}).(*atomic.Bool)
+	return mark != nil && mark.Load()
 }

@@ -2325,3 +2325,48 @@ func TestACancelledRequestIsNotAnswered(t *testing.T) {
 		})
 	})
 }
+
+// TestStdioCancelRightBeforeTheInputEnds: a client that cancels its request
+// and closes its input at once (an SDK's abort, then close) cancels the
+// call; the end of the input alone would leave it running.
+func TestStdioCancelRightBeforeTheInputEnds(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	f, err := mcpfront.New(mcpfront.Config{
+		Client:    testenv.Client(t, s.url, client.Options{}),
+		Agent:     "analyst",
+		StdioTurn: "t-stdio-cancel-close",
+		Logger:    testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	input, writeInput := io.Pipe()
+	t.Cleanup(func() { writeInput.Close() })
+	served := serveStdio(testenv.Context(t), f, input, io.Discard)
+	for _, line := range []string{initialize, `{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo-sleep","arguments":{"seconds":60}}}`} {
+		if _, err := io.WriteString(writeInput, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bus := testenv.Client(t, s.url, client.Options{Agent: "analyst"})
+	var callID string
+	testenv.Eventually(t, "the call to run", func() bool {
+		info, err := bus.Turn(testenv.Context(t), "t-stdio-cancel-close")
+		if err != nil || len(info.Calls) != 1 || info.Calls[0].State != messages.StateRunning {
+			return false
+		}
+		callID = info.Calls[0].CallID
+		return true
+	})
+	if _, err := io.WriteString(writeInput, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"stop"}}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	writeInput.Close()
+	<-served
+	if res, err := bus.Wait(testenv.Context(t), callID); err != nil || res.Status != messages.StateCancelled {
+		t.Fatalf("the call cancelled just before the input ended: %+v %v, want it cancelled", res, err)
+	}
+}

@@ -244,6 +244,29 @@ type caller struct {
 	// draining is set by Shutdown: calls whose requests end then are left
 	// running, not cancelled.
 	draining atomic.Bool
+	// stdioRequests holds the contexts of the stdio session's tools/call
+	// requests in flight, by their clientCancelled marks (see
+	// markClientCancelled).
+	stdioRequests sync.Map
+}
+
+// clientCancelledKey holds a stdio request's mark: set when the client
+// cancelled the request before its input ended.
+type clientCancelledKey struct{}
+
+// markClientCancelled is called once mcp-go has handled every line of a
+// stdio session's input and before the input is taken as ended. mcp-go
+// cancels a request's context on its reading goroutine as it handles the
+// client's notifications/cancelled, so the requests whose contexts have
+// ended by now are those the client cancelled (or that are over); those
+// that end later end with the session, and their calls go on.
+func (c *caller) markClientCancelled() {
+	c.stdioRequests.Range(func(mark, ctx any) bool {
+		if ctx.(context.Context).Err() != nil {
+			mark.(*atomic.Bool).Store(true)
+		}
+		return true
+	})
 }
 
 // call is mcp-go's handler of tools/call.
@@ -257,6 +280,12 @@ func (c *caller) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallTo
 
 // runCall runs a tools/call as a durable Toolbus call.
 func (c *caller) runCall(ctx context.Context, out callOut, req *callRequest) (*mcp.CallToolResult, error) {
+	if _, stdio := ctx.Value(transportKey{}).(context.Context); stdio {
+		mark := &atomic.Bool{}
+		ctx = context.WithValue(ctx, clientCancelledKey{}, mark)
+		c.stdioRequests.Store(mark, ctx)
+		defer c.stdioRequests.Delete(mark)
+	}
 	args := req.args
 	if len(args) == 0 || string(args) == "null" {
 		args = []byte("{}")
