@@ -33,7 +33,9 @@ func (o *CallObserver) holds(reply *messages.SubmitReply) bool {
 
 // CallObserved is Call for a request made whole by the caller (an agent
 // and turn of its own, say), reporting to o: the call's ID before it is
-// submitted, and, if o asks, a hold for an operator's approval. Like Call,
+// submitted (after it, from the submit's reply, when the request names no
+// agent and the ID depends on the one the coordinator fills in), and, if
+// o asks, a hold for an operator's approval. Like Call,
 // it waits for the result on the client's route, with no consumer or
 // subscription per call on the server.
 func (c *Client) CallObserved(ctx context.Context, req messages.SubmitRequest, o *CallObserver) (*messages.CallResult, error) {
@@ -49,10 +51,18 @@ func (c *Client) CallObserved(ctx context.Context, req messages.SubmitRequest, o
 	if req.IdempotencyKey == "" {
 		req.IdempotencyKey = messages.RandomToken()
 	}
-	o.named(messages.IdempotentCallID(req.Agent, req.IdempotencyKey))
+	// The ID derives from the agent and the key. Without an agent named,
+	// the coordinator takes the user's own, which this client may not
+	// know: the ID is then the one the submit's reply gives.
+	if req.Agent != "" {
+		o.named(messages.IdempotentCallID(req.Agent, req.IdempotencyKey))
+	}
 	reply, err := c.Submit(ctx, req)
 	if err != nil {
 		return nil, err
+	}
+	if req.Agent == "" {
+		o.named(reply.CallID)
 	}
 	if res, settled, err := settle(reply); settled {
 		return res, err

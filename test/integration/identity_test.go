@@ -253,3 +253,25 @@ func TestCoordinatorWithoutIdentitiesFailsClosed(t *testing.T) {
 		t.Errorf("%d refusals audited, want 4", n)
 	}
 }
+
+// TestAnIdempotentCallIsNamedByItsOwnID: a user that names no agent acts
+// as its own, which the coordinator fills in; the call's ID, derived from
+// the agent and the key, is then the one the client reports (the CLI
+// prints it, and cancels it on an interrupt), not one derived without
+// the agent.
+func TestAnIdempotentCallIsNamedByItsOwnID(t *testing.T) {
+	t.Parallel()
+	forEachDeploy(t, func(t *testing.T, kind deployKind) {
+		d := identityDeployOf(t, kind)
+		c := agentClient(t, d.connector(t)("agent_a"), "")
+		var named []string
+		req := messages.SubmitRequest{Tool: "demo-word_count", Arguments: messages.JSON(`{"text":"one two"}`), IdempotencyKey: "order-1234"}
+		res, err := c.CallObserved(testenv.Context(t), req, &client.CallObserver{Named: func(id string) { named = append(named, id) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(named) != 1 || named[0] != res.CallID {
+			t.Errorf("named %v, want the call's own ID %s once", named, res.CallID)
+		}
+	})
+}

@@ -20,6 +20,8 @@ import (
 	"github.com/toolbus/toolbus/internal/dev/testenv"
 	"github.com/toolbus/toolbus/internal/service/coordinator"
 	"github.com/toolbus/toolbus/internal/service/demo"
+	"github.com/toolbus/toolbus/internal/wire/transport"
+	"github.com/toolbus/toolbus/pkg/messages"
 	"github.com/toolbus/toolbus/pkg/worker"
 )
 
@@ -176,9 +178,37 @@ func testHandWrittenRequestInfoIsRefused(t *testing.T, kind deployKind) {
 		}
 	}
 	// Every refusal is audited.
-	if want := 2 * len(forgedHeaders(t, nil, "")); countAudited(t, as("auditor"), "forbidden", want) < want {
+	want := 2 * len(forgedHeaders(t, nil, ""))
+	if countAudited(t, as("auditor"), "forbidden", want) < want {
 		t.Errorf("fewer than %d refusals audited", want)
 	}
+	// This deployment is the test's own: every refusal in its audit log is
+	// of a request A sent, recorded as A's where the server's line was
+	// read, and without a by where the block could hide it; never in the
+	// name the forged line gave (B's or the operator's).
+	for _, rec := range forbiddenRecords(t, as("auditor")) {
+		if rec.By != "" && !strings.HasSuffix(rec.By, "/agent_a") {
+			t.Errorf("a refusal of A's forged header block recorded in another's name: by %q (%s)", rec.By, rec.Reason)
+		}
+	}
+}
+
+// forbiddenRecords reads the audit stream's forbidden records.
+func forbiddenRecords(t *testing.T, nc *nats.Conn) []messages.AuditRecord {
+	t.Helper()
+	var out []messages.AuditRecord
+	err := transport.NewStream(nc, nil, "TOOLBUS_AUDIT").GetBatch(testenv.Context(t), transport.BatchRequest{Seq: 1, NextBySubject: "toolbus.audit.forbidden", Batch: 1000}, func(_ uint64, msg *nats.Msg) bool {
+		var rec messages.AuditRecord
+		if _, err := messages.Decode(messages.Header(msg.Header), msg.Data, &rec); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rec)
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestHiddenRequestInfoDoesNotPassForOneAccount: a coordinator without

@@ -535,7 +535,10 @@ func (g *guard) fromAClient(endpoint string, mr micro.Request, req any) error {
 		err = deliveredByAClient(mr.Reply(), headers)
 	}
 	if err != nil && g != nil {
-		g.refused(endpoint, callerOf(headers), req, err)
+		// Such a block may hold a request info of the sender's own
+		// writing, naming anyone: the refusal is recorded without a by
+		// rather than in another user's name.
+		g.refused(endpoint, nil, req, err)
 	}
 	return err
 }

@@ -109,7 +109,7 @@ func Retry(ctx context.Context, p RetryPolicy, op func(ctx context.Context) erro
 	// GaveUp makes the error).
 	var failed error
 	for {
-		err := attemptOnce(ctx, r.attemptBound(), op)
+		err := attemptOnce(ctx, r.AttemptTimeout(), op)
 		if err == nil {
 			return nil
 		}

@@ -362,3 +362,29 @@ func TestPlacementPending(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryAttemptsEndWithinTheWhole: no attempt of Retry is given more
+// time than Within leaves, however its bound has doubled after attempts
+// that went unanswered: the retries together end within Within.
+func TestRetryAttemptsEndWithinTheWhole(t *testing.T) {
+	t.Parallel()
+	policy := transport.RetryPolicy{Attempt: 2 * time.Second, Initial: time.Millisecond, Max: time.Millisecond, Within: 3 * time.Second,
+		Retryable: func(error) bool { return true }}
+	start := time.Now()
+	var deadlines []time.Time
+	err := transport.Retry(context.Background(), policy, func(ctx context.Context) error {
+		deadline, _ := ctx.Deadline()
+		deadlines = append(deadlines, deadline)
+		// Unanswered: as an attempt that waited out its bound reports,
+		// without waiting.
+		return context.DeadlineExceeded
+	})
+	if err == nil || len(deadlines) < 2 {
+		t.Fatalf("Retry: %v after %d attempts", err, len(deadlines))
+	}
+	for i, d := range deadlines {
+		if d.IsZero() || d.After(start.Add(policy.Within+time.Second)) {
+			t.Errorf("attempt %d may run until %v after the start, past the whole's %v", i+1, d.Sub(start), policy.Within)
+		}
+	}
+}
