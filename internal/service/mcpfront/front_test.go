@@ -1335,6 +1335,20 @@ func startStdio(t *testing.T, f *mcpfront.Front) *stdioSession {
 // call sends a request and returns its result, or fails the test with its error.
 func (s *stdioSession) call(method string, params any, out any) {
 	s.t.Helper()
+	reply := s.request(method, params)
+	if reply["error"] != nil {
+		s.t.Fatalf("%s: %s %s", method, reply["id"], reply["error"])
+	}
+	if out != nil {
+		if err := json.Unmarshal(reply["result"], out); err != nil {
+			s.t.Fatalf("%s: %v", method, err)
+		}
+	}
+}
+
+// request sends a request and returns its reply, result or error.
+func (s *stdioSession) request(method string, params any) map[string]json.RawMessage {
+	s.t.Helper()
 	s.next++
 	line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": s.next, "method": method, "params": params})
 	if _, err := s.in.Write(append(line, '\n')); err != nil {
@@ -1342,17 +1356,14 @@ func (s *stdioSession) call(method string, params any, out any) {
 	}
 	select {
 	case reply := <-s.replies:
-		if string(reply["id"]) != fmt.Sprint(s.next) || reply["error"] != nil {
-			s.t.Fatalf("%s: %s %s", method, reply["id"], reply["error"])
+		if string(reply["id"]) != fmt.Sprint(s.next) {
+			s.t.Fatalf("%s: the reply to %s", method, reply["id"])
 		}
-		if out != nil {
-			if err := json.Unmarshal(reply["result"], out); err != nil {
-				s.t.Fatalf("%s: %v", method, err)
-			}
-		}
+		return reply
 	case <-time.After(testenv.Patience):
 		s.t.Fatalf("%s: no reply", method)
 	}
+	return nil
 }
 
 // TestStdioTasks: over stdio too, tools are offered as tasks, a

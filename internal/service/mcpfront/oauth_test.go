@@ -1,7 +1,6 @@
 package mcpfront_test
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,8 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -209,21 +206,7 @@ func TestTypeScriptSDKClientOAuth(t *testing.T) {
 	iss.AddUser("carol", map[string]any{"toolbus_agents": []any{"guest"}})
 	resource := s.oauthFront(t, iss)
 
-	cmd := exec.CommandContext(testenv.Context(t), node, "--test", "--test-reporter=spec", "testdata/sdk_oauth.test.mjs")
-	cmd.Env = append(os.Environ(),
-		"TOOLBUS_MCP_URL="+resource,
-		"TOOLBUS_OIDC_CLIENT_ID=mcp-sdk-client",
-		"TOOLBUS_OIDC_REDIRECT="+redirect,
-		"TOOLBUS_OIDC_USER=carol",
-		"NO_COLOR=1",
-	)
-	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	err := cmd.Run()
-	t.Logf("node --test sdk_oauth.test.mjs:\n%s", output.String())
-	if err != nil {
-		t.Fatalf("the TypeScript SDK client's OAuth test failed: %v", err)
-	}
+	output := runSDKTests(t, node, "testdata/sdk_oauth.test.mjs", "TOOLBUS_MCP_URL="+resource, "TOOLBUS_OIDC_CLIENT_ID=mcp-sdk-client", "TOOLBUS_OIDC_REDIRECT="+redirect, "TOOLBUS_OIDC_USER=carol")
 	if iss.Requests("/token") != 1 || iss.Requests("/authorize") != 1 {
 		t.Errorf("the issuer served %d authorizations and %d token requests", iss.Requests("/authorize"), iss.Requests("/token"))
 	}
@@ -231,7 +214,7 @@ func TestTypeScriptSDKClientOAuth(t *testing.T) {
 	if err != nil || len(calls.Calls) != 1 {
 		t.Errorf("the SDK's call as guest on the bus: %+v %v", calls, err)
 	}
-	if !regexp.MustCompile(`pass [1-9]\n`).MatchString(output.String()) {
+	if !regexp.MustCompile(`pass [1-9]\n`).MatchString(output) {
 		t.Error("the script ran no test")
 	}
 }

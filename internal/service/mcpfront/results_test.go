@@ -1,19 +1,14 @@
 package mcpfront_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/toolbus/toolbus/internal/dev/testenv"
 	"github.com/toolbus/toolbus/internal/service/mcpfront"
@@ -122,23 +117,10 @@ func TestNullResult(t *testing.T) {
 	c, _ := connect(t, url, bearer(), legacySessions())
 	session := c.GetSessionId()
 
-	var list struct {
-		Tools []struct {
-			Name         string          `json:"name"`
-			OutputSchema json.RawMessage `json:"outputSchema"`
-		} `json:"tools"`
-	}
-	if e := rpc(t, url, session, "tools/list", map[string]any{}, &list); e != nil {
-		t.Fatalf("tools/list: %+v", e)
-	}
-	var schema json.RawMessage
-	for _, tool := range list.Tools {
-		if tool.Name == "store-maybe" {
-			schema = tool.OutputSchema
-		}
-	}
+	schemas := outputSchemas(t, url, session)
+	schema := schemas["store-maybe"]
 	if len(schema) == 0 {
-		t.Fatalf("store-maybe has no outputSchema: %+v", list.Tools)
+		t.Fatalf("store-maybe has no outputSchema: %v", schemas)
 	}
 
 	var got mcpResult
@@ -290,26 +272,6 @@ func TestListCursor(t *testing.T) {
 	}
 }
 
-// request sends a request and returns its reply, result or error.
-func (s *stdioSession) request(method string, params any) map[string]json.RawMessage {
-	s.t.Helper()
-	s.next++
-	line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": s.next, "method": method, "params": params})
-	if _, err := s.in.Write(append(line, '\n')); err != nil {
-		s.t.Fatal(err)
-	}
-	select {
-	case reply := <-s.replies:
-		if string(reply["id"]) != fmt.Sprint(s.next) {
-			s.t.Fatalf("%s: the reply to %s", method, reply["id"])
-		}
-		return reply
-	case <-time.After(testenv.Patience):
-		s.t.Fatalf("%s: no reply", method)
-	}
-	return nil
-}
-
 // TestTypeScriptSDKResults: the official TypeScript SDK client takes a
 // null result and truncated results without throwing, and gets an invalid
 // params error for a tools/list cursor the front did not give.
@@ -318,17 +280,5 @@ func TestTypeScriptSDKResults(t *testing.T) {
 	node := nodeWithSDK(t)
 	s := startResults(t)
 	_, url := s.front(t)
-	cmd := exec.CommandContext(testenv.Context(t), node, "--test", "--test-reporter=spec", "testdata/sdk_results.test.mjs")
-	cmd.Env = append(os.Environ(),
-		"TOOLBUS_MCP_URL="+url+"/mcp",
-		"TOOLBUS_MCP_TOKEN="+token,
-		"NO_COLOR=1",
-	)
-	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	err := cmd.Run()
-	t.Logf("node --test testdata/sdk_results.test.mjs:\n%s", output.String())
-	if err != nil {
-		t.Fatalf("the TypeScript SDK client's tests failed: %v", err)
-	}
+	runSDKTests(t, node, "testdata/sdk_results.test.mjs", "TOOLBUS_MCP_URL="+url+"/mcp", "TOOLBUS_MCP_TOKEN="+token)
 }

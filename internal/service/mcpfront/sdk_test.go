@@ -39,6 +39,23 @@ func nodeWithSDK(t *testing.T) string {
 	return node
 }
 
+// runSDKTests runs a script of node tests that drive the front with the
+// official TypeScript SDK, with the variables env names, and fails the
+// test if any of them fails; their report is logged, and returned.
+func runSDKTests(t *testing.T, node, script string, env ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(testenv.Context(t), node, "--test", "--test-reporter=spec", script)
+	cmd.Env = append(append(os.Environ(), env...), "NO_COLOR=1")
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	err := cmd.Run()
+	t.Logf("node --test %s:\n%s", script, output.String())
+	if err != nil {
+		t.Fatalf("the TypeScript SDK client's tests in %s failed: %v", script, err)
+	}
+	return output.String()
+}
+
 // TestTypeScriptSDKClient: the official TypeScript SDK client works with the
 // front, and the call it aborted ends cancelled on the bus.
 func TestTypeScriptSDKClient(t *testing.T) {
@@ -48,20 +65,7 @@ func TestTypeScriptSDKClient(t *testing.T) {
 	_, url := s.front(t)
 	const turn = "t-typescript-sdk"
 
-	cmd := exec.CommandContext(testenv.Context(t), node, "--test", "--test-reporter=spec", sdkClientScript)
-	cmd.Env = append(os.Environ(),
-		"TOOLBUS_MCP_URL="+url+"/mcp",
-		"TOOLBUS_MCP_TOKEN="+token,
-		"TOOLBUS_MCP_TURN="+turn,
-		"NO_COLOR=1",
-	)
-	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	err := cmd.Run()
-	t.Logf("node --test %s:\n%s", sdkClientScript, output.String())
-	if err != nil {
-		t.Fatalf("the TypeScript SDK client's tests failed: %v", err)
-	}
+	runSDKTests(t, node, sdkClientScript, "TOOLBUS_MCP_URL="+url+"/mcp", "TOOLBUS_MCP_TOKEN="+token, "TOOLBUS_MCP_TURN="+turn)
 
 	// The SDK's calls are the turn's calls on the bus: the echo, the echo
 	// made a task, the mixed content, the broken tool (its own error is a completed call),

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"reflect"
 	"testing"
 
@@ -222,6 +220,26 @@ func compileSchema(t *testing.T, schema json.RawMessage) *jsonschema.Schema {
 	return sch
 }
 
+// outputSchemas is tools/list's outputSchema of each tool of the session,
+// by name (empty for a tool without one).
+func outputSchemas(t *testing.T, url, session string) map[string]json.RawMessage {
+	t.Helper()
+	var list struct {
+		Tools []struct {
+			Name         string          `json:"name"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
+		} `json:"tools"`
+	}
+	if e := rpc(t, url, session, "tools/list", map[string]any{}, &list); e != nil {
+		t.Fatalf("tools/list: %+v", e)
+	}
+	schemas := map[string]json.RawMessage{}
+	for _, tool := range list.Tools {
+		schemas[tool.Name] = tool.OutputSchema
+	}
+	return schemas
+}
+
 // TestStructuredContentIsAnObject: whatever the shape of a tool's
 // structured result and whatever its source (a Go tool, an OpenAPI
 // operation, an MCP server), an MCP client gets a structuredContent that is
@@ -236,26 +254,16 @@ func TestStructuredContentIsAnObject(t *testing.T) {
 	c, _ := connect(t, url, bearer(), legacySessions())
 	session := c.GetSessionId()
 
-	var list struct {
-		Tools []struct {
-			Name         string          `json:"name"`
-			OutputSchema json.RawMessage `json:"outputSchema"`
-		} `json:"tools"`
-	}
-	if e := rpc(t, url, session, "tools/list", map[string]any{}, &list); e != nil {
-		t.Fatalf("tools/list: %+v", e)
-	}
-	schemas := map[string]json.RawMessage{}
-	for _, tool := range list.Tools {
-		schemas[tool.Name] = tool.OutputSchema
-		if len(tool.OutputSchema) == 0 {
+	schemas := outputSchemas(t, url, session)
+	for name, schema := range schemas {
+		if len(schema) == 0 {
 			continue
 		}
 		var root struct {
 			Type string `json:"type"`
 		}
-		if json.Unmarshal(tool.OutputSchema, &root) != nil || root.Type != "object" {
-			t.Errorf("%s: outputSchema %s is not an object schema", tool.Name, tool.OutputSchema)
+		if json.Unmarshal(schema, &root) != nil || root.Type != "object" {
+			t.Errorf("%s: outputSchema %s is not an object schema", name, schema)
 		}
 	}
 	for _, name := range []string{"shapes-list", "shapes-none", "shapes-count", "shapes-one", "shapes-tree", "pets-listPets", "pets-countPets", "pets-findOwner", "pets-getPet", "remote-list"} {
@@ -332,20 +340,7 @@ func TestTypeScriptSDKStructuredContent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(testenv.Context(t), node, "--test", "--test-reporter=spec", "testdata/sdk_structured.test.mjs")
-	cmd.Env = append(os.Environ(),
-		"TOOLBUS_MCP_URL="+url+"/mcp",
-		"TOOLBUS_MCP_TOKEN="+token,
-		"TOOLBUS_STRUCTURED_CASES="+string(cases),
-		"NO_COLOR=1",
-	)
-	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	err = cmd.Run()
-	t.Logf("node --test testdata/sdk_structured.test.mjs:\n%s", output.String())
-	if err != nil {
-		t.Fatalf("the TypeScript SDK client's tests failed: %v", err)
-	}
+	runSDKTests(t, node, "testdata/sdk_structured.test.mjs", "TOOLBUS_MCP_URL="+url+"/mcp", "TOOLBUS_MCP_TOKEN="+token, "TOOLBUS_STRUCTURED_CASES="+string(cases))
 }
 
 // MarshalJSON gives the cases to the TypeScript test.

@@ -32,7 +32,7 @@ func (s *Source) call(ctx context.Context, op *operation, call *worker.Call) (*w
 		}
 		// The client's error quotes the URL it was sent to.
 		if urlErr := (*url.Error)(nil); errors.As(err, &urlErr) {
-			urlErr.URL = s.shown(nil, urlErr.URL)
+			urlErr.URL = s.shownText(urlErr.URL)
 		}
 		var opErr *net.OpError
 		if errors.As(err, &opErr) && opErr.Op == "dial" {
@@ -57,16 +57,8 @@ func (s *Source) call(ctx context.Context, op *operation, call *worker.Call) (*w
 
 // shown is a request's URL as results, errors and logs show it, which the
 // agent and its model read: without a password, and with the API key
-// masked when it goes in the query. A URL given as text (raw) is read
-// first; one that does not parse is shown without its query.
-func (s *Source) shown(u *url.URL, raw ...string) string {
-	if u == nil {
-		parsed, err := url.Parse(strings.Join(raw, ""))
-		if err != nil {
-			return "(a URL that does not parse)"
-		}
-		u = parsed
-	}
+// masked when it goes in the query.
+func (s *Source) shown(u *url.URL) string {
 	if s.cfg.Auth.Query == "" || u.RawQuery == "" {
 		return u.Redacted()
 	}
@@ -80,6 +72,16 @@ func (s *Source) shown(u *url.URL, raw ...string) string {
 	}
 	c.RawQuery = strings.Join(parts, "&")
 	return c.Redacted()
+}
+
+// shownText is shown for a URL the HTTP client's error quotes as text; one
+// that does not parse is not shown at all.
+func (s *Source) shownText(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	return s.shown(u)
 }
 
 // request builds the HTTP request of a call from its arguments.
